@@ -1,0 +1,189 @@
+//! Validated identifiers.
+//!
+//! Ids come from the peer and end up as path components (work directories, record files,
+//! snapshot folders), so every id is validated when it is decoded or built, before anything uses
+//! it: 1 to [`MAX_ID_LEN`] characters from `A-Z a-z 0-9 _ - .`, not starting with `.` or `-`
+//! (so never `.`, `..`, a hidden file or a command-line option), and never containing a path
+//! separator.
+
+use core::fmt;
+
+/// Longest id accepted, in bytes.
+pub const MAX_ID_LEN: usize = 128;
+
+/// Why an id was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IdError {
+    /// The id is empty.
+    #[error("id is empty")]
+    Empty,
+    /// The id is longer than [`MAX_ID_LEN`].
+    #[error("id is {0} bytes long; at most {MAX_ID_LEN} allowed")]
+    TooLong(usize),
+    /// The id holds a character outside `A-Z a-z 0-9 _ - .`.
+    #[error("id contains {0:?}; only letters, digits, '_', '-' and '.' are allowed")]
+    BadChar(char),
+    /// The id starts with `.` or `-`.
+    #[error("id may not start with {0:?}")]
+    BadStart(char),
+}
+
+/// Checks the id rules shared by every id type.
+pub fn validate_id(s: &str) -> Result<(), IdError> {
+    if s.is_empty() {
+        return Err(IdError::Empty);
+    }
+    if s.len() > MAX_ID_LEN {
+        return Err(IdError::TooLong(s.len()));
+    }
+    if let Some(c) = s
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')))
+    {
+        return Err(IdError::BadChar(c));
+    }
+    let first = s.chars().next().unwrap_or('.');
+    if first == '.' || first == '-' {
+        return Err(IdError::BadStart(first));
+    }
+    Ok(())
+}
+
+macro_rules! id_type {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub struct $name(String);
+
+        impl $name {
+            /// Validates and wraps `s`.
+            pub fn new(s: impl Into<String>) -> Result<Self, IdError> {
+                let s = s.into();
+                validate_id(&s)?;
+                Ok($name(s))
+            }
+
+            /// The id as a string slice (safe to use as one path component).
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{}({:?})", stringify!($name), self.0)
+            }
+        }
+
+        impl core::str::FromStr for $name {
+            type Err = IdError;
+            fn from_str(s: &str) -> Result<Self, IdError> {
+                $name::new(s)
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(&self.0)
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let s = String::deserialize(d)?;
+                $name::new(s).map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+
+id_type!(
+    /// A delegation (lease) id, chosen by the delegator: `dlg_` + 32 hex in the reference.
+    DelegationId
+);
+id_type!(
+    /// A snapshot id, chosen by the executor: `snap_` + 12 hex in the reference.
+    SnapshotId
+);
+id_type!(
+    /// The name of an exported resource; it becomes a directory name on the executor.
+    ResourceName
+);
+
+impl DelegationId {
+    /// Builds the reference-style id `dlg_<32 hex>` from 16 caller-supplied random bytes.
+    pub fn from_random(bytes: [u8; 16]) -> Self {
+        DelegationId(format!("dlg_{}", hex(&bytes)))
+    }
+}
+
+impl SnapshotId {
+    /// Builds the reference-style id `snap_<12 hex>` from 6 caller-supplied random bytes.
+    pub fn from_random(bytes: [u8; 6]) -> Self {
+        SnapshotId(format!("snap_{}", hex(&bytes)))
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(DIGITS[(b >> 4) as usize] as char);
+        s.push(DIGITS[(b & 15) as usize] as char);
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_reference_and_seed_ids() {
+        for s in [
+            "dlg_0a1b2c3d4e5f60718293a4b5c6d7e8f9",
+            "dlg_a1b2c3d4",
+            "snap_9c2e41d07a3b",
+            "workspace",
+            "v1.2-rc",
+        ] {
+            assert!(validate_id(s).is_ok(), "{s}");
+        }
+    }
+
+    #[test]
+    fn refuses_path_tricks() {
+        assert_eq!(validate_id(""), Err(IdError::Empty));
+        assert_eq!(validate_id(".."), Err(IdError::BadStart('.')));
+        assert_eq!(validate_id("."), Err(IdError::BadStart('.')));
+        assert_eq!(validate_id("-rf"), Err(IdError::BadStart('-')));
+        assert_eq!(validate_id("a/b"), Err(IdError::BadChar('/')));
+        assert_eq!(validate_id("a\\b"), Err(IdError::BadChar('\\')));
+        assert_eq!(validate_id("a\0"), Err(IdError::BadChar('\0')));
+        assert_eq!(validate_id("é"), Err(IdError::BadChar('é')));
+        assert_eq!(
+            validate_id(&"a".repeat(MAX_ID_LEN + 1)),
+            Err(IdError::TooLong(MAX_ID_LEN + 1))
+        );
+    }
+
+    #[test]
+    fn random_ids_have_reference_shape() {
+        let id = DelegationId::from_random([0xab; 16]);
+        assert_eq!(id.as_str().len(), 4 + 32);
+        assert!(id.as_str().starts_with("dlg_abab"));
+        assert_eq!(SnapshotId::from_random([1; 6]).as_str(), "snap_010101010101");
+    }
+}

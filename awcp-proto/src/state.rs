@@ -1,0 +1,421 @@
+//! The two state machines of WIRE.md §8, exactly as the spec's tables say.
+//!
+//! A state can only change through [`DelegationMachine::apply`] or
+//! [`AssignmentMachine::apply`]; the fields are private, so no other code can move a
+//! delegation or an assignment.
+
+use core::fmt;
+
+/// The delegator's 9 states (WIRE.md §8.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum DelegationState {
+    /// Created, INVITE not sent yet.
+    Created,
+    /// INVITE sent, waiting for ACCEPT.
+    Invited,
+    /// ACCEPT received, START not sent yet.
+    Accepted,
+    /// START sent, the executor is setting up.
+    Started,
+    /// The task is running.
+    Running,
+    /// Terminal: the task finished.
+    Completed,
+    /// Terminal: something failed.
+    Error,
+    /// Terminal: cancelled.
+    Cancelled,
+    /// Terminal: the lease ran out.
+    Expired,
+}
+
+impl DelegationState {
+    /// Every state, in table order.
+    pub const ALL: [DelegationState; 9] = [
+        DelegationState::Created,
+        DelegationState::Invited,
+        DelegationState::Accepted,
+        DelegationState::Started,
+        DelegationState::Running,
+        DelegationState::Completed,
+        DelegationState::Error,
+        DelegationState::Cancelled,
+        DelegationState::Expired,
+    ];
+
+    /// Whether no transition leaves this state.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            DelegationState::Completed
+                | DelegationState::Error
+                | DelegationState::Cancelled
+                | DelegationState::Expired
+        )
+    }
+
+    /// The lowercase name used on the wire and in records.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DelegationState::Created => "created",
+            DelegationState::Invited => "invited",
+            DelegationState::Accepted => "accepted",
+            DelegationState::Started => "started",
+            DelegationState::Running => "running",
+            DelegationState::Completed => "completed",
+            DelegationState::Error => "error",
+            DelegationState::Cancelled => "cancelled",
+            DelegationState::Expired => "expired",
+        }
+    }
+
+    /// Parses the lowercase name.
+    pub fn parse(s: &str) -> Option<DelegationState> {
+        DelegationState::ALL.into_iter().find(|st| st.as_str() == s)
+    }
+
+    /// The allowed targets (WIRE.md §8.1, first table).
+    pub fn allowed_targets(self) -> &'static [DelegationState] {
+        use DelegationState::*;
+        match self {
+            Created => &[Invited, Error, Cancelled],
+            Invited => &[Accepted, Error, Cancelled, Expired],
+            Accepted => &[Started, Error, Cancelled, Expired],
+            Started => &[Running, Error, Cancelled],
+            Running => &[Completed, Error, Cancelled, Expired],
+            Completed | Error | Cancelled | Expired => &[],
+        }
+    }
+}
+
+impl fmt::Display for DelegationState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The delegator's transition events (WIRE.md §8.1, second table).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum DelegationEvent {
+    /// created → invited
+    SendInvite,
+    /// invited → accepted
+    ReceiveAccept,
+    /// accepted → started
+    SendStart,
+    /// started → running
+    SetupComplete,
+    /// running → completed
+    ReceiveDone,
+    /// any non-terminal → error
+    ReceiveError,
+    /// any non-terminal → error
+    SendError,
+    /// any non-terminal → cancelled
+    Cancel,
+    /// invited, accepted, running → expired (never from created or started)
+    Expire,
+}
+
+impl DelegationEvent {
+    /// Every event.
+    pub const ALL: [DelegationEvent; 9] = [
+        DelegationEvent::SendInvite,
+        DelegationEvent::ReceiveAccept,
+        DelegationEvent::SendStart,
+        DelegationEvent::SetupComplete,
+        DelegationEvent::ReceiveDone,
+        DelegationEvent::ReceiveError,
+        DelegationEvent::SendError,
+        DelegationEvent::Cancel,
+        DelegationEvent::Expire,
+    ];
+
+    /// The target of this event from `from`, if the event is valid there.
+    pub fn target(self, from: DelegationState) -> Option<DelegationState> {
+        use DelegationEvent as E;
+        use DelegationState as S;
+        if from.is_terminal() {
+            return None;
+        }
+        match (self, from) {
+            (E::SendInvite, S::Created) => Some(S::Invited),
+            (E::ReceiveAccept, S::Invited) => Some(S::Accepted),
+            (E::SendStart, S::Accepted) => Some(S::Started),
+            (E::SetupComplete, S::Started) => Some(S::Running),
+            (E::ReceiveDone, S::Running) => Some(S::Completed),
+            (E::ReceiveError | E::SendError, _) => Some(S::Error),
+            (E::Cancel, _) => Some(S::Cancelled),
+            (E::Expire, S::Invited | S::Accepted | S::Running) => Some(S::Expired),
+            _ => None,
+        }
+    }
+}
+
+/// An event was applied in a state where it is not valid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("illegal transition: {event:?} in state {from}")]
+pub struct IllegalTransition<S: fmt::Display + fmt::Debug, E: fmt::Debug> {
+    /// The state the machine was in.
+    pub from: S,
+    /// The event that was refused.
+    pub event: E,
+}
+
+/// One delegation's state; changes only through [`DelegationMachine::apply`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DelegationMachine {
+    state: DelegationState,
+}
+
+impl Default for DelegationMachine {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl DelegationMachine {
+    /// A machine in `created`.
+    pub fn new() -> Self {
+        DelegationMachine {
+            state: DelegationState::Created,
+        }
+    }
+
+    /// Restores a machine from a persisted state.
+    pub fn restore(state: DelegationState) -> Self {
+        DelegationMachine { state }
+    }
+
+    /// The current state.
+    pub fn state(&self) -> DelegationState {
+        self.state
+    }
+
+    /// Whether `event` is valid now.
+    pub fn can(&self, event: DelegationEvent) -> bool {
+        event.target(self.state).is_some()
+    }
+
+    /// Applies `event`; returns `(from, to)` or refuses without changing anything.
+    pub fn apply(
+        &mut self,
+        event: DelegationEvent,
+    ) -> Result<(DelegationState, DelegationState), IllegalTransition<DelegationState, DelegationEvent>>
+    {
+        let from = self.state;
+        let to = event
+            .target(from)
+            .ok_or(IllegalTransition { from, event })?;
+        debug_assert!(from.allowed_targets().contains(&to));
+        self.state = to;
+        Ok((from, to))
+    }
+}
+
+/// The executor's assignment states (WIRE.md §8.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum AssignmentState {
+    /// Accepted, waiting for START.
+    Pending,
+    /// START received: setting up, running or capturing.
+    Active,
+    /// Terminal: done.
+    Completed,
+    /// Terminal: failed, cancelled or expired (the code says which).
+    Error,
+}
+
+impl AssignmentState {
+    /// Whether no transition leaves this state.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, AssignmentState::Completed | AssignmentState::Error)
+    }
+
+    /// The lowercase name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AssignmentState::Pending => "pending",
+            AssignmentState::Active => "active",
+            AssignmentState::Completed => "completed",
+            AssignmentState::Error => "error",
+        }
+    }
+
+    /// Parses the lowercase name.
+    pub fn parse(s: &str) -> Option<AssignmentState> {
+        [
+            AssignmentState::Pending,
+            AssignmentState::Active,
+            AssignmentState::Completed,
+            AssignmentState::Error,
+        ]
+        .into_iter()
+        .find(|st| st.as_str() == s)
+    }
+}
+
+impl fmt::Display for AssignmentState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The executor's transition events (WIRE.md §8.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum AssignmentEvent {
+    /// pending → active
+    ReceiveStart,
+    /// active → completed
+    TaskComplete,
+    /// active → error
+    TaskFail,
+    /// pending, active → error
+    ReceiveError,
+    /// pending, active → error. Also used for system cancellation: lease expiry (stored as
+    /// `EXPIRED` / `START_EXPIRED`) and shutdown.
+    Cancel,
+}
+
+impl AssignmentEvent {
+    /// Every event.
+    pub const ALL: [AssignmentEvent; 5] = [
+        AssignmentEvent::ReceiveStart,
+        AssignmentEvent::TaskComplete,
+        AssignmentEvent::TaskFail,
+        AssignmentEvent::ReceiveError,
+        AssignmentEvent::Cancel,
+    ];
+
+    /// The target of this event from `from`, if valid.
+    pub fn target(self, from: AssignmentState) -> Option<AssignmentState> {
+        use AssignmentEvent as E;
+        use AssignmentState as S;
+        match (self, from) {
+            (E::ReceiveStart, S::Pending) => Some(S::Active),
+            (E::TaskComplete, S::Active) => Some(S::Completed),
+            (E::TaskFail, S::Active) => Some(S::Error),
+            (E::ReceiveError | E::Cancel, S::Pending | S::Active) => Some(S::Error),
+            _ => None,
+        }
+    }
+}
+
+/// One assignment's state; changes only through [`AssignmentMachine::apply`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AssignmentMachine {
+    state: AssignmentState,
+}
+
+impl Default for AssignmentMachine {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl AssignmentMachine {
+    /// A machine in `pending`.
+    pub fn new() -> Self {
+        AssignmentMachine {
+            state: AssignmentState::Pending,
+        }
+    }
+
+    /// Restores a machine from a persisted state.
+    pub fn restore(state: AssignmentState) -> Self {
+        AssignmentMachine { state }
+    }
+
+    /// The current state.
+    pub fn state(&self) -> AssignmentState {
+        self.state
+    }
+
+    /// Applies `event`; returns `(from, to)` or refuses without changing anything.
+    pub fn apply(
+        &mut self,
+        event: AssignmentEvent,
+    ) -> Result<(AssignmentState, AssignmentState), IllegalTransition<AssignmentState, AssignmentEvent>>
+    {
+        let from = self.state;
+        let to = event
+            .target(from)
+            .ok_or(IllegalTransition { from, event })?;
+        self.state = to;
+        Ok((from, to))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delegation_events_reach_exactly_the_allowed_targets() {
+        for from in DelegationState::ALL {
+            let mut reached: Vec<_> = DelegationEvent::ALL
+                .iter()
+                .filter_map(|e| e.target(from))
+                .collect();
+            reached.sort();
+            reached.dedup();
+            let mut allowed = from.allowed_targets().to_vec();
+            allowed.sort();
+            assert_eq!(reached, allowed, "from {from}");
+        }
+    }
+
+    #[test]
+    fn expire_is_never_valid_from_created_or_started() {
+        for from in [DelegationState::Created, DelegationState::Started] {
+            assert_eq!(DelegationEvent::Expire.target(from), None);
+        }
+    }
+
+    #[test]
+    fn terminal_states_are_final() {
+        for st in DelegationState::ALL.into_iter().filter(|s| s.is_terminal()) {
+            let mut m = DelegationMachine::restore(st);
+            for e in DelegationEvent::ALL {
+                assert!(m.apply(e).is_err());
+                assert_eq!(m.state(), st);
+            }
+        }
+    }
+
+    #[test]
+    fn happy_path_walks_the_table() {
+        let mut m = DelegationMachine::new();
+        for e in [
+            DelegationEvent::SendInvite,
+            DelegationEvent::ReceiveAccept,
+            DelegationEvent::SendStart,
+            DelegationEvent::SetupComplete,
+            DelegationEvent::ReceiveDone,
+        ] {
+            m.apply(e).unwrap();
+        }
+        assert_eq!(m.state(), DelegationState::Completed);
+    }
+
+    #[test]
+    fn assignment_table() {
+        use AssignmentEvent as E;
+        use AssignmentState as S;
+        let cases = [
+            (E::ReceiveStart, S::Pending, Some(S::Active)),
+            (E::ReceiveStart, S::Active, None),
+            (E::TaskComplete, S::Active, Some(S::Completed)),
+            (E::TaskComplete, S::Pending, None),
+            (E::TaskFail, S::Active, Some(S::Error)),
+            (E::TaskFail, S::Pending, None),
+            (E::ReceiveError, S::Pending, Some(S::Error)),
+            (E::Cancel, S::Active, Some(S::Error)),
+            (E::Cancel, S::Completed, None),
+            (E::ReceiveError, S::Error, None),
+        ];
+        for (e, from, to) in cases {
+            assert_eq!(e.target(from), to, "{e:?} from {from}");
+        }
+    }
+}

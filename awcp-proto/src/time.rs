@@ -1,0 +1,284 @@
+//! Wall-clock time as a value.
+//!
+//! The engine never reads a clock: every input carries `now` as a [`Timestamp`], and leases are
+//! absolute [`Timestamp`]s. On the wire, time is an ISO-8601/RFC 3339 string in UTC with
+//! milliseconds and `Z` (`2026-03-04T05:06:07.089Z`); decoding also accepts no or more
+//! fractional digits and numeric offsets (`+08:00`).
+//!
+//! Implementation note: the civil-date arithmetic is the well-known days-from-civil algorithm
+//! (H. Hinnant); it is a few lines, proptested below, and keeps this crate free of a date crate.
+
+use core::fmt;
+use core::time::Duration;
+
+/// Milliseconds since the Unix epoch (UTC). Totally ordered, cheap to copy.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Timestamp(u64);
+
+/// A timestamp string could not be parsed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid timestamp {0:?}: expected RFC 3339 such as 2026-03-04T05:06:07.089Z")]
+pub struct TimestampError(pub String);
+
+impl Timestamp {
+    /// The Unix epoch.
+    pub const EPOCH: Timestamp = Timestamp(0);
+    /// The latest representable time (used as "never").
+    pub const MAX: Timestamp = Timestamp(u64::MAX);
+
+    /// From milliseconds since the Unix epoch.
+    pub const fn from_unix_millis(ms: u64) -> Self {
+        Timestamp(ms)
+    }
+
+    /// Milliseconds since the Unix epoch.
+    pub const fn as_unix_millis(self) -> u64 {
+        self.0
+    }
+
+    /// `self + d`, saturating at [`Timestamp::MAX`].
+    pub fn saturating_add(self, d: Duration) -> Self {
+        let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        Timestamp(self.0.saturating_add(ms))
+    }
+
+    /// `self - d`, saturating at the epoch.
+    pub fn saturating_sub(self, d: Duration) -> Self {
+        let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        Timestamp(self.0.saturating_sub(ms))
+    }
+
+    /// The time from `earlier` to `self`, zero if `earlier` is later.
+    pub fn saturating_duration_since(self, earlier: Timestamp) -> Duration {
+        Duration::from_millis(self.0.saturating_sub(earlier.0))
+    }
+
+    /// Formats as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
+    pub fn to_rfc3339(self) -> String {
+        self.to_string()
+    }
+
+    /// Parses an RFC 3339 date-time (`Z` or a numeric offset, optional fraction).
+    pub fn parse_rfc3339(s: &str) -> Result<Self, TimestampError> {
+        parse(s).ok_or_else(|| TimestampError(s.chars().take(64).collect()))
+    }
+}
+
+impl fmt::Debug for Timestamp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Timestamp({self})")
+    }
+}
+
+impl fmt::Display for Timestamp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ms = self.0 % 1000;
+        let secs = self.0 / 1000;
+        let days = (secs / 86_400) as i64;
+        let sod = secs % 86_400;
+        let (y, m, d) = civil_from_days(days);
+        write!(
+            f,
+            "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{ms:03}Z",
+            sod / 3600,
+            (sod / 60) % 60,
+            sod % 60
+        )
+    }
+}
+
+impl core::str::FromStr for Timestamp {
+    type Err = TimestampError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Timestamp::parse_rfc3339(s)
+    }
+}
+
+fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = if y >= 0 { y } else { y - 399 } / 400;
+    let yoe = y - era * 400;
+    let mp = (m as i64 + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d as i64 - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = if z >= 0 { z } else { z - 146_096 } / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+fn digits(b: &[u8], start: usize, n: usize) -> Option<u32> {
+    let s = b.get(start..start + n)?;
+    let mut v = 0u32;
+    for &c in s {
+        if !c.is_ascii_digit() {
+            return None;
+        }
+        v = v * 10 + u32::from(c - b'0');
+    }
+    Some(v)
+}
+
+fn parse(s: &str) -> Option<Timestamp> {
+    let b = s.trim().as_bytes();
+    let year = digits(b, 0, 4)?;
+    if b.get(4) != Some(&b'-') || b.get(7) != Some(&b'-') {
+        return None;
+    }
+    let month = digits(b, 5, 2)?;
+    let day = digits(b, 8, 2)?;
+    if !matches!(b.get(10), Some(b'T' | b't' | b' ')) {
+        return None;
+    }
+    let hour = digits(b, 11, 2)?;
+    if b.get(13) != Some(&b':') {
+        return None;
+    }
+    let minute = digits(b, 14, 2)?;
+    if b.get(16) != Some(&b':') {
+        return None;
+    }
+    let second = digits(b, 17, 2)?;
+    if !(1..=12).contains(&month)
+        || day == 0
+        || day > days_in_month(year, month)
+        || hour > 23
+        || minute > 59
+        || second > 60
+    {
+        return None;
+    }
+    let mut i = 19;
+    let mut millis = 0u64;
+    if b.get(i) == Some(&b'.') {
+        i += 1;
+        let start = i;
+        while b.get(i).is_some_and(u8::is_ascii_digit) {
+            if i - start < 3 {
+                millis = millis * 10 + u64::from(b[i] - b'0');
+            }
+            i += 1;
+        }
+        let n = i - start;
+        if n == 0 {
+            return None;
+        }
+        for _ in n..3 {
+            millis *= 10;
+        }
+    }
+    let offset_secs: i64 = match b.get(i) {
+        Some(b'Z' | b'z') => {
+            i += 1;
+            0
+        }
+        Some(sign @ (b'+' | b'-')) => {
+            let oh = digits(b, i + 1, 2)?;
+            if b.get(i + 3) != Some(&b':') {
+                return None;
+            }
+            let om = digits(b, i + 4, 2)?;
+            if oh > 23 || om > 59 {
+                return None;
+            }
+            i += 6;
+            let v = i64::from(oh * 3600 + om * 60);
+            if *sign == b'-' {
+                -v
+            } else {
+                v
+            }
+        }
+        _ => return None,
+    };
+    if i != b.len() {
+        return None;
+    }
+    let days = days_from_civil(i64::from(year), month, day);
+    let secs = days * 86_400
+        + i64::from(hour) * 3600
+        + i64::from(minute) * 60
+        + i64::from(second.min(59))
+        - offset_secs;
+    if secs < 0 {
+        return None;
+    }
+    Some(Timestamp((secs as u64).checked_mul(1000)?.checked_add(millis)?))
+}
+
+fn days_in_month(y: u32, m: u32) -> u32 {
+    match m {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        _ if (y % 4 == 0 && y % 100 != 0) || y % 400 == 0 => 29,
+        _ => 28,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn formats_the_reference_example() {
+        let t = Timestamp::parse_rfc3339("2026-03-04T05:06:07.089Z").unwrap();
+        assert_eq!(t.to_rfc3339(), "2026-03-04T05:06:07.089Z");
+        assert_eq!(t.as_unix_millis(), 1_772_600_767_089);
+    }
+
+    #[test]
+    fn accepts_offsets_and_short_fractions() {
+        let z = Timestamp::parse_rfc3339("2026-02-01T13:00:00.000Z").unwrap();
+        assert_eq!(Timestamp::parse_rfc3339("2026-02-01T13:00:00Z").unwrap(), z);
+        assert_eq!(Timestamp::parse_rfc3339("2026-02-01T21:00:00+08:00").unwrap(), z);
+        assert_eq!(Timestamp::parse_rfc3339("2026-02-01T13:00:00.0000001Z").unwrap(), z);
+        assert_eq!(
+            Timestamp::parse_rfc3339("2026-02-01T13:00:00.5Z")
+                .unwrap()
+                .as_unix_millis()
+                - z.as_unix_millis(),
+            500
+        );
+    }
+
+    #[test]
+    fn rejects_garbage() {
+        for s in [
+            "",
+            "2026",
+            "2026-13-01T00:00:00Z",
+            "2026-02-30T00:00:00Z",
+            "2026-02-01T24:00:00Z",
+            "2026-02-01T13:00:00",
+            "2026-02-01T13:00:00.Z",
+            "2026-02-01T13:00:00Zjunk",
+            "1969-12-31T23:59:59Z",
+        ] {
+            assert!(Timestamp::parse_rfc3339(s).is_err(), "{s}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn rfc3339_round_trips(ms in 0u64..253_402_300_799_999) {
+            let t = Timestamp::from_unix_millis(ms);
+            prop_assert_eq!(Timestamp::parse_rfc3339(&t.to_rfc3339()).unwrap(), t);
+        }
+
+        #[test]
+        fn parse_never_panics(s in ".{0,40}") {
+            let _ = Timestamp::parse_rfc3339(&s);
+        }
+    }
+}

@@ -1,0 +1,620 @@
+//! Canonical, dialect-neutral wire types (WIRE.md §2–§4).
+//!
+//! These are what the engines work with. [`super::decode`] builds them from either dialect and
+//! [`super::encode`] writes them in the dialect the peer speaks.
+
+use std::collections::BTreeMap;
+
+use crate::error::ErrorInfo;
+use crate::id::{DelegationId, ResourceName, SnapshotId};
+use crate::time::Timestamp;
+
+/// The protocol version string every message carries.
+pub const PROTOCOL_VERSION: &str = "1";
+
+/// Which shape of the protocol a peer speaks (WIRE.md §0).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub enum Dialect {
+    /// The seed v1 spec: INVITE `workspace`, START `workDir`, `done.resultBase64`, flat ZIP.
+    Seed,
+    /// The live TypeScript reference: INVITE `environment`, START `transportHandle`,
+    /// `snapshot` events, per-resource ZIP.
+    #[default]
+    Reference,
+}
+
+/// Read-only or read-write access.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub enum AccessMode {
+    /// Read-only: the executor must not change the delegator's files.
+    Ro,
+    /// Read-write (the default).
+    #[default]
+    Rw,
+}
+
+impl AccessMode {
+    /// `"ro"` or `"rw"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AccessMode::Ro => "ro",
+            AccessMode::Rw => "rw",
+        }
+    }
+
+    /// Parses `"ro"`/`"rw"`.
+    pub fn parse(s: &str) -> Option<AccessMode> {
+        match s {
+            "ro" => Some(AccessMode::Ro),
+            "rw" => Some(AccessMode::Rw),
+            _ => None,
+        }
+    }
+
+    /// The more restrictive of the two.
+    pub fn min(self, other: AccessMode) -> AccessMode {
+        if self == AccessMode::Ro || other == AccessMode::Ro {
+            AccessMode::Ro
+        } else {
+            AccessMode::Rw
+        }
+    }
+}
+
+/// The data-plane transport of a delegation.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum TransportKind {
+    /// ZIP archive, inline base64 or fetched by URL.
+    Archive,
+    /// SSHFS mount of the delegator's export view.
+    Sshfs,
+    /// Pre-signed download/upload URLs.
+    Storage,
+    /// Git clone and push.
+    Git,
+    /// A transport this crate does not know, kept verbatim.
+    Other(String),
+}
+
+impl TransportKind {
+    /// The wire string.
+    pub fn as_str(&self) -> &str {
+        match self {
+            TransportKind::Archive => "archive",
+            TransportKind::Sshfs => "sshfs",
+            TransportKind::Storage => "storage",
+            TransportKind::Git => "git",
+            TransportKind::Other(s) => s,
+        }
+    }
+
+    /// Parses a wire string; unknown names become [`TransportKind::Other`].
+    pub fn parse(s: &str) -> TransportKind {
+        match s {
+            "archive" => TransportKind::Archive,
+            "sshfs" => TransportKind::Sshfs,
+            "storage" => TransportKind::Storage,
+            "git" => TransportKind::Git,
+            other => TransportKind::Other(other.to_owned()),
+        }
+    }
+
+    /// Whether results flow back live (no snapshot transfer is needed).
+    pub fn is_live(&self) -> bool {
+        matches!(self, TransportKind::Sshfs)
+    }
+}
+
+/// What the delegator asks the executor to do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TaskSpec {
+    /// Short label for logs and lists.
+    pub description: String,
+    /// Full instructions.
+    pub prompt: String,
+}
+
+/// The lease the delegator requests in INVITE.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeaseRequest {
+    /// Requested lease length in seconds.
+    pub ttl_seconds: u64,
+    /// Requested access.
+    pub access_mode: AccessMode,
+}
+
+/// One exported directory (INVITE `environment.resources[]`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resource {
+    /// Directory name on the executor.
+    pub name: ResourceName,
+    /// Resource type; `"fs"` is the only one defined.
+    pub kind: String,
+    /// Access to this resource.
+    pub mode: AccessMode,
+}
+
+/// The credential type of INVITE `auth`.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum AuthType {
+    /// `api_key`
+    ApiKey,
+    /// `bearer`
+    Bearer,
+    /// `oauth2`
+    OAuth2,
+    /// `custom`
+    Custom,
+    /// Anything else, kept verbatim.
+    Other(String),
+}
+
+impl AuthType {
+    /// The wire string.
+    pub fn as_str(&self) -> &str {
+        match self {
+            AuthType::ApiKey => "api_key",
+            AuthType::Bearer => "bearer",
+            AuthType::OAuth2 => "oauth2",
+            AuthType::Custom => "custom",
+            AuthType::Other(s) => s,
+        }
+    }
+
+    /// Parses a wire string.
+    pub fn parse(s: &str) -> AuthType {
+        match s {
+            "api_key" => AuthType::ApiKey,
+            "bearer" => AuthType::Bearer,
+            "oauth2" => AuthType::OAuth2,
+            "custom" => AuthType::Custom,
+            other => AuthType::Other(other.to_owned()),
+        }
+    }
+}
+
+/// INVITE `auth`: a credential for the executor. `Debug` never prints the credential.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Auth {
+    /// Credential type.
+    pub auth_type: AuthType,
+    /// The secret.
+    pub credential: String,
+    /// Extra key/value pairs.
+    pub metadata: BTreeMap<String, String>,
+}
+
+impl core::fmt::Debug for Auth {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Auth")
+            .field("auth_type", &self.auth_type)
+            .field("credential", &"<redacted>")
+            .field("metadata", &self.metadata)
+            .finish()
+    }
+}
+
+/// Protocol extensions this implementation understands, announced in INVITE and agreed in
+/// ACCEPT under the extra key `features` (ignored by reference peers).
+pub mod feature {
+    /// Snapshots may carry only changed files plus a list of deleted paths.
+    pub const DELTA_SNAPSHOTS: &str = "delta-snapshots";
+    /// Archives and snapshots may be fetched by URL instead of inline base64.
+    pub const ARCHIVE_URL: &str = "archive-url";
+}
+
+/// INVITE (delegator → executor).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Invite {
+    /// The delegation id.
+    pub delegation_id: DelegationId,
+    /// The task.
+    pub task: TaskSpec,
+    /// The requested lease.
+    pub lease: LeaseRequest,
+    /// Exported resources. An [S] INVITE decodes to one resource named `workspace` with the
+    /// lease's access mode.
+    pub resources: Vec<Resource>,
+    /// [S] `workspace.exportName` (informational).
+    pub export_name: Option<String>,
+    /// [R] requested retention of the finished assignment, in milliseconds.
+    pub retention_ms: Option<u64>,
+    /// `requirements.transport`.
+    pub transport: Option<TransportKind>,
+    /// `auth`.
+    pub auth: Option<Auth>,
+    /// Protocol extensions the delegator supports (see [`feature`]).
+    pub features: Vec<String>,
+}
+
+/// `executorConstraints.sandboxProfile`: self-declared limits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct SandboxProfile {
+    /// Tools are restricted to the work directory.
+    pub cwd_only: Option<bool>,
+    /// Network access allowed.
+    pub allow_network: Option<bool>,
+    /// Command execution allowed.
+    pub allow_exec: Option<bool>,
+}
+
+/// `executorConstraints`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct ExecutorConstraints {
+    /// The access mode the executor accepted (may be a downgrade).
+    pub accepted_access_mode: Option<AccessMode>,
+    /// The longest lease the executor allows.
+    pub max_ttl_seconds: Option<u64>,
+    /// Self-declared sandbox.
+    pub sandbox_profile: Option<SandboxProfile>,
+}
+
+/// ACCEPT (executor → delegator).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Accept {
+    /// The delegation id.
+    pub delegation_id: DelegationId,
+    /// `executorWorkDir.path` (informational).
+    pub work_dir: String,
+    /// `executorConstraints`.
+    pub constraints: Option<ExecutorConstraints>,
+    /// [R] `retentionMs`.
+    pub retention_ms: Option<u64>,
+    /// Extensions the executor agreed to use (subset of the INVITE's).
+    pub features: Vec<String>,
+}
+
+/// START `lease`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ActiveLease {
+    /// Absolute lease end.
+    pub expires_at: Timestamp,
+    /// Effective access.
+    pub access_mode: AccessMode,
+}
+
+/// START (delegator → executor).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Start {
+    /// The delegation id.
+    pub delegation_id: DelegationId,
+    /// The lease.
+    pub lease: ActiveLease,
+    /// Transport data and credentials (`transportHandle` [R] / `workDir` [S]).
+    pub handle: TransportHandle,
+}
+
+/// DONE (internal; on the wire only in [L]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Done {
+    /// The delegation id.
+    pub delegation_id: DelegationId,
+    /// What was done.
+    pub final_summary: String,
+    /// Files worth looking at.
+    pub highlights: Vec<String>,
+    /// Extra notes.
+    pub notes: Option<String>,
+}
+
+/// ERROR (either direction).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ErrorMessage {
+    /// The delegation id.
+    pub delegation_id: DelegationId,
+    /// Code, message, hint.
+    pub error: ErrorInfo,
+}
+
+/// A control-plane message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Message {
+    /// INVITE
+    Invite(Invite),
+    /// ACCEPT
+    Accept(Accept),
+    /// START
+    Start(Start),
+    /// DONE ([L] only on the wire)
+    Done(Done),
+    /// ERROR
+    Error(ErrorMessage),
+}
+
+impl Message {
+    /// The delegation the message is about.
+    pub fn delegation_id(&self) -> &DelegationId {
+        match self {
+            Message::Invite(m) => &m.delegation_id,
+            Message::Accept(m) => &m.delegation_id,
+            Message::Start(m) => &m.delegation_id,
+            Message::Done(m) => &m.delegation_id,
+            Message::Error(m) => &m.delegation_id,
+        }
+    }
+
+    /// The `type` string.
+    pub fn type_str(&self) -> &'static str {
+        match self {
+            Message::Invite(_) => "INVITE",
+            Message::Accept(_) => "ACCEPT",
+            Message::Start(_) => "START",
+            Message::Done(_) => "DONE",
+            Message::Error(_) => "ERROR",
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Transport handles (WIRE.md §3)
+
+/// START's transport handle, discriminated by `transport`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TransportHandle {
+    /// `archive`
+    Archive(ArchiveHandle),
+    /// `sshfs`
+    Sshfs(SshfsHandle),
+    /// `storage`
+    Storage(StorageHandle),
+    /// `git`
+    Git(GitHandle),
+}
+
+impl TransportHandle {
+    /// The transport this handle belongs to.
+    pub fn kind(&self) -> TransportKind {
+        match self {
+            TransportHandle::Archive(_) => TransportKind::Archive,
+            TransportHandle::Sshfs(_) => TransportKind::Sshfs,
+            TransportHandle::Storage(_) => TransportKind::Storage,
+            TransportHandle::Git(_) => TransportKind::Git,
+        }
+    }
+}
+
+/// Where archive bytes are: inline base64 ([S]/[R]) or a URL to fetch (our extension,
+/// seed 003 `archiveUrl`). At least one is present after decoding.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct ArchiveData {
+    /// Standard base64 with padding, no line breaks.
+    pub base64: Option<String>,
+    /// A one-time URL the peer GETs the ZIP from.
+    pub url: Option<String>,
+}
+
+impl core::fmt::Debug for ArchiveData {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("ArchiveData")
+            .field("base64_len", &self.base64.as_ref().map(String::len))
+            .field("url", &self.url)
+            .finish()
+    }
+}
+
+/// `archive` handle: `workspaceBase64` (or `archiveUrl`) and `checksum`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ArchiveHandle {
+    /// The ZIP.
+    pub data: ArchiveData,
+    /// SHA-256 of the raw ZIP bytes, lowercase hex.
+    pub checksum: String,
+    /// Size of the raw ZIP in bytes (our extension `sizeBytes`).
+    pub size_bytes: Option<u64>,
+}
+
+/// SSH endpoint of an `sshfs` handle.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SshEndpoint {
+    /// Host name or address.
+    pub host: String,
+    /// Port.
+    pub port: u16,
+    /// Login user.
+    pub user: String,
+}
+
+/// `sshfs` credential. `Debug` never prints the private key.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SshCredential {
+    /// OpenSSH private key text.
+    pub private_key: String,
+    /// One-line OpenSSH user certificate ([L] handles have none).
+    pub certificate: Option<String>,
+}
+
+impl core::fmt::Debug for SshCredential {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("SshCredential")
+            .field("private_key", &"<redacted>")
+            .field("certificate", &self.certificate.as_ref().map(|_| "<cert>"))
+            .finish()
+    }
+}
+
+/// `sshfs` handle.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SshfsHandle {
+    /// SSH server on the delegator side.
+    pub endpoint: SshEndpoint,
+    /// Directory to mount on that host.
+    pub export_locator: String,
+    /// Key and certificate.
+    pub credential: SshCredential,
+    /// Extra `-o key=value` options (`options`, [L] `mountOptions`).
+    pub options: BTreeMap<String, String>,
+    /// The server's host public key in OpenSSH format, for pinning (our extension `hostKey`).
+    pub host_key: Option<String>,
+}
+
+/// `storage` handle.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StorageHandle {
+    /// The executor GETs the workspace ZIP here.
+    pub download_url: String,
+    /// The executor PUTs the result ZIP here.
+    pub upload_url: String,
+    /// SHA-256 hex of the ZIP at `download_url`.
+    pub checksum: String,
+    /// URL validity.
+    pub expires_at: Timestamp,
+    /// Extra request headers.
+    pub headers: BTreeMap<String, String>,
+}
+
+/// `git` handle auth.
+#[derive(Clone, PartialEq, Eq)]
+pub enum GitAuth {
+    /// `{type:"token", token}`
+    Token(String),
+    /// `{type:"ssh", privateKey?}`
+    Ssh(Option<String>),
+    /// `{type:"none"}`
+    None,
+}
+
+impl core::fmt::Debug for GitAuth {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            GitAuth::Token(_) => f.write_str("Token(<redacted>)"),
+            GitAuth::Ssh(k) => write!(f, "Ssh({})", if k.is_some() { "<key>" } else { "-" }),
+            GitAuth::None => f.write_str("None"),
+        }
+    }
+}
+
+/// `git` handle.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GitHandle {
+    /// Remote to clone and push to.
+    pub repo_url: String,
+    /// Branch to clone.
+    pub base_branch: String,
+    /// Commit the delegator pushed.
+    pub base_commit: String,
+    /// Credential.
+    pub auth: Option<GitAuth>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// SSE task events (WIRE.md §4)
+
+/// One event on `GET /awcp/tasks/{id}/events`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TaskEvent {
+    /// The delegation.
+    pub delegation_id: DelegationId,
+    /// When the executor emitted it.
+    pub timestamp: Timestamp,
+    /// What happened.
+    pub kind: TaskEventKind,
+}
+
+/// The `type`-specific part of a [`TaskEvent`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum TaskEventKind {
+    /// `status`
+    Status(StatusEvent),
+    /// `snapshot` ([R])
+    Snapshot(SnapshotEvent),
+    /// `done`
+    Done(DoneEvent),
+    /// `error`
+    Error(ErrorInfo),
+}
+
+impl TaskEventKind {
+    /// The `type` string.
+    pub fn type_str(&self) -> &'static str {
+        match self {
+            TaskEventKind::Status(_) => "status",
+            TaskEventKind::Snapshot(_) => "snapshot",
+            TaskEventKind::Done(_) => "done",
+            TaskEventKind::Error(_) => "error",
+        }
+    }
+
+    /// `done` and `error` end a stream.
+    pub fn is_terminal(&self) -> bool {
+        matches!(self, TaskEventKind::Done(_) | TaskEventKind::Error(_))
+    }
+}
+
+/// `status.status`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TaskStatus {
+    /// `running`
+    Running,
+    /// `progress`
+    Progress,
+    /// Anything else, kept verbatim ([C] `working`).
+    Other(String),
+}
+
+impl TaskStatus {
+    /// The wire string.
+    pub fn as_str(&self) -> &str {
+        match self {
+            TaskStatus::Running => "running",
+            TaskStatus::Progress => "progress",
+            TaskStatus::Other(s) => s,
+        }
+    }
+
+    /// Parses a wire string.
+    pub fn parse(s: &str) -> TaskStatus {
+        match s {
+            "running" => TaskStatus::Running,
+            "progress" => TaskStatus::Progress,
+            other => TaskStatus::Other(other.to_owned()),
+        }
+    }
+}
+
+/// `status` event.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StatusEvent {
+    /// `running` or `progress`.
+    pub status: TaskStatus,
+    /// Human-readable progress text.
+    pub message: Option<String>,
+    /// Fraction or percentage, as the executor chooses.
+    pub progress: Option<f64>,
+}
+
+/// `snapshot` event.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SnapshotEvent {
+    /// Snapshot id.
+    pub snapshot_id: SnapshotId,
+    /// What changed.
+    pub summary: String,
+    /// Files worth looking at.
+    pub highlights: Vec<String>,
+    /// The snapshot bytes: `snapshotBase64` or our `snapshotUrl`.
+    pub data: ArchiveData,
+    /// SHA-256 of the raw snapshot bytes (our extension `checksum`).
+    pub checksum: Option<String>,
+    /// Whether the executor recommends applying it.
+    pub recommended: Option<bool>,
+    /// Free-form metadata (`fileCount`, `totalBytes`, `changedFiles`, `delta`, ...).
+    pub metadata: BTreeMap<String, serde_json::Value>,
+}
+
+/// `done` event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DoneEvent {
+    /// What was done.
+    pub summary: String,
+    /// Files worth looking at.
+    pub highlights: Vec<String>,
+    /// [R] ids of the snapshots sent before.
+    pub snapshot_ids: Vec<SnapshotId>,
+    /// [R] the snapshot the executor recommends.
+    pub recommended_snapshot_id: Option<SnapshotId>,
+    /// [S] base64 ZIP of the executor's work dir (archive transport).
+    pub result_base64: Option<String>,
+}
+
+/// Marker so `ErrorInfo` can be used as an event payload.
+pub type ErrorEvent = ErrorInfo;

@@ -1,0 +1,1 @@
+//! awcp-smol (filled by later work).

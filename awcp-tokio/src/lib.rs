@@ -1,0 +1,1 @@
+//! awcp-tokio (filled by later work).

@@ -1,0 +1,1 @@
+//! awcp-transports (filled by later work).

@@ -1,0 +1,1 @@
+//! Cross-crate test support: the deterministic simulation harness.
