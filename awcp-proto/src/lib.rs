@@ -13,7 +13,7 @@
 //!
 //! ## Driving an engine
 //!
-//! ```ignore
+//! ```no_run
 //! # use awcp_proto::*;
 //! # fn now() -> Timestamp { Timestamp::EPOCH }
 //! # fn execute(_: DelegatorOutput) {}
@@ -35,6 +35,7 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod engine;
 pub mod error;
 pub mod id;
 pub mod sse;
@@ -42,6 +43,13 @@ pub mod state;
 pub mod time;
 pub mod wire;
 
+pub use engine::delegator::{
+    Delegator, DelegatorConfig, DelegatorEvent, DelegatorInput, DelegatorOutput,
+};
+pub use engine::executor::{
+    Executor, ExecutorConfig, ExecutorEvent, ExecutorInput, ExecutorOutput,
+};
+pub use engine::*;
 pub use error::{ErrorCode, ErrorInfo};
 pub use id::{DelegationId, IdError, ResourceName, SnapshotId};
 pub use state::{

@@ -47,17 +47,29 @@ fn render(field: &str, kind: &DecodeErrorKind) -> String {
 /// Decodes a control-plane message from JSON bytes; returns the dialect it was written in.
 pub fn decode_message(json: &[u8]) -> Result<(Message, Dialect), DecodeError> {
     let _ = json;
-    Err(DecodeError { field: String::new(), kind: DecodeErrorKind::Json("decoder not written yet".into()) })
+    Err(DecodeError {
+        field: String::new(),
+        kind: DecodeErrorKind::Json("decoder not written yet".into()),
+    })
 }
 
 /// Decodes an SSE task event (the JSON of one `data:` payload); returns its dialect.
 pub fn decode_event(json: &[u8]) -> Result<(TaskEvent, Dialect), DecodeError> {
     let _ = json;
-    Err(DecodeError { field: String::new(), kind: DecodeErrorKind::Json("decoder not written yet".into()) })
+    Err(DecodeError {
+        field: String::new(),
+        kind: DecodeErrorKind::Json("decoder not written yet".into()),
+    })
 }
 
 /// Decodes a transport handle object; `path` prefixes field names in errors.
-pub fn decode_handle(value: &serde_json::Value, path: &str) -> Result<TransportHandle, DecodeError> {
+pub fn decode_handle(
+    value: &serde_json::Value,
+    path: &str,
+) -> Result<TransportHandle, DecodeError> {
     let _ = value;
-    Err(DecodeError { field: path.to_owned(), kind: DecodeErrorKind::Missing })
+    Err(DecodeError {
+        field: path.to_owned(),
+        kind: DecodeErrorKind::Missing,
+    })
 }

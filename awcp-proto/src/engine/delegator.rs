@@ -1,0 +1,1639 @@
+//! The delegator engine: every delegation of one delegator, from admission to cleanup.
+//!
+//! ## Method groups
+//! * **Application calls**: [`Delegator::delegate`], [`Delegator::cancel`],
+//!   [`Delegator::apply_snapshot`], [`Delegator::discard_snapshot`].
+//! * **Inputs from the driver**: [`Delegator::handle`] with a [`DelegatorInput`] (HTTP replies,
+//!   SSE events and stream state, transport results), and [`Delegator::handle_timeout`].
+//! * **Outputs**: [`Delegator::poll_output`] (drain until `None` after every call) and
+//!   [`Delegator::poll_timeout`].
+//! * **Getters**: [`Delegator::get`], [`Delegator::list`].
+//!
+//! ## Flow (archive)
+//! `delegate` → [`DelegatorOutput::ScanWorkspace`] → `ScanCompleted` (admission verdict) →
+//! `SendMessage(INVITE)` → `Reply(ACCEPT)` → [`DelegatorOutput::PrepareTransport`] and
+//! [`DelegatorOutput::OpenEventStream`] → `TransportPrepared` + `EventStreamOpened` →
+//! `SendMessage(START)` → SSE `status` / `snapshot` / `done` → apply or store the snapshot →
+//! `SendAck` → [`DelegatorOutput::ReleaseTransport`] → `TransportReleased` →
+//! [`DelegatorEvent::Ended`]. Credentials are produced by `PrepareTransport`, which is only
+//! emitted after ACCEPT.
+//!
+//! Every terminal path (done, error, cancel, expiry, executor loss) releases what was prepared
+//! exactly once and ends with exactly one `Ended` event.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
+
+use crate::engine::admission::{admission_verdict, AdmissionLimits, WorkspaceStats};
+use crate::engine::timers::TimerIndex;
+use crate::engine::{SnapshotMode, TaskOutcome, UsageError};
+use crate::error::{ErrorCode, ErrorInfo};
+use crate::id::{DelegationId, SnapshotId};
+use crate::state::{DelegationEvent, DelegationMachine, DelegationState};
+use crate::time::Timestamp;
+use crate::wire::{
+    feature, Accept, AccessMode, ActiveLease, ArchiveData, Auth, Dialect, DoneEvent, ErrorMessage,
+    ExecutorConstraints, Invite, LeaseRequest, Message, Resource, SnapshotEvent, Start, TaskEvent,
+    TaskEventKind, TaskSpec, TransportHandle, TransportKind,
+};
+
+/// Delegator settings. `Default` gives the reference's defaults (WIRE.md §9).
+#[derive(Clone, Debug)]
+pub struct DelegatorConfig {
+    /// Admission limits.
+    pub admission: AdmissionLimits,
+    /// How long the executor is asked to keep a finished assignment, and how long this engine
+    /// keeps an ended delegation before purging it (7 days).
+    pub retention: Duration,
+    /// Extra time after lease expiry a delegation in `started` (executor still setting up) is
+    /// given before it is abandoned with `EXPIRED`.
+    pub setup_grace: Duration,
+    /// SSE reconnect attempts before falling back to polling `GET …/result`.
+    pub sse_reconnect_attempts: u32,
+    /// Back-off unit between reconnect attempts (attempt n waits n × this).
+    pub sse_backoff: Duration,
+    /// Interval of `GET …/result` polling once reconnects are exhausted.
+    pub result_poll_interval: Duration,
+    /// Protocol extensions this delegator offers in INVITE.
+    pub features: Vec<String>,
+}
+
+impl Default for DelegatorConfig {
+    fn default() -> Self {
+        DelegatorConfig {
+            admission: AdmissionLimits::default(),
+            retention: Duration::from_millis(604_800_000),
+            setup_grace: Duration::from_secs(60),
+            sse_reconnect_attempts: 3,
+            sse_backoff: Duration::from_secs(2),
+            result_poll_interval: Duration::from_secs(5),
+            features: vec![
+                feature::DELTA_SNAPSHOTS.to_owned(),
+                feature::ARCHIVE_URL.to_owned(),
+            ],
+        }
+    }
+}
+
+/// A request to delegate a workspace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DelegateRequest {
+    /// The delegation id (the caller mints it, e.g. [`DelegationId::from_random`]).
+    pub id: DelegationId,
+    /// The executor's AWCP URL (`http://host:port/awcp`), opaque to the engine.
+    pub peer: String,
+    /// The dialect the executor speaks.
+    pub dialect: Dialect,
+    /// The task.
+    pub task: TaskSpec,
+    /// Requested lease length.
+    pub ttl_seconds: u64,
+    /// Requested access.
+    pub access_mode: AccessMode,
+    /// Exported resources (names and modes; the sources stay with the driver).
+    pub resources: Vec<Resource>,
+    /// Data-plane transport.
+    pub transport: TransportKind,
+    /// What to do with snapshots.
+    pub snapshot_mode: SnapshotMode,
+    /// Credential for the executor.
+    pub auth: Option<Auth>,
+}
+
+/// A request this engine sent, named in [`DelegatorInput::Reply`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Outbound {
+    /// The INVITE POST.
+    Invite,
+    /// The START POST.
+    Start,
+    /// An ERROR POST.
+    Error,
+    /// `POST …/cancel/{id}`.
+    Cancel,
+    /// `POST …/tasks/{id}/ack`.
+    Ack,
+}
+
+/// The answer to an outbound request.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Reply {
+    /// An ACCEPT body.
+    Accept(Accept),
+    /// An ERROR body (or an error status with code).
+    Error(ErrorInfo),
+    /// `{"ok":true}` or another success without content.
+    Ok,
+    /// The request failed: connection refused, timeout, unparsable body…
+    Failed(String),
+}
+
+/// `GET …/tasks/{id}/result` as the driver decoded it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum FetchedResult {
+    /// The assignment is still running.
+    Running,
+    /// Completed; the snapshot if the executor still had it.
+    Completed {
+        /// Summary and highlights.
+        outcome: TaskOutcome,
+        /// The snapshot (`snapshotBase64`) if present.
+        snapshot: Option<SnapshotEvent>,
+    },
+    /// Failed.
+    Error(ErrorInfo),
+    /// The executor does not know the delegation.
+    NotFound,
+    /// The transport needs no result transfer (sshfs).
+    NotApplicable,
+}
+
+/// An input for [`Delegator::handle`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum DelegatorInput {
+    /// The admission scan finished (or failed: `WORKSPACE_NOT_FOUND`, `WORKSPACE_INVALID`…).
+    ScanCompleted {
+        /// The delegation.
+        id: DelegationId,
+        /// What was measured.
+        result: Result<WorkspaceStats, ErrorInfo>,
+    },
+    /// The answer to a request from [`DelegatorOutput::SendMessage`], `SendCancel` or `SendAck`.
+    Reply {
+        /// The delegation.
+        id: DelegationId,
+        /// Which request this answers.
+        to: Outbound,
+        /// The answer.
+        reply: Reply,
+    },
+    /// [`DelegatorOutput::PrepareTransport`] finished. On failure the transport has already
+    /// cleaned up its partial work (nothing to release).
+    TransportPrepared {
+        /// The delegation.
+        id: DelegationId,
+        /// The handle for START.
+        result: Result<TransportHandle, ErrorInfo>,
+    },
+    /// The SSE response headers arrived (2xx).
+    EventStreamOpened {
+        /// The delegation.
+        id: DelegationId,
+    },
+    /// The SSE stream failed to open or ended.
+    EventStreamClosed {
+        /// The delegation.
+        id: DelegationId,
+        /// Why, if known.
+        reason: Option<String>,
+    },
+    /// One decoded SSE task event.
+    TaskEvent {
+        /// The event (its `delegation_id` routes it).
+        event: TaskEvent,
+    },
+    /// [`DelegatorOutput::FetchResult`] finished.
+    ResultFetched {
+        /// The delegation.
+        id: DelegationId,
+        /// The result, or why the request failed.
+        result: Result<FetchedResult, String>,
+    },
+    /// [`DelegatorOutput::ApplySnapshot`] finished (all-or-nothing).
+    SnapshotApplied {
+        /// The delegation.
+        id: DelegationId,
+        /// The snapshot.
+        snapshot_id: SnapshotId,
+        /// Failure leaves the workspace untouched.
+        result: Result<(), ErrorInfo>,
+    },
+    /// [`DelegatorOutput::StoreSnapshot`] finished.
+    SnapshotStored {
+        /// The delegation.
+        id: DelegationId,
+        /// The snapshot.
+        snapshot_id: SnapshotId,
+        /// Whether it is stored.
+        result: Result<(), ErrorInfo>,
+    },
+    /// [`DelegatorOutput::ReleaseTransport`] finished.
+    TransportReleased {
+        /// The delegation.
+        id: DelegationId,
+    },
+}
+
+/// Where the bytes of a snapshot to apply come from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SnapshotSource {
+    /// Straight from the event (inline base64 or URL).
+    Event(Box<SnapshotEvent>),
+    /// From the driver's store ([`DelegatorOutput::StoreSnapshot`]).
+    Stored,
+}
+
+/// An output of [`Delegator::poll_output`]: something for the driver to do or to tell.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DelegatorOutput {
+    /// Scan the delegation's resources for admission; answer with `ScanCompleted`.
+    ScanWorkspace {
+        /// The delegation.
+        id: DelegationId,
+    },
+    /// POST `message` to `peer` in `dialect`; answer with `Reply { to: Invite | Start | Error }`.
+    SendMessage {
+        /// The delegation.
+        id: DelegationId,
+        /// The executor URL.
+        peer: String,
+        /// The message.
+        message: Message,
+        /// The dialect to encode it in.
+        dialect: Dialect,
+    },
+    /// POST `…/cancel/{id}`; answer with `Reply { to: Cancel }` (optional).
+    SendCancel {
+        /// The delegation.
+        id: DelegationId,
+        /// The executor URL.
+        peer: String,
+    },
+    /// POST `…/tasks/{id}/ack`; answer with `Reply { to: Ack }` (optional).
+    SendAck {
+        /// The delegation.
+        id: DelegationId,
+        /// The executor URL.
+        peer: String,
+    },
+    /// Build the export view and the transport handle (credentials); answer with
+    /// `TransportPrepared`.
+    PrepareTransport {
+        /// The delegation.
+        id: DelegationId,
+        /// Which transport.
+        transport: TransportKind,
+        /// Effective access.
+        access_mode: AccessMode,
+        /// Lease end (certificates must not outlive it).
+        expires_at: Timestamp,
+        /// Dialect of the executor (archive layout).
+        dialect: Dialect,
+        /// Extensions agreed in ACCEPT (e.g. archive by URL).
+        features: Vec<String>,
+    },
+    /// Open `GET …/tasks/{id}/events`; answer with `EventStreamOpened`, then `TaskEvent`s, then
+    /// `EventStreamClosed`.
+    OpenEventStream {
+        /// The delegation.
+        id: DelegationId,
+        /// The executor URL.
+        peer: String,
+    },
+    /// Close the event stream (no `EventStreamClosed` needed).
+    CloseEventStream {
+        /// The delegation.
+        id: DelegationId,
+    },
+    /// GET `…/tasks/{id}/result`; answer with `ResultFetched`.
+    FetchResult {
+        /// The delegation.
+        id: DelegationId,
+        /// The executor URL.
+        peer: String,
+    },
+    /// Apply a snapshot to the `rw` resources, all-or-nothing; answer with `SnapshotApplied`.
+    ApplySnapshot {
+        /// The delegation.
+        id: DelegationId,
+        /// The snapshot.
+        snapshot_id: SnapshotId,
+        /// Where its bytes are.
+        source: SnapshotSource,
+    },
+    /// Store a snapshot for later; answer with `SnapshotStored`.
+    StoreSnapshot {
+        /// The delegation.
+        id: DelegationId,
+        /// The snapshot event (bytes inline or by URL).
+        snapshot: Box<SnapshotEvent>,
+    },
+    /// Delete a stored snapshot (discard or purge). No answer needed.
+    DeleteStoredSnapshot {
+        /// The delegation.
+        id: DelegationId,
+        /// The snapshot.
+        snapshot_id: SnapshotId,
+    },
+    /// Release the transport (export view, archives, credentials); answer with
+    /// `TransportReleased`.
+    ReleaseTransport {
+        /// The delegation.
+        id: DelegationId,
+    },
+    /// Tell the application.
+    Event(DelegatorEvent),
+}
+
+/// Something the application may want to know.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DelegatorEvent {
+    /// A delegation changed state.
+    StateChanged {
+        /// The delegation.
+        id: DelegationId,
+        /// Old state.
+        from: DelegationState,
+        /// New state.
+        to: DelegationState,
+    },
+    /// A `status` event arrived.
+    Progress {
+        /// The delegation.
+        id: DelegationId,
+        /// The status message.
+        message: Option<String>,
+        /// The progress figure.
+        progress: Option<f64>,
+    },
+    /// A snapshot changed status.
+    Snapshot {
+        /// The delegation.
+        id: DelegationId,
+        /// The snapshot.
+        snapshot_id: SnapshotId,
+        /// Its new status.
+        status: SnapshotStatus,
+    },
+    /// The delegation is over and everything it held is released. Emitted exactly once.
+    Ended {
+        /// The delegation.
+        id: DelegationId,
+        /// Its terminal state.
+        state: DelegationState,
+        /// The executor's summary, if it completed.
+        result: Option<TaskOutcome>,
+        /// What went wrong, if it did not.
+        error: Option<ErrorInfo>,
+    },
+}
+
+/// Status of a snapshot on the delegator.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SnapshotStatus {
+    /// Being applied (auto) or stored (staged).
+    InFlight,
+    /// Stored, waiting for the application to apply or discard it.
+    Pending,
+    /// Applied to the workspace.
+    Applied,
+    /// Discarded.
+    Discarded,
+    /// Applying or storing failed; the workspace is untouched.
+    Failed(ErrorInfo),
+}
+
+impl SnapshotStatus {
+    /// `in_flight`, `pending`, `applied`, `discarded` or `failed`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            SnapshotStatus::InFlight => "in_flight",
+            SnapshotStatus::Pending => "pending",
+            SnapshotStatus::Applied => "applied",
+            SnapshotStatus::Discarded => "discarded",
+            SnapshotStatus::Failed(_) => "failed",
+        }
+    }
+}
+
+/// A snapshot as the delegator records it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SnapshotRecord {
+    /// Snapshot id.
+    pub id: SnapshotId,
+    /// Summary.
+    pub summary: String,
+    /// Highlights.
+    pub highlights: Vec<String>,
+    /// Recommended by the executor.
+    pub recommended: bool,
+    /// Metadata from the event.
+    pub metadata: BTreeMap<String, serde_json::Value>,
+    /// Status.
+    pub status: SnapshotStatus,
+    /// When it arrived.
+    pub received_at: Timestamp,
+    /// When it was applied.
+    pub applied_at: Option<Timestamp>,
+}
+
+/// A read-only view of one delegation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DelegationView {
+    /// The request it was created from.
+    pub request: DelegateRequest,
+    /// Current state.
+    pub state: DelegationState,
+    /// Created.
+    pub created_at: Timestamp,
+    /// Last change.
+    pub updated_at: Timestamp,
+    /// Lease end, once invited.
+    pub expires_at: Option<Timestamp>,
+    /// Effective access after the executor's answer.
+    pub access_mode: AccessMode,
+    /// The executor's work directory (informational).
+    pub executor_work_dir: Option<String>,
+    /// The executor's constraints.
+    pub executor_constraints: Option<ExecutorConstraints>,
+    /// Snapshots in arrival order.
+    pub snapshots: Vec<SnapshotRecord>,
+    /// The executor's summary.
+    pub result: Option<TaskOutcome>,
+    /// The error.
+    pub error: Option<ErrorInfo>,
+    /// Whether everything is released and the delegation is over.
+    pub ended: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Timer {
+    Lease,
+    SetupGrace,
+    Reconnect,
+    ResultPoll,
+    Purge,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Res {
+    /// Nothing prepared.
+    None,
+    Preparing,
+    Prepared,
+    Releasing,
+    Released,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stream {
+    Closed,
+    Opening,
+    Open,
+}
+
+#[derive(Debug)]
+struct Delegation {
+    req: DelegateRequest,
+    machine: DelegationMachine,
+    created_at: Timestamp,
+    updated_at: Timestamp,
+    expires_at: Option<Timestamp>,
+    invited_at: Option<Timestamp>,
+    access: AccessMode,
+    features: Vec<String>,
+    accept: Option<Accept>,
+    transport: Res,
+    handle: Option<TransportHandle>,
+    stream: Stream,
+    stream_failures: u32,
+    start_sent: bool,
+    snapshots: BTreeMap<SnapshotId, SnapshotRecord>,
+    snapshot_order: Vec<SnapshotId>,
+    ops_in_flight: u32,
+    /// Snapshot the executor announced in `done` that has not arrived (fetch it).
+    awaiting_snapshot: Option<SnapshotId>,
+    heard_terminal: bool,
+    ack_sent: bool,
+    result: Option<TaskOutcome>,
+    error: Option<ErrorInfo>,
+    ended: bool,
+}
+
+/// The delegator engine. See the [module docs](self).
+#[derive(Debug)]
+pub struct Delegator {
+    config: DelegatorConfig,
+    delegations: BTreeMap<DelegationId, Delegation>,
+    timers: TimerIndex<Timer>,
+    outputs: VecDeque<DelegatorOutput>,
+    last_now: Timestamp,
+}
+
+const RESULT_SNAPSHOT_ID: &str = "snap_result";
+
+impl Delegator {
+    /// A delegator with no delegations.
+    pub fn new(config: DelegatorConfig) -> Self {
+        Delegator {
+            config,
+            delegations: BTreeMap::new(),
+            timers: TimerIndex::default(),
+            outputs: VecDeque::new(),
+            last_now: Timestamp::EPOCH,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &DelegatorConfig {
+        &self.config
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Application calls
+
+    /// Creates a delegation in `created` and asks for the admission scan.
+    pub fn delegate(&mut self, now: Timestamp, req: DelegateRequest) -> Result<(), UsageError> {
+        self.tick(now);
+        if self.delegations.contains_key(&req.id) {
+            return Err(UsageError::AlreadyExists(req.id));
+        }
+        if req.ttl_seconds == 0 {
+            return Err(UsageError::InvalidRequest(
+                "ttl_seconds must be positive".into(),
+            ));
+        }
+        if req.resources.is_empty() {
+            return Err(UsageError::InvalidRequest(
+                "at least one resource is required".into(),
+            ));
+        }
+        let mut names: Vec<_> = req.resources.iter().map(|r| &r.name).collect();
+        names.sort();
+        if names.windows(2).any(|w| w[0] == w[1]) {
+            return Err(UsageError::InvalidRequest(
+                "resource names must be unique".into(),
+            ));
+        }
+        let id = req.id.clone();
+        tracing::debug!(delegation = %id, "delegation created");
+        let access = req.access_mode;
+        self.delegations.insert(
+            id.clone(),
+            Delegation {
+                req,
+                machine: DelegationMachine::new(),
+                created_at: now,
+                updated_at: now,
+                expires_at: None,
+                invited_at: None,
+                access,
+                features: Vec::new(),
+                accept: None,
+                transport: Res::None,
+                handle: None,
+                stream: Stream::Closed,
+                stream_failures: 0,
+                start_sent: false,
+                snapshots: BTreeMap::new(),
+                snapshot_order: Vec::new(),
+                ops_in_flight: 0,
+                awaiting_snapshot: None,
+                heard_terminal: false,
+                ack_sent: false,
+                result: None,
+                error: None,
+                ended: false,
+            },
+        );
+        self.outputs
+            .push_back(DelegatorOutput::ScanWorkspace { id });
+        Ok(())
+    }
+
+    /// Cancels a delegation: the executor is told, resources are released.
+    pub fn cancel(&mut self, now: Timestamp, id: &DelegationId) -> Result<(), UsageError> {
+        self.tick(now);
+        let d = self.get_mut(id)?;
+        if d.machine.state().is_terminal() {
+            return Err(UsageError::InvalidState(format!(
+                "delegation {id} is already {}",
+                d.machine.state()
+            )));
+        }
+        let tell_executor = d.machine.state() != DelegationState::Created;
+        let peer = d.req.peer.clone();
+        self.transition(
+            now,
+            id,
+            DelegationEvent::Cancel,
+            Some(ErrorInfo::bare(
+                ErrorCode::Cancelled,
+                "cancelled by the delegator",
+            )),
+        );
+        if tell_executor {
+            self.outputs.push_back(DelegatorOutput::SendCancel {
+                id: id.clone(),
+                peer,
+            });
+        }
+        self.wind_down(now, id);
+        Ok(())
+    }
+
+    /// Applies a stored (staged) snapshot.
+    pub fn apply_snapshot(
+        &mut self,
+        now: Timestamp,
+        id: &DelegationId,
+        snapshot_id: &SnapshotId,
+    ) -> Result<(), UsageError> {
+        self.tick(now);
+        let d = self.get_mut(id)?;
+        if d.req.access_mode == AccessMode::Ro || d.access == AccessMode::Ro {
+            return Err(UsageError::InvalidState(
+                "read-only delegations never write to the workspace".into(),
+            ));
+        }
+        let rec = d
+            .snapshots
+            .get_mut(snapshot_id)
+            .ok_or_else(|| UsageError::UnknownSnapshot {
+                delegation: id.clone(),
+                snapshot: snapshot_id.to_string(),
+            })?;
+        if rec.status != SnapshotStatus::Pending {
+            return Err(UsageError::InvalidState(format!(
+                "snapshot {snapshot_id} is {}, not pending",
+                rec.status.as_str()
+            )));
+        }
+        rec.status = SnapshotStatus::InFlight;
+        d.ops_in_flight += 1;
+        d.updated_at = now;
+        self.outputs.push_back(DelegatorOutput::ApplySnapshot {
+            id: id.clone(),
+            snapshot_id: snapshot_id.clone(),
+            source: SnapshotSource::Stored,
+        });
+        Ok(())
+    }
+
+    /// Discards a stored snapshot.
+    pub fn discard_snapshot(
+        &mut self,
+        now: Timestamp,
+        id: &DelegationId,
+        snapshot_id: &SnapshotId,
+    ) -> Result<(), UsageError> {
+        self.tick(now);
+        let d = self.get_mut(id)?;
+        let rec = d
+            .snapshots
+            .get_mut(snapshot_id)
+            .ok_or_else(|| UsageError::UnknownSnapshot {
+                delegation: id.clone(),
+                snapshot: snapshot_id.to_string(),
+            })?;
+        match rec.status {
+            SnapshotStatus::Pending => {}
+            SnapshotStatus::InFlight => {
+                return Err(UsageError::InvalidState(format!(
+                    "snapshot {snapshot_id} is being applied or stored"
+                )))
+            }
+            SnapshotStatus::Discarded => return Ok(()),
+            SnapshotStatus::Applied | SnapshotStatus::Failed(_) => {
+                return Err(UsageError::InvalidState(format!(
+                    "snapshot {snapshot_id} is {}, nothing to discard",
+                    rec.status.as_str()
+                )))
+            }
+        }
+        rec.status = SnapshotStatus::Discarded;
+        d.updated_at = now;
+        self.outputs
+            .push_back(DelegatorOutput::DeleteStoredSnapshot {
+                id: id.clone(),
+                snapshot_id: snapshot_id.clone(),
+            });
+        self.outputs
+            .push_back(DelegatorOutput::Event(DelegatorEvent::Snapshot {
+                id: id.clone(),
+                snapshot_id: snapshot_id.clone(),
+                status: SnapshotStatus::Discarded,
+            }));
+        Ok(())
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Getters
+
+    /// A view of one delegation.
+    pub fn get(&self, id: &DelegationId) -> Option<DelegationView> {
+        self.delegations.get(id).map(|d| DelegationView {
+            request: d.req.clone(),
+            state: d.machine.state(),
+            created_at: d.created_at,
+            updated_at: d.updated_at,
+            expires_at: d.expires_at,
+            access_mode: d.access,
+            executor_work_dir: d.accept.as_ref().map(|a| a.work_dir.clone()),
+            executor_constraints: d.accept.as_ref().and_then(|a| a.constraints),
+            snapshots: d
+                .snapshot_order
+                .iter()
+                .filter_map(|s| d.snapshots.get(s).cloned())
+                .collect(),
+            result: d.result.clone(),
+            error: d.error.clone(),
+            ended: d.ended,
+        })
+    }
+
+    /// Ids and states of every delegation, in id order.
+    pub fn list(&self) -> Vec<(DelegationId, DelegationState)> {
+        self.delegations
+            .iter()
+            .map(|(id, d)| (id.clone(), d.machine.state()))
+            .collect()
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Drive contract
+
+    /// Feeds one input. Unknown delegations are a [`UsageError`] (e.g. a late reply after a
+    /// purge) and change nothing.
+    pub fn handle(&mut self, now: Timestamp, input: DelegatorInput) -> Result<(), UsageError> {
+        self.tick(now);
+        match input {
+            DelegatorInput::ScanCompleted { id, result } => self.on_scan(now, &id, result),
+            DelegatorInput::Reply { id, to, reply } => self.on_reply(now, &id, to, reply),
+            DelegatorInput::TransportPrepared { id, result } => self.on_prepared(now, &id, result),
+            DelegatorInput::EventStreamOpened { id } => {
+                let d = self.get_mut(&id)?;
+                if d.stream == Stream::Opening {
+                    d.stream = Stream::Open;
+                }
+                self.maybe_send_start(now, &id);
+                Ok(())
+            }
+            DelegatorInput::EventStreamClosed { id, reason } => {
+                self.on_stream_closed(now, &id, reason)
+            }
+            DelegatorInput::TaskEvent { event } => self.on_task_event(now, event),
+            DelegatorInput::ResultFetched { id, result } => self.on_result(now, &id, result),
+            DelegatorInput::SnapshotApplied {
+                id,
+                snapshot_id,
+                result,
+            } => self.on_snapshot_op(now, &id, &snapshot_id, result, true),
+            DelegatorInput::SnapshotStored {
+                id,
+                snapshot_id,
+                result,
+            } => self.on_snapshot_op(now, &id, &snapshot_id, result, false),
+            DelegatorInput::TransportReleased { id } => {
+                let d = self.get_mut(&id)?;
+                if d.transport == Res::Releasing {
+                    d.transport = Res::Released;
+                }
+                self.maybe_end(now, &id);
+                Ok(())
+            }
+        }
+    }
+
+    /// Fires every timer due at `now`. Early calls do nothing.
+    pub fn handle_timeout(&mut self, now: Timestamp) {
+        self.tick(now);
+        while let Some((id, timer)) = self.timers.pop_due(now) {
+            self.on_timer(now, &id, timer);
+        }
+    }
+
+    /// The next output, if any. Drain until `None` after every call.
+    #[must_use]
+    pub fn poll_output(&mut self) -> Option<DelegatorOutput> {
+        self.outputs.pop_front()
+    }
+
+    /// When to call [`Delegator::handle_timeout`] next. While outputs are queued this is the
+    /// last `now` seen ("due now").
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Timestamp> {
+        if !self.outputs.is_empty() {
+            return Some(self.last_now);
+        }
+        self.timers.next()
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Internals
+
+    fn tick(&mut self, now: Timestamp) {
+        if now > self.last_now {
+            self.last_now = now;
+        }
+    }
+
+    fn get_mut(&mut self, id: &DelegationId) -> Result<&mut Delegation, UsageError> {
+        self.delegations
+            .get_mut(id)
+            .ok_or_else(|| UsageError::UnknownDelegation(id.clone()))
+    }
+
+    fn state(&self, id: &DelegationId) -> Option<DelegationState> {
+        self.delegations.get(id).map(|d| d.machine.state())
+    }
+
+    /// The only place a delegation's state changes.
+    fn transition(
+        &mut self,
+        now: Timestamp,
+        id: &DelegationId,
+        event: DelegationEvent,
+        error: Option<ErrorInfo>,
+    ) -> bool {
+        let Some(d) = self.delegations.get_mut(id) else {
+            return false;
+        };
+        match d.machine.apply(event) {
+            Ok((from, to)) => {
+                d.updated_at = now;
+                if to.is_terminal() && d.error.is_none() {
+                    d.error = error;
+                }
+                tracing::debug!(delegation = %id, %from, %to, "state changed");
+                self.outputs
+                    .push_back(DelegatorOutput::Event(DelegatorEvent::StateChanged {
+                        id: id.clone(),
+                        from,
+                        to,
+                    }));
+                if to.is_terminal() {
+                    self.timers.cancel(id, Timer::Lease);
+                    self.timers.cancel(id, Timer::SetupGrace);
+                    self.timers.cancel(id, Timer::Reconnect);
+                    self.timers.cancel(id, Timer::ResultPoll);
+                }
+                true
+            }
+            Err(e) => {
+                tracing::debug!(delegation = %id, "ignored: {e}");
+                false
+            }
+        }
+    }
+
+    /// Sends ERROR to the executor: we abandon an accepted (or possibly accepted) delegation.
+    fn send_error(&mut self, id: &DelegationId, error: ErrorInfo) {
+        let Some(d) = self.delegations.get(id) else {
+            return;
+        };
+        self.outputs.push_back(DelegatorOutput::SendMessage {
+            id: id.clone(),
+            peer: d.req.peer.clone(),
+            message: Message::Error(ErrorMessage {
+                delegation_id: id.clone(),
+                error,
+            }),
+            dialect: d.req.dialect,
+        });
+    }
+
+    /// Fails a delegation from our side, telling the executor if it may know about it.
+    fn abandon(&mut self, now: Timestamp, id: &DelegationId, error: ErrorInfo) {
+        let tell = matches!(
+            self.state(id),
+            Some(
+                DelegationState::Invited
+                    | DelegationState::Accepted
+                    | DelegationState::Started
+                    | DelegationState::Running
+            )
+        );
+        if self.transition(now, id, DelegationEvent::SendError, Some(error.clone())) && tell {
+            self.send_error(id, error);
+        }
+        self.wind_down(now, id);
+    }
+
+    fn on_scan(
+        &mut self,
+        now: Timestamp,
+        id: &DelegationId,
+        result: Result<WorkspaceStats, ErrorInfo>,
+    ) -> Result<(), UsageError> {
+        let d = self.get_mut(id)?;
+        if d.machine.state() != DelegationState::Created {
+            return Ok(());
+        }
+        let verdict = result.and_then(|stats| admission_verdict(&stats, &self.config.admission));
+        if let Err(e) = verdict {
+            tracing::info!(delegation = %id, code = %e.code, "admission refused: {}", e.message);
+            self.transition(now, id, DelegationEvent::SendError, Some(e));
+            self.wind_down(now, id);
+            return Ok(());
+        }
+        let d = self.delegations.get_mut(id).expect("checked above");
+        let expires_at = now.saturating_add(Duration::from_secs(d.req.ttl_seconds));
+        d.expires_at = Some(expires_at);
+        d.invited_at = Some(now);
+        let invite = Invite {
+            delegation_id: id.clone(),
+            task: d.req.task.clone(),
+            lease: LeaseRequest {
+                ttl_seconds: d.req.ttl_seconds,
+                access_mode: d.req.access_mode,
+            },
+            resources: d.req.resources.clone(),
+            export_name: (d.req.dialect == Dialect::Seed).then(|| format!("awcp/{id}")),
+            retention_ms: Some(
+                u64::try_from(self.config.retention.as_millis()).unwrap_or(u64::MAX),
+            ),
+            transport: Some(d.req.transport.clone()),
+            auth: d.req.auth.clone(),
+            features: self.config.features.clone(),
+        };
+        let peer = d.req.peer.clone();
+        let dialect = d.req.dialect;
+        self.transition(now, id, DelegationEvent::SendInvite, None);
+        self.timers.set(id, Timer::Lease, expires_at);
+        self.outputs.push_back(DelegatorOutput::SendMessage {
+            id: id.clone(),
+            peer,
+            message: Message::Invite(invite),
+            dialect,
+        });
+        Ok(())
+    }
+
+    fn on_reply(
+        &mut self,
+        now: Timestamp,
+        id: &DelegationId,
+        to: Outbound,
+        reply: Reply,
+    ) -> Result<(), UsageError> {
+        let d = self.get_mut(id)?;
+        let state = d.machine.state();
+        match (to, reply) {
+            (Outbound::Invite, Reply::Accept(accept)) => {
+                if state != DelegationState::Invited {
+                    // We gave up meanwhile (cancel, expiry): free the executor's assignment.
+                    if state.is_terminal() {
+                        self.send_error(
+                            id,
+                            ErrorInfo::bare(
+                                ErrorCode::Cancelled,
+                                format!("delegation already {state}"),
+                            ),
+                        );
+                    }
+                    return Ok(());
+                }
+                self.on_accept(now, id, accept);
+            }
+            (Outbound::Invite, Reply::Error(e)) => {
+                if state == DelegationState::Invited {
+                    self.transition(now, id, DelegationEvent::ReceiveError, Some(e));
+                    self.wind_down(now, id);
+                }
+            }
+            (Outbound::Invite, other) => {
+                if state == DelegationState::Invited {
+                    let why = match other {
+                        Reply::Failed(why) => why,
+                        _ => "unexpected answer to INVITE".to_owned(),
+                    };
+                    self.abandon(
+                        now,
+                        id,
+                        ErrorInfo::new(ErrorCode::Timeout, format!("INVITE failed: {why}")),
+                    );
+                }
+            }
+            (Outbound::Start, Reply::Ok) => {}
+            (Outbound::Start, Reply::Error(e)) => {
+                if matches!(state, DelegationState::Started | DelegationState::Running) {
+                    self.transition(now, id, DelegationEvent::ReceiveError, Some(e));
+                    self.wind_down(now, id);
+                }
+            }
+            (Outbound::Start, other) => {
+                if state == DelegationState::Started {
+                    let why = match other {
+                        Reply::Failed(why) => why,
+                        _ => "unexpected answer to START".to_owned(),
+                    };
+                    self.abandon(
+                        now,
+                        id,
+                        ErrorInfo::new(ErrorCode::Timeout, format!("START failed: {why}")),
+                    );
+                }
+            }
+            (Outbound::Error | Outbound::Cancel | Outbound::Ack, _) => {}
+        }
+        Ok(())
+    }
+
+    fn on_accept(&mut self, now: Timestamp, id: &DelegationId, accept: Accept) {
+        let d = self.delegations.get_mut(id).expect("caller checked");
+        if let Some(c) = accept.constraints {
+            if let Some(mode) = c.accepted_access_mode {
+                d.access = d.req.access_mode.min(mode);
+            }
+            if let (Some(max), Some(invited)) = (c.max_ttl_seconds, d.invited_at) {
+                let capped = invited.saturating_add(Duration::from_secs(max));
+                if d.expires_at.is_none_or(|e| capped < e) {
+                    d.expires_at = Some(capped);
+                }
+            }
+        }
+        d.features = accept
+            .features
+            .iter()
+            .filter(|f| self.config.features.contains(f))
+            .cloned()
+            .collect();
+        let expires_at = d.expires_at.unwrap_or(now);
+        d.accept = Some(accept);
+        d.transport = Res::Preparing;
+        d.stream = Stream::Opening;
+        let out_prepare = DelegatorOutput::PrepareTransport {
+            id: id.clone(),
+            transport: d.req.transport.clone(),
+            access_mode: d.access,
+            expires_at,
+            dialect: d.req.dialect,
+            features: d.features.clone(),
+        };
+        let out_stream = DelegatorOutput::OpenEventStream {
+            id: id.clone(),
+            peer: d.req.peer.clone(),
+        };
+        self.transition(now, id, DelegationEvent::ReceiveAccept, None);
+        self.timers.set(id, Timer::Lease, expires_at);
+        self.outputs.push_back(out_prepare);
+        self.outputs.push_back(out_stream);
+    }
+
+    fn on_prepared(
+        &mut self,
+        now: Timestamp,
+        id: &DelegationId,
+        result: Result<TransportHandle, ErrorInfo>,
+    ) -> Result<(), UsageError> {
+        let d = self.get_mut(id)?;
+        if d.transport != Res::Preparing {
+            return Ok(());
+        }
+        match result {
+            Ok(handle) => {
+                d.transport = Res::Prepared;
+                if d.machine.state().is_terminal() {
+                    self.wind_down(now, id);
+                } else {
+                    d.handle = Some(handle);
+                    self.maybe_send_start(now, id);
+                }
+            }
+            Err(e) => {
+                d.transport = Res::None;
+                if d.machine.state().is_terminal() {
+                    self.maybe_end(now, id);
+                } else {
+                    self.abandon(now, id, e);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn maybe_send_start(&mut self, now: Timestamp, id: &DelegationId) {
+        let Some(d) = self.delegations.get_mut(id) else {
+            return;
+        };
+        if d.machine.state() != DelegationState::Accepted
+            || d.transport != Res::Prepared
+            || d.stream != Stream::Open
+            || d.start_sent
+        {
+            return;
+        }
+        let Some(handle) = d.handle.take() else {
+            return;
+        };
+        let expires_at = d.expires_at.unwrap_or(now);
+        d.start_sent = true;
+        let out = DelegatorOutput::SendMessage {
+            id: id.clone(),
+            peer: d.req.peer.clone(),
+            message: Message::Start(Start {
+                delegation_id: id.clone(),
+                lease: ActiveLease {
+                    expires_at,
+                    access_mode: d.access,
+                },
+                handle,
+            }),
+            dialect: d.req.dialect,
+        };
+        self.transition(now, id, DelegationEvent::SendStart, None);
+        self.outputs.push_back(out);
+    }
+
+    fn on_stream_closed(
+        &mut self,
+        now: Timestamp,
+        id: &DelegationId,
+        reason: Option<String>,
+    ) -> Result<(), UsageError> {
+        let attempts = self.config.sse_reconnect_attempts;
+        let backoff = self.config.sse_backoff;
+        let d = self.get_mut(id)?;
+        if d.stream == Stream::Closed {
+            return Ok(());
+        }
+        d.stream = Stream::Closed;
+        let state = d.machine.state();
+        if state.is_terminal() || d.heard_terminal {
+            return Ok(());
+        }
+        d.stream_failures += 1;
+        let failures = d.stream_failures;
+        tracing::debug!(delegation = %id, failures, reason = reason.as_deref().unwrap_or(""), "event stream closed");
+        if failures <= attempts {
+            let wait = backoff * failures;
+            self.timers
+                .set(id, Timer::Reconnect, now.saturating_add(wait));
+        } else if state == DelegationState::Accepted {
+            self.abandon(
+                now,
+                id,
+                ErrorInfo::new(
+                    ErrorCode::SseFailed,
+                    format!(
+                        "could not open the event stream: {}",
+                        reason.unwrap_or_else(|| "closed".into())
+                    ),
+                ),
+            );
+        } else {
+            let peer = d.req.peer.clone();
+            self.outputs.push_back(DelegatorOutput::FetchResult {
+                id: id.clone(),
+                peer,
+            });
+        }
+        Ok(())
+    }
+
+    fn on_task_event(&mut self, now: Timestamp, event: TaskEvent) -> Result<(), UsageError> {
+        let id = event.delegation_id.clone();
+        let d = self.get_mut(&id)?;
+        if d.stream == Stream::Opening {
+            d.stream = Stream::Open;
+        }
+        let state = d.machine.state();
+        if !d.start_sent {
+            return Ok(()); // events before START are noise (or a previous incarnation)
+        }
+        match event.kind {
+            TaskEventKind::Status(s) => {
+                d.stream_failures = 0;
+                if state == DelegationState::Started {
+                    self.setup_complete(now, &id);
+                }
+                self.outputs
+                    .push_back(DelegatorOutput::Event(DelegatorEvent::Progress {
+                        id: id.clone(),
+                        message: s.message,
+                        progress: s.progress,
+                    }));
+            }
+            TaskEventKind::Snapshot(snap) => {
+                if state == DelegationState::Started {
+                    self.setup_complete(now, &id);
+                }
+                self.on_snapshot(now, &id, snap);
+            }
+            TaskEventKind::Done(done) => self.on_done(now, &id, done),
+            TaskEventKind::Error(e) => {
+                let d = self.get_mut(&id)?;
+                d.heard_terminal = true;
+                if matches!(state, DelegationState::Started | DelegationState::Running) {
+                    self.transition(now, &id, DelegationEvent::ReceiveError, Some(e));
+                }
+                self.wind_down(now, &id);
+            }
+        }
+        Ok(())
+    }
+
+    fn setup_complete(&mut self, now: Timestamp, id: &DelegationId) {
+        self.transition(now, id, DelegationEvent::SetupComplete, None);
+        self.timers.cancel(id, Timer::SetupGrace);
+        if let Some(exp) = self.delegations.get(id).and_then(|d| d.expires_at) {
+            if now >= exp {
+                self.expire(now, id);
+            } else {
+                self.timers.set(id, Timer::Lease, exp);
+            }
+        }
+    }
+
+    fn on_snapshot(&mut self, now: Timestamp, id: &DelegationId, snap: SnapshotEvent) {
+        let Some(d) = self.delegations.get_mut(id) else {
+            return;
+        };
+        let state = d.machine.state();
+        let awaited = d.awaiting_snapshot.as_ref() == Some(&snap.snapshot_id);
+        if d.snapshots.contains_key(&snap.snapshot_id)
+            || !(state == DelegationState::Running
+                || (state == DelegationState::Completed && awaited))
+        {
+            return; // duplicate (replay) or too late (cancelled/expired: never apply)
+        }
+        if awaited {
+            d.awaiting_snapshot = None;
+        }
+        let live = d.req.transport.is_live();
+        let ro = d.access == AccessMode::Ro;
+        let mode = if live || ro {
+            SnapshotMode::Discard
+        } else {
+            d.req.snapshot_mode
+        };
+        let status = match mode {
+            SnapshotMode::Discard => SnapshotStatus::Discarded,
+            SnapshotMode::Auto | SnapshotMode::Staged => SnapshotStatus::InFlight,
+        };
+        d.snapshot_order.push(snap.snapshot_id.clone());
+        d.snapshots.insert(
+            snap.snapshot_id.clone(),
+            SnapshotRecord {
+                id: snap.snapshot_id.clone(),
+                summary: snap.summary.clone(),
+                highlights: snap.highlights.clone(),
+                recommended: snap.recommended.unwrap_or(false),
+                metadata: snap.metadata.clone(),
+                status: status.clone(),
+                received_at: now,
+                applied_at: None,
+            },
+        );
+        d.updated_at = now;
+        let sid = snap.snapshot_id.clone();
+        match mode {
+            SnapshotMode::Auto => {
+                d.ops_in_flight += 1;
+                self.outputs.push_back(DelegatorOutput::ApplySnapshot {
+                    id: id.clone(),
+                    snapshot_id: sid.clone(),
+                    source: SnapshotSource::Event(Box::new(snap)),
+                });
+            }
+            SnapshotMode::Staged => {
+                d.ops_in_flight += 1;
+                self.outputs.push_back(DelegatorOutput::StoreSnapshot {
+                    id: id.clone(),
+                    snapshot: Box::new(snap),
+                });
+            }
+            SnapshotMode::Discard => {}
+        }
+        self.outputs
+            .push_back(DelegatorOutput::Event(DelegatorEvent::Snapshot {
+                id: id.clone(),
+                snapshot_id: sid,
+                status,
+            }));
+    }
+
+    fn on_done(&mut self, now: Timestamp, id: &DelegationId, done: DoneEvent) {
+        let Some(d) = self.delegations.get_mut(id) else {
+            return;
+        };
+        d.heard_terminal = true;
+        let state = d.machine.state();
+        if state == DelegationState::Started {
+            self.setup_complete(now, id);
+        }
+        if self.state(id) != Some(DelegationState::Running) {
+            self.wind_down(now, id);
+            return;
+        }
+        // [S]: the result archive rides on `done`; treat it as a recommended snapshot.
+        if let Some(b64) = done.result_base64.clone() {
+            let sid = SnapshotId::new(RESULT_SNAPSHOT_ID).expect("valid constant id");
+            self.on_snapshot(
+                now,
+                id,
+                SnapshotEvent {
+                    snapshot_id: sid,
+                    summary: done.summary.clone(),
+                    highlights: done.highlights.clone(),
+                    data: ArchiveData {
+                        base64: Some(b64),
+                        url: None,
+                    },
+                    checksum: None,
+                    recommended: Some(true),
+                    metadata: BTreeMap::new(),
+                },
+            );
+        }
+        let d = self.delegations.get_mut(id).expect("exists");
+        d.result = Some(TaskOutcome {
+            summary: done.summary.clone(),
+            highlights: done.highlights.clone(),
+        });
+        let wanted = done
+            .recommended_snapshot_id
+            .clone()
+            .or_else(|| done.snapshot_ids.last().cloned());
+        let live = d.req.transport.is_live();
+        let need_fetch = match &wanted {
+            Some(s) => {
+                !live
+                    && d.access == AccessMode::Rw
+                    && d.req.snapshot_mode != SnapshotMode::Discard
+                    && !d.snapshots.contains_key(s)
+            }
+            None => false,
+        };
+        if need_fetch {
+            d.awaiting_snapshot = wanted;
+        }
+        self.transition(now, id, DelegationEvent::ReceiveDone, None);
+        if need_fetch {
+            let peer = self.delegations[id].req.peer.clone();
+            self.outputs.push_back(DelegatorOutput::FetchResult {
+                id: id.clone(),
+                peer,
+            });
+        }
+        self.wind_down(now, id);
+    }
+
+    fn on_result(
+        &mut self,
+        now: Timestamp,
+        id: &DelegationId,
+        result: Result<FetchedResult, String>,
+    ) -> Result<(), UsageError> {
+        let d = self.get_mut(id)?;
+        let state = d.machine.state();
+        match result {
+            Ok(FetchedResult::Completed { outcome, snapshot }) => {
+                if let Some(snap) = snapshot {
+                    if state == DelegationState::Started {
+                        self.setup_complete(now, id);
+                    }
+                    // When re-fetching an announced snapshot, adopt the announced id.
+                    let mut snap = snap;
+                    if let Some(awaited) = self.delegations[id].awaiting_snapshot.clone() {
+                        snap.snapshot_id = awaited;
+                    }
+                    self.on_snapshot(now, id, snap);
+                }
+                if matches!(
+                    self.state(id),
+                    Some(DelegationState::Started | DelegationState::Running)
+                ) {
+                    self.on_done(
+                        now,
+                        id,
+                        DoneEvent {
+                            summary: outcome.summary,
+                            highlights: outcome.highlights,
+                            snapshot_ids: Vec::new(),
+                            recommended_snapshot_id: None,
+                            result_base64: None,
+                        },
+                    );
+                } else {
+                    let d = self.get_mut(id)?;
+                    d.awaiting_snapshot = None;
+                    self.wind_down(now, id);
+                }
+            }
+            Ok(FetchedResult::Error(e)) => {
+                d.heard_terminal = true;
+                d.awaiting_snapshot = None;
+                if matches!(state, DelegationState::Started | DelegationState::Running) {
+                    self.transition(now, id, DelegationEvent::ReceiveError, Some(e));
+                }
+                self.wind_down(now, id);
+            }
+            Ok(FetchedResult::NotFound) => {
+                d.awaiting_snapshot = None;
+                if matches!(state, DelegationState::Started | DelegationState::Running) {
+                    d.heard_terminal = true;
+                    self.transition(
+                        now,
+                        id,
+                        DelegationEvent::ReceiveError,
+                        Some(ErrorInfo::new(
+                            ErrorCode::NotFound,
+                            "the executor no longer knows this delegation (restarted or purged)",
+                        )),
+                    );
+                }
+                self.wind_down(now, id);
+            }
+            Ok(FetchedResult::Running) | Ok(FetchedResult::NotApplicable) | Err(_) => {
+                if d.awaiting_snapshot.is_some() && state.is_terminal() {
+                    // Could not get the announced snapshot; give up on it.
+                    d.awaiting_snapshot = None;
+                    self.wind_down(now, id);
+                } else if !state.is_terminal() {
+                    // Try the stream again after a while.
+                    d.stream_failures = 0;
+                    let at = now.saturating_add(self.config.result_poll_interval);
+                    self.timers.set(id, Timer::Reconnect, at);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn on_snapshot_op(
+        &mut self,
+        now: Timestamp,
+        id: &DelegationId,
+        sid: &SnapshotId,
+        result: Result<(), ErrorInfo>,
+        applied: bool,
+    ) -> Result<(), UsageError> {
+        let d = self.get_mut(id)?;
+        let Some(rec) = d.snapshots.get_mut(sid) else {
+            return Err(UsageError::UnknownSnapshot {
+                delegation: id.clone(),
+                snapshot: sid.to_string(),
+            });
+        };
+        if rec.status != SnapshotStatus::InFlight {
+            return Ok(());
+        }
+        rec.status = match (result, applied) {
+            (Ok(()), true) => {
+                rec.applied_at = Some(now);
+                SnapshotStatus::Applied
+            }
+            (Ok(()), false) => SnapshotStatus::Pending,
+            (Err(e), _) => {
+                tracing::warn!(delegation = %id, snapshot = %sid, "snapshot {}: {e}", if applied { "apply failed" } else { "store failed" });
+                SnapshotStatus::Failed(e)
+            }
+        };
+        let status = rec.status.clone();
+        d.ops_in_flight = d.ops_in_flight.saturating_sub(1);
+        d.updated_at = now;
+        self.outputs
+            .push_back(DelegatorOutput::Event(DelegatorEvent::Snapshot {
+                id: id.clone(),
+                snapshot_id: sid.clone(),
+                status,
+            }));
+        self.maybe_end(now, id);
+        Ok(())
+    }
+
+    fn expire(&mut self, now: Timestamp, id: &DelegationId) {
+        let err = ErrorInfo::new(ErrorCode::Expired, "the lease expired");
+        let tell = self.state(id) != Some(DelegationState::Invited)
+            || self
+                .delegations
+                .get(id)
+                .is_some_and(|d| d.invited_at.is_some());
+        if self.transition(now, id, DelegationEvent::Expire, Some(err.clone())) && tell {
+            self.send_error(id, err);
+        }
+        self.wind_down(now, id);
+    }
+
+    fn on_timer(&mut self, now: Timestamp, id: &DelegationId, timer: Timer) {
+        let Some(state) = self.state(id) else {
+            return;
+        };
+        match timer {
+            Timer::Lease => match state {
+                DelegationState::Invited | DelegationState::Accepted | DelegationState::Running => {
+                    self.expire(now, id)
+                }
+                DelegationState::Started => {
+                    // Cannot expire while the executor sets up: give it a grace period.
+                    let at = now.saturating_add(self.config.setup_grace);
+                    self.timers.set(id, Timer::SetupGrace, at);
+                }
+                _ => {}
+            },
+            Timer::SetupGrace => {
+                if state == DelegationState::Started {
+                    self.abandon(
+                        now,
+                        id,
+                        ErrorInfo::new(
+                            ErrorCode::Expired,
+                            "the lease expired before the executor finished setting up",
+                        ),
+                    );
+                }
+            }
+            Timer::Reconnect => {
+                let d = self.delegations.get_mut(id).expect("state exists");
+                if !state.is_terminal() && d.stream == Stream::Closed && !d.heard_terminal {
+                    d.stream = Stream::Opening;
+                    let peer = d.req.peer.clone();
+                    self.outputs.push_back(DelegatorOutput::OpenEventStream {
+                        id: id.clone(),
+                        peer,
+                    });
+                }
+            }
+            Timer::ResultPoll => {
+                if !state.is_terminal() {
+                    let peer = self.delegations[id].req.peer.clone();
+                    self.outputs.push_back(DelegatorOutput::FetchResult {
+                        id: id.clone(),
+                        peer,
+                    });
+                }
+            }
+            Timer::Purge => self.purge(id),
+        }
+    }
+
+    /// After a terminal transition: close the stream, release the transport, end when idle.
+    fn wind_down(&mut self, now: Timestamp, id: &DelegationId) {
+        let Some(d) = self.delegations.get_mut(id) else {
+            return;
+        };
+        if !d.machine.state().is_terminal() {
+            return;
+        }
+        d.handle = None; // never keep credentials of a finished delegation
+        if d.stream != Stream::Closed {
+            d.stream = Stream::Closed;
+            self.outputs
+                .push_back(DelegatorOutput::CloseEventStream { id: id.clone() });
+        }
+        self.maybe_end(now, id);
+    }
+
+    fn maybe_end(&mut self, now: Timestamp, id: &DelegationId) {
+        let Some(d) = self.delegations.get_mut(id) else {
+            return;
+        };
+        if d.ended
+            || !d.machine.state().is_terminal()
+            || d.ops_in_flight > 0
+            || d.awaiting_snapshot.is_some()
+        {
+            return;
+        }
+        if d.heard_terminal && !d.ack_sent {
+            d.ack_sent = true;
+            self.outputs.push_back(DelegatorOutput::SendAck {
+                id: id.clone(),
+                peer: d.req.peer.clone(),
+            });
+        }
+        match d.transport {
+            Res::Prepared => {
+                d.transport = Res::Releasing;
+                self.outputs
+                    .push_back(DelegatorOutput::ReleaseTransport { id: id.clone() });
+                return;
+            }
+            Res::Preparing | Res::Releasing => return,
+            Res::None | Res::Released => {}
+        }
+        d.ended = true;
+        d.updated_at = now;
+        let ev = DelegatorEvent::Ended {
+            id: id.clone(),
+            state: d.machine.state(),
+            result: d.result.clone(),
+            error: d.error.clone(),
+        };
+        tracing::info!(delegation = %id, state = %d.machine.state(), "delegation ended");
+        self.outputs.push_back(DelegatorOutput::Event(ev));
+        self.timers
+            .set(id, Timer::Purge, now.saturating_add(self.config.retention));
+    }
+
+    fn purge(&mut self, id: &DelegationId) {
+        let Some(d) = self.delegations.remove(id) else {
+            return;
+        };
+        self.timers.cancel_all(id);
+        for sid in d.snapshot_order {
+            if d.snapshots
+                .get(&sid)
+                .is_some_and(|r| r.status == SnapshotStatus::Pending)
+            {
+                self.outputs
+                    .push_back(DelegatorOutput::DeleteStoredSnapshot {
+                        id: id.clone(),
+                        snapshot_id: sid,
+                    });
+            }
+        }
+    }
+}

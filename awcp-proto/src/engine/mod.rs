@@ -1,0 +1,142 @@
+//! The two engines and what they share.
+//!
+//! * [`delegator::Delegator`] owns every delegation of one delegator.
+//! * [`executor::Executor`] owns every assignment of one executor.
+//!
+//! Both follow the same drive contract: feed inputs with `handle(now, input)` or application
+//! calls, call `handle_timeout(now)` when [`poll_timeout`](delegator::Delegator::poll_timeout)'s
+//! deadline is reached, and after every call drain `poll_output()` until it returns `None`.
+
+pub mod admission;
+pub mod delegator;
+pub mod executor;
+pub(crate) mod timers;
+
+use std::collections::BTreeMap;
+
+pub use admission::{admission_verdict, AdmissionLimits, WorkspaceStats};
+
+use crate::id::DelegationId;
+use crate::wire::ArchiveData;
+
+/// Driver-issued handle of an inbound HTTP request waiting for its response. The engine stores
+/// and echoes it, never interprets it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RequestId(pub u64);
+
+/// Driver-issued handle of an open SSE response stream (executor side).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct StreamId(pub u64);
+
+/// What the delegator does with a snapshot when it arrives (WIRE.md §10).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub enum SnapshotMode {
+    /// Apply at once to every `rw` resource.
+    #[default]
+    Auto,
+    /// Store; the application applies or discards later.
+    Staged,
+    /// Record only; never store or apply.
+    Discard,
+}
+
+impl SnapshotMode {
+    /// `auto`, `staged` or `discard`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SnapshotMode::Auto => "auto",
+            SnapshotMode::Staged => "staged",
+            SnapshotMode::Discard => "discard",
+        }
+    }
+
+    /// Parses `auto`/`staged`/`discard`.
+    pub fn parse(s: &str) -> Option<SnapshotMode> {
+        match s {
+            "auto" => Some(SnapshotMode::Auto),
+            "staged" => Some(SnapshotMode::Staged),
+            "discard" => Some(SnapshotMode::Discard),
+            _ => None,
+        }
+    }
+}
+
+/// Whether a captured snapshot holds the whole work directory or only the changes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SnapshotKind {
+    /// Every file (what reference peers understand).
+    Full,
+    /// Added/changed files plus the list of deleted paths (our peers, feature
+    /// [`crate::wire::feature::DELTA_SNAPSHOTS`]).
+    Delta,
+}
+
+/// What a task runner reports when the task succeeds.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct TaskOutcome {
+    /// What was done.
+    pub summary: String,
+    /// Files worth looking at.
+    pub highlights: Vec<String>,
+}
+
+/// A snapshot the executor's transport captured.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CapturedSnapshot {
+    /// Inline base64 and/or a URL where the driver serves it.
+    pub data: ArchiveData,
+    /// SHA-256 of the raw bytes, lowercase hex.
+    pub checksum: Option<String>,
+    /// `fileCount`, `totalBytes`, `changedFiles`, `delta`, ...
+    pub metadata: BTreeMap<String, serde_json::Value>,
+}
+
+/// Local misuse of an engine API: the call changed nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum UsageError {
+    /// No delegation with this id.
+    #[error("unknown delegation {0}")]
+    UnknownDelegation(DelegationId),
+    /// A delegation with this id exists already.
+    #[error("delegation {0} exists already")]
+    AlreadyExists(DelegationId),
+    /// No snapshot with this id in the delegation.
+    #[error("unknown snapshot {snapshot} in delegation {delegation}")]
+    UnknownSnapshot {
+        /// The delegation.
+        delegation: DelegationId,
+        /// The snapshot id asked for.
+        snapshot: String,
+    },
+    /// The call is not valid in the current state.
+    #[error("{0}")]
+    InvalidState(String),
+    /// The request is malformed.
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+}
+
+/// A tiny deterministic generator for ids the engine mints itself (snapshot ids), seeded by
+/// the caller (splitmix64).
+#[derive(Debug, Clone)]
+pub(crate) struct IdSource(u64);
+
+impl IdSource {
+    pub(crate) fn new(seed: u64) -> Self {
+        IdSource(seed)
+    }
+
+    pub(crate) fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    pub(crate) fn snapshot_id(&mut self) -> crate::id::SnapshotId {
+        let b = self.next_u64().to_le_bytes();
+        crate::id::SnapshotId::from_random([b[0], b[1], b[2], b[3], b[4], b[5]])
+    }
+}

@@ -1,0 +1,67 @@
+//! Named timers in a deadline index (one per delegation and kind).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::id::DelegationId;
+use crate::time::Timestamp;
+
+/// A deadline index: `poll` is O(log n), re-arming a timer replaces its old deadline.
+#[derive(Debug)]
+pub(crate) struct TimerIndex<K: Ord + Copy> {
+    by_deadline: BTreeSet<(Timestamp, DelegationId, K)>,
+    by_key: BTreeMap<(DelegationId, K), Timestamp>,
+}
+
+impl<K: Ord + Copy> Default for TimerIndex<K> {
+    fn default() -> Self {
+        TimerIndex {
+            by_deadline: BTreeSet::new(),
+            by_key: BTreeMap::new(),
+        }
+    }
+}
+
+impl<K: Ord + Copy> TimerIndex<K> {
+    /// Arms (or re-arms) timer `kind` of `id` at `at`.
+    pub(crate) fn set(&mut self, id: &DelegationId, kind: K, at: Timestamp) {
+        self.cancel(id, kind);
+        self.by_deadline.insert((at, id.clone(), kind));
+        self.by_key.insert((id.clone(), kind), at);
+    }
+
+    /// Disarms timer `kind` of `id`.
+    pub(crate) fn cancel(&mut self, id: &DelegationId, kind: K) {
+        if let Some(at) = self.by_key.remove(&(id.clone(), kind)) {
+            self.by_deadline.remove(&(at, id.clone(), kind));
+        }
+    }
+
+    /// Disarms every timer of `id`.
+    pub(crate) fn cancel_all(&mut self, id: &DelegationId) {
+        let keys: Vec<K> = self
+            .by_key
+            .keys()
+            .filter(|(d, _)| d == id)
+            .map(|(_, k)| *k)
+            .collect();
+        for k in keys {
+            self.cancel(id, k);
+        }
+    }
+
+    /// The earliest deadline.
+    pub(crate) fn next(&self) -> Option<Timestamp> {
+        self.by_deadline.first().map(|(at, _, _)| *at)
+    }
+
+    /// Removes and returns one timer due at or before `now`.
+    pub(crate) fn pop_due(&mut self, now: Timestamp) -> Option<(DelegationId, K)> {
+        let (at, _, _) = self.by_deadline.first()?;
+        if *at > now {
+            return None;
+        }
+        let (_, id, kind) = self.by_deadline.pop_first()?;
+        self.by_key.remove(&(id.clone(), kind));
+        Some((id, kind))
+    }
+}
