@@ -37,6 +37,7 @@
 
 pub mod engine;
 pub mod error;
+pub mod http;
 pub mod id;
 pub mod sse;
 pub mod state;

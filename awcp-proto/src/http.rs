@@ -1,0 +1,375 @@
+//! Runtime-neutral HTTP shapes of AWCP (WIRE.md §1, §5): URL layout, response bodies and the
+//! mapping of engine responses to status codes. Pure functions over strings and JSON values, so
+//! every driver (tokio, smol, a test) answers byte-for-byte the same way.
+
+use serde_json::{json, Map, Value};
+
+use crate::engine::delegator::FetchedResult;
+use crate::engine::executor::{ExecutorStatus, Response, ResultBody, ResultStatus};
+use crate::engine::TaskOutcome;
+use crate::error::{ErrorCode, ErrorInfo};
+use crate::id::DelegationId;
+use crate::wire::{
+    decode::DecodeError, encode_message, ArchiveData, ErrorMessage, Message, SnapshotEvent,
+};
+
+/// Where the executor router is mounted.
+pub const AWCP_PATH: &str = "/awcp";
+
+/// Strips one trailing `/` and then a trailing `/awcp` (the reference's normalisation).
+pub fn base_url(peer: &str) -> &str {
+    let p = peer.strip_suffix('/').unwrap_or(peer);
+    p.strip_suffix(AWCP_PATH).unwrap_or(p)
+}
+
+/// The AWCP URL of a peer: `<base>/awcp`.
+pub fn awcp_url(peer: &str) -> String {
+    format!("{}{AWCP_PATH}", base_url(peer))
+}
+
+/// `GET <base>/awcp/tasks/<id>/events`.
+pub fn events_url(peer: &str, id: &DelegationId) -> String {
+    format!("{}{AWCP_PATH}/tasks/{id}/events", base_url(peer))
+}
+
+/// `GET <base>/awcp/tasks/<id>/result`.
+pub fn result_url(peer: &str, id: &DelegationId) -> String {
+    format!("{}{AWCP_PATH}/tasks/{id}/result", base_url(peer))
+}
+
+/// `POST <base>/awcp/tasks/<id>/ack`.
+pub fn ack_url(peer: &str, id: &DelegationId) -> String {
+    format!("{}{AWCP_PATH}/tasks/{id}/ack", base_url(peer))
+}
+
+/// `POST <base>/awcp/cancel/<id>`.
+pub fn cancel_url(peer: &str, id: &DelegationId) -> String {
+    format!("{}{AWCP_PATH}/cancel/{id}", base_url(peer))
+}
+
+/// The credential a request presents: `Authorization: Bearer <t>` or `X-API-Key: <k>`.
+pub fn presented_credential(authorization: Option<&str>, api_key: Option<&str>) -> Option<String> {
+    if let Some(a) = authorization {
+        let a = a.trim();
+        if let Some(t) = a.strip_prefix("Bearer ").or_else(|| a.strip_prefix("bearer ")) {
+            return Some(t.trim().to_owned());
+        }
+    }
+    api_key.map(|k| k.trim().to_owned())
+}
+
+/// An engine [`Response`] as `(status, JSON body)`.
+pub fn encode_response(resp: &Response) -> (u16, String) {
+    let status = resp.http_status();
+    let body = match resp {
+        Response::Accept(a, d) => encode_message(&Message::Accept(a.clone()), *d),
+        Response::Error {
+            message, dialect, ..
+        } => encode_message(&Message::Error(message.clone()), *dialect),
+        Response::Ok => json!({"ok": true}).to_string(),
+        Response::Cancelled => json!({"ok": true, "cancelled": true}).to_string(),
+        Response::Result(r) => result_to_value(r).to_string(),
+    };
+    (status, body)
+}
+
+/// An ERROR message body for a request the executor refuses before the engine sees it
+/// (malformed JSON, bad id, wrong version, body too large). `id` is used when known.
+pub fn reject(status: u16, id: Option<&DelegationId>, error: ErrorInfo) -> (u16, String) {
+    let mut v = json!({
+        "version": "1",
+        "type": "ERROR",
+        "code": error.code.as_str(),
+        "message": error.message,
+    });
+    if let Some(id) = id {
+        v["delegationId"] = Value::String(id.to_string());
+    }
+    if let Some(h) = error.hint {
+        v["hint"] = Value::String(h);
+    }
+    (status, v.to_string())
+}
+
+/// The refusal for an undecodable `POST /awcp` body: HTTP 400, code `DECLINED`, the decoder's
+/// field-naming message and a hint.
+pub fn reject_malformed(err: &DecodeError, id: Option<&DelegationId>) -> (u16, String) {
+    reject(
+        400,
+        id,
+        ErrorInfo {
+            code: ErrorCode::Declined,
+            message: format!("malformed AWCP message: {err}"),
+            hint: Some(
+                "Send a JSON AWCP v1 message (version \"1\", type INVITE/START/ERROR) as WIRE.md describes.".into(),
+            ),
+        },
+    )
+}
+
+/// The refusal for a body over the limit: HTTP 413, code `WORKSPACE_TOO_LARGE`.
+pub fn reject_too_large(limit: u64) -> (u16, String) {
+    reject(
+        413,
+        None,
+        ErrorInfo {
+            code: ErrorCode::WorkspaceTooLarge,
+            message: format!("request body exceeds the executor's limit of {limit} bytes"),
+            hint: Some(
+                "Delegate a smaller workspace, or use the archive URL mode so the archive is fetched instead of inlined.".into(),
+            ),
+        },
+    )
+}
+
+/// The refusal for an unknown path or method: HTTP 404/405 with a hint.
+pub fn reject_route(status: u16, method: &str, path: &str) -> (u16, String) {
+    reject(
+        status,
+        None,
+        ErrorInfo {
+            code: ErrorCode::NotFound,
+            message: format!("no AWCP endpoint for {method} {path}"),
+            hint: Some("Endpoints: POST /awcp, GET /awcp/tasks/{id}/events, GET /awcp/tasks/{id}/result, POST /awcp/tasks/{id}/ack, POST /awcp/cancel/{id}, GET /awcp/status.".into()),
+        },
+    )
+}
+
+/// `GET …/result` body (WIRE.md §5).
+pub fn result_to_value(r: &ResultBody) -> Value {
+    let mut m = Map::new();
+    m.insert("status".into(), r.status.as_str().into());
+    if let Some(t) = r.completed_at {
+        m.insert("completedAt".into(), t.to_rfc3339().into());
+    }
+    if let Some(o) = &r.outcome {
+        m.insert("summary".into(), o.summary.clone().into());
+        if !o.highlights.is_empty() {
+            m.insert("highlights".into(), o.highlights.clone().into());
+        }
+    }
+    if let Some(s) = &r.snapshot {
+        if let Some(b) = &s.data.base64 {
+            m.insert("snapshotBase64".into(), b.clone().into());
+        }
+        if let Some(u) = &s.data.url {
+            m.insert("snapshotUrl".into(), u.clone().into());
+        }
+        m.insert("snapshotId".into(), s.snapshot_id.to_string().into());
+        if let Some(c) = &s.checksum {
+            m.insert("checksum".into(), c.clone().into());
+        }
+        if !s.metadata.is_empty() {
+            m.insert(
+                "metadata".into(),
+                Value::Object(s.metadata.clone().into_iter().collect()),
+            );
+        }
+    }
+    if let Some(e) = &r.error {
+        m.insert(
+            "error".into(),
+            serde_json::to_value(e).unwrap_or(Value::Null),
+        );
+    }
+    if r.status == ResultStatus::NotFound {
+        m.insert("reason".into(), "unknown delegation".into());
+    }
+    Value::Object(m)
+}
+
+/// Decodes a `GET …/result` body (ours or the reference's) for the delegator engine.
+pub fn decode_result(id: &DelegationId, v: &Value) -> Result<FetchedResult, String> {
+    let status = v
+        .get("status")
+        .and_then(Value::as_str)
+        .ok_or("result body has no status")?;
+    let str_field = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
+    match status {
+        "running" => Ok(FetchedResult::Running),
+        "not_found" => Ok(FetchedResult::NotFound),
+        "not_applicable" => Ok(FetchedResult::NotApplicable),
+        "error" => {
+            let e = v.get("error");
+            let code = e
+                .and_then(|e| e.get("code"))
+                .and_then(Value::as_str)
+                .map(ErrorCode::parse)
+                .unwrap_or(ErrorCode::TaskFailed);
+            let message = e
+                .and_then(|e| e.get("message"))
+                .and_then(Value::as_str)
+                .unwrap_or("the task failed")
+                .to_owned();
+            let hint = e
+                .and_then(|e| e.get("hint"))
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            Ok(FetchedResult::Error(ErrorInfo {
+                code,
+                message,
+                hint,
+            }))
+        }
+        "completed" => {
+            let outcome = TaskOutcome {
+                summary: str_field("summary").unwrap_or_default(),
+                highlights: v
+                    .get("highlights")
+                    .and_then(Value::as_array)
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|x| x.as_str().map(str::to_owned))
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+            };
+            let data = ArchiveData {
+                base64: str_field("snapshotBase64"),
+                url: str_field("snapshotUrl"),
+            };
+            let snapshot = if data.base64.is_some() || data.url.is_some() {
+                let sid = str_field("snapshotId")
+                    .and_then(|s| crate::id::SnapshotId::new(s).ok())
+                    .unwrap_or_else(|| {
+                        crate::id::SnapshotId::new("snap_result").expect("valid constant")
+                    });
+                Some(SnapshotEvent {
+                    snapshot_id: sid,
+                    summary: outcome.summary.clone(),
+                    highlights: outcome.highlights.clone(),
+                    data,
+                    checksum: str_field("checksum"),
+                    recommended: Some(true),
+                    metadata: v
+                        .get("metadata")
+                        .and_then(Value::as_object)
+                        .map(|m| m.clone().into_iter().collect())
+                        .unwrap_or_default(),
+                })
+            } else {
+                None
+            };
+            let _ = id;
+            Ok(FetchedResult::Completed { outcome, snapshot })
+        }
+        other => Err(format!("unknown result status {other:?}")),
+    }
+}
+
+/// `GET /awcp/status` body.
+pub fn status_to_value(s: &ExecutorStatus) -> Value {
+    json!({
+        "pendingInvitations": s.pending,
+        "activeDelegations": s.active,
+        "completedDelegations": s.completed,
+        "delegations": s.delegations.iter().map(|(id, work, started)| json!({
+            "id": id.as_str(),
+            "workPath": work,
+            "startedAt": started.to_rfc3339(),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// Decodes the body an executor answered a POST with, for the delegator engine: ACCEPT, ERROR,
+/// `{"ok":true}`, or the reference's `{"error": "..."}` (HTTP 500).
+pub fn decode_reply(status: u16, body: &[u8]) -> crate::engine::delegator::Reply {
+    use crate::engine::delegator::Reply;
+    let Ok(v) = serde_json::from_slice::<Value>(body) else {
+        return Reply::Failed(format!(
+            "HTTP {status}: {}",
+            String::from_utf8_lossy(&body[..body.len().min(200)])
+        ));
+    };
+    match v.get("type").and_then(Value::as_str) {
+        Some("ACCEPT") | Some("ERROR") => match crate::wire::decode_message(body) {
+            Ok((Message::Accept(a), _)) => Reply::Accept(a),
+            Ok((Message::Error(ErrorMessage { error, .. }), _)) => Reply::Error(error),
+            Ok((m, _)) => Reply::Failed(format!("unexpected {} reply", m.type_str())),
+            Err(e) => {
+                // An ERROR without a valid delegationId (e.g. a pre-engine refusal).
+                if let (Some(code), Some(message)) = (
+                    v.get("code").and_then(Value::as_str),
+                    v.get("message").and_then(Value::as_str),
+                ) {
+                    Reply::Error(ErrorInfo {
+                        code: ErrorCode::parse(code),
+                        message: message.to_owned(),
+                        hint: v.get("hint").and_then(Value::as_str).map(str::to_owned),
+                    })
+                } else {
+                    Reply::Failed(format!("undecodable reply: {e}"))
+                }
+            }
+        },
+        _ if (200..300).contains(&status) && v.get("ok").and_then(Value::as_bool) == Some(true) => {
+            Reply::Ok
+        }
+        _ => Reply::Failed(format!(
+            "HTTP {status}: {}",
+            v.get("error")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+                .unwrap_or_else(|| v.to_string())
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_follow_the_reference_normalisation() {
+        let id = DelegationId::new("dlg_1").unwrap();
+        for peer in ["http://h:1/awcp", "http://h:1/awcp/", "http://h:1", "http://h:1/"] {
+            assert_eq!(events_url(peer, &id), "http://h:1/awcp/tasks/dlg_1/events");
+            assert_eq!(cancel_url(peer, &id), "http://h:1/awcp/cancel/dlg_1");
+        }
+        assert_eq!(awcp_url("http://h:1/"), "http://h:1/awcp");
+    }
+
+    #[test]
+    fn credentials_from_either_header() {
+        assert_eq!(presented_credential(Some("Bearer abc"), None).as_deref(), Some("abc"));
+        assert_eq!(presented_credential(None, Some("k")).as_deref(), Some("k"));
+        assert_eq!(presented_credential(Some("Basic x"), None), None);
+    }
+
+    #[test]
+    fn ok_and_error_replies_decode() {
+        use crate::engine::delegator::Reply;
+        assert_eq!(decode_reply(200, br#"{"ok":true}"#), Reply::Ok);
+        assert!(matches!(decode_reply(500, br#"{"error":"boom"}"#), Reply::Failed(m) if m.contains("boom")));
+        assert!(matches!(decode_reply(502, b"<html>"), Reply::Failed(_)));
+        let (_, body) = reject(400, None, ErrorInfo::new(ErrorCode::Declined, "bad"));
+        assert!(matches!(decode_reply(400, body.as_bytes()), Reply::Error(e) if e.code == ErrorCode::Declined));
+    }
+
+    #[test]
+    fn result_bodies_round_trip() {
+        let id = DelegationId::new("dlg_1").unwrap();
+        let body = ResultBody {
+            status: ResultStatus::Completed,
+            completed_at: None,
+            outcome: Some(TaskOutcome {
+                summary: "s".into(),
+                highlights: vec!["a".into()],
+            }),
+            snapshot: None,
+            error: None,
+        };
+        let v = result_to_value(&body);
+        match decode_result(&id, &v).unwrap() {
+            FetchedResult::Completed { outcome, snapshot } => {
+                assert_eq!(outcome.summary, "s");
+                assert!(snapshot.is_none());
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            decode_result(&id, &json!({"status": "not_found"})).unwrap(),
+            FetchedResult::NotFound
+        );
+    }
+}
