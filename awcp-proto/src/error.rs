@@ -247,6 +247,9 @@ mod tests {
             ErrorCode::parse("QUOTA_EXCEEDED"),
             ErrorCode::Other("QUOTA_EXCEEDED".into())
         );
-        assert_eq!(ErrorCode::parse("QUOTA_EXCEEDED").as_str(), "QUOTA_EXCEEDED");
+        assert_eq!(
+            ErrorCode::parse("QUOTA_EXCEEDED").as_str(),
+            "QUOTA_EXCEEDED"
+        );
     }
 }

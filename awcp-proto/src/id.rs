@@ -184,6 +184,9 @@ mod tests {
         let id = DelegationId::from_random([0xab; 16]);
         assert_eq!(id.as_str().len(), 4 + 32);
         assert!(id.as_str().starts_with("dlg_abab"));
-        assert_eq!(SnapshotId::from_random([1; 6]).as_str(), "snap_010101010101");
+        assert_eq!(
+            SnapshotId::from_random([1; 6]).as_str(),
+            "snap_010101010101"
+        );
     }
 }

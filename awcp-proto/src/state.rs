@@ -201,8 +201,10 @@ impl DelegationMachine {
     pub fn apply(
         &mut self,
         event: DelegationEvent,
-    ) -> Result<(DelegationState, DelegationState), IllegalTransition<DelegationState, DelegationEvent>>
-    {
+    ) -> Result<
+        (DelegationState, DelegationState),
+        IllegalTransition<DelegationState, DelegationEvent>,
+    > {
         let from = self.state;
         let to = event
             .target(from)
@@ -335,8 +337,10 @@ impl AssignmentMachine {
     pub fn apply(
         &mut self,
         event: AssignmentEvent,
-    ) -> Result<(AssignmentState, AssignmentState), IllegalTransition<AssignmentState, AssignmentEvent>>
-    {
+    ) -> Result<
+        (AssignmentState, AssignmentState),
+        IllegalTransition<AssignmentState, AssignmentEvent>,
+    > {
         let from = self.state;
         let to = event
             .target(from)

@@ -205,15 +205,15 @@ fn parse(s: &str) -> Option<Timestamp> {
         return None;
     }
     let days = days_from_civil(i64::from(year), month, day);
-    let secs = days * 86_400
-        + i64::from(hour) * 3600
-        + i64::from(minute) * 60
-        + i64::from(second.min(59))
-        - offset_secs;
+    let secs =
+        days * 86_400 + i64::from(hour) * 3600 + i64::from(minute) * 60 + i64::from(second.min(59))
+            - offset_secs;
     if secs < 0 {
         return None;
     }
-    Some(Timestamp((secs as u64).checked_mul(1000)?.checked_add(millis)?))
+    Some(Timestamp(
+        (secs as u64).checked_mul(1000)?.checked_add(millis)?,
+    ))
 }
 
 fn days_in_month(y: u32, m: u32) -> u32 {
@@ -241,8 +241,14 @@ mod tests {
     fn accepts_offsets_and_short_fractions() {
         let z = Timestamp::parse_rfc3339("2026-02-01T13:00:00.000Z").unwrap();
         assert_eq!(Timestamp::parse_rfc3339("2026-02-01T13:00:00Z").unwrap(), z);
-        assert_eq!(Timestamp::parse_rfc3339("2026-02-01T21:00:00+08:00").unwrap(), z);
-        assert_eq!(Timestamp::parse_rfc3339("2026-02-01T13:00:00.0000001Z").unwrap(), z);
+        assert_eq!(
+            Timestamp::parse_rfc3339("2026-02-01T21:00:00+08:00").unwrap(),
+            z
+        );
+        assert_eq!(
+            Timestamp::parse_rfc3339("2026-02-01T13:00:00.0000001Z").unwrap(),
+            z
+        );
         assert_eq!(
             Timestamp::parse_rfc3339("2026-02-01T13:00:00.5Z")
                 .unwrap()
