@@ -133,7 +133,15 @@ impl SseDecoder {
 
     /// Appends received bytes. Call [`SseDecoder::next_event`] until it returns `None`
     /// afterwards; the decoder does no work in `push` beyond buffering.
-    pub fn push(&mut self, bytes: &[u8]) {
+    pub fn push(&mut self, mut bytes: &[u8]) {
+        if self.discarding && self.start == self.buf.len() {
+            // Inside an overlong line: drop its bytes at once instead of buffering them. The
+            // terminator itself is kept so `next_event` ends the discarded line.
+            match bytes.iter().position(|&b| b == b'\n' || b == b'\r') {
+                Some(end) => bytes = &bytes[end..],
+                None => return,
+            }
+        }
         if self.start == self.buf.len() {
             self.buf.clear();
             self.start = 0;
@@ -378,6 +386,24 @@ mod tests {
             decode_chunks(&mut SseDecoder::new(8), [&b"data: 12\n\n"[..]]),
             vec![data("12")]
         );
+    }
+
+    #[test]
+    fn discarded_bytes_are_not_buffered() {
+        let mut dec = SseDecoder::new(4);
+        dec.push(b"data: 1234");
+        assert_eq!(
+            dec.next_event(),
+            Some(Err(SseError::LineTooLong { limit: 4 }))
+        );
+        for _ in 0..1000 {
+            dec.push(&[b'x'; 1000]);
+        }
+        assert!(dec.buf.len() < 16, "buffered {} bytes", dec.buf.len());
+        dec.push(b"yy\r");
+        dec.push(b"\n\ndata:ok\n\n");
+        assert_eq!(dec.next_event(), Some(data("ok")));
+        assert_eq!(dec.next_event(), None);
     }
 
     #[test]
