@@ -390,11 +390,11 @@ mod tests {
 
     #[test]
     fn discarded_bytes_are_not_buffered() {
-        let mut dec = SseDecoder::new(4);
-        dec.push(b"data: 1234");
+        let mut dec = SseDecoder::new(8);
+        dec.push(b"data: 123456789");
         assert_eq!(
             dec.next_event(),
-            Some(Err(SseError::LineTooLong { limit: 4 }))
+            Some(Err(SseError::LineTooLong { limit: 8 }))
         );
         for _ in 0..1000 {
             dec.push(&[b'x'; 1000]);
