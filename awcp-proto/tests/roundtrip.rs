@@ -1,0 +1,536 @@
+//! Property tests: `decode(encode(x, d)) == (x, d)` for every wire type, in every dialect that
+//! can represent the value.
+//!
+//! What each dialect can represent (and thus what the strategies generate):
+//! * [R] INVITE: anything. [S] INVITE: exactly one `fs` resource named `workspace` with the
+//!   lease's access mode, an export name, no `retentionMs`.
+//! * [R] ACCEPT: `retentionMs` present (its presence is the dialect marker); [S] ACCEPT: none.
+//! * START: any handle in both dialects.
+//! * DONE and ERROR messages: [R] only (they carry no dialect marker).
+//! * Events: everything reads back as [R] except a `done` with `resultBase64`, which is [S];
+//!   an [S] `done` has no snapshot ids.
+//! * `progress` is generated from quarter steps so the decimal text is exact.
+
+use std::collections::BTreeMap;
+
+use awcp_proto::*;
+use proptest::collection::{btree_map, vec};
+use proptest::option::of;
+use proptest::prelude::*;
+use serde_json::Value;
+
+fn text() -> impl Strategy<Value = String> {
+    ".{0,16}"
+}
+
+fn id_str() -> impl Strategy<Value = String> {
+    "[A-Za-z0-9_][A-Za-z0-9_.-]{0,40}"
+}
+
+fn delegation_id() -> impl Strategy<Value = DelegationId> {
+    id_str().prop_map(|s| DelegationId::new(s).unwrap())
+}
+
+fn snapshot_id() -> impl Strategy<Value = SnapshotId> {
+    id_str().prop_map(|s| SnapshotId::new(s).unwrap())
+}
+
+fn resource_name() -> impl Strategy<Value = ResourceName> {
+    id_str().prop_map(|s| ResourceName::new(s).unwrap())
+}
+
+fn timestamp() -> impl Strategy<Value = Timestamp> {
+    // up to 9999-12-31T23:59:59.999Z
+    (0u64..=253_402_300_799_999).prop_map(Timestamp::from_unix_millis)
+}
+
+fn access_mode() -> impl Strategy<Value = AccessMode> {
+    prop_oneof![Just(AccessMode::Ro), Just(AccessMode::Rw)]
+}
+
+fn str_map() -> impl Strategy<Value = BTreeMap<String, String>> {
+    btree_map(text(), text(), 0..3)
+}
+
+fn strings() -> impl Strategy<Value = Vec<String>> {
+    vec(text(), 0..3)
+}
+
+fn transport_kind() -> impl Strategy<Value = TransportKind> {
+    prop_oneof![
+        Just(TransportKind::Archive),
+        Just(TransportKind::Sshfs),
+        Just(TransportKind::Storage),
+        Just(TransportKind::Git),
+        "x-[a-z]{1,8}".prop_map(TransportKind::Other),
+    ]
+}
+
+fn auth() -> impl Strategy<Value = Auth> {
+    let auth_type = prop_oneof![
+        Just(AuthType::ApiKey),
+        Just(AuthType::Bearer),
+        Just(AuthType::OAuth2),
+        Just(AuthType::Custom),
+        "x-[a-z]{1,8}".prop_map(AuthType::Other),
+    ];
+    (auth_type, text(), str_map()).prop_map(|(auth_type, credential, metadata)| Auth {
+        auth_type,
+        credential,
+        metadata,
+    })
+}
+
+fn error_info() -> impl Strategy<Value = ErrorInfo> {
+    let code = prop_oneof![
+        (0..ErrorCode::KNOWN.len()).prop_map(|i| ErrorCode::KNOWN[i].clone()),
+        "X_[A-Z]{1,8}".prop_map(ErrorCode::Other),
+    ];
+    (code, text(), of(text())).prop_map(|(code, message, hint)| ErrorInfo {
+        code,
+        message,
+        hint,
+    })
+}
+
+fn archive_data() -> impl Strategy<Value = ArchiveData> {
+    prop_oneof![
+        text().prop_map(|b| ArchiveData {
+            base64: Some(b),
+            url: None
+        }),
+        text().prop_map(|u| ArchiveData {
+            base64: None,
+            url: Some(u)
+        }),
+        (text(), text()).prop_map(|(b, u)| ArchiveData {
+            base64: Some(b),
+            url: Some(u)
+        }),
+    ]
+}
+
+fn handle() -> impl Strategy<Value = TransportHandle> {
+    let archive = (archive_data(), text(), of(any::<u64>())).prop_map(|(data, checksum, size)| {
+        TransportHandle::Archive(ArchiveHandle {
+            data,
+            checksum,
+            size_bytes: size,
+        })
+    });
+    let sshfs = (
+        (text(), any::<u16>(), text()),
+        text(),
+        (text(), of(text())),
+        str_map(),
+        of(text()),
+    )
+        .prop_map(
+            |((host, port, user), export_locator, (key, cert), options, host_key)| {
+                TransportHandle::Sshfs(SshfsHandle {
+                    endpoint: SshEndpoint { host, port, user },
+                    export_locator,
+                    credential: SshCredential {
+                        private_key: key,
+                        certificate: cert,
+                    },
+                    options,
+                    host_key,
+                })
+            },
+        );
+    let storage = (text(), text(), text(), timestamp(), str_map()).prop_map(
+        |(download_url, upload_url, checksum, expires_at, headers)| {
+            TransportHandle::Storage(StorageHandle {
+                download_url,
+                upload_url,
+                checksum,
+                expires_at,
+                headers,
+            })
+        },
+    );
+    let git_auth = prop_oneof![
+        text().prop_map(GitAuth::Token),
+        of(text()).prop_map(GitAuth::Ssh),
+        Just(GitAuth::None),
+    ];
+    let git = (text(), text(), text(), of(git_auth)).prop_map(
+        |(repo_url, base_branch, base_commit, auth)| {
+            TransportHandle::Git(GitHandle {
+                repo_url,
+                base_branch,
+                base_commit,
+                auth,
+            })
+        },
+    );
+    prop_oneof![archive, sshfs, storage, git]
+}
+
+fn task() -> impl Strategy<Value = TaskSpec> {
+    (text(), text()).prop_map(|(description, prompt)| TaskSpec {
+        description,
+        prompt,
+    })
+}
+
+fn lease_request() -> impl Strategy<Value = LeaseRequest> {
+    (any::<u64>(), access_mode()).prop_map(|(ttl_seconds, access_mode)| LeaseRequest {
+        ttl_seconds,
+        access_mode,
+    })
+}
+
+fn resource() -> impl Strategy<Value = Resource> {
+    (resource_name(), "[a-z]{1,6}", access_mode()).prop_map(|(name, kind, mode)| Resource {
+        name,
+        kind,
+        mode,
+    })
+}
+
+fn reference_invite() -> impl Strategy<Value = Message> {
+    (
+        (delegation_id(), task(), lease_request()),
+        vec(resource(), 0..3),
+        of(text()),
+        of(any::<u64>()),
+        of(transport_kind()),
+        of(auth()),
+        strings(),
+    )
+        .prop_map(
+            |(
+                (delegation_id, task, lease),
+                resources,
+                export_name,
+                retention_ms,
+                transport,
+                auth,
+                features,
+            )| {
+                Message::Invite(Invite {
+                    delegation_id,
+                    task,
+                    lease,
+                    resources,
+                    export_name,
+                    retention_ms,
+                    transport,
+                    auth,
+                    features,
+                })
+            },
+        )
+}
+
+fn seed_invite() -> impl Strategy<Value = Message> {
+    (
+        (delegation_id(), task(), lease_request()),
+        text(),
+        of(transport_kind()),
+        of(auth()),
+        strings(),
+    )
+        .prop_map(
+            |((delegation_id, task, lease), export_name, transport, auth, features)| {
+                Message::Invite(Invite {
+                    delegation_id,
+                    task,
+                    lease,
+                    resources: vec![Resource {
+                        name: ResourceName::new("workspace").unwrap(),
+                        kind: "fs".into(),
+                        mode: lease.access_mode,
+                    }],
+                    export_name: Some(export_name),
+                    retention_ms: None,
+                    transport,
+                    auth,
+                    features,
+                })
+            },
+        )
+}
+
+fn constraints() -> impl Strategy<Value = ExecutorConstraints> {
+    let sandbox = (of(any::<bool>()), of(any::<bool>()), of(any::<bool>())).prop_map(
+        |(cwd_only, allow_network, allow_exec)| SandboxProfile {
+            cwd_only,
+            allow_network,
+            allow_exec,
+        },
+    );
+    (of(access_mode()), of(any::<u64>()), of(sandbox)).prop_map(
+        |(accepted_access_mode, max_ttl_seconds, sandbox_profile)| ExecutorConstraints {
+            accepted_access_mode,
+            max_ttl_seconds,
+            sandbox_profile,
+        },
+    )
+}
+
+fn accept(retention: BoxedStrategy<Option<u64>>) -> impl Strategy<Value = Message> {
+    (
+        delegation_id(),
+        text(),
+        of(constraints()),
+        retention,
+        strings(),
+    )
+        .prop_map(
+            |(delegation_id, work_dir, constraints, retention_ms, features)| {
+                Message::Accept(Accept {
+                    delegation_id,
+                    work_dir,
+                    constraints,
+                    retention_ms,
+                    features,
+                })
+            },
+        )
+}
+
+fn start() -> impl Strategy<Value = Message> {
+    (delegation_id(), timestamp(), access_mode(), handle()).prop_map(
+        |(delegation_id, expires_at, access_mode, handle)| {
+            Message::Start(Start {
+                delegation_id,
+                lease: ActiveLease {
+                    expires_at,
+                    access_mode,
+                },
+                handle,
+            })
+        },
+    )
+}
+
+fn done_message() -> impl Strategy<Value = Message> {
+    (delegation_id(), text(), strings(), of(text())).prop_map(
+        |(delegation_id, final_summary, highlights, notes)| {
+            Message::Done(Done {
+                delegation_id,
+                final_summary,
+                highlights,
+                notes,
+            })
+        },
+    )
+}
+
+fn error_message() -> impl Strategy<Value = Message> {
+    (delegation_id(), error_info()).prop_map(|(delegation_id, error)| {
+        Message::Error(ErrorMessage {
+            delegation_id,
+            error,
+        })
+    })
+}
+
+fn reference_message() -> impl Strategy<Value = Message> {
+    prop_oneof![
+        reference_invite(),
+        accept(any::<u64>().prop_map(Some).boxed()),
+        start(),
+        done_message(),
+        error_message(),
+    ]
+}
+
+fn seed_message() -> impl Strategy<Value = Message> {
+    prop_oneof![seed_invite(), accept(Just(None).boxed()), start()]
+}
+
+fn metadata() -> impl Strategy<Value = BTreeMap<String, Value>> {
+    let value = prop_oneof![
+        any::<i64>().prop_map(Value::from),
+        text().prop_map(Value::from),
+        any::<bool>().prop_map(Value::from),
+        vec(text(), 0..3).prop_map(Value::from),
+    ];
+    btree_map(text(), value, 0..3)
+}
+
+fn reference_event_kind() -> impl Strategy<Value = TaskEventKind> {
+    let status = prop_oneof![
+        Just(TaskStatus::Running),
+        Just(TaskStatus::Progress),
+        "x-[a-z]{1,8}".prop_map(TaskStatus::Other),
+    ];
+    let status = (
+        status,
+        of(text()),
+        of((-4000i32..4000).prop_map(|n| f64::from(n) / 4.0)),
+    )
+        .prop_map(|(status, message, progress)| {
+            TaskEventKind::Status(StatusEvent {
+                status,
+                message,
+                progress,
+            })
+        });
+    let snapshot = (
+        snapshot_id(),
+        text(),
+        strings(),
+        archive_data(),
+        of(text()),
+        of(any::<bool>()),
+        metadata(),
+    )
+        .prop_map(
+            |(snapshot_id, summary, highlights, data, checksum, recommended, metadata)| {
+                TaskEventKind::Snapshot(SnapshotEvent {
+                    snapshot_id,
+                    summary,
+                    highlights,
+                    data,
+                    checksum,
+                    recommended,
+                    metadata,
+                })
+            },
+        );
+    let done = (
+        text(),
+        strings(),
+        vec(snapshot_id(), 0..3),
+        of(snapshot_id()),
+    )
+        .prop_map(
+            |(summary, highlights, snapshot_ids, recommended_snapshot_id)| {
+                TaskEventKind::Done(DoneEvent {
+                    summary,
+                    highlights,
+                    snapshot_ids,
+                    recommended_snapshot_id,
+                    result_base64: None,
+                })
+            },
+        );
+    prop_oneof![
+        status,
+        snapshot,
+        done,
+        error_info().prop_map(TaskEventKind::Error)
+    ]
+}
+
+fn seed_event_kind() -> impl Strategy<Value = TaskEventKind> {
+    (text(), strings(), text()).prop_map(|(summary, highlights, result)| {
+        TaskEventKind::Done(DoneEvent {
+            summary,
+            highlights,
+            snapshot_ids: Vec::new(),
+            recommended_snapshot_id: None,
+            result_base64: Some(result),
+        })
+    })
+}
+
+fn event(kind: BoxedStrategy<TaskEventKind>) -> impl Strategy<Value = TaskEvent> {
+    (delegation_id(), timestamp(), kind).prop_map(|(delegation_id, timestamp, kind)| TaskEvent {
+        delegation_id,
+        timestamp,
+        kind,
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn reference_messages_round_trip(msg in reference_message()) {
+        let json = encode_message(&msg, Dialect::Reference);
+        prop_assert_eq!(decode_message(json.as_bytes()), Ok((msg, Dialect::Reference)));
+    }
+
+    #[test]
+    fn seed_messages_round_trip(msg in seed_message()) {
+        let json = encode_message(&msg, Dialect::Seed);
+        prop_assert_eq!(decode_message(json.as_bytes()), Ok((msg, Dialect::Seed)));
+    }
+
+    #[test]
+    fn reference_events_round_trip(ev in event(reference_event_kind().boxed())) {
+        let json = encode_event(&ev, Dialect::Reference);
+        prop_assert_eq!(decode_event(json.as_bytes()), Ok((ev, Dialect::Reference)));
+    }
+
+    #[test]
+    fn seed_events_round_trip(ev in event(seed_event_kind().boxed())) {
+        let json = encode_event(&ev, Dialect::Seed);
+        prop_assert_eq!(decode_event(json.as_bytes()), Ok((ev, Dialect::Seed)));
+    }
+
+    #[test]
+    fn handles_round_trip(h in handle(), path in "[a-zA-Z]{0,12}") {
+        let v = encode_handle(&h);
+        prop_assert_eq!(decode_handle(&v, &path), Ok(h));
+    }
+
+    #[test]
+    fn encoder_never_writes_null(msg in reference_message(), ev in event(reference_event_kind().boxed())) {
+        fn no_null(v: &Value) -> bool {
+            match v {
+                Value::Null => false,
+                Value::Array(a) => a.iter().all(no_null),
+                Value::Object(o) => o.values().all(no_null),
+                _ => true,
+            }
+        }
+        let m = message_to_value(&msg, Dialect::Reference);
+        prop_assert_eq!(m["version"].as_str(), Some("1"));
+        prop_assert!(no_null(&m));
+        prop_assert!(no_null(&message_to_value(&msg, Dialect::Seed)));
+        prop_assert!(no_null(&event_to_value(&ev, Dialect::Reference)));
+    }
+
+    #[test]
+    fn decoders_never_panic_on_bytes(bytes in vec(any::<u8>(), 0..256)) {
+        let _ = decode_message(&bytes);
+        let _ = decode_event(&bytes);
+    }
+
+    #[test]
+    fn decoders_never_panic_on_damaged_messages(
+        msg in reference_message(),
+        ev in event(reference_event_kind().boxed()),
+        cut in any::<prop::sample::Index>(),
+        junk in prop_oneof![
+            Just(Value::Null),
+            Just(Value::from(-1)),
+            Just(Value::from(1.5e300)),
+            Just(Value::from("../..")),
+            Just(serde_json::json!([])),
+            Just(serde_json::json!({})),
+        ],
+    ) {
+        // Replace one (possibly nested) field by junk; decoding must fail or succeed cleanly.
+        fn damage(v: &mut Value, n: &mut usize, junk: &Value) {
+            if let Value::Object(o) = v {
+                for (_, child) in o.iter_mut() {
+                    if *n == 0 {
+                        *child = junk.clone();
+                        *n = usize::MAX;
+                        return;
+                    }
+                    *n -= 1;
+                    damage(child, n, junk);
+                    if *n == usize::MAX {
+                        return;
+                    }
+                }
+            }
+        }
+        for mut v in [message_to_value(&msg, Dialect::Reference), event_to_value(&ev, Dialect::Reference)] {
+            let mut n = cut.index(32);
+            damage(&mut v, &mut n, &junk);
+            let bytes = v.to_string();
+            let _ = decode_message(bytes.as_bytes());
+            let _ = decode_event(bytes.as_bytes());
+        }
+    }
+}
