@@ -1,1 +1,52 @@
-//! awcp-transports (filled by later work).
+//! AWCP transports: the archive transport, export views, the admission scanner, snapshot
+//! capture and all-or-nothing apply.
+//!
+//! Everything here is synchronous and poll-free: drivers run these functions on their
+//! runtime's blocking pool and pass a [`CancelFlag`] for long work.
+//!
+//! Map:
+//! - [`traits`]: [`DelegatorTransport`], [`ExecutorTransport`], [`TaskRunner`];
+//! - [`archive`]: ZIP pack / hardened extract, base64 and checksums,
+//!   [`ArchiveDelegator`] / [`ArchiveExecutor`];
+//! - [`walk`]: the one walker shared by admission, packing and capture; [`scan`]: admission;
+//! - [`manifest`]: file manifests for deltas and conflict detection;
+//! - [`snapshot`]: capture, apply, and the apply journal with [`snapshot::recover`];
+//! - [`export`]: export views (symlink, copy, git worktree);
+//! - [`runner`]: a demo task runner.
+
+pub mod archive;
+pub mod cancel;
+pub mod error;
+pub mod export;
+pub mod manifest;
+pub mod runner;
+pub mod scan;
+pub mod snapshot;
+pub mod traits;
+pub mod walk;
+
+pub use archive::transport::{ArchiveDelegatorConfig, ArchiveExecutorConfig};
+pub use archive::{
+    ArchiveDelegator, ArchiveExecutor, ArchiveFile, ArchiveOutput, ArchiveSource, Delivery,
+    ExtractLimits, Layout,
+};
+pub use cancel::CancelFlag;
+pub use error::TransportError;
+pub use export::{ExportView, ExportViewKind};
+pub use manifest::{Baseline, FileRecord, Manifest};
+pub use runner::DemoRunner;
+pub use scan::{scan, AdmissionLimits, ResourceSpec, WorkspaceStats};
+pub use snapshot::{
+    apply_snapshot, capture, recover, ApplyOptions, ApplyReport, ApplyRequest, CapturedSnapshot,
+    ConflictPolicy, SnapshotKind,
+};
+pub use traits::{
+    DelegatorTransport, DependencyMissing, ExecutorTransport, PrepareRequest, Prepared,
+    SetupReport, SetupRequest, TaskContext, TaskOutcome, TaskRunner,
+};
+pub use walk::{walk, SymlinkPolicy, WalkOptions};
+
+/// Whether a delegation id is unfit as a path component.
+pub(crate) fn id_is_unsafe(id: &str) -> bool {
+    awcp_proto::id::validate_id(id).is_err()
+}

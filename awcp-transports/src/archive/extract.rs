@@ -1,0 +1,501 @@
+//! Hardened ZIP extraction.
+//!
+//! Every entry is validated before anything is written (pass 1), then files are written into
+//! the target directory (pass 2) with `O_EXCL` creation through directories this extractor
+//! created itself, while actual decompressed bytes are counted against the limits (declared
+//! sizes are not trusted). Refused: absolute names, `..`, backslashes, drive prefixes, NUL,
+//! duplicate (or file-vs-directory clashing) entries, encrypted entries, device files, FIFOs and
+//! sockets, symlinks that resolve outside the archive root, entries over the size limits, zip
+//! bombs (total size and compression ratio). Symlinks that stay inside are skipped (never
+//! materialised) and reported. Entries under the reserved top-level `.awcp/` directory are not
+//! written; `.awcp/delta.json` is parsed as delta metadata.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::io::{self, Read, Seek, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use zip::ZipArchive;
+
+use crate::cancel::CancelFlag;
+use crate::error::TransportError;
+use crate::manifest::hex;
+use crate::walk::AWCP_DIR;
+
+/// The entry that marks a delta snapshot.
+pub const DELTA_ENTRY: &str = ".awcp/delta.json";
+
+/// Extraction limits (generous defaults above the admission limits).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExtractLimits {
+    /// Most entries in the archive.
+    pub max_entries: usize,
+    /// Largest single file (declared and actual).
+    pub max_file_bytes: u64,
+    /// Most uncompressed bytes in total (declared and actual).
+    pub max_total_bytes: u64,
+    /// Highest uncompressed/compressed ratio, checked per entry above 1 MiB and for the whole
+    /// archive.
+    pub max_ratio: u64,
+}
+
+impl Default for ExtractLimits {
+    fn default() -> Self {
+        ExtractLimits {
+            max_entries: 100_000,
+            max_file_bytes: 512 * 1024 * 1024,
+            max_total_bytes: 1024 * 1024 * 1024,
+            max_ratio: 250,
+        }
+    }
+}
+
+/// `.awcp/delta.json`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeltaInfo {
+    /// Format version (1).
+    pub version: u32,
+    /// Paths (relative to the archive root) the executor deleted.
+    pub deleted: Vec<String>,
+}
+
+/// A file written by the extractor.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExtractedFile {
+    /// Entry name (`/`-separated, validated).
+    pub name: String,
+    /// Bytes written.
+    pub size: u64,
+    /// Permission bits applied.
+    pub mode: u32,
+    /// SHA-256 of the content.
+    pub sha256: String,
+}
+
+/// What the extractor did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ExtractReport {
+    /// Files written, in archive order.
+    pub files: Vec<ExtractedFile>,
+    /// Delta metadata, if the archive is a delta snapshot.
+    pub delta: Option<DeltaInfo>,
+    /// Entries skipped (in-archive symlinks, other `.awcp/` entries).
+    pub skipped: Vec<String>,
+    /// Top-level names (first path component of every file, directory or deletion).
+    pub top_level: BTreeSet<String>,
+}
+
+const S_IFMT: u32 = 0o170000;
+const S_IFREG: u32 = 0o100000;
+const S_IFDIR: u32 = 0o040000;
+const S_IFLNK: u32 = 0o120000;
+
+enum Kind {
+    File,
+    Dir,
+    Skip,
+    Delta,
+}
+
+struct Planned {
+    index: usize,
+    name: String,
+    kind: Kind,
+    declared: u64,
+    mode: u32,
+}
+
+/// Validates an entry name and returns its components.
+pub fn validate_name(name: &str) -> Result<Vec<&str>, String> {
+    if name.is_empty() {
+        return Err("empty name".into());
+    }
+    if name.contains('\0') {
+        return Err("NUL in name".into());
+    }
+    if name.contains('\\') {
+        return Err("backslash in name".into());
+    }
+    if name.starts_with('/') {
+        return Err("absolute path".into());
+    }
+    let trimmed = name.strip_suffix('/').unwrap_or(name);
+    let parts: Vec<&str> = trimmed.split('/').collect();
+    if parts
+        .first()
+        .is_some_and(|p| p.len() >= 2 && p.as_bytes()[1] == b':')
+    {
+        return Err("drive-prefixed path".into());
+    }
+    for p in &parts {
+        match *p {
+            ".." => return Err("`..` escapes the target directory".into()),
+            "." | "" => return Err("empty or `.` path component".into()),
+            _ => {}
+        }
+    }
+    Ok(parts)
+}
+
+/// Lexically resolves a symlink target relative to the entry's directory; `false` if it leaves
+/// the archive root or is absolute.
+fn link_stays_inside(entry_parts: &[&str], target: &str) -> bool {
+    if target.starts_with('/') || target.contains('\\') || target.contains('\0') {
+        return false;
+    }
+    let mut stack: Vec<&str> = entry_parts[..entry_parts.len().saturating_sub(1)].to_vec();
+    for p in target.split('/') {
+        match p {
+            "" | "." => {}
+            ".." => {
+                if stack.pop().is_none() {
+                    return false;
+                }
+            }
+            other => stack.push(other),
+        }
+    }
+    true
+}
+
+/// Extracts a ZIP from `reader` into `target` (which must exist; normally empty).
+pub fn extract<R: Read + Seek>(
+    reader: R,
+    target: &Path,
+    limits: &ExtractLimits,
+    cancel: &CancelFlag,
+) -> Result<ExtractReport, TransportError> {
+    let mut zip = ZipArchive::new(reader)
+        .map_err(|e| TransportError::BadArchive(format!("not a ZIP: {e}")))?;
+    if zip.len() > limits.max_entries {
+        return Err(TransportError::BadArchive(format!(
+            "{} entries, limit {}",
+            zip.len(),
+            limits.max_entries
+        )));
+    }
+
+    // Pass 1: validate everything before writing anything.
+    let mut plan = Vec::with_capacity(zip.len());
+    let mut report = ExtractReport::default();
+    let mut files: BTreeMap<String, ()> = BTreeMap::new();
+    let mut dirs: BTreeSet<String> = BTreeSet::new();
+    let mut declared_total: u64 = 0;
+    let mut compressed_total: u64 = 0;
+    for i in 0..zip.len() {
+        cancel.check()?;
+        let (name, mode, size, csize, encrypted, is_dir_name) = {
+            let f = zip
+                .by_index_raw(i)
+                .map_err(|e| TransportError::BadArchive(format!("entry #{i}: {e}")))?;
+            let name = match std::str::from_utf8(f.name_raw()) {
+                Ok(n) => n.to_owned(),
+                Err(_) => {
+                    return Err(TransportError::rejected(
+                        String::from_utf8_lossy(f.name_raw()),
+                        "name is not UTF-8",
+                    ))
+                }
+            };
+            (
+                name.clone(),
+                f.unix_mode(),
+                f.size(),
+                f.compressed_size(),
+                f.encrypted(),
+                name.ends_with('/'),
+            )
+        };
+        let parts = validate_name(&name).map_err(|r| TransportError::rejected(&name, r))?;
+        if encrypted {
+            return Err(TransportError::rejected(&name, "encrypted entry"));
+        }
+        let ftype = mode.map(|m| m & S_IFMT).unwrap_or(0);
+        let kind = match ftype {
+            0 | S_IFREG if !is_dir_name => Kind::File,
+            0 | S_IFDIR if is_dir_name => Kind::Dir,
+            S_IFDIR => Kind::Dir,
+            S_IFLNK => {
+                let mut t = String::new();
+                zip.by_index(i)
+                    .map_err(|e| TransportError::rejected(&name, e.to_string()))?
+                    .take(4096)
+                    .read_to_string(&mut t)
+                    .map_err(|_| TransportError::rejected(&name, "unreadable symlink target"))?;
+                if !link_stays_inside(&parts, &t) {
+                    return Err(TransportError::rejected(
+                        &name,
+                        "symlink resolves outside the target directory",
+                    ));
+                }
+                Kind::Skip
+            }
+            S_IFREG => Kind::File,
+            _ => {
+                return Err(TransportError::rejected(
+                    &name,
+                    "device file, FIFO or socket entries are not allowed",
+                ))
+            }
+        };
+        let trimmed = parts.join("/");
+        let kind = if parts[0] == AWCP_DIR {
+            if trimmed == DELTA_ENTRY && matches!(kind, Kind::File) {
+                Kind::Delta
+            } else {
+                Kind::Skip
+            }
+        } else {
+            kind
+        };
+        // Duplicates and file/dir clashes.
+        match kind {
+            Kind::File | Kind::Delta => {
+                if files.insert(trimmed.clone(), ()).is_some() || dirs.contains(&trimmed) {
+                    return Err(TransportError::rejected(&name, "duplicate entry"));
+                }
+            }
+            Kind::Dir => {
+                if files.contains_key(&trimmed) {
+                    return Err(TransportError::rejected(&name, "duplicate entry"));
+                }
+            }
+            Kind::Skip => {}
+        }
+        for k in 1..parts.len() {
+            let prefix = parts[..k].join("/");
+            if files.contains_key(&prefix) {
+                return Err(TransportError::rejected(
+                    &name,
+                    "duplicate entry (a file of the same name exists)",
+                ));
+            }
+            dirs.insert(prefix);
+        }
+        if matches!(kind, Kind::Dir) {
+            dirs.insert(trimmed.clone());
+        }
+        if matches!(kind, Kind::File) {
+            if size > limits.max_file_bytes {
+                return Err(TransportError::rejected(
+                    &name,
+                    format!(
+                        "{size} bytes exceeds the file limit {}",
+                        limits.max_file_bytes
+                    ),
+                ));
+            }
+            if size > 1024 * 1024 && size / csize.max(1) > limits.max_ratio {
+                return Err(TransportError::rejected(
+                    &name,
+                    format!("compression ratio above {} (zip bomb)", limits.max_ratio),
+                ));
+            }
+            declared_total = declared_total.saturating_add(size);
+            compressed_total = compressed_total.saturating_add(csize);
+            if declared_total > limits.max_total_bytes {
+                return Err(TransportError::BadArchive(format!(
+                    "more than {} bytes uncompressed (zip bomb) at entry `{name}`",
+                    limits.max_total_bytes
+                )));
+            }
+        }
+        if !matches!(kind, Kind::Delta) && parts[0] != AWCP_DIR {
+            report.top_level.insert(parts[0].to_owned());
+        }
+        plan.push(Planned {
+            index: i,
+            name: trimmed,
+            kind,
+            declared: size,
+            mode: mode.unwrap_or(0o644),
+        });
+    }
+    if declared_total > 1024 * 1024 && declared_total / compressed_total.max(1) > limits.max_ratio {
+        return Err(TransportError::BadArchive(format!(
+            "overall compression ratio above {} (zip bomb)",
+            limits.max_ratio
+        )));
+    }
+
+    // Pass 2: write.
+    let mut written_total: u64 = 0;
+    let mut buf = vec![0u8; 64 * 1024];
+    for p in plan {
+        cancel.check()?;
+        match p.kind {
+            Kind::Skip => report.skipped.push(p.name),
+            Kind::Dir => {
+                ensure_dirs(target, &p.name, true)?;
+            }
+            Kind::Delta => {
+                let mut s = String::new();
+                zip.by_index(p.index)
+                    .map_err(|e| TransportError::rejected(&p.name, e.to_string()))?
+                    .take(16 * 1024 * 1024)
+                    .read_to_string(&mut s)
+                    .map_err(|e| TransportError::rejected(&p.name, e.to_string()))?;
+                let d: DeltaInfo = serde_json::from_str(&s).map_err(|e| {
+                    TransportError::rejected(&p.name, format!("bad delta metadata: {e}"))
+                })?;
+                if d.version != 1 {
+                    return Err(TransportError::rejected(
+                        &p.name,
+                        format!("unsupported delta version {}", d.version),
+                    ));
+                }
+                for del in &d.deleted {
+                    let parts = validate_name(del).map_err(|r| TransportError::rejected(del, r))?;
+                    if parts[0] != AWCP_DIR {
+                        report.top_level.insert(parts[0].to_owned());
+                    }
+                }
+                report.delta = Some(d);
+            }
+            Kind::File => {
+                ensure_dirs(target, &p.name, false)?;
+                let mode = (p.mode & 0o777) | 0o600;
+                let path = target.join(&p.name);
+                let mut out = fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(mode)
+                    .custom_flags(libc_o_nofollow())
+                    .open(&path)
+                    .map_err(|e| {
+                        TransportError::rejected(&p.name, format!("cannot create: {e}"))
+                    })?;
+                let mut f = zip
+                    .by_index(p.index)
+                    .map_err(|e| TransportError::rejected(&p.name, e.to_string()))?;
+                let mut h = Sha256::new();
+                let mut n: u64 = 0;
+                loop {
+                    let k = match f.read(&mut buf) {
+                        Ok(k) => k,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                        Err(e) => {
+                            return Err(TransportError::rejected(
+                                &p.name,
+                                format!("corrupt data: {e}"),
+                            ))
+                        }
+                    };
+                    if k == 0 {
+                        break;
+                    }
+                    n += k as u64;
+                    written_total += k as u64;
+                    if n > p.declared || n > limits.max_file_bytes {
+                        return Err(TransportError::rejected(
+                            &p.name,
+                            "more data than declared (zip bomb)",
+                        ));
+                    }
+                    if written_total > limits.max_total_bytes {
+                        return Err(TransportError::BadArchive(format!(
+                            "more than {} bytes uncompressed (zip bomb) at entry `{}`",
+                            limits.max_total_bytes, p.name
+                        )));
+                    }
+                    h.update(&buf[..k]);
+                    out.write_all(&buf[..k])
+                        .map_err(|e| TransportError::io(format!("writing `{}`", p.name), e))?;
+                }
+                if n != p.declared {
+                    return Err(TransportError::rejected(
+                        &p.name,
+                        "size differs from the declared size",
+                    ));
+                }
+                // The mode given to open() is filtered by the umask; set it exactly.
+                out.set_permissions(fs::Permissions::from_mode(mode))
+                    .map_err(|e| TransportError::io(format!("chmod `{}`", p.name), e))?;
+                report.files.push(ExtractedFile {
+                    name: p.name,
+                    size: n,
+                    mode,
+                    sha256: hex(&h.finalize()),
+                });
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// `O_NOFOLLOW` on Linux/macOS without a libc dependency.
+const fn libc_o_nofollow() -> i32 {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        0o400000
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    {
+        0x0100
+    }
+}
+
+/// Creates the parent directories of `rel` (or `rel` itself when `is_dir`) under `root`, one
+/// component at a time, refusing any existing component that is not a real directory.
+pub(crate) fn ensure_dirs(root: &Path, rel: &str, is_dir: bool) -> Result<(), TransportError> {
+    let parts: Vec<&str> = rel.split('/').collect();
+    let n = if is_dir { parts.len() } else { parts.len() - 1 };
+    let mut cur = root.to_path_buf();
+    for (i, part) in parts[..n].iter().enumerate() {
+        cur.push(part);
+        match fs::symlink_metadata(&cur) {
+            Ok(md) if md.is_dir() => {}
+            Ok(md) if md.file_type().is_symlink() => {
+                return Err(TransportError::SymlinkInPath(parts[..=i].join("/")))
+            }
+            Ok(_) => {
+                return Err(TransportError::rejected(
+                    rel,
+                    format!("`{}` exists and is not a directory", parts[..=i].join("/")),
+                ))
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                fs::create_dir(&cur).map_err(|e| {
+                    TransportError::io(format!("creating `{}`", parts[..=i].join("/")), e)
+                })?;
+            }
+            Err(e) => return Err(TransportError::io(format!("inspecting `{rel}`"), e)),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert!(validate_name("a/b.txt").is_ok());
+        assert!(validate_name("dir/").is_ok());
+        for bad in [
+            "",
+            "/etc/passwd",
+            "a/../../x",
+            "..",
+            "a\\b",
+            "C:/x",
+            "a//b",
+            "./a",
+            "a\0b",
+        ] {
+            assert!(validate_name(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn links() {
+        assert!(link_stays_inside(&["a", "l"], "b"));
+        assert!(link_stays_inside(&["a", "l"], "../b"));
+        assert!(!link_stays_inside(&["a", "l"], "../../b"));
+        assert!(!link_stays_inside(&["l"], "/etc/passwd"));
+    }
+}

@@ -1,0 +1,334 @@
+//! The archive transport: ZIP with DEFLATE, SHA-256 lowercase hex checksum, base64 inline or a
+//! file served by URL (WIRE.md §3.2, §11.1).
+
+pub mod extract;
+pub mod pack;
+pub mod transport;
+
+use std::fs;
+use std::io::{self, Cursor, Read, Seek, Write};
+use std::path::{Path, PathBuf};
+
+use awcp_proto::{ArchiveData, ArchiveHandle};
+use base64::Engine as _;
+use sha2::{Digest, Sha256};
+
+use crate::cancel::CancelFlag;
+use crate::error::TransportError;
+use crate::manifest::hex;
+
+pub use extract::{extract, DeltaInfo, ExtractLimits, ExtractReport, ExtractedFile, DELTA_ENTRY};
+pub use pack::{pack, PackItem, PackReport};
+pub use transport::{ArchiveDelegator, ArchiveExecutor};
+
+/// Standard base64 with padding, no line breaks.
+pub fn encode_base64(data: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(data)
+}
+
+/// Decodes standard base64, tolerating missing padding and embedded whitespace.
+pub fn decode_base64(text: &str) -> Result<Vec<u8>, TransportError> {
+    let cleaned: String;
+    let t = if text.bytes().any(|b| b.is_ascii_whitespace()) {
+        cleaned = text.chars().filter(|c| !c.is_ascii_whitespace()).collect();
+        cleaned.as_str()
+    } else {
+        text
+    };
+    let engine = base64::engine::GeneralPurpose::new(
+        &base64::alphabet::STANDARD,
+        base64::engine::GeneralPurposeConfig::new()
+            .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
+    );
+    engine
+        .decode(t)
+        .map_err(|e| TransportError::BadBase64(e.to_string()))
+}
+
+/// Compares checksums case-insensitively.
+pub fn verify_checksum(expected: &str, actual: &str) -> Result<(), TransportError> {
+    if expected.eq_ignore_ascii_case(actual) {
+        Ok(())
+    } else {
+        Err(TransportError::ChecksumMismatch {
+            expected: expected.to_owned(),
+            actual: actual.to_owned(),
+        })
+    }
+}
+
+/// An archive written to disk, for URL mode (the driver serves the file).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ArchiveFile {
+    /// The ZIP on disk (private to this machine).
+    pub path: PathBuf,
+    /// SHA-256 of the file, lowercase hex.
+    pub checksum: String,
+    /// Size in bytes.
+    pub size_bytes: u64,
+}
+
+impl ArchiveFile {
+    /// The START handle for this archive once the driver knows the URL it serves it at.
+    pub fn handle_for_url(&self, url: impl Into<String>) -> ArchiveHandle {
+        ArchiveHandle {
+            data: ArchiveData {
+                base64: None,
+                url: Some(url.into()),
+            },
+            checksum: self.checksum.clone(),
+            size_bytes: Some(self.size_bytes),
+        }
+    }
+
+    /// Reads the file and builds an inline handle (for peers without URL support).
+    pub fn to_inline_handle(&self) -> Result<ArchiveHandle, TransportError> {
+        let data = fs::read(&self.path).map_err(|e| TransportError::io("reading archive", e))?;
+        Ok(ArchiveHandle {
+            data: ArchiveData {
+                base64: Some(encode_base64(&data)),
+                url: None,
+            },
+            checksum: self.checksum.clone(),
+            size_bytes: Some(self.size_bytes),
+        })
+    }
+}
+
+/// How an archive is produced.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Delivery {
+    /// In memory, base64 inline (what the wire needs for reference peers).
+    Inline,
+    /// As a file in this directory, for the driver to serve by URL.
+    File(PathBuf),
+}
+
+/// A produced archive.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ArchiveOutput {
+    /// Inline handle (`workspaceBase64` + checksum).
+    Inline(ArchiveHandle),
+    /// A file plus checksum; build the handle with [`ArchiveFile::handle_for_url`].
+    File(ArchiveFile),
+}
+
+impl ArchiveOutput {
+    /// The checksum.
+    pub fn checksum(&self) -> &str {
+        match self {
+            ArchiveOutput::Inline(h) => &h.checksum,
+            ArchiveOutput::File(f) => &f.checksum,
+        }
+    }
+
+    /// Raw ZIP size in bytes.
+    pub fn size_bytes(&self) -> u64 {
+        match self {
+            ArchiveOutput::Inline(h) => h.size_bytes.unwrap_or(0),
+            ArchiveOutput::File(f) => f.size_bytes,
+        }
+    }
+}
+
+/// Where archive bytes come from.
+pub enum ArchiveSource<'a> {
+    /// Inline base64 text.
+    Base64(&'a str),
+    /// Raw ZIP bytes.
+    Bytes(&'a [u8]),
+    /// A ZIP file on disk.
+    File(&'a Path),
+    /// A byte stream (e.g. an HTTP body); spooled to a temp file while hashing.
+    Reader(&'a mut dyn Read),
+}
+
+impl core::fmt::Debug for ArchiveSource<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            ArchiveSource::Base64(s) => write!(f, "Base64(len {})", s.len()),
+            ArchiveSource::Bytes(b) => write!(f, "Bytes(len {})", b.len()),
+            ArchiveSource::File(_) => f.write_str("File(..)"),
+            ArchiveSource::Reader(_) => f.write_str("Reader(..)"),
+        }
+    }
+}
+
+/// A seekable, checksummed archive ready for extraction.
+pub(crate) enum Opened {
+    Mem(Cursor<Vec<u8>>),
+    File(fs::File),
+    Spooled(tempfile::NamedTempFile),
+}
+
+impl Read for Opened {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Opened::Mem(c) => c.read(buf),
+            Opened::File(f) => f.read(buf),
+            Opened::Spooled(t) => t.as_file_mut().read(buf),
+        }
+    }
+}
+
+impl Seek for Opened {
+    fn seek(&mut self, pos: io::SeekFrom) -> io::Result<u64> {
+        match self {
+            Opened::Mem(c) => c.seek(pos),
+            Opened::File(f) => f.seek(pos),
+            Opened::Spooled(t) => t.as_file_mut().seek(pos),
+        }
+    }
+}
+
+/// Opens a source, computes its SHA-256 and checks it against `expected` (if any).
+/// `spool_dir` is where a [`ArchiveSource::Reader`] is spooled (same filesystem as the target
+/// is best).
+pub(crate) fn open_verified(
+    src: ArchiveSource<'_>,
+    expected: Option<&str>,
+    spool_dir: &Path,
+    max_bytes: u64,
+    cancel: &CancelFlag,
+) -> Result<Opened, TransportError> {
+    let (opened, actual) = match src {
+        ArchiveSource::Base64(t) => {
+            let data = decode_base64(t)?;
+            let sum = hex(&Sha256::digest(&data));
+            (Opened::Mem(Cursor::new(data)), sum)
+        }
+        ArchiveSource::Bytes(b) => (
+            Opened::Mem(Cursor::new(b.to_vec())),
+            hex(&Sha256::digest(b)),
+        ),
+        ArchiveSource::File(p) => {
+            let mut f = fs::File::open(p).map_err(|e| TransportError::io("opening archive", e))?;
+            let sum = crate::manifest::hash_reader(&mut f)
+                .map_err(|e| TransportError::io("hashing archive", e))?;
+            f.rewind()
+                .map_err(|e| TransportError::io("rewinding archive", e))?;
+            (Opened::File(f), sum)
+        }
+        ArchiveSource::Reader(r) => {
+            let mut t = tempfile::Builder::new()
+                .prefix(".awcp-spool-")
+                .tempfile_in(spool_dir)
+                .map_err(|e| TransportError::io("creating spool file", e))?;
+            let mut h = Sha256::new();
+            let mut buf = vec![0u8; 64 * 1024];
+            let mut total = 0u64;
+            loop {
+                cancel.check()?;
+                let n = match r.read(&mut buf) {
+                    Ok(n) => n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(TransportError::io("receiving archive", e)),
+                };
+                if n == 0 {
+                    break;
+                }
+                total += n as u64;
+                if total > max_bytes {
+                    return Err(TransportError::BadArchive(format!(
+                        "archive larger than {max_bytes} bytes"
+                    )));
+                }
+                h.update(&buf[..n]);
+                t.write_all(&buf[..n])
+                    .map_err(|e| TransportError::io("spooling archive", e))?;
+            }
+            t.rewind()
+                .map_err(|e| TransportError::io("rewinding spool", e))?;
+            (Opened::Spooled(t), hex(&h.finalize()))
+        }
+    };
+    if let Some(exp) = expected {
+        verify_checksum(exp, &actual)?;
+    }
+    Ok(opened)
+}
+
+/// Produces an archive per `delivery` by running `write` on a seekable sink.
+pub(crate) fn produce(
+    delivery: &Delivery,
+    file_stem: &str,
+    write: impl FnOnce(&mut dyn WriteSeek) -> Result<(), TransportError>,
+) -> Result<ArchiveOutput, TransportError> {
+    match delivery {
+        Delivery::Inline => {
+            let mut cur = Cursor::new(Vec::new());
+            write(&mut cur)?;
+            let data = cur.into_inner();
+            Ok(ArchiveOutput::Inline(ArchiveHandle {
+                checksum: hex(&Sha256::digest(&data)),
+                size_bytes: Some(data.len() as u64),
+                data: ArchiveData {
+                    base64: Some(encode_base64(&data)),
+                    url: None,
+                },
+            }))
+        }
+        Delivery::File(dir) => {
+            fs::create_dir_all(dir).map_err(|e| TransportError::io("creating archive dir", e))?;
+            let mut t = tempfile::Builder::new()
+                .prefix(".awcp-pack-")
+                .tempfile_in(dir)
+                .map_err(|e| TransportError::io("creating archive file", e))?;
+            write(t.as_file_mut())?;
+            let f = t.as_file_mut();
+            f.rewind()
+                .map_err(|e| TransportError::io("rewinding archive", e))?;
+            let checksum = crate::manifest::hash_reader(f)
+                .map_err(|e| TransportError::io("hashing archive", e))?;
+            let size_bytes = f
+                .metadata()
+                .map_err(|e| TransportError::io("sizing archive", e))?
+                .len();
+            let suffix = t
+                .path()
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.strip_prefix(".awcp-pack-"))
+                .unwrap_or("x")
+                .to_owned();
+            let path = dir.join(format!("{file_stem}-{suffix}.zip"));
+            t.persist(&path)
+                .map_err(|e| TransportError::io("saving archive", e.error))?;
+            Ok(ArchiveOutput::File(ArchiveFile {
+                path,
+                checksum,
+                size_bytes,
+            }))
+        }
+    }
+}
+
+/// `Write + Seek` as one object-safe trait.
+pub trait WriteSeek: Write + Seek {}
+impl<T: Write + Seek> WriteSeek for T {}
+
+/// ZIP root layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// [S]: the single resource's files at the root.
+    Flat,
+    /// [R]: one top-level directory per resource.
+    PerResource,
+}
+
+/// Detects the layout: top-level entries exactly matching resource names → per-resource,
+/// otherwise flat.
+pub fn detect_layout<S: AsRef<str>>(
+    top_level: &std::collections::BTreeSet<String>,
+    resource_names: &[S],
+) -> Layout {
+    if !top_level.is_empty()
+        && top_level
+            .iter()
+            .all(|t| resource_names.iter().any(|r| r.as_ref() == t))
+    {
+        Layout::PerResource
+    } else {
+        Layout::Flat
+    }
+}

@@ -1,0 +1,213 @@
+//! Streaming ZIP writer: file data flows from disk through the hasher into the zip writer in
+//! 64 KiB chunks. Already-compressed data is stored rather than deflated.
+
+use std::fs;
+use std::io::{self, Read, Seek, Write};
+
+use sha2::{Digest, Sha256};
+use zip::write::SimpleFileOptions;
+use zip::{CompressionMethod, ZipWriter};
+
+use crate::cancel::CancelFlag;
+use crate::error::TransportError;
+use crate::manifest::hex;
+use crate::walk::WalkEntry;
+
+/// DEFLATE level used for compressible files (the reference uses zlib level 6).
+pub const DEFLATE_LEVEL: i64 = 6;
+/// Bytes sampled from the start of a file to decide whether it is compressible.
+const SAMPLE: usize = 64 * 1024;
+/// Extensions of formats that are already compressed.
+const COMPRESSED_EXT: &[&str] = &[
+    "zip", "gz", "tgz", "bz2", "xz", "zst", "7z", "rar", "jar", "war", "whl", "apk", "png", "jpg",
+    "jpeg", "gif", "webp", "avif", "heic", "mp3", "mp4", "m4a", "mov", "mkv", "webm", "ogg",
+    "opus", "flac", "woff", "woff2", "pdf", "docx", "xlsx", "pptx", "odt", "br", "lz4",
+];
+
+/// One file to put in an archive.
+#[derive(Clone, Copy, Debug)]
+pub struct PackItem<'a> {
+    /// Entry name in the archive (`/`-separated, relative).
+    pub name: &'a str,
+    /// The file on disk.
+    pub entry: &'a WalkEntry,
+}
+
+/// What was packed: the SHA-256 of every file's content, in order (free by-product of the
+/// streaming read, used for manifests).
+#[derive(Clone, Debug, Default)]
+pub struct PackReport {
+    /// `(entry name, content sha256)` for each file.
+    pub hashes: Vec<(String, String)>,
+    /// Sum of uncompressed sizes.
+    pub total_bytes: u64,
+    /// Files stored without compression.
+    pub stored: usize,
+}
+
+/// Writes a ZIP of `items` (plus small in-memory `extra` entries) to `w`.
+pub fn pack<W: Write + Seek>(
+    w: W,
+    items: &[PackItem<'_>],
+    extra: &[(&str, &[u8])],
+    cancel: &CancelFlag,
+) -> Result<(W, PackReport), TransportError> {
+    let mut zw = ZipWriter::new(w);
+    let mut report = PackReport::default();
+    let mut buf = vec![0u8; SAMPLE];
+    for item in items {
+        cancel.check()?;
+        let e = item.entry;
+        let ctx = || format!("packing `{}`", item.name);
+        let mut f = fs::File::open(&e.path).map_err(|err| TransportError::io(ctx(), err))?;
+        let n = read_full(&mut f, &mut buf).map_err(|err| TransportError::io(ctx(), err))?;
+        let method = if looks_compressed(item.name, &buf[..n]) {
+            report.stored += 1;
+            CompressionMethod::Stored
+        } else {
+            CompressionMethod::Deflated
+        };
+        let mut opts = SimpleFileOptions::default()
+            .compression_method(method)
+            .unix_permissions(e.mode & 0o777)
+            .large_file(e.size >= u32::MAX as u64);
+        if method == CompressionMethod::Deflated {
+            opts = opts.compression_level(Some(DEFLATE_LEVEL));
+        }
+        zw.start_file(item.name, opts)
+            .map_err(|err| TransportError::io(ctx(), zip_io(err)))?;
+        let mut h = Sha256::new();
+        h.update(&buf[..n]);
+        zw.write_all(&buf[..n])
+            .map_err(|err| TransportError::io(ctx(), err))?;
+        let mut total = n as u64;
+        if n == buf.len() {
+            loop {
+                let k = f
+                    .read(&mut buf)
+                    .map_err(|err| TransportError::io(ctx(), err))?;
+                if k == 0 {
+                    break;
+                }
+                h.update(&buf[..k]);
+                zw.write_all(&buf[..k])
+                    .map_err(|err| TransportError::io(ctx(), err))?;
+                total += k as u64;
+                if total % (16 * 1024 * 1024) < k as u64 {
+                    cancel.check()?;
+                }
+            }
+        }
+        report.total_bytes += total;
+        report
+            .hashes
+            .push((item.name.to_owned(), hex(&h.finalize())));
+    }
+    for (name, data) in extra {
+        let opts = SimpleFileOptions::default()
+            .compression_method(CompressionMethod::Deflated)
+            .unix_permissions(0o644);
+        zw.start_file(*name, opts)
+            .map_err(|err| TransportError::io("packing metadata", zip_io(err)))?;
+        zw.write_all(data)
+            .map_err(|err| TransportError::io("packing metadata", err))?;
+    }
+    let w = zw
+        .finish()
+        .map_err(|err| TransportError::io("finishing archive", zip_io(err)))?;
+    Ok((w, report))
+}
+
+pub(crate) fn zip_io(e: zip::result::ZipError) -> io::Error {
+    match e {
+        zip::result::ZipError::Io(e) => e,
+        other => io::Error::other(other.to_string()),
+    }
+}
+
+fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+/// Whether data is not worth deflating: a known compressed extension, a known compressed
+/// magic number, or a sample that does not shrink under fast DEFLATE.
+pub fn looks_compressed(name: &str, sample: &[u8]) -> bool {
+    if let Some(ext) = name
+        .rsplit('/')
+        .next()
+        .and_then(|b| b.rsplit_once('.'))
+        .map(|x| x.1)
+    {
+        let ext = ext.to_ascii_lowercase();
+        if COMPRESSED_EXT.contains(&ext.as_str()) {
+            return true;
+        }
+    }
+    const MAGIC: &[&[u8]] = &[
+        b"PK\x03\x04",
+        b"\x1f\x8b",
+        b"\x28\xb5\x2f\xfd",
+        b"\xfd7zXZ",
+        b"BZh",
+        b"\x89PNG",
+        b"\xff\xd8\xff",
+        b"7z\xbc\xaf",
+    ];
+    if MAGIC.iter().any(|m| sample.starts_with(m)) {
+        return true;
+    }
+    if sample.len() < 4096 {
+        return false;
+    }
+    // Fast-level DEFLATE of the sample; if it saves less than 3 %, store.
+    let mut enc = flate2::write::DeflateEncoder::new(CountingSink(0), flate2::Compression::fast());
+    if enc.write_all(sample).is_err() {
+        return false;
+    }
+    match enc.finish() {
+        Ok(CountingSink(n)) => n * 100 >= sample.len() * 97,
+        Err(_) => false,
+    }
+}
+
+struct CountingSink(usize);
+
+impl Write for CountingSink {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0 += buf.len();
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compressibility() {
+        assert!(looks_compressed("a/b.PNG", b""));
+        assert!(looks_compressed("x", b"PK\x03\x04rest"));
+        assert!(!looks_compressed("x.txt", &b"hello world ".repeat(1000)));
+        let mut rnd = vec![0u8; 65536];
+        let mut s = 0x1234_5678_9abc_def0u64;
+        for b in rnd.iter_mut() {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            *b = s as u8;
+        }
+        assert!(looks_compressed("x.bin", &rnd));
+    }
+}

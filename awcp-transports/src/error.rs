@@ -1,0 +1,139 @@
+//! Transport errors and their mapping to wire error codes.
+
+use awcp_proto::{ErrorCode, ErrorInfo};
+
+/// Everything a transport operation can fail with.
+///
+/// Messages never contain the delegator's real filesystem paths: entries are named relative to
+/// the workspace root.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TransportError {
+    /// The SHA-256 of the archive bytes differs from the announced checksum.
+    #[error("archive checksum mismatch: expected {expected}, got {actual}")]
+    ChecksumMismatch {
+        /// The announced checksum.
+        expected: String,
+        /// The checksum of the bytes received.
+        actual: String,
+    },
+    /// An archive entry was refused by the extractor (path traversal, link, device, limits…).
+    #[error("archive entry `{entry}` refused: {reason}")]
+    EntryRejected {
+        /// The entry's name as it appears in the archive (lossy UTF-8).
+        entry: String,
+        /// Why.
+        reason: String,
+    },
+    /// The archive as a whole is unusable (not a ZIP, too many entries, a zip bomb…).
+    #[error("archive refused: {0}")]
+    BadArchive(String),
+    /// The base64 text of an inline archive is malformed.
+    #[error("archive base64 is malformed: {0}")]
+    BadBase64(String),
+    /// A workspace path does not exist.
+    #[error("workspace resource `{0}` does not exist")]
+    WorkspaceNotFound(String),
+    /// A workspace path is not a directory, or contains something that cannot be shipped.
+    #[error("workspace resource is invalid: {0}")]
+    WorkspaceInvalid(String),
+    /// Admission: the workspace exceeds a limit.
+    #[error("workspace too large: {0}")]
+    WorkspaceTooLarge(String),
+    /// The executor's work directory exists and is not empty.
+    #[error("work directory is not empty")]
+    WorkDirNotEmpty,
+    /// Files changed locally during the delegation would be overwritten or deleted by the
+    /// snapshot; nothing was written.
+    #[error("snapshot conflicts with local edits to: {}", .paths.join(", "))]
+    Conflict {
+        /// Resource-qualified paths (`resource/path`) that changed locally.
+        paths: Vec<String>,
+    },
+    /// A snapshot apply or setup target contains a symlink where a directory is needed.
+    #[error("refusing to write through symlink at `{0}`")]
+    SymlinkInPath(String),
+    /// The operation was cancelled through its [`crate::CancelFlag`].
+    #[error("cancelled")]
+    Cancelled,
+    /// The operation is not supported by this transport or configuration.
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+    /// A crash injected by a test hook (see [`crate::snapshot::CrashPoint`]).
+    #[error("injected crash at {0}")]
+    InjectedCrash(&'static str),
+    /// An I/O error, with what was being done (relative names only).
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl TransportError {
+    /// An [`TransportError::Io`] with a context.
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        TransportError::Io {
+            context: context.into(),
+            source,
+        }
+    }
+
+    /// An [`TransportError::EntryRejected`].
+    pub fn rejected(entry: impl Into<String>, reason: impl Into<String>) -> Self {
+        TransportError::EntryRejected {
+            entry: entry.into(),
+            reason: reason.into(),
+        }
+    }
+
+    /// The wire error code this error is reported with.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            TransportError::ChecksumMismatch { .. } => ErrorCode::ChecksumMismatch,
+            TransportError::EntryRejected { .. }
+            | TransportError::BadArchive(_)
+            | TransportError::BadBase64(_)
+            | TransportError::SymlinkInPath(_) => ErrorCode::SetupFailed,
+            TransportError::WorkspaceNotFound(_) => ErrorCode::WorkspaceNotFound,
+            TransportError::WorkspaceInvalid(_) => ErrorCode::WorkspaceInvalid,
+            TransportError::WorkspaceTooLarge(_) => ErrorCode::WorkspaceTooLarge,
+            TransportError::WorkDirNotEmpty => ErrorCode::WorkdirDenied,
+            TransportError::Cancelled => ErrorCode::Cancelled,
+            TransportError::Conflict { .. }
+            | TransportError::Unsupported(_)
+            | TransportError::InjectedCrash(_)
+            | TransportError::Io { .. } => ErrorCode::TransportError,
+        }
+    }
+
+    /// The error as the protocol reports it (code, message, the code's hint).
+    pub fn to_error_info(&self) -> ErrorInfo {
+        ErrorInfo::new(self.code(), self.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes() {
+        let e = TransportError::ChecksumMismatch {
+            expected: "a".into(),
+            actual: "b".into(),
+        };
+        assert_eq!(e.to_error_info().code, ErrorCode::ChecksumMismatch);
+        let e = TransportError::rejected("../x", "escapes the target directory");
+        let info = e.to_error_info();
+        assert_eq!(info.code, ErrorCode::SetupFailed);
+        assert!(info.message.contains("../x"));
+        assert_eq!(
+            TransportError::WorkspaceTooLarge("x".into()).code(),
+            ErrorCode::WorkspaceTooLarge
+        );
+    }
+}

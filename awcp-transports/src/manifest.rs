@@ -1,0 +1,192 @@
+//! File manifests: (path, size, mode, mtime, SHA-256) records used for delta snapshots on the
+//! executor and for local-edit conflict detection on the delegator.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Read;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::cancel::CancelFlag;
+use crate::error::TransportError;
+use crate::walk::{WalkEntry, WalkResult};
+
+/// What is known about one file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileRecord {
+    /// Size in bytes.
+    pub size: u64,
+    /// Permission bits.
+    pub mode: u32,
+    /// Modification time in nanoseconds (a cheap change hint; the hash decides).
+    pub mtime_ns: i64,
+    /// SHA-256 of the content, lowercase hex.
+    pub sha256: String,
+}
+
+/// Files of one directory tree keyed by `/`-separated relative path.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// The files.
+    pub files: BTreeMap<String, FileRecord>,
+}
+
+/// The delegator's record of what it shipped, per resource name.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Baseline {
+    /// Manifest of each resource, paths relative to the resource root.
+    pub resources: BTreeMap<String, Manifest>,
+}
+
+/// How a tree differs from a manifest.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Changes {
+    /// Files that are new or whose content or mode changed, with their current state.
+    pub changed: Vec<WalkEntry>,
+    /// Paths in the manifest that no longer exist.
+    pub deleted: Vec<String>,
+}
+
+impl Changes {
+    /// Whether nothing changed.
+    pub fn is_empty(&self) -> bool {
+        self.changed.is_empty() && self.deleted.is_empty()
+    }
+}
+
+/// SHA-256 of a byte slice, lowercase hex.
+pub fn sha256_hex(data: &[u8]) -> String {
+    hex(&Sha256::digest(data))
+}
+
+/// Lowercase hex of bytes.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(DIGITS[(b >> 4) as usize] as char);
+        s.push(DIGITS[(b & 15) as usize] as char);
+    }
+    s
+}
+
+/// SHA-256 of a file's content, streamed.
+pub fn hash_file(path: &Path) -> std::io::Result<String> {
+    let mut f = fs::File::open(path)?;
+    hash_reader(&mut f)
+}
+
+/// SHA-256 of everything a reader yields, streamed.
+pub fn hash_reader(r: &mut dyn Read) -> std::io::Result<String> {
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = r.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(hex(&h.finalize()))
+}
+
+impl Manifest {
+    /// Builds a manifest from a walk, hashing every file.
+    pub fn from_walk(walk: &WalkResult, cancel: &CancelFlag) -> Result<Manifest, TransportError> {
+        let mut files = BTreeMap::new();
+        for e in &walk.files {
+            cancel.check()?;
+            let sha256 = hash_file(&e.path)
+                .map_err(|err| TransportError::io(format!("hashing `{}`", e.rel), err))?;
+            files.insert(e.rel.clone(), record(e, sha256));
+        }
+        Ok(Manifest { files })
+    }
+
+    /// Whether the file at `entry` still matches the record `rec`: equal size and mode, and
+    /// either an equal mtime or (if the mtime moved) an equal hash.
+    pub fn matches(rec: &FileRecord, entry: &WalkEntry) -> Result<bool, TransportError> {
+        if rec.size != entry.size || rec.mode != entry.mode {
+            return Ok(false);
+        }
+        if rec.mtime_ns == entry.mtime_ns {
+            return Ok(true);
+        }
+        let h = hash_file(&entry.path)
+            .map_err(|err| TransportError::io(format!("hashing `{}`", entry.rel), err))?;
+        Ok(h == rec.sha256)
+    }
+
+    /// Compares a fresh walk of the same tree with this manifest. Files whose size, mode and
+    /// mtime are unchanged are taken as unchanged without reading them (like git's index);
+    /// others are hashed.
+    pub fn changes(
+        &self,
+        walk: &WalkResult,
+        cancel: &CancelFlag,
+    ) -> Result<Changes, TransportError> {
+        let mut out = Changes::default();
+        let mut seen = 0usize;
+        for e in &walk.files {
+            cancel.check()?;
+            match self.files.get(&e.rel) {
+                Some(rec) => {
+                    seen += 1;
+                    if !Self::matches(rec, e)? {
+                        out.changed.push(e.clone());
+                    }
+                }
+                None => out.changed.push(e.clone()),
+            }
+        }
+        if seen != self.files.len() {
+            let present: std::collections::BTreeSet<&str> =
+                walk.files.iter().map(|f| f.rel.as_str()).collect();
+            out.deleted = self
+                .files
+                .keys()
+                .filter(|k| !present.contains(k.as_str()))
+                .cloned()
+                .collect();
+        }
+        Ok(out)
+    }
+}
+
+pub(crate) fn record(e: &WalkEntry, sha256: String) -> FileRecord {
+    FileRecord {
+        size: e.size,
+        mode: e.mode,
+        mtime_ns: e.mtime_ns,
+        sha256,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::walk::{walk, WalkOptions};
+
+    #[test]
+    fn detects_added_changed_deleted() {
+        let t = tempfile::tempdir().unwrap();
+        let r = t.path();
+        fs::write(r.join("a"), b"a").unwrap();
+        fs::write(r.join("b"), b"b").unwrap();
+        fs::write(r.join("c"), b"c").unwrap();
+        let c = CancelFlag::new();
+        let o = WalkOptions::default();
+        let m = Manifest::from_walk(&walk(r, &o, &c).unwrap(), &c).unwrap();
+        assert_eq!(m.files["a"].sha256, sha256_hex(b"a"));
+        assert!(m.changes(&walk(r, &o, &c).unwrap(), &c).unwrap().is_empty());
+        fs::write(r.join("a"), b"A2").unwrap();
+        fs::remove_file(r.join("b")).unwrap();
+        fs::write(r.join("d"), b"d").unwrap();
+        let ch = m.changes(&walk(r, &o, &c).unwrap(), &c).unwrap();
+        let changed: Vec<_> = ch.changed.iter().map(|e| e.rel.as_str()).collect();
+        assert_eq!(changed, vec!["a", "d"]);
+        assert_eq!(ch.deleted, vec!["b"]);
+    }
+}

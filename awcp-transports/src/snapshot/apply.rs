@@ -1,0 +1,479 @@
+//! Delegator side: all-or-nothing snapshot apply with local-edit conflict detection.
+//!
+//! The snapshot is extracted (hardened, see [`crate::archive::extract`]) into a staging
+//! directory next to the resource (same filesystem), checked against the baseline manifest
+//! recorded at prepare time, then swapped into place under a journal
+//! (see [`super::journal`]). Only `rw` resources of an `rw` delegation are written. Deletions
+//! are propagated (delta `deleted` list, or for full snapshots: shipped files missing from the
+//! snapshot), but a file the delegator never shipped is never deleted. Paths inside skipped
+//! directories (`.git/`, `node_modules/`) and `.awcp/` are never written. Nothing is written
+//! through a symlink.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use awcp_proto::AccessMode;
+
+use super::capture::SnapshotKind;
+use super::journal::{commit, recover, Journal, JournalOp, JournalState, APPLY_DIR_PREFIX};
+use crate::archive::{detect_layout, extract, open_verified, ArchiveSource, ExtractLimits, Layout};
+use crate::cancel::CancelFlag;
+use crate::error::TransportError;
+use crate::manifest::{hash_file, Baseline, Manifest};
+use crate::scan::ResourceSpec;
+use crate::walk::{mtime_ns, walk, WalkEntry, WalkOptions};
+
+/// What to do when the workspace changed locally where the snapshot writes or deletes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ConflictPolicy {
+    /// Refuse the whole apply with [`TransportError::Conflict`] (nothing is written).
+    #[default]
+    Refuse,
+    /// Overwrite local edits (the old content is still moved aside, then dropped).
+    Overwrite,
+}
+
+/// A place to inject a crash, for recovery tests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CrashPoint {
+    /// After staging and writing the journal, before any rename.
+    AfterStaging,
+    /// After this many renames of the swap phase.
+    AfterOps(usize),
+}
+
+/// Apply options.
+#[derive(Clone, Debug, Default)]
+pub struct ApplyOptions {
+    /// Extraction limits.
+    pub limits: ExtractLimits,
+    /// Conflict handling.
+    pub on_conflict: ConflictPolicy,
+    /// The walker options used at prepare (for skipped directories, and for full snapshots
+    /// applied without a baseline).
+    pub walk: WalkOptions,
+    /// Test hook: simulate a crash here (the error is [`TransportError::InjectedCrash`] and the
+    /// apply directory is left for [`super::journal::recover`]).
+    #[doc(hidden)]
+    pub crash: Option<CrashPoint>,
+}
+
+/// One snapshot to apply.
+#[derive(Debug)]
+pub struct ApplyRequest<'a> {
+    /// The delegation (names the staging directory).
+    pub delegation_id: &'a str,
+    /// The snapshot ZIP.
+    pub source: ArchiveSource<'a>,
+    /// Checksum to verify, if the peer sent one (reference snapshots have none).
+    pub expected_checksum: Option<&'a str>,
+    /// The delegation's resources.
+    pub resources: &'a [ResourceSpec],
+    /// The delegation's effective access mode.
+    pub access_mode: AccessMode,
+    /// What was shipped at prepare time, for conflict detection and deletions.
+    pub baseline: Option<&'a Baseline>,
+}
+
+/// What an apply did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ApplyReport {
+    /// Full or delta.
+    pub kind: SnapshotKind,
+    /// `resource/path` of files written.
+    pub written: Vec<String>,
+    /// `resource/path` of files deleted.
+    pub deleted: Vec<String>,
+    /// Files in the snapshot identical to what was shipped (not rewritten).
+    pub unchanged: usize,
+    /// Resources not written (`ro`, or absent from the snapshot).
+    pub skipped_resources: Vec<String>,
+    /// `resource/path` of entries refused (inside `.git/`, `node_modules/`, never shipped…).
+    pub refused: Vec<String>,
+}
+
+/// The apply directory for a delegation next to a resource directory.
+pub fn apply_dir(resource_root: &Path, delegation_id: &str) -> PathBuf {
+    let parent = resource_root.parent().unwrap_or(resource_root);
+    parent.join(format!("{APPLY_DIR_PREFIX}{delegation_id}"))
+}
+
+fn is_writable(r: &ResourceSpec, mode: AccessMode) -> bool {
+    r.mode == AccessMode::Rw && mode == AccessMode::Rw
+}
+
+/// Applies a snapshot. All-or-nothing: on any error before the swap phase the workspace is
+/// untouched; a crash during the swap is finished by [`super::journal::recover`].
+pub fn apply_snapshot(
+    mut req: ApplyRequest<'_>,
+    opts: &ApplyOptions,
+    cancel: &CancelFlag,
+) -> Result<ApplyReport, TransportError> {
+    let source = std::mem::replace(&mut req.source, ArchiveSource::Bytes(&[]));
+    let mut report = ApplyReport::default();
+    let writable: Vec<&ResourceSpec> = req
+        .resources
+        .iter()
+        .filter(|r| is_writable(r, req.access_mode))
+        .collect();
+    for r in req.resources {
+        if !is_writable(r, req.access_mode) {
+            report.skipped_resources.push(r.name.to_string());
+        }
+    }
+    if writable.is_empty() {
+        return Ok(report);
+    }
+    if crate::id_is_unsafe(req.delegation_id) {
+        return Err(TransportError::Unsupported("invalid delegation id".into()));
+    }
+    let mut roots = BTreeMap::new();
+    for r in &writable {
+        let root = fs::canonicalize(&r.source_path)
+            .map_err(|_| TransportError::WorkspaceNotFound(r.name.to_string()))?;
+        roots.insert(r.name.to_string(), root);
+    }
+    let first_root = roots[writable[0].name.as_str()].clone();
+    let dir = apply_dir(&first_root, req.delegation_id);
+    // A leftover from a crash: finish it first.
+    recover(&dir)?;
+    fs::create_dir(&dir).map_err(|e| TransportError::io("creating staging directory", e))?;
+    let result = stage_and_commit(
+        &req,
+        source,
+        opts,
+        cancel,
+        &dir,
+        &writable,
+        &roots,
+        &mut report,
+    );
+    match result {
+        Ok(()) => Ok(report),
+        Err(TransportError::InjectedCrash(p)) => Err(TransportError::InjectedCrash(p)),
+        Err(e) => {
+            // Only reached before the swap began or if a rename failed; in the latter case
+            // the journal lets recover() finish it, so keep the directory.
+            match Journal::load(&dir) {
+                Ok(Some(j)) if j.state != JournalState::Prepared => {}
+                _ => {
+                    let _ = fs::remove_dir_all(&dir);
+                    for r in &writable {
+                        let _ = fs::remove_dir_all(side_dir(
+                            &roots[r.name.as_str()],
+                            req.delegation_id,
+                        ));
+                    }
+                }
+            }
+            Err(e)
+        }
+    }
+}
+
+fn side_dir(root: &Path, id: &str) -> PathBuf {
+    let parent = root.parent().unwrap_or(root);
+    parent.join(format!(".awcp-stage-{id}"))
+}
+
+/// Moves a tree, by rename or (across filesystems) copy-then-remove.
+fn move_tree(from: &Path, to: &Path) -> Result<(), TransportError> {
+    if let Some(p) = to.parent() {
+        fs::create_dir_all(p).map_err(|e| TransportError::io("creating staging directory", e))?;
+    }
+    if fs::rename(from, to).is_ok() {
+        return Ok(());
+    }
+    copy_tree(from, to)?;
+    fs::remove_dir_all(from).map_err(|e| TransportError::io("removing staged copy", e))
+}
+
+pub(crate) fn copy_tree(from: &Path, to: &Path) -> Result<(), TransportError> {
+    fs::create_dir_all(to).map_err(|e| TransportError::io("copying staged tree", e))?;
+    for e in fs::read_dir(from).map_err(|e| TransportError::io("copying staged tree", e))? {
+        let e = e.map_err(|e| TransportError::io("copying staged tree", e))?;
+        let ft = e
+            .file_type()
+            .map_err(|e| TransportError::io("copying staged tree", e))?;
+        let dst = to.join(e.file_name());
+        if ft.is_dir() {
+            copy_tree(&e.path(), &dst)?;
+        } else if ft.is_file() {
+            fs::copy(e.path(), &dst).map_err(|e| TransportError::io("copying staged tree", e))?;
+        }
+    }
+    Ok(())
+}
+
+fn current_entry(root: &Path, rel: &str) -> Option<(WalkEntry, fs::Metadata)> {
+    let path = root.join(rel);
+    let md = fs::symlink_metadata(&path).ok()?;
+    use std::os::unix::fs::PermissionsExt;
+    Some((
+        WalkEntry {
+            rel: rel.to_owned(),
+            path,
+            size: md.len(),
+            mode: md.permissions().mode() & 0o7777,
+            mtime_ns: mtime_ns(&md),
+        },
+        md,
+    ))
+}
+
+/// Whether any parent directory of `rel` under `root` is a symlink or not a directory.
+fn parent_unsafe(root: &Path, rel: &str) -> Option<String> {
+    let parts: Vec<&str> = rel.split('/').collect();
+    let mut cur = root.to_path_buf();
+    for (i, p) in parts[..parts.len() - 1].iter().enumerate() {
+        cur.push(p);
+        match fs::symlink_metadata(&cur) {
+            Ok(md) if md.is_dir() => {}
+            Ok(_) => return Some(parts[..=i].join("/")),
+            Err(_) => return None,
+        }
+    }
+    None
+}
+
+#[allow(clippy::too_many_arguments)]
+fn stage_and_commit(
+    req: &ApplyRequest<'_>,
+    source: ArchiveSource<'_>,
+    opts: &ApplyOptions,
+    cancel: &CancelFlag,
+    dir: &Path,
+    writable: &[&ResourceSpec],
+    roots: &BTreeMap<String, PathBuf>,
+    report: &mut ApplyReport,
+) -> Result<(), TransportError> {
+    let staged_root = dir.join("new");
+    fs::create_dir(&staged_root)
+        .map_err(|e| TransportError::io("creating staging directory", e))?;
+    let opened = open_verified(
+        source,
+        req.expected_checksum,
+        dir,
+        opts.limits.max_total_bytes,
+        cancel,
+    )?;
+    let ex = extract(opened, &staged_root, &opts.limits, cancel)?;
+    report.kind = if ex.delta.is_some() {
+        SnapshotKind::Delta
+    } else {
+        SnapshotKind::Full
+    };
+    let names: Vec<&str> = req.resources.iter().map(|r| r.name.as_str()).collect();
+    let layout = detect_layout(&ex.top_level, &names);
+    if layout == Layout::Flat && req.resources.len() != 1 && !ex.top_level.is_empty() {
+        return Err(TransportError::BadArchive(
+            "flat snapshot layout but the delegation has several resources".into(),
+        ));
+    }
+    let prefix_of = |name: &str| -> String {
+        match layout {
+            Layout::Flat => String::new(),
+            Layout::PerResource => format!("{name}/"),
+        }
+    };
+
+    let mut ops = Vec::new();
+    let mut conflicts = Vec::new();
+    let mut cleanup = Vec::new();
+    let mut deleted_paths = Vec::new();
+    for r in writable {
+        cancel.check()?;
+        let name = r.name.as_str();
+        let root = &roots[name];
+        let prefix = prefix_of(name);
+        if layout == Layout::PerResource && !ex.top_level.contains(name) {
+            report.skipped_resources.push(name.to_owned());
+            continue;
+        }
+        let base = req.baseline.and_then(|b| b.resources.get(name));
+        // Staged files for this resource, and where they are.
+        let files: BTreeMap<&str, &crate::archive::ExtractedFile> = ex
+            .files
+            .iter()
+            .filter_map(|f| f.name.strip_prefix(prefix.as_str()).map(|rel| (rel, f)))
+            .filter(|(rel, _)| !rel.is_empty())
+            .collect();
+        let (res_stage, backup_root) = {
+            let rel_stage = if prefix.is_empty() {
+                staged_root.clone()
+            } else {
+                staged_root.join(name)
+            };
+            if root.parent() == first_parent(roots, writable) {
+                (rel_stage, dir.join("backup").join(name))
+            } else {
+                let sd = side_dir(root, req.delegation_id);
+                let _ = fs::remove_dir_all(&sd);
+                if rel_stage.exists() {
+                    move_tree(&rel_stage, &sd.join("new"))?;
+                }
+                cleanup.push(sd.clone());
+                (sd.join("new"), sd.join("backup"))
+            }
+        };
+        let qual = |rel: &str| format!("{name}/{rel}");
+
+        for (rel, f) in &files {
+            if opts.walk.is_excluded(rel) {
+                report.refused.push(qual(rel));
+                continue;
+            }
+            let rec = base.and_then(|m| m.files.get(*rel));
+            if let Some(rec) = rec {
+                if rec.sha256 == f.sha256 && (rec.mode & 0o111) == (f.mode & 0o111) {
+                    report.unchanged += 1;
+                    continue;
+                }
+            }
+            if let Some(bad) = parent_unsafe(root, rel) {
+                return Err(TransportError::SymlinkInPath(format!("{name}/{bad}")));
+            }
+            let cur = current_entry(root, rel);
+            let conflict = match (rec, &cur) {
+                (Some(_), None) => true,
+                (Some(rec), Some((e, md))) => !md.is_file() || !Manifest::matches(rec, e)?,
+                (None, None) => false,
+                (None, Some((e, md))) => {
+                    if md.is_file() && hash_file(&e.path).ok().as_deref() == Some(&f.sha256) {
+                        if (e.mode & 0o111) == (f.mode & 0o111) {
+                            report.unchanged += 1;
+                            continue;
+                        }
+                        false
+                    } else {
+                        base.is_some() || !md.is_file()
+                    }
+                }
+            };
+            if conflict {
+                conflicts.push(qual(rel));
+                if opts.on_conflict == ConflictPolicy::Refuse {
+                    continue;
+                }
+                if cur.as_ref().is_some_and(|(_, md)| md.is_dir()) {
+                    return Err(TransportError::Conflict {
+                        paths: vec![qual(rel)],
+                    });
+                }
+            }
+            ops.push(JournalOp {
+                target: root.join(rel),
+                staged: Some(res_stage.join(rel)),
+                backup: backup_root.join(rel),
+            });
+            report.written.push(qual(rel));
+        }
+
+        // Deletions.
+        let dels: Vec<String> = match &ex.delta {
+            Some(d) => d
+                .deleted
+                .iter()
+                .filter_map(|p| p.strip_prefix(prefix.as_str()).map(str::to_owned))
+                .collect(),
+            None => match base {
+                Some(m) => m
+                    .files
+                    .keys()
+                    .filter(|k| !files.contains_key(k.as_str()))
+                    .cloned()
+                    .collect(),
+                None => walk(root, &opts.walk, cancel)?
+                    .files
+                    .into_iter()
+                    .map(|e| e.rel)
+                    .filter(|k| !files.contains_key(k.as_str()))
+                    .collect(),
+            },
+        };
+        for rel in dels {
+            if rel.is_empty() || opts.walk.is_excluded(&rel) {
+                report.refused.push(qual(&rel));
+                continue;
+            }
+            if parent_unsafe(root, &rel).is_some() {
+                report.refused.push(qual(&rel));
+                continue;
+            }
+            let Some((e, md)) = current_entry(root, &rel) else {
+                continue;
+            };
+            let rec = base.and_then(|m| m.files.get(&rel));
+            match (base, rec) {
+                (Some(_), None) => {
+                    // Never shipped: never deleted.
+                    report.refused.push(qual(&rel));
+                    continue;
+                }
+                (_, Some(rec)) => {
+                    if !md.is_file() || !Manifest::matches(rec, &e)? {
+                        conflicts.push(qual(&rel));
+                        if opts.on_conflict == ConflictPolicy::Refuse || md.is_dir() {
+                            continue;
+                        }
+                    }
+                }
+                (None, None) => {
+                    if md.is_dir() {
+                        continue;
+                    }
+                }
+            }
+            ops.push(JournalOp {
+                target: root.join(&rel),
+                staged: None,
+                backup: backup_root.join(&rel),
+            });
+            deleted_paths.push(root.join(&rel));
+            report.deleted.push(qual(&rel));
+        }
+    }
+    if !conflicts.is_empty() && opts.on_conflict == ConflictPolicy::Refuse {
+        conflicts.sort();
+        return Err(TransportError::Conflict { paths: conflicts });
+    }
+    cancel.check()?;
+
+    let mut journal = Journal {
+        version: 1,
+        delegation_id: req.delegation_id.to_owned(),
+        state: JournalState::Prepared,
+        ops,
+        cleanup,
+    };
+    journal.save(dir)?;
+    if opts.crash == Some(CrashPoint::AfterStaging) {
+        return Err(TransportError::InjectedCrash("after staging"));
+    }
+    let crash_after = match opts.crash {
+        Some(CrashPoint::AfterOps(n)) => Some(n),
+        _ => None,
+    };
+    commit(dir, &mut journal, crash_after)?;
+
+    // Best effort: remove directories left empty by deletions.
+    let stop: BTreeSet<&PathBuf> = roots.values().collect();
+    for p in deleted_paths {
+        let mut cur = p.parent().map(Path::to_path_buf);
+        while let Some(d) = cur {
+            if stop.contains(&d) || fs::remove_dir(&d).is_err() {
+                break;
+            }
+            cur = d.parent().map(Path::to_path_buf);
+        }
+    }
+    Ok(())
+}
+
+fn first_parent<'a>(
+    roots: &'a BTreeMap<String, PathBuf>,
+    writable: &[&ResourceSpec],
+) -> Option<&'a Path> {
+    roots[writable[0].name.as_str()].parent()
+}

@@ -1,0 +1,216 @@
+//! The apply journal: a small JSON file that makes the swap phase of an apply restartable.
+//!
+//! Life of an apply directory `<parent>/.awcp-apply-<delegation>/`:
+//! 1. staging: the snapshot is extracted into `new/` and verified; the journal is written with
+//!    state `prepared` listing every planned rename. A crash now is rolled back (the staging
+//!    directory is removed; the workspace was never touched).
+//! 2. the state becomes `committing` (atomic rename of the journal), then each op moves the
+//!    current file (if any) to `backup/` and the staged file into place. A crash now is rolled
+//!    forward: every op is idempotent, so recovery simply redoes the remaining ones.
+//! 3. the state becomes `committed` and the directory is removed.
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::TransportError;
+
+/// File name of the journal inside an apply directory.
+pub const JOURNAL_FILE: &str = "journal.json";
+/// Prefix of apply directories.
+pub const APPLY_DIR_PREFIX: &str = ".awcp-apply-";
+
+/// Where an apply is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JournalState {
+    /// Staged and verified; nothing in the workspace touched yet.
+    Prepared,
+    /// Renames in progress.
+    Committing,
+    /// Done.
+    Committed,
+}
+
+/// One planned rename.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JournalOp {
+    /// The workspace file.
+    pub target: PathBuf,
+    /// The staged new content (`None` for a deletion).
+    pub staged: Option<PathBuf>,
+    /// Where the old file is moved before being replaced or deleted.
+    pub backup: PathBuf,
+}
+
+/// The journal.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Journal {
+    /// Format version (1).
+    pub version: u32,
+    /// The delegation.
+    pub delegation_id: String,
+    /// State.
+    pub state: JournalState,
+    /// Renames, in order.
+    pub ops: Vec<JournalOp>,
+    /// Staging directories to remove when finished.
+    pub cleanup: Vec<PathBuf>,
+}
+
+/// What [`recover`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Recovery {
+    /// No journal was found.
+    Nothing,
+    /// The apply had not started swapping; the workspace is untouched and staging removed.
+    RolledBack,
+    /// The apply was mid-swap; it was finished.
+    RolledForward,
+}
+
+impl Journal {
+    /// Writes the journal atomically (write temp, fsync, rename).
+    pub fn save(&self, dir: &Path) -> Result<(), TransportError> {
+        let data = serde_json::to_vec_pretty(self)
+            .map_err(|e| TransportError::io("encoding journal", e.into()))?;
+        let tmp = dir.join("journal.json.tmp");
+        let mut f = fs::File::create(&tmp).map_err(|e| TransportError::io("writing journal", e))?;
+        f.write_all(&data)
+            .and_then(|_| f.sync_all())
+            .map_err(|e| TransportError::io("writing journal", e))?;
+        fs::rename(&tmp, dir.join(JOURNAL_FILE))
+            .map_err(|e| TransportError::io("writing journal", e))?;
+        if let Ok(d) = fs::File::open(dir) {
+            let _ = d.sync_all();
+        }
+        Ok(())
+    }
+
+    /// Reads a journal from an apply directory.
+    pub fn load(dir: &Path) -> Result<Option<Journal>, TransportError> {
+        match fs::read(dir.join(JOURNAL_FILE)) {
+            Ok(d) => serde_json::from_slice(&d)
+                .map(Some)
+                .map_err(|e| TransportError::io("decoding journal", e.into())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(TransportError::io("reading journal", e)),
+        }
+    }
+}
+
+fn exists(p: &Path) -> bool {
+    fs::symlink_metadata(p).is_ok()
+}
+
+fn mkparent(p: &Path) -> Result<(), TransportError> {
+    if let Some(d) = p.parent() {
+        fs::create_dir_all(d).map_err(|e| TransportError::io("creating directory", e))?;
+    }
+    Ok(())
+}
+
+/// Performs op `op` idempotently.
+pub(crate) fn run_op(op: &JournalOp) -> Result<(), TransportError> {
+    let staged_present = op.staged.as_deref().is_some_and(exists);
+    let is_delete = op.staged.is_none();
+    if (staged_present || is_delete) && exists(&op.target) && !exists(&op.backup) {
+        mkparent(&op.backup)?;
+        fs::rename(&op.target, &op.backup).map_err(|e| TransportError::io("backing up", e))?;
+    }
+    if let Some(staged) = &op.staged {
+        if staged_present {
+            mkparent(&op.target)?;
+            fs::rename(staged, &op.target)
+                .map_err(|e| TransportError::io("moving into place", e))?;
+        }
+    }
+    Ok(())
+}
+
+/// Runs all ops from `committing` to `committed` and cleans up.
+pub(crate) fn commit(
+    dir: &Path,
+    j: &mut Journal,
+    crash_after_ops: Option<usize>,
+) -> Result<(), TransportError> {
+    if j.state == JournalState::Prepared {
+        j.state = JournalState::Committing;
+        j.save(dir)?;
+    }
+    for (i, op) in j.ops.iter().enumerate() {
+        if crash_after_ops == Some(i) {
+            return Err(TransportError::InjectedCrash("mid-swap"));
+        }
+        run_op(op)?;
+    }
+    j.state = JournalState::Committed;
+    j.save(dir)?;
+    cleanup(dir, j);
+    Ok(())
+}
+
+fn cleanup(dir: &Path, j: &Journal) {
+    for c in &j.cleanup {
+        let _ = fs::remove_dir_all(c);
+    }
+    let _ = fs::remove_dir_all(dir);
+}
+
+/// Finishes or rolls back an interrupted apply whose directory is `dir`
+/// (`<parent>/.awcp-apply-<delegation>`).
+pub fn recover(dir: &Path) -> Result<Recovery, TransportError> {
+    let Some(mut j) = Journal::load(dir)? else {
+        if exists(dir) {
+            // Crashed while staging, before the journal existed.
+            let _ = fs::remove_dir_all(dir);
+            return Ok(Recovery::RolledBack);
+        }
+        return Ok(Recovery::Nothing);
+    };
+    match j.state {
+        JournalState::Prepared => {
+            cleanup(dir, &j);
+            Ok(Recovery::RolledBack)
+        }
+        JournalState::Committing => {
+            commit(dir, &mut j, None)?;
+            Ok(Recovery::RolledForward)
+        }
+        JournalState::Committed => {
+            cleanup(dir, &j);
+            Ok(Recovery::RolledForward)
+        }
+    }
+}
+
+/// Recovers every interrupted apply directory directly under `parent` (the parent directory
+/// of a workspace resource). Returns what was done for each.
+pub fn recover_all(parent: &Path) -> Result<Vec<(String, Recovery)>, TransportError> {
+    let mut out = Vec::new();
+    let rd = match fs::read_dir(parent) {
+        Ok(r) => r,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(TransportError::io("listing apply directories", e)),
+    };
+    let mut dirs: Vec<_> = rd
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(APPLY_DIR_PREFIX)
+        })
+        .map(|e| e.path())
+        .collect();
+    dirs.sort();
+    for d in dirs {
+        let name = d
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        out.push((name, recover(&d)?));
+    }
+    Ok(out)
+}

@@ -1,0 +1,15 @@
+//! Snapshots: capture on the executor, all-or-nothing apply on the delegator, and the apply
+//! journal that makes a crash mid-apply recoverable.
+
+pub mod apply;
+pub mod capture;
+pub mod journal;
+
+pub use apply::{
+    apply_dir, apply_snapshot, ApplyOptions, ApplyReport, ApplyRequest, ConflictPolicy, CrashPoint,
+};
+pub use capture::{
+    baseline_path, capture, executor_walk_options, full_walk_options, load_baseline, save_baseline,
+    CapturedSnapshot, SnapshotKind,
+};
+pub use journal::{recover, recover_all, Journal, JournalState, Recovery};

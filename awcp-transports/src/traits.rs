@@ -1,0 +1,193 @@
+//! The poll-free transport traits the drivers call on their blocking pools. They mirror the
+//! engine's transport outputs: prepare / apply / release on the delegator, check_dependency /
+//! setup / capture / release on the executor, and the task runner that does the work.
+
+use std::path::{Path, PathBuf};
+
+use awcp_proto::{
+    AccessMode, ArchiveHandle, DelegationId, ResourceName, Timestamp, TransportHandle,
+    TransportKind,
+};
+
+use crate::archive::{ArchiveOutput, ArchiveSource, Delivery, Layout};
+use crate::cancel::CancelFlag;
+use crate::error::TransportError;
+use crate::export::ExportViewKind;
+use crate::manifest::Baseline;
+use crate::scan::{ResourceSpec, WorkspaceStats};
+use crate::snapshot::{ApplyReport, ApplyRequest, CapturedSnapshot, SnapshotKind};
+
+/// What the delegator asks a transport to prepare.
+#[derive(Clone, Debug)]
+pub struct PrepareRequest<'a> {
+    /// The delegation.
+    pub delegation_id: &'a DelegationId,
+    /// Its resources.
+    pub resources: &'a [ResourceSpec],
+    /// The effective access mode.
+    pub access_mode: AccessMode,
+    /// How to expose the resources.
+    pub export: ExportViewKind,
+    /// Inline base64 or a file for URL mode.
+    pub delivery: Delivery,
+    /// ZIP root layout the peer expects ([R] per-resource, [S] flat).
+    pub layout: Layout,
+}
+
+/// A prepared delegation.
+#[derive(Clone, Debug)]
+pub struct Prepared {
+    /// The archive: an inline handle, or a file for the driver to serve (then build the handle
+    /// with [`crate::archive::ArchiveFile::handle_for_url`]).
+    pub archive: ArchiveOutput,
+    /// What was shipped, for conflict detection at apply.
+    pub baseline: Baseline,
+    /// Statistics of exactly what was shipped.
+    pub stats: WorkspaceStats,
+}
+
+impl Prepared {
+    /// The START transport handle, if the archive is inline.
+    pub fn inline_handle(&self) -> Option<TransportHandle> {
+        match &self.archive {
+            ArchiveOutput::Inline(h) => Some(TransportHandle::Archive(h.clone())),
+            ArchiveOutput::File(_) => None,
+        }
+    }
+}
+
+/// Delegator side of a transport.
+pub trait DelegatorTransport: Send + Sync {
+    /// Which transport this is.
+    fn kind(&self) -> TransportKind;
+    /// Builds the export view and the transport handle data.
+    fn prepare(
+        &self,
+        req: &PrepareRequest<'_>,
+        cancel: &CancelFlag,
+    ) -> Result<Prepared, TransportError>;
+    /// Applies a snapshot to the `rw` resources, all-or-nothing.
+    fn apply_snapshot(
+        &self,
+        req: ApplyRequest<'_>,
+        cancel: &CancelFlag,
+    ) -> Result<ApplyReport, TransportError>;
+    /// Removes the export view and temporary archives. Idempotent.
+    fn release(&self, delegation_id: &DelegationId) -> Result<(), TransportError>;
+}
+
+/// A missing executor dependency, with a hint for the operator.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("missing dependency: {hint}")]
+pub struct DependencyMissing {
+    /// What to install.
+    pub hint: String,
+}
+
+/// What the executor sets up.
+#[derive(Debug)]
+pub struct SetupRequest<'a> {
+    /// The work directory (must not exist or be empty).
+    pub work_dir: &'a Path,
+    /// Archive bytes.
+    pub source: ArchiveSource<'a>,
+    /// The handle's checksum.
+    pub expected_checksum: Option<&'a str>,
+    /// The effective access mode.
+    pub access_mode: AccessMode,
+    /// The INVITE's resource names (for layout detection).
+    pub resources: &'a [ResourceName],
+}
+
+impl<'a> SetupRequest<'a> {
+    /// A setup request from an inline archive handle; `None` if the handle only has a URL
+    /// (fetch it and use [`ArchiveSource::Reader`]).
+    pub fn from_inline_handle(
+        work_dir: &'a Path,
+        handle: &'a ArchiveHandle,
+        access_mode: AccessMode,
+        resources: &'a [ResourceName],
+    ) -> Option<Self> {
+        let b64 = handle.data.base64.as_deref()?;
+        Some(SetupRequest {
+            work_dir,
+            source: ArchiveSource::Base64(b64),
+            expected_checksum: Some(&handle.checksum),
+            access_mode,
+            resources,
+        })
+    }
+}
+
+/// What setup did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SetupReport {
+    /// Layout of the received archive.
+    pub layout: Layout,
+    /// Files extracted.
+    pub file_count: u64,
+    /// Bytes extracted.
+    pub total_bytes: u64,
+}
+
+/// Executor side of a transport.
+pub trait ExecutorTransport: Send + Sync {
+    /// Which transport this is.
+    fn kind(&self) -> TransportKind;
+    /// Whether this machine has what the transport needs.
+    fn check_dependency(&self) -> Result<(), DependencyMissing>;
+    /// Materialises the workspace in the work directory and records the baseline.
+    fn setup(
+        &self,
+        req: SetupRequest<'_>,
+        cancel: &CancelFlag,
+    ) -> Result<SetupReport, TransportError>;
+    /// Captures a snapshot of the work directory.
+    fn capture(
+        &self,
+        work_dir: &Path,
+        kind: SnapshotKind,
+        delivery: &Delivery,
+        cancel: &CancelFlag,
+    ) -> Result<CapturedSnapshot, TransportError>;
+    /// Removes the work directory and captured files. Idempotent.
+    fn release(&self, work_dir: &Path) -> Result<(), TransportError>;
+}
+
+/// What a task runner gets.
+#[derive(Clone, Debug)]
+pub struct TaskContext {
+    /// The delegation.
+    pub delegation_id: DelegationId,
+    /// Where the workspace is.
+    pub work_dir: PathBuf,
+    /// Short description.
+    pub description: String,
+    /// Full instructions.
+    pub prompt: String,
+    /// Lease end.
+    pub expires_at: Timestamp,
+    /// Effective access (a runner must not write under `ro`).
+    pub access_mode: AccessMode,
+}
+
+/// What a task produced.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TaskOutcome {
+    /// Final summary.
+    pub summary: String,
+    /// Files worth looking at.
+    pub highlights: Vec<String>,
+}
+
+/// The agent that does the work on the executor. Synchronous and cancellable; progress
+/// messages flow back to the engine as inputs.
+pub trait TaskRunner: Send + Sync {
+    /// Runs the task. `Err` is a task failure message.
+    fn run(
+        &self,
+        ctx: &TaskContext,
+        progress: &dyn Fn(String),
+        cancel: &CancelFlag,
+    ) -> Result<TaskOutcome, String>;
+}

@@ -1,0 +1,379 @@
+//! The one workspace walker shared by admission, packing, capture and apply, so that what
+//! admission counts is exactly what the archive ships.
+//!
+//! Rules:
+//! - only regular files are shipped; directories are implied by their files (empty
+//!   directories are not shipped);
+//! - directories named in [`WalkOptions::skip_dirs`] (`node_modules`, `.git` by default) are
+//!   neither counted nor shipped, at any depth; the top-level `.awcp/` directory is reserved
+//!   for protocol metadata and always skipped;
+//! - `.gitignore` and `.awcpignore` files inside the workspace are honoured (ignore files above
+//!   the workspace root are not read, so the result never depends on where it lives);
+//! - symlinks are never followed and never shipped. A symlink that resolves outside the
+//!   workspace is refused under [`SymlinkPolicy::RefuseOutside`] and skipped under
+//!   [`SymlinkPolicy::Skip`]; symlinks that stay inside are skipped (the file they point to is
+//!   shipped under its own name anyway). Skipped symlinks are reported.
+//! - FIFOs, sockets and device files are skipped and reported.
+
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use ignore::{WalkBuilder, WalkState};
+
+use crate::cancel::CancelFlag;
+use crate::error::TransportError;
+
+/// Name of the per-workspace ignore file (gitignore syntax).
+pub const AWCP_IGNORE_FILE: &str = ".awcpignore";
+/// The reserved top-level metadata directory.
+pub const AWCP_DIR: &str = ".awcp";
+
+/// What to do with a symlink that resolves outside the workspace.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SymlinkPolicy {
+    /// Skip it (and report it in [`WalkResult::skipped_symlinks`]).
+    #[default]
+    Skip,
+    /// Fail the walk with [`TransportError::WorkspaceInvalid`].
+    RefuseOutside,
+}
+
+/// How to walk a workspace.
+#[derive(Clone, Debug)]
+pub struct WalkOptions {
+    /// Directory names skipped at any depth.
+    pub skip_dirs: Vec<String>,
+    /// Honour `.gitignore` and `.awcpignore` files.
+    pub honour_ignore_files: bool,
+    /// Symlinks pointing outside the workspace.
+    pub symlinks: SymlinkPolicy,
+    /// Walker threads; 0 picks a default from the machine.
+    pub threads: usize,
+}
+
+impl Default for WalkOptions {
+    fn default() -> Self {
+        WalkOptions {
+            skip_dirs: vec!["node_modules".into(), ".git".into()],
+            honour_ignore_files: true,
+            symlinks: SymlinkPolicy::Skip,
+            threads: 0,
+        }
+    }
+}
+
+impl WalkOptions {
+    /// Whether a relative path (`/`-separated) lies in a skipped or reserved directory.
+    pub fn is_excluded(&self, rel: &str) -> bool {
+        let mut parts = rel.split('/').peekable();
+        let mut first = true;
+        while let Some(p) = parts.next() {
+            let is_dir_component = parts.peek().is_some();
+            if is_dir_component && (first && p == AWCP_DIR || self.skip_dirs.iter().any(|d| d == p))
+            {
+                return true;
+            }
+            first = false;
+        }
+        false
+    }
+}
+
+/// One regular file the walk found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WalkEntry {
+    /// Path relative to the workspace root, `/`-separated.
+    pub rel: String,
+    /// Absolute path on this machine (never put on the wire).
+    pub path: PathBuf,
+    /// Size in bytes.
+    pub size: u64,
+    /// Permission bits (`0o7777` mask).
+    pub mode: u32,
+    /// Modification time, nanoseconds since the epoch.
+    pub mtime_ns: i64,
+}
+
+/// The files of a workspace, sorted by relative path.
+#[derive(Clone, Debug, Default)]
+pub struct WalkResult {
+    /// Regular files, sorted by [`WalkEntry::rel`].
+    pub files: Vec<WalkEntry>,
+    /// Relative paths of symlinks that were skipped.
+    pub skipped_symlinks: Vec<String>,
+    /// Relative paths of FIFOs, sockets and devices that were skipped.
+    pub skipped_special: Vec<String>,
+}
+
+impl WalkResult {
+    /// Sum of file sizes.
+    pub fn total_bytes(&self) -> u64 {
+        self.files.iter().map(|f| f.size).sum()
+    }
+}
+
+/// Modification time of a metadata record in nanoseconds.
+pub(crate) fn mtime_ns(md: &fs::Metadata) -> i64 {
+    md.mtime()
+        .saturating_mul(1_000_000_000)
+        .saturating_add(md.mtime_nsec())
+}
+
+/// Walks `root` (a directory; a symlink at the root itself is resolved once).
+pub fn walk(
+    root: &Path,
+    opts: &WalkOptions,
+    cancel: &CancelFlag,
+) -> Result<WalkResult, TransportError> {
+    let root = fs::canonicalize(root).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            TransportError::WorkspaceNotFound(display_name(root))
+        } else {
+            TransportError::io("resolving workspace root", e)
+        }
+    })?;
+    let md = fs::metadata(&root).map_err(|e| TransportError::io("reading workspace root", e))?;
+    if !md.is_dir() {
+        return Err(TransportError::WorkspaceInvalid(format!(
+            "`{}` is not a directory",
+            display_name(&root)
+        )));
+    }
+
+    let skip = opts.skip_dirs.clone();
+    let mut builder = WalkBuilder::new(&root);
+    builder
+        .hidden(false)
+        .parents(false)
+        .ignore(false)
+        .git_global(false)
+        .git_exclude(false)
+        .require_git(false)
+        .git_ignore(opts.honour_ignore_files)
+        .follow_links(false)
+        .threads(opts.threads)
+        .filter_entry(move |e| {
+            let is_dir = e.file_type().is_some_and(|t| t.is_dir());
+            if !is_dir {
+                return true;
+            }
+            let name = e.file_name().to_string_lossy();
+            if e.depth() == 1 && name == AWCP_DIR {
+                return false;
+            }
+            !skip.iter().any(|s| *s == name)
+        });
+    if opts.honour_ignore_files {
+        builder.add_custom_ignore_filename(AWCP_IGNORE_FILE);
+    }
+
+    let out = Mutex::new(WalkResult::default());
+    let failure: Mutex<Option<TransportError>> = Mutex::new(None);
+    let fail = |e: TransportError| {
+        let mut f = failure.lock().unwrap_or_else(|p| p.into_inner());
+        if f.is_none() {
+            *f = Some(e);
+        }
+        WalkState::Quit
+    };
+
+    builder.build_parallel().run(|| {
+        Box::new(|res| {
+            if cancel.is_cancelled() {
+                return fail(TransportError::Cancelled);
+            }
+            let entry = match res {
+                Ok(e) => e,
+                Err(e) => {
+                    return fail(TransportError::WorkspaceInvalid(format!(
+                        "cannot read part of the workspace: {}",
+                        strip_root(&e.to_string(), &root)
+                    )))
+                }
+            };
+            if entry.depth() == 0 {
+                return WalkState::Continue;
+            }
+            let path = entry.path();
+            let rel = match rel_name(&root, path) {
+                Some(r) => r,
+                None => {
+                    return fail(TransportError::WorkspaceInvalid(format!(
+                        "file name is not valid UTF-8: {}",
+                        path.strip_prefix(&root).unwrap_or(path).to_string_lossy()
+                    )))
+                }
+            };
+            let Some(ft) = entry.file_type() else {
+                return WalkState::Continue;
+            };
+            if ft.is_dir() {
+                return WalkState::Continue;
+            }
+            if ft.is_symlink() {
+                let inside = fs::canonicalize(path)
+                    .map(|t| t.starts_with(&root))
+                    .unwrap_or(false);
+                if !inside && opts.symlinks == SymlinkPolicy::RefuseOutside {
+                    return fail(TransportError::WorkspaceInvalid(format!(
+                        "symlink `{rel}` points outside the workspace"
+                    )));
+                }
+                lock(&out).skipped_symlinks.push(rel);
+                return WalkState::Continue;
+            }
+            if !ft.is_file() {
+                lock(&out).skipped_special.push(rel);
+                return WalkState::Continue;
+            }
+            let md = match fs::symlink_metadata(path) {
+                Ok(m) => m,
+                Err(e) => return fail(TransportError::io(format!("reading `{rel}`"), e)),
+            };
+            let e = WalkEntry {
+                rel,
+                path: path.to_path_buf(),
+                size: md.len(),
+                mode: md.permissions().mode() & 0o7777,
+                mtime_ns: mtime_ns(&md),
+            };
+            lock(&out).files.push(e);
+            WalkState::Continue
+        })
+    });
+
+    if let Some(e) = failure.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        return Err(e);
+    }
+    let mut out = out.into_inner().unwrap_or_else(|p| p.into_inner());
+    out.files.sort_by(|a, b| a.rel.cmp(&b.rel));
+    out.skipped_symlinks.sort();
+    out.skipped_special.sort();
+    Ok(out)
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn rel_name(root: &Path, path: &Path) -> Option<String> {
+    let rel = path.strip_prefix(root).ok()?;
+    let mut s = String::new();
+    for c in rel.components() {
+        if !s.is_empty() {
+            s.push('/');
+        }
+        s.push_str(c.as_os_str().to_str()?);
+    }
+    Some(s)
+}
+
+fn strip_root(msg: &str, root: &Path) -> String {
+    let r = root.to_string_lossy();
+    msg.replace(&*r, "<workspace>")
+}
+
+/// The last component of a path, for messages that must not reveal the full path.
+pub(crate) fn display_name(p: &Path) -> String {
+    p.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "<workspace>".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(root: &Path, rel: &str, data: &[u8]) {
+        let p = root.join(rel);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(p, data).unwrap();
+    }
+
+    #[test]
+    fn skips_default_dirs_ignore_files_and_reserved_dir() {
+        let t = tempfile::tempdir().unwrap();
+        let r = t.path();
+        write(r, "a.txt", b"a");
+        write(r, "src/b.rs", b"bb");
+        write(r, "node_modules/x/y.js", b"x");
+        write(r, "sub/node_modules/z.js", b"x");
+        write(r, ".git/config", b"x");
+        write(r, ".awcp/manifest.json", b"x");
+        write(r, ".gitignore", b"*.log\n");
+        write(r, "debug.log", b"x");
+        write(r, ".awcpignore", b"secret/\n");
+        write(r, "secret/k", b"x");
+        write(r, ".hidden", b"h");
+        let w = walk(r, &WalkOptions::default(), &CancelFlag::new()).unwrap();
+        let names: Vec<_> = w.files.iter().map(|f| f.rel.as_str()).collect();
+        assert_eq!(
+            names,
+            vec![".awcpignore", ".gitignore", ".hidden", "a.txt", "src/b.rs"]
+        );
+        assert_eq!(w.total_bytes(), 11 + 6 + 1 + 1 + 2);
+    }
+
+    #[test]
+    fn symlinks_outside_are_skipped_or_refused_never_followed() {
+        let outside = tempfile::tempdir().unwrap();
+        write(outside.path(), "secret", b"top secret");
+        let t = tempfile::tempdir().unwrap();
+        write(t.path(), "a.txt", b"a");
+        std::os::unix::fs::symlink(outside.path().join("secret"), t.path().join("leak")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), t.path().join("leakdir")).unwrap();
+        std::os::unix::fs::symlink("a.txt", t.path().join("inside")).unwrap();
+        let w = walk(t.path(), &WalkOptions::default(), &CancelFlag::new()).unwrap();
+        assert_eq!(w.files.len(), 1);
+        assert_eq!(w.skipped_symlinks, vec!["inside", "leak", "leakdir"]);
+        let opts = WalkOptions {
+            symlinks: SymlinkPolicy::RefuseOutside,
+            ..Default::default()
+        };
+        let err = walk(t.path(), &opts, &CancelFlag::new()).unwrap_err();
+        assert!(matches!(err, TransportError::WorkspaceInvalid(m) if m.contains("leak")));
+    }
+
+    #[test]
+    fn missing_and_non_dir_roots() {
+        let t = tempfile::tempdir().unwrap();
+        let e = walk(
+            &t.path().join("nope"),
+            &WalkOptions::default(),
+            &CancelFlag::new(),
+        );
+        assert!(matches!(e, Err(TransportError::WorkspaceNotFound(_))));
+        write(t.path(), "f", b"x");
+        let e = walk(
+            &t.path().join("f"),
+            &WalkOptions::default(),
+            &CancelFlag::new(),
+        );
+        assert!(matches!(e, Err(TransportError::WorkspaceInvalid(_))));
+    }
+
+    #[test]
+    fn cancelled_walk_stops() {
+        let t = tempfile::tempdir().unwrap();
+        write(t.path(), "a", b"a");
+        let c = CancelFlag::new();
+        c.cancel();
+        assert!(matches!(
+            walk(t.path(), &WalkOptions::default(), &c),
+            Err(TransportError::Cancelled)
+        ));
+    }
+
+    #[test]
+    fn excluded_paths() {
+        let o = WalkOptions::default();
+        assert!(o.is_excluded(".git/hooks/pre-commit"));
+        assert!(o.is_excluded("a/node_modules/x"));
+        assert!(o.is_excluded(".awcp/delta.json"));
+        assert!(!o.is_excluded("a/.awcp/x"));
+        assert!(!o.is_excluded(".git"));
+        assert!(!o.is_excluded("src/main.rs"));
+    }
+}
