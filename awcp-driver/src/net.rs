@@ -10,18 +10,18 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::future::Either;
 use http::{Method, Request, Uri};
-use http_body_util::combinators::BoxBody;
+use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 
 use crate::runtime::{blocking, Runtime};
 
 /// The body type of every response this crate serves.
-pub type ResponseBody = BoxBody<Bytes, Infallible>;
+pub type ResponseBody = UnsyncBoxBody<Bytes, Infallible>;
 
 /// A full body from bytes.
 pub fn full(b: impl Into<Bytes>) -> ResponseBody {
-    Full::new(b.into()).boxed()
+    Full::new(b.into()).boxed_unsync()
 }
 
 /// A JSON response.
@@ -123,7 +123,9 @@ pub async fn read_body(body: Incoming, limit: u64) -> Result<Bytes, NetError> {
     match limited.collect().await {
         Ok(c) => Ok(c.to_bytes()),
         Err(e) => {
-            if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some()
+            {
                 Err(NetError::TooLarge(limit))
             } else {
                 Err(NetError::Io(e.to_string()))
@@ -209,7 +211,7 @@ pub async fn download<R: Runtime>(
 pub fn channel_body(rx: futures::channel::mpsc::Receiver<Bytes>) -> ResponseBody {
     use futures::StreamExt;
     let stream = rx.map(|b| Ok::<_, Infallible>(hyper::body::Frame::data(b)));
-    BodyExt::boxed(http_body_util::StreamBody::new(stream))
+    BodyExt::boxed_unsync(http_body_util::StreamBody::new(stream))
 }
 
 #[cfg(test)]

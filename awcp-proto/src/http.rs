@@ -51,7 +51,10 @@ pub fn cancel_url(peer: &str, id: &DelegationId) -> String {
 pub fn presented_credential(authorization: Option<&str>, api_key: Option<&str>) -> Option<String> {
     if let Some(a) = authorization {
         let a = a.trim();
-        if let Some(t) = a.strip_prefix("Bearer ").or_else(|| a.strip_prefix("bearer ")) {
+        if let Some(t) = a
+            .strip_prefix("Bearer ")
+            .or_else(|| a.strip_prefix("bearer "))
+        {
             return Some(t.trim().to_owned());
         }
     }
@@ -322,7 +325,12 @@ mod tests {
     #[test]
     fn urls_follow_the_reference_normalisation() {
         let id = DelegationId::new("dlg_1").unwrap();
-        for peer in ["http://h:1/awcp", "http://h:1/awcp/", "http://h:1", "http://h:1/"] {
+        for peer in [
+            "http://h:1/awcp",
+            "http://h:1/awcp/",
+            "http://h:1",
+            "http://h:1/",
+        ] {
             assert_eq!(events_url(peer, &id), "http://h:1/awcp/tasks/dlg_1/events");
             assert_eq!(cancel_url(peer, &id), "http://h:1/awcp/cancel/dlg_1");
         }
@@ -331,7 +339,10 @@ mod tests {
 
     #[test]
     fn credentials_from_either_header() {
-        assert_eq!(presented_credential(Some("Bearer abc"), None).as_deref(), Some("abc"));
+        assert_eq!(
+            presented_credential(Some("Bearer abc"), None).as_deref(),
+            Some("abc")
+        );
         assert_eq!(presented_credential(None, Some("k")).as_deref(), Some("k"));
         assert_eq!(presented_credential(Some("Basic x"), None), None);
     }
@@ -340,10 +351,14 @@ mod tests {
     fn ok_and_error_replies_decode() {
         use crate::engine::delegator::Reply;
         assert_eq!(decode_reply(200, br#"{"ok":true}"#), Reply::Ok);
-        assert!(matches!(decode_reply(500, br#"{"error":"boom"}"#), Reply::Failed(m) if m.contains("boom")));
+        assert!(
+            matches!(decode_reply(500, br#"{"error":"boom"}"#), Reply::Failed(m) if m.contains("boom"))
+        );
         assert!(matches!(decode_reply(502, b"<html>"), Reply::Failed(_)));
         let (_, body) = reject(400, None, ErrorInfo::new(ErrorCode::Declined, "bad"));
-        assert!(matches!(decode_reply(400, body.as_bytes()), Reply::Error(e) if e.code == ErrorCode::Declined));
+        assert!(
+            matches!(decode_reply(400, body.as_bytes()), Reply::Error(e) if e.code == ErrorCode::Declined)
+        );
     }
 
     #[test]

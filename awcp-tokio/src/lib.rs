@@ -1,1 +1,144 @@
-//! awcp-tokio (filled by later work).
+//! # awcp-tokio: the tokio driver
+//!
+//! A thin layer over [`awcp_driver`]: [`TokioRuntime`] implements the driver's runtime trait
+//! with tokio, [`executor_router`] gives an axum `Router` to mount in your own app, and
+//! [`serve_executor`] / [`serve_delegator`] run standalone servers.
+//!
+//! ```no_run
+//! # async fn demo() -> std::io::Result<()> {
+//! use std::sync::Arc;
+//! use awcp_tokio::{awcp_driver::{ExecutorHandle, ExecutorOptions}, TokioRuntime};
+//! let opts = ExecutorOptions::new(
+//!     awcp_proto::ExecutorConfig::default(),
+//!     Arc::new(awcp_transports::ArchiveExecutor::default()),
+//!     Arc::new(awcp_transports::DemoRunner),
+//! );
+//! let executor = ExecutorHandle::start(TokioRuntime, opts);
+//! let app = axum::Router::new().merge(awcp_tokio::executor_router(executor));
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+//! axum::serve(listener, app).await
+//! # }
+//! ```
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+pub use awcp_driver;
+use awcp_driver::runtime::BoxFuture;
+use awcp_driver::{DelegatorHandle, ExecutorHandle, Runtime};
+use hyper_util::rt::TokioIo;
+
+/// The tokio implementation of [`Runtime`]. Use it inside a tokio runtime.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TokioRuntime;
+
+impl Runtime for TokioRuntime {
+    type Io = TokioIo<tokio::net::TcpStream>;
+
+    fn spawn(&self, fut: BoxFuture<()>) {
+        tokio::spawn(fut);
+    }
+
+    fn spawn_blocking<T: Send + 'static>(
+        &self,
+        f: Box<dyn FnOnce() -> T + Send + 'static>,
+    ) -> BoxFuture<T> {
+        let h = tokio::task::spawn_blocking(f);
+        Box::pin(async move {
+            match h.await {
+                Ok(v) => v,
+                Err(e) => std::panic::resume_unwind(e.into_panic()),
+            }
+        })
+    }
+
+    fn sleep(&self, d: Duration) -> BoxFuture<()> {
+        Box::pin(tokio::time::sleep(d))
+    }
+
+    fn connect(&self, host: String, port: u16) -> BoxFuture<io::Result<Self::Io>> {
+        Box::pin(async move {
+            let s = tokio::net::TcpStream::connect((host.as_str(), port)).await?;
+            let _ = s.set_nodelay(true);
+            Ok(TokioIo::new(s))
+        })
+    }
+}
+
+/// An axum router serving the executor's endpoints (`/awcp…` and `/.well-known/agent*.json`)
+/// with no body limit of axum's own (the executor enforces its admission limit).
+pub fn executor_router(executor: ExecutorHandle) -> axum::Router {
+    axum::Router::new()
+        .fallback(move |req: axum::extract::Request| {
+            let ex = executor.clone();
+            async move { ex.handle_http(req).await.map(axum::body::Body::new) }
+        })
+        .layer(axum::extract::DefaultBodyLimit::disable())
+}
+
+/// Serves `router` on `listener` until `shutdown` resolves.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    router: axum::Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> io::Result<()> {
+    axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+/// Binds `addr`, tells the executor its public URL, and serves it until `shutdown`.
+pub async fn serve_executor(
+    addr: SocketAddr,
+    executor: ExecutorHandle,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> io::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let local = listener.local_addr()?;
+    executor.set_public_url(format!("http://{local}"));
+    serve(listener, executor_router(executor), shutdown).await
+}
+
+/// A router serving a delegator's one-time archive URLs (`/archives/{token}`) and, if given,
+/// the daemon API.
+pub fn delegator_router(delegator: DelegatorHandle) -> axum::Router {
+    axum::Router::new()
+        .fallback(move |req: axum::extract::Request| {
+            let d = delegator.clone();
+            async move {
+                match d.handle_archive_request(&req) {
+                    Some(r) => r.map(axum::body::Body::new),
+                    None => awcp_driver::delegator::daemon::handle(&d, req)
+                        .await
+                        .map(axum::body::Body::new),
+                }
+            }
+        })
+        .layer(axum::extract::DefaultBodyLimit::max(16 * 1024 * 1024))
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+}

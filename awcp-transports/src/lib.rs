@@ -16,6 +16,7 @@
 
 pub mod archive;
 pub mod cancel;
+pub mod command;
 pub mod error;
 pub mod export;
 pub mod manifest;
@@ -31,6 +32,7 @@ pub use archive::{
     ExtractLimits, Layout,
 };
 pub use cancel::CancelFlag;
+pub use command::CommandRunner;
 pub use error::TransportError;
 pub use export::{ExportView, ExportViewKind};
 pub use manifest::{Baseline, FileRecord, Manifest};

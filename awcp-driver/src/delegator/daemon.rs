@@ -1,0 +1,556 @@
+//! The delegator daemon's HTTP API (WIRE.md §6, the reference's shape) and a Rust client.
+//!
+//! | Method + path | Body / answer |
+//! |---|---|
+//! | `POST /delegate` | `{executorUrl, environment:{resources:[{name,type,source,mode}]}, task:{description,prompt}, ttlSeconds?, accessMode?, snapshotMode?, auth?}` → `{delegationId}` once started (400 `{error,code,hint}` on admission/decline) |
+//! | `GET /delegations` | `{activeDelegations, delegations:[…]}` |
+//! | `GET /delegation/{id}` | the record |
+//! | `GET /delegation/{id}/wait?timeout=S` | the record once ended (or 408 after S seconds) |
+//! | `DELETE /delegation/{id}` | `{ok:true}` (cancel) |
+//! | `GET /delegation/{id}/snapshots` | `{snapshots:[…]}` |
+//! | `POST /delegation/{id}/snapshots/{sid}/apply` / `…/discard` | `{ok:true}` |
+//! | `GET /health` | `{status:"ok"}` |
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use awcp_proto::engine::delegator::{DelegationView, SnapshotStatus};
+use awcp_proto::engine::SnapshotMode;
+use awcp_proto::{
+    AccessMode, Auth, AuthType, DelegationId, DelegationState, DelegatorEvent, Dialect, ErrorCode,
+    ErrorInfo, ResourceName, SnapshotId, TaskSpec, TransportKind,
+};
+use awcp_transports::ResourceSpec;
+use bytes::Bytes;
+use futures::StreamExt;
+use http::Method;
+use http_body_util::BodyExt;
+use serde_json::{json, Value};
+
+use super::{DelegateParams, DelegatorError, DelegatorHandle};
+use crate::net::{self, json_response, ResponseBody};
+use crate::runtime::Runtime;
+
+fn err(status: u16, e: &ErrorInfo) -> http::Response<ResponseBody> {
+    json_response(
+        status,
+        json!({"error": e.message, "code": e.code.as_str(), "hint": e.hint}).to_string(),
+    )
+}
+
+fn bad(msg: impl Into<String>) -> http::Response<ResponseBody> {
+    json_response(400, json!({"error": msg.into()}).to_string())
+}
+
+fn usage(e: DelegatorError) -> http::Response<ResponseBody> {
+    match e {
+        DelegatorError::Protocol(info) => err(400, &info),
+        other => bad(other.to_string()),
+    }
+}
+
+/// The JSON record of a delegation.
+pub fn view_to_json(v: &DelegationView) -> Value {
+    json!({
+        "id": v.request.id.as_str(),
+        "state": v.state.as_str(),
+        "peerUrl": v.request.peer,
+        "executorUrl": v.request.peer,
+        "environment": {"resources": v.request.resources.iter().map(|r| json!({
+            "name": r.name.as_str(), "type": r.kind, "mode": r.mode.as_str()
+        })).collect::<Vec<_>>()},
+        "task": {"description": v.request.task.description, "prompt": v.request.task.prompt},
+        "leaseConfig": {"ttlSeconds": v.request.ttl_seconds, "accessMode": v.request.access_mode.as_str()},
+        "activeLease": v.expires_at.map(|e| json!({"expiresAt": e.to_rfc3339(), "accessMode": v.access_mode.as_str()})),
+        "executorWorkDir": v.executor_work_dir.as_ref().map(|p| json!({"path": p})),
+        "snapshotPolicy": {"mode": v.request.snapshot_mode.as_str()},
+        "snapshots": v.snapshots.iter().map(|s| snapshot_json(v, s)).collect::<Vec<_>>(),
+        "appliedSnapshotId": v.snapshots.iter().rev().find(|s| s.status == SnapshotStatus::Applied).map(|s| s.id.as_str()),
+        "result": v.result.as_ref().map(|r| json!({"summary": r.summary, "highlights": r.highlights})),
+        "error": v.error.as_ref().map(|e| json!({"code": e.code.as_str(), "message": e.message, "hint": e.hint})),
+        "ended": v.ended,
+        "createdAt": v.created_at.to_rfc3339(),
+        "updatedAt": v.updated_at.to_rfc3339(),
+    })
+}
+
+fn snapshot_json(v: &DelegationView, s: &awcp_proto::engine::delegator::SnapshotRecord) -> Value {
+    json!({
+        "id": s.id.as_str(),
+        "delegationId": v.request.id.as_str(),
+        "summary": s.summary,
+        "highlights": s.highlights,
+        "status": s.status.as_str(),
+        "error": match &s.status { SnapshotStatus::Failed(e) => json!({"code": e.code.as_str(), "message": e.message}), _ => Value::Null },
+        "recommended": s.recommended,
+        "metadata": s.metadata,
+        "createdAt": s.received_at.to_rfc3339(),
+        "appliedAt": s.applied_at.map(|t| t.to_rfc3339()),
+    })
+}
+
+fn parse_delegate(v: &Value) -> Result<DelegateParams, String> {
+    let peer = v
+        .get("executorUrl")
+        .or_else(|| v.get("peerUrl"))
+        .and_then(Value::as_str)
+        .ok_or("executorUrl is required")?;
+    let task = v.get("task").ok_or("task is required")?;
+    let description = task
+        .get("description")
+        .and_then(Value::as_str)
+        .ok_or("task.description is required")?;
+    let prompt = task
+        .get("prompt")
+        .and_then(Value::as_str)
+        .ok_or("task.prompt is required")?;
+    let access_mode = match v.get("accessMode").and_then(Value::as_str) {
+        None => AccessMode::Rw,
+        Some(s) => AccessMode::parse(s).ok_or("accessMode must be ro or rw")?,
+    };
+    let mut resources = Vec::new();
+    let list = v
+        .pointer("/environment/resources")
+        .and_then(Value::as_array)
+        .ok_or("environment.resources is required")?;
+    for (i, r) in list.iter().enumerate() {
+        let name = r
+            .get("name")
+            .and_then(Value::as_str)
+            .ok_or(format!("environment.resources[{i}].name is required"))?;
+        let name =
+            ResourceName::new(name).map_err(|e| format!("environment.resources[{i}].name: {e}"))?;
+        let source = r
+            .get("source")
+            .and_then(Value::as_str)
+            .ok_or(format!("environment.resources[{i}].source is required"))?;
+        let mode = match r.get("mode").and_then(Value::as_str) {
+            None => access_mode,
+            Some(s) => AccessMode::parse(s)
+                .ok_or(format!("environment.resources[{i}].mode must be ro or rw"))?,
+        };
+        resources.push(ResourceSpec {
+            name,
+            source_path: PathBuf::from(source),
+            mode,
+        });
+    }
+    if resources.is_empty() {
+        return Err("environment.resources must not be empty".into());
+    }
+    let snapshot_mode = match v.get("snapshotMode").and_then(Value::as_str) {
+        None => SnapshotMode::Auto,
+        Some(s) => SnapshotMode::parse(s).ok_or("snapshotMode must be auto, staged or discard")?,
+    };
+    let ttl_seconds = match v.get("ttlSeconds") {
+        None | Some(Value::Null) => 3600,
+        Some(t) => t
+            .as_u64()
+            .filter(|t| *t > 0)
+            .ok_or("ttlSeconds must be a positive integer")?,
+    };
+    let auth = match v.get("auth") {
+        Some(a) if a.is_object() => Some(Auth {
+            auth_type: AuthType::parse(a.get("type").and_then(Value::as_str).unwrap_or("bearer")),
+            credential: a
+                .get("credential")
+                .and_then(Value::as_str)
+                .ok_or("auth.credential is required")?
+                .to_owned(),
+            metadata: Default::default(),
+        }),
+        _ => None,
+    };
+    let dialect = match v.get("dialect").and_then(Value::as_str) {
+        Some("seed") => Dialect::Seed,
+        _ => Dialect::Reference,
+    };
+    let transport = v
+        .get("transport")
+        .and_then(Value::as_str)
+        .map(TransportKind::parse)
+        .unwrap_or(TransportKind::Archive);
+    let id = match v.get("delegationId").and_then(Value::as_str) {
+        Some(s) => Some(DelegationId::new(s).map_err(|e| format!("delegationId: {e}"))?),
+        None => None,
+    };
+    Ok(DelegateParams {
+        peer: peer.to_owned(),
+        task: TaskSpec {
+            description: description.to_owned(),
+            prompt: prompt.to_owned(),
+        },
+        resources,
+        ttl_seconds,
+        access_mode,
+        snapshot_mode,
+        auth,
+        dialect,
+        transport,
+        id,
+    })
+}
+
+/// Delegates and waits until the delegation is started (or ended), like the reference daemon.
+pub async fn delegate_started(
+    d: &DelegatorHandle,
+    params: DelegateParams,
+) -> Result<DelegationId, DelegatorError> {
+    let mut events = d.events();
+    let id = d.delegate(params).await?;
+    while let Some(ev) = events.next().await {
+        match ev {
+            DelegatorEvent::StateChanged {
+                id: ref eid, to, ..
+            } if *eid == id
+                && matches!(
+                    to,
+                    DelegationState::Started
+                        | DelegationState::Running
+                        | DelegationState::Completed
+                ) =>
+            {
+                return Ok(id)
+            }
+            DelegatorEvent::Ended { id: eid, error, .. } if eid == id => {
+                return match error {
+                    Some(e) if e.code != ErrorCode::Cancelled => Err(DelegatorError::Protocol(e)),
+                    _ => Ok(id),
+                }
+            }
+            _ => {}
+        }
+    }
+    Err(DelegatorError::Closed)
+}
+
+/// Answers one daemon API request.
+pub async fn handle<B>(d: &DelegatorHandle, req: http::Request<B>) -> http::Response<ResponseBody>
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let method = req.method().clone();
+    let path = req.uri().path().to_owned();
+    let query = req.uri().query().unwrap_or("").to_owned();
+    let segs: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
+    let sid_of = |s: &str| SnapshotId::new(s).map_err(|e| bad(format!("snapshot id: {e}")));
+    let id_of = |s: &str| DelegationId::new(s).map_err(|e| bad(format!("delegation id: {e}")));
+    match (method, segs.as_slice()) {
+        (Method::GET, ["health"]) => json_response(200, json!({"status": "ok"}).to_string()),
+        (Method::POST, ["delegate"]) => {
+            let body = match http_body_util::Limited::new(req.into_body(), 1024 * 1024)
+                .collect()
+                .await
+            {
+                Ok(b) => b.to_bytes(),
+                Err(_) => return bad("request body too large or unreadable"),
+            };
+            let v: Value = match serde_json::from_slice(&body) {
+                Ok(v) => v,
+                Err(e) => return bad(format!("malformed JSON: {e}")),
+            };
+            let params = match parse_delegate(&v) {
+                Ok(p) => p,
+                Err(e) => return bad(e),
+            };
+            match delegate_started(d, params).await {
+                Ok(id) => json_response(200, json!({"delegationId": id.as_str()}).to_string()),
+                Err(e) => usage(e),
+            }
+        }
+        (Method::GET, ["delegations"]) => {
+            let all = d.list().await;
+            let active = all.iter().filter(|v| !v.state.is_terminal()).count();
+            json_response(
+                200,
+                json!({
+                    "activeDelegations": active,
+                    "delegations": all.iter().map(|v| json!({
+                        "id": v.request.id.as_str(),
+                        "state": v.state.as_str(),
+                        "executorUrl": v.request.peer,
+                        "createdAt": v.created_at.to_rfc3339(),
+                        "description": v.request.task.description,
+                    })).collect::<Vec<_>>(),
+                })
+                .to_string(),
+            )
+        }
+        (m, ["delegation", id, rest @ ..]) => {
+            let id = match id_of(id) {
+                Ok(i) => i,
+                Err(r) => return r,
+            };
+            match (m, rest) {
+                (Method::GET, []) => match d.get(&id).await {
+                    Some(v) => json_response(200, view_to_json(&v).to_string()),
+                    None => not_found(&id),
+                },
+                (Method::GET, ["wait"]) => {
+                    let secs = query
+                        .split('&')
+                        .find_map(|kv| kv.strip_prefix("timeout="))
+                        .and_then(|t| t.parse::<u64>().ok());
+                    let waited = match secs {
+                        None => d.wait(&id).await,
+                        Some(s) => {
+                            let w = std::pin::pin!(d.wait(&id));
+                            let t = std::pin::pin!(d.timer(Duration::from_secs(s)));
+                            match futures::future::select(w, t).await {
+                                futures::future::Either::Left((v, _)) => v,
+                                futures::future::Either::Right(_) => {
+                                    return json_response(408, json!({"error": "still running", "timeout": s}).to_string())
+                                }
+                            }
+                        }
+                    };
+                    match waited {
+                        Some(v) => json_response(200, view_to_json(&v).to_string()),
+                        None => not_found(&id),
+                    }
+                }
+                (Method::DELETE, []) => match d.cancel(&id).await {
+                    Ok(()) => json_response(200, json!({"ok": true}).to_string()),
+                    Err(e) => usage(e),
+                },
+                (Method::GET, ["snapshots"]) => match d.get(&id).await {
+                    Some(v) => json_response(
+                        200,
+                        json!({"snapshots": v.snapshots.iter().map(|s| snapshot_json(&v, s)).collect::<Vec<_>>()}).to_string(),
+                    ),
+                    None => not_found(&id),
+                },
+                (Method::POST, ["snapshots", sid, "apply"]) => {
+                    let sid = match sid_of(sid) {
+                        Ok(s) => s,
+                        Err(r) => return r,
+                    };
+                    match d.apply_snapshot_and_wait(&id, &sid).await {
+                        Ok(()) => json_response(200, json!({"ok": true}).to_string()),
+                        Err(e) => usage(e),
+                    }
+                }
+                (Method::POST, ["snapshots", sid, "discard"]) => {
+                    let sid = match sid_of(sid) {
+                        Ok(s) => s,
+                        Err(r) => return r,
+                    };
+                    match d.discard_snapshot(&id, &sid).await {
+                        Ok(()) => json_response(200, json!({"ok": true}).to_string()),
+                        Err(e) => usage(e),
+                    }
+                }
+                _ => json_response(404, json!({"error": format!("no route {path}")}).to_string()),
+            }
+        }
+        _ => json_response(
+            404,
+            json!({"error": format!("no route {path}")}).to_string(),
+        ),
+    }
+}
+
+fn not_found(id: &DelegationId) -> http::Response<ResponseBody> {
+    json_response(
+        404,
+        json!({"error": format!("unknown delegation {id}"), "hint": "List delegations with GET /delegations."}).to_string(),
+    )
+}
+
+impl DelegatorHandle {
+    /// Applies a staged snapshot and waits until it is applied (or failed).
+    pub async fn apply_snapshot_and_wait(
+        &self,
+        id: &DelegationId,
+        sid: &SnapshotId,
+    ) -> Result<(), DelegatorError> {
+        let mut events = self.events();
+        self.apply_snapshot(id, sid).await?;
+        while let Some(ev) = events.next().await {
+            if let DelegatorEvent::Snapshot {
+                id: eid,
+                snapshot_id,
+                status,
+            } = ev
+            {
+                if eid == *id && snapshot_id == *sid {
+                    match status {
+                        SnapshotStatus::Applied => return Ok(()),
+                        SnapshotStatus::Failed(e) => return Err(DelegatorError::Protocol(e)),
+                        _ => {}
+                    }
+                }
+            }
+        }
+        Err(DelegatorError::Closed)
+    }
+}
+
+/// A Rust client for the daemon API.
+#[derive(Clone)]
+pub struct DaemonClient<R: Runtime> {
+    rt: R,
+    base: String,
+    timeout: Duration,
+}
+
+/// A daemon call failed.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}{}", hint.as_ref().map(|h| format!(" (hint: {h})")).unwrap_or_default())]
+pub struct DaemonError {
+    /// HTTP status (0 if the request failed).
+    pub status: u16,
+    /// The error text.
+    pub message: String,
+    /// The AWCP error code, if any.
+    pub code: Option<String>,
+    /// A hint.
+    pub hint: Option<String>,
+}
+
+impl<R: Runtime> DaemonClient<R> {
+    /// A client for the daemon at `base` (`http://127.0.0.1:3100`).
+    pub fn new(rt: R, base: impl Into<String>) -> Self {
+        DaemonClient {
+            rt,
+            base: base.into().trim_end_matches('/').to_owned(),
+            timeout: Duration::from_secs(30),
+        }
+    }
+
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+        timeout: Duration,
+    ) -> Result<Value, DaemonError> {
+        let url = format!("{}{path}", self.base);
+        let r = net::request(
+            &self.rt,
+            method,
+            &url,
+            &[],
+            body.map(|b| Bytes::from(b.to_string())),
+            timeout,
+            64 * 1024 * 1024,
+        )
+        .await
+        .map_err(|e| DaemonError {
+            status: 0,
+            message: e.to_string(),
+            code: None,
+            hint: Some(format!("is the daemon running at {}?", self.base)),
+        })?;
+        let v: Value = serde_json::from_slice(&r.1).unwrap_or(Value::Null);
+        if (200..300).contains(&r.0) {
+            Ok(v)
+        } else {
+            Err(DaemonError {
+                status: r.0,
+                message: v
+                    .get("error")
+                    .and_then(Value::as_str)
+                    .unwrap_or("request failed")
+                    .to_owned(),
+                code: v.get("code").and_then(Value::as_str).map(str::to_owned),
+                hint: v.get("hint").and_then(Value::as_str).map(str::to_owned),
+            })
+        }
+    }
+
+    /// `POST /delegate` with a request body in the daemon's shape; returns the id.
+    pub async fn delegate(&self, body: Value) -> Result<String, DaemonError> {
+        let v = self
+            .call(
+                Method::POST,
+                "/delegate",
+                Some(body),
+                Duration::from_secs(600),
+            )
+            .await?;
+        Ok(v.get("delegationId")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned())
+    }
+
+    /// `GET /delegation/{id}`.
+    pub async fn get(&self, id: &str) -> Result<Value, DaemonError> {
+        self.call(
+            Method::GET,
+            &format!("/delegation/{id}"),
+            None,
+            self.timeout,
+        )
+        .await
+    }
+
+    /// `GET /delegation/{id}/wait?timeout=S`.
+    pub async fn wait(&self, id: &str, timeout: Duration) -> Result<Value, DaemonError> {
+        let path = format!("/delegation/{id}/wait?timeout={}", timeout.as_secs());
+        self.call(Method::GET, &path, None, timeout + Duration::from_secs(5))
+            .await
+    }
+
+    /// `GET /delegations`.
+    pub async fn list(&self) -> Result<Value, DaemonError> {
+        self.call(Method::GET, "/delegations", None, self.timeout)
+            .await
+    }
+
+    /// `DELETE /delegation/{id}`.
+    pub async fn cancel(&self, id: &str) -> Result<(), DaemonError> {
+        self.call(
+            Method::DELETE,
+            &format!("/delegation/{id}"),
+            None,
+            self.timeout,
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// `GET /delegation/{id}/snapshots`.
+    pub async fn snapshots(&self, id: &str) -> Result<Value, DaemonError> {
+        self.call(
+            Method::GET,
+            &format!("/delegation/{id}/snapshots"),
+            None,
+            self.timeout,
+        )
+        .await
+    }
+
+    /// `POST /delegation/{id}/snapshots/{sid}/apply`.
+    pub async fn apply(&self, id: &str, sid: &str) -> Result<(), DaemonError> {
+        self.call(
+            Method::POST,
+            &format!("/delegation/{id}/snapshots/{sid}/apply"),
+            None,
+            Duration::from_secs(600),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// `POST /delegation/{id}/snapshots/{sid}/discard`.
+    pub async fn discard(&self, id: &str, sid: &str) -> Result<(), DaemonError> {
+        self.call(
+            Method::POST,
+            &format!("/delegation/{id}/snapshots/{sid}/discard"),
+            None,
+            self.timeout,
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// `GET /health`.
+    pub async fn health(&self) -> Result<(), DaemonError> {
+        self.call(Method::GET, "/health", None, Duration::from_secs(5))
+            .await
+            .map(|_| ())
+    }
+}

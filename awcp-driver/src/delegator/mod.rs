@@ -1,0 +1,910 @@
+//! The delegator side: one task owns the [`Delegator`] engine and executes its outputs (HTTP
+//! to the executor, SSE, transports on the blocking pool); applications talk to it through a
+//! [`DelegatorHandle`].
+
+pub mod daemon;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use awcp_proto::engine::delegator::{DelegateRequest, DelegationView, Outbound, SnapshotSource};
+use awcp_proto::engine::{SnapshotMode, WorkspaceStats};
+use awcp_proto::http as wire_http;
+use awcp_proto::{
+    decode_event, encode_message, feature, sse, AccessMode, Auth, DelegationId, Delegator,
+    DelegatorConfig, DelegatorEvent, DelegatorInput, DelegatorOutput, Dialect, ErrorCode,
+    ErrorInfo, Resource, SnapshotEvent, SnapshotId, TaskSpec, Timestamp, TransportHandle,
+    TransportKind,
+};
+use awcp_transports::archive::{ArchiveOutput, ArchiveSource, Delivery, Layout};
+use awcp_transports::{
+    ApplyRequest, Baseline, CancelFlag, DelegatorTransport, ExportViewKind, PrepareRequest,
+    ResourceSpec,
+};
+use bytes::Bytes;
+use futures::channel::{mpsc, oneshot};
+use futures::future::{AbortHandle, Abortable, Either};
+use futures::StreamExt;
+use http::Method;
+use http_body_util::BodyExt;
+
+use crate::net::{self, ResponseBody};
+use crate::runtime::{blocking, sleep_until, Runtime};
+
+/// Everything a delegator needs.
+pub struct DelegatorOptions {
+    /// Engine settings.
+    pub engine: DelegatorConfig,
+    /// The data-plane transport (archive by default).
+    pub transport: Arc<dyn DelegatorTransport>,
+    /// State directory: staged snapshots, archives for URL mode, downloads.
+    pub state_dir: PathBuf,
+    /// Timeout of INVITE/START/ERROR/cancel/ack requests (30 s).
+    pub request_timeout: Duration,
+    /// Where peers can fetch archives this delegator serves (URL mode), e.g.
+    /// `http://127.0.0.1:3100`. `None`: archives always travel inline.
+    pub archive_base_url: Option<String>,
+    /// Largest snapshot accepted.
+    pub max_snapshot_bytes: u64,
+}
+
+impl DelegatorOptions {
+    /// Options with defaults.
+    pub fn new(transport: Arc<dyn DelegatorTransport>, state_dir: impl Into<PathBuf>) -> Self {
+        DelegatorOptions {
+            engine: DelegatorConfig::default(),
+            transport,
+            state_dir: state_dir.into(),
+            request_timeout: Duration::from_secs(30),
+            archive_base_url: None,
+            max_snapshot_bytes: 1024 * 1024 * 1024,
+        }
+    }
+}
+
+/// What to delegate.
+#[derive(Clone, Debug)]
+pub struct DelegateParams {
+    /// The executor's AWCP URL (`http://host:port/awcp`).
+    pub peer: String,
+    /// The task.
+    pub task: TaskSpec,
+    /// Directories to lend.
+    pub resources: Vec<ResourceSpec>,
+    /// Lease length.
+    pub ttl_seconds: u64,
+    /// Access.
+    pub access_mode: AccessMode,
+    /// Snapshot policy.
+    pub snapshot_mode: SnapshotMode,
+    /// Credential for the executor.
+    pub auth: Option<Auth>,
+    /// The executor's dialect.
+    pub dialect: Dialect,
+    /// Data plane.
+    pub transport: TransportKind,
+    /// A caller-chosen id (else random).
+    pub id: Option<DelegationId>,
+}
+
+impl DelegateParams {
+    /// A single-directory delegation with defaults (1 h, `rw`, auto snapshots, archive).
+    pub fn new(
+        peer: impl Into<String>,
+        dir: impl Into<PathBuf>,
+        description: &str,
+        prompt: &str,
+    ) -> Self {
+        DelegateParams {
+            peer: peer.into(),
+            task: TaskSpec {
+                description: description.into(),
+                prompt: prompt.into(),
+            },
+            resources: vec![ResourceSpec {
+                name: awcp_proto::ResourceName::new("workspace").expect("valid"),
+                source_path: dir.into(),
+                mode: AccessMode::Rw,
+            }],
+            ttl_seconds: 3600,
+            access_mode: AccessMode::Rw,
+            snapshot_mode: SnapshotMode::Auto,
+            auth: None,
+            dialect: Dialect::Reference,
+            transport: TransportKind::Archive,
+            id: None,
+        }
+    }
+}
+
+/// Why a call on the handle failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DelegatorError {
+    /// The engine refused the call.
+    #[error("{0}")]
+    Usage(#[from] awcp_proto::engine::UsageError),
+    /// A protocol error (admission, executor decline...).
+    #[error("{0}")]
+    Protocol(ErrorInfo),
+    /// The delegator task is gone.
+    #[error("the delegator is shut down")]
+    Closed,
+}
+
+type Reply<T> = oneshot::Sender<Result<T, DelegatorError>>;
+
+enum Cmd {
+    Delegate(DelegateParams, Reply<DelegationId>),
+    Cancel(DelegationId, Reply<()>),
+    Apply(DelegationId, SnapshotId, Reply<()>),
+    Discard(DelegationId, SnapshotId, Reply<()>),
+    Get(DelegationId, oneshot::Sender<Option<DelegationView>>),
+    List(oneshot::Sender<Vec<DelegationView>>),
+    Wait(DelegationId, oneshot::Sender<Option<DelegationView>>),
+    Subscribe(mpsc::UnboundedSender<DelegatorEvent>),
+    Input(DelegatorInput),
+}
+
+/// Archives served by URL: token → (delegation, file, expiry).
+type ArchiveTable = Arc<Mutex<BTreeMap<String, (DelegationId, PathBuf, Timestamp)>>>;
+
+/// A cheap handle to a running delegator.
+#[derive(Clone)]
+pub struct DelegatorHandle {
+    tx: mpsc::UnboundedSender<Cmd>,
+    archives: ArchiveTable,
+    now: Arc<dyn Fn() -> Timestamp + Send + Sync>,
+    sleep: Arc<dyn Fn(Duration) -> crate::runtime::BoxFuture<()> + Send + Sync>,
+}
+
+impl DelegatorHandle {
+    /// Starts the engine task on `rt`.
+    pub fn start<R: Runtime>(rt: R, opts: DelegatorOptions) -> DelegatorHandle {
+        let (tx, rx) = mpsc::unbounded();
+        let archives: ArchiveTable = Arc::default();
+        let _ = std::fs::create_dir_all(&opts.state_dir);
+        let lp = Loop {
+            rt: rt.clone(),
+            engine: Delegator::new(opts.engine.clone()),
+            tx: tx.clone(),
+            opts: Arc::new(opts),
+            specs: BTreeMap::new(),
+            baselines: Arc::default(),
+            streams: BTreeMap::new(),
+            waiters: BTreeMap::new(),
+            subscribers: Vec::new(),
+            archives: archives.clone(),
+        };
+        rt.spawn(Box::pin(lp.run(rx)));
+        let rt2 = rt.clone();
+        let rt3 = rt.clone();
+        DelegatorHandle {
+            tx,
+            archives,
+            now: Arc::new(move || rt2.now()),
+            sleep: Arc::new(move |d| rt3.sleep(d)),
+        }
+    }
+
+    /// A future that completes after `d` on the handle's runtime.
+    pub fn timer(&self, d: Duration) -> crate::runtime::BoxFuture<()> {
+        (self.sleep)(d)
+    }
+
+    async fn call<T>(&self, make: impl FnOnce(Reply<T>) -> Cmd) -> Result<T, DelegatorError> {
+        let (tx, rx) = oneshot::channel();
+        self.tx
+            .unbounded_send(make(tx))
+            .map_err(|_| DelegatorError::Closed)?;
+        rx.await.map_err(|_| DelegatorError::Closed)?
+    }
+
+    /// Starts a delegation; returns its id at once (follow it with [`Self::wait`] or
+    /// [`Self::events`]).
+    pub async fn delegate(&self, params: DelegateParams) -> Result<DelegationId, DelegatorError> {
+        self.call(|r| Cmd::Delegate(params, r)).await
+    }
+
+    /// Cancels a delegation.
+    pub async fn cancel(&self, id: &DelegationId) -> Result<(), DelegatorError> {
+        self.call(|r| Cmd::Cancel(id.clone(), r)).await
+    }
+
+    /// Applies a staged snapshot (completes when applied or failed).
+    pub async fn apply_snapshot(
+        &self,
+        id: &DelegationId,
+        sid: &SnapshotId,
+    ) -> Result<(), DelegatorError> {
+        self.call(|r| Cmd::Apply(id.clone(), sid.clone(), r)).await
+    }
+
+    /// Discards a staged snapshot.
+    pub async fn discard_snapshot(
+        &self,
+        id: &DelegationId,
+        sid: &SnapshotId,
+    ) -> Result<(), DelegatorError> {
+        self.call(|r| Cmd::Discard(id.clone(), sid.clone(), r))
+            .await
+    }
+
+    /// One delegation.
+    pub async fn get(&self, id: &DelegationId) -> Option<DelegationView> {
+        let (tx, rx) = oneshot::channel();
+        self.tx.unbounded_send(Cmd::Get(id.clone(), tx)).ok()?;
+        rx.await.ok()?
+    }
+
+    /// Every delegation.
+    pub async fn list(&self) -> Vec<DelegationView> {
+        let (tx, rx) = oneshot::channel();
+        if self.tx.unbounded_send(Cmd::List(tx)).is_err() {
+            return Vec::new();
+        }
+        rx.await.unwrap_or_default()
+    }
+
+    /// Waits until the delegation has ended (terminal and everything released).
+    pub async fn wait(&self, id: &DelegationId) -> Option<DelegationView> {
+        let (tx, rx) = oneshot::channel();
+        self.tx.unbounded_send(Cmd::Wait(id.clone(), tx)).ok()?;
+        rx.await.ok()?
+    }
+
+    /// A stream of every engine event (progress displays, logs).
+    pub fn events(&self) -> mpsc::UnboundedReceiver<DelegatorEvent> {
+        let (tx, rx) = mpsc::unbounded();
+        let _ = self.tx.unbounded_send(Cmd::Subscribe(tx));
+        rx
+    }
+
+    /// Serves `GET /archives/{token}`: a one-time, delegation-bound, expiring archive URL.
+    /// Returns `None` for other paths.
+    pub fn handle_archive_request<B>(
+        &self,
+        req: &http::Request<B>,
+    ) -> Option<http::Response<ResponseBody>> {
+        let path = req.uri().path();
+        let token = path.strip_prefix("/archives/")?;
+        let entry = self
+            .archives
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(token);
+        let now = (self.now)();
+        Some(match entry {
+            Some((_, path, expires)) if now < expires && req.method() == Method::GET => {
+                crate::executor::file_response_pub(path)
+            }
+            _ => net::json_response(
+                404,
+                wire_http::reject(
+                    404,
+                    None,
+                    ErrorInfo::new(ErrorCode::NotFound, "unknown, used or expired archive URL"),
+                )
+                .1,
+            ),
+        })
+    }
+}
+
+struct Loop<R: Runtime> {
+    rt: R,
+    engine: Delegator,
+    tx: mpsc::UnboundedSender<Cmd>,
+    opts: Arc<DelegatorOptions>,
+    specs: BTreeMap<DelegationId, Vec<ResourceSpec>>,
+    baselines: Arc<Mutex<BTreeMap<DelegationId, Baseline>>>,
+    streams: BTreeMap<DelegationId, AbortHandle>,
+    waiters: BTreeMap<DelegationId, Vec<oneshot::Sender<Option<DelegationView>>>>,
+    subscribers: Vec<mpsc::UnboundedSender<DelegatorEvent>>,
+    archives: ArchiveTable,
+}
+
+impl<R: Runtime> Loop<R> {
+    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Cmd>) {
+        loop {
+            self.drain();
+            let sleep = match self.engine.poll_timeout() {
+                Some(t) => sleep_until(&self.rt, t),
+                None => self.rt.sleep(Duration::from_secs(3600)),
+            };
+            match futures::future::select(rx.next(), sleep).await {
+                Either::Left((Some(cmd), _)) => self.on_cmd(cmd),
+                Either::Left((None, _)) => break,
+                Either::Right(_) => self.engine.handle_timeout(self.rt.now()),
+            }
+        }
+    }
+
+    fn now(&self) -> Timestamp {
+        self.rt.now()
+    }
+
+    fn on_cmd(&mut self, cmd: Cmd) {
+        let now = self.now();
+        match cmd {
+            Cmd::Delegate(p, reply) => {
+                let id = p.id.clone().unwrap_or_else(random_id);
+                let resources = p
+                    .resources
+                    .iter()
+                    .map(|r| Resource {
+                        name: r.name.clone(),
+                        kind: "fs".into(),
+                        mode: r.mode.min(p.access_mode),
+                    })
+                    .collect();
+                let req = DelegateRequest {
+                    id: id.clone(),
+                    peer: p.peer,
+                    dialect: p.dialect,
+                    task: p.task,
+                    ttl_seconds: p.ttl_seconds,
+                    access_mode: p.access_mode,
+                    resources,
+                    transport: p.transport,
+                    snapshot_mode: p.snapshot_mode,
+                    auth: p.auth,
+                };
+                let r = self.engine.delegate(now, req).map(|_| id.clone());
+                if r.is_ok() {
+                    self.specs.insert(id, p.resources);
+                }
+                let _ = reply.send(r.map_err(Into::into));
+            }
+            Cmd::Cancel(id, reply) => {
+                let _ = reply.send(self.engine.cancel(now, &id).map_err(Into::into));
+            }
+            Cmd::Apply(id, sid, reply) => {
+                let _ = reply.send(
+                    self.engine
+                        .apply_snapshot(now, &id, &sid)
+                        .map_err(Into::into),
+                );
+            }
+            Cmd::Discard(id, sid, reply) => {
+                let _ = reply.send(
+                    self.engine
+                        .discard_snapshot(now, &id, &sid)
+                        .map_err(Into::into),
+                );
+            }
+            Cmd::Get(id, reply) => {
+                let _ = reply.send(self.engine.get(&id));
+            }
+            Cmd::List(reply) => {
+                let all = self
+                    .engine
+                    .list()
+                    .into_iter()
+                    .filter_map(|(id, _)| self.engine.get(&id))
+                    .collect();
+                let _ = reply.send(all);
+            }
+            Cmd::Wait(id, reply) => match self.engine.get(&id) {
+                None => {
+                    let _ = reply.send(None);
+                }
+                Some(v) if v.ended => {
+                    let _ = reply.send(Some(v));
+                }
+                Some(_) => self.waiters.entry(id).or_default().push(reply),
+            },
+            Cmd::Subscribe(tx) => self.subscribers.push(tx),
+            Cmd::Input(i) => {
+                if let Err(e) = self.engine.handle(now, i) {
+                    tracing::debug!("input ignored: {e}");
+                }
+            }
+        }
+    }
+
+    fn feed(&self) -> impl Fn(DelegatorInput) + Send + Sync + Clone + 'static {
+        let tx = self.tx.clone();
+        move |i| {
+            let _ = tx.unbounded_send(Cmd::Input(i));
+        }
+    }
+
+    fn drain(&mut self) {
+        while let Some(out) = self.engine.poll_output() {
+            self.execute(out);
+        }
+    }
+
+    fn credential_headers(&self, id: &DelegationId) -> Vec<(&'static str, String)> {
+        self.engine
+            .get(id)
+            .and_then(|v| v.request.auth)
+            .map(|a| match a.auth_type {
+                awcp_proto::AuthType::ApiKey => vec![("x-api-key", a.credential)],
+                _ => vec![("authorization", format!("Bearer {}", a.credential))],
+            })
+            .unwrap_or_default()
+    }
+
+    fn post(&self, id: DelegationId, to: Outbound, url: String, body: Option<String>) {
+        let rt = self.rt.clone();
+        let feed = self.feed();
+        let headers = self.credential_headers(&id);
+        let timeout = self.opts.request_timeout;
+        self.rt.spawn(Box::pin(async move {
+            let hdrs: Vec<(&str, String)> = headers.iter().map(|(k, v)| (*k, v.clone())).collect();
+            let reply = match net::request(
+                &rt,
+                Method::POST,
+                &url,
+                &hdrs,
+                body.map(Bytes::from),
+                timeout,
+                16 * 1024 * 1024,
+            )
+            .await
+            {
+                Ok((status, body)) => wire_http::decode_reply(status, &body),
+                Err(e) => awcp_proto::engine::delegator::Reply::Failed(e.to_string()),
+            };
+            feed(DelegatorInput::Reply { id, to, reply });
+        }));
+    }
+
+    fn execute(&mut self, out: DelegatorOutput) {
+        match out {
+            DelegatorOutput::ScanWorkspace { id } => {
+                let specs = self.specs.get(&id).cloned().unwrap_or_default();
+                let feed = self.feed();
+                let rt = self.rt.clone();
+                self.rt.spawn(Box::pin(async move {
+                    let result = blocking(&rt, move || scan(&specs)).await;
+                    feed(DelegatorInput::ScanCompleted { id, result });
+                }));
+            }
+            DelegatorOutput::SendMessage {
+                id,
+                peer,
+                message,
+                dialect,
+            } => {
+                let to = match &message {
+                    awcp_proto::Message::Invite(_) => Outbound::Invite,
+                    awcp_proto::Message::Start(_) => Outbound::Start,
+                    _ => Outbound::Error,
+                };
+                let body = encode_message(&message, dialect);
+                self.post(id, to, peer, Some(body));
+            }
+            DelegatorOutput::SendCancel { id, peer } => {
+                let url = wire_http::cancel_url(&peer, &id);
+                self.post(id, Outbound::Cancel, url, None);
+            }
+            DelegatorOutput::SendAck { id, peer } => {
+                let url = wire_http::ack_url(&peer, &id);
+                self.post(id, Outbound::Ack, url, None);
+            }
+            DelegatorOutput::PrepareTransport {
+                id,
+                transport: _,
+                access_mode,
+                expires_at,
+                dialect,
+                features,
+            } => {
+                let specs = self.specs.get(&id).cloned().unwrap_or_default();
+                let t = self.opts.transport.clone();
+                let feed = self.feed();
+                let rt = self.rt.clone();
+                let by_url = features.iter().any(|f| f == feature::ARCHIVE_URL)
+                    && self.opts.archive_base_url.is_some();
+                let base = self.opts.archive_base_url.clone();
+                let dir = self.opts.state_dir.join("archives");
+                let archives = self.archives.clone();
+                let baselines = self.baselines.clone();
+                self.rt.spawn(Box::pin(async move {
+                    let did = id.clone();
+                    let result = blocking(&rt, move || {
+                        let delivery = if by_url {
+                            std::fs::create_dir_all(&dir).map_err(|e| {
+                                ErrorInfo::new(
+                                    ErrorCode::TransportError,
+                                    format!("archive dir: {e}"),
+                                )
+                            })?;
+                            Delivery::File(dir)
+                        } else {
+                            Delivery::Inline
+                        };
+                        let req = PrepareRequest {
+                            delegation_id: &did,
+                            resources: &specs,
+                            access_mode,
+                            export: ExportViewKind::default(),
+                            delivery,
+                            layout: if dialect == Dialect::Seed {
+                                Layout::Flat
+                            } else {
+                                Layout::PerResource
+                            },
+                        };
+                        let prepared = t
+                            .prepare(&req, &CancelFlag::new())
+                            .map_err(|e| e.to_error_info())?;
+                        baselines
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .insert(did.clone(), prepared.baseline.clone());
+                        Ok::<_, ErrorInfo>(match prepared.archive {
+                            ArchiveOutput::Inline(h) => TransportHandle::Archive(h),
+                            ArchiveOutput::File(f) => {
+                                let token = random_token();
+                                let url = format!(
+                                    "{}/archives/{token}",
+                                    base.as_deref().unwrap_or("").trim_end_matches('/')
+                                );
+                                archives
+                                    .lock()
+                                    .unwrap_or_else(|p| p.into_inner())
+                                    .insert(token, (did.clone(), f.path.clone(), expires_at));
+                                TransportHandle::Archive(f.handle_for_url(url))
+                            }
+                        })
+                    })
+                    .await;
+                    feed(DelegatorInput::TransportPrepared { id, result });
+                }));
+            }
+            DelegatorOutput::OpenEventStream { id, peer } => self.open_stream(id, peer),
+            DelegatorOutput::CloseEventStream { id } => {
+                if let Some(h) = self.streams.remove(&id) {
+                    h.abort();
+                }
+            }
+            DelegatorOutput::FetchResult { id, peer } => {
+                let rt = self.rt.clone();
+                let feed = self.feed();
+                let headers = self.credential_headers(&id);
+                let timeout = self.opts.request_timeout;
+                let limit = self.opts.max_snapshot_bytes * 2;
+                self.rt.spawn(Box::pin(async move {
+                    let url = wire_http::result_url(&peer, &id);
+                    let hdrs: Vec<(&str, String)> =
+                        headers.iter().map(|(k, v)| (*k, v.clone())).collect();
+                    let result =
+                        match net::request(&rt, Method::GET, &url, &hdrs, None, timeout, limit)
+                            .await
+                        {
+                            Ok((_, body)) => serde_json::from_slice::<serde_json::Value>(&body)
+                                .map_err(|e| format!("bad result body: {e}"))
+                                .and_then(|v| wire_http::decode_result(&id, &v)),
+                            Err(e) => Err(e.to_string()),
+                        };
+                    feed(DelegatorInput::ResultFetched { id, result });
+                }));
+            }
+            DelegatorOutput::ApplySnapshot {
+                id,
+                snapshot_id,
+                source,
+            } => self.apply(id, snapshot_id, source),
+            DelegatorOutput::StoreSnapshot { id, snapshot } => {
+                let rt = self.rt.clone();
+                let feed = self.feed();
+                let dir = self.snapshot_dir(&id);
+                let limit = self.opts.max_snapshot_bytes;
+                self.rt.spawn(Box::pin(async move {
+                    let sid = snapshot.snapshot_id.clone();
+                    let result = store_snapshot(&rt, &dir, &snapshot, limit).await;
+                    feed(DelegatorInput::SnapshotStored {
+                        id,
+                        snapshot_id: sid,
+                        result,
+                    });
+                }));
+            }
+            DelegatorOutput::DeleteStoredSnapshot { id, snapshot_id } => {
+                let dir = self.snapshot_dir(&id);
+                let _ = std::fs::remove_file(dir.join(format!("{snapshot_id}.zip")));
+                let _ = std::fs::remove_file(dir.join(format!("{snapshot_id}.json")));
+                let _ = std::fs::remove_dir(&dir);
+            }
+            DelegatorOutput::ReleaseTransport { id } => {
+                let t = self.opts.transport.clone();
+                let feed = self.feed();
+                let rt = self.rt.clone();
+                self.archives
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .retain(|_, (d, path, _)| {
+                        if *d == id {
+                            let _ = std::fs::remove_file(path);
+                            false
+                        } else {
+                            true
+                        }
+                    });
+                self.rt.spawn(Box::pin(async move {
+                    let did = id.clone();
+                    blocking(&rt, move || {
+                        if let Err(e) = t.release(&did) {
+                            tracing::warn!(delegation = %did, "release failed: {e}");
+                        }
+                    })
+                    .await;
+                    feed(DelegatorInput::TransportReleased { id });
+                }));
+            }
+            DelegatorOutput::Event(ev) => self.on_event(ev),
+        }
+    }
+
+    fn snapshot_dir(&self, id: &DelegationId) -> PathBuf {
+        self.opts.state_dir.join("snapshots").join(id.as_str())
+    }
+
+    fn open_stream(&mut self, id: DelegationId, peer: String) {
+        if let Some(h) = self.streams.remove(&id) {
+            h.abort();
+        }
+        let (handle, reg) = AbortHandle::new_pair();
+        self.streams.insert(id.clone(), handle);
+        let rt = self.rt.clone();
+        let feed = self.feed();
+        let headers = self.credential_headers(&id);
+        let fut = async move {
+            let url = wire_http::events_url(&peer, &id);
+            let mut hdrs: Vec<(&str, String)> =
+                headers.iter().map(|(k, v)| (*k, v.clone())).collect();
+            hdrs.push(("accept", "text/event-stream".into()));
+            let resp = net::with_timeout(
+                &rt,
+                Duration::from_secs(30),
+                net::send(&rt, Method::GET, &url, &hdrs, None),
+            )
+            .await;
+            let resp = match resp {
+                Ok(r) if r.status().is_success() => r,
+                Ok(r) => {
+                    return feed(DelegatorInput::EventStreamClosed {
+                        id,
+                        reason: Some(format!("HTTP {}", r.status())),
+                    })
+                }
+                Err(e) => {
+                    return feed(DelegatorInput::EventStreamClosed {
+                        id,
+                        reason: Some(e.to_string()),
+                    })
+                }
+            };
+            feed(DelegatorInput::EventStreamOpened { id: id.clone() });
+            let mut body = resp.into_body();
+            let mut dec = sse::SseDecoder::default();
+            let reason = loop {
+                match body.frame().await {
+                    None => break None,
+                    Some(Err(e)) => break Some(e.to_string()),
+                    Some(Ok(frame)) => {
+                        let Ok(data) = frame.into_data() else {
+                            continue;
+                        };
+                        dec.push(&data);
+                        while let Some(ev) = dec.next_event() {
+                            match ev {
+                                Ok(ev) => match decode_event(ev.data.as_bytes()) {
+                                    Ok((event, _)) if event.delegation_id == id => {
+                                        feed(DelegatorInput::TaskEvent { event })
+                                    }
+                                    Ok(_) => {
+                                        tracing::warn!(delegation = %id, "event for another delegation ignored")
+                                    }
+                                    Err(e) => {
+                                        tracing::warn!(delegation = %id, "undecodable event skipped: {e}")
+                                    }
+                                },
+                                Err(e) => tracing::warn!(delegation = %id, "SSE framing: {e}"),
+                            }
+                        }
+                    }
+                }
+            };
+            feed(DelegatorInput::EventStreamClosed { id, reason });
+        };
+        self.rt.spawn(Box::pin(async move {
+            let _ = Abortable::new(fut, reg).await;
+        }));
+    }
+
+    fn apply(&mut self, id: DelegationId, sid: SnapshotId, source: SnapshotSource) {
+        let rt = self.rt.clone();
+        let feed = self.feed();
+        let t = self.opts.transport.clone();
+        let specs = self.specs.get(&id).cloned().unwrap_or_default();
+        let access = self
+            .engine
+            .get(&id)
+            .map(|v| v.access_mode)
+            .unwrap_or(AccessMode::Ro);
+        let baseline = self
+            .baselines
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .cloned();
+        let dir = self.snapshot_dir(&id);
+        let downloads = self.opts.state_dir.join("downloads");
+        let limit = self.opts.max_snapshot_bytes;
+        self.rt.spawn(Box::pin(async move {
+            let result = async {
+                let (file, b64, checksum, temp) = match source {
+                    SnapshotSource::Stored => {
+                        (Some(dir.join(format!("{sid}.zip"))), None, None, false)
+                    }
+                    SnapshotSource::Event(snap) => match (snap.data.base64, snap.data.url) {
+                        (Some(b), _) => (None, Some(b), snap.checksum, false),
+                        (None, Some(url)) => {
+                            let _ = std::fs::create_dir_all(&downloads);
+                            let f = downloads.join(format!("{id}-{sid}.zip"));
+                            net::download(&rt, &url, &[], f.clone(), limit, Duration::from_secs(600))
+                                .await
+                                .map_err(|e| ErrorInfo::new(ErrorCode::TransportError, format!("fetching the snapshot: {e}")))?;
+                            (Some(f), None, snap.checksum, true)
+                        }
+                        (None, None) => {
+                            return Err(ErrorInfo::new(ErrorCode::TransportError, "snapshot carries no data"))
+                        }
+                    },
+                };
+                let did = id.clone();
+                blocking(&rt, move || {
+                    let source = match (&file, &b64) {
+                        (Some(f), _) => ArchiveSource::File(f),
+                        (None, Some(b)) => ArchiveSource::Base64(b),
+                        (None, None) => unreachable!("one source is set above"),
+                    };
+                    let req = ApplyRequest {
+                        delegation_id: did.as_str(),
+                        source,
+                        expected_checksum: checksum.as_deref(),
+                        resources: &specs,
+                        access_mode: access,
+                        baseline: baseline.as_ref(),
+                    };
+                    let r = t.apply_snapshot(req, &CancelFlag::new());
+                    if temp {
+                        if let Some(f) = &file {
+                            let _ = std::fs::remove_file(f);
+                        }
+                    }
+                    r.map(|report| {
+                        tracing::info!(delegation = %did, written = report.written.len(), deleted = report.deleted.len(), "snapshot applied");
+                    })
+                    .map_err(|e| e.to_error_info())
+                })
+                .await
+            }
+            .await;
+            feed(DelegatorInput::SnapshotApplied {
+                id,
+                snapshot_id: sid,
+                result,
+            });
+        }));
+    }
+
+    fn on_event(&mut self, ev: DelegatorEvent) {
+        if let DelegatorEvent::Ended {
+            id, state, error, ..
+        } = &ev
+        {
+            tracing::info!(delegation = %id, %state, error = ?error.as_ref().map(|e| e.code.as_str()), "delegation ended");
+            self.baselines
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(id);
+            let view = self.engine.get(id);
+            for w in self.waiters.remove(id).unwrap_or_default() {
+                let _ = w.send(view.clone());
+            }
+        }
+        self.subscribers
+            .retain(|s| s.unbounded_send(ev.clone()).is_ok());
+    }
+}
+
+fn scan(specs: &[ResourceSpec]) -> Result<WorkspaceStats, ErrorInfo> {
+    for s in specs {
+        match std::fs::metadata(&s.source_path) {
+            Err(_) => {
+                return Err(ErrorInfo::new(
+                    ErrorCode::WorkspaceNotFound,
+                    format!("workspace {} does not exist", s.source_path.display()),
+                ))
+            }
+            Ok(m) if !m.is_dir() => {
+                return Err(ErrorInfo::new(
+                    ErrorCode::WorkspaceInvalid,
+                    format!("workspace {} is not a directory", s.source_path.display()),
+                ))
+            }
+            Ok(_) => {}
+        }
+    }
+    let st = awcp_transports::scan(specs, &Default::default(), &CancelFlag::new())
+        .map_err(|e| e.to_error_info())?;
+    Ok(WorkspaceStats {
+        total_bytes: st.total_bytes,
+        file_count: st.file_count,
+        largest_file_bytes: st.largest_file_bytes,
+        largest_file: st.largest_file_path,
+    })
+}
+
+async fn store_snapshot<R: Runtime>(
+    rt: &R,
+    dir: &Path,
+    snap: &SnapshotEvent,
+    limit: u64,
+) -> Result<(), ErrorInfo> {
+    let fail = |m: String| ErrorInfo::new(ErrorCode::TransportError, m);
+    std::fs::create_dir_all(dir).map_err(|e| fail(format!("snapshot dir: {e}")))?;
+    let zip = dir.join(format!("{}.zip", snap.snapshot_id));
+    match (&snap.data.base64, &snap.data.url) {
+        (Some(b), _) => {
+            let bytes =
+                awcp_transports::archive::decode_base64(b).map_err(|e| e.to_error_info())?;
+            let z = zip.clone();
+            blocking(rt, move || std::fs::write(z, bytes))
+                .await
+                .map_err(|e| fail(format!("writing the snapshot: {e}")))?;
+        }
+        (None, Some(url)) => {
+            net::download(rt, url, &[], zip.clone(), limit, Duration::from_secs(600))
+                .await
+                .map_err(|e| fail(format!("fetching the snapshot: {e}")))?;
+        }
+        (None, None) => return Err(fail("snapshot carries no data".into())),
+    }
+    let meta = serde_json::json!({
+        "snapshotId": snap.snapshot_id.as_str(),
+        "summary": snap.summary,
+        "highlights": snap.highlights,
+        "checksum": snap.checksum,
+        "metadata": snap.metadata,
+    });
+    crate::executor::journal::write_atomic(
+        dir,
+        &format!("{}.json", snap.snapshot_id),
+        meta.to_string().as_bytes(),
+    )
+    .map_err(|e| fail(format!("writing snapshot metadata: {e}")))?;
+    Ok(())
+}
+
+/// 16 random bytes from the OS.
+pub(crate) fn random_bytes() -> [u8; 16] {
+    let mut b = [0u8; 16];
+    if getrandom::fill(&mut b).is_err() {
+        // Extremely unlikely; fall back to time + address entropy rather than panicking.
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        b = (t ^ (&b as *const _ as u128)).to_le_bytes();
+    }
+    b
+}
+
+fn random_id() -> DelegationId {
+    DelegationId::from_random(random_bytes())
+}
+
+fn random_token() -> String {
+    random_bytes().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[allow(dead_code)]
+fn _types(_: ResponseBody) {}

@@ -1,0 +1,281 @@
+//! The executor's HTTP surface (WIRE.md §1, §4, §5), runtime-neutral: a function from an
+//! `http::Request` to an `http::Response`, mounted by awcp-tokio (axum) and awcp-smol (hyper).
+//!
+//! Routes, relative to the host root:
+//! `POST /awcp`, `GET /awcp/tasks/{id}/events`, `GET /awcp/tasks/{id}/result`,
+//! `POST /awcp/tasks/{id}/ack`, `POST /awcp/cancel/{id}`, `GET /awcp/status`,
+//! `GET /awcp/tasks/{id}/snapshots/{sid}` (URL-mode snapshots of our own peers),
+//! `GET /.well-known/agent-card.json` and `/.well-known/agent.json`.
+
+use std::io::Read;
+
+use awcp_proto::engine::executor::Request;
+use awcp_proto::http as wire_http;
+use awcp_proto::{decode_message, sse, DelegationId, ErrorCode, ErrorInfo};
+use bytes::Bytes;
+use futures::StreamExt;
+use http::{Method, StatusCode};
+use http_body_util::BodyExt;
+
+use super::ExecutorHandle;
+use crate::net::{json_response, ResponseBody};
+
+/// Where URL-mode snapshots are served.
+pub const SNAPSHOT_ROUTE: &str = "/awcp/tasks/{id}/snapshots/{sid}";
+
+fn reply((status, body): (u16, String)) -> http::Response<ResponseBody> {
+    json_response(status, body)
+}
+
+fn header<'a, B>(req: &'a http::Request<B>, name: &str) -> Option<&'a str> {
+    req.headers().get(name).and_then(|v| v.to_str().ok())
+}
+
+fn parse_id(s: &str) -> Result<DelegationId, http::Response<ResponseBody>> {
+    DelegationId::new(s).map_err(|e| {
+        reply(wire_http::reject(
+            400,
+            None,
+            ErrorInfo {
+                code: ErrorCode::Declined,
+                message: format!("invalid delegation id: {e}"),
+                hint: Some(
+                    "Delegation ids are 1-128 characters of A-Z a-z 0-9 _ - . (e.g. dlg_<32 hex>)."
+                        .into(),
+                ),
+            },
+        ))
+    })
+}
+
+impl ExecutorHandle {
+    /// Answers one HTTP request. Never panics; malformed input gets an ERROR body with a code
+    /// and a hint, never an internal error text.
+    pub async fn handle_http<B>(&self, req: http::Request<B>) -> http::Response<ResponseBody>
+    where
+        B: http_body::Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let method = req.method().clone();
+        let path = req.uri().path().to_owned();
+        let credential = wire_http::presented_credential(
+            header(&req, "authorization"),
+            header(&req, "x-api-key"),
+        );
+        let host = header(&req, "host").map(str::to_owned);
+        let segs: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
+        match (method.clone(), segs.as_slice()) {
+            (Method::GET, [".well-known", "agent-card.json" | "agent.json"]) => {
+                let base = host.map(|h| format!("http://{h}"));
+                json_response(200, self.opts.card.to_json(base.as_deref()).to_string())
+            }
+            (Method::POST, ["awcp"]) => self.post_message(req, credential).await,
+            (Method::GET, ["awcp", "status"]) => match self.status().await {
+                Some(s) => json_response(200, wire_http::status_to_value(&s).to_string()),
+                None => unavailable(),
+            },
+            (Method::GET, ["awcp", "tasks", id, "events"]) => match parse_id(id) {
+                Ok(id) => self.events(id, credential),
+                Err(r) => r,
+            },
+            (Method::GET, ["awcp", "tasks", id, "result"]) => {
+                self.simple(id, credential, Request::Result).await
+            }
+            (Method::POST, ["awcp", "tasks", id, "ack"]) => {
+                self.simple(id, credential, Request::Ack).await
+            }
+            (Method::POST, ["awcp", "cancel", id]) => {
+                self.simple(id, credential, Request::Cancel).await
+            }
+            (Method::GET, ["awcp", "tasks", id, "snapshots", sid]) => {
+                self.snapshot_file(id, sid, credential).await
+            }
+            (_, ["awcp", ..]) | (_, [".well-known", ..]) => {
+                reply(wire_http::reject_route(405, method.as_str(), &path))
+            }
+            _ => reply(wire_http::reject_route(404, method.as_str(), &path)),
+        }
+    }
+
+    async fn simple(
+        &self,
+        id: &str,
+        credential: Option<String>,
+        make: fn(DelegationId) -> Request,
+    ) -> http::Response<ResponseBody> {
+        let id = match parse_id(id) {
+            Ok(id) => id,
+            Err(r) => return r,
+        };
+        match self.request(credential, make(id)).await {
+            Some(resp) => reply(wire_http::encode_response(&resp)),
+            None => unavailable(),
+        }
+    }
+
+    async fn post_message<B>(
+        &self,
+        req: http::Request<B>,
+        credential: Option<String>,
+    ) -> http::Response<ResponseBody>
+    where
+        B: http_body::Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let limit = self.opts.max_body_bytes;
+        let body = http_body_util::Limited::new(req.into_body(), limit as usize);
+        let bytes = match body.collect().await {
+            Ok(c) => c.to_bytes(),
+            Err(e) => {
+                if e.downcast_ref::<http_body_util::LengthLimitError>()
+                    .is_some()
+                {
+                    return reply(wire_http::reject_too_large(limit));
+                }
+                return reply(wire_http::reject(
+                    400,
+                    None,
+                    ErrorInfo::new(ErrorCode::Declined, "could not read the request body"),
+                ));
+            }
+        };
+        let (msg, dialect) = match decode_message(&bytes) {
+            Ok(m) => m,
+            Err(e) => {
+                let id = serde_json::from_slice::<serde_json::Value>(&bytes)
+                    .ok()
+                    .and_then(|v| v.get("delegationId")?.as_str().map(str::to_owned))
+                    .and_then(|s| DelegationId::new(s).ok());
+                return reply(wire_http::reject_malformed(&e, id.as_ref()));
+            }
+        };
+        match self
+            .request(credential, Request::Message(Box::new(msg), dialect))
+            .await
+        {
+            Some(resp) => reply(wire_http::encode_response(&resp)),
+            None => unavailable(),
+        }
+    }
+
+    fn events(&self, id: DelegationId, credential: Option<String>) -> http::Response<ResponseBody> {
+        let Some(rx) = self.subscribe(id, credential) else {
+            return unavailable();
+        };
+        let keepalive = self.opts.keepalive;
+        let sleep = self.opts.sleep.clone();
+        let ticker = move |d| sleep(d);
+        // Merge events with keepalive comments: whichever comes first.
+        let stream =
+            futures::stream::unfold((rx, Some(ticker(keepalive))), move |(mut rx, mut tick)| {
+                let ticker = ticker.clone();
+                async move {
+                    loop {
+                        let t = tick.take()?;
+                        match futures::future::select(rx.next(), t).await {
+                            futures::future::Either::Left((Some(b), t)) => {
+                                return Some((b, (rx, Some(t))));
+                            }
+                            futures::future::Either::Left((None, _)) => return None,
+                            futures::future::Either::Right((_, _)) => {
+                                return Some((
+                                    Bytes::from_static(sse::KEEPALIVE.as_bytes()),
+                                    (rx, Some(ticker(keepalive))),
+                                ));
+                            }
+                        }
+                    }
+                }
+            });
+        let body = stream.map(|b| Ok::<_, std::convert::Infallible>(hyper::body::Frame::data(b)));
+        http::Response::builder()
+            .status(StatusCode::OK)
+            .header("content-type", "text/event-stream")
+            .header("cache-control", "no-cache")
+            .header("connection", "keep-alive")
+            .header("x-accel-buffering", "no")
+            .body(BodyExt::boxed_unsync(http_body_util::StreamBody::new(body)))
+            .expect("static headers are valid")
+    }
+
+    async fn snapshot_file(
+        &self,
+        id: &str,
+        sid: &str,
+        credential: Option<String>,
+    ) -> http::Response<ResponseBody> {
+        let id = match parse_id(id) {
+            Ok(id) => id,
+            Err(r) => return r,
+        };
+        // Authorisation follows the delegation: ask the engine (result needs the same rights).
+        match self.request(credential, Request::Result(id.clone())).await {
+            Some(awcp_proto::engine::executor::Response::Error { .. }) | None => {
+                return reply(wire_http::reject(
+                    401,
+                    Some(&id),
+                    ErrorInfo::new(ErrorCode::AuthFailed, "not allowed"),
+                ))
+            }
+            Some(_) => {}
+        }
+        let path = self
+            .snapshots
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&(id.to_string(), sid.to_owned()))
+            .cloned();
+        let Some(path) = path else {
+            return reply(wire_http::reject(
+                404,
+                Some(&id),
+                ErrorInfo::new(ErrorCode::NotFound, format!("no snapshot {sid}")),
+            ));
+        };
+        file_response(path)
+    }
+}
+
+/// Streams a file with flat memory: a thread reads chunks into a bounded channel.
+pub(crate) fn file_response(path: std::path::PathBuf) -> http::Response<ResponseBody> {
+    let Ok(mut f) = std::fs::File::open(&path) else {
+        return reply(wire_http::reject(
+            404,
+            None,
+            ErrorInfo::new(ErrorCode::NotFound, "the file is gone"),
+        ));
+    };
+    let len = f.metadata().map(|m| m.len()).ok();
+    let (mut tx, rx) = futures::channel::mpsc::channel::<Bytes>(4);
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; 256 * 1024];
+        loop {
+            match f.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    let chunk = Bytes::copy_from_slice(&buf[..n]);
+                    if futures::executor::block_on(futures::SinkExt::send(&mut tx, chunk)).is_err()
+                    {
+                        break;
+                    }
+                }
+            }
+        }
+    });
+    let mut b = http::Response::builder()
+        .status(200)
+        .header("content-type", "application/zip");
+    if let Some(l) = len {
+        b = b.header("content-length", l);
+    }
+    b.body(crate::net::channel_body(rx))
+        .expect("static headers are valid")
+}
+
+fn unavailable() -> http::Response<ResponseBody> {
+    reply(wire_http::reject(
+        503,
+        None,
+        ErrorInfo::new(ErrorCode::Declined, "the executor is shutting down"),
+    ))
+}

@@ -1,0 +1,696 @@
+//! The executor side: one task owns the [`Executor`] engine and executes its outputs; HTTP
+//! handlers talk to it through a channel ([`ExecutorHandle`]).
+
+mod http;
+pub mod journal;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use awcp_proto::engine::executor::{Request, Response};
+use awcp_proto::engine::{CapturedSnapshot, RequestId, StreamId, TaskOutcome};
+use awcp_proto::{
+    encode_event, sse, DelegationId, ErrorCode, ErrorInfo, Executor, ExecutorConfig, ExecutorEvent,
+    ExecutorInput, ExecutorOutput, TransportHandle,
+};
+use awcp_transports::archive::{ArchiveOutput, ArchiveSource, Delivery};
+use awcp_transports::{CancelFlag, ExecutorTransport, SetupRequest, TaskContext, TaskRunner};
+use bytes::Bytes;
+use futures::channel::{mpsc, oneshot};
+use futures::future::Either;
+use futures::StreamExt;
+
+use crate::card::AgentCard;
+use crate::runtime::{blocking, sleep_until, Runtime};
+
+pub use self::http::SNAPSHOT_ROUTE;
+
+/// Streams a file as an HTTP response with flat memory (used for archive URLs).
+pub(crate) fn file_response_pub(path: PathBuf) -> ::http::Response<crate::net::ResponseBody> {
+    self::http::file_response(path)
+}
+
+/// Everything an executor needs.
+pub struct ExecutorOptions {
+    /// Engine policy (work root, limits, auth, transports).
+    pub engine: ExecutorConfig,
+    /// The data-plane transport.
+    pub transport: Arc<dyn ExecutorTransport>,
+    /// The agent that does the work.
+    pub runner: Arc<dyn TaskRunner>,
+    /// Largest request body accepted (START carries inline archives).
+    pub max_body_bytes: u64,
+    /// SSE keepalive interval (≤ 30 s).
+    pub keepalive: Duration,
+    /// Base URL peers reach this executor at (`http://host:port`), for snapshot URLs.
+    pub public_url: Option<String>,
+    /// Timeout for fetching an archive by URL.
+    pub download_timeout: Duration,
+    /// The A2A agent card served at `/.well-known/agent-card.json`.
+    pub card: AgentCard,
+    /// Where assignment records are journalled (None: not durable).
+    pub state_dir: Option<PathBuf>,
+}
+
+impl ExecutorOptions {
+    /// Options with defaults around the given engine config, transport and runner.
+    pub fn new(
+        engine: ExecutorConfig,
+        transport: Arc<dyn ExecutorTransport>,
+        runner: Arc<dyn TaskRunner>,
+    ) -> Self {
+        ExecutorOptions {
+            engine,
+            transport,
+            runner,
+            max_body_bytes: 256 * 1024 * 1024,
+            keepalive: Duration::from_secs(15),
+            public_url: None,
+            download_timeout: Duration::from_secs(600),
+            card: AgentCard::default(),
+            state_dir: None,
+        }
+    }
+}
+
+pub(crate) enum Cmd {
+    Request {
+        credential: Option<String>,
+        body: Request,
+        reply: oneshot::Sender<Response>,
+    },
+    Subscribe {
+        id: DelegationId,
+        credential: Option<String>,
+        tx: mpsc::UnboundedSender<Bytes>,
+    },
+    StreamClosed(StreamId),
+    Input(ExecutorInput),
+    Status(oneshot::Sender<awcp_proto::engine::executor::ExecutorStatus>),
+    Shutdown(oneshot::Sender<()>),
+    SetPublicUrl(String),
+}
+
+/// Files of captured snapshots served by URL, keyed by (delegation, snapshot).
+pub(crate) type SnapshotFiles = Arc<Mutex<BTreeMap<(String, String), PathBuf>>>;
+
+/// A cheap handle to a running executor: mount [`ExecutorHandle::handle_http`] in any HTTP
+/// server (awcp-tokio and awcp-smol do).
+#[derive(Clone)]
+pub struct ExecutorHandle {
+    tx: mpsc::UnboundedSender<Cmd>,
+    opts: Arc<SharedOpts>,
+    snapshots: SnapshotFiles,
+}
+
+pub(crate) struct SharedOpts {
+    pub sleep: Arc<dyn Fn(Duration) -> crate::runtime::BoxFuture<()> + Send + Sync>,
+    pub max_body_bytes: u64,
+    pub keepalive: Duration,
+    pub card: AgentCard,
+}
+
+impl ExecutorHandle {
+    /// Starts the engine task on `rt`.
+    pub fn start<R: Runtime>(rt: R, opts: ExecutorOptions) -> ExecutorHandle {
+        let (tx, rx) = mpsc::unbounded();
+        let snapshots: SnapshotFiles = Arc::default();
+        let work_root = PathBuf::from(&opts.engine.work_root);
+        sweep_stale(&work_root);
+        let rt2 = rt.clone();
+        let shared = Arc::new(SharedOpts {
+            sleep: Arc::new(move |d| rt2.sleep(d)),
+            max_body_bytes: opts.max_body_bytes,
+            keepalive: opts.keepalive,
+            card: opts.card.clone(),
+        });
+        let lp = Loop {
+            rt: rt.clone(),
+            engine: Executor::new(opts.engine.clone()),
+            tx: tx.clone(),
+            transport: opts.transport,
+            runner: opts.runner,
+            public_url: opts.public_url,
+            download_timeout: opts.download_timeout,
+            work_root,
+            pending: BTreeMap::new(),
+            streams: BTreeMap::new(),
+            cancels: BTreeMap::new(),
+            snapshots: snapshots.clone(),
+            next_id: 1,
+            journal: opts.state_dir.map(journal::Journal::new),
+        };
+        rt.spawn(Box::pin(lp.run(rx)));
+        ExecutorHandle {
+            tx,
+            opts: shared,
+            snapshots,
+        }
+    }
+
+    /// Tells the engine the externally reachable base URL (after binding port 0).
+    pub fn set_public_url(&self, url: impl Into<String>) {
+        let _ = self.tx.unbounded_send(Cmd::SetPublicUrl(url.into()));
+    }
+
+    /// Current counts (`GET /awcp/status`).
+    pub async fn status(&self) -> Option<awcp_proto::engine::executor::ExecutorStatus> {
+        let (tx, rx) = oneshot::channel();
+        self.tx.unbounded_send(Cmd::Status(tx)).ok()?;
+        rx.await.ok()
+    }
+
+    /// Fails every live assignment (subscribers get an error event, tasks are stopped) and
+    /// waits until their resources are released.
+    pub async fn shutdown(&self) {
+        let (tx, rx) = oneshot::channel();
+        if self.tx.unbounded_send(Cmd::Shutdown(tx)).is_ok() {
+            let _ = rx.await;
+        }
+    }
+
+    pub(crate) async fn request(
+        &self,
+        credential: Option<String>,
+        body: Request,
+    ) -> Option<Response> {
+        let (tx, rx) = oneshot::channel();
+        self.tx
+            .unbounded_send(Cmd::Request {
+                credential,
+                body,
+                reply: tx,
+            })
+            .ok()?;
+        rx.await.ok()
+    }
+
+    pub(crate) fn subscribe(
+        &self,
+        id: DelegationId,
+        credential: Option<String>,
+    ) -> Option<mpsc::UnboundedReceiver<Bytes>> {
+        let (tx, rx) = mpsc::unbounded();
+        self.tx
+            .unbounded_send(Cmd::Subscribe { id, credential, tx })
+            .ok()?;
+        Some(rx)
+    }
+}
+
+/// Removes work directories and downloads a crashed predecessor left behind.
+fn sweep_stale(root: &Path) {
+    let Ok(rd) = std::fs::read_dir(root) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name();
+        if name == ".awcp" {
+            continue;
+        }
+        let p = e.path();
+        tracing::info!(path = %p.display(), "removing stale work directory from a previous run");
+        let _ = if p.is_dir() {
+            std::fs::remove_dir_all(&p)
+        } else {
+            std::fs::remove_file(&p)
+        };
+    }
+    let _ = std::fs::remove_dir_all(root.join(".awcp").join("downloads"));
+}
+
+struct Loop<R: Runtime> {
+    rt: R,
+    engine: Executor,
+    tx: mpsc::UnboundedSender<Cmd>,
+    transport: Arc<dyn ExecutorTransport>,
+    runner: Arc<dyn TaskRunner>,
+    public_url: Option<String>,
+    download_timeout: Duration,
+    work_root: PathBuf,
+    pending: BTreeMap<RequestId, oneshot::Sender<Response>>,
+    streams: BTreeMap<StreamId, mpsc::UnboundedSender<Bytes>>,
+    cancels: BTreeMap<DelegationId, CancelFlag>,
+    snapshots: SnapshotFiles,
+    next_id: u64,
+    journal: Option<journal::Journal>,
+}
+
+impl<R: Runtime> Loop<R> {
+    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Cmd>) {
+        let mut shutdown: Option<oneshot::Sender<()>> = None;
+        loop {
+            self.drain();
+            if let Some(tx) = shutdown.take() {
+                if self.engine.live_count() == 0 {
+                    let _ = tx.send(());
+                } else {
+                    shutdown = Some(tx);
+                }
+            }
+            let sleep = match self.engine.poll_timeout() {
+                Some(t) => sleep_until(&self.rt, t),
+                None => self.rt.sleep(Duration::from_secs(3600)),
+            };
+            match futures::future::select(rx.next(), sleep).await {
+                Either::Left((Some(cmd), _)) => {
+                    if let Cmd::Shutdown(tx) = cmd {
+                        self.engine.shutdown(self.rt.now());
+                        shutdown = Some(tx);
+                    } else {
+                        self.on_cmd(cmd);
+                    }
+                }
+                Either::Left((None, _)) => break,
+                Either::Right(_) => self.engine.handle_timeout(self.rt.now()),
+            }
+        }
+    }
+
+    fn input(&mut self, input: ExecutorInput) {
+        if let Err(e) = self.engine.handle(self.rt.now(), input) {
+            tracing::debug!("input ignored: {e}");
+        }
+    }
+
+    fn on_cmd(&mut self, cmd: Cmd) {
+        match cmd {
+            Cmd::Request {
+                credential,
+                body,
+                reply,
+            } => {
+                let request = RequestId(self.next_id);
+                self.next_id += 1;
+                self.pending.insert(request, reply);
+                self.input(ExecutorInput::Request {
+                    request,
+                    credential,
+                    body,
+                });
+            }
+            Cmd::Subscribe { id, credential, tx } => {
+                let stream = StreamId(self.next_id);
+                self.next_id += 1;
+                self.streams.insert(stream, tx);
+                self.input(ExecutorInput::Subscribe {
+                    stream,
+                    id,
+                    credential,
+                });
+            }
+            Cmd::StreamClosed(stream) => {
+                self.streams.remove(&stream);
+                self.input(ExecutorInput::StreamClosed { stream });
+            }
+            Cmd::Input(i) => self.input(i),
+            Cmd::Status(tx) => {
+                let _ = tx.send(self.engine.status());
+            }
+            Cmd::Shutdown(_) => {}
+            Cmd::SetPublicUrl(u) => self.public_url = Some(u),
+        }
+    }
+
+    fn feed(&self) -> impl Fn(ExecutorInput) + Send + Sync + Clone + 'static {
+        let tx = self.tx.clone();
+        move |i| {
+            let _ = tx.unbounded_send(Cmd::Input(i));
+        }
+    }
+
+    fn drain(&mut self) {
+        while let Some(out) = self.engine.poll_output() {
+            self.execute(out);
+        }
+    }
+
+    fn execute(&mut self, out: ExecutorOutput) {
+        match out {
+            ExecutorOutput::Respond { request, response } => {
+                if let Some(tx) = self.pending.remove(&request) {
+                    let _ = tx.send(response);
+                }
+            }
+            ExecutorOutput::StreamEvent {
+                stream,
+                event,
+                dialect,
+            } => {
+                let bytes = Bytes::from(sse::encode_data(&encode_event(&event, dialect)));
+                let gone = match self.streams.get(&stream) {
+                    Some(tx) => tx.unbounded_send(bytes).is_err(),
+                    None => false,
+                };
+                if gone {
+                    self.streams.remove(&stream);
+                    let _ = self.tx.unbounded_send(Cmd::StreamClosed(stream));
+                }
+            }
+            ExecutorOutput::CloseStream { stream } => {
+                self.streams.remove(&stream);
+            }
+            ExecutorOutput::AllocateWorkDir {
+                id,
+                work_dir,
+                transport: _,
+            } => {
+                let t = self.transport.clone();
+                let feed = self.feed();
+                let rt = self.rt.clone();
+                self.rt.spawn(Box::pin(async move {
+                    let result = blocking(&rt, move || allocate(&*t, Path::new(&work_dir))).await;
+                    feed(ExecutorInput::WorkDirAllocated { id, result });
+                }));
+            }
+            ExecutorOutput::SetupTransport {
+                id,
+                work_dir,
+                handle,
+                access_mode,
+                resources,
+                dialect: _,
+            } => {
+                let t = self.transport.clone();
+                let feed = self.feed();
+                let rt = self.rt.clone();
+                let cancel = CancelFlag::new();
+                self.cancels.insert(id.clone(), cancel.clone());
+                let downloads = self.work_root.join(".awcp").join("downloads");
+                let timeout = self.download_timeout;
+                self.rt.spawn(Box::pin(async move {
+                    let result = setup(
+                        &rt,
+                        t,
+                        &id,
+                        work_dir,
+                        *handle,
+                        access_mode,
+                        resources,
+                        downloads,
+                        timeout,
+                        cancel,
+                    )
+                    .await;
+                    feed(ExecutorInput::SetupCompleted { id, result });
+                }));
+            }
+            ExecutorOutput::RunTask {
+                id,
+                work_dir,
+                task,
+                expires_at,
+                access_mode,
+            } => {
+                let runner = self.runner.clone();
+                let feed = self.feed();
+                let rt = self.rt.clone();
+                let cancel = CancelFlag::new();
+                self.cancels.insert(id.clone(), cancel.clone());
+                let ctx = TaskContext {
+                    delegation_id: id.clone(),
+                    work_dir: PathBuf::from(work_dir),
+                    description: task.description,
+                    prompt: task.prompt,
+                    expires_at,
+                    access_mode,
+                };
+                self.rt.spawn(Box::pin(async move {
+                    let pf = feed.clone();
+                    let pid = id.clone();
+                    let c2 = cancel.clone();
+                    let result = blocking(&rt, move || {
+                        let progress = move |m: String| {
+                            pf(ExecutorInput::TaskProgress {
+                                id: pid.clone(),
+                                message: Some(m),
+                                progress: None,
+                            })
+                        };
+                        runner.run(&ctx, &progress, &c2)
+                    })
+                    .await;
+                    let result = match result {
+                        Ok(o) => Ok(TaskOutcome {
+                            summary: o.summary,
+                            highlights: o.highlights,
+                        }),
+                        Err(_) if cancel.is_cancelled() => Err(ErrorInfo::bare(
+                            ErrorCode::Cancelled,
+                            "the task was stopped",
+                        )),
+                        Err(m) => Err(ErrorInfo::new(ErrorCode::TaskFailed, m)),
+                    };
+                    feed(ExecutorInput::TaskFinished { id, result });
+                }));
+            }
+            ExecutorOutput::StopTask { id } => {
+                if let Some(c) = self.cancels.get(&id) {
+                    c.cancel();
+                }
+            }
+            ExecutorOutput::CaptureSnapshot {
+                id,
+                work_dir,
+                snapshot_id,
+                kind,
+                inline,
+            } => {
+                let t = self.transport.clone();
+                let feed = self.feed();
+                let rt = self.rt.clone();
+                let dir = self.work_root.join(".awcp").join("snapshots");
+                let url_base = if inline {
+                    None
+                } else {
+                    self.public_url.clone()
+                };
+                let files = self.snapshots.clone();
+                let kind = match kind {
+                    awcp_proto::engine::SnapshotKind::Full => awcp_transports::SnapshotKind::Full,
+                    awcp_proto::engine::SnapshotKind::Delta => awcp_transports::SnapshotKind::Delta,
+                };
+                self.rt.spawn(Box::pin(async move {
+                    let sid = snapshot_id.clone();
+                    let did = id.clone();
+                    let result = blocking(&rt, move || {
+                        let delivery = match &url_base {
+                            Some(_) => {
+                                let d = dir.join(did.as_str());
+                                std::fs::create_dir_all(&d).map_err(|e| {
+                                    ErrorInfo::new(
+                                        ErrorCode::TaskFailed,
+                                        format!("snapshot dir: {e}"),
+                                    )
+                                })?;
+                                Delivery::File(d)
+                            }
+                            None => Delivery::Inline,
+                        };
+                        let snap = t
+                            .capture(Path::new(&work_dir), kind, &delivery, &CancelFlag::new())
+                            .map_err(|e| e.to_error_info())?;
+                        Ok::<_, ErrorInfo>(to_captured(
+                            snap,
+                            &did,
+                            &sid,
+                            url_base.as_deref(),
+                            &files,
+                        ))
+                    })
+                    .await;
+                    feed(ExecutorInput::SnapshotCaptured { id, result });
+                }));
+            }
+            ExecutorOutput::Release { id, work_dir } => {
+                self.cancels.remove(&id);
+                let t = self.transport.clone();
+                let feed = self.feed();
+                let rt = self.rt.clone();
+                self.rt.spawn(Box::pin(async move {
+                    blocking(&rt, move || {
+                        if let Err(e) = t.release(Path::new(&work_dir)) {
+                            tracing::warn!("release of {work_dir} failed: {e}");
+                        }
+                        let _ = std::fs::remove_dir_all(&work_dir);
+                    })
+                    .await;
+                    feed(ExecutorInput::Released { id });
+                }));
+            }
+            ExecutorOutput::DropSnapshot { id, snapshot_id } => {
+                let key = (id.to_string(), snapshot_id.to_string());
+                let path = self
+                    .snapshots
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&key);
+                if let Some(p) = path {
+                    let _ = std::fs::remove_file(&p);
+                    if let Some(parent) = p.parent() {
+                        let _ = std::fs::remove_dir(parent);
+                    }
+                }
+            }
+            ExecutorOutput::Event(ev) => self.on_event(ev),
+        }
+    }
+
+    fn on_event(&mut self, ev: ExecutorEvent) {
+        match &ev {
+            ExecutorEvent::InviteReceived { id, invite, .. } => {
+                tracing::info!(delegation = %id, task = %invite.task.description, "invitation");
+            }
+            ExecutorEvent::StateChanged { id, from, to } => {
+                tracing::info!(delegation = %id, %from, %to, "assignment state");
+            }
+            ExecutorEvent::Ended { id, state, error } => {
+                tracing::info!(delegation = %id, %state, error = ?error.as_ref().map(|e| e.code.as_str()), "assignment ended");
+            }
+        }
+        if let Some(j) = &self.journal {
+            j.record(&ev);
+        }
+    }
+}
+
+fn allocate(t: &dyn ExecutorTransport, work_dir: &Path) -> Result<(), ErrorInfo> {
+    t.check_dependency().map_err(|e| ErrorInfo {
+        code: ErrorCode::DepMissing,
+        message: e.to_string(),
+        hint: Some(e.hint.clone()),
+    })?;
+    if let Ok(mut rd) = std::fs::read_dir(work_dir) {
+        if rd.next().is_some() {
+            return Err(ErrorInfo::new(
+                ErrorCode::WorkdirDenied,
+                "the work directory exists and is not empty",
+            ));
+        }
+    }
+    std::fs::create_dir_all(work_dir).map_err(|e| {
+        ErrorInfo::new(
+            ErrorCode::WorkdirDenied,
+            format!("cannot create the work directory: {e}"),
+        )
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn setup<R: Runtime>(
+    rt: &R,
+    t: Arc<dyn ExecutorTransport>,
+    id: &DelegationId,
+    work_dir: String,
+    handle: TransportHandle,
+    access: awcp_proto::AccessMode,
+    resources: Vec<awcp_proto::Resource>,
+    downloads: PathBuf,
+    timeout: Duration,
+    cancel: CancelFlag,
+) -> Result<(), ErrorInfo> {
+    let TransportHandle::Archive(h) = handle else {
+        return Err(ErrorInfo::new(
+            ErrorCode::SetupFailed,
+            format!(
+                "transport {} is not served by this executor",
+                handle.kind().as_str()
+            ),
+        ));
+    };
+    let names: Vec<_> = resources.into_iter().map(|r| r.name).collect();
+    if h.data.base64.is_some() {
+        return blocking(rt, move || {
+            let req = SetupRequest::from_inline_handle(Path::new(&work_dir), &h, access, &names)
+                .expect("inline data checked");
+            t.setup(req, &cancel)
+                .map(|_| ())
+                .map_err(|e| e.to_error_info())
+        })
+        .await;
+    }
+    let Some(url) = h.data.url.clone() else {
+        return Err(ErrorInfo::new(
+            ErrorCode::SetupFailed,
+            "archive handle carries no data",
+        ));
+    };
+    let d2 = downloads.clone();
+    blocking(rt, move || std::fs::create_dir_all(d2))
+        .await
+        .map_err(|e| ErrorInfo::new(ErrorCode::SetupFailed, format!("downloads dir: {e}")))?;
+    let file = downloads.join(format!("{id}.zip"));
+    let limit = h.size_bytes.unwrap_or(u64::MAX / 2).saturating_add(1);
+    crate::net::download(rt, &url, &[], file.clone(), limit, timeout)
+        .await
+        .map_err(|e| {
+            ErrorInfo::new(
+                ErrorCode::TransportError,
+                format!("fetching the archive: {e}"),
+            )
+        })?;
+    blocking(rt, move || {
+        let req = SetupRequest {
+            work_dir: Path::new(&work_dir),
+            source: ArchiveSource::File(&file),
+            expected_checksum: Some(&h.checksum),
+            access_mode: access,
+            resources: &names,
+        };
+        let r = t
+            .setup(req, &cancel)
+            .map(|_| ())
+            .map_err(|e| e.to_error_info());
+        let _ = std::fs::remove_file(&file);
+        r
+    })
+    .await
+}
+
+fn to_captured(
+    snap: awcp_transports::CapturedSnapshot,
+    id: &DelegationId,
+    sid: &awcp_proto::SnapshotId,
+    url_base: Option<&str>,
+    files: &SnapshotFiles,
+) -> CapturedSnapshot {
+    use serde_json::json;
+    let mut metadata = BTreeMap::new();
+    metadata.insert("fileCount".to_owned(), json!(snap.file_count));
+    metadata.insert("totalBytes".to_owned(), json!(snap.total_bytes));
+    metadata.insert("changedFiles".to_owned(), json!(snap.changed));
+    if snap.kind == awcp_transports::SnapshotKind::Delta {
+        metadata.insert("delta".to_owned(), json!(true));
+        metadata.insert("deletedFiles".to_owned(), json!(snap.deleted));
+    }
+    match snap.archive {
+        ArchiveOutput::Inline(h) => CapturedSnapshot {
+            data: h.data,
+            checksum: Some(h.checksum),
+            metadata,
+        },
+        ArchiveOutput::File(f) => {
+            let url = format!(
+                "{}{}",
+                url_base.unwrap_or("").trim_end_matches('/'),
+                SNAPSHOT_ROUTE
+                    .replace("{id}", id.as_str())
+                    .replace("{sid}", sid.as_str())
+            );
+            files
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert((id.to_string(), sid.to_string()), f.path.clone());
+            CapturedSnapshot {
+                data: awcp_proto::ArchiveData {
+                    base64: None,
+                    url: Some(url),
+                },
+                checksum: Some(f.checksum),
+                metadata,
+            }
+        }
+    }
+}

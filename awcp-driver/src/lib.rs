@@ -1,0 +1,20 @@
+//! # awcp-driver: the runtime-neutral driver core
+//!
+//! The engines in awcp-proto decide; the transports in awcp-transports do the blocking work;
+//! this crate connects them to the network: an engine task per role that executes outputs and
+//! feeds inputs, HTTP handlers (executor router, delegator archive URLs, daemon API) over
+//! `http`/`hyper` 1.x types, and an HTTP client. It is generic over a small [`Runtime`] trait;
+//! awcp-tokio and awcp-smol implement it in a few dozen lines each.
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+pub mod card;
+pub mod delegator;
+pub mod executor;
+pub mod net;
+pub mod runtime;
+
+pub use card::AgentCard;
+pub use delegator::{DelegateParams, DelegatorError, DelegatorHandle, DelegatorOptions};
+pub use executor::{ExecutorHandle, ExecutorOptions};
+pub use runtime::Runtime;

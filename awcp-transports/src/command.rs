@@ -1,0 +1,272 @@
+//! A task runner that runs any command-line agent in the work directory.
+//!
+//! The command is a shell-free argument template: `my-agent --prompt-file {prompt_file}`.
+//! Placeholders: `{prompt_file}` (a file holding the prompt), `{work_dir}`, `{description}`,
+//! `{delegation_id}`. The prompt is also given on stdin and in `AWCP_PROMPT`; `AWCP_WORK_DIR`,
+//! `AWCP_DELEGATION_ID`, `AWCP_ACCESS_MODE` and `AWCP_EXPIRES_AT` are set too. Each stdout
+//! line becomes a progress message; exit code 0 is success (the last stdout line is the
+//! summary), anything else is a task failure carrying the tail of stderr. The process is killed
+//! on cancel and when the lease expires.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::cancel::CancelFlag;
+use crate::traits::{TaskContext, TaskOutcome, TaskRunner};
+
+/// Runs a command per task. See the [module docs](self).
+#[derive(Clone, Debug)]
+pub struct CommandRunner {
+    argv: Vec<String>,
+}
+
+/// Splits a command template into arguments (whitespace, with '…' and "…" quoting).
+pub fn split_command(s: &str) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut quote: Option<char> = None;
+    let mut any = false;
+    for c in s.chars() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), c) => cur.push(c),
+            (None, '\'' | '"') => {
+                quote = Some(c);
+                any = true;
+            }
+            (None, c) if c.is_whitespace() => {
+                if any || !cur.is_empty() {
+                    out.push(std::mem::take(&mut cur));
+                    any = false;
+                }
+            }
+            (None, c) => cur.push(c),
+        }
+    }
+    if quote.is_some() {
+        return Err(format!("unterminated quote in command {s:?}"));
+    }
+    if any || !cur.is_empty() {
+        out.push(cur);
+    }
+    if out.is_empty() {
+        return Err("empty command".into());
+    }
+    Ok(out)
+}
+
+impl CommandRunner {
+    /// A runner for the command template `cmd`.
+    pub fn new(cmd: &str) -> Result<Self, String> {
+        Ok(CommandRunner {
+            argv: split_command(cmd)?,
+        })
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+impl TaskRunner for CommandRunner {
+    fn run(
+        &self,
+        ctx: &TaskContext,
+        progress: &dyn Fn(String),
+        cancel: &CancelFlag,
+    ) -> Result<TaskOutcome, String> {
+        let prompt_dir = tempfile::tempdir().map_err(|e| format!("prompt file: {e}"))?;
+        let prompt_file = prompt_dir.path().join("prompt.txt");
+        std::fs::write(&prompt_file, &ctx.prompt).map_err(|e| format!("prompt file: {e}"))?;
+        let subst = |a: &str| {
+            a.replace("{prompt_file}", &prompt_file.to_string_lossy())
+                .replace("{work_dir}", &ctx.work_dir.to_string_lossy())
+                .replace("{description}", &ctx.description)
+                .replace("{delegation_id}", ctx.delegation_id.as_str())
+        };
+        let mut cmd = Command::new(subst(&self.argv[0]));
+        cmd.args(self.argv[1..].iter().map(|a| subst(a)))
+            .current_dir(&ctx.work_dir)
+            .env("AWCP_PROMPT", &ctx.prompt)
+            .env("AWCP_PROMPT_FILE", &prompt_file)
+            .env("AWCP_WORK_DIR", &ctx.work_dir)
+            .env("AWCP_DELEGATION_ID", ctx.delegation_id.as_str())
+            .env("AWCP_ACCESS_MODE", ctx.access_mode.as_str())
+            .env("AWCP_EXPIRES_AT", ctx.expires_at.to_rfc3339())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| format!("could not start {:?}: {e}", self.argv[0]))?;
+        if let Some(mut stdin) = child.stdin.take() {
+            let p = ctx.prompt.clone();
+            std::thread::spawn(move || {
+                let _ = stdin.write_all(p.as_bytes());
+            });
+        }
+        let last_line = Arc::new(Mutex::new(String::new()));
+        let (line_tx, line_rx) = std::sync::mpsc::channel::<String>();
+        let out_thread = child.stdout.take().map(|out| {
+            let last = last_line.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(out).lines().map_while(Result::ok) {
+                    if !line.trim().is_empty() {
+                        *last.lock().unwrap_or_else(|p| p.into_inner()) = line.clone();
+                    }
+                    let _ = line_tx.send(line);
+                }
+            })
+        });
+        let err_thread = child.stderr.take().map(|mut e| {
+            std::thread::spawn(move || {
+                let mut s = String::new();
+                let _ = e.read_to_string(&mut s);
+                s
+            })
+        });
+        let deadline = ctx.expires_at.as_unix_millis();
+        let status = loop {
+            while let Ok(line) = line_rx.try_recv() {
+                progress(line);
+            }
+            if cancel.is_cancelled() || now_ms() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(if cancel.is_cancelled() {
+                    "the task was cancelled".into()
+                } else {
+                    "the lease expired; the command was killed".into()
+                });
+            }
+            match child.try_wait() {
+                Ok(Some(st)) => break st,
+                Ok(None) => {
+                    // Wait for output or a short tick, whichever comes first.
+                    if let Ok(line) = line_rx.recv_timeout(Duration::from_millis(50)) {
+                        progress(line);
+                    }
+                }
+                Err(e) => return Err(format!("waiting for the command: {e}")),
+            }
+        };
+        if let Some(t) = out_thread {
+            let _ = t.join();
+        }
+        while let Ok(line) = line_rx.try_recv() {
+            progress(line);
+        }
+        let stderr = err_thread.and_then(|t| t.join().ok()).unwrap_or_default();
+        if status.success() {
+            let summary = last_line.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            Ok(TaskOutcome {
+                summary: if summary.is_empty() {
+                    "the command succeeded".into()
+                } else {
+                    summary
+                },
+                highlights: Vec::new(),
+            })
+        } else {
+            let tail: String = stderr
+                .lines()
+                .rev()
+                .take(5)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect::<Vec<_>>()
+                .join("\n");
+            Err(format!(
+                "the command exited with {}{}",
+                status
+                    .code()
+                    .map(|c| format!("code {c}"))
+                    .unwrap_or_else(|| "a signal".into()),
+                if tail.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {tail}")
+                }
+            ))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use awcp_proto::{AccessMode, DelegationId, Timestamp};
+
+    fn ctx(dir: &std::path::Path) -> TaskContext {
+        TaskContext {
+            delegation_id: DelegationId::new("dlg_t").unwrap(),
+            work_dir: dir.to_path_buf(),
+            description: "d".into(),
+            prompt: "hello prompt".into(),
+            expires_at: Timestamp::from_unix_millis(now_ms() + 60_000),
+            access_mode: AccessMode::Rw,
+        }
+    }
+
+    #[test]
+    fn splits_quoted_templates() {
+        assert_eq!(
+            split_command("agent --p '{prompt_file}' \"a b\"").unwrap(),
+            vec!["agent", "--p", "{prompt_file}", "a b"]
+        );
+        assert!(split_command("  ").is_err());
+        assert!(split_command("a 'b").is_err());
+    }
+
+    #[test]
+    fn streams_output_and_reads_the_prompt_file() {
+        let t = tempfile::tempdir().unwrap();
+        let r = CommandRunner::new(
+            "sh -c 'echo step; cat \"$AWCP_PROMPT_FILE\" > out.txt; echo finished'",
+        )
+        .unwrap();
+        let seen = Mutex::new(Vec::new());
+        let out = r
+            .run(
+                &ctx(t.path()),
+                &|m| seen.lock().unwrap().push(m),
+                &CancelFlag::new(),
+            )
+            .unwrap();
+        assert_eq!(out.summary, "finished");
+        assert_eq!(
+            std::fs::read_to_string(t.path().join("out.txt")).unwrap(),
+            "hello prompt"
+        );
+        assert_eq!(seen.lock().unwrap().as_slice(), ["step", "finished"]);
+    }
+
+    #[test]
+    fn nonzero_exit_is_a_failure_with_stderr() {
+        let t = tempfile::tempdir().unwrap();
+        let r = CommandRunner::new("sh -c 'echo broken >&2; exit 3'").unwrap();
+        let e = r
+            .run(&ctx(t.path()), &|_| {}, &CancelFlag::new())
+            .unwrap_err();
+        assert!(e.contains("code 3") && e.contains("broken"), "{e}");
+    }
+
+    #[test]
+    fn cancel_kills_the_command() {
+        let t = tempfile::tempdir().unwrap();
+        let r = CommandRunner::new("sh -c 'echo started; sleep 30'").unwrap();
+        let c = CancelFlag::new();
+        let c2 = c.clone();
+        // Cancel as soon as the command reports it started (an event, not a sleep).
+        let e = r
+            .run(&ctx(t.path()), &move |_| c2.cancel(), &c)
+            .unwrap_err();
+        assert!(e.contains("cancelled"), "{e}");
+    }
+}
