@@ -1,1 +1,159 @@
-//! Shared helpers for the example binaries.
+//! Shared helpers for the example binaries: logging, JSON config files, progress display.
+
+use std::io::IsTerminal;
+use std::time::Instant;
+
+use awcp_proto::engine::delegator::{DelegationView, SnapshotStatus};
+use awcp_proto::{DelegationId, DelegatorEvent};
+
+/// Logs to stderr through `tracing`, filtered by `RUST_LOG` (default `info`, or `warn` if
+/// `quiet`).
+pub fn init_logging(quiet: bool) {
+    let default = if quiet { "warn" } else { "info" };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}
+
+/// Reads a JSON config file and turns its keys into `--key value` arguments placed before the
+/// command line's own (so flags and environment win over the file).
+pub fn args_with_config(config_flag: &str) -> Vec<String> {
+    let args: Vec<String> = std::env::args().collect();
+    let Some(pos) = args.iter().position(|a| a == config_flag) else {
+        return args;
+    };
+    let Some(path) = args.get(pos + 1) else {
+        return args;
+    };
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: cannot read config file {path}: {e}");
+            std::process::exit(2);
+        }
+    };
+    let v: serde_json::Value = match serde_json::from_str(&text) {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("error: config file {path} is not valid JSON: {e}");
+            std::process::exit(2);
+        }
+    };
+    let mut out = vec![args[0].clone()];
+    // Subcommand (if any) must stay first.
+    let rest: Vec<String> = args[1..]
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i + 1 != pos && *i + 1 != pos + 1)
+        .map(|(_, a)| a.clone())
+        .collect();
+    let (head, tail) = match rest.first() {
+        Some(first) if !first.starts_with('-') => (vec![first.clone()], rest[1..].to_vec()),
+        _ => (Vec::new(), rest),
+    };
+    out.extend(head);
+    if let Some(obj) = v.as_object() {
+        for (k, val) in obj {
+            let flag = format!("--{}", k.replace('_', "-"));
+            if tail
+                .iter()
+                .any(|a| a == &flag || a.starts_with(&format!("{flag}=")))
+            {
+                continue;
+            }
+            match val {
+                serde_json::Value::Bool(true) => out.push(flag),
+                serde_json::Value::Bool(false) | serde_json::Value::Null => {}
+                serde_json::Value::String(s) => out.extend([flag, s.clone()]),
+                other => out.extend([flag, other.to_string()]),
+            }
+        }
+    }
+    out.extend(tail);
+    out
+}
+
+/// Prints live progress of one delegation on stderr (a single updating line on a terminal).
+pub struct Progress {
+    id: DelegationId,
+    started: Instant,
+    tty: bool,
+    json: bool,
+}
+
+impl Progress {
+    /// Progress for `id`; `json` prints nothing (scripts read stdout).
+    pub fn new(id: DelegationId, json: bool) -> Self {
+        Progress {
+            id,
+            started: Instant::now(),
+            tty: std::io::stderr().is_terminal(),
+            json,
+        }
+    }
+
+    /// Shows one engine event if it is about this delegation.
+    pub fn show(&self, ev: &DelegatorEvent) {
+        if self.json {
+            return;
+        }
+        let line = match ev {
+            DelegatorEvent::StateChanged { id, to, .. } if *id == self.id => format!("state: {to}"),
+            DelegatorEvent::Progress { id, message, .. } if *id == self.id => {
+                format!("executor: {}", message.as_deref().unwrap_or("working"))
+            }
+            DelegatorEvent::Snapshot {
+                id,
+                snapshot_id,
+                status,
+            } if *id == self.id => format!("snapshot {snapshot_id}: {}", status.as_str()),
+            _ => return,
+        };
+        let elapsed = self.started.elapsed().as_secs_f32();
+        if self.tty {
+            eprint!("\r\x1b[2K[{elapsed:6.1}s] {line}");
+        } else {
+            eprintln!("[{elapsed:6.1}s] {line}");
+        }
+    }
+
+    /// Ends the progress line.
+    pub fn finish(&self) {
+        if self.tty && !self.json {
+            eprintln!();
+        }
+    }
+}
+
+/// A human summary of a finished delegation.
+pub fn describe(v: &DelegationView) -> String {
+    let mut s = format!("delegation {} {}\n", v.request.id, v.state);
+    if let Some(r) = &v.result {
+        s.push_str(&format!("summary: {}\n", r.summary));
+        if !r.highlights.is_empty() {
+            s.push_str(&format!("highlights: {}\n", r.highlights.join(", ")));
+        }
+    }
+    if let Some(e) = &v.error {
+        s.push_str(&format!("error: {} {}\n", e.code, e.message));
+        if let Some(h) = &e.hint {
+            s.push_str(&format!("hint: {h}\n"));
+        }
+    }
+    for snap in &v.snapshots {
+        let extra = match &snap.status {
+            SnapshotStatus::Failed(e) => format!(" ({e})"),
+            _ => String::new(),
+        };
+        s.push_str(&format!(
+            "snapshot {}: {}{extra}\n",
+            snap.id,
+            snap.status.as_str()
+        ));
+    }
+    s
+}

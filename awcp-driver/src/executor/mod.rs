@@ -671,7 +671,13 @@ fn to_captured(
             checksum: Some(h.checksum),
             metadata,
         },
-        ArchiveOutput::File(f) => {
+        ArchiveOutput::File(mut f) => {
+            // Take the file over from the transport (its release removes what it captured):
+            // the engine keeps snapshots until ack or retention (DropSnapshot).
+            let owned = f.path.with_file_name(format!("{sid}.zip"));
+            if std::fs::rename(&f.path, &owned).is_ok() {
+                f.path = owned;
+            }
             let url = format!(
                 "{}{}",
                 url_base.unwrap_or("").trim_end_matches('/'),

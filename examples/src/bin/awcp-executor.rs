@@ -1,0 +1,156 @@
+//! `awcp-executor`: a standalone AWCP executor.
+//!
+//! ```text
+//! awcp-executor --listen 127.0.0.1:10200 --work-root /tmp/awcp-work --demo
+//! awcp-executor --agent-cmd 'my-agent --prompt-file {prompt_file}' --auth-token s3cret
+//! awcp-executor --config executor.json      # keys are flag names: {"listen": "...", "max-concurrent": 3}
+//! ```
+//! Every flag can also be set through the environment (`AWCP_LISTEN`, `AWCP_WORK_ROOT`, …).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use awcp_driver::{AgentCard, ExecutorHandle, ExecutorOptions};
+use awcp_proto::engine::executor::RequiredAuth;
+use awcp_proto::{AuthType, ExecutorConfig};
+use awcp_tokio::TokioRuntime;
+use awcp_transports::{ArchiveExecutor, CommandRunner, DemoRunner, TaskRunner};
+use clap::Parser;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "awcp-executor",
+    version,
+    about = "Serve AWCP delegations: run tasks on lent workspaces"
+)]
+struct Args {
+    /// Address to listen on (port 0 picks a free port; the URL is printed).
+    #[arg(long, env = "AWCP_LISTEN", default_value = "127.0.0.1:10200")]
+    listen: SocketAddr,
+    /// Root of the work directories (each delegation gets <root>/<id>).
+    #[arg(long, env = "AWCP_WORK_ROOT")]
+    work_root: Option<PathBuf>,
+    /// State directory (assignment journal).
+    #[arg(long, env = "AWCP_STATE_DIR")]
+    state_dir: Option<PathBuf>,
+    /// Command that does the work, e.g. 'my-agent --prompt-file {prompt_file}'.
+    #[arg(long, env = "AWCP_AGENT_CMD")]
+    agent_cmd: Option<String>,
+    /// Use the built-in demo runner (lists files into AWCP_NOTES.md); the default without --agent-cmd.
+    #[arg(long)]
+    demo: bool,
+    /// Most live delegations at once.
+    #[arg(long, env = "AWCP_MAX_CONCURRENT", default_value_t = 5)]
+    max_concurrent: usize,
+    /// Longest lease granted, in seconds.
+    #[arg(long, env = "AWCP_MAX_TTL", default_value_t = 3600)]
+    max_ttl: u64,
+    /// Refuse read-write delegations (they are downgraded to read-only).
+    #[arg(long)]
+    read_only: bool,
+    /// Require this credential (bearer token or API key) from delegators.
+    #[arg(long, env = "AWCP_AUTH_TOKEN")]
+    auth_token: Option<String>,
+    /// Credential type accepted with --auth-token: bearer, api_key or any.
+    #[arg(long, env = "AWCP_AUTH_TYPE", default_value = "any")]
+    auth_type: String,
+    /// Largest request body in bytes (inline archives).
+    #[arg(long, env = "AWCP_MAX_BODY", default_value_t = 256 * 1024 * 1024)]
+    max_body_bytes: u64,
+    /// Agent name on the A2A card.
+    #[arg(long, env = "AWCP_NAME", default_value = "awcp-rs executor")]
+    name: String,
+    /// JSON config file whose keys are flag names.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Less logging.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+#[tokio::main]
+async fn main() {
+    let args = Args::parse_from(awcp_examples::args_with_config("--config"));
+    awcp_examples::init_logging(args.quiet);
+    let work_root = args
+        .work_root
+        .clone()
+        .unwrap_or_else(|| std::env::temp_dir().join("awcp-executor").join("work"));
+    if let Err(e) = std::fs::create_dir_all(&work_root) {
+        eprintln!(
+            "error: cannot create work root {}: {e}",
+            work_root.display()
+        );
+        std::process::exit(2);
+    }
+    let runner: Arc<dyn TaskRunner> = match (&args.agent_cmd, args.demo) {
+        (Some(cmd), false) => match CommandRunner::new(cmd) {
+            Ok(r) => Arc::new(r),
+            Err(e) => {
+                eprintln!("error: --agent-cmd: {e}");
+                std::process::exit(2);
+            }
+        },
+        _ => Arc::new(DemoRunner),
+    };
+    let auth = args.auth_token.clone().map(|credential| RequiredAuth {
+        types: match args.auth_type.as_str() {
+            "bearer" => vec![AuthType::Bearer],
+            "api_key" => vec![AuthType::ApiKey],
+            _ => Vec::new(),
+        },
+        credential,
+    });
+    let engine = ExecutorConfig {
+        work_root: work_root.to_string_lossy().into_owned(),
+        max_concurrent: args.max_concurrent,
+        max_ttl_seconds: args.max_ttl,
+        allow_rw: !args.read_only,
+        auth,
+        id_seed: u64::from_le_bytes(rand8()),
+        ..ExecutorConfig::default()
+    };
+    let mut opts = ExecutorOptions::new(engine, Arc::new(ArchiveExecutor::default()), runner);
+    opts.max_body_bytes = args.max_body_bytes;
+    opts.state_dir = args.state_dir.clone();
+    opts.card = AgentCard {
+        name: args.name.clone(),
+        ..AgentCard::default()
+    };
+    let executor = ExecutorHandle::start(TokioRuntime, opts);
+    let listener = match tokio::net::TcpListener::bind(args.listen).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("error: cannot listen on {}: {e}", args.listen);
+            std::process::exit(2);
+        }
+    };
+    let local = listener.local_addr().expect("bound socket has an address");
+    executor.set_public_url(format!("http://{local}"));
+    // The first stdout line is the URL, so scripts and tests can read it.
+    println!("awcp-executor listening on http://{local}/awcp");
+    tracing::info!(work_root = %work_root.display(), "executor ready");
+    let ex2 = executor.clone();
+    let shutdown = async move {
+        awcp_tokio::shutdown_signal().await;
+        tracing::info!(
+            "shutting down: failing in-flight delegations and releasing their resources"
+        );
+        ex2.shutdown().await;
+    };
+    if let Err(e) =
+        awcp_tokio::serve(listener, awcp_tokio::executor_router(executor), shutdown).await
+    {
+        eprintln!("error: server failed: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn rand8() -> [u8; 8] {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    (t ^ u64::from(std::process::id()).rotate_left(32)).to_le_bytes()
+}

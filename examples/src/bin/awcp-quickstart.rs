@@ -1,0 +1,114 @@
+//! `awcp-quickstart`: a complete delegation on this machine with built-in defaults.
+//!
+//! Starts a local executor (demo runner) on 127.0.0.1, creates a sample project (or uses the
+//! directory given), delegates it over real HTTP, applies the result and shows what changed.
+//!
+//! ```text
+//! cargo run -p awcp-examples --bin awcp-quickstart [-- DIR]
+//! ```
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use awcp_driver::{
+    DelegateParams, DelegatorHandle, DelegatorOptions, ExecutorHandle, ExecutorOptions,
+};
+use awcp_proto::ExecutorConfig;
+use awcp_tokio::TokioRuntime;
+use awcp_transports::{ArchiveDelegator, ArchiveDelegatorConfig, ArchiveExecutor, DemoRunner};
+use futures::StreamExt;
+
+#[tokio::main]
+async fn main() {
+    awcp_examples::init_logging(true);
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let dir: PathBuf = match std::env::args().nth(1) {
+        Some(d) => PathBuf::from(d),
+        None => {
+            let d = scratch.path().join("sample-project");
+            std::fs::create_dir_all(d.join("src")).expect("sample dir");
+            std::fs::write(d.join("README.md"), "# Sample project\n").expect("sample file");
+            std::fs::write(d.join("src/main.py"), "print('hello')\n").expect("sample file");
+            d
+        }
+    };
+
+    // 1. A local executor on a free loopback port, with the demo runner.
+    let work_root = scratch.path().join("executor-work");
+    let engine = ExecutorConfig {
+        work_root: work_root.to_string_lossy().into_owned(),
+        ..ExecutorConfig::default()
+    };
+    let executor = ExecutorHandle::start(
+        TokioRuntime,
+        ExecutorOptions::new(
+            engine,
+            Arc::new(ArchiveExecutor::default()),
+            Arc::new(DemoRunner),
+        ),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    executor.set_public_url(format!("http://{addr}"));
+    tokio::spawn(awcp_tokio::serve(
+        listener,
+        awcp_tokio::executor_router(executor.clone()),
+        std::future::pending(),
+    ));
+    let peer = format!("http://{addr}/awcp");
+    println!("executor: {peer}");
+    println!("workspace: {}", dir.display());
+
+    // 2. A delegator, in-process.
+    let state = scratch.path().join("delegator");
+    let transport = ArchiveDelegator::new(ArchiveDelegatorConfig::new(state.join("exports")));
+    let delegator = DelegatorHandle::start(
+        TokioRuntime,
+        DelegatorOptions::new(Arc::new(transport), state),
+    );
+
+    // 3. Delegate, follow progress, wait for the applied result.
+    let mut events = delegator.events();
+    let params = DelegateParams::new(
+        peer,
+        dir.clone(),
+        "List the project",
+        "Write an inventory of the files into AWCP_NOTES.md.",
+    );
+    let id = match delegator.delegate(params).await {
+        Ok(id) => id,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::exit(1);
+        }
+    };
+    let progress = awcp_examples::Progress::new(id.clone(), false);
+    let wait = delegator.wait(&id);
+    tokio::pin!(wait);
+    let view = loop {
+        tokio::select! {
+            v = &mut wait => break v,
+            Some(ev) = events.next() => progress.show(&ev),
+        }
+    };
+    progress.finish();
+    let Some(view) = view else {
+        eprintln!("error: the delegation disappeared");
+        std::process::exit(1);
+    };
+    print!("{}", awcp_examples::describe(&view));
+    let notes = dir.join(awcp_transports::runner::NOTES_FILE);
+    match std::fs::read_to_string(&notes) {
+        Ok(text) => println!(
+            "\n--- {} (written by the executor, applied locally) ---\n{text}",
+            notes.display()
+        ),
+        Err(_) => println!("\n(no {} in the workspace)", notes.display()),
+    }
+    executor.shutdown().await;
+    if view.state != awcp_proto::DelegationState::Completed {
+        std::process::exit(3);
+    }
+}

@@ -1,0 +1,466 @@
+//! `awcp`: the delegator CLI and daemon.
+//!
+//! ```text
+//! awcp delegate ./project --peer http://127.0.0.1:10200/awcp --prompt "add tests"
+//! awcp daemon --listen 127.0.0.1:3100
+//! awcp delegate ./project --peer … --prompt … --daemon http://127.0.0.1:3100 --background
+//! awcp list | status ID | wait ID | cancel ID | snapshots ID | apply ID SID | discard ID SID
+//! ```
+//! `--json` prints machine-readable results on stdout; progress goes to stderr.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use awcp_driver::delegator::daemon::{view_to_json, DaemonClient};
+use awcp_driver::{DelegateParams, DelegatorHandle, DelegatorOptions};
+use awcp_proto::engine::SnapshotMode;
+use awcp_proto::{AccessMode, Auth, AuthType};
+use awcp_tokio::TokioRuntime;
+use awcp_transports::{ArchiveDelegator, ArchiveDelegatorConfig};
+use clap::{Parser, Subcommand};
+use futures::StreamExt;
+use serde_json::{json, Value};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "awcp",
+    version,
+    about = "Delegate a local directory to an AWCP executor"
+)]
+struct Cli {
+    /// The delegator daemon (for list/status/cancel/snapshots, and delegate --daemon).
+    #[arg(
+        long,
+        global = true,
+        env = "AWCP_DAEMON",
+        default_value = "http://127.0.0.1:3100"
+    )]
+    daemon_url: String,
+    /// Machine-readable output on stdout.
+    #[arg(long, global = true)]
+    json: bool,
+    /// JSON config file whose keys are flag names.
+    #[arg(long, global = true)]
+    config: Option<PathBuf>,
+    /// Less logging.
+    #[arg(long, short, global = true)]
+    quiet: bool,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Delegate DIR to an executor and wait for the result (applied per --snapshot-mode).
+    Delegate {
+        /// The directory to lend.
+        dir: PathBuf,
+        /// The executor's AWCP URL.
+        #[arg(long, env = "AWCP_PEER")]
+        peer: String,
+        /// What the executor should do.
+        #[arg(long)]
+        prompt: String,
+        /// Short label (defaults to the prompt's first line).
+        #[arg(long)]
+        description: Option<String>,
+        /// Lease length in seconds.
+        #[arg(long, default_value_t = 3600)]
+        ttl: u64,
+        /// Lend read-only.
+        #[arg(long)]
+        ro: bool,
+        /// auto, staged or discard.
+        #[arg(long, default_value = "auto")]
+        snapshot_mode: String,
+        /// Credential for the executor (bearer token).
+        #[arg(long, env = "AWCP_TOKEN")]
+        token: Option<String>,
+        /// Send the credential as an API key instead of a bearer token.
+        #[arg(long)]
+        api_key: bool,
+        /// Go through the daemon instead of delegating in-process.
+        #[arg(long)]
+        daemon: bool,
+        /// With --daemon: return the id at once instead of waiting.
+        #[arg(long)]
+        background: bool,
+        /// Serve the archive by URL from this address (URL mode) instead of inlining it.
+        #[arg(long)]
+        serve_archives: Option<SocketAddr>,
+        /// State directory for the in-process delegator.
+        #[arg(long, env = "AWCP_STATE_DIR")]
+        state_dir: Option<PathBuf>,
+    },
+    /// Run the delegator daemon (HTTP API + archive URLs).
+    Daemon {
+        /// Address to listen on.
+        #[arg(long, env = "AWCP_DAEMON_LISTEN", default_value = "127.0.0.1:3100")]
+        listen: SocketAddr,
+        /// State directory.
+        #[arg(long, env = "AWCP_STATE_DIR")]
+        state_dir: Option<PathBuf>,
+    },
+    /// List delegations.
+    List,
+    /// Show one delegation.
+    Status {
+        /// Delegation id.
+        id: String,
+    },
+    /// Wait until a delegation ends.
+    Wait {
+        /// Delegation id.
+        id: String,
+        /// Give up after this many seconds.
+        #[arg(long, default_value_t = 3600)]
+        timeout: u64,
+    },
+    /// Cancel a delegation.
+    Cancel {
+        /// Delegation id.
+        id: String,
+    },
+    /// List a delegation's snapshots.
+    Snapshots {
+        /// Delegation id.
+        id: String,
+    },
+    /// Apply a staged snapshot.
+    Apply {
+        /// Delegation id.
+        id: String,
+        /// Snapshot id.
+        snapshot: String,
+    },
+    /// Discard a staged snapshot.
+    Discard {
+        /// Delegation id.
+        id: String,
+        /// Snapshot id.
+        snapshot: String,
+    },
+}
+
+fn fail(msg: impl std::fmt::Display) -> ! {
+    eprintln!("error: {msg}");
+    std::process::exit(1);
+}
+
+fn default_state_dir() -> PathBuf {
+    std::env::var_os("AWCP_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".awcp")))
+        .unwrap_or_else(|| std::env::temp_dir().join("awcp"))
+        .join("delegator")
+}
+
+fn delegator(state_dir: PathBuf, archive_base: Option<String>) -> DelegatorHandle {
+    let transport = ArchiveDelegator::new(ArchiveDelegatorConfig::new(state_dir.join("exports")));
+    let mut opts = DelegatorOptions::new(Arc::new(transport), state_dir);
+    opts.archive_base_url = archive_base;
+    DelegatorHandle::start(TokioRuntime, opts)
+}
+
+fn print_value(json: bool, v: &Value, human: impl FnOnce(&Value) -> String) {
+    if json {
+        println!("{v}");
+    } else {
+        print!("{}", human(v));
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let cli = Cli::parse_from(awcp_examples::args_with_config("--config"));
+    awcp_examples::init_logging(cli.quiet || cli.json);
+    let client = DaemonClient::new(TokioRuntime, cli.daemon_url.clone());
+    match cli.cmd {
+        Cmd::Delegate {
+            dir,
+            peer,
+            prompt,
+            description,
+            ttl,
+            ro,
+            snapshot_mode,
+            token,
+            api_key,
+            daemon,
+            background,
+            serve_archives,
+            state_dir,
+        } => {
+            let dir = std::fs::canonicalize(&dir)
+                .unwrap_or_else(|e| fail(format!("{}: {e} (WORKSPACE_NOT_FOUND)", dir.display())));
+            let description = description.unwrap_or_else(|| {
+                prompt
+                    .lines()
+                    .next()
+                    .unwrap_or("task")
+                    .chars()
+                    .take(80)
+                    .collect()
+            });
+            let mode = SnapshotMode::parse(&snapshot_mode)
+                .unwrap_or_else(|| fail("--snapshot-mode must be auto, staged or discard"));
+            let access = if ro { AccessMode::Ro } else { AccessMode::Rw };
+            let auth = token.map(|credential| Auth {
+                auth_type: if api_key {
+                    AuthType::ApiKey
+                } else {
+                    AuthType::Bearer
+                },
+                credential,
+                metadata: Default::default(),
+            });
+            if daemon {
+                let body = json!({
+                    "executorUrl": peer,
+                    "environment": {"resources": [{"name": "workspace", "type": "fs", "source": dir, "mode": access.as_str()}]},
+                    "task": {"description": description, "prompt": prompt},
+                    "ttlSeconds": ttl,
+                    "accessMode": access.as_str(),
+                    "snapshotMode": mode.as_str(),
+                    "auth": auth.as_ref().map(|a| json!({"type": a.auth_type.as_str(), "credential": a.credential})),
+                });
+                let id = client.delegate(body).await.unwrap_or_else(|e| fail(e));
+                if background {
+                    print_value(cli.json, &json!({"delegationId": id}), |_| {
+                        format!("{id}\n")
+                    });
+                    return;
+                }
+                let v = client
+                    .wait(&id, Duration::from_secs(ttl + 120))
+                    .await
+                    .unwrap_or_else(|e| fail(e));
+                print_value(cli.json, &v, human_record);
+                exit_for(&v);
+            }
+            let state_dir = state_dir.unwrap_or_else(default_state_dir);
+            let mut archive_base = None;
+            if let Some(addr) = serve_archives {
+                let listener = tokio::net::TcpListener::bind(addr)
+                    .await
+                    .unwrap_or_else(|e| fail(format!("--serve-archives {addr}: {e}")));
+                archive_base = Some(format!("http://{}", listener.local_addr().expect("bound")));
+                let d = delegator(state_dir.clone(), archive_base.clone());
+                let server = d.clone();
+                tokio::spawn(async move {
+                    let _ = awcp_tokio::serve(
+                        listener,
+                        awcp_tokio::delegator_router(server),
+                        std::future::pending(),
+                    )
+                    .await;
+                });
+                run_delegate(
+                    d,
+                    peer,
+                    dir,
+                    description,
+                    prompt,
+                    ttl,
+                    access,
+                    mode,
+                    auth,
+                    cli.json,
+                )
+                .await;
+                return;
+            }
+            let d = delegator(state_dir, archive_base);
+            run_delegate(
+                d,
+                peer,
+                dir,
+                description,
+                prompt,
+                ttl,
+                access,
+                mode,
+                auth,
+                cli.json,
+            )
+            .await;
+        }
+        Cmd::Daemon { listen, state_dir } => {
+            let state_dir = state_dir.unwrap_or_else(default_state_dir);
+            let listener = tokio::net::TcpListener::bind(listen)
+                .await
+                .unwrap_or_else(|e| fail(format!("cannot listen on {listen}: {e}")));
+            let local = listener.local_addr().expect("bound");
+            let d = delegator(state_dir, Some(format!("http://{local}")));
+            println!("awcp daemon listening on http://{local}");
+            if let Err(e) = awcp_tokio::serve(
+                listener,
+                awcp_tokio::delegator_router(d),
+                awcp_tokio::shutdown_signal(),
+            )
+            .await
+            {
+                fail(e);
+            }
+        }
+        Cmd::List => {
+            let v = client.list().await.unwrap_or_else(|e| fail(e));
+            print_value(cli.json, &v, |v| {
+                let mut s = String::new();
+                for d in v["delegations"].as_array().into_iter().flatten() {
+                    s.push_str(&format!(
+                        "{}  {:10}  {}\n",
+                        d["id"].as_str().unwrap_or(""),
+                        d["state"].as_str().unwrap_or(""),
+                        d["description"].as_str().unwrap_or("")
+                    ));
+                }
+                if s.is_empty() {
+                    s.push_str("no delegations\n");
+                }
+                s
+            });
+        }
+        Cmd::Status { id } => {
+            let v = client.get(&id).await.unwrap_or_else(|e| fail(e));
+            print_value(cli.json, &v, human_record);
+        }
+        Cmd::Wait { id, timeout } => {
+            let v = client
+                .wait(&id, Duration::from_secs(timeout))
+                .await
+                .unwrap_or_else(|e| fail(e));
+            print_value(cli.json, &v, human_record);
+            exit_for(&v);
+        }
+        Cmd::Cancel { id } => {
+            client.cancel(&id).await.unwrap_or_else(|e| fail(e));
+            print_value(cli.json, &json!({"ok": true}), |_| {
+                format!("cancelled {id}\n")
+            });
+        }
+        Cmd::Snapshots { id } => {
+            let v = client.snapshots(&id).await.unwrap_or_else(|e| fail(e));
+            print_value(cli.json, &v, |v| {
+                let mut s = String::new();
+                for x in v["snapshots"].as_array().into_iter().flatten() {
+                    s.push_str(&format!(
+                        "{}  {:9}  {}\n",
+                        x["id"].as_str().unwrap_or(""),
+                        x["status"].as_str().unwrap_or(""),
+                        x["summary"].as_str().unwrap_or("")
+                    ));
+                }
+                if s.is_empty() {
+                    s.push_str("no snapshots\n");
+                }
+                s
+            });
+        }
+        Cmd::Apply { id, snapshot } => {
+            client
+                .apply(&id, &snapshot)
+                .await
+                .unwrap_or_else(|e| fail(e));
+            print_value(cli.json, &json!({"ok": true}), |_| {
+                format!("applied {snapshot}\n")
+            });
+        }
+        Cmd::Discard { id, snapshot } => {
+            client
+                .discard(&id, &snapshot)
+                .await
+                .unwrap_or_else(|e| fail(e));
+            print_value(cli.json, &json!({"ok": true}), |_| {
+                format!("discarded {snapshot}\n")
+            });
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn run_delegate(
+    d: DelegatorHandle,
+    peer: String,
+    dir: PathBuf,
+    description: String,
+    prompt: String,
+    ttl: u64,
+    access: AccessMode,
+    mode: SnapshotMode,
+    auth: Option<Auth>,
+    json: bool,
+) {
+    let mut params = DelegateParams::new(peer, dir, &description, &prompt);
+    params.ttl_seconds = ttl;
+    params.access_mode = access;
+    params.resources[0].mode = access;
+    params.snapshot_mode = mode;
+    params.auth = auth;
+    let mut events = d.events();
+    let id = d.delegate(params).await.unwrap_or_else(|e| fail(e));
+    let progress = awcp_examples::Progress::new(id.clone(), json);
+    let waiter = d.wait(&id);
+    tokio::pin!(waiter);
+    let view = loop {
+        tokio::select! {
+            v = &mut waiter => break v,
+            Some(ev) = events.next() => progress.show(&ev),
+            _ = awcp_tokio::shutdown_signal() => {
+                eprintln!("\ninterrupted: cancelling {id}");
+                let _ = d.cancel(&id).await;
+            }
+        }
+    };
+    progress.finish();
+    let Some(view) = view else {
+        fail("the delegation disappeared");
+    };
+    let v = view_to_json(&view);
+    if json {
+        println!("{v}");
+    } else {
+        print!("{}", awcp_examples::describe(&view));
+    }
+    exit_for(&v);
+}
+
+fn human_record(v: &Value) -> String {
+    let mut s = format!(
+        "delegation {} {}\n",
+        v["id"].as_str().unwrap_or("?"),
+        v["state"].as_str().unwrap_or("?")
+    );
+    if let Some(r) = v.get("result").filter(|r| !r.is_null()) {
+        s.push_str(&format!(
+            "summary: {}\n",
+            r["summary"].as_str().unwrap_or("")
+        ));
+    }
+    if let Some(e) = v.get("error").filter(|e| !e.is_null()) {
+        s.push_str(&format!(
+            "error: {} {}\n",
+            e["code"].as_str().unwrap_or(""),
+            e["message"].as_str().unwrap_or("")
+        ));
+        if let Some(h) = e["hint"].as_str() {
+            s.push_str(&format!("hint: {h}\n"));
+        }
+    }
+    for x in v["snapshots"].as_array().into_iter().flatten() {
+        s.push_str(&format!(
+            "snapshot {}: {}\n",
+            x["id"].as_str().unwrap_or(""),
+            x["status"].as_str().unwrap_or("")
+        ));
+    }
+    s
+}
+
+fn exit_for(v: &Value) {
+    if v["state"].as_str() != Some("completed") {
+        std::process::exit(3);
+    }
+}
