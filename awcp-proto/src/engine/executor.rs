@@ -479,6 +479,8 @@ struct Assignment {
     error: Option<ErrorInfo>,
     snapshot: Option<Arc<TaskEvent>>,
     capture_id: Option<SnapshotId>,
+    /// The delegator acknowledged the result: forget the record once released.
+    acked: bool,
     terminal_event: Option<Arc<TaskEvent>>,
     completed_at: Option<Timestamp>,
 }
@@ -701,14 +703,19 @@ impl Executor {
                     self.forget(&id);
                     return Ok(());
                 }
+                let acked = a.acked;
                 self.outputs
                     .push_back(ExecutorOutput::Event(ExecutorEvent::Ended {
                         id: id.clone(),
                         state,
                         error,
                     }));
-                self.timers
-                    .set(&id, Timer::Retention, now.saturating_add(retention));
+                if acked {
+                    self.forget(&id);
+                } else {
+                    self.timers
+                        .set(&id, Timer::Retention, now.saturating_add(retention));
+                }
                 Ok(())
             }
         }
@@ -896,12 +903,15 @@ impl Executor {
                     );
                 }
                 self.respond(request, Response::Ok);
-                let forget = self
-                    .assignments
-                    .get(&id)
-                    .is_some_and(|a| a.state().is_terminal() && a.released);
-                if forget {
-                    self.forget(&id);
+                if let Some(a) = self.assignments.get_mut(&id) {
+                    if a.state().is_terminal() {
+                        if a.released {
+                            self.forget(&id);
+                        } else {
+                            // Still releasing: forget as soon as that is done.
+                            a.acked = true;
+                        }
+                    }
                 }
             }
             Req::Result(id) => {
@@ -1148,6 +1158,7 @@ impl Executor {
                 error: None,
                 snapshot: None,
                 capture_id: None,
+                acked: false,
                 terminal_event: None,
                 completed_at: None,
             },

@@ -1,0 +1,712 @@
+//! End-to-end delegations over real HTTP on 127.0.0.1 with real files, tokio driver.
+//!
+//! Every wait is on an event (a delegation ending, a runner reporting it started, a process
+//! printing its URL); nothing sleeps to let time pass.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use awcp_driver::{
+    DelegateParams, DelegatorHandle, DelegatorOptions, ExecutorHandle, ExecutorOptions,
+};
+use awcp_proto::engine::executor::RequiredAuth;
+use awcp_proto::engine::SnapshotMode;
+use awcp_proto::{
+    AccessMode, AdmissionLimits, Auth, AuthType, DelegationState, DelegatorConfig, ErrorCode,
+    ExecutorConfig,
+};
+use awcp_tokio::TokioRuntime;
+use awcp_transports::{
+    ArchiveDelegator, ArchiveDelegatorConfig, ArchiveExecutor, CancelFlag, TaskContext,
+    TaskOutcome, TaskRunner,
+};
+use tokio::sync::Notify;
+
+// ---------------------------------------------------------------------------------------------
+// Harness
+
+/// A runner that applies edits to the work dir's `workspace/` resource.
+struct EditRunner;
+
+impl TaskRunner for EditRunner {
+    fn run(
+        &self,
+        ctx: &TaskContext,
+        progress: &dyn Fn(String),
+        _c: &CancelFlag,
+    ) -> Result<TaskOutcome, String> {
+        let w = ctx.work_dir.join("workspace");
+        progress("editing".into());
+        if ctx.access_mode == AccessMode::Rw {
+            std::fs::write(w.join("a.txt"), "A edited\n").map_err(|e| e.to_string())?;
+            std::fs::write(w.join("b.txt"), "B edited\n").map_err(|e| e.to_string())?;
+            std::fs::create_dir_all(w.join("new")).map_err(|e| e.to_string())?;
+            std::fs::write(w.join("new/c.txt"), "C new\n").map_err(|e| e.to_string())?;
+            std::fs::remove_file(w.join("gone.txt")).map_err(|e| e.to_string())?;
+        }
+        Ok(TaskOutcome {
+            summary: "edited a, b; added new/c; deleted gone".into(),
+            highlights: vec!["a.txt".into()],
+        })
+    }
+}
+
+/// A runner that reports it started, then blocks until released or cancelled.
+#[derive(Clone, Default)]
+struct GateRunner {
+    started: Arc<Notify>,
+    release: Arc<std::sync::atomic::AtomicBool>,
+    saw_cancel: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl TaskRunner for GateRunner {
+    fn run(
+        &self,
+        _ctx: &TaskContext,
+        progress: &dyn Fn(String),
+        cancel: &CancelFlag,
+    ) -> Result<TaskOutcome, String> {
+        use std::sync::atomic::Ordering;
+        progress("gate: started".into());
+        self.started.notify_one();
+        loop {
+            if cancel.is_cancelled() {
+                self.saw_cancel.store(true, Ordering::SeqCst);
+                return Err("stopped".into());
+            }
+            if self.release.load(Ordering::SeqCst) {
+                return Ok(TaskOutcome {
+                    summary: "released".into(),
+                    highlights: vec![],
+                });
+            }
+            // The runner polls its cancel flag like a real agent process would.
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+struct Exec {
+    handle: ExecutorHandle,
+    peer: String,
+    base: String,
+    work_root: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+async fn start_executor(
+    runner: Arc<dyn TaskRunner>,
+    tweak: impl FnOnce(&mut ExecutorConfig),
+) -> Exec {
+    let dir = tempfile::tempdir().unwrap();
+    let work_root = dir.path().join("work");
+    let mut engine = ExecutorConfig {
+        work_root: work_root.to_string_lossy().into_owned(),
+        stop_grace: Duration::from_secs(5),
+        ..ExecutorConfig::default()
+    };
+    tweak(&mut engine);
+    let opts = ExecutorOptions::new(engine, Arc::new(ArchiveExecutor::default()), runner);
+    let handle = ExecutorHandle::start(TokioRuntime, opts);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    handle.set_public_url(format!("http://{addr}"));
+    tokio::spawn(awcp_tokio::serve(
+        listener,
+        awcp_tokio::executor_router(handle.clone()),
+        std::future::pending(),
+    ));
+    Exec {
+        handle,
+        peer: format!("http://{addr}/awcp"),
+        base: format!("http://{addr}"),
+        work_root,
+        _dir: dir,
+    }
+}
+
+struct Deleg {
+    handle: DelegatorHandle,
+    _dir: tempfile::TempDir,
+}
+
+async fn start_delegator(url_mode: bool, tweak: impl FnOnce(&mut DelegatorConfig)) -> Deleg {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let transport = ArchiveDelegator::new(ArchiveDelegatorConfig::new(state.join("exports")));
+    let mut opts = DelegatorOptions::new(Arc::new(transport), state);
+    opts.engine.sse_backoff = Duration::from_millis(50);
+    opts.engine.result_poll_interval = Duration::from_millis(100);
+    tweak(&mut opts.engine);
+    let listener = if url_mode {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        opts.archive_base_url = Some(format!("http://{}", l.local_addr().unwrap()));
+        Some(l)
+    } else {
+        None
+    };
+    let handle = DelegatorHandle::start(TokioRuntime, opts);
+    if let Some(l) = listener {
+        tokio::spawn(awcp_tokio::serve(
+            l,
+            awcp_tokio::delegator_router(handle.clone()),
+            std::future::pending(),
+        ));
+    }
+    Deleg { handle, _dir: dir }
+}
+
+fn workspace() -> tempfile::TempDir {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join("a.txt"), "A\n").unwrap();
+    std::fs::write(d.path().join("b.txt"), "B\n").unwrap();
+    std::fs::write(d.path().join("gone.txt"), "to be deleted\n").unwrap();
+    std::fs::create_dir_all(d.path().join("src")).unwrap();
+    std::fs::write(d.path().join("src/keep.rs"), "fn main() {}\n").unwrap();
+    d
+}
+
+fn tree(root: &Path) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, String>) {
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                walk(root, &p, out);
+            } else {
+                let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+                out.insert(rel, std::fs::read_to_string(&p).unwrap_or_default());
+            }
+        }
+    }
+    walk(root, root, &mut out);
+    out
+}
+
+fn params(peer: &str, dir: &Path) -> DelegateParams {
+    DelegateParams::new(peer, dir, "e2e", "edit files")
+}
+
+async fn run_to_end(
+    d: &DelegatorHandle,
+    p: DelegateParams,
+) -> awcp_proto::engine::delegator::DelegationView {
+    let id = d.delegate(p).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(60), d.wait(&id))
+        .await
+        .expect("delegation ended in time")
+        .expect("delegation known")
+}
+
+fn assert_edited(dir: &Path) {
+    let t = tree(dir);
+    assert_eq!(t.get("a.txt").map(String::as_str), Some("A edited\n"));
+    assert_eq!(t.get("b.txt").map(String::as_str), Some("B edited\n"));
+    assert_eq!(t.get("new/c.txt").map(String::as_str), Some("C new\n"));
+    assert_eq!(
+        t.get("src/keep.rs").map(String::as_str),
+        Some("fn main() {}\n")
+    );
+    assert!(!t.contains_key("gone.txt"), "deletion propagated: {t:?}");
+}
+
+async fn wait_released(ex: &Exec) {
+    // The executor releases asynchronously after `done`; wait for its status to show no
+    // active assignment and the work root to be empty of work dirs.
+    for _ in 0..2000 {
+        let s = ex.handle.status().await.unwrap();
+        let dirs = std::fs::read_dir(&ex.work_root)
+            .map(|rd| rd.flatten().filter(|e| e.file_name() != ".awcp").count())
+            .unwrap_or(0);
+        if s.active == 0 && s.pending == 0 && dirs == 0 {
+            return;
+        }
+        tokio::task::yield_now().await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("executor did not release its work directories");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scenarios
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn archive_inline_delegation_applies_edits_new_files_and_deletions() {
+    let ex = start_executor(Arc::new(EditRunner), |_| {}).await;
+    let dg = start_delegator(false, |c| {
+        c.features.retain(|f| f != awcp_proto::feature::ARCHIVE_URL)
+    })
+    .await;
+    let ws = workspace();
+    let v = run_to_end(&dg.handle, params(&ex.peer, ws.path())).await;
+    assert_eq!(v.state, DelegationState::Completed, "{v:?}");
+    assert_eq!(
+        v.result.as_ref().unwrap().summary,
+        "edited a, b; added new/c; deleted gone"
+    );
+    assert_eq!(v.snapshots.len(), 1);
+    assert_eq!(
+        v.snapshots[0].status,
+        awcp_proto::engine::delegator::SnapshotStatus::Applied
+    );
+    assert_edited(ws.path());
+    wait_released(&ex).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn archive_url_mode_delegation_applies_the_result() {
+    let ex = start_executor(Arc::new(EditRunner), |_| {}).await;
+    let dg = start_delegator(true, |_| {}).await;
+    let ws = workspace();
+    let v = run_to_end(&dg.handle, params(&ex.peer, ws.path())).await;
+    assert_eq!(v.state, DelegationState::Completed, "{v:?}");
+    assert_edited(ws.path());
+    // The snapshot was a delta fetched by URL.
+    assert_eq!(
+        v.snapshots[0].metadata.get("delta"),
+        Some(&serde_json::json!(true))
+    );
+    wait_released(&ex).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_only_delegation_leaves_the_source_untouched() {
+    let ex = start_executor(Arc::new(EditRunner), |_| {}).await;
+    let dg = start_delegator(false, |_| {}).await;
+    let ws = workspace();
+    let before = tree(ws.path());
+    let mut p = params(&ex.peer, ws.path());
+    p.access_mode = AccessMode::Ro;
+    p.resources[0].mode = AccessMode::Ro;
+    let v = run_to_end(&dg.handle, p).await;
+    assert_eq!(v.state, DelegationState::Completed, "{v:?}");
+    assert_eq!(tree(ws.path()), before);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn staged_snapshot_can_be_applied_later() {
+    let ex = start_executor(Arc::new(EditRunner), |_| {}).await;
+    let dg = start_delegator(false, |_| {}).await;
+    let ws = workspace();
+    let before = tree(ws.path());
+    let mut p = params(&ex.peer, ws.path());
+    p.snapshot_mode = SnapshotMode::Staged;
+    let v = run_to_end(&dg.handle, p).await;
+    assert_eq!(v.state, DelegationState::Completed);
+    assert_eq!(tree(ws.path()), before, "staged: nothing applied yet");
+    let sid = v.snapshots[0].id.clone();
+    assert_eq!(
+        v.snapshots[0].status,
+        awcp_proto::engine::delegator::SnapshotStatus::Pending
+    );
+    dg.handle
+        .apply_snapshot_and_wait(&v.request.id, &sid)
+        .await
+        .unwrap();
+    assert_edited(ws.path());
+    // Re-applying is refused.
+    assert!(dg.handle.apply_snapshot(&v.request.id, &sid).await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn staged_snapshot_can_be_discarded() {
+    let ex = start_executor(Arc::new(EditRunner), |_| {}).await;
+    let dg = start_delegator(false, |_| {}).await;
+    let ws = workspace();
+    let before = tree(ws.path());
+    let mut p = params(&ex.peer, ws.path());
+    p.snapshot_mode = SnapshotMode::Staged;
+    let v = run_to_end(&dg.handle, p).await;
+    let sid = v.snapshots[0].id.clone();
+    dg.handle
+        .discard_snapshot(&v.request.id, &sid)
+        .await
+        .unwrap();
+    let v = dg.handle.get(&v.request.id).await.unwrap();
+    assert_eq!(
+        v.snapshots[0].status,
+        awcp_proto::engine::delegator::SnapshotStatus::Discarded
+    );
+    assert_eq!(tree(ws.path()), before);
+    assert!(dg.handle.apply_snapshot(&v.request.id, &sid).await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admission_rejects_a_too_large_workspace_with_a_hint() {
+    let ex = start_executor(Arc::new(EditRunner), |_| {}).await;
+    let dg = start_delegator(false, |c| {
+        c.admission = AdmissionLimits {
+            max_total_bytes: 10,
+            ..AdmissionLimits::default()
+        }
+    })
+    .await;
+    let ws = workspace();
+    let v = run_to_end(&dg.handle, params(&ex.peer, ws.path())).await;
+    assert_eq!(v.state, DelegationState::Error);
+    let e = v.error.unwrap();
+    assert_eq!(e.code, ErrorCode::WorkspaceTooLarge);
+    assert!(e.hint.unwrap().contains("limit"), "hint names the limit");
+    // Nothing reached the executor.
+    assert_eq!(ex.handle.status().await.unwrap().pending, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn executor_declines_at_its_concurrency_limit() {
+    let gate = GateRunner::default();
+    let ex = start_executor(Arc::new(gate.clone()), |c| c.max_concurrent = 1).await;
+    let dg = start_delegator(false, |_| {}).await;
+    let ws1 = workspace();
+    let ws2 = workspace();
+    let id1 = dg
+        .handle
+        .delegate(params(&ex.peer, ws1.path()))
+        .await
+        .unwrap();
+    gate.started.notified().await;
+    let v2 = run_to_end(&dg.handle, params(&ex.peer, ws2.path())).await;
+    assert_eq!(v2.state, DelegationState::Error);
+    assert_eq!(v2.error.unwrap().code, ErrorCode::Declined);
+    gate.release
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let v1 = dg.handle.wait(&id1).await.unwrap();
+    assert_eq!(v1.state, DelegationState::Completed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_from_the_delegator_stops_the_runner() {
+    let gate = GateRunner::default();
+    let ex = start_executor(Arc::new(gate.clone()), |_| {}).await;
+    let dg = start_delegator(false, |_| {}).await;
+    let ws = workspace();
+    let before = tree(ws.path());
+    let id = dg
+        .handle
+        .delegate(params(&ex.peer, ws.path()))
+        .await
+        .unwrap();
+    gate.started.notified().await;
+    dg.handle.cancel(&id).await.unwrap();
+    let v = dg.handle.wait(&id).await.unwrap();
+    assert_eq!(v.state, DelegationState::Cancelled);
+    wait_released(&ex).await;
+    assert!(
+        gate.saw_cancel.load(std::sync::atomic::Ordering::SeqCst),
+        "runner was told to stop"
+    );
+    assert_eq!(tree(ws.path()), before);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_expiry_mid_task_expires_both_sides_and_cleans_up() {
+    let gate = GateRunner::default();
+    let ex = start_executor(Arc::new(gate.clone()), |_| {}).await;
+    let dg = start_delegator(false, |_| {}).await;
+    let ws = workspace();
+    let mut p = params(&ex.peer, ws.path());
+    p.ttl_seconds = 2;
+    let id = dg.handle.delegate(p).await.unwrap();
+    gate.started.notified().await;
+    let v = tokio::time::timeout(Duration::from_secs(30), dg.handle.wait(&id))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(v.state, DelegationState::Expired, "{v:?}");
+    wait_released(&ex).await;
+    assert!(
+        gate.saw_cancel.load(std::sync::atomic::Ordering::SeqCst),
+        "the executor stopped the task"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_is_required_when_configured() {
+    let ex = start_executor(Arc::new(EditRunner), |c| {
+        c.auth = Some(RequiredAuth {
+            types: vec![],
+            credential: "s3cret".into(),
+        })
+    })
+    .await;
+    let dg = start_delegator(false, |_| {}).await;
+    // No credential.
+    let ws = workspace();
+    let v = run_to_end(&dg.handle, params(&ex.peer, ws.path())).await;
+    assert_eq!(v.error.unwrap().code, ErrorCode::AuthFailed);
+    // Wrong credential.
+    let mut p = params(&ex.peer, ws.path());
+    p.auth = Some(Auth {
+        auth_type: AuthType::Bearer,
+        credential: "nope".into(),
+        metadata: Default::default(),
+    });
+    let v = run_to_end(&dg.handle, p).await;
+    assert_eq!(v.error.unwrap().code, ErrorCode::AuthFailed);
+    // Right credential.
+    let mut p = params(&ex.peer, ws.path());
+    p.auth = Some(Auth {
+        auth_type: AuthType::Bearer,
+        credential: "s3cret".into(),
+        metadata: Default::default(),
+    });
+    let v = run_to_end(&dg.handle, p).await;
+    assert_eq!(v.state, DelegationState::Completed, "{v:?}");
+    // Other endpoints of that delegation need the credential too.
+    let url = format!("{}/awcp/tasks/{}/result", ex.base, v.request.id);
+    let (status, _) = http_get(&url, &[]).await;
+    assert_eq!(status, 401);
+    let (status, _) = http_get(&url, &[("authorization", "Bearer s3cret".into())]).await;
+    assert_ne!(status, 401);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Raw HTTP: malformed requests and the [R] dialect composed from WIRE.md
+
+async fn http_get(url: &str, headers: &[(&str, String)]) -> (u16, serde_json::Value) {
+    let (s, b) = awcp_driver::net::request(
+        &TokioRuntime,
+        http::Method::GET,
+        url,
+        headers,
+        None,
+        Duration::from_secs(10),
+        1 << 30,
+    )
+    .await
+    .unwrap();
+    (
+        s,
+        serde_json::from_slice(&b).unwrap_or(serde_json::Value::Null),
+    )
+}
+
+async fn http_post(url: &str, body: &str) -> (u16, serde_json::Value) {
+    let (s, b) = awcp_driver::net::request(
+        &TokioRuntime,
+        http::Method::POST,
+        url,
+        &[],
+        Some(bytes::Bytes::from(body.to_owned())),
+        Duration::from_secs(10),
+        1 << 30,
+    )
+    .await
+    .unwrap();
+    (
+        s,
+        serde_json::from_slice(&b).unwrap_or(serde_json::Value::Null),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_requests_get_documented_errors() {
+    let ex = start_executor(Arc::new(EditRunner), |_| {}).await;
+    let cases: Vec<(&str, u16, &str)> = vec![
+        ("{not json", 400, "DECLINED"),
+        (
+            r#"{"version":"2","type":"INVITE","delegationId":"dlg_1"}"#,
+            400,
+            "DECLINED",
+        ),
+        (
+            r#"{"version":"1","type":"INVITE","delegationId":"../etc","task":{"description":"d","prompt":"p"},"lease":{"ttlSeconds":60,"accessMode":"rw"},"environment":{"resources":[{"name":"w","type":"fs","mode":"rw"}]}}"#,
+            400,
+            "DECLINED",
+        ),
+        (
+            r#"{"version":"1","type":"INVITE","delegationId":"dlg_1","task":{"description":"d"},"lease":{"ttlSeconds":60,"accessMode":"rw"},"environment":{"resources":[]}}"#,
+            400,
+            "DECLINED",
+        ),
+        (
+            r#"{"version":"1","type":"START","delegationId":"dlg_unknown","lease":{"expiresAt":"2099-01-01T00:00:00.000Z","accessMode":"rw"},"transportHandle":{"transport":"archive","workspaceBase64":"","checksum":"00"}}"#,
+            404,
+            "NOT_FOUND",
+        ),
+    ];
+    for (body, status, code) in cases {
+        let (s, v) = http_post(&ex.peer, body).await;
+        assert_eq!(s, status, "{body} → {v}");
+        assert_eq!(v["type"], "ERROR", "{v}");
+        assert_eq!(v["code"], code, "{v}");
+        assert!(v["hint"].is_string() || status == 404, "hint present: {v}");
+    }
+    // The missing field is named.
+    let (_, v) = http_post(&ex.peer, r#"{"version":"1","type":"INVITE","delegationId":"dlg_1","task":{"description":"d"},"lease":{"ttlSeconds":60,"accessMode":"rw"},"environment":{"resources":[]}}"#).await;
+    assert!(
+        v["message"].as_str().unwrap().contains("task.prompt"),
+        "{v}"
+    );
+    // Invalid id in a path.
+    let (s, v) = http_get(&format!("{}/awcp/tasks/..%2Fetc/result", ex.base), &[]).await;
+    assert_eq!(s, 400, "{v}");
+    // Unknown delegation endpoints.
+    let (s, v) = http_get(&format!("{}/awcp/tasks/dlg_nope/result", ex.base), &[]).await;
+    assert_eq!((s, v["status"].as_str()), (404, Some("not_found")));
+    let (s, v) = http_post(&format!("{}/awcp/cancel/dlg_nope", ex.base), "").await;
+    assert_eq!((s, v["code"].as_str()), (404, Some("NOT_FOUND")));
+    // Oversized body.
+    let big = "x".repeat(300 * 1024); // 300 KiB, over the 100 KiB limit below
+    let ex2 = {
+        let dir = tempfile::tempdir().unwrap();
+        let mut opts = ExecutorOptions::new(
+            ExecutorConfig {
+                work_root: dir.path().to_string_lossy().into_owned(),
+                ..ExecutorConfig::default()
+            },
+            Arc::new(ArchiveExecutor::default()),
+            Arc::new(EditRunner),
+        );
+        opts.max_body_bytes = 100 * 1024;
+        let h = ExecutorHandle::start(TokioRuntime, opts);
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let a = l.local_addr().unwrap();
+        tokio::spawn(awcp_tokio::serve(
+            l,
+            awcp_tokio::executor_router(h),
+            std::future::pending(),
+        ));
+        (format!("http://{a}/awcp"), dir)
+    };
+    let (s, v) = http_post(&ex2.0, &big).await;
+    assert_eq!(
+        (s, v["code"].as_str()),
+        (413, Some("WORKSPACE_TOO_LARGE")),
+        "{v}"
+    );
+    // Status and the agent card still answer.
+    let (s, v) = http_get(&format!("{}/awcp/status", ex.base), &[]).await;
+    assert_eq!(s, 200);
+    assert!(v["activeDelegations"].is_number());
+    let (s, v) = http_get(&format!("{}/.well-known/agent-card.json", ex.base), &[]).await;
+    assert_eq!(s, 200);
+    assert_eq!(
+        v["capabilities"]["extensions"][0]["uri"],
+        awcp_driver::card::AWCP_EXTENSION_URI
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reference_dialect_exchange_from_wire_md() {
+    let ex = start_executor(Arc::new(EditRunner), |_| {}).await;
+    // §2.7 INVITE, verbatim shape.
+    let invite = r#"{"version":"1","type":"INVITE","delegationId":"dlg_0a1b2c3d4e5f60718293a4b5c6d7e8f9",
+ "task":{"description":"Tidy CSV loader","prompt":"Make loader.py tolerate blank lines; add a test."},
+ "lease":{"ttlSeconds":1800,"accessMode":"rw"},"retentionMs":604800000,
+ "environment":{"resources":[{"name":"workspace","type":"fs","mode":"rw"}]},
+ "requirements":{"transport":"archive"}}"#;
+    let (s, accept) = http_post(&ex.peer, invite).await;
+    assert_eq!(s, 200);
+    assert_eq!(accept["type"], "ACCEPT");
+    assert_eq!(accept["retentionMs"], 604800000);
+    assert!(accept["executorWorkDir"]["path"]
+        .as_str()
+        .unwrap()
+        .ends_with("/dlg_0a1b2c3d4e5f60718293a4b5c6d7e8f9"));
+    assert_eq!(accept["executorConstraints"]["acceptedAccessMode"], "rw");
+    assert_eq!(accept["executorConstraints"]["maxTtlSeconds"], 1800);
+    // A START with a real per-resource archive, as an [R] delegator builds it.
+    let src = workspace();
+    let d = awcp_transports::ArchiveDelegator::new(ArchiveDelegatorConfig::new(
+        tempfile::tempdir().unwrap().keep(),
+    ));
+    let id = awcp_proto::DelegationId::new("dlg_0a1b2c3d4e5f60718293a4b5c6d7e8f9").unwrap();
+    let spec = awcp_transports::ResourceSpec {
+        name: awcp_proto::ResourceName::new("workspace").unwrap(),
+        source_path: src.path().to_path_buf(),
+        mode: AccessMode::Rw,
+    };
+    use awcp_transports::DelegatorTransport;
+    let prepared = d
+        .prepare(
+            &awcp_transports::PrepareRequest {
+                delegation_id: &id,
+                resources: std::slice::from_ref(&spec),
+                access_mode: AccessMode::Rw,
+                export: Default::default(),
+                delivery: awcp_transports::Delivery::Inline,
+                layout: awcp_transports::Layout::PerResource,
+            },
+            &CancelFlag::new(),
+        )
+        .unwrap();
+    let handle = prepared.inline_handle().unwrap();
+    let awcp_proto::TransportHandle::Archive(h) = &handle else {
+        panic!()
+    };
+    // Subscribe before START, as the [R] delegator does; read the raw stream.
+    let events_url = format!("{}/awcp/tasks/{id}/events", ex.base);
+    let stream = tokio::spawn(async move {
+        let resp = awcp_driver::net::send(&TokioRuntime, http::Method::GET, &events_url, &[], None)
+            .await
+            .unwrap();
+        assert_eq!(resp.headers()["content-type"], "text/event-stream");
+        let body = awcp_driver::net::read_body(resp.into_body(), 1 << 30)
+            .await
+            .unwrap();
+        String::from_utf8(body.to_vec()).unwrap()
+    });
+    let expires = awcp_proto::Timestamp::from_unix_millis(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64
+            + 600_000,
+    );
+    let start = format!(
+        r#"{{"version":"1","type":"START","delegationId":"{id}","lease":{{"expiresAt":"{}","accessMode":"rw"}},"transportHandle":{{"transport":"archive","workspaceBase64":"{}","checksum":"{}"}}}}"#,
+        expires.to_rfc3339(),
+        h.data.base64.as_ref().unwrap(),
+        h.checksum
+    );
+    // The SSE stream must be open before START: retry START until the subscription exists is
+    // not needed — the executor replays the terminal events to late subscribers anyway.
+    let (s, ok) = http_post(&ex.peer, &start).await;
+    assert_eq!((s, &ok), (200, &serde_json::json!({"ok": true})));
+    let text = tokio::time::timeout(Duration::from_secs(30), stream)
+        .await
+        .unwrap()
+        .unwrap();
+    // `data: <json>\n\n` framing; snapshot then done (or the replay of them), reference shape.
+    let events: Vec<serde_json::Value> = text
+        .split("\n\n")
+        .filter_map(|chunk| chunk.strip_prefix("data: "))
+        .map(|j| serde_json::from_str(j).unwrap())
+        .collect();
+    let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds.last(), Some(&"done"), "{text}");
+    let snap = events
+        .iter()
+        .find(|e| e["type"] == "snapshot")
+        .expect("a snapshot event");
+    assert!(
+        snap["snapshotBase64"].as_str().is_some(),
+        "inline for a reference peer"
+    );
+    let done = events.last().unwrap();
+    assert_eq!(done["recommendedSnapshotId"], snap["snapshotId"]);
+    assert_eq!(done["snapshotIds"][0], snap["snapshotId"]);
+    assert!(done["timestamp"].as_str().unwrap().ends_with('Z'));
+    // The full snapshot contains the edited workspace in the per-resource layout.
+    let zip =
+        awcp_transports::archive::decode_base64(snap["snapshotBase64"].as_str().unwrap()).unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let report = awcp_transports::archive::extract(
+        std::io::Cursor::new(zip),
+        out.path(),
+        &Default::default(),
+        &CancelFlag::new(),
+    )
+    .unwrap();
+    assert!(report.top_level.contains("workspace"));
+    assert_edited(&out.path().join("workspace"));
+    // /result keeps the result until ack; ack forgets it.
+    let (s, r) = http_get(&format!("{}/awcp/tasks/{id}/result", ex.base), &[]).await;
+    assert_eq!((s, r["status"].as_str()), (200, Some("completed")));
+    let (s, _) = http_post(&format!("{}/awcp/tasks/{id}/ack", ex.base), "").await;
+    assert_eq!(s, 200);
+    let (s, _) = http_get(&format!("{}/awcp/tasks/{id}/result", ex.base), &[]).await;
+    assert_eq!(s, 404);
+}
