@@ -170,20 +170,14 @@ impl ExecutorHandle {
             futures::stream::unfold((rx, Some(ticker(keepalive))), move |(mut rx, mut tick)| {
                 let ticker = ticker.clone();
                 async move {
-                    loop {
-                        let t = tick.take()?;
-                        match futures::future::select(rx.next(), t).await {
-                            futures::future::Either::Left((Some(b), t)) => {
-                                return Some((b, (rx, Some(t))));
-                            }
-                            futures::future::Either::Left((None, _)) => return None,
-                            futures::future::Either::Right((_, _)) => {
-                                return Some((
-                                    Bytes::from_static(sse::KEEPALIVE.as_bytes()),
-                                    (rx, Some(ticker(keepalive))),
-                                ));
-                            }
-                        }
+                    let t = tick.take()?;
+                    match futures::future::select(rx.next(), t).await {
+                        futures::future::Either::Left((Some(b), t)) => Some((b, (rx, Some(t)))),
+                        futures::future::Either::Left((None, _)) => None,
+                        futures::future::Either::Right((_, _)) => Some((
+                            Bytes::from_static(sse::KEEPALIVE.as_bytes()),
+                            (rx, Some(ticker(keepalive))),
+                        )),
                     }
                 }
             });
