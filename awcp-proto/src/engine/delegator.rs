@@ -1216,12 +1216,27 @@ impl Delegator {
                 let d = self.get_mut(&id)?;
                 d.heard_terminal = true;
                 if matches!(state, DelegationState::Started | DelegationState::Running) {
-                    self.transition(now, &id, DelegationEvent::ReceiveError, Some(e));
+                    self.receive_error(now, &id, e);
                 }
                 self.wind_down(now, &id);
             }
         }
         Ok(())
+    }
+
+    /// An error from the executor. Its own lease expiry (`EXPIRED`) expires the delegation
+    /// where the table allows it, so both sides agree on `expired`.
+    fn receive_error(&mut self, now: Timestamp, id: &DelegationId, e: ErrorInfo) {
+        let can_expire = self
+            .delegations
+            .get(id)
+            .is_some_and(|d| d.machine.can(DelegationEvent::Expire));
+        let event = if e.code == ErrorCode::Expired && can_expire {
+            DelegationEvent::Expire
+        } else {
+            DelegationEvent::ReceiveError
+        };
+        self.transition(now, id, event, Some(e));
     }
 
     fn setup_complete(&mut self, now: Timestamp, id: &DelegationId) {
@@ -1416,7 +1431,7 @@ impl Delegator {
                 d.heard_terminal = true;
                 d.awaiting_snapshot = None;
                 if matches!(state, DelegationState::Started | DelegationState::Running) {
-                    self.transition(now, id, DelegationEvent::ReceiveError, Some(e));
+                    self.receive_error(now, id, e);
                 }
                 self.wind_down(now, id);
             }

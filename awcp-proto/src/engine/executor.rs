@@ -946,7 +946,7 @@ impl Executor {
     }
 
     fn result_body(&self, id: &DelegationId) -> ResultBody {
-        let Some(a) = self.assignments.get(id) else {
+        let Some(a) = self.assignments.get(id).filter(|a| !a.acked) else {
             return ResultBody {
                 status: ResultStatus::NotFound,
                 completed_at: None,
@@ -1349,7 +1349,7 @@ impl Executor {
         if !self.authorized(id, credential.as_deref()) {
             return refuse(self, Self::auth_error());
         }
-        let Some(a) = self.assignments.get_mut(id) else {
+        let Some(a) = self.assignments.get_mut(id).filter(|a| !a.acked) else {
             return refuse(
                 self,
                 ErrorInfo::new(ErrorCode::NotFound, format!("unknown delegation {id}")),
