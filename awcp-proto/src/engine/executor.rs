@@ -1171,6 +1171,29 @@ impl Executor {
             return Ok(());
         }
         a.op = Op::None;
+        if a.state().is_terminal() {
+            // Ended (ERROR, cancel, shutdown) while the work directory was being allocated:
+            // release what was allocated instead of accepting.
+            match result {
+                Ok(()) => {
+                    a.allocated = true;
+                    self.release(id);
+                }
+                Err(_) => {
+                    a.released = true;
+                    let (state, error, retention) = (a.state(), a.error.clone(), a.retention);
+                    self.outputs
+                        .push_back(ExecutorOutput::Event(ExecutorEvent::Ended {
+                            id: id.clone(),
+                            state,
+                            error,
+                        }));
+                    self.timers
+                        .set(id, Timer::Retention, now.saturating_add(retention));
+                }
+            }
+            return Ok(());
+        }
         match result {
             Err(e) => {
                 let requests = std::mem::take(&mut a.invite_requests);
@@ -1448,6 +1471,12 @@ impl Executor {
         tracing::info!(delegation = %id, code = %error.code, "assignment failed: {}", error.message);
         let a = self.assignments.get_mut(id).expect("exists");
         a.error = Some(error.clone());
+        // INVITE requests still waiting (allocation or decision in progress) get the error.
+        let requests = std::mem::take(&mut a.invite_requests);
+        let dialect = a.dialect;
+        for r in requests {
+            self.respond_error(r, id, error.clone(), dialect, 200);
+        }
         self.timers.cancel(id, Timer::Lease);
         self.timers.cancel(id, Timer::StartDeadline);
         self.broadcast(now, id, TaskEventKind::Error(error));
