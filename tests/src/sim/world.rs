@@ -677,7 +677,13 @@ impl World {
                 self.now += by;
                 let floor = self.now + JUMP_GRACE_MS;
                 for d in &mut self.dels {
-                    d.deadline = d.deadline.max(floor);
+                    // A delegation not invited yet starts its lease after the jump.
+                    let from_now = if d.state == DelegationState::Created {
+                        self.now + d.ttl_ms + GRACE_MS
+                    } else {
+                        floor
+                    };
+                    d.deadline = d.deadline.max(from_now);
                 }
                 for v in self.held.values_mut() {
                     *v = (*v).max(floor);
