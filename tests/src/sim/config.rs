@@ -106,6 +106,9 @@ pub struct SimConfig {
     pub actions: Vec<(u64, Action)>,
     /// Record a full trace (replay, determinism test).
     pub trace: bool,
+    /// Chance (per mille) that the application applies a pending staged snapshot of a
+    /// completed delegation rather than discarding it.
+    pub staged_apply: u32,
 }
 
 impl SimConfig {
@@ -119,6 +122,7 @@ impl SimConfig {
             delegations: Vec::new(),
             actions: Vec::new(),
             trace: true,
+            staged_apply: 1000,
         }
     }
 
@@ -202,6 +206,7 @@ impl SimConfig {
             delegations,
             actions,
             trace: false,
+            staged_apply: 600,
         }
     }
 }

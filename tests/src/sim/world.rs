@@ -213,6 +213,8 @@ pub struct Summary {
     pub states: Vec<DelegationState>,
     /// The full trace, if kept.
     pub trace: String,
+    /// How often each interesting thing happened (coverage of the fault paths).
+    pub stats: BTreeMap<&'static str, u64>,
 }
 
 /// The simulation.
@@ -251,6 +253,8 @@ pub struct World {
     pub finished_tasks: u32,
     /// Event streams opened.
     pub streams_opened: u32,
+    /// Coverage counters.
+    pub stats: BTreeMap<&'static str, u64>,
 }
 
 fn exec_config(max_concurrent: usize, id_seed: u64) -> ExecutorConfig {
@@ -321,6 +325,7 @@ impl World {
             stopped_tasks: 0,
             finished_tasks: 0,
             streams_opened: 0,
+            stats: BTreeMap::new(),
             cfg,
         };
         for i in 0..w.cfg.delegations.len() {
@@ -366,6 +371,10 @@ impl World {
         }
     }
 
+    fn bump(&mut self, what: &'static str) {
+        *self.stats.entry(what).or_insert(0) += 1;
+    }
+
     fn violate(&mut self, msg: String) {
         self.log(|| format!("VIOLATION {msg}"));
         self.violations.push(msg);
@@ -394,7 +403,7 @@ impl World {
     // Running
 
     /// Runs to quiescence (every timer fired, nothing in flight) and checks the end state.
-    pub fn run(mut self) -> Result<Summary, Box<Failure>> {
+    pub fn run(&mut self) -> Result<Summary, Box<Failure>> {
         loop {
             self.steps += 1;
             if self.steps > MAX_STEPS {
@@ -422,6 +431,7 @@ impl World {
                 .map(|d| d.ended.unwrap_or(d.state))
                 .collect(),
             trace: self.trace.join("\n"),
+            stats: self.stats.clone(),
         })
     }
 
@@ -514,7 +524,7 @@ impl World {
                     .delegator
                     .get(&id)
                     .is_some_and(|v| v.state == DelegationState::Completed);
-                let apply = completed && self.rng.chance(600);
+                let apply = completed && self.rng.chance(self.cfg.staged_apply);
                 self.log(|| {
                     format!(
                         "app {} staged {sid} of {id}",
@@ -534,6 +544,7 @@ impl World {
             Ev::CallArrive { call, exec, body } => {
                 if self.execs[exec].engine.is_none() {
                     self.log(|| format!("call {call} refused: exec{exec} is down"));
+                    self.bump("request to a down executor");
                     let at = self.now + self.latency();
                     self.schedule(
                         at,
@@ -674,6 +685,7 @@ impl World {
             }
             Action::Crash { exec, down_ms } => self.crash(exec, down_ms),
             Action::JumpClock(by) => {
+                self.bump("clock jump");
                 self.now += by;
                 let floor = self.now + JUMP_GRACE_MS;
                 for d in &mut self.dels {
@@ -703,8 +715,14 @@ impl World {
         let f = self.cfg.faults.clone();
         if self.rng.chance(f.req_loss) {
             self.log(|| format!("call {call} lost"));
+            self.bump("request lost");
         } else {
-            let copies = if self.rng.chance(f.dup) { 2 } else { 1 };
+            let copies = if self.rng.chance(f.dup) {
+                self.bump("request duplicated");
+                2
+            } else {
+                1
+            };
             for _ in 0..copies {
                 let at = self.now + self.latency();
                 self.schedule(
@@ -752,6 +770,7 @@ impl World {
                 if let Reply::Error(e) = &reply {
                     if e.code == ErrorCode::Declined && to == Outbound::Invite {
                         self.declined += 1;
+                        self.bump("invite declined");
                     }
                 }
                 if to == Outbound::Invite && matches!(reply, Reply::Accept(_)) {
@@ -854,6 +873,7 @@ impl World {
         let Some(st) = self.streams.remove(&s) else {
             return;
         };
+        self.bump("sse cut");
         self.log(|| format!("sse {s} of {} cut", st.id));
         if let Some(inc) = st.subscribed {
             let at = self.now + self.local();
@@ -884,6 +904,7 @@ impl World {
         if self.execs[exec].engine.is_none() {
             return;
         }
+        self.bump("executor crash");
         let node = &mut self.execs[exec];
         node.engine = None;
         let old = node.inc;
@@ -1061,6 +1082,7 @@ impl World {
                 self.send_call(exec_of(&peer), id, CallKind::Out(Outbound::Ack), body);
             }
             DelegatorOutput::FetchResult { id, peer } => {
+                self.bump("result fetched");
                 let body = Request::Result(id.clone());
                 self.send_call(exec_of(&peer), id, CallKind::Fetch, body);
             }
@@ -1117,6 +1139,7 @@ impl World {
                 self.next_stream += 1;
                 let s = self.next_stream;
                 self.streams_opened += 1;
+                self.bump("sse opened");
                 self.log(|| format!("sse {s} opening for {id}"));
                 self.streams.insert(
                     s,
@@ -1183,6 +1206,11 @@ impl World {
                     return;
                 };
                 let ok = !self.rng.chance(self.cfg.faults.apply_fail);
+                self.bump(if ok {
+                    "snapshot applied"
+                } else {
+                    "snapshot apply failed"
+                });
                 if ok {
                     self.dels[i].ws = files; // all at once
                     self.dels[i].applied += 1;
@@ -1266,6 +1294,12 @@ impl World {
                 error,
             } => {
                 let i = self.idx(&id);
+                self.bump(match state {
+                    DelegationState::Completed => "delegation completed",
+                    DelegationState::Cancelled => "delegation cancelled",
+                    DelegationState::Expired => "delegation expired",
+                    _ => "delegation error",
+                });
                 self.log(|| {
                     format!(
                         "delegation {id} ended {state} {}",
@@ -1333,6 +1367,7 @@ impl World {
                 };
                 if self.rng.chance(self.cfg.faults.resp_loss) {
                     self.log(|| format!("response to call {call} lost"));
+                    self.bump("response lost");
                     return;
                 }
                 let at = self.now + self.latency();
@@ -1450,6 +1485,7 @@ impl World {
             ExecutorOutput::StopTask { id } => {
                 if self.execs[exec].tasks.remove(&id).is_some() {
                     self.stopped_tasks += 1;
+                    self.bump("task stopped");
                     let delay = if self.rng.chance(self.cfg.faults.stop_slow) {
                         self.rng.range(11_000, 30_000)
                     } else {
@@ -1570,6 +1606,14 @@ impl World {
                         "exec{exec}: assignment {id} ended {state} but its state is {last}"
                     ));
                 }
+                self.bump(match (state, error.as_ref().map(|e| &e.code)) {
+                    (AssignmentState::Completed, _) => "assignment completed",
+                    (_, Some(ErrorCode::Expired)) => "assignment expired",
+                    (_, Some(ErrorCode::StartExpired)) => "assignment start expired",
+                    (_, Some(ErrorCode::Cancelled)) => "assignment cancelled",
+                    (_, Some(ErrorCode::TaskFailed)) => "assignment task failed",
+                    _ => "assignment other error",
+                });
                 self.exec_endings
                     .push((exec, id, state, error.map(|e| e.code)));
             }
