@@ -317,7 +317,11 @@ fn sse_cut_after_done_replays_the_snapshot() {
     let mut spec = DelegationSpec::simple(0, 0, 300);
     spec.steps = 1;
     spec.step_ms = 10_000;
-    let w = one(spec, vec![(10_001, Action::CutStream(0))]);
+    // With this seed the executor broadcasts `snapshot` and `done` at ~10.64 s; they reach
+    // the delegator at ~10.67 s and ~10.78 s. Cut in between.
+    let w = one(spec, vec![(10_650, Action::CutStream(0))]);
+    assert_eq!(stat(&w, "sse cut"), 1);
+    assert_eq!(stat(&w, "sse opened"), 2, "the delegator reconnected");
     let d = &w.dels[0];
     assert_eq!(d.ended, Some(DelegationState::Completed));
     assert_eq!(&d.ws, d.captured.last().unwrap());
