@@ -27,6 +27,10 @@ pub struct Faults {
     pub oversize: u32,
     /// A stopped task takes longer than the executor's stop grace to report.
     pub stop_slow: u32,
+    /// The executor cannot create the work directory (`WORKDIR_DENIED`).
+    pub alloc_fail: u32,
+    /// Capturing the snapshot fails.
+    pub capture_fail: u32,
 }
 
 /// One delegation the application will create.
@@ -150,6 +154,8 @@ impl SimConfig {
             store_fail: rate(&mut r, 100),
             oversize: rate(&mut r, 50),
             stop_slow: rate(&mut r, 300),
+            alloc_fail: rate(&mut r, 30),
+            capture_fail: rate(&mut r, 50),
         };
         let task_fail = rate(&mut r, 300) as u32;
         let n = r.range(1, 5) as usize;

@@ -16,11 +16,11 @@ use awcp_proto::{
     AccessMode, ArchiveData, ArchiveHandle, AssignmentEvent, AssignmentState, CapturedSnapshot,
     DelegationId, DelegationState, Delegator, DelegatorConfig, DelegatorEvent, DelegatorInput,
     DelegatorOutput, ErrorCode, ErrorInfo, Executor, ExecutorConfig, ExecutorEvent, ExecutorInput,
-    ExecutorOutput, Message, RequestId, Resource, ResourceName, SnapshotId, StreamId, TaskEvent,
-    TaskOutcome, TaskSpec, Timestamp, TransportHandle, TransportKind, WorkspaceStats,
+    ExecutorOutput, Message, RequestId, Resource, ResourceName, SnapshotId, SnapshotMode, StreamId,
+    TaskEvent, TaskOutcome, TaskSpec, Timestamp, TransportHandle, TransportKind, WorkspaceStats,
 };
 
-use super::config::{Action, SimConfig};
+use super::config::{Action, Faults, SimConfig};
 use super::rng::Rng;
 
 /// Files of a directory: path → content.
@@ -184,6 +184,7 @@ pub struct DelTrack {
     pub deadline: u64,
     ttl_ms: u64,
     access: AccessMode,
+    mode: SnapshotMode,
     steps: u32,
     step_ms: u64,
     task_fails: bool,
@@ -611,6 +612,7 @@ impl World {
             deadline: self.now + spec.ttl_s * 1000 + GRACE_MS,
             ttl_ms: spec.ttl_s * 1000,
             access: spec.access,
+            mode: spec.mode,
             steps: spec.steps,
             step_ms: spec.step_ms,
             task_fails: spec.task_fails,
@@ -1398,6 +1400,20 @@ impl World {
                 }
             }
             ExecutorOutput::AllocateWorkDir { id, .. } => {
+                if self.rng.chance(self.cfg.faults.alloc_fail) {
+                    self.bump("work dir allocation failed");
+                    let at = self.now + self.local();
+                    let e = ErrorInfo::new(ErrorCode::WorkdirDenied, "sim: allocation");
+                    self.schedule(
+                        at,
+                        Ev::ExecIn {
+                            exec,
+                            inc,
+                            input: ExecutorInput::WorkDirAllocated { id, result: Err(e) },
+                        },
+                    );
+                    return;
+                }
                 let i = self.idx(&id);
                 let deadline = self.now + self.dels[i].ttl_ms + GRACE_MS;
                 self.acquire(ResKey::WorkDir(exec, inc, id.clone()), deadline);
@@ -1512,6 +1528,20 @@ impl World {
                     self.violate(format!("exec{exec} captures {id} without a work dir"));
                     return;
                 };
+                if self.rng.chance(self.cfg.faults.capture_fail) {
+                    self.bump("capture failed");
+                    let at = self.now + self.local();
+                    let e = ErrorInfo::new(ErrorCode::TaskFailed, "sim: capture");
+                    self.schedule(
+                        at,
+                        Ev::ExecIn {
+                            exec,
+                            inc,
+                            input: ExecutorInput::SnapshotCaptured { id, result: Err(e) },
+                        },
+                    );
+                    return;
+                }
                 let i = self.idx(&id);
                 self.dels[i].captured.push(files.clone());
                 self.acquire(
@@ -1684,6 +1714,27 @@ impl World {
         for d in &self.dels {
             if d.ended.is_none() {
                 v.push(format!("{} never ended (state {})", d.id, d.state));
+            }
+        }
+        // Without faults, a completed rw delegation in auto mode ends with exactly the
+        // executor's final state.
+        let clean = self.cfg.faults == Faults::default() && self.cfg.actions.is_empty();
+        for d in &self.dels {
+            let auto_rw = d.mode == SnapshotMode::Auto && d.access == AccessMode::Rw;
+            if auto_rw && d.ended == Some(DelegationState::Completed) {
+                let got = d.captured.last() == Some(&d.ws) && d.applied == 1;
+                if clean && !got {
+                    v.push(format!(
+                        "{} completed without a fault but its workspace is not the executor's final state",
+                        d.id
+                    ));
+                }
+                if !got {
+                    *self
+                        .stats
+                        .entry("completed auto without result")
+                        .or_insert(0) += 1;
+                }
             }
         }
         for k in self.held.keys() {
