@@ -157,7 +157,7 @@ impl SimConfig {
             alloc_fail: rate(&mut r, 30),
             capture_fail: rate(&mut r, 50),
         };
-        let task_fail = rate(&mut r, 300) as u32;
+        let task_fail = rate(&mut r, 300);
         let n = r.range(1, 5) as usize;
         let delegations = (0..n)
             .map(|_| DelegationSpec {

@@ -180,6 +180,8 @@ pub struct DelTrack {
     pub captured: Vec<Files>,
     /// Successful applies.
     pub applied: u32,
+    /// Failed applies.
+    pub apply_failed: u32,
     /// Must be `Ended` by then.
     pub deadline: u64,
     ttl_ms: u64,
@@ -609,6 +611,7 @@ impl World {
             handle: None,
             captured: Vec::new(),
             applied: 0,
+            apply_failed: 0,
             deadline: self.now + spec.ttl_s * 1000 + GRACE_MS,
             ttl_ms: spec.ttl_s * 1000,
             access: spec.access,
@@ -1216,6 +1219,8 @@ impl World {
                 if ok {
                     self.dels[i].ws = files; // all at once
                     self.dels[i].applied += 1;
+                } else {
+                    self.dels[i].apply_failed += 1;
                 }
                 self.log(|| format!("apply {snapshot_id} to {id} ok={ok}"));
                 let at = self.now + self.local();
@@ -1347,14 +1352,11 @@ impl World {
     // Executor outputs
 
     fn drain_exec(&mut self, exec: usize) {
-        loop {
-            let Some(out) = self.execs[exec]
-                .engine
-                .as_mut()
-                .and_then(|e| e.poll_output())
-            else {
-                break;
-            };
+        while let Some(out) = self.execs[exec]
+            .engine
+            .as_mut()
+            .and_then(|e| e.poll_output())
+        {
             self.on_exec_out(exec, out);
         }
     }
@@ -1729,11 +1731,9 @@ impl World {
                         d.id
                     ));
                 }
-                if !got {
-                    *self
-                        .stats
-                        .entry("completed auto without result")
-                        .or_insert(0) += 1;
+                if !got && d.apply_failed == 0 {
+                    let k = "completed auto, result not applied";
+                    *self.stats.entry(k).or_insert(0) += 1;
                 }
             }
         }
