@@ -136,9 +136,11 @@ impl SimConfig {
         let executors = r.range(2, 3) as usize;
         let max_concurrent = r.range(1, 2) as usize;
         let faulty = !r.chance(200);
+        // One faulty seed in ten is a storm: every rate up to four times higher.
+        let storm = if faulty && r.chance(100) { 4 } else { 1 };
         let rate = |r: &mut Rng, max: u64| {
             if faulty {
-                r.below(max + 1) as u32
+                r.below((max * storm).min(500) + 1) as u32
             } else {
                 0
             }
@@ -159,7 +161,7 @@ impl SimConfig {
         };
         let task_fail = rate(&mut r, 300);
         let n = r.range(1, 5) as usize;
-        let delegations = (0..n)
+        let mut delegations: Vec<DelegationSpec> = (0..n)
             .map(|_| DelegationSpec {
                 at_ms: r.below(120_000),
                 exec: r.below(executors as u64) as usize,
@@ -184,18 +186,27 @@ impl SimConfig {
                 task_fails: r.chance(task_fail),
             })
             .collect();
+        delegations.sort_by_key(|d| d.at_ms);
         let mut actions = Vec::new();
         if faulty {
+            // Cancels soon after `delegate`: while scanning, invited, accepted or starting.
+            for (k, d) in delegations.iter().enumerate() {
+                if r.chance(100) {
+                    actions.push((d.at_ms + r.below(3_000), Action::Cancel(k)));
+                }
+            }
             for _ in 0..r.below(3) {
                 actions.push((r.below(400_000), Action::Cancel(r.below(n as u64) as usize)));
             }
             for _ in 0..r.below(4) {
                 actions.push((r.below(400_000), Action::CutRandomStream));
             }
-            if r.chance(300) {
-                let exec = r.below(executors as u64) as usize;
-                let down_ms = r.range(1_000, 120_000);
-                actions.push((r.below(400_000), Action::Crash { exec, down_ms }));
+            for _ in 0..r.below(3) {
+                if r.chance(300) {
+                    let exec = r.below(executors as u64) as usize;
+                    let down_ms = r.range(1_000, 120_000);
+                    actions.push((r.below(400_000), Action::Crash { exec, down_ms }));
+                }
             }
             if r.chance(150) {
                 actions.push((

@@ -1402,6 +1402,14 @@ impl World {
                 }
             }
             ExecutorOutput::AllocateWorkDir { id, .. } => {
+                // A new assignment (pending) exists from here on.
+                self.execs[exec].assigns.insert(
+                    id.clone(),
+                    AssignTrack {
+                        state: AssignmentState::Pending,
+                        ended: false,
+                    },
+                );
                 if self.rng.chance(self.cfg.faults.alloc_fail) {
                     self.bump("work dir allocation failed");
                     let at = self.now + self.local();
@@ -1421,13 +1429,6 @@ impl World {
                 self.acquire(ResKey::WorkDir(exec, inc, id.clone()), deadline);
                 let node = &mut self.execs[exec];
                 node.work.insert(id.clone(), Files::new());
-                node.assigns.insert(
-                    id.clone(),
-                    AssignTrack {
-                        state: AssignmentState::Pending,
-                        ended: false,
-                    },
-                );
                 let at = self.now + self.local();
                 self.schedule(
                     at,
