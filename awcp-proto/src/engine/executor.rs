@@ -498,6 +498,9 @@ pub struct Executor {
     timers: TimerIndex<Timer>,
     outputs: VecDeque<ExecutorOutput>,
     ids: IdSource,
+    /// Acknowledged (forgotten) assignments and when their lease ends: until then a late,
+    /// duplicated INVITE for the id is refused instead of starting the task again.
+    tombstones: BTreeMap<DelegationId, Timestamp>,
     last_now: Timestamp,
 }
 
@@ -512,6 +515,7 @@ impl Executor {
             timers: TimerIndex::default(),
             outputs: VecDeque::new(),
             ids,
+            tombstones: BTreeMap::new(),
             last_now: Timestamp::EPOCH,
         }
     }
@@ -899,9 +903,13 @@ impl Executor {
                 let forget = self
                     .assignments
                     .get(&id)
-                    .is_some_and(|a| a.state().is_terminal() && a.released);
-                if forget {
+                    .filter(|a| a.state().is_terminal() && a.released)
+                    .map(|a| a.expires_at.unwrap_or(now.saturating_add(a.ttl)));
+                if let Some(lease_end) = forget {
                     self.forget(&id);
+                    if lease_end > now {
+                        self.tombstones.insert(id, lease_end);
+                    }
                 }
             }
             Req::Result(id) => {
@@ -989,6 +997,18 @@ impl Executor {
             if !ok {
                 return self.respond_error(request, &id, Self::auth_error(), dialect, 200);
             }
+        }
+        // A duplicate INVITE arriving after the assignment was acknowledged and forgotten
+        // must not start the task again while its lease (and a duplicate START) is valid.
+        self.tombstones.retain(|_, until| *until > now);
+        if self.tombstones.contains_key(&id) {
+            return self.respond_error(
+                request,
+                &id,
+                declined(format!("delegation {id} is already finished")),
+                dialect,
+                200,
+            );
         }
         // A repeated INVITE (retry, duplicate delivery) is answered idempotently.
         if let Some(a) = self.assignments.get_mut(&id) {
