@@ -344,3 +344,23 @@ fn failures_name_the_seed_and_the_replay_command() {
         "AWCP_SIM_SEED=1234 cargo test -p awcp-tests --test simulation -- --nocapture"
     );
 }
+
+/// Seeds that once found a bug (engine or harness); they must keep passing.
+#[test]
+fn regression_seeds() {
+    // 7: staged snapshot applied from the store was never deleted at purge.
+    // 12395: ERROR during work-dir allocation leaked the work dir.
+    // 28233: a late duplicate INVITE + START after ack ran the task a second time.
+    // 42964: clock jump before INVITE (harness deadline).
+    // 179325: cancel during a failing allocation (harness tracking).
+    for seed in [7, 12_395, 28_233, 42_964, 179_325] {
+        let mut w = World::new(SimConfig::random(seed));
+        if let Err(f) = w.run() {
+            panic!("{f}");
+        }
+        assert!(
+            w.dels.iter().all(|d| d.runs <= 1),
+            "seed {seed}: a task ran twice"
+        );
+    }
+}

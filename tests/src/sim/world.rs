@@ -182,6 +182,10 @@ pub struct DelTrack {
     pub applied: u32,
     /// Failed applies.
     pub apply_failed: u32,
+    /// How often an executor started its task.
+    pub runs: u32,
+    /// Executor and incarnation of the last run.
+    ran_on: Option<(usize, u32)>,
     /// Must be `Ended` by then.
     pub deadline: u64,
     ttl_ms: u64,
@@ -612,6 +616,8 @@ impl World {
             captured: Vec::new(),
             applied: 0,
             apply_failed: 0,
+            runs: 0,
+            ran_on: None,
             deadline: self.now + spec.ttl_s * 1000 + GRACE_MS,
             ttl_ms: spec.ttl_s * 1000,
             access: spec.access,
@@ -1487,6 +1493,16 @@ impl World {
                 self.next_task_gen += 1;
                 let gen = self.next_task_gen;
                 let i = self.idx(&id);
+                self.dels[i].runs += 1;
+                // Once per executor memory: a restarted executor cannot recognise a late
+                // duplicate of INVITE and START.
+                match self.dels[i].ran_on.replace((exec, inc)) {
+                    Some(prev) if prev == (exec, inc) => {
+                        self.violate(format!("the task of {id} runs a second time"));
+                    }
+                    Some(_) => self.bump("task re-run by a restarted executor"),
+                    None => {}
+                }
                 let (steps, step_ms) = (self.dels[i].steps, self.dels[i].step_ms);
                 if self.execs[exec].tasks.contains_key(&id) {
                     self.violate(format!("exec{exec} runs {id} twice"));
