@@ -500,6 +500,8 @@ struct Delegation {
     start_sent: bool,
     snapshots: BTreeMap<SnapshotId, SnapshotRecord>,
     snapshot_order: Vec<SnapshotId>,
+    /// Snapshots whose bytes are in the driver's store (stored, not yet deleted).
+    stored: Vec<SnapshotId>,
     ops_in_flight: u32,
     /// Snapshot the executor announced in `done` that has not arrived (fetch it).
     awaiting_snapshot: Option<SnapshotId>,
@@ -587,6 +589,7 @@ impl Delegator {
                 start_sent: false,
                 snapshots: BTreeMap::new(),
                 snapshot_order: Vec::new(),
+                stored: Vec::new(),
                 ops_in_flight: 0,
                 awaiting_snapshot: None,
                 heard_terminal: false,
@@ -702,6 +705,7 @@ impl Delegator {
             }
         }
         rec.status = SnapshotStatus::Discarded;
+        d.stored.retain(|s| s != snapshot_id);
         d.updated_at = now;
         self.outputs
             .push_back(DelegatorOutput::DeleteStoredSnapshot {
@@ -1490,7 +1494,12 @@ impl Delegator {
                 rec.applied_at = Some(now);
                 SnapshotStatus::Applied
             }
-            (Ok(()), false) => SnapshotStatus::Pending,
+            (Ok(()), false) => {
+                if !d.stored.contains(sid) {
+                    d.stored.push(sid.clone());
+                }
+                SnapshotStatus::Pending
+            }
             (Err(e), _) => {
                 tracing::warn!(delegation = %id, snapshot = %sid, "snapshot {}: {e}", if applied { "apply failed" } else { "store failed" });
                 SnapshotStatus::Failed(e)
@@ -1638,17 +1647,14 @@ impl Delegator {
             return;
         };
         self.timers.cancel_all(id);
-        for sid in d.snapshot_order {
-            if d.snapshots
-                .get(&sid)
-                .is_some_and(|r| r.status == SnapshotStatus::Pending)
-            {
-                self.outputs
-                    .push_back(DelegatorOutput::DeleteStoredSnapshot {
-                        id: id.clone(),
-                        snapshot_id: sid,
-                    });
-            }
+        // Everything still in the store goes: pending snapshots, and also those applied from
+        // the store or whose apply failed (their bytes stay stored until the purge).
+        for sid in d.stored {
+            self.outputs
+                .push_back(DelegatorOutput::DeleteStoredSnapshot {
+                    id: id.clone(),
+                    snapshot_id: sid,
+                });
         }
     }
 }

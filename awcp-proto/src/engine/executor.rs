@@ -500,6 +500,9 @@ pub struct Executor {
     timers: TimerIndex<Timer>,
     outputs: VecDeque<ExecutorOutput>,
     ids: IdSource,
+    /// Acknowledged (forgotten) assignments and when their lease ends: until then a late,
+    /// duplicated INVITE for the id is refused instead of starting the task again.
+    tombstones: BTreeMap<DelegationId, Timestamp>,
     last_now: Timestamp,
 }
 
@@ -514,6 +517,7 @@ impl Executor {
             timers: TimerIndex::default(),
             outputs: VecDeque::new(),
             ids,
+            tombstones: BTreeMap::new(),
             last_now: Timestamp::EPOCH,
         }
     }
@@ -905,11 +909,17 @@ impl Executor {
                 self.respond(request, Response::Ok);
                 if let Some(a) = self.assignments.get_mut(&id) {
                     if a.state().is_terminal() {
-                        if a.released {
-                            self.forget(&id);
-                        } else {
+                        let lease_end = a.expires_at.unwrap_or(now.saturating_add(a.ttl));
+                        let released = a.released;
+                        if !released {
                             // Still releasing: forget as soon as that is done.
                             a.acked = true;
+                        }
+                        if lease_end > now {
+                            self.tombstones.insert(id.clone(), lease_end);
+                        }
+                        if released {
+                            self.forget(&id);
                         }
                     }
                 }
@@ -999,6 +1009,18 @@ impl Executor {
             if !ok {
                 return self.respond_error(request, &id, Self::auth_error(), dialect, 200);
             }
+        }
+        // A duplicate INVITE arriving after the assignment was acknowledged and forgotten
+        // must not start the task again while its lease (and a duplicate START) is valid.
+        self.tombstones.retain(|_, until| *until > now);
+        if self.tombstones.contains_key(&id) {
+            return self.respond_error(
+                request,
+                &id,
+                declined(format!("delegation {id} is already finished")),
+                dialect,
+                200,
+            );
         }
         // A repeated INVITE (retry, duplicate delivery) is answered idempotently.
         if let Some(a) = self.assignments.get_mut(&id) {
@@ -1182,6 +1204,29 @@ impl Executor {
             return Ok(());
         }
         a.op = Op::None;
+        if a.state().is_terminal() {
+            // Ended (ERROR, cancel, shutdown) while the work directory was being allocated:
+            // release what was allocated instead of accepting.
+            match result {
+                Ok(()) => {
+                    a.allocated = true;
+                    self.release(id);
+                }
+                Err(_) => {
+                    a.released = true;
+                    let (state, error, retention) = (a.state(), a.error.clone(), a.retention);
+                    self.outputs
+                        .push_back(ExecutorOutput::Event(ExecutorEvent::Ended {
+                            id: id.clone(),
+                            state,
+                            error,
+                        }));
+                    self.timers
+                        .set(id, Timer::Retention, now.saturating_add(retention));
+                }
+            }
+            return Ok(());
+        }
         match result {
             Err(e) => {
                 let requests = std::mem::take(&mut a.invite_requests);
@@ -1459,6 +1504,12 @@ impl Executor {
         tracing::info!(delegation = %id, code = %error.code, "assignment failed: {}", error.message);
         let a = self.assignments.get_mut(id).expect("exists");
         a.error = Some(error.clone());
+        // INVITE requests still waiting (allocation or decision in progress) get the error.
+        let requests = std::mem::take(&mut a.invite_requests);
+        let dialect = a.dialect;
+        for r in requests {
+            self.respond_error(r, id, error.clone(), dialect, 200);
+        }
         self.timers.cancel(id, Timer::Lease);
         self.timers.cancel(id, Timer::StartDeadline);
         self.broadcast(now, id, TaskEventKind::Error(error));

@@ -1,0 +1,229 @@
+//! What a run does: the cast, the delegations, the scripted actions and the fault rates.
+
+use awcp_proto::{AccessMode, Dialect, SnapshotMode};
+
+use super::rng::Rng;
+
+/// Fault rates, in per mille.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Faults {
+    /// An HTTP request never reaches the executor (the client times out).
+    pub req_loss: u32,
+    /// The executor processed a request but its response is lost (the client times out).
+    pub resp_loss: u32,
+    /// A request is delivered twice (the client sees the first answer).
+    pub dup: u32,
+    /// A message is delayed by seconds instead of milliseconds (reordering).
+    pub slow: u32,
+    /// The executor's transport setup fails (`SETUP_FAILED`).
+    pub setup_fail: u32,
+    /// The delegator's transport preparation fails.
+    pub prepare_fail: u32,
+    /// Applying a snapshot fails (the workspace stays untouched).
+    pub apply_fail: u32,
+    /// Storing a staged snapshot fails.
+    pub store_fail: u32,
+    /// The admission scan reports an oversized workspace.
+    pub oversize: u32,
+    /// A stopped task takes longer than the executor's stop grace to report.
+    pub stop_slow: u32,
+    /// The executor cannot create the work directory (`WORKDIR_DENIED`).
+    pub alloc_fail: u32,
+    /// Capturing the snapshot fails.
+    pub capture_fail: u32,
+}
+
+/// One delegation the application will create.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DelegationSpec {
+    /// When (ms of simulated time) the application calls `delegate`.
+    pub at_ms: u64,
+    /// Which executor it goes to.
+    pub exec: usize,
+    /// Requested lease.
+    pub ttl_s: u64,
+    /// Requested access.
+    pub access: AccessMode,
+    /// Snapshot handling.
+    pub mode: SnapshotMode,
+    /// Dialect of the executor.
+    pub dialect: Dialect,
+    /// Steps the task runs (each edits the work dir and reports progress).
+    pub steps: u32,
+    /// Time between steps.
+    pub step_ms: u64,
+    /// Whether the task fails (`TASK_FAILED`) at its last step.
+    pub task_fails: bool,
+}
+
+impl DelegationSpec {
+    /// A simple delegation: rw, auto, reference dialect, 3 steps of 5 s, succeeds.
+    pub fn simple(at_ms: u64, exec: usize, ttl_s: u64) -> Self {
+        DelegationSpec {
+            at_ms,
+            exec,
+            ttl_s,
+            access: AccessMode::Rw,
+            mode: SnapshotMode::Auto,
+            dialect: Dialect::Reference,
+            steps: 3,
+            step_ms: 5_000,
+            task_fails: false,
+        }
+    }
+}
+
+/// Something the application or the environment does at a given time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// The application cancels delegation `n` (by creation order).
+    Cancel(usize),
+    /// The SSE connection of delegation `n` breaks (both sides notice).
+    CutStream(usize),
+    /// Some open SSE connection (chosen by the run's generator) breaks.
+    CutRandomStream,
+    /// Executor `exec` crashes and restarts `down_ms` later with an empty memory.
+    Crash {
+        /// Which executor.
+        exec: usize,
+        /// How long it stays down.
+        down_ms: u64,
+    },
+    /// The clock jumps forward.
+    JumpClock(u64),
+}
+
+/// A whole run.
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    /// The seed of every random choice made during the run.
+    pub seed: u64,
+    /// Number of executors.
+    pub executors: usize,
+    /// `max_concurrent` of every executor.
+    pub max_concurrent: usize,
+    /// Fault rates.
+    pub faults: Faults,
+    /// Delegations to create.
+    pub delegations: Vec<DelegationSpec>,
+    /// Scripted actions at simulated times (ms).
+    pub actions: Vec<(u64, Action)>,
+    /// Record a full trace (replay, determinism test).
+    pub trace: bool,
+    /// Chance (per mille) that the application applies a pending staged snapshot of a
+    /// completed delegation rather than discarding it.
+    pub staged_apply: u32,
+}
+
+impl SimConfig {
+    /// A fault-free run with `executors` executors and no delegations yet.
+    pub fn quiet(seed: u64, executors: usize, max_concurrent: usize) -> Self {
+        SimConfig {
+            seed,
+            executors,
+            max_concurrent,
+            faults: Faults::default(),
+            delegations: Vec::new(),
+            actions: Vec::new(),
+            trace: true,
+            staged_apply: 1000,
+        }
+    }
+
+    /// Everything drawn from `seed`: the cast, the delegations, the faults and the actions.
+    pub fn random(seed: u64) -> Self {
+        let mut r = Rng::new(seed.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ 0xA5A5);
+        let executors = r.range(2, 3) as usize;
+        let max_concurrent = r.range(1, 2) as usize;
+        let faulty = !r.chance(200);
+        // One faulty seed in ten is a storm: every rate up to four times higher.
+        let storm = if faulty && r.chance(100) { 4 } else { 1 };
+        let rate = |r: &mut Rng, max: u64| {
+            if faulty {
+                r.below((max * storm).min(500) + 1) as u32
+            } else {
+                0
+            }
+        };
+        let faults = Faults {
+            req_loss: rate(&mut r, 100),
+            resp_loss: rate(&mut r, 100),
+            dup: rate(&mut r, 150),
+            slow: rate(&mut r, 150),
+            setup_fail: rate(&mut r, 50),
+            prepare_fail: rate(&mut r, 50),
+            apply_fail: rate(&mut r, 150),
+            store_fail: rate(&mut r, 100),
+            oversize: rate(&mut r, 50),
+            stop_slow: rate(&mut r, 300),
+            alloc_fail: rate(&mut r, 30),
+            capture_fail: rate(&mut r, 50),
+        };
+        let task_fail = rate(&mut r, 300);
+        let n = r.range(1, 5) as usize;
+        let mut delegations: Vec<DelegationSpec> = (0..n)
+            .map(|_| DelegationSpec {
+                at_ms: r.below(120_000),
+                exec: r.below(executors as u64) as usize,
+                ttl_s: r.range(30, 600),
+                access: if r.chance(200) {
+                    AccessMode::Ro
+                } else {
+                    AccessMode::Rw
+                },
+                mode: match r.below(3) {
+                    0 => SnapshotMode::Auto,
+                    1 => SnapshotMode::Staged,
+                    _ => SnapshotMode::Discard,
+                },
+                dialect: if r.chance(200) {
+                    Dialect::Seed
+                } else {
+                    Dialect::Reference
+                },
+                steps: r.range(1, 5) as u32,
+                step_ms: r.range(500, 40_000),
+                task_fails: r.chance(task_fail),
+            })
+            .collect();
+        delegations.sort_by_key(|d| d.at_ms);
+        let mut actions = Vec::new();
+        if faulty {
+            // Cancels soon after `delegate`: while scanning, invited, accepted or starting.
+            for (k, d) in delegations.iter().enumerate() {
+                if r.chance(100) {
+                    actions.push((d.at_ms + r.below(3_000), Action::Cancel(k)));
+                }
+            }
+            for _ in 0..r.below(3) {
+                actions.push((r.below(400_000), Action::Cancel(r.below(n as u64) as usize)));
+            }
+            for _ in 0..r.below(4) {
+                actions.push((r.below(400_000), Action::CutRandomStream));
+            }
+            for _ in 0..r.below(3) {
+                if r.chance(300) {
+                    let exec = r.below(executors as u64) as usize;
+                    let down_ms = r.range(1_000, 120_000);
+                    actions.push((r.below(400_000), Action::Crash { exec, down_ms }));
+                }
+            }
+            if r.chance(150) {
+                actions.push((
+                    r.below(400_000),
+                    Action::JumpClock(r.range(300_000, 1_200_000)),
+                ));
+            }
+        }
+        SimConfig {
+            seed,
+            executors,
+            max_concurrent,
+            faults,
+            delegations,
+            actions,
+            trace: false,
+            staged_apply: 600,
+        }
+    }
+}

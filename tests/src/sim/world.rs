@@ -1,0 +1,1822 @@
+//! The simulated world: clock, network, transports, task runners, and the invariant checks.
+//!
+//! Everything happens through one event queue ordered by `(time, sequence)`. Engines are only
+//! called while an event is processed; their outputs are executed by scheduling further events
+//! (never by calling an engine re-entrantly), so a run is a pure function of its
+//! [`SimConfig`].
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use awcp_proto::engine::delegator::{
+    DelegateRequest, FetchedResult, Outbound, Reply, SnapshotSource, SnapshotStatus,
+};
+use awcp_proto::engine::executor::{Request, Response, ResultStatus};
+use awcp_proto::{
+    AccessMode, ArchiveData, ArchiveHandle, AssignmentEvent, AssignmentState, CapturedSnapshot,
+    DelegationId, DelegationState, Delegator, DelegatorConfig, DelegatorEvent, DelegatorInput,
+    DelegatorOutput, ErrorCode, ErrorInfo, Executor, ExecutorConfig, ExecutorEvent, ExecutorInput,
+    ExecutorOutput, Message, RequestId, Resource, ResourceName, SnapshotId, SnapshotMode, StreamId,
+    TaskEvent, TaskOutcome, TaskSpec, Timestamp, TransportHandle, TransportKind, WorkspaceStats,
+};
+
+use super::config::{Action, Faults, SimConfig};
+use super::rng::Rng;
+
+/// Files of a directory: path → content.
+pub type Files = BTreeMap<String, String>;
+
+/// Simulated time 0 (ms since the Unix epoch): 2025-06-15.
+const BASE_MS: u64 = 1_750_000_000_000;
+/// The client-side timeout of every HTTP request.
+pub const HTTP_TIMEOUT_MS: u64 = 10_000;
+/// Slack after `ttl` within which every delegation must end and every executor resource must
+/// be released: setup grace (60 s) + stop grace (10 s) + an HTTP timeout + reconnect back-off
+/// and polling + latencies.
+pub const GRACE_MS: u64 = 150_000;
+/// After a clock jump, time everything gets to wind down from the new now.
+const JUMP_GRACE_MS: u64 = 60_000;
+/// A run that has not gone quiet after this many steps is livelocked.
+const MAX_STEPS: u64 = 50_000;
+
+/// Serialises a directory (the sim's "archive" format).
+pub fn encode_files(f: &Files) -> String {
+    serde_json::to_string(f).expect("a map of strings serialises")
+}
+
+/// Parses [`encode_files`]' output.
+pub fn decode_files(s: &str) -> Option<Files> {
+    serde_json::from_str(s).ok()
+}
+
+/// FNV-1a of `s`, hex (the sim's checksum).
+pub fn checksum(s: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in s.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum CallKind {
+    Out(Outbound),
+    Fetch,
+}
+
+#[derive(Debug)]
+struct Call {
+    exec: usize,
+    id: DelegationId,
+    kind: CallKind,
+}
+
+#[derive(Clone, Debug)]
+enum StreamItem {
+    Opened,
+    Event(Box<TaskEvent>),
+    Closed(&'static str),
+}
+
+#[derive(Debug)]
+struct SimStream {
+    exec: usize,
+    id: DelegationId,
+    /// Incarnation of the executor that accepted the subscription, once it did.
+    subscribed: Option<u32>,
+    /// Time of the last delivery scheduled on this connection (TCP keeps order).
+    fifo_at: u64,
+}
+
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)]
+enum Ev {
+    Create(usize),
+    App(Action),
+    StagedDecision(DelegationId, SnapshotId),
+    CallArrive {
+        call: u64,
+        exec: usize,
+        body: Request,
+    },
+    CallReply {
+        call: u64,
+        resp: Response,
+    },
+    CallFail {
+        call: u64,
+        why: &'static str,
+    },
+    StreamArrive(u64),
+    StreamDeliver(u64, StreamItem),
+    ExecIn {
+        exec: usize,
+        inc: u32,
+        input: ExecutorInput,
+    },
+    DelIn(DelegatorInput),
+    TaskStep {
+        exec: usize,
+        inc: u32,
+        id: DelegationId,
+        gen: u64,
+    },
+    Restart(usize),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum ResKey {
+    Export(DelegationId),
+    Stored(DelegationId, SnapshotId),
+    WorkDir(usize, u32, DelegationId),
+    Captured(usize, u32, DelegationId, SnapshotId),
+}
+
+#[derive(Debug)]
+struct SimTask {
+    gen: u64,
+    steps_left: u32,
+}
+
+#[derive(Debug)]
+struct AssignTrack {
+    state: AssignmentState,
+    ended: bool,
+}
+
+struct ExecNode {
+    engine: Option<Executor>,
+    inc: u32,
+    /// Open HTTP requests: request id → call.
+    reqs: BTreeMap<u64, u64>,
+    work: BTreeMap<DelegationId, Files>,
+    tasks: BTreeMap<DelegationId, SimTask>,
+    assigns: BTreeMap<DelegationId, AssignTrack>,
+}
+
+/// What the world knows about one delegation (by creation order).
+#[derive(Debug)]
+pub struct DelTrack {
+    /// Its id.
+    pub id: DelegationId,
+    /// The workspace as it was at `delegate`.
+    pub original: Files,
+    /// The workspace now.
+    pub ws: Files,
+    /// Last state reported by the engine.
+    pub state: DelegationState,
+    /// Terminal state reported by `Ended`.
+    pub ended: Option<DelegationState>,
+    /// Error reported by `Ended`.
+    pub error: Option<ErrorInfo>,
+    /// Result reported by `Ended`.
+    pub result: Option<TaskOutcome>,
+    /// Whether the delegator has received an ACCEPT for it.
+    pub accepted: bool,
+    /// The handle `PrepareTransport` produced and not yet released.
+    pub handle: Option<TransportHandle>,
+    /// Every snapshot its executor captured (the executor's final states).
+    pub captured: Vec<Files>,
+    /// Successful applies.
+    pub applied: u32,
+    /// Failed applies.
+    pub apply_failed: u32,
+    /// How often an executor started its task.
+    pub runs: u32,
+    /// Executor and incarnation of the last run.
+    ran_on: Option<(usize, u32)>,
+    /// Must be `Ended` by then.
+    pub deadline: u64,
+    ttl_ms: u64,
+    access: AccessMode,
+    mode: SnapshotMode,
+    steps: u32,
+    step_ms: u64,
+    task_fails: bool,
+}
+
+/// Why a run failed.
+#[derive(Debug, Clone)]
+pub struct Failure {
+    /// The seed.
+    pub seed: u64,
+    /// The violated invariant.
+    pub message: String,
+    /// Simulated time of the failure (ms).
+    pub at_ms: u64,
+    /// The last trace lines (if the run kept a trace).
+    pub trace_tail: Vec<String>,
+}
+
+/// What a finished run reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Summary {
+    /// Steps processed.
+    pub steps: u64,
+    /// Simulated end time (ms).
+    pub end_ms: u64,
+    /// Terminal state of every delegation (by creation order).
+    pub states: Vec<DelegationState>,
+    /// The full trace, if kept.
+    pub trace: String,
+    /// How often each interesting thing happened (coverage of the fault paths).
+    pub stats: BTreeMap<&'static str, u64>,
+}
+
+/// The simulation.
+pub struct World {
+    cfg: SimConfig,
+    rng: Rng,
+    now: u64,
+    seq: u64,
+    queue: BTreeMap<(u64, u64), Ev>,
+    delegator: Delegator,
+    execs: Vec<ExecNode>,
+    /// Delegations by creation order.
+    pub dels: Vec<DelTrack>,
+    by_id: BTreeMap<DelegationId, usize>,
+    calls: BTreeMap<u64, Call>,
+    next_call: u64,
+    next_req: u64,
+    next_stream: u64,
+    streams: BTreeMap<u64, SimStream>,
+    cur_stream: BTreeMap<DelegationId, u64>,
+    held: BTreeMap<ResKey, u64>,
+    store: BTreeMap<(DelegationId, SnapshotId), Files>,
+    next_task_gen: u64,
+    trace: Vec<String>,
+    violations: Vec<String>,
+    steps: u64,
+    /// Executor-side assignment endings seen: (exec, delegation, state, error code).
+    pub exec_endings: Vec<(usize, DelegationId, AssignmentState, Option<ErrorCode>)>,
+    /// Most tasks ever running at once on one executor.
+    pub peak_tasks: usize,
+    /// INVITEs answered with `DECLINED`.
+    pub declined: u32,
+    /// Tasks stopped by `StopTask`.
+    pub stopped_tasks: u32,
+    /// Tasks that ran to their last step.
+    pub finished_tasks: u32,
+    /// Event streams opened.
+    pub streams_opened: u32,
+    /// Coverage counters.
+    pub stats: BTreeMap<&'static str, u64>,
+}
+
+fn exec_config(max_concurrent: usize, id_seed: u64) -> ExecutorConfig {
+    ExecutorConfig {
+        work_root: "/sim/work".to_owned(),
+        max_concurrent,
+        id_seed,
+        ..ExecutorConfig::default()
+    }
+}
+
+fn peer_of(exec: usize) -> String {
+    format!("http://exec{exec}.sim/awcp")
+}
+
+fn exec_of(peer: &str) -> usize {
+    peer.trim_start_matches("http://exec")
+        .split('.')
+        .next()
+        .and_then(|s| s.parse().ok())
+        .expect("sim peer url")
+}
+
+impl World {
+    /// A world ready to [`run`](World::run) `cfg`.
+    pub fn new(mut cfg: SimConfig) -> Self {
+        // Creation order is time order (stable for equal times): `Action::Cancel(n)` and
+        // `World::dels[n]` refer to it.
+        cfg.delegations.sort_by_key(|d| d.at_ms);
+        let mut rng = Rng::new(cfg.seed);
+        let execs = (0..cfg.executors)
+            .map(|_| ExecNode {
+                engine: Some(Executor::new(exec_config(
+                    cfg.max_concurrent,
+                    rng.next_u64(),
+                ))),
+                inc: 0,
+                reqs: BTreeMap::new(),
+                work: BTreeMap::new(),
+                tasks: BTreeMap::new(),
+                assigns: BTreeMap::new(),
+            })
+            .collect();
+        let mut w = World {
+            rng,
+            now: 0,
+            seq: 0,
+            queue: BTreeMap::new(),
+            delegator: Delegator::new(DelegatorConfig::default()),
+            execs,
+            dels: Vec::new(),
+            by_id: BTreeMap::new(),
+            calls: BTreeMap::new(),
+            next_call: 0,
+            next_req: 0,
+            next_stream: 0,
+            streams: BTreeMap::new(),
+            cur_stream: BTreeMap::new(),
+            held: BTreeMap::new(),
+            store: BTreeMap::new(),
+            next_task_gen: 0,
+            trace: Vec::new(),
+            violations: Vec::new(),
+            steps: 0,
+            exec_endings: Vec::new(),
+            peak_tasks: 0,
+            declined: 0,
+            stopped_tasks: 0,
+            finished_tasks: 0,
+            streams_opened: 0,
+            stats: BTreeMap::new(),
+            cfg,
+        };
+        for i in 0..w.cfg.delegations.len() {
+            let at = w.cfg.delegations[i].at_ms;
+            w.schedule(at, Ev::Create(i));
+        }
+        for (at, a) in w.cfg.actions.clone() {
+            w.schedule(at, Ev::App(a));
+        }
+        w
+    }
+
+    // ------------------------------------------------------------------------------------
+    // Plumbing
+
+    fn ts(&self) -> Timestamp {
+        Timestamp::from_unix_millis(BASE_MS + self.now)
+    }
+
+    fn schedule(&mut self, at: u64, ev: Ev) {
+        self.seq += 1;
+        self.queue.insert((at, self.seq), ev);
+    }
+
+    /// Network latency: milliseconds, occasionally seconds (reordering).
+    fn latency(&mut self) -> u64 {
+        if self.rng.chance(self.cfg.faults.slow) {
+            self.rng.range(1_000, 8_000)
+        } else {
+            self.rng.range(1, 200)
+        }
+    }
+
+    /// Latency of a local operation (disk, transport).
+    fn local(&mut self) -> u64 {
+        self.rng.range(0, 50)
+    }
+
+    fn log(&mut self, line: impl FnOnce() -> String) {
+        if self.cfg.trace {
+            let l = format!("{:>9} {}", self.now, line());
+            self.trace.push(l);
+        }
+    }
+
+    fn bump(&mut self, what: &'static str) {
+        *self.stats.entry(what).or_insert(0) += 1;
+    }
+
+    fn violate(&mut self, msg: String) {
+        self.log(|| format!("VIOLATION {msg}"));
+        self.violations.push(msg);
+    }
+
+    fn idx(&self, id: &DelegationId) -> usize {
+        self.by_id[id]
+    }
+
+    fn acquire(&mut self, key: ResKey, deadline: u64) {
+        if self.held.contains_key(&key) {
+            self.violate(format!("{key:?} acquired while already held"));
+        }
+        self.held.insert(key, deadline);
+    }
+
+    fn release(&mut self, key: ResKey) {
+        if self.held.remove(&key).is_none() {
+            self.violate(format!(
+                "{key:?} released but not held (double release or never acquired)"
+            ));
+        }
+    }
+
+    // ------------------------------------------------------------------------------------
+    // Running
+
+    /// Runs to quiescence (every timer fired, nothing in flight) and checks the end state.
+    pub fn run(&mut self) -> Result<Summary, Box<Failure>> {
+        loop {
+            self.steps += 1;
+            if self.steps > MAX_STEPS {
+                self.violate(format!("no quiescence after {MAX_STEPS} steps (livelock)"));
+                return Err(self.failure());
+            }
+            if !self.step() {
+                break;
+            }
+            self.check_step();
+            if !self.violations.is_empty() {
+                return Err(self.failure());
+            }
+        }
+        self.check_end();
+        if !self.violations.is_empty() {
+            return Err(self.failure());
+        }
+        Ok(Summary {
+            steps: self.steps,
+            end_ms: self.now,
+            states: self
+                .dels
+                .iter()
+                .map(|d| d.ended.unwrap_or(d.state))
+                .collect(),
+            trace: self.trace.join("\n"),
+            stats: self.stats.clone(),
+        })
+    }
+
+    fn failure(&self) -> Box<Failure> {
+        let n = self.trace.len();
+        Box::new(Failure {
+            seed: self.cfg.seed,
+            message: self.violations.join("; "),
+            at_ms: self.now,
+            trace_tail: self.trace[n.saturating_sub(60)..].to_vec(),
+        })
+    }
+
+    /// Processes the earliest thing due; `false` when nothing is left.
+    fn step(&mut self) -> bool {
+        #[derive(Clone, Copy)]
+        enum Src {
+            Queue,
+            Del,
+            Exec(usize),
+        }
+        let mut best: Option<(u64, Src)> = None;
+        let mut consider = |t: u64, s: Src| {
+            if best.is_none_or(|(b, _)| t < b) {
+                best = Some((t, s));
+            }
+        };
+        let rel = |t: Timestamp| t.as_unix_millis().saturating_sub(BASE_MS);
+        if let Some(t) = self.delegator.poll_timeout() {
+            consider(rel(t), Src::Del);
+        }
+        for (i, e) in self.execs.iter().enumerate() {
+            if let Some(t) = e.engine.as_ref().and_then(|e| e.poll_timeout()) {
+                consider(rel(t), Src::Exec(i));
+            }
+        }
+        if let Some(((t, _), _)) = self.queue.first_key_value() {
+            consider(*t, Src::Queue);
+        }
+        let Some((t, src)) = best else {
+            return false;
+        };
+        self.now = self.now.max(t);
+        let now = self.ts();
+        match src {
+            Src::Del => {
+                self.delegator.handle_timeout(now);
+                self.drain_delegator();
+            }
+            Src::Exec(i) => {
+                if let Some(e) = self.execs[i].engine.as_mut() {
+                    e.handle_timeout(now);
+                }
+                self.drain_exec(i);
+            }
+            Src::Queue => {
+                let (_, ev) = self.queue.pop_first().expect("peeked");
+                self.process(ev);
+            }
+        }
+        true
+    }
+
+    fn del_input(&mut self, input: DelegatorInput) {
+        let now = self.ts();
+        if let Err(e) = self.delegator.handle(now, input) {
+            self.log(|| format!("delegator refused input: {e}"));
+        }
+        self.drain_delegator();
+    }
+
+    fn exec_input(&mut self, exec: usize, input: ExecutorInput) {
+        let now = self.ts();
+        let Some(engine) = self.execs[exec].engine.as_mut() else {
+            return;
+        };
+        if let Err(e) = engine.handle(now, input) {
+            self.log(|| format!("exec{exec} refused input: {e}"));
+        }
+        self.drain_exec(exec);
+    }
+
+    fn process(&mut self, ev: Ev) {
+        match ev {
+            Ev::Create(i) => self.create(i),
+            Ev::App(a) => self.app(a),
+            Ev::StagedDecision(id, sid) => {
+                let now = self.ts();
+                let completed = self
+                    .delegator
+                    .get(&id)
+                    .is_some_and(|v| v.state == DelegationState::Completed);
+                let apply = completed && self.rng.chance(self.cfg.staged_apply);
+                self.log(|| {
+                    format!(
+                        "app {} staged {sid} of {id}",
+                        if apply { "applies" } else { "discards" }
+                    )
+                });
+                let r = if apply {
+                    self.delegator.apply_snapshot(now, &id, &sid)
+                } else {
+                    self.delegator.discard_snapshot(now, &id, &sid)
+                };
+                if let Err(e) = r {
+                    self.log(|| format!("app call refused: {e}"));
+                }
+                self.drain_delegator();
+            }
+            Ev::CallArrive { call, exec, body } => {
+                if self.execs[exec].engine.is_none() {
+                    self.log(|| format!("call {call} refused: exec{exec} is down"));
+                    self.bump("request to a down executor");
+                    let at = self.now + self.latency();
+                    self.schedule(
+                        at,
+                        Ev::CallFail {
+                            call,
+                            why: "connection refused",
+                        },
+                    );
+                    return;
+                }
+                self.next_req += 1;
+                let rid = self.next_req;
+                self.execs[exec].reqs.insert(rid, call);
+                self.exec_input(
+                    exec,
+                    ExecutorInput::Request {
+                        request: RequestId(rid),
+                        credential: None,
+                        body,
+                    },
+                );
+            }
+            Ev::CallReply { call, resp } => self.answer(call, Ok(resp)),
+            Ev::CallFail { call, why } => self.answer(call, Err(why)),
+            Ev::StreamArrive(s) => self.stream_arrive(s),
+            Ev::StreamDeliver(s, item) => self.stream_deliver(s, item),
+            Ev::ExecIn { exec, inc, input } => {
+                if self.execs[exec].inc == inc {
+                    self.exec_input(exec, input);
+                }
+            }
+            Ev::DelIn(input) => self.del_input(input),
+            Ev::TaskStep { exec, inc, id, gen } => self.task_step(exec, inc, id, gen),
+            Ev::Restart(exec) => {
+                let seed = self.rng.next_u64();
+                self.log(|| format!("exec{exec} restarts"));
+                self.execs[exec].engine =
+                    Some(Executor::new(exec_config(self.cfg.max_concurrent, seed)));
+            }
+        }
+    }
+
+    fn create(&mut self, i: usize) {
+        let spec = self.cfg.delegations[i].clone();
+        let id = DelegationId::from_random(self.rng.bytes::<16>());
+        let mut original = Files::new();
+        for f in 0..self.rng.range(1, 4) {
+            let v = self.rng.next_u64();
+            original.insert(format!("src/file{f}.txt"), format!("v0-{v:x}"));
+        }
+        self.by_id.insert(id.clone(), i);
+        self.dels.push(DelTrack {
+            id: id.clone(),
+            ws: original.clone(),
+            original,
+            state: DelegationState::Created,
+            ended: None,
+            error: None,
+            result: None,
+            accepted: false,
+            handle: None,
+            captured: Vec::new(),
+            applied: 0,
+            apply_failed: 0,
+            runs: 0,
+            ran_on: None,
+            deadline: self.now + spec.ttl_s * 1000 + GRACE_MS,
+            ttl_ms: spec.ttl_s * 1000,
+            access: spec.access,
+            mode: spec.mode,
+            steps: spec.steps,
+            step_ms: spec.step_ms,
+            task_fails: spec.task_fails,
+        });
+        debug_assert_eq!(self.dels.len() - 1, i, "delegations are created in order");
+        let req = DelegateRequest {
+            id: id.clone(),
+            peer: peer_of(spec.exec),
+            dialect: spec.dialect,
+            task: TaskSpec {
+                description: format!("task {i}"),
+                prompt: "edit the files".into(),
+            },
+            ttl_seconds: spec.ttl_s,
+            access_mode: spec.access,
+            resources: vec![Resource {
+                name: ResourceName::new("workspace").expect("valid name"),
+                kind: "fs".into(),
+                mode: spec.access,
+            }],
+            transport: TransportKind::Archive,
+            snapshot_mode: spec.mode,
+            auth: None,
+        };
+        self.log(|| {
+            format!(
+                "delegate #{i} {id} exec{} ttl={}s {:?} {:?} {:?} steps={}x{}ms fail={}",
+                spec.exec,
+                spec.ttl_s,
+                spec.access,
+                spec.mode,
+                spec.dialect,
+                spec.steps,
+                spec.step_ms,
+                spec.task_fails
+            )
+        });
+        let now = self.ts();
+        if let Err(e) = self.delegator.delegate(now, req) {
+            self.violate(format!("delegate refused: {e}"));
+        }
+        self.drain_delegator();
+    }
+
+    fn app(&mut self, a: Action) {
+        self.log(|| format!("action {a:?}"));
+        match a {
+            Action::Cancel(n) => {
+                let Some(d) = self.dels.get(n) else { return };
+                let id = d.id.clone();
+                let now = self.ts();
+                if let Err(e) = self.delegator.cancel(now, &id) {
+                    self.log(|| format!("cancel refused: {e}"));
+                }
+                self.drain_delegator();
+            }
+            Action::CutStream(n) => {
+                if let Some(s) = self
+                    .dels
+                    .get(n)
+                    .and_then(|d| self.cur_stream.get(&d.id).copied())
+                {
+                    self.cut(s);
+                }
+            }
+            Action::CutRandomStream => {
+                let open: Vec<u64> = self.cur_stream.values().copied().collect();
+                if !open.is_empty() {
+                    let s = open[self.rng.below(open.len() as u64) as usize];
+                    self.cut(s);
+                }
+            }
+            Action::Crash { exec, down_ms } => self.crash(exec, down_ms),
+            Action::JumpClock(by) => {
+                self.bump("clock jump");
+                self.now += by;
+                let floor = self.now + JUMP_GRACE_MS;
+                for d in &mut self.dels {
+                    // A delegation not invited yet starts its lease after the jump.
+                    let from_now = if d.state == DelegationState::Created {
+                        self.now + d.ttl_ms + GRACE_MS
+                    } else {
+                        floor
+                    };
+                    d.deadline = d.deadline.max(from_now);
+                }
+                for v in self.held.values_mut() {
+                    *v = (*v).max(floor);
+                }
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------------------------
+    // HTTP
+
+    fn send_call(&mut self, exec: usize, id: DelegationId, kind: CallKind, body: Request) {
+        self.next_call += 1;
+        let call = self.next_call;
+        self.log(|| format!("call {call} {kind:?} {id} -> exec{exec}"));
+        self.calls.insert(call, Call { exec, id, kind });
+        let f = self.cfg.faults.clone();
+        if self.rng.chance(f.req_loss) {
+            self.log(|| format!("call {call} lost"));
+            self.bump("request lost");
+        } else {
+            let copies = if self.rng.chance(f.dup) {
+                self.bump("request duplicated");
+                2
+            } else {
+                1
+            };
+            for _ in 0..copies {
+                let at = self.now + self.latency();
+                self.schedule(
+                    at,
+                    Ev::CallArrive {
+                        call,
+                        exec,
+                        body: body.clone(),
+                    },
+                );
+            }
+        }
+        self.schedule(
+            self.now + HTTP_TIMEOUT_MS,
+            Ev::CallFail {
+                call,
+                why: "timeout",
+            },
+        );
+    }
+
+    fn answer(&mut self, call: u64, resp: Result<Response, &'static str>) {
+        let Some(c) = self.calls.remove(&call) else {
+            return; // answered already (duplicate, or the timeout won)
+        };
+        self.log(|| {
+            format!(
+                "call {call} answered: {}",
+                match &resp {
+                    Ok(r) => response_summary(r),
+                    Err(w) => format!("failed ({w})"),
+                }
+            )
+        });
+        let _ = c.exec;
+        match c.kind {
+            CallKind::Out(to) => {
+                let reply = match resp {
+                    Ok(Response::Accept(a, _)) => Reply::Accept(a),
+                    Ok(Response::Error { message, .. }) => Reply::Error(message.error),
+                    Ok(Response::Ok | Response::Cancelled) => Reply::Ok,
+                    Ok(Response::Result(_)) => Reply::Failed("unexpected result body".into()),
+                    Err(w) => Reply::Failed(w.into()),
+                };
+                if let Reply::Error(e) = &reply {
+                    if e.code == ErrorCode::Declined && to == Outbound::Invite {
+                        self.declined += 1;
+                        self.bump("invite declined");
+                    }
+                }
+                if to == Outbound::Invite && matches!(reply, Reply::Accept(_)) {
+                    let i = self.idx(&c.id);
+                    self.dels[i].accepted = true;
+                }
+                self.del_input(DelegatorInput::Reply {
+                    id: c.id,
+                    to,
+                    reply,
+                });
+            }
+            CallKind::Fetch => {
+                let result = match resp {
+                    Ok(Response::Result(b)) => Ok(match b.status {
+                        ResultStatus::Running => FetchedResult::Running,
+                        ResultStatus::Completed => FetchedResult::Completed {
+                            outcome: b.outcome.unwrap_or_default(),
+                            snapshot: b.snapshot,
+                        },
+                        ResultStatus::Error => FetchedResult::Error(
+                            b.error
+                                .unwrap_or_else(|| ErrorInfo::new(ErrorCode::TaskFailed, "failed")),
+                        ),
+                        ResultStatus::NotFound => FetchedResult::NotFound,
+                    }),
+                    Ok(Response::Error { status: 404, .. }) => Ok(FetchedResult::NotFound),
+                    Ok(r) => Err(format!("unexpected answer {}", response_summary(&r))),
+                    Err(w) => Err(w.to_owned()),
+                };
+                self.del_input(DelegatorInput::ResultFetched { id: c.id, result });
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------------------------
+    // SSE
+
+    fn stream_arrive(&mut self, s: u64) {
+        let Some(st) = self.streams.get(&s) else {
+            return; // the delegator closed it meanwhile
+        };
+        let (exec, id) = (st.exec, st.id.clone());
+        if self.execs[exec].engine.is_none() {
+            self.push_stream(s, StreamItem::Closed("connection refused"));
+            return;
+        }
+        let inc = self.execs[exec].inc;
+        self.streams.get_mut(&s).expect("exists").subscribed = Some(inc);
+        self.push_stream(s, StreamItem::Opened);
+        self.exec_input(
+            exec,
+            ExecutorInput::Subscribe {
+                stream: StreamId(s),
+                id,
+                credential: None,
+            },
+        );
+    }
+
+    /// Schedules `item` on connection `s`, after everything already sent on it.
+    fn push_stream(&mut self, s: u64, item: StreamItem) {
+        let lat = self.latency().min(2_000);
+        let Some(st) = self.streams.get_mut(&s) else {
+            return;
+        };
+        let at = (self.now + lat).max(st.fifo_at);
+        st.fifo_at = at;
+        self.schedule(at, Ev::StreamDeliver(s, item));
+    }
+
+    fn stream_deliver(&mut self, s: u64, item: StreamItem) {
+        let Some(st) = self.streams.get(&s) else {
+            return;
+        };
+        let id = st.id.clone();
+        if self.cur_stream.get(&id) != Some(&s) {
+            return;
+        }
+        match item {
+            StreamItem::Opened => self.del_input(DelegatorInput::EventStreamOpened { id }),
+            StreamItem::Event(ev) => {
+                self.log(|| format!("sse {s} {} for {id}", ev.kind.type_str()));
+                self.del_input(DelegatorInput::TaskEvent { event: *ev });
+            }
+            StreamItem::Closed(why) => {
+                self.cur_stream.remove(&id);
+                self.streams.remove(&s);
+                self.log(|| format!("sse {s} closed ({why})"));
+                self.del_input(DelegatorInput::EventStreamClosed {
+                    id,
+                    reason: Some(why.to_owned()),
+                });
+            }
+        }
+    }
+
+    /// The connection breaks: both sides notice, whatever was in flight is lost.
+    fn cut(&mut self, s: u64) {
+        let Some(st) = self.streams.remove(&s) else {
+            return;
+        };
+        self.bump("sse cut");
+        self.log(|| format!("sse {s} of {} cut", st.id));
+        if let Some(inc) = st.subscribed {
+            let at = self.now + self.local();
+            self.schedule(
+                at,
+                Ev::ExecIn {
+                    exec: st.exec,
+                    inc,
+                    input: ExecutorInput::StreamClosed {
+                        stream: StreamId(s),
+                    },
+                },
+            );
+        }
+        if self.cur_stream.get(&st.id) == Some(&s) {
+            self.cur_stream.remove(&st.id);
+            self.del_input(DelegatorInput::EventStreamClosed {
+                id: st.id,
+                reason: Some("connection reset".into()),
+            });
+        }
+    }
+
+    // ------------------------------------------------------------------------------------
+    // Executor crash
+
+    fn crash(&mut self, exec: usize, down_ms: u64) {
+        if self.execs[exec].engine.is_none() {
+            return;
+        }
+        self.bump("executor crash");
+        let node = &mut self.execs[exec];
+        node.engine = None;
+        let old = node.inc;
+        node.inc += 1;
+        node.reqs.clear(); // their clients time out
+        node.work.clear();
+        node.tasks.clear();
+        node.assigns.clear();
+        // The startup sweep of the next incarnation removes what the old one left behind.
+        let leftovers: Vec<ResKey> = self
+            .held
+            .keys()
+            .filter(|k| {
+                matches!(k, ResKey::WorkDir(e, i, _) | ResKey::Captured(e, i, _, _) if *e == exec && *i == old)
+            })
+            .cloned()
+            .collect();
+        for k in leftovers {
+            self.log(|| format!("sweep releases {k:?}"));
+            self.release(k);
+        }
+        let conns: Vec<u64> = self
+            .streams
+            .iter()
+            .filter(|(_, st)| st.exec == exec)
+            .map(|(s, _)| *s)
+            .collect();
+        for s in conns {
+            self.cut(s);
+        }
+        self.schedule(self.now + down_ms, Ev::Restart(exec));
+    }
+
+    // ------------------------------------------------------------------------------------
+    // Tasks
+
+    fn task_step(&mut self, exec: usize, inc: u32, id: DelegationId, gen: u64) {
+        let node = &mut self.execs[exec];
+        if node.inc != inc || node.tasks.get(&id).is_none_or(|t| t.gen != gen) {
+            return;
+        }
+        // Edit the work directory: change, create or delete a file.
+        let choice = self.rng.below(3);
+        let v = self.rng.next_u64();
+        let node = &mut self.execs[exec];
+        if let Some(files) = node.work.get_mut(&id) {
+            match choice {
+                0 => {
+                    let n = files.len() as u64;
+                    if let Some(k) = files.keys().nth((v % n.max(1)) as usize).cloned() {
+                        files.insert(k, format!("edit-{v:x}"));
+                    }
+                }
+                1 => {
+                    files.insert(format!("out/new{}.txt", v % 7), format!("new-{v:x}"));
+                }
+                _ => {
+                    let n = files.len() as u64;
+                    if n > 1 {
+                        if let Some(k) = files.keys().nth((v % n) as usize).cloned() {
+                            files.remove(&k);
+                        }
+                    }
+                }
+            }
+        }
+        let task = node.tasks.get_mut(&id).expect("checked");
+        task.steps_left = task.steps_left.saturating_sub(1);
+        let left = task.steps_left;
+        let i = self.by_id[&id];
+        if left == 0 {
+            let node = &mut self.execs[exec];
+            node.tasks.remove(&id);
+            self.finished_tasks += 1;
+            let result = if self.dels[i].task_fails {
+                Err(ErrorInfo::new(ErrorCode::TaskFailed, "the task failed"))
+            } else {
+                Ok(TaskOutcome {
+                    summary: format!("task of {id} done"),
+                    highlights: vec!["src/file0.txt".into()],
+                })
+            };
+            self.log(|| format!("exec{exec} task {id} finished ok={}", result.is_ok()));
+            self.exec_input(exec, ExecutorInput::TaskFinished { id, result });
+        } else {
+            self.exec_input(
+                exec,
+                ExecutorInput::TaskProgress {
+                    id: id.clone(),
+                    message: Some(format!("{left} steps left")),
+                    progress: None,
+                },
+            );
+            let at = self.now + self.dels[i].step_ms;
+            self.schedule(at, Ev::TaskStep { exec, inc, id, gen });
+        }
+    }
+
+    // ------------------------------------------------------------------------------------
+    // Delegator outputs
+
+    fn drain_delegator(&mut self) {
+        while let Some(out) = self.delegator.poll_output() {
+            self.on_del_out(out);
+        }
+    }
+
+    fn on_del_out(&mut self, out: DelegatorOutput) {
+        match out {
+            DelegatorOutput::ScanWorkspace { id } => {
+                let i = self.idx(&id);
+                let ws = &self.dels[i].ws;
+                let mut stats = WorkspaceStats {
+                    total_bytes: ws.values().map(|v| v.len() as u64).sum(),
+                    file_count: ws.len() as u64,
+                    largest_file_bytes: ws.values().map(|v| v.len() as u64).max().unwrap_or(0),
+                    largest_file: ws.keys().next().cloned(),
+                };
+                if self.rng.chance(self.cfg.faults.oversize) {
+                    stats.total_bytes = 1 << 40;
+                }
+                let at = self.now + self.local();
+                self.schedule(
+                    at,
+                    Ev::DelIn(DelegatorInput::ScanCompleted {
+                        id,
+                        result: Ok(stats),
+                    }),
+                );
+            }
+            DelegatorOutput::SendMessage {
+                id,
+                peer,
+                message,
+                dialect,
+            } => {
+                let i = self.idx(&id);
+                let kind = match &message {
+                    Message::Invite(_) => Outbound::Invite,
+                    Message::Start(start) => {
+                        let (accepted, state) = (self.dels[i].accepted, self.dels[i].state);
+                        if !accepted || state != DelegationState::Started {
+                            self.violate(format!(
+                                "START for {id} (state {state}, accepted {accepted}) carries credentials"
+                            ));
+                        }
+                        if self.dels[i].handle.as_ref() != Some(&start.handle)
+                            || !self.held.contains_key(&ResKey::Export(id.clone()))
+                        {
+                            self.violate(format!(
+                                "START for {id} carries a handle that is not the prepared one"
+                            ));
+                        }
+                        Outbound::Start
+                    }
+                    Message::Error(_) => Outbound::Error,
+                    other => {
+                        self.violate(format!("delegator sent {}", other.type_str()));
+                        return;
+                    }
+                };
+                self.send_call(
+                    exec_of(&peer),
+                    id,
+                    CallKind::Out(kind),
+                    Request::Message(Box::new(message), dialect),
+                );
+            }
+            DelegatorOutput::SendCancel { id, peer } => {
+                let body = Request::Cancel(id.clone());
+                self.send_call(exec_of(&peer), id, CallKind::Out(Outbound::Cancel), body);
+            }
+            DelegatorOutput::SendAck { id, peer } => {
+                let body = Request::Ack(id.clone());
+                self.send_call(exec_of(&peer), id, CallKind::Out(Outbound::Ack), body);
+            }
+            DelegatorOutput::FetchResult { id, peer } => {
+                self.bump("result fetched");
+                let body = Request::Result(id.clone());
+                self.send_call(exec_of(&peer), id, CallKind::Fetch, body);
+            }
+            DelegatorOutput::PrepareTransport { id, transport, .. } => {
+                let i = self.idx(&id);
+                if !self.dels[i].accepted || self.dels[i].state != DelegationState::Accepted {
+                    self.violate(format!(
+                        "credentials prepared for {id} before ACCEPT (state {})",
+                        self.dels[i].state
+                    ));
+                }
+                if transport != TransportKind::Archive {
+                    self.violate(format!("unexpected transport {}", transport.as_str()));
+                }
+                let at = self.now + self.local();
+                if self.rng.chance(self.cfg.faults.prepare_fail) {
+                    self.log(|| format!("prepare of {id} fails"));
+                    self.schedule(
+                        at,
+                        Ev::DelIn(DelegatorInput::TransportPrepared {
+                            id,
+                            result: Err(ErrorInfo::new(ErrorCode::SetupFailed, "sim: prepare")),
+                        }),
+                    );
+                    return;
+                }
+                let deadline = self.dels[i].deadline;
+                self.acquire(ResKey::Export(id.clone()), deadline);
+                let body = encode_files(&self.dels[i].ws);
+                let handle = TransportHandle::Archive(ArchiveHandle {
+                    checksum: checksum(&body),
+                    size_bytes: Some(body.len() as u64),
+                    data: ArchiveData {
+                        base64: Some(body),
+                        url: None,
+                    },
+                });
+                self.dels[i].handle = Some(handle.clone());
+                self.schedule(
+                    at,
+                    Ev::DelIn(DelegatorInput::TransportPrepared {
+                        id,
+                        result: Ok(handle),
+                    }),
+                );
+            }
+            DelegatorOutput::OpenEventStream { id, peer } => {
+                if let Some(old) = self.cur_stream.get(&id).copied() {
+                    self.violate(format!(
+                        "stream for {id} opened while stream {old} is current"
+                    ));
+                    self.cut(old);
+                }
+                self.next_stream += 1;
+                let s = self.next_stream;
+                self.streams_opened += 1;
+                self.bump("sse opened");
+                self.log(|| format!("sse {s} opening for {id}"));
+                self.streams.insert(
+                    s,
+                    SimStream {
+                        exec: exec_of(&peer),
+                        id: id.clone(),
+                        subscribed: None,
+                        fifo_at: self.now,
+                    },
+                );
+                self.cur_stream.insert(id, s);
+                let at = self.now + self.latency();
+                self.schedule(at, Ev::StreamArrive(s));
+            }
+            DelegatorOutput::CloseEventStream { id } => {
+                if let Some(s) = self.cur_stream.remove(&id) {
+                    if let Some(st) = self.streams.remove(&s) {
+                        if let Some(inc) = st.subscribed {
+                            let at = self.now + self.latency();
+                            self.schedule(
+                                at,
+                                Ev::ExecIn {
+                                    exec: st.exec,
+                                    inc,
+                                    input: ExecutorInput::StreamClosed {
+                                        stream: StreamId(s),
+                                    },
+                                },
+                            );
+                        }
+                    }
+                }
+            }
+            DelegatorOutput::ApplySnapshot {
+                id,
+                snapshot_id,
+                source,
+            } => {
+                let i = self.idx(&id);
+                let (access, state) = (self.dels[i].access, self.dels[i].state);
+                if access == AccessMode::Ro {
+                    self.violate(format!("snapshot applied to read-only {id}"));
+                }
+                let files = match &source {
+                    SnapshotSource::Event(ev) => {
+                        if matches!(
+                            state,
+                            DelegationState::Cancelled
+                                | DelegationState::Error
+                                | DelegationState::Expired
+                        ) {
+                            self.violate(format!(
+                                "snapshot {snapshot_id} applied to {id} after it became {state}"
+                            ));
+                        }
+                        ev.data.base64.as_deref().and_then(decode_files)
+                    }
+                    SnapshotSource::Stored => {
+                        self.store.get(&(id.clone(), snapshot_id.clone())).cloned()
+                    }
+                };
+                let Some(files) = files else {
+                    self.violate(format!("snapshot {snapshot_id} of {id} has no bytes"));
+                    return;
+                };
+                let ok = !self.rng.chance(self.cfg.faults.apply_fail);
+                self.bump(if ok {
+                    "snapshot applied"
+                } else {
+                    "snapshot apply failed"
+                });
+                if ok {
+                    self.dels[i].ws = files; // all at once
+                    self.dels[i].applied += 1;
+                } else {
+                    self.dels[i].apply_failed += 1;
+                }
+                self.log(|| format!("apply {snapshot_id} to {id} ok={ok}"));
+                let at = self.now + self.local();
+                self.schedule(
+                    at,
+                    Ev::DelIn(DelegatorInput::SnapshotApplied {
+                        id,
+                        snapshot_id,
+                        result: if ok {
+                            Ok(())
+                        } else {
+                            Err(ErrorInfo::new(ErrorCode::SetupFailed, "sim: apply"))
+                        },
+                    }),
+                );
+            }
+            DelegatorOutput::StoreSnapshot { id, snapshot } => {
+                let sid = snapshot.snapshot_id.clone();
+                let ok = !self.rng.chance(self.cfg.faults.store_fail);
+                if ok {
+                    match snapshot.data.base64.as_deref().and_then(decode_files) {
+                        Some(files) => {
+                            self.acquire(ResKey::Stored(id.clone(), sid.clone()), u64::MAX);
+                            self.store.insert((id.clone(), sid.clone()), files);
+                        }
+                        None => self.violate(format!("snapshot {sid} of {id} has no bytes")),
+                    }
+                }
+                let at = self.now + self.local();
+                self.schedule(
+                    at,
+                    Ev::DelIn(DelegatorInput::SnapshotStored {
+                        id,
+                        snapshot_id: sid,
+                        result: if ok {
+                            Ok(())
+                        } else {
+                            Err(ErrorInfo::new(ErrorCode::SetupFailed, "sim: store"))
+                        },
+                    }),
+                );
+            }
+            DelegatorOutput::DeleteStoredSnapshot { id, snapshot_id } => {
+                self.store.remove(&(id.clone(), snapshot_id.clone()));
+                self.release(ResKey::Stored(id, snapshot_id));
+            }
+            DelegatorOutput::ReleaseTransport { id } => {
+                let i = self.idx(&id);
+                self.dels[i].handle = None;
+                self.release(ResKey::Export(id.clone()));
+                let at = self.now + self.local();
+                self.schedule(at, Ev::DelIn(DelegatorInput::TransportReleased { id }));
+            }
+            DelegatorOutput::Event(ev) => self.on_del_event(ev),
+        }
+    }
+
+    fn on_del_event(&mut self, ev: DelegatorEvent) {
+        match ev {
+            DelegatorEvent::StateChanged { id, from, to } => {
+                let i = self.idx(&id);
+                self.log(|| format!("delegation {id}: {from} -> {to}"));
+                let d = &mut self.dels[i];
+                if d.state != from {
+                    let last = d.state;
+                    self.violate(format!(
+                        "{id}: transition from {from} but the last state was {last}"
+                    ));
+                } else if !from.allowed_targets().contains(&to) {
+                    self.violate(format!("{id}: illegal transition {from} -> {to}"));
+                }
+                self.dels[i].state = to;
+            }
+            DelegatorEvent::Ended {
+                id,
+                state,
+                result,
+                error,
+            } => {
+                let i = self.idx(&id);
+                self.bump(match state {
+                    DelegationState::Completed => "delegation completed",
+                    DelegationState::Cancelled => "delegation cancelled",
+                    DelegationState::Expired => "delegation expired",
+                    _ => "delegation error",
+                });
+                self.log(|| {
+                    format!(
+                        "delegation {id} ended {state} {}",
+                        error
+                            .as_ref()
+                            .map(|e| e.code.as_str().to_owned())
+                            .unwrap_or_default()
+                    )
+                });
+                let d = &mut self.dels[i];
+                if d.ended.is_some() {
+                    self.violate(format!("{id} ended twice"));
+                    return;
+                }
+                d.ended = Some(state);
+                d.result = result;
+                d.error = error;
+                let last = d.state;
+                let has_handle = d.handle.is_some();
+                if state != last || !state.is_terminal() {
+                    self.violate(format!("{id} ended in {state} but its state is {last}"));
+                }
+                if has_handle || self.held.contains_key(&ResKey::Export(id.clone())) {
+                    self.violate(format!("{id} ended with its export still prepared"));
+                }
+            }
+            DelegatorEvent::Snapshot {
+                id,
+                snapshot_id,
+                status,
+            } => {
+                self.log(|| format!("snapshot {snapshot_id} of {id}: {}", status.as_str()));
+                if status == SnapshotStatus::Pending {
+                    let at = self.now + self.rng.range(1_000, 100_000);
+                    self.schedule(at, Ev::StagedDecision(id, snapshot_id));
+                }
+            }
+            DelegatorEvent::Progress { .. } => {}
+        }
+    }
+
+    // ------------------------------------------------------------------------------------
+    // Executor outputs
+
+    fn drain_exec(&mut self, exec: usize) {
+        while let Some(out) = self.execs[exec]
+            .engine
+            .as_mut()
+            .and_then(|e| e.poll_output())
+        {
+            self.on_exec_out(exec, out);
+        }
+    }
+
+    fn on_exec_out(&mut self, exec: usize, out: ExecutorOutput) {
+        let inc = self.execs[exec].inc;
+        match out {
+            ExecutorOutput::Respond { request, response } => {
+                let Some(call) = self.execs[exec].reqs.remove(&request.0) else {
+                    self.violate(format!("exec{exec} answered request {} twice", request.0));
+                    return;
+                };
+                if self.rng.chance(self.cfg.faults.resp_loss) {
+                    self.log(|| format!("response to call {call} lost"));
+                    self.bump("response lost");
+                    return;
+                }
+                let at = self.now + self.latency();
+                self.schedule(
+                    at,
+                    Ev::CallReply {
+                        call,
+                        resp: response,
+                    },
+                );
+            }
+            ExecutorOutput::StreamEvent { stream, event, .. } => {
+                let ok = self
+                    .streams
+                    .get(&stream.0)
+                    .is_some_and(|st| st.exec == exec && st.subscribed == Some(inc));
+                if ok {
+                    self.push_stream(stream.0, StreamItem::Event(Box::new((*event).clone())));
+                }
+            }
+            ExecutorOutput::CloseStream { stream } => {
+                let ok = self
+                    .streams
+                    .get(&stream.0)
+                    .is_some_and(|st| st.exec == exec && st.subscribed == Some(inc));
+                if ok {
+                    self.push_stream(stream.0, StreamItem::Closed("end of stream"));
+                }
+            }
+            ExecutorOutput::AllocateWorkDir { id, .. } => {
+                // A new assignment (pending) exists from here on.
+                self.execs[exec].assigns.insert(
+                    id.clone(),
+                    AssignTrack {
+                        state: AssignmentState::Pending,
+                        ended: false,
+                    },
+                );
+                if self.rng.chance(self.cfg.faults.alloc_fail) {
+                    self.bump("work dir allocation failed");
+                    let at = self.now + self.local();
+                    let e = ErrorInfo::new(ErrorCode::WorkdirDenied, "sim: allocation");
+                    self.schedule(
+                        at,
+                        Ev::ExecIn {
+                            exec,
+                            inc,
+                            input: ExecutorInput::WorkDirAllocated { id, result: Err(e) },
+                        },
+                    );
+                    return;
+                }
+                let i = self.idx(&id);
+                let deadline = self.now + self.dels[i].ttl_ms + GRACE_MS;
+                self.acquire(ResKey::WorkDir(exec, inc, id.clone()), deadline);
+                let node = &mut self.execs[exec];
+                node.work.insert(id.clone(), Files::new());
+                let at = self.now + self.local();
+                self.schedule(
+                    at,
+                    Ev::ExecIn {
+                        exec,
+                        inc,
+                        input: ExecutorInput::WorkDirAllocated { id, result: Ok(()) },
+                    },
+                );
+            }
+            ExecutorOutput::SetupTransport { id, handle, .. } => {
+                if !self
+                    .held
+                    .contains_key(&ResKey::WorkDir(exec, inc, id.clone()))
+                {
+                    self.violate(format!("exec{exec} sets up {id} without a work dir"));
+                }
+                let files = match *handle {
+                    TransportHandle::Archive(h) => h
+                        .data
+                        .base64
+                        .filter(|b| checksum(b) == h.checksum)
+                        .and_then(|b| decode_files(&b)),
+                    _ => None,
+                };
+                let result = match files {
+                    None => Err(ErrorInfo::new(
+                        ErrorCode::ChecksumMismatch,
+                        "sim: bad archive",
+                    )),
+                    Some(_) if self.rng.chance(self.cfg.faults.setup_fail) => {
+                        Err(ErrorInfo::new(ErrorCode::SetupFailed, "sim: setup"))
+                    }
+                    Some(f) => {
+                        self.execs[exec].work.insert(id.clone(), f);
+                        Ok(())
+                    }
+                };
+                let at = self.now + self.local();
+                self.schedule(
+                    at,
+                    Ev::ExecIn {
+                        exec,
+                        inc,
+                        input: ExecutorInput::SetupCompleted { id, result },
+                    },
+                );
+            }
+            ExecutorOutput::RunTask { id, .. } => {
+                if !self
+                    .held
+                    .contains_key(&ResKey::WorkDir(exec, inc, id.clone()))
+                {
+                    self.violate(format!("exec{exec} runs {id} without a work dir"));
+                }
+                self.next_task_gen += 1;
+                let gen = self.next_task_gen;
+                let i = self.idx(&id);
+                self.dels[i].runs += 1;
+                // Once per executor memory: a restarted executor cannot recognise a late
+                // duplicate of INVITE and START.
+                match self.dels[i].ran_on.replace((exec, inc)) {
+                    Some(prev) if prev == (exec, inc) => {
+                        self.violate(format!("the task of {id} runs a second time"));
+                    }
+                    Some(_) => self.bump("task re-run by a restarted executor"),
+                    None => {}
+                }
+                let (steps, step_ms) = (self.dels[i].steps, self.dels[i].step_ms);
+                if self.execs[exec].tasks.contains_key(&id) {
+                    self.violate(format!("exec{exec} runs {id} twice"));
+                }
+                self.execs[exec].tasks.insert(
+                    id.clone(),
+                    SimTask {
+                        gen,
+                        steps_left: steps,
+                    },
+                );
+                self.log(|| format!("exec{exec} runs {id}"));
+                self.schedule(self.now + step_ms, Ev::TaskStep { exec, inc, id, gen });
+            }
+            ExecutorOutput::StopTask { id } => {
+                if self.execs[exec].tasks.remove(&id).is_some() {
+                    self.stopped_tasks += 1;
+                    self.bump("task stopped");
+                    let delay = if self.rng.chance(self.cfg.faults.stop_slow) {
+                        self.rng.range(11_000, 30_000)
+                    } else {
+                        self.rng.range(10, 2_000)
+                    };
+                    self.log(|| format!("exec{exec} stops {id} (reports in {delay} ms)"));
+                    self.schedule(
+                        self.now + delay,
+                        Ev::ExecIn {
+                            exec,
+                            inc,
+                            input: ExecutorInput::TaskFinished {
+                                id,
+                                result: Err(ErrorInfo::bare(ErrorCode::Cancelled, "stopped")),
+                            },
+                        },
+                    );
+                }
+            }
+            ExecutorOutput::CaptureSnapshot {
+                id, snapshot_id, ..
+            } => {
+                let Some(files) = self.execs[exec].work.get(&id).cloned() else {
+                    self.violate(format!("exec{exec} captures {id} without a work dir"));
+                    return;
+                };
+                if self.rng.chance(self.cfg.faults.capture_fail) {
+                    self.bump("capture failed");
+                    let at = self.now + self.local();
+                    let e = ErrorInfo::new(ErrorCode::TaskFailed, "sim: capture");
+                    self.schedule(
+                        at,
+                        Ev::ExecIn {
+                            exec,
+                            inc,
+                            input: ExecutorInput::SnapshotCaptured { id, result: Err(e) },
+                        },
+                    );
+                    return;
+                }
+                let i = self.idx(&id);
+                self.dels[i].captured.push(files.clone());
+                self.acquire(
+                    ResKey::Captured(exec, inc, id.clone(), snapshot_id.clone()),
+                    u64::MAX,
+                );
+                let body = encode_files(&files);
+                let snap = CapturedSnapshot {
+                    checksum: Some(checksum(&body)),
+                    data: ArchiveData {
+                        base64: Some(body),
+                        url: None,
+                    },
+                    metadata: BTreeMap::from([(
+                        "fileCount".to_owned(),
+                        serde_json::Value::from(files.len()),
+                    )]),
+                };
+                let at = self.now + self.local();
+                self.schedule(
+                    at,
+                    Ev::ExecIn {
+                        exec,
+                        inc,
+                        input: ExecutorInput::SnapshotCaptured {
+                            id,
+                            result: Ok(snap),
+                        },
+                    },
+                );
+            }
+            ExecutorOutput::Release { id, .. } => {
+                if self.execs[exec].tasks.contains_key(&id) {
+                    self.violate(format!("exec{exec} releases {id} while its task runs"));
+                }
+                self.execs[exec].work.remove(&id);
+                self.release(ResKey::WorkDir(exec, inc, id.clone()));
+                let at = self.now + self.local();
+                self.schedule(
+                    at,
+                    Ev::ExecIn {
+                        exec,
+                        inc,
+                        input: ExecutorInput::Released { id },
+                    },
+                );
+            }
+            ExecutorOutput::DropSnapshot { id, snapshot_id } => {
+                self.release(ResKey::Captured(exec, inc, id, snapshot_id));
+            }
+            ExecutorOutput::Event(ev) => self.on_exec_event(exec, ev),
+        }
+    }
+
+    fn on_exec_event(&mut self, exec: usize, ev: ExecutorEvent) {
+        match ev {
+            ExecutorEvent::StateChanged { id, from, to } => {
+                self.log(|| format!("exec{exec} assignment {id}: {from} -> {to}"));
+                let Some(a) = self.execs[exec].assigns.get_mut(&id) else {
+                    self.violate(format!("exec{exec}: transition of unknown assignment {id}"));
+                    return;
+                };
+                let last = a.state;
+                a.state = to;
+                let legal = AssignmentEvent::ALL
+                    .iter()
+                    .any(|e| e.target(from) == Some(to));
+                if last != from {
+                    self.violate(format!(
+                        "exec{exec} {id}: transition from {from} but the last state was {last}"
+                    ));
+                } else if !legal {
+                    self.violate(format!(
+                        "exec{exec} {id}: illegal transition {from} -> {to}"
+                    ));
+                }
+            }
+            ExecutorEvent::Ended { id, state, error } => {
+                self.log(|| format!("exec{exec} assignment {id} ended {state}"));
+                let Some(a) = self.execs[exec].assigns.get_mut(&id) else {
+                    self.violate(format!("exec{exec}: unknown assignment {id} ended"));
+                    return;
+                };
+                let twice = a.ended;
+                a.ended = true;
+                let last = a.state;
+                if twice {
+                    self.violate(format!("exec{exec}: assignment {id} ended twice"));
+                }
+                if last != state || !state.is_terminal() {
+                    self.violate(format!(
+                        "exec{exec}: assignment {id} ended {state} but its state is {last}"
+                    ));
+                }
+                self.bump(match (state, error.as_ref().map(|e| &e.code)) {
+                    (AssignmentState::Completed, _) => "assignment completed",
+                    (_, Some(ErrorCode::Expired)) => "assignment expired",
+                    (_, Some(ErrorCode::StartExpired)) => "assignment start expired",
+                    (_, Some(ErrorCode::Cancelled)) => "assignment cancelled",
+                    (_, Some(ErrorCode::TaskFailed)) => "assignment task failed",
+                    _ => "assignment other error",
+                });
+                self.exec_endings
+                    .push((exec, id, state, error.map(|e| e.code)));
+            }
+            ExecutorEvent::InviteReceived { .. } => {}
+        }
+    }
+
+    // ------------------------------------------------------------------------------------
+    // Invariants
+
+    fn check_step(&mut self) {
+        let now = self.now;
+        let mut v = Vec::new();
+        for d in &self.dels {
+            if d.ended.is_none() && now > d.deadline {
+                v.push(format!(
+                    "{} has not ended {} ms after ttl + grace (state {})",
+                    d.id,
+                    now - d.deadline,
+                    d.state
+                ));
+            }
+            let untouched = d.ws == d.original;
+            if d.access == AccessMode::Ro && !untouched {
+                v.push(format!("read-only {} was modified", d.id));
+            }
+            if !untouched && !d.captured.contains(&d.ws) {
+                v.push(format!(
+                    "workspace of {} is neither original nor a captured executor state",
+                    d.id
+                ));
+            }
+        }
+        for (k, deadline) in &self.held {
+            if now > *deadline {
+                v.push(format!(
+                    "{k:?} not released {} ms after its deadline",
+                    now - deadline
+                ));
+            }
+        }
+        for (i, e) in self.execs.iter().enumerate() {
+            self.peak_tasks = self.peak_tasks.max(e.tasks.len());
+            if e.tasks.len() > self.cfg.max_concurrent {
+                v.push(format!(
+                    "exec{i} runs {} tasks, limit {}",
+                    e.tasks.len(),
+                    self.cfg.max_concurrent
+                ));
+            }
+            if let Some(engine) = &e.engine {
+                if engine.live_count() > self.cfg.max_concurrent {
+                    v.push(format!(
+                        "exec{i} holds {} live assignments, limit {}",
+                        engine.live_count(),
+                        self.cfg.max_concurrent
+                    ));
+                }
+            }
+        }
+        for m in v {
+            self.violate(m);
+        }
+    }
+
+    fn check_end(&mut self) {
+        let mut v = Vec::new();
+        for d in &self.dels {
+            if d.ended.is_none() {
+                v.push(format!("{} never ended (state {})", d.id, d.state));
+            }
+        }
+        // Without faults, a completed rw delegation in auto mode ends with exactly the
+        // executor's final state.
+        let clean = self.cfg.faults == Faults::default() && self.cfg.actions.is_empty();
+        for d in &self.dels {
+            let auto_rw = d.mode == SnapshotMode::Auto && d.access == AccessMode::Rw;
+            if auto_rw && d.ended == Some(DelegationState::Completed) {
+                let got = d.captured.last() == Some(&d.ws) && d.applied == 1;
+                if clean && !got {
+                    v.push(format!(
+                        "{} completed without a fault but its workspace is not the executor's final state",
+                        d.id
+                    ));
+                }
+                if !got && d.apply_failed == 0 {
+                    let k = "completed auto, result not applied";
+                    *self.stats.entry(k).or_insert(0) += 1;
+                }
+            }
+        }
+        for k in self.held.keys() {
+            v.push(format!("leak: {k:?} never released"));
+        }
+        if !self.store.is_empty() {
+            v.push(format!("{} stored snapshots left", self.store.len()));
+        }
+        if !self.calls.is_empty() {
+            v.push(format!("{} HTTP calls never answered", self.calls.len()));
+        }
+        if !self.streams.is_empty() {
+            v.push(format!("{} event streams left open", self.streams.len()));
+        }
+        if !self.delegator.list().is_empty() {
+            v.push(format!(
+                "delegator still holds {} delegations after retention",
+                self.delegator.list().len()
+            ));
+        }
+        for (i, e) in self.execs.iter().enumerate() {
+            if !e.reqs.is_empty() {
+                v.push(format!("exec{i} never answered {} requests", e.reqs.len()));
+            }
+            if !e.tasks.is_empty() {
+                v.push(format!("exec{i} still runs {} tasks", e.tasks.len()));
+            }
+            if let Some(engine) = &e.engine {
+                let s = engine.status();
+                if s.pending + s.active + s.completed != 0 || engine.live_count() != 0 {
+                    v.push(format!(
+                        "exec{i} still holds assignments after retention: {s:?}"
+                    ));
+                }
+            }
+            for (id, a) in &e.assigns {
+                if a.state.is_terminal() && !a.ended {
+                    v.push(format!(
+                        "exec{i}: assignment {id} reached {} but never ended",
+                        a.state
+                    ));
+                }
+            }
+        }
+        for m in v {
+            self.violate(m);
+        }
+    }
+}
+
+fn response_summary(r: &Response) -> String {
+    match r {
+        Response::Accept(..) => "ACCEPT".into(),
+        Response::Error {
+            message, status, ..
+        } => {
+            format!("ERROR {} ({status})", message.error.code.as_str())
+        }
+        Response::Ok => "ok".into(),
+        Response::Cancelled => "cancelled".into(),
+        Response::Result(b) => format!("result {}", b.status.as_str()),
+    }
+}
+
+/// Used by scenario tests: how long a spec's task runs.
+pub fn task_duration(steps: u32, step_ms: u64) -> Duration {
+    Duration::from_millis(u64::from(steps) * step_ms)
+}
