@@ -337,7 +337,21 @@ fn stage_and_commit(
             let cur = current_entry(root, rel);
             let conflict = match (rec, &cur) {
                 (Some(_), None) => true,
-                (Some(rec), Some((e, md))) => !md.is_file() || !Manifest::matches(rec, e)?,
+                (Some(rec), Some((e, md))) => {
+                    if !md.is_file() {
+                        true
+                    } else if Manifest::matches(rec, e)? {
+                        false
+                    } else if hash_file(&e.path).ok().as_deref() == Some(&f.sha256)
+                        && (e.mode & 0o111) == (f.mode & 0o111)
+                    {
+                        // Changed locally to exactly what the executor produced.
+                        report.unchanged += 1;
+                        continue;
+                    } else {
+                        true
+                    }
+                }
                 (None, None) => false,
                 (None, Some((e, md))) => {
                     if md.is_file() && hash_file(&e.path).ok().as_deref() == Some(&f.sha256) {
