@@ -7,6 +7,7 @@ use std::io::Write;
 use std::path::Path;
 
 /// One raw entry.
+#[derive(Clone, Debug)]
 pub struct RawEntry {
     pub name: Vec<u8>,
     pub data: Vec<u8>,
