@@ -14,6 +14,8 @@
 //! - [`export`]: export views (symlink, copy, git worktree);
 //! - [`runner`]: a demo task runner.
 
+#![warn(missing_docs)]
+
 pub mod archive;
 pub mod cancel;
 pub mod error;

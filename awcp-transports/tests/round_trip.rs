@@ -533,3 +533,38 @@ fn archives_never_contain_real_paths() {
     assert_eq!(h.checksum, awcp_transports::manifest::sha256_hex(&raw));
     assert_eq!(h.checksum, h.checksum.to_lowercase());
 }
+
+#[test]
+fn cancelled_prepare_and_setup_leave_nothing_behind() {
+    let f = fixture(AccessMode::Rw);
+    let c = CancelFlag::new();
+    c.cancel();
+    let e = f
+        .delegator
+        .prepare(
+            &PrepareRequest {
+                delegation_id: &did(),
+                resources: &f.resources,
+                access_mode: AccessMode::Rw,
+                export: ExportViewKind::Copy,
+                delivery: Delivery::File(f.out.clone()),
+                layout: Layout::PerResource,
+            },
+            &c,
+        )
+        .unwrap_err();
+    assert!(matches!(e, TransportError::Cancelled));
+    assert_eq!(e.to_error_info().code, awcp_proto::ErrorCode::Cancelled);
+    assert!(tree(&f.out).is_empty());
+    let p = prepare(&f, Layout::PerResource, Delivery::Inline, AccessMode::Rw);
+    let ArchiveOutput::Inline(h) = &p.archive else {
+        panic!()
+    };
+    let names = vec![ResourceName::new("project").unwrap()];
+    let req = SetupRequest::from_inline_handle(&f.work, h, AccessMode::Rw, &names).unwrap();
+    assert!(matches!(
+        f.executor.setup(req, &c),
+        Err(TransportError::Cancelled)
+    ));
+    assert!(!f.work.exists());
+}
