@@ -211,6 +211,7 @@ fn checksum_mismatch_is_refused_before_extraction() {
             resources: &res,
             access_mode: awcp_proto::AccessMode::Rw,
             baseline: None,
+            layout: None,
         },
         &ApplyOptions::default(),
         &CancelFlag::new(),

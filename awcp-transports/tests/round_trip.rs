@@ -125,6 +125,7 @@ fn apply(
             resources: &f.resources,
             access_mode: access,
             baseline: Some(&p.baseline),
+            layout: None,
         },
         opts,
         &CancelFlag::new(),
