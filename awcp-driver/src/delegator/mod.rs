@@ -723,11 +723,15 @@ impl<R: Runtime> Loop<R> {
         let feed = self.feed();
         let t = self.opts.transport.clone();
         let specs = self.specs.get(&id).cloned().unwrap_or_default();
-        let access = self
-            .engine
-            .get(&id)
+        let view = self.engine.get(&id);
+        let access = view
+            .as_ref()
             .map(|v| v.access_mode)
             .unwrap_or(AccessMode::Ro);
+        let layout = match view.as_ref().map(|v| v.request.dialect) {
+            Some(Dialect::Seed) => Layout::Flat,
+            _ => Layout::PerResource,
+        };
         let baseline = self
             .baselines
             .lock()
@@ -772,6 +776,7 @@ impl<R: Runtime> Loop<R> {
                         resources: &specs,
                         access_mode: access,
                         baseline: baseline.as_ref(),
+                        layout: Some(layout),
                     };
                     let r = t.apply_snapshot(req, &CancelFlag::new());
                     if temp {

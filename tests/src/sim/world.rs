@@ -1666,7 +1666,7 @@ impl World {
                 self.exec_endings
                     .push((exec, id, state, error.map(|e| e.code)));
             }
-            ExecutorEvent::InviteReceived { .. } => {}
+            ExecutorEvent::InviteReceived { .. } | ExecutorEvent::Forgotten { .. } => {}
         }
     }
 
