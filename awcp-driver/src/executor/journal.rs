@@ -18,11 +18,14 @@ pub struct Journal {
 }
 
 impl Journal {
-    /// A journal under `state_dir`.
+    /// A journal under `state_dir` (`<state_dir>/assignments`).
     pub fn new(state_dir: PathBuf) -> Self {
-        Journal {
-            dir: state_dir.join("assignments"),
-        }
+        Self::at(state_dir.join("assignments"))
+    }
+
+    /// A journal in exactly `dir`.
+    pub fn at(dir: PathBuf) -> Self {
+        Journal { dir }
     }
 
     /// Writes (or replaces) the record of `id`.

@@ -1350,7 +1350,7 @@ impl World {
                     self.schedule(at, Ev::StagedDecision(id, snapshot_id));
                 }
             }
-            DelegatorEvent::Progress { .. } => {}
+            DelegatorEvent::Progress { .. } | DelegatorEvent::Forgotten { .. } => {}
         }
     }
 
