@@ -264,10 +264,11 @@ pub struct World {
     pub stats: BTreeMap<&'static str, u64>,
 }
 
-fn exec_config(max_concurrent: usize, id_seed: u64) -> ExecutorConfig {
+fn exec_config(cfg: &SimConfig, id_seed: u64) -> ExecutorConfig {
     ExecutorConfig {
         work_root: "/sim/work".to_owned(),
-        max_concurrent,
+        max_concurrent: cfg.max_concurrent,
+        max_ttl_seconds: cfg.exec_max_ttl_s,
         id_seed,
         ..ExecutorConfig::default()
     }
@@ -294,10 +295,7 @@ impl World {
         let mut rng = Rng::new(cfg.seed);
         let execs = (0..cfg.executors)
             .map(|_| ExecNode {
-                engine: Some(Executor::new(exec_config(
-                    cfg.max_concurrent,
-                    rng.next_u64(),
-                ))),
+                engine: Some(Executor::new(exec_config(&cfg, rng.next_u64()))),
                 inc: 0,
                 reqs: BTreeMap::new(),
                 work: BTreeMap::new(),
@@ -588,8 +586,7 @@ impl World {
             Ev::Restart(exec) => {
                 let seed = self.rng.next_u64();
                 self.log(|| format!("exec{exec} restarts"));
-                self.execs[exec].engine =
-                    Some(Executor::new(exec_config(self.cfg.max_concurrent, seed)));
+                self.execs[exec].engine = Some(Executor::new(exec_config(&self.cfg, seed)));
             }
         }
     }
