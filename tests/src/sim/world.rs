@@ -34,8 +34,9 @@ pub const HTTP_TIMEOUT_MS: u64 = 10_000;
 /// be released: setup grace (60 s) + stop grace (10 s) + an HTTP timeout + reconnect back-off
 /// and polling + latencies.
 pub const GRACE_MS: u64 = 150_000;
-/// After a clock jump, time everything gets to wind down from the new now.
-const JUMP_GRACE_MS: u64 = 60_000;
+/// After a clock jump, time everything gets to wind down from the new now (a delegation in
+/// `started` still gets its setup grace after the jump).
+const JUMP_GRACE_MS: u64 = GRACE_MS;
 /// A run that has not gone quiet after this many steps is livelocked.
 const MAX_STEPS: u64 = 50_000;
 
