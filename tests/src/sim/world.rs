@@ -441,6 +441,11 @@ impl World {
         })
     }
 
+    /// The trace so far (empty unless [`SimConfig::trace`] is set).
+    pub fn trace_text(&self) -> String {
+        self.trace.join("\n")
+    }
+
     fn failure(&self) -> Box<Failure> {
         let n = self.trace.len();
         Box::new(Failure {
