@@ -145,6 +145,7 @@ enum Cmd {
     Wait(DelegationId, oneshot::Sender<Option<DelegationView>>),
     Subscribe(mpsc::UnboundedSender<DelegatorEvent>),
     Input(DelegatorInput),
+    Stop(oneshot::Sender<()>),
 }
 
 /// Archives served by URL: token → (delegation, file, expiry).
@@ -283,6 +284,16 @@ impl DelegatorHandle {
         rx.await.ok()?
     }
 
+    /// Stops the engine task without touching the delegations: their journal records let a
+    /// new [`DelegatorHandle`] on the same state directory resume them (reconnecting to the
+    /// executor). In-flight transport work may still finish in the background.
+    pub async fn stop(&self) {
+        let (tx, rx) = oneshot::channel();
+        if self.tx.unbounded_send(Cmd::Stop(tx)).is_ok() {
+            let _ = rx.await;
+        }
+    }
+
     /// A stream of every engine event (progress displays, logs).
     pub fn events(&self) -> mpsc::UnboundedReceiver<DelegatorEvent> {
         let (tx, rx) = mpsc::unbounded();
@@ -344,6 +355,14 @@ impl<R: Runtime> Loop<R> {
                 None => self.rt.sleep(Duration::from_secs(3600)),
             };
             match futures::future::select(rx.next(), sleep).await {
+                Either::Left((Some(Cmd::Stop(done)), _)) => {
+                    // Leave delegations as they are: the journal lets a new process resume.
+                    for (_, h) in std::mem::take(&mut self.streams) {
+                        h.abort();
+                    }
+                    let _ = done.send(());
+                    break;
+                }
                 Either::Left((Some(cmd), _)) => self.on_cmd(cmd),
                 Either::Left((None, _)) => break,
                 Either::Right(_) => self.engine.handle_timeout(self.rt.now()),
@@ -426,6 +445,7 @@ impl<R: Runtime> Loop<R> {
                 Some(_) => self.waiters.entry(id).or_default().push(reply),
             },
             Cmd::Subscribe(tx) => self.subscribers.push(tx),
+            Cmd::Stop(_) => {}
             Cmd::Input(i) => {
                 if let Err(e) = self.engine.handle(now, i) {
                     tracing::debug!("input ignored: {e}");
