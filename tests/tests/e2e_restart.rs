@@ -116,7 +116,7 @@ impl TaskRunner for GateRunner {
             return Err("stopped".into());
         }
         std::fs::write(
-            ctx.work_dir.join("workspace/after-cut.txt"),
+            ctx.work_dir.join("after-cut.txt"),
             "written after the cut\n",
         )
         .map_err(|e| e.to_string())?;

@@ -1641,7 +1641,7 @@ impl Delegator {
             result: d.result.clone(),
             error: d.error.clone(),
         };
-        tracing::info!(delegation = %id, state = %d.machine.state(), "delegation ended");
+        tracing::debug!(delegation = %id, state = %d.machine.state(), "delegation ended");
         self.outputs.push_back(DelegatorOutput::Event(ev));
         self.timers
             .set(id, Timer::Purge, now.saturating_add(self.config.retention));

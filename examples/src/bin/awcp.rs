@@ -239,6 +239,7 @@ async fn main() {
                     .unwrap_or_else(|e| fail(e));
                 print_value(cli.json, &v, human_record);
                 exit_for(&v);
+                return;
             }
             let state_dir = state_dir.unwrap_or_else(default_state_dir);
             let mut archive_base = None;
