@@ -162,12 +162,18 @@ async fn sse_connection_cut_mid_task_is_resumed() {
         ))
         .await
         .unwrap();
-    gate.started.notified().await;
-    proxy.stream_opened.notified().await; // the first stream's permit
+    tokio::time::timeout(Duration::from_secs(120), gate.started.notified())
+        .await
+        .expect("the task started");
+    tokio::time::timeout(Duration::from_secs(120), proxy.stream_opened.notified())
+        .await
+        .expect("first stream"); // its permit
     assert_eq!(*proxy.event_streams.lock().unwrap(), 1);
     proxy.cut_all();
     // Wait until the delegator has re-opened its stream (the proxy sees a new connection).
-    proxy.stream_opened.notified().await;
+    tokio::time::timeout(Duration::from_secs(120), proxy.stream_opened.notified())
+        .await
+        .expect("the stream came back");
     assert_eq!(*proxy.event_streams.lock().unwrap(), 2);
     assert!(d.get(&id).await.unwrap().state == DelegationState::Running);
     gate.release.notify_one();
@@ -265,7 +271,10 @@ async fn executor_killed_mid_task_then_restarted() {
         .unwrap();
     // Wait for the agent command to report it started.
     loop {
-        match events.next().await {
+        let next = tokio::time::timeout(Duration::from_secs(120), events.next())
+            .await
+            .expect("progress in time");
+        match next {
             Some(DelegatorEvent::Progress {
                 message: Some(m), ..
             }) if m == "started" => break,
@@ -332,7 +341,9 @@ async fn delegator_restart_reconnects_and_applies_the_result() {
         ))
         .await
         .unwrap();
-    gate.started.notified().await;
+    tokio::time::timeout(Duration::from_secs(120), gate.started.notified())
+        .await
+        .expect("the task started");
     d1.stop().await;
     // A new process on the same state directory picks the delegation up from its journal.
     let d2 = delegator(dir.path());

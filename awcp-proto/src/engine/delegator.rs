@@ -21,11 +21,11 @@
 //! Every terminal path (done, error, cancel, expiry, executor loss) releases what was prepared
 //! exactly once and ends with exactly one `Ended` event.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::engine::admission::{admission_verdict, AdmissionLimits, WorkspaceStats};
-use crate::engine::timers::TimerIndex;
+use crate::engine::timers::Core;
 use crate::engine::{SnapshotMode, TaskOutcome, UsageError};
 use crate::error::{ErrorCode, ErrorInfo};
 use crate::id::{DelegationId, SnapshotId};
@@ -522,9 +522,7 @@ struct Delegation {
 pub struct Delegator {
     config: DelegatorConfig,
     delegations: BTreeMap<DelegationId, Delegation>,
-    timers: TimerIndex<Timer>,
-    outputs: VecDeque<DelegatorOutput>,
-    last_now: Timestamp,
+    core: Core<Timer, DelegatorOutput>,
 }
 
 const RESULT_SNAPSHOT_ID: &str = "snap_result";
@@ -535,9 +533,7 @@ impl Delegator {
         Delegator {
             config,
             delegations: BTreeMap::new(),
-            timers: TimerIndex::default(),
-            outputs: VecDeque::new(),
-            last_now: Timestamp::EPOCH,
+            core: Core::default(),
         }
     }
 
@@ -604,7 +600,8 @@ impl Delegator {
                 ended: false,
             },
         );
-        self.outputs
+        self.core
+            .outputs
             .push_back(DelegatorOutput::ScanWorkspace { id });
         Ok(())
     }
@@ -631,7 +628,7 @@ impl Delegator {
             )),
         );
         if tell_executor {
-            self.outputs.push_back(DelegatorOutput::SendCancel {
+            self.core.outputs.push_back(DelegatorOutput::SendCancel {
                 id: id.clone(),
                 peer,
             });
@@ -670,7 +667,7 @@ impl Delegator {
         rec.status = SnapshotStatus::InFlight;
         d.ops_in_flight += 1;
         d.updated_at = now;
-        self.outputs.push_back(DelegatorOutput::ApplySnapshot {
+        self.core.outputs.push_back(DelegatorOutput::ApplySnapshot {
             id: id.clone(),
             snapshot_id: snapshot_id.clone(),
             source: SnapshotSource::Stored,
@@ -712,12 +709,14 @@ impl Delegator {
         rec.status = SnapshotStatus::Discarded;
         d.stored.retain(|s| s != snapshot_id);
         d.updated_at = now;
-        self.outputs
+        self.core
+            .outputs
             .push_back(DelegatorOutput::DeleteStoredSnapshot {
                 id: id.clone(),
                 snapshot_id: snapshot_id.clone(),
             });
-        self.outputs
+        self.core
+            .outputs
             .push_back(DelegatorOutput::Event(DelegatorEvent::Snapshot {
                 id: id.clone(),
                 snapshot_id: snapshot_id.clone(),
@@ -807,7 +806,7 @@ impl Delegator {
     /// Fires every timer due at `now`. Early calls do nothing.
     pub fn handle_timeout(&mut self, now: Timestamp) {
         self.tick(now);
-        while let Some((id, timer)) = self.timers.pop_due(now) {
+        while let Some((id, timer)) = self.core.timers.pop_due(now) {
             self.on_timer(now, &id, timer);
         }
     }
@@ -815,26 +814,21 @@ impl Delegator {
     /// The next output, if any. Drain until `None` after every call.
     #[must_use]
     pub fn poll_output(&mut self) -> Option<DelegatorOutput> {
-        self.outputs.pop_front()
+        self.core.poll_output()
     }
 
     /// When to call [`Delegator::handle_timeout`] next. While outputs are queued this is the
     /// last `now` seen ("due now").
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Timestamp> {
-        if !self.outputs.is_empty() {
-            return Some(self.last_now);
-        }
-        self.timers.next()
+        self.core.poll_timeout()
     }
 
     // ----------------------------------------------------------------------------------------
     // Internals
 
     fn tick(&mut self, now: Timestamp) {
-        if now > self.last_now {
-            self.last_now = now;
-        }
+        self.core.tick(now);
     }
 
     fn get_mut(&mut self, id: &DelegationId) -> Result<&mut Delegation, UsageError> {
@@ -865,17 +859,18 @@ impl Delegator {
                     d.error = error;
                 }
                 tracing::debug!(delegation = %id, %from, %to, "state changed");
-                self.outputs
+                self.core
+                    .outputs
                     .push_back(DelegatorOutput::Event(DelegatorEvent::StateChanged {
                         id: id.clone(),
                         from,
                         to,
                     }));
                 if to.is_terminal() {
-                    self.timers.cancel(id, Timer::Lease);
-                    self.timers.cancel(id, Timer::SetupGrace);
-                    self.timers.cancel(id, Timer::Reconnect);
-                    self.timers.cancel(id, Timer::ResultPoll);
+                    self.core.timers.cancel(id, Timer::Lease);
+                    self.core.timers.cancel(id, Timer::SetupGrace);
+                    self.core.timers.cancel(id, Timer::Reconnect);
+                    self.core.timers.cancel(id, Timer::ResultPoll);
                 }
                 true
             }
@@ -891,7 +886,7 @@ impl Delegator {
         let Some(d) = self.delegations.get(id) else {
             return;
         };
-        self.outputs.push_back(DelegatorOutput::SendMessage {
+        self.core.outputs.push_back(DelegatorOutput::SendMessage {
             id: id.clone(),
             peer: d.req.peer.clone(),
             message: Message::Error(ErrorMessage {
@@ -959,8 +954,8 @@ impl Delegator {
         let peer = d.req.peer.clone();
         let dialect = d.req.dialect;
         self.transition(now, id, DelegationEvent::SendInvite, None);
-        self.timers.set(id, Timer::Lease, expires_at);
-        self.outputs.push_back(DelegatorOutput::SendMessage {
+        self.core.timers.set(id, Timer::Lease, expires_at);
+        self.core.outputs.push_back(DelegatorOutput::SendMessage {
             id: id.clone(),
             peer,
             message: Message::Invite(invite),
@@ -1075,9 +1070,9 @@ impl Delegator {
             peer: d.req.peer.clone(),
         };
         self.transition(now, id, DelegationEvent::ReceiveAccept, None);
-        self.timers.set(id, Timer::Lease, expires_at);
-        self.outputs.push_back(out_prepare);
-        self.outputs.push_back(out_stream);
+        self.core.timers.set(id, Timer::Lease, expires_at);
+        self.core.outputs.push_back(out_prepare);
+        self.core.outputs.push_back(out_stream);
     }
 
     fn on_prepared(
@@ -1142,7 +1137,7 @@ impl Delegator {
             dialect: d.req.dialect,
         };
         self.transition(now, id, DelegationEvent::SendStart, None);
-        self.outputs.push_back(out);
+        self.core.outputs.push_back(out);
     }
 
     fn on_stream_closed(
@@ -1167,7 +1162,8 @@ impl Delegator {
         tracing::debug!(delegation = %id, failures, reason = reason.as_deref().unwrap_or(""), "event stream closed");
         if failures <= attempts {
             let wait = backoff * failures;
-            self.timers
+            self.core
+                .timers
                 .set(id, Timer::Reconnect, now.saturating_add(wait));
         } else if state == DelegationState::Accepted {
             self.abandon(
@@ -1183,7 +1179,7 @@ impl Delegator {
             );
         } else {
             let peer = d.req.peer.clone();
-            self.outputs.push_back(DelegatorOutput::FetchResult {
+            self.core.outputs.push_back(DelegatorOutput::FetchResult {
                 id: id.clone(),
                 peer,
             });
@@ -1207,7 +1203,8 @@ impl Delegator {
                 if state == DelegationState::Started {
                     self.setup_complete(now, &id);
                 }
-                self.outputs
+                self.core
+                    .outputs
                     .push_back(DelegatorOutput::Event(DelegatorEvent::Progress {
                         id: id.clone(),
                         message: s.message,
@@ -1250,12 +1247,12 @@ impl Delegator {
 
     fn setup_complete(&mut self, now: Timestamp, id: &DelegationId) {
         self.transition(now, id, DelegationEvent::SetupComplete, None);
-        self.timers.cancel(id, Timer::SetupGrace);
+        self.core.timers.cancel(id, Timer::SetupGrace);
         if let Some(exp) = self.delegations.get(id).and_then(|d| d.expires_at) {
             if now >= exp {
                 self.expire(now, id);
             } else {
-                self.timers.set(id, Timer::Lease, exp);
+                self.core.timers.set(id, Timer::Lease, exp);
             }
         }
     }
@@ -1305,7 +1302,7 @@ impl Delegator {
         match mode {
             SnapshotMode::Auto => {
                 d.ops_in_flight += 1;
-                self.outputs.push_back(DelegatorOutput::ApplySnapshot {
+                self.core.outputs.push_back(DelegatorOutput::ApplySnapshot {
                     id: id.clone(),
                     snapshot_id: sid.clone(),
                     source: SnapshotSource::Event(Box::new(snap)),
@@ -1313,14 +1310,15 @@ impl Delegator {
             }
             SnapshotMode::Staged => {
                 d.ops_in_flight += 1;
-                self.outputs.push_back(DelegatorOutput::StoreSnapshot {
+                self.core.outputs.push_back(DelegatorOutput::StoreSnapshot {
                     id: id.clone(),
                     snapshot: Box::new(snap),
                 });
             }
             SnapshotMode::Discard => {}
         }
-        self.outputs
+        self.core
+            .outputs
             .push_back(DelegatorOutput::Event(DelegatorEvent::Snapshot {
                 id: id.clone(),
                 snapshot_id: sid,
@@ -1386,7 +1384,7 @@ impl Delegator {
         self.transition(now, id, DelegationEvent::ReceiveDone, None);
         if need_fetch {
             let peer = self.delegations[id].req.peer.clone();
-            self.outputs.push_back(DelegatorOutput::FetchResult {
+            self.core.outputs.push_back(DelegatorOutput::FetchResult {
                 id: id.clone(),
                 peer,
             });
@@ -1469,7 +1467,7 @@ impl Delegator {
                     // Try the stream again after a while.
                     d.stream_failures = 0;
                     let at = now.saturating_add(self.config.result_poll_interval);
-                    self.timers.set(id, Timer::Reconnect, at);
+                    self.core.timers.set(id, Timer::Reconnect, at);
                 }
             }
         }
@@ -1513,7 +1511,8 @@ impl Delegator {
         let status = rec.status.clone();
         d.ops_in_flight = d.ops_in_flight.saturating_sub(1);
         d.updated_at = now;
-        self.outputs
+        self.core
+            .outputs
             .push_back(DelegatorOutput::Event(DelegatorEvent::Snapshot {
                 id: id.clone(),
                 snapshot_id: sid.clone(),
@@ -1548,7 +1547,7 @@ impl Delegator {
                 DelegationState::Started => {
                     // Cannot expire while the executor sets up: give it a grace period.
                     let at = now.saturating_add(self.config.setup_grace);
-                    self.timers.set(id, Timer::SetupGrace, at);
+                    self.core.timers.set(id, Timer::SetupGrace, at);
                 }
                 _ => {}
             },
@@ -1569,16 +1568,18 @@ impl Delegator {
                 if !state.is_terminal() && d.stream == Stream::Closed && !d.heard_terminal {
                     d.stream = Stream::Opening;
                     let peer = d.req.peer.clone();
-                    self.outputs.push_back(DelegatorOutput::OpenEventStream {
-                        id: id.clone(),
-                        peer,
-                    });
+                    self.core
+                        .outputs
+                        .push_back(DelegatorOutput::OpenEventStream {
+                            id: id.clone(),
+                            peer,
+                        });
                 }
             }
             Timer::ResultPoll => {
                 if !state.is_terminal() {
                     let peer = self.delegations[id].req.peer.clone();
-                    self.outputs.push_back(DelegatorOutput::FetchResult {
+                    self.core.outputs.push_back(DelegatorOutput::FetchResult {
                         id: id.clone(),
                         peer,
                     });
@@ -1599,7 +1600,8 @@ impl Delegator {
         d.handle = None; // never keep credentials of a finished delegation
         if d.stream != Stream::Closed {
             d.stream = Stream::Closed;
-            self.outputs
+            self.core
+                .outputs
                 .push_back(DelegatorOutput::CloseEventStream { id: id.clone() });
         }
         self.maybe_end(now, id);
@@ -1618,7 +1620,7 @@ impl Delegator {
         }
         if d.heard_terminal && !d.ack_sent {
             d.ack_sent = true;
-            self.outputs.push_back(DelegatorOutput::SendAck {
+            self.core.outputs.push_back(DelegatorOutput::SendAck {
                 id: id.clone(),
                 peer: d.req.peer.clone(),
             });
@@ -1626,7 +1628,8 @@ impl Delegator {
         match d.transport {
             Res::Prepared => {
                 d.transport = Res::Releasing;
-                self.outputs
+                self.core
+                    .outputs
                     .push_back(DelegatorOutput::ReleaseTransport { id: id.clone() });
                 return;
             }
@@ -1642,8 +1645,9 @@ impl Delegator {
             error: d.error.clone(),
         };
         tracing::debug!(delegation = %id, state = %d.machine.state(), "delegation ended");
-        self.outputs.push_back(DelegatorOutput::Event(ev));
-        self.timers
+        self.core.outputs.push_back(DelegatorOutput::Event(ev));
+        self.core
+            .timers
             .set(id, Timer::Purge, now.saturating_add(self.config.retention));
     }
 
@@ -1651,15 +1655,17 @@ impl Delegator {
         let Some(d) = self.delegations.remove(id) else {
             return;
         };
-        self.timers.cancel_all(id);
-        self.outputs
+        self.core.timers.cancel_all(id);
+        self.core
+            .outputs
             .push_back(DelegatorOutput::Event(DelegatorEvent::Forgotten {
                 id: id.clone(),
             }));
         // Everything still in the store goes: pending snapshots, and also those applied from
         // the store or whose apply failed (their bytes stay stored until the purge).
         for sid in d.stored {
-            self.outputs
+            self.core
+                .outputs
                 .push_back(DelegatorOutput::DeleteStoredSnapshot {
                     id: id.clone(),
                     snapshot_id: sid,
@@ -1965,7 +1971,7 @@ impl Delegator {
         let state = d.machine.state();
         if d.ended {
             let at = d.updated_at.saturating_add(self.config.retention).max(now);
-            self.timers.set(id, Timer::Purge, at);
+            self.core.timers.set(id, Timer::Purge, at);
             return;
         }
         let restarted = |what: &str| {
@@ -1996,21 +2002,23 @@ impl Delegator {
                         return;
                     }
                     Some(e) if now >= e => {
-                        self.timers.set(
+                        self.core.timers.set(
                             id,
                             Timer::SetupGrace,
                             now.saturating_add(self.config.setup_grace),
                         );
                     }
-                    Some(e) => self.timers.set(id, Timer::Lease, e),
+                    Some(e) => self.core.timers.set(id, Timer::Lease, e),
                     None => {}
                 }
                 let d = self.delegations.get_mut(id).expect("exists");
                 d.stream = Stream::Opening;
-                self.outputs.push_back(DelegatorOutput::OpenEventStream {
-                    id: id.clone(),
-                    peer,
-                });
+                self.core
+                    .outputs
+                    .push_back(DelegatorOutput::OpenEventStream {
+                        id: id.clone(),
+                        peer,
+                    });
             }
             // Terminal but not ended: finish winding down (ack, release).
             _ => self.wind_down(now, id),

@@ -20,11 +20,11 @@
 //! Cancel, ERROR from the delegator and lease expiry stop the running task
 //! ([`ExecutorOutput::StopTask`]) and release once it stopped (or after a grace period).
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::engine::timers::TimerIndex;
+use crate::engine::timers::Core;
 use crate::engine::{
     CapturedSnapshot, IdSource, RequestId, SnapshotKind, StreamId, TaskOutcome, UsageError,
 };
@@ -503,13 +503,11 @@ pub struct Executor {
     config: ExecutorConfig,
     assignments: BTreeMap<DelegationId, Assignment>,
     streams: BTreeMap<StreamId, DelegationId>,
-    timers: TimerIndex<Timer>,
-    outputs: VecDeque<ExecutorOutput>,
+    core: Core<Timer, ExecutorOutput>,
     ids: IdSource,
     /// Acknowledged (forgotten) assignments and when their lease ends: until then a late,
     /// duplicated INVITE for the id is refused instead of starting the task again.
     tombstones: BTreeMap<DelegationId, Timestamp>,
-    last_now: Timestamp,
 }
 
 impl Executor {
@@ -520,11 +518,9 @@ impl Executor {
             config,
             assignments: BTreeMap::new(),
             streams: BTreeMap::new(),
-            timers: TimerIndex::default(),
-            outputs: VecDeque::new(),
+            core: Core::default(),
             ids,
             tombstones: BTreeMap::new(),
-            last_now: Timestamp::EPOCH,
         }
     }
 
@@ -714,7 +710,8 @@ impl Executor {
                     return Ok(());
                 }
                 let acked = a.acked;
-                self.outputs
+                self.core
+                    .outputs
                     .push_back(ExecutorOutput::Event(ExecutorEvent::Ended {
                         id: id.clone(),
                         state,
@@ -723,7 +720,8 @@ impl Executor {
                 if acked {
                     self.forget(&id);
                 } else {
-                    self.timers
+                    self.core
+                        .timers
                         .set(&id, Timer::Retention, now.saturating_add(retention));
                 }
                 Ok(())
@@ -734,7 +732,7 @@ impl Executor {
     /// Fires every timer due at `now`. Early calls do nothing.
     pub fn handle_timeout(&mut self, now: Timestamp) {
         self.tick(now);
-        while let Some((id, timer)) = self.timers.pop_due(now) {
+        while let Some((id, timer)) = self.core.timers.pop_due(now) {
             self.on_timer(now, &id, timer);
         }
     }
@@ -742,25 +740,20 @@ impl Executor {
     /// The next output. Drain until `None` after every call.
     #[must_use]
     pub fn poll_output(&mut self) -> Option<ExecutorOutput> {
-        self.outputs.pop_front()
+        self.core.poll_output()
     }
 
     /// When to call [`Executor::handle_timeout`] next (the last `now` while outputs are queued).
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Timestamp> {
-        if !self.outputs.is_empty() {
-            return Some(self.last_now);
-        }
-        self.timers.next()
+        self.core.poll_timeout()
     }
 
     // ----------------------------------------------------------------------------------------
     // Internals
 
     fn tick(&mut self, now: Timestamp) {
-        if now > self.last_now {
-            self.last_now = now;
-        }
+        self.core.tick(now);
     }
 
     fn get_mut(&mut self, id: &DelegationId) -> Result<&mut Assignment, UsageError> {
@@ -770,7 +763,8 @@ impl Executor {
     }
 
     fn respond(&mut self, request: RequestId, response: Response) {
-        self.outputs
+        self.core
+            .outputs
             .push_back(ExecutorOutput::Respond { request, response });
     }
 
@@ -1192,11 +1186,13 @@ impl Executor {
             },
         );
         let _ = now;
-        self.outputs.push_back(ExecutorOutput::AllocateWorkDir {
-            id,
-            work_dir,
-            transport,
-        });
+        self.core
+            .outputs
+            .push_back(ExecutorOutput::AllocateWorkDir {
+                id,
+                work_dir,
+                transport,
+            });
     }
 
     fn on_allocated(
@@ -1221,13 +1217,15 @@ impl Executor {
                 Err(_) => {
                     a.released = true;
                     let (state, error, retention) = (a.state(), a.error.clone(), a.retention);
-                    self.outputs
+                    self.core
+                        .outputs
                         .push_back(ExecutorOutput::Event(ExecutorEvent::Ended {
                             id: id.clone(),
                             state,
                             error,
                         }));
-                    self.timers
+                    self.core
+                        .timers
                         .set(id, Timer::Retention, now.saturating_add(retention));
                 }
             }
@@ -1242,30 +1240,32 @@ impl Executor {
                 }
                 // Nothing was left behind: forget the record.
                 self.assignments.remove(id);
-                self.timers.cancel_all(id);
+                self.core.timers.cancel_all(id);
             }
             Ok(()) => {
                 a.allocated = true;
                 let invite = Box::new(a.invite.clone());
                 if self.config.auto_accept {
-                    self.outputs
-                        .push_back(ExecutorOutput::Event(ExecutorEvent::InviteReceived {
+                    self.core.outputs.push_back(ExecutorOutput::Event(
+                        ExecutorEvent::InviteReceived {
                             id: id.clone(),
                             invite,
                             needs_decision: false,
-                        }));
+                        },
+                    ));
                     self.send_accept(now, id);
                 } else {
                     let a = self.assignments.get_mut(id).expect("exists");
                     a.op = Op::AwaitingDecision;
-                    self.outputs
-                        .push_back(ExecutorOutput::Event(ExecutorEvent::InviteReceived {
+                    self.core.outputs.push_back(ExecutorOutput::Event(
+                        ExecutorEvent::InviteReceived {
                             id: id.clone(),
                             invite,
                             needs_decision: true,
-                        }));
+                        },
+                    ));
                     let at = now.saturating_add(a.ttl);
-                    self.timers.set(id, Timer::StartDeadline, at);
+                    self.core.timers.set(id, Timer::StartDeadline, at);
                 }
             }
         }
@@ -1293,7 +1293,7 @@ impl Executor {
         for r in requests {
             self.respond(r, Response::Accept(accept.clone(), dialect));
         }
-        self.timers.set(id, Timer::StartDeadline, at);
+        self.core.timers.set(id, Timer::StartDeadline, at);
     }
 
     fn on_start(
@@ -1371,10 +1371,10 @@ impl Executor {
             dialect: a.dialect,
         };
         self.apply(now, &id, AssignmentEvent::ReceiveStart);
-        self.timers.cancel(&id, Timer::StartDeadline);
-        self.timers.set(&id, Timer::Lease, expires_at);
+        self.core.timers.cancel(&id, Timer::StartDeadline);
+        self.core.timers.set(&id, Timer::Lease, expires_at);
         self.respond(request, Response::Ok);
-        self.outputs.push_back(out);
+        self.core.outputs.push_back(out);
     }
 
     fn on_subscribe(&mut self, stream: StreamId, id: &DelegationId, credential: Option<String>) {
@@ -1386,15 +1386,16 @@ impl Executor {
         let refuse = |this: &mut Self, error: ErrorInfo| {
             let ev = Arc::new(TaskEvent {
                 delegation_id: id.clone(),
-                timestamp: this.last_now,
+                timestamp: this.core.last_now,
                 kind: TaskEventKind::Error(error),
             });
-            this.outputs.push_back(ExecutorOutput::StreamEvent {
+            this.core.outputs.push_back(ExecutorOutput::StreamEvent {
                 stream,
                 event: ev,
                 dialect,
             });
-            this.outputs
+            this.core
+                .outputs
                 .push_back(ExecutorOutput::CloseStream { stream });
         };
         if !self.authorized(id, credential.as_deref()) {
@@ -1410,19 +1411,20 @@ impl Executor {
             // Replay for late subscribers: the snapshot (if any) and the terminal event.
             if let Some(snap) = a.snapshot.clone() {
                 if dialect == Dialect::Reference {
-                    self.outputs.push_back(ExecutorOutput::StreamEvent {
+                    self.core.outputs.push_back(ExecutorOutput::StreamEvent {
                         stream,
                         event: snap,
                         dialect,
                     });
                 }
             }
-            self.outputs.push_back(ExecutorOutput::StreamEvent {
+            self.core.outputs.push_back(ExecutorOutput::StreamEvent {
                 stream,
                 event: term,
                 dialect,
             });
-            self.outputs
+            self.core
+                .outputs
                 .push_back(ExecutorOutput::CloseStream { stream });
             return;
         }
@@ -1441,7 +1443,8 @@ impl Executor {
                     a.completed_at = Some(now);
                 }
                 tracing::debug!(delegation = %id, %from, %to, "assignment state changed");
-                self.outputs
+                self.core
+                    .outputs
                     .push_back(ExecutorOutput::Event(ExecutorEvent::StateChanged {
                         id: id.clone(),
                         from,
@@ -1481,14 +1484,15 @@ impl Executor {
         let send = !(is_snapshot && dialect == Dialect::Seed);
         for s in subs {
             if send {
-                self.outputs.push_back(ExecutorOutput::StreamEvent {
+                self.core.outputs.push_back(ExecutorOutput::StreamEvent {
                     stream: s,
                     event: ev.clone(),
                     dialect,
                 });
             }
             if terminal {
-                self.outputs
+                self.core
+                    .outputs
                     .push_back(ExecutorOutput::CloseStream { stream: s });
                 self.streams.remove(&s);
             }
@@ -1516,16 +1520,17 @@ impl Executor {
         for r in requests {
             self.respond_error(r, id, error.clone(), dialect, 200);
         }
-        self.timers.cancel(id, Timer::Lease);
-        self.timers.cancel(id, Timer::StartDeadline);
+        self.core.timers.cancel(id, Timer::Lease);
+        self.core.timers.cancel(id, Timer::StartDeadline);
         self.broadcast(now, id, TaskEventKind::Error(error));
         let a = self.assignments.get_mut(id).expect("exists");
         match a.op {
             Op::Running => {
                 a.op = Op::Stopping;
-                self.outputs
+                self.core
+                    .outputs
                     .push_back(ExecutorOutput::StopTask { id: id.clone() });
-                self.timers.set(
+                self.core.timers.set(
                     id,
                     Timer::StopGrace,
                     now.saturating_add(self.config.stop_grace),
@@ -1544,8 +1549,8 @@ impl Executor {
             return;
         }
         a.op = Op::Releasing;
-        self.timers.cancel(id, Timer::StopGrace);
-        self.outputs.push_back(ExecutorOutput::Release {
+        self.core.timers.cancel(id, Timer::StopGrace);
+        self.core.outputs.push_back(ExecutorOutput::Release {
             id: id.clone(),
             work_dir: a.work_dir.clone(),
         });
@@ -1555,14 +1560,15 @@ impl Executor {
         let Some(a) = self.assignments.remove(id) else {
             return;
         };
-        self.timers.cancel_all(id);
-        self.outputs
+        self.core.timers.cancel_all(id);
+        self.core
+            .outputs
             .push_back(ExecutorOutput::Event(ExecutorEvent::Forgotten {
                 id: id.clone(),
             }));
         if let Some(ev) = &a.snapshot {
             if let TaskEventKind::Snapshot(s) = &ev.kind {
-                self.outputs.push_back(ExecutorOutput::DropSnapshot {
+                self.core.outputs.push_back(ExecutorOutput::DropSnapshot {
                     id: id.clone(),
                     snapshot_id: s.snapshot_id.clone(),
                 });
@@ -1570,7 +1576,8 @@ impl Executor {
         }
         for s in a.subscribers {
             self.streams.remove(&s);
-            self.outputs
+            self.core
+                .outputs
                 .push_back(ExecutorOutput::CloseStream { stream: s });
         }
     }
@@ -1610,7 +1617,7 @@ impl Executor {
                         progress: None,
                     }),
                 );
-                self.outputs.push_back(out);
+                self.core.outputs.push_back(out);
             }
         }
         Ok(())
@@ -1652,13 +1659,15 @@ impl Executor {
                     if let Some(a) = self.assignments.get_mut(id) {
                         a.capture_id = Some(snapshot_id.clone());
                     }
-                    self.outputs.push_back(ExecutorOutput::CaptureSnapshot {
-                        id: id.clone(),
-                        work_dir,
-                        snapshot_id,
-                        kind,
-                        inline,
-                    });
+                    self.core
+                        .outputs
+                        .push_back(ExecutorOutput::CaptureSnapshot {
+                            id: id.clone(),
+                            work_dir,
+                            snapshot_id,
+                            kind,
+                            inline,
+                        });
                 } else {
                     self.complete(now, id, None);
                 }
@@ -1684,7 +1693,7 @@ impl Executor {
         if a.state().is_terminal() {
             // Expired or cancelled during capture: the bytes are not needed.
             if result.is_ok() {
-                self.outputs.push_back(ExecutorOutput::DropSnapshot {
+                self.core.outputs.push_back(ExecutorOutput::DropSnapshot {
                     id: id.clone(),
                     snapshot_id,
                 });
@@ -1737,7 +1746,7 @@ impl Executor {
             );
         }
         self.apply(now, id, AssignmentEvent::TaskComplete);
-        self.timers.cancel(id, Timer::Lease);
+        self.core.timers.cancel(id, Timer::Lease);
         self.broadcast(now, id, TaskEventKind::Done(done));
         self.release(id);
     }
@@ -1994,7 +2003,7 @@ impl Executor {
             .unwrap_or(now)
             .saturating_add(retention)
             .max(now);
-        self.timers.set(&id, Timer::Retention, until);
+        self.core.timers.set(&id, Timer::Retention, until);
         Some(())
     }
 }

@@ -65,3 +65,44 @@ impl<K: Ord + Copy> TimerIndex<K> {
         Some((id, kind))
     }
 }
+
+/// What both engines share for the drive contract: the output queue, the named timers and the
+/// last `now` seen.
+#[derive(Debug)]
+pub(crate) struct Core<K: Ord + Copy, O> {
+    pub(crate) timers: TimerIndex<K>,
+    pub(crate) outputs: std::collections::VecDeque<O>,
+    pub(crate) last_now: Timestamp,
+}
+
+impl<K: Ord + Copy, O> Default for Core<K, O> {
+    fn default() -> Self {
+        Core {
+            timers: TimerIndex::default(),
+            outputs: std::collections::VecDeque::new(),
+            last_now: Timestamp::EPOCH,
+        }
+    }
+}
+
+impl<K: Ord + Copy, O> Core<K, O> {
+    /// Time never goes backwards inside the engine.
+    pub(crate) fn tick(&mut self, now: Timestamp) {
+        if now > self.last_now {
+            self.last_now = now;
+        }
+    }
+
+    /// The next output.
+    pub(crate) fn poll_output(&mut self) -> Option<O> {
+        self.outputs.pop_front()
+    }
+
+    /// "Due now" while outputs are queued, else the earliest timer.
+    pub(crate) fn poll_timeout(&self) -> Option<Timestamp> {
+        if !self.outputs.is_empty() {
+            return Some(self.last_now);
+        }
+        self.timers.next()
+    }
+}
