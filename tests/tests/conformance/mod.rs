@@ -348,11 +348,16 @@ pub fn assert_edited(dir: &Path) {
 }
 
 pub async fn wait_released<R: TestRuntime>(ex: &Exec) {
+    wait_idle::<R>(&ex.handle, &ex.work_root).await
+}
+
+/// Waits until the executor has no assignment and its work root holds no work directory.
+pub async fn wait_idle<R: Runtime + Default>(handle: &ExecutorHandle, work_root: &Path) {
     // The executor releases asynchronously after `done`; wait for its status to show no
     // active assignment and the work root to be empty of work dirs.
     for _ in 0..2000 {
-        let s = ex.handle.status().await.unwrap();
-        let dirs = std::fs::read_dir(&ex.work_root)
+        let s = handle.status().await.unwrap();
+        let dirs = std::fs::read_dir(work_root)
             .map(|rd| rd.flatten().filter(|e| e.file_name() != ".awcp").count())
             .unwrap_or(0);
         if s.active == 0 && s.pending == 0 && dirs == 0 {
