@@ -8,11 +8,13 @@
 //! - [`traits`]: [`DelegatorTransport`], [`ExecutorTransport`], [`TaskRunner`];
 //! - [`archive`]: ZIP pack / hardened extract, base64 and checksums,
 //!   [`ArchiveDelegator`] / [`ArchiveExecutor`];
-//! - [`walk`]: the one walker shared by admission, packing and capture; [`scan`]: admission;
+//! - [`mod@walk`]: the one walker shared by admission, packing and capture; [`mod@scan`]: admission;
 //! - [`manifest`]: file manifests for deltas and conflict detection;
 //! - [`snapshot`]: capture, apply, and the apply journal with [`snapshot::recover`];
 //! - [`export`]: export views (symlink, copy, git worktree);
 //! - [`runner`]: a demo task runner.
+
+#![warn(missing_docs)]
 
 pub mod archive;
 pub mod cancel;

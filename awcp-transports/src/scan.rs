@@ -11,7 +11,7 @@ use crate::walk::{walk, WalkOptions};
 /// One exported directory on the delegator.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ResourceSpec {
-    /// Name on the wire and top-level directory in [R] archives.
+    /// Name on the wire and top-level directory in \[R\] archives.
     pub name: ResourceName,
     /// The real directory. Never put on the wire.
     pub source_path: PathBuf,

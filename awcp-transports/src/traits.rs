@@ -30,7 +30,7 @@ pub struct PrepareRequest<'a> {
     pub export: ExportViewKind,
     /// Inline base64 or a file for URL mode.
     pub delivery: Delivery,
-    /// ZIP root layout the peer expects ([R] per-resource, [S] flat).
+    /// ZIP root layout the peer expects (\[R\] per-resource, \[S\] flat).
     pub layout: Layout,
 }
 

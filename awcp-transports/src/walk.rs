@@ -313,7 +313,7 @@ mod tests {
             names,
             vec![".awcpignore", ".gitignore", ".hidden", "a.txt", "src/b.rs"]
         );
-        assert_eq!(w.total_bytes(), 11 + 6 + 1 + 1 + 2);
+        assert_eq!(w.total_bytes(), 8 + 6 + 1 + 1 + 2);
     }
 
     #[test]

@@ -44,8 +44,11 @@ fn check_seed(seed: u64, stats: &mut Stats) -> Result<(), String> {
 #[test]
 fn simulation_seeds() {
     if let Some(seed) = env_u64("AWCP_SIM_SEED") {
-        let result = run_seed_traced(seed);
-        match result {
+        let mut cfg = SimConfig::random(seed);
+        cfg.trace = true;
+        println!("{cfg:?}");
+        let mut w = World::new(cfg);
+        match w.run() {
             Ok(s) => {
                 println!("{}", s.trace);
                 println!(
@@ -53,7 +56,10 @@ fn simulation_seeds() {
                     s.steps, s.end_ms, s.states
                 );
             }
-            Err(f) => panic!("{f}"),
+            Err(f) => {
+                println!("{}", w.trace_text());
+                panic!("{f}");
+            }
         }
         return;
     }

@@ -165,12 +165,41 @@ impl DelegatorHandle {
         let (tx, rx) = mpsc::unbounded();
         let archives: ArchiveTable = Arc::default();
         let _ = std::fs::create_dir_all(&opts.state_dir);
+        let journal = crate::executor::journal::Journal::at(opts.state_dir.join("delegations"));
+        let mut engine = Delegator::new(opts.engine.clone());
+        let records = journal.load();
+        let mut specs = BTreeMap::new();
+        for r in &records {
+            if let (Some(id), Some(sources)) = (
+                r.get("id")
+                    .and_then(|v| v.as_str())
+                    .and_then(|s| DelegationId::new(s).ok()),
+                r.get("sources").and_then(|v| v.as_array()),
+            ) {
+                let list: Vec<ResourceSpec> = sources
+                    .iter()
+                    .filter_map(|x| {
+                        Some(ResourceSpec {
+                            name: awcp_proto::ResourceName::new(x.get("name")?.as_str()?).ok()?,
+                            source_path: PathBuf::from(x.get("path")?.as_str()?),
+                            mode: AccessMode::parse(x.get("mode")?.as_str()?)?,
+                        })
+                    })
+                    .collect();
+                specs.insert(id, list);
+            }
+        }
+        let n = engine.restore(rt.now(), &records);
+        if n > 0 {
+            tracing::info!(restored = n, "delegations restored from the journal");
+        }
         let lp = Loop {
             rt: rt.clone(),
-            engine: Delegator::new(opts.engine.clone()),
+            engine,
             tx: tx.clone(),
             opts: Arc::new(opts),
-            specs: BTreeMap::new(),
+            journal,
+            specs,
             baselines: Arc::default(),
             streams: BTreeMap::new(),
             waiters: BTreeMap::new(),
@@ -311,6 +340,7 @@ struct Loop<R: Runtime> {
     engine: Delegator,
     tx: mpsc::UnboundedSender<Cmd>,
     opts: Arc<DelegatorOptions>,
+    journal: crate::executor::journal::Journal,
     specs: BTreeMap<DelegationId, Vec<ResourceSpec>>,
     baselines: Arc<Mutex<BTreeMap<DelegationId, Baseline>>>,
     streams: BTreeMap<DelegationId, AbortHandle>,
@@ -737,11 +767,15 @@ impl<R: Runtime> Loop<R> {
         let feed = self.feed();
         let t = self.opts.transport.clone();
         let specs = self.specs.get(&id).cloned().unwrap_or_default();
-        let access = self
-            .engine
-            .get(&id)
+        let view = self.engine.get(&id);
+        let access = view
+            .as_ref()
             .map(|v| v.access_mode)
             .unwrap_or(AccessMode::Ro);
+        let layout = match view.as_ref().map(|v| v.request.dialect) {
+            Some(Dialect::Seed) => Layout::Flat,
+            _ => Layout::PerResource,
+        };
         let baseline = self
             .baselines
             .lock()
@@ -786,6 +820,7 @@ impl<R: Runtime> Loop<R> {
                         resources: &specs,
                         access_mode: access,
                         baseline: baseline.as_ref(),
+                        layout: Some(layout),
                     };
                     let r = t.apply_snapshot(req, &CancelFlag::new());
                     if temp {
@@ -809,7 +844,40 @@ impl<R: Runtime> Loop<R> {
         }));
     }
 
+    fn persist(&self, id: &DelegationId) {
+        match self.engine.record(id) {
+            Some(mut rec) => {
+                if let Some(specs) = self.specs.get(id) {
+                    rec["sources"] = serde_json::Value::Array(
+                        specs
+                            .iter()
+                            .map(|s| {
+                                serde_json::json!({
+                                    "name": s.name.as_str(),
+                                    "path": s.source_path.to_string_lossy(),
+                                    "mode": s.mode.as_str(),
+                                })
+                            })
+                            .collect(),
+                    );
+                }
+                self.journal.write(id, &rec);
+            }
+            None => self.journal.remove(id),
+        }
+    }
+
     fn on_event(&mut self, ev: DelegatorEvent) {
+        match &ev {
+            DelegatorEvent::StateChanged { id, .. }
+            | DelegatorEvent::Snapshot { id, .. }
+            | DelegatorEvent::Ended { id, .. } => self.persist(id),
+            DelegatorEvent::Forgotten { id } => {
+                self.journal.remove(id);
+                self.specs.remove(id);
+            }
+            DelegatorEvent::Progress { .. } => {}
+        }
         if let DelegatorEvent::Ended {
             id, state, error, ..
         } = &ev

@@ -1,12 +1,16 @@
 //! Durable assignment records: one JSON file per assignment under
-//! `<state_dir>/assignments/<id>.json`, written atomically (write to a temp file, fsync,
-//! rename), removed when the assignment is forgotten.
+//! `<state_dir>/assignments/<id>.json`, written atomically (temp file, fsync, rename) whenever
+//! the engine reports a change, removed when the engine forgets the assignment. At start-up
+//! the records are handed to [`awcp_proto::Executor::restore`].
+//!
+//! Why files and not an embedded store: records are small, written a few times per
+//! delegation, and never queried; one file per id with write-then-rename is crash-safe
+//! without a dependency, and an operator can read it.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use awcp_proto::ExecutorEvent;
-use serde_json::json;
+use awcp_proto::DelegationId;
 
 /// The assignment journal.
 pub struct Journal {
@@ -14,50 +18,57 @@ pub struct Journal {
 }
 
 impl Journal {
-    /// A journal under `state_dir`.
+    /// A journal under `state_dir` (`<state_dir>/assignments`).
     pub fn new(state_dir: PathBuf) -> Self {
-        Journal {
-            dir: state_dir.join("assignments"),
-        }
+        Self::at(state_dir.join("assignments"))
     }
 
-    /// Records what an engine event says about an assignment.
-    pub fn record(&self, ev: &ExecutorEvent) {
-        let (id, value) = match ev {
-            ExecutorEvent::InviteReceived { id, invite, .. } => (
-                id,
-                json!({"id": id.as_str(), "state": "pending", "description": invite.task.description}),
-            ),
-            ExecutorEvent::StateChanged { id, to, .. } => {
-                (id, json!({"id": id.as_str(), "state": to.as_str()}))
-            }
-            ExecutorEvent::Ended { id, state, error } => (
-                id,
-                json!({"id": id.as_str(), "state": state.as_str(), "released": true, "error": error}),
-            ),
-        };
+    /// A journal in exactly `dir`.
+    pub fn at(dir: PathBuf) -> Self {
+        Journal { dir }
+    }
+
+    /// Writes (or replaces) the record of `id`.
+    pub fn write(&self, id: &DelegationId, record: &serde_json::Value) {
         if let Err(e) = write_atomic(
             &self.dir,
             &format!("{id}.json"),
-            value.to_string().as_bytes(),
+            record.to_string().as_bytes(),
         ) {
             tracing::warn!(delegation = %id, "journal write failed: {e}");
         }
     }
 
-    /// Ids of records left by a previous run.
-    pub fn leftovers(&self) -> Vec<String> {
+    /// Removes the record of `id`.
+    pub fn remove(&self, id: &DelegationId) {
+        let _ = std::fs::remove_file(self.dir.join(format!("{id}.json")));
+    }
+
+    /// Every record left by a previous run (undecodable files are skipped and removed).
+    pub fn load(&self) -> Vec<serde_json::Value> {
         let Ok(rd) = std::fs::read_dir(&self.dir) else {
             return Vec::new();
         };
-        rd.flatten()
-            .filter_map(|e| {
-                e.file_name()
-                    .to_str()
-                    .and_then(|n| n.strip_suffix(".json"))
-                    .map(str::to_owned)
-            })
-            .collect()
+        let mut out = Vec::new();
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.extension().and_then(|x| x.to_str()) != Some("json") {
+                // A temp file from a write interrupted by a crash.
+                let _ = std::fs::remove_file(&p);
+                continue;
+            }
+            match std::fs::read(&p)
+                .ok()
+                .and_then(|b| serde_json::from_slice(&b).ok())
+            {
+                Some(v) => out.push(v),
+                None => {
+                    tracing::warn!(path = %p.display(), "unreadable journal record removed");
+                    let _ = std::fs::remove_file(&p);
+                }
+            }
+        }
+        out
     }
 }
 

@@ -126,9 +126,31 @@ impl ExecutorHandle {
             keepalive: opts.keepalive,
             card: opts.card.clone(),
         });
+        let journal = opts.state_dir.map(journal::Journal::new);
+        let mut engine = Executor::new(opts.engine.clone());
+        if let Some(j) = &journal {
+            let records = j.load();
+            let n = engine.restore(rt.now(), &records);
+            if n > 0 {
+                tracing::info!(restored = n, "assignments restored from the journal");
+            }
+            // Persist what restoring changed (in-flight work is now failed).
+            for r in &records {
+                if let Some(id) = r
+                    .get("id")
+                    .and_then(|v| v.as_str())
+                    .and_then(|s| DelegationId::new(s).ok())
+                {
+                    match engine.record(&id) {
+                        Some(rec) => j.write(&id, &rec),
+                        None => j.remove(&id),
+                    }
+                }
+            }
+        }
         let lp = Loop {
             rt: rt.clone(),
-            engine: Executor::new(opts.engine.clone()),
+            engine,
             tx: tx.clone(),
             transport: opts.transport,
             runner: opts.runner,
@@ -140,7 +162,7 @@ impl ExecutorHandle {
             cancels: BTreeMap::new(),
             snapshots: snapshots.clone(),
             next_id: 1,
-            journal: opts.state_dir.map(journal::Journal::new),
+            journal,
         };
         rt.spawn(Box::pin(lp.run(rx)));
         ExecutorHandle {
@@ -549,9 +571,21 @@ impl<R: Runtime> Loop<R> {
             ExecutorEvent::Ended { id, state, error } => {
                 tracing::info!(delegation = %id, %state, error = ?error.as_ref().map(|e| e.code.as_str()), "assignment ended");
             }
+            ExecutorEvent::Forgotten { id } => {
+                tracing::debug!(delegation = %id, "assignment forgotten");
+            }
         }
         if let Some(j) = &self.journal {
-            j.record(&ev);
+            let id = match &ev {
+                ExecutorEvent::InviteReceived { id, .. }
+                | ExecutorEvent::StateChanged { id, .. }
+                | ExecutorEvent::Ended { id, .. }
+                | ExecutorEvent::Forgotten { id } => id,
+            };
+            match self.engine.record(id) {
+                Some(rec) => j.write(id, &rec),
+                None => j.remove(id),
+            }
         }
     }
 }

@@ -365,6 +365,11 @@ pub enum DelegatorEvent {
         /// Its new status.
         status: SnapshotStatus,
     },
+    /// The delegation was purged after its retention: drop it from any journal.
+    Forgotten {
+        /// The delegation.
+        id: DelegationId,
+    },
     /// The delegation is over and everything it held is released. Emitted exactly once.
     Ended {
         /// The delegation.
@@ -1647,6 +1652,10 @@ impl Delegator {
             return;
         };
         self.timers.cancel_all(id);
+        self.outputs
+            .push_back(DelegatorOutput::Event(DelegatorEvent::Forgotten {
+                id: id.clone(),
+            }));
         // Everything still in the store goes: pending snapshots, and also those applied from
         // the store or whose apply failed (their bytes stay stored until the purge).
         for sid in d.stored {
@@ -1655,6 +1664,355 @@ impl Delegator {
                     id: id.clone(),
                     snapshot_id: sid,
                 });
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Durable records
+
+fn status_to_json(s: &SnapshotStatus) -> serde_json::Value {
+    match s {
+        SnapshotStatus::Failed(e) => serde_json::json!({"status": "failed", "error": e}),
+        other => serde_json::json!({"status": other.as_str()}),
+    }
+}
+
+fn status_from_json(v: &serde_json::Value) -> SnapshotStatus {
+    match v.get("status").and_then(|s| s.as_str()) {
+        Some("pending") => SnapshotStatus::Pending,
+        Some("applied") => SnapshotStatus::Applied,
+        Some("discarded") => SnapshotStatus::Discarded,
+        Some("failed") => SnapshotStatus::Failed(
+            v.get("error")
+                .and_then(|e| serde_json::from_value(e.clone()).ok())
+                .unwrap_or_else(|| ErrorInfo::new(ErrorCode::TransportError, "failed")),
+        ),
+        // An operation in flight when the process stopped did not finish.
+        _ => SnapshotStatus::Failed(ErrorInfo::new(
+            ErrorCode::TransportError,
+            "interrupted by a restart of the delegator",
+        )),
+    }
+}
+
+impl Delegator {
+    /// A JSON record of one delegation for a journal (the driver writes it atomically on every
+    /// event and removes it on [`DelegatorEvent::Forgotten`]). It holds the INVITE (with the
+    /// credential, so the state directory must be private), the state, the lease and the
+    /// snapshots. `None` for unknown ids.
+    pub fn record(&self, id: &DelegationId) -> Option<serde_json::Value> {
+        use serde_json::json;
+        let d = self.delegations.get(id)?;
+        let invite = Invite {
+            delegation_id: id.clone(),
+            task: d.req.task.clone(),
+            lease: LeaseRequest {
+                ttl_seconds: d.req.ttl_seconds,
+                access_mode: d.req.access_mode,
+            },
+            resources: d.req.resources.clone(),
+            export_name: None,
+            retention_ms: None,
+            transport: Some(d.req.transport.clone()),
+            auth: d.req.auth.clone(),
+            features: Vec::new(),
+        };
+        Some(json!({
+            "id": id.as_str(),
+            "peer": d.req.peer,
+            "dialect": if d.req.dialect == Dialect::Seed { "seed" } else { "reference" },
+            "invite": crate::wire::message_to_value(&Message::Invite(invite), Dialect::Reference),
+            "snapshotMode": d.req.snapshot_mode.as_str(),
+            "state": d.machine.state().as_str(),
+            "createdAt": d.created_at.as_unix_millis(),
+            "updatedAt": d.updated_at.as_unix_millis(),
+            "expiresAt": d.expires_at.map(Timestamp::as_unix_millis),
+            "accessMode": d.access.as_str(),
+            "features": d.features,
+            "executorWorkDir": d.accept.as_ref().map(|a| a.work_dir.clone()),
+            "startSent": d.start_sent,
+            "heardTerminal": d.heard_terminal,
+            "ended": d.ended,
+            "stored": d.stored.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
+            "snapshots": d.snapshot_order.iter().filter_map(|sid| d.snapshots.get(sid)).map(|r| json!({
+                "id": r.id.as_str(),
+                "summary": r.summary,
+                "highlights": r.highlights,
+                "recommended": r.recommended,
+                "metadata": r.metadata,
+                "status": status_to_json(&r.status),
+                "receivedAt": r.received_at.as_unix_millis(),
+                "appliedAt": r.applied_at.map(Timestamp::as_unix_millis),
+            })).collect::<Vec<_>>(),
+            "result": d.result.as_ref().map(|o| json!({"summary": o.summary, "highlights": o.highlights})),
+            "error": d.error,
+        }))
+    }
+
+    /// Restores delegations from journal records after a restart, and decides what happens to
+    /// each: ended ones are kept for listing until their retention; ones that had sent START
+    /// reconnect to the executor's event stream (it replays the result of a finished task, or
+    /// the delegation expires with its lease); ones that had not are abandoned (`ERROR` to the
+    /// executor) because their transport credentials died with the process. Every restored
+    /// delegation that was not ended releases its transport (the driver's release is
+    /// idempotent and removes leftovers). Returns how many records were restored.
+    pub fn restore(&mut self, now: Timestamp, records: &[serde_json::Value]) -> usize {
+        self.tick(now);
+        let mut ids = Vec::new();
+        for r in records {
+            if let Some(id) = self.restore_one(now, r) {
+                ids.push(id);
+            }
+        }
+        let n = ids.len();
+        for id in ids {
+            self.resume(now, &id);
+        }
+        n
+    }
+
+    fn restore_one(&mut self, now: Timestamp, r: &serde_json::Value) -> Option<DelegationId> {
+        let id = DelegationId::new(r.get("id")?.as_str()?).ok()?;
+        if self.delegations.contains_key(&id) {
+            return None;
+        }
+        let bytes = serde_json::to_vec(r.get("invite")?).ok()?;
+        let (Message::Invite(inv), _) = crate::wire::decode_message(&bytes).ok()? else {
+            return None;
+        };
+        let ms = |k: &str| {
+            r.get(k)
+                .and_then(serde_json::Value::as_u64)
+                .map(Timestamp::from_unix_millis)
+        };
+        let state = DelegationState::parse(r.get("state")?.as_str()?)?;
+        let ended = r.get("ended").and_then(|v| v.as_bool()).unwrap_or(false);
+        let mut snapshots = BTreeMap::new();
+        let mut order = Vec::new();
+        for s in r
+            .get("snapshots")
+            .and_then(|v| v.as_array())
+            .into_iter()
+            .flatten()
+        {
+            let Some(sid) = s
+                .get("id")
+                .and_then(|v| v.as_str())
+                .and_then(|v| SnapshotId::new(v).ok())
+            else {
+                continue;
+            };
+            order.push(sid.clone());
+            snapshots.insert(
+                sid.clone(),
+                SnapshotRecord {
+                    id: sid,
+                    summary: s
+                        .get("summary")
+                        .and_then(|v| v.as_str())
+                        .unwrap_or("")
+                        .to_owned(),
+                    highlights: s
+                        .get("highlights")
+                        .and_then(|v| v.as_array())
+                        .map(|a| {
+                            a.iter()
+                                .filter_map(|x| x.as_str().map(str::to_owned))
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                    recommended: s
+                        .get("recommended")
+                        .and_then(|v| v.as_bool())
+                        .unwrap_or(false),
+                    metadata: s
+                        .get("metadata")
+                        .and_then(|v| v.as_object())
+                        .map(|m| m.clone().into_iter().collect())
+                        .unwrap_or_default(),
+                    status: status_from_json(s.get("status").unwrap_or(&serde_json::Value::Null)),
+                    received_at: s
+                        .get("receivedAt")
+                        .and_then(|v| v.as_u64())
+                        .map(Timestamp::from_unix_millis)
+                        .unwrap_or(now),
+                    applied_at: s
+                        .get("appliedAt")
+                        .and_then(|v| v.as_u64())
+                        .map(Timestamp::from_unix_millis),
+                },
+            );
+        }
+        let stored = r
+            .get("stored")
+            .and_then(|v| v.as_array())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|x| x.as_str().and_then(|s| SnapshotId::new(s).ok()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let result = r
+            .get("result")
+            .filter(|v| !v.is_null())
+            .map(|o| TaskOutcome {
+                summary: o
+                    .get("summary")
+                    .and_then(|v| v.as_str())
+                    .unwrap_or("")
+                    .to_owned(),
+                highlights: o
+                    .get("highlights")
+                    .and_then(|v| v.as_array())
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|x| x.as_str().map(str::to_owned))
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+            });
+        let error = r
+            .get("error")
+            .filter(|v| !v.is_null())
+            .and_then(|e| serde_json::from_value(e.clone()).ok());
+        let snapshot_mode = r
+            .get("snapshotMode")
+            .and_then(|v| v.as_str())
+            .and_then(SnapshotMode::parse)
+            .unwrap_or_default();
+        let dialect = if r.get("dialect").and_then(|v| v.as_str()) == Some("seed") {
+            Dialect::Seed
+        } else {
+            Dialect::Reference
+        };
+        let start_sent = r
+            .get("startSent")
+            .and_then(|v| v.as_bool())
+            .unwrap_or(false);
+        let prepared = !ended
+            && matches!(
+                state,
+                DelegationState::Accepted | DelegationState::Started | DelegationState::Running
+            )
+            || (!ended && state.is_terminal());
+        let req = DelegateRequest {
+            id: id.clone(),
+            peer: r.get("peer")?.as_str()?.to_owned(),
+            dialect,
+            task: inv.task,
+            ttl_seconds: inv.lease.ttl_seconds,
+            access_mode: inv.lease.access_mode,
+            resources: inv.resources,
+            transport: inv.transport.unwrap_or(TransportKind::Archive),
+            snapshot_mode,
+            auth: inv.auth,
+        };
+        let access = r
+            .get("accessMode")
+            .and_then(|v| v.as_str())
+            .and_then(AccessMode::parse)
+            .unwrap_or(req.access_mode);
+        self.delegations.insert(
+            id.clone(),
+            Delegation {
+                req,
+                machine: DelegationMachine::restore(state),
+                created_at: ms("createdAt").unwrap_or(now),
+                updated_at: ms("updatedAt").unwrap_or(now),
+                expires_at: ms("expiresAt"),
+                invited_at: None,
+                access,
+                features: r
+                    .get("features")
+                    .and_then(|v| v.as_array())
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|x| x.as_str().map(str::to_owned))
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+                accept: None,
+                transport: if prepared { Res::Prepared } else { Res::None },
+                handle: None,
+                stream: Stream::Closed,
+                stream_failures: 0,
+                start_sent,
+                snapshots,
+                snapshot_order: order,
+                stored,
+                ops_in_flight: 0,
+                awaiting_snapshot: None,
+                heard_terminal: r
+                    .get("heardTerminal")
+                    .and_then(|v| v.as_bool())
+                    .unwrap_or(false),
+                ack_sent: false,
+                result,
+                error,
+                ended,
+            },
+        );
+        Some(id)
+    }
+
+    /// Decides how a restored delegation continues (see [`Delegator::restore`]).
+    fn resume(&mut self, now: Timestamp, id: &DelegationId) {
+        let Some(d) = self.delegations.get(id) else {
+            return;
+        };
+        let state = d.machine.state();
+        if d.ended {
+            let at = d.updated_at.saturating_add(self.config.retention).max(now);
+            self.timers.set(id, Timer::Purge, at);
+            return;
+        }
+        let restarted = |what: &str| {
+            ErrorInfo::new(
+                ErrorCode::SetupFailed,
+                format!("the delegator restarted {what}; the delegation was abandoned"),
+            )
+        };
+        match state {
+            DelegationState::Created => {
+                self.transition(
+                    now,
+                    id,
+                    DelegationEvent::SendError,
+                    Some(restarted("before the invitation")),
+                );
+                self.wind_down(now, id);
+            }
+            DelegationState::Invited | DelegationState::Accepted => {
+                self.abandon(now, id, restarted("before START"));
+            }
+            DelegationState::Started | DelegationState::Running => {
+                let exp = d.expires_at;
+                let peer = d.req.peer.clone();
+                match exp {
+                    Some(e) if now >= e && state == DelegationState::Running => {
+                        self.expire(now, id);
+                        return;
+                    }
+                    Some(e) if now >= e => {
+                        self.timers.set(
+                            id,
+                            Timer::SetupGrace,
+                            now.saturating_add(self.config.setup_grace),
+                        );
+                    }
+                    Some(e) => self.timers.set(id, Timer::Lease, e),
+                    None => {}
+                }
+                let d = self.delegations.get_mut(id).expect("exists");
+                d.stream = Stream::Opening;
+                self.outputs.push_back(DelegatorOutput::OpenEventStream {
+                    id: id.clone(),
+                    peer,
+                });
+            }
+            // Terminal but not ended: finish winding down (ack, release).
+            _ => self.wind_down(now, id),
         }
     }
 }

@@ -397,6 +397,12 @@ pub enum ExecutorEvent {
         /// New state.
         to: AssignmentState,
     },
+    /// The assignment's record is gone (acknowledged, retention over, or never accepted):
+    /// drop it from any journal.
+    Forgotten {
+        /// The delegation.
+        id: DelegationId,
+    },
     /// The assignment is over and its resources are released. Emitted exactly once.
     Ended {
         /// The delegation.
@@ -1550,6 +1556,10 @@ impl Executor {
             return;
         };
         self.timers.cancel_all(id);
+        self.outputs
+            .push_back(ExecutorOutput::Event(ExecutorEvent::Forgotten {
+                id: id.clone(),
+            }));
         if let Some(ev) = &a.snapshot {
             if let TaskEventKind::Snapshot(s) = &ev.kind {
                 self.outputs.push_back(ExecutorOutput::DropSnapshot {
@@ -1799,4 +1809,192 @@ fn constant_time_eq(a: &str, b: &str) -> bool {
         return false;
     }
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+// ---------------------------------------------------------------------------------------------
+// Durable records
+
+impl Executor {
+    /// A JSON record of one assignment for a journal (atomic write-then-rename is the driver's
+    /// job). `None` for unknown ids. Inline snapshot bytes are not recorded (they can be many
+    /// MB); URL-mode snapshot events are.
+    pub fn record(&self, id: &DelegationId) -> Option<serde_json::Value> {
+        use serde_json::json;
+        let a = self.assignments.get(id)?;
+        let snapshot = a.snapshot.as_ref().and_then(|ev| match &ev.kind {
+            TaskEventKind::Snapshot(s) if s.data.base64.is_none() => {
+                Some(crate::wire::event_to_value(ev, Dialect::Reference))
+            }
+            _ => None,
+        });
+        Some(json!({
+            "id": id.as_str(),
+            "invite": crate::wire::message_to_value(&Message::Invite(a.invite.clone()), a.dialect),
+            "dialect": if a.dialect == Dialect::Seed { "seed" } else { "reference" },
+            "state": a.state().as_str(),
+            "workDir": a.work_dir,
+            "credential": a.credential,
+            "retentionMs": u64::try_from(a.retention.as_millis()).unwrap_or(u64::MAX),
+            "expiresAt": a.expires_at.map(Timestamp::as_unix_millis),
+            "completedAt": a.completed_at.map(Timestamp::as_unix_millis),
+            "released": a.released,
+            "error": a.error,
+            "outcome": a.outcome.as_ref().map(|o| json!({"summary": o.summary, "highlights": o.highlights})),
+            "snapshotEvent": snapshot,
+        }))
+    }
+
+    /// Restores assignments from journal records after a restart. Terminal ones are kept for
+    /// late subscribers and `GET …/result` until ack or retention; ones that were pending or
+    /// active are failed cleanly (`TASK_FAILED`, "the executor restarted") so a reconnecting
+    /// delegator learns what happened instead of `NOT_FOUND`. Their work directories are gone
+    /// (the driver sweeps them at start-up). Returns how many records were restored; records
+    /// that do not decode are skipped.
+    pub fn restore(&mut self, now: Timestamp, records: &[serde_json::Value]) -> usize {
+        self.tick(now);
+        let mut n = 0;
+        for r in records {
+            if self.restore_one(now, r).is_some() {
+                n += 1;
+            }
+        }
+        n
+    }
+
+    fn restore_one(&mut self, now: Timestamp, r: &serde_json::Value) -> Option<()> {
+        let id = DelegationId::new(r.get("id")?.as_str()?).ok()?;
+        let invite_json = serde_json::to_vec(r.get("invite")?).ok()?;
+        let (Message::Invite(invite), dialect) = crate::wire::decode_message(&invite_json).ok()?
+        else {
+            return None;
+        };
+        let state = AssignmentState::parse(r.get("state")?.as_str()?)?;
+        let ms = |k: &str| {
+            r.get(k)
+                .and_then(serde_json::Value::as_u64)
+                .map(Timestamp::from_unix_millis)
+        };
+        let error: Option<ErrorInfo> = r
+            .get("error")
+            .filter(|e| !e.is_null())
+            .and_then(|e| serde_json::from_value(e.clone()).ok());
+        let outcome = r
+            .get("outcome")
+            .filter(|o| !o.is_null())
+            .map(|o| TaskOutcome {
+                summary: o
+                    .get("summary")
+                    .and_then(|s| s.as_str())
+                    .unwrap_or("")
+                    .to_owned(),
+                highlights: o
+                    .get("highlights")
+                    .and_then(|h| h.as_array())
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|x| x.as_str().map(str::to_owned))
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+            });
+        let snapshot = r
+            .get("snapshotEvent")
+            .filter(|s| !s.is_null())
+            .and_then(|s| serde_json::to_vec(s).ok())
+            .and_then(|b| crate::wire::decode_event(&b).ok())
+            .map(|(ev, _)| Arc::new(ev));
+        let retention = Duration::from_millis(
+            r.get("retentionMs")
+                .and_then(serde_json::Value::as_u64)
+                .unwrap_or(604_800_000),
+        );
+        let mut machine = AssignmentMachine::restore(state);
+        let mut error = error;
+        let mut completed_at = ms("completedAt");
+        if !state.is_terminal() {
+            let event = if state == AssignmentState::Active {
+                AssignmentEvent::TaskFail
+            } else {
+                AssignmentEvent::Cancel
+            };
+            machine.apply(event).ok()?;
+            error = Some(ErrorInfo::new(
+                ErrorCode::TaskFailed,
+                "the executor restarted while the delegation was in flight; its work is lost",
+            ));
+            completed_at = Some(now);
+        }
+        let terminal_kind = match machine.state() {
+            AssignmentState::Completed => {
+                let o = outcome.clone().unwrap_or_default();
+                let sid = snapshot.as_ref().and_then(|e| match &e.kind {
+                    TaskEventKind::Snapshot(s) => Some(s.snapshot_id.clone()),
+                    _ => None,
+                });
+                TaskEventKind::Done(DoneEvent {
+                    summary: o.summary,
+                    highlights: o.highlights,
+                    snapshot_ids: sid.iter().cloned().collect(),
+                    recommended_snapshot_id: sid,
+                    result_base64: None,
+                })
+            }
+            _ => TaskEventKind::Error(
+                error
+                    .clone()
+                    .unwrap_or_else(|| ErrorInfo::new(ErrorCode::TaskFailed, "the task failed")),
+            ),
+        };
+        let terminal_event = Arc::new(TaskEvent {
+            delegation_id: id.clone(),
+            timestamp: completed_at.unwrap_or(now),
+            kind: terminal_kind,
+        });
+        let transport = invite.transport.clone().unwrap_or(TransportKind::Archive);
+        let access = invite.lease.access_mode;
+        let ttl = Duration::from_secs(invite.lease.ttl_seconds.min(self.config.max_ttl_seconds));
+        self.assignments.insert(
+            id.clone(),
+            Assignment {
+                features: invite.features.clone(),
+                invite,
+                dialect,
+                machine,
+                work_dir: r
+                    .get("workDir")
+                    .and_then(|w| w.as_str())
+                    .unwrap_or("")
+                    .to_owned(),
+                credential: r
+                    .get("credential")
+                    .and_then(|c| c.as_str())
+                    .map(str::to_owned),
+                transport,
+                access,
+                ttl,
+                retention,
+                invite_requests: Vec::new(),
+                accept: None,
+                started_at: None,
+                expires_at: ms("expiresAt"),
+                op: Op::None,
+                allocated: true,
+                released: true,
+                subscribers: BTreeSet::new(),
+                outcome,
+                error,
+                snapshot,
+                capture_id: None,
+                acked: false,
+                terminal_event: Some(terminal_event),
+                completed_at,
+            },
+        );
+        let until = completed_at
+            .unwrap_or(now)
+            .saturating_add(retention)
+            .max(now);
+        self.timers.set(&id, Timer::Retention, until);
+        Some(())
+    }
 }

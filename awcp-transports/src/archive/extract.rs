@@ -168,8 +168,29 @@ pub fn extract<R: Read + Seek>(
     limits: &ExtractLimits,
     cancel: &CancelFlag,
 ) -> Result<ExtractReport, TransportError> {
+    let mut reader = reader;
+    // The zip crate folds entries with equal names into one; read the raw central directory to
+    // see duplicates.
+    let raw_names = central_directory_names(&mut reader, limits.max_entries)?;
+    let mut seen = BTreeSet::new();
+    for n in &raw_names {
+        if !seen.insert(n.as_slice()) {
+            return Err(TransportError::rejected(
+                String::from_utf8_lossy(n),
+                "duplicate entry",
+            ));
+        }
+    }
+    reader
+        .rewind()
+        .map_err(|e| TransportError::BadArchive(e.to_string()))?;
     let mut zip = ZipArchive::new(reader)
         .map_err(|e| TransportError::BadArchive(format!("not a ZIP: {e}")))?;
+    if zip.len() != raw_names.len() {
+        return Err(TransportError::BadArchive(
+            "central directory entry count is inconsistent".into(),
+        ));
+    }
     if zip.len() > limits.max_entries {
         return Err(TransportError::BadArchive(format!(
             "{} entries, limit {}",
@@ -424,6 +445,82 @@ pub fn extract<R: Read + Seek>(
         }
     }
     Ok(report)
+}
+
+fn le16(b: &[u8], at: usize) -> u64 {
+    u16::from_le_bytes([b[at], b[at + 1]]) as u64
+}
+fn le32(b: &[u8], at: usize) -> u64 {
+    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]) as u64
+}
+fn le64(b: &[u8], at: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(a)
+}
+
+/// Reads the raw entry names from the central directory (classic and ZIP64 end records).
+fn central_directory_names<R: Read + Seek>(
+    r: &mut R,
+    max_entries: usize,
+) -> Result<Vec<Vec<u8>>, TransportError> {
+    let bad = |m: &str| TransportError::BadArchive(format!("not a ZIP: {m}"));
+    let io_bad = |e: io::Error| TransportError::BadArchive(format!("not a ZIP: {e}"));
+    let len = r.seek(io::SeekFrom::End(0)).map_err(io_bad)?;
+    let tail_len = len.min(22 + 65_535);
+    r.seek(io::SeekFrom::Start(len - tail_len))
+        .map_err(io_bad)?;
+    let mut tail = vec![0u8; tail_len as usize];
+    r.read_exact(&mut tail).map_err(io_bad)?;
+    let eocd = (0..tail.len().saturating_sub(21))
+        .rev()
+        .find(|&i| tail[i..i + 4] == [0x50, 0x4b, 0x05, 0x06])
+        .ok_or_else(|| bad("no end of central directory"))?;
+    let mut count = le16(&tail, eocd + 10);
+    let mut cd_size = le32(&tail, eocd + 12);
+    let mut cd_off = le32(&tail, eocd + 16);
+    if count == 0xffff || cd_size == 0xffff_ffff || cd_off == 0xffff_ffff {
+        if eocd < 20 || tail[eocd - 20..eocd - 16] != [0x50, 0x4b, 0x06, 0x07] {
+            return Err(bad("missing ZIP64 locator"));
+        }
+        let z64 = le64(&tail, eocd - 12);
+        r.seek(io::SeekFrom::Start(z64)).map_err(io_bad)?;
+        let mut rec = [0u8; 56];
+        r.read_exact(&mut rec).map_err(io_bad)?;
+        if rec[..4] != [0x50, 0x4b, 0x06, 0x06] {
+            return Err(bad("bad ZIP64 end record"));
+        }
+        count = le64(&rec, 32);
+        cd_size = le64(&rec, 40);
+        cd_off = le64(&rec, 48);
+    }
+    if count > max_entries as u64 {
+        return Err(TransportError::BadArchive(format!(
+            "{count} entries, limit {max_entries}"
+        )));
+    }
+    if cd_off.checked_add(cd_size).is_none_or(|end| end > len) || cd_size > 64 * 1024 * 1024 {
+        return Err(bad("central directory out of bounds"));
+    }
+    r.seek(io::SeekFrom::Start(cd_off)).map_err(io_bad)?;
+    let mut cd = vec![0u8; cd_size as usize];
+    r.read_exact(&mut cd).map_err(io_bad)?;
+    let mut names = Vec::with_capacity(count as usize);
+    let mut at = 0usize;
+    for _ in 0..count {
+        if at + 46 > cd.len() || cd[at..at + 4] != [0x50, 0x4b, 0x01, 0x02] {
+            return Err(bad("truncated central directory"));
+        }
+        let n = le16(&cd, at + 28) as usize;
+        let x = le16(&cd, at + 30) as usize;
+        let c = le16(&cd, at + 32) as usize;
+        if at + 46 + n > cd.len() {
+            return Err(bad("truncated central directory"));
+        }
+        names.push(cd[at + 46..at + 46 + n].to_vec());
+        at += 46 + n + x + c;
+    }
+    Ok(names)
 }
 
 /// `O_NOFOLLOW` on Linux/macOS without a libc dependency.

@@ -310,9 +310,9 @@ impl<T: Write + Seek> WriteSeek for T {}
 /// ZIP root layout.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Layout {
-    /// [S]: the single resource's files at the root.
+    /// \[S\]: the single resource's files at the root.
     Flat,
-    /// [R]: one top-level directory per resource.
+    /// \[R\]: one top-level directory per resource.
     PerResource,
 }
 

@@ -13,7 +13,7 @@ use super::{
 };
 use crate::cancel::CancelFlag;
 use crate::error::TransportError;
-use crate::export::{ExportView, ExportViewKind};
+use crate::export::ExportView;
 use crate::manifest::{record, Baseline, Manifest};
 use crate::scan::{AdmissionLimits, WorkspaceStats};
 use crate::snapshot::{
@@ -210,8 +210,9 @@ impl DelegatorTransport for ArchiveDelegator {
             if let Some(f) = st.archive_file {
                 let _ = fs::remove_file(f);
             }
-        } else if ExportViewKind::Symlink == ExportViewKind::default() {
-            // Unknown (e.g. after a restart): remove a leftover view directory if any.
+        } else {
+            // Unknown here (e.g. after a restart): remove a leftover view directory if any.
+            // remove_dir_all never follows the symlinks of a symlink view.
             let _ = fs::remove_dir_all(self.config.export_base.join(delegation_id.as_str()));
         }
         Ok(())

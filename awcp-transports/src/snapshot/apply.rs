@@ -1,6 +1,6 @@
 //! Delegator side: all-or-nothing snapshot apply with local-edit conflict detection.
 //!
-//! The snapshot is extracted (hardened, see [`crate::archive::extract`]) into a staging
+//! The snapshot is extracted (hardened, see [`mod@crate::archive::extract`]) into a staging
 //! directory next to the resource (same filesystem), checked against the baseline manifest
 //! recorded at prepare time, then swapped into place under a journal
 //! (see [`super::journal`]). Only `rw` resources of an `rw` delegation are written. Deletions
@@ -74,6 +74,9 @@ pub struct ApplyRequest<'a> {
     pub access_mode: AccessMode,
     /// What was shipped at prepare time, for conflict detection and deletions.
     pub baseline: Option<&'a Baseline>,
+    /// The ZIP layout, if known (the layout used at prepare); `None` detects it from the
+    /// top-level entries (WIRE.md §15).
+    pub layout: Option<Layout>,
 }
 
 /// What an apply did.
@@ -139,6 +142,22 @@ pub fn apply_snapshot(
     // A leftover from a crash: finish it first.
     recover(&dir)?;
     fs::create_dir(&dir).map_err(|e| TransportError::io("creating staging directory", e))?;
+    // Record the staging directories up front so a crash while staging is rolled back
+    // completely by recover().
+    let first_parent = first_root.parent().map(Path::to_path_buf);
+    let side_dirs: Vec<PathBuf> = roots
+        .values()
+        .filter(|r| r.parent().map(Path::to_path_buf) != first_parent)
+        .map(|r| side_dir(r, req.delegation_id))
+        .collect();
+    Journal {
+        version: 1,
+        delegation_id: req.delegation_id.to_owned(),
+        state: JournalState::Prepared,
+        ops: Vec::new(),
+        cleanup: side_dirs,
+    }
+    .save(&dir)?;
     let result = stage_and_commit(
         &req,
         source,
@@ -265,7 +284,9 @@ fn stage_and_commit(
         SnapshotKind::Full
     };
     let names: Vec<&str> = req.resources.iter().map(|r| r.name.as_str()).collect();
-    let layout = detect_layout(&ex.top_level, &names);
+    let layout = req
+        .layout
+        .unwrap_or_else(|| detect_layout(&ex.top_level, &names));
     if layout == Layout::Flat && req.resources.len() != 1 && !ex.top_level.is_empty() {
         return Err(TransportError::BadArchive(
             "flat snapshot layout but the delegation has several resources".into(),
@@ -337,7 +358,21 @@ fn stage_and_commit(
             let cur = current_entry(root, rel);
             let conflict = match (rec, &cur) {
                 (Some(_), None) => true,
-                (Some(rec), Some((e, md))) => !md.is_file() || !Manifest::matches(rec, e)?,
+                (Some(rec), Some((e, md))) => {
+                    if !md.is_file() {
+                        true
+                    } else if Manifest::matches(rec, e)? {
+                        false
+                    } else if hash_file(&e.path).ok().as_deref() == Some(&f.sha256)
+                        && (e.mode & 0o111) == (f.mode & 0o111)
+                    {
+                        // Changed locally to exactly what the executor produced.
+                        report.unchanged += 1;
+                        continue;
+                    } else {
+                        true
+                    }
+                }
                 (None, None) => false,
                 (None, Some((e, md))) => {
                     if md.is_file() && hash_file(&e.path).ok().as_deref() == Some(&f.sha256) {

@@ -9,7 +9,7 @@ use crate::error::TransportError;
 use crate::manifest::Manifest;
 use crate::walk::{walk, WalkOptions};
 
-/// Full snapshot (the whole work directory, what [R] peers expect) or delta (changed files
+/// Full snapshot (the whole work directory, what \[R\] peers expect) or delta (changed files
 /// plus `.awcp/delta.json` listing deletions).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum SnapshotKind {

@@ -113,6 +113,8 @@ pub struct SimConfig {
     /// Chance (per mille) that the application applies a pending staged snapshot of a
     /// completed delegation rather than discarding it.
     pub staged_apply: u32,
+    /// `max_ttl_seconds` of every executor (longer leases are capped in ACCEPT).
+    pub exec_max_ttl_s: u64,
 }
 
 impl SimConfig {
@@ -127,6 +129,7 @@ impl SimConfig {
             actions: Vec::new(),
             trace: true,
             staged_apply: 1000,
+            exec_max_ttl_s: 3600,
         }
     }
 
@@ -215,6 +218,12 @@ impl SimConfig {
                 ));
             }
         }
+        // Drawn last so that adding it kept every earlier seed's scenario.
+        let exec_max_ttl_s = if r.chance(200) {
+            r.range(20, 300)
+        } else {
+            3600
+        };
         SimConfig {
             seed,
             executors,
@@ -224,6 +233,7 @@ impl SimConfig {
             actions,
             trace: false,
             staged_apply: 600,
+            exec_max_ttl_s,
         }
     }
 }

@@ -34,8 +34,9 @@ pub const HTTP_TIMEOUT_MS: u64 = 10_000;
 /// be released: setup grace (60 s) + stop grace (10 s) + an HTTP timeout + reconnect back-off
 /// and polling + latencies.
 pub const GRACE_MS: u64 = 150_000;
-/// After a clock jump, time everything gets to wind down from the new now.
-const JUMP_GRACE_MS: u64 = 60_000;
+/// After a clock jump, time everything gets to wind down from the new now (a delegation in
+/// `started` still gets its setup grace after the jump).
+const JUMP_GRACE_MS: u64 = GRACE_MS;
 /// A run that has not gone quiet after this many steps is livelocked.
 const MAX_STEPS: u64 = 50_000;
 
@@ -264,10 +265,11 @@ pub struct World {
     pub stats: BTreeMap<&'static str, u64>,
 }
 
-fn exec_config(max_concurrent: usize, id_seed: u64) -> ExecutorConfig {
+fn exec_config(cfg: &SimConfig, id_seed: u64) -> ExecutorConfig {
     ExecutorConfig {
         work_root: "/sim/work".to_owned(),
-        max_concurrent,
+        max_concurrent: cfg.max_concurrent,
+        max_ttl_seconds: cfg.exec_max_ttl_s,
         id_seed,
         ..ExecutorConfig::default()
     }
@@ -294,10 +296,7 @@ impl World {
         let mut rng = Rng::new(cfg.seed);
         let execs = (0..cfg.executors)
             .map(|_| ExecNode {
-                engine: Some(Executor::new(exec_config(
-                    cfg.max_concurrent,
-                    rng.next_u64(),
-                ))),
+                engine: Some(Executor::new(exec_config(&cfg, rng.next_u64()))),
                 inc: 0,
                 reqs: BTreeMap::new(),
                 work: BTreeMap::new(),
@@ -440,6 +439,11 @@ impl World {
             trace: self.trace.join("\n"),
             stats: self.stats.clone(),
         })
+    }
+
+    /// The trace so far (empty unless [`SimConfig::trace`] is set).
+    pub fn trace_text(&self) -> String {
+        self.trace.join("\n")
     }
 
     fn failure(&self) -> Box<Failure> {
@@ -588,8 +592,7 @@ impl World {
             Ev::Restart(exec) => {
                 let seed = self.rng.next_u64();
                 self.log(|| format!("exec{exec} restarts"));
-                self.execs[exec].engine =
-                    Some(Executor::new(exec_config(self.cfg.max_concurrent, seed)));
+                self.execs[exec].engine = Some(Executor::new(exec_config(&self.cfg, seed)));
             }
         }
     }
@@ -1350,7 +1353,7 @@ impl World {
                     self.schedule(at, Ev::StagedDecision(id, snapshot_id));
                 }
             }
-            DelegatorEvent::Progress { .. } => {}
+            DelegatorEvent::Progress { .. } | DelegatorEvent::Forgotten { .. } => {}
         }
     }
 
@@ -1666,7 +1669,7 @@ impl World {
                 self.exec_endings
                     .push((exec, id, state, error.map(|e| e.code)));
             }
-            ExecutorEvent::InviteReceived { .. } => {}
+            ExecutorEvent::InviteReceived { .. } | ExecutorEvent::Forgotten { .. } => {}
         }
     }
 

@@ -1,0 +1,230 @@
+//! Every extractor rejection, each with nothing written outside the target directory.
+
+mod common;
+
+use std::fs;
+use std::io::Cursor;
+
+use awcp_proto::ErrorCode;
+use awcp_transports::archive::{extract, ExtractLimits};
+use awcp_transports::snapshot::{apply_snapshot, ApplyOptions, ApplyRequest};
+use awcp_transports::{ArchiveSource, CancelFlag, ResourceSpec, TransportError};
+use common::{raw_zip, tree, RawEntry};
+
+/// Extracts `zip` into `<tmp>/target` and checks that nothing appeared outside it and nothing
+/// was written at all when the refusal happens during validation.
+fn refuse(zip: &[u8], limits: ExtractLimits) -> TransportError {
+    let t = tempfile::tempdir().unwrap();
+    let target = t.path().join("target");
+    fs::create_dir(&target).unwrap();
+    let err = extract(
+        Cursor::new(zip.to_vec()),
+        &target,
+        &limits,
+        &CancelFlag::new(),
+    )
+    .expect_err("archive must be refused");
+    let outside: Vec<_> = tree(t.path())
+        .into_iter()
+        .filter(|p| !p.starts_with("target/"))
+        .collect();
+    assert!(
+        outside.is_empty(),
+        "something was written outside: {outside:?}"
+    );
+    // Refusals found while validating happen before anything is written at all; only a lie
+    // discovered while decompressing can leave a partial file, and only inside the target.
+    if !err.to_string().contains("declared") {
+        assert!(tree(&target).is_empty(), "{:?}", tree(&target));
+    }
+    err
+}
+
+fn rejected_entry(err: &TransportError, name: &str) {
+    match err {
+        TransportError::EntryRejected { entry, .. } => assert_eq!(entry, name),
+        other => panic!("expected EntryRejected for {name}, got {other:?}"),
+    }
+    let info = err.to_error_info();
+    assert_eq!(info.code, ErrorCode::SetupFailed);
+    assert!(info.message.contains(name), "{}", info.message);
+}
+
+fn ok_first() -> RawEntry {
+    RawEntry::file("ok.txt", b"fine")
+}
+
+#[test]
+fn absolute_path() {
+    let z = raw_zip(&[ok_first(), RawEntry::file("/tmp/awcp-evil-abs", b"x")]);
+    rejected_entry(&refuse(&z, ExtractLimits::default()), "/tmp/awcp-evil-abs");
+    assert!(!std::path::Path::new("/tmp/awcp-evil-abs").exists());
+}
+
+#[test]
+fn dot_dot() {
+    let z = raw_zip(&[ok_first(), RawEntry::file("a/../../evil", b"x")]);
+    rejected_entry(&refuse(&z, ExtractLimits::default()), "a/../../evil");
+}
+
+#[test]
+fn backslash_and_drive() {
+    let z = raw_zip(&[RawEntry::file("..\\evil", b"x")]);
+    rejected_entry(&refuse(&z, ExtractLimits::default()), "..\\evil");
+    let z = raw_zip(&[RawEntry::file("C:/evil", b"x")]);
+    rejected_entry(&refuse(&z, ExtractLimits::default()), "C:/evil");
+}
+
+#[test]
+fn symlink_resolving_outside() {
+    let mut l = RawEntry::file("sub/link", b"../../../etc/passwd");
+    l.mode = 0o120777;
+    let z = raw_zip(&[ok_first(), l, RawEntry::file("sub/link/x", b"x")]);
+    rejected_entry(&refuse(&z, ExtractLimits::default()), "sub/link");
+    let mut l = RawEntry::file("abs", b"/etc");
+    l.mode = 0o120777;
+    rejected_entry(&refuse(&raw_zip(&[l]), ExtractLimits::default()), "abs");
+}
+
+#[test]
+fn symlink_inside_is_skipped_not_materialised() {
+    let mut l = RawEntry::file("link", b"ok.txt");
+    l.mode = 0o120777;
+    let z = raw_zip(&[ok_first(), l]);
+    let t = tempfile::tempdir().unwrap();
+    let r = extract(
+        Cursor::new(z),
+        t.path(),
+        &ExtractLimits::default(),
+        &CancelFlag::new(),
+    )
+    .unwrap();
+    assert_eq!(r.skipped, vec!["link"]);
+    assert_eq!(tree(t.path()), vec!["ok.txt"]);
+}
+
+#[test]
+fn device_fifo_socket() {
+    for (mode, name) in [
+        (0o020644, "chr"),
+        (0o060644, "blk"),
+        (0o010644, "fifo"),
+        (0o140644, "sock"),
+    ] {
+        let mut e = RawEntry::file(name, b"");
+        e.mode = mode;
+        rejected_entry(
+            &refuse(&raw_zip(&[ok_first(), e]), ExtractLimits::default()),
+            name,
+        );
+    }
+}
+
+#[test]
+fn duplicate_entries() {
+    let z = raw_zip(&[ok_first(), RawEntry::file("ok.txt", b"again")]);
+    rejected_entry(&refuse(&z, ExtractLimits::default()), "ok.txt");
+    // A file and a directory of the same name.
+    let z = raw_zip(&[ok_first(), RawEntry::file("ok.txt/inner", b"x")]);
+    rejected_entry(&refuse(&z, ExtractLimits::default()), "ok.txt/inner");
+}
+
+#[test]
+fn entry_over_file_limit() {
+    let limits = ExtractLimits {
+        max_file_bytes: 100,
+        ..Default::default()
+    };
+    let z = raw_zip(&[ok_first(), RawEntry::file("big", &[7u8; 101])]);
+    rejected_entry(&refuse(&z, limits), "big");
+}
+
+#[test]
+fn lying_declared_size() {
+    let mut e = RawEntry::file("liar", &[1u8; 5000]);
+    e.declared_size = Some(10);
+    let err = refuse(&raw_zip(&[e]), ExtractLimits::default());
+    assert_eq!(err.to_error_info().code, ErrorCode::SetupFailed);
+    assert!(err.to_string().contains("liar"), "{err}");
+}
+
+#[test]
+fn zip_bomb_total_size() {
+    let limits = ExtractLimits {
+        max_total_bytes: 1000,
+        ..Default::default()
+    };
+    let z = raw_zip(&[
+        RawEntry::file("a", &[1u8; 600]),
+        RawEntry::file("b", &[2u8; 600]),
+    ]);
+    let err = refuse(&z, limits);
+    assert!(
+        matches!(err, TransportError::BadArchive(ref m) if m.contains("`b`")),
+        "{err:?}"
+    );
+    assert_eq!(err.to_error_info().code, ErrorCode::SetupFailed);
+}
+
+#[test]
+fn zip_bomb_compression_ratio() {
+    let mut e = RawEntry::file("bomb", &vec![0u8; 20 * 1024 * 1024]);
+    e.deflate = true;
+    rejected_entry(&refuse(&raw_zip(&[e]), ExtractLimits::default()), "bomb");
+}
+
+#[test]
+fn too_many_entries_and_garbage() {
+    let limits = ExtractLimits {
+        max_entries: 2,
+        ..Default::default()
+    };
+    let z = raw_zip(&[
+        ok_first(),
+        RawEntry::file("b", b"b"),
+        RawEntry::file("c", b"c"),
+    ]);
+    assert!(matches!(refuse(&z, limits), TransportError::BadArchive(_)));
+    assert!(matches!(
+        refuse(b"definitely not a zip", ExtractLimits::default()),
+        TransportError::BadArchive(_)
+    ));
+}
+
+#[test]
+fn checksum_mismatch_is_refused_before_extraction() {
+    let z = raw_zip(&[ok_first()]);
+    let t = tempfile::tempdir().unwrap();
+    let ws = t.path().join("ws");
+    fs::create_dir(&ws).unwrap();
+    fs::write(ws.join("keep"), b"keep").unwrap();
+    let res = [ResourceSpec {
+        name: awcp_proto::ResourceName::new("ws").unwrap(),
+        source_path: ws.clone(),
+        mode: awcp_proto::AccessMode::Rw,
+    }];
+    let err = apply_snapshot(
+        ApplyRequest {
+            delegation_id: "d1",
+            source: ArchiveSource::Bytes(&z),
+            expected_checksum: Some(&"0".repeat(64)),
+            resources: &res,
+            access_mode: awcp_proto::AccessMode::Rw,
+            baseline: None,
+            layout: None,
+        },
+        &ApplyOptions::default(),
+        &CancelFlag::new(),
+    )
+    .unwrap_err();
+    assert_eq!(err.to_error_info().code, ErrorCode::ChecksumMismatch);
+    assert_eq!(tree(t.path()), vec!["ws/", "ws/keep"]);
+}
+
+#[test]
+fn non_utf8_name() {
+    let mut e = RawEntry::file("x", b"x");
+    e.name = vec![b'a', 0xff, b'b'];
+    let err = refuse(&raw_zip(&[e]), ExtractLimits::default());
+    assert_eq!(err.to_error_info().code, ErrorCode::SetupFailed);
+}

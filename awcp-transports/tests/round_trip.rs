@@ -1,0 +1,571 @@
+//! Delegator prepare → executor setup → edits → capture → delegator apply, in both layouts and
+//! both delivery modes; crash recovery; conflicts; read-only delegations.
+
+mod common;
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use awcp_proto::{AccessMode, DelegationId, ResourceName};
+use awcp_transports::archive::transport::{ArchiveDelegatorConfig, ArchiveExecutorConfig};
+use awcp_transports::snapshot::{recover, CrashPoint, Recovery};
+use awcp_transports::*;
+use common::{tree, write};
+
+struct Fixture {
+    _tmp: tempfile::TempDir,
+    ws: PathBuf,
+    work: PathBuf,
+    out: PathBuf,
+    delegator: ArchiveDelegator,
+    executor: ArchiveExecutor,
+    resources: Vec<ResourceSpec>,
+}
+
+fn fixture(access: AccessMode) -> Fixture {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path().join("project");
+    write(&ws, "README.md", b"# project\n");
+    write(&ws, "src/main.rs", b"fn main() {}\n");
+    write(&ws, "src/lib.rs", b"pub fn a() {}\n");
+    write(&ws, "docs/guide.md", b"guide\n");
+    write(&ws, "old.txt", b"to be deleted\n");
+    write(&ws, "run.sh", b"#!/bin/sh\necho hi\n");
+    fs::set_permissions(ws.join("run.sh"), fs::Permissions::from_mode(0o755)).unwrap();
+    write(&ws, ".git/HEAD", b"ref: refs/heads/main\n");
+    let mut cfg = ArchiveDelegatorConfig::new(tmp.path().join("exports"));
+    cfg.apply.walk = cfg.walk.clone();
+    Fixture {
+        ws: ws.clone(),
+        work: tmp.path().join("executor/d1"),
+        out: tmp.path().join("out"),
+        delegator: ArchiveDelegator::new(cfg),
+        executor: ArchiveExecutor::new(ArchiveExecutorConfig::default()),
+        resources: vec![ResourceSpec {
+            name: ResourceName::new("project").unwrap(),
+            source_path: ws,
+            mode: access,
+        }],
+        _tmp: tmp,
+    }
+}
+
+fn did() -> DelegationId {
+    DelegationId::new("d1").unwrap()
+}
+
+fn prepare(f: &Fixture, layout: Layout, delivery: Delivery, access: AccessMode) -> Prepared {
+    f.delegator
+        .prepare(
+            &PrepareRequest {
+                delegation_id: &did(),
+                resources: &f.resources,
+                access_mode: access,
+                export: ExportViewKind::Symlink,
+                delivery,
+                layout,
+            },
+            &CancelFlag::new(),
+        )
+        .unwrap()
+}
+
+fn setup(f: &Fixture, p: &Prepared, access: AccessMode) -> SetupReport {
+    let names = vec![ResourceName::new("project").unwrap()];
+    let req = match &p.archive {
+        ArchiveOutput::Inline(h) => {
+            SetupRequest::from_inline_handle(&f.work, h, access, &names).unwrap()
+        }
+        ArchiveOutput::File(file) => {
+            // URL mode: the executor consumes a byte stream.
+            let stream = Box::leak(Box::new(fs::File::open(&file.path).unwrap()));
+            SetupRequest {
+                work_dir: &f.work,
+                source: ArchiveSource::Reader(stream),
+                expected_checksum: Some(Box::leak(file.checksum.clone().into_boxed_str())),
+                access_mode: access,
+                resources: Box::leak(names.into_boxed_slice()),
+            }
+        }
+    };
+    f.executor.setup(req, &CancelFlag::new()).unwrap()
+}
+
+/// 3 edits (one adds an executable bit), 1 add, 1 delete in the executor's copy.
+fn edit(root: &Path) {
+    write(root, "README.md", b"# project\nedited\n");
+    write(root, "src/main.rs", b"fn main() { println!(\"x\"); }\n");
+    write(root, "docs/guide.md", b"guide v2\n");
+    write(root, "src/new.rs", b"// new\n");
+    fs::set_permissions(root.join("src/new.rs"), fs::Permissions::from_mode(0o755)).unwrap();
+    fs::remove_file(root.join("old.txt")).unwrap();
+}
+
+fn apply(
+    f: &Fixture,
+    p: &Prepared,
+    snap: &CapturedSnapshot,
+    opts: &ApplyOptions,
+    access: AccessMode,
+) -> Result<ApplyReport, TransportError> {
+    let owned_bytes;
+    let source = match &snap.archive {
+        ArchiveOutput::Inline(h) => ArchiveSource::Base64(h.data.base64.as_deref().unwrap()),
+        ArchiveOutput::File(file) => {
+            owned_bytes = file.path.clone();
+            ArchiveSource::File(&owned_bytes)
+        }
+    };
+    apply_snapshot(
+        ApplyRequest {
+            delegation_id: "d1",
+            source,
+            expected_checksum: Some(snap.archive.checksum()),
+            resources: &f.resources,
+            access_mode: access,
+            baseline: Some(&p.baseline),
+            layout: None,
+        },
+        opts,
+        &CancelFlag::new(),
+    )
+}
+
+fn assert_edited(ws: &Path) {
+    assert_eq!(
+        fs::read(ws.join("README.md")).unwrap(),
+        b"# project\nedited\n"
+    );
+    assert_eq!(fs::read(ws.join("docs/guide.md")).unwrap(), b"guide v2\n");
+    assert!(fs::read_to_string(ws.join("src/main.rs"))
+        .unwrap()
+        .contains("println"));
+    assert!(!ws.join("old.txt").exists(), "deletion must be propagated");
+    let mode = fs::metadata(ws.join("src/new.rs"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o111, 0o111, "executable bit preserved");
+    let mode = fs::metadata(ws.join("run.sh"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o111, 0o111);
+    assert_eq!(
+        fs::read(ws.join(".git/HEAD")).unwrap(),
+        b"ref: refs/heads/main\n"
+    );
+}
+
+#[test]
+fn delta_round_trip_inline_per_resource() {
+    let f = fixture(AccessMode::Rw);
+    let p = prepare(&f, Layout::PerResource, Delivery::Inline, AccessMode::Rw);
+    // Admission counted exactly what shipped: .git is neither counted nor shipped.
+    assert_eq!(p.stats.file_count, 6);
+    assert_eq!(p.baseline.resources["project"].files.len(), 6);
+    let s = setup(&f, &p, AccessMode::Rw);
+    assert_eq!(s.layout, Layout::PerResource);
+    assert_eq!(s.file_count, 6);
+    assert!(!f.work.join("project/.git").exists());
+    // The executor's copy keeps the executable bit.
+    let m = fs::metadata(f.work.join("project/run.sh"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(m & 0o111, 0o111);
+
+    edit(&f.work.join("project"));
+    let snap = f
+        .executor
+        .capture(
+            &f.work,
+            SnapshotKind::Delta,
+            &Delivery::Inline,
+            &CancelFlag::new(),
+        )
+        .unwrap();
+    assert_eq!(snap.kind, SnapshotKind::Delta);
+    assert_eq!(
+        snap.changed,
+        vec![
+            "project/README.md",
+            "project/docs/guide.md",
+            "project/src/main.rs",
+            "project/src/new.rs"
+        ]
+    );
+    assert_eq!(snap.deleted, vec!["project/old.txt"]);
+    assert_eq!(snap.file_count, 4);
+
+    let r = apply(&f, &p, &snap, &ApplyOptions::default(), AccessMode::Rw).unwrap();
+    assert_eq!(r.kind, SnapshotKind::Delta);
+    assert_eq!(r.deleted, vec!["project/old.txt"]);
+    assert_eq!(r.written.len(), 4);
+    assert_edited(&f.ws);
+    // No staging leftovers next to the workspace.
+    let parent = f.ws.parent().unwrap();
+    assert!(fs::read_dir(parent)
+        .unwrap()
+        .flatten()
+        .all(|e| !e.file_name().to_string_lossy().starts_with(".awcp-")));
+
+    f.delegator.release(&did()).unwrap();
+    f.delegator.release(&did()).unwrap();
+    f.executor.release(&f.work).unwrap();
+    f.executor.release(&f.work).unwrap();
+    assert!(!f.work.exists());
+}
+
+#[test]
+fn full_round_trip_url_mode_flat_layout() {
+    let f = fixture(AccessMode::Rw);
+    let p = prepare(
+        &f,
+        Layout::Flat,
+        Delivery::File(f.out.clone()),
+        AccessMode::Rw,
+    );
+    let ArchiveOutput::File(file) = &p.archive else {
+        panic!()
+    };
+    assert!(file.path.exists());
+    let h = file.handle_for_url("http://127.0.0.1:1/a.zip");
+    assert_eq!(h.checksum.len(), 64);
+    let s = setup(&f, &p, AccessMode::Rw);
+    assert_eq!(s.layout, Layout::Flat);
+    assert!(f.work.join("README.md").exists());
+    edit(&f.work);
+    let snap = f
+        .executor
+        .capture(
+            &f.work,
+            SnapshotKind::Full,
+            &Delivery::File(f.out.clone()),
+            &CancelFlag::new(),
+        )
+        .unwrap();
+    assert_eq!(snap.kind, SnapshotKind::Full);
+    assert_eq!(snap.deleted, vec!["old.txt"]);
+    let r = apply(&f, &p, &snap, &ApplyOptions::default(), AccessMode::Rw).unwrap();
+    assert_eq!(r.kind, SnapshotKind::Full);
+    assert_eq!(r.deleted, vec!["project/old.txt"]);
+    assert_eq!(r.unchanged, 2, "untouched files are not rewritten");
+    assert_edited(&f.ws);
+    let ArchiveOutput::File(sf) = &snap.archive else {
+        panic!()
+    };
+    f.executor.release(&f.work).unwrap();
+    assert!(!sf.path.exists());
+    f.delegator.release(&did()).unwrap();
+    assert!(!file.path.exists());
+}
+
+#[test]
+fn crash_between_staging_and_swap_is_rolled_back() {
+    let f = fixture(AccessMode::Rw);
+    let p = prepare(&f, Layout::PerResource, Delivery::Inline, AccessMode::Rw);
+    setup(&f, &p, AccessMode::Rw);
+    edit(&f.work.join("project"));
+    let snap = f
+        .executor
+        .capture(
+            &f.work,
+            SnapshotKind::Delta,
+            &Delivery::Inline,
+            &CancelFlag::new(),
+        )
+        .unwrap();
+    let before = tree(&f.ws);
+    let opts = ApplyOptions {
+        crash: Some(CrashPoint::AfterStaging),
+        ..Default::default()
+    };
+    let e = apply(&f, &p, &snap, &opts, AccessMode::Rw).unwrap_err();
+    assert!(matches!(e, TransportError::InjectedCrash(_)));
+    assert_eq!(tree(&f.ws), before, "workspace untouched");
+    // "Restart": recover the apply directory.
+    let dir = awcp_transports::snapshot::apply_dir(&fs::canonicalize(&f.ws).unwrap(), "d1");
+    assert!(dir.exists());
+    assert_eq!(recover(&dir).unwrap(), Recovery::RolledBack);
+    assert!(!dir.exists());
+    assert_eq!(tree(&f.ws), before);
+    assert_eq!(fs::read(f.ws.join("old.txt")).unwrap(), b"to be deleted\n");
+    // The same snapshot then applies cleanly.
+    apply(&f, &p, &snap, &ApplyOptions::default(), AccessMode::Rw).unwrap();
+    assert_edited(&f.ws);
+}
+
+#[test]
+fn crash_mid_swap_is_rolled_forward() {
+    let f = fixture(AccessMode::Rw);
+    let p = prepare(&f, Layout::PerResource, Delivery::Inline, AccessMode::Rw);
+    setup(&f, &p, AccessMode::Rw);
+    edit(&f.work.join("project"));
+    let snap = f
+        .executor
+        .capture(
+            &f.work,
+            SnapshotKind::Delta,
+            &Delivery::Inline,
+            &CancelFlag::new(),
+        )
+        .unwrap();
+    let opts = ApplyOptions {
+        crash: Some(CrashPoint::AfterOps(2)),
+        ..Default::default()
+    };
+    assert!(apply(&f, &p, &snap, &opts, AccessMode::Rw).is_err());
+    let parent = f.ws.parent().unwrap();
+    let done = awcp_transports::snapshot::recover_all(parent).unwrap();
+    assert_eq!(
+        done,
+        vec![(".awcp-apply-d1".to_owned(), Recovery::RolledForward)]
+    );
+    assert_edited(&f.ws);
+    assert!(!parent.join(".awcp-apply-d1").exists());
+}
+
+#[test]
+fn local_edits_are_reported_as_conflicts_not_overwritten() {
+    let f = fixture(AccessMode::Rw);
+    let p = prepare(&f, Layout::PerResource, Delivery::Inline, AccessMode::Rw);
+    setup(&f, &p, AccessMode::Rw);
+    edit(&f.work.join("project"));
+    let snap = f
+        .executor
+        .capture(
+            &f.work,
+            SnapshotKind::Delta,
+            &Delivery::Inline,
+            &CancelFlag::new(),
+        )
+        .unwrap();
+    // Meanwhile, the user edits two files locally.
+    write(&f.ws, "README.md", b"local change\n");
+    write(&f.ws, "old.txt", b"locally changed too\n");
+    let before = tree(&f.ws);
+    let e = apply(&f, &p, &snap, &ApplyOptions::default(), AccessMode::Rw).unwrap_err();
+    match &e {
+        TransportError::Conflict { paths } => {
+            assert_eq!(
+                paths,
+                &vec!["project/README.md".to_owned(), "project/old.txt".to_owned()]
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(tree(&f.ws), before);
+    assert_eq!(fs::read(f.ws.join("README.md")).unwrap(), b"local change\n");
+    // A local edit to a file the executor did not touch is not a conflict.
+    write(&f.ws, "README.md", b"# project\nedited\n");
+    write(&f.ws, "old.txt", b"to be deleted\n");
+    write(&f.ws, "src/lib.rs", b"pub fn local() {}\n");
+    apply(&f, &p, &snap, &ApplyOptions::default(), AccessMode::Rw).unwrap();
+    assert_eq!(
+        fs::read(f.ws.join("src/lib.rs")).unwrap(),
+        b"pub fn local() {}\n"
+    );
+    assert!(!f.ws.join("old.txt").exists());
+}
+
+#[test]
+fn overwrite_policy_overrides_conflicts() {
+    let f = fixture(AccessMode::Rw);
+    let p = prepare(&f, Layout::PerResource, Delivery::Inline, AccessMode::Rw);
+    setup(&f, &p, AccessMode::Rw);
+    edit(&f.work.join("project"));
+    let snap = f
+        .executor
+        .capture(
+            &f.work,
+            SnapshotKind::Delta,
+            &Delivery::Inline,
+            &CancelFlag::new(),
+        )
+        .unwrap();
+    write(&f.ws, "README.md", b"local change\n");
+    let opts = ApplyOptions {
+        on_conflict: ConflictPolicy::Overwrite,
+        ..Default::default()
+    };
+    apply(&f, &p, &snap, &opts, AccessMode::Rw).unwrap();
+    assert_edited(&f.ws);
+}
+
+#[test]
+fn read_only_delegations_never_write() {
+    for (res_mode, access) in [
+        (AccessMode::Ro, AccessMode::Rw),
+        (AccessMode::Rw, AccessMode::Ro),
+    ] {
+        let f = fixture(res_mode);
+        let p = prepare(&f, Layout::PerResource, Delivery::Inline, access);
+        setup(&f, &p, access);
+        edit(&f.work.join("project"));
+        let snap = f
+            .executor
+            .capture(
+                &f.work,
+                SnapshotKind::Full,
+                &Delivery::Inline,
+                &CancelFlag::new(),
+            )
+            .unwrap();
+        let before = tree(&f.ws);
+        let r = apply(&f, &p, &snap, &ApplyOptions::default(), access).unwrap();
+        assert_eq!(r.skipped_resources, vec!["project"]);
+        assert!(r.written.is_empty() && r.deleted.is_empty());
+        assert_eq!(tree(&f.ws), before);
+        assert!(fs::read_dir(f.ws.parent().unwrap())
+            .unwrap()
+            .flatten()
+            .all(|e| !e.file_name().to_string_lossy().starts_with(".awcp-")));
+    }
+}
+
+#[test]
+fn apply_never_writes_through_symlinks_or_into_git() {
+    let f = fixture(AccessMode::Rw);
+    let p = prepare(&f, Layout::PerResource, Delivery::Inline, AccessMode::Rw);
+    setup(&f, &p, AccessMode::Rw);
+    // The executor adds a file under a directory that, on the delegator, is a symlink out.
+    write(&f.work.join("project"), "linked/evil.txt", b"x");
+    write(
+        &f.work.join("project"),
+        ".git/hooks/post-checkout",
+        b"rm -rf ~",
+    );
+    let outside = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(outside.path(), f.ws.join("linked")).unwrap();
+    let snap = f
+        .executor
+        .capture(
+            &f.work,
+            SnapshotKind::Full,
+            &Delivery::Inline,
+            &CancelFlag::new(),
+        )
+        .unwrap();
+    let e = apply(&f, &p, &snap, &ApplyOptions::default(), AccessMode::Rw).unwrap_err();
+    assert!(
+        matches!(e, TransportError::SymlinkInPath(ref s) if s == "project/linked"),
+        "{e:?}"
+    );
+    assert!(tree(outside.path()).is_empty());
+    assert!(!f.ws.join(".git/hooks").exists());
+}
+
+#[test]
+fn setup_requires_an_empty_work_dir_and_cleans_up_on_failure() {
+    let f = fixture(AccessMode::Rw);
+    let p = prepare(&f, Layout::PerResource, Delivery::Inline, AccessMode::Rw);
+    write(&f.work, "stale", b"x");
+    let ArchiveOutput::Inline(h) = &p.archive else {
+        panic!()
+    };
+    let names = vec![ResourceName::new("project").unwrap()];
+    let req = SetupRequest::from_inline_handle(&f.work, h, AccessMode::Rw, &names).unwrap();
+    let e = f.executor.setup(req, &CancelFlag::new()).unwrap_err();
+    assert_eq!(e.to_error_info().code, awcp_proto::ErrorCode::WorkdirDenied);
+    fs::remove_dir_all(&f.work).unwrap();
+    let mut bad = h.clone();
+    bad.checksum = "0".repeat(64);
+    let req = SetupRequest::from_inline_handle(&f.work, &bad, AccessMode::Rw, &names).unwrap();
+    let e = f.executor.setup(req, &CancelFlag::new()).unwrap_err();
+    assert_eq!(
+        e.to_error_info().code,
+        awcp_proto::ErrorCode::ChecksumMismatch
+    );
+    assert!(!f.work.exists());
+}
+
+#[test]
+fn admission_in_prepare_refuses_oversized_workspaces() {
+    let f = fixture(AccessMode::Rw);
+    let mut cfg = ArchiveDelegatorConfig::new(f.out.join("exports"));
+    cfg.admission = Some(AdmissionLimits {
+        max_file_count: 2,
+        ..Default::default()
+    });
+    let d = ArchiveDelegator::new(cfg);
+    let e = d
+        .prepare(
+            &PrepareRequest {
+                delegation_id: &did(),
+                resources: &f.resources,
+                access_mode: AccessMode::Rw,
+                export: ExportViewKind::Copy,
+                delivery: Delivery::Inline,
+                layout: Layout::PerResource,
+            },
+            &CancelFlag::new(),
+        )
+        .unwrap_err();
+    assert_eq!(
+        e.to_error_info().code,
+        awcp_proto::ErrorCode::WorkspaceTooLarge
+    );
+    assert!(
+        !f.out.join("exports/d1").exists(),
+        "export view removed on failure"
+    );
+    // scan() agrees with what prepare counts.
+    let s = scan(&f.resources, &WalkOptions::default(), &CancelFlag::new()).unwrap();
+    let p = prepare(&f, Layout::PerResource, Delivery::Inline, AccessMode::Rw);
+    assert_eq!(s, p.stats);
+}
+
+#[test]
+fn archives_never_contain_real_paths() {
+    let f = fixture(AccessMode::Rw);
+    let p = prepare(&f, Layout::PerResource, Delivery::Inline, AccessMode::Rw);
+    let ArchiveOutput::Inline(h) = &p.archive else {
+        panic!()
+    };
+    let raw = awcp_transports::archive::decode_base64(h.data.base64.as_deref().unwrap()).unwrap();
+    let z = zip::ZipArchive::new(std::io::Cursor::new(&raw)).unwrap();
+    let real = f.ws.to_string_lossy().into_owned();
+    for n in z.file_names() {
+        assert!(n.starts_with("project/"), "{n}");
+        assert!(!n.contains(&real));
+    }
+    assert_eq!(h.checksum, awcp_transports::manifest::sha256_hex(&raw));
+    assert_eq!(h.checksum, h.checksum.to_lowercase());
+}
+
+#[test]
+fn cancelled_prepare_and_setup_leave_nothing_behind() {
+    let f = fixture(AccessMode::Rw);
+    let c = CancelFlag::new();
+    c.cancel();
+    let e = f
+        .delegator
+        .prepare(
+            &PrepareRequest {
+                delegation_id: &did(),
+                resources: &f.resources,
+                access_mode: AccessMode::Rw,
+                export: ExportViewKind::Copy,
+                delivery: Delivery::File(f.out.clone()),
+                layout: Layout::PerResource,
+            },
+            &c,
+        )
+        .unwrap_err();
+    assert!(matches!(e, TransportError::Cancelled));
+    assert_eq!(e.to_error_info().code, awcp_proto::ErrorCode::Cancelled);
+    assert!(tree(&f.out).is_empty());
+    let p = prepare(&f, Layout::PerResource, Delivery::Inline, AccessMode::Rw);
+    let ArchiveOutput::Inline(h) = &p.archive else {
+        panic!()
+    };
+    let names = vec![ResourceName::new("project").unwrap()];
+    let req = SetupRequest::from_inline_handle(&f.work, h, AccessMode::Rw, &names).unwrap();
+    assert!(matches!(
+        f.executor.setup(req, &c),
+        Err(TransportError::Cancelled)
+    ));
+    assert!(!f.work.exists());
+}
