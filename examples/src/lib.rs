@@ -121,6 +121,20 @@ impl Progress {
         }
     }
 
+    /// Shows a transfer size.
+    pub fn transfer(&self, t: &awcp_driver::delegator::Transfer) {
+        if self.json || t.id != self.id {
+            return;
+        }
+        let line = format!("{}: {}", t.what, human_bytes(t.bytes));
+        let elapsed = self.started.elapsed().as_secs_f32();
+        if self.tty {
+            eprint!("\r\x1b[2K[{elapsed:6.1}s] {line}");
+        } else {
+            eprintln!("[{elapsed:6.1}s] {line}");
+        }
+    }
+
     /// Ends the progress line.
     pub fn finish(&self) {
         if self.tty && !self.json {
@@ -156,4 +170,19 @@ pub fn describe(v: &DelegationView) -> String {
         ));
     }
     s
+}
+
+/// `1.2 MB`-style sizes.
+pub fn human_bytes(n: u64) -> String {
+    const K: f64 = 1024.0;
+    let f = n as f64;
+    if f >= K * K * K {
+        format!("{:.1} GB", f / (K * K * K))
+    } else if f >= K * K {
+        format!("{:.1} MB", f / (K * K))
+    } else if f >= K {
+        format!("{:.1} KB", f / K)
+    } else {
+        format!("{n} B")
+    }
 }

@@ -145,6 +145,20 @@ enum Cmd {
     Wait(DelegationId, oneshot::Sender<Option<DelegationView>>),
     Subscribe(mpsc::UnboundedSender<DelegatorEvent>),
     Input(DelegatorInput),
+    Stop(oneshot::Sender<()>),
+    Transferred(Transfer),
+    SubscribeTransfers(mpsc::UnboundedSender<Transfer>),
+}
+
+/// Bytes moved for a delegation, for progress displays.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Transfer {
+    /// The delegation.
+    pub id: DelegationId,
+    /// `"workspace archive"` (sent) or `"snapshot"` (received).
+    pub what: &'static str,
+    /// Size in bytes.
+    pub bytes: u64,
 }
 
 /// Archives served by URL: token → (delegation, file, expiry).
@@ -204,6 +218,7 @@ impl DelegatorHandle {
             streams: BTreeMap::new(),
             waiters: BTreeMap::new(),
             subscribers: Vec::new(),
+            transfer_subscribers: Vec::new(),
             archives: archives.clone(),
         };
         rt.spawn(Box::pin(lp.run(rx)));
@@ -283,6 +298,23 @@ impl DelegatorHandle {
         rx.await.ok()?
     }
 
+    /// Stops the engine task without touching the delegations: their journal records let a
+    /// new [`DelegatorHandle`] on the same state directory resume them (reconnecting to the
+    /// executor). In-flight transport work may still finish in the background.
+    pub async fn stop(&self) {
+        let (tx, rx) = oneshot::channel();
+        if self.tx.unbounded_send(Cmd::Stop(tx)).is_ok() {
+            let _ = rx.await;
+        }
+    }
+
+    /// A stream of transfer sizes (workspace archive sent, snapshot received).
+    pub fn transfers(&self) -> mpsc::UnboundedReceiver<Transfer> {
+        let (tx, rx) = mpsc::unbounded();
+        let _ = self.tx.unbounded_send(Cmd::SubscribeTransfers(tx));
+        rx
+    }
+
     /// A stream of every engine event (progress displays, logs).
     pub fn events(&self) -> mpsc::UnboundedReceiver<DelegatorEvent> {
         let (tx, rx) = mpsc::unbounded();
@@ -346,6 +378,7 @@ struct Loop<R: Runtime> {
     streams: BTreeMap<DelegationId, AbortHandle>,
     waiters: BTreeMap<DelegationId, Vec<oneshot::Sender<Option<DelegationView>>>>,
     subscribers: Vec<mpsc::UnboundedSender<DelegatorEvent>>,
+    transfer_subscribers: Vec<mpsc::UnboundedSender<Transfer>>,
     archives: ArchiveTable,
 }
 
@@ -358,6 +391,14 @@ impl<R: Runtime> Loop<R> {
                 None => self.rt.sleep(Duration::from_secs(3600)),
             };
             match futures::future::select(rx.next(), sleep).await {
+                Either::Left((Some(Cmd::Stop(done)), _)) => {
+                    // Leave delegations as they are: the journal lets a new process resume.
+                    for (_, h) in std::mem::take(&mut self.streams) {
+                        h.abort();
+                    }
+                    let _ = done.send(());
+                    break;
+                }
                 Either::Left((Some(cmd), _)) => self.on_cmd(cmd),
                 Either::Left((None, _)) => break,
                 Either::Right(_) => self.engine.handle_timeout(self.rt.now()),
@@ -440,6 +481,11 @@ impl<R: Runtime> Loop<R> {
                 Some(_) => self.waiters.entry(id).or_default().push(reply),
             },
             Cmd::Subscribe(tx) => self.subscribers.push(tx),
+            Cmd::Stop(_) => {}
+            Cmd::Transferred(t) => self
+                .transfer_subscribers
+                .retain(|s| s.unbounded_send(t.clone()).is_ok()),
+            Cmd::SubscribeTransfers(tx) => self.transfer_subscribers.push(tx),
             Cmd::Input(i) => {
                 if let Err(e) = self.engine.handle(now, i) {
                     tracing::debug!("input ignored: {e}");
@@ -548,6 +594,7 @@ impl<R: Runtime> Loop<R> {
                 let dir = self.opts.state_dir.join("archives");
                 let archives = self.archives.clone();
                 let baselines = self.baselines.clone();
+                let note = self.tx.clone();
                 self.rt.spawn(Box::pin(async move {
                     let did = id.clone();
                     let result = blocking(&rt, move || {
@@ -577,6 +624,11 @@ impl<R: Runtime> Loop<R> {
                         let prepared = t
                             .prepare(&req, &CancelFlag::new())
                             .map_err(|e| e.to_error_info())?;
+                        let _ = note.unbounded_send(Cmd::Transferred(Transfer {
+                            id: did.clone(),
+                            what: "workspace archive",
+                            bytes: prepared.archive.size_bytes(),
+                        }));
                         baselines
                             .lock()
                             .unwrap_or_else(|p| p.into_inner())
@@ -785,6 +837,7 @@ impl<R: Runtime> Loop<R> {
         let dir = self.snapshot_dir(&id);
         let downloads = self.opts.state_dir.join("downloads");
         let limit = self.opts.max_snapshot_bytes;
+        let note = self.tx.clone();
         self.rt.spawn(Box::pin(async move {
             let result = async {
                 let (file, b64, checksum, temp) = match source {
@@ -792,13 +845,25 @@ impl<R: Runtime> Loop<R> {
                         (Some(dir.join(format!("{sid}.zip"))), None, None, false)
                     }
                     SnapshotSource::Event(snap) => match (snap.data.base64, snap.data.url) {
-                        (Some(b), _) => (None, Some(b), snap.checksum, false),
+                        (Some(b), _) => {
+                            let _ = note.unbounded_send(Cmd::Transferred(Transfer {
+                                id: id.clone(),
+                                what: "snapshot",
+                                bytes: b.len() as u64 / 4 * 3,
+                            }));
+                            (None, Some(b), snap.checksum, false)
+                        }
                         (None, Some(url)) => {
                             let _ = std::fs::create_dir_all(&downloads);
                             let f = downloads.join(format!("{id}-{sid}.zip"));
-                            net::download(&rt, &url, &[], f.clone(), limit, Duration::from_secs(600))
+                            let n = net::download(&rt, &url, &[], f.clone(), limit, Duration::from_secs(600))
                                 .await
                                 .map_err(|e| ErrorInfo::new(ErrorCode::TransportError, format!("fetching the snapshot: {e}")))?;
+                            let _ = note.unbounded_send(Cmd::Transferred(Transfer {
+                                id: id.clone(),
+                                what: "snapshot",
+                                bytes: n,
+                            }));
                             (Some(f), None, snap.checksum, true)
                         }
                         (None, None) => {

@@ -160,6 +160,7 @@ impl ExecutorHandle {
             pending: BTreeMap::new(),
             streams: BTreeMap::new(),
             cancels: BTreeMap::new(),
+            resources: BTreeMap::new(),
             snapshots: snapshots.clone(),
             next_id: 1,
             journal,
@@ -255,6 +256,8 @@ struct Loop<R: Runtime> {
     pending: BTreeMap<RequestId, oneshot::Sender<Response>>,
     streams: BTreeMap<StreamId, mpsc::UnboundedSender<Bytes>>,
     cancels: BTreeMap<DelegationId, CancelFlag>,
+    /// Resource names per assignment (from setup), to pick the task's directory.
+    resources: BTreeMap<DelegationId, Vec<String>>,
     snapshots: SnapshotFiles,
     next_id: u64,
     journal: Option<journal::Journal>,
@@ -400,6 +403,10 @@ impl<R: Runtime> Loop<R> {
                 let rt = self.rt.clone();
                 let cancel = CancelFlag::new();
                 self.cancels.insert(id.clone(), cancel.clone());
+                self.resources.insert(
+                    id.clone(),
+                    resources.iter().map(|r| r.name.to_string()).collect(),
+                );
                 let downloads = self.work_root.join(".awcp").join("downloads");
                 let timeout = self.download_timeout;
                 self.rt.spawn(Box::pin(async move {
@@ -431,9 +438,18 @@ impl<R: Runtime> Loop<R> {
                 let rt = self.rt.clone();
                 let cancel = CancelFlag::new();
                 self.cancels.insert(id.clone(), cancel.clone());
+                // A single exported directory is the task's working directory (as the
+                // reference hands `<work>/<name>` to its agent); several stay side by side.
+                let mut task_dir = PathBuf::from(&work_dir);
+                if let Some([only]) = self.resources.get(&id).map(Vec::as_slice) {
+                    let d = task_dir.join(only);
+                    if d.is_dir() {
+                        task_dir = d;
+                    }
+                }
                 let ctx = TaskContext {
                     delegation_id: id.clone(),
-                    work_dir: PathBuf::from(work_dir),
+                    work_dir: task_dir,
                     description: task.description,
                     prompt: task.prompt,
                     expires_at,
@@ -528,6 +544,7 @@ impl<R: Runtime> Loop<R> {
             }
             ExecutorOutput::Release { id, work_dir } => {
                 self.cancels.remove(&id);
+                self.resources.remove(&id);
                 let t = self.transport.clone();
                 let feed = self.feed();
                 let rt = self.rt.clone();

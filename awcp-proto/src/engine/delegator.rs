@@ -1641,7 +1641,7 @@ impl Delegator {
             result: d.result.clone(),
             error: d.error.clone(),
         };
-        tracing::info!(delegation = %id, state = %d.machine.state(), "delegation ended");
+        tracing::debug!(delegation = %id, state = %d.machine.state(), "delegation ended");
         self.outputs.push_back(DelegatorOutput::Event(ev));
         self.timers
             .set(id, Timer::Purge, now.saturating_add(self.config.retention));
@@ -1890,12 +1890,13 @@ impl Delegator {
             .get("startSent")
             .and_then(|v| v.as_bool())
             .unwrap_or(false);
+        // Anything past ACCEPT (or terminal but not wound down) may hold an export view.
         let prepared = !ended
-            && matches!(
-                state,
-                DelegationState::Accepted | DelegationState::Started | DelegationState::Running
-            )
-            || (!ended && state.is_terminal());
+            && (state.is_terminal()
+                || matches!(
+                    state,
+                    DelegationState::Accepted | DelegationState::Started | DelegationState::Running
+                ));
         let req = DelegateRequest {
             id: id.clone(),
             peer: r.get("peer")?.as_str()?.to_owned(),

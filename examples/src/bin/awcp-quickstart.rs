@@ -71,6 +71,7 @@ async fn main() {
 
     // 3. Delegate, follow progress, wait for the applied result.
     let mut events = delegator.events();
+    let mut transfers = delegator.transfers();
     let params = DelegateParams::new(
         peer,
         dir.clone(),
@@ -91,6 +92,7 @@ async fn main() {
         tokio::select! {
             v = &mut wait => break v,
             Some(ev) = events.next() => progress.show(&ev),
+            Some(t) = transfers.next() => progress.transfer(&t),
         }
     };
     progress.finish();

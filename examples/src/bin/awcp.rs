@@ -239,6 +239,7 @@ async fn main() {
                     .unwrap_or_else(|e| fail(e));
                 print_value(cli.json, &v, human_record);
                 exit_for(&v);
+                return;
             }
             let state_dir = state_dir.unwrap_or_else(default_state_dir);
             let mut archive_base = None;
@@ -400,6 +401,7 @@ async fn run_delegate(
     params.snapshot_mode = mode;
     params.auth = auth;
     let mut events = d.events();
+    let mut transfers = d.transfers();
     let id = d.delegate(params).await.unwrap_or_else(|e| fail(e));
     let progress = awcp_examples::Progress::new(id.clone(), json);
     let waiter = d.wait(&id);
@@ -408,6 +410,7 @@ async fn run_delegate(
         tokio::select! {
             v = &mut waiter => break v,
             Some(ev) = events.next() => progress.show(&ev),
+            Some(t) = transfers.next() => progress.transfer(&t),
             _ = awcp_tokio::shutdown_signal() => {
                 eprintln!("\ninterrupted: cancelling {id}");
                 let _ = d.cancel(&id).await;

@@ -156,7 +156,7 @@ impl TaskRunner for EditRunner {
         progress: &dyn Fn(String),
         _c: &CancelFlag,
     ) -> Result<TaskOutcome, String> {
-        let w = ctx.work_dir.join("workspace");
+        let w = ctx.work_dir.clone();
         progress("editing".into());
         if ctx.access_mode == AccessMode::Rw {
             std::fs::write(w.join("a.txt"), "A edited\n").map_err(|e| e.to_string())?;
