@@ -131,6 +131,7 @@ macro_rules! conformance_suite {
             auth_is_required_when_configured,
             malformed_requests_get_documented_errors,
             reference_dialect_exchange_from_wire_md,
+            sse_stream_cut_mid_task_is_resumed,
         );
     };
     (@ $rt:ty: $($name:ident),* $(,)?) => {
@@ -588,6 +589,109 @@ pub async fn auth_is_required_when_configured<R: TestRuntime>() {
     assert_eq!(status, 401);
     let (status, _) = http_get::<R>(&url, &[("authorization", "Bearer s3cret".into())]).await;
     assert_ne!(status, 401);
+}
+
+/// A TCP proxy on plain threads (so it is no runtime's) that can cut every connection.
+pub struct CutProxy {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    conns: Arc<std::sync::Mutex<Vec<std::net::TcpStream>>>,
+    event_streams: Arc<std::sync::atomic::AtomicU32>,
+    opened: async_channel::Receiver<()>,
+}
+
+impl CutProxy {
+    /// Forwards connections on a new loopback port to `upstream`.
+    pub fn start(upstream: SocketAddr) -> CutProxy {
+        use std::io::{Read, Write};
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let conns: Arc<std::sync::Mutex<Vec<std::net::TcpStream>>> = Default::default();
+        let event_streams: Arc<std::sync::atomic::AtomicU32> = Default::default();
+        let (tx, opened) = async_channel::unbounded();
+        let (c, n) = (conns.clone(), event_streams.clone());
+        std::thread::spawn(move || {
+            for down in l.incoming().flatten() {
+                let (conns, count, tx) = (c.clone(), n.clone(), tx.clone());
+                std::thread::spawn(move || {
+                    let Ok(mut up) = std::net::TcpStream::connect(upstream) else {
+                        return;
+                    };
+                    let mut down = down;
+                    {
+                        let mut g = conns.lock().unwrap();
+                        g.push(down.try_clone().unwrap());
+                        g.push(up.try_clone().unwrap());
+                    }
+                    // Peek at the request line to count event-stream connections.
+                    let mut first = [0u8; 256];
+                    let n = down.read(&mut first).unwrap_or(0);
+                    if String::from_utf8_lossy(&first[..n]).contains("/events ") {
+                        count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        let _ = tx.try_send(());
+                    }
+                    if up.write_all(&first[..n]).is_err() {
+                        return;
+                    }
+                    let (mut d2, mut u2) = (down.try_clone().unwrap(), up.try_clone().unwrap());
+                    std::thread::spawn(move || std::io::copy(&mut u2, &mut d2));
+                    let _ = std::io::copy(&mut down, &mut up);
+                });
+            }
+        });
+        CutProxy {
+            addr,
+            conns,
+            event_streams,
+            opened,
+        }
+    }
+
+    /// Resolves once per event-stream connection opened through the proxy.
+    pub async fn stream_opened(&self) {
+        self.opened.recv().await.unwrap();
+    }
+
+    /// Event-stream connections seen so far.
+    pub fn event_streams(&self) -> u32 {
+        self.event_streams.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Cuts every connection made so far.
+    pub fn cut_all(&self) {
+        for s in self.conns.lock().unwrap().drain(..) {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+pub async fn sse_stream_cut_mid_task_is_resumed<R: TestRuntime>() {
+    let gate = GateRunner::default();
+    let ex = start_executor::<R>(Arc::new(gate.clone()), |_| {}).await;
+    let proxy = CutProxy::start(ex.base.trim_start_matches("http://").parse().unwrap());
+    let dg = start_delegator::<R>(false, |_| {}).await;
+    let ws = workspace();
+    let peer = format!("http://{}/awcp", proxy.addr);
+    let id = dg.handle.delegate(params(&peer, ws.path())).await.unwrap();
+    gate.started().await;
+    proxy.stream_opened().await;
+    assert_eq!(proxy.event_streams(), 1);
+    proxy.cut_all();
+    // The delegator re-opens its stream (the proxy sees a new event-stream connection).
+    proxy.stream_opened().await;
+    assert_eq!(proxy.event_streams(), 2);
+    assert_eq!(
+        dg.handle.get(&id).await.unwrap().state,
+        DelegationState::Running
+    );
+    gate.release
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let v = timeout::<R, _>(Duration::from_secs(60), dg.handle.wait(&id))
+        .await
+        .expect("delegation ended in time")
+        .unwrap();
+    assert_eq!(v.state, DelegationState::Completed, "{v:?}");
+    wait_released::<R>(&ex).await;
 }
 
 // ---------------------------------------------------------------------------------------------
