@@ -103,22 +103,26 @@ pub async fn serve_executor(
     serve(listener, executor_router(executor), shutdown).await
 }
 
-/// A router serving a delegator's one-time archive URLs (`/archives/{token}`) and, if given,
-/// the daemon API.
+/// A router serving a delegator's one-time archive URLs (`/archives/{token}`) and the daemon
+/// API (routing: [`DelegatorHandle::handle_http`]).
 pub fn delegator_router(delegator: DelegatorHandle) -> axum::Router {
     axum::Router::new()
         .fallback(move |req: axum::extract::Request| {
             let d = delegator.clone();
-            async move {
-                match d.handle_archive_request(&req) {
-                    Some(r) => r.map(axum::body::Body::new),
-                    None => awcp_driver::delegator::daemon::handle(&d, req)
-                        .await
-                        .map(axum::body::Body::new),
-                }
-            }
+            async move { d.handle_http(req).await.map(axum::body::Body::new) }
         })
         .layer(axum::extract::DefaultBodyLimit::max(16 * 1024 * 1024))
+}
+
+/// Binds `addr` and serves the delegator's archive URLs and daemon API until `shutdown`.
+/// Archive URLs are only handed out if `DelegatorOptions::archive_base_url` points here.
+pub async fn serve_delegator(
+    addr: SocketAddr,
+    delegator: DelegatorHandle,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> io::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    serve(listener, delegator_router(delegator), shutdown).await
 }
 
 /// Resolves on SIGINT or SIGTERM.

@@ -322,6 +322,20 @@ impl DelegatorHandle {
         rx
     }
 
+    /// Answers one HTTP request to the delegator's server: a one-time archive URL
+    /// (`/archives/{token}`, see [`Self::handle_archive_request`]) or else the daemon API
+    /// ([`daemon::handle`]). Every driver's delegator server calls this.
+    pub async fn handle_http<B>(&self, req: http::Request<B>) -> http::Response<ResponseBody>
+    where
+        B: http_body::Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        match self.handle_archive_request(&req) {
+            Some(r) => r,
+            None => daemon::handle(self, req).await,
+        }
+    }
+
     /// Serves `GET /archives/{token}`: a one-time, delegation-bound, expiring archive URL.
     /// Returns `None` for other paths.
     pub fn handle_archive_request<B>(

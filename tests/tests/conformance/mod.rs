@@ -1,4 +1,7 @@
-//! End-to-end delegations over real HTTP on 127.0.0.1 with real files, tokio driver.
+//! The conformance suite: end-to-end delegations over real HTTP on 127.0.0.1 with real files,
+//! written once against [`TestRuntime`] and instantiated per driver by [`conformance_suite!`]
+//! (`conformance_tokio.rs`, `conformance_smol.rs`). The cross-runtime and async-std tests reuse
+//! its harness.
 //!
 //! Every wait is on an event (a delegation ending, a runner reporting it started, a process
 //! printing its URL); nothing sleeps to let time pass.
@@ -17,18 +20,135 @@ use awcp_proto::{
     AccessMode, AdmissionLimits, Auth, AuthType, DelegationState, DelegatorConfig, ErrorCode,
     ExecutorConfig,
 };
-use awcp_tokio::TokioRuntime;
 use awcp_transports::{
     ArchiveDelegator, ArchiveDelegatorConfig, ArchiveExecutor, CancelFlag, TaskContext,
     TaskOutcome, TaskRunner,
 };
-use tokio::sync::Notify;
+use std::future::Future;
+use std::net::SocketAddr;
+
+use awcp_driver::Runtime;
+
+// ---------------------------------------------------------------------------------------------
+// Runtimes
+
+/// What the suite needs from a driver beyond [`Runtime`]: run a test, bind a loopback port,
+/// serve an executor or a delegator on it in the background.
+pub trait TestRuntime: Runtime + Default {
+    /// The driver's listener type.
+    type Listener: Send + 'static;
+    /// Runs a test body to completion on this runtime.
+    fn block_on<F: Future>(f: F) -> F::Output;
+    /// Binds 127.0.0.1 on a free port.
+    fn bind() -> impl Future<Output = (Self::Listener, SocketAddr)>;
+    /// Serves the executor's endpoints on `l` in the background.
+    fn serve_executor(l: Self::Listener, h: ExecutorHandle);
+    /// Serves the delegator's archive URLs and daemon API on `l` in the background.
+    fn serve_delegator(l: Self::Listener, h: DelegatorHandle);
+}
+
+impl TestRuntime for awcp_tokio::TokioRuntime {
+    type Listener = tokio::net::TcpListener;
+    fn block_on<F: Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(f)
+    }
+    async fn bind() -> (Self::Listener, SocketAddr) {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let a = l.local_addr().unwrap();
+        (l, a)
+    }
+    fn serve_executor(l: Self::Listener, h: ExecutorHandle) {
+        let router = awcp_tokio::executor_router(h);
+        tokio::spawn(awcp_tokio::serve(l, router, std::future::pending()));
+    }
+    fn serve_delegator(l: Self::Listener, h: DelegatorHandle) {
+        let router = awcp_tokio::delegator_router(h);
+        tokio::spawn(awcp_tokio::serve(l, router, std::future::pending()));
+    }
+}
+
+impl TestRuntime for awcp_smol::SmolRuntime {
+    type Listener = smol::net::TcpListener;
+    fn block_on<F: Future>(f: F) -> F::Output {
+        smol::block_on(f)
+    }
+    async fn bind() -> (Self::Listener, SocketAddr) {
+        let l = smol::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let a = l.local_addr().unwrap();
+        (l, a)
+    }
+    fn serve_executor(l: Self::Listener, h: ExecutorHandle) {
+        let svc = awcp_smol::executor_service(h);
+        smol::spawn(awcp_smol::serve(l, svc, std::future::pending())).detach();
+    }
+    fn serve_delegator(l: Self::Listener, h: DelegatorHandle) {
+        let svc = awcp_smol::delegator_service(h);
+        smol::spawn(awcp_smol::serve(l, svc, std::future::pending())).detach();
+    }
+}
+
+/// Runs `fut` on `R` in the background; the returned future yields its output.
+pub fn spawn<R: Runtime + Default, T: Send + 'static>(
+    fut: impl Future<Output = T> + Send + 'static,
+) -> impl Future<Output = T> {
+    let (tx, rx) = futures::channel::oneshot::channel();
+    R::default().spawn(Box::pin(async move {
+        let _ = tx.send(fut.await);
+    }));
+    async move { rx.await.expect("spawned task finished") }
+}
+
+/// `Some(output)` if `fut` finishes within `d`, timed by `R`.
+pub async fn timeout<R: Runtime + Default, T>(
+    d: Duration,
+    fut: impl Future<Output = T>,
+) -> Option<T> {
+    let fut = std::pin::pin!(fut);
+    match futures::future::select(fut, R::default().sleep(d)).await {
+        futures::future::Either::Left((v, _)) => Some(v),
+        futures::future::Either::Right(_) => None,
+    }
+}
+
+/// Instantiates every scenario of the suite as a `#[test]` running on the given runtime.
+macro_rules! conformance_suite {
+    ($rt:ty) => {
+        conformance_suite!(@ $rt:
+            archive_inline_delegation_applies_edits_new_files_and_deletions,
+            archive_url_mode_delegation_applies_the_result,
+            read_only_delegation_leaves_the_source_untouched,
+            staged_snapshot_can_be_applied_later,
+            staged_snapshot_can_be_discarded,
+            admission_rejects_a_too_large_workspace_with_a_hint,
+            executor_declines_at_its_concurrency_limit,
+            cancel_from_the_delegator_stops_the_runner,
+            lease_expiry_mid_task_expires_both_sides_and_cleans_up,
+            auth_is_required_when_configured,
+            malformed_requests_get_documented_errors,
+            reference_dialect_exchange_from_wire_md,
+            sse_stream_cut_mid_task_is_resumed,
+        );
+    };
+    (@ $rt:ty: $($name:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $name() {
+                <$rt as conformance::TestRuntime>::block_on(conformance::$name::<$rt>());
+            }
+        )*
+    };
+}
 
 // ---------------------------------------------------------------------------------------------
 // Harness
 
 /// A runner that applies edits to the work dir's `workspace/` resource.
-struct EditRunner;
+pub struct EditRunner;
 
 impl TaskRunner for EditRunner {
     fn run(
@@ -54,11 +174,33 @@ impl TaskRunner for EditRunner {
 }
 
 /// A runner that reports it started, then blocks until released or cancelled.
-#[derive(Clone, Default)]
-struct GateRunner {
-    started: Arc<Notify>,
-    release: Arc<std::sync::atomic::AtomicBool>,
-    saw_cancel: Arc<std::sync::atomic::AtomicBool>,
+#[derive(Clone)]
+pub struct GateRunner {
+    started_tx: async_channel::Sender<()>,
+    started_rx: async_channel::Receiver<()>,
+    /// Set to let the task finish.
+    pub release: Arc<std::sync::atomic::AtomicBool>,
+    /// Whether the task saw its cancel flag.
+    pub saw_cancel: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Default for GateRunner {
+    fn default() -> Self {
+        let (started_tx, started_rx) = async_channel::unbounded();
+        GateRunner {
+            started_tx,
+            started_rx,
+            release: Default::default(),
+            saw_cancel: Default::default(),
+        }
+    }
+}
+
+impl GateRunner {
+    /// Resolves once a task has started (one call per started task).
+    pub async fn started(&self) {
+        self.started_rx.recv().await.expect("runner alive");
+    }
 }
 
 impl TaskRunner for GateRunner {
@@ -70,7 +212,7 @@ impl TaskRunner for GateRunner {
     ) -> Result<TaskOutcome, String> {
         use std::sync::atomic::Ordering;
         progress("gate: started".into());
-        self.started.notify_one();
+        let _ = self.started_tx.try_send(());
         loop {
             if cancel.is_cancelled() {
                 self.saw_cancel.store(true, Ordering::SeqCst);
@@ -88,15 +230,15 @@ impl TaskRunner for GateRunner {
     }
 }
 
-struct Exec {
-    handle: ExecutorHandle,
-    peer: String,
-    base: String,
-    work_root: PathBuf,
+pub struct Exec {
+    pub handle: ExecutorHandle,
+    pub peer: String,
+    pub base: String,
+    pub work_root: PathBuf,
     _dir: tempfile::TempDir,
 }
 
-async fn start_executor(
+pub async fn start_executor<R: TestRuntime>(
     runner: Arc<dyn TaskRunner>,
     tweak: impl FnOnce(&mut ExecutorConfig),
 ) -> Exec {
@@ -109,15 +251,10 @@ async fn start_executor(
     };
     tweak(&mut engine);
     let opts = ExecutorOptions::new(engine, Arc::new(ArchiveExecutor::default()), runner);
-    let handle = ExecutorHandle::start(TokioRuntime, opts);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
+    let handle = ExecutorHandle::start(R::default(), opts);
+    let (listener, addr) = R::bind().await;
     handle.set_public_url(format!("http://{addr}"));
-    tokio::spawn(awcp_tokio::serve(
-        listener,
-        awcp_tokio::executor_router(handle.clone()),
-        std::future::pending(),
-    ));
+    R::serve_executor(listener, handle.clone());
     Exec {
         handle,
         peer: format!("http://{addr}/awcp"),
@@ -127,12 +264,15 @@ async fn start_executor(
     }
 }
 
-struct Deleg {
-    handle: DelegatorHandle,
+pub struct Deleg {
+    pub handle: DelegatorHandle,
     _dir: tempfile::TempDir,
 }
 
-async fn start_delegator(url_mode: bool, tweak: impl FnOnce(&mut DelegatorConfig)) -> Deleg {
+pub async fn start_delegator<R: TestRuntime>(
+    url_mode: bool,
+    tweak: impl FnOnce(&mut DelegatorConfig),
+) -> Deleg {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
     let transport = ArchiveDelegator::new(ArchiveDelegatorConfig::new(state.join("exports")));
@@ -141,24 +281,20 @@ async fn start_delegator(url_mode: bool, tweak: impl FnOnce(&mut DelegatorConfig
     opts.engine.result_poll_interval = Duration::from_millis(100);
     tweak(&mut opts.engine);
     let listener = if url_mode {
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        opts.archive_base_url = Some(format!("http://{}", l.local_addr().unwrap()));
+        let (l, a) = R::bind().await;
+        opts.archive_base_url = Some(format!("http://{a}"));
         Some(l)
     } else {
         None
     };
-    let handle = DelegatorHandle::start(TokioRuntime, opts);
+    let handle = DelegatorHandle::start(R::default(), opts);
     if let Some(l) = listener {
-        tokio::spawn(awcp_tokio::serve(
-            l,
-            awcp_tokio::delegator_router(handle.clone()),
-            std::future::pending(),
-        ));
+        R::serve_delegator(l, handle.clone());
     }
     Deleg { handle, _dir: dir }
 }
 
-fn workspace() -> tempfile::TempDir {
+pub fn workspace() -> tempfile::TempDir {
     let d = tempfile::tempdir().unwrap();
     std::fs::write(d.path().join("a.txt"), "A\n").unwrap();
     std::fs::write(d.path().join("b.txt"), "B\n").unwrap();
@@ -168,7 +304,7 @@ fn workspace() -> tempfile::TempDir {
     d
 }
 
-fn tree(root: &Path) -> BTreeMap<String, String> {
+pub fn tree(root: &Path) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, String>) {
         for e in std::fs::read_dir(dir).unwrap().flatten() {
@@ -185,22 +321,22 @@ fn tree(root: &Path) -> BTreeMap<String, String> {
     out
 }
 
-fn params(peer: &str, dir: &Path) -> DelegateParams {
+pub fn params(peer: &str, dir: &Path) -> DelegateParams {
     DelegateParams::new(peer, dir, "e2e", "edit files")
 }
 
-async fn run_to_end(
+pub async fn run_to_end<R: TestRuntime>(
     d: &DelegatorHandle,
     p: DelegateParams,
 ) -> awcp_proto::engine::delegator::DelegationView {
     let id = d.delegate(p).await.unwrap();
-    tokio::time::timeout(Duration::from_secs(60), d.wait(&id))
+    timeout::<R, _>(Duration::from_secs(60), d.wait(&id))
         .await
         .expect("delegation ended in time")
         .expect("delegation known")
 }
 
-fn assert_edited(dir: &Path) {
+pub fn assert_edited(dir: &Path) {
     let t = tree(dir);
     assert_eq!(t.get("a.txt").map(String::as_str), Some("A edited\n"));
     assert_eq!(t.get("b.txt").map(String::as_str), Some("B edited\n"));
@@ -212,19 +348,23 @@ fn assert_edited(dir: &Path) {
     assert!(!t.contains_key("gone.txt"), "deletion propagated: {t:?}");
 }
 
-async fn wait_released(ex: &Exec) {
+pub async fn wait_released<R: TestRuntime>(ex: &Exec) {
+    wait_idle::<R>(&ex.handle, &ex.work_root).await
+}
+
+/// Waits until the executor has no assignment and its work root holds no work directory.
+pub async fn wait_idle<R: Runtime + Default>(handle: &ExecutorHandle, work_root: &Path) {
     // The executor releases asynchronously after `done`; wait for its status to show no
     // active assignment and the work root to be empty of work dirs.
     for _ in 0..2000 {
-        let s = ex.handle.status().await.unwrap();
-        let dirs = std::fs::read_dir(&ex.work_root)
+        let s = handle.status().await.unwrap();
+        let dirs = std::fs::read_dir(work_root)
             .map(|rd| rd.flatten().filter(|e| e.file_name() != ".awcp").count())
             .unwrap_or(0);
         if s.active == 0 && s.pending == 0 && dirs == 0 {
             return;
         }
-        tokio::task::yield_now().await;
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        R::default().sleep(Duration::from_millis(5)).await;
     }
     panic!("executor did not release its work directories");
 }
@@ -232,15 +372,14 @@ async fn wait_released(ex: &Exec) {
 // ---------------------------------------------------------------------------------------------
 // Scenarios
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn archive_inline_delegation_applies_edits_new_files_and_deletions() {
-    let ex = start_executor(Arc::new(EditRunner), |_| {}).await;
-    let dg = start_delegator(false, |c| {
+pub async fn archive_inline_delegation_applies_edits_new_files_and_deletions<R: TestRuntime>() {
+    let ex = start_executor::<R>(Arc::new(EditRunner), |_| {}).await;
+    let dg = start_delegator::<R>(false, |c| {
         c.features.retain(|f| f != awcp_proto::feature::ARCHIVE_URL)
     })
     .await;
     let ws = workspace();
-    let v = run_to_end(&dg.handle, params(&ex.peer, ws.path())).await;
+    let v = run_to_end::<R>(&dg.handle, params(&ex.peer, ws.path())).await;
     assert_eq!(v.state, DelegationState::Completed, "{v:?}");
     assert_eq!(
         v.result.as_ref().unwrap().summary,
@@ -252,15 +391,14 @@ async fn archive_inline_delegation_applies_edits_new_files_and_deletions() {
         awcp_proto::engine::delegator::SnapshotStatus::Applied
     );
     assert_edited(ws.path());
-    wait_released(&ex).await;
+    wait_released::<R>(&ex).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn archive_url_mode_delegation_applies_the_result() {
-    let ex = start_executor(Arc::new(EditRunner), |_| {}).await;
-    let dg = start_delegator(true, |_| {}).await;
+pub async fn archive_url_mode_delegation_applies_the_result<R: TestRuntime>() {
+    let ex = start_executor::<R>(Arc::new(EditRunner), |_| {}).await;
+    let dg = start_delegator::<R>(true, |_| {}).await;
     let ws = workspace();
-    let v = run_to_end(&dg.handle, params(&ex.peer, ws.path())).await;
+    let v = run_to_end::<R>(&dg.handle, params(&ex.peer, ws.path())).await;
     assert_eq!(v.state, DelegationState::Completed, "{v:?}");
     assert_edited(ws.path());
     // The snapshot was a delta fetched by URL.
@@ -268,32 +406,30 @@ async fn archive_url_mode_delegation_applies_the_result() {
         v.snapshots[0].metadata.get("delta"),
         Some(&serde_json::json!(true))
     );
-    wait_released(&ex).await;
+    wait_released::<R>(&ex).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn read_only_delegation_leaves_the_source_untouched() {
-    let ex = start_executor(Arc::new(EditRunner), |_| {}).await;
-    let dg = start_delegator(false, |_| {}).await;
+pub async fn read_only_delegation_leaves_the_source_untouched<R: TestRuntime>() {
+    let ex = start_executor::<R>(Arc::new(EditRunner), |_| {}).await;
+    let dg = start_delegator::<R>(false, |_| {}).await;
     let ws = workspace();
     let before = tree(ws.path());
     let mut p = params(&ex.peer, ws.path());
     p.access_mode = AccessMode::Ro;
     p.resources[0].mode = AccessMode::Ro;
-    let v = run_to_end(&dg.handle, p).await;
+    let v = run_to_end::<R>(&dg.handle, p).await;
     assert_eq!(v.state, DelegationState::Completed, "{v:?}");
     assert_eq!(tree(ws.path()), before);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn staged_snapshot_can_be_applied_later() {
-    let ex = start_executor(Arc::new(EditRunner), |_| {}).await;
-    let dg = start_delegator(false, |_| {}).await;
+pub async fn staged_snapshot_can_be_applied_later<R: TestRuntime>() {
+    let ex = start_executor::<R>(Arc::new(EditRunner), |_| {}).await;
+    let dg = start_delegator::<R>(false, |_| {}).await;
     let ws = workspace();
     let before = tree(ws.path());
     let mut p = params(&ex.peer, ws.path());
     p.snapshot_mode = SnapshotMode::Staged;
-    let v = run_to_end(&dg.handle, p).await;
+    let v = run_to_end::<R>(&dg.handle, p).await;
     assert_eq!(v.state, DelegationState::Completed);
     assert_eq!(tree(ws.path()), before, "staged: nothing applied yet");
     let sid = v.snapshots[0].id.clone();
@@ -310,15 +446,14 @@ async fn staged_snapshot_can_be_applied_later() {
     assert!(dg.handle.apply_snapshot(&v.request.id, &sid).await.is_err());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn staged_snapshot_can_be_discarded() {
-    let ex = start_executor(Arc::new(EditRunner), |_| {}).await;
-    let dg = start_delegator(false, |_| {}).await;
+pub async fn staged_snapshot_can_be_discarded<R: TestRuntime>() {
+    let ex = start_executor::<R>(Arc::new(EditRunner), |_| {}).await;
+    let dg = start_delegator::<R>(false, |_| {}).await;
     let ws = workspace();
     let before = tree(ws.path());
     let mut p = params(&ex.peer, ws.path());
     p.snapshot_mode = SnapshotMode::Staged;
-    let v = run_to_end(&dg.handle, p).await;
+    let v = run_to_end::<R>(&dg.handle, p).await;
     let sid = v.snapshots[0].id.clone();
     dg.handle
         .discard_snapshot(&v.request.id, &sid)
@@ -333,10 +468,9 @@ async fn staged_snapshot_can_be_discarded() {
     assert!(dg.handle.apply_snapshot(&v.request.id, &sid).await.is_err());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn admission_rejects_a_too_large_workspace_with_a_hint() {
-    let ex = start_executor(Arc::new(EditRunner), |_| {}).await;
-    let dg = start_delegator(false, |c| {
+pub async fn admission_rejects_a_too_large_workspace_with_a_hint<R: TestRuntime>() {
+    let ex = start_executor::<R>(Arc::new(EditRunner), |_| {}).await;
+    let dg = start_delegator::<R>(false, |c| {
         c.admission = AdmissionLimits {
             max_total_bytes: 10,
             ..AdmissionLimits::default()
@@ -344,7 +478,7 @@ async fn admission_rejects_a_too_large_workspace_with_a_hint() {
     })
     .await;
     let ws = workspace();
-    let v = run_to_end(&dg.handle, params(&ex.peer, ws.path())).await;
+    let v = run_to_end::<R>(&dg.handle, params(&ex.peer, ws.path())).await;
     assert_eq!(v.state, DelegationState::Error);
     let e = v.error.unwrap();
     assert_eq!(e.code, ErrorCode::WorkspaceTooLarge);
@@ -353,11 +487,10 @@ async fn admission_rejects_a_too_large_workspace_with_a_hint() {
     assert_eq!(ex.handle.status().await.unwrap().pending, 0);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn executor_declines_at_its_concurrency_limit() {
+pub async fn executor_declines_at_its_concurrency_limit<R: TestRuntime>() {
     let gate = GateRunner::default();
-    let ex = start_executor(Arc::new(gate.clone()), |c| c.max_concurrent = 1).await;
-    let dg = start_delegator(false, |_| {}).await;
+    let ex = start_executor::<R>(Arc::new(gate.clone()), |c| c.max_concurrent = 1).await;
+    let dg = start_delegator::<R>(false, |_| {}).await;
     let ws1 = workspace();
     let ws2 = workspace();
     let id1 = dg
@@ -365,8 +498,8 @@ async fn executor_declines_at_its_concurrency_limit() {
         .delegate(params(&ex.peer, ws1.path()))
         .await
         .unwrap();
-    gate.started.notified().await;
-    let v2 = run_to_end(&dg.handle, params(&ex.peer, ws2.path())).await;
+    gate.started().await;
+    let v2 = run_to_end::<R>(&dg.handle, params(&ex.peer, ws2.path())).await;
     assert_eq!(v2.state, DelegationState::Error);
     assert_eq!(v2.error.unwrap().code, ErrorCode::Declined);
     gate.release
@@ -375,11 +508,10 @@ async fn executor_declines_at_its_concurrency_limit() {
     assert_eq!(v1.state, DelegationState::Completed);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cancel_from_the_delegator_stops_the_runner() {
+pub async fn cancel_from_the_delegator_stops_the_runner<R: TestRuntime>() {
     let gate = GateRunner::default();
-    let ex = start_executor(Arc::new(gate.clone()), |_| {}).await;
-    let dg = start_delegator(false, |_| {}).await;
+    let ex = start_executor::<R>(Arc::new(gate.clone()), |_| {}).await;
+    let dg = start_delegator::<R>(false, |_| {}).await;
     let ws = workspace();
     let before = tree(ws.path());
     let id = dg
@@ -387,11 +519,11 @@ async fn cancel_from_the_delegator_stops_the_runner() {
         .delegate(params(&ex.peer, ws.path()))
         .await
         .unwrap();
-    gate.started.notified().await;
+    gate.started().await;
     dg.handle.cancel(&id).await.unwrap();
     let v = dg.handle.wait(&id).await.unwrap();
     assert_eq!(v.state, DelegationState::Cancelled);
-    wait_released(&ex).await;
+    wait_released::<R>(&ex).await;
     assert!(
         gate.saw_cancel.load(std::sync::atomic::Ordering::SeqCst),
         "runner was told to stop"
@@ -399,41 +531,39 @@ async fn cancel_from_the_delegator_stops_the_runner() {
     assert_eq!(tree(ws.path()), before);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lease_expiry_mid_task_expires_both_sides_and_cleans_up() {
+pub async fn lease_expiry_mid_task_expires_both_sides_and_cleans_up<R: TestRuntime>() {
     let gate = GateRunner::default();
-    let ex = start_executor(Arc::new(gate.clone()), |_| {}).await;
-    let dg = start_delegator(false, |_| {}).await;
+    let ex = start_executor::<R>(Arc::new(gate.clone()), |_| {}).await;
+    let dg = start_delegator::<R>(false, |_| {}).await;
     let ws = workspace();
     let mut p = params(&ex.peer, ws.path());
     p.ttl_seconds = 2;
     let id = dg.handle.delegate(p).await.unwrap();
-    gate.started.notified().await;
-    let v = tokio::time::timeout(Duration::from_secs(30), dg.handle.wait(&id))
+    gate.started().await;
+    let v = timeout::<R, _>(Duration::from_secs(30), dg.handle.wait(&id))
         .await
         .unwrap()
         .unwrap();
     assert_eq!(v.state, DelegationState::Expired, "{v:?}");
-    wait_released(&ex).await;
+    wait_released::<R>(&ex).await;
     assert!(
         gate.saw_cancel.load(std::sync::atomic::Ordering::SeqCst),
         "the executor stopped the task"
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn auth_is_required_when_configured() {
-    let ex = start_executor(Arc::new(EditRunner), |c| {
+pub async fn auth_is_required_when_configured<R: TestRuntime>() {
+    let ex = start_executor::<R>(Arc::new(EditRunner), |c| {
         c.auth = Some(RequiredAuth {
             types: vec![],
             credential: "s3cret".into(),
         })
     })
     .await;
-    let dg = start_delegator(false, |_| {}).await;
+    let dg = start_delegator::<R>(false, |_| {}).await;
     // No credential.
     let ws = workspace();
-    let v = run_to_end(&dg.handle, params(&ex.peer, ws.path())).await;
+    let v = run_to_end::<R>(&dg.handle, params(&ex.peer, ws.path())).await;
     assert_eq!(v.error.unwrap().code, ErrorCode::AuthFailed);
     // Wrong credential.
     let mut p = params(&ex.peer, ws.path());
@@ -442,7 +572,7 @@ async fn auth_is_required_when_configured() {
         credential: "nope".into(),
         metadata: Default::default(),
     });
-    let v = run_to_end(&dg.handle, p).await;
+    let v = run_to_end::<R>(&dg.handle, p).await;
     assert_eq!(v.error.unwrap().code, ErrorCode::AuthFailed);
     // Right credential.
     let mut p = params(&ex.peer, ws.path());
@@ -451,22 +581,128 @@ async fn auth_is_required_when_configured() {
         credential: "s3cret".into(),
         metadata: Default::default(),
     });
-    let v = run_to_end(&dg.handle, p).await;
+    let v = run_to_end::<R>(&dg.handle, p).await;
     assert_eq!(v.state, DelegationState::Completed, "{v:?}");
     // Other endpoints of that delegation need the credential too.
     let url = format!("{}/awcp/tasks/{}/result", ex.base, v.request.id);
-    let (status, _) = http_get(&url, &[]).await;
+    let (status, _) = http_get::<R>(&url, &[]).await;
     assert_eq!(status, 401);
-    let (status, _) = http_get(&url, &[("authorization", "Bearer s3cret".into())]).await;
+    let (status, _) = http_get::<R>(&url, &[("authorization", "Bearer s3cret".into())]).await;
     assert_ne!(status, 401);
+}
+
+/// A TCP proxy on plain threads (so it is no runtime's) that can cut every connection.
+pub struct CutProxy {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    conns: Arc<std::sync::Mutex<Vec<std::net::TcpStream>>>,
+    event_streams: Arc<std::sync::atomic::AtomicU32>,
+    opened: async_channel::Receiver<()>,
+}
+
+impl CutProxy {
+    /// Forwards connections on a new loopback port to `upstream`.
+    pub fn start(upstream: SocketAddr) -> CutProxy {
+        use std::io::{Read, Write};
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let conns: Arc<std::sync::Mutex<Vec<std::net::TcpStream>>> = Default::default();
+        let event_streams: Arc<std::sync::atomic::AtomicU32> = Default::default();
+        let (tx, opened) = async_channel::unbounded();
+        let (c, n) = (conns.clone(), event_streams.clone());
+        std::thread::spawn(move || {
+            for down in l.incoming().flatten() {
+                let (conns, count, tx) = (c.clone(), n.clone(), tx.clone());
+                std::thread::spawn(move || {
+                    let Ok(mut up) = std::net::TcpStream::connect(upstream) else {
+                        return;
+                    };
+                    let mut down = down;
+                    {
+                        let mut g = conns.lock().unwrap();
+                        g.push(down.try_clone().unwrap());
+                        g.push(up.try_clone().unwrap());
+                    }
+                    // Peek at the request line to count event-stream connections.
+                    let mut first = [0u8; 256];
+                    let n = down.read(&mut first).unwrap_or(0);
+                    if String::from_utf8_lossy(&first[..n]).contains("/events ") {
+                        count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        let _ = tx.try_send(());
+                    }
+                    if up.write_all(&first[..n]).is_err() {
+                        return;
+                    }
+                    let (mut d2, mut u2) = (down.try_clone().unwrap(), up.try_clone().unwrap());
+                    std::thread::spawn(move || std::io::copy(&mut u2, &mut d2));
+                    let _ = std::io::copy(&mut down, &mut up);
+                });
+            }
+        });
+        CutProxy {
+            addr,
+            conns,
+            event_streams,
+            opened,
+        }
+    }
+
+    /// Resolves once per event-stream connection opened through the proxy.
+    pub async fn stream_opened(&self) {
+        self.opened.recv().await.unwrap();
+    }
+
+    /// Event-stream connections seen so far.
+    pub fn event_streams(&self) -> u32 {
+        self.event_streams.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Cuts every connection made so far.
+    pub fn cut_all(&self) {
+        for s in self.conns.lock().unwrap().drain(..) {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+pub async fn sse_stream_cut_mid_task_is_resumed<R: TestRuntime>() {
+    let gate = GateRunner::default();
+    let ex = start_executor::<R>(Arc::new(gate.clone()), |_| {}).await;
+    let proxy = CutProxy::start(ex.base.trim_start_matches("http://").parse().unwrap());
+    let dg = start_delegator::<R>(false, |_| {}).await;
+    let ws = workspace();
+    let peer = format!("http://{}/awcp", proxy.addr);
+    let id = dg.handle.delegate(params(&peer, ws.path())).await.unwrap();
+    gate.started().await;
+    proxy.stream_opened().await;
+    assert_eq!(proxy.event_streams(), 1);
+    proxy.cut_all();
+    // The delegator re-opens its stream (the proxy sees a new event-stream connection).
+    proxy.stream_opened().await;
+    assert_eq!(proxy.event_streams(), 2);
+    assert_eq!(
+        dg.handle.get(&id).await.unwrap().state,
+        DelegationState::Running
+    );
+    gate.release
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let v = timeout::<R, _>(Duration::from_secs(60), dg.handle.wait(&id))
+        .await
+        .expect("delegation ended in time")
+        .unwrap();
+    assert_eq!(v.state, DelegationState::Completed, "{v:?}");
+    wait_released::<R>(&ex).await;
 }
 
 // ---------------------------------------------------------------------------------------------
 // Raw HTTP: malformed requests and the [R] dialect composed from WIRE.md
 
-async fn http_get(url: &str, headers: &[(&str, String)]) -> (u16, serde_json::Value) {
+async fn http_get<R: TestRuntime>(
+    url: &str,
+    headers: &[(&str, String)],
+) -> (u16, serde_json::Value) {
     let (s, b) = awcp_driver::net::request(
-        &TokioRuntime,
+        &R::default(),
         http::Method::GET,
         url,
         headers,
@@ -482,9 +718,9 @@ async fn http_get(url: &str, headers: &[(&str, String)]) -> (u16, serde_json::Va
     )
 }
 
-async fn http_post(url: &str, body: &str) -> (u16, serde_json::Value) {
+async fn http_post<R: TestRuntime>(url: &str, body: &str) -> (u16, serde_json::Value) {
     let (s, b) = awcp_driver::net::request(
-        &TokioRuntime,
+        &R::default(),
         http::Method::POST,
         url,
         &[],
@@ -500,9 +736,8 @@ async fn http_post(url: &str, body: &str) -> (u16, serde_json::Value) {
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn malformed_requests_get_documented_errors() {
-    let ex = start_executor(Arc::new(EditRunner), |_| {}).await;
+pub async fn malformed_requests_get_documented_errors<R: TestRuntime>() {
+    let ex = start_executor::<R>(Arc::new(EditRunner), |_| {}).await;
     let cases: Vec<(&str, u16, &str)> = vec![
         ("{not json", 400, "DECLINED"),
         (
@@ -527,25 +762,25 @@ async fn malformed_requests_get_documented_errors() {
         ),
     ];
     for (body, status, code) in cases {
-        let (s, v) = http_post(&ex.peer, body).await;
+        let (s, v) = http_post::<R>(&ex.peer, body).await;
         assert_eq!(s, status, "{body} → {v}");
         assert_eq!(v["type"], "ERROR", "{v}");
         assert_eq!(v["code"], code, "{v}");
         assert!(v["hint"].is_string() || status == 404, "hint present: {v}");
     }
     // The missing field is named.
-    let (_, v) = http_post(&ex.peer, r#"{"version":"1","type":"INVITE","delegationId":"dlg_1","task":{"description":"d"},"lease":{"ttlSeconds":60,"accessMode":"rw"},"environment":{"resources":[]}}"#).await;
+    let (_, v) = http_post::<R>(&ex.peer, r#"{"version":"1","type":"INVITE","delegationId":"dlg_1","task":{"description":"d"},"lease":{"ttlSeconds":60,"accessMode":"rw"},"environment":{"resources":[]}}"#).await;
     assert!(
         v["message"].as_str().unwrap().contains("task.prompt"),
         "{v}"
     );
     // Invalid id in a path.
-    let (s, v) = http_get(&format!("{}/awcp/tasks/..%2Fetc/result", ex.base), &[]).await;
+    let (s, v) = http_get::<R>(&format!("{}/awcp/tasks/..%2Fetc/result", ex.base), &[]).await;
     assert_eq!(s, 400, "{v}");
     // Unknown delegation endpoints.
-    let (s, v) = http_get(&format!("{}/awcp/tasks/dlg_nope/result", ex.base), &[]).await;
+    let (s, v) = http_get::<R>(&format!("{}/awcp/tasks/dlg_nope/result", ex.base), &[]).await;
     assert_eq!((s, v["status"].as_str()), (404, Some("not_found")));
-    let (s, v) = http_post(&format!("{}/awcp/cancel/dlg_nope", ex.base), "").await;
+    let (s, v) = http_post::<R>(&format!("{}/awcp/cancel/dlg_nope", ex.base), "").await;
     assert_eq!((s, v["code"].as_str()), (404, Some("NOT_FOUND")));
     // Oversized body.
     let big = "x".repeat(300 * 1024); // 300 KiB, over the 100 KiB limit below
@@ -560,27 +795,22 @@ async fn malformed_requests_get_documented_errors() {
             Arc::new(EditRunner),
         );
         opts.max_body_bytes = 100 * 1024;
-        let h = ExecutorHandle::start(TokioRuntime, opts);
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let a = l.local_addr().unwrap();
-        tokio::spawn(awcp_tokio::serve(
-            l,
-            awcp_tokio::executor_router(h),
-            std::future::pending(),
-        ));
+        let h = ExecutorHandle::start(R::default(), opts);
+        let (l, a) = R::bind().await;
+        R::serve_executor(l, h);
         (format!("http://{a}/awcp"), dir)
     };
-    let (s, v) = http_post(&ex2.0, &big).await;
+    let (s, v) = http_post::<R>(&ex2.0, &big).await;
     assert_eq!(
         (s, v["code"].as_str()),
         (413, Some("WORKSPACE_TOO_LARGE")),
         "{v}"
     );
     // Status and the agent card still answer.
-    let (s, v) = http_get(&format!("{}/awcp/status", ex.base), &[]).await;
+    let (s, v) = http_get::<R>(&format!("{}/awcp/status", ex.base), &[]).await;
     assert_eq!(s, 200);
     assert!(v["activeDelegations"].is_number());
-    let (s, v) = http_get(&format!("{}/.well-known/agent-card.json", ex.base), &[]).await;
+    let (s, v) = http_get::<R>(&format!("{}/.well-known/agent-card.json", ex.base), &[]).await;
     assert_eq!(s, 200);
     assert_eq!(
         v["capabilities"]["extensions"][0]["uri"],
@@ -588,16 +818,15 @@ async fn malformed_requests_get_documented_errors() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reference_dialect_exchange_from_wire_md() {
-    let ex = start_executor(Arc::new(EditRunner), |_| {}).await;
+pub async fn reference_dialect_exchange_from_wire_md<R: TestRuntime>() {
+    let ex = start_executor::<R>(Arc::new(EditRunner), |_| {}).await;
     // §2.7 INVITE, verbatim shape.
     let invite = r#"{"version":"1","type":"INVITE","delegationId":"dlg_0a1b2c3d4e5f60718293a4b5c6d7e8f9",
  "task":{"description":"Tidy CSV loader","prompt":"Make loader.py tolerate blank lines; add a test."},
  "lease":{"ttlSeconds":1800,"accessMode":"rw"},"retentionMs":604800000,
  "environment":{"resources":[{"name":"workspace","type":"fs","mode":"rw"}]},
  "requirements":{"transport":"archive"}}"#;
-    let (s, accept) = http_post(&ex.peer, invite).await;
+    let (s, accept) = http_post::<R>(&ex.peer, invite).await;
     assert_eq!(s, 200);
     assert_eq!(accept["type"], "ACCEPT");
     assert_eq!(accept["retentionMs"], 604800000);
@@ -638,8 +867,8 @@ async fn reference_dialect_exchange_from_wire_md() {
     };
     // Subscribe before START, as the [R] delegator does; read the raw stream.
     let events_url = format!("{}/awcp/tasks/{id}/events", ex.base);
-    let stream = tokio::spawn(async move {
-        let resp = awcp_driver::net::send(&TokioRuntime, http::Method::GET, &events_url, &[], None)
+    let stream = spawn::<R, _>(async move {
+        let resp = awcp_driver::net::send(&R::default(), http::Method::GET, &events_url, &[], None)
             .await
             .unwrap();
         assert_eq!(resp.headers()["content-type"], "text/event-stream");
@@ -663,11 +892,10 @@ async fn reference_dialect_exchange_from_wire_md() {
     );
     // The SSE stream must be open before START: retry START until the subscription exists is
     // not needed — the executor replays the terminal events to late subscribers anyway.
-    let (s, ok) = http_post(&ex.peer, &start).await;
+    let (s, ok) = http_post::<R>(&ex.peer, &start).await;
     assert_eq!((s, &ok), (200, &serde_json::json!({"ok": true})));
-    let text = tokio::time::timeout(Duration::from_secs(30), stream)
+    let text = timeout::<R, _>(Duration::from_secs(30), stream)
         .await
-        .unwrap()
         .unwrap();
     // `data: <json>\n\n` framing; snapshot then done (or the replay of them), reference shape.
     let events: Vec<serde_json::Value> = text
@@ -703,10 +931,10 @@ async fn reference_dialect_exchange_from_wire_md() {
     assert!(report.top_level.contains("workspace"));
     assert_edited(&out.path().join("workspace"));
     // /result keeps the result until ack; ack forgets it.
-    let (s, r) = http_get(&format!("{}/awcp/tasks/{id}/result", ex.base), &[]).await;
+    let (s, r) = http_get::<R>(&format!("{}/awcp/tasks/{id}/result", ex.base), &[]).await;
     assert_eq!((s, r["status"].as_str()), (200, Some("completed")));
-    let (s, _) = http_post(&format!("{}/awcp/tasks/{id}/ack", ex.base), "").await;
+    let (s, _) = http_post::<R>(&format!("{}/awcp/tasks/{id}/ack", ex.base), "").await;
     assert_eq!(s, 200);
-    let (s, _) = http_get(&format!("{}/awcp/tasks/{id}/result", ex.base), &[]).await;
+    let (s, _) = http_get::<R>(&format!("{}/awcp/tasks/{id}/result", ex.base), &[]).await;
     assert_eq!(s, 404);
 }
