@@ -1,0 +1,257 @@
+#!/usr/bin/env python3
+"""Acceptance test of awcp-mcp with the official Python MCP SDK (`pip install mcp`).
+
+Usage: test_mcp_client.py AWCP_MCP_BIN AWCP_EXECUTOR_BIN
+
+Starts a local executor (`awcp-executor --listen 127.0.0.1:0` with a small shell agent that is
+slow when the prompt says SLOW), then `awcp-mcp --peers <executor> --port 0` over stdio, and
+checks: initialize + list tools (the delegate description carries the executor's card);
+foreground delegate; background delegate + delegate_output(block=true); cancel of a running
+delegation; staged snapshots -> list -> apply, and discard; bad arguments -> tool errors while
+the server stays alive; delegate_recover. Exits non-zero on the first failure.
+"""
+
+import asyncio
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+AGENT = """#!/bin/sh
+case "$AWCP_PROMPT" in
+  *SLOW*) sleep 300 ;;
+esac
+echo "written by the agent" > AGENT_RESULT.txt
+echo "wrote AGENT_RESULT.txt"
+"""
+
+EXECUTOR_NAME = "mcp-test-executor"
+
+
+def log(msg):
+    print(f"[mcp-test] {msg}", flush=True)
+
+
+def field(obj, snake, camel):
+    """A result attribute under the SDK's 2.x (snake_case) or 1.x (camelCase) name."""
+    return getattr(obj, snake) if hasattr(obj, snake) else getattr(obj, camel)
+
+
+def is_error(result):
+    return bool(field(result, "is_error", "isError"))
+
+
+def structured(result):
+    return field(result, "structured_content", "structuredContent")
+
+
+def text_of(result):
+    return "\n".join(c.text for c in result.content if getattr(c, "type", "") == "text")
+
+
+def expect_ok(name, result):
+    if is_error(result):
+        raise AssertionError(f"{name} failed: {text_of(result)}")
+    return result
+
+
+def expect_error(name, result, *needles):
+    text = text_of(result)
+    if not is_error(result):
+        raise AssertionError(f"{name} should be a tool error, got: {text}")
+    for n in needles:
+        if n.lower() not in text.lower():
+            raise AssertionError(f"{name}: error text lacks {n!r}: {text}")
+    log(f"{name}: tool error as expected: {text.strip()}")
+
+
+def start_executor(exe, tmp):
+    agent = tmp / "agent.sh"
+    agent.write_text(AGENT)
+    agent.chmod(0o755)
+    proc = subprocess.Popen(
+        [
+            exe,
+            "--listen", "127.0.0.1:0",
+            "--work-root", str(tmp / "executor-work"),
+            "--agent-cmd", f"sh {agent}",
+            "--name", EXECUTOR_NAME,
+            "--quiet",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    line = proc.stdout.readline().strip()
+    if "http://" not in line:
+        proc.kill()
+        raise AssertionError(f"executor did not print its URL: {line!r}")
+    url = line[line.index("http://"):]
+    log(f"executor at {url}")
+    return proc, url
+
+
+def make_workspace(tmp, name):
+    d = tmp / name
+    (d / "src").mkdir(parents=True)
+    (d / "README.md").write_text("# sample\n")
+    (d / "src" / "main.py").write_text("print('hi')\n")
+    return d
+
+
+async def run(mcp_bin, peer, tmp):
+    params = StdioServerParameters(
+        command=mcp_bin,
+        args=["--peers", peer, "--port", "0", "--state-dir", str(tmp / "delegator")],
+        env={**os.environ, "RUST_LOG": "info"},
+    )
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as session:
+            init = await session.initialize()
+            log(f"initialized: {field(init, 'server_info', 'serverInfo').name}")
+
+            # 1. Tools, with the executor's card in delegate's description.
+            tools = {t.name: t for t in (await session.list_tools()).tools}
+            want = {
+                "delegate", "delegate_output", "delegate_cancel", "delegate_snapshots",
+                "delegate_apply_snapshot", "delegate_discard_snapshot", "delegate_recover",
+            }
+            assert want <= set(tools), f"missing tools: {want - set(tools)}"
+            desc = tools["delegate"].description
+            assert EXECUTOR_NAME in desc, f"card name not in delegate description:\n{desc}"
+            assert "Workspace task" in desc, f"card skills not in delegate description:\n{desc}"
+            assert peer in desc, desc
+            for p in ("description", "prompt", "workspace_dir", "peer_url", "cwd", "ttl_seconds",
+                      "access_mode", "background", "snapshot_mode", "transport"):
+                assert p in field(tools["delegate"], "input_schema", "inputSchema")["properties"], p
+            log("list_tools: 7 tools, delegate description carries the executor card")
+
+            # 2. Foreground delegate (relative workspace_dir resolved against cwd).
+            ws = make_workspace(tmp, "ws-fg")
+            r = expect_ok("delegate(fg)", await session.call_tool("delegate", {
+                "description": "add a file", "prompt": "write AGENT_RESULT.txt",
+                "workspace_dir": "ws-fg", "cwd": str(tmp), "peer_url": peer,
+            }))
+            text = text_of(r)
+            assert "completed" in text and "wrote AGENT_RESULT.txt" in text, text
+            assert structured(r) and structured(r)["state"] == "completed", structured(r)
+            assert (ws / "AGENT_RESULT.txt").exists(), "auto snapshot not applied to the workspace"
+            log("delegate(background=false): completed, summary returned, result applied")
+
+            # 3. Background delegate, then delegate_output block=true.
+            ws = make_workspace(tmp, "ws-bg")
+            r = expect_ok("delegate(bg)", await session.call_tool("delegate", {
+                "description": "bg", "prompt": "write AGENT_RESULT.txt",
+                "workspace_dir": str(ws), "peer_url": peer, "background": True,
+            }))
+            did = structured(r)["delegationId"]
+            assert did in text_of(r) and "delegate_output" in text_of(r), text_of(r)
+            r = expect_ok("delegate_output", await session.call_tool("delegate_output", {
+                "delegation_id": did, "block": True, "timeout": 120,
+            }))
+            assert structured(r)["state"] == "completed", text_of(r)
+            assert "wrote AGENT_RESULT.txt" in text_of(r), text_of(r)
+            log(f"delegate(background=true) + delegate_output(block=true): {did} completed")
+
+            # 4. Cancel a running delegation.
+            ws = make_workspace(tmp, "ws-slow")
+            r = expect_ok("delegate(slow)", await session.call_tool("delegate", {
+                "description": "slow", "prompt": "SLOW task",
+                "workspace_dir": str(ws), "peer_url": peer, "background": True,
+            }))
+            slow = structured(r)["delegationId"]
+            r = expect_ok("delegate_output(running)", await session.call_tool(
+                "delegate_output", {"delegation_id": slow}))
+            assert structured(r)["state"] in ("started", "running"), text_of(r)
+            r = expect_error("delegate_output(timeout)", await session.call_tool(
+                "delegate_output", {"delegation_id": slow, "block": True, "timeout": 1}),
+                "timed out")
+            r = expect_ok("delegate_cancel", await session.call_tool(
+                "delegate_cancel", {"delegation_id": slow}))
+            r = expect_ok("delegate_output(cancelled)", await session.call_tool(
+                "delegate_output", {"delegation_id": slow, "block": True, "timeout": 60}))
+            assert structured(r)["state"] == "cancelled", text_of(r)
+            assert not (ws / "AGENT_RESULT.txt").exists()
+            log(f"delegate_cancel: {slow} cancelled")
+
+            # 5. Staged snapshot -> list -> apply; and discard.
+            for action in ("apply", "discard"):
+                ws = make_workspace(tmp, f"ws-staged-{action}")
+                r = expect_ok("delegate(staged)", await session.call_tool("delegate", {
+                    "description": "staged", "prompt": "write AGENT_RESULT.txt",
+                    "workspace_dir": str(ws), "peer_url": peer, "snapshot_mode": "staged",
+                }))
+                did = structured(r)["id"]
+                assert "pending" in text_of(r), text_of(r)
+                assert not (ws / "AGENT_RESULT.txt").exists(), "staged result applied too early"
+                r = expect_ok("delegate_snapshots", await session.call_tool(
+                    "delegate_snapshots", {"delegation_id": did}))
+                snaps = structured(r)["snapshots"]
+                assert len(snaps) == 1 and snaps[0]["status"] == "pending", snaps
+                sid = snaps[0]["id"]
+                assert sid in text_of(r)
+                tool = f"delegate_{action}_snapshot"
+                expect_ok(tool, await session.call_tool(
+                    tool, {"delegation_id": did, "snapshot_id": sid}))
+                r = expect_ok("delegate_snapshots", await session.call_tool(
+                    "delegate_snapshots", {"delegation_id": did}))
+                status = structured(r)["snapshots"][0]["status"]
+                if action == "apply":
+                    assert status == "applied", status
+                    assert (ws / "AGENT_RESULT.txt").exists(), "applied snapshot missing"
+                else:
+                    assert status == "discarded", status
+                    assert not (ws / "AGENT_RESULT.txt").exists(), "discarded snapshot applied"
+                log(f"staged snapshot {sid}: listed and {action} done")
+
+            # 6. Bad arguments: tool errors with clear messages; the server stays alive.
+            expect_error("delegate(no prompt)", await session.call_tool("delegate", {
+                "description": "x", "workspace_dir": str(tmp), "peer_url": peer}), "prompt")
+            expect_error("delegate(missing dir)", await session.call_tool("delegate", {
+                "description": "x", "prompt": "y", "workspace_dir": str(tmp / "nope"),
+                "peer_url": peer}), "does not exist")
+            expect_error("delegate_output(unknown id)", await session.call_tool(
+                "delegate_output", {"delegation_id": "dlg_doesnotexist"}), "unknown delegation")
+            expect_error("delegate_cancel(nothing)", await session.call_tool(
+                "delegate_cancel", {}), "delegation_id")
+            expect_error("delegate_apply_snapshot(unknown)", await session.call_tool(
+                "delegate_apply_snapshot", {"delegation_id": "dlg_doesnotexist",
+                                            "snapshot_id": "snap_x"}))
+
+            # 7. Recover: known to the daemon, and unknown everywhere.
+            r = expect_ok("delegate_recover", await session.call_tool(
+                "delegate_recover", {"delegation_id": slow, "peer_url": peer}))
+            assert structured(r)["source"] == "daemon", structured(r)
+            expect_error("delegate_recover(unknown)", await session.call_tool(
+                "delegate_recover", {"delegation_id": "dlg_doesnotexist", "peer_url": peer}),
+                "neither the daemon nor the executor")
+
+            # Still alive after the errors.
+            tools = (await session.list_tools()).tools
+            assert len(tools) >= 7
+            log("server alive after tool errors")
+
+
+def main():
+    mcp_bin, exe = sys.argv[1], sys.argv[2]
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="awcp-mcp-test-") as t:
+        tmp = Path(t).resolve()
+        proc, url = start_executor(exe, tmp)
+        try:
+            asyncio.run(asyncio.wait_for(run(mcp_bin, url, tmp), timeout=300))
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    log(f"all MCP acceptance checks passed in {time.monotonic() - start:.1f}s")
+
+
+if __name__ == "__main__":
+    main()
