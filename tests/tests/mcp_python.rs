@@ -2,7 +2,7 @@
 //! (`mcp` on PyPI), through `tests/mcp/test_mcp_client.py`.
 //!
 //! The test creates (or reuses) a virtualenv under `<target>/mcp-venv` with `mcp` installed,
-//! builds `awcp-mcp` and `awcp-executor` (test profile, so `cargo test`'s dependency builds are
+//! builds `awcp-mcp`, `awcp-executor` and `awcp` (test profile, so `cargo test`'s dependency builds are
 //! reused), then runs the script and fails with its output if it exits non-zero.
 //!
 //! Where `python3 -m venv` or PyPI is unavailable the test is skipped with a notice, unless
@@ -119,6 +119,8 @@ fn official_python_mcp_client_drives_awcp_mcp() {
             "awcp-mcp",
             "--bin",
             "awcp-executor",
+            "--bin",
+            "awcp",
         ])
         .env("CARGO_TARGET_DIR", &target)
         .output()
@@ -130,14 +132,17 @@ fn official_python_mcp_client_drives_awcp_mcp() {
     );
     let mcp = bins.join("awcp-mcp");
     let executor = bins.join("awcp-executor");
-    assert!(mcp.exists(), "{} missing", mcp.display());
-    assert!(executor.exists(), "{} missing", executor.display());
+    let awcp = bins.join("awcp");
+    for b in [&mcp, &executor, &awcp] {
+        assert!(b.exists(), "{} missing", b.display());
+    }
 
     let started = std::time::Instant::now();
     let o = Command::new(&python)
         .arg(root.join("tests/mcp/test_mcp_client.py"))
         .arg(&mcp)
         .arg(&executor)
+        .arg(&awcp)
         .output()
         .expect("run the Python MCP client");
     assert!(

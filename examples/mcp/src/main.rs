@@ -63,6 +63,11 @@ pub struct Cli {
     /// Default transport (the in-process daemon has archive only).
     #[arg(long, default_value = "archive", value_parser = ["archive", "sshfs", "storage", "git"])]
     transport: String,
+    /// When the MCP client disconnects, cancel the delegations the in-process daemon still
+    /// runs. Off by default, so `delegate_recover` in a later session can still ask the executor
+    /// about them.
+    #[arg(long)]
+    cancel_on_exit: bool,
 }
 
 fn fail(msg: impl std::fmt::Display) -> ! {
@@ -194,7 +199,7 @@ async fn main() {
     };
     let quit = service.waiting().await;
     tracing::info!(?quit, "MCP client disconnected");
-    if in_process.is_some() {
+    if in_process.is_some() && cli.cancel_on_exit {
         let _ = tokio::time::timeout(Duration::from_secs(5), cancel_running(&client)).await;
     }
 }

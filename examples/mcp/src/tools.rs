@@ -68,7 +68,14 @@ impl ToolError {
 }
 
 impl From<DaemonError> for ToolError {
-    fn from(e: DaemonError) -> Self {
+    fn from(mut e: DaemonError) -> Self {
+        if e.status == 404 && e.message.starts_with("unknown delegation") {
+            e.hint = Some(
+                "the daemon has no such delegation; after a restart, delegate_recover with \
+                 peer_url asks the executor"
+                    .into(),
+            );
+        }
         ToolError {
             message: e.to_string(),
             extra: json!({"status": e.status, "code": e.code, "hint": e.hint}),
