@@ -118,7 +118,9 @@ async def open_session(mcp_bin, args):
 
 
 async def run(mcp_bin, peer, tmp):
-    args = ["--peers", peer, "--port", "0", "--state-dir", str(tmp / "delegator")]
+    # A second peer nobody listens on: reported in the description, not fatal.
+    dead = "http://127.0.0.1:9"
+    args = ["--peers", f"{peer},{dead}", "--port", "0", "--state-dir", str(tmp / "delegator")]
     async with open_session(mcp_bin, args) as session:
         # 1. Tools, with the executor's card in delegate's description.
         tools = {t.name: t for t in (await session.list_tools()).tools}
@@ -131,10 +133,11 @@ async def run(mcp_bin, peer, tmp):
         assert EXECUTOR_NAME in desc, f"card name not in delegate description:\n{desc}"
         assert "Workspace task" in desc, f"card skills not in delegate description:\n{desc}"
         assert peer in desc, desc
+        assert f"(unreachable) {dead}/awcp" in desc, f"unreachable peer not reported:\n{desc}"
         for p in ("description", "prompt", "workspace_dir", "peer_url", "cwd", "ttl_seconds",
                   "access_mode", "background", "snapshot_mode", "transport"):
             assert p in field(tools["delegate"], "input_schema", "inputSchema")["properties"], p
-        log("list_tools: 7 tools, delegate description carries the executor card")
+        log("list_tools: 7 tools, delegate description carries the executor card and the unreachable peer")
 
         # 2. Foreground delegate (relative workspace_dir resolved against cwd).
         ws = make_workspace(tmp, "ws-fg")
