@@ -1,0 +1,248 @@
+//! `awcp-mcp`: an MCP server over stdio that lets any MCP client (Claude Desktop/Code, Cursor,
+//! Cline, …) delegate a local directory to an AWCP executor.
+//!
+//! ```text
+//! awcp-mcp --peers http://127.0.0.1:10200          # in-process daemon on 127.0.0.1:3100
+//! awcp-mcp --daemon-url http://127.0.0.1:3100      # use a running `awcp daemon`
+//! awcp-mcp --port 0 --log-file /tmp/awcp-mcp.log   # daemon on a free port, logs to a file
+//! ```
+//!
+//! Tools (WIRE.md §12): `delegate`, `delegate_output`, `delegate_cancel`, `delegate_snapshots`,
+//! `delegate_apply_snapshot`, `delegate_discard_snapshot`, `delegate_recover`. Stdout carries
+//! the MCP protocol only; logs go to stderr or `--log-file`.
+
+mod peers;
+mod tools;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use awcp_driver::delegator::daemon::DaemonClient;
+use awcp_driver::{DelegatorHandle, DelegatorOptions};
+use awcp_tokio::TokioRuntime;
+use awcp_transports::{ArchiveDelegator, ArchiveDelegatorConfig};
+use clap::Parser;
+use rmcp::ServiceExt;
+use serde_json::Value;
+
+/// Command line of `awcp-mcp`.
+#[derive(Parser, Debug)]
+#[command(
+    name = "awcp-mcp",
+    version,
+    about = "MCP server (stdio) for delegating workspaces to AWCP executors"
+)]
+pub struct Cli {
+    /// Use a running delegator daemon (e.g. `awcp daemon`) instead of starting one in-process.
+    #[arg(long, env = "AWCP_DAEMON_URL")]
+    daemon_url: Option<String>,
+    /// Port of the in-process daemon on 127.0.0.1 (0 picks a free port). If the port is taken
+    /// by a healthy daemon, that daemon is used.
+    #[arg(long, default_value_t = 3100)]
+    port: u16,
+    /// Executors to advertise in the `delegate` tool (comma-separated base or AWCP URLs).
+    #[arg(long, value_delimiter = ',')]
+    peers: Vec<String>,
+    /// State directory of the in-process daemon (default `$AWCP_HOME/delegator` or
+    /// `~/.awcp/delegator`).
+    #[arg(long, env = "AWCP_STATE_DIR")]
+    state_dir: Option<PathBuf>,
+    /// Write logs to this file (appended) instead of stderr.
+    #[arg(long)]
+    log_file: Option<PathBuf>,
+    /// Default snapshot mode: auto, staged or discard.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "staged", "discard"])]
+    snapshot_mode: String,
+    /// Default lease length in seconds.
+    #[arg(long, default_value_t = 3600)]
+    default_ttl: u64,
+    /// Default access mode: ro or rw.
+    #[arg(long, default_value = "rw", value_parser = ["ro", "rw"])]
+    default_access_mode: String,
+    /// Default transport (the in-process daemon has archive only).
+    #[arg(long, default_value = "archive", value_parser = ["archive", "sshfs", "storage", "git"])]
+    transport: String,
+    /// When the MCP client disconnects, cancel the delegations the in-process daemon still
+    /// runs. Off by default, so `delegate_recover` in a later session can still ask the executor
+    /// about them.
+    #[arg(long)]
+    cancel_on_exit: bool,
+}
+
+fn fail(msg: impl std::fmt::Display) -> ! {
+    tracing::error!("{msg}");
+    eprintln!("awcp-mcp: error: {msg}");
+    std::process::exit(2);
+}
+
+fn init_logging(file: Option<&PathBuf>) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .with_ansi(false);
+    let r = match file {
+        Some(path) => match std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+        {
+            Ok(f) => b.with_writer(std::sync::Mutex::new(f)).try_init(),
+            Err(e) => {
+                eprintln!("awcp-mcp: cannot open --log-file {}: {e}", path.display());
+                std::process::exit(2);
+            }
+        },
+        None => b.with_writer(std::io::stderr).try_init(),
+    };
+    let _ = r;
+}
+
+fn default_state_dir() -> PathBuf {
+    std::env::var_os("AWCP_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".awcp")))
+        .unwrap_or_else(|| std::env::temp_dir().join("awcp"))
+        .join("delegator")
+}
+
+/// The daemon to talk to: its URL, and the in-process delegator if we started one.
+async fn daemon(cli: &Cli) -> (String, Option<DelegatorHandle>) {
+    if let Some(url) = &cli.daemon_url {
+        let url = url.trim_end_matches('/').to_owned();
+        match DaemonClient::new(TokioRuntime, url.clone()).health().await {
+            Ok(()) => tracing::info!(%url, "using the running delegator daemon"),
+            Err(e) => {
+                tracing::warn!(%url, error = %e, "the daemon does not answer yet; tools will fail until it does")
+            }
+        }
+        return (url, None);
+    }
+    let listener = match tokio::net::TcpListener::bind(("127.0.0.1", cli.port)).await {
+        Ok(l) => l,
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+            let url = format!("http://127.0.0.1:{}", cli.port);
+            match DaemonClient::new(TokioRuntime, url.clone()).health().await {
+                Ok(()) => {
+                    tracing::info!(%url, "port taken by a running delegator daemon; using it");
+                    return (url, None);
+                }
+                Err(_) => fail(format!(
+                    "port {} is in use by something that is not a delegator daemon (use --port, or --daemon-url)",
+                    cli.port
+                )),
+            }
+        }
+        Err(e) => fail(format!("cannot listen on 127.0.0.1:{}: {e}", cli.port)),
+    };
+    let local = listener.local_addr().expect("bound socket has an address");
+    let url = format!("http://{local}");
+    let state_dir = cli.state_dir.clone().unwrap_or_else(default_state_dir);
+    if let Err(e) = std::fs::create_dir_all(&state_dir) {
+        fail(format!(
+            "cannot create state dir {}: {e}",
+            state_dir.display()
+        ));
+    }
+    let transport = ArchiveDelegator::new(ArchiveDelegatorConfig::new(state_dir.join("exports")));
+    let mut opts = DelegatorOptions::new(Arc::new(transport), state_dir.clone());
+    opts.archive_base_url = Some(url.clone());
+    let d = DelegatorHandle::start(TokioRuntime, opts);
+    let router = awcp_tokio::delegator_router(d.clone());
+    tokio::spawn(async move {
+        if let Err(e) = awcp_tokio::serve(listener, router, std::future::pending()).await {
+            tracing::error!(error = %e, "in-process daemon stopped");
+        }
+    });
+    tracing::info!(%url, state_dir = %state_dir.display(), "in-process delegator daemon listening");
+    (url, Some(d))
+}
+
+/// Cancels what the in-process daemon still runs (its state dies with this process).
+async fn cancel_running(client: &DaemonClient<TokioRuntime>) {
+    let Ok(list) = client.list().await else {
+        return;
+    };
+    for d in list["delegations"].as_array().into_iter().flatten() {
+        let state = d["state"].as_str().unwrap_or("");
+        if ["completed", "error", "cancelled", "expired"].contains(&state) {
+            continue;
+        }
+        if let Some(id) = d.get("id").and_then(Value::as_str) {
+            tracing::info!(%id, "cancelling on exit");
+            let _ = client.cancel(id).await;
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let cli = Cli::parse();
+    init_logging(cli.log_file.as_ref());
+    let (daemon_url, in_process) = daemon(&cli).await;
+    let found = peers::discover(&cli.peers).await;
+    let defaults = tools::Defaults {
+        ttl_seconds: cli.default_ttl,
+        access_mode: cli.default_access_mode.clone(),
+        snapshot_mode: cli.snapshot_mode.clone(),
+        transport: cli.transport.clone(),
+        transports: in_process.as_ref().map(|_| vec!["archive".to_owned()]),
+    };
+    let server = tools::AwcpMcp::new(&daemon_url, defaults, &found);
+    let client = server.client().clone();
+    tracing::info!(peers = found.len(), "awcp-mcp serving MCP on stdio");
+    let service = match server.serve(rmcp::transport::stdio()).await {
+        Ok(s) => s,
+        Err(e) => fail(format!("MCP initialisation failed: {e}")),
+    };
+    let quit = service.waiting().await;
+    tracing::info!(?quit, "MCP client disconnected");
+    if in_process.is_some() && cli.cancel_on_exit {
+        let _ = tokio::time::timeout(Duration::from_secs(5), cancel_running(&client)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// README's MCP client configuration parses and its args are accepted by this CLI.
+    #[test]
+    fn readme_mcp_config_is_valid() {
+        let readme = include_str!("../../../README.md");
+        let start = readme
+            .find("<!-- mcp-config -->")
+            .expect("README has the <!-- mcp-config --> marker before the MCP snippet");
+        let rest = &readme[start..];
+        let open = rest
+            .find("```json")
+            .expect("a ```json block after the marker")
+            + 7;
+        let close = rest[open..].find("```").expect("closing fence") + open;
+        let v: Value = serde_json::from_str(&rest[open..close]).expect("the snippet is JSON");
+        let server = &v["mcpServers"]["awcp"];
+        assert_eq!(server["command"], "awcp-mcp");
+        let mut argv = vec!["awcp-mcp".to_owned()];
+        for a in server["args"].as_array().expect("args array") {
+            argv.push(a.as_str().expect("string arg").to_owned());
+        }
+        let cli = Cli::try_parse_from(&argv).expect("README args parse");
+        assert!(!cli.peers.is_empty(), "the snippet names a peer");
+    }
+
+    #[test]
+    fn peers_split_on_commas() {
+        let cli = Cli::try_parse_from([
+            "awcp-mcp",
+            "--peers",
+            "http://a:1,http://b:2",
+            "--port",
+            "0",
+        ])
+        .unwrap();
+        assert_eq!(cli.peers, vec!["http://a:1", "http://b:2"]);
+        assert_eq!(cli.port, 0);
+    }
+}

@@ -1,0 +1,872 @@
+//! The MCP tools (WIRE.md §12) on top of the delegator daemon's HTTP API.
+//!
+//! Every tool answers with readable text plus `structuredContent` (a JSON object). Bad
+//! arguments, unknown ids and daemon failures come back as tool errors (`isError: true`) with a
+//! message saying what was wrong; they never take the server down.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use awcp_driver::delegator::daemon::{DaemonClient, DaemonError};
+use awcp_proto::engine::delegator::FetchedResult;
+use awcp_proto::DelegationId;
+use awcp_tokio::TokioRuntime;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+/// Server-wide defaults (from the command line).
+#[derive(Clone, Debug)]
+pub struct Defaults {
+    /// Lease length when the call gives none.
+    pub ttl_seconds: u64,
+    /// Access mode when the call gives none.
+    pub access_mode: String,
+    /// Snapshot mode when the call gives none.
+    pub snapshot_mode: String,
+    /// Transport when the call gives none.
+    pub transport: String,
+    /// Transports the daemon has (`None`: unknown, an external daemon decides).
+    pub transports: Option<Vec<String>>,
+}
+
+/// The MCP server: a daemon client, the defaults and the peer section of `delegate`.
+#[derive(Clone)]
+pub struct AwcpMcp {
+    client: DaemonClient<TokioRuntime>,
+    daemon_url: String,
+    defaults: Arc<Defaults>,
+    peers_section: Arc<String>,
+    single_peer: Option<String>,
+}
+
+const TERMINAL: [&str; 4] = ["completed", "error", "cancelled", "expired"];
+
+fn is_terminal(v: &Value) -> bool {
+    v["state"].as_str().is_some_and(|s| TERMINAL.contains(&s))
+}
+
+/// A tool failure: text for the model, and the same as structured content.
+struct ToolError {
+    message: String,
+    extra: Value,
+}
+
+impl ToolError {
+    fn new(message: impl Into<String>) -> Self {
+        ToolError {
+            message: message.into(),
+            extra: Value::Null,
+        }
+    }
+}
+
+impl From<DaemonError> for ToolError {
+    fn from(mut e: DaemonError) -> Self {
+        if e.status == 404 && e.message.starts_with("unknown delegation") {
+            e.hint = Some(
+                "the daemon has no such delegation; after a restart, delegate_recover with \
+                 peer_url asks the executor"
+                    .into(),
+            );
+        }
+        ToolError {
+            message: e.to_string(),
+            extra: json!({"status": e.status, "code": e.code, "hint": e.hint}),
+        }
+    }
+}
+
+type ToolResult = Result<(String, Value), ToolError>;
+
+fn ok_result(text: String, structured: Value) -> CallToolResult {
+    let mut r = CallToolResult::success(vec![ContentBlock::text(text)]);
+    r.structured_content = Some(structured);
+    r
+}
+
+fn err_result(e: ToolError) -> CallToolResult {
+    let mut structured = json!({"error": e.message});
+    if let Value::Object(m) = e.extra {
+        for (k, v) in m {
+            if !v.is_null() {
+                structured[k] = v;
+            }
+        }
+    }
+    let mut r = CallToolResult::error(vec![ContentBlock::text(format!("Error: {}", e.message))]);
+    r.structured_content = Some(structured);
+    r
+}
+
+fn args<T: for<'de> Deserialize<'de>>(tool: &str, a: &Option<JsonObject>) -> Result<T, ToolError> {
+    let v = Value::Object(a.clone().unwrap_or_default());
+    serde_json::from_value(v)
+        .map_err(|e| ToolError::new(format!("invalid arguments for {tool}: {e}")))
+}
+
+fn schema(v: Value) -> Arc<JsonObject> {
+    match v {
+        Value::Object(m) => Arc::new(m),
+        _ => unreachable!("schemas are objects"),
+    }
+}
+
+#[derive(Deserialize)]
+struct ResourceArg {
+    name: String,
+    path: String,
+    mode: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct DelegateArgs {
+    description: String,
+    prompt: String,
+    workspace_dir: Option<String>,
+    resources: Option<Vec<ResourceArg>>,
+    cwd: Option<String>,
+    peer_url: Option<String>,
+    ttl_seconds: Option<u64>,
+    access_mode: Option<String>,
+    snapshot_mode: Option<String>,
+    transport: Option<String>,
+    auth_type: Option<String>,
+    auth_credential: Option<String>,
+    #[serde(default)]
+    background: bool,
+}
+
+#[derive(Deserialize)]
+struct OutputArgs {
+    delegation_id: String,
+    #[serde(default)]
+    block: bool,
+    timeout: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct CancelArgs {
+    delegation_id: Option<String>,
+    #[serde(default)]
+    all: bool,
+}
+
+#[derive(Deserialize)]
+struct IdArgs {
+    delegation_id: String,
+}
+
+#[derive(Deserialize)]
+struct SnapshotArgs {
+    delegation_id: String,
+    snapshot_id: String,
+}
+
+#[derive(Deserialize)]
+struct RecoverArgs {
+    delegation_id: String,
+    peer_url: Option<String>,
+}
+
+/// Resolves `p` against `cwd` (or the process's directory) and checks it is a directory.
+pub fn resolve_dir(p: &str, cwd: Option<&str>) -> Result<PathBuf, String> {
+    let path = Path::new(p);
+    let full = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        let base = match cwd {
+            Some(c) => PathBuf::from(c),
+            None => std::env::current_dir().map_err(|e| format!("no current directory: {e}"))?,
+        };
+        base.join(path)
+    };
+    match std::fs::metadata(&full) {
+        Ok(m) if m.is_dir() => std::fs::canonicalize(&full)
+            .map_err(|e| format!("{}: {e} (WORKSPACE_NOT_FOUND)", full.display())),
+        Ok(_) => Err(format!(
+            "{} is not a directory (WORKSPACE_INVALID)",
+            full.display()
+        )),
+        Err(e) => Err(format!(
+            "workspace directory {} does not exist: {e} (WORKSPACE_NOT_FOUND)",
+            full.display()
+        )),
+    }
+}
+
+fn check_mode(what: &str, m: &str) -> Result<(), ToolError> {
+    match m {
+        "ro" | "rw" => Ok(()),
+        _ => Err(ToolError::new(format!(
+            "{what} must be \"ro\" or \"rw\", not {m:?}"
+        ))),
+    }
+}
+
+fn state_line(v: &Value) -> String {
+    format!(
+        "Delegation: {}\nState: {}\nExecutor: {}\nCreated: {}\n",
+        v["id"].as_str().unwrap_or("?"),
+        v["state"].as_str().unwrap_or("?"),
+        v["executorUrl"].as_str().unwrap_or("?"),
+        v["createdAt"].as_str().unwrap_or("?"),
+    )
+}
+
+fn snapshot_counts(v: &Value) -> (usize, usize, usize, usize) {
+    let snaps = v["snapshots"].as_array().cloned().unwrap_or_default();
+    let count = |s: &str| {
+        snaps
+            .iter()
+            .filter(|x| x["status"].as_str() == Some(s))
+            .count()
+    };
+    (
+        snaps.len(),
+        count("pending"),
+        count("applied"),
+        count("discarded"),
+    )
+}
+
+/// The human-readable report of a delegation record (also used for `delegate` foreground).
+pub fn report(v: &Value) -> String {
+    let mut s = state_line(v);
+    let mode = v["snapshotPolicy"]["mode"].as_str().unwrap_or("auto");
+    let (total, pending, applied, discarded) = snapshot_counts(v);
+    s.push_str(&format!(
+        "Snapshot mode: {mode}; snapshots: {total} ({pending} pending, {applied} applied, {discarded} discarded)\n"
+    ));
+    match v["state"].as_str().unwrap_or("") {
+        "completed" => {
+            if let Some(r) = v.get("result").filter(|r| !r.is_null()) {
+                s.push_str(&format!(
+                    "\nSummary: {}\n",
+                    r["summary"].as_str().unwrap_or("")
+                ));
+                let hl: Vec<&str> = r["highlights"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                    .collect();
+                if !hl.is_empty() {
+                    s.push_str("Highlights:\n");
+                    for h in hl {
+                        s.push_str(&format!("- {h}\n"));
+                    }
+                }
+            }
+            if pending > 0 {
+                s.push_str(&format!(
+                    "\n{pending} snapshot(s) pending: review them with delegate_snapshots, then \
+                     delegate_apply_snapshot or delegate_discard_snapshot.\n"
+                ));
+            } else if applied > 0 {
+                s.push_str("\nThe result has been applied to the local workspace.\n");
+            }
+        }
+        "error" | "expired" => {
+            if let Some(e) = v.get("error").filter(|e| !e.is_null()) {
+                s.push_str(&format!(
+                    "\nError: {}: {}\n",
+                    e["code"].as_str().unwrap_or("?"),
+                    e["message"].as_str().unwrap_or("")
+                ));
+                if let Some(h) = e["hint"].as_str() {
+                    s.push_str(&format!("Hint: {h}\n"));
+                }
+            }
+        }
+        "cancelled" => s.push_str("\nThe delegation was cancelled.\n"),
+        _ => s.push_str(
+            "\nStill running. Call delegate_output with block=true to wait for the result.\n",
+        ),
+    }
+    s
+}
+
+impl AwcpMcp {
+    /// A server talking to the daemon at `daemon_url`.
+    pub fn new(daemon_url: &str, defaults: Defaults, peers: &[crate::peers::Peer]) -> Self {
+        AwcpMcp {
+            client: DaemonClient::new(TokioRuntime, daemon_url),
+            daemon_url: daemon_url.to_owned(),
+            defaults: Arc::new(defaults),
+            peers_section: Arc::new(crate::peers::describe(peers)),
+            single_peer: match peers {
+                [p] => Some(p.awcp_url.clone()),
+                _ => None,
+            },
+        }
+    }
+
+    /// The daemon client.
+    pub fn client(&self) -> &DaemonClient<TokioRuntime> {
+        &self.client
+    }
+
+    /// The tool list, with the peers' cards in `delegate`'s description.
+    pub fn tools(&self) -> Vec<Tool> {
+        let delegate_desc = format!(
+            "Delegate a local directory (workspace) to a remote AWCP executor agent for one task. \
+             The executor works on a copy of the directory under a time-limited lease; its \
+             changes come back as a snapshot that is applied locally (snapshot_mode auto), kept \
+             for review (staged: see delegate_snapshots) or dropped (discard). With \
+             background=false (default) the call waits up to 1 hour and returns the summary; \
+             with background=true it returns the delegation id at once (then use \
+             delegate_output).{}",
+            self.peers_section
+        );
+        let id = json!({"type": "string", "description": "The delegation id (dlg_…) returned by delegate."});
+        vec![
+            Tool::new(
+                "delegate",
+                delegate_desc,
+                schema(json!({
+                    "type": "object",
+                    "properties": {
+                        "description": {"type": "string", "description": "Short label of the task."},
+                        "prompt": {"type": "string", "description": "Full instructions for the executor."},
+                        "workspace_dir": {"type": "string", "description": "Directory to lend (relative paths are resolved against cwd). Sent as the resource \"workspace\"."},
+                        "resources": {"type": "array", "description": "Several directories to lend (wins over workspace_dir).",
+                            "items": {"type": "object", "properties": {
+                                "name": {"type": "string"}, "path": {"type": "string"},
+                                "mode": {"type": "string", "enum": ["ro", "rw"]}},
+                                "required": ["name", "path"]}},
+                        "cwd": {"type": "string", "description": "Base directory for relative paths (default: the server's working directory)."},
+                        "peer_url": {"type": "string", "description": "The executor's AWCP URL, e.g. http://127.0.0.1:10200/awcp (optional when the server knows exactly one peer)."},
+                        "ttl_seconds": {"type": "integer", "minimum": 1, "description": format!("Lease length in seconds (default {}).", self.defaults.ttl_seconds)},
+                        "access_mode": {"type": "string", "enum": ["ro", "rw"], "description": format!("Access to the workspace (default {}).", self.defaults.access_mode)},
+                        "snapshot_mode": {"type": "string", "enum": ["auto", "staged", "discard"], "description": format!("What to do with the result (default {}).", self.defaults.snapshot_mode)},
+                        "transport": {"type": "string", "enum": ["archive", "sshfs", "storage", "git"], "description": format!("Data plane (default {}).", self.defaults.transport)},
+                        "auth_type": {"type": "string", "enum": ["api_key", "bearer", "oauth2"], "description": "Credential type for the executor (sent only with auth_credential)."},
+                        "auth_credential": {"type": "string", "description": "Credential for the executor."},
+                        "background": {"type": "boolean", "default": false, "description": "Return at once with the delegation id."}
+                    },
+                    "required": ["description", "prompt"]
+                })),
+            ),
+            Tool::new(
+                "delegate_output",
+                "Status and result of a delegation. With block=true, waits until it ends or \
+                 timeout seconds pass (then reports a timeout error; the delegation keeps running).",
+                schema(json!({
+                    "type": "object",
+                    "properties": {
+                        "delegation_id": id,
+                        "block": {"type": "boolean", "default": false, "description": "Wait for the delegation to end."},
+                        "timeout": {"type": "integer", "minimum": 1, "default": 60, "description": "Seconds to wait with block=true."}
+                    },
+                    "required": ["delegation_id"]
+                })),
+            ),
+            Tool::new(
+                "delegate_cancel",
+                "Cancel a running delegation (delegation_id), or every running one (all=true).",
+                schema(json!({
+                    "type": "object",
+                    "properties": {
+                        "delegation_id": id,
+                        "all": {"type": "boolean", "default": false, "description": "Cancel every running delegation (wins over delegation_id)."}
+                    }
+                })),
+            ),
+            Tool::new(
+                "delegate_snapshots",
+                "List a delegation's result snapshots (id, summary, status, recommended flag, size).",
+                schema(json!({
+                    "type": "object",
+                    "properties": {"delegation_id": id},
+                    "required": ["delegation_id"]
+                })),
+            ),
+            Tool::new(
+                "delegate_apply_snapshot",
+                "Apply a staged snapshot to the local workspace.",
+                schema(json!({
+                    "type": "object",
+                    "properties": {"delegation_id": id, "snapshot_id": {"type": "string"}},
+                    "required": ["delegation_id", "snapshot_id"]
+                })),
+            ),
+            Tool::new(
+                "delegate_discard_snapshot",
+                "Discard a staged snapshot (the workspace is left as it is).",
+                schema(json!({
+                    "type": "object",
+                    "properties": {"delegation_id": id, "snapshot_id": {"type": "string"}},
+                    "required": ["delegation_id", "snapshot_id"]
+                })),
+            ),
+            Tool::new(
+                "delegate_recover",
+                "Re-attach to a delegation after a restart of this server or of the daemon. If \
+                 the daemon still knows the id, reports its full record (and the other tools \
+                 work on it as before). Otherwise asks the executor at peer_url for the task's \
+                 state and result (summary, highlights, error, whether a snapshot is waiting); \
+                 such a result can be read but not applied, because the local delegation state \
+                 (workspace, lease, snapshot staging) was lost with the restart.",
+                schema(json!({
+                    "type": "object",
+                    "properties": {
+                        "delegation_id": id,
+                        "peer_url": {"type": "string", "description": "The executor's AWCP URL the delegation went to."}
+                    },
+                    "required": ["delegation_id"]
+                })),
+            ),
+        ]
+    }
+
+    /// Runs one tool.
+    pub async fn call(&self, name: &str, a: &Option<JsonObject>) -> CallToolResult {
+        let r = match name {
+            "delegate" => self.delegate(a).await,
+            "delegate_output" => self.output(a).await,
+            "delegate_cancel" => self.cancel(a).await,
+            "delegate_snapshots" => self.snapshots(a).await,
+            "delegate_apply_snapshot" => self.apply(a).await,
+            "delegate_discard_snapshot" => self.discard(a).await,
+            "delegate_recover" => self.recover(a).await,
+            other => Err(ToolError::new(format!("unknown tool {other:?}"))),
+        };
+        match r {
+            Ok((text, structured)) => ok_result(text, structured),
+            Err(e) => {
+                tracing::info!(tool = name, error = %e.message, "tool error");
+                err_result(e)
+            }
+        }
+    }
+
+    async fn delegate(&self, a: &Option<JsonObject>) -> ToolResult {
+        let a: DelegateArgs = args("delegate", a)?;
+        if a.description.trim().is_empty() {
+            return Err(ToolError::new("description must not be empty"));
+        }
+        if a.prompt.trim().is_empty() {
+            return Err(ToolError::new("prompt must not be empty"));
+        }
+        let peer = a.peer_url.clone().or_else(|| self.single_peer.clone()).ok_or_else(|| {
+            ToolError::new("peer_url is required (the executor's AWCP URL, e.g. http://127.0.0.1:10200/awcp)")
+        })?;
+        if !(peer.starts_with("http://") || peer.starts_with("https://")) {
+            return Err(ToolError::new(format!(
+                "peer_url must be an http(s) URL, not {peer:?}"
+            )));
+        }
+        let access = a
+            .access_mode
+            .clone()
+            .unwrap_or_else(|| self.defaults.access_mode.clone());
+        check_mode("access_mode", &access)?;
+        let ttl = a.ttl_seconds.unwrap_or(self.defaults.ttl_seconds);
+        if ttl == 0 {
+            return Err(ToolError::new("ttl_seconds must be a positive integer"));
+        }
+        let snapshot_mode = a
+            .snapshot_mode
+            .clone()
+            .unwrap_or_else(|| self.defaults.snapshot_mode.clone());
+        if !["auto", "staged", "discard"].contains(&snapshot_mode.as_str()) {
+            return Err(ToolError::new(format!(
+                "snapshot_mode must be auto, staged or discard, not {snapshot_mode:?}"
+            )));
+        }
+        let transport = a
+            .transport
+            .clone()
+            .unwrap_or_else(|| self.defaults.transport.clone());
+        if let Some(have) = &self.defaults.transports {
+            if !have.contains(&transport) {
+                return Err(ToolError::new(format!(
+                    "transport {transport:?} is not available in this server's daemon (available: {})",
+                    have.join(", ")
+                )));
+            }
+        }
+        let cwd = a.cwd.as_deref();
+        let mut resources = Vec::new();
+        match (&a.resources, &a.workspace_dir) {
+            (Some(list), _) if !list.is_empty() => {
+                for r in list {
+                    let mode = r.mode.clone().unwrap_or_else(|| access.clone());
+                    check_mode(&format!("resources[{}].mode", r.name), &mode)?;
+                    let dir = resolve_dir(&r.path, cwd).map_err(ToolError::new)?;
+                    resources
+                        .push(json!({"name": r.name, "type": "fs", "source": dir, "mode": mode}));
+                }
+            }
+            (_, Some(w)) => {
+                let dir = resolve_dir(w, cwd).map_err(ToolError::new)?;
+                resources.push(
+                    json!({"name": "workspace", "type": "fs", "source": dir, "mode": access}),
+                );
+            }
+            _ => {
+                return Err(ToolError::new(
+                    "give workspace_dir (the directory to lend) or resources",
+                ))
+            }
+        }
+        let auth = match (&a.auth_type, &a.auth_credential) {
+            (Some(t), Some(c)) => json!({"type": t, "credential": c}),
+            _ => Value::Null,
+        };
+        let body = json!({
+            "executorUrl": peer,
+            "environment": {"resources": resources},
+            "task": {"description": a.description, "prompt": a.prompt},
+            "ttlSeconds": ttl,
+            "accessMode": access,
+            "snapshotMode": snapshot_mode,
+            "transport": transport,
+            "auth": auth,
+        });
+        let id = self.client.delegate(body).await?;
+        tracing::info!(%id, %peer, background = a.background, "delegation started");
+        let names: Vec<&str> = resources
+            .iter()
+            .filter_map(|r| r["name"].as_str())
+            .collect();
+        if a.background {
+            let mut text = format!(
+                "Delegation started in the background.\nDelegation: {id}\nExecutor: {peer}\nResources: {}\n",
+                names.join(", ")
+            );
+            if snapshot_mode == "staged" {
+                text.push_str("Snapshot mode: staged — the result will wait for delegate_apply_snapshot or delegate_discard_snapshot.\n");
+            }
+            text.push_str(&format!(
+                "Use delegate_output with delegation_id \"{id}\" (block=true to wait) to get the result.\n"
+            ));
+            return Ok((
+                text,
+                json!({"delegationId": id, "state": "started", "executorUrl": peer,
+                       "resources": names, "snapshotMode": snapshot_mode, "background": true}),
+            ));
+        }
+        let v = match self.client.wait(&id, Duration::from_secs(3600)).await {
+            Ok(v) => v,
+            Err(e) if e.status == 408 => {
+                return Err(ToolError {
+                    message: format!("delegation {id} is still running after 1 hour; use delegate_output to follow it"),
+                    extra: json!({"delegationId": id}),
+                })
+            }
+            Err(e) => return Err(e.into()),
+        };
+        Ok((report(&v), v))
+    }
+
+    async fn output(&self, a: &Option<JsonObject>) -> ToolResult {
+        let a: OutputArgs = args("delegate_output", a)?;
+        let timeout = a.timeout.unwrap_or(60);
+        if timeout == 0 {
+            return Err(ToolError::new("timeout must be a positive integer"));
+        }
+        let v = self.client.get(&a.delegation_id).await?;
+        if !a.block || is_terminal(&v) {
+            return Ok((report(&v), v));
+        }
+        match self
+            .client
+            .wait(&a.delegation_id, Duration::from_secs(timeout))
+            .await
+        {
+            Ok(v) => Ok((report(&v), v)),
+            Err(e) if e.status == 408 => Err(ToolError {
+                message: format!(
+                    "timed out after {timeout} s: delegation {} is still running (call delegate_output again to keep waiting)",
+                    a.delegation_id
+                ),
+                extra: json!({"delegationId": a.delegation_id, "state": v["state"], "timedOut": true}),
+            }),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn cancel(&self, a: &Option<JsonObject>) -> ToolResult {
+        let a: CancelArgs = args("delegate_cancel", a)?;
+        if a.all {
+            let list = self.client.list().await?;
+            let mut cancelled = Vec::new();
+            let mut failed = Vec::new();
+            for d in list["delegations"].as_array().into_iter().flatten() {
+                if is_terminal(d) {
+                    continue;
+                }
+                let id = d["id"].as_str().unwrap_or_default();
+                match self.client.cancel(id).await {
+                    Ok(()) => cancelled.push(id.to_owned()),
+                    Err(e) => failed.push(json!({"id": id, "error": e.to_string()})),
+                }
+            }
+            let mut text = format!("Cancelled {} delegation(s).\n", cancelled.len());
+            for id in &cancelled {
+                text.push_str(&format!("- {id}\n"));
+            }
+            if !failed.is_empty() {
+                text.push_str(&format!("{} could not be cancelled.\n", failed.len()));
+            }
+            return Ok((
+                text,
+                json!({"cancelled": cancelled, "count": cancelled.len(), "failed": failed}),
+            ));
+        }
+        let Some(id) = a.delegation_id else {
+            return Err(ToolError::new(
+                "give delegation_id, or all=true to cancel every running delegation",
+            ));
+        };
+        self.client.cancel(&id).await?;
+        Ok((
+            format!("Cancelled delegation {id}.\n"),
+            json!({"cancelled": [id], "count": 1}),
+        ))
+    }
+
+    async fn snapshots(&self, a: &Option<JsonObject>) -> ToolResult {
+        let a: IdArgs = args("delegate_snapshots", a)?;
+        let v = self.client.snapshots(&a.delegation_id).await?;
+        let list = v["snapshots"].as_array().cloned().unwrap_or_default();
+        let mut text = format!(
+            "Delegation {}: {} snapshot(s)\n",
+            a.delegation_id,
+            list.len()
+        );
+        for s in &list {
+            text.push_str(&format!(
+                "\n- {} [{}]{}\n  {}\n",
+                s["id"].as_str().unwrap_or("?"),
+                s["status"].as_str().unwrap_or("?"),
+                if s["recommended"].as_bool() == Some(true) {
+                    " (recommended)"
+                } else {
+                    ""
+                },
+                s["summary"].as_str().unwrap_or("")
+            ));
+            let m = &s["metadata"];
+            if let Some(n) = m.get("fileCount").and_then(Value::as_u64) {
+                text.push_str(&format!("  files: {n}"));
+                if let Some(b) = m.get("totalBytes").and_then(Value::as_u64) {
+                    text.push_str(&format!(", {b} bytes"));
+                }
+                text.push('\n');
+            }
+        }
+        if list.iter().any(|s| s["status"] == "pending") {
+            text.push_str("\nApply one with delegate_apply_snapshot or drop it with delegate_discard_snapshot.\n");
+        }
+        Ok((text, v))
+    }
+
+    async fn apply(&self, a: &Option<JsonObject>) -> ToolResult {
+        let a: SnapshotArgs = args("delegate_apply_snapshot", a)?;
+        self.client.apply(&a.delegation_id, &a.snapshot_id).await?;
+        Ok((
+            format!(
+                "Applied snapshot {} of delegation {} to the local workspace.\n",
+                a.snapshot_id, a.delegation_id
+            ),
+            json!({"ok": true, "delegationId": a.delegation_id, "snapshotId": a.snapshot_id, "status": "applied"}),
+        ))
+    }
+
+    async fn discard(&self, a: &Option<JsonObject>) -> ToolResult {
+        let a: SnapshotArgs = args("delegate_discard_snapshot", a)?;
+        self.client
+            .discard(&a.delegation_id, &a.snapshot_id)
+            .await?;
+        Ok((
+            format!(
+                "Discarded snapshot {} of delegation {}.\n",
+                a.snapshot_id, a.delegation_id
+            ),
+            json!({"ok": true, "delegationId": a.delegation_id, "snapshotId": a.snapshot_id, "status": "discarded"}),
+        ))
+    }
+
+    async fn recover(&self, a: &Option<JsonObject>) -> ToolResult {
+        let a: RecoverArgs = args("delegate_recover", a)?;
+        let id = DelegationId::new(a.delegation_id.as_str())
+            .map_err(|e| ToolError::new(format!("delegation_id: {e}")))?;
+        match self.client.get(id.as_str()).await {
+            Ok(v) => {
+                let text = format!(
+                    "Re-attached: the daemon at {} still tracks this delegation; delegate_output, \
+                     delegate_snapshots and the apply/discard tools work on it.\n\n{}",
+                    self.daemon_url,
+                    report(&v)
+                );
+                return Ok((text, json!({"source": "daemon", "delegation": v})));
+            }
+            Err(e) if e.status == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+        let Some(peer) = a.peer_url.clone().or_else(|| self.single_peer.clone()) else {
+            return Err(ToolError::new(format!(
+                "the daemon does not know delegation {id}; give peer_url to ask the executor"
+            )));
+        };
+        let url = awcp_proto::http::result_url(&peer, &id);
+        let (status, body) = awcp_driver::net::request(
+            &TokioRuntime,
+            http::Method::GET,
+            &url,
+            &[],
+            None,
+            Duration::from_secs(30),
+            512 * 1024 * 1024,
+        )
+        .await
+        .map_err(|e| ToolError::new(format!("cannot reach the executor at {url}: {e}")))?;
+        let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        if !(200..300).contains(&status) && v.get("status").is_none() {
+            return Err(ToolError::new(format!(
+                "the executor answered HTTP {status} for {url}: {}",
+                v.get("error").and_then(Value::as_str).unwrap_or("")
+            )));
+        }
+        let fetched = awcp_proto::http::decode_result(&id, &v)
+            .map_err(|e| ToolError::new(format!("unreadable result from {url}: {e}")))?;
+        let lost = "This server no longer has the delegation's local state (it was lost with the \
+                    restart), so the lease cannot be re-joined and no snapshot can be applied from \
+                    here; re-delegate if you need the changes in the workspace.";
+        let (state, text, extra) = match fetched {
+            FetchedResult::Running => (
+                "running",
+                format!("The executor at {peer} reports delegation {id} as still running.\n{lost}\n"),
+                json!({}),
+            ),
+            FetchedResult::NotFound => {
+                return Err(ToolError {
+                    message: format!("neither the daemon nor the executor at {peer} knows delegation {id}"),
+                    extra: json!({"delegationId": id.as_str(), "state": "not_found"}),
+                })
+            }
+            FetchedResult::NotApplicable => (
+                "not_applicable",
+                format!("The executor at {peer} has no result to hand out for {id} (not applicable for its transport).\n{lost}\n"),
+                json!({}),
+            ),
+            FetchedResult::Error(e) => (
+                "error",
+                format!(
+                    "The executor at {peer} reports delegation {id} failed: {}: {}\n{}{lost}\n",
+                    e.code.as_str(),
+                    e.message,
+                    e.hint.as_ref().map(|h| format!("Hint: {h}\n")).unwrap_or_default()
+                ),
+                json!({"error": {"code": e.code.as_str(), "message": e.message, "hint": e.hint}}),
+            ),
+            FetchedResult::Completed { outcome, snapshot } => {
+                let mut t = format!(
+                    "The executor at {peer} reports delegation {id} completed.\nSummary: {}\n",
+                    outcome.summary
+                );
+                for h in &outcome.highlights {
+                    t.push_str(&format!("- {h}\n"));
+                }
+                if let Some(s) = &snapshot {
+                    t.push_str(&format!("A result snapshot ({}) is held by the executor.\n", s.snapshot_id));
+                }
+                t.push_str(lost);
+                t.push('\n');
+                (
+                    "completed",
+                    t,
+                    json!({"result": {"summary": outcome.summary, "highlights": outcome.highlights},
+                           "snapshotId": snapshot.as_ref().map(|s| s.snapshot_id.to_string())}),
+                )
+            }
+        };
+        let mut structured = json!({"source": "executor", "delegationId": id.as_str(),
+                                    "executorUrl": peer, "state": state, "applicable": false});
+        if let Value::Object(m) = extra {
+            for (k, v) in m {
+                structured[k] = v;
+            }
+        }
+        Ok((text, structured))
+    }
+}
+
+impl ServerHandler for AwcpMcp {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("awcp-mcp", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "Delegate local directories to remote AWCP executor agents: use `delegate`, then \
+                 `delegate_output` for background delegations, and the snapshot tools for staged \
+                 results.",
+            )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(self.tools()))
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        self.tools().into_iter().find(|t| t.name.as_ref() == name)
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        Ok(self.call(&request.name, &request.arguments).await.into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relative_dirs_resolve_against_cwd() {
+        let t = std::env::temp_dir();
+        let sub = t.join(format!("awcp-mcp-test-{}", std::process::id()));
+        std::fs::create_dir_all(&sub).unwrap();
+        let name = sub.file_name().unwrap().to_str().unwrap();
+        let got = resolve_dir(name, Some(t.to_str().unwrap())).unwrap();
+        assert_eq!(got, std::fs::canonicalize(&sub).unwrap());
+        let e = resolve_dir("definitely-missing-dir", Some(t.to_str().unwrap())).unwrap_err();
+        assert!(e.contains("does not exist"), "{e}");
+        std::fs::remove_dir_all(&sub).unwrap();
+    }
+
+    #[test]
+    fn report_mentions_pending_snapshots_and_errors() {
+        let v = json!({"id": "dlg_1", "state": "completed", "executorUrl": "http://x/awcp",
+            "snapshotPolicy": {"mode": "staged"},
+            "snapshots": [{"id": "s1", "status": "pending"}],
+            "result": {"summary": "did it", "highlights": ["a"]}});
+        let r = report(&v);
+        assert!(
+            r.contains("did it") && r.contains("1 snapshot(s) pending"),
+            "{r}"
+        );
+        let v = json!({"id": "dlg_1", "state": "error",
+            "error": {"code": "TASK_FAILED", "message": "boom", "hint": "retry"}});
+        let r = report(&v);
+        assert!(
+            r.contains("TASK_FAILED: boom") && r.contains("Hint: retry"),
+            "{r}"
+        );
+    }
+}

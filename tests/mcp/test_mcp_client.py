@@ -1,0 +1,319 @@
+#!/usr/bin/env python3
+"""Acceptance test of awcp-mcp with the official Python MCP SDK (`pip install mcp`).
+
+Usage: test_mcp_client.py AWCP_MCP_BIN AWCP_EXECUTOR_BIN AWCP_BIN
+
+Starts a local executor (`awcp-executor --listen 127.0.0.1:0` with a small shell agent that is
+slow when the prompt says SLOW), then `awcp-mcp --peers <executor> --port 0` over stdio, and
+checks: initialize + list tools (the delegate description carries the executor's card);
+foreground delegate; background delegate + delegate_output(block=true); cancel of a running
+delegation; staged snapshots -> list -> apply, and discard; bad arguments -> tool errors while
+the server stays alive; delegate_recover, also after a restart of the MCP server (in-process
+daemon: the executor is asked; external `awcp daemon`: the daemon still has the delegation).
+Exits non-zero on the first failure.
+"""
+
+import asyncio
+import contextlib
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+AGENT = """#!/bin/sh
+case "$AWCP_PROMPT" in
+  *SLOW*) sleep 300 ;;
+esac
+echo "written by the agent" > AGENT_RESULT.txt
+echo "wrote AGENT_RESULT.txt"
+"""
+
+EXECUTOR_NAME = "mcp-test-executor"
+
+
+def log(msg):
+    print(f"[mcp-test] {msg}", flush=True)
+
+
+def field(obj, snake, camel):
+    """A result attribute under the SDK's 2.x (snake_case) or 1.x (camelCase) name."""
+    return getattr(obj, snake) if hasattr(obj, snake) else getattr(obj, camel)
+
+
+def is_error(result):
+    return bool(field(result, "is_error", "isError"))
+
+
+def structured(result):
+    return field(result, "structured_content", "structuredContent")
+
+
+def text_of(result):
+    return "\n".join(c.text for c in result.content if getattr(c, "type", "") == "text")
+
+
+def expect_ok(name, result):
+    if is_error(result):
+        raise AssertionError(f"{name} failed: {text_of(result)}")
+    return result
+
+
+def expect_error(name, result, *needles):
+    text = text_of(result)
+    if not is_error(result):
+        raise AssertionError(f"{name} should be a tool error, got: {text}")
+    for n in needles:
+        if n.lower() not in text.lower():
+            raise AssertionError(f"{name}: error text lacks {n!r}: {text}")
+    log(f"{name}: tool error as expected: {text.strip()}")
+
+
+def start_executor(exe, tmp):
+    agent = tmp / "agent.sh"
+    agent.write_text(AGENT)
+    agent.chmod(0o755)
+    proc = subprocess.Popen(
+        [
+            exe,
+            "--listen", "127.0.0.1:0",
+            "--work-root", str(tmp / "executor-work"),
+            "--agent-cmd", f"sh {agent}",
+            "--name", EXECUTOR_NAME,
+            "--quiet",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    line = proc.stdout.readline().strip()
+    if "http://" not in line:
+        proc.kill()
+        raise AssertionError(f"executor did not print its URL: {line!r}")
+    url = line[line.index("http://"):]
+    log(f"executor at {url}")
+    return proc, url
+
+
+def make_workspace(tmp, name):
+    d = tmp / name
+    (d / "src").mkdir(parents=True)
+    (d / "README.md").write_text("# sample\n")
+    (d / "src" / "main.py").write_text("print('hi')\n")
+    return d
+
+
+@contextlib.asynccontextmanager
+async def open_session(mcp_bin, args):
+    params = StdioServerParameters(
+        command=mcp_bin, args=args, env={**os.environ, "RUST_LOG": "info"})
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as session:
+            init = await session.initialize()
+            log(f"initialized: {field(init, 'server_info', 'serverInfo').name} {' '.join(args)}")
+            yield session
+
+
+async def run(mcp_bin, peer, tmp):
+    # A second peer nobody listens on: reported in the description, not fatal.
+    dead = "http://127.0.0.1:9"
+    args = ["--peers", f"{peer},{dead}", "--port", "0", "--state-dir", str(tmp / "delegator")]
+    async with open_session(mcp_bin, args) as session:
+        # 1. Tools, with the executor's card in delegate's description.
+        tools = {t.name: t for t in (await session.list_tools()).tools}
+        want = {
+            "delegate", "delegate_output", "delegate_cancel", "delegate_snapshots",
+            "delegate_apply_snapshot", "delegate_discard_snapshot", "delegate_recover",
+        }
+        assert want <= set(tools), f"missing tools: {want - set(tools)}"
+        desc = tools["delegate"].description
+        assert EXECUTOR_NAME in desc, f"card name not in delegate description:\n{desc}"
+        assert "Workspace task" in desc, f"card skills not in delegate description:\n{desc}"
+        assert peer in desc, desc
+        assert f"(unreachable) {dead}/awcp" in desc, f"unreachable peer not reported:\n{desc}"
+        for p in ("description", "prompt", "workspace_dir", "peer_url", "cwd", "ttl_seconds",
+                  "access_mode", "background", "snapshot_mode", "transport"):
+            assert p in field(tools["delegate"], "input_schema", "inputSchema")["properties"], p
+        log("list_tools: 7 tools, delegate description carries the executor card and the unreachable peer")
+
+        # 2. Foreground delegate (relative workspace_dir resolved against cwd).
+        ws = make_workspace(tmp, "ws-fg")
+        r = expect_ok("delegate(fg)", await session.call_tool("delegate", {
+            "description": "add a file", "prompt": "write AGENT_RESULT.txt",
+            "workspace_dir": "ws-fg", "cwd": str(tmp), "peer_url": peer,
+        }))
+        text = text_of(r)
+        assert "completed" in text and "wrote AGENT_RESULT.txt" in text, text
+        assert structured(r) and structured(r)["state"] == "completed", structured(r)
+        assert (ws / "AGENT_RESULT.txt").exists(), "auto snapshot not applied to the workspace"
+        log("delegate(background=false): completed, summary returned, result applied")
+
+        # 3. Background delegate, then delegate_output block=true.
+        ws = make_workspace(tmp, "ws-bg")
+        r = expect_ok("delegate(bg)", await session.call_tool("delegate", {
+            "description": "bg", "prompt": "write AGENT_RESULT.txt",
+            "workspace_dir": str(ws), "peer_url": peer, "background": True,
+        }))
+        did = structured(r)["delegationId"]
+        assert did in text_of(r) and "delegate_output" in text_of(r), text_of(r)
+        r = expect_ok("delegate_output", await session.call_tool("delegate_output", {
+            "delegation_id": did, "block": True, "timeout": 120,
+        }))
+        assert structured(r)["state"] == "completed", text_of(r)
+        assert "wrote AGENT_RESULT.txt" in text_of(r), text_of(r)
+        log(f"delegate(background=true) + delegate_output(block=true): {did} completed")
+
+        # 4. Cancel a running delegation.
+        ws = make_workspace(tmp, "ws-slow")
+        r = expect_ok("delegate(slow)", await session.call_tool("delegate", {
+            "description": "slow", "prompt": "SLOW task",
+            "workspace_dir": str(ws), "peer_url": peer, "background": True,
+        }))
+        slow = structured(r)["delegationId"]
+        r = expect_ok("delegate_output(running)", await session.call_tool(
+            "delegate_output", {"delegation_id": slow}))
+        assert structured(r)["state"] in ("started", "running"), text_of(r)
+        r = expect_error("delegate_output(timeout)", await session.call_tool(
+            "delegate_output", {"delegation_id": slow, "block": True, "timeout": 1}),
+            "timed out")
+        r = expect_ok("delegate_cancel", await session.call_tool(
+            "delegate_cancel", {"delegation_id": slow}))
+        r = expect_ok("delegate_output(cancelled)", await session.call_tool(
+            "delegate_output", {"delegation_id": slow, "block": True, "timeout": 60}))
+        assert structured(r)["state"] == "cancelled", text_of(r)
+        assert not (ws / "AGENT_RESULT.txt").exists()
+        log(f"delegate_cancel: {slow} cancelled")
+
+        # 5. Staged snapshot -> list -> apply; and discard.
+        for action in ("apply", "discard"):
+            ws = make_workspace(tmp, f"ws-staged-{action}")
+            r = expect_ok("delegate(staged)", await session.call_tool("delegate", {
+                "description": "staged", "prompt": "write AGENT_RESULT.txt",
+                "workspace_dir": str(ws), "peer_url": peer, "snapshot_mode": "staged",
+            }))
+            did = structured(r)["id"]
+            assert "pending" in text_of(r), text_of(r)
+            assert not (ws / "AGENT_RESULT.txt").exists(), "staged result applied too early"
+            r = expect_ok("delegate_snapshots", await session.call_tool(
+                "delegate_snapshots", {"delegation_id": did}))
+            snaps = structured(r)["snapshots"]
+            assert len(snaps) == 1 and snaps[0]["status"] == "pending", snaps
+            sid = snaps[0]["id"]
+            assert sid in text_of(r)
+            tool = f"delegate_{action}_snapshot"
+            expect_ok(tool, await session.call_tool(
+                tool, {"delegation_id": did, "snapshot_id": sid}))
+            r = expect_ok("delegate_snapshots", await session.call_tool(
+                "delegate_snapshots", {"delegation_id": did}))
+            status = structured(r)["snapshots"][0]["status"]
+            if action == "apply":
+                assert status == "applied", status
+                assert (ws / "AGENT_RESULT.txt").exists(), "applied snapshot missing"
+            else:
+                assert status == "discarded", status
+                assert not (ws / "AGENT_RESULT.txt").exists(), "discarded snapshot applied"
+            log(f"staged snapshot {sid}: listed and {action} done")
+
+        # 6. Bad arguments: tool errors with clear messages; the server stays alive.
+        expect_error("delegate(no prompt)", await session.call_tool("delegate", {
+            "description": "x", "workspace_dir": str(tmp), "peer_url": peer}), "prompt")
+        expect_error("delegate(missing dir)", await session.call_tool("delegate", {
+            "description": "x", "prompt": "y", "workspace_dir": str(tmp / "nope"),
+            "peer_url": peer}), "does not exist")
+        expect_error("delegate_output(unknown id)", await session.call_tool(
+            "delegate_output", {"delegation_id": "dlg_doesnotexist"}), "unknown delegation")
+        expect_error("delegate_cancel(nothing)", await session.call_tool(
+            "delegate_cancel", {}), "delegation_id")
+        expect_error("delegate_apply_snapshot(unknown)", await session.call_tool(
+            "delegate_apply_snapshot", {"delegation_id": "dlg_doesnotexist",
+                                        "snapshot_id": "snap_x"}))
+
+        # 7. Recover: known to the daemon, and unknown everywhere.
+        r = expect_ok("delegate_recover", await session.call_tool(
+            "delegate_recover", {"delegation_id": slow, "peer_url": peer}))
+        assert structured(r)["source"] == "daemon", structured(r)
+        expect_error("delegate_recover(unknown)", await session.call_tool(
+            "delegate_recover", {"delegation_id": "dlg_doesnotexist", "peer_url": peer}),
+            "neither the daemon nor the executor")
+
+        # Still alive after the errors.
+        tools = (await session.list_tools()).tools
+        assert len(tools) >= 7
+        log("server alive after tool errors")
+
+
+async def restarts(mcp_bin, awcp_bin, peer, tmp):
+    slow = {"description": "slow", "prompt": "SLOW task", "peer_url": peer, "background": True}
+
+    # In-process daemon: its state dies with the server; the next server asks the executor.
+    args = ["--peers", peer, "--port", "0", "--state-dir", str(tmp / "delegator-restart")]
+    async with open_session(mcp_bin, args) as s:
+        ws = make_workspace(tmp, "ws-restart")
+        r = expect_ok("delegate(slow)", await s.call_tool(
+            "delegate", {**slow, "workspace_dir": str(ws)}))
+        did = structured(r)["delegationId"]
+    async with open_session(mcp_bin, args) as s:
+        r = expect_ok("delegate_recover(after restart)", await s.call_tool(
+            "delegate_recover", {"delegation_id": did, "peer_url": peer}))
+        st = structured(r)
+        assert st["source"] == "executor" and st["state"] == "running", st
+        assert st["applicable"] is False and "cannot" in text_of(r), text_of(r)
+        log(f"delegate_recover after an MCP server restart (in-process daemon): {did} "
+            f"reported by the executor as {st['state']}")
+
+    # External daemon: it survives the MCP server's restart; recover re-attaches fully.
+    daemon = subprocess.Popen(
+        [awcp_bin, "--quiet", "daemon", "--listen", "127.0.0.1:0",
+         "--state-dir", str(tmp / "daemon")],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        line = daemon.stdout.readline().strip()
+        assert "http://" in line, f"daemon did not print its URL: {line!r}"
+        durl = line[line.index("http://"):]
+        args = ["--daemon-url", durl, "--peers", peer]
+        async with open_session(mcp_bin, args) as s:
+            ws = make_workspace(tmp, "ws-external")
+            r = expect_ok("delegate(slow, external daemon)", await s.call_tool(
+                "delegate", {**slow, "workspace_dir": str(ws)}))
+            did = structured(r)["delegationId"]
+        async with open_session(mcp_bin, args) as s:
+            r = expect_ok("delegate_recover(external daemon)", await s.call_tool(
+                "delegate_recover", {"delegation_id": did}))
+            st = structured(r)
+            assert st["source"] == "daemon", st
+            assert st["delegation"]["state"] in ("started", "running"), st
+            expect_ok("delegate_cancel", await s.call_tool(
+                "delegate_cancel", {"all": True}))
+            r = expect_ok("delegate_output", await s.call_tool(
+                "delegate_output", {"delegation_id": did, "block": True, "timeout": 60}))
+            assert structured(r)["state"] == "cancelled", text_of(r)
+            log(f"delegate_recover after an MCP server restart (external daemon {durl}): "
+                f"re-attached to {did}, then cancelled it")
+    finally:
+        daemon.terminate()
+        daemon.wait(timeout=10)
+
+
+def main():
+    mcp_bin, exe, awcp_bin = sys.argv[1], sys.argv[2], sys.argv[3]
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="awcp-mcp-test-") as t:
+        tmp = Path(t).resolve()
+        proc, url = start_executor(exe, tmp)
+        try:
+            asyncio.run(asyncio.wait_for(run(mcp_bin, url, tmp), timeout=300))
+            asyncio.run(asyncio.wait_for(restarts(mcp_bin, awcp_bin, url, tmp), timeout=300))
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    log(f"all MCP acceptance checks passed in {time.monotonic() - start:.1f}s")
+
+
+if __name__ == "__main__":
+    main()
