@@ -93,6 +93,13 @@ fn unix_now() -> u64 {
         .unwrap_or(0)
 }
 
+/// Loads or creates the CA key at `path` (see [`SshfsDelegatorConfig::ca_key_path`]) and
+/// returns its public key in OpenSSH format (for `TrustedUserCAKeys`).
+pub fn ensure_ca(path: &Path) -> Result<String, TransportError> {
+    let ca = load_or_create_ca(path)?;
+    ca.public_key().to_openssh().map_err(key_err)
+}
+
 /// Loads the CA key at `path`, creating it (ED25519, mode 0600, `.pub` beside it) if missing.
 pub(crate) fn load_or_create_ca(path: &Path) -> Result<PrivateKey, TransportError> {
     if path.exists() {

@@ -28,7 +28,7 @@ mod delegator;
 mod executor;
 mod setup;
 
-pub use delegator::{SshfsDelegator, SshfsDelegatorConfig};
+pub use delegator::{ensure_ca, SshfsDelegator, SshfsDelegatorConfig};
 pub use executor::{SshfsExecutor, SshfsExecutorConfig};
 pub use setup::{sshd_config, SshdConfigParams};
 

@@ -60,7 +60,6 @@ pub fn sshd_config(p: &SshdConfigParams) -> String {
     let _ = writeln!(s, "    PermitTTY no");
     let _ = writeln!(s, "    PermitTunnel no");
     let _ = writeln!(s, "    PermitUserRC no");
-    let _ = writeln!(s, "    PermitUserEnvironment no");
     let _ = writeln!(
         s,
         "# The certificate's force-command (internal-sftp, -R for ro) applies: no shell, no exec."

@@ -142,6 +142,41 @@ enum Cmd {
         /// Snapshot id.
         snapshot: String,
     },
+    /// SSHFS transport administration.
+    Sshfs {
+        #[command(subcommand)]
+        cmd: SshfsCmd,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum SshfsCmd {
+    /// Create the CA (if missing) and print the sshd configuration the SSHFS transport needs
+    /// (or write it with --write). Then: create the SFTP login user, the jail (root-owned, mode
+    /// 0711) and the principals directory, and reload sshd.
+    Setup {
+        /// The SFTP login user certificates are issued for.
+        #[arg(long, default_value = "awcp")]
+        user: String,
+        /// The jail (sshd ChrootDirectory; exports are bind-mounted inside).
+        #[arg(long, default_value = "/srv/awcp-jail")]
+        jail_root: PathBuf,
+        /// Where the principals files live (root-owned path).
+        #[arg(long, default_value = "/etc/ssh/awcp-principals")]
+        principals_dir: PathBuf,
+        /// Delegator state directory (the CA key lives in `<state>/sshfs/ca`).
+        #[arg(long, env = "AWCP_STATE_DIR")]
+        state_dir: Option<PathBuf>,
+        /// Render a standalone sshd config listening here (instead of a snippet).
+        #[arg(long)]
+        standalone: Option<SocketAddr>,
+        /// Host key for --standalone.
+        #[arg(long, default_value = "/etc/ssh/ssh_host_ed25519_key")]
+        host_key: PathBuf,
+        /// Write the configuration to this file instead of printing it.
+        #[arg(long)]
+        write: Option<PathBuf>,
+    },
 }
 
 fn fail(msg: impl std::fmt::Display) -> ! {
@@ -303,6 +338,38 @@ async fn main() {
             .await
             {
                 fail(e);
+            }
+        }
+        Cmd::Sshfs {
+            cmd:
+                SshfsCmd::Setup {
+                    user,
+                    jail_root,
+                    principals_dir,
+                    state_dir,
+                    standalone,
+                    host_key,
+                    write,
+                },
+        } => {
+            use awcp_transports::sshfs::{ensure_ca, sshd_config, SshdConfigParams};
+            let state = state_dir.unwrap_or_else(default_state_dir).join("sshfs");
+            let ca = state.join("ca");
+            ensure_ca(&ca).unwrap_or_else(|e| fail(format!("CA key {}: {e}", ca.display())));
+            let text = sshd_config(&SshdConfigParams {
+                user,
+                ca_public_key: ca.with_extension("pub"),
+                principals_dir,
+                jail_root,
+                standalone: standalone.map(|a| (a.ip().to_string(), a.port(), host_key)),
+            });
+            match write {
+                Some(path) => {
+                    std::fs::write(&path, text)
+                        .unwrap_or_else(|e| fail(format!("{}: {e}", path.display())));
+                    eprintln!("wrote {}", path.display());
+                }
+                None => print!("{text}"),
             }
         }
         Cmd::List => {
