@@ -40,17 +40,22 @@ pub fn sshd_config(p: &SshdConfigParams) -> String {
         let _ = writeln!(s, "AllowUsers {}", p.user);
         let _ = writeln!(s, "Subsystem sftp internal-sftp");
     }
+    // Everything is scoped to the SFTP login user: other accounts are unaffected.
+    let _ = writeln!(s, "Match User {}", p.user);
     let _ = writeln!(
         s,
-        "# Certificates signed by this CA are trusted for the principals listed per user."
+        "    # Certificates signed by this CA, for a principal listed in the file (revocation:"
     );
-    let _ = writeln!(s, "TrustedUserCAKeys {}", p.ca_public_key.display());
     let _ = writeln!(
         s,
-        "AuthorizedPrincipalsFile {}/%u",
+        "    # the delegator removes the line when the delegation ends)."
+    );
+    let _ = writeln!(s, "    TrustedUserCAKeys {}", p.ca_public_key.display());
+    let _ = writeln!(
+        s,
+        "    AuthorizedPrincipalsFile {}/%u",
         p.principals_dir.display()
     );
-    let _ = writeln!(s, "Match User {}", p.user);
     let _ = writeln!(s, "    AuthenticationMethods publickey");
     let _ = writeln!(s, "    PubkeyAuthentication yes");
     let _ = writeln!(s, "    PasswordAuthentication no");
@@ -62,7 +67,7 @@ pub fn sshd_config(p: &SshdConfigParams) -> String {
     let _ = writeln!(s, "    PermitUserRC no");
     let _ = writeln!(
         s,
-        "# The certificate's force-command (internal-sftp, -R for ro) applies: no shell, no exec."
+        "    # The certificate's force-command (internal-sftp, -R for ro): no shell, no exec."
     );
     s
 }
