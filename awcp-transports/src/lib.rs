@@ -12,6 +12,8 @@
 //! - [`manifest`]: file manifests for deltas and conflict detection;
 //! - [`snapshot`]: capture, apply, and the apply journal with [`snapshot::recover`];
 //! - [`export`]: export views (symlink, copy, git worktree);
+//! - [`sshfs`]: the live SSHFS transport ([`SshfsDelegator`] / [`SshfsExecutor`]) and the sshd
+//!   configuration it needs;
 //! - [`runner`]: a demo task runner.
 
 #![warn(missing_docs)]
@@ -25,6 +27,7 @@ pub mod manifest;
 pub mod runner;
 pub mod scan;
 pub mod snapshot;
+pub mod sshfs;
 pub mod traits;
 pub mod walk;
 
@@ -44,6 +47,7 @@ pub use snapshot::{
     apply_snapshot, capture, recover, ApplyOptions, ApplyReport, ApplyRequest, CapturedSnapshot,
     ConflictPolicy, SnapshotKind,
 };
+pub use sshfs::{SshfsDelegator, SshfsDelegatorConfig, SshfsExecutor, SshfsExecutorConfig};
 pub use traits::{
     DelegatorTransport, DependencyMissing, ExecutorTransport, PrepareRequest, Prepared,
     SetupReport, SetupRequest, TaskContext, TaskOutcome, TaskRunner,

@@ -74,6 +74,21 @@ pub trait DelegatorTransport: Send + Sync {
     ) -> Result<ApplyReport, TransportError>;
     /// Removes the export view and temporary archives. Idempotent.
     fn release(&self, delegation_id: &DelegationId) -> Result<(), TransportError>;
+    /// Prepares a live transport (one where [`TransportKind::is_live`] holds: no archive, no
+    /// snapshot) and returns the START handle directly. Credentials in the handle must not
+    /// outlive `expires_at`. Archive-shaped transports keep the default, which refuses.
+    fn prepare_live(
+        &self,
+        req: &PrepareRequest<'_>,
+        expires_at: Timestamp,
+        cancel: &CancelFlag,
+    ) -> Result<TransportHandle, TransportError> {
+        let _ = (req, expires_at, cancel);
+        Err(TransportError::Unsupported(format!(
+            "transport {} is not a live transport",
+            self.kind().as_str()
+        )))
+    }
 }
 
 /// A missing executor dependency, with a hint for the operator.
@@ -152,6 +167,26 @@ pub trait ExecutorTransport: Send + Sync {
     ) -> Result<CapturedSnapshot, TransportError>;
     /// Removes the work directory and captured files. Idempotent.
     fn release(&self, work_dir: &Path) -> Result<(), TransportError>;
+    /// Sets up a live transport from its START handle (a mount rather than an extraction).
+    /// Archive-shaped transports keep the default, which refuses.
+    fn setup_live(
+        &self,
+        work_dir: &Path,
+        handle: &TransportHandle,
+        access_mode: AccessMode,
+        cancel: &CancelFlag,
+    ) -> Result<(), TransportError> {
+        let _ = (work_dir, handle, access_mode, cancel);
+        Err(TransportError::Unsupported(format!(
+            "transport {} is not a live transport",
+            self.kind().as_str()
+        )))
+    }
+    /// Start-up sweep: removes what a crashed process left under `work_root` (mounts, key
+    /// files). Called by drivers before they delete stale work directories. Default: nothing.
+    fn recover(&self, work_root: &Path) {
+        let _ = work_root;
+    }
 }
 
 /// What a task runner gets.

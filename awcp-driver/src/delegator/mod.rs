@@ -39,6 +39,8 @@ pub struct DelegatorOptions {
     pub engine: DelegatorConfig,
     /// The data-plane transport (archive by default).
     pub transport: Arc<dyn DelegatorTransport>,
+    /// Live transports (e.g. sshfs), used when a delegation asks for their kind.
+    pub extra_transports: Vec<Arc<dyn DelegatorTransport>>,
     /// State directory: staged snapshots, archives for URL mode, downloads.
     pub state_dir: PathBuf,
     /// Timeout of INVITE/START/ERROR/cancel/ack requests (30 s).
@@ -56,6 +58,7 @@ impl DelegatorOptions {
         DelegatorOptions {
             engine: DelegatorConfig::default(),
             transport,
+            extra_transports: Vec::new(),
             state_dir: state_dir.into(),
             request_timeout: Duration::from_secs(30),
             archive_base_url: None,
@@ -578,6 +581,52 @@ impl<R: Runtime> Loop<R> {
             }
             DelegatorOutput::PrepareTransport {
                 id,
+                transport,
+                access_mode,
+                expires_at,
+                dialect,
+                features,
+            } if transport.is_live() => {
+                let specs = self.specs.get(&id).cloned().unwrap_or_default();
+                let t = self
+                    .opts
+                    .extra_transports
+                    .iter()
+                    .find(|t| t.kind() == transport)
+                    .cloned();
+                let feed = self.feed();
+                let rt = self.rt.clone();
+                self.rt.spawn(Box::pin(async move {
+                    let did = id.clone();
+                    let result = blocking(&rt, move || {
+                        let t = t.ok_or_else(|| {
+                            ErrorInfo::new(
+                                ErrorCode::TransportError,
+                                format!("transport {} is not configured", transport.as_str()),
+                            )
+                        })?;
+                        let req = PrepareRequest {
+                            delegation_id: &did,
+                            resources: &specs,
+                            access_mode,
+                            export: ExportViewKind::default(),
+                            delivery: Delivery::Inline,
+                            layout: if dialect == Dialect::Seed {
+                                Layout::Flat
+                            } else {
+                                Layout::PerResource
+                            },
+                        };
+                        let _ = features;
+                        t.prepare_live(&req, expires_at, &CancelFlag::new())
+                            .map_err(|e| e.to_error_info())
+                    })
+                    .await;
+                    feed(DelegatorInput::TransportPrepared { id, result });
+                }));
+            }
+            DelegatorOutput::PrepareTransport {
+                id,
                 transport: _,
                 access_mode,
                 expires_at,
@@ -708,7 +757,9 @@ impl<R: Runtime> Loop<R> {
                 let _ = std::fs::remove_dir(&dir);
             }
             DelegatorOutput::ReleaseTransport { id } => {
-                let t = self.opts.transport.clone();
+                // Release is idempotent: every transport forgets what it holds for `id`.
+                let mut ts = vec![self.opts.transport.clone()];
+                ts.extend(self.opts.extra_transports.iter().cloned());
                 let feed = self.feed();
                 let rt = self.rt.clone();
                 self.archives
@@ -725,8 +776,10 @@ impl<R: Runtime> Loop<R> {
                 self.rt.spawn(Box::pin(async move {
                     let did = id.clone();
                     blocking(&rt, move || {
-                        if let Err(e) = t.release(&did) {
-                            tracing::warn!(delegation = %did, "release failed: {e}");
+                        for t in ts {
+                            if let Err(e) = t.release(&did) {
+                                tracing::warn!(delegation = %did, "release failed: {e}");
+                            }
                         }
                     })
                     .await;

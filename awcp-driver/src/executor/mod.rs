@@ -13,7 +13,7 @@ use awcp_proto::engine::executor::{Request, Response};
 use awcp_proto::engine::{CapturedSnapshot, RequestId, StreamId, TaskOutcome};
 use awcp_proto::{
     encode_event, sse, DelegationId, ErrorCode, ErrorInfo, Executor, ExecutorConfig, ExecutorEvent,
-    ExecutorInput, ExecutorOutput, TransportHandle,
+    ExecutorInput, ExecutorOutput, TransportHandle, TransportKind,
 };
 use awcp_transports::archive::{ArchiveOutput, ArchiveSource, Delivery};
 use awcp_transports::{CancelFlag, ExecutorTransport, SetupRequest, TaskContext, TaskRunner};
@@ -38,6 +38,9 @@ pub struct ExecutorOptions {
     pub engine: ExecutorConfig,
     /// The data-plane transport.
     pub transport: Arc<dyn ExecutorTransport>,
+    /// Further transports (e.g. sshfs), chosen by the kind the delegator asks for; list their
+    /// kinds in `engine.transports` too.
+    pub extra_transports: Vec<Arc<dyn ExecutorTransport>>,
     /// The agent that does the work.
     pub runner: Arc<dyn TaskRunner>,
     /// Largest request body accepted (START carries inline archives).
@@ -64,6 +67,7 @@ impl ExecutorOptions {
         ExecutorOptions {
             engine,
             transport,
+            extra_transports: Vec::new(),
             runner,
             max_body_bytes: 256 * 1024 * 1024,
             keepalive: Duration::from_secs(15),
@@ -118,6 +122,12 @@ impl ExecutorHandle {
         let (tx, rx) = mpsc::unbounded();
         let snapshots: SnapshotFiles = Arc::default();
         let work_root = PathBuf::from(&opts.engine.work_root);
+        let mut transports = vec![opts.transport.clone()];
+        transports.extend(opts.extra_transports.iter().cloned());
+        // Transports first (they unmount what a crash left), then the stale work directories.
+        for t in &transports {
+            t.recover(&work_root);
+        }
         sweep_stale(&work_root);
         let rt2 = rt.clone();
         let shared = Arc::new(SharedOpts {
@@ -152,7 +162,8 @@ impl ExecutorHandle {
             rt: rt.clone(),
             engine,
             tx: tx.clone(),
-            transport: opts.transport,
+            transports,
+            kinds: BTreeMap::new(),
             runner: opts.runner,
             public_url: opts.public_url,
             download_timeout: opts.download_timeout,
@@ -234,6 +245,11 @@ fn sweep_stale(root: &Path) {
             continue;
         }
         let p = e.path();
+        if is_mount_point(&p) {
+            // Never recurse into a mount a transport could not remove: it is someone's files.
+            tracing::warn!(path = %p.display(), "stale work directory is still mounted; left");
+            continue;
+        }
         tracing::info!(path = %p.display(), "removing stale work directory from a previous run");
         let _ = if p.is_dir() {
             std::fs::remove_dir_all(&p)
@@ -244,11 +260,26 @@ fn sweep_stale(root: &Path) {
     let _ = std::fs::remove_dir_all(root.join(".awcp").join("downloads"));
 }
 
+/// Whether `p` is a mount point (its device differs from its parent's).
+fn is_mount_point(p: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (
+        std::fs::symlink_metadata(p),
+        p.parent().map(std::fs::metadata),
+    ) {
+        (Ok(m), Some(Ok(pm))) => m.dev() != pm.dev(),
+        _ => false,
+    }
+}
+
 struct Loop<R: Runtime> {
     rt: R,
     engine: Executor,
     tx: mpsc::UnboundedSender<Cmd>,
-    transport: Arc<dyn ExecutorTransport>,
+    /// The primary transport first, then the extra ones.
+    transports: Vec<Arc<dyn ExecutorTransport>>,
+    /// Which transport each assignment uses (from allocation to release).
+    kinds: BTreeMap<DelegationId, TransportKind>,
     runner: Arc<dyn TaskRunner>,
     public_url: Option<String>,
     download_timeout: Duration,
@@ -264,6 +295,23 @@ struct Loop<R: Runtime> {
 }
 
 impl<R: Runtime> Loop<R> {
+    /// The transport serving `kind` (the primary one if none does: it refuses the handle).
+    fn transport_for(&self, kind: &TransportKind) -> Arc<dyn ExecutorTransport> {
+        self.transports
+            .iter()
+            .find(|t| t.kind() == *kind)
+            .unwrap_or(&self.transports[0])
+            .clone()
+    }
+
+    /// The transport assignment `id` was allocated with.
+    fn transport_of(&self, id: &DelegationId) -> Arc<dyn ExecutorTransport> {
+        match self.kinds.get(id) {
+            Some(k) => self.transport_for(k),
+            None => self.transports[0].clone(),
+        }
+    }
+
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Cmd>) {
         let mut shutdown: Option<oneshot::Sender<()>> = None;
         loop {
@@ -380,9 +428,10 @@ impl<R: Runtime> Loop<R> {
             ExecutorOutput::AllocateWorkDir {
                 id,
                 work_dir,
-                transport: _,
+                transport,
             } => {
-                let t = self.transport.clone();
+                let t = self.transport_for(&transport);
+                self.kinds.insert(id.clone(), transport);
                 let feed = self.feed();
                 let rt = self.rt.clone();
                 self.rt.spawn(Box::pin(async move {
@@ -398,7 +447,7 @@ impl<R: Runtime> Loop<R> {
                 resources,
                 dialect: _,
             } => {
-                let t = self.transport.clone();
+                let t = self.transport_for(&handle.kind());
                 let feed = self.feed();
                 let rt = self.rt.clone();
                 let cancel = CancelFlag::new();
@@ -496,7 +545,7 @@ impl<R: Runtime> Loop<R> {
                 kind,
                 inline,
             } => {
-                let t = self.transport.clone();
+                let t = self.transport_of(&id);
                 let feed = self.feed();
                 let rt = self.rt.clone();
                 let dir = self.work_root.join(".awcp").join("snapshots");
@@ -545,15 +594,19 @@ impl<R: Runtime> Loop<R> {
             ExecutorOutput::Release { id, work_dir } => {
                 self.cancels.remove(&id);
                 self.resources.remove(&id);
-                let t = self.transport.clone();
+                let t = self.transport_of(&id);
+                self.kinds.remove(&id);
                 let feed = self.feed();
                 let rt = self.rt.clone();
                 self.rt.spawn(Box::pin(async move {
                     blocking(&rt, move || {
-                        if let Err(e) = t.release(Path::new(&work_dir)) {
-                            tracing::warn!("release of {work_dir} failed: {e}");
+                        match t.release(Path::new(&work_dir)) {
+                            // Never recurse into a work directory that may still be a mount.
+                            Err(e) => tracing::warn!("release of {work_dir} failed: {e}"),
+                            Ok(()) => {
+                                let _ = std::fs::remove_dir_all(&work_dir);
+                            }
                         }
-                        let _ = std::fs::remove_dir_all(&work_dir);
                     })
                     .await;
                     feed(ExecutorInput::Released { id });
@@ -642,6 +695,13 @@ async fn setup<R: Runtime>(
     timeout: Duration,
     cancel: CancelFlag,
 ) -> Result<(), ErrorInfo> {
+    if handle.kind().is_live() {
+        return blocking(rt, move || {
+            t.setup_live(Path::new(&work_dir), &handle, access, &cancel)
+                .map_err(|e| e.to_error_info())
+        })
+        .await;
+    }
     let TransportHandle::Archive(h) = handle else {
         return Err(ErrorInfo::new(
             ErrorCode::SetupFailed,

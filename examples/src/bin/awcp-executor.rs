@@ -64,6 +64,9 @@ struct Args {
     /// JSON config file whose keys are flag names.
     #[arg(long)]
     config: Option<PathBuf>,
+    /// Also serve the sshfs transport (mounts under the work root; needs sshfs and /dev/fuse).
+    #[arg(long, env = "AWCP_SSHFS")]
+    sshfs: bool,
     /// Less logging.
     #[arg(long, short)]
     quiet: bool,
@@ -102,7 +105,12 @@ async fn main() {
         },
         credential,
     });
+    let mut transports = vec![awcp_proto::TransportKind::Archive];
+    if args.sshfs {
+        transports.push(awcp_proto::TransportKind::Sshfs);
+    }
     let engine = ExecutorConfig {
+        transports,
         work_root: work_root.to_string_lossy().into_owned(),
         max_concurrent: args.max_concurrent,
         max_ttl_seconds: args.max_ttl,
@@ -113,6 +121,16 @@ async fn main() {
     };
     let mut opts = ExecutorOptions::new(engine, Arc::new(ArchiveExecutor::default()), runner);
     opts.max_body_bytes = args.max_body_bytes;
+    if args.sshfs {
+        // Credential files live beside the work root, never inside a mount.
+        let keys = work_root.parent().unwrap_or(&work_root).join("sshfs-keys");
+        let sshfs =
+            awcp_transports::SshfsExecutor::new(awcp_transports::SshfsExecutorConfig::new(keys));
+        if let Err(e) = awcp_transports::ExecutorTransport::check_dependency(&sshfs) {
+            tracing::warn!("sshfs transport enabled but unusable: {e}");
+        }
+        opts.extra_transports.push(Arc::new(sshfs));
+    }
     opts.state_dir = args.state_dir.clone();
     opts.card = AgentCard {
         name: args.name.clone(),

@@ -16,9 +16,11 @@ use std::time::Duration;
 use awcp_driver::delegator::daemon::{view_to_json, DaemonClient};
 use awcp_driver::{DelegateParams, DelegatorHandle, DelegatorOptions};
 use awcp_proto::engine::SnapshotMode;
-use awcp_proto::{AccessMode, Auth, AuthType};
+use awcp_proto::{AccessMode, Auth, AuthType, TransportKind};
 use awcp_tokio::TokioRuntime;
-use awcp_transports::{ArchiveDelegator, ArchiveDelegatorConfig};
+use awcp_transports::{
+    ArchiveDelegator, ArchiveDelegatorConfig, SshfsDelegator, SshfsDelegatorConfig,
+};
 use clap::{Parser, Subcommand};
 use futures::StreamExt;
 use serde_json::{json, Value};
@@ -93,6 +95,11 @@ enum Cmd {
         /// State directory for the in-process delegator.
         #[arg(long, env = "AWCP_STATE_DIR")]
         state_dir: Option<PathBuf>,
+        /// Lend over SSHFS (live) instead of an archive. A JSON file with `host`, `port`,
+        /// `user`, `jailRoot`, `principalsDir`, `hostPublicKey` (see `awcp sshfs setup`).
+        /// In-process only.
+        #[arg(long)]
+        sshfs_config: Option<PathBuf>,
     },
     /// Run the delegator daemon (HTTP API + archive URLs).
     Daemon {
@@ -142,6 +149,41 @@ enum Cmd {
         /// Snapshot id.
         snapshot: String,
     },
+    /// SSHFS transport administration.
+    Sshfs {
+        #[command(subcommand)]
+        cmd: SshfsCmd,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum SshfsCmd {
+    /// Create the CA (if missing) and print the sshd configuration the SSHFS transport needs
+    /// (or write it with --write). Then: create the SFTP login user, the jail (root-owned, mode
+    /// 0711) and the principals directory, and reload sshd.
+    Setup {
+        /// The SFTP login user certificates are issued for.
+        #[arg(long, default_value = "awcp")]
+        user: String,
+        /// The jail (sshd ChrootDirectory; exports are bind-mounted inside).
+        #[arg(long, default_value = "/srv/awcp-jail")]
+        jail_root: PathBuf,
+        /// Where the principals files live (root-owned path).
+        #[arg(long, default_value = "/etc/ssh/awcp-principals")]
+        principals_dir: PathBuf,
+        /// Delegator state directory (the CA key lives in `<state>/sshfs/ca`).
+        #[arg(long, env = "AWCP_STATE_DIR")]
+        state_dir: Option<PathBuf>,
+        /// Render a standalone sshd config listening here (instead of a snippet).
+        #[arg(long)]
+        standalone: Option<SocketAddr>,
+        /// Host key for --standalone.
+        #[arg(long, default_value = "/etc/ssh/ssh_host_ed25519_key")]
+        host_key: PathBuf,
+        /// Write the configuration to this file instead of printing it.
+        #[arg(long)]
+        write: Option<PathBuf>,
+    },
 }
 
 fn fail(msg: impl std::fmt::Display) -> ! {
@@ -157,10 +199,45 @@ fn default_state_dir() -> PathBuf {
         .join("delegator")
 }
 
-fn delegator(state_dir: PathBuf, archive_base: Option<String>) -> DelegatorHandle {
+/// The SSHFS delegator transport from a JSON config (keys in `--sshfs-config`'s help).
+fn sshfs_delegator(path: &std::path::Path, state_dir: &std::path::Path) -> SshfsDelegator {
+    let text =
+        std::fs::read_to_string(path).unwrap_or_else(|e| fail(format!("{}: {e}", path.display())));
+    let v: Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| fail(format!("{}: {e}", path.display())));
+    let s = |k: &str| {
+        v.get(k)
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .unwrap_or_else(|| fail(format!("--sshfs-config: `{k}` (string) is required")))
+    };
+    let port = v.get("port").and_then(Value::as_u64).unwrap_or(22);
+    let config = SshfsDelegatorConfig {
+        state_dir: state_dir.join("sshfs"),
+        principals_dir: s("principalsDir").into(),
+        jail_root: s("jailRoot").into(),
+        endpoint: awcp_proto::SshEndpoint {
+            host: s("host"),
+            port: u16::try_from(port).unwrap_or_else(|_| fail("--sshfs-config: bad port")),
+            user: s("user"),
+        },
+        host_public_key: s("hostPublicKey").into(),
+        helper_timeout: Duration::from_secs(30),
+    };
+    SshfsDelegator::new(config).unwrap_or_else(|e| fail(format!("sshfs transport: {e}")))
+}
+
+fn delegator(
+    state_dir: PathBuf,
+    archive_base: Option<String>,
+    sshfs: Option<SshfsDelegator>,
+) -> DelegatorHandle {
     let transport = ArchiveDelegator::new(ArchiveDelegatorConfig::new(state_dir.join("exports")));
     let mut opts = DelegatorOptions::new(Arc::new(transport), state_dir);
     opts.archive_base_url = archive_base;
+    if let Some(t) = sshfs {
+        opts.extra_transports.push(Arc::new(t));
+    }
     DelegatorHandle::start(TokioRuntime, opts)
 }
 
@@ -192,6 +269,7 @@ async fn main() {
             background,
             serve_archives,
             state_dir,
+            sshfs_config,
         } => {
             let dir = std::fs::canonicalize(&dir)
                 .unwrap_or_else(|e| fail(format!("{}: {e} (WORKSPACE_NOT_FOUND)", dir.display())));
@@ -216,6 +294,9 @@ async fn main() {
                 credential,
                 metadata: Default::default(),
             });
+            if daemon && sshfs_config.is_some() {
+                fail("--sshfs-config works in-process only (without --daemon)");
+            }
             if daemon {
                 let body = json!({
                     "executorUrl": peer,
@@ -242,13 +323,19 @@ async fn main() {
                 return;
             }
             let state_dir = state_dir.unwrap_or_else(default_state_dir);
+            let sshfs = sshfs_config.map(|p| sshfs_delegator(&p, &state_dir));
+            let transport = if sshfs.is_some() {
+                TransportKind::Sshfs
+            } else {
+                TransportKind::Archive
+            };
             let mut archive_base = None;
             if let Some(addr) = serve_archives {
                 let listener = tokio::net::TcpListener::bind(addr)
                     .await
                     .unwrap_or_else(|e| fail(format!("--serve-archives {addr}: {e}")));
                 archive_base = Some(format!("http://{}", listener.local_addr().expect("bound")));
-                let d = delegator(state_dir.clone(), archive_base.clone());
+                let d = delegator(state_dir.clone(), archive_base.clone(), sshfs);
                 let server = d.clone();
                 tokio::spawn(async move {
                     let _ = awcp_tokio::serve(
@@ -268,12 +355,13 @@ async fn main() {
                     access,
                     mode,
                     auth,
+                    transport.clone(),
                     cli.json,
                 )
                 .await;
                 return;
             }
-            let d = delegator(state_dir, archive_base);
+            let d = delegator(state_dir, archive_base, sshfs);
             run_delegate(
                 d,
                 peer,
@@ -284,6 +372,7 @@ async fn main() {
                 access,
                 mode,
                 auth,
+                transport,
                 cli.json,
             )
             .await;
@@ -294,7 +383,7 @@ async fn main() {
                 .await
                 .unwrap_or_else(|e| fail(format!("cannot listen on {listen}: {e}")));
             let local = listener.local_addr().expect("bound");
-            let d = delegator(state_dir, Some(format!("http://{local}")));
+            let d = delegator(state_dir, Some(format!("http://{local}")), None);
             println!("awcp daemon listening on http://{local}");
             if let Err(e) = awcp_tokio::serve(
                 listener,
@@ -304,6 +393,38 @@ async fn main() {
             .await
             {
                 fail(e);
+            }
+        }
+        Cmd::Sshfs {
+            cmd:
+                SshfsCmd::Setup {
+                    user,
+                    jail_root,
+                    principals_dir,
+                    state_dir,
+                    standalone,
+                    host_key,
+                    write,
+                },
+        } => {
+            use awcp_transports::sshfs::{ensure_ca, sshd_config, SshdConfigParams};
+            let state = state_dir.unwrap_or_else(default_state_dir).join("sshfs");
+            let ca = state.join("ca");
+            ensure_ca(&ca).unwrap_or_else(|e| fail(format!("CA key {}: {e}", ca.display())));
+            let text = sshd_config(&SshdConfigParams {
+                user,
+                ca_public_key: ca.with_extension("pub"),
+                principals_dir,
+                jail_root,
+                standalone: standalone.map(|a| (a.ip().to_string(), a.port(), host_key)),
+            });
+            match write {
+                Some(path) => {
+                    std::fs::write(&path, text)
+                        .unwrap_or_else(|e| fail(format!("{}: {e}", path.display())));
+                    eprintln!("wrote {}", path.display());
+                }
+                None => print!("{text}"),
             }
         }
         Cmd::List => {
@@ -392,9 +513,11 @@ async fn run_delegate(
     access: AccessMode,
     mode: SnapshotMode,
     auth: Option<Auth>,
+    transport: TransportKind,
     json: bool,
 ) {
     let mut params = DelegateParams::new(peer, dir, &description, &prompt);
+    params.transport = transport;
     params.ttl_seconds = ttl;
     params.access_mode = access;
     params.resources[0].mode = access;
