@@ -116,7 +116,7 @@ impl TaskRunner for LiveRunner {
         progress: &dyn Fn(String),
         _c: &CancelFlag,
     ) -> Result<TaskOutcome, String> {
-        let w = ctx.work_dir.join("workspace");
+        let w = ctx.work_dir.clone();
         let e = |e: std::io::Error| e.to_string();
         let a = std::fs::read_to_string(w.join("a.txt")).map_err(e)?;
         std::fs::write(w.join("a.txt"), format!("{a}edited\n")).map_err(e)?;
