@@ -127,13 +127,11 @@ impl TaskRunner for GateRunner {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sse_connection_cut_mid_task_is_resumed() {
-    let dir = tempfile::tempdir().unwrap();
-    let gate = GateRunner::default();
+/// An in-process executor with `gate` as its runner, served on a free loopback port.
+async fn start_gated_executor(dir: &Path, gate: &GateRunner) -> std::net::SocketAddr {
     let opts = ExecutorOptions::new(
         ExecutorConfig {
-            work_root: dir.path().join("work").to_string_lossy().into_owned(),
+            work_root: dir.join("work").to_string_lossy().into_owned(),
             ..ExecutorConfig::default()
         },
         Arc::new(ArchiveExecutor::default()),
@@ -145,9 +143,17 @@ async fn sse_connection_cut_mid_task_is_resumed() {
     ex.set_public_url(format!("http://{ex_addr}"));
     tokio::spawn(awcp_tokio::serve(
         l,
-        awcp_tokio::executor_router(ex.clone()),
+        awcp_tokio::executor_router(ex),
         std::future::pending(),
     ));
+    ex_addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sse_connection_cut_mid_task_is_resumed() {
+    let dir = tempfile::tempdir().unwrap();
+    let gate = GateRunner::default();
+    let ex_addr = start_gated_executor(dir.path(), &gate).await;
     let proxy = Proxy::default();
     let paddr = proxy.clone().start(ex_addr).await;
 
@@ -312,23 +318,7 @@ async fn executor_killed_mid_task_then_restarted() {
 async fn delegator_restart_reconnects_and_applies_the_result() {
     let dir = tempfile::tempdir().unwrap();
     let gate = GateRunner::default();
-    let opts = ExecutorOptions::new(
-        ExecutorConfig {
-            work_root: dir.path().join("work").to_string_lossy().into_owned(),
-            ..ExecutorConfig::default()
-        },
-        Arc::new(ArchiveExecutor::default()),
-        Arc::new(gate.clone()),
-    );
-    let ex = ExecutorHandle::start(TokioRuntime, opts);
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let ex_addr = l.local_addr().unwrap();
-    ex.set_public_url(format!("http://{ex_addr}"));
-    tokio::spawn(awcp_tokio::serve(
-        l,
-        awcp_tokio::executor_router(ex.clone()),
-        std::future::pending(),
-    ));
+    let ex_addr = start_gated_executor(dir.path(), &gate).await;
 
     let ws = workspace(dir.path());
     let d1 = delegator(dir.path());
