@@ -998,15 +998,7 @@ impl Delegator {
             }
             (Outbound::Invite, other) => {
                 if state == DelegationState::Invited {
-                    let why = match other {
-                        Reply::Failed(why) => why,
-                        _ => "unexpected answer to INVITE".to_owned(),
-                    };
-                    self.abandon(
-                        now,
-                        id,
-                        ErrorInfo::new(ErrorCode::Timeout, format!("INVITE failed: {why}")),
-                    );
+                    self.request_failed(now, id, "INVITE", other);
                 }
             }
             (Outbound::Start, Reply::Ok) => {}
@@ -1018,20 +1010,26 @@ impl Delegator {
             }
             (Outbound::Start, other) => {
                 if state == DelegationState::Started {
-                    let why = match other {
-                        Reply::Failed(why) => why,
-                        _ => "unexpected answer to START".to_owned(),
-                    };
-                    self.abandon(
-                        now,
-                        id,
-                        ErrorInfo::new(ErrorCode::Timeout, format!("START failed: {why}")),
-                    );
+                    self.request_failed(now, id, "START", other);
                 }
             }
             (Outbound::Error | Outbound::Cancel | Outbound::Ack, _) => {}
         }
         Ok(())
+    }
+
+    /// INVITE or START got no usable answer (network failure or an unexpected body): the
+    /// executor may have it, so abandon with ERROR.
+    fn request_failed(&mut self, now: Timestamp, id: &DelegationId, what: &str, reply: Reply) {
+        let why = match reply {
+            Reply::Failed(why) => why,
+            _ => format!("unexpected answer to {what}"),
+        };
+        self.abandon(
+            now,
+            id,
+            ErrorInfo::new(ErrorCode::Timeout, format!("{what} failed: {why}")),
+        );
     }
 
     fn on_accept(&mut self, now: Timestamp, id: &DelegationId, accept: Accept) {
