@@ -430,19 +430,11 @@ async fn main() {
         Cmd::List => {
             let v = client.list().await.unwrap_or_else(|e| fail(e));
             print_value(cli.json, &v, |v| {
-                let mut s = String::new();
-                for d in v["delegations"].as_array().into_iter().flatten() {
-                    s.push_str(&format!(
-                        "{}  {:10}  {}\n",
-                        d["id"].as_str().unwrap_or(""),
-                        d["state"].as_str().unwrap_or(""),
-                        d["description"].as_str().unwrap_or("")
-                    ));
-                }
-                if s.is_empty() {
-                    s.push_str("no delegations\n");
-                }
-                s
+                table(
+                    &v["delegations"],
+                    ["id", "state", "description"],
+                    "no delegations",
+                )
             });
         }
         Cmd::Status { id } => {
@@ -466,19 +458,7 @@ async fn main() {
         Cmd::Snapshots { id } => {
             let v = client.snapshots(&id).await.unwrap_or_else(|e| fail(e));
             print_value(cli.json, &v, |v| {
-                let mut s = String::new();
-                for x in v["snapshots"].as_array().into_iter().flatten() {
-                    s.push_str(&format!(
-                        "{}  {:9}  {}\n",
-                        x["id"].as_str().unwrap_or(""),
-                        x["status"].as_str().unwrap_or(""),
-                        x["summary"].as_str().unwrap_or("")
-                    ));
-                }
-                if s.is_empty() {
-                    s.push_str("no snapshots\n");
-                }
-                s
+                table(&v["snapshots"], ["id", "status", "summary"], "no snapshots")
             });
         }
         Cmd::Apply { id, snapshot } => {
@@ -551,6 +531,24 @@ async fn run_delegate(
         print!("{}", awcp_examples::describe(&view));
     }
     exit_for(&v);
+}
+
+/// One line per row of a JSON array: three columns, or `empty` when there are no rows.
+fn table(rows: &Value, cols: [&str; 3], empty: &str) -> String {
+    let mut s = String::new();
+    for r in rows.as_array().into_iter().flatten() {
+        let c = |k: &str| r[k].as_str().unwrap_or("").to_owned();
+        s.push_str(&format!(
+            "{}  {:10}  {}\n",
+            c(cols[0]),
+            c(cols[1]),
+            c(cols[2])
+        ));
+    }
+    if s.is_empty() {
+        s = format!("{empty}\n");
+    }
+    s
 }
 
 fn human_record(v: &Value) -> String {
