@@ -13,10 +13,12 @@
 pub mod card;
 pub mod delegator;
 pub mod executor;
+pub mod host;
 pub mod net;
 pub mod runtime;
 
 pub use card::AgentCard;
 pub use delegator::{DelegateParams, DelegatorError, DelegatorHandle, DelegatorOptions};
 pub use executor::{ExecutorHandle, ExecutorOptions};
+pub use host::Driver;
 pub use runtime::Runtime;

@@ -38,7 +38,7 @@ use std::time::Duration;
 pub use awcp_driver;
 use awcp_driver::net::ResponseBody;
 use awcp_driver::runtime::BoxFuture;
-use awcp_driver::{DelegatorHandle, ExecutorHandle, Runtime};
+use awcp_driver::{DelegatorHandle, Driver, ExecutorHandle, Runtime};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use smol::future::FutureExt as _;
@@ -76,6 +76,49 @@ impl Runtime for SmolRuntime {
             let _ = s.set_nodelay(true);
             Ok(FuturesIo::new(s))
         })
+    }
+}
+
+impl Driver for SmolRuntime {
+    const NAME: &'static str = "smol";
+
+    /// Runs `main` with [`smol::block_on`]; spawned tasks run on smol's global executor.
+    fn block_on<F: Future>(main: F) -> F::Output {
+        smol::block_on(main)
+    }
+
+    fn serve_executor_on(
+        listener: std::net::TcpListener,
+        executor: ExecutorHandle,
+        shutdown: BoxFuture<()>,
+    ) -> BoxFuture<io::Result<()>> {
+        Box::pin(async move {
+            serve(
+                TcpListener::try_from(listener)?,
+                executor_service(executor),
+                shutdown,
+            )
+            .await
+        })
+    }
+
+    fn serve_delegator_on(
+        listener: std::net::TcpListener,
+        delegator: DelegatorHandle,
+        shutdown: BoxFuture<()>,
+    ) -> BoxFuture<io::Result<()>> {
+        Box::pin(async move {
+            serve(
+                TcpListener::try_from(listener)?,
+                delegator_service(delegator),
+                shutdown,
+            )
+            .await
+        })
+    }
+
+    fn shutdown_signal() -> BoxFuture<()> {
+        Box::pin(shutdown_signal())
     }
 }
 

@@ -29,7 +29,7 @@ use std::time::Duration;
 
 pub use awcp_driver;
 use awcp_driver::runtime::BoxFuture;
-use awcp_driver::{DelegatorHandle, ExecutorHandle, Runtime};
+use awcp_driver::{DelegatorHandle, Driver, ExecutorHandle, Runtime};
 use hyper_util::rt::TokioIo;
 
 /// The tokio implementation of [`Runtime`]. Use it inside a tokio runtime.
@@ -67,6 +67,53 @@ impl Runtime for TokioRuntime {
             Ok(TokioIo::new(s))
         })
     }
+}
+
+impl Driver for TokioRuntime {
+    const NAME: &'static str = "tokio";
+
+    /// Runs `main` on a new multi-threaded runtime (one worker per core). A panic in `main`
+    /// propagates; blocking tasks still running are not waited for.
+    fn block_on<F: Future>(main: F) -> F::Output {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .expect("the tokio runtime starts");
+        let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rt.block_on(main)));
+        // Dropping the runtime would wait for every blocking task (a task runner that never
+        // finishes would hang the program, or a failed test).
+        rt.shutdown_background();
+        out.unwrap_or_else(|p| std::panic::resume_unwind(p))
+    }
+
+    fn serve_executor_on(
+        listener: std::net::TcpListener,
+        executor: ExecutorHandle,
+        shutdown: BoxFuture<()>,
+    ) -> BoxFuture<io::Result<()>> {
+        Box::pin(
+            async move { serve(from_std(listener)?, executor_router(executor), shutdown).await },
+        )
+    }
+
+    fn serve_delegator_on(
+        listener: std::net::TcpListener,
+        delegator: DelegatorHandle,
+        shutdown: BoxFuture<()>,
+    ) -> BoxFuture<io::Result<()>> {
+        Box::pin(
+            async move { serve(from_std(listener)?, delegator_router(delegator), shutdown).await },
+        )
+    }
+
+    fn shutdown_signal() -> BoxFuture<()> {
+        Box::pin(shutdown_signal())
+    }
+}
+
+fn from_std(listener: std::net::TcpListener) -> io::Result<tokio::net::TcpListener> {
+    listener.set_nonblocking(true)?;
+    tokio::net::TcpListener::from_std(listener)
 }
 
 /// An axum router serving the executor's endpoints (`/awcp…` and `/.well-known/agent*.json`)

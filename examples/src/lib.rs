@@ -6,6 +6,33 @@ use std::time::Instant;
 use awcp_proto::engine::delegator::{DelegationView, SnapshotStatus};
 use awcp_proto::{DelegationId, DelegatorEvent};
 
+/// The async runtime a binary runs on (`--runtime`, `AWCP_RUNTIME`). Both run the same
+/// engine; see `awcp_driver::Driver`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum RuntimeChoice {
+    /// tokio (axum servers).
+    #[default]
+    Tokio,
+    /// smol (hyper servers on smol's I/O); async-std programs share its reactor.
+    Smol,
+}
+
+/// Runs `$run::<R>($args)` on the chosen runtime's `Driver::block_on`, where `$run` is an
+/// `async fn` generic over `R: awcp_driver::Driver`.
+#[macro_export]
+macro_rules! run_on {
+    ($choice:expr, $run:ident($($arg:expr),* $(,)?)) => {
+        match $choice {
+            $crate::RuntimeChoice::Tokio => <awcp_tokio::TokioRuntime as awcp_driver::Driver>::block_on(
+                $run::<awcp_tokio::TokioRuntime>($($arg),*),
+            ),
+            $crate::RuntimeChoice::Smol => <awcp_smol::SmolRuntime as awcp_driver::Driver>::block_on(
+                $run::<awcp_smol::SmolRuntime>($($arg),*),
+            ),
+        }
+    };
+}
+
 /// Logs to stderr through `tracing`, filtered by `RUST_LOG` (default `info`, or `warn` if
 /// `quiet`).
 pub fn init_logging(quiet: bool) {
@@ -140,6 +167,54 @@ impl Progress {
         if self.tty && !self.json {
             eprintln!();
         }
+    }
+}
+
+/// Follows one delegation to its end with a [`Progress`] display. Subscribe before delegating
+/// so no early event is missed.
+pub struct Follow {
+    events: futures::channel::mpsc::UnboundedReceiver<DelegatorEvent>,
+    transfers: futures::channel::mpsc::UnboundedReceiver<awcp_driver::delegator::Transfer>,
+}
+
+impl Follow {
+    /// Subscribes to `d`'s events and transfers.
+    pub fn subscribe(d: &awcp_driver::DelegatorHandle) -> Self {
+        Follow {
+            events: d.events(),
+            transfers: d.transfers(),
+        }
+    }
+
+    /// Shows progress until delegation `id` ends and returns its final view (`None` if the
+    /// delegator stopped). When `interrupt` resolves, the delegation is cancelled (once) and
+    /// followed to its end.
+    pub async fn until_end(
+        mut self,
+        d: &awcp_driver::DelegatorHandle,
+        id: &DelegationId,
+        json: bool,
+        interrupt: impl std::future::Future<Output = ()>,
+    ) -> Option<DelegationView> {
+        use futures::{FutureExt, StreamExt};
+        let progress = Progress::new(id.clone(), json);
+        let mut waiter = std::pin::pin!(d.wait(id).fuse());
+        let mut interrupt = std::pin::pin!(interrupt.fuse());
+        let view = loop {
+            futures::select! {
+                v = waiter => break v,
+                ev = self.events.next() => if let Some(ev) = ev { progress.show(&ev) },
+                t = self.transfers.next() => if let Some(t) = t { progress.transfer(&t) },
+                _ = interrupt => {
+                    if !json {
+                        eprintln!("\ninterrupted: cancelling {id}");
+                    }
+                    let _ = d.cancel(id).await;
+                }
+            }
+        };
+        progress.finish();
+        view
     }
 }
 

@@ -4,6 +4,7 @@
 //! awcp-executor --listen 127.0.0.1:10200 --work-root /tmp/awcp-work --demo
 //! awcp-executor --agent-cmd 'my-agent --prompt-file {prompt_file}' --auth-token s3cret
 //! awcp-executor --config executor.json      # keys are flag names: {"listen": "...", "max-concurrent": 3}
+//! awcp-executor --runtime smol              # the same executor on smol instead of tokio
 //! ```
 //! Every flag can also be set through the environment (`AWCP_LISTEN`, `AWCP_WORK_ROOT`, …).
 
@@ -11,10 +12,10 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use awcp_driver::{AgentCard, ExecutorHandle, ExecutorOptions};
+use awcp_driver::{AgentCard, Driver, ExecutorHandle, ExecutorOptions};
+use awcp_examples::RuntimeChoice;
 use awcp_proto::engine::executor::RequiredAuth;
 use awcp_proto::{AuthType, ExecutorConfig};
-use awcp_tokio::TokioRuntime;
 use awcp_transports::{ArchiveExecutor, CommandRunner, DemoRunner, TaskRunner};
 use clap::Parser;
 
@@ -67,15 +68,21 @@ struct Args {
     /// Also serve the sshfs transport (mounts under the work root; needs sshfs and /dev/fuse).
     #[arg(long, env = "AWCP_SSHFS")]
     sshfs: bool,
+    /// Async runtime to run on.
+    #[arg(long, env = "AWCP_RUNTIME", value_enum, default_value_t)]
+    runtime: RuntimeChoice,
     /// Less logging.
     #[arg(long, short)]
     quiet: bool,
 }
 
-#[tokio::main]
-async fn main() {
+fn main() {
     let args = Args::parse_from(awcp_examples::args_with_config("--config"));
     awcp_examples::init_logging(args.quiet);
+    awcp_examples::run_on!(args.runtime, run(args));
+}
+
+async fn run<R: Driver>(args: Args) {
     let work_root = args
         .work_root
         .clone()
@@ -136,8 +143,8 @@ async fn main() {
         name: args.name.clone(),
         ..AgentCard::default()
     };
-    let executor = ExecutorHandle::start(TokioRuntime, opts);
-    let listener = match tokio::net::TcpListener::bind(args.listen).await {
+    let executor = ExecutorHandle::start(R::default(), opts);
+    let listener = match std::net::TcpListener::bind(args.listen) {
         Ok(l) => l,
         Err(e) => {
             eprintln!("error: cannot listen on {}: {e}", args.listen);
@@ -148,18 +155,16 @@ async fn main() {
     executor.set_public_url(format!("http://{local}"));
     // The first stdout line is the URL, so scripts and tests can read it.
     println!("awcp-executor listening on http://{local}/awcp");
-    tracing::info!(work_root = %work_root.display(), "executor ready");
+    tracing::info!(work_root = %work_root.display(), runtime = R::NAME, "executor ready");
     let ex2 = executor.clone();
-    let shutdown = async move {
-        awcp_tokio::shutdown_signal().await;
+    let shutdown = Box::pin(async move {
+        R::shutdown_signal().await;
         tracing::info!(
             "shutting down: failing in-flight delegations and releasing their resources"
         );
         ex2.shutdown().await;
-    };
-    if let Err(e) =
-        awcp_tokio::serve(listener, awcp_tokio::executor_router(executor), shutdown).await
-    {
+    });
+    if let Err(e) = R::serve_executor_on(listener, executor, shutdown).await {
         eprintln!("error: server failed: {e}");
         std::process::exit(1);
     }

@@ -4,25 +4,42 @@
 //! directory given), delegates it over real HTTP, applies the result and shows what changed.
 //!
 //! ```text
-//! cargo run -p awcp-examples --bin awcp-quickstart [-- DIR]
+//! cargo run -p awcp-examples --bin awcp-quickstart [-- DIR] [--runtime smol]
 //! ```
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use awcp_driver::{
-    DelegateParams, DelegatorHandle, DelegatorOptions, ExecutorHandle, ExecutorOptions,
+    DelegateParams, DelegatorHandle, DelegatorOptions, Driver, ExecutorHandle, ExecutorOptions,
 };
+use awcp_examples::RuntimeChoice;
 use awcp_proto::ExecutorConfig;
-use awcp_tokio::TokioRuntime;
 use awcp_transports::{ArchiveDelegator, ArchiveDelegatorConfig, ArchiveExecutor, DemoRunner};
-use futures::StreamExt;
+use clap::Parser;
 
-#[tokio::main]
-async fn main() {
+#[derive(Parser, Debug)]
+#[command(
+    name = "awcp-quickstart",
+    about = "A complete AWCP delegation on this machine, with built-in defaults"
+)]
+struct Args {
+    /// The directory to delegate (default: a sample project in a temporary directory).
+    dir: Option<PathBuf>,
+    /// Async runtime to run on.
+    #[arg(long, env = "AWCP_RUNTIME", value_enum, default_value_t)]
+    runtime: RuntimeChoice,
+}
+
+fn main() {
+    let args = Args::parse();
     awcp_examples::init_logging(true);
+    awcp_examples::run_on!(args.runtime, run(args.dir));
+}
+
+async fn run<R: Driver>(dir: Option<PathBuf>) {
     let scratch = tempfile::tempdir().expect("temp dir");
-    let dir: PathBuf = match std::env::args().nth(1) {
+    let dir: PathBuf = match dir {
         Some(d) => PathBuf::from(d),
         None => {
             let d = scratch.path().join("sample-project");
@@ -40,23 +57,20 @@ async fn main() {
         ..ExecutorConfig::default()
     };
     let executor = ExecutorHandle::start(
-        TokioRuntime,
+        R::default(),
         ExecutorOptions::new(
             engine,
             Arc::new(ArchiveExecutor::default()),
             Arc::new(DemoRunner),
         ),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = listener.local_addr().expect("addr");
     executor.set_public_url(format!("http://{addr}"));
-    tokio::spawn(awcp_tokio::serve(
-        listener,
-        awcp_tokio::executor_router(executor.clone()),
-        std::future::pending(),
-    ));
+    let server = R::serve_executor_on(listener, executor.clone(), Box::pin(std::future::pending()));
+    R::default().spawn(Box::pin(async move {
+        let _ = server.await;
+    }));
     let peer = format!("http://{addr}/awcp");
     println!("executor: {peer}");
     println!("workspace: {}", dir.display());
@@ -65,13 +79,12 @@ async fn main() {
     let state = scratch.path().join("delegator");
     let transport = ArchiveDelegator::new(ArchiveDelegatorConfig::new(state.join("exports")));
     let delegator = DelegatorHandle::start(
-        TokioRuntime,
+        R::default(),
         DelegatorOptions::new(Arc::new(transport), state),
     );
 
     // 3. Delegate, follow progress, wait for the applied result.
-    let mut events = delegator.events();
-    let mut transfers = delegator.transfers();
+    let follow = awcp_examples::Follow::subscribe(&delegator);
     let params = DelegateParams::new(
         peer,
         dir.clone(),
@@ -85,17 +98,9 @@ async fn main() {
             std::process::exit(1);
         }
     };
-    let progress = awcp_examples::Progress::new(id.clone(), false);
-    let wait = delegator.wait(&id);
-    tokio::pin!(wait);
-    let view = loop {
-        tokio::select! {
-            v = &mut wait => break v,
-            Some(ev) = events.next() => progress.show(&ev),
-            Some(t) = transfers.next() => progress.transfer(&t),
-        }
-    };
-    progress.finish();
+    let view = follow
+        .until_end(&delegator, &id, false, std::future::pending())
+        .await;
     let Some(view) = view else {
         eprintln!("error: the delegation disappeared");
         std::process::exit(1);

@@ -7,6 +7,7 @@
 //! awcp list | status ID | wait ID | cancel ID | snapshots ID | apply ID SID | discard ID SID
 //! ```
 //! `--json` prints machine-readable results on stdout; progress goes to stderr.
+//! `--runtime smol` (or `AWCP_RUNTIME=smol`) runs it on smol instead of tokio.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -14,15 +15,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use awcp_driver::delegator::daemon::{view_to_json, DaemonClient};
-use awcp_driver::{DelegateParams, DelegatorHandle, DelegatorOptions};
+use awcp_driver::{DelegateParams, DelegatorHandle, DelegatorOptions, Driver};
+use awcp_examples::RuntimeChoice;
 use awcp_proto::engine::SnapshotMode;
 use awcp_proto::{AccessMode, Auth, AuthType, TransportKind};
-use awcp_tokio::TokioRuntime;
 use awcp_transports::{
     ArchiveDelegator, ArchiveDelegatorConfig, SshfsDelegator, SshfsDelegatorConfig,
 };
 use clap::{Parser, Subcommand};
-use futures::StreamExt;
 use serde_json::{json, Value};
 
 #[derive(Parser, Debug)]
@@ -49,6 +49,9 @@ struct Cli {
     /// Less logging.
     #[arg(long, short, global = true)]
     quiet: bool,
+    /// Async runtime to run on.
+    #[arg(long, global = true, env = "AWCP_RUNTIME", value_enum, default_value_t)]
+    runtime: RuntimeChoice,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -227,7 +230,7 @@ fn sshfs_delegator(path: &std::path::Path, state_dir: &std::path::Path) -> Sshfs
     SshfsDelegator::new(config).unwrap_or_else(|e| fail(format!("sshfs transport: {e}")))
 }
 
-fn delegator(
+fn delegator<R: Driver>(
     state_dir: PathBuf,
     archive_base: Option<String>,
     sshfs: Option<SshfsDelegator>,
@@ -238,7 +241,7 @@ fn delegator(
     if let Some(t) = sshfs {
         opts.extra_transports.push(Arc::new(t));
     }
-    DelegatorHandle::start(TokioRuntime, opts)
+    DelegatorHandle::start(R::default(), opts)
 }
 
 fn print_value(json: bool, v: &Value, human: impl FnOnce(&Value) -> String) {
@@ -249,11 +252,14 @@ fn print_value(json: bool, v: &Value, human: impl FnOnce(&Value) -> String) {
     }
 }
 
-#[tokio::main]
-async fn main() {
+fn main() {
     let cli = Cli::parse_from(awcp_examples::args_with_config("--config"));
     awcp_examples::init_logging(cli.quiet || cli.json);
-    let client = DaemonClient::new(TokioRuntime, cli.daemon_url.clone());
+    awcp_examples::run_on!(cli.runtime, run(cli));
+}
+
+async fn run<R: Driver>(cli: Cli) {
+    let client = DaemonClient::new(R::default(), cli.daemon_url.clone());
     match cli.cmd {
         Cmd::Delegate {
             dir,
@@ -331,21 +337,16 @@ async fn main() {
             };
             let mut archive_base = None;
             if let Some(addr) = serve_archives {
-                let listener = tokio::net::TcpListener::bind(addr)
-                    .await
+                let listener = std::net::TcpListener::bind(addr)
                     .unwrap_or_else(|e| fail(format!("--serve-archives {addr}: {e}")));
                 archive_base = Some(format!("http://{}", listener.local_addr().expect("bound")));
-                let d = delegator(state_dir.clone(), archive_base.clone(), sshfs);
-                let server = d.clone();
-                tokio::spawn(async move {
-                    let _ = awcp_tokio::serve(
-                        listener,
-                        awcp_tokio::delegator_router(server),
-                        std::future::pending(),
-                    )
-                    .await;
-                });
-                run_delegate(
+                let d = delegator::<R>(state_dir.clone(), archive_base.clone(), sshfs);
+                let server =
+                    R::serve_delegator_on(listener, d.clone(), Box::pin(std::future::pending()));
+                R::default().spawn(Box::pin(async move {
+                    let _ = server.await;
+                }));
+                run_delegate::<R>(
                     d,
                     peer,
                     dir,
@@ -361,8 +362,8 @@ async fn main() {
                 .await;
                 return;
             }
-            let d = delegator(state_dir, archive_base, sshfs);
-            run_delegate(
+            let d = delegator::<R>(state_dir, archive_base, sshfs);
+            run_delegate::<R>(
                 d,
                 peer,
                 dir,
@@ -379,19 +380,12 @@ async fn main() {
         }
         Cmd::Daemon { listen, state_dir } => {
             let state_dir = state_dir.unwrap_or_else(default_state_dir);
-            let listener = tokio::net::TcpListener::bind(listen)
-                .await
+            let listener = std::net::TcpListener::bind(listen)
                 .unwrap_or_else(|e| fail(format!("cannot listen on {listen}: {e}")));
             let local = listener.local_addr().expect("bound");
-            let d = delegator(state_dir, Some(format!("http://{local}")), None);
+            let d = delegator::<R>(state_dir, Some(format!("http://{local}")), None);
             println!("awcp daemon listening on http://{local}");
-            if let Err(e) = awcp_tokio::serve(
-                listener,
-                awcp_tokio::delegator_router(d),
-                awcp_tokio::shutdown_signal(),
-            )
-            .await
-            {
+            if let Err(e) = R::serve_delegator_on(listener, d, R::shutdown_signal()).await {
                 fail(e);
             }
         }
@@ -483,7 +477,7 @@ async fn main() {
 }
 
 #[allow(clippy::too_many_arguments)]
-async fn run_delegate(
+async fn run_delegate<R: Driver>(
     d: DelegatorHandle,
     peer: String,
     dir: PathBuf,
@@ -503,24 +497,9 @@ async fn run_delegate(
     params.resources[0].mode = access;
     params.snapshot_mode = mode;
     params.auth = auth;
-    let mut events = d.events();
-    let mut transfers = d.transfers();
+    let follow = awcp_examples::Follow::subscribe(&d);
     let id = d.delegate(params).await.unwrap_or_else(|e| fail(e));
-    let progress = awcp_examples::Progress::new(id.clone(), json);
-    let waiter = d.wait(&id);
-    tokio::pin!(waiter);
-    let view = loop {
-        tokio::select! {
-            v = &mut waiter => break v,
-            Some(ev) = events.next() => progress.show(&ev),
-            Some(t) = transfers.next() => progress.transfer(&t),
-            _ = awcp_tokio::shutdown_signal() => {
-                eprintln!("\ninterrupted: cancelling {id}");
-                let _ = d.cancel(&id).await;
-            }
-        }
-    };
-    progress.finish();
+    let view = follow.until_end(&d, &id, json, R::shutdown_signal()).await;
     let Some(view) = view else {
         fail("the delegation disappeared");
     };

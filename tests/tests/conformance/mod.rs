@@ -1,5 +1,5 @@
 //! The conformance suite: end-to-end delegations over real HTTP on 127.0.0.1 with real files,
-//! written once against [`TestRuntime`] and instantiated per driver by [`conformance_suite!`]
+//! written once against [`TestRuntime`] (a driver's `awcp_driver::Driver`) and instantiated per driver by [`conformance_suite!`]
 //! (`conformance_tokio.rs`, `conformance_smol.rs`). The cross-runtime and async-std tests reuse
 //! its harness.
 //!
@@ -30,70 +30,29 @@ use std::net::SocketAddr;
 use awcp_driver::Runtime;
 
 // ---------------------------------------------------------------------------------------------
-// Runtimes
+// Runtimes: every scenario is generic over the driver's [`Driver`] (block_on, serve_*_on).
 
-/// What the suite needs from a driver beyond [`Runtime`]: run a test, bind a loopback port,
-/// serve an executor or a delegator on it in the background.
-pub trait TestRuntime: Runtime + Default {
-    /// The driver's listener type.
-    type Listener: Send + 'static;
-    /// Runs a test body to completion on this runtime.
-    fn block_on<F: Future>(f: F) -> F::Output;
-    /// Binds 127.0.0.1 on a free port.
-    fn bind() -> impl Future<Output = (Self::Listener, SocketAddr)>;
-    /// Serves the executor's endpoints on `l` in the background.
-    fn serve_executor(l: Self::Listener, h: ExecutorHandle);
-    /// Serves the delegator's archive URLs and daemon API on `l` in the background.
-    fn serve_delegator(l: Self::Listener, h: DelegatorHandle);
+pub use awcp_driver::Driver as TestRuntime;
+
+/// Binds 127.0.0.1 on a free port.
+pub fn bind() -> (std::net::TcpListener, SocketAddr) {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let a = l.local_addr().unwrap();
+    (l, a)
 }
 
-impl TestRuntime for awcp_tokio::TokioRuntime {
-    type Listener = tokio::net::TcpListener;
-    fn block_on<F: Future>(f: F) -> F::Output {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        // A failed assertion must fail the test, not hang it: dropping a runtime waits for its
-        // blocking tasks (a gated runner never released), so shut down in the background.
-        let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rt.block_on(f)));
-        rt.shutdown_background();
-        out.unwrap_or_else(|p| std::panic::resume_unwind(p))
-    }
-    async fn bind() -> (Self::Listener, SocketAddr) {
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let a = l.local_addr().unwrap();
-        (l, a)
-    }
-    fn serve_executor(l: Self::Listener, h: ExecutorHandle) {
-        let router = awcp_tokio::executor_router(h);
-        tokio::spawn(awcp_tokio::serve(l, router, std::future::pending()));
-    }
-    fn serve_delegator(l: Self::Listener, h: DelegatorHandle) {
-        let router = awcp_tokio::delegator_router(h);
-        tokio::spawn(awcp_tokio::serve(l, router, std::future::pending()));
-    }
+/// Serves the executor's endpoints on `l` in the background, on `R`.
+pub fn serve_executor<R: TestRuntime>(l: std::net::TcpListener, h: ExecutorHandle) {
+    R::default().spawn(Box::pin(async move {
+        let _ = R::serve_executor_on(l, h, Box::pin(std::future::pending())).await;
+    }));
 }
 
-impl TestRuntime for awcp_smol::SmolRuntime {
-    type Listener = smol::net::TcpListener;
-    fn block_on<F: Future>(f: F) -> F::Output {
-        smol::block_on(f)
-    }
-    async fn bind() -> (Self::Listener, SocketAddr) {
-        let l = smol::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let a = l.local_addr().unwrap();
-        (l, a)
-    }
-    fn serve_executor(l: Self::Listener, h: ExecutorHandle) {
-        let svc = awcp_smol::executor_service(h);
-        smol::spawn(awcp_smol::serve(l, svc, std::future::pending())).detach();
-    }
-    fn serve_delegator(l: Self::Listener, h: DelegatorHandle) {
-        let svc = awcp_smol::delegator_service(h);
-        smol::spawn(awcp_smol::serve(l, svc, std::future::pending())).detach();
-    }
+/// Serves a delegator's archive URLs and daemon API on `l` in the background, on `R`.
+pub fn serve_delegator<R: TestRuntime>(l: std::net::TcpListener, h: DelegatorHandle) {
+    R::default().spawn(Box::pin(async move {
+        let _ = R::serve_delegator_on(l, h, Box::pin(std::future::pending())).await;
+    }));
 }
 
 /// Runs `fut` on `R` in the background; the returned future yields its output.
@@ -261,9 +220,9 @@ pub async fn start_executor<R: TestRuntime>(
     tweak(&mut engine);
     let opts = ExecutorOptions::new(engine, Arc::new(ArchiveExecutor::default()), runner);
     let handle = ExecutorHandle::start(R::default(), opts);
-    let (listener, addr) = R::bind().await;
+    let (listener, addr) = bind();
     handle.set_public_url(format!("http://{addr}"));
-    R::serve_executor(listener, handle.clone());
+    serve_executor::<R>(listener, handle.clone());
     Exec {
         handle,
         peer: format!("http://{addr}/awcp"),
@@ -290,7 +249,7 @@ pub async fn start_delegator<R: TestRuntime>(
     opts.engine.result_poll_interval = Duration::from_millis(100);
     tweak(&mut opts.engine);
     let listener = if url_mode {
-        let (l, a) = R::bind().await;
+        let (l, a) = bind();
         opts.archive_base_url = Some(format!("http://{a}"));
         Some(l)
     } else {
@@ -298,7 +257,7 @@ pub async fn start_delegator<R: TestRuntime>(
     };
     let handle = DelegatorHandle::start(R::default(), opts);
     if let Some(l) = listener {
-        R::serve_delegator(l, handle.clone());
+        serve_delegator::<R>(l, handle.clone());
     }
     Deleg { handle, _dir: dir }
 }
@@ -829,8 +788,8 @@ pub async fn malformed_requests_get_documented_errors<R: TestRuntime>() {
         );
         opts.max_body_bytes = 100 * 1024;
         let h = ExecutorHandle::start(R::default(), opts);
-        let (l, a) = R::bind().await;
-        R::serve_executor(l, h);
+        let (l, a) = bind();
+        serve_executor::<R>(l, h);
         (format!("http://{a}/awcp"), dir)
     };
     let (s, v) = http_post::<R>(&ex2.0, &big).await;

@@ -1,0 +1,44 @@
+//! [`Driver`]: what a thin runtime driver (awcp-tokio, awcp-smol) offers beyond [`Runtime`], so
+//! a whole program (the `awcp-executor` and `awcp` binaries, the conformance suite) can be
+//! written once and run on either runtime.
+
+use std::future::Future;
+use std::io;
+
+use crate::runtime::{BoxFuture, Runtime};
+use crate::{DelegatorHandle, ExecutorHandle};
+
+/// A runtime that can run a program and serve AWCP on a listening socket.
+///
+/// Listeners are plain [`std::net::TcpListener`]s, bound by the caller, so the caller knows
+/// the port before anything is served. The futures returned by the `serve_*` methods must be
+/// polled inside [`Driver::block_on`] (or a runtime of the same kind).
+pub trait Driver: Runtime + Default {
+    /// The runtime's name as a `--runtime` flag spells it (`"tokio"`, `"smol"`).
+    const NAME: &'static str;
+
+    /// Runs `main` to completion on a fresh runtime. Work still running in the background
+    /// when `main` returns (or panics) is abandoned, not waited for: `main` is expected to
+    /// shut down what it started (e.g. [`ExecutorHandle::shutdown`]).
+    fn block_on<F: Future>(main: F) -> F::Output;
+
+    /// Serves the executor's endpoints on `listener` until `shutdown` resolves, then finishes
+    /// the requests in flight. The executor's public URL is the caller's to set
+    /// ([`ExecutorHandle::set_public_url`]).
+    fn serve_executor_on(
+        listener: std::net::TcpListener,
+        executor: ExecutorHandle,
+        shutdown: BoxFuture<()>,
+    ) -> BoxFuture<io::Result<()>>;
+
+    /// Serves a delegator's one-time archive URLs and daemon API on `listener` until
+    /// `shutdown` resolves.
+    fn serve_delegator_on(
+        listener: std::net::TcpListener,
+        delegator: DelegatorHandle,
+        shutdown: BoxFuture<()>,
+    ) -> BoxFuture<io::Result<()>>;
+
+    /// Resolves on SIGINT or SIGTERM (never, where the platform has neither).
+    fn shutdown_signal() -> BoxFuture<()>;
+}
