@@ -40,7 +40,7 @@ fn main() {
 async fn run<R: Driver>(dir: Option<PathBuf>) {
     let scratch = tempfile::tempdir().expect("temp dir");
     let dir: PathBuf = match dir {
-        Some(d) => PathBuf::from(d),
+        Some(d) => d,
         None => {
             let d = scratch.path().join("sample-project");
             std::fs::create_dir_all(d.join("src")).expect("sample dir");
