@@ -95,6 +95,8 @@ macro_rules! conformance_suite {
             malformed_requests_get_documented_errors,
             reference_dialect_exchange_from_wire_md,
             sse_stream_cut_mid_task_is_resumed,
+            delegator_restart_reconnects_and_applies_the_result,
+            executor_killed_mid_task_then_restarted,
         );
     };
     (@ $rt:ty: $($name:ident),* $(,)?) => {
@@ -241,7 +243,15 @@ pub async fn start_delegator<R: TestRuntime>(
     url_mode: bool,
     tweak: impl FnOnce(&mut DelegatorConfig),
 ) -> Deleg {
-    let dir = tempfile::tempdir().unwrap();
+    start_delegator_in::<R>(tempfile::tempdir().unwrap(), url_mode, tweak)
+}
+
+/// A delegator whose state (journal, exports) lives under `dir`.
+fn start_delegator_in<R: TestRuntime>(
+    dir: tempfile::TempDir,
+    url_mode: bool,
+    tweak: impl FnOnce(&mut DelegatorConfig),
+) -> Deleg {
     let state = dir.path().join("state");
     let transport = ArchiveDelegator::new(ArchiveDelegatorConfig::new(state.join("exports")));
     let mut opts = DelegatorOptions::new(Arc::new(transport), state);
@@ -260,6 +270,15 @@ pub async fn start_delegator<R: TestRuntime>(
         serve_delegator::<R>(l, handle.clone());
     }
     Deleg { handle, _dir: dir }
+}
+
+impl Deleg {
+    /// Stops this delegator (as a process exit would) and starts a new one on the same state
+    /// directory, which resumes from the journal.
+    pub async fn restart<R: TestRuntime>(self) -> Deleg {
+        self.handle.stop().await;
+        start_delegator_in::<R>(self._dir, false, |_| {})
+    }
 }
 
 pub fn workspace() -> tempfile::TempDir {
@@ -684,6 +703,177 @@ pub async fn sse_stream_cut_mid_task_is_resumed<R: TestRuntime>() {
     // The result came over the re-opened stream: the delegator never fell back to polling.
     assert_eq!(proxy.count("/result "), 0);
     wait_released::<R>(&ex).await;
+}
+
+/// The delegator process stops mid-task and a new one starts on the same state directory: it
+/// resumes from its journal, reconnects to the executor and applies the result.
+pub async fn delegator_restart_reconnects_and_applies_the_result<R: TestRuntime>() {
+    let gate = GateRunner::default();
+    let ex = start_executor::<R>(Arc::new(gate.clone()), |_| {}).await;
+    let dg = start_delegator::<R>(false, |_| {}).await;
+    let ws = workspace();
+    let id = dg
+        .handle
+        .delegate(params(&ex.peer, ws.path()))
+        .await
+        .unwrap();
+    gate.started().await;
+    let dg = dg.restart::<R>().await;
+    let v = dg.handle.get(&id).await.expect("restored from the journal");
+    assert!(
+        matches!(v.state, DelegationState::Running | DelegationState::Started),
+        "{v:?}"
+    );
+    gate.release
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let v = timeout::<R, _>(Duration::from_secs(60), dg.handle.wait(&id))
+        .await
+        .expect("delegation ended in time")
+        .unwrap();
+    assert_eq!(v.state, DelegationState::Completed, "{v:?}");
+    assert_eq!(
+        tree(ws.path()).get("gate.txt").map(String::as_str),
+        Some("released\n"),
+        "the result was applied by the restarted delegator"
+    );
+    wait_released::<R>(&ex).await;
+}
+
+/// Builds `awcp-executor` (a no-op when it is up to date) and returns its path.
+fn executor_binary() -> PathBuf {
+    let status = std::process::Command::new(env!("CARGO"))
+        .args([
+            "build",
+            "-q",
+            "-p",
+            "awcp-examples",
+            "--bin",
+            "awcp-executor",
+        ])
+        .status()
+        .expect("cargo build runs");
+    assert!(status.success(), "building awcp-executor failed");
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
+    target.join("debug/awcp-executor")
+}
+
+/// An `awcp-executor` process on runtime `runtime`, killed when dropped.
+struct ExecutorProcess {
+    child: std::process::Child,
+    url: String,
+}
+
+impl ExecutorProcess {
+    /// Starts the binary with an agent command that prints `started` and sleeps for 120 s plus
+    /// `marker` (a number, so the test can find the process by its command line), and waits
+    /// for the URL it prints.
+    fn spawn(bin: &Path, runtime: &str, listen: &str, dir: &Path, marker: &str) -> Self {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(bin)
+            .args(["--listen", listen, "--quiet", "--runtime", runtime])
+            .arg("--work-root")
+            .arg(dir.join("work"))
+            .arg("--state-dir")
+            .arg(dir.join("state"))
+            .arg("--agent-cmd")
+            .arg(format!("sh -c 'echo started; exec sleep 120 {marker}'"))
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("executor starts");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .expect("executor prints its URL");
+        let url = line
+            .trim()
+            .strip_prefix("awcp-executor listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .to_owned();
+        ExecutorProcess { child, url }
+    }
+}
+
+impl Drop for ExecutorProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The executor process (running on `R`) is killed with SIGKILL mid-task and restarted on the
+/// same port and state directory: it fails the lost work cleanly (TASK_FAILED "restarted"),
+/// removes the stale work directory, and the source stays untouched.
+pub async fn executor_killed_mid_task_then_restarted<R: TestRuntime>() {
+    use futures::StreamExt;
+    let rt = R::default();
+    let bin = awcp_driver::runtime::blocking(&rt, executor_binary).await;
+    let dir = tempfile::tempdir().unwrap();
+    // `sleep` sums its arguments, so a unique fraction of a second marks the agent process.
+    let marker = format!("0.{}{}", std::process::id(), R::NAME.len());
+    let (b, d, m) = (bin.clone(), dir.path().to_owned(), marker.clone());
+    let mut ex = awcp_driver::runtime::blocking(&rt, move || {
+        ExecutorProcess::spawn(&b, R::NAME, "127.0.0.1:0", &d, &m)
+    })
+    .await;
+    let peer = ex.url.clone();
+    let listen = peer
+        .trim_start_matches("http://")
+        .trim_end_matches("/awcp")
+        .to_owned();
+
+    let dg = start_delegator::<R>(false, |_| {}).await;
+    let ws = workspace();
+    let before = tree(ws.path());
+    let mut events = dg.handle.events();
+    let id = dg.handle.delegate(params(&peer, ws.path())).await.unwrap();
+    // Wait for the agent command to report it started.
+    loop {
+        match events.next().await {
+            Some(awcp_proto::DelegatorEvent::Progress {
+                message: Some(m), ..
+            }) if m == "started" => break,
+            Some(awcp_proto::DelegatorEvent::Ended { .. }) | None => {
+                panic!("ended before the task started")
+            }
+            _ => {}
+        }
+    }
+    let work_dir = dir.path().join("work").join(id.as_str());
+    assert!(work_dir.exists());
+    // SIGKILL: no chance to clean up.
+    ex.child.kill().unwrap();
+    ex.child.wait().unwrap();
+    // Kill the orphaned agent too (a real deployment runs agents in a cgroup or process group).
+    let pkill = |m: String| {
+        let _ = std::process::Command::new("pkill")
+            .args(["-f", &format!("^sleep 120 {m}$")])
+            .status();
+    };
+    pkill(marker.clone());
+    // Restart on the same port with the same state.
+    let (d, m) = (dir.path().to_owned(), marker.clone());
+    let ex2 = awcp_driver::runtime::blocking(&rt, move || {
+        ExecutorProcess::spawn(&bin, R::NAME, &listen, &d, &m)
+    })
+    .await;
+    assert_eq!(ex2.url, peer);
+    let v = timeout::<R, _>(Duration::from_secs(60), dg.handle.wait(&id))
+        .await
+        .expect("delegation ended in time")
+        .unwrap();
+    // The restarted executor reports the lost work instead of leaving the delegation stuck.
+    assert_eq!(v.state, DelegationState::Error, "{v:?}");
+    let e = v.error.unwrap();
+    assert_eq!(e.code, ErrorCode::TaskFailed);
+    assert!(e.message.contains("restarted"), "{e:?}");
+    // The stale work directory is gone; the source is untouched.
+    assert!(!work_dir.exists(), "stale work dir removed at start-up");
+    assert_eq!(tree(ws.path()), before);
+    drop(ex2);
+    pkill(marker);
 }
 
 // ---------------------------------------------------------------------------------------------
