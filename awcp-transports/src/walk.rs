@@ -121,6 +121,9 @@ pub(crate) fn mtime_ns(md: &fs::Metadata) -> i64 {
         .saturating_add(md.mtime_nsec())
 }
 
+/// Entries walked on the calling thread before a walk switches to the parallel walker.
+const SEQUENTIAL_LIMIT: usize = 2000;
+
 /// Walks `root` (a directory; a symlink at the root itself is resolved once).
 pub fn walk(
     root: &Path,
@@ -179,70 +182,86 @@ pub fn walk(
         WalkState::Quit
     };
 
-    builder.build_parallel().run(|| {
-        Box::new(|res| {
-            if cancel.is_cancelled() {
-                return fail(TransportError::Cancelled);
+    let visit = |res: Result<ignore::DirEntry, ignore::Error>| -> WalkState {
+        if cancel.is_cancelled() {
+            return fail(TransportError::Cancelled);
+        }
+        let entry = match res {
+            Ok(e) => e,
+            Err(e) => {
+                return fail(TransportError::WorkspaceInvalid(format!(
+                    "cannot read part of the workspace: {}",
+                    strip_root(&e.to_string(), &root)
+                )))
             }
-            let entry = match res {
-                Ok(e) => e,
-                Err(e) => {
-                    return fail(TransportError::WorkspaceInvalid(format!(
-                        "cannot read part of the workspace: {}",
-                        strip_root(&e.to_string(), &root)
-                    )))
-                }
-            };
-            if entry.depth() == 0 {
-                return WalkState::Continue;
+        };
+        if entry.depth() == 0 {
+            return WalkState::Continue;
+        }
+        let path = entry.path();
+        let rel = match rel_name(&root, path) {
+            Some(r) => r,
+            None => {
+                return fail(TransportError::WorkspaceInvalid(format!(
+                    "file name is not valid UTF-8: {}",
+                    path.strip_prefix(&root).unwrap_or(path).to_string_lossy()
+                )))
             }
-            let path = entry.path();
-            let rel = match rel_name(&root, path) {
-                Some(r) => r,
-                None => {
-                    return fail(TransportError::WorkspaceInvalid(format!(
-                        "file name is not valid UTF-8: {}",
-                        path.strip_prefix(&root).unwrap_or(path).to_string_lossy()
-                    )))
-                }
-            };
-            let Some(ft) = entry.file_type() else {
-                return WalkState::Continue;
-            };
-            if ft.is_dir() {
-                return WalkState::Continue;
+        };
+        let Some(ft) = entry.file_type() else {
+            return WalkState::Continue;
+        };
+        if ft.is_dir() {
+            return WalkState::Continue;
+        }
+        if ft.is_symlink() {
+            let inside = fs::canonicalize(path)
+                .map(|t| t.starts_with(&root))
+                .unwrap_or(false);
+            if !inside && opts.symlinks == SymlinkPolicy::RefuseOutside {
+                return fail(TransportError::WorkspaceInvalid(format!(
+                    "symlink `{rel}` points outside the workspace"
+                )));
             }
-            if ft.is_symlink() {
-                let inside = fs::canonicalize(path)
-                    .map(|t| t.starts_with(&root))
-                    .unwrap_or(false);
-                if !inside && opts.symlinks == SymlinkPolicy::RefuseOutside {
-                    return fail(TransportError::WorkspaceInvalid(format!(
-                        "symlink `{rel}` points outside the workspace"
-                    )));
-                }
-                lock(&out).skipped_symlinks.push(rel);
-                return WalkState::Continue;
-            }
-            if !ft.is_file() {
-                lock(&out).skipped_special.push(rel);
-                return WalkState::Continue;
-            }
-            let md = match fs::symlink_metadata(path) {
-                Ok(m) => m,
-                Err(e) => return fail(TransportError::io(format!("reading `{rel}`"), e)),
-            };
-            let e = WalkEntry {
-                rel,
-                path: path.to_path_buf(),
-                size: md.len(),
-                mode: md.permissions().mode() & 0o7777,
-                mtime_ns: mtime_ns(&md),
-            };
-            lock(&out).files.push(e);
-            WalkState::Continue
-        })
-    });
+            lock(&out).skipped_symlinks.push(rel);
+            return WalkState::Continue;
+        }
+        if !ft.is_file() {
+            lock(&out).skipped_special.push(rel);
+            return WalkState::Continue;
+        }
+        let md = match fs::symlink_metadata(path) {
+            Ok(m) => m,
+            Err(e) => return fail(TransportError::io(format!("reading `{rel}`"), e)),
+        };
+        let e = WalkEntry {
+            rel,
+            path: path.to_path_buf(),
+            size: md.len(),
+            mode: md.permissions().mode() & 0o7777,
+            mtime_ns: mtime_ns(&md),
+        };
+        lock(&out).files.push(e);
+        WalkState::Continue
+    };
+
+    // Small trees (the common case) are walked on this thread: starting the parallel walker's
+    // threads costs more than walking a few hundred entries. Past SEQUENTIAL_LIMIT entries
+    // the walk starts over in parallel.
+    let mut small = true;
+    for (n, res) in builder.build().enumerate() {
+        if n >= SEQUENTIAL_LIMIT && opts.threads != 1 {
+            small = false;
+            break;
+        }
+        if matches!(visit(res), WalkState::Quit) {
+            break;
+        }
+    }
+    if !small {
+        *lock(&out) = WalkResult::default();
+        builder.build_parallel().run(|| Box::new(|res| visit(res)));
+    }
 
     if let Some(e) = failure.into_inner().unwrap_or_else(|p| p.into_inner()) {
         return Err(e);
