@@ -260,7 +260,7 @@ pub fn walk(
     }
     if !small {
         *lock(&out) = WalkResult::default();
-        builder.build_parallel().run(|| Box::new(|res| visit(res)));
+        builder.build_parallel().run(|| Box::new(&visit));
     }
 
     if let Some(e) = failure.into_inner().unwrap_or_else(|p| p.into_inner()) {
