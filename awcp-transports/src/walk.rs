@@ -312,6 +312,44 @@ mod tests {
     }
 
     #[test]
+    fn large_trees_switch_to_the_parallel_walk_with_the_same_result() {
+        let t = tempfile::tempdir().unwrap();
+        let r = t.path();
+        let n = SEQUENTIAL_LIMIT + 500;
+        for i in 0..n {
+            write(r, &format!("d{}/f{i}.txt", i % 7), b"x");
+        }
+        write(r, ".gitignore", b"d3/\n");
+        write(r, "node_modules/skip.js", b"x");
+        let sequential = walk(
+            r,
+            &WalkOptions {
+                threads: 1,
+                ..WalkOptions::default()
+            },
+            &CancelFlag::new(),
+        )
+        .unwrap();
+        let parallel = walk(
+            r,
+            &WalkOptions {
+                threads: 2,
+                ..WalkOptions::default()
+            },
+            &CancelFlag::new(),
+        )
+        .unwrap();
+        let names = |w: &WalkResult| w.files.iter().map(|f| f.rel.clone()).collect::<Vec<_>>();
+        assert_eq!(names(&sequential), names(&parallel));
+        // Every file but the ignored d3/ ones, plus .gitignore itself.
+        let ignored = (0..n).filter(|i| i % 7 == 3).count();
+        assert_eq!(parallel.files.len(), n - ignored + 1);
+        assert!(!names(&parallel)
+            .iter()
+            .any(|f| f.starts_with("node_modules/")));
+    }
+
+    #[test]
     fn skips_default_dirs_ignore_files_and_reserved_dir() {
         let t = tempfile::tempdir().unwrap();
         let r = t.path();
