@@ -219,6 +219,33 @@ fn delta_round_trip_inline_per_resource() {
 }
 
 #[test]
+fn an_empty_delta_applies_as_nothing_and_leaves_no_staging() {
+    let f = fixture(AccessMode::Rw);
+    let p = prepare(&f, Layout::PerResource, Delivery::Inline, AccessMode::Rw);
+    setup(&f, &p, AccessMode::Rw);
+    let before = tree(&f.ws);
+    // The executor changed nothing.
+    let snap = f
+        .executor
+        .capture(
+            &f.work,
+            SnapshotKind::Delta,
+            &Delivery::Inline,
+            &CancelFlag::new(),
+        )
+        .unwrap();
+    assert!(snap.changed.is_empty() && snap.deleted.is_empty());
+    let r = apply(&f, &p, &snap, &ApplyOptions::default(), AccessMode::Rw).unwrap();
+    assert!(r.written.is_empty() && r.deleted.is_empty(), "{r:?}");
+    assert_eq!(tree(&f.ws), before);
+    let parent = f.ws.parent().unwrap();
+    assert!(fs::read_dir(parent)
+        .unwrap()
+        .flatten()
+        .all(|e| !e.file_name().to_string_lossy().starts_with(".awcp-")));
+}
+
+#[test]
 fn full_round_trip_url_mode_flat_layout() {
     let f = fixture(AccessMode::Rw);
     let p = prepare(

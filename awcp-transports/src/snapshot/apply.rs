@@ -474,6 +474,15 @@ fn stage_and_commit(
         return Err(TransportError::Conflict { paths: conflicts });
     }
     cancel.check()?;
+    if ops.is_empty() {
+        // Nothing to swap (an empty delta, or only unchanged files): drop the staging as the
+        // recovery of a prepared journal would, without the commit's journal writes.
+        for c in &cleanup {
+            let _ = fs::remove_dir_all(c);
+        }
+        let _ = fs::remove_dir_all(dir);
+        return Ok(());
+    }
 
     let mut journal = Journal {
         version: 1,
