@@ -142,22 +142,25 @@ pub fn apply_snapshot(
     // A leftover from a crash: finish it first.
     recover(&dir)?;
     fs::create_dir(&dir).map_err(|e| TransportError::io("creating staging directory", e))?;
-    // Record the staging directories up front so a crash while staging is rolled back
-    // completely by recover().
+    // Staging directories beside other resources are recorded up front so a crash while
+    // staging is rolled back completely by recover(). Without them there is nothing to record:
+    // recover() removes a journal-less apply directory.
     let first_parent = first_root.parent().map(Path::to_path_buf);
     let side_dirs: Vec<PathBuf> = roots
         .values()
         .filter(|r| r.parent().map(Path::to_path_buf) != first_parent)
         .map(|r| side_dir(r, req.delegation_id))
         .collect();
-    Journal {
-        version: 1,
-        delegation_id: req.delegation_id.to_owned(),
-        state: JournalState::Prepared,
-        ops: Vec::new(),
-        cleanup: side_dirs,
+    if !side_dirs.is_empty() {
+        Journal {
+            version: 1,
+            delegation_id: req.delegation_id.to_owned(),
+            state: JournalState::Prepared,
+            ops: Vec::new(),
+            cleanup: side_dirs,
+        }
+        .save(&dir)?;
     }
-    .save(&dir)?;
     let result = stage_and_commit(
         &req,
         source,
