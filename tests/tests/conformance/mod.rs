@@ -670,13 +670,19 @@ pub async fn sse_stream_cut_mid_task_is_resumed<R: TestRuntime>() {
     let peer = format!("http://{}/awcp", proxy.addr);
     let id = dg.handle.delegate(params(&peer, ws.path())).await.unwrap();
     // Wait until the runner's first status event has reached the delegator over the stream.
-    while let Some(e) = events.next().await {
-        if let awcp_proto::DelegatorEvent::Progress { message, .. } = e {
-            if message.as_deref() == Some("gate: started") {
-                break;
+    let first_status = async {
+        while let Some(e) = events.next().await {
+            if let awcp_proto::DelegatorEvent::Progress { message, .. } = e {
+                if message.as_deref() == Some("gate: started") {
+                    return;
+                }
             }
         }
-    }
+        panic!("the delegator stopped before the runner's status arrived");
+    };
+    timeout::<R, _>(Duration::from_secs(60), first_status)
+        .await
+        .expect("the runner's status arrived in time");
     assert_eq!(proxy.count("/events "), 1);
     assert_eq!(
         dg.handle.get(&id).await.unwrap().state,
@@ -684,7 +690,9 @@ pub async fn sse_stream_cut_mid_task_is_resumed<R: TestRuntime>() {
     );
     proxy.cut_all();
     // The delegator re-opens its stream (the proxy sees a new event-stream connection).
-    proxy.seen("/events ", 2).await;
+    timeout::<R, _>(Duration::from_secs(60), proxy.seen("/events ", 2))
+        .await
+        .expect("the delegator re-opened its event stream (it did not fall back to polling)");
     assert_eq!(
         dg.handle.get(&id).await.unwrap().state,
         DelegationState::Running
@@ -830,17 +838,22 @@ pub async fn executor_killed_mid_task_then_restarted<R: TestRuntime>() {
     let mut events = dg.handle.events();
     let id = dg.handle.delegate(params(&peer, ws.path())).await.unwrap();
     // Wait for the agent command to report it started.
-    loop {
-        match events.next().await {
-            Some(awcp_proto::DelegatorEvent::Progress {
-                message: Some(m), ..
-            }) if m == "started" => break,
-            Some(awcp_proto::DelegatorEvent::Ended { .. }) | None => {
-                panic!("ended before the task started")
+    let started = async {
+        loop {
+            match events.next().await {
+                Some(awcp_proto::DelegatorEvent::Progress {
+                    message: Some(m), ..
+                }) if m == "started" => break,
+                Some(awcp_proto::DelegatorEvent::Ended { .. }) | None => {
+                    panic!("ended before the task started")
+                }
+                _ => {}
             }
-            _ => {}
         }
-    }
+    };
+    timeout::<R, _>(Duration::from_secs(60), started)
+        .await
+        .expect("the agent started in time");
     let work_dir = dir.path().join("work").join(id.as_str());
     assert!(work_dir.exists());
     // SIGKILL: no chance to clean up.
