@@ -584,13 +584,11 @@ impl Executor {
     /// Accepts an INVITE that waits for a decision.
     pub fn accept_invite(&mut self, now: Timestamp, id: &DelegationId) -> Result<(), UsageError> {
         self.tick(now);
-        let a = self.get_mut(id)?;
-        if a.op != Op::AwaitingDecision {
+        if self.finish_op(id, Op::AwaitingDecision)?.is_none() {
             return Err(UsageError::InvalidState(format!(
                 "{id} is not waiting for a decision"
             )));
         }
-        a.op = Op::None;
         self.send_accept(now, id);
         Ok(())
     }
@@ -603,13 +601,11 @@ impl Executor {
         reason: ErrorInfo,
     ) -> Result<(), UsageError> {
         self.tick(now);
-        let a = self.get_mut(id)?;
-        if a.op != Op::AwaitingDecision {
+        let Some(a) = self.finish_op(id, Op::AwaitingDecision)? else {
             return Err(UsageError::InvalidState(format!(
                 "{id} is not waiting for a decision"
             )));
-        }
-        a.op = Op::None;
+        };
         let requests = std::mem::take(&mut a.invite_requests);
         let dialect = a.dialect;
         for r in requests {
@@ -694,11 +690,9 @@ impl Executor {
             ExecutorInput::TaskFinished { id, result } => self.on_task_finished(now, &id, result),
             ExecutorInput::SnapshotCaptured { id, result } => self.on_captured(now, &id, result),
             ExecutorInput::Released { id } => {
-                let a = self.get_mut(&id)?;
-                if a.op != Op::Releasing {
+                let Some(a) = self.finish_op(&id, Op::Releasing)? else {
                     return Ok(());
-                }
-                a.op = Op::None;
+                };
                 a.released = true;
                 let state = a.state();
                 let error = a.error.clone();
@@ -760,6 +754,21 @@ impl Executor {
         self.assignments
             .get_mut(id)
             .ok_or_else(|| UsageError::UnknownDelegation(id.clone()))
+    }
+
+    /// The assignment whose operation `op` just finished, with that operation cleared; `None`
+    /// if it is not the operation in flight (a stale or duplicate completion).
+    fn finish_op(
+        &mut self,
+        id: &DelegationId,
+        op: Op,
+    ) -> Result<Option<&mut Assignment>, UsageError> {
+        let a = self.get_mut(id)?;
+        if a.op != op {
+            return Ok(None);
+        }
+        a.op = Op::None;
+        Ok(Some(a))
     }
 
     fn respond(&mut self, request: RequestId, response: Response) {
@@ -1201,11 +1210,9 @@ impl Executor {
         id: &DelegationId,
         result: Result<(), ErrorInfo>,
     ) -> Result<(), UsageError> {
-        let a = self.get_mut(id)?;
-        if a.op != Op::Allocating {
+        let Some(a) = self.finish_op(id, Op::Allocating)? else {
             return Ok(());
-        }
-        a.op = Op::None;
+        };
         if a.state().is_terminal() {
             // Ended (ERROR, cancel, shutdown) while the work directory was being allocated:
             // release what was allocated instead of accepting.
@@ -1588,11 +1595,9 @@ impl Executor {
         id: &DelegationId,
         result: Result<(), ErrorInfo>,
     ) -> Result<(), UsageError> {
-        let a = self.get_mut(id)?;
-        if a.op != Op::SettingUp {
+        let Some(a) = self.finish_op(id, Op::SettingUp)? else {
             return Ok(());
-        }
-        a.op = Op::None;
+        };
         if a.state().is_terminal() {
             self.release(id);
             return Ok(());
@@ -1682,11 +1687,9 @@ impl Executor {
         id: &DelegationId,
         result: Result<CapturedSnapshot, ErrorInfo>,
     ) -> Result<(), UsageError> {
-        let a = self.get_mut(id)?;
-        if a.op != Op::Capturing {
+        let Some(a) = self.finish_op(id, Op::Capturing)? else {
             return Ok(());
-        }
-        a.op = Op::None;
+        };
         let Some(snapshot_id) = a.capture_id.take() else {
             return Ok(());
         };
