@@ -1817,15 +1817,7 @@ impl Delegator {
                         .and_then(|v| v.as_str())
                         .unwrap_or("")
                         .to_owned(),
-                    highlights: s
-                        .get("highlights")
-                        .and_then(|v| v.as_array())
-                        .map(|a| {
-                            a.iter()
-                                .filter_map(|x| x.as_str().map(str::to_owned))
-                                .collect()
-                        })
-                        .unwrap_or_default(),
+                    highlights: crate::engine::record_strings(s, "highlights"),
                     recommended: s
                         .get("recommended")
                         .and_then(|v| v.as_bool())
@@ -1857,25 +1849,7 @@ impl Delegator {
                     .collect()
             })
             .unwrap_or_default();
-        let result = r
-            .get("result")
-            .filter(|v| !v.is_null())
-            .map(|o| TaskOutcome {
-                summary: o
-                    .get("summary")
-                    .and_then(|v| v.as_str())
-                    .unwrap_or("")
-                    .to_owned(),
-                highlights: o
-                    .get("highlights")
-                    .and_then(|v| v.as_array())
-                    .map(|a| {
-                        a.iter()
-                            .filter_map(|x| x.as_str().map(str::to_owned))
-                            .collect()
-                    })
-                    .unwrap_or_default(),
-            });
+        let result = crate::engine::record_outcome(r, "result");
         let error = r
             .get("error")
             .filter(|v| !v.is_null())
@@ -1928,15 +1902,7 @@ impl Delegator {
                 expires_at: ms("expiresAt"),
                 invited_at: None,
                 access,
-                features: r
-                    .get("features")
-                    .and_then(|v| v.as_array())
-                    .map(|a| {
-                        a.iter()
-                            .filter_map(|x| x.as_str().map(str::to_owned))
-                            .collect()
-                    })
-                    .unwrap_or_default(),
+                features: crate::engine::record_strings(r, "features"),
                 accept: None,
                 transport: if prepared { Res::Prepared } else { Res::None },
                 handle: None,

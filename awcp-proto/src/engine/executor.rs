@@ -1890,25 +1890,7 @@ impl Executor {
             .get("error")
             .filter(|e| !e.is_null())
             .and_then(|e| serde_json::from_value(e.clone()).ok());
-        let outcome = r
-            .get("outcome")
-            .filter(|o| !o.is_null())
-            .map(|o| TaskOutcome {
-                summary: o
-                    .get("summary")
-                    .and_then(|s| s.as_str())
-                    .unwrap_or("")
-                    .to_owned(),
-                highlights: o
-                    .get("highlights")
-                    .and_then(|h| h.as_array())
-                    .map(|a| {
-                        a.iter()
-                            .filter_map(|x| x.as_str().map(str::to_owned))
-                            .collect()
-                    })
-                    .unwrap_or_default(),
-            });
+        let outcome = crate::engine::record_outcome(r, "outcome");
         let snapshot = r
             .get("snapshotEvent")
             .filter(|s| !s.is_null())

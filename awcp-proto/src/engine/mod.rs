@@ -80,6 +80,31 @@ pub struct TaskOutcome {
     pub highlights: Vec<String>,
 }
 
+/// The strings of the array at `key` in a journal record (non-strings skipped; absent: empty).
+pub(crate) fn record_strings(v: &serde_json::Value, key: &str) -> Vec<String> {
+    v.get(key)
+        .and_then(serde_json::Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The task outcome at `key` in a journal record (`null` or absent: none).
+pub(crate) fn record_outcome(v: &serde_json::Value, key: &str) -> Option<TaskOutcome> {
+    let o = v.get(key).filter(|o| !o.is_null())?;
+    Some(TaskOutcome {
+        summary: o
+            .get("summary")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or("")
+            .to_owned(),
+        highlights: record_strings(o, "highlights"),
+    })
+}
+
 /// A snapshot the executor's transport captured.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CapturedSnapshot {
