@@ -477,15 +477,6 @@ fn stage_and_commit(
         return Err(TransportError::Conflict { paths: conflicts });
     }
     cancel.check()?;
-    if ops.is_empty() {
-        // Nothing to swap (an empty delta, or only unchanged files): drop the staging as the
-        // recovery of a prepared journal would, without the commit's journal writes.
-        for c in &cleanup {
-            let _ = fs::remove_dir_all(c);
-        }
-        let _ = fs::remove_dir_all(dir);
-        return Ok(());
-    }
 
     let mut journal = Journal {
         version: 1,
@@ -494,6 +485,12 @@ fn stage_and_commit(
         ops,
         cleanup,
     };
+    if journal.ops.is_empty() {
+        // Nothing to swap (an empty delta, or only unchanged files): drop the staging as the
+        // recovery of a prepared journal would, without the commit's journal writes.
+        super::journal::cleanup(dir, &journal);
+        return Ok(());
+    }
     journal.save(dir)?;
     if opts.crash == Some(CrashPoint::AfterStaging) {
         return Err(TransportError::InjectedCrash("after staging"));

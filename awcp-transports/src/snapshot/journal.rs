@@ -152,7 +152,8 @@ pub(crate) fn commit(
     Ok(())
 }
 
-fn cleanup(dir: &Path, j: &Journal) {
+/// Removes an apply directory and the staging directories its journal lists.
+pub(crate) fn cleanup(dir: &Path, j: &Journal) {
     for c in &j.cleanup {
         let _ = fs::remove_dir_all(c);
     }
