@@ -41,4 +41,27 @@ pub trait Driver: Runtime + Default {
 
     /// Resolves on SIGINT or SIGTERM (never, where the platform has neither).
     fn shutdown_signal() -> BoxFuture<()>;
+
+    /// Serves the executor's endpoints on `listener` in the background for the rest of the
+    /// program (a server error is logged). Call inside [`Driver::block_on`].
+    fn spawn_executor_server(&self, listener: std::net::TcpListener, executor: ExecutorHandle) {
+        let server = Self::serve_executor_on(listener, executor, Box::pin(std::future::pending()));
+        spawn_server(self, "executor", server);
+    }
+
+    /// Serves a delegator's archive URLs and daemon API on `listener` in the background for the
+    /// rest of the program (a server error is logged). Call inside [`Driver::block_on`].
+    fn spawn_delegator_server(&self, listener: std::net::TcpListener, delegator: DelegatorHandle) {
+        let server =
+            Self::serve_delegator_on(listener, delegator, Box::pin(std::future::pending()));
+        spawn_server(self, "delegator", server);
+    }
+}
+
+fn spawn_server<R: Runtime>(rt: &R, what: &'static str, server: BoxFuture<io::Result<()>>) {
+    rt.spawn(Box::pin(async move {
+        if let Err(e) = server.await {
+            tracing::warn!(error = %e, "{what} server stopped");
+        }
+    }));
 }

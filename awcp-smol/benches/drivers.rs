@@ -68,11 +68,7 @@ async fn setup<R: Driver>(runner: Arc<dyn TaskRunner>, url_mode: bool, max: usiz
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let base = format!("http://{}", l.local_addr().unwrap());
     executor.set_public_url(base.clone());
-    spawn::<R>(R::serve_executor_on(
-        l,
-        executor,
-        Box::pin(std::future::pending()),
-    ));
+    R::default().spawn_executor_server(l, executor);
 
     let deleg_dir = tempfile::tempdir().unwrap();
     let state = deleg_dir.path().join("state");
@@ -83,22 +79,12 @@ async fn setup<R: Driver>(runner: Arc<dyn TaskRunner>, url_mode: bool, max: usiz
         opts.archive_base_url = Some(format!("http://{}", l.local_addr().unwrap()));
     }
     let delegator = DelegatorHandle::start(R::default(), opts);
-    spawn::<R>(R::serve_delegator_on(
-        l,
-        delegator.clone(),
-        Box::pin(std::future::pending()),
-    ));
+    R::default().spawn_delegator_server(l, delegator.clone());
     Setup {
         peer: format!("{base}/awcp"),
         delegator,
         _dirs: vec![exec_dir, deleg_dir],
     }
-}
-
-fn spawn<R: Driver>(server: awcp_driver::runtime::BoxFuture<std::io::Result<()>>) {
-    R::default().spawn(Box::pin(async move {
-        let _ = server.await;
-    }));
 }
 
 async fn delegate_once(s: &Setup, dir: &Path) -> Duration {

@@ -67,10 +67,7 @@ async fn run<R: Driver>(dir: Option<PathBuf>) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = listener.local_addr().expect("addr");
     executor.set_public_url(format!("http://{addr}"));
-    let server = R::serve_executor_on(listener, executor.clone(), Box::pin(std::future::pending()));
-    R::default().spawn(Box::pin(async move {
-        let _ = server.await;
-    }));
+    R::default().spawn_executor_server(listener, executor.clone());
     let peer = format!("http://{addr}/awcp");
     println!("executor: {peer}");
     println!("workspace: {}", dir.display());

@@ -341,11 +341,7 @@ async fn run<R: Driver>(cli: Cli) {
                     .unwrap_or_else(|e| fail(format!("--serve-archives {addr}: {e}")));
                 archive_base = Some(format!("http://{}", listener.local_addr().expect("bound")));
                 let d = delegator::<R>(state_dir.clone(), archive_base.clone(), sshfs);
-                let server =
-                    R::serve_delegator_on(listener, d.clone(), Box::pin(std::future::pending()));
-                R::default().spawn(Box::pin(async move {
-                    let _ = server.await;
-                }));
+                R::default().spawn_delegator_server(listener, d.clone());
                 run_delegate::<R>(
                     d,
                     peer,

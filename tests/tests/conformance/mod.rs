@@ -41,20 +41,6 @@ pub fn bind() -> (std::net::TcpListener, SocketAddr) {
     (l, a)
 }
 
-/// Serves the executor's endpoints on `l` in the background, on `R`.
-pub fn serve_executor<R: TestRuntime>(l: std::net::TcpListener, h: ExecutorHandle) {
-    R::default().spawn(Box::pin(async move {
-        let _ = R::serve_executor_on(l, h, Box::pin(std::future::pending())).await;
-    }));
-}
-
-/// Serves a delegator's archive URLs and daemon API on `l` in the background, on `R`.
-pub fn serve_delegator<R: TestRuntime>(l: std::net::TcpListener, h: DelegatorHandle) {
-    R::default().spawn(Box::pin(async move {
-        let _ = R::serve_delegator_on(l, h, Box::pin(std::future::pending())).await;
-    }));
-}
-
 /// Runs `fut` on `R` in the background; the returned future yields its output.
 pub fn spawn<R: Runtime + Default, T: Send + 'static>(
     fut: impl Future<Output = T> + Send + 'static,
@@ -224,7 +210,7 @@ pub async fn start_executor<R: TestRuntime>(
     let handle = ExecutorHandle::start(R::default(), opts);
     let (listener, addr) = bind();
     handle.set_public_url(format!("http://{addr}"));
-    serve_executor::<R>(listener, handle.clone());
+    R::default().spawn_executor_server(listener, handle.clone());
     Exec {
         handle,
         peer: format!("http://{addr}/awcp"),
@@ -267,7 +253,7 @@ fn start_delegator_in<R: TestRuntime>(
     };
     let handle = DelegatorHandle::start(R::default(), opts);
     if let Some(l) = listener {
-        serve_delegator::<R>(l, handle.clone());
+        R::default().spawn_delegator_server(l, handle.clone());
     }
     Deleg { handle, _dir: dir }
 }
@@ -992,7 +978,7 @@ pub async fn malformed_requests_get_documented_errors<R: TestRuntime>() {
         opts.max_body_bytes = 100 * 1024;
         let h = ExecutorHandle::start(R::default(), opts);
         let (l, a) = bind();
-        serve_executor::<R>(l, h);
+        R::default().spawn_executor_server(l, h);
         (format!("http://{a}/awcp"), dir)
     };
     let (s, v) = http_post::<R>(&ex2.0, &big).await;
