@@ -222,7 +222,7 @@ pub async fn start_executor<R: TestRuntime>(
 
 pub struct Deleg {
     pub handle: DelegatorHandle,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 pub async fn start_delegator<R: TestRuntime>(
@@ -255,7 +255,7 @@ fn start_delegator_in<R: TestRuntime>(
     if let Some(l) = listener {
         R::default().spawn_delegator_server(l, handle.clone());
     }
-    Deleg { handle, _dir: dir }
+    Deleg { handle, dir }
 }
 
 impl Deleg {
@@ -263,7 +263,7 @@ impl Deleg {
     /// directory, which resumes from the journal.
     pub async fn restart<R: TestRuntime>(self) -> Deleg {
         self.handle.stop().await;
-        start_delegator_in::<R>(self._dir, false, |_| {})
+        start_delegator_in::<R>(self.dir, false, |_| {})
     }
 }
 
@@ -326,6 +326,33 @@ pub async fn wait_released<R: TestRuntime>(ex: &Exec) {
 }
 
 /// Waits until the executor has no assignment and its work root holds no work directory.
+/// Waits (up to 60 s) for a `status` event with `message` from the delegator's event stream;
+/// panics if the delegation ends first.
+pub async fn progress_seen<R: TestRuntime>(
+    events: &mut futures::channel::mpsc::UnboundedReceiver<awcp_proto::DelegatorEvent>,
+    message: &str,
+) {
+    use futures::StreamExt;
+    let seen = async {
+        loop {
+            match events.next().await {
+                Some(awcp_proto::DelegatorEvent::Progress {
+                    message: Some(m), ..
+                }) if m == message => {
+                    return;
+                }
+                Some(awcp_proto::DelegatorEvent::Ended { .. }) | None => {
+                    panic!("the delegation ended before status {message:?}")
+                }
+                _ => {}
+            }
+        }
+    };
+    timeout::<R, _>(Duration::from_secs(60), seen)
+        .await
+        .unwrap_or_else(|| panic!("status {message:?} arrived in time"));
+}
+
 pub async fn wait_idle<R: Runtime + Default>(handle: &ExecutorHandle, work_root: &Path) {
     // The executor releases asynchronously after `done`; wait for its status to show no
     // active assignment and the work root to be empty of work dirs.
@@ -538,23 +565,20 @@ pub async fn auth_is_required_when_configured<R: TestRuntime>() {
     let ws = workspace();
     let v = run_to_end::<R>(&dg.handle, params(&ex.peer, ws.path())).await;
     assert_eq!(v.error.unwrap().code, ErrorCode::AuthFailed);
+    let with_bearer = |credential: &str| {
+        let mut p = params(&ex.peer, ws.path());
+        p.auth = Some(Auth {
+            auth_type: AuthType::Bearer,
+            credential: credential.into(),
+            metadata: Default::default(),
+        });
+        p
+    };
     // Wrong credential.
-    let mut p = params(&ex.peer, ws.path());
-    p.auth = Some(Auth {
-        auth_type: AuthType::Bearer,
-        credential: "nope".into(),
-        metadata: Default::default(),
-    });
-    let v = run_to_end::<R>(&dg.handle, p).await;
+    let v = run_to_end::<R>(&dg.handle, with_bearer("nope")).await;
     assert_eq!(v.error.unwrap().code, ErrorCode::AuthFailed);
     // Right credential.
-    let mut p = params(&ex.peer, ws.path());
-    p.auth = Some(Auth {
-        auth_type: AuthType::Bearer,
-        credential: "s3cret".into(),
-        metadata: Default::default(),
-    });
-    let v = run_to_end::<R>(&dg.handle, p).await;
+    let v = run_to_end::<R>(&dg.handle, with_bearer("s3cret")).await;
     assert_eq!(v.state, DelegationState::Completed, "{v:?}");
     // Other endpoints of that delegation need the credential too.
     let url = format!("{}/awcp/tasks/{}/result", ex.base, v.request.id);
@@ -646,7 +670,6 @@ impl CutProxy {
 /// The event stream is cut mid-task (every connection through the proxy is shut down); the
 /// delegator re-opens it and the task's result arrives over the new stream, not by polling.
 pub async fn sse_stream_cut_mid_task_is_resumed<R: TestRuntime>() {
-    use futures::StreamExt;
     let gate = GateRunner::default();
     let ex = start_executor::<R>(Arc::new(gate.clone()), |_| {}).await;
     let proxy = CutProxy::start(ex.base.trim_start_matches("http://").parse().unwrap());
@@ -656,19 +679,7 @@ pub async fn sse_stream_cut_mid_task_is_resumed<R: TestRuntime>() {
     let peer = format!("http://{}/awcp", proxy.addr);
     let id = dg.handle.delegate(params(&peer, ws.path())).await.unwrap();
     // Wait until the runner's first status event has reached the delegator over the stream.
-    let first_status = async {
-        while let Some(e) = events.next().await {
-            if let awcp_proto::DelegatorEvent::Progress { message, .. } = e {
-                if message.as_deref() == Some("gate: started") {
-                    return;
-                }
-            }
-        }
-        panic!("the delegator stopped before the runner's status arrived");
-    };
-    timeout::<R, _>(Duration::from_secs(60), first_status)
-        .await
-        .expect("the runner's status arrived in time");
+    progress_seen::<R>(&mut events, "gate: started").await;
     assert_eq!(proxy.count("/events "), 1);
     assert_eq!(
         dg.handle.get(&id).await.unwrap().state,
@@ -801,7 +812,6 @@ impl Drop for ExecutorProcess {
 /// same port and state directory: it fails the lost work cleanly (TASK_FAILED "restarted"),
 /// removes the stale work directory, and the source stays untouched.
 pub async fn executor_killed_mid_task_then_restarted<R: TestRuntime>() {
-    use futures::StreamExt;
     let rt = R::default();
     let bin = awcp_driver::runtime::blocking(&rt, executor_binary).await;
     let dir = tempfile::tempdir().unwrap();
@@ -824,22 +834,7 @@ pub async fn executor_killed_mid_task_then_restarted<R: TestRuntime>() {
     let mut events = dg.handle.events();
     let id = dg.handle.delegate(params(&peer, ws.path())).await.unwrap();
     // Wait for the agent command to report it started.
-    let started = async {
-        loop {
-            match events.next().await {
-                Some(awcp_proto::DelegatorEvent::Progress {
-                    message: Some(m), ..
-                }) if m == "started" => break,
-                Some(awcp_proto::DelegatorEvent::Ended { .. }) | None => {
-                    panic!("ended before the task started")
-                }
-                _ => {}
-            }
-        }
-    };
-    timeout::<R, _>(Duration::from_secs(60), started)
-        .await
-        .expect("the agent started in time");
+    progress_seen::<R>(&mut events, "started").await;
     let work_dir = dir.path().join("work").join(id.as_str());
     assert!(work_dir.exists());
     // SIGKILL: no chance to clean up.
