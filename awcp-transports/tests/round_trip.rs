@@ -132,6 +132,26 @@ fn apply(
     )
 }
 
+/// The executor's changes since setup, as an inline delta snapshot.
+fn capture_inline_delta(f: &Fixture) -> CapturedSnapshot {
+    f.executor
+        .capture(
+            &f.work,
+            SnapshotKind::Delta,
+            &Delivery::Inline,
+            &CancelFlag::new(),
+        )
+        .unwrap()
+}
+
+/// No staging leftovers (`.awcp-*`) next to the workspace.
+fn assert_no_staging(ws: &Path) {
+    assert!(fs::read_dir(ws.parent().unwrap())
+        .unwrap()
+        .flatten()
+        .all(|e| !e.file_name().to_string_lossy().starts_with(".awcp-")));
+}
+
 fn assert_edited(ws: &Path) {
     assert_eq!(
         fs::read(ws.join("README.md")).unwrap(),
@@ -177,15 +197,7 @@ fn delta_round_trip_inline_per_resource() {
     assert_eq!(m & 0o111, 0o111);
 
     edit(&f.work.join("project"));
-    let snap = f
-        .executor
-        .capture(
-            &f.work,
-            SnapshotKind::Delta,
-            &Delivery::Inline,
-            &CancelFlag::new(),
-        )
-        .unwrap();
+    let snap = capture_inline_delta(&f);
     assert_eq!(snap.kind, SnapshotKind::Delta);
     assert_eq!(
         snap.changed,
@@ -204,12 +216,8 @@ fn delta_round_trip_inline_per_resource() {
     assert_eq!(r.deleted, vec!["project/old.txt"]);
     assert_eq!(r.written.len(), 4);
     assert_edited(&f.ws);
-    // No staging leftovers next to the workspace.
-    let parent = f.ws.parent().unwrap();
-    assert!(fs::read_dir(parent)
-        .unwrap()
-        .flatten()
-        .all(|e| !e.file_name().to_string_lossy().starts_with(".awcp-")));
+
+    assert_no_staging(&f.ws);
 
     f.delegator.release(&did()).unwrap();
     f.delegator.release(&did()).unwrap();
@@ -225,24 +233,12 @@ fn an_empty_delta_applies_as_nothing_and_leaves_no_staging() {
     setup(&f, &p, AccessMode::Rw);
     let before = tree(&f.ws);
     // The executor changed nothing.
-    let snap = f
-        .executor
-        .capture(
-            &f.work,
-            SnapshotKind::Delta,
-            &Delivery::Inline,
-            &CancelFlag::new(),
-        )
-        .unwrap();
+    let snap = capture_inline_delta(&f);
     assert!(snap.changed.is_empty() && snap.deleted.is_empty());
     let r = apply(&f, &p, &snap, &ApplyOptions::default(), AccessMode::Rw).unwrap();
     assert!(r.written.is_empty() && r.deleted.is_empty(), "{r:?}");
     assert_eq!(tree(&f.ws), before);
-    let parent = f.ws.parent().unwrap();
-    assert!(fs::read_dir(parent)
-        .unwrap()
-        .flatten()
-        .all(|e| !e.file_name().to_string_lossy().starts_with(".awcp-")));
+    assert_no_staging(&f.ws);
 }
 
 #[test]
@@ -295,15 +291,7 @@ fn crash_between_staging_and_swap_is_rolled_back() {
     let p = prepare(&f, Layout::PerResource, Delivery::Inline, AccessMode::Rw);
     setup(&f, &p, AccessMode::Rw);
     edit(&f.work.join("project"));
-    let snap = f
-        .executor
-        .capture(
-            &f.work,
-            SnapshotKind::Delta,
-            &Delivery::Inline,
-            &CancelFlag::new(),
-        )
-        .unwrap();
+    let snap = capture_inline_delta(&f);
     let before = tree(&f.ws);
     let opts = ApplyOptions {
         crash: Some(CrashPoint::AfterStaging),
@@ -330,15 +318,7 @@ fn crash_mid_swap_is_rolled_forward() {
     let p = prepare(&f, Layout::PerResource, Delivery::Inline, AccessMode::Rw);
     setup(&f, &p, AccessMode::Rw);
     edit(&f.work.join("project"));
-    let snap = f
-        .executor
-        .capture(
-            &f.work,
-            SnapshotKind::Delta,
-            &Delivery::Inline,
-            &CancelFlag::new(),
-        )
-        .unwrap();
+    let snap = capture_inline_delta(&f);
     let opts = ApplyOptions {
         crash: Some(CrashPoint::AfterOps(2)),
         ..Default::default()
@@ -360,15 +340,7 @@ fn local_edits_are_reported_as_conflicts_not_overwritten() {
     let p = prepare(&f, Layout::PerResource, Delivery::Inline, AccessMode::Rw);
     setup(&f, &p, AccessMode::Rw);
     edit(&f.work.join("project"));
-    let snap = f
-        .executor
-        .capture(
-            &f.work,
-            SnapshotKind::Delta,
-            &Delivery::Inline,
-            &CancelFlag::new(),
-        )
-        .unwrap();
+    let snap = capture_inline_delta(&f);
     // Meanwhile, the user edits two files locally.
     write(&f.ws, "README.md", b"local change\n");
     write(&f.ws, "old.txt", b"locally changed too\n");
@@ -403,15 +375,7 @@ fn overwrite_policy_overrides_conflicts() {
     let p = prepare(&f, Layout::PerResource, Delivery::Inline, AccessMode::Rw);
     setup(&f, &p, AccessMode::Rw);
     edit(&f.work.join("project"));
-    let snap = f
-        .executor
-        .capture(
-            &f.work,
-            SnapshotKind::Delta,
-            &Delivery::Inline,
-            &CancelFlag::new(),
-        )
-        .unwrap();
+    let snap = capture_inline_delta(&f);
     write(&f.ws, "README.md", b"local change\n");
     let opts = ApplyOptions {
         on_conflict: ConflictPolicy::Overwrite,
@@ -445,10 +409,7 @@ fn read_only_delegations_never_write() {
         assert_eq!(r.skipped_resources, vec!["project"]);
         assert!(r.written.is_empty() && r.deleted.is_empty());
         assert_eq!(tree(&f.ws), before);
-        assert!(fs::read_dir(f.ws.parent().unwrap())
-            .unwrap()
-            .flatten()
-            .all(|e| !e.file_name().to_string_lossy().starts_with(".awcp-")));
+        assert_no_staging(&f.ws);
     }
 }
 
