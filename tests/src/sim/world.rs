@@ -370,6 +370,19 @@ impl World {
         self.rng.range(0, 50)
     }
 
+    /// Schedules a local operation's result for the delegator, a local delay from now.
+    fn del_local(&mut self, input: DelegatorInput) {
+        let at = self.now + self.local();
+        self.schedule(at, Ev::DelIn(input));
+    }
+
+    /// Schedules a local operation's result for executor `exec` (incarnation `inc`), a local
+    /// delay from now.
+    fn exec_local(&mut self, exec: usize, inc: u32, input: ExecutorInput) {
+        let at = self.now + self.local();
+        self.schedule(at, Ev::ExecIn { exec, inc, input });
+    }
+
     fn log(&mut self, line: impl FnOnce() -> String) {
         if self.cfg.trace {
             let l = format!("{:>9} {}", self.now, line());
@@ -890,15 +903,11 @@ impl World {
         self.bump("sse cut");
         self.log(|| format!("sse {s} of {} cut", st.id));
         if let Some(inc) = st.subscribed {
-            let at = self.now + self.local();
-            self.schedule(
-                at,
-                Ev::ExecIn {
-                    exec: st.exec,
-                    inc,
-                    input: ExecutorInput::StreamClosed {
-                        stream: StreamId(s),
-                    },
+            self.exec_local(
+                st.exec,
+                inc,
+                ExecutorInput::StreamClosed {
+                    stream: StreamId(s),
                 },
             );
         }
@@ -1040,14 +1049,10 @@ impl World {
                 if self.rng.chance(self.cfg.faults.oversize) {
                     stats.total_bytes = 1 << 40;
                 }
-                let at = self.now + self.local();
-                self.schedule(
-                    at,
-                    Ev::DelIn(DelegatorInput::ScanCompleted {
-                        id,
-                        result: Ok(stats),
-                    }),
-                );
+                self.del_local(DelegatorInput::ScanCompleted {
+                    id,
+                    result: Ok(stats),
+                });
             }
             DelegatorOutput::SendMessage {
                 id,
@@ -1232,19 +1237,15 @@ impl World {
                     self.dels[i].apply_failed += 1;
                 }
                 self.log(|| format!("apply {snapshot_id} to {id} ok={ok}"));
-                let at = self.now + self.local();
-                self.schedule(
-                    at,
-                    Ev::DelIn(DelegatorInput::SnapshotApplied {
-                        id,
-                        snapshot_id,
-                        result: if ok {
-                            Ok(())
-                        } else {
-                            Err(ErrorInfo::new(ErrorCode::SetupFailed, "sim: apply"))
-                        },
-                    }),
-                );
+                self.del_local(DelegatorInput::SnapshotApplied {
+                    id,
+                    snapshot_id,
+                    result: if ok {
+                        Ok(())
+                    } else {
+                        Err(ErrorInfo::new(ErrorCode::SetupFailed, "sim: apply"))
+                    },
+                });
             }
             DelegatorOutput::StoreSnapshot { id, snapshot } => {
                 let sid = snapshot.snapshot_id.clone();
@@ -1258,19 +1259,15 @@ impl World {
                         None => self.violate(format!("snapshot {sid} of {id} has no bytes")),
                     }
                 }
-                let at = self.now + self.local();
-                self.schedule(
-                    at,
-                    Ev::DelIn(DelegatorInput::SnapshotStored {
-                        id,
-                        snapshot_id: sid,
-                        result: if ok {
-                            Ok(())
-                        } else {
-                            Err(ErrorInfo::new(ErrorCode::SetupFailed, "sim: store"))
-                        },
-                    }),
-                );
+                self.del_local(DelegatorInput::SnapshotStored {
+                    id,
+                    snapshot_id: sid,
+                    result: if ok {
+                        Ok(())
+                    } else {
+                        Err(ErrorInfo::new(ErrorCode::SetupFailed, "sim: store"))
+                    },
+                });
             }
             DelegatorOutput::DeleteStoredSnapshot { id, snapshot_id } => {
                 self.store.remove(&(id.clone(), snapshot_id.clone()));
@@ -1280,8 +1277,7 @@ impl World {
                 let i = self.idx(&id);
                 self.dels[i].handle = None;
                 self.release(ResKey::Export(id.clone()));
-                let at = self.now + self.local();
-                self.schedule(at, Ev::DelIn(DelegatorInput::TransportReleased { id }));
+                self.del_local(DelegatorInput::TransportReleased { id });
             }
             DelegatorOutput::Event(ev) => self.on_del_event(ev),
         }
@@ -1421,15 +1417,11 @@ impl World {
                 );
                 if self.rng.chance(self.cfg.faults.alloc_fail) {
                     self.bump("work dir allocation failed");
-                    let at = self.now + self.local();
                     let e = ErrorInfo::new(ErrorCode::WorkdirDenied, "sim: allocation");
-                    self.schedule(
-                        at,
-                        Ev::ExecIn {
-                            exec,
-                            inc,
-                            input: ExecutorInput::WorkDirAllocated { id, result: Err(e) },
-                        },
+                    self.exec_local(
+                        exec,
+                        inc,
+                        ExecutorInput::WorkDirAllocated { id, result: Err(e) },
                     );
                     return;
                 }
@@ -1438,14 +1430,10 @@ impl World {
                 self.acquire(ResKey::WorkDir(exec, inc, id.clone()), deadline);
                 let node = &mut self.execs[exec];
                 node.work.insert(id.clone(), Files::new());
-                let at = self.now + self.local();
-                self.schedule(
-                    at,
-                    Ev::ExecIn {
-                        exec,
-                        inc,
-                        input: ExecutorInput::WorkDirAllocated { id, result: Ok(()) },
-                    },
+                self.exec_local(
+                    exec,
+                    inc,
+                    ExecutorInput::WorkDirAllocated { id, result: Ok(()) },
                 );
             }
             ExecutorOutput::SetupTransport { id, handle, .. } => {
@@ -1476,15 +1464,7 @@ impl World {
                         Ok(())
                     }
                 };
-                let at = self.now + self.local();
-                self.schedule(
-                    at,
-                    Ev::ExecIn {
-                        exec,
-                        inc,
-                        input: ExecutorInput::SetupCompleted { id, result },
-                    },
-                );
+                self.exec_local(exec, inc, ExecutorInput::SetupCompleted { id, result });
             }
             ExecutorOutput::RunTask { id, .. } => {
                 if !self
@@ -1552,15 +1532,11 @@ impl World {
                 };
                 if self.rng.chance(self.cfg.faults.capture_fail) {
                     self.bump("capture failed");
-                    let at = self.now + self.local();
                     let e = ErrorInfo::new(ErrorCode::TaskFailed, "sim: capture");
-                    self.schedule(
-                        at,
-                        Ev::ExecIn {
-                            exec,
-                            inc,
-                            input: ExecutorInput::SnapshotCaptured { id, result: Err(e) },
-                        },
+                    self.exec_local(
+                        exec,
+                        inc,
+                        ExecutorInput::SnapshotCaptured { id, result: Err(e) },
                     );
                     return;
                 }
@@ -1582,16 +1558,12 @@ impl World {
                         serde_json::Value::from(files.len()),
                     )]),
                 };
-                let at = self.now + self.local();
-                self.schedule(
-                    at,
-                    Ev::ExecIn {
-                        exec,
-                        inc,
-                        input: ExecutorInput::SnapshotCaptured {
-                            id,
-                            result: Ok(snap),
-                        },
+                self.exec_local(
+                    exec,
+                    inc,
+                    ExecutorInput::SnapshotCaptured {
+                        id,
+                        result: Ok(snap),
                     },
                 );
             }
@@ -1601,15 +1573,7 @@ impl World {
                 }
                 self.execs[exec].work.remove(&id);
                 self.release(ResKey::WorkDir(exec, inc, id.clone()));
-                let at = self.now + self.local();
-                self.schedule(
-                    at,
-                    Ev::ExecIn {
-                        exec,
-                        inc,
-                        input: ExecutorInput::Released { id },
-                    },
-                );
+                self.exec_local(exec, inc, ExecutorInput::Released { id });
             }
             ExecutorOutput::DropSnapshot { id, snapshot_id } => {
                 self.release(ResKey::Captured(exec, inc, id, snapshot_id));
