@@ -42,7 +42,7 @@ pub use error::TransportError;
 pub use export::{ExportView, ExportViewKind};
 pub use manifest::{Baseline, FileRecord, Manifest};
 pub use runner::DemoRunner;
-pub use scan::{scan, AdmissionLimits, ResourceSpec, WorkspaceStats};
+pub use scan::{scan, ResourceSpec};
 pub use snapshot::{
     apply_snapshot, capture, recover, ApplyOptions, ApplyReport, ApplyRequest, CapturedSnapshot,
     ConflictPolicy, SnapshotKind,

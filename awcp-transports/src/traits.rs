@@ -5,8 +5,8 @@
 use std::path::{Path, PathBuf};
 
 use awcp_proto::{
-    AccessMode, ArchiveHandle, DelegationId, ResourceName, Timestamp, TransportHandle,
-    TransportKind,
+    AccessMode, AdmissionLimits, ArchiveHandle, DelegationId, ResourceName, Timestamp,
+    TransportHandle, TransportKind, WorkspaceStats,
 };
 
 use crate::archive::{ArchiveOutput, ArchiveSource, Delivery, Layout};
@@ -14,7 +14,7 @@ use crate::cancel::CancelFlag;
 use crate::error::TransportError;
 use crate::export::ExportViewKind;
 use crate::manifest::Baseline;
-use crate::scan::{ResourceSpec, WorkspaceStats};
+use crate::scan::ResourceSpec;
 use crate::snapshot::{ApplyReport, ApplyRequest, CapturedSnapshot, SnapshotKind};
 
 /// What the delegator asks a transport to prepare.
@@ -32,6 +32,12 @@ pub struct PrepareRequest<'a> {
     pub delivery: Delivery,
     /// ZIP root layout the peer expects (\[R\] per-resource, \[S\] flat).
     pub layout: Layout,
+    /// The delegator's admission limits (the engine's, configured once): the transport
+    /// refuses with [`TransportError::Refused`] if what it actually packs exceeds them (a
+    /// workspace that grew after the admission scan is not lent anyway). `None`: no check.
+    pub admission: Option<AdmissionLimits>,
+    /// Whether secret-looking files may be packed (the delegation's `allow_sensitive`).
+    pub allow_sensitive: bool,
 }
 
 /// A prepared delegation.

@@ -90,6 +90,9 @@ pub struct DelegateParams {
     pub transport: TransportKind,
     /// A caller-chosen id (else random).
     pub id: Option<DelegationId>,
+    /// Lend secret-looking files (`.env`, private keys, credentials; WIRE.md §9) instead of
+    /// refusing the delegation with `SENSITIVE_FILES`. Off by default.
+    pub allow_sensitive: bool,
 }
 
 impl DelegateParams {
@@ -118,6 +121,7 @@ impl DelegateParams {
             dialect: Dialect::Reference,
             transport: TransportKind::Archive,
             id: None,
+            allow_sensitive: false,
         }
     }
 }
@@ -438,6 +442,7 @@ impl<R: Runtime> Loop<R> {
                     transport: p.transport,
                     snapshot_mode: p.snapshot_mode,
                     auth: p.auth,
+                    allow_sensitive: p.allow_sensitive,
                 };
                 let r = self.engine.delegate(now, req).map(|_| id.clone());
                 if r.is_ok() {
@@ -521,6 +526,16 @@ impl<R: Runtime> Loop<R> {
             .unwrap_or_default()
     }
 
+    /// The admission limits (configured once, in the engine) and whether `id` may lend
+    /// secret-looking files: what the transport re-checks when it packs.
+    fn admission_of(&self, id: &DelegationId) -> (awcp_proto::AdmissionLimits, bool) {
+        let allow = self
+            .engine
+            .get(id)
+            .is_some_and(|v| v.request.allow_sensitive);
+        (self.engine.config().admission, allow)
+    }
+
     fn post(&self, id: DelegationId, to: Outbound, url: String, body: Option<String>) {
         let rt = self.rt.clone();
         let feed = self.feed();
@@ -588,6 +603,7 @@ impl<R: Runtime> Loop<R> {
                 features,
             } if transport.is_live() => {
                 let specs = self.specs.get(&id).cloned().unwrap_or_default();
+                let (admission, allow_sensitive) = self.admission_of(&id);
                 let t = self
                     .opts
                     .extra_transports
@@ -616,6 +632,8 @@ impl<R: Runtime> Loop<R> {
                             } else {
                                 Layout::PerResource
                             },
+                            admission: Some(admission),
+                            allow_sensitive,
                         };
                         let _ = features;
                         t.prepare_live(&req, expires_at, &CancelFlag::new())
@@ -634,6 +652,7 @@ impl<R: Runtime> Loop<R> {
                 features,
             } => {
                 let specs = self.specs.get(&id).cloned().unwrap_or_default();
+                let (admission, allow_sensitive) = self.admission_of(&id);
                 let t = self.opts.transport.clone();
                 let feed = self.feed();
                 let rt = self.rt.clone();
@@ -669,6 +688,8 @@ impl<R: Runtime> Loop<R> {
                             } else {
                                 Layout::PerResource
                             },
+                            admission: Some(admission),
+                            allow_sensitive,
                         };
                         let prepared = t
                             .prepare(&req, &CancelFlag::new())
@@ -890,6 +911,7 @@ impl<R: Runtime> Loop<R> {
         let dir = self.snapshot_dir(&id);
         let downloads = self.opts.state_dir.join("downloads");
         let limit = self.opts.max_snapshot_bytes;
+        let limits = self.opts.engine.admission;
         let note = self.tx.clone();
         self.rt.spawn(Box::pin(async move {
             let result = async {
@@ -939,6 +961,7 @@ impl<R: Runtime> Loop<R> {
                         access_mode: access,
                         baseline: baseline.as_ref(),
                         layout: Some(layout),
+                        limits: Some(limits),
                     };
                     let r = t.apply_snapshot(req, &CancelFlag::new());
                     if temp {
@@ -1033,14 +1056,8 @@ fn scan(specs: &[ResourceSpec]) -> Result<WorkspaceStats, ErrorInfo> {
             Ok(_) => {}
         }
     }
-    let st = awcp_transports::scan(specs, &Default::default(), &CancelFlag::new())
-        .map_err(|e| e.to_error_info())?;
-    Ok(WorkspaceStats {
-        total_bytes: st.total_bytes,
-        file_count: st.file_count,
-        largest_file_bytes: st.largest_file_bytes,
-        largest_file: st.largest_file_path,
-    })
+    awcp_transports::scan(specs, &Default::default(), &CancelFlag::new())
+        .map_err(|e| e.to_error_info())
 }
 
 async fn store_snapshot<R: Runtime>(

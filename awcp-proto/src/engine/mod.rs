@@ -14,7 +14,10 @@ pub(crate) mod timers;
 
 use std::collections::BTreeMap;
 
-pub use admission::{admission_verdict, AdmissionLimits, WorkspaceStats};
+pub use admission::{
+    admission_verdict, is_sensitive_name, result_verdict, AdmissionLimits, NotShipped,
+    NotShippedReason, WorkspaceStats, SENSITIVE_PATTERNS,
+};
 
 use crate::id::DelegationId;
 use crate::wire::ArchiveData;

@@ -5,6 +5,8 @@
 //! awcp daemon --listen 127.0.0.1:3100
 //! awcp delegate ./project --peer … --prompt … --daemon http://127.0.0.1:3100 --background
 //! awcp list | status ID | wait ID | cancel ID | snapshots ID | apply ID SID | discard ID SID
+//! awcp delegate … --max-total-bytes 200000000 --max-file-bytes 80000000   # admission limits
+//! awcp delegate … --allow-sensitive      # lend .env, private keys, … deliberately
 //! ```
 //! `--json` prints machine-readable results on stdout; progress goes to stderr.
 //! `--runtime smol` (or `AWCP_RUNTIME=smol`) runs it on smol instead of tokio.
@@ -18,7 +20,7 @@ use awcp_driver::delegator::daemon::{view_to_json, DaemonClient};
 use awcp_driver::{DelegateParams, DelegatorHandle, DelegatorOptions, Driver};
 use awcp_examples::RuntimeChoice;
 use awcp_proto::engine::SnapshotMode;
-use awcp_proto::{AccessMode, Auth, AuthType, TransportKind};
+use awcp_proto::{AccessMode, AdmissionLimits, Auth, AuthType, TransportKind};
 use awcp_transports::{
     ArchiveDelegator, ArchiveDelegatorConfig, SshfsDelegator, SshfsDelegatorConfig,
 };
@@ -54,6 +56,31 @@ struct Cli {
     runtime: RuntimeChoice,
     #[command(subcommand)]
     cmd: Cmd,
+}
+
+/// The admission limits (WIRE.md §9): the one place they are set for a delegator. They apply
+/// to the workspace before it is lent and to results before they are applied.
+#[derive(clap::Args, Debug, Clone, Copy)]
+struct AdmissionArgs {
+    /// Most bytes a workspace (or a result) may hold in all.
+    #[arg(long, env = "AWCP_MAX_TOTAL_BYTES", default_value_t = AdmissionLimits::default().max_total_bytes)]
+    max_total_bytes: u64,
+    /// Most files a workspace (or a result) may hold.
+    #[arg(long, env = "AWCP_MAX_FILE_COUNT", default_value_t = AdmissionLimits::default().max_file_count)]
+    max_file_count: u64,
+    /// Largest single file a workspace (or a result) may hold, in bytes.
+    #[arg(long, env = "AWCP_MAX_FILE_BYTES", default_value_t = AdmissionLimits::default().max_single_file_bytes)]
+    max_file_bytes: u64,
+}
+
+impl AdmissionArgs {
+    fn limits(self) -> AdmissionLimits {
+        AdmissionLimits {
+            max_total_bytes: self.max_total_bytes,
+            max_file_count: self.max_file_count,
+            max_single_file_bytes: self.max_file_bytes,
+        }
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -103,6 +130,14 @@ enum Cmd {
         /// In-process only.
         #[arg(long)]
         sshfs_config: Option<PathBuf>,
+        /// Lend secret-looking files (.env, private keys, credentials.json, …) instead of
+        /// refusing with SENSITIVE_FILES. Listing them in .awcpignore keeps them home instead.
+        #[arg(long)]
+        allow_sensitive: bool,
+        /// Admission limits of the in-process delegator (with --daemon, the daemon's own
+        /// flags apply).
+        #[command(flatten)]
+        admission: AdmissionArgs,
     },
     /// Run the delegator daemon (HTTP API + archive URLs).
     Daemon {
@@ -112,6 +147,9 @@ enum Cmd {
         /// State directory.
         #[arg(long, env = "AWCP_STATE_DIR")]
         state_dir: Option<PathBuf>,
+        /// Admission limits of every delegation the daemon makes.
+        #[command(flatten)]
+        admission: AdmissionArgs,
     },
     /// List delegations.
     List,
@@ -234,9 +272,11 @@ fn delegator<R: Driver>(
     state_dir: PathBuf,
     archive_base: Option<String>,
     sshfs: Option<SshfsDelegator>,
+    admission: AdmissionLimits,
 ) -> DelegatorHandle {
     let transport = ArchiveDelegator::new(ArchiveDelegatorConfig::new(state_dir.join("exports")));
     let mut opts = DelegatorOptions::new(Arc::new(transport), state_dir);
+    opts.engine.admission = admission;
     opts.archive_base_url = archive_base;
     if let Some(t) = sshfs {
         opts.extra_transports.push(Arc::new(t));
@@ -276,6 +316,8 @@ async fn run<R: Driver>(cli: Cli) {
             serve_archives,
             state_dir,
             sshfs_config,
+            allow_sensitive,
+            admission,
         } => {
             let dir = std::fs::canonicalize(&dir)
                 .unwrap_or_else(|e| fail(format!("{}: {e} (WORKSPACE_NOT_FOUND)", dir.display())));
@@ -312,6 +354,7 @@ async fn run<R: Driver>(cli: Cli) {
                     "accessMode": access.as_str(),
                     "snapshotMode": mode.as_str(),
                     "auth": auth.as_ref().map(|a| json!({"type": a.auth_type.as_str(), "credential": a.credential})),
+                    "allowSensitive": allow_sensitive,
                 });
                 let id = client.delegate(body).await.unwrap_or_else(|e| fail(e));
                 if background {
@@ -340,7 +383,12 @@ async fn run<R: Driver>(cli: Cli) {
                 let listener = std::net::TcpListener::bind(addr)
                     .unwrap_or_else(|e| fail(format!("--serve-archives {addr}: {e}")));
                 archive_base = Some(format!("http://{}", listener.local_addr().expect("bound")));
-                let d = delegator::<R>(state_dir.clone(), archive_base.clone(), sshfs);
+                let d = delegator::<R>(
+                    state_dir.clone(),
+                    archive_base.clone(),
+                    sshfs,
+                    admission.limits(),
+                );
                 R::default().spawn_delegator_server(listener, d.clone());
                 run_delegate::<R>(
                     d,
@@ -353,12 +401,13 @@ async fn run<R: Driver>(cli: Cli) {
                     mode,
                     auth,
                     transport.clone(),
+                    allow_sensitive,
                     cli.json,
                 )
                 .await;
                 return;
             }
-            let d = delegator::<R>(state_dir, archive_base, sshfs);
+            let d = delegator::<R>(state_dir, archive_base, sshfs, admission.limits());
             run_delegate::<R>(
                 d,
                 peer,
@@ -370,16 +419,26 @@ async fn run<R: Driver>(cli: Cli) {
                 mode,
                 auth,
                 transport,
+                allow_sensitive,
                 cli.json,
             )
             .await;
         }
-        Cmd::Daemon { listen, state_dir } => {
+        Cmd::Daemon {
+            listen,
+            state_dir,
+            admission,
+        } => {
             let state_dir = state_dir.unwrap_or_else(default_state_dir);
             let listener = std::net::TcpListener::bind(listen)
                 .unwrap_or_else(|e| fail(format!("cannot listen on {listen}: {e}")));
             let local = listener.local_addr().expect("bound");
-            let d = delegator::<R>(state_dir, Some(format!("http://{local}")), None);
+            let d = delegator::<R>(
+                state_dir,
+                Some(format!("http://{local}")),
+                None,
+                admission.limits(),
+            );
             println!("awcp daemon listening on http://{local}");
             if let Err(e) = R::serve_delegator_on(listener, d, R::shutdown_signal()).await {
                 fail(e);
@@ -484,9 +543,11 @@ async fn run_delegate<R: Driver>(
     mode: SnapshotMode,
     auth: Option<Auth>,
     transport: TransportKind,
+    allow_sensitive: bool,
     json: bool,
 ) {
     let mut params = DelegateParams::new(peer, dir, &description, &prompt);
+    params.allow_sensitive = allow_sensitive;
     params.transport = transport;
     params.ttl_seconds = ttl;
     params.access_mode = access;
@@ -555,6 +616,19 @@ fn human_record(v: &Value) -> String {
             x["status"].as_str().unwrap_or("")
         ));
     }
+    let not_shipped: Vec<(String, String)> = v["notShipped"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|x| {
+            let f = |k: &str| x[k].as_str().unwrap_or("").to_owned();
+            (f("path"), f("reason"))
+        })
+        .collect();
+    s.push_str(&awcp_examples::not_shipped_lines(
+        &not_shipped,
+        v["notShippedCount"].as_u64().unwrap_or(0),
+    ));
     s
 }
 

@@ -661,6 +661,7 @@ impl World {
             transport: TransportKind::Archive,
             snapshot_mode: spec.mode,
             auth: None,
+            allow_sensitive: false,
         };
         self.log(|| {
             format!(
@@ -1045,6 +1046,7 @@ impl World {
                     file_count: ws.len() as u64,
                     largest_file_bytes: ws.values().map(|v| v.len() as u64).max().unwrap_or(0),
                     largest_file: ws.keys().next().cloned(),
+                    ..WorkspaceStats::default()
                 };
                 if self.rng.chance(self.cfg.faults.oversize) {
                     stats.total_bytes = 1 << 40;

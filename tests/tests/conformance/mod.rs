@@ -29,6 +29,10 @@ use std::net::SocketAddr;
 
 use awcp_driver::Runtime;
 
+mod data_safety;
+#[allow(unused_imports)]
+pub use data_safety::*;
+
 // ---------------------------------------------------------------------------------------------
 // Runtimes: every scenario is generic over the driver's [`Driver`] (block_on, serve_*_on).
 
@@ -83,6 +87,17 @@ macro_rules! conformance_suite {
             sse_stream_cut_mid_task_is_resumed,
             delegator_restart_reconnects_and_applies_the_result,
             executor_killed_mid_task_then_restarted,
+            executor_start_up_leaves_foreign_files_in_its_work_root,
+            a_second_executor_on_the_same_work_root_or_state_dir_refuses,
+            executors_with_default_settings_leave_each_others_work_alone,
+            cancel_ends_the_whole_task_tree,
+            lease_expiry_ends_the_whole_task_tree,
+            a_failed_task_leaves_no_process_behind,
+            executor_shutdown_ends_the_whole_task_tree,
+            executor_sigkill_restart_ends_the_orphaned_task_tree,
+            raising_the_one_admission_limit_is_enough,
+            a_result_over_the_admission_limits_is_not_applied,
+            sensitive_files_are_refused_unless_allowed_or_ignored,
         );
     };
     (@ $rt:ty: $($name:ident),* $(,)?) => {
@@ -1033,6 +1048,8 @@ pub async fn reference_dialect_exchange_from_wire_md<R: TestRuntime>() {
                 export: Default::default(),
                 delivery: awcp_transports::Delivery::Inline,
                 layout: awcp_transports::Layout::PerResource,
+                admission: None,
+                allow_sensitive: false,
             },
             &CancelFlag::new(),
         )
