@@ -14,6 +14,7 @@ use crate::cancel::CancelFlag;
 use crate::error::TransportError;
 use crate::export::ExportViewKind;
 use crate::manifest::Baseline;
+use crate::process::TaskGroup;
 use crate::scan::ResourceSpec;
 use crate::snapshot::{ApplyReport, ApplyRequest, CapturedSnapshot, SnapshotKind};
 
@@ -231,4 +232,20 @@ pub trait TaskRunner: Send + Sync {
         progress: &dyn Fn(String),
         cancel: &CancelFlag,
     ) -> Result<TaskOutcome, String>;
+
+    /// Runs the task like [`TaskRunner::run`] and reports through `spawned`, as soon as it
+    /// exists, each OS process group the task runs in: the executor journals it so that a
+    /// restarted executor can end what a crash orphaned ([`TaskGroup::end_orphaned`]). A runner
+    /// that starts processes must end their whole groups before it returns. Runners that
+    /// start no process keep the default, which calls `run`. Drivers call this method.
+    fn run_tracked(
+        &self,
+        ctx: &TaskContext,
+        progress: &dyn Fn(String),
+        spawned: &dyn Fn(TaskGroup),
+        cancel: &CancelFlag,
+    ) -> Result<TaskOutcome, String> {
+        let _ = spawned;
+        self.run(ctx, progress, cancel)
+    }
 }

@@ -82,6 +82,7 @@ def start_executor(exe, tmp):
             exe,
             "--listen", "127.0.0.1:0",
             "--work-root", str(tmp / "executor-work"),
+            "--state-dir", str(tmp / "executor-state"),
             "--agent-cmd", f"sh {agent}",
             "--name", EXECUTOR_NAME,
             "--quiet",

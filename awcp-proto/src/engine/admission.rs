@@ -285,10 +285,7 @@ pub fn result_verdict(stats: &WorkspaceStats, limits: &AdmissionLimits) -> Resul
             human(stats.total_bytes),
             human(limits.max_total_bytes)
         ),
-        Some(Exceeded::Count) => format!(
-            "{} files > {}",
-            stats.file_count, limits.max_file_count
-        ),
+        Some(Exceeded::Count) => format!("{} files > {}", stats.file_count, limits.max_file_count),
         Some(Exceeded::Largest) => format!(
             "a {} file > {}",
             human(stats.largest_file_bytes),
@@ -364,8 +361,12 @@ mod tests {
     #[test]
     fn total_is_checked_first_and_hint_names_sizes_and_the_flag() {
         let l = AdmissionLimits::default();
-        let e = admission_verdict(&stats(250 * 1024 * 1024, 20_000, 60 * 1024 * 1024), &l, false)
-            .unwrap_err();
+        let e = admission_verdict(
+            &stats(250 * 1024 * 1024, 20_000, 60 * 1024 * 1024),
+            &l,
+            false,
+        )
+        .unwrap_err();
         assert_eq!(e.code, ErrorCode::WorkspaceTooLarge);
         assert_eq!(
             e.message,
@@ -436,7 +437,9 @@ mod tests {
         let l = AdmissionLimits::default();
         let e = admission_verdict(&s, &l, false).unwrap_err();
         assert_eq!(e.code, ErrorCode::SensitiveFiles);
-        assert!(e.message.contains("2 secret-looking files: ws/.env, ws/keys/id_ed25519"));
+        assert!(e
+            .message
+            .contains("2 secret-looking files: ws/.env, ws/keys/id_ed25519"));
         assert!(e.hint.unwrap().contains("--allow-sensitive"));
         assert!(admission_verdict(&s, &l, true).is_ok());
         // Size limits come first.

@@ -27,6 +27,12 @@ use crate::wire::ArchiveData;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct RequestId(pub u64);
 
+/// Driver-issued description of the OS resources a running task holds (e.g. its process
+/// group), journalled with the assignment so that a restarted executor can end them. The engine
+/// stores and echoes it ([`executor::ExecutorOutput::EndTask`]), never interprets it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TaskHandle(pub String);
+
 /// Driver-issued handle of an open SSE response stream (executor side).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct StreamId(pub u64);

@@ -30,21 +30,30 @@ pub(crate) fn projected_stats(
             Layout::Flat => String::new(),
             Layout::PerResource => format!("{name}/"),
         };
-        let mut files: BTreeMap<String, u64> = match req.baseline.and_then(|b| b.resources.get(name)) {
-            Some(m) => m.files.iter().map(|(k, f)| (k.clone(), f.size)).collect(),
-            None => on_disk(&r.source_path, opts, cancel)?,
-        };
+        let mut files: BTreeMap<String, u64> =
+            match req.baseline.and_then(|b| b.resources.get(name)) {
+                Some(m) => m.files.iter().map(|(k, f)| (k.clone(), f.size)).collect(),
+                None => on_disk(&r.source_path, opts, cancel)?,
+            };
         let writable = r.mode == AccessMode::Rw && req.access_mode == AccessMode::Rw;
         let present = layout == Layout::Flat || ex.top_level.contains(name);
         if writable && present {
             let written = ex
                 .files
                 .iter()
-                .filter_map(|f| f.name.strip_prefix(prefix.as_str()).map(|rel| (rel, f.size)))
+                .filter_map(|f| {
+                    f.name
+                        .strip_prefix(prefix.as_str())
+                        .map(|rel| (rel, f.size))
+                })
                 .filter(|(rel, _)| !rel.is_empty() && !opts.walk.is_excluded(rel));
             match &ex.delta {
                 Some(d) => {
-                    for del in d.deleted.iter().filter_map(|p| p.strip_prefix(prefix.as_str())) {
+                    for del in d
+                        .deleted
+                        .iter()
+                        .filter_map(|p| p.strip_prefix(prefix.as_str()))
+                    {
                         files.remove(del);
                     }
                     files.extend(written.map(|(rel, size)| (rel.to_owned(), size)));

@@ -1580,6 +1580,9 @@ impl World {
             ExecutorOutput::DropSnapshot { id, snapshot_id } => {
                 self.release(ResKey::Captured(exec, inc, id, snapshot_id));
             }
+            ExecutorOutput::EndTask { id, .. } => {
+                self.violate(format!("exec{exec} ends a task of {id} it never recorded"));
+            }
             ExecutorOutput::Event(ev) => self.on_exec_event(exec, ev),
         }
     }
@@ -1635,7 +1638,9 @@ impl World {
                 self.exec_endings
                     .push((exec, id, state, error.map(|e| e.code)));
             }
-            ExecutorEvent::InviteReceived { .. } | ExecutorEvent::Forgotten { .. } => {}
+            ExecutorEvent::InviteReceived { .. }
+            | ExecutorEvent::Forgotten { .. }
+            | ExecutorEvent::RecordChanged { .. } => {}
         }
     }
 

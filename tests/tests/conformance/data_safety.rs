@@ -239,7 +239,14 @@ pub fn awcp_cli(runtime: &str, args: &[String]) -> CliRun {
 /// Starts `awcp daemon --listen 127.0.0.1:0 ARGS`; returns it and its URL.
 pub fn spawn_daemon(runtime: &str, args: &[&str]) -> (Child, String) {
     let mut daemon = command(&bins().awcp)
-        .args(["--runtime", runtime, "--quiet", "daemon", "--listen", "127.0.0.1:0"])
+        .args([
+            "--runtime",
+            runtime,
+            "--quiet",
+            "daemon",
+            "--listen",
+            "127.0.0.1:0",
+        ])
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -357,7 +364,10 @@ async fn follow_tree<R: TestRuntime>(
 
 /// Waits (bounded) until none of `procs` runs; otherwise kills the survivors and fails.
 async fn assert_tree_gone<R: TestRuntime>(procs: &[Proc], what: &str) {
-    assert!(!procs.is_empty(), "{what}: the agent never reported its tree");
+    assert!(
+        !procs.is_empty(),
+        "{what}: the agent never reported its tree"
+    );
     for _ in 0..2000 {
         if procs.iter().all(|p| !p.alive()) {
             return;
@@ -412,8 +422,15 @@ pub async fn executor_start_up_leaves_foreign_files_in_its_work_root<R: TestRunt
         s(&dir.path().join("state")),
     ];
     let log = dir.path().join("executor.log");
-    let ex = blocking(&rt, move || spawn_executor(R::NAME, &args, &[], &log).running()).await;
-    assert_eq!(tree(&work), before, "start-up deleted files it did not create");
+    let ex = blocking(&rt, move || {
+        spawn_executor(R::NAME, &args, &[], &log).running()
+    })
+    .await;
+    assert_eq!(
+        tree(&work),
+        before,
+        "start-up deleted files it did not create"
+    );
     drop(ex);
 }
 
@@ -458,11 +475,7 @@ pub async fn a_second_executor_on_the_same_work_root_or_state_dir_refuses<R: Tes
         }
     }
     // The first one still serves.
-    let (status, _) = super::http_get::<R>(
-        &first.peer.replace("/awcp", "/awcp/status"),
-        &[],
-    )
-    .await;
+    let (status, _) = super::http_get::<R>(&first.peer.replace("/awcp", "/awcp/status"), &[]).await;
     assert_eq!(status, 200);
     drop(first);
 }
@@ -494,7 +507,11 @@ pub async fn executors_with_default_settings_leave_each_others_work_alone<R: Tes
     let dg = start_delegator::<R>(false, |_| {}).await;
     let ws = workspace();
     let mut events = dg.handle.events();
-    let id = dg.handle.delegate(params(&a.peer, ws.path())).await.unwrap();
+    let id = dg
+        .handle
+        .delegate(params(&a.peer, ws.path()))
+        .await
+        .unwrap();
     super::progress_seen::<R>(&mut events, "started").await;
 
     // Same defaults: refused, or at least harmless.
@@ -550,7 +567,10 @@ async fn tree_setup<R: TestRuntime>(
         tree_agent(tail),
     ];
     let log = dir.join("executor.log");
-    let ex = blocking(&rt, move || spawn_executor(R::NAME, &args, &env, &log).running()).await;
+    let ex = blocking(&rt, move || {
+        spawn_executor(R::NAME, &args, &env, &log).running()
+    })
+    .await;
     let dg = start_delegator::<R>(false, |_| {}).await;
     (ex, dg, workspace())
 }
@@ -560,7 +580,11 @@ pub async fn cancel_ends_the_whole_task_tree<R: TestRuntime>() {
     let dir = tempfile::tempdir().unwrap();
     let (ex, dg, ws) = tree_setup::<R>(dir.path(), "wait", Vec::new()).await;
     let mut events = dg.handle.events();
-    let id = dg.handle.delegate(params(&ex.peer, ws.path())).await.unwrap();
+    let id = dg
+        .handle
+        .delegate(params(&ex.peer, ws.path()))
+        .await
+        .unwrap();
     let (tx, rx) = futures::channel::oneshot::channel();
     let h = dg.handle.clone();
     let id2 = id.clone();
@@ -601,7 +625,11 @@ pub async fn a_failed_task_leaves_no_process_behind<R: TestRuntime>() {
     let tail = "cat \"$GATE\" > /dev/null; exit 3";
     let (ex, dg, ws) = tree_setup::<R>(dir.path(), tail, env).await;
     let mut events = dg.handle.events();
-    let id = dg.handle.delegate(params(&ex.peer, ws.path())).await.unwrap();
+    let id = dg
+        .handle
+        .delegate(params(&ex.peer, ws.path()))
+        .await
+        .unwrap();
     let (tx, rx) = futures::channel::oneshot::channel();
     let follow = follow_tree::<R>(&mut events, move || {
         let _ = tx.send(());
@@ -614,7 +642,12 @@ pub async fn a_failed_task_leaves_no_process_behind<R: TestRuntime>() {
     };
     let ((procs, end), ()) = futures::join!(follow, open);
     let v = dg.handle.get(&id).await.unwrap();
-    assert_eq!(end, Some(DelegationState::Error), "{v:?}\n{}", ex.log_text());
+    assert_eq!(
+        end,
+        Some(DelegationState::Error),
+        "{v:?}\n{}",
+        ex.log_text()
+    );
     assert!(v.error.unwrap().message.contains("code 3"));
     assert_tree_gone::<R>(&procs, "task failure").await;
 }
@@ -625,7 +658,10 @@ pub async fn executor_shutdown_ends_the_whole_task_tree<R: TestRuntime>() {
     let dir = tempfile::tempdir().unwrap();
     let (ex, dg, ws) = tree_setup::<R>(dir.path(), "wait", Vec::new()).await;
     let mut events = dg.handle.events();
-    dg.handle.delegate(params(&ex.peer, ws.path())).await.unwrap();
+    dg.handle
+        .delegate(params(&ex.peer, ws.path()))
+        .await
+        .unwrap();
     let (tx, rx) = futures::channel::oneshot::channel();
     let follow = follow_tree::<R>(&mut events, move || {
         let _ = tx.send(());
@@ -651,7 +687,11 @@ pub async fn executor_sigkill_restart_ends_the_orphaned_task_tree<R: TestRuntime
     let dir = tempfile::tempdir().unwrap();
     let (ex, dg, ws) = tree_setup::<R>(dir.path(), "wait", Vec::new()).await;
     let mut events = dg.handle.events();
-    let id = dg.handle.delegate(params(&ex.peer, ws.path())).await.unwrap();
+    let id = dg
+        .handle
+        .delegate(params(&ex.peer, ws.path()))
+        .await
+        .unwrap();
     let (tx, rx) = futures::channel::oneshot::channel();
     let follow = follow_tree::<R>(&mut events, move || {
         let _ = tx.send(());
@@ -705,7 +745,10 @@ fn big_text_file(path: &Path, bytes: usize) {
     let mut n = 0usize;
     let mut i = 0u64;
     while n < bytes {
-        let line = format!("{i:012} the quick brown fox jumps over the lazy dog {}\n", i % 97);
+        let line = format!(
+            "{i:012} the quick brown fox jumps over the lazy dog {}\n",
+            i % 97
+        );
         f.write_all(line.as_bytes()).unwrap();
         n += line.len();
         i += 1;
@@ -763,7 +806,12 @@ pub async fn raising_the_one_admission_limit_is_enough<R: TestRuntime>() {
     // The daemon: its flags are the limit of every delegation it makes.
     let (mut daemon, daemon_url) = spawn_daemon(
         R::NAME,
-        &["--state-dir", &s(&d.join("daemon")), "--max-file-bytes", "1000"],
+        &[
+            "--state-dir",
+            &s(&d.join("daemon")),
+            "--max-file-bytes",
+            "1000",
+        ],
     );
     let small = workspace();
     std::fs::write(small.path().join("two-k.txt"), "x".repeat(2000)).unwrap();
@@ -871,7 +919,10 @@ pub async fn sensitive_files_are_refused_unless_allowed_or_ignored<R: TestRuntim
         msg.contains(".env") && msg.contains("keys/id_ed25519"),
         "{msg}"
     );
-    assert!(v["error"]["hint"].as_str().unwrap_or("").contains("--allow-sensitive"));
+    assert!(v["error"]["hint"]
+        .as_str()
+        .unwrap_or("")
+        .contains("--allow-sensitive"));
 
     let a = delegate(&["--allow-sensitive"]);
     let r = blocking(&rt, move || awcp_cli(R::NAME, &a)).await;
