@@ -446,7 +446,10 @@ impl<R: Runtime> Loop<R> {
                 };
                 let r = self.engine.delegate(now, req).map(|_| id.clone());
                 if r.is_ok() {
-                    self.specs.insert(id, p.resources);
+                    self.specs.insert(id.clone(), p.resources);
+                    // Journalled at once: a crash never loses a delegation the caller has an
+                    // id for (a restarted delegator ends it cleanly).
+                    self.persist(&id);
                 }
                 let _ = reply.send(r.map_err(Into::into));
             }

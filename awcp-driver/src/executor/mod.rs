@@ -315,6 +315,11 @@ fn recover<R: Runtime>(
                     release_work_dir(&*t, &transport, &work_dir);
                     inputs.push(ExecutorInput::Released { id });
                 }
+                ExecutorOutput::RemoveEmptyWorkDir { id, work_dir } => {
+                    // Never anything inside: it may be someone else's directory.
+                    let _ = std::fs::remove_dir(&work_dir);
+                    inputs.push(ExecutorInput::Released { id });
+                }
                 ExecutorOutput::Event(ev) => {
                     if let Some(id) = event_id(&ev) {
                         match engine.record(id) {
@@ -756,6 +761,13 @@ impl<R: Runtime> Loop<R> {
                     blocking(&rt, move || release_work_dir(&*t, &transport, &work_dir)).await;
                     feed(ExecutorInput::Released { id });
                 }));
+            }
+            ExecutorOutput::RemoveEmptyWorkDir { id, work_dir } => {
+                // Never anything inside: it may be someone else's directory.
+                let _ = std::fs::remove_dir(&work_dir);
+                let _ = self
+                    .tx
+                    .unbounded_send(Cmd::Input(ExecutorInput::Released { id }));
             }
             ExecutorOutput::EndTask { id, handle } => {
                 let feed = self.feed();

@@ -1865,7 +1865,7 @@ impl Delegator {
                 },
             );
         }
-        let stored = r
+        let stored: Vec<SnapshotId> = r
             .get("stored")
             .and_then(|v| v.as_array())
             .map(|a| {
@@ -1884,6 +1884,26 @@ impl Delegator {
             .and_then(|v| v.as_str())
             .and_then(SnapshotMode::parse)
             .unwrap_or_default();
+        // A store interrupted by the restart may have left bytes the record does not list:
+        // delete them (deleting is idempotent; the snapshot is failed anyway).
+        let interrupted_stores: Vec<SnapshotId> = if snapshot_mode == SnapshotMode::Staged {
+            r.get("snapshots")
+                .and_then(|v| v.as_array())
+                .into_iter()
+                .flatten()
+                .filter(|x| {
+                    x.pointer("/status/status").and_then(|v| v.as_str()) == Some("in_flight")
+                })
+                .filter_map(|x| {
+                    x.get("id")
+                        .and_then(|v| v.as_str())
+                        .and_then(|v| SnapshotId::new(v).ok())
+                })
+                .filter(|sid| !stored.contains(sid))
+                .collect()
+        } else {
+            Vec::new()
+        };
         let dialect = if r.get("dialect").and_then(|v| v.as_str()) == Some("seed") {
             Dialect::Seed
         } else {
@@ -1971,6 +1991,14 @@ impl Delegator {
                 not_shipped_count,
             },
         );
+        for snapshot_id in interrupted_stores {
+            self.core
+                .outputs
+                .push_back(DelegatorOutput::DeleteStoredSnapshot {
+                    id: id.clone(),
+                    snapshot_id,
+                });
+        }
         Some(id)
     }
 

@@ -383,6 +383,16 @@ pub enum ExecutorOutput {
         /// extracted archive).
         transport: TransportKind,
     },
+    /// After a restart: a work-directory allocation was interrupted by the crash. Remove the
+    /// directory if it exists and is empty (an allocation that failed may have found someone
+    /// else's non-empty directory there: never remove anything inside); answer with
+    /// `Released`.
+    RemoveEmptyWorkDir {
+        /// The delegation.
+        id: DelegationId,
+        /// The work directory.
+        work_dir: String,
+    },
     /// After a restart: end the task a crashed predecessor left running (described by the
     /// handle it reported); answer with `TaskFinished` once it is gone.
     EndTask {
@@ -1241,6 +1251,13 @@ impl Executor {
             },
         );
         let _ = now;
+        // Journalled before the directory exists: after a crash mid-allocation the restarted
+        // executor knows the directory may be its own.
+        self.core
+            .outputs
+            .push_back(ExecutorOutput::Event(ExecutorEvent::RecordChanged {
+                id: id.clone(),
+            }));
         self.core
             .outputs
             .push_back(ExecutorOutput::AllocateWorkDir {
@@ -1294,6 +1311,11 @@ impl Executor {
                 // Nothing was left behind: forget the record.
                 self.assignments.remove(id);
                 self.core.timers.cancel_all(id);
+                self.core
+                    .outputs
+                    .push_back(ExecutorOutput::Event(ExecutorEvent::Forgotten {
+                        id: id.clone(),
+                    }));
             }
             Ok(()) => {
                 a.allocated = true;
@@ -2052,6 +2074,8 @@ impl Executor {
             tracing::warn!(delegation = %id, work_dir, "recorded work directory is outside the work root; left in place");
             released = true;
         }
+        // An allocation in flight at the crash: the directory may exist, empty.
+        let interrupted_allocation = !released && !allocated;
         let released = released || !allocated;
         let task = r
             .get("task")
@@ -2105,6 +2129,17 @@ impl Executor {
             );
         } else if !released {
             self.release(&id);
+        } else if interrupted_allocation {
+            let a = self.assignments.get_mut(&id).expect("inserted");
+            a.released = false;
+            a.op = Op::Releasing;
+            self.core
+                .outputs
+                .push_back(ExecutorOutput::RemoveEmptyWorkDir {
+                    id: id.clone(),
+                    work_dir: a.work_dir.clone(),
+                });
+            return Some(());
         }
         if !released {
             // The retention starts once the release is done (see `Released`).
@@ -2238,7 +2273,16 @@ mod tests {
         let mut rec = running_record(&ex, &id, None);
         rec["allocated"] = false.into();
         ex.restore(T0, &[rec]);
-        assert!(drain(&mut ex).is_empty());
+        // An interrupted allocation: at most an empty directory is removed.
+        assert_eq!(
+            drain(&mut ex),
+            vec![ExecutorOutput::RemoveEmptyWorkDir {
+                id: id.clone(),
+                work_dir: "/w/dlg_b".into()
+            }]
+        );
+        ex.handle(T0, ExecutorInput::Released { id }).unwrap();
+        assert_eq!(ex.live_count(), 0);
     }
 
     #[test]
