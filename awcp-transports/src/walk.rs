@@ -333,7 +333,7 @@ fn left_out(
             if is_dir && d.is_empty() && name == AWCP_DIR {
                 continue;
             }
-            if is_dir && opts.skip_dirs.iter().any(|s| *s == name) {
+            if is_dir && opts.skip_dirs.contains(&name) {
                 out.skipped_dirs.push(format!("{rel}/"));
             } else if is_dir {
                 out.ignored.push(format!("{rel}/"));
