@@ -143,7 +143,9 @@ impl<R: Runtime> HttpClient<R> {
         Ok(MaybeTls::Tls(Box::new(stream.into())))
     }
 
-    /// Sends one request and returns the response head with a streaming body.
+    /// Sends one request and returns the response head with a streaming body. `Host` is the
+    /// URL's authority and a body is sent as `application/json`, unless `headers` say
+    /// otherwise.
     pub async fn send(
         &self,
         method: Method,
@@ -158,30 +160,46 @@ impl<R: Runtime> HttpClient<R> {
             hyper::client::conn::http1::handshake(smol_hyper::rt::FuturesIo::new(io))
                 .await
                 .map_err(|e| NetError::Io(format!("handshake: {e}")))?;
+        // The connection's own error says why a request failed (e.g. the TLS alert of a server
+        // refusing our certificate); hand it over if the request fails.
+        let (cause_tx, cause_rx) = futures::channel::oneshot::channel::<String>();
         self.rt.spawn(Box::pin(async move {
-            let _ = conn.await;
+            if let Err(e) = conn.await {
+                let _ = cause_tx.send(error_chain(&e));
+            }
         }));
-        let mut req = Request::builder()
-            .method(method)
-            .uri(&t.path)
-            .header("host", t.authority());
+        let given = |name: &str| headers.iter().any(|(k, _)| k.eq_ignore_ascii_case(name));
+        let mut req = Request::builder().method(method).uri(&t.path);
+        if !given("host") {
+            req = req.header("host", t.authority());
+        }
         for (k, v) in headers {
             req = req.header(*k, v);
         }
-        if body.is_some() {
+        if body.is_some() && !given("content-type") {
             req = req.header("content-type", "application/json");
         }
         let req = req
             .body(Full::new(body.unwrap_or_default()))
             .map_err(|e| NetError::Io(e.to_string()))?;
-        sender.send_request(req).await.map_err(|e| {
-            // A server refusing our certificate (mTLS) says so in an alert after the handshake.
-            if tls {
-                NetError::Tls(format!("request to {}: {e}", t.authority()))
-            } else {
-                NetError::Io(format!("request: {e}"))
+        match sender.send_request(req).await {
+            Ok(resp) => Ok(resp),
+            Err(e) => {
+                let mut msg = error_chain(&e);
+                if let Ok(cause) = cause_rx.await {
+                    if !msg.contains(&cause) {
+                        msg = format!("{msg}: {cause}");
+                    }
+                }
+                // A server refusing our certificate (mTLS) says so in an alert after the
+                // handshake.
+                Err(if tls {
+                    NetError::Tls(format!("request to {}: {msg}", t.authority()))
+                } else {
+                    NetError::Io(format!("request to {}: {msg}", t.authority()))
+                })
             }
-        })
+        }
     }
 
     /// A request with a whole response body: `(status, body)`.
@@ -245,6 +263,20 @@ impl<R: Runtime> HttpClient<R> {
         })
         .await
     }
+}
+
+/// An error and its sources, `outer: inner: …`.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let t = c.to_string();
+        if !s.contains(&t) {
+            s = format!("{s}: {t}");
+        }
+        cur = c.source();
+    }
+    s
 }
 
 /// Sends one request with the default TLS settings (public roots, no client certificate).
