@@ -253,4 +253,62 @@ fn binaries_delegate_over_https_with_mtls() {
     assert_eq!(v["state"], "completed", "{v}");
     // The demo runner's notes came back over TLS and were applied.
     assert!(ws.path().join("AWCP_NOTES.md").exists());
+
+    // The daemon over mTLS: the CLI with a client certificate is served, without one refused.
+    let home = d.join("home");
+    let daemon_cert = pki.server("daemon", &["localhost"]);
+    let daemon = Proc::spawn(
+        &example_binary("awcp"),
+        &args(&[
+            &"daemon",
+            &"--listen",
+            &"127.0.0.1:0",
+            &"--quiet",
+            &"--state-dir",
+            &home.join("delegator").display(),
+            &"--tls-cert",
+            &daemon_cert.cert.display(),
+            &"--tls-key",
+            &daemon_cert.key.display(),
+            &"--client-ca",
+            &ca.display(),
+        ]),
+        "awcp daemon listening on ",
+        None,
+    );
+    let daemon_url = daemon.url.replace("127.0.0.1", "localhost");
+    assert!(daemon_url.starts_with("https://localhost:"), "{daemon_url}");
+    let list = |cert: bool| {
+        let mut a = args(&[
+            &"list",
+            &"--json",
+            &"--daemon-url",
+            &daemon_url,
+            &"--ca-file",
+            &ca.display(),
+        ]);
+        if cert {
+            a.extend(args(&[
+                &"--client-cert",
+                &deleg_client.cert.display(),
+                &"--client-key",
+                &deleg_client.key.display(),
+            ]));
+        }
+        std::process::Command::new(example_binary("awcp"))
+            .args(a)
+            .env("AWCP_HOME", &home)
+            .output()
+            .expect("awcp runs")
+    };
+    let ok = list(true);
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let refused = list(false);
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr).to_lowercase();
+    assert!(err.contains("certificate"), "{err}");
 }

@@ -255,4 +255,22 @@ mod tests {
         assert_eq!(cli.peers, vec!["http://a:1", "http://b:2"]);
         assert_eq!(cli.port, 0);
     }
+
+    #[test]
+    fn tls_flags_parse() {
+        let cli = Cli::try_parse_from([
+            "awcp-mcp",
+            "--ca-file",
+            "ca.pem",
+            "--client-cert",
+            "me.pem",
+            "--client-key",
+            "me.key",
+        ])
+        .unwrap();
+        assert_eq!(cli.client.ca_file, vec![PathBuf::from("ca.pem")]);
+        assert!(Cli::try_parse_from(["awcp-mcp", "--client-cert", "me.pem"]).is_err());
+        // Missing files are reported, not ignored.
+        assert!(cli.client.client_tls().is_err());
+    }
 }
