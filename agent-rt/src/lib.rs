@@ -24,8 +24,8 @@ pub mod io;
 pub mod origin;
 pub mod runtime;
 pub mod server;
-#[cfg(feature = "test-pki")]
-pub mod test_pki;
+#[cfg(feature = "test-util")]
+pub mod test_util;
 pub mod tls;
 
 #[cfg(feature = "smol")]

@@ -5,15 +5,11 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::Path;
 use std::time::Duration;
 
 use agent_rt::body::{read_body, BodyError, RequestBody};
-use agent_rt::test_pki::TestPki;
-use agent_rt::{
-    blocking, ClientTls, ClientTlsOptions, ConnInfo, Handler, Host, HttpClient, NetError,
-    ServerOptions, ServerTls, ServerTlsOptions,
-};
+use agent_rt::test_util::{self, TestPki};
+use agent_rt::{blocking, ClientTls, ConnInfo, Handler, Host, HttpClient, NetError, ServerOptions};
 use futures::channel::oneshot;
 
 /// Longest any single step may take before the test fails (never reached when things work).
@@ -73,27 +69,6 @@ async fn get<R: Host>(tls: ClientTls, url: &str) -> Result<(u16, String), NetErr
     Ok((s, String::from_utf8_lossy(&b).into_owned()))
 }
 
-fn client_tls(ca: &Path, cert: Option<&agent_rt::test_pki::CertFiles>) -> ClientTls {
-    ClientTls::new(&ClientTlsOptions {
-        ca_files: vec![ca.to_owned()],
-        no_public_roots: true,
-        client_cert: cert.map(|c| c.cert.clone()),
-        client_key: cert.map(|c| c.key.clone()),
-    })
-    .unwrap()
-}
-
-fn server_tls(cert: &agent_rt::test_pki::CertFiles, client_ca: Option<&Path>) -> ServerOptions {
-    ServerOptions::with_tls(
-        ServerTls::new(&ServerTlsOptions {
-            cert: cert.cert.clone(),
-            key: cert.key.clone(),
-            client_ca: client_ca.map(Path::to_owned),
-        })
-        .unwrap(),
-    )
-}
-
 async fn tls_and_mtls<R: Host>() {
     let dir = tempfile::tempdir().unwrap();
     let pki = TestPki::new(dir.path(), "good");
@@ -102,29 +77,27 @@ async fn tls_and_mtls<R: Host>() {
     let client_cert = pki.client("client", "delegator-1");
 
     // mTLS: the right CA and a client certificate get through, over TLS.
-    let s = start::<R>(server_tls(&server_cert, Some(&pki.ca_file())), hello());
+    let s = start::<R>(pki.server_options(&server_cert, true), hello());
     let url = format!("https://localhost:{}/", s.addr.port());
-    let ok = get::<R>(client_tls(&pki.ca_file(), Some(&client_cert)), &url).await;
+    let ok = get::<R>(pki.client_tls(Some(&client_cert)), &url).await;
     assert_eq!(ok.unwrap(), (200, "Some(true)".into()));
     let by_ip = format!("https://127.0.0.1:{}/", s.addr.port());
-    let ok = get::<R>(client_tls(&pki.ca_file(), Some(&client_cert)), &by_ip).await;
+    let ok = get::<R>(pki.client_tls(Some(&client_cert)), &by_ip).await;
     assert_eq!(ok.unwrap().0, 200);
 
     // mTLS without a client certificate: refused.
-    let e = get::<R>(client_tls(&pki.ca_file(), None), &url)
-        .await
-        .unwrap_err();
+    let e = get::<R>(pki.client_tls(None), &url).await.unwrap_err();
     assert!(matches!(e, NetError::Tls(_)), "{e:?}");
 
     // A client certificate from another CA: refused.
     let stranger = other.client("stranger", "mallory");
-    let e = get::<R>(client_tls(&pki.ca_file(), Some(&stranger)), &url)
+    let e = get::<R>(pki.client_tls(Some(&stranger)), &url)
         .await
         .unwrap_err();
     assert!(matches!(e, NetError::Tls(_)), "{e:?}");
 
     // A client that trusts another CA refuses the server.
-    let e = get::<R>(client_tls(&other.ca_file(), Some(&client_cert)), &url)
+    let e = get::<R>(other.client_tls(Some(&client_cert)), &url)
         .await
         .unwrap_err();
     assert!(matches!(e, NetError::Tls(_)), "{e:?}");
@@ -136,22 +109,18 @@ async fn tls_and_mtls<R: Host>() {
 
     // An expired server certificate: refused.
     let expired = pki.expired_server("expired", &["localhost"]);
-    let s2 = start::<R>(server_tls(&expired, None), hello());
+    let s2 = start::<R>(pki.server_options(&expired, false), hello());
     let url2 = format!("https://localhost:{}/", s2.addr.port());
-    let e = get::<R>(client_tls(&pki.ca_file(), None), &url2)
-        .await
-        .unwrap_err();
+    let e = get::<R>(pki.client_tls(None), &url2).await.unwrap_err();
     assert!(e.to_string().contains("expired"), "{e}");
 
     // A certificate for another name: refused.
     let s3 = start::<R>(
-        server_tls(&pki.server("elsewhere", &["elsewhere.example"]), None),
+        pki.server_options(&pki.server("elsewhere", &["elsewhere.example"]), false),
         hello(),
     );
     let url3 = format!("https://localhost:{}/", s3.addr.port());
-    let e = get::<R>(client_tls(&pki.ca_file(), None), &url3)
-        .await
-        .unwrap_err();
+    let e = get::<R>(pki.client_tls(None), &url3).await.unwrap_err();
     assert!(matches!(e, NetError::Tls(_)), "{e:?}");
 
     // Plain HTTP still works, and says so.
@@ -160,30 +129,14 @@ async fn tls_and_mtls<R: Host>() {
     assert_eq!(ok.unwrap(), (200, "Some(false)".into()));
 }
 
-/// Whether the server closes `s` (EOF or reset) while `keep_writing` is sent every `every`,
-/// within [`DEADLINE`].
-fn closed_by_server(mut s: TcpStream, keep_writing: Option<&[u8]>, every: Duration) -> bool {
-    s.set_read_timeout(Some(every)).unwrap();
-    let until = std::time::Instant::now() + DEADLINE;
-    let mut buf = [0u8; 4096];
-    while std::time::Instant::now() < until {
-        match s.read(&mut buf) {
-            Ok(0) => return true,
-            Ok(_) => {} // a response (e.g. 408): keep reading until the close
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) => {}
-            Err(_) => return true,
-        }
-        if let Some(bytes) = keep_writing {
-            if s.write_all(bytes).is_err() {
-                return true;
-            }
-        }
-    }
-    false
+fn closed_by_server(s: TcpStream, trickle: Option<&[u8]>) -> bool {
+    test_util::closed_by_server(
+        s,
+        trickle,
+        Duration::from_millis(50),
+        DEADLINE,
+        &mut Vec::new(),
+    )
 }
 
 async fn slowloris_and_idle_connections_are_closed<R: Host>() {
@@ -199,17 +152,13 @@ async fn slowloris_and_idle_connections_are_closed<R: Host>() {
         // A head trickled one header line at a time, forever.
         let mut a = TcpStream::connect(addr).unwrap();
         a.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n").unwrap();
-        let slowloris = closed_by_server(a, Some(b"X-Slow: 1\r\n"), Duration::from_millis(50));
+        let slowloris = closed_by_server(a, Some(b"X-Slow: 1\r\n"));
         // A connection that never says anything.
-        let silent = closed_by_server(
-            TcpStream::connect(addr).unwrap(),
-            None,
-            Duration::from_millis(50),
-        );
+        let silent = closed_by_server(TcpStream::connect(addr).unwrap(), None);
         // A kept-alive connection after one complete exchange.
         let mut c = TcpStream::connect(addr).unwrap();
         c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
-        let idle = closed_by_server(c, None, Duration::from_millis(50));
+        let idle = closed_by_server(c, None);
         (slowloris, silent, idle)
     })
     .await;
@@ -230,29 +179,16 @@ async fn slow_body_is_cut_off<R: Host>() {
         let mut c = TcpStream::connect(addr).unwrap();
         c.write_all(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 209715200\r\n\r\n")
             .unwrap();
-        c.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
-        let until = std::time::Instant::now() + DEADLINE;
+        // 16 bytes per tick: far below the minimum rate.
         let mut got = Vec::new();
-        let mut buf = [0u8; 1024];
-        while std::time::Instant::now() < until {
-            // 16 bytes per tick: far below the minimum rate.
-            if c.write_all(&[b'x'; 16]).is_err() {
-                break;
-            }
-            match c.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => got.extend_from_slice(&buf[..n]),
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) => {}
-                Err(_) => break,
-            }
-            if got.windows(4).any(|w| w == b"\r\n\r\n") {
-                break;
-            }
-        }
+        let closed = test_util::closed_by_server(
+            c,
+            Some(&[b'x'; 16]),
+            Duration::from_millis(50),
+            DEADLINE,
+            &mut got,
+        );
+        assert!(closed, "the slow upload's connection must be closed");
         String::from_utf8_lossy(&got).into_owned()
     })
     .await;

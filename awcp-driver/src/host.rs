@@ -38,13 +38,7 @@ pub trait Driver: Runtime + Default {
         opts: ServerOptions,
         shutdown: BoxFuture<()>,
     ) -> BoxFuture<io::Result<()>> {
-        Box::pin(agent_rt::serve(
-            Self::default(),
-            listener,
-            executor.http_handler(),
-            opts,
-            shutdown,
-        ))
+        serve::<Self>(listener, executor.http_handler(), opts, shutdown)
     }
 
     /// Serves a delegator's one-time archive URLs and daemon API on `listener` with `opts`
@@ -55,13 +49,7 @@ pub trait Driver: Runtime + Default {
         opts: ServerOptions,
         shutdown: BoxFuture<()>,
     ) -> BoxFuture<io::Result<()>> {
-        Box::pin(agent_rt::serve(
-            Self::default(),
-            listener,
-            delegator.http_handler(),
-            opts,
-            shutdown,
-        ))
+        serve::<Self>(listener, delegator.http_handler(), opts, shutdown)
     }
 
     /// [`Driver::serve_executor_with`] in clear text with the default limits.
@@ -118,6 +106,22 @@ impl<T: agent_rt::Host> Driver for T {
     fn shutdown_signal() -> BoxFuture<()> {
         <T as agent_rt::Host>::shutdown_signal()
     }
+}
+
+/// agent-rt's server loop for `handler` on runtime `R`.
+fn serve<R: Runtime + Default>(
+    listener: std::net::TcpListener,
+    handler: agent_rt::Handler,
+    opts: ServerOptions,
+    shutdown: BoxFuture<()>,
+) -> BoxFuture<io::Result<()>> {
+    Box::pin(agent_rt::serve(
+        R::default(),
+        listener,
+        handler,
+        opts,
+        shutdown,
+    ))
 }
 
 fn spawn_server<R: Runtime>(rt: &R, what: &'static str, server: BoxFuture<io::Result<()>>) {

@@ -11,32 +11,13 @@ mod net_support;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use awcp_proto::DelegationState;
 use conformance::*;
-use net_support::{args, nofile_limit, Proc};
+use net_support::{executor, nofile_limit};
 
 const DEADLINE: Duration = Duration::from_secs(60);
-
-fn executor(runtime: &str, dir: &std::path::Path, extra: &[&str], nofile: Option<u64>) -> Proc {
-    let mut a = args(&[
-        &"--listen",
-        &"127.0.0.1:0",
-        &"--quiet",
-        &"--runtime",
-        &runtime,
-        &"--work-root",
-        &dir.join("work").display(),
-    ]);
-    a.extend(extra.iter().map(|s| s.to_string()));
-    Proc::spawn(
-        &example_binary("awcp-executor"),
-        &a,
-        "awcp-executor listening on ",
-        nofile,
-    )
-}
 
 fn addr_of(url: &str) -> String {
     url.trim_start_matches("http://")
@@ -74,28 +55,16 @@ fn idle_connection_flood_does_not_block_the_next_delegation() {
     }
 }
 
-/// Whether the server closes `s` while `trickle` is written every 50 ms (responses are read
-/// and kept in `got`).
-fn closed_while_trickling(mut s: TcpStream, trickle: &[u8], got: &mut Vec<u8>) -> bool {
-    s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
-    let until = Instant::now() + DEADLINE;
-    let mut buf = [0u8; 4096];
-    while Instant::now() < until {
-        match s.read(&mut buf) {
-            Ok(0) => return true,
-            Ok(n) => got.extend_from_slice(&buf[..n]),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) => {}
-            Err(_) => return true,
-        }
-        if s.write_all(trickle).is_err() {
-            return true;
-        }
-    }
-    false
+/// Whether the server closes `s` while `trickle` is written every 50 ms (responses are kept
+/// in `got`).
+fn closed_while_trickling(s: TcpStream, trickle: &[u8], got: &mut Vec<u8>) -> bool {
+    agent_rt::test_util::closed_by_server(
+        s,
+        Some(trickle),
+        Duration::from_millis(50),
+        DEADLINE,
+        got,
+    )
 }
 
 #[test]
@@ -105,14 +74,14 @@ fn slowloris_and_slow_bodies_are_cut_off() {
         let ex = executor(
             runtime,
             dir.path(),
-            &[
-                "--header-read-timeout",
-                "1",
-                "--body-read-timeout",
-                "1",
-                "--idle-timeout",
-                "1",
-            ],
+            &net_support::args(&[
+                &"--header-read-timeout",
+                &1,
+                &"--body-read-timeout",
+                &1,
+                &"--idle-timeout",
+                &1,
+            ]),
             None,
         );
         let addr = addr_of(&ex.url);

@@ -13,14 +13,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agent_rt::body::RequestBody;
-use agent_rt::test_pki::TestPki;
+use agent_rt::test_util::TestPki;
 use agent_rt::{ClientTls, ClientTlsOptions, Handler, HttpClient, ServerOptions, TokioRuntime};
 use awcp_driver::{DelegatorHandle, DelegatorOptions};
 use awcp_proto::engine::delegator::SnapshotStatus;
 use awcp_proto::DelegationState;
 use awcp_transports::{ArchiveDelegator, ArchiveDelegatorConfig};
 use conformance::*;
-use net_support::{args, Proc};
+use net_support::executor;
 
 /// How the test proxy forwards.
 #[derive(Clone, Copy)]
@@ -123,25 +123,6 @@ fn start_proxy(
     seen
 }
 
-fn executor(runtime: &str, dir: &std::path::Path, extra: &[String]) -> Proc {
-    let mut a = args(&[
-        &"--listen",
-        &"127.0.0.1:0",
-        &"--quiet",
-        &"--runtime",
-        &runtime,
-        &"--work-root",
-        &dir.join("work").display(),
-    ]);
-    a.extend(extra.iter().cloned());
-    Proc::spawn(
-        &example_binary("awcp-executor"),
-        &a,
-        "awcp-executor listening on ",
-        None,
-    )
-}
-
 /// A delegator with archives by URL (so the executor's snapshot comes back by URL too).
 fn delegator(dir: &std::path::Path, tls: ClientTls) -> DelegatorHandle {
     let state = dir.join("state");
@@ -185,7 +166,7 @@ async fn delegate_through(
 fn delegation_through_a_proxy_derives_snapshot_urls_from_the_origin() {
     <TokioRuntime as TestRuntime>::block_on(async {
         let dir = tempfile::tempdir().unwrap();
-        let ex = executor("tokio", dir.path(), &[]);
+        let ex = executor("tokio", dir.path(), &[], None);
         let upstream = ex.url.trim_end_matches("/awcp").to_owned();
         let (l, a) = bind();
         let seen = start_proxy(l, upstream, ServerOptions::default(), Mode::PreserveHost);
@@ -221,6 +202,7 @@ fn delegation_through_a_tls_terminating_proxy() {
             "smol",
             &dir.path().join("a"),
             &["--public-url".into(), public],
+            None,
         );
         let upstream = ex.url.trim_end_matches("/awcp").to_owned();
         let seen = start_proxy(l, upstream, tls.clone(), Mode::Forwarded);
@@ -237,6 +219,7 @@ fn delegation_through_a_tls_terminating_proxy() {
             "tokio",
             &dir.path().join("b"),
             &["--trust-forwarded-headers".into()],
+            None,
         );
         let upstream = ex.url.trim_end_matches("/awcp").to_owned();
         let (l, a) = bind();

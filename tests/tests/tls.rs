@@ -14,34 +14,13 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_rt::test_pki::{CertFiles, TestPki};
-use agent_rt::{ClientTls, ClientTlsOptions, ServerOptions, ServerTls, ServerTlsOptions};
+use agent_rt::test_util::{CertFiles, TestPki};
+use agent_rt::ClientTls;
 use awcp_driver::{DelegatorHandle, DelegatorOptions, ExecutorHandle, ExecutorOptions};
 use awcp_proto::engine::delegator::SnapshotStatus;
 use awcp_proto::{DelegationState, ExecutorConfig};
 use awcp_transports::{ArchiveDelegator, ArchiveDelegatorConfig, ArchiveExecutor};
 use conformance::*;
-
-fn client_tls(ca: &Path, cert: Option<&CertFiles>) -> ClientTls {
-    ClientTls::new(&ClientTlsOptions {
-        ca_files: vec![ca.to_owned()],
-        no_public_roots: true,
-        client_cert: cert.map(|c| c.cert.clone()),
-        client_key: cert.map(|c| c.key.clone()),
-    })
-    .unwrap()
-}
-
-fn server_tls(cert: &CertFiles, client_ca: &Path) -> ServerOptions {
-    ServerOptions::with_tls(
-        ServerTls::new(&ServerTlsOptions {
-            cert: cert.cert.clone(),
-            key: cert.key.clone(),
-            client_ca: Some(client_ca.to_owned()),
-        })
-        .unwrap(),
-    )
-}
 
 /// An executor serving HTTPS on `localhost` (client certificates from `pki` required) that
 /// fetches archives with `client`; returns its AWCP URL.
@@ -66,7 +45,7 @@ fn tls_executor<R: TestRuntime>(
     let server = R::serve_executor_with(
         l,
         ex.clone(),
-        server_tls(cert, &pki.ca_file()),
+        pki.server_options(cert, true),
         Box::pin(std::future::pending()),
     );
     R::default().spawn(Box::pin(async move {
@@ -87,7 +66,7 @@ fn tls_delegator<R: TestRuntime>(dir: &Path, pki: &TestPki, client: ClientTls) -
     opts.client_tls = client;
     let d = DelegatorHandle::start(R::default(), opts);
     let archives = pki.server("archives", &["localhost"]);
-    R::default().spawn_delegator_server_with(l, d.clone(), server_tls(&archives, &pki.ca_file()));
+    R::default().spawn_delegator_server_with(l, d.clone(), pki.server_options(&archives, true));
     d
 }
 
@@ -96,7 +75,7 @@ pub async fn full_delegation_over_https_with_mtls<R: TestRuntime>() {
     let pki = TestPki::new(dir.path(), "awcp");
     let other = TestPki::new(dir.path(), "other");
     let exec_cert = pki.server("executor", &["localhost"]);
-    let exec_client = client_tls(&pki.ca_file(), Some(&pki.client("exec-client", "executor")));
+    let exec_client = pki.client_tls(Some(&pki.client("exec-client", "executor")));
     let (_ex, peer) = tls_executor::<R>(&dir.path().join("x"), &pki, &exec_cert, exec_client);
     let deleg_cert = pki.client("deleg-client", "delegator");
 
@@ -105,7 +84,7 @@ pub async fn full_delegation_over_https_with_mtls<R: TestRuntime>() {
     let dg = tls_delegator::<R>(
         &dir.path().join("d1"),
         &pki,
-        client_tls(&pki.ca_file(), Some(&deleg_cert)),
+        pki.client_tls(Some(&deleg_cert)),
     );
     let ws = workspace();
     let v = run_to_end::<R>(&dg, params(&peer, ws.path())).await;
@@ -128,23 +107,19 @@ pub async fn full_delegation_over_https_with_mtls<R: TestRuntime>() {
         }
     };
     // mTLS: a delegator without a client certificate.
-    let m = refused(client_tls(&pki.ca_file(), None), "d2").await;
+    let m = refused(pki.client_tls(None), "d2").await;
     assert!(m.to_lowercase().contains("certificate"), "{m}");
     // A delegator that trusts another CA refuses the executor.
-    let m = refused(client_tls(&other.ca_file(), Some(&deleg_cert)), "d3").await;
+    let m = refused(other.client_tls(Some(&deleg_cert)), "d3").await;
     assert!(m.contains("UnknownIssuer"), "{m}");
     // An executor whose certificate has expired.
     let expired = pki.expired_server("expired", &["localhost"]);
-    let (_ex2, peer2) = tls_executor::<R>(
-        &dir.path().join("x2"),
-        &pki,
-        &expired,
-        client_tls(&pki.ca_file(), None),
-    );
+    let (_ex2, peer2) =
+        tls_executor::<R>(&dir.path().join("x2"), &pki, &expired, pki.client_tls(None));
     let dg = tls_delegator::<R>(
         &dir.path().join("d4"),
         &pki,
-        client_tls(&pki.ca_file(), Some(&deleg_cert)),
+        pki.client_tls(Some(&deleg_cert)),
     );
     let ws = workspace();
     let v = run_to_end::<R>(&dg, params(&peer2, ws.path())).await;

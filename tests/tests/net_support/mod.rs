@@ -78,3 +78,24 @@ pub fn nofile_limit() -> u64 {
 pub fn args(a: &[&dyn std::fmt::Display]) -> Vec<String> {
     a.iter().map(|x| x.to_string()).collect()
 }
+
+/// The `awcp-executor` binary on `runtime` (demo runner, work root under `dir`) on a free
+/// loopback port, with `extra` flags, under `ulimit -n nofile` if given.
+pub fn executor(runtime: &str, dir: &Path, extra: &[String], nofile: Option<u64>) -> Proc {
+    let mut a = args(&[
+        &"--listen",
+        &"127.0.0.1:0",
+        &"--quiet",
+        &"--runtime",
+        &runtime,
+        &"--work-root",
+        &dir.join("work").display(),
+    ]);
+    a.extend(extra.iter().cloned());
+    Proc::spawn(
+        &crate::conformance::example_binary("awcp-executor"),
+        &a,
+        "awcp-executor listening on ",
+        nofile,
+    )
+}

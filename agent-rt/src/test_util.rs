@@ -1,8 +1,13 @@
-//! A throwaway PKI for tests (feature `test-pki`): a CA and certificates signed by it, written
-//! as PEM files into a directory the caller owns. Never use these in production.
+//! Test helpers (feature `test-util`): a throwaway PKI (a CA and certificates signed by it,
+//! written as PEM files into a directory the caller owns; never use these in production) and a
+//! slow client that checks whether a server cuts it off.
 
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
+use crate::{ClientTls, ClientTlsOptions, ServerOptions, ServerTls, ServerTlsOptions};
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose,
@@ -109,4 +114,60 @@ impl TestPki {
     pub fn client(&self, file: &str, name: &str) -> CertFiles {
         self.leaf(file, &[name], true, false)
     }
+
+    /// Client settings trusting only this CA, presenting `cert` if given.
+    pub fn client_tls(&self, cert: Option<&CertFiles>) -> ClientTls {
+        ClientTls::new(&ClientTlsOptions {
+            ca_files: vec![self.ca_file()],
+            no_public_roots: true,
+            client_cert: cert.map(|c| c.cert.clone()),
+            client_key: cert.map(|c| c.key.clone()),
+        })
+        .expect("test client TLS")
+    }
+
+    /// Server settings (default limits) presenting `cert`, requiring client certificates from
+    /// this CA if `mtls`.
+    pub fn server_options(&self, cert: &CertFiles, mtls: bool) -> ServerOptions {
+        ServerOptions::with_tls(
+            ServerTls::new(&ServerTlsOptions {
+                cert: cert.cert.clone(),
+                key: cert.key.clone(),
+                client_ca: mtls.then(|| self.ca_file()),
+            })
+            .expect("test server TLS"),
+        )
+    }
+}
+
+/// Whether the server closes `s` (EOF or an error) within `deadline` while `trickle` (if any)
+/// is written every `every`. Whatever the server answers meanwhile is appended to `got`.
+pub fn closed_by_server(
+    mut s: TcpStream,
+    trickle: Option<&[u8]>,
+    every: Duration,
+    deadline: Duration,
+    got: &mut Vec<u8>,
+) -> bool {
+    s.set_read_timeout(Some(every)).expect("read timeout");
+    let until = Instant::now() + deadline;
+    let mut buf = [0u8; 4096];
+    while Instant::now() < until {
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => return true,
+        }
+        if let Some(bytes) = trickle {
+            if s.write_all(bytes).is_err() {
+                return true;
+            }
+        }
+    }
+    false
 }
