@@ -17,6 +17,11 @@ fn valid_authority(s: &str) -> bool {
         && s.parse::<http::uri::Authority>()
             .map(|a| a.as_str() == s)
             .unwrap_or(false)
+        && match s.rsplit_once(':') {
+            // `http::uri::Authority` accepts any digits as a port.
+            Some((_, port)) if !port.contains(']') => port.parse::<u16>().is_ok(),
+            _ => true,
+        }
 }
 
 fn header<'a, B>(req: &'a http::Request<B>, name: &str) -> Option<&'a str> {

@@ -71,15 +71,14 @@ pub async fn serve_with(
     agent_rt::server::serve_on(SmolRuntime, listener, handler, opts, shutdown).await
 }
 
-/// Binds `addr`, tells the executor its public URL, and serves it until `shutdown`.
+/// Binds `addr` and serves the executor until `shutdown`. Snapshot URLs follow the origin
+/// each delegator used unless a public URL is set ([`ExecutorHandle::set_public_url`]).
 pub async fn serve_executor(
     addr: SocketAddr,
     executor: ExecutorHandle,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
     let listener = TcpListener::bind(addr).await?;
-    let local = listener.local_addr()?;
-    executor.set_public_url(format!("http://{local}"));
     serve(listener, executor_service(executor), shutdown).await
 }
 

@@ -83,15 +83,14 @@ pub async fn serve_with(
     .await
 }
 
-/// Binds `addr`, tells the executor its public URL, and serves it until `shutdown`.
+/// Binds `addr` and serves the executor until `shutdown`. Snapshot URLs follow the origin
+/// each delegator used unless a public URL is set ([`ExecutorHandle::set_public_url`]).
 pub async fn serve_executor(
     addr: SocketAddr,
     executor: ExecutorHandle,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
-    let local = listener.local_addr()?;
-    executor.set_public_url(format!("http://{local}"));
     serve(listener, executor_router(executor), shutdown).await
 }
 
