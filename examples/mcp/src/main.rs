@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use awcp_driver::delegator::daemon::DaemonClient;
+use awcp_driver::net::ClientTls;
 use awcp_driver::{DelegatorHandle, DelegatorOptions};
 use awcp_tokio::TokioRuntime;
 use awcp_transports::{ArchiveDelegator, ArchiveDelegatorConfig};
@@ -77,6 +78,9 @@ pub struct Cli {
     /// Admission limit of the in-process daemon: largest single file, in bytes.
     #[arg(long, env = "AWCP_MAX_FILE_BYTES", default_value_t = awcp_proto::AdmissionLimits::default().max_single_file_bytes)]
     max_file_bytes: u64,
+    /// How to trust https executors and daemons (and identify to them).
+    #[command(flatten)]
+    client: awcp_examples::ClientTlsArgs,
 }
 
 fn fail(msg: impl std::fmt::Display) -> ! {
@@ -118,10 +122,14 @@ fn default_state_dir() -> PathBuf {
 }
 
 /// The daemon to talk to: its URL, and the in-process delegator if we started one.
-async fn daemon(cli: &Cli) -> (String, Option<DelegatorHandle>) {
+async fn daemon(cli: &Cli, tls: &ClientTls) -> (String, Option<DelegatorHandle>) {
     if let Some(url) = &cli.daemon_url {
         let url = url.trim_end_matches('/').to_owned();
-        match DaemonClient::new(TokioRuntime, url.clone()).health().await {
+        match DaemonClient::new(TokioRuntime, url.clone())
+            .with_tls(tls.clone())
+            .health()
+            .await
+        {
             Ok(()) => tracing::info!(%url, "using the running delegator daemon"),
             Err(e) => {
                 tracing::warn!(%url, error = %e, "the daemon does not answer yet; tools will fail until it does")
@@ -163,6 +171,7 @@ async fn daemon(cli: &Cli) -> (String, Option<DelegatorHandle>) {
         max_file_count: cli.max_file_count,
         max_single_file_bytes: cli.max_file_bytes,
     };
+    opts.client_tls = tls.clone();
     let d = DelegatorHandle::start(TokioRuntime, opts);
     let router = awcp_tokio::delegator_router(d.clone());
     tokio::spawn(async move {
@@ -195,8 +204,9 @@ async fn cancel_running(client: &DaemonClient<TokioRuntime>) {
 async fn main() {
     let cli = Cli::parse();
     init_logging(cli.log_file.as_ref());
-    let (daemon_url, in_process) = daemon(&cli).await;
-    let found = peers::discover(&cli.peers).await;
+    let tls = cli.client.client_tls().unwrap_or_else(|e| fail(e));
+    let (daemon_url, in_process) = daemon(&cli, &tls).await;
+    let found = peers::discover(&cli.peers, &tls).await;
     let defaults = tools::Defaults {
         ttl_seconds: cli.default_ttl,
         access_mode: cli.default_access_mode.clone(),
@@ -204,7 +214,7 @@ async fn main() {
         transport: cli.transport.clone(),
         transports: in_process.as_ref().map(|_| vec!["archive".to_owned()]),
     };
-    let server = tools::AwcpMcp::new(&daemon_url, defaults, &found);
+    let server = tools::AwcpMcp::new(&daemon_url, defaults, &found, tls);
     let client = server.client().clone();
     tracing::info!(peers = found.len(), "awcp-mcp serving MCP on stdio");
     let service = match server.serve(rmcp::transport::stdio()).await {
@@ -258,5 +268,23 @@ mod tests {
         .unwrap();
         assert_eq!(cli.peers, vec!["http://a:1", "http://b:2"]);
         assert_eq!(cli.port, 0);
+    }
+
+    #[test]
+    fn tls_flags_parse() {
+        let cli = Cli::try_parse_from([
+            "awcp-mcp",
+            "--ca-file",
+            "ca.pem",
+            "--client-cert",
+            "me.pem",
+            "--client-key",
+            "me.key",
+        ])
+        .unwrap();
+        assert_eq!(cli.client.ca_file, vec![PathBuf::from("ca.pem")]);
+        assert!(Cli::try_parse_from(["awcp-mcp", "--client-cert", "me.pem"]).is_err());
+        // Missing files are reported, not ignored.
+        assert!(cli.client.client_tls().is_err());
     }
 }

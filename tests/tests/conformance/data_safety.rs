@@ -25,8 +25,7 @@ use super::{
 // ---------------------------------------------------------------------------------------------
 // The binaries
 
-/// The example binaries, built once per test process with this run's profile (reusing its
-/// dependency builds, as `mcp_python.rs` does).
+/// The example binaries ([`super::example_binary`]).
 pub struct Bins {
     /// `awcp-executor`.
     pub executor: PathBuf,
@@ -35,39 +34,11 @@ pub struct Bins {
 }
 
 /// Builds (a no-op when up to date) and returns the binaries.
-pub fn bins() -> &'static Bins {
-    static BINS: std::sync::OnceLock<Bins> = std::sync::OnceLock::new();
-    BINS.get_or_init(|| {
-        let exe = std::env::current_exe().expect("test executable path");
-        let dir = exe
-            .parent()
-            .and_then(Path::parent)
-            .expect("target/<profile>/deps/<test>")
-            .to_path_buf();
-        let target = dir.parent().expect("target dir").to_path_buf();
-        let profile = if dir.file_name().is_some_and(|n| n == "release") {
-            "release"
-        } else {
-            "test"
-        };
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-        let o = Command::new(env!("CARGO"))
-            .current_dir(&root)
-            .args(["build", "-q", "--profile", profile, "-p", "awcp-examples"])
-            .args(["--bin", "awcp-executor", "--bin", "awcp"])
-            .env("CARGO_TARGET_DIR", &target)
-            .output()
-            .expect("cargo build runs");
-        assert!(
-            o.status.success(),
-            "building the binaries failed: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        Bins {
-            executor: dir.join("awcp-executor"),
-            awcp: dir.join("awcp"),
-        }
-    })
+pub fn bins() -> Bins {
+    Bins {
+        executor: super::example_binary("awcp-executor"),
+        awcp: super::example_binary("awcp"),
+    }
 }
 
 /// Environment variables a test process may have that would change a binary's defaults.

@@ -761,22 +761,43 @@ pub async fn delegator_restart_reconnects_and_applies_the_result<R: TestRuntime>
 
 /// Builds `awcp-executor` (a no-op when it is up to date) and returns its path.
 fn executor_binary() -> PathBuf {
-    let status = std::process::Command::new(env!("CARGO"))
-        .args([
-            "build",
-            "-q",
-            "-p",
-            "awcp-examples",
-            "--bin",
-            "awcp-executor",
-        ])
-        .status()
-        .expect("cargo build runs");
-    assert!(status.success(), "building awcp-executor failed");
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
-    target.join("debug/awcp-executor")
+    example_binary("awcp-executor")
+}
+
+/// Builds the example binaries `awcp-executor` and `awcp` once per test process (a no-op when
+/// they are up to date) with this run's profile, reusing its dependency builds (as
+/// `mcp_python.rs` does; one profile, so no build overwrites a binary another test runs), and
+/// returns the path of `bin`.
+pub fn example_binary(bin: &str) -> PathBuf {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    let dir = DIR.get_or_init(|| {
+        let exe = std::env::current_exe().expect("test executable path");
+        let dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("target/<profile>/deps/<test>")
+            .to_path_buf();
+        let target = dir.parent().expect("target dir").to_path_buf();
+        let profile = if dir.file_name().is_some_and(|n| n == "release") {
+            "release"
+        } else {
+            "test"
+        };
+        let o = std::process::Command::new(env!("CARGO"))
+            .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
+            .args(["build", "-q", "--profile", profile, "-p", "awcp-examples"])
+            .args(["--bin", "awcp-executor", "--bin", "awcp"])
+            .env("CARGO_TARGET_DIR", &target)
+            .output()
+            .expect("cargo build runs");
+        assert!(
+            o.status.success(),
+            "building the example binaries failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        dir
+    });
+    dir.join(bin)
 }
 
 /// An `awcp-executor` process on runtime `runtime`, killed when dropped.
