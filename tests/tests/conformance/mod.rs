@@ -32,7 +32,78 @@ use awcp_driver::Runtime;
 // ---------------------------------------------------------------------------------------------
 // Runtimes: every scenario is generic over the driver's [`Driver`] (block_on, serve_*_on).
 
-pub use awcp_driver::Driver as TestRuntime;
+/// A driver the suite runs on, and whether every executor of the run requires a credential.
+pub trait TestRuntime: awcp_driver::Driver {
+    /// The credential every executor a scenario starts requires and every delegation (and raw
+    /// request) presents; `None` runs the scenarios without authentication.
+    const TOKEN: Option<&'static str> = None;
+}
+
+impl TestRuntime for awcp_tokio::TokioRuntime {}
+impl TestRuntime for awcp_smol::SmolRuntime {}
+
+/// Runtime `R` with authentication on: every scenario runs against executors that require
+/// [`WithAuth::TOKEN`], so every request the delegator makes must carry it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WithAuth<R>(R);
+
+impl<R: TestRuntime> TestRuntime for WithAuth<R> {
+    const TOKEN: Option<&'static str> = Some("conformance-token-7d1c");
+}
+
+impl<R: TestRuntime> Runtime for WithAuth<R> {
+    type Io = R::Io;
+    fn spawn(&self, fut: awcp_driver::runtime::BoxFuture<()>) {
+        self.0.spawn(fut)
+    }
+    fn spawn_blocking<T: Send + 'static>(
+        &self,
+        f: Box<dyn FnOnce() -> T + Send + 'static>,
+    ) -> awcp_driver::runtime::BoxFuture<T> {
+        self.0.spawn_blocking(f)
+    }
+    fn sleep(&self, d: Duration) -> awcp_driver::runtime::BoxFuture<()> {
+        self.0.sleep(d)
+    }
+    fn connect(
+        &self,
+        host: String,
+        port: u16,
+    ) -> awcp_driver::runtime::BoxFuture<std::io::Result<Self::Io>> {
+        self.0.connect(host, port)
+    }
+}
+
+impl<R: TestRuntime> awcp_driver::Driver for WithAuth<R> {
+    const NAME: &'static str = R::NAME;
+    fn block_on<F: Future>(main: F) -> F::Output {
+        R::block_on(main)
+    }
+    fn serve_executor_on(
+        listener: std::net::TcpListener,
+        executor: ExecutorHandle,
+        shutdown: awcp_driver::runtime::BoxFuture<()>,
+    ) -> awcp_driver::runtime::BoxFuture<std::io::Result<()>> {
+        R::serve_executor_on(listener, executor, shutdown)
+    }
+    fn serve_delegator_on(
+        listener: std::net::TcpListener,
+        delegator: DelegatorHandle,
+        shutdown: awcp_driver::runtime::BoxFuture<()>,
+    ) -> awcp_driver::runtime::BoxFuture<std::io::Result<()>> {
+        R::serve_delegator_on(listener, delegator, shutdown)
+    }
+    fn shutdown_signal() -> awcp_driver::runtime::BoxFuture<()> {
+        R::shutdown_signal()
+    }
+}
+
+/// The credential headers of `R`'s run (empty without authentication).
+pub fn auth_headers<R: TestRuntime>() -> Vec<(&'static str, String)> {
+    R::TOKEN
+        .map(|t| vec![("authorization", format!("Bearer {t}"))])
+        .unwrap_or_default()
+}
 
 /// Binds 127.0.0.1 on a free port.
 pub fn bind() -> (std::net::TcpListener, SocketAddr) {
@@ -64,7 +135,8 @@ pub async fn timeout<R: Runtime + Default, T>(
     }
 }
 
-/// Instantiates every scenario of the suite as a `#[test]` running on the given runtime.
+/// Instantiates every scenario of the suite as a `#[test]` running on the given runtime (use
+/// `WithAuth<R>` for the same scenarios with authentication on).
 macro_rules! conformance_suite {
     ($rt:ty) => {
         conformance_suite!(@ $rt:
@@ -89,7 +161,7 @@ macro_rules! conformance_suite {
         $(
             #[test]
             fn $name() {
-                <$rt as conformance::TestRuntime>::block_on(conformance::$name::<$rt>());
+                <$rt as awcp_driver::Driver>::block_on(crate::conformance::$name::<$rt>());
             }
         )*
     };
@@ -205,6 +277,10 @@ pub async fn start_executor<R: TestRuntime>(
         stop_grace: Duration::from_secs(5),
         ..ExecutorConfig::default()
     };
+    engine.auth = R::TOKEN.map(|t| RequiredAuth {
+        types: vec![],
+        credential: t.into(),
+    });
     tweak(&mut engine);
     let opts = ExecutorOptions::new(engine, Arc::new(ArchiveExecutor::default()), runner);
     let handle = ExecutorHandle::start(R::default(), opts);
@@ -294,8 +370,20 @@ pub fn tree(root: &Path) -> BTreeMap<String, String> {
     out
 }
 
-pub fn params(peer: &str, dir: &Path) -> DelegateParams {
-    DelegateParams::new(peer, dir, "e2e", "edit files")
+/// A delegation of `dir` to `peer`, presenting `R`'s credential if the run has one.
+pub fn params<R: TestRuntime>(peer: &str, dir: &Path) -> DelegateParams {
+    let mut p = DelegateParams::new(peer, dir, "e2e", "edit files");
+    p.auth = R::TOKEN.map(bearer);
+    p
+}
+
+/// A bearer credential.
+pub fn bearer(credential: &str) -> Auth {
+    Auth {
+        auth_type: AuthType::Bearer,
+        credential: credential.into(),
+        metadata: Default::default(),
+    }
 }
 
 pub async fn run_to_end<R: TestRuntime>(
@@ -379,7 +467,7 @@ pub async fn archive_inline_delegation_applies_edits_new_files_and_deletions<R: 
     })
     .await;
     let ws = workspace();
-    let v = run_to_end::<R>(&dg.handle, params(&ex.peer, ws.path())).await;
+    let v = run_to_end::<R>(&dg.handle, params::<R>(&ex.peer, ws.path())).await;
     assert_eq!(v.state, DelegationState::Completed, "{v:?}");
     assert_eq!(
         v.result.as_ref().unwrap().summary,
@@ -398,7 +486,7 @@ pub async fn archive_url_mode_delegation_applies_the_result<R: TestRuntime>() {
     let ex = start_executor::<R>(Arc::new(EditRunner), |_| {}).await;
     let dg = start_delegator::<R>(true, |_| {}).await;
     let ws = workspace();
-    let v = run_to_end::<R>(&dg.handle, params(&ex.peer, ws.path())).await;
+    let v = run_to_end::<R>(&dg.handle, params::<R>(&ex.peer, ws.path())).await;
     assert_eq!(v.state, DelegationState::Completed, "{v:?}");
     assert_edited(ws.path());
     // The snapshot was a delta fetched by URL.
@@ -414,7 +502,7 @@ pub async fn read_only_delegation_leaves_the_source_untouched<R: TestRuntime>() 
     let dg = start_delegator::<R>(false, |_| {}).await;
     let ws = workspace();
     let before = tree(ws.path());
-    let mut p = params(&ex.peer, ws.path());
+    let mut p = params::<R>(&ex.peer, ws.path());
     p.access_mode = AccessMode::Ro;
     p.resources[0].mode = AccessMode::Ro;
     let v = run_to_end::<R>(&dg.handle, p).await;
@@ -427,7 +515,7 @@ pub async fn staged_snapshot_can_be_applied_later<R: TestRuntime>() {
     let dg = start_delegator::<R>(false, |_| {}).await;
     let ws = workspace();
     let before = tree(ws.path());
-    let mut p = params(&ex.peer, ws.path());
+    let mut p = params::<R>(&ex.peer, ws.path());
     p.snapshot_mode = SnapshotMode::Staged;
     let v = run_to_end::<R>(&dg.handle, p).await;
     assert_eq!(v.state, DelegationState::Completed);
@@ -451,7 +539,7 @@ pub async fn staged_snapshot_can_be_discarded<R: TestRuntime>() {
     let dg = start_delegator::<R>(false, |_| {}).await;
     let ws = workspace();
     let before = tree(ws.path());
-    let mut p = params(&ex.peer, ws.path());
+    let mut p = params::<R>(&ex.peer, ws.path());
     p.snapshot_mode = SnapshotMode::Staged;
     let v = run_to_end::<R>(&dg.handle, p).await;
     let sid = v.snapshots[0].id.clone();
@@ -478,7 +566,7 @@ pub async fn admission_rejects_a_too_large_workspace_with_a_hint<R: TestRuntime>
     })
     .await;
     let ws = workspace();
-    let v = run_to_end::<R>(&dg.handle, params(&ex.peer, ws.path())).await;
+    let v = run_to_end::<R>(&dg.handle, params::<R>(&ex.peer, ws.path())).await;
     assert_eq!(v.state, DelegationState::Error);
     let e = v.error.unwrap();
     assert_eq!(e.code, ErrorCode::WorkspaceTooLarge);
@@ -495,11 +583,11 @@ pub async fn executor_declines_at_its_concurrency_limit<R: TestRuntime>() {
     let ws2 = workspace();
     let id1 = dg
         .handle
-        .delegate(params(&ex.peer, ws1.path()))
+        .delegate(params::<R>(&ex.peer, ws1.path()))
         .await
         .unwrap();
     gate.started().await;
-    let v2 = run_to_end::<R>(&dg.handle, params(&ex.peer, ws2.path())).await;
+    let v2 = run_to_end::<R>(&dg.handle, params::<R>(&ex.peer, ws2.path())).await;
     assert_eq!(v2.state, DelegationState::Error);
     assert_eq!(v2.error.unwrap().code, ErrorCode::Declined);
     gate.release
@@ -516,7 +604,7 @@ pub async fn cancel_from_the_delegator_stops_the_runner<R: TestRuntime>() {
     let before = tree(ws.path());
     let id = dg
         .handle
-        .delegate(params(&ex.peer, ws.path()))
+        .delegate(params::<R>(&ex.peer, ws.path()))
         .await
         .unwrap();
     gate.started().await;
@@ -536,7 +624,7 @@ pub async fn lease_expiry_mid_task_expires_both_sides_and_cleans_up<R: TestRunti
     let ex = start_executor::<R>(Arc::new(gate.clone()), |_| {}).await;
     let dg = start_delegator::<R>(false, |_| {}).await;
     let ws = workspace();
-    let mut p = params(&ex.peer, ws.path());
+    let mut p = params::<R>(&ex.peer, ws.path());
     p.ttl_seconds = 2;
     let id = dg.handle.delegate(p).await.unwrap();
     gate.started().await;
@@ -563,15 +651,13 @@ pub async fn auth_is_required_when_configured<R: TestRuntime>() {
     let dg = start_delegator::<R>(false, |_| {}).await;
     // No credential.
     let ws = workspace();
-    let v = run_to_end::<R>(&dg.handle, params(&ex.peer, ws.path())).await;
+    let mut p = params::<R>(&ex.peer, ws.path());
+    p.auth = None;
+    let v = run_to_end::<R>(&dg.handle, p).await;
     assert_eq!(v.error.unwrap().code, ErrorCode::AuthFailed);
     let with_bearer = |credential: &str| {
-        let mut p = params(&ex.peer, ws.path());
-        p.auth = Some(Auth {
-            auth_type: AuthType::Bearer,
-            credential: credential.into(),
-            metadata: Default::default(),
-        });
+        let mut p = params::<R>(&ex.peer, ws.path());
+        p.auth = Some(bearer(credential));
         p
     };
     // Wrong credential.
@@ -677,7 +763,11 @@ pub async fn sse_stream_cut_mid_task_is_resumed<R: TestRuntime>() {
     let mut events = dg.handle.events();
     let ws = workspace();
     let peer = format!("http://{}/awcp", proxy.addr);
-    let id = dg.handle.delegate(params(&peer, ws.path())).await.unwrap();
+    let id = dg
+        .handle
+        .delegate(params::<R>(&peer, ws.path()))
+        .await
+        .unwrap();
     // Wait until the runner's first status event has reached the delegator over the stream.
     progress_seen::<R>(&mut events, "gate: started").await;
     assert_eq!(proxy.count("/events "), 1);
@@ -719,7 +809,7 @@ pub async fn delegator_restart_reconnects_and_applies_the_result<R: TestRuntime>
     let ws = workspace();
     let id = dg
         .handle
-        .delegate(params(&ex.peer, ws.path()))
+        .delegate(params::<R>(&ex.peer, ws.path()))
         .await
         .unwrap();
     gate.started().await;
@@ -774,9 +864,20 @@ impl ExecutorProcess {
     /// Starts the binary with an agent command that prints `started` and sleeps for 120 s plus
     /// `marker` (a number, so the test can find the process by its command line), and waits
     /// for the URL it prints.
-    fn spawn(bin: &Path, runtime: &str, listen: &str, dir: &Path, marker: &str) -> Self {
+    fn spawn(
+        bin: &Path,
+        runtime: &str,
+        token: Option<&str>,
+        listen: &str,
+        dir: &Path,
+        marker: &str,
+    ) -> Self {
         use std::io::BufRead;
-        let mut child = std::process::Command::new(bin)
+        let mut cmd = std::process::Command::new(bin);
+        if let Some(t) = token {
+            cmd.args(["--auth-token", t]);
+        }
+        let mut child = cmd
             .args(["--listen", listen, "--quiet", "--runtime", runtime])
             .arg("--work-root")
             .arg(dir.join("work"))
@@ -819,7 +920,7 @@ pub async fn executor_killed_mid_task_then_restarted<R: TestRuntime>() {
     let marker = format!("0.{}{}", std::process::id(), R::NAME.len());
     let (b, d, m) = (bin.clone(), dir.path().to_owned(), marker.clone());
     let mut ex = awcp_driver::runtime::blocking(&rt, move || {
-        ExecutorProcess::spawn(&b, R::NAME, "127.0.0.1:0", &d, &m)
+        ExecutorProcess::spawn(&b, R::NAME, R::TOKEN, "127.0.0.1:0", &d, &m)
     })
     .await;
     let peer = ex.url.clone();
@@ -832,7 +933,11 @@ pub async fn executor_killed_mid_task_then_restarted<R: TestRuntime>() {
     let ws = workspace();
     let before = tree(ws.path());
     let mut events = dg.handle.events();
-    let id = dg.handle.delegate(params(&peer, ws.path())).await.unwrap();
+    let id = dg
+        .handle
+        .delegate(params::<R>(&peer, ws.path()))
+        .await
+        .unwrap();
     // Wait for the agent command to report it started.
     progress_seen::<R>(&mut events, "started").await;
     let work_dir = dir.path().join("work").join(id.as_str());
@@ -850,7 +955,7 @@ pub async fn executor_killed_mid_task_then_restarted<R: TestRuntime>() {
     // Restart on the same port with the same state.
     let (d, m) = (dir.path().to_owned(), marker.clone());
     let ex2 = awcp_driver::runtime::blocking(&rt, move || {
-        ExecutorProcess::spawn(&bin, R::NAME, &listen, &d, &m)
+        ExecutorProcess::spawn(&bin, R::NAME, R::TOKEN, &listen, &d, &m)
     })
     .await;
     assert_eq!(ex2.url, peer);
@@ -873,15 +978,26 @@ pub async fn executor_killed_mid_task_then_restarted<R: TestRuntime>() {
 // ---------------------------------------------------------------------------------------------
 // Raw HTTP: malformed requests and the [R] dialect composed from WIRE.md
 
+/// The given headers, plus the run's credential unless they carry one.
+fn with_credential<R: TestRuntime>(
+    headers: &[(&'static str, String)],
+) -> Vec<(&'static str, String)> {
+    let mut all = headers.to_vec();
+    if !all.iter().any(|(k, _)| *k == "authorization") {
+        all.extend(auth_headers::<R>());
+    }
+    all
+}
+
 async fn http_get<R: TestRuntime>(
     url: &str,
-    headers: &[(&str, String)],
+    headers: &[(&'static str, String)],
 ) -> (u16, serde_json::Value) {
     let (s, b) = awcp_driver::net::request(
         &R::default(),
         http::Method::GET,
         url,
-        headers,
+        &with_credential::<R>(headers),
         None,
         Duration::from_secs(10),
         1 << 30,
@@ -899,7 +1015,7 @@ async fn http_post<R: TestRuntime>(url: &str, body: &str) -> (u16, serde_json::V
         &R::default(),
         http::Method::POST,
         url,
-        &[],
+        &auth_headers::<R>(),
         Some(bytes::Bytes::from(body.to_owned())),
         Duration::from_secs(10),
         1 << 30,
@@ -1002,7 +1118,12 @@ pub async fn reference_dialect_exchange_from_wire_md<R: TestRuntime>() {
  "lease":{"ttlSeconds":1800,"accessMode":"rw"},"retentionMs":604800000,
  "environment":{"resources":[{"name":"workspace","type":"fs","mode":"rw"}]},
  "requirements":{"transport":"archive"}}"#;
-    let (s, accept) = http_post::<R>(&ex.peer, invite).await;
+    // With authentication on, INVITE carries the credential in its `auth` field (WIRE.md §2.7).
+    let mut invite: serde_json::Value = serde_json::from_str(invite).unwrap();
+    if let Some(t) = R::TOKEN {
+        invite["auth"] = serde_json::json!({"type": "bearer", "credential": t});
+    }
+    let (s, accept) = http_post::<R>(&ex.peer, &invite.to_string()).await;
     assert_eq!(s, 200);
     assert_eq!(accept["type"], "ACCEPT");
     assert_eq!(accept["retentionMs"], 604800000);
@@ -1044,9 +1165,15 @@ pub async fn reference_dialect_exchange_from_wire_md<R: TestRuntime>() {
     // Subscribe before START, as the [R] delegator does; read the raw stream.
     let events_url = format!("{}/awcp/tasks/{id}/events", ex.base);
     let stream = spawn::<R, _>(async move {
-        let resp = awcp_driver::net::send(&R::default(), http::Method::GET, &events_url, &[], None)
-            .await
-            .unwrap();
+        let resp = awcp_driver::net::send(
+            &R::default(),
+            http::Method::GET,
+            &events_url,
+            &auth_headers::<R>(),
+            None,
+        )
+        .await
+        .unwrap();
         assert_eq!(resp.headers()["content-type"], "text/event-stream");
         let body = awcp_driver::net::read_body(resp.into_body(), 1 << 30)
             .await
