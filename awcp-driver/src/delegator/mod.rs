@@ -510,21 +510,16 @@ impl<R: Runtime> Loop<R> {
         }
     }
 
-    fn credential_headers(&self, id: &DelegationId) -> Vec<(&'static str, String)> {
-        self.engine
-            .get(id)
-            .and_then(|v| v.request.auth)
-            .map(|a| match a.auth_type {
-                awcp_proto::AuthType::ApiKey => vec![("x-api-key", a.credential)],
-                _ => vec![("authorization", format!("Bearer {}", a.credential))],
-            })
-            .unwrap_or_default()
+    /// The headers a request to `url` for `id` carries: the credential, if the engine says
+    /// `url` gets it.
+    fn credential_headers(&self, id: &DelegationId, url: &str) -> Vec<(&'static str, String)> {
+        self.engine.credential_header(id, url).into_iter().collect()
     }
 
     fn post(&self, id: DelegationId, to: Outbound, url: String, body: Option<String>) {
         let rt = self.rt.clone();
         let feed = self.feed();
-        let headers = self.credential_headers(&id);
+        let headers = self.credential_headers(&id, &url);
         let timeout = self.opts.request_timeout;
         self.rt.spawn(Box::pin(async move {
             let hdrs: Vec<(&str, String)> = headers.iter().map(|(k, v)| (*k, v.clone())).collect();
@@ -711,11 +706,11 @@ impl<R: Runtime> Loop<R> {
             DelegatorOutput::FetchResult { id, peer } => {
                 let rt = self.rt.clone();
                 let feed = self.feed();
-                let headers = self.credential_headers(&id);
+                let url = wire_http::result_url(&peer, &id);
+                let headers = self.credential_headers(&id, &url);
                 let timeout = self.opts.request_timeout;
                 let limit = self.opts.max_snapshot_bytes * 2;
                 self.rt.spawn(Box::pin(async move {
-                    let url = wire_http::result_url(&peer, &id);
                     let hdrs: Vec<(&str, String)> =
                         headers.iter().map(|(k, v)| (*k, v.clone())).collect();
                     let result =
@@ -740,9 +735,15 @@ impl<R: Runtime> Loop<R> {
                 let feed = self.feed();
                 let dir = self.snapshot_dir(&id);
                 let limit = self.opts.max_snapshot_bytes;
+                let headers = snapshot
+                    .data
+                    .url
+                    .as_deref()
+                    .map(|u| self.credential_headers(&id, u))
+                    .unwrap_or_default();
                 self.rt.spawn(Box::pin(async move {
                     let sid = snapshot.snapshot_id.clone();
-                    let result = store_snapshot(&rt, &dir, &snapshot, limit).await;
+                    let result = store_snapshot(&rt, &dir, &snapshot, &headers, limit).await;
                     feed(DelegatorInput::SnapshotStored {
                         id,
                         snapshot_id: sid,
@@ -802,9 +803,9 @@ impl<R: Runtime> Loop<R> {
         self.streams.insert(id.clone(), handle);
         let rt = self.rt.clone();
         let feed = self.feed();
-        let headers = self.credential_headers(&id);
+        let url = wire_http::events_url(&peer, &id);
+        let headers = self.credential_headers(&id, &url);
         let fut = async move {
-            let url = wire_http::events_url(&peer, &id);
             let mut hdrs: Vec<(&str, String)> =
                 headers.iter().map(|(k, v)| (*k, v.clone())).collect();
             hdrs.push(("accept", "text/event-stream".into()));
@@ -891,6 +892,15 @@ impl<R: Runtime> Loop<R> {
         let downloads = self.opts.state_dir.join("downloads");
         let limit = self.opts.max_snapshot_bytes;
         let note = self.tx.clone();
+        let headers = match &source {
+            SnapshotSource::Event(snap) => snap
+                .data
+                .url
+                .as_deref()
+                .map(|u| self.credential_headers(&id, u))
+                .unwrap_or_default(),
+            SnapshotSource::Stored => Vec::new(),
+        };
         self.rt.spawn(Box::pin(async move {
             let result = async {
                 let (file, b64, checksum, temp) = match source {
@@ -909,7 +919,7 @@ impl<R: Runtime> Loop<R> {
                         (None, Some(url)) => {
                             let _ = std::fs::create_dir_all(&downloads);
                             let f = downloads.join(format!("{id}-{sid}.zip"));
-                            let n = net::download(&rt, &url, &[], f.clone(), limit, Duration::from_secs(600))
+                            let n = net::download(&rt, &url, &headers, f.clone(), limit, Duration::from_secs(600))
                                 .await
                                 .map_err(|e| ErrorInfo::new(ErrorCode::TransportError, format!("fetching the snapshot: {e}")))?;
                             let _ = note.unbounded_send(Cmd::Transferred(Transfer {
@@ -1047,6 +1057,7 @@ async fn store_snapshot<R: Runtime>(
     rt: &R,
     dir: &Path,
     snap: &SnapshotEvent,
+    headers: &[(&'static str, String)],
     limit: u64,
 ) -> Result<(), ErrorInfo> {
     let fail = |m: String| ErrorInfo::new(ErrorCode::TransportError, m);
@@ -1062,9 +1073,16 @@ async fn store_snapshot<R: Runtime>(
                 .map_err(|e| fail(format!("writing the snapshot: {e}")))?;
         }
         (None, Some(url)) => {
-            net::download(rt, url, &[], zip.clone(), limit, Duration::from_secs(600))
-                .await
-                .map_err(|e| fail(format!("fetching the snapshot: {e}")))?;
+            net::download(
+                rt,
+                url,
+                headers,
+                zip.clone(),
+                limit,
+                Duration::from_secs(600),
+            )
+            .await
+            .map_err(|e| fail(format!("fetching the snapshot: {e}")))?;
         }
         (None, None) => return Err(fail("snapshot carries no data".into())),
     }

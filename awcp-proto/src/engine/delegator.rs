@@ -750,6 +750,20 @@ impl Delegator {
         })
     }
 
+    /// The credential header a request to `url` on behalf of delegation `id` presents: the
+    /// delegation's credential when `url` is on the executor's origin (INVITE, START, events,
+    /// result, snapshot downloads, ack, cancel, ERROR), and nothing for any other origin (a
+    /// credential is never handed to a third party, e.g. a storage URL the executor names).
+    pub fn credential_header(
+        &self,
+        id: &DelegationId,
+        url: &str,
+    ) -> Option<(&'static str, String)> {
+        let d = self.delegations.get(id)?;
+        let auth = d.req.auth.as_ref()?;
+        crate::http::same_origin(&d.req.peer, url).then(|| crate::http::credential_header(auth))
+    }
+
     /// Ids and states of every delegation, in id order.
     pub fn list(&self) -> Vec<(DelegationId, DelegationState)> {
         self.delegations

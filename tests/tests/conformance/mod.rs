@@ -759,6 +759,9 @@ pub async fn sse_stream_cut_mid_task_is_resumed<R: TestRuntime>() {
     let gate = GateRunner::default();
     let ex = start_executor::<R>(Arc::new(gate.clone()), |_| {}).await;
     let proxy = CutProxy::start(ex.base.trim_start_matches("http://").parse().unwrap());
+    // Behind a proxy the executor's public URL is the proxy's: the snapshot URLs it hands out
+    // are on the origin the delegator talks to (the only origin it sends its credential to).
+    ex.handle.set_public_url(format!("http://{}", proxy.addr));
     let dg = start_delegator::<R>(false, |_| {}).await;
     let mut events = dg.handle.events();
     let ws = workspace();
