@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use awcp_proto::engine::delegator::{DelegateRequest, DelegationView, Outbound, SnapshotSource};
+use awcp_proto::engine::delegator::{DelegateRequest, DelegationView, Outbound};
 use awcp_proto::engine::{SnapshotMode, WorkspaceStats};
 use awcp_proto::http as wire_http;
 use awcp_proto::{
@@ -638,6 +638,7 @@ impl<R: Runtime> Loop<R> {
                 let dir = self.opts.state_dir.join("archives");
                 let archives = self.archives.clone();
                 let baselines = self.baselines.clone();
+                let baseline_file = self.baseline_file(&id);
                 let note = self.tx.clone();
                 self.rt.spawn(Box::pin(async move {
                     let did = id.clone();
@@ -673,6 +674,26 @@ impl<R: Runtime> Loop<R> {
                             what: "workspace archive",
                             bytes: prepared.archive.size_bytes(),
                         }));
+                        // Persisted before START: an apply after a restart still compares
+                        // against what was sent.
+                        if let (Some(dir), Ok(json)) = (
+                            baseline_file.parent(),
+                            serde_json::to_vec(&prepared.baseline),
+                        ) {
+                            crate::executor::journal::write_atomic(
+                                dir,
+                                &format!("{did}.json"),
+                                &json,
+                            )
+                            .map_err(|e| {
+                                // Nothing prepared may outlive a failed prepare.
+                                let _ = t.release(&did);
+                                ErrorInfo::new(
+                                    ErrorCode::TransportError,
+                                    format!("persisting the baseline: {e}"),
+                                )
+                            })?;
+                        }
                         baselines
                             .lock()
                             .unwrap_or_else(|p| p.into_inner())
@@ -725,11 +746,7 @@ impl<R: Runtime> Loop<R> {
                     feed(DelegatorInput::ResultFetched { id, result });
                 }));
             }
-            DelegatorOutput::ApplySnapshot {
-                id,
-                snapshot_id,
-                source,
-            } => self.apply(id, snapshot_id, source),
+            DelegatorOutput::ApplySnapshot { id, snapshot_id } => self.apply(id, snapshot_id),
             DelegatorOutput::StoreSnapshot { id, snapshot } => {
                 let rt = self.rt.clone();
                 let feed = self.feed();
@@ -741,9 +758,18 @@ impl<R: Runtime> Loop<R> {
                     .as_deref()
                     .map(|u| self.credential_headers(&id, u))
                     .unwrap_or_default();
+                let note = self.tx.clone();
                 self.rt.spawn(Box::pin(async move {
                     let sid = snapshot.snapshot_id.clone();
-                    let result = store_snapshot(&rt, &dir, &snapshot, &headers, limit).await;
+                    let result = store_snapshot(&rt, &dir, &snapshot, &headers, limit)
+                        .await
+                        .map(|bytes| {
+                            let _ = note.unbounded_send(Cmd::Transferred(Transfer {
+                                id: id.clone(),
+                                what: "snapshot",
+                                bytes,
+                            }));
+                        });
                     feed(DelegatorInput::SnapshotStored {
                         id,
                         snapshot_id: sid,
@@ -754,6 +780,7 @@ impl<R: Runtime> Loop<R> {
             DelegatorOutput::DeleteStoredSnapshot { id, snapshot_id } => {
                 let dir = self.snapshot_dir(&id);
                 let _ = std::fs::remove_file(dir.join(format!("{snapshot_id}.zip")));
+                let _ = std::fs::remove_file(dir.join(format!("{snapshot_id}.zip.part")));
                 let _ = std::fs::remove_file(dir.join(format!("{snapshot_id}.json")));
                 let _ = std::fs::remove_dir(&dir);
             }
@@ -793,6 +820,11 @@ impl<R: Runtime> Loop<R> {
 
     fn snapshot_dir(&self, id: &DelegationId) -> PathBuf {
         self.opts.state_dir.join("snapshots").join(id.as_str())
+    }
+
+    /// Where the baseline of `id` (what was sent, for three-way applies) is persisted.
+    fn baseline_file(&self, id: &DelegationId) -> PathBuf {
+        baseline_file(&self.opts.state_dir, id)
     }
 
     fn open_stream(&mut self, id: DelegationId, peer: String) {
@@ -868,7 +900,8 @@ impl<R: Runtime> Loop<R> {
         }));
     }
 
-    fn apply(&mut self, id: DelegationId, sid: SnapshotId, source: SnapshotSource) {
+    /// Applies the stored snapshot `sid` (see [`DelegatorOutput::ApplySnapshot`]).
+    fn apply(&mut self, id: DelegationId, sid: SnapshotId) {
         let rt = self.rt.clone();
         let feed = self.feed();
         let t = self.opts.transport.clone();
@@ -882,87 +915,40 @@ impl<R: Runtime> Loop<R> {
             Some(Dialect::Seed) => Layout::Flat,
             _ => Layout::PerResource,
         };
-        let baseline = self
-            .baselines
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&id)
-            .cloned();
+        let baselines = self.baselines.clone();
+        let baseline_file = self.baseline_file(&id);
         let dir = self.snapshot_dir(&id);
-        let downloads = self.opts.state_dir.join("downloads");
-        let limit = self.opts.max_snapshot_bytes;
-        let note = self.tx.clone();
-        let headers = match &source {
-            SnapshotSource::Event(snap) => snap
-                .data
-                .url
-                .as_deref()
-                .map(|u| self.credential_headers(&id, u))
-                .unwrap_or_default(),
-            SnapshotSource::Stored => Vec::new(),
-        };
         self.rt.spawn(Box::pin(async move {
-            let result = async {
-                let (file, b64, checksum, temp) = match source {
-                    SnapshotSource::Stored => {
-                        (Some(dir.join(format!("{sid}.zip"))), None, None, false)
-                    }
-                    SnapshotSource::Event(snap) => match (snap.data.base64, snap.data.url) {
-                        (Some(b), _) => {
-                            let _ = note.unbounded_send(Cmd::Transferred(Transfer {
-                                id: id.clone(),
-                                what: "snapshot",
-                                bytes: b.len() as u64 / 4 * 3,
-                            }));
-                            (None, Some(b), snap.checksum, false)
-                        }
-                        (None, Some(url)) => {
-                            let _ = std::fs::create_dir_all(&downloads);
-                            let f = downloads.join(format!("{id}-{sid}.zip"));
-                            let n = net::download(&rt, &url, &headers, f.clone(), limit, Duration::from_secs(600))
-                                .await
-                                .map_err(|e| ErrorInfo::new(ErrorCode::TransportError, format!("fetching the snapshot: {e}")))?;
-                            let _ = note.unbounded_send(Cmd::Transferred(Transfer {
-                                id: id.clone(),
-                                what: "snapshot",
-                                bytes: n,
-                            }));
-                            (Some(f), None, snap.checksum, true)
-                        }
-                        (None, None) => {
-                            return Err(ErrorInfo::new(ErrorCode::TransportError, "snapshot carries no data"))
-                        }
-                    },
+            let did = id.clone();
+            let s = sid.clone();
+            let result = blocking(&rt, move || {
+                // The base the delegator sent: in memory, or persisted at prepare.
+                let baseline = baselines
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get(&did)
+                    .cloned()
+                    .or_else(|| load_baseline(&baseline_file));
+                let file = dir.join(format!("{s}.zip"));
+                let checksum = std::fs::read(dir.join(format!("{s}.json")))
+                    .ok()
+                    .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+                    .and_then(|m| m.get("checksum")?.as_str().map(str::to_owned));
+                let req = ApplyRequest {
+                    delegation_id: did.as_str(),
+                    source: ArchiveSource::File(&file),
+                    expected_checksum: checksum.as_deref(),
+                    resources: &specs,
+                    access_mode: access,
+                    baseline: baseline.as_ref(),
+                    layout: Some(layout),
                 };
-                let did = id.clone();
-                blocking(&rt, move || {
-                    let source = match (&file, &b64) {
-                        (Some(f), _) => ArchiveSource::File(f),
-                        (None, Some(b)) => ArchiveSource::Base64(b),
-                        (None, None) => unreachable!("one source is set above"),
-                    };
-                    let req = ApplyRequest {
-                        delegation_id: did.as_str(),
-                        source,
-                        expected_checksum: checksum.as_deref(),
-                        resources: &specs,
-                        access_mode: access,
-                        baseline: baseline.as_ref(),
-                        layout: Some(layout),
-                    };
-                    let r = t.apply_snapshot(req, &CancelFlag::new());
-                    if temp {
-                        if let Some(f) = &file {
-                            let _ = std::fs::remove_file(f);
-                        }
-                    }
-                    r.map(|report| {
-                        tracing::info!(delegation = %did, written = report.written.len(), deleted = report.deleted.len(), "snapshot applied");
+                t.apply_snapshot(req, &CancelFlag::new())
+                    .map(|report| {
+                        tracing::info!(delegation = %did, snapshot = %s, written = report.written.len(), deleted = report.deleted.len(), "snapshot applied");
                     })
                     .map_err(|e| e.to_error_info())
-                })
-                .await
-            }
+            })
             .await;
             feed(DelegatorInput::SnapshotApplied {
                 id,
@@ -1003,6 +989,7 @@ impl<R: Runtime> Loop<R> {
             DelegatorEvent::Forgotten { id } => {
                 self.journal.remove(id);
                 self.specs.remove(id);
+                let _ = std::fs::remove_file(self.baseline_file(id));
             }
             DelegatorEvent::Progress { .. } => {}
         }
@@ -1053,39 +1040,65 @@ fn scan(specs: &[ResourceSpec]) -> Result<WorkspaceStats, ErrorInfo> {
     })
 }
 
+/// Stores a snapshot durably under `dir`: `<sid>.zip` (written to a temporary name, fsynced,
+/// renamed) and `<sid>.json` (its summary and checksum). Returns the size of the ZIP.
 async fn store_snapshot<R: Runtime>(
     rt: &R,
     dir: &Path,
     snap: &SnapshotEvent,
     headers: &[(&'static str, String)],
     limit: u64,
-) -> Result<(), ErrorInfo> {
-    let fail = |m: String| ErrorInfo::new(ErrorCode::TransportError, m);
-    std::fs::create_dir_all(dir).map_err(|e| fail(format!("snapshot dir: {e}")))?;
+) -> Result<u64, ErrorInfo> {
+    let fail = |m: String| ErrorInfo {
+        code: ErrorCode::TransportError,
+        message: m,
+        hint: Some(
+            "The result could not be stored locally, so it was not applied and the executor was \
+             not acknowledged (it keeps the result until its retention ends): check the \
+             delegator's state directory (disk space, permissions) and its connection to the \
+             executor."
+                .into(),
+        ),
+    };
+    let d = dir.to_path_buf();
+    blocking(rt, move || std::fs::create_dir_all(d))
+        .await
+        .map_err(|e| {
+            fail(format!(
+                "creating the snapshot store {}: {e}",
+                dir.display()
+            ))
+        })?;
     let zip = dir.join(format!("{}.zip", snap.snapshot_id));
-    match (&snap.data.base64, &snap.data.url) {
+    let part = dir.join(format!("{}.zip.part", snap.snapshot_id));
+    let size = match (&snap.data.base64, &snap.data.url) {
         (Some(b), _) => {
             let bytes =
                 awcp_transports::archive::decode_base64(b).map_err(|e| e.to_error_info())?;
-            let z = zip.clone();
-            blocking(rt, move || std::fs::write(z, bytes))
-                .await
-                .map_err(|e| fail(format!("writing the snapshot: {e}")))?;
-        }
-        (None, Some(url)) => {
-            net::download(
-                rt,
-                url,
-                headers,
-                zip.clone(),
-                limit,
-                Duration::from_secs(600),
-            )
+            let n = bytes.len() as u64;
+            let p = part.clone();
+            blocking(rt, move || {
+                use std::io::Write;
+                let mut f = std::fs::File::create(&p)?;
+                f.write_all(&bytes)?;
+                f.sync_all()
+            })
             .await
-            .map_err(|e| fail(format!("fetching the snapshot: {e}")))?;
+            .map_err(|e| fail(format!("writing the snapshot: {e}")))?;
+            n
         }
+        (None, Some(url)) => net::download(
+            rt,
+            url,
+            headers,
+            part.clone(),
+            limit,
+            Duration::from_secs(600),
+        )
+        .await
+        .map_err(|e| fail(format!("fetching the snapshot: {e}")))?,
         (None, None) => return Err(fail("snapshot carries no data".into())),
-    }
+    };
     let meta = serde_json::json!({
         "snapshotId": snap.snapshot_id.as_str(),
         "summary": snap.summary,
@@ -1093,13 +1106,24 @@ async fn store_snapshot<R: Runtime>(
         "checksum": snap.checksum,
         "metadata": snap.metadata,
     });
-    crate::executor::journal::write_atomic(
-        dir,
-        &format!("{}.json", snap.snapshot_id),
-        meta.to_string().as_bytes(),
-    )
-    .map_err(|e| fail(format!("writing snapshot metadata: {e}")))?;
-    Ok(())
+    let (d, name) = (dir.to_path_buf(), format!("{}.json", snap.snapshot_id));
+    blocking(rt, move || {
+        std::fs::rename(&part, &zip)?;
+        crate::executor::journal::write_atomic(&d, &name, meta.to_string().as_bytes())
+    })
+    .await
+    .map_err(|e| fail(format!("storing the snapshot: {e}")))?;
+    Ok(size)
+}
+
+/// `<state>/baselines/<id>.json`.
+fn baseline_file(state_dir: &Path, id: &DelegationId) -> PathBuf {
+    state_dir.join("baselines").join(format!("{id}.json"))
+}
+
+/// The baseline persisted at `path`, if readable.
+fn load_baseline(path: &Path) -> Option<Baseline> {
+    serde_json::from_slice(&std::fs::read(path).ok()?).ok()
 }
 
 /// 16 random bytes from the OS.
