@@ -134,6 +134,29 @@ pub enum DelegatorError {
     /// The delegator task is gone.
     #[error("the delegator is shut down")]
     Closed,
+    /// Another delegator (another process, or another handle in this one) uses the state
+    /// directory: two engines on one journal would resume, abandon and apply each other's
+    /// delegations.
+    #[error(
+        "the state directory {} is in use by another delegator{}",
+        .dir.display(),
+        .holder.map(|p| format!(" (process {p})")).unwrap_or_default()
+    )]
+    StateDirInUse {
+        /// The state directory.
+        dir: PathBuf,
+        /// The process id recorded by the holder, if readable.
+        holder: Option<u32>,
+    },
+    /// The state directory cannot be used.
+    #[error("state directory {}: {source}", .dir.display())]
+    StateDir {
+        /// The state directory.
+        dir: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 type Reply<T> = oneshot::Sender<Result<T, DelegatorError>>;
@@ -176,12 +199,81 @@ pub struct DelegatorHandle {
     sleep: Arc<dyn Fn(Duration) -> crate::runtime::BoxFuture<()> + Send + Sync>,
 }
 
+/// Takes the exclusive lock of a delegator state directory (`<dir>/lock`, flock(2); released
+/// when the file is closed, also when the process dies) and records our process id in it.
+fn lock_state_dir(dir: &Path) -> Result<std::fs::File, DelegatorError> {
+    use std::io::{Read, Seek, Write};
+    let io_err = |source| DelegatorError::StateDir {
+        dir: dir.to_path_buf(),
+        source,
+    };
+    std::fs::create_dir_all(dir).map_err(io_err)?;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(dir.join("lock"))
+        .map_err(io_err)?;
+    match rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => {}
+        Err(e) if e == rustix::io::Errno::WOULDBLOCK => {
+            let mut pid = String::new();
+            let _ = f.read_to_string(&mut pid);
+            return Err(DelegatorError::StateDirInUse {
+                dir: dir.to_path_buf(),
+                holder: pid.trim().parse().ok(),
+            });
+        }
+        Err(e) => return Err(io_err(e.into())),
+    }
+    let _ = f
+        .set_len(0)
+        .and_then(|_| f.rewind())
+        .and_then(|_| write!(f, "{}", std::process::id()));
+    Ok(f)
+}
+
+/// Finishes or rolls back every apply a previous process left interrupted, for every
+/// delegation in the journal (`specs`: their resources), and removes their staging; see
+/// [`awcp_transports::snapshot::recover_interrupted`]. Runs before the engine restores
+/// anything, so each workspace is entirely old or entirely new when delegations resume.
+fn recover_interrupted_applies(specs: &BTreeMap<DelegationId, Vec<ResourceSpec>>) {
+    for (id, resources) in specs {
+        let roots: Vec<PathBuf> = resources.iter().map(|r| r.source_path.clone()).collect();
+        match awcp_transports::snapshot::recover_interrupted(&roots, id.as_str()) {
+            Ok(awcp_transports::snapshot::Recovery::Nothing) => {}
+            Ok(r) => tracing::info!(delegation = %id, recovery = ?r, "interrupted apply recovered"),
+            Err(e) => tracing::error!(
+                delegation = %id,
+                "recovering an interrupted apply failed (the workspace may be half applied; \
+                 applying the snapshot again retries the recovery): {e}"
+            ),
+        }
+    }
+}
+
 impl DelegatorHandle {
-    /// Starts the engine task on `rt`.
+    /// Starts the engine task on `rt`. See [`Self::try_start`].
+    ///
+    /// # Panics
+    /// If the state directory is in use by another delegator or unusable.
     pub fn start<R: Runtime>(rt: R, opts: DelegatorOptions) -> DelegatorHandle {
+        Self::try_start(rt, opts).unwrap_or_else(|e| panic!("cannot start the delegator: {e}"))
+    }
+
+    /// Starts the engine task on `rt`, owning the state directory: it takes the directory's
+    /// exclusive lock (refusing with [`DelegatorError::StateDirInUse`] while another delegator
+    /// holds it), then, before anything else, recovers every apply a previous process left
+    /// interrupted (see `awcp_transports::snapshot::recover_interrupted`), then restores the
+    /// journal's delegations.
+    pub fn try_start<R: Runtime>(
+        rt: R,
+        opts: DelegatorOptions,
+    ) -> Result<DelegatorHandle, DelegatorError> {
         let (tx, rx) = mpsc::unbounded();
         let archives: ArchiveTable = Arc::default();
-        let _ = std::fs::create_dir_all(&opts.state_dir);
+        let lock = lock_state_dir(&opts.state_dir)?;
         let journal = crate::executor::journal::Journal::at(opts.state_dir.join("delegations"));
         let mut engine = Delegator::new(opts.engine.clone());
         let records = journal.load();
@@ -206,6 +298,7 @@ impl DelegatorHandle {
                 specs.insert(id, list);
             }
         }
+        recover_interrupted_applies(&specs);
         let n = engine.restore(rt.now(), &records);
         if n > 0 {
             tracing::info!(restored = n, "delegations restored from the journal");
@@ -223,16 +316,17 @@ impl DelegatorHandle {
             subscribers: Vec::new(),
             transfer_subscribers: Vec::new(),
             archives: archives.clone(),
+            lock: Some(lock),
         };
         rt.spawn(Box::pin(lp.run(rx)));
         let rt2 = rt.clone();
         let rt3 = rt.clone();
-        DelegatorHandle {
+        Ok(DelegatorHandle {
             tx,
             archives,
             now: Arc::new(move || rt2.now()),
             sleep: Arc::new(move |d| rt3.sleep(d)),
-        }
+        })
     }
 
     /// A future that completes after `d` on the handle's runtime.
@@ -383,6 +477,8 @@ struct Loop<R: Runtime> {
     subscribers: Vec<mpsc::UnboundedSender<DelegatorEvent>>,
     transfer_subscribers: Vec<mpsc::UnboundedSender<Transfer>>,
     archives: ArchiveTable,
+    /// The state directory's lock, held while the engine runs.
+    lock: Option<std::fs::File>,
 }
 
 impl<R: Runtime> Loop<R> {
@@ -399,6 +495,8 @@ impl<R: Runtime> Loop<R> {
                     for (_, h) in std::mem::take(&mut self.streams) {
                         h.abort();
                     }
+                    // Released before `stop` returns, so a new handle can take over at once.
+                    drop(self.lock.take());
                     let _ = done.send(());
                     break;
                 }

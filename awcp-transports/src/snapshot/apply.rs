@@ -16,7 +16,9 @@ use std::path::{Path, PathBuf};
 use awcp_proto::AccessMode;
 
 use super::capture::SnapshotKind;
-use super::journal::{commit, recover, Journal, JournalOp, JournalState, APPLY_DIR_PREFIX};
+use super::journal::{
+    commit, recover, Journal, JournalOp, JournalState, Recovery, APPLY_DIR_PREFIX,
+};
 use crate::archive::{detect_layout, extract, open_verified, ArchiveSource, ExtractLimits, Layout};
 use crate::cancel::CancelFlag;
 use crate::error::TransportError;
@@ -100,6 +102,41 @@ pub struct ApplyReport {
 pub fn apply_dir(resource_root: &Path, delegation_id: &str) -> PathBuf {
     let parent = resource_root.parent().unwrap_or(resource_root);
     parent.join(format!("{APPLY_DIR_PREFIX}{delegation_id}"))
+}
+
+/// Recovers whatever apply of `delegation_id` a previous process left interrupted, for a
+/// delegation whose resources are at `roots`: a swap that was `committing` is rolled forward,
+/// anything earlier is rolled back, and every staging directory of the delegation beside the
+/// roots (`.awcp-apply-<id>`, `.awcp-stage-<id>`) is removed. Afterwards each resource is
+/// entirely as before the apply or entirely as after it. Call it at start-up for every
+/// delegation the process knows, before any apply runs; roots that no longer exist are
+/// skipped.
+pub fn recover_interrupted(
+    roots: &[PathBuf],
+    delegation_id: &str,
+) -> Result<Recovery, TransportError> {
+    if crate::id_is_unsafe(delegation_id) {
+        return Err(TransportError::Unsupported("invalid delegation id".into()));
+    }
+    let mut done = Recovery::Nothing;
+    for root in roots {
+        let Ok(root) = fs::canonicalize(root) else {
+            continue;
+        };
+        match recover(&apply_dir(&root, delegation_id))? {
+            Recovery::Nothing => {}
+            r => done = r,
+        }
+        let side = side_dir(&root, delegation_id);
+        if fs::symlink_metadata(&side).is_ok() {
+            fs::remove_dir_all(&side)
+                .map_err(|e| TransportError::io("removing a staging directory", e))?;
+            if done == Recovery::Nothing {
+                done = Recovery::RolledBack;
+            }
+        }
+    }
+    Ok(done)
 }
 
 fn is_writable(r: &ResourceSpec, mode: AccessMode) -> bool {

@@ -229,7 +229,9 @@ fn fail_delegator(e: awcp_driver::DelegatorError) -> ! {
     let code = match &e {
         DelegatorError::Usage(_) => exit::USAGE,
         DelegatorError::Protocol(info) => exit::for_code(info.code.as_str()),
-        DelegatorError::Closed => exit::OTHER,
+        DelegatorError::Closed
+        | DelegatorError::StateDirInUse { .. }
+        | DelegatorError::StateDir { .. } => exit::OTHER,
     };
     fail_with(code, e)
 }
@@ -328,7 +330,15 @@ fn delegator<R: Driver>(
     if let Some(t) = sshfs {
         opts.extra_transports.push(Arc::new(t));
     }
-    DelegatorHandle::start(R::default(), opts)
+    DelegatorHandle::try_start(R::default(), opts).unwrap_or_else(|e| {
+        if matches!(e, awcp_driver::DelegatorError::StateDirInUse { .. }) {
+            fail(format!(
+                "{e}; go through that delegator (e.g. `--daemon` for a running `awcp daemon`) \
+                 or use another --state-dir"
+            ))
+        }
+        fail(e)
+    })
 }
 
 fn print_value(json: bool, v: &Value, human: impl FnOnce(&Value) -> String) {
