@@ -155,6 +155,9 @@ macro_rules! conformance_suite {
             sse_stream_cut_mid_task_is_resumed,
             delegator_restart_reconnects_and_applies_the_result,
             executor_killed_mid_task_then_restarted,
+            type_changes_apply_both_ways,
+            type_change_over_local_edits_is_a_conflict_named_as_such,
+            file_modes_round_trip_and_unchanged_files_keep_their_mtime,
         );
     };
     (@ $rt:ty: $($name:ident),* $(,)?) => {
@@ -192,6 +195,87 @@ impl TaskRunner for EditRunner {
         Ok(TaskOutcome {
             summary: "edited a, b; added new/c; deleted gone".into(),
             highlights: vec!["a.txt".into()],
+        })
+    }
+}
+
+/// A runner that changes types: the directory `src/` becomes a file, the file `b.txt` becomes
+/// a directory. With `hold`, it first reports it started and waits to be released.
+#[derive(Clone, Default)]
+pub struct TypeChangeRunner {
+    /// Wait for this gate's release first.
+    pub hold: Option<GateRunner>,
+}
+
+impl TaskRunner for TypeChangeRunner {
+    fn run(
+        &self,
+        ctx: &TaskContext,
+        _progress: &dyn Fn(String),
+        cancel: &CancelFlag,
+    ) -> Result<TaskOutcome, String> {
+        if let Some(g) = &self.hold {
+            let _ = g.started_tx.try_send(());
+            while !g.release.load(std::sync::atomic::Ordering::SeqCst) {
+                if cancel.is_cancelled() {
+                    return Err("stopped".into());
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        let w = &ctx.work_dir;
+        let e = |e: std::io::Error| e.to_string();
+        std::fs::remove_dir_all(w.join("src")).map_err(e)?;
+        std::fs::write(w.join("src"), "src is a file now\n").map_err(e)?;
+        std::fs::remove_file(w.join("b.txt")).map_err(e)?;
+        std::fs::create_dir(w.join("b.txt")).map_err(e)?;
+        std::fs::write(w.join("b.txt/inner.txt"), "inside\n").map_err(e)?;
+        Ok(TaskOutcome {
+            summary: "src/ -> file, b.txt -> dir/".into(),
+            highlights: vec![],
+        })
+    }
+}
+
+/// A runner that checks the modes it received (`ro.txt` 0444, `run.sh` 0755), edits the
+/// read-only `ro.txt` (keeping it read-only), creates `tool.sh` with mode 0750 and edits `a.txt`.
+pub struct ModeRunner;
+
+impl TaskRunner for ModeRunner {
+    fn run(
+        &self,
+        ctx: &TaskContext,
+        _progress: &dyn Fn(String),
+        _c: &CancelFlag,
+    ) -> Result<TaskOutcome, String> {
+        use std::os::unix::fs::PermissionsExt;
+        let w = &ctx.work_dir;
+        let e = |e: std::io::Error| e.to_string();
+        let mode = |p: &str| -> Result<u32, String> {
+            Ok(std::fs::metadata(w.join(p))
+                .map_err(e)?
+                .permissions()
+                .mode()
+                & 0o7777)
+        };
+        for (p, want) in [("ro.txt", 0o444), ("run.sh", 0o755), ("b.txt", 0o644)] {
+            let got = mode(p)?;
+            if got != want {
+                return Err(format!("{p} arrived as {got:o}, not {want:o}"));
+            }
+        }
+        let set = |p: &str, m: u32| {
+            std::fs::set_permissions(w.join(p), std::fs::Permissions::from_mode(m)).map_err(e)
+        };
+        set("ro.txt", 0o644)?;
+        std::fs::write(w.join("ro.txt"), "RO edited\n").map_err(e)?;
+        set("ro.txt", 0o444)?;
+        std::fs::write(w.join("tool.sh"), "#!/bin/sh\n").map_err(e)?;
+        set("tool.sh", 0o750)?;
+        std::fs::write(w.join("a.txt"), "A edited\n").map_err(e)?;
+        Ok(TaskOutcome {
+            summary: "modes kept".into(),
+            highlights: vec![],
         })
     }
 }
@@ -976,6 +1060,147 @@ pub async fn executor_killed_mid_task_then_restarted<R: TestRuntime>() {
     assert_eq!(tree(ws.path()), before);
     drop(ex2);
     pkill(marker);
+}
+
+/// A directory replaced by a file and a file replaced by a directory apply (both snapshot
+/// kinds: delta from our executor, and the full snapshot a reference peer sends), with no
+/// local edit: nothing conflicts, and nothing is left behind.
+pub async fn type_changes_apply_both_ways<R: TestRuntime>() {
+    let ex = start_executor::<R>(Arc::new(TypeChangeRunner::default()), |_| {}).await;
+    for delta in [true, false] {
+        let dg = start_delegator::<R>(false, |c| {
+            if !delta {
+                c.features
+                    .retain(|f| f != awcp_proto::feature::DELTA_SNAPSHOTS)
+            }
+        })
+        .await;
+        let ws = workspace();
+        let v = run_to_end::<R>(&dg.handle, params::<R>(&ex.peer, ws.path())).await;
+        assert_eq!(v.state, DelegationState::Completed, "{v:?}");
+        assert_eq!(
+            v.snapshots[0].status,
+            awcp_proto::engine::delegator::SnapshotStatus::Applied,
+            "delta={delta}: {v:?}"
+        );
+        let t = tree(ws.path());
+        assert_eq!(
+            t.get("src").map(String::as_str),
+            Some("src is a file now\n")
+        );
+        assert_eq!(
+            t.get("b.txt/inner.txt").map(String::as_str),
+            Some("inside\n")
+        );
+        assert_eq!(t.get("a.txt").map(String::as_str), Some("A\n"));
+        assert!(!ws.path().join("src/keep.rs").exists());
+        let parent = ws.path().parent().unwrap();
+        let leftovers: Vec<_> = std::fs::read_dir(parent)
+            .unwrap()
+            .flatten()
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .contains(v.request.id.as_str())
+            })
+            .collect();
+        assert!(leftovers.is_empty(), "staging left: {leftovers:?}");
+        wait_released::<R>(&ex).await;
+    }
+}
+
+/// The same type changes over real local edits (a file edited and a file added under the
+/// directory that becomes a file): a conflict naming those files, with a hint about local
+/// edits (not about storage connectivity); the workspace is untouched and the snapshot stays
+/// pending.
+pub async fn type_change_over_local_edits_is_a_conflict_named_as_such<R: TestRuntime>() {
+    let gate = GateRunner::default();
+    let runner = TypeChangeRunner {
+        hold: Some(gate.clone()),
+    };
+    let ex = start_executor::<R>(Arc::new(runner), |_| {}).await;
+    let dg = start_delegator::<R>(false, |_| {}).await;
+    let ws = workspace();
+    let id = dg
+        .handle
+        .delegate(params::<R>(&ex.peer, ws.path()))
+        .await
+        .unwrap();
+    // While the task runs, the user edits a file under src/ and adds one.
+    gate.started().await;
+    std::fs::write(ws.path().join("src/keep.rs"), "fn main() { edited(); }\n").unwrap();
+    std::fs::write(ws.path().join("src/local_only.rs"), "// mine\n").unwrap();
+    let before = tree(ws.path());
+    gate.release
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let v = timeout::<R, _>(Duration::from_secs(60), dg.handle.wait(&id))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(v.state, DelegationState::Completed, "{v:?}");
+    let snap = &v.snapshots[0];
+    assert_eq!(
+        snap.status,
+        awcp_proto::engine::delegator::SnapshotStatus::Pending,
+        "{v:?}"
+    );
+    let e = snap.error.as_ref().expect("the reason is kept");
+    assert!(
+        e.message.contains("src/keep.rs") && e.message.contains("src/local_only.rs"),
+        "{e:?}"
+    );
+    let hint = e.hint.as_deref().unwrap_or("");
+    assert!(hint.contains("local"), "{e:?}");
+    assert!(!hint.contains("storage"), "{e:?}");
+    assert_eq!(tree(ws.path()), before, "nothing written");
+    wait_released::<R>(&ex).await;
+}
+
+/// Permission bits travel both ways: a 0444 file arrives read-only on the executor and stays
+/// read-only when the result (which edits it) is applied; a new 0750 file arrives 0750; an
+/// executable keeps its mode. Files the task did not change are not rewritten, so they keep
+/// their mtime.
+pub async fn file_modes_round_trip_and_unchanged_files_keep_their_mtime<R: TestRuntime>() {
+    use std::os::unix::fs::PermissionsExt;
+    let ex = start_executor::<R>(Arc::new(ModeRunner), |_| {}).await;
+    let dg = start_delegator::<R>(false, |_| {}).await;
+    let ws = workspace();
+    let p = |n: &str| ws.path().join(n);
+    let set = |n: &str, m: u32| {
+        std::fs::set_permissions(p(n), std::fs::Permissions::from_mode(m)).unwrap()
+    };
+    std::fs::write(p("ro.txt"), "RO\n").unwrap();
+    set("ro.txt", 0o444);
+    std::fs::write(p("run.sh"), "#!/bin/sh\necho hi\n").unwrap();
+    set("run.sh", 0o755);
+    set("b.txt", 0o644);
+    let old = std::time::UNIX_EPOCH + Duration::from_secs(978_307_200); // 2001-01-01
+    std::fs::File::options()
+        .write(true)
+        .open(p("b.txt"))
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    let v = run_to_end::<R>(&dg.handle, params::<R>(&ex.peer, ws.path())).await;
+    assert_eq!(v.state, DelegationState::Completed, "{v:?}");
+    assert_eq!(
+        v.snapshots[0].status,
+        awcp_proto::engine::delegator::SnapshotStatus::Applied,
+        "{v:?}"
+    );
+    let mode = |n: &str| std::fs::metadata(p(n)).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(std::fs::read_to_string(p("ro.txt")).unwrap(), "RO edited\n");
+    assert_eq!(mode("ro.txt"), 0o444, "read-only kept");
+    assert_eq!(mode("tool.sh"), 0o750);
+    assert_eq!(mode("run.sh"), 0o755);
+    assert_eq!(mode("a.txt") & 0o600, 0o600);
+    assert_eq!(std::fs::read_to_string(p("a.txt")).unwrap(), "A edited\n");
+    assert_eq!(
+        std::fs::metadata(p("b.txt")).unwrap().modified().unwrap(),
+        old,
+        "an unchanged file keeps its mtime"
+    );
+    wait_released::<R>(&ex).await;
 }
 
 // ---------------------------------------------------------------------------------------------
