@@ -1045,7 +1045,7 @@ impl<R: Runtime> Loop<R> {
                     .map(|report| {
                         tracing::info!(delegation = %did, snapshot = %s, written = report.written.len(), deleted = report.deleted.len(), "snapshot applied");
                     })
-                    .map_err(|e| e.to_error_info())
+                    .map_err(|e| e.apply_error_info())
             })
             .await;
             feed(DelegatorInput::SnapshotApplied {
