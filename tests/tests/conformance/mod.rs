@@ -921,24 +921,9 @@ pub async fn delegator_restart_reconnects_and_applies_the_result<R: TestRuntime>
     wait_released::<R>(&ex).await;
 }
 
-/// Builds `awcp-executor` (a no-op when it is up to date) and returns its path.
+/// `awcp-executor`, built once per test process (see `awcp_tests::bins`).
 fn executor_binary() -> PathBuf {
-    let status = std::process::Command::new(env!("CARGO"))
-        .args([
-            "build",
-            "-q",
-            "-p",
-            "awcp-examples",
-            "--bin",
-            "awcp-executor",
-        ])
-        .status()
-        .expect("cargo build runs");
-    assert!(status.success(), "building awcp-executor failed");
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
-    target.join("debug/awcp-executor")
+    awcp_tests::bins::path("awcp-executor")
 }
 
 /// An `awcp-executor` process on runtime `runtime`, killed when dropped.
