@@ -2,8 +2,9 @@
 //! real programs: built once per test process with the profile of the running test (so `cargo
 //! test`'s dependency builds are reused and every test binary agrees on one build).
 
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 
 /// The binaries [`path`] builds (one `cargo build -p awcp-examples` for all of them).
@@ -51,4 +52,61 @@ pub fn path(name: &str) -> PathBuf {
     let p = dir.join(name);
     assert!(p.exists(), "{} was not built", p.display());
     p
+}
+
+/// Spawns `cmd` with stdout piped (stderr discarded) and returns the child with what its first
+/// stdout line says after `prefix` — the URL a binary announces it listens on. Panics if the
+/// line does not start with `prefix`.
+pub fn spawn_announcing(cmd: &mut Command, prefix: &str) -> (Child, String) {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the binary starts");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("piped stdout"))
+        .read_line(&mut line)
+        .expect("the binary prints its first line");
+    let rest = line
+        .trim()
+        .strip_prefix(prefix)
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_owned();
+    (child, rest)
+}
+
+/// `awcp-executor --listen 127.0.0.1:0 --quiet` with its work root and state under `dir`,
+/// running `agent_cmd`; spawn it with [`spawn_announcing`] and
+/// `"awcp-executor listening on "` to learn its AWCP URL.
+pub fn executor_command(dir: &Path, agent_cmd: &str) -> Command {
+    let mut cmd = Command::new(path("awcp-executor"));
+    cmd.args(["--listen", "127.0.0.1:0", "--quiet"])
+        .arg("--work-root")
+        .arg(dir.join("work"))
+        .arg("--state-dir")
+        .arg(dir.join("state"))
+        .arg("--agent-cmd")
+        .arg(agent_cmd);
+    cmd
+}
+
+/// What an executor started by [`executor_command`] prints before its URL.
+pub const EXECUTOR_ANNOUNCES: &str = "awcp-executor listening on ";
+/// What `awcp daemon` prints before its URL.
+pub const DAEMON_ANNOUNCES: &str = "awcp daemon listening on ";
+
+/// `awcp daemon` on 127.0.0.1 port 0 with state directory `state`, and its URL.
+pub fn spawn_daemon(state: &Path) -> (Child, String) {
+    spawn_announcing(
+        Command::new(path("awcp"))
+            .args([
+                "--quiet",
+                "daemon",
+                "--listen",
+                "127.0.0.1:0",
+                "--state-dir",
+            ])
+            .arg(state),
+        DAEMON_ANNOUNCES,
+    )
 }

@@ -10,7 +10,7 @@
 //! re-apply yields the new tree). The run fails if no kill landed inside the swap.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -110,33 +110,8 @@ impl Drop for Proc {
     }
 }
 
-/// Reads the first stdout line of `child` and returns what follows `prefix`.
-fn first_line(child: &mut Child, prefix: &str) -> String {
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    line.trim()
-        .strip_prefix(prefix)
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-        .to_owned()
-}
-
 fn start_daemon(state: &Path) -> (Proc, String) {
-    let mut child = Command::new(bins::path("awcp"))
-        .args([
-            "--quiet",
-            "daemon",
-            "--listen",
-            "127.0.0.1:0",
-            "--state-dir",
-        ])
-        .arg(state)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let url = first_line(&mut child, "awcp daemon listening on ");
+    let (child, url) = bins::spawn_daemon(state);
     (Proc(child), url)
 }
 
@@ -198,19 +173,11 @@ fn sigkill_during_a_large_apply_then_restart_leaves_all_old_or_all_new() {
     // One real delegation, staged: the result is stored, not applied.
     let exdir = tempfile::tempdir().unwrap();
     std::fs::write(exdir.path().join("agent.sh"), AGENT).unwrap();
-    let mut ex = Command::new(bins::path("awcp-executor"))
-        .args(["--listen", "127.0.0.1:0", "--quiet"])
-        .arg("--work-root")
-        .arg(exdir.path().join("work"))
-        .arg("--state-dir")
-        .arg(exdir.path().join("state"))
-        .arg("--agent-cmd")
-        .arg(format!("sh {}", exdir.path().join("agent.sh").display()))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let peer = first_line(&mut ex, "awcp-executor listening on ");
+    let agent = format!("sh {}", exdir.path().join("agent.sh").display());
+    let (ex, peer) = bins::spawn_announcing(
+        &mut bins::executor_command(exdir.path(), &agent),
+        bins::EXECUTOR_ANNOUNCES,
+    );
     let ex = Proc(ex);
     let o = awcp(&[
         "--json",

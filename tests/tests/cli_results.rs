@@ -4,9 +4,9 @@
 //! executor is acknowledged only once the result is stored locally, and the printed retry
 //! command works).
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Output};
 
 use awcp_tests::bins;
 use serde_json::Value;
@@ -36,27 +36,10 @@ impl Executor {
         let dir = tempfile::tempdir().unwrap();
         let agent = dir.path().join("agent.sh");
         std::fs::write(&agent, AGENT).unwrap();
-        let mut child = Command::new(bins::path("awcp-executor"))
-            .args(["--listen", "127.0.0.1:0", "--quiet"])
-            .arg("--work-root")
-            .arg(dir.path().join("work"))
-            .arg("--state-dir")
-            .arg(dir.path().join("state"))
-            .arg("--agent-cmd")
-            .arg(format!("sh {}", agent.display()))
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("awcp-executor starts");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .expect("executor prints its URL");
-        let url = line
-            .trim()
-            .strip_prefix("awcp-executor listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-            .to_owned();
+        let (child, url) = bins::spawn_announcing(
+            &mut bins::executor_command(dir.path(), &format!("sh {}", agent.display())),
+            bins::EXECUTOR_ANNOUNCES,
+        );
         Executor {
             child,
             url,
@@ -304,28 +287,7 @@ fn result_that_cannot_be_stored_is_not_acknowledged() {
 fn daemon_record_says_the_result_was_not_applied() {
     let ex = Executor::start();
     let state = tempfile::tempdir().unwrap();
-    let mut daemon = Command::new(bins::path("awcp"))
-        .args([
-            "--quiet",
-            "daemon",
-            "--listen",
-            "127.0.0.1:0",
-            "--state-dir",
-        ])
-        .arg(state.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(daemon.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let url = line
-        .trim()
-        .strip_prefix("awcp daemon listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-        .to_owned();
+    let (mut daemon, url) = bins::spawn_daemon(state.path());
     let ws = workspace();
     let a = ws.path().join("a.txt");
     let o = awcp(&[

@@ -2369,6 +2369,34 @@ mod tests {
         matches!(o, DelegatorOutput::SendAck { .. })
     }
 
+    fn is_apply(o: &DelegatorOutput) -> bool {
+        matches!(o, DelegatorOutput::ApplySnapshot { .. })
+    }
+
+    fn stored(s: &str, result: Result<(), ErrorInfo>) -> DelegatorInput {
+        DelegatorInput::SnapshotStored {
+            id: id(),
+            snapshot_id: sid(s),
+            result,
+        }
+    }
+
+    fn applied(s: &str, result: Result<(), ErrorInfo>) -> DelegatorInput {
+        DelegatorInput::SnapshotApplied {
+            id: id(),
+            snapshot_id: sid(s),
+            result,
+        }
+    }
+
+    /// A running `auto` delegation that received `snap_a` and `done`.
+    fn done_with_snapshot() -> Delegator {
+        let mut d = running(SnapshotMode::Auto);
+        d.handle(t(2), snapshot("snap_a")).unwrap();
+        d.handle(t(2), done("snap_a")).unwrap();
+        d
+    }
+
     /// A delegation in `running`, with `auth` and `mode`.
     fn running(mode: SnapshotMode) -> Delegator {
         let mut d = Delegator::new(DelegatorConfig::default());
@@ -2452,39 +2480,17 @@ mod tests {
 
     #[test]
     fn auto_snapshots_are_stored_then_applied_and_acked_only_after() {
-        let mut d = running(SnapshotMode::Auto);
-        d.handle(t(2), snapshot("snap_a")).unwrap();
-        d.handle(t(2), done("snap_a")).unwrap();
+        let mut d = done_with_snapshot();
         let out = drain(&mut d);
         assert!(out
             .iter()
             .any(|o| matches!(o, DelegatorOutput::StoreSnapshot { .. })));
-        assert!(!out
-            .iter()
-            .any(|o| matches!(o, DelegatorOutput::ApplySnapshot { .. }) || is_ack(o)));
-        d.handle(
-            t(3),
-            DelegatorInput::SnapshotStored {
-                id: id(),
-                snapshot_id: sid("snap_a"),
-                result: Ok(()),
-            },
-        )
-        .unwrap();
+        assert!(!out.iter().any(|o| is_apply(o) || is_ack(o)));
+        d.handle(t(3), stored("snap_a", Ok(()))).unwrap();
         let out = drain(&mut d);
-        assert!(out
-            .iter()
-            .any(|o| matches!(o, DelegatorOutput::ApplySnapshot { .. })));
+        assert!(out.iter().any(is_apply));
         assert!(!out.iter().any(is_ack), "no ack while the apply runs");
-        d.handle(
-            t(4),
-            DelegatorInput::SnapshotApplied {
-                id: id(),
-                snapshot_id: sid("snap_a"),
-                result: Ok(()),
-            },
-        )
-        .unwrap();
+        d.handle(t(4), applied("snap_a", Ok(()))).unwrap();
         let out = drain(&mut d);
         assert!(out.iter().any(is_ack));
         assert!(out
@@ -2498,20 +2504,13 @@ mod tests {
 
     #[test]
     fn failed_auto_apply_keeps_the_snapshot_pending_with_its_reason() {
-        let mut d = running(SnapshotMode::Auto);
-        d.handle(t(2), snapshot("snap_a")).unwrap();
-        d.handle(t(2), done("snap_a")).unwrap();
+        let mut d = done_with_snapshot();
         for input in [
-            DelegatorInput::SnapshotStored {
-                id: id(),
-                snapshot_id: sid("snap_a"),
-                result: Ok(()),
-            },
-            DelegatorInput::SnapshotApplied {
-                id: id(),
-                snapshot_id: sid("snap_a"),
-                result: Err(ErrorInfo::new(ErrorCode::TransportError, "conflict: a.txt")),
-            },
+            stored("snap_a", Ok(())),
+            applied(
+                "snap_a",
+                Err(ErrorInfo::new(ErrorCode::TransportError, "conflict: a.txt")),
+            ),
             DelegatorInput::TransportReleased { id: id() },
         ] {
             d.handle(t(3), input).unwrap();
@@ -2533,42 +2532,27 @@ mod tests {
         );
         // Re-appliable.
         d.apply_snapshot(t(4), &id(), &sid("snap_a")).unwrap();
-        assert!(drain(&mut d)
-            .iter()
-            .any(|o| matches!(o, DelegatorOutput::ApplySnapshot { .. })));
-        d.handle(
-            t(5),
-            DelegatorInput::SnapshotApplied {
-                id: id(),
-                snapshot_id: sid("snap_a"),
-                result: Ok(()),
-            },
-        )
-        .unwrap();
+        assert!(drain(&mut d).iter().any(is_apply));
+        d.handle(t(5), applied("snap_a", Ok(()))).unwrap();
         assert_eq!(d.get(&id()).unwrap().outcome(), Outcome::Completed);
     }
 
     #[test]
     fn a_snapshot_that_cannot_be_stored_is_never_acknowledged() {
-        let mut d = running(SnapshotMode::Auto);
-        d.handle(t(2), snapshot("snap_a")).unwrap();
-        d.handle(t(2), done("snap_a")).unwrap();
+        let mut d = done_with_snapshot();
         d.handle(
             t(3),
-            DelegatorInput::SnapshotStored {
-                id: id(),
-                snapshot_id: sid("snap_a"),
-                result: Err(ErrorInfo::new(ErrorCode::TransportError, "disk full")),
-            },
+            stored(
+                "snap_a",
+                Err(ErrorInfo::new(ErrorCode::TransportError, "disk full")),
+            ),
         )
         .unwrap();
         d.handle(t(4), DelegatorInput::TransportReleased { id: id() })
             .unwrap();
         let out = drain(&mut d);
         assert!(!out.iter().any(is_ack), "{out:?}");
-        assert!(!out
-            .iter()
-            .any(|o| matches!(o, DelegatorOutput::ApplySnapshot { .. })));
+        assert!(!out.iter().any(is_apply));
         let v = d.get(&id()).unwrap();
         assert!(v.ended);
         assert!(matches!(
@@ -2584,15 +2568,7 @@ mod tests {
         d.handle(t(2), snapshot("snap_b")).unwrap();
         drain(&mut d);
         for s in ["snap_b", "snap_a"] {
-            d.handle(
-                t(3),
-                DelegatorInput::SnapshotStored {
-                    id: id(),
-                    snapshot_id: sid(s),
-                    result: Ok(()),
-                },
-            )
-            .unwrap();
+            d.handle(t(3), stored(s, Ok(()))).unwrap();
         }
         let applies = |out: &[DelegatorOutput]| -> Vec<SnapshotId> {
             out.iter()
@@ -2603,59 +2579,33 @@ mod tests {
                 .collect()
         };
         assert_eq!(applies(&drain(&mut d)), vec![sid("snap_b")]);
-        d.handle(
-            t(4),
-            DelegatorInput::SnapshotApplied {
-                id: id(),
-                snapshot_id: sid("snap_b"),
-                result: Ok(()),
-            },
-        )
-        .unwrap();
+        d.handle(t(4), applied("snap_b", Ok(()))).unwrap();
         assert_eq!(applies(&drain(&mut d)), vec![sid("snap_a")]);
     }
 
     #[test]
     fn a_restart_mid_apply_leaves_the_snapshot_pending_and_reappliable() {
-        let mut d = running(SnapshotMode::Auto);
-        d.handle(t(2), snapshot("snap_a")).unwrap();
-        d.handle(t(2), done("snap_a")).unwrap();
-        d.handle(
-            t(3),
-            DelegatorInput::SnapshotStored {
-                id: id(),
-                snapshot_id: sid("snap_a"),
-                result: Ok(()),
-            },
-        )
-        .unwrap();
+        let mut d = done_with_snapshot();
+        d.handle(t(3), stored("snap_a", Ok(()))).unwrap();
         let out = drain(&mut d);
-        assert!(out
-            .iter()
-            .any(|o| matches!(o, DelegatorOutput::ApplySnapshot { .. })));
+        assert!(out.iter().any(is_apply));
         // The process dies here; a new one restores from the journal record.
         let rec = d.record(&id()).unwrap();
         let mut d2 = Delegator::new(DelegatorConfig::default());
         assert_eq!(d2.restore(t(10), &[rec]), 1);
         let out = drain(&mut d2);
-        assert!(!out
-            .iter()
-            .any(|o| matches!(o, DelegatorOutput::ApplySnapshot { .. })));
+        assert!(!out.iter().any(is_apply));
         assert!(out.iter().any(is_ack), "stored: the executor may forget it");
         let s = status_of(&d2, "snap_a");
         assert_eq!(s.status, SnapshotStatus::Pending);
         assert!(s.error.unwrap().message.contains("stopped while applying"));
         d2.apply_snapshot(t(11), &id(), &sid("snap_a")).unwrap();
-        assert!(drain(&mut d2)
-            .iter()
-            .any(|o| matches!(o, DelegatorOutput::ApplySnapshot { .. })));
+        assert!(drain(&mut d2).iter().any(is_apply));
     }
 
     #[test]
     fn a_restart_while_storing_fetches_the_result_again_before_any_ack() {
-        let mut d = running(SnapshotMode::Auto);
-        d.handle(t(2), snapshot("snap_a")).unwrap();
-        d.handle(t(2), done("snap_a")).unwrap();
+        let mut d = done_with_snapshot();
         drain(&mut d);
         let rec = d.record(&id()).unwrap();
         let mut d2 = Delegator::new(DelegatorConfig::default());

@@ -532,12 +532,7 @@ async fn run<R: Driver>(cli: Cli) {
         }
         Cmd::Status { id, state_dir } => {
             let v = match state_dir {
-                Some(dir) => {
-                    let d = delegator::<R>(dir, None, None);
-                    let v = d.get(&parse_id(&id)).await.map(|v| view_to_json(&v));
-                    d.stop().await;
-                    v.unwrap_or_else(|| usage(format!("unknown delegation {id}")))
-                }
+                Some(dir) => local_record::<R>(dir, &id).await,
                 None => client.get(&id).await.unwrap_or_else(|e| fail_daemon(e)),
             };
             print_value(cli.json, &v, human_record);
@@ -559,13 +554,7 @@ async fn run<R: Driver>(cli: Cli) {
         }
         Cmd::Snapshots { id, state_dir } => {
             let v = match state_dir {
-                Some(dir) => {
-                    let d = delegator::<R>(dir, None, None);
-                    let v = d.get(&parse_id(&id)).await.map(|v| view_to_json(&v));
-                    d.stop().await;
-                    let v = v.unwrap_or_else(|| usage(format!("unknown delegation {id}")));
-                    json!({"snapshots": v["snapshots"]})
-                }
+                Some(dir) => json!({"snapshots": local_record::<R>(dir, &id).await["snapshots"]}),
                 None => client
                     .snapshots(&id)
                     .await
@@ -639,6 +628,15 @@ async fn run<R: Driver>(cli: Cli) {
             });
         }
     }
+}
+
+/// The record of delegation `id` from the state directory `dir`, in-process (after the
+/// start-up recovery of interrupted applies).
+async fn local_record<R: Driver>(dir: PathBuf, id: &str) -> Value {
+    let d = delegator::<R>(dir, None, None);
+    let v = d.get(&parse_id(id)).await.map(|v| view_to_json(&v));
+    d.stop().await;
+    v.unwrap_or_else(|| usage(format!("unknown delegation {id}")))
 }
 
 fn parse_id(s: &str) -> awcp_proto::DelegationId {

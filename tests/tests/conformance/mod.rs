@@ -944,32 +944,19 @@ impl ExecutorProcess {
         dir: &Path,
         marker: &str,
     ) -> Self {
-        use std::io::BufRead;
         let mut cmd = std::process::Command::new(bin);
         if let Some(t) = token {
             cmd.args(["--auth-token", t]);
         }
-        let mut child = cmd
-            .args(["--listen", listen, "--quiet", "--runtime", runtime])
+        cmd.args(["--listen", listen, "--quiet", "--runtime", runtime])
             .arg("--work-root")
             .arg(dir.join("work"))
             .arg("--state-dir")
             .arg(dir.join("state"))
             .arg("--agent-cmd")
-            .arg(format!("sh -c 'echo started; exec sleep 120 {marker}'"))
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("executor starts");
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .expect("executor prints its URL");
-        let url = line
-            .trim()
-            .strip_prefix("awcp-executor listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-            .to_owned();
+            .arg(format!("sh -c 'echo started; exec sleep 120 {marker}'"));
+        let (child, url) =
+            awcp_tests::bins::spawn_announcing(&mut cmd, awcp_tests::bins::EXECUTOR_ANNOUNCES);
         ExecutorProcess { child, url }
     }
 }
