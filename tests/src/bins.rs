@@ -4,7 +4,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
 
 /// The binaries [`path`] builds (one `cargo build -p awcp-examples` for all of them).
@@ -108,5 +108,24 @@ pub fn spawn_daemon(state: &Path) -> (Child, String) {
             ])
             .arg(state),
         DAEMON_ANNOUNCES,
+    )
+}
+
+/// Runs `awcp --quiet ARGS…` to completion.
+pub fn awcp(args: &[&str]) -> Output {
+    Command::new(path("awcp"))
+        .arg("--quiet")
+        .args(args)
+        .output()
+        .expect("awcp runs")
+}
+
+/// A finished process's exit code and output, for assertion messages.
+pub fn show(o: &Output) -> String {
+    format!(
+        "exit {:?}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
     )
 }

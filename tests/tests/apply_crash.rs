@@ -12,10 +12,10 @@
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use awcp_tests::bins;
+use awcp_tests::bins::{self, awcp, show};
 use serde_json::Value;
 
 /// Tries (each a kill and a restart).
@@ -81,23 +81,6 @@ fn staging(parent: &Path) -> Vec<String> {
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .filter(|n| n.starts_with(".awcp-apply-") || n.starts_with(".awcp-stage-"))
         .collect()
-}
-
-fn show(o: &Output) -> String {
-    format!(
-        "exit {:?}\n--- stdout ---\n{}\n--- stderr ---\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn awcp(args: &[&str]) -> Output {
-    Command::new(bins::path("awcp"))
-        .arg("--quiet")
-        .args(args)
-        .output()
-        .expect("awcp runs")
 }
 
 /// A child process killed (if still running) when dropped.

@@ -6,9 +6,9 @@
 
 use std::io::{Read, Write};
 use std::path::Path;
-use std::process::{Child, Command, Output};
+use std::process::{Child, Output};
 
-use awcp_tests::bins;
+use awcp_tests::bins::{self, awcp, show};
 use serde_json::Value;
 
 /// The agent: `fail` fails the task; `conflict <path>` also edits `<path>` (a file of the
@@ -88,23 +88,6 @@ fn workspace() -> tempfile::TempDir {
     std::fs::write(d.path().join("a.txt"), "A\n").unwrap();
     std::fs::write(d.path().join("b.txt"), "B\n").unwrap();
     d
-}
-
-fn awcp(args: &[&str]) -> Output {
-    Command::new(bins::path("awcp"))
-        .arg("--quiet")
-        .args(args)
-        .output()
-        .expect("awcp runs")
-}
-
-fn show(o: &Output) -> String {
-    format!(
-        "exit {:?}\n--- stdout ---\n{}\n--- stderr ---\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// `awcp delegate DIR --peer PEER --prompt PROMPT --state-dir STATE --json`.
