@@ -46,8 +46,12 @@ pub struct DelegatorOptions {
     /// Timeout of INVITE/START/ERROR/cancel/ack requests (30 s).
     pub request_timeout: Duration,
     /// Where peers can fetch archives this delegator serves (URL mode), e.g.
-    /// `http://127.0.0.1:3100`. `None`: archives always travel inline.
+    /// `https://delegator.example:3100` (`--public-url`). `None`: archives always travel
+    /// inline. An unspecified host (`http://0.0.0.0:3100`, a server bound to every interface)
+    /// is replaced per delegation by the local address that reaches the executor.
     pub archive_base_url: Option<String>,
+    /// TLS settings for talking to executors (`https` peers: private CA, client certificate).
+    pub client_tls: agent_rt::ClientTls,
     /// Largest snapshot accepted.
     pub max_snapshot_bytes: u64,
 }
@@ -62,6 +66,7 @@ impl DelegatorOptions {
             state_dir: state_dir.into(),
             request_timeout: Duration::from_secs(30),
             archive_base_url: None,
+            client_tls: agent_rt::ClientTls::default(),
             max_snapshot_bytes: 1024 * 1024 * 1024,
         }
     }
@@ -305,6 +310,7 @@ impl DelegatorHandle {
         }
         let lp = Loop {
             rt: rt.clone(),
+            http: agent_rt::HttpClient::new(rt.clone(), opts.client_tls.clone()),
             engine,
             tx: tx.clone(),
             opts: Arc::new(opts),
@@ -419,6 +425,15 @@ impl DelegatorHandle {
         rx
     }
 
+    /// The delegator's server (archive URLs and daemon API) as an [`agent_rt::Handler`].
+    pub fn http_handler(&self) -> agent_rt::Handler {
+        let d = self.clone();
+        agent_rt::Handler::new(move |req| {
+            let d = d.clone();
+            async move { d.handle_http(req).await }
+        })
+    }
+
     /// Answers one HTTP request to the delegator's server: a one-time archive URL
     /// (`/archives/{token}`, see [`Self::handle_archive_request`]) or else the daemon API
     /// ([`daemon::handle`]). Every driver's delegator server calls this.
@@ -466,6 +481,7 @@ impl DelegatorHandle {
 
 struct Loop<R: Runtime> {
     rt: R,
+    http: agent_rt::HttpClient<R>,
     engine: Delegator,
     tx: mpsc::UnboundedSender<Cmd>,
     opts: Arc<DelegatorOptions>,
@@ -615,22 +631,22 @@ impl<R: Runtime> Loop<R> {
     }
 
     fn post(&self, id: DelegationId, to: Outbound, url: String, body: Option<String>) {
-        let rt = self.rt.clone();
+        let http = self.http.clone();
         let feed = self.feed();
         let headers = self.credential_headers(&id, &url);
         let timeout = self.opts.request_timeout;
         self.rt.spawn(Box::pin(async move {
             let hdrs: Vec<(&str, String)> = headers.iter().map(|(k, v)| (*k, v.clone())).collect();
-            let reply = match net::request(
-                &rt,
-                Method::POST,
-                &url,
-                &hdrs,
-                body.map(Bytes::from),
-                timeout,
-                16 * 1024 * 1024,
-            )
-            .await
+            let reply = match http
+                .request(
+                    Method::POST,
+                    &url,
+                    &hdrs,
+                    body.map(Bytes::from),
+                    timeout,
+                    16 * 1024 * 1024,
+                )
+                .await
             {
                 Ok((status, body)) => wire_http::decode_reply(status, &body),
                 Err(e) => awcp_proto::engine::delegator::Reply::Failed(e.to_string()),
@@ -733,6 +749,7 @@ impl<R: Runtime> Loop<R> {
                 let by_url = features.iter().any(|f| f == feature::ARCHIVE_URL)
                     && self.opts.archive_base_url.is_some();
                 let base = self.opts.archive_base_url.clone();
+                let peer = self.engine.get(&id).map(|v| v.request.peer);
                 let dir = self.opts.state_dir.join("archives");
                 let archives = self.archives.clone();
                 let baselines = self.baselines.clone();
@@ -800,10 +817,12 @@ impl<R: Runtime> Loop<R> {
                             ArchiveOutput::Inline(h) => TransportHandle::Archive(h),
                             ArchiveOutput::File(f) => {
                                 let token = random_token();
-                                let url = format!(
-                                    "{}/archives/{token}",
-                                    base.as_deref().unwrap_or("").trim_end_matches('/')
-                                );
+                                let base = match (base.as_deref(), peer.as_deref()) {
+                                    (Some(b), Some(p)) => agent_rt::origin::concrete_base_for(b, p),
+                                    (b, _) => b.unwrap_or("").to_owned(),
+                                };
+                                let url =
+                                    format!("{}/archives/{token}", base.trim_end_matches('/'));
                                 archives
                                     .lock()
                                     .unwrap_or_else(|p| p.into_inner())
@@ -823,7 +842,7 @@ impl<R: Runtime> Loop<R> {
                 }
             }
             DelegatorOutput::FetchResult { id, peer } => {
-                let rt = self.rt.clone();
+                let http = self.http.clone();
                 let feed = self.feed();
                 let url = wire_http::result_url(&peer, &id);
                 let headers = self.credential_headers(&id, &url);
@@ -832,21 +851,21 @@ impl<R: Runtime> Loop<R> {
                 self.rt.spawn(Box::pin(async move {
                     let hdrs: Vec<(&str, String)> =
                         headers.iter().map(|(k, v)| (*k, v.clone())).collect();
-                    let result =
-                        match net::request(&rt, Method::GET, &url, &hdrs, None, timeout, limit)
-                            .await
-                        {
-                            Ok((_, body)) => serde_json::from_slice::<serde_json::Value>(&body)
-                                .map_err(|e| format!("bad result body: {e}"))
-                                .and_then(|v| wire_http::decode_result(&id, &v)),
-                            Err(e) => Err(e.to_string()),
-                        };
+                    let result = match http
+                        .request(Method::GET, &url, &hdrs, None, timeout, limit)
+                        .await
+                    {
+                        Ok((_, body)) => serde_json::from_slice::<serde_json::Value>(&body)
+                            .map_err(|e| format!("bad result body: {e}"))
+                            .and_then(|v| wire_http::decode_result(&id, &v)),
+                        Err(e) => Err(e.to_string()),
+                    };
                     feed(DelegatorInput::ResultFetched { id, result });
                 }));
             }
             DelegatorOutput::ApplySnapshot { id, snapshot_id } => self.apply(id, snapshot_id),
             DelegatorOutput::StoreSnapshot { id, snapshot } => {
-                let rt = self.rt.clone();
+                let http = self.http.clone();
                 let feed = self.feed();
                 let dir = self.snapshot_dir(&id);
                 let limit = self.opts.max_snapshot_bytes;
@@ -859,7 +878,7 @@ impl<R: Runtime> Loop<R> {
                 let note = self.tx.clone();
                 self.rt.spawn(Box::pin(async move {
                     let sid = snapshot.snapshot_id.clone();
-                    let result = store_snapshot(&rt, &dir, &snapshot, &headers, limit)
+                    let result = store_snapshot(&http, &dir, &snapshot, &headers, limit)
                         .await
                         .map(|bytes| {
                             let _ = note.unbounded_send(Cmd::Transferred(Transfer {
@@ -931,7 +950,7 @@ impl<R: Runtime> Loop<R> {
         }
         let (handle, reg) = AbortHandle::new_pair();
         self.streams.insert(id.clone(), handle);
-        let rt = self.rt.clone();
+        let http = self.http.clone();
         let feed = self.feed();
         let url = wire_http::events_url(&peer, &id);
         let headers = self.credential_headers(&id, &url);
@@ -940,9 +959,9 @@ impl<R: Runtime> Loop<R> {
                 headers.iter().map(|(k, v)| (*k, v.clone())).collect();
             hdrs.push(("accept", "text/event-stream".into()));
             let resp = net::with_timeout(
-                &rt,
+                http.runtime(),
                 Duration::from_secs(30),
-                net::send(&rt, Method::GET, &url, &hdrs, None),
+                http.send(Method::GET, &url, &hdrs, None),
             )
             .await;
             let resp = match resp {
@@ -1141,12 +1160,13 @@ fn scan(specs: &[ResourceSpec]) -> Result<WorkspaceStats, ErrorInfo> {
 /// Stores a snapshot durably under `dir`: `<sid>.zip` (written to a temporary name, fsynced,
 /// renamed) and `<sid>.json` (its summary and checksum). Returns the size of the ZIP.
 async fn store_snapshot<R: Runtime>(
-    rt: &R,
+    http: &agent_rt::HttpClient<R>,
     dir: &Path,
     snap: &SnapshotEvent,
     headers: &[(&'static str, String)],
     limit: u64,
 ) -> Result<u64, ErrorInfo> {
+    let rt = http.runtime();
     let fail = |m: String| ErrorInfo {
         code: ErrorCode::TransportError,
         message: m,
@@ -1185,16 +1205,10 @@ async fn store_snapshot<R: Runtime>(
             .map_err(|e| fail(format!("writing the snapshot: {e}")))?;
             n
         }
-        (None, Some(url)) => net::download(
-            rt,
-            url,
-            headers,
-            part.clone(),
-            limit,
-            Duration::from_secs(600),
-        )
-        .await
-        .map_err(|e| fail(format!("fetching the snapshot: {e}")))?,
+        (None, Some(url)) => http
+            .download(url, headers, part.clone(), limit, Duration::from_secs(600))
+            .await
+            .map_err(|e| fail(format!("fetching the snapshot: {e}")))?,
         (None, None) => return Err(fail("snapshot carries no data".into())),
     };
     let meta = serde_json::json!({

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use awcp_driver::delegator::daemon::{view_to_json, DaemonClient};
 use awcp_driver::{DelegateParams, DelegatorHandle, DelegatorOptions, Driver};
-use awcp_examples::{exit, RuntimeChoice};
+use awcp_examples::{exit, ClientTlsArgs, RuntimeChoice, ServerArgs};
 use awcp_proto::engine::SnapshotMode;
 use awcp_proto::{AccessMode, Auth, AuthType, TransportKind};
 use awcp_transports::{
@@ -58,6 +58,8 @@ struct Cli {
     /// Async runtime to run on.
     #[arg(long, global = true, env = "AWCP_RUNTIME", value_enum, default_value_t)]
     runtime: RuntimeChoice,
+    #[command(flatten)]
+    client: ClientTlsArgs,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -101,6 +103,14 @@ enum Cmd {
         /// Serve the archive by URL from this address (URL mode) instead of inlining it.
         #[arg(long)]
         serve_archives: Option<SocketAddr>,
+        /// With --serve-archives: the base URL the executor reaches the archive server at
+        /// (behind NAT or a proxy). Default: its address (the route's source address if it
+        /// listens on 0.0.0.0).
+        #[arg(long, value_parser = awcp_examples::parse_public_url, requires = "serve_archives")]
+        public_url: Option<String>,
+        /// TLS and limits of the archive server.
+        #[command(flatten)]
+        server: ServerArgs,
         /// State directory for the in-process delegator.
         #[arg(long, env = "AWCP_STATE_DIR")]
         state_dir: Option<PathBuf>,
@@ -118,6 +128,13 @@ enum Cmd {
         /// State directory.
         #[arg(long, env = "AWCP_STATE_DIR")]
         state_dir: Option<PathBuf>,
+        /// The base URL executors reach this daemon's archive URLs at (behind NAT or a
+        /// proxy). Default: its address (the route's source address if it listens on 0.0.0.0).
+        #[arg(long, env = "AWCP_PUBLIC_URL", value_parser = awcp_examples::parse_public_url)]
+        public_url: Option<String>,
+        /// TLS and limits of the daemon's server.
+        #[command(flatten)]
+        server: ServerArgs,
     },
     /// List delegations.
     List,
@@ -323,10 +340,12 @@ fn delegator<R: Driver>(
     state_dir: PathBuf,
     archive_base: Option<String>,
     sshfs: Option<SshfsDelegator>,
+    client_tls: agent_rt::ClientTls,
 ) -> DelegatorHandle {
     let transport = ArchiveDelegator::new(ArchiveDelegatorConfig::new(state_dir.join("exports")));
     let mut opts = DelegatorOptions::new(Arc::new(transport), state_dir);
     opts.archive_base_url = archive_base;
+    opts.client_tls = client_tls;
     if let Some(t) = sshfs {
         opts.extra_transports.push(Arc::new(t));
     }
@@ -356,7 +375,9 @@ fn main() {
 }
 
 async fn run<R: Driver>(cli: Cli) {
-    let client = DaemonClient::new(R::default(), cli.daemon_url.clone());
+    let client_tls = cli.client.client_tls().unwrap_or_else(|e| fail(e));
+    let client =
+        DaemonClient::new(R::default(), cli.daemon_url.clone()).with_tls(client_tls.clone());
     match cli.cmd {
         Cmd::Delegate {
             dir,
@@ -371,6 +392,8 @@ async fn run<R: Driver>(cli: Cli) {
             daemon,
             background,
             serve_archives,
+            public_url,
+            server,
             state_dir,
             sshfs_config,
         } => {
@@ -440,9 +463,12 @@ async fn run<R: Driver>(cli: Cli) {
             if let Some(addr) = serve_archives {
                 let listener = std::net::TcpListener::bind(addr)
                     .unwrap_or_else(|e| fail(format!("--serve-archives {addr}: {e}")));
-                archive_base = Some(format!("http://{}", listener.local_addr().expect("bound")));
-                let d = delegator::<R>(state_dir.clone(), archive_base.clone(), sshfs);
-                R::default().spawn_delegator_server(listener, d.clone());
+                let server = server.server_options().unwrap_or_else(|e| fail(e));
+                let local = listener.local_addr().expect("bound");
+                archive_base =
+                    Some(public_url.unwrap_or_else(|| format!("{}://{local}", server.scheme())));
+                let d = delegator::<R>(state_dir.clone(), archive_base.clone(), sshfs, client_tls);
+                R::default().spawn_delegator_server_with(listener, d.clone(), server);
                 run_delegate::<R>(
                     d,
                     peer,
@@ -460,7 +486,7 @@ async fn run<R: Driver>(cli: Cli) {
                 .await;
                 return;
             }
-            let d = delegator::<R>(state_dir.clone(), archive_base, sshfs);
+            let d = delegator::<R>(state_dir.clone(), archive_base, sshfs, client_tls);
             run_delegate::<R>(
                 d,
                 peer,
@@ -477,14 +503,23 @@ async fn run<R: Driver>(cli: Cli) {
             )
             .await;
         }
-        Cmd::Daemon { listen, state_dir } => {
+        Cmd::Daemon {
+            listen,
+            state_dir,
+            public_url,
+            server,
+        } => {
             let state_dir = state_dir.unwrap_or_else(default_state_dir);
+            let server = server.server_options().unwrap_or_else(|e| fail(e));
             let listener = std::net::TcpListener::bind(listen)
                 .unwrap_or_else(|e| fail(format!("cannot listen on {listen}: {e}")));
             let local = listener.local_addr().expect("bound");
-            let d = delegator::<R>(state_dir, Some(format!("http://{local}")), None);
-            println!("awcp daemon listening on http://{local}");
-            if let Err(e) = R::serve_delegator_on(listener, d, R::shutdown_signal()).await {
+            let base = format!("{}://{local}", server.scheme());
+            let archive_base = public_url.unwrap_or_else(|| base.clone());
+            let d = delegator::<R>(state_dir, Some(archive_base), None, client_tls);
+            println!("awcp daemon listening on {base}");
+            if let Err(e) = R::serve_delegator_with(listener, d, server, R::shutdown_signal()).await
+            {
                 fail(e);
             }
         }
@@ -532,7 +567,7 @@ async fn run<R: Driver>(cli: Cli) {
         }
         Cmd::Status { id, state_dir } => {
             let v = match state_dir {
-                Some(dir) => local_record::<R>(dir, &id).await,
+                Some(dir) => local_record::<R>(dir, &id, client_tls).await,
                 None => client.get(&id).await.unwrap_or_else(|e| fail_daemon(e)),
             };
             print_value(cli.json, &v, human_record);
@@ -554,7 +589,9 @@ async fn run<R: Driver>(cli: Cli) {
         }
         Cmd::Snapshots { id, state_dir } => {
             let v = match state_dir {
-                Some(dir) => json!({"snapshots": local_record::<R>(dir, &id).await["snapshots"]}),
+                Some(dir) => {
+                    json!({"snapshots": local_record::<R>(dir, &id, client_tls).await["snapshots"]})
+                }
                 None => client
                     .snapshots(&id)
                     .await
@@ -571,7 +608,7 @@ async fn run<R: Driver>(cli: Cli) {
         } => {
             let applied = match state_dir {
                 Some(dir) => {
-                    let d = delegator::<R>(dir, None, None);
+                    let d = delegator::<R>(dir, None, None, client_tls);
                     let r = d
                         .apply_snapshot_and_wait(&parse_id(&id), &parse_snapshot(&snapshot))
                         .await;
@@ -611,7 +648,7 @@ async fn run<R: Driver>(cli: Cli) {
         } => {
             match state_dir {
                 Some(dir) => {
-                    let d = delegator::<R>(dir, None, None);
+                    let d = delegator::<R>(dir, None, None, client_tls);
                     let r = d
                         .discard_snapshot(&parse_id(&id), &parse_snapshot(&snapshot))
                         .await;
@@ -632,8 +669,8 @@ async fn run<R: Driver>(cli: Cli) {
 
 /// The record of delegation `id` from the state directory `dir`, in-process (after the
 /// start-up recovery of interrupted applies).
-async fn local_record<R: Driver>(dir: PathBuf, id: &str) -> Value {
-    let d = delegator::<R>(dir, None, None);
+async fn local_record<R: Driver>(dir: PathBuf, id: &str, tls: agent_rt::ClientTls) -> Value {
+    let d = delegator::<R>(dir, None, None, tls);
     let v = d.get(&parse_id(id)).await.map(|v| view_to_json(&v));
     d.stop().await;
     v.unwrap_or_else(|| usage(format!("unknown delegation {id}")))

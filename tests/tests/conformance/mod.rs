@@ -47,12 +47,13 @@ impl TestRuntime for awcp_smol::SmolRuntime {}
 #[derive(Clone, Copy, Debug, Default)]
 pub struct WithAuth<R>(R);
 
-impl<R: TestRuntime> TestRuntime for WithAuth<R> {
+impl<R: TestRuntime + agent_rt::Host> TestRuntime for WithAuth<R> {
     const TOKEN: Option<&'static str> = Some("conformance-token-7d1c");
 }
 
-impl<R: TestRuntime> Runtime for WithAuth<R> {
+impl<R: TestRuntime + agent_rt::Host> agent_rt::Runtime for WithAuth<R> {
     type Io = R::Io;
+    type Listener = R::Listener;
     fn spawn(&self, fut: awcp_driver::runtime::BoxFuture<()>) {
         self.0.spawn(fut)
     }
@@ -72,29 +73,27 @@ impl<R: TestRuntime> Runtime for WithAuth<R> {
     ) -> awcp_driver::runtime::BoxFuture<std::io::Result<Self::Io>> {
         self.0.connect(host, port)
     }
+    fn listen(&self, listener: std::net::TcpListener) -> std::io::Result<Self::Listener> {
+        self.0.listen(listener)
+    }
+    fn accept<'a>(
+        &self,
+        listener: &'a Self::Listener,
+    ) -> agent_rt::runtime::BorrowedFuture<'a, std::io::Result<(Self::Io, SocketAddr)>> {
+        self.0.accept(listener)
+    }
+    fn listener_addr(listener: &Self::Listener) -> std::io::Result<SocketAddr> {
+        R::listener_addr(listener)
+    }
 }
 
-impl<R: TestRuntime> awcp_driver::Driver for WithAuth<R> {
-    const NAME: &'static str = R::NAME;
+impl<R: TestRuntime + agent_rt::Host> agent_rt::Host for WithAuth<R> {
+    const NAME: &'static str = <R as agent_rt::Host>::NAME;
     fn block_on<F: Future>(main: F) -> F::Output {
-        R::block_on(main)
-    }
-    fn serve_executor_on(
-        listener: std::net::TcpListener,
-        executor: ExecutorHandle,
-        shutdown: awcp_driver::runtime::BoxFuture<()>,
-    ) -> awcp_driver::runtime::BoxFuture<std::io::Result<()>> {
-        R::serve_executor_on(listener, executor, shutdown)
-    }
-    fn serve_delegator_on(
-        listener: std::net::TcpListener,
-        delegator: DelegatorHandle,
-        shutdown: awcp_driver::runtime::BoxFuture<()>,
-    ) -> awcp_driver::runtime::BoxFuture<std::io::Result<()>> {
-        R::serve_delegator_on(listener, delegator, shutdown)
+        <R as agent_rt::Host>::block_on(main)
     }
     fn shutdown_signal() -> awcp_driver::runtime::BoxFuture<()> {
-        R::shutdown_signal()
+        <R as agent_rt::Host>::shutdown_signal()
     }
 }
 
@@ -923,7 +922,13 @@ pub async fn delegator_restart_reconnects_and_applies_the_result<R: TestRuntime>
 
 /// `awcp-executor`, built once per test process (see `awcp_tests::bins`).
 fn executor_binary() -> PathBuf {
-    awcp_tests::bins::path("awcp-executor")
+    example_binary("awcp-executor")
+}
+
+/// Binary `bin` of awcp-examples (`awcp` or `awcp-executor`), built once per test process
+/// with the running test's profile (see `awcp_tests::bins`).
+pub fn example_binary(bin: &str) -> PathBuf {
+    awcp_tests::bins::path(bin)
 }
 
 /// An `awcp-executor` process on runtime `runtime`, killed when dropped.
