@@ -5,10 +5,9 @@
 //! also on SIGKILL, so a restarted executor is never locked out by its crashed predecessor.
 
 use std::fs::File;
-use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
 
-use rustix::fs::{flock, FlockOperation};
+use crate::lockfile::{lock_pid_file, try_lock, PidLock};
 
 /// Why an executor could not start.
 #[derive(Debug, thiserror::Error)]
@@ -54,14 +53,6 @@ fn unusable(what: &'static str, path: &Path, reason: impl ToString) -> StartErro
     }
 }
 
-fn try_lock(file: &File) -> Result<bool, std::io::Error> {
-    match flock(file, FlockOperation::NonBlockingLockExclusive) {
-        Ok(()) => Ok(true),
-        Err(e) if e == rustix::io::Errno::WOULDBLOCK => Ok(false),
-        Err(e) => Err(e.into()),
-    }
-}
-
 impl DirLock {
     /// Locks directory `dir` itself (creating it if needed).
     pub fn directory(dir: &Path, what: &'static str) -> Result<DirLock, StartError> {
@@ -82,30 +73,13 @@ impl DirLock {
     pub fn state_dir(dir: &Path) -> Result<DirLock, StartError> {
         const WHAT: &str = "state directory";
         std::fs::create_dir_all(dir).map_err(|e| unusable(WHAT, dir, e))?;
-        let path = dir.join("executor.lock");
-        let mut file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(|e| unusable(WHAT, dir, e))?;
-        match try_lock(&file) {
-            Ok(true) => {
-                let _ = file.set_len(0);
-                let _ = file.rewind();
-                let _ = writeln!(file, "{}", std::process::id());
-                Ok(DirLock { _file: file })
-            }
-            Ok(false) => {
-                let mut s = String::new();
-                let _ = file.read_to_string(&mut s);
-                Err(StartError::InUse {
-                    what: WHAT,
-                    path: dir.to_owned(),
-                    holder: s.trim().parse().ok(),
-                })
-            }
+        match lock_pid_file(&dir.join("executor.lock")) {
+            Ok(PidLock::Held(file)) => Ok(DirLock { _file: file }),
+            Ok(PidLock::InUse(holder)) => Err(StartError::InUse {
+                what: WHAT,
+                path: dir.to_owned(),
+                holder,
+            }),
             Err(e) => Err(unusable(WHAT, dir, format!("cannot lock it: {e}"))),
         }
     }

@@ -14,32 +14,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use awcp_driver::runtime::blocking;
-use awcp_proto::engine::delegator::SnapshotStatus;
-use awcp_proto::{AdmissionLimits, DelegationState, DelegatorEvent, ErrorCode};
+use awcp_proto::{DelegationState, DelegatorEvent};
 use futures::StreamExt;
 
-use super::{
-    params, run_to_end, start_delegator, start_executor, timeout, tree, workspace, TestRuntime,
-};
+use super::{params, start_delegator, timeout, tree, workspace, TestRuntime};
 
 // ---------------------------------------------------------------------------------------------
-// The binaries
-
-/// The example binaries ([`super::example_binary`]).
-pub struct Bins {
-    /// `awcp-executor`.
-    pub executor: PathBuf,
-    /// `awcp`.
-    pub awcp: PathBuf,
-}
-
-/// Builds (a no-op when up to date) and returns the binaries.
-pub fn bins() -> Bins {
-    Bins {
-        executor: super::example_binary("awcp-executor"),
-        awcp: super::example_binary("awcp"),
-    }
-}
+// The binaries (built once per test process by `awcp_tests::bins`)
 
 /// Environment variables a test process may have that would change a binary's defaults.
 const AWCP_ENV: &[&str] = &[
@@ -56,11 +37,22 @@ const AWCP_ENV: &[&str] = &[
     "AWCP_DAEMON_LISTEN",
 ];
 
-/// A command for `bin` with the AWCP environment cleared.
-fn command(bin: &Path) -> Command {
-    let mut c = Command::new(bin);
+/// The example binary `name` (`awcp` or `awcp-executor`) on `R`'s runtime, with the AWCP
+/// environment cleared and, when `R` runs with authentication, its credential set: an
+/// executor requires it, `awcp delegate` presents it.
+fn command<R: TestRuntime>(name: &str) -> Command {
+    let mut c = Command::new(awcp_tests::bins::path(name));
     for k in AWCP_ENV {
         c.env_remove(k);
+    }
+    c.args(["--runtime", R::NAME]);
+    if let Some(token) = R::TOKEN {
+        let var = if name == "awcp" {
+            "AWCP_TOKEN"
+        } else {
+            "AWCP_AUTH_TOKEN"
+        };
+        c.env(var, token);
     }
     c
 }
@@ -130,16 +122,14 @@ impl Started {
     }
 }
 
-/// Starts `awcp-executor --runtime runtime --listen 127.0.0.1:0 ARGS` with `env` (stderr to
-/// `log`) and waits for the URL line or the exit.
-pub fn spawn_executor(
-    runtime: &str,
+/// Starts `awcp-executor --listen 127.0.0.1:0 ARGS` on `R` with `env` (stderr to `log`) and
+/// waits for the URL line or the exit.
+pub fn spawn_executor<R: TestRuntime>(
     args: &[String],
     env: &[(&str, String)],
     log: &Path,
 ) -> Started {
-    let mut c = command(&bins().executor);
-    c.args(["--runtime", runtime]);
+    let mut c = command::<R>("awcp-executor");
     if !args.iter().any(|a| a == "--listen") {
         c.args(["--listen", "127.0.0.1:0"]);
     }
@@ -154,7 +144,10 @@ pub fn spawn_executor(
     let _ = std::io::BufReader::new(child.stdout.take().expect("piped"))
         .read_line(&mut line)
         .expect("read the executor's stdout");
-    match line.trim().strip_prefix("awcp-executor listening on ") {
+    match line
+        .trim()
+        .strip_prefix(awcp_tests::bins::EXECUTOR_ANNOUNCES)
+    {
         Some(url) => Started::Running(ExecProc {
             child,
             peer: url.to_owned(),
@@ -192,10 +185,10 @@ impl CliRun {
     }
 }
 
-/// Runs `awcp --runtime runtime ARGS` to its end.
-pub fn awcp_cli(runtime: &str, args: &[String]) -> CliRun {
-    let o = command(&bins().awcp)
-        .args(["--runtime", runtime, "--quiet"])
+/// Runs `awcp --quiet ARGS` on `R` to its end.
+pub fn awcp_cli<R: TestRuntime>(args: &[String]) -> CliRun {
+    let o = command::<R>("awcp")
+        .arg("--quiet")
         .args(args)
         .stdin(Stdio::null())
         .output()
@@ -207,30 +200,14 @@ pub fn awcp_cli(runtime: &str, args: &[String]) -> CliRun {
     }
 }
 
-/// Starts `awcp daemon --listen 127.0.0.1:0 ARGS`; returns it and its URL.
-pub fn spawn_daemon(runtime: &str, args: &[&str]) -> (Child, String) {
-    let mut daemon = command(&bins().awcp)
-        .args([
-            "--runtime",
-            runtime,
-            "--quiet",
-            "daemon",
-            "--listen",
-            "127.0.0.1:0",
-        ])
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("awcp daemon starts");
-    let mut line = String::new();
-    let _ = std::io::BufReader::new(daemon.stdout.take().expect("piped")).read_line(&mut line);
-    let url = line
-        .trim()
-        .strip_prefix("awcp daemon listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-        .to_owned();
-    (daemon, url)
+/// Starts `awcp daemon --listen 127.0.0.1:0 ARGS` on `R`; returns it and its URL.
+pub fn spawn_daemon<R: TestRuntime>(args: &[&str]) -> (Child, String) {
+    awcp_tests::bins::spawn_announcing(
+        command::<R>("awcp")
+            .args(["--quiet", "daemon", "--listen", "127.0.0.1:0"])
+            .args(args),
+        awcp_tests::bins::DAEMON_ANNOUNCES,
+    )
 }
 
 fn s(p: &Path) -> String {
@@ -393,10 +370,7 @@ pub async fn executor_start_up_leaves_foreign_files_in_its_work_root<R: TestRunt
         s(&dir.path().join("state")),
     ];
     let log = dir.path().join("executor.log");
-    let ex = blocking(&rt, move || {
-        spawn_executor(R::NAME, &args, &[], &log).running()
-    })
-    .await;
+    let ex = blocking(&rt, move || spawn_executor::<R>(&args, &[], &log).running()).await;
     assert_eq!(
         tree(&work),
         before,
@@ -419,7 +393,7 @@ pub async fn a_second_executor_on_the_same_work_root_or_state_dir_refuses<R: Tes
             "--state-dir".into(),
             s(state),
         ];
-        spawn_executor(R::NAME, &args, &[], &d.join(log))
+        spawn_executor::<R>(&args, &[], &d.join(log))
     };
     let (a_work, a_state) = (work.clone(), state.clone());
     let s2 = start.clone();
@@ -446,7 +420,11 @@ pub async fn a_second_executor_on_the_same_work_root_or_state_dir_refuses<R: Tes
         }
     }
     // The first one still serves.
-    let (status, _) = super::http_get::<R>(&first.peer.replace("/awcp", "/awcp/status"), &[]).await;
+    let (status, _) = super::http_get::<R>(
+        &first.peer.replace("/awcp", "/awcp/status"),
+        &super::auth_headers::<R>(),
+    )
+    .await;
     assert_eq!(status, 200);
     drop(first);
 }
@@ -471,7 +449,7 @@ pub async fn executors_with_default_settings_leave_each_others_work_alone<R: Tes
     let start = move |extra: Vec<String>, log: &str| {
         let mut args = vec!["--agent-cmd".to_owned(), agent.to_owned()];
         args.extend(extra);
-        spawn_executor(R::NAME, &args, &env, &d.join(log))
+        spawn_executor::<R>(&args, &env, &d.join(log))
     };
     let s1 = start.clone();
     let a = blocking(&rt, move || s1(Vec::new(), "a.log").running()).await;
@@ -480,7 +458,7 @@ pub async fn executors_with_default_settings_leave_each_others_work_alone<R: Tes
     let mut events = dg.handle.events();
     let id = dg
         .handle
-        .delegate(params(&a.peer, ws.path()))
+        .delegate(params::<R>(&a.peer, ws.path()))
         .await
         .unwrap();
     super::progress_seen::<R>(&mut events, "started").await;
@@ -539,7 +517,7 @@ async fn tree_setup<R: TestRuntime>(
     ];
     let log = dir.join("executor.log");
     let ex = blocking(&rt, move || {
-        spawn_executor(R::NAME, &args, &env, &log).running()
+        spawn_executor::<R>(&args, &env, &log).running()
     })
     .await;
     let dg = start_delegator::<R>(false, |_| {}).await;
@@ -553,7 +531,7 @@ pub async fn cancel_ends_the_whole_task_tree<R: TestRuntime>() {
     let mut events = dg.handle.events();
     let id = dg
         .handle
-        .delegate(params(&ex.peer, ws.path()))
+        .delegate(params::<R>(&ex.peer, ws.path()))
         .await
         .unwrap();
     let (tx, rx) = futures::channel::oneshot::channel();
@@ -577,7 +555,7 @@ pub async fn lease_expiry_ends_the_whole_task_tree<R: TestRuntime>() {
     let dir = tempfile::tempdir().unwrap();
     let (ex, dg, ws) = tree_setup::<R>(dir.path(), "wait", Vec::new()).await;
     let mut events = dg.handle.events();
-    let mut p = params(&ex.peer, ws.path());
+    let mut p = params::<R>(&ex.peer, ws.path());
     p.ttl_seconds = 3;
     dg.handle.delegate(p).await.unwrap();
     let (procs, end) = follow_tree::<R>(&mut events, || {}).await;
@@ -598,7 +576,7 @@ pub async fn a_failed_task_leaves_no_process_behind<R: TestRuntime>() {
     let mut events = dg.handle.events();
     let id = dg
         .handle
-        .delegate(params(&ex.peer, ws.path()))
+        .delegate(params::<R>(&ex.peer, ws.path()))
         .await
         .unwrap();
     let (tx, rx) = futures::channel::oneshot::channel();
@@ -630,7 +608,7 @@ pub async fn executor_shutdown_ends_the_whole_task_tree<R: TestRuntime>() {
     let (ex, dg, ws) = tree_setup::<R>(dir.path(), "wait", Vec::new()).await;
     let mut events = dg.handle.events();
     dg.handle
-        .delegate(params(&ex.peer, ws.path()))
+        .delegate(params::<R>(&ex.peer, ws.path()))
         .await
         .unwrap();
     let (tx, rx) = futures::channel::oneshot::channel();
@@ -660,7 +638,7 @@ pub async fn executor_sigkill_restart_ends_the_orphaned_task_tree<R: TestRuntime
     let mut events = dg.handle.events();
     let id = dg
         .handle
-        .delegate(params(&ex.peer, ws.path()))
+        .delegate(params::<R>(&ex.peer, ws.path()))
         .await
         .unwrap();
     let (tx, rx) = futures::channel::oneshot::channel();
@@ -688,7 +666,7 @@ pub async fn executor_sigkill_restart_ends_the_orphaned_task_tree<R: TestRuntime
                 "--agent-cmd".into(),
                 tree_agent("wait"),
             ];
-            spawn_executor(R::NAME, &args, &[], &d.join("restarted.log")).running()
+            spawn_executor::<R>(&args, &[], &d.join("restarted.log")).running()
         })
         .await
     };
@@ -739,7 +717,7 @@ pub async fn raising_the_one_admission_limit_is_enough<R: TestRuntime>() {
         let d = d.clone();
         move || {
             let args = vec!["--state-dir".into(), s(&d.join("exec"))];
-            spawn_executor(R::NAME, &args, &[], &d.join("executor.log")).running()
+            spawn_executor::<R>(&args, &[], &d.join("executor.log")).running()
         }
     })
     .await;
@@ -756,7 +734,7 @@ pub async fn raising_the_one_admission_limit_is_enough<R: TestRuntime>() {
         a
     };
     let a = delegate(&[]);
-    let refused = blocking(&rt, move || awcp_cli(R::NAME, &a)).await;
+    let refused = blocking(&rt, move || awcp_cli::<R>(&a)).await;
     let v = refused.json();
     assert_eq!(v["error"]["code"], "WORKSPACE_TOO_LARGE", "{v}");
     assert_ne!(refused.code, Some(0));
@@ -768,28 +746,25 @@ pub async fn raising_the_one_admission_limit_is_enough<R: TestRuntime>() {
         "the hint names the flag: {v}"
     );
     let a = delegate(&["--max-file-bytes", "60000000"]);
-    let done = blocking(&rt, move || awcp_cli(R::NAME, &a)).await;
+    let done = blocking(&rt, move || awcp_cli::<R>(&a)).await;
     let v = done.json();
     assert_eq!(v["state"], "completed", "{v}\n{}", done.stderr);
     assert_eq!(done.code, Some(0));
     assert!(ws.path().join("AWCP_NOTES.md").exists(), "result applied");
 
     // The daemon: its flags are the limit of every delegation it makes.
-    let (mut daemon, daemon_url) = spawn_daemon(
-        R::NAME,
-        &[
-            "--state-dir",
-            &s(&d.join("daemon")),
-            "--max-file-bytes",
-            "1000",
-        ],
-    );
+    let (mut daemon, daemon_url) = spawn_daemon::<R>(&[
+        "--state-dir",
+        &s(&d.join("daemon")),
+        "--max-file-bytes",
+        "1000",
+    ]);
     let small = workspace();
     std::fs::write(small.path().join("two-k.txt"), "x".repeat(2000)).unwrap();
     let mut a = strings(&["delegate", "--json", "--daemon", "--prompt", "p"]);
     a.extend([s(small.path()), "--peer".into(), ex.peer.clone()]);
     a.extend(["--daemon-url".into(), daemon_url]);
-    let r = blocking(&rt, move || awcp_cli(R::NAME, &a)).await;
+    let r = blocking(&rt, move || awcp_cli::<R>(&a)).await;
     let _ = daemon.kill();
     let _ = daemon.wait();
     assert_ne!(r.code, Some(0), "{}", r.stdout);
@@ -802,51 +777,91 @@ pub async fn raising_the_one_admission_limit_is_enough<R: TestRuntime>() {
     drop(ex);
 }
 
-/// A result that would make the workspace exceed the admission limits is not applied: the
-/// workspace stays as it was and the snapshot says why.
+/// A result that would make the workspace exceed the admission limits is not applied, with
+/// the real binaries: `awcp delegate` exits 4 (NOT applied) with `WORKSPACE_TOO_LARGE` naming
+/// the file, the workspace stays as it was, and the snapshot stays pending; `awcp apply` with
+/// the limit raised then applies it.
 pub async fn a_result_over_the_admission_limits_is_not_applied<R: TestRuntime>() {
-    struct BigResult;
-    impl awcp_transports::TaskRunner for BigResult {
-        fn run(
-            &self,
-            ctx: &awcp_transports::TaskContext,
-            _p: &dyn Fn(String),
-            _c: &awcp_transports::CancelFlag,
-        ) -> Result<awcp_transports::TaskOutcome, String> {
-            std::fs::write(ctx.work_dir.join("huge.bin"), vec![7u8; 200 * 1024])
-                .map_err(|e| e.to_string())?;
-            Ok(awcp_transports::TaskOutcome {
-                summary: "wrote 200 KiB".into(),
-                highlights: vec![],
-            })
-        }
-    }
-    let ex = start_executor::<R>(Arc::new(BigResult), |_| {}).await;
-    let dg = start_delegator::<R>(false, |c| {
-        c.admission = AdmissionLimits {
-            max_total_bytes: 100 * 1024,
-            max_single_file_bytes: 100 * 1024,
-            ..AdmissionLimits::default()
+    let rt = R::default();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_owned();
+    let ex = blocking(&rt, {
+        let d = d.clone();
+        move || {
+            let args = vec![
+                "--state-dir".into(),
+                s(&d.join("exec")),
+                "--agent-cmd".into(),
+                "sh -c 'head -c 204800 /dev/zero > huge.bin'".into(),
+            ];
+            spawn_executor::<R>(&args, &[], &d.join("executor.log")).running()
         }
     })
     .await;
     let ws = workspace();
     let before = tree(ws.path());
-    let v = run_to_end::<R>(&dg.handle, params(&ex.peer, ws.path())).await;
+    let state = s(&d.join("delegator"));
+    let limit = ["--max-total-bytes", "102400", "--max-file-bytes", "102400"];
+    let mut a = strings(&["delegate", "--json", "--prompt", "write a big file"]);
+    a.extend([s(ws.path()), "--peer".into(), ex.peer.clone()]);
+    a.extend(["--state-dir".into(), state.clone()]);
+    a.extend(strings(&limit));
+    let r = blocking(&rt, move || awcp_cli::<R>(&a)).await;
+    let v = r.json();
+    assert_eq!(
+        r.code,
+        Some(4),
+        "NOT applied: {v}
+{}",
+        r.stderr
+    );
+    assert!(r.stderr.contains("NOT applied"), "{}", r.stderr);
+    let outcome = &v["outcome"];
+    assert_eq!(outcome["status"], "not_applied", "{v}");
+    assert_eq!(outcome["error"]["code"], "WORKSPACE_TOO_LARGE", "{v}");
+    assert!(
+        outcome["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("huge.bin"),
+        "the refusal names the file: {v}"
+    );
     let after = tree(ws.path());
     assert!(
         after == before,
         "nothing of the result was applied: {:?}",
         after.keys().collect::<Vec<_>>()
     );
-    let snap = v.snapshots.first().expect("the result arrived");
-    match &snap.status {
-        SnapshotStatus::Failed(e) => {
-            assert_eq!(e.code, ErrorCode::WorkspaceTooLarge, "{e:?}");
-            assert!(e.message.contains("huge.bin"), "{e:?}");
-        }
-        other => panic!("the oversized result was {other:?}, not refused"),
-    }
+
+    // Kept: applied once the limit is raised.
+    let sid = outcome["snapshotId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("the snapshot is kept: {v}"))
+        .to_owned();
+    let id = v["id"].as_str().expect("id").to_owned();
+    let a = strings(&[
+        "apply",
+        &id,
+        &sid,
+        "--state-dir",
+        &state,
+        "--max-total-bytes",
+        "1000000",
+        "--max-file-bytes",
+        "1000000",
+    ]);
+    let r = blocking(&rt, move || awcp_cli::<R>(&a)).await;
+    assert_eq!(
+        r.code,
+        Some(0),
+        "{}
+{}",
+        r.stdout,
+        r.stderr
+    );
+    let huge = std::fs::metadata(ws.path().join("huge.bin")).expect("applied");
+    assert_eq!(huge.len(), 204800);
+    drop(ex);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -864,7 +879,7 @@ pub async fn sensitive_files_are_refused_unless_allowed_or_ignored<R: TestRuntim
         let d = d.clone();
         move || {
             let args = vec!["--state-dir".into(), s(&d.join("exec"))];
-            spawn_executor(R::NAME, &args, &[], &d.join("executor.log")).running()
+            spawn_executor::<R>(&args, &[], &d.join("executor.log")).running()
         }
     })
     .await;
@@ -881,7 +896,7 @@ pub async fn sensitive_files_are_refused_unless_allowed_or_ignored<R: TestRuntim
         a
     };
     let a = delegate(&[]);
-    let r = blocking(&rt, move || awcp_cli(R::NAME, &a)).await;
+    let r = blocking(&rt, move || awcp_cli::<R>(&a)).await;
     let v = r.json();
     assert_ne!(r.code, Some(0));
     assert_eq!(v["error"]["code"], "SENSITIVE_FILES", "{v}");
@@ -896,7 +911,7 @@ pub async fn sensitive_files_are_refused_unless_allowed_or_ignored<R: TestRuntim
         .contains("--allow-sensitive"));
 
     let a = delegate(&["--allow-sensitive"]);
-    let r = blocking(&rt, move || awcp_cli(R::NAME, &a)).await;
+    let r = blocking(&rt, move || awcp_cli::<R>(&a)).await;
     assert_eq!(r.json()["state"], "completed", "{}", r.stderr);
     let notes = std::fs::read_to_string(ws.path().join("AWCP_NOTES.md")).unwrap();
     assert!(notes.contains(".env"), "allowed: shipped");
@@ -911,7 +926,7 @@ pub async fn sensitive_files_are_refused_unless_allowed_or_ignored<R: TestRuntim
         .unwrap();
     assert!(st.success());
     let a = delegate(&[]);
-    let r = blocking(&rt, move || awcp_cli(R::NAME, &a)).await;
+    let r = blocking(&rt, move || awcp_cli::<R>(&a)).await;
     let v = r.json();
     assert_eq!(v["state"], "completed", "{v}\n{}", r.stderr);
     let notes = std::fs::read_to_string(ws.path().join("AWCP_NOTES.md")).unwrap();
@@ -951,7 +966,7 @@ pub async fn sensitive_files_are_refused_unless_allowed_or_ignored<R: TestRuntim
     // Through the daemon: refused without allowSensitive, lent with it.
     std::fs::remove_file(ws.path().join(".awcpignore")).unwrap();
     std::fs::remove_file(ws.path().join("pipe")).unwrap();
-    let (mut daemon, daemon_url) = spawn_daemon(R::NAME, &["--state-dir", &s(&d.join("daemon"))]);
+    let (mut daemon, daemon_url) = spawn_daemon::<R>(&["--state-dir", &s(&d.join("daemon"))]);
     let via_daemon = |extra: &[&str]| {
         let mut a = strings(&["delegate", "--json", "--daemon", "--prompt", "p"]);
         a.extend([s(ws.path()), "--peer".into(), ex.peer.clone()]);
@@ -960,9 +975,9 @@ pub async fn sensitive_files_are_refused_unless_allowed_or_ignored<R: TestRuntim
         a
     };
     let a = via_daemon(&[]);
-    let refused = blocking(&rt, move || awcp_cli(R::NAME, &a)).await;
+    let refused = blocking(&rt, move || awcp_cli::<R>(&a)).await;
     let a = via_daemon(&["--allow-sensitive"]);
-    let allowed = blocking(&rt, move || awcp_cli(R::NAME, &a)).await;
+    let allowed = blocking(&rt, move || awcp_cli::<R>(&a)).await;
     let _ = daemon.kill();
     let _ = daemon.wait();
     assert_ne!(refused.code, Some(0));
