@@ -377,6 +377,27 @@ pub async fn executor_start_up_leaves_foreign_files_in_its_work_root<R: TestRunt
         "start-up deleted files it did not create"
     );
     drop(ex);
+
+    // Pointed at the home directory itself: refused before anything is touched.
+    let args = vec![
+        "--work-root".into(),
+        s(&work),
+        "--state-dir".into(),
+        s(&dir.path().join("state2")),
+    ];
+    let env = vec![("HOME", s(&work))];
+    let log = dir.path().join("executor-home.log");
+    match blocking(&rt, move || spawn_executor::<R>(&args, &env, &log)).await {
+        Started::Running(p) => {
+            drop(p);
+            panic!("an executor started with the home directory as its work root");
+        }
+        Started::Refused { code, stderr } => {
+            assert_eq!(code, Some(2), "{stderr}");
+            assert!(stderr.contains("home directory"), "{stderr}");
+        }
+    }
+    assert_eq!(tree(&work), before, "the refused start-up touched the home");
 }
 
 /// Two executors on one work root or one state directory: the second refuses to start with a
@@ -463,10 +484,17 @@ pub async fn executors_with_default_settings_leave_each_others_work_alone<R: Tes
         .unwrap();
     super::progress_seen::<R>(&mut events, "started").await;
 
-    // Same defaults: refused, or at least harmless.
+    // Same defaults: refused (the default work root lives in the locked state directory).
     let s2 = start.clone();
-    if let Started::Running(b) = blocking(&rt, move || s2(Vec::new(), "b.log")).await {
-        drop(b);
+    match blocking(&rt, move || s2(Vec::new(), "b.log")).await {
+        Started::Running(b) => {
+            drop(b);
+            panic!("a second executor with the same defaults started");
+        }
+        Started::Refused { code, stderr } => {
+            assert_eq!(code, Some(2), "{stderr}");
+            assert!(stderr.contains("in use"), "{stderr}");
+        }
     }
     // Its own state directory: runs beside the first one, in its own work root.
     let own = s(&dir.path().join("c-state"));
