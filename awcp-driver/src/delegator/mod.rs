@@ -309,6 +309,7 @@ impl DelegatorHandle {
             transfer_subscribers: Vec::new(),
             archives: archives.clone(),
             lock: Some(lock),
+            farewells: Vec::new(),
         };
         rt.spawn(Box::pin(lp.run(rx)));
         let rt2 = rt.clone();
@@ -389,7 +390,10 @@ impl DelegatorHandle {
 
     /// Stops the engine task without touching the delegations: their journal records let a
     /// new [`DelegatorHandle`] on the same state directory resume them (reconnecting to the
-    /// executor). In-flight transport work may still finish in the background.
+    /// executor). Requests already sent that tell an executor something final (the ack that
+    /// lets it forget a result, a cancel, an ERROR) are let finish first, for at most
+    /// [`DelegatorOptions::request_timeout`]. In-flight transport work may still finish in the
+    /// background.
     pub async fn stop(&self) {
         let (tx, rx) = oneshot::channel();
         if self.tx.unbounded_send(Cmd::Stop(tx)).is_ok() {
@@ -481,6 +485,9 @@ struct Loop<R: Runtime> {
     archives: ArchiveTable,
     /// The state directory's lock, held while the engine runs.
     lock: Option<std::fs::File>,
+    /// Requests that tell an executor something final (ack, cancel, ERROR) still in flight:
+    /// [`DelegatorHandle::stop`] lets them finish.
+    farewells: Vec<oneshot::Receiver<()>>,
 }
 
 impl<R: Runtime> Loop<R> {
@@ -496,6 +503,14 @@ impl<R: Runtime> Loop<R> {
                     // Leave delegations as they are: the journal lets a new process resume.
                     for (_, h) in std::mem::take(&mut self.streams) {
                         h.abort();
+                    }
+                    // An ack, cancel or ERROR already sent reaches the executor before the
+                    // process may exit (bounded by the request timeout).
+                    let farewells = std::mem::take(&mut self.farewells);
+                    if !farewells.is_empty() {
+                        let all = futures::future::join_all(farewells);
+                        let bound = self.rt.sleep(self.opts.request_timeout);
+                        let _ = futures::future::select(all, bound).await;
                     }
                     // Released before `stop` returns, so a new handle can take over at once.
                     drop(self.lock.take());
@@ -630,11 +645,20 @@ impl<R: Runtime> Loop<R> {
         (self.engine.config().admission, allow)
     }
 
-    fn post(&self, id: DelegationId, to: Outbound, url: String, body: Option<String>) {
+    fn post(&mut self, id: DelegationId, to: Outbound, url: String, body: Option<String>) {
         let http = self.http.clone();
         let feed = self.feed();
         let headers = self.credential_headers(&id, &url);
         let timeout = self.opts.request_timeout;
+        let farewell = if matches!(to, Outbound::Ack | Outbound::Cancel | Outbound::Error) {
+            self.farewells
+                .retain_mut(|r| matches!(r.try_recv(), Ok(None)));
+            let (tx, rx) = oneshot::channel();
+            self.farewells.push(rx);
+            Some(tx)
+        } else {
+            None
+        };
         self.rt.spawn(Box::pin(async move {
             let hdrs: Vec<(&str, String)> = headers.iter().map(|(k, v)| (*k, v.clone())).collect();
             let reply = match http
@@ -652,6 +676,9 @@ impl<R: Runtime> Loop<R> {
                 Err(e) => awcp_proto::engine::delegator::Reply::Failed(e.to_string()),
             };
             feed(DelegatorInput::Reply { id, to, reply });
+            if let Some(tx) = farewell {
+                let _ = tx.send(());
+            }
         }));
     }
 

@@ -783,6 +783,8 @@ async fn run_delegate<R: Driver>(
         .await
         .unwrap_or_else(|e| fail_delegator(e));
     let view = follow.until_end(&d, &id, json, R::shutdown_signal()).await;
+    // Lets the ack (or cancel, ERROR) reach the executor before the process exits.
+    d.stop().await;
     let Some(view) = view else {
         fail("the delegation disappeared");
     };
