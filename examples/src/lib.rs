@@ -1,6 +1,7 @@
 //! Shared helpers for the example binaries: logging, JSON config files, progress display.
 
 use std::io::IsTerminal;
+use std::path::PathBuf;
 use std::time::Instant;
 
 use awcp_proto::engine::delegator::{DelegationView, SnapshotStatus};
@@ -431,4 +432,14 @@ pub fn parse_public_url(s: &str) -> Result<String, String> {
         (Some("http" | "https"), Some(_)) => Ok(s.trim_end_matches('/').to_owned()),
         _ => Err(format!("{s:?} is not an http(s)://host[:port] URL")),
     }
+}
+
+/// The default state directory of `role` (`executor` or `delegator`): `$AWCP_HOME/<role>`,
+/// else `~/.awcp/<role>`, else `<tmp>/awcp/<role>` without a home.
+pub fn default_state_dir(role: &str) -> PathBuf {
+    std::env::var_os("AWCP_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".awcp")))
+        .unwrap_or_else(|| std::env::temp_dir().join("awcp"))
+        .join(role)
 }

@@ -113,14 +113,6 @@ fn init_logging(file: Option<&PathBuf>) {
     let _ = r;
 }
 
-fn default_state_dir() -> PathBuf {
-    std::env::var_os("AWCP_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".awcp")))
-        .unwrap_or_else(|| std::env::temp_dir().join("awcp"))
-        .join("delegator")
-}
-
 /// The daemon to talk to: its URL, and the in-process delegator if we started one.
 async fn daemon(cli: &Cli, tls: &ClientTls) -> (String, Option<DelegatorHandle>) {
     if let Some(url) = &cli.daemon_url {
@@ -156,7 +148,10 @@ async fn daemon(cli: &Cli, tls: &ClientTls) -> (String, Option<DelegatorHandle>)
     };
     let local = listener.local_addr().expect("bound socket has an address");
     let url = format!("http://{local}");
-    let state_dir = cli.state_dir.clone().unwrap_or_else(default_state_dir);
+    let state_dir = cli
+        .state_dir
+        .clone()
+        .unwrap_or_else(|| awcp_examples::default_state_dir("delegator"));
     if let Err(e) = std::fs::create_dir_all(&state_dir) {
         fail(format!(
             "cannot create state dir {}: {e}",

@@ -342,14 +342,6 @@ fn explain(v: &Value, retry: &str) {
     }
 }
 
-fn default_state_dir() -> PathBuf {
-    std::env::var_os("AWCP_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".awcp")))
-        .unwrap_or_else(|| std::env::temp_dir().join("awcp"))
-        .join("delegator")
-}
-
 /// The SSHFS delegator transport from a JSON config (keys in `--sshfs-config`'s help).
 fn sshfs_delegator(path: &std::path::Path, state_dir: &std::path::Path) -> SshfsDelegator {
     let text =
@@ -499,7 +491,8 @@ async fn run<R: Driver>(cli: Cli) {
                 exit_for(&v);
                 return;
             }
-            let state_dir = state_dir.unwrap_or_else(default_state_dir);
+            let state_dir =
+                state_dir.unwrap_or_else(|| awcp_examples::default_state_dir("delegator"));
             let sshfs = sshfs_config.map(|p| sshfs_delegator(&p, &state_dir));
             let transport = if sshfs.is_some() {
                 TransportKind::Sshfs
@@ -571,7 +564,8 @@ async fn run<R: Driver>(cli: Cli) {
             public_url,
             server,
         } => {
-            let state_dir = state_dir.unwrap_or_else(default_state_dir);
+            let state_dir =
+                state_dir.unwrap_or_else(|| awcp_examples::default_state_dir("delegator"));
             let server = server.server_options().unwrap_or_else(|e| fail(e));
             let listener = std::net::TcpListener::bind(listen)
                 .unwrap_or_else(|e| fail(format!("cannot listen on {listen}: {e}")));
@@ -604,7 +598,9 @@ async fn run<R: Driver>(cli: Cli) {
                 },
         } => {
             use awcp_transports::sshfs::{ensure_ca, sshd_config, SshdConfigParams};
-            let state = state_dir.unwrap_or_else(default_state_dir).join("sshfs");
+            let state = state_dir
+                .unwrap_or_else(|| awcp_examples::default_state_dir("delegator"))
+                .join("sshfs");
             let ca = state.join("ca");
             ensure_ca(&ca).unwrap_or_else(|e| fail(format!("CA key {}: {e}", ca.display())));
             let text = sshd_config(&SshdConfigParams {
