@@ -547,67 +547,97 @@ pub async fn executors_with_default_settings_leave_each_others_work_alone<R: Tes
 // ---------------------------------------------------------------------------------------------
 // 11.6: no process of a task tree outlives the task
 
-/// Starts an executor binary whose agent is [`tree_agent`]`(tail)`, delegates to it and
-/// returns what is needed to follow the task tree.
-async fn tree_setup<R: TestRuntime>(
-    dir: &Path,
-    tail: &str,
-    env: Vec<(&'static str, String)>,
-) -> (ExecProc, super::Deleg, tempfile::TempDir) {
-    let rt = R::default();
-    let args = vec![
+/// The flags of an executor binary under `dir` whose agent is [`tree_agent`]`(tail)`.
+fn tree_executor_args(dir: &Path, tail: &str) -> Vec<String> {
+    vec![
         "--work-root".into(),
         s(&dir.join("work")),
         "--state-dir".into(),
         s(&dir.join("state")),
         "--agent-cmd".into(),
         tree_agent(tail),
-    ];
+    ]
+}
+
+/// A delegation to an executor binary whose agent is [`tree_agent`]`(tail)`.
+struct TreeRun {
+    ex: ExecProc,
+    dg: super::Deleg,
+    _ws: tempfile::TempDir,
+    id: awcp_proto::DelegationId,
+    events: futures::channel::mpsc::UnboundedReceiver<DelegatorEvent>,
+}
+
+/// Starts an executor binary under `dir` whose agent is [`tree_agent`]`(tail)` (with `env`)
+/// and delegates to it (with a lease of `ttl` seconds if given).
+async fn tree_run<R: TestRuntime>(
+    dir: &Path,
+    tail: &str,
+    env: Vec<(&'static str, String)>,
+    ttl: Option<u64>,
+) -> TreeRun {
+    let args = tree_executor_args(dir, tail);
     let log = dir.join("executor.log");
-    let ex = blocking(&rt, move || {
+    let ex = blocking(&R::default(), move || {
         spawn_executor::<R>(&args, &env, &log).running()
     })
     .await;
     let dg = start_delegator::<R>(false, |_| {}).await;
-    (ex, dg, workspace())
+    let ws = workspace();
+    let events = dg.handle.events();
+    let mut p = params::<R>(&ex.peer, ws.path());
+    if let Some(ttl) = ttl {
+        p.ttl_seconds = ttl;
+    }
+    let id = dg.handle.delegate(p).await.unwrap();
+    TreeRun {
+        ex,
+        dg,
+        _ws: ws,
+        id,
+        events,
+    }
+}
+
+/// A callback for [`follow_tree`], and what it fires when the agent has reported its tree.
+fn tree_reported() -> (impl FnOnce(), futures::channel::oneshot::Receiver<()>) {
+    let (tx, rx) = futures::channel::oneshot::channel();
+    (
+        move || {
+            let _ = tx.send(());
+        },
+        rx,
+    )
 }
 
 /// Cancel ends the whole task tree, not just the agent's own process.
 pub async fn cancel_ends_the_whole_task_tree<R: TestRuntime>() {
     let dir = tempfile::tempdir().unwrap();
-    let (ex, dg, ws) = tree_setup::<R>(dir.path(), "wait", Vec::new()).await;
-    let mut events = dg.handle.events();
-    let id = dg
-        .handle
-        .delegate(params::<R>(&ex.peer, ws.path()))
-        .await
-        .unwrap();
-    let (tx, rx) = futures::channel::oneshot::channel();
-    let h = dg.handle.clone();
-    let id2 = id.clone();
-    let follow = follow_tree::<R>(&mut events, move || {
-        let _ = tx.send(());
-    });
+    let mut run = tree_run::<R>(dir.path(), "wait", Vec::new(), None).await;
+    let (on_tree, reported) = tree_reported();
+    let follow = follow_tree::<R>(&mut run.events, on_tree);
+    let (h, id) = (run.dg.handle.clone(), run.id.clone());
     let cancel = async move {
-        if rx.await.is_ok() {
-            h.cancel(&id2).await.unwrap();
+        if reported.await.is_ok() {
+            h.cancel(&id).await.unwrap();
         }
     };
     let ((procs, end), ()) = futures::join!(follow, cancel);
-    assert_eq!(end, Some(DelegationState::Cancelled), "{}", ex.log_text());
+    assert_eq!(
+        end,
+        Some(DelegationState::Cancelled),
+        "{}",
+        run.ex.log_text()
+    );
     assert_tree_gone::<R>(&procs, "cancel").await;
 }
 
 /// Lease expiry ends the whole task tree.
 pub async fn lease_expiry_ends_the_whole_task_tree<R: TestRuntime>() {
     let dir = tempfile::tempdir().unwrap();
-    let (ex, dg, ws) = tree_setup::<R>(dir.path(), "wait", Vec::new()).await;
-    let mut events = dg.handle.events();
-    let mut p = params::<R>(&ex.peer, ws.path());
-    p.ttl_seconds = 3;
-    dg.handle.delegate(p).await.unwrap();
-    let (procs, end) = follow_tree::<R>(&mut events, || {}).await;
-    assert_eq!(end, Some(DelegationState::Expired), "{}", ex.log_text());
+    let mut run = tree_run::<R>(dir.path(), "wait", Vec::new(), Some(3)).await;
+    let (procs, end) = follow_tree::<R>(&mut run.events, || {}).await;
+    assert_eq!(end, Some(DelegationState::Expired), "{}", run.ex.log_text());
     assert_tree_gone::<R>(&procs, "lease expiry").await;
 }
 
@@ -620,30 +650,22 @@ pub async fn a_failed_task_leaves_no_process_behind<R: TestRuntime>() {
     let gate = Arc::new(Gate::new(dir.path()));
     let env = vec![("GATE", s(&gate.path))];
     let tail = "cat \"$GATE\" > /dev/null; exit 3";
-    let (ex, dg, ws) = tree_setup::<R>(dir.path(), tail, env).await;
-    let mut events = dg.handle.events();
-    let id = dg
-        .handle
-        .delegate(params::<R>(&ex.peer, ws.path()))
-        .await
-        .unwrap();
-    let (tx, rx) = futures::channel::oneshot::channel();
-    let follow = follow_tree::<R>(&mut events, move || {
-        let _ = tx.send(());
-    });
+    let mut run = tree_run::<R>(dir.path(), tail, env, None).await;
+    let (on_tree, reported) = tree_reported();
+    let follow = follow_tree::<R>(&mut run.events, on_tree);
     let open = async {
-        if rx.await.is_ok() {
+        if reported.await.is_ok() {
             let g = gate.clone();
             blocking(&rt, move || g.open()).await;
         }
     };
     let ((procs, end), ()) = futures::join!(follow, open);
-    let v = dg.handle.get(&id).await.unwrap();
+    let v = run.dg.handle.get(&run.id).await.unwrap();
     assert_eq!(
         end,
         Some(DelegationState::Error),
         "{v:?}\n{}",
-        ex.log_text()
+        run.ex.log_text()
     );
     assert!(v.error.unwrap().message.contains("code 3"));
     assert_tree_gone::<R>(&procs, "task failure").await;
@@ -653,20 +675,13 @@ pub async fn a_failed_task_leaves_no_process_behind<R: TestRuntime>() {
 pub async fn executor_shutdown_ends_the_whole_task_tree<R: TestRuntime>() {
     let rt = R::default();
     let dir = tempfile::tempdir().unwrap();
-    let (ex, dg, ws) = tree_setup::<R>(dir.path(), "wait", Vec::new()).await;
-    let mut events = dg.handle.events();
-    dg.handle
-        .delegate(params::<R>(&ex.peer, ws.path()))
-        .await
-        .unwrap();
-    let (tx, rx) = futures::channel::oneshot::channel();
-    let follow = follow_tree::<R>(&mut events, move || {
-        let _ = tx.send(());
-    });
+    let mut run = tree_run::<R>(dir.path(), "wait", Vec::new(), None).await;
+    let (on_tree, reported) = tree_reported();
+    let follow = follow_tree::<R>(&mut run.events, on_tree);
+    let mut ex = run.ex;
     let stop = async {
-        rx.await.expect("the agent reported its tree");
+        reported.await.expect("the agent reported its tree");
         blocking(&rt, move || {
-            let mut ex = ex;
             let st = ex.terminate();
             (st, ex.log_text())
         })
@@ -682,17 +697,10 @@ pub async fn executor_shutdown_ends_the_whole_task_tree<R: TestRuntime>() {
 pub async fn executor_sigkill_restart_ends_the_orphaned_task_tree<R: TestRuntime>() {
     let rt = R::default();
     let dir = tempfile::tempdir().unwrap();
-    let (ex, dg, ws) = tree_setup::<R>(dir.path(), "wait", Vec::new()).await;
-    let mut events = dg.handle.events();
-    let id = dg
-        .handle
-        .delegate(params::<R>(&ex.peer, ws.path()))
-        .await
-        .unwrap();
-    let (tx, rx) = futures::channel::oneshot::channel();
-    let follow = follow_tree::<R>(&mut events, move || {
-        let _ = tx.send(());
-    });
+    let mut run = tree_run::<R>(dir.path(), "wait", Vec::new(), None).await;
+    let (on_tree, reported) = tree_reported();
+    let follow = follow_tree::<R>(&mut run.events, on_tree);
+    let mut ex = run.ex;
     let listen = ex
         .peer
         .trim_start_matches("http://")
@@ -700,20 +708,11 @@ pub async fn executor_sigkill_restart_ends_the_orphaned_task_tree<R: TestRuntime
         .to_owned();
     let d = dir.path().to_owned();
     let restart = async {
-        rx.await.expect("the agent reported its tree");
+        reported.await.expect("the agent reported its tree");
         blocking(&rt, move || {
-            let mut ex = ex;
             ex.sigkill();
-            let args = vec![
-                "--listen".into(),
-                listen,
-                "--work-root".into(),
-                s(&d.join("work")),
-                "--state-dir".into(),
-                s(&d.join("state")),
-                "--agent-cmd".into(),
-                tree_agent("wait"),
-            ];
+            let mut args = vec!["--listen".into(), listen];
+            args.extend(tree_executor_args(&d, "wait"));
             spawn_executor::<R>(&args, &[], &d.join("restarted.log")).running()
         })
         .await
@@ -721,7 +720,7 @@ pub async fn executor_sigkill_restart_ends_the_orphaned_task_tree<R: TestRuntime
     let ((procs, end), ex2) = futures::join!(follow, restart);
     assert_eq!(end, Some(DelegationState::Error), "{}", ex2.log_text());
     assert_tree_gone::<R>(&procs, "executor SIGKILL + restart").await;
-    let work_dir = dir.path().join("work").join(id.as_str());
+    let work_dir = dir.path().join("work").join(run.id.as_str());
     for _ in 0..2000 {
         if !work_dir.exists() {
             break;
