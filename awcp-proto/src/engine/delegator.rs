@@ -2191,8 +2191,8 @@ impl Delegator {
             .and_then(SnapshotMode::parse)
             .unwrap_or_default();
         // A store interrupted by the restart may have left bytes the record does not list:
-        // delete them (deleting is idempotent; the snapshot is failed anyway).
-        let interrupted_stores: Vec<SnapshotId> = if snapshot_mode == SnapshotMode::Staged {
+        // delete them (deleting is idempotent; the snapshot is received again, or lost anyway).
+        let interrupted_stores: Vec<SnapshotId> = if snapshot_mode != SnapshotMode::Discard {
             r.get("snapshots")
                 .and_then(|v| v.as_array())
                 .into_iter()
