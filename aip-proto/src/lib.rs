@@ -1,0 +1,12 @@
+//! # aip-proto: the sans-IO AIP engine (direct mode)
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+pub mod error;
+pub mod sse;
+pub mod time;
+pub mod wire;
+
+pub use error::{DecodeError, ErrorCode, RpcError, UsageError};
+pub use time::Timestamp;
+pub use wire::*;
