@@ -2,8 +2,11 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod engine;
 pub mod error;
+pub mod partner;
 pub mod sse;
+pub mod state;
 pub mod time;
 pub mod wire;
 
