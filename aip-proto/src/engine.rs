@@ -114,6 +114,7 @@ impl<K: Ord + Clone> TimerIndex<K> {
         Some(key)
     }
 
+    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.by_key.len()
     }

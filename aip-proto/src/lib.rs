@@ -4,6 +4,8 @@
 
 pub mod engine;
 pub mod error;
+pub mod http;
+pub mod leader;
 pub mod partner;
 pub mod sse;
 pub mod state;

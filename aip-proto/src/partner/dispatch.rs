@@ -187,6 +187,12 @@ impl Partner {
             return;
         };
         let kind = c.command.clone().unwrap_or(CommandKind::Get);
+        // A re-sent start (same message id as the one that created the task) is answered like
+        // the original: on a stream, everything from the first event.
+        let resent_start = kind == CommandKind::Start
+            && self.tasks.get(&task_id).is_some_and(|t| {
+                t.history.front().is_some_and(|s| s.id == c.id) && t.log.is_complete()
+            });
         if !created {
             self.apply(&task_id, &c, &kind);
         }
@@ -195,7 +201,9 @@ impl Partner {
                 let last = c.restream_params().last_event_seq;
                 self.restream(r, &task_id, req.id, req.dialect, last)
             }
-            (Method::Stream, _) if created => self.subscribe(r, &task_id, req.id, req.dialect, 0),
+            (Method::Stream, _) if created || resent_start => {
+                self.subscribe(r, &task_id, req.id, req.dialect, 0)
+            }
             (Method::Stream, _) => self.subscribe_with_snapshot(r, &task_id, req.id, req.dialect),
             (_, kind) => self.core.out.push_back(Queued::Reply(LazyReply {
                 request: r,

@@ -44,6 +44,11 @@ impl EventLog {
         self.last_seq
     }
 
+    /// Whether every event since the first is still held.
+    pub(crate) fn is_complete(&self) -> bool {
+        self.expired_upto == 0
+    }
+
     fn after(&self, seq: u64) -> impl Iterator<Item = &StreamEvent> {
         self.events.iter().filter(move |e| e.seq > seq)
     }
