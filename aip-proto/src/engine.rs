@@ -192,12 +192,112 @@ impl IdSource {
     /// `kind-<prefix><counter>`.
     pub(crate) fn next(&mut self, kind: &str) -> String {
         self.n += 1;
-        format!("{kind}-{}{:x}", self.prefix, self.n)
+        let mut s = String::with_capacity(kind.len() + 1 + self.prefix.len() + 16);
+        s.push_str(kind);
+        s.push('-');
+        s.push_str(&self.prefix);
+        let digits = (64 - self.n.leading_zeros()).div_ceil(4).max(1);
+        for i in (0..digits).rev() {
+            let d = ((self.n >> (4 * i)) & 0xf) as u8;
+            s.push(char::from(if d < 10 { b'0' + d } else { b'a' + d - 10 }));
+        }
+        s
     }
 
     /// 32 hex digits from the seeded generator (tokens; as unguessable as the seed).
     pub(crate) fn secret(&mut self) -> String {
         format!("{:016x}{:016x}", self.random(), self.random())
+    }
+}
+
+/// Tasks by id: an ordered index of ids to slots, plus a one-entry cache of the last slot
+/// found. One engine call touches one task many times (transition, timers, stream, reply);
+/// with the cache only the first lookup walks the index, the others compare one id.
+///
+/// Implementation note: with ten thousand tasks a `BTreeMap<String, _>` lookup costs about
+/// twenty string comparisons, and a lifecycle made some thirty of them: half the engine's
+/// time (BENCHMARKS.md).
+#[derive(Debug)]
+pub(crate) struct IdMap<V> {
+    index: BTreeMap<String, usize>,
+    slots: Vec<Option<(String, V)>>,
+    free: Vec<usize>,
+    last: core::cell::Cell<usize>,
+}
+
+impl<V> Default for IdMap<V> {
+    fn default() -> Self {
+        IdMap {
+            index: BTreeMap::new(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            last: core::cell::Cell::new(usize::MAX),
+        }
+    }
+}
+
+impl<V> IdMap<V> {
+    fn slot(&self, id: &str) -> Option<usize> {
+        let last = self.last.get();
+        if let Some(Some((k, _))) = self.slots.get(last) {
+            if k == id {
+                return Some(last);
+            }
+        }
+        let i = *self.index.get(id)?;
+        self.last.set(i);
+        Some(i)
+    }
+
+    pub(crate) fn get(&self, id: &str) -> Option<&V> {
+        let i = self.slot(id)?;
+        self.slots[i].as_ref().map(|(_, v)| v)
+    }
+
+    pub(crate) fn get_mut(&mut self, id: &str) -> Option<&mut V> {
+        let i = self.slot(id)?;
+        self.slots[i].as_mut().map(|(_, v)| v)
+    }
+
+    pub(crate) fn contains_key(&self, id: &str) -> bool {
+        self.slot(id).is_some()
+    }
+
+    pub(crate) fn insert(&mut self, id: String, v: V) {
+        if let Some(i) = self.slot(&id) {
+            self.slots[i] = Some((id, v));
+            return;
+        }
+        let i = match self.free.pop() {
+            Some(i) => {
+                self.slots[i] = Some((id.clone(), v));
+                i
+            }
+            None => {
+                self.slots.push(Some((id.clone(), v)));
+                self.slots.len() - 1
+            }
+        };
+        self.index.insert(id, i);
+        self.last.set(i);
+    }
+
+    pub(crate) fn remove(&mut self, id: &str) -> Option<V> {
+        let i = self.index.remove(id)?;
+        self.free.push(i);
+        self.slots[i].take().map(|(_, v)| v)
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    /// Values in id order.
+    #[cfg(test)]
+    pub(crate) fn values(&self) -> impl Iterator<Item = &V> {
+        self.index
+            .values()
+            .filter_map(|i| self.slots[*i].as_ref().map(|(_, v)| v))
     }
 }
 
@@ -217,6 +317,26 @@ mod tests {
         assert_eq!(t.next().map(|(at, _)| at.as_unix_millis()), Some(30));
         t.cancel(&"a");
         assert_eq!(t.len(), 0);
+    }
+
+    #[test]
+    fn the_id_map_finds_inserts_and_reuses_slots() {
+        let mut m = IdMap::default();
+        m.insert("b".to_owned(), 2);
+        m.insert("a".to_owned(), 1);
+        assert_eq!(m.get("b"), Some(&2));
+        assert_eq!(m.get("a"), Some(&1));
+        assert_eq!(m.remove("a"), Some(1));
+        assert_eq!(
+            m.get("a"),
+            None,
+            "the cache must not answer for a removed id"
+        );
+        m.insert("c".to_owned(), 3);
+        assert_eq!((m.get("c"), m.get("b"), m.len()), (Some(&3), Some(&2), 2));
+        m.insert("c".to_owned(), 4);
+        assert_eq!(m.values().copied().collect::<Vec<_>>(), vec![2, 4]);
+        assert!(!m.contains_key("zz"));
     }
 
     #[test]
@@ -248,5 +368,11 @@ mod tests {
         assert_eq!(x, c.next("x"));
         assert_ne!(a.next("x"), x);
         assert_eq!(a.secret().len(), 32);
+        let mut c = IdSource::new(7);
+        let first = c.next("k");
+        let p = first.trim_end_matches('1').to_owned();
+        for n in 2..40u64 {
+            assert_eq!(c.next("k"), format!("{p}{n:x}"));
+        }
     }
 }

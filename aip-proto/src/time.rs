@@ -181,37 +181,73 @@ impl fmt::Debug for Timestamp {
     }
 }
 
-impl fmt::Display for Timestamp {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl Timestamp {
+    /// Writes the RFC 3339 form into `buf` (at most 35 bytes) and returns its length. Hand
+    /// written: `core::fmt` made encoding a reply several times slower (see BENCHMARKS.md).
+    fn write_to(&self, buf: &mut [u8; 40]) -> usize {
+        fn put(buf: &mut [u8], at: usize, mut v: u64, width: usize) {
+            for i in (0..width).rev() {
+                buf[at + i] = b'0' + (v % 10) as u8;
+                v /= 10;
+            }
+        }
         let off_secs = match self.offset {
             Offset::Minutes(m) => i64::from(m) * 60,
             Offset::Zulu | Offset::Naive => 0,
         };
         let local = self.secs + off_secs;
         let days = local.div_euclid(86_400);
-        let sod = local.rem_euclid(86_400);
+        let sod = local.rem_euclid(86_400) as u64;
         let (y, m, d) = civil_from_days(days);
-        write!(
-            f,
-            "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}",
-            sod / 3600,
-            (sod / 60) % 60,
-            sod % 60
-        )?;
+        // Years outside 0..=9999 cannot be parsed back anyway; clamp to four digits.
+        put(buf, 0, y.clamp(0, 9999) as u64, 4);
+        buf[4] = b'-';
+        put(buf, 5, u64::from(m), 2);
+        buf[7] = b'-';
+        put(buf, 8, u64::from(d), 2);
+        buf[10] = b'T';
+        put(buf, 11, sod / 3600, 2);
+        buf[13] = b':';
+        put(buf, 14, (sod / 60) % 60, 2);
+        buf[16] = b':';
+        put(buf, 17, sod % 60, 2);
+        let mut n = 19;
         if self.frac > 0 {
-            let frac = u32::from(self.frac.min(9));
-            let shown = self.nanos / 10u32.pow(9 - frac);
-            write!(f, ".{shown:0width$}", width = frac as usize)?;
+            let frac = usize::from(self.frac.min(9));
+            buf[n] = b'.';
+            put(
+                buf,
+                n + 1,
+                u64::from(self.nanos / 10u32.pow(9 - frac as u32)),
+                frac,
+            );
+            n += 1 + frac;
         }
         match self.offset {
-            Offset::Zulu => f.write_str("Z"),
-            Offset::Naive => Ok(()),
+            Offset::Zulu => {
+                buf[n] = b'Z';
+                n += 1;
+            }
+            Offset::Naive => {}
             Offset::Minutes(m) => {
-                let sign = if m < 0 { '-' } else { '+' };
-                let a = m.unsigned_abs();
-                write!(f, "{sign}{:02}:{:02}", a / 60, a % 60)
+                buf[n] = if m < 0 { b'-' } else { b'+' };
+                let a = u64::from(m.unsigned_abs());
+                put(buf, n + 1, a / 60, 2);
+                buf[n + 3] = b':';
+                put(buf, n + 4, a % 60, 2);
+                n += 6;
             }
         }
+        n
+    }
+}
+
+impl fmt::Display for Timestamp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut buf = [0u8; 40];
+        let n = self.write_to(&mut buf);
+        // Only ASCII digits and punctuation were written.
+        f.write_str(core::str::from_utf8(&buf[..n]).map_err(|_| fmt::Error)?)
     }
 }
 
@@ -224,7 +260,9 @@ impl core::str::FromStr for Timestamp {
 
 impl serde::Serialize for Timestamp {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
+        let mut buf = [0u8; 40];
+        let n = self.write_to(&mut buf);
+        s.serialize_str(core::str::from_utf8(&buf[..n]).map_err(serde::ser::Error::custom)?)
     }
 }
 

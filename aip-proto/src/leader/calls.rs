@@ -13,8 +13,8 @@ use crate::error::{ErrorCode, UsageError};
 use crate::http::method_url;
 use crate::wire::{
     decode_response, decode_rpc_response, encode_command_request, encode_notification_set,
-    CommandKind, DataItem, GetParams, JsonObject, Method, NotificationConfig, RpcId, RpcResult,
-    SenderRole, TaskCommand,
+    CommandKind, DataItem, Dialect, GetParams, JsonObject, Method, NotificationConfig, RpcId,
+    RpcResult, SenderRole, TaskCommand,
 };
 
 /// One logical call (its attempts share the body, so the partner sees the same message id).
@@ -145,7 +145,7 @@ impl Leader {
         if !self.tasks.contains_key(task_id) {
             return Err(UsageError::UnknownTask(task_id.to_owned()));
         }
-        let d = self.tasks[task_id].dialect;
+        let d = self.tasks.get(task_id).map_or(Dialect::V2, |t| t.dialect);
         let params = GetParams::default().to_params(d);
         self.send_command(task_id, CommandKind::Get, Vec::new(), Some(params));
         Ok(())

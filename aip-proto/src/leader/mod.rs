@@ -34,7 +34,7 @@ mod view;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::engine::{CallId, Core, IdSource, RetryPolicy};
+use crate::engine::{CallId, Core, IdMap, IdSource, RetryPolicy};
 use crate::error::UsageError;
 use crate::time::Timestamp;
 use crate::wire::{DataItem, Dialect, StartParams, TaskState};
@@ -178,7 +178,7 @@ pub struct Leader {
     config: LeaderConfig,
     core: Core<LeaderTimer, LeaderOutput>,
     partners: BTreeMap<String, PartnerEndpoint>,
-    tasks: BTreeMap<String, LeaderTask>,
+    tasks: IdMap<LeaderTask>,
     /// Calls by internal number.
     calls: BTreeMap<u64, Call>,
     /// The attempt in flight → internal call number.
@@ -199,7 +199,7 @@ impl Leader {
             config,
             core: Core::new(),
             partners: BTreeMap::new(),
-            tasks: BTreeMap::new(),
+            tasks: IdMap::default(),
             calls: BTreeMap::new(),
             attempts: BTreeMap::new(),
             streams: BTreeMap::new(),

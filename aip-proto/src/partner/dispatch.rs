@@ -4,6 +4,8 @@
 //! as [`super::task::LazyReply`] and rendered when polled. A request about a task whose start
 //! still waits for its decision is held and answered after the decision.
 
+use std::sync::Arc;
+
 use serde_json::json;
 
 use super::task::LazyReply;
@@ -139,8 +141,7 @@ impl Partner {
                     return self.reject_unstored(r, req, &task_id);
                 }
                 let dialect = req.dialect;
-                let start = (**c).clone();
-                self.new_task(&task_id, &start, dialect);
+                self.new_task(&task_id, Arc::new((**c).clone()), dialect);
                 if let Some(t) = self.tasks.get_mut(&task_id) {
                     t.notify.extend(subscription);
                     t.held.push_back(Held {
@@ -158,13 +159,13 @@ impl Partner {
                         .and_then(|t| t.params.response_timeout)
                         .unwrap_or(self.config.default_response_timeout);
                     let at = self.core.at(timeout);
-                    self.core
-                        .timers
-                        .set(PartnerTimer::ResponseTimeout(task_id.clone()), at);
-                    self.event(PartnerEvent::StartRequested {
-                        task_id,
-                        command: Box::new(start),
-                    });
+                    self.core.timers.set(
+                        PartnerTimer::ResponseTimeout(Arc::from(task_id.as_str())),
+                        at,
+                    );
+                    if let Some(command) = self.start_command(&task_id) {
+                        self.event(PartnerEvent::StartRequested { task_id, command });
+                    }
                 }
             }
             None => self.error(r, &id, RpcError::task_not_found(&task_id)),
@@ -193,30 +194,34 @@ impl Partner {
             && self.tasks.get(&task_id).is_some_and(|t| {
                 t.history.front().is_some_and(|s| s.id == c.id) && t.log.is_complete()
             });
+        let (restream, get) = match kind {
+            CommandKind::ReStream => (c.restream_params().last_event_seq, None),
+            CommandKind::Get => (None, Some(c.get_params())),
+            _ => (None, None),
+        };
         if !created {
-            self.apply(&task_id, &c, &kind);
+            self.apply(&task_id, c, &kind);
         }
         match (req.method, kind) {
             (Method::Stream, CommandKind::ReStream) => {
-                let last = c.restream_params().last_event_seq;
-                self.restream(r, &task_id, req.id, req.dialect, last)
+                self.restream(r, &task_id, req.id, req.dialect, restream)
             }
             (Method::Stream, _) if created || resent_start => {
                 self.subscribe(r, &task_id, req.id, req.dialect, 0)
             }
             (Method::Stream, _) => self.subscribe_with_snapshot(r, &task_id, req.id, req.dialect),
-            (_, kind) => self.core.out.push_back(Queued::Reply(LazyReply {
+            (_, _) => self.core.out.push_back(Queued::Reply(LazyReply {
                 request: r,
                 id: req.id,
                 task_id,
                 dialect: req.dialect,
-                get: (kind == CommandKind::Get).then(|| c.get_params()),
+                get,
             })),
         }
     }
 
     /// What a command does to a decided task (nothing, when the table has no row for it).
-    fn apply(&mut self, task_id: &str, c: &TaskCommand, kind: &CommandKind) {
+    fn apply(&mut self, task_id: &str, c: Box<TaskCommand>, kind: &CommandKind) {
         if matches!(kind, CommandKind::Get | CommandKind::ReStream) {
             return;
         }
@@ -227,7 +232,8 @@ impl Partner {
         let Some(state) = t.machine.state() else {
             return;
         };
-        if !t.record(c, max) {
+        let c: Arc<TaskCommand> = Arc::from(c);
+        if !t.record(Arc::clone(&c), max) {
             return; // re-sent: applied already
         }
         let Some((cause, to)) = command_effect(state, kind) else {
@@ -236,20 +242,16 @@ impl Partner {
         if self.transition(task_id, cause, to, None).is_ok() && *kind == CommandKind::Continue {
             self.event(PartnerEvent::TaskContinued {
                 task_id: task_id.to_owned(),
-                command: Box::new(c.clone()),
+                command: c,
             });
         }
     }
 
-    /// Makes room by purging the ended task that ended first.
+    /// Makes room by purging the ended task that ended first (O(log n): ended tasks are
+    /// indexed by the time they ended).
     fn purge_oldest_ended(&mut self) -> bool {
-        let oldest = self
-            .tasks
-            .values()
-            .filter_map(|t| t.ended_at.map(|at| (at, t.id.clone())))
-            .min();
-        match oldest {
-            Some((_, id)) => {
+        match self.ended.first().map(|(_, id)| id.clone()) {
+            Some(id) => {
                 self.purge(&id);
                 true
             }

@@ -37,10 +37,11 @@ mod stream;
 mod task;
 mod types;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
 use std::time::Duration;
 
-use crate::engine::{Core, HttpResponse, IdSource, RequestId, RetryPolicy};
+use crate::engine::{Core, HttpResponse, IdMap, IdSource, RequestId, RetryPolicy};
 use crate::error::UsageError;
 use crate::state::Cause;
 use crate::time::Timestamp;
@@ -147,7 +148,9 @@ enum Queued {
 pub struct Partner {
     config: PartnerConfig,
     core: Core<PartnerTimer, Queued>,
-    tasks: BTreeMap<String, PartnerTask>,
+    tasks: IdMap<PartnerTask>,
+    /// Ended tasks by the time they ended (the first is purged when the partner is full).
+    ended: BTreeSet<(Timestamp, String)>,
     streams: BTreeMap<RequestId, Subscriber>,
     notifier: Notifier,
     ids: IdSource,
@@ -160,7 +163,8 @@ impl Partner {
         Partner {
             config,
             core: Core::new(),
-            tasks: BTreeMap::new(),
+            tasks: IdMap::default(),
+            ended: BTreeSet::new(),
             streams: BTreeMap::new(),
             notifier: Notifier::default(),
             ids,
@@ -409,16 +413,19 @@ impl Partner {
         let Some(t) = self.tasks.remove(task_id) else {
             return;
         };
+        if let Some(at) = t.ended_at {
+            self.ended.remove(&(at, task_id.to_owned()));
+        }
         for r in t.subscribers {
             self.streams.remove(&r);
             self.core.timers.cancel(&PartnerTimer::Keepalive(r));
             self.push(PartnerOutput::EndStream { request: r });
         }
         for k in [
-            PartnerTimer::ResponseTimeout(task_id.to_owned()),
-            PartnerTimer::AwaitingInputTimeout(task_id.to_owned()),
-            PartnerTimer::AwaitingCompletionTimeout(task_id.to_owned()),
-            PartnerTimer::Retention(task_id.to_owned()),
+            PartnerTimer::ResponseTimeout(Arc::from(task_id)),
+            PartnerTimer::AwaitingInputTimeout(Arc::from(task_id)),
+            PartnerTimer::AwaitingCompletionTimeout(Arc::from(task_id)),
+            PartnerTimer::Retention(Arc::from(task_id)),
         ] {
             self.core.timers.cancel(&k);
         }

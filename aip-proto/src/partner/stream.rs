@@ -10,27 +10,59 @@
 
 use std::collections::VecDeque;
 
+use super::task::PartnerTask;
 use super::{Partner, PartnerOutput, PartnerTimer};
 use crate::engine::RequestId;
 use crate::error::{ErrorCode, RpcError};
 use crate::sse;
-use crate::wire::{encode_error, encode_stream_event, Dialect, EventData, RpcId, StreamEvent};
+use crate::time::Timestamp;
+use crate::wire::{
+    encode_error, encode_stream_event, Dialect, EventData, Header, Product, ProductChunk, RpcId,
+    StatusUpdate, StreamEvent, TaskResult, TaskStatus,
+};
+
+/// What a logged event was; rendered into [`EventData`] only when a stream needs it, so
+/// tasks without subscribers pay for a status clone per change and nothing more.
+#[derive(Debug)]
+pub(crate) enum Logged {
+    /// The whole task (first event, or the snapshot a new stream starts with).
+    Snapshot {
+        status: TaskStatus,
+        products: Vec<Product>,
+    },
+    /// A status change or progress.
+    Status(TaskStatus),
+    /// A product chunk.
+    Chunk {
+        product: Product,
+        append: bool,
+        last_chunk: bool,
+    },
+}
+
+#[derive(Debug)]
+struct Entry {
+    seq: u64,
+    at: Timestamp,
+    what: Logged,
+}
 
 /// A task's numbered events, the newest `capacity` of them.
 #[derive(Debug, Default)]
 pub(crate) struct EventLog {
-    events: VecDeque<StreamEvent>,
+    events: VecDeque<Entry>,
     last_seq: u64,
     /// The newest sequence number that is no longer held (0: nothing expired).
     expired_upto: u64,
 }
 
 impl EventLog {
-    fn push(&mut self, data: EventData, capacity: usize) -> u64 {
+    fn push(&mut self, what: Logged, at: Timestamp, capacity: usize) -> u64 {
         self.last_seq += 1;
-        self.events.push_back(StreamEvent {
+        self.events.push_back(Entry {
             seq: self.last_seq,
-            data,
+            at,
+            what,
         });
         while self.events.len() > capacity.max(1) {
             if let Some(e) = self.events.pop_front() {
@@ -49,9 +81,50 @@ impl EventLog {
         self.expired_upto == 0
     }
 
-    fn after(&self, seq: u64) -> impl Iterator<Item = &StreamEvent> {
+    fn after(&self, seq: u64) -> impl Iterator<Item = &Entry> {
         self.events.iter().filter(move |e| e.seq > seq)
     }
+}
+
+/// The stream event of a log entry (message ids derive from task and sequence number, so a
+/// replayed event carries the same id as the first time).
+fn render(t: &PartnerTask, partner_id: &str, e: &Entry) -> StreamEvent {
+    let header = |kind: &str| {
+        let mut h = Header::partner(
+            format!("{kind}-{}-{}", t.id, e.seq),
+            e.at,
+            partner_id.to_owned(),
+        );
+        h.session_id.clone_from(&t.session_id);
+        h
+    };
+    let data = match &e.what {
+        Logged::Snapshot { status, products } => EventData::Task(TaskResult {
+            header: header("result"),
+            task_id: t.id.to_string(),
+            status: status.clone(),
+            products: Some(products.clone()),
+            command_history: None,
+            status_history: None,
+        }),
+        Logged::Status(status) => EventData::StatusUpdate(StatusUpdate {
+            header: header("event"),
+            task_id: t.id.to_string(),
+            status: status.clone(),
+        }),
+        Logged::Chunk {
+            product,
+            append,
+            last_chunk,
+        } => EventData::ProductChunk(ProductChunk {
+            header: header("event"),
+            task_id: t.id.to_string(),
+            product: product.clone(),
+            append: *append,
+            last_chunk: *last_chunk,
+        }),
+    };
+    StreamEvent { seq: e.seq, data }
 }
 
 /// One open stream.
@@ -64,12 +137,12 @@ pub(crate) struct Subscriber {
 
 impl Partner {
     /// Logs an event and sends it to the task's streams; closes them if the task ended.
-    pub(super) fn append_event(&mut self, task_id: &str, data: EventData) {
-        let cap = self.config.stream_buffer;
+    pub(super) fn append_event(&mut self, task_id: &str, what: Logged) {
+        let (cap, now) = (self.config.stream_buffer, self.core.now);
         let Some(t) = self.tasks.get_mut(task_id) else {
             return;
         };
-        let seq = t.log.push(data, cap);
+        let seq = t.log.push(what, now, cap);
         let terminal = t.status.as_ref().is_some_and(|s| s.state.is_terminal());
         let subs: Vec<RequestId> = t.subscribers.iter().copied().collect();
         for r in subs {
@@ -88,7 +161,10 @@ impl Partner {
         let frames: Vec<Vec<u8>> = t
             .log
             .after(after)
-            .map(|e| sse::frame(&encode_stream_event(&sub.id, e, sub.dialect)))
+            .map(|e| {
+                let ev = render(t, &self.config.partner_id, e);
+                sse::frame(&encode_stream_event(&sub.id, &ev, sub.dialect))
+            })
             .collect();
         for data in frames {
             self.push(PartnerOutput::StreamData { request: r, data });
@@ -174,16 +250,20 @@ impl Partner {
         id: RpcId,
         dialect: Dialect,
     ) {
-        let Some(snapshot) = self.result_of(task_id, None) else {
+        let (cap, now) = (self.config.stream_buffer, self.core.now);
+        let Some(t) = self.tasks.get_mut(task_id) else {
             return;
         };
-        let cap = self.config.stream_buffer;
-        let Some(t) = self.tasks.get_mut(task_id) else {
+        let Some(status) = t.status.clone() else {
             return;
         };
         let before = t.log.last_seq;
         // Logged, not only sent, so the numbering stays one sequence per task.
-        let seq = t.log.push(EventData::Task(snapshot), cap);
+        let snapshot = Logged::Snapshot {
+            status,
+            products: t.products.clone(),
+        };
+        let seq = t.log.push(snapshot, now, cap);
         let others: Vec<RequestId> = t.subscribers.iter().copied().collect();
         for o in others {
             self.send_events(o, task_id, seq - 1);

@@ -3,27 +3,28 @@
 //! products and their byte limit, and the `TaskResult` a reply shows.
 
 use std::collections::{BTreeSet, VecDeque};
+use std::sync::Arc;
 
-use super::stream::EventLog;
+use super::stream::{EventLog, Logged};
 use super::{HeldQueue, Partner, PartnerEvent, PartnerOutput, PartnerTimer};
 use crate::engine::RequestId;
 use crate::error::{RpcError, StateName, UsageError};
 use crate::state::{Cause, TaskMachine};
 use crate::time::Timestamp;
 use crate::wire::{
-    encode_error, encode_task_response, DataItem, Dialect, EventData, GetParams, Header, Product,
-    ProductChunk, RpcId, StartParams, StatusUpdate, TaskCommand, TaskResult, TaskState, TaskStatus,
+    encode_error, encode_task_response, DataItem, Dialect, GetParams, Header, Product, RpcId,
+    StartParams, TaskCommand, TaskResult, TaskState, TaskStatus,
 };
 
 /// A task as the partner holds it.
 #[derive(Debug)]
 pub(crate) struct PartnerTask {
-    pub(crate) id: String,
+    pub(crate) id: Arc<str>,
     pub(crate) machine: TaskMachine,
     pub(crate) status: Option<TaskStatus>,
     pub(crate) status_history: Vec<TaskStatus>,
     /// Commands that changed or could change the task, the start first.
-    pub(crate) history: VecDeque<TaskCommand>,
+    pub(crate) history: VecDeque<Arc<TaskCommand>>,
     /// Message ids in `history` (a re-sent command is not applied twice).
     pub(crate) command_ids: BTreeSet<String>,
     pub(crate) products: Vec<Product>,
@@ -31,8 +32,6 @@ pub(crate) struct PartnerTask {
     pub(crate) session_id: Option<String>,
     /// The dialect of the start (notifications use it).
     pub(crate) dialect: Dialect,
-    /// The start command until the decision.
-    pub(crate) start: Option<Box<TaskCommand>>,
     /// Requests waiting for the start decision.
     pub(crate) held: HeldQueue,
     pub(crate) log: EventLog,
@@ -78,11 +77,11 @@ impl PartnerTask {
     }
 
     /// Records a command; `false` if a command with its id was recorded before.
-    pub(crate) fn record(&mut self, c: &TaskCommand, max: usize) -> bool {
+    pub(crate) fn record(&mut self, c: Arc<TaskCommand>, max: usize) -> bool {
         if !self.command_ids.insert(c.id.clone()) {
             return false;
         }
-        self.history.push_back(c.clone());
+        self.history.push_back(c);
         while self.history.len() > max.max(2) {
             if let Some(old) = self.history.remove(1) {
                 self.command_ids.remove(&old.id);
@@ -109,7 +108,7 @@ fn products_bytes(products: &[Product]) -> u64 {
 
 impl Partner {
     /// A task for a start command, not yet decided.
-    pub(super) fn new_task(&mut self, task_id: &str, start: &TaskCommand, dialect: Dialect) {
+    pub(super) fn new_task(&mut self, task_id: &str, start: Arc<TaskCommand>, dialect: Dialect) {
         let asked = start.start_params();
         let c = &self.config;
         let params = StartParams {
@@ -131,7 +130,7 @@ impl Partner {
             },
         };
         let mut t = PartnerTask {
-            id: task_id.to_owned(),
+            id: Arc::from(task_id),
             machine: TaskMachine::new(),
             status: None,
             status_history: Vec::new(),
@@ -141,7 +140,6 @@ impl Partner {
             params,
             session_id: start.session_id.clone(),
             dialect,
-            start: Some(Box::new(start.clone())),
             held: VecDeque::new(),
             log: EventLog::default(),
             subscribers: BTreeSet::new(),
@@ -150,6 +148,12 @@ impl Partner {
         };
         t.record(start, self.config.max_history);
         self.tasks.insert(task_id.to_owned(), t);
+    }
+
+    /// The command that started the task (the first of its history).
+    pub(super) fn start_command(&self, task_id: &str) -> Option<Arc<TaskCommand>> {
+        let t = self.tasks.get(task_id)?;
+        t.history.front().cloned()
     }
 
     /// The start decision (accepted or rejected), then the requests that waited for it.
@@ -167,19 +171,22 @@ impl Partner {
             return Err(UsageError::AlreadyDecided(task_id.to_owned()));
         }
         self.transition(task_id, Cause::Start, to, items)?;
-        self.core
-            .timers
-            .cancel(&PartnerTimer::ResponseTimeout(task_id.to_owned()));
+        if !self.config.auto_accept {
+            self.core
+                .timers
+                .cancel(&PartnerTimer::ResponseTimeout(Arc::from(task_id)));
+        }
         let Some(t) = self.tasks.get_mut(task_id) else {
             return Ok(());
         };
-        let start = t.start.take();
         let held = std::mem::take(&mut t.held);
-        if let (TaskState::Accepted, Some(command)) = (to, start) {
-            self.event(PartnerEvent::TaskStarted {
-                task_id: task_id.to_owned(),
-                command,
-            });
+        if to == TaskState::Accepted {
+            if let Some(command) = self.start_command(task_id) {
+                self.event(PartnerEvent::TaskStarted {
+                    task_id: task_id.to_owned(),
+                    command,
+                });
+            }
         }
         for h in held {
             self.answer_command(h.request, h.req, h.created);
@@ -222,14 +229,21 @@ impl Partner {
         );
         if to.is_terminal() {
             t.ended_at = Some(now);
+            self.ended.insert((now, task_id.to_owned()));
         }
-        let key = |k: fn(String) -> PartnerTimer| k(task_id.to_owned());
-        self.core
-            .timers
-            .cancel(&key(PartnerTimer::AwaitingInputTimeout));
-        self.core
-            .timers
-            .cancel(&key(PartnerTimer::AwaitingCompletionTimeout));
+        let tid = Arc::clone(&t.id);
+        let key = |k: fn(Arc<str>) -> PartnerTimer| k(Arc::clone(&tid));
+        match from {
+            Some(TaskState::AwaitingInput) => self
+                .core
+                .timers
+                .cancel(&key(PartnerTimer::AwaitingInputTimeout)),
+            Some(TaskState::AwaitingCompletion) => self
+                .core
+                .timers
+                .cancel(&key(PartnerTimer::AwaitingCompletionTimeout)),
+            _ => {}
+        }
         match (to, input_timeout, completion_timeout) {
             (TaskState::AwaitingInput, Some(d), _) => {
                 let at = self.core.at(d);
@@ -249,17 +263,18 @@ impl Partner {
             let at = self.core.at(self.config.retention);
             self.core.timers.set(key(PartnerTimer::Retention), at);
         }
-        let data = match from {
-            None => self.result_of(task_id, None).map(EventData::Task),
-            Some(_) => Some(EventData::StatusUpdate(StatusUpdate {
-                header: self.event_header(task_id),
-                task_id: task_id.to_owned(),
+        let logged = match from {
+            None => Logged::Snapshot {
                 status,
-            })),
+                products: self
+                    .tasks
+                    .get(task_id)
+                    .map(|t| t.products.clone())
+                    .unwrap_or_default(),
+            },
+            Some(_) => Logged::Status(status),
         };
-        if let Some(data) = data {
-            self.append_event(task_id, data);
-        }
+        self.append_event(task_id, logged);
         self.notify_state(task_id, to);
         self.event(PartnerEvent::StateChanged {
             task_id: task_id.to_owned(),
@@ -292,12 +307,7 @@ impl Partner {
         };
         status.data_items = non_empty(items);
         let status = status.clone();
-        let data = EventData::StatusUpdate(StatusUpdate {
-            header: self.event_header(task_id),
-            task_id: task_id.to_owned(),
-            status,
-        });
-        self.append_event(task_id, data);
+        self.append_event(task_id, Logged::Status(status));
         Ok(())
     }
 
@@ -314,9 +324,7 @@ impl Partner {
                     "task {task_id}: product chunks need a working task"
                 ))
             })?;
-        let chunk = ProductChunk {
-            header: self.event_header(task_id),
-            task_id: task_id.to_owned(),
+        let chunk = Logged::Chunk {
             product: product.clone(),
             append,
             last_chunk,
@@ -338,7 +346,7 @@ impl Partner {
         if let Some(failed) = self.add_products(task_id, vec![merged]) {
             return Ok(failed);
         }
-        self.append_event(task_id, EventData::ProductChunk(chunk));
+        self.append_event(task_id, chunk);
         Ok(TaskState::Working)
     }
 
@@ -371,17 +379,6 @@ impl Partner {
         None
     }
 
-    /// The v02 header of an event about `task_id`.
-    pub(super) fn event_header(&mut self, task_id: &str) -> Header {
-        let mut h = Header::partner(
-            self.ids.next("event"),
-            self.core.now,
-            self.config.partner_id.clone(),
-        );
-        h.session_id = self.tasks.get(task_id).and_then(|t| t.session_id.clone());
-        h
-    }
-
     /// The task as a result (histories only for `get`, filtered by its parameters).
     pub(super) fn result_of(
         &mut self,
@@ -402,7 +399,7 @@ impl Partner {
                     t.history
                         .iter()
                         .filter(|c| g.last_command_sent_at.is_none_or(|at| c.sent_at > at))
-                        .cloned()
+                        .map(|c| TaskCommand::clone(c))
                         .collect(),
                 ),
                 Some(

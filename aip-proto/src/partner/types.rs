@@ -1,5 +1,7 @@
 //! The partner's inputs, outputs, events and timers.
 
+use std::sync::Arc;
+
 use crate::engine::{DeliveryId, HttpResponse, RequestId};
 use crate::state::Cause;
 use crate::wire::{TaskCommand, TaskState};
@@ -101,21 +103,21 @@ pub enum PartnerEvent {
         /// The task.
         task_id: String,
         /// The start command (data items, params).
-        command: Box<TaskCommand>,
+        command: Arc<TaskCommand>,
     },
     /// The task was accepted: do the work (move it with the application calls).
     TaskStarted {
         /// The task.
         task_id: String,
         /// The start command.
-        command: Box<TaskCommand>,
+        command: Arc<TaskCommand>,
     },
     /// The leader continued the task (it is working again) with this command's input.
     TaskContinued {
         /// The task.
         task_id: String,
         /// The continue command.
-        command: Box<TaskCommand>,
+        command: Arc<TaskCommand>,
     },
     /// Every transition, whoever caused it.
     StateChanged {
@@ -168,13 +170,13 @@ pub enum PartnerEvent {
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum PartnerTimer {
     /// A start waits for the application's decision.
-    ResponseTimeout(String),
+    ResponseTimeout(Arc<str>),
     /// A task waits in awaiting-input.
-    AwaitingInputTimeout(String),
+    AwaitingInputTimeout(Arc<str>),
     /// A task waits in awaiting-completion.
-    AwaitingCompletionTimeout(String),
+    AwaitingCompletionTimeout(Arc<str>),
     /// An ended task is to be purged.
-    Retention(String),
+    Retention(Arc<str>),
     /// An idle stream gets a keepalive comment.
     Keepalive(RequestId),
     /// A notification is retried (task, configuration).

@@ -50,15 +50,20 @@ impl CommandKind {
 
     /// Parses a command name (case-insensitive; `restream` and `re_stream` too).
     pub fn parse(s: &str) -> CommandKind {
-        match s.to_ascii_lowercase().as_str() {
-            "get" => CommandKind::Get,
-            "start" => CommandKind::Start,
-            "continue" => CommandKind::Continue,
-            "cancel" => CommandKind::Cancel,
-            "complete" => CommandKind::Complete,
-            "re-stream" | "restream" | "re_stream" => CommandKind::ReStream,
-            _ => CommandKind::Other(s.to_owned()),
-        }
+        const KNOWN: [(&str, CommandKind); 8] = [
+            ("get", CommandKind::Get),
+            ("start", CommandKind::Start),
+            ("continue", CommandKind::Continue),
+            ("cancel", CommandKind::Cancel),
+            ("complete", CommandKind::Complete),
+            ("re-stream", CommandKind::ReStream),
+            ("restream", CommandKind::ReStream),
+            ("re_stream", CommandKind::ReStream),
+        ];
+        KNOWN
+            .into_iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(s))
+            .map_or_else(|| CommandKind::Other(s.to_owned()), |(_, c)| c)
     }
 }
 

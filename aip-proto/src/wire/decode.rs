@@ -63,20 +63,27 @@ fn dialect_of(ty: Option<&str>) -> Option<Dialect> {
     }
 }
 
-impl RawObject {
-    fn header(&mut self) -> Header {
-        Header {
-            id: self.id.take(),
-            sent_at: self.sent_at.take(),
-            sender_role: self.sender_role.take(),
-            sender_id: self.sender_id.take(),
-            mentions: self.mentions.take(),
-            data_items: self.data_items.take(),
-            group_id: self.group_id.take(),
-            session_id: self.session_id.take(),
-        }
-    }
+/// The fields of a command only: what requests carry (smaller than [`RawObject`], which
+/// matters when decoding moves it around).
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct RawCommand {
+    #[serde(rename = "type")]
+    ty: Option<String>,
+    id: Option<String>,
+    sent_at: Option<Timestamp>,
+    sender_role: Option<SenderRole>,
+    sender_id: Option<String>,
+    mentions: Option<Mentions>,
+    command: Option<CommandKind>,
+    command_params: Option<JsonObject>,
+    data_items: Option<Vec<DataItem>>,
+    task_id: Option<String>,
+    group_id: Option<String>,
+    session_id: Option<String>,
+}
 
+impl RawCommand {
     fn into_command(self, context: Dialect) -> Result<(TaskCommand, Dialect), DecodeError> {
         const W: &str = "message";
         match self.ty.as_deref() {
@@ -103,6 +110,39 @@ impl RawObject {
             session_id: self.session_id,
         };
         Ok((c, dialect))
+    }
+}
+
+impl RawObject {
+    fn header(&mut self) -> Header {
+        Header {
+            id: self.id.take(),
+            sent_at: self.sent_at.take(),
+            sender_role: self.sender_role.take(),
+            sender_id: self.sender_id.take(),
+            mentions: self.mentions.take(),
+            data_items: self.data_items.take(),
+            group_id: self.group_id.take(),
+            session_id: self.session_id.take(),
+        }
+    }
+
+    fn into_command(self, context: Dialect) -> Result<(TaskCommand, Dialect), DecodeError> {
+        RawCommand {
+            ty: self.ty,
+            id: self.id,
+            sent_at: self.sent_at,
+            sender_role: self.sender_role,
+            sender_id: self.sender_id,
+            mentions: self.mentions,
+            command: self.command,
+            command_params: self.command_params,
+            data_items: self.data_items,
+            task_id: self.task_id,
+            group_id: self.group_id,
+            session_id: self.session_id,
+        }
+        .into_command(context)
     }
 
     fn history(
@@ -200,6 +240,16 @@ impl RawObject {
     }
 }
 
+/// `serde_json::from_str` after one UTF-8 check of the whole body: cheaper than
+/// `from_slice`, which validates every string again.
+fn from_bytes<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, serde_json::Error> {
+    match std::str::from_utf8(body) {
+        Ok(s) => serde_json::from_str(s),
+        // Let serde_json report where the bad byte is.
+        Err(_) => serde_json::from_slice(body),
+    }
+}
+
 fn shape_err(what: &'static str) -> impl Fn(serde_json::Error) -> DecodeError {
     move |e| {
         if e.is_syntax() || e.is_eof() {
@@ -212,19 +262,19 @@ fn shape_err(what: &'static str) -> impl Fn(serde_json::Error) -> DecodeError {
 
 /// A bare command (`Message` / `TaskCommand`).
 pub fn decode_command(body: &[u8]) -> Result<(TaskCommand, Dialect), DecodeError> {
-    let raw: RawObject = serde_json::from_slice(body).map_err(shape_err("message"))?;
+    let raw: RawObject = from_bytes(body).map_err(shape_err("message"))?;
     raw.into_command(Dialect::V1)
 }
 
 /// A bare task (`Task` / `TaskResult`), e.g. a notification body.
 pub fn decode_task(body: &[u8]) -> Result<(TaskResult, Dialect), DecodeError> {
-    let raw: RawObject = serde_json::from_slice(body).map_err(shape_err("task"))?;
+    let raw: RawObject = from_bytes(body).map_err(shape_err("task"))?;
     raw.into_task()
 }
 
 /// A bare stream payload (`eventData`).
 pub fn decode_event_data(body: &[u8]) -> Result<(EventData, Dialect), DecodeError> {
-    let raw: RawObject = serde_json::from_slice(body).map_err(shape_err("event"))?;
+    let raw: RawObject = from_bytes(body).map_err(shape_err("event"))?;
     raw.into_event()
 }
 
@@ -240,8 +290,49 @@ struct RawRequest<'a> {
 
 #[derive(Deserialize)]
 struct RawCommandParams {
-    message: Option<RawObject>,
-    command: Option<RawObject>,
+    message: Option<RawCommand>,
+    command: Option<RawCommand>,
+}
+
+/// The one-pass shape of a command request (`rpc`, `stream`, `notification/start`).
+#[derive(Deserialize)]
+struct FastRequest<'a> {
+    #[serde(borrow)]
+    jsonrpc: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow)]
+    method: Option<std::borrow::Cow<'a, str>>,
+    #[serde(default)]
+    id: RpcId,
+    params: Option<RawCommandParams>,
+}
+
+/// The fast path: a well-formed command request decodes in one pass. Anything else (an
+/// error to classify, another method) goes the general way.
+fn decode_fast(body: &[u8]) -> Option<Request> {
+    let raw: FastRequest<'_> = from_bytes(body).ok()?;
+    if raw.jsonrpc.as_deref().is_some_and(|v| v != "2.0") {
+        return None;
+    }
+    let method = Method::parse(raw.method.as_deref()?);
+    if !matches!(
+        method,
+        Method::Rpc | Method::Stream | Method::NotificationStart
+    ) {
+        return None;
+    }
+    let p = raw.params?;
+    let (raw_cmd, context) = match (p.command, p.message) {
+        (Some(c), _) => (c, Dialect::V2),
+        (None, Some(m)) => (m, Dialect::V1),
+        (None, None) => return None,
+    };
+    let (c, dialect) = raw_cmd.into_command(context).ok()?;
+    Some(Request {
+        id: raw.id,
+        method,
+        params: Params::Command(Box::new(c)),
+        dialect,
+    })
 }
 
 /// A request that cannot be served: the id to answer with (null if unreadable) and the error.
@@ -263,7 +354,10 @@ fn invalid(id: &RpcId, code: ErrorCode, detail: impl Into<String>) -> RequestErr
 /// Decodes a JSON-RPC request body; on failure, says what to answer (-32700 unreadable JSON,
 /// -32600 not a request, -32601 unknown method, -32602 bad params).
 pub fn decode_request(body: &[u8]) -> Result<Request, RequestError> {
-    let raw: RawRequest<'_> = match serde_json::from_slice(body) {
+    if let Some(r) = decode_fast(body) {
+        return Ok(r);
+    }
+    let raw: RawRequest<'_> = match from_bytes(body) {
         Ok(r) => r,
         Err(e) if e.is_syntax() || e.is_eof() => {
             return Err(invalid(&RpcId::Null, ErrorCode::ParseError, e.to_string()))
@@ -355,8 +449,7 @@ fn decode_envelope<T>(
     what: &'static str,
     result: impl FnOnce(&str) -> Result<T, DecodeError>,
 ) -> Result<Response<T>, DecodeError> {
-    let raw: RawResponse<'_> =
-        serde_json::from_slice(body).map_err(shape_err("JSON-RPC response"))?;
+    let raw: RawResponse<'_> = from_bytes(body).map_err(shape_err("JSON-RPC response"))?;
     let outcome = match (raw.error, raw.result) {
         (Some(e), _) => Err(e),
         (None, Some(r)) => Ok(result(r.get())?),
