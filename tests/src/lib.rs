@@ -1,7 +1,9 @@
-//! Cross-crate test support: the deterministic simulation harness.
+//! Cross-crate test support: the deterministic simulation harnesses (AWCP in [`sim`], AIP
+//! direct mode in [`aip_sim`]).
 //!
 //! [`sim`] wires one [`awcp_proto::Delegator`] and several [`awcp_proto::Executor`]s through a
 //! simulated network and clock, injects faults from a seed and checks invariants after every
 //! step. See `tests/tests/simulation.rs` for the seed sweep and the scenario tests.
 
+pub mod aip_sim;
 pub mod sim;

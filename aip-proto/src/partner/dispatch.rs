@@ -135,7 +135,17 @@ impl Partner {
                 None => subscription = Some((p.notification_config_id, p.notify_on_states)),
             }
         }
+        let resent_after_purge = self
+            .tombstones
+            .get(&task_id)
+            .is_some_and(|start| *start == c.id);
         match self.tasks.get_mut(&task_id) {
+            None if resent_after_purge => {
+                let e = RpcError::task_not_found(&task_id).with_data(
+                    json!({"taskId": task_id, "details": "the task ended and was purged"}),
+                );
+                self.error(r, &id, e)
+            }
             None if kind == Some(CommandKind::Start) => {
                 if self.tasks.len() >= self.config.max_tasks && !self.purge_oldest_ended() {
                     return self.reject_unstored(r, req, &task_id);

@@ -151,6 +151,11 @@ pub struct Partner {
     tasks: IdMap<PartnerTask>,
     /// Ended tasks by the time they ended (the first is purged when the partner is full).
     ended: BTreeSet<(Timestamp, String)>,
+    /// Purged tasks: task id → the message id of its start, so a start re-sent after the
+    /// purge is recognised (answered -32001) instead of creating the task again. Bounded by
+    /// `max_tasks`, oldest first out.
+    tombstones: BTreeMap<String, String>,
+    tombstone_order: VecDeque<String>,
     streams: BTreeMap<RequestId, Subscriber>,
     notifier: Notifier,
     ids: IdSource,
@@ -165,6 +170,8 @@ impl Partner {
             core: Core::new(),
             tasks: IdMap::default(),
             ended: BTreeSet::new(),
+            tombstones: BTreeMap::new(),
+            tombstone_order: VecDeque::new(),
             streams: BTreeMap::new(),
             notifier: Notifier::default(),
             ids,
@@ -228,6 +235,12 @@ impl Partner {
     /// Open streams.
     pub fn open_streams(&self) -> usize {
         self.streams.len()
+    }
+
+    /// Notifications queued since the partner started (each ends in exactly one
+    /// [`PartnerEvent::NotificationDelivered`] or [`PartnerEvent::NotificationGaveUp`]).
+    pub fn notifications_queued(&self) -> u64 {
+        self.notifier.queued_total()
     }
 
     /// Notifications queued or in flight.
@@ -415,6 +428,15 @@ impl Partner {
         };
         if let Some(at) = t.ended_at {
             self.ended.remove(&(at, task_id.to_owned()));
+        }
+        if let Some(start) = t.history.front() {
+            self.tombstones.insert(task_id.to_owned(), start.id.clone());
+            self.tombstone_order.push_back(task_id.to_owned());
+            while self.tombstone_order.len() > self.config.max_tasks.max(1) {
+                if let Some(old) = self.tombstone_order.pop_front() {
+                    self.tombstones.remove(&old);
+                }
+            }
         }
         for r in t.subscribers {
             self.streams.remove(&r);

@@ -42,9 +42,15 @@ pub(crate) struct Notifier {
     queues: BTreeMap<(String, String), Queue>,
     attempts: BTreeMap<DeliveryId, (String, String)>,
     next_delivery: u64,
+    /// Notifications ever queued.
+    queued_total: u64,
 }
 
 impl Notifier {
+    pub(crate) fn queued_total(&self) -> u64 {
+        self.queued_total
+    }
+
     pub(crate) fn pending(&self) -> usize {
         self.queues.values().map(|q| q.pending.len()).sum()
     }
@@ -196,6 +202,7 @@ impl Partner {
         for cid in wanted {
             let key = (task_id.to_owned(), cid.clone());
             let max = self.config.max_queued_notifications.max(1);
+            self.notifier.queued_total += 1;
             let dropped = {
                 let q = self.notifier.queues.entry(key.clone()).or_default();
                 q.pending.push_back(Pending {

@@ -373,3 +373,32 @@ fn a_resent_stream_start_replays_from_the_first_event() {
         (Some(3), Some("task-result"))
     );
 }
+
+#[test]
+fn a_start_resent_after_the_purge_does_not_create_the_task_again() {
+    let mut p = partner();
+    let body = request(
+        "rpc",
+        1,
+        Dialect::V2,
+        cmd(Dialect::V2, "start", Some("t"), Value::Null),
+    );
+    send(&mut p, at(0), 1, body.clone());
+    rpc(&mut p, at(1), 2, "cancel", "t");
+    p.handle_timeout(at(1 + 3_600_000));
+    drain(&mut p);
+    let v = reply(&send(&mut p, at(3_700_000), 3, body), 3);
+    assert_eq!(v["error"]["code"], -32001);
+    assert_eq!(p.task_count(), 0);
+    // A new start (another message id) for the same task id is a new task.
+    let fresh = request(
+        "rpc",
+        4,
+        Dialect::V2,
+        cmd(Dialect::V2, "start", Some("t"), json!({"n": 1})),
+    );
+    assert_eq!(
+        state_of(&reply(&send(&mut p, at(3_700_001), 4, fresh), 4)),
+        "accepted"
+    );
+}
