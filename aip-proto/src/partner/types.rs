@@ -6,7 +6,7 @@ use crate::engine::{DeliveryId, HttpResponse, RequestId};
 use crate::state::Cause;
 use crate::wire::{TaskCommand, TaskState};
 
-/// An input for [`Partner::handle`].
+/// An input for [`super::Partner::handle`].
 #[derive(Clone, Debug, PartialEq)]
 pub enum PartnerInput {
     /// The body of an HTTP POST to an AIP endpoint (`rpc`, `stream`, `notification/*`; the
@@ -98,7 +98,7 @@ pub enum GiveUpReason {
 /// What the application learns.
 #[derive(Clone, Debug, PartialEq)]
 pub enum PartnerEvent {
-    /// A start waits for [`Partner::accept`] or [`Partner::reject`] (`auto_accept` off).
+    /// A start waits for [`super::Partner::accept`] or [`super::Partner::reject`] (`auto_accept` off).
     StartRequested {
         /// The task.
         task_id: String,
