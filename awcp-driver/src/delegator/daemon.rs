@@ -390,7 +390,7 @@ impl DelegatorHandle {
 /// A Rust client for the daemon API.
 #[derive(Clone)]
 pub struct DaemonClient<R: Runtime> {
-    rt: R,
+    http: net::HttpClient<R>,
     base: String,
     timeout: Duration,
 }
@@ -413,10 +413,17 @@ impl<R: Runtime> DaemonClient<R> {
     /// A client for the daemon at `base` (`http://127.0.0.1:3100`).
     pub fn new(rt: R, base: impl Into<String>) -> Self {
         DaemonClient {
-            rt,
+            http: net::HttpClient::new(rt, net::ClientTls::default()),
             base: base.into().trim_end_matches('/').to_owned(),
             timeout: Duration::from_secs(30),
         }
+    }
+
+    /// The same client with these TLS settings (an `https` daemon with a private CA, or one
+    /// that requires a client certificate).
+    pub fn with_tls(mut self, tls: net::ClientTls) -> Self {
+        self.http = net::HttpClient::new(self.http.runtime().clone(), tls);
+        self
     }
 
     async fn call(
@@ -427,22 +434,23 @@ impl<R: Runtime> DaemonClient<R> {
         timeout: Duration,
     ) -> Result<Value, DaemonError> {
         let url = format!("{}{path}", self.base);
-        let r = net::request(
-            &self.rt,
-            method,
-            &url,
-            &[],
-            body.map(|b| Bytes::from(b.to_string())),
-            timeout,
-            64 * 1024 * 1024,
-        )
-        .await
-        .map_err(|e| DaemonError {
-            status: 0,
-            message: e.to_string(),
-            code: None,
-            hint: Some(format!("is the daemon running at {}?", self.base)),
-        })?;
+        let r = self
+            .http
+            .request(
+                method,
+                &url,
+                &[],
+                body.map(|b| Bytes::from(b.to_string())),
+                timeout,
+                64 * 1024 * 1024,
+            )
+            .await
+            .map_err(|e| DaemonError {
+                status: 0,
+                message: e.to_string(),
+                code: None,
+                hint: Some(format!("is the daemon running at {}?", self.base)),
+            })?;
         let v: Value = serde_json::from_slice(&r.1).unwrap_or(Value::Null);
         if (200..300).contains(&r.0) {
             Ok(v)

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use awcp_driver::delegator::daemon::{view_to_json, DaemonClient};
 use awcp_driver::{DelegateParams, DelegatorHandle, DelegatorOptions, Driver};
-use awcp_examples::RuntimeChoice;
+use awcp_examples::{ClientTlsArgs, RuntimeChoice, ServerArgs};
 use awcp_proto::engine::SnapshotMode;
 use awcp_proto::{AccessMode, Auth, AuthType, TransportKind};
 use awcp_transports::{
@@ -52,6 +52,8 @@ struct Cli {
     /// Async runtime to run on.
     #[arg(long, global = true, env = "AWCP_RUNTIME", value_enum, default_value_t)]
     runtime: RuntimeChoice,
+    #[command(flatten)]
+    client: ClientTlsArgs,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -95,6 +97,14 @@ enum Cmd {
         /// Serve the archive by URL from this address (URL mode) instead of inlining it.
         #[arg(long)]
         serve_archives: Option<SocketAddr>,
+        /// With --serve-archives: the base URL the executor reaches the archive server at
+        /// (behind NAT or a proxy). Default: its address (the route's source address if it
+        /// listens on 0.0.0.0).
+        #[arg(long, value_parser = awcp_examples::parse_public_url, requires = "serve_archives")]
+        public_url: Option<String>,
+        /// TLS and limits of the archive server.
+        #[command(flatten)]
+        server: ServerArgs,
         /// State directory for the in-process delegator.
         #[arg(long, env = "AWCP_STATE_DIR")]
         state_dir: Option<PathBuf>,
@@ -112,6 +122,13 @@ enum Cmd {
         /// State directory.
         #[arg(long, env = "AWCP_STATE_DIR")]
         state_dir: Option<PathBuf>,
+        /// The base URL executors reach this daemon's archive URLs at (behind NAT or a
+        /// proxy). Default: its address (the route's source address if it listens on 0.0.0.0).
+        #[arg(long, env = "AWCP_PUBLIC_URL", value_parser = awcp_examples::parse_public_url)]
+        public_url: Option<String>,
+        /// TLS and limits of the daemon's server.
+        #[command(flatten)]
+        server: ServerArgs,
     },
     /// List delegations.
     List,
@@ -234,10 +251,12 @@ fn delegator<R: Driver>(
     state_dir: PathBuf,
     archive_base: Option<String>,
     sshfs: Option<SshfsDelegator>,
+    client_tls: agent_rt::ClientTls,
 ) -> DelegatorHandle {
     let transport = ArchiveDelegator::new(ArchiveDelegatorConfig::new(state_dir.join("exports")));
     let mut opts = DelegatorOptions::new(Arc::new(transport), state_dir);
     opts.archive_base_url = archive_base;
+    opts.client_tls = client_tls;
     if let Some(t) = sshfs {
         opts.extra_transports.push(Arc::new(t));
     }
@@ -259,7 +278,9 @@ fn main() {
 }
 
 async fn run<R: Driver>(cli: Cli) {
-    let client = DaemonClient::new(R::default(), cli.daemon_url.clone());
+    let client_tls = cli.client.client_tls().unwrap_or_else(|e| fail(e));
+    let client =
+        DaemonClient::new(R::default(), cli.daemon_url.clone()).with_tls(client_tls.clone());
     match cli.cmd {
         Cmd::Delegate {
             dir,
@@ -274,6 +295,8 @@ async fn run<R: Driver>(cli: Cli) {
             daemon,
             background,
             serve_archives,
+            public_url,
+            server,
             state_dir,
             sshfs_config,
         } => {
@@ -339,9 +362,12 @@ async fn run<R: Driver>(cli: Cli) {
             if let Some(addr) = serve_archives {
                 let listener = std::net::TcpListener::bind(addr)
                     .unwrap_or_else(|e| fail(format!("--serve-archives {addr}: {e}")));
-                archive_base = Some(format!("http://{}", listener.local_addr().expect("bound")));
-                let d = delegator::<R>(state_dir.clone(), archive_base.clone(), sshfs);
-                R::default().spawn_delegator_server(listener, d.clone());
+                let server = server.server_options().unwrap_or_else(|e| fail(e));
+                let local = listener.local_addr().expect("bound");
+                archive_base =
+                    Some(public_url.unwrap_or_else(|| format!("{}://{local}", server.scheme())));
+                let d = delegator::<R>(state_dir.clone(), archive_base.clone(), sshfs, client_tls);
+                R::default().spawn_delegator_server_with(listener, d.clone(), server);
                 run_delegate::<R>(
                     d,
                     peer,
@@ -358,7 +384,7 @@ async fn run<R: Driver>(cli: Cli) {
                 .await;
                 return;
             }
-            let d = delegator::<R>(state_dir, archive_base, sshfs);
+            let d = delegator::<R>(state_dir, archive_base, sshfs, client_tls);
             run_delegate::<R>(
                 d,
                 peer,
@@ -374,14 +400,23 @@ async fn run<R: Driver>(cli: Cli) {
             )
             .await;
         }
-        Cmd::Daemon { listen, state_dir } => {
+        Cmd::Daemon {
+            listen,
+            state_dir,
+            public_url,
+            server,
+        } => {
             let state_dir = state_dir.unwrap_or_else(default_state_dir);
+            let server = server.server_options().unwrap_or_else(|e| fail(e));
             let listener = std::net::TcpListener::bind(listen)
                 .unwrap_or_else(|e| fail(format!("cannot listen on {listen}: {e}")));
             let local = listener.local_addr().expect("bound");
-            let d = delegator::<R>(state_dir, Some(format!("http://{local}")), None);
-            println!("awcp daemon listening on http://{local}");
-            if let Err(e) = R::serve_delegator_on(listener, d, R::shutdown_signal()).await {
+            let base = format!("{}://{local}", server.scheme());
+            let archive_base = public_url.unwrap_or_else(|| base.clone());
+            let d = delegator::<R>(state_dir, Some(archive_base), None, client_tls);
+            println!("awcp daemon listening on {base}");
+            if let Err(e) = R::serve_delegator_with(listener, d, server, R::shutdown_signal()).await
+            {
                 fail(e);
             }
         }
