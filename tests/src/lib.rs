@@ -7,3 +7,4 @@
 
 pub mod aip_sim;
 pub mod sim;
+pub mod sweep;

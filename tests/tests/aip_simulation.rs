@@ -1,41 +1,15 @@
 //! The deterministic simulation of AIP direct mode: a seed sweep (`AIP_SIM_SEEDS`, default
 //! 10 000; replay one seed with `AIP_SIM_SEED`) and scenario tests.
 
-use std::collections::BTreeMap;
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
-
 use awcp_tests::aip_sim::{replay_command, run_seed, AipSimConfig, Faults, World};
+use awcp_tests::sweep::{catch_seed, env_u64, sweep, Stats};
 
-fn env_u64(name: &str) -> Option<u64> {
-    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
-}
-
-type Stats = BTreeMap<&'static str, u64>;
-
-fn check_seed(seed: u64, stats: &mut Stats) -> Result<(), String> {
-    match catch_unwind(AssertUnwindSafe(|| run_seed(seed))) {
-        Ok(Ok(s)) => {
-            for (k, v) in s.stats {
-                *stats.entry(k).or_insert(0) += v;
-            }
-            *stats.entry("seeds").or_insert(0) += 1;
-            Ok(())
-        }
-        Ok(Err(f)) => Err(f.to_string()),
-        Err(p) => {
-            let msg = p
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| p.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-                .unwrap_or_else(|| "panic".into());
-            Err(format!(
-                "AIP simulation seed {seed} panicked: {msg}\nreplay: {}",
-                replay_command(seed)
-            ))
-        }
-    }
+fn check_seed(seed: u64) -> Result<Stats, String> {
+    catch_seed(seed, "AIP simulation", &replay_command(seed), || {
+        let mut stats = run_seed(seed).map(|s| s.stats).map_err(|f| f.to_string())?;
+        stats.insert("seeds", 1);
+        Ok(stats)
+    })
 }
 
 #[test]
@@ -58,44 +32,13 @@ fn aip_simulation_seeds() {
     }
     let count = env_u64("AIP_SIM_SEEDS").unwrap_or(10_000);
     let base = env_u64("AIP_SIM_SEED_BASE").unwrap_or(0);
-    let threads = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(2)
-        .clamp(1, 8);
-    let next = AtomicU64::new(0);
-    let failures: Mutex<Vec<(u64, String)>> = Mutex::new(Vec::new());
-    let total: Mutex<Stats> = Mutex::new(Stats::new());
     let started = std::time::Instant::now();
-    std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| {
-                let mut stats = Stats::new();
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= count || !failures.lock().unwrap().is_empty() {
-                        break;
-                    }
-                    if let Err(msg) = check_seed(base + i, &mut stats) {
-                        failures.lock().unwrap().push((base + i, msg));
-                    }
-                }
-                let mut total = total.lock().unwrap();
-                for (k, v) in stats {
-                    *total.entry(k).or_insert(0) += v;
-                }
-            });
-        }
-    });
-    let mut failures = failures.into_inner().unwrap();
-    failures.sort();
-    if let Some((_, msg)) = failures.first() {
-        panic!("{msg}");
-    }
+    let total = sweep(count, base, check_seed).unwrap_or_else(|msg| panic!("{msg}"));
     println!(
         "{count} AIP seeds from {base} passed in {:.1?}",
         started.elapsed()
     );
-    for (k, v) in total.into_inner().unwrap() {
+    for (k, v) in total {
         println!("  {k:>26}: {v}");
     }
 }

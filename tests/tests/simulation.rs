@@ -1,44 +1,17 @@
 //! The deterministic simulation: a seed sweep (`AWCP_SIM_SEEDS`, default 10 000; replay one
 //! seed with `AWCP_SIM_SEED`) and scenario tests with precise expectations.
 
-use std::collections::BTreeMap;
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
-
 use awcp_proto::{AccessMode, AssignmentState, DelegationState, ErrorCode, SnapshotMode};
 use awcp_tests::sim::{
     replay_command, run_seed, run_seed_traced, Action, DelegationSpec, Failure, SimConfig, World,
 };
-
-fn env_u64(name: &str) -> Option<u64> {
-    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
-}
-
-type Stats = BTreeMap<&'static str, u64>;
+use awcp_tests::sweep::{catch_seed, env_u64, sweep, Stats};
 
 /// One seed, panics caught and reported with the seed.
-fn check_seed(seed: u64, stats: &mut Stats) -> Result<(), String> {
-    match catch_unwind(AssertUnwindSafe(|| run_seed(seed))) {
-        Ok(Ok(s)) => {
-            for (k, v) in s.stats {
-                *stats.entry(k).or_insert(0) += v;
-            }
-            Ok(())
-        }
-        Ok(Err(f)) => Err(f.to_string()),
-        Err(p) => {
-            let msg = p
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| p.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-                .unwrap_or_else(|| "panic".into());
-            Err(format!(
-                "simulation seed {seed} panicked: {msg}\nreplay: {}",
-                replay_command(seed)
-            ))
-        }
-    }
+fn check_seed(seed: u64) -> Result<Stats, String> {
+    catch_seed(seed, "simulation", &replay_command(seed), || {
+        run_seed(seed).map(|s| s.stats).map_err(|f| f.to_string())
+    })
 }
 
 #[test]
@@ -65,45 +38,13 @@ fn simulation_seeds() {
     }
     let count = env_u64("AWCP_SIM_SEEDS").unwrap_or(10_000);
     let base = env_u64("AWCP_SIM_SEED_BASE").unwrap_or(0);
-    let threads = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(2)
-        .clamp(1, 8);
-    let next = AtomicU64::new(0);
-    let failures: Mutex<Vec<(u64, String)>> = Mutex::new(Vec::new());
-    let total: Mutex<Stats> = Mutex::new(Stats::new());
     let started = std::time::Instant::now();
-    std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| {
-                let mut stats = Stats::new();
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= count || !failures.lock().unwrap().is_empty() {
-                        break;
-                    }
-                    let seed = base + i;
-                    if let Err(msg) = check_seed(seed, &mut stats) {
-                        failures.lock().unwrap().push((seed, msg));
-                    }
-                }
-                let mut total = total.lock().unwrap();
-                for (k, v) in stats {
-                    *total.entry(k).or_insert(0) += v;
-                }
-            });
-        }
-    });
-    let mut failures = failures.into_inner().unwrap();
-    failures.sort();
-    if let Some((_, msg)) = failures.first() {
-        panic!("{msg}");
-    }
+    let total = sweep(count, base, check_seed).unwrap_or_else(|msg| panic!("{msg}"));
     println!(
         "{count} seeds from {base} passed in {:.1?}",
         started.elapsed()
     );
-    for (k, v) in total.into_inner().unwrap() {
+    for (k, v) in total {
         println!("  {k:>28}: {v}");
     }
 }

@@ -229,14 +229,9 @@ impl Leader {
         rpc_id: RpcId,
         body: Vec<u8>,
     ) {
-        let Some(endpoint) = self
-            .tasks
-            .get(task_id)
-            .and_then(|t| self.partners.get(&t.partner))
-        else {
+        let Some(url) = self.url_of(task_id, &method) else {
             return;
         };
-        let url = method_url(&endpoint.url, &method);
         self.next_call += 1;
         let n = self.next_call;
         self.calls.insert(
@@ -253,6 +248,13 @@ impl Leader {
             },
         );
         self.send_attempt(n);
+    }
+
+    /// The URL of `method` at the partner of `task_id`.
+    pub(super) fn url_of(&self, task_id: &str, method: &Method) -> Option<String> {
+        let t = self.tasks.get(task_id)?;
+        let endpoint = self.partners.get(&t.partner)?;
+        Some(method_url(&endpoint.url, method))
     }
 
     pub(super) fn new_attempt(&mut self) -> CallId {

@@ -15,7 +15,6 @@ use super::{
 };
 use crate::engine::CallId;
 use crate::error::ErrorCode;
-use crate::http::method_url;
 use crate::sse::SseDecoder;
 use crate::wire::{
     decode_rpc_response, decode_stream_event, encode_command_request, CommandKind, Method,
@@ -94,14 +93,9 @@ impl Leader {
     }
 
     fn open_stream_call(&mut self, task_id: &str, body: Vec<u8>) {
-        let Some(endpoint) = self
-            .tasks
-            .get(task_id)
-            .and_then(|t| self.partners.get(&t.partner))
-        else {
+        let Some(url) = self.url_of(task_id, &Method::Stream) else {
             return;
         };
-        let url = method_url(&endpoint.url, &Method::Stream);
         let call = self.new_attempt();
         self.streams.insert(
             call,

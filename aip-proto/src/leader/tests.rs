@@ -82,6 +82,16 @@ fn answer(
     drain(l)
 }
 
+/// Answers the first request in `sent` with `result`.
+fn answer_first(
+    l: &mut Leader,
+    now: Timestamp,
+    sent: &[(CallId, HttpRequest, Value)],
+    result: Value,
+) -> Vec<LeaderOutput> {
+    answer(l, now, sent[0].0, &sent[0].2["id"], result)
+}
+
 #[test]
 fn a_start_is_sent_in_the_partners_dialect_to_its_rpc_url() {
     for (d, key, ty) in [
@@ -161,37 +171,18 @@ fn answers_move_the_view_forward_only() {
     l.start(at(0), StartTask::new("p", "t", "s", "hello"))
         .unwrap();
     let s = sends(&drain(&mut l));
-    let ev = events(&answer(
-        &mut l,
-        at(5),
-        s[0].0,
-        &s[0].2["id"],
-        task_json("working", 3),
-    ));
+    let ev = events(&answer_first(&mut l, at(5), &s, task_json("working", 3)));
     assert!(
         matches!(&ev[0], LeaderEvent::StateChanged { from: None, status, .. } if status.state == TaskState::Working)
     );
     // An older answer (a get that crossed a newer reply) is ignored.
     l.get(at(6), "t").unwrap();
     let g = sends(&drain(&mut l));
-    assert!(events(&answer(
-        &mut l,
-        at(7),
-        g[0].0,
-        &g[0].2["id"],
-        task_json("accepted", 1)
-    ))
-    .is_empty());
+    assert!(events(&answer_first(&mut l, at(7), &g, task_json("accepted", 1))).is_empty());
     // An impossible one is reported and ignored.
     l.get(at(8), "t").unwrap();
     let g = sends(&drain(&mut l));
-    let ev = events(&answer(
-        &mut l,
-        at(9),
-        g[0].0,
-        &g[0].2["id"],
-        task_json("accepted", 9),
-    ));
+    let ev = events(&answer_first(&mut l, at(9), &g, task_json("accepted", 9)));
     assert!(
         matches!(&ev[..], [LeaderEvent::PeerMisbehaved { .. }]),
         "{ev:?}"
@@ -200,11 +191,10 @@ fn answers_move_the_view_forward_only() {
     // A terminal one ends the task; commands are refused afterwards.
     l.complete(at(10), "t").unwrap();
     let c = sends(&drain(&mut l));
-    let ev = events(&answer(
+    let ev = events(&answer_first(
         &mut l,
         at(11),
-        c[0].0,
-        &c[0].2["id"],
+        &c,
         task_json("completed", 10),
     ));
     assert!(ev.iter().any(|e| matches!(
@@ -246,13 +236,7 @@ fn a_partner_that_does_not_know_the_task_ends_it_as_abandoned() {
     let mut l = leader(Dialect::V2);
     l.start(at(0), StartTask::new("p", "t", "s", "x")).unwrap();
     let s = sends(&drain(&mut l));
-    answer(
-        &mut l,
-        at(1),
-        s[0].0,
-        &s[0].2["id"],
-        task_json("working", 1),
-    );
+    answer_first(&mut l, at(1), &s, task_json("working", 1));
     l.get(at(2), "t").unwrap();
     let g = sends(&drain(&mut l));
     let body = json!({"jsonrpc":"2.0","id":null,"result":null,"error":{"code":-32001,"message":"Task not found"}});
@@ -430,11 +414,10 @@ fn notifications_need_the_right_token() {
         s[0].2["params"],
         json!({"url":"http://l/n","token":"tok","taskId":"t"})
     );
-    let out = answer(
+    let out = answer_first(
         &mut l,
         at(1),
-        s[0].0,
-        &s[0].2["id"],
+        &s,
         json!({"id":"n-1","url":"http://l/n","token":"tok","taskId":"t"}),
     );
     let st = sends(&out);
@@ -503,13 +486,7 @@ fn the_deadline_cancels_and_abandons_if_the_cancel_fails() {
     )
     .unwrap();
     let s = sends(&drain(&mut l));
-    answer(
-        &mut l,
-        at(1),
-        s[0].0,
-        &s[0].2["id"],
-        task_json("working", 1),
-    );
+    answer_first(&mut l, at(1), &s, task_json("working", 1));
     assert_eq!(
         l.next_timer().map(|(t, r)| (t, r.reason())),
         Some((at(5000), "task deadline"))
@@ -552,13 +529,7 @@ fn rpc_tasks_are_polled_until_they_end() {
     );
     l.start(at(0), StartTask::new("p", "t", "s", "x")).unwrap();
     let s = sends(&drain(&mut l));
-    answer(
-        &mut l,
-        at(1),
-        s[0].0,
-        &s[0].2["id"],
-        task_json("working", 1),
-    );
+    answer_first(&mut l, at(1), &s, task_json("working", 1));
     l.handle_timeout(at(2000));
     let g = sends(&drain(&mut l));
     let get = &g[0].2["params"]["command"];
@@ -567,13 +538,7 @@ fn rpc_tasks_are_polled_until_they_end() {
         get["commandParams"]["lastStateChangedAt"],
         at(1).to_rfc3339()
     );
-    answer(
-        &mut l,
-        at(2001),
-        g[0].0,
-        &g[0].2["id"],
-        task_json("completed", 1500),
-    );
+    answer_first(&mut l, at(2001), &g, task_json("completed", 1500));
     assert!(l.task("t").unwrap().ended);
     assert_eq!(
         l.next_timer().map(|(_, r)| r.reason()),
@@ -586,18 +551,12 @@ fn a_status_with_new_items_and_the_same_state_is_progress() {
     let mut l = leader(Dialect::V2);
     l.start(at(0), StartTask::new("p", "t", "s", "x")).unwrap();
     let s = sends(&drain(&mut l));
-    answer(
-        &mut l,
-        at(1),
-        s[0].0,
-        &s[0].2["id"],
-        task_json("working", 1),
-    );
+    answer_first(&mut l, at(1), &s, task_json("working", 1));
     let mut t = task_json("working", 1);
     t["status"]["dataItems"] = json!([{"type":"text","text":"50%"}]);
     l.get(at(2), "t").unwrap();
     let g = sends(&drain(&mut l));
-    let ev = events(&answer(&mut l, at(3), g[0].0, &g[0].2["id"], t));
+    let ev = events(&answer_first(&mut l, at(3), &g, t));
     assert!(
         matches!(
             &ev[0],

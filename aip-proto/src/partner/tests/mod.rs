@@ -62,6 +62,28 @@ fn send(p: &mut Partner, now: Timestamp, r: u64, body: Vec<u8>) -> Vec<PartnerOu
     drain(p)
 }
 
+/// A v02 `rpc` request with one command, sent.
+fn send_v2(
+    p: &mut Partner,
+    now: Timestamp,
+    r: u64,
+    command: &str,
+    task: Option<&str>,
+    params: Value,
+) -> Vec<PartnerOutput> {
+    send(
+        p,
+        now,
+        r,
+        request(
+            "rpc",
+            r,
+            Dialect::V2,
+            cmd(Dialect::V2, command, task, params),
+        ),
+    )
+}
+
 fn rpc(p: &mut Partner, now: Timestamp, r: u64, command: &str, task: &str) -> Value {
     let out = send(
         p,

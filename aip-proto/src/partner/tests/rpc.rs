@@ -5,17 +5,7 @@ use super::*;
 #[test]
 fn a_v2_start_is_accepted_answered_and_handed_to_the_application() {
     let mut p = partner();
-    let out = send(
-        &mut p,
-        at(0),
-        1,
-        request(
-            "rpc",
-            1,
-            Dialect::V2,
-            cmd(Dialect::V2, "start", Some("t-1"), Value::Null),
-        ),
-    );
+    let out = send_v2(&mut p, at(0), 1, "start", Some("t-1"), Value::Null);
     assert_eq!(changes(&out), vec![(None, TaskState::Accepted)]);
     assert!(out.iter().any(|o| matches!(o, PartnerOutput::Event(PartnerEvent::TaskStarted { task_id, .. }) if task_id == "t-1")));
     let v = reply(&out, 1);
@@ -60,17 +50,7 @@ fn commands_in_the_wrong_state_answer_the_current_task() {
     p.start_working(at(1), "t-1").unwrap();
     drain(&mut p);
     for (r, c) in [(2, "complete"), (3, "continue"), (4, "start")] {
-        let out = send(
-            &mut p,
-            at(2),
-            r,
-            request(
-                "rpc",
-                r,
-                Dialect::V2,
-                cmd(Dialect::V2, c, Some("t-1"), Value::Null),
-            ),
-        );
+        let out = send_v2(&mut p, at(2), r, c, Some("t-1"), Value::Null);
         assert_eq!(changes(&out), vec![], "{c}");
         assert_eq!(state_of(&reply(&out, r)), "working", "{c}");
     }
@@ -138,30 +118,10 @@ fn errors_are_json_rpc_errors_with_the_right_codes() {
         br#"{"jsonrpc":"2.0","id":3,"method":"tasks/send","params":{}}"#.to_vec(),
     );
     assert_eq!(code(&out, 3), -32601);
-    let out = send(
-        &mut p,
-        at(0),
-        4,
-        request(
-            "rpc",
-            4,
-            Dialect::V2,
-            cmd(Dialect::V2, "get", Some("nope"), Value::Null),
-        ),
-    );
+    let out = send_v2(&mut p, at(0), 4, "get", Some("nope"), Value::Null);
     assert_eq!(code(&out, 4), -32001);
     assert_eq!(reply(&out, 4)["error"]["data"]["taskId"], "nope");
-    let out = send(
-        &mut p,
-        at(0),
-        5,
-        request(
-            "rpc",
-            5,
-            Dialect::V2,
-            cmd(Dialect::V2, "get", None, Value::Null),
-        ),
-    );
+    let out = send_v2(&mut p, at(0), 5, "get", None, Value::Null);
     assert_eq!(code(&out, 5), -32602);
     let out = send(
         &mut p,
@@ -170,34 +130,14 @@ fn errors_are_json_rpc_errors_with_the_right_codes() {
         br#"{"jsonrpc":"2.0","id":6,"method":"group","params":{}}"#.to_vec(),
     );
     assert_eq!(code(&out, 6), -32007);
-    let out = send(
-        &mut p,
-        at(0),
-        7,
-        request(
-            "rpc",
-            7,
-            Dialect::V2,
-            cmd(Dialect::V2, "fly", Some("t"), Value::Null),
-        ),
-    );
+    let out = send_v2(&mut p, at(0), 7, "fly", Some("t"), Value::Null);
     assert_eq!(code(&out, 7), -32602);
 }
 
 #[test]
 fn a_start_without_task_id_gets_one_from_the_partner() {
     let mut p = partner();
-    let out = send(
-        &mut p,
-        at(0),
-        1,
-        request(
-            "rpc",
-            1,
-            Dialect::V2,
-            cmd(Dialect::V2, "start", None, Value::Null),
-        ),
-    );
+    let out = send_v2(&mut p, at(0), 1, "start", None, Value::Null);
     let v = reply(&out, 1);
     let id = v["result"]["taskId"].as_str().unwrap();
     assert!(id.starts_with("task-"), "{id}");
@@ -209,17 +149,7 @@ fn awaiting_timeouts_cancel_input_and_complete_completion() {
     let mut p = partner();
     let params = json!({"awaitingInputTimeout": 1000, "awaitingCompletionTimeout": 2000});
     for t in ["a", "b"] {
-        send(
-            &mut p,
-            at(0),
-            1,
-            request(
-                "rpc",
-                1,
-                Dialect::V2,
-                cmd(Dialect::V2, "start", Some(t), params.clone()),
-            ),
-        );
+        send_v2(&mut p, at(0), 1, "start", Some(t), params.clone());
         p.start_working(at(0), t).unwrap();
     }
     p.request_input(at(10), "a", vec![]).unwrap();
@@ -251,38 +181,19 @@ fn an_undecided_start_is_rejected_after_the_response_timeout_and_held_requests_a
         keepalive: None,
         ..PartnerConfig::default()
     });
-    let out = send(
+    let out = send_v2(
         &mut p,
         at(0),
         1,
-        request(
-            "rpc",
-            1,
-            Dialect::V2,
-            cmd(
-                Dialect::V2,
-                "start",
-                Some("t"),
-                json!({"responseTimeout": 500}),
-            ),
-        ),
+        "start",
+        Some("t"),
+        json!({"responseTimeout": 500}),
     );
     assert!(matches!(
         &out[..],
         [PartnerOutput::Event(PartnerEvent::StartRequested { .. })]
     ));
-    assert!(send(
-        &mut p,
-        at(1),
-        2,
-        request(
-            "rpc",
-            2,
-            Dialect::V2,
-            cmd(Dialect::V2, "get", Some("t"), Value::Null)
-        )
-    )
-    .is_empty());
+    assert!(send_v2(&mut p, at(1), 2, "get", Some("t"), Value::Null).is_empty());
     p.handle_timeout(at(500));
     let out = drain(&mut p);
     assert_eq!(changes(&out), vec![(None, TaskState::Rejected)]);
@@ -316,21 +227,13 @@ fn the_application_may_only_move_a_task_through_the_table() {
 #[test]
 fn products_over_max_products_bytes_fail_the_task() {
     let mut p = partner();
-    send(
+    send_v2(
         &mut p,
         at(0),
         1,
-        request(
-            "rpc",
-            1,
-            Dialect::V2,
-            cmd(
-                Dialect::V2,
-                "start",
-                Some("t"),
-                json!({"maxProductsBytes": 64}),
-            ),
-        ),
+        "start",
+        Some("t"),
+        json!({"maxProductsBytes": 64}),
     );
     p.start_working(at(1), "t").unwrap();
     let big = Product::text("p", "x".repeat(100));
