@@ -5,8 +5,8 @@ use serde_json::json;
 
 use super::view::{Ended, LeaderTask};
 use super::{
-    AbandonReason, CallError, Delivery, HttpRequest, Leader, LeaderEvent, LeaderOutput,
-    LeaderTimer, StartTask,
+    AbandonReason, AttachTask, CallError, Delivery, HttpRequest, Leader, LeaderEvent, LeaderOutput,
+    LeaderTimer, StartTask, Ticket,
 };
 use crate::engine::CallId;
 use crate::error::{ErrorCode, UsageError};
@@ -28,6 +28,8 @@ pub(crate) struct Call {
     body: Vec<u8>,
     attempts: u32,
     last_error: Option<CallError>,
+    /// The application's ticket (commands other than `start`, which the task tracks).
+    ticket: Option<Ticket>,
 }
 
 /// HTTP statuses worth another attempt.
@@ -36,8 +38,13 @@ fn retryable(status: u16) -> bool {
 }
 
 impl Leader {
-    /// Starts a task at a partner.
-    pub fn start(&mut self, now: crate::time::Timestamp, s: StartTask) -> Result<(), UsageError> {
+    /// Starts a task at a partner. The start's answer arrives as [`LeaderEvent::Answered`]
+    /// with the returned ticket.
+    pub fn start(
+        &mut self,
+        now: crate::time::Timestamp,
+        s: StartTask,
+    ) -> Result<Ticket, UsageError> {
         self.core.tick(now);
         let endpoint = self
             .partners
@@ -59,11 +66,13 @@ impl Leader {
             }
             Delivery::Rpc | Delivery::Stream => None,
         };
+        let dialect = endpoint.dialect;
+        let ticket = self.ticket();
         let task = LeaderTask {
             id: s.task_id.clone(),
             partner: s.partner.clone(),
             session_id: s.session_id.clone(),
-            dialect: endpoint.dialect,
+            dialect,
             delivery: s.delivery.clone(),
             params: s.params.clone(),
             data_items: s.data_items.clone(),
@@ -78,14 +87,12 @@ impl Leader {
             get_in_flight: false,
             deadline_hit: false,
             notification_token: notification.as_ref().map(|(_, t)| t.clone()),
+            start_ticket: Some(ticket),
             ended: None,
         };
         let id = s.task_id.clone();
         self.tasks.insert(id.clone(), task);
-        if let Some(d) = s.deadline.or(self.config.task_timeout) {
-            let at = self.core.at(d);
-            self.core.timers.set(LeaderTimer::Deadline(id.clone()), at);
-        }
+        self.arm_deadline(&id, s.deadline);
         match notification {
             Some((url, token)) => {
                 self.tokens.insert(token.clone(), id.clone());
@@ -97,13 +104,108 @@ impl Leader {
                 };
                 let rpc_id = self.rpc_id();
                 let body = encode_notification_set(&rpc_id, &config);
-                self.call(&id, Method::NotificationSet, None, rpc_id, body);
+                self.call(&id, Method::NotificationSet, None, rpc_id, body, None);
             }
             None if s.delivery == Delivery::Stream => self.open_start_stream(&id),
             None => self.send_start(&id, Method::Rpc, None),
         }
         self.arm_poll(&id);
+        Ok(ticket)
+    }
+
+    /// Follows a task that exists at a partner without starting it (its state is unknown
+    /// until the first answer: send a [`Leader::get`], or for [`Delivery::Stream`] the
+    /// stream opens with `re-stream` from the first event).
+    pub fn attach(&mut self, now: crate::time::Timestamp, a: AttachTask) -> Result<(), UsageError> {
+        self.core.tick(now);
+        let endpoint = self
+            .partners
+            .get(&a.partner)
+            .ok_or_else(|| UsageError::UnknownPartner(a.partner.clone()))?;
+        if self.tasks.contains_key(&a.task_id) {
+            return Err(UsageError::TaskExists(a.task_id));
+        }
+        if matches!(a.delivery, Delivery::Notification { .. }) {
+            return Err(UsageError::Unsupported(
+                "notifications for an attached task".into(),
+            ));
+        }
+        let task = LeaderTask {
+            id: a.task_id.clone(),
+            partner: a.partner.clone(),
+            session_id: a.session_id.clone(),
+            dialect: endpoint.dialect,
+            delivery: a.delivery.clone(),
+            params: Default::default(),
+            data_items: Vec::new(),
+            status: None,
+            products: Vec::new(),
+            last_seq: 0,
+            seqs: Vec::new(),
+            stream: None,
+            start_body: None,
+            restream_attempts: 0,
+            stream_lost: false,
+            get_in_flight: false,
+            deadline_hit: false,
+            notification_token: None,
+            start_ticket: None,
+            ended: None,
+        };
+        let id = a.task_id;
+        self.tasks.insert(id.clone(), task);
+        self.arm_deadline(&id, a.deadline);
+        if a.delivery == Delivery::Stream {
+            self.reconnect(&id);
+        }
+        self.arm_poll(&id);
         Ok(())
+    }
+
+    fn arm_deadline(&mut self, task_id: &str, deadline: Option<std::time::Duration>) {
+        if let Some(d) = deadline.or(self.config.task_timeout) {
+            let at = self.core.at(d);
+            self.core
+                .timers
+                .set(LeaderTimer::Deadline(task_id.to_owned()), at);
+        }
+    }
+
+    fn ticket(&mut self) -> Ticket {
+        self.next_ticket += 1;
+        Ticket(self.next_ticket)
+    }
+
+    /// Answers the application's ticket for the start of `task_id`, if it waits.
+    pub(super) fn answer_start(&mut self, task_id: &str, outcome: Result<RpcResult, CallError>) {
+        let Some(ticket) = self
+            .tasks
+            .get_mut(task_id)
+            .and_then(|t| t.start_ticket.take())
+        else {
+            return;
+        };
+        self.event(LeaderEvent::Answered {
+            task_id: task_id.to_owned(),
+            ticket,
+            command: CommandKind::Start,
+            outcome,
+        });
+    }
+
+    /// Answers the ticket of `call`, if it has one.
+    fn answer_call(&mut self, call: &Call, outcome: Result<RpcResult, CallError>) {
+        if call.command == Some(CommandKind::Start) {
+            return self.answer_start(&call.task_id, outcome);
+        }
+        if let (Some(ticket), Some(command)) = (call.ticket, call.command.clone()) {
+            self.event(LeaderEvent::Answered {
+                task_id: call.task_id.clone(),
+                ticket,
+                command,
+                outcome,
+            });
+        }
     }
 
     /// `continue` with more input.
@@ -112,11 +214,12 @@ impl Leader {
         now: crate::time::Timestamp,
         task_id: &str,
         items: Vec<DataItem>,
-    ) -> Result<(), UsageError> {
+    ) -> Result<Ticket, UsageError> {
         self.core.tick(now);
         self.live(task_id)?;
-        self.send_command(task_id, CommandKind::Continue, items, None);
-        Ok(())
+        let t = self.ticket();
+        self.send_command(task_id, CommandKind::Continue, items, None, Some(t));
+        Ok(t)
     }
 
     /// `complete` (the products are accepted).
@@ -124,31 +227,42 @@ impl Leader {
         &mut self,
         now: crate::time::Timestamp,
         task_id: &str,
-    ) -> Result<(), UsageError> {
+    ) -> Result<Ticket, UsageError> {
         self.core.tick(now);
         self.live(task_id)?;
-        self.send_command(task_id, CommandKind::Complete, Vec::new(), None);
-        Ok(())
+        let t = self.ticket();
+        self.send_command(task_id, CommandKind::Complete, Vec::new(), None, Some(t));
+        Ok(t)
     }
 
     /// `cancel`.
-    pub fn cancel(&mut self, now: crate::time::Timestamp, task_id: &str) -> Result<(), UsageError> {
+    pub fn cancel(
+        &mut self,
+        now: crate::time::Timestamp,
+        task_id: &str,
+    ) -> Result<Ticket, UsageError> {
         self.core.tick(now);
         self.live(task_id)?;
-        self.send_command(task_id, CommandKind::Cancel, Vec::new(), None);
-        Ok(())
+        let t = self.ticket();
+        self.send_command(task_id, CommandKind::Cancel, Vec::new(), None, Some(t));
+        Ok(t)
     }
 
     /// `get` with full histories (the answer arrives as [`LeaderEvent::Result`]).
-    pub fn get(&mut self, now: crate::time::Timestamp, task_id: &str) -> Result<(), UsageError> {
+    pub fn get(
+        &mut self,
+        now: crate::time::Timestamp,
+        task_id: &str,
+    ) -> Result<Ticket, UsageError> {
         self.core.tick(now);
         if !self.tasks.contains_key(task_id) {
             return Err(UsageError::UnknownTask(task_id.to_owned()));
         }
         let d = self.tasks.get(task_id).map_or(Dialect::V2, |t| t.dialect);
         let params = GetParams::default().to_params(d);
-        self.send_command(task_id, CommandKind::Get, Vec::new(), Some(params));
-        Ok(())
+        let t = self.ticket();
+        self.send_command(task_id, CommandKind::Get, Vec::new(), Some(params), Some(t));
+        Ok(t)
     }
 
     pub(super) fn rpc_id(&mut self) -> RpcId {
@@ -186,6 +300,7 @@ impl Leader {
         kind: CommandKind,
         items: Vec<DataItem>,
         params: Option<JsonObject>,
+        ticket: Option<Ticket>,
     ) {
         let Some(d) = self.tasks.get(task_id).map(|t| t.dialect) else {
             return;
@@ -198,7 +313,7 @@ impl Leader {
         let c = self.command(task_id, kind.clone(), items, params);
         let rpc_id = self.rpc_id();
         let body = encode_command_request(&rpc_id, &Method::Rpc, &c, d);
-        self.call(task_id, Method::Rpc, Some(kind), rpc_id, body);
+        self.call(task_id, Method::Rpc, Some(kind), rpc_id, body, ticket);
     }
 
     /// The start command (rpc, or notification/start with the configuration id).
@@ -218,7 +333,14 @@ impl Leader {
         let c = self.command(task_id, CommandKind::Start, items, Some(params));
         let rpc_id = self.rpc_id();
         let body = encode_command_request(&rpc_id, &method, &c, d);
-        self.call(task_id, method, Some(CommandKind::Start), rpc_id, body);
+        self.call(
+            task_id,
+            method,
+            Some(CommandKind::Start),
+            rpc_id,
+            body,
+            None,
+        );
     }
 
     fn call(
@@ -228,6 +350,7 @@ impl Leader {
         command: Option<CommandKind>,
         rpc_id: RpcId,
         body: Vec<u8>,
+        ticket: Option<Ticket>,
     ) {
         let Some(url) = self.url_of(task_id, &method) else {
             return;
@@ -245,6 +368,7 @@ impl Leader {
                 body,
                 attempts: 0,
                 last_error: None,
+                ticket,
             },
         );
         self.send_attempt(n);
@@ -362,11 +486,17 @@ impl Leader {
             return self.call_failed(call, CallError::Mismatch(detail));
         }
         match resp.outcome {
-            Ok((RpcResult::Task(t), _)) => self.apply_result(&task_id, *t),
-            Ok((RpcResult::Message(m), _)) => self.event(LeaderEvent::Message {
-                task_id: task_id.clone(),
-                message: m,
-            }),
+            Ok((RpcResult::Task(t), _)) => {
+                self.apply_result(&task_id, (*t).clone());
+                self.answer_call(&call, Ok(RpcResult::Task(t)));
+            }
+            Ok((RpcResult::Message(m), _)) => {
+                self.event(LeaderEvent::Message {
+                    task_id: task_id.clone(),
+                    message: m.clone(),
+                });
+                self.answer_call(&call, Ok(RpcResult::Message(m)));
+            }
             Err(e) => return self.call_failed(call, CallError::Rpc(e)),
         }
         self.after_call(&call);
@@ -396,8 +526,9 @@ impl Leader {
             task_id: task_id.clone(),
             method: call.method.clone(),
             command: call.command.clone(),
-            error,
+            error: error.clone(),
         });
+        self.answer_call(&call, Err(error));
         let live = self.tasks.get(&task_id).is_some_and(|t| t.ended.is_none());
         if unknown && live {
             self.end(&task_id, Ended::Abandoned(AbandonReason::UnknownAtPartner));
@@ -466,7 +597,7 @@ impl Leader {
             last_state_changed_at: t.status.as_ref().map(|s| s.state_changed_at),
         }
         .to_params(t.dialect);
-        self.send_command(task_id, CommandKind::Get, Vec::new(), Some(params));
+        self.send_command(task_id, CommandKind::Get, Vec::new(), Some(params), None);
     }
 
     /// The deadline: cancel; if that does not end the task, it is abandoned.
@@ -478,6 +609,6 @@ impl Leader {
             return;
         }
         t.deadline_hit = true;
-        self.send_command(task_id, CommandKind::Cancel, Vec::new(), None);
+        self.send_command(task_id, CommandKind::Cancel, Vec::new(), None, None);
     }
 }

@@ -41,6 +41,7 @@ use crate::wire::{DataItem, Dialect, StartParams, TaskState};
 
 pub use types::{
     AbandonReason, CallError, HttpRequest, LeaderEvent, LeaderInput, LeaderOutput, LeaderTimer,
+    Ticket,
 };
 pub use view::LeaderTaskView;
 
@@ -172,6 +173,23 @@ impl StartTask {
     }
 }
 
+/// A task that exists at a partner but was not started by this leader (e.g. by an earlier
+/// run of a command-line tool): [`Leader::attach`] follows it from its next answer on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AttachTask {
+    /// The partner (as registered with [`Leader::add_partner`]).
+    pub partner: String,
+    /// The task id at the partner.
+    pub task_id: String,
+    /// The session.
+    pub session_id: String,
+    /// How to follow it ([`Delivery::Notification`] is not possible for an attached task:
+    /// its configuration would need a `notification/start`).
+    pub delivery: Delivery,
+    /// The deadline from now (`None`: [`LeaderConfig::task_timeout`]).
+    pub deadline: Option<Duration>,
+}
+
 /// The leader engine. See the [module docs](self) for the drive contract.
 #[derive(Debug)]
 pub struct Leader {
@@ -188,6 +206,7 @@ pub struct Leader {
     tokens: BTreeMap<String, String>,
     next_call: u64,
     next_attempt: u64,
+    next_ticket: u64,
     ids: IdSource,
 }
 
@@ -206,6 +225,7 @@ impl Leader {
             tokens: BTreeMap::new(),
             next_call: 0,
             next_attempt: 0,
+            next_ticket: 0,
             ids,
         }
     }

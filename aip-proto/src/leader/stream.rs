@@ -304,10 +304,13 @@ impl Leader {
                         CallError::Mismatch("a task instead of a stream".into()),
                     );
                 }
-                Ok((RpcResult::Message(m), _)) => self.event(LeaderEvent::Message {
-                    task_id: task_id.clone(),
-                    message: m,
-                }),
+                Ok((RpcResult::Message(m), _)) => {
+                    self.event(LeaderEvent::Message {
+                        task_id: task_id.clone(),
+                        message: m.clone(),
+                    });
+                    self.answer_start(&task_id, Ok(RpcResult::Message(m)));
+                }
                 Err(e) if e.code == ErrorCode::TaskNotFound => {
                     let live = self.tasks.get(&task_id).is_some_and(|t| t.ended.is_none());
                     if live {
@@ -315,8 +318,9 @@ impl Leader {
                             task_id: task_id.clone(),
                             method: Method::Stream,
                             command: None,
-                            error: CallError::Rpc(e),
+                            error: CallError::Rpc(e.clone()),
                         });
+                        self.answer_start(&task_id, Err(CallError::Rpc(e)));
                         self.end(&task_id, Ended::Abandoned(AbandonReason::UnknownAtPartner));
                     }
                 }

@@ -5,8 +5,14 @@ use core::fmt;
 use crate::engine::{CallId, RequestId};
 use crate::error::{DecodeError, RpcError};
 use crate::wire::{
-    CommandKind, Method, ProductChunk, TaskCommand, TaskResult, TaskState, TaskStatus,
+    CommandKind, Method, ProductChunk, RpcResult, TaskCommand, TaskResult, TaskState, TaskStatus,
 };
+
+/// Names one command the application sent ([`super::Leader::start`], `continue_task`,
+/// `complete`, `cancel`, `get`); its outcome arrives as exactly one
+/// [`LeaderEvent::Answered`] with the same ticket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Ticket(pub u64);
 
 /// An input for [`super::Leader::handle`].
 #[derive(Clone, Debug, PartialEq)]
@@ -114,6 +120,8 @@ pub enum CallError {
     Decode(DecodeError),
     /// The answer names another request id or task.
     Mismatch(String),
+    /// The leader stopped following the task before the command was answered.
+    Abandoned(AbandonReason),
 }
 
 impl fmt::Display for CallError {
@@ -125,6 +133,7 @@ impl fmt::Display for CallError {
             CallError::Timeout => f.write_str("no answer in time"),
             CallError::Decode(e) => write!(f, "unreadable answer: {e}"),
             CallError::Mismatch(m) => write!(f, "answer does not match the request: {m}"),
+            CallError::Abandoned(r) => write!(f, "the task was abandoned ({r})"),
         }
     }
 }
@@ -138,9 +147,33 @@ pub enum AbandonReason {
     UnknownAtPartner,
 }
 
+impl fmt::Display for AbandonReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            AbandonReason::Deadline => "its deadline passed and the cancel did not get through",
+            AbandonReason::UnknownAtPartner => "the partner does not know it",
+        })
+    }
+}
+
 /// What the application learns.
 #[derive(Clone, Debug, PartialEq)]
 pub enum LeaderEvent {
+    /// A command the application sent was answered, or failed for good. Every [`Ticket`] gets
+    /// exactly one. The answer is as received (it may be older than what the leader has seen
+    /// since; [`LeaderEvent::StateChanged`] tells the news). A `start` is answered by the
+    /// first task the leader receives for it: the reply (rpc, `notification/start`) or the
+    /// stream's first event.
+    Answered {
+        /// The task.
+        task_id: String,
+        /// The command's ticket.
+        ticket: Ticket,
+        /// The command.
+        command: CommandKind,
+        /// The partner's answer (a task, or a v01.00 message), or why there is none.
+        outcome: Result<RpcResult, CallError>,
+    },
     /// The partner's task moved (as observed; intermediate states may be skipped).
     StateChanged {
         /// The task.

@@ -2,12 +2,12 @@
 //! status from any source (reply, stream event, notification) and keeps the newest that the
 //! state machine allows. Also the notification receiver.
 
-use super::{AbandonReason, Delivery, Leader, LeaderEvent, LeaderOutput, LeaderTimer};
+use super::{AbandonReason, CallError, Delivery, Leader, LeaderEvent, LeaderOutput, LeaderTimer};
 use crate::engine::{CallId, RequestId};
 use crate::state::is_reachable;
 use crate::wire::{
-    decode_task, Dialect, EventData, Product, ProductChunk, StartParams, TaskResult, TaskState,
-    TaskStatus,
+    decode_task, Dialect, EventData, Product, ProductChunk, RpcResult, StartParams, TaskResult,
+    TaskState, TaskStatus,
 };
 
 /// How a task ended for the leader.
@@ -41,6 +41,8 @@ pub(crate) struct LeaderTask {
     pub(crate) get_in_flight: bool,
     pub(crate) deadline_hit: bool,
     pub(crate) notification_token: Option<String>,
+    /// The application's ticket for the start, until the first task answers it.
+    pub(crate) start_ticket: Option<crate::leader::Ticket>,
     pub(crate) ended: Option<Ended>,
 }
 
@@ -209,6 +211,13 @@ impl Leader {
             if let (Some(t), Some(p)) = (self.tasks.get_mut(task_id), &result.products) {
                 t.products.clone_from(p);
             }
+            let waits = self
+                .tasks
+                .get(task_id)
+                .is_some_and(|t| t.start_ticket.is_some());
+            if waits {
+                self.answer_start(task_id, Ok(RpcResult::Task(Box::new(result.clone()))));
+            }
             self.event(LeaderEvent::Result {
                 task_id: task_id.to_owned(),
                 result: Box::new(result),
@@ -274,14 +283,20 @@ impl Leader {
             .timers
             .set(LeaderTimer::Retention(task_id.to_owned()), at);
         match how {
-            Ended::State(state) => self.event(LeaderEvent::TaskEnded {
-                task_id: task_id.to_owned(),
-                state,
-            }),
+            Ended::State(state) => {
+                // Only status updates came (a stream without a full task): no task to show.
+                let detail = format!("the task ended ({state}) before a full task arrived");
+                self.answer_start(task_id, Err(CallError::Mismatch(detail)));
+                self.event(LeaderEvent::TaskEnded {
+                    task_id: task_id.to_owned(),
+                    state,
+                })
+            }
             Ended::Abandoned(reason) => {
                 if let Some(call) = stream {
                     self.drop_stream(call);
                 }
+                self.answer_start(task_id, Err(CallError::Abandoned(reason.clone())));
                 self.event(LeaderEvent::TaskAbandoned {
                     task_id: task_id.to_owned(),
                     reason,

@@ -74,6 +74,9 @@ impl World {
                     Act::Complete => self.leader.complete(now, &task),
                     Act::Cancel => self.leader.cancel(now, &task),
                 };
+                if let Ok(t) = r {
+                    self.check.ticket_issued(t);
+                }
                 self.log(|| format!("L app {act:?} {task}: {r:?}"));
             }
             Step::Decide(p, task, accept) => {
@@ -182,7 +185,8 @@ impl World {
             .leader_clock(now.as_unix_millis(), self.now, false);
         let r = self.leader.start(now, start);
         self.log(|| format!("L app start {task_id}: {r:?}"));
-        if r.is_ok() {
+        if let Ok(t) = r {
+            self.check.ticket_issued(t);
             let lc = self.check.leader_clock_max;
             self.check
                 .leader_started(&task_id, plan.partner, plan.delivery, lc, plan.deadline_ms);

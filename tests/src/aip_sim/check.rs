@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use aip_proto::leader::{CallError, LeaderEvent};
+use aip_proto::leader::{CallError, LeaderEvent, Ticket};
 use aip_proto::partner::PartnerEvent;
 use aip_proto::state::{is_allowed, is_reachable};
 use aip_proto::{ErrorCode, Method, TaskState};
@@ -42,6 +42,8 @@ pub struct Checker {
     gave_up: u64,
     /// The latest leader clock the engine was given (ms).
     pub(crate) leader_clock_max: u64,
+    /// Tickets of the leader application's commands → answers received.
+    tickets: BTreeMap<u64, u32>,
 }
 
 impl Checker {
@@ -65,6 +67,11 @@ impl Checker {
                 deadline_passed: None,
             },
         );
+    }
+
+    /// The leader application sent a command under `ticket`.
+    pub(crate) fn ticket_issued(&mut self, ticket: Ticket) {
+        self.tickets.insert(ticket.0, 0);
     }
 
     pub(crate) fn partner_event(
@@ -129,6 +136,18 @@ impl Checker {
 
     pub(crate) fn leader_event(&mut self, w: &World, e: &LeaderEvent) -> Result<(), String> {
         match e {
+            LeaderEvent::Answered {
+                task_id, ticket, ..
+            } => {
+                let n = self
+                    .tickets
+                    .get_mut(&ticket.0)
+                    .ok_or_else(|| format!("leader {task_id}: answer to unknown {ticket:?}"))?;
+                *n += 1;
+                if *n > 1 {
+                    return Err(format!("leader {task_id}: {ticket:?} answered twice"));
+                }
+            }
             LeaderEvent::StateChanged {
                 task_id,
                 from,
@@ -240,6 +259,9 @@ impl Checker {
 
     /// At the end: everything ended, nothing left over.
     pub(crate) fn finish(&self, w: &World) -> Result<(), String> {
+        if let Some((t, _)) = self.tickets.iter().find(|(_, n)| **n != 1) {
+            return Err(format!("leader: ticket {t} never answered"));
+        }
         for (task, t) in &self.leader {
             if !t.ended {
                 return Err(format!("leader {task} never ended (saw {:?})", t.state));
