@@ -87,6 +87,7 @@ impl Leader {
             get_in_flight: false,
             deadline_hit: false,
             notification_token: notification.as_ref().map(|(_, t)| t.clone()),
+            newest_sent: None,
             start_ticket: Some(ticket),
             ended: None,
         };
@@ -149,6 +150,7 @@ impl Leader {
             get_in_flight: false,
             deadline_hit: false,
             notification_token: None,
+            newest_sent: None,
             start_ticket: None,
             ended: None,
         };

@@ -770,3 +770,53 @@ fn an_attached_task_is_followed_from_its_first_answer() {
         Err(UsageError::TaskExists(_))
     ));
 }
+
+/// Found by the simulation (seed 5046, with the awaiting-completion products invariant): a
+/// reply sent before newer stream events (same state, same `stateChangedAt`) was taken as
+/// progress and wiped the products the stream had delivered.
+#[test]
+fn a_reply_sent_before_newer_stream_events_changes_nothing() {
+    let mut l = leader(Dialect::V2);
+    let start = StartTask {
+        delivery: Delivery::Stream,
+        ..StartTask::new("p", "t", "s", "x")
+    };
+    l.start(at(0), start).unwrap();
+    let s = sends(&drain(&mut l));
+    let id = &s[0].2["id"];
+    let ev = |seq: u64, data: Value| LeaderInput::StreamChunk {
+        call: s[0].0,
+        data: sse_event(id, seq, data),
+    };
+    let status = |state: &str, changed: u64, sent: u64, text: Option<&str>| {
+        let mut st = json!({"state":state,"stateChangedAt":at(changed).to_rfc3339()});
+        if let Some(t) = text {
+            st["dataItems"] = json!([{"type":"text","text":t}]);
+        }
+        json!({"type":"task-status-update","id":format!("e{sent}"),"sentAt":at(sent).to_rfc3339(),
+               "senderRole":"partner","senderId":"P","taskId":"t","status":st})
+    };
+    l.handle(at(1), ev(1, task_json("accepted", 1)));
+    l.handle(at(2), ev(2, status("working", 2, 2, None)));
+    l.handle(at(5), ev(3, status("working", 2, 5, Some("half way"))));
+    let chunk = json!({"type":"product-chunk","id":"e6","sentAt":at(6).to_rfc3339(),"senderRole":"partner",
+        "senderId":"P","taskId":"t","product":{"id":"answer","dataItems":[{"type":"text","text":"42"}]},
+        "append":false,"lastChunk":true});
+    l.handle(at(6), ev(4, chunk));
+    drain(&mut l);
+    l.get(at(7), "t").unwrap();
+    let g = sends(&drain(&mut l));
+    let mut old = task_json("working", 2);
+    old["sentAt"] = json!(at(3).to_rfc3339());
+    let ev = events(&answer_first(&mut l, at(8), &g, old));
+    assert!(
+        !ev.iter().any(|e| matches!(e, LeaderEvent::Progress { .. })),
+        "{ev:?}"
+    );
+    let v = l.task("t").unwrap();
+    assert_eq!(v.products.len(), 1, "the streamed product stays");
+    assert_eq!(
+        v.status.unwrap().data_items.as_ref().unwrap()[0].as_text(),
+        Some("half way")
+    );
+}

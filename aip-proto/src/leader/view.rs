@@ -5,6 +5,7 @@
 use super::{AbandonReason, CallError, Delivery, Leader, LeaderEvent, LeaderOutput, LeaderTimer};
 use crate::engine::{CallId, RequestId};
 use crate::state::is_reachable;
+use crate::time::Timestamp;
 use crate::wire::{
     decode_task, Dialect, EventData, Product, ProductChunk, RpcResult, StartParams, TaskResult,
     TaskState, TaskStatus,
@@ -41,6 +42,9 @@ pub(crate) struct LeaderTask {
     pub(crate) get_in_flight: bool,
     pub(crate) deadline_hit: bool,
     pub(crate) notification_token: Option<String>,
+    /// The newest `sentAt` among the results and events applied (v02 headers; v01.00 has
+    /// none): a result sent before it cannot carry newer data items or products.
+    pub(crate) newest_sent: Option<Timestamp>,
     /// The application's ticket for the start, until the first task answers it.
     pub(crate) start_ticket: Option<crate::leader::Ticket>,
     pub(crate) ended: Option<Ended>,
@@ -89,6 +93,17 @@ impl LeaderTask {
                 _ => None,
             },
             stream_lost: self.stream_lost,
+        }
+    }
+
+    /// Whether something sent at `sent` is older than the newest thing applied.
+    pub(crate) fn sent_before_newest(&self, sent: Option<Timestamp>) -> bool {
+        matches!((sent, self.newest_sent), (Some(s), Some(n)) if s < n)
+    }
+
+    pub(crate) fn saw_sent(&mut self, sent: Option<Timestamp>) {
+        if sent > self.newest_sent {
+            self.newest_sent = sent;
         }
     }
 
@@ -149,16 +164,27 @@ fn judge(cur: Option<&TaskStatus>, new: &TaskStatus) -> Verdict {
 }
 
 impl Leader {
-    /// Takes a status from any source. `true` when it is news (the view moved).
-    pub(super) fn observe(&mut self, task_id: &str, new: &TaskStatus) -> bool {
+    /// Takes a status from any source, sent at `sent` (if the source says). `true` when it
+    /// is news (the view moved).
+    pub(super) fn observe(
+        &mut self,
+        task_id: &str,
+        new: &TaskStatus,
+        sent: Option<Timestamp>,
+    ) -> bool {
         let Some(t) = self.tasks.get_mut(task_id) else {
             return false;
         };
         if matches!(t.ended, Some(Ended::Abandoned(_))) {
             return false;
         }
+        let older = t.sent_before_newest(sent);
+        t.saw_sent(sent);
         match judge(t.status.as_ref(), new) {
             Verdict::Stale => false,
+            // Progress keeps its `stateChangedAt`: only `sentAt` tells an old answer (a reply
+            // that crossed newer stream events) from new progress.
+            Verdict::Progress if older => false,
             Verdict::Impossible => {
                 let from = t.status.as_ref().map_or("none", |s| s.state.as_str());
                 let detail = format!("reported {} after {from}", new.state);
@@ -201,7 +227,12 @@ impl Leader {
             });
             return;
         }
-        let news = self.observe(task_id, &result.status);
+        let sent = result.header.sent_at;
+        let older = self
+            .tasks
+            .get(task_id)
+            .is_some_and(|t| t.sent_before_newest(sent));
+        let news = self.observe(task_id, &result.status, sent);
         let same = self
             .tasks
             .get(task_id)
@@ -209,7 +240,9 @@ impl Leader {
             .is_some_and(|s| *s == result.status);
         if news || same {
             if let (Some(t), Some(p)) = (self.tasks.get_mut(task_id), &result.products) {
-                t.products.clone_from(p);
+                if news || !older {
+                    t.products.clone_from(p);
+                }
             }
             let waits = self
                 .tasks
@@ -230,7 +263,7 @@ impl Leader {
         match data {
             EventData::Task(r) => self.apply_result(task_id, r),
             EventData::StatusUpdate(u) => {
-                self.observe(task_id, &u.status);
+                self.observe(task_id, &u.status, u.header.sent_at);
             }
             EventData::ProductChunk(c) => self.apply_chunk(task_id, c),
             EventData::Command(m) => self.event(LeaderEvent::Message {
@@ -244,6 +277,7 @@ impl Leader {
         let Some(t) = self.tasks.get_mut(task_id) else {
             return;
         };
+        t.saw_sent(c.header.sent_at);
         match t.products.iter_mut().find(|p| p.id == c.product.id) {
             Some(p) if c.append => p.data_items.extend(c.product.data_items.iter().cloned()),
             Some(p) => *p = c.product.clone(),

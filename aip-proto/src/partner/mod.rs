@@ -313,8 +313,8 @@ impl Partner {
         )
     }
 
-    /// Adds `products` (a product with an existing id replaces it) and moves working →
-    /// awaiting-completion. If the products exceed `maxProductsBytes`, the task fails instead
+    /// Adds `products` (a product with an existing id replaces it; stream subscribers get
+    /// each as a product chunk) and moves working → awaiting-completion. If the products exceed `maxProductsBytes`, the task fails instead
     /// (the answer is `Ok(TaskState::Failed)`), as the spec allows.
     pub fn submit(
         &mut self,
@@ -329,8 +329,20 @@ impl Partner {
             &[TaskState::Working],
             TaskState::AwaitingCompletion,
         )?;
+        // Stream subscribers get the products as chunks before the status (§6.2.6).
+        let chunks: Vec<stream::Logged> = products
+            .iter()
+            .map(|p| stream::Logged::Chunk {
+                product: p.clone(),
+                append: false,
+                last_chunk: true,
+            })
+            .collect();
         if let Some(failed) = self.add_products(task_id, products) {
             return Ok(failed);
+        }
+        for c in chunks {
+            self.append_event(task_id, c);
         }
         self.transition(
             task_id,

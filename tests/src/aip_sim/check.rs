@@ -173,6 +173,22 @@ impl Checker {
                     ));
                 }
                 t.state = Some(status.state);
+                // Products are final in awaiting-completion: the leader has them, however it
+                // follows the task (reply, stream chunks, notification).
+                if status.state == TaskState::AwaitingCompletion {
+                    let at_partner = w.partners[t.partner].task(task_id);
+                    if let Some(pv) =
+                        at_partner.filter(|v| v.state == Some(TaskState::AwaitingCompletion))
+                    {
+                        let mine = w.leader.task(task_id).map(|v| v.products.to_vec());
+                        if mine.as_deref() != Some(pv.products) {
+                            return Err(format!(
+                                "leader {task_id}: awaiting-completion with products {mine:?}, the partner has {:?}",
+                                pv.products
+                            ));
+                        }
+                    }
+                }
                 if status.state.is_terminal() {
                     let at_partner = w.partners[t.partner].task(task_id).and_then(|v| v.state);
                     if at_partner.is_some_and(|s| s != status.state) {

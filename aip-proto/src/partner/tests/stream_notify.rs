@@ -402,3 +402,53 @@ fn a_start_resent_after_the_purge_does_not_create_the_task_again() {
         "accepted"
     );
 }
+
+/// Found by the driver test over real HTTP: products given to `submit` never reached a
+/// stream subscriber (only chunks did), so a streaming leader saw awaiting-completion with no
+/// products. They now go out as product chunks before the status, as the spec's example.
+#[test]
+fn submitted_products_reach_the_stream_before_awaiting_completion() {
+    let mut p = partner();
+    let mut out = send(
+        &mut p,
+        at(0),
+        1,
+        request(
+            "stream",
+            1,
+            Dialect::V2,
+            cmd(Dialect::V2, "start", Some("t"), Value::Null),
+        ),
+    );
+    p.start_working(at(1), "t").unwrap();
+    p.submit(at(2), "t", vec![Product::text("answer", "42")], vec![])
+        .unwrap();
+    out.extend(drain(&mut p));
+    let f = frames(&out, 1);
+    let kinds: Vec<&str> = f
+        .iter()
+        .map(|v| v["result"]["eventData"]["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "task-result",
+            "task-status-update",
+            "product-chunk",
+            "task-status-update"
+        ]
+    );
+    let chunk = &f[2]["result"]["eventData"];
+    assert_eq!(
+        (
+            chunk["product"]["id"].as_str(),
+            chunk["append"].as_bool(),
+            chunk["lastChunk"].as_bool()
+        ),
+        (Some("answer"), Some(false), Some(true))
+    );
+    assert_eq!(
+        f[3]["result"]["eventData"]["status"]["state"],
+        "awaiting-completion"
+    );
+}
