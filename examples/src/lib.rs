@@ -1,5 +1,7 @@
 //! Shared helpers for the example binaries: logging, JSON config files, progress display.
 
+pub mod aip_agent;
+
 use std::io::IsTerminal;
 use std::time::Instant;
 
@@ -354,4 +356,18 @@ pub fn parse_public_url(s: &str) -> Result<String, String> {
         (Some("http" | "https"), Some(_)) => Ok(s.trim_end_matches('/').to_owned()),
         _ => Err(format!("{s:?} is not an http(s)://host[:port] URL")),
     }
+}
+
+/// 64 random bits from the operating system (engine id seeds: notification tokens and ids
+/// are as unguessable as their seed).
+pub fn random_seed() -> u64 {
+    let mut b = [0u8; 8];
+    if getrandom::fill(&mut b).is_err() {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        return t ^ u64::from(std::process::id()).rotate_left(32);
+    }
+    u64::from_le_bytes(b)
 }
