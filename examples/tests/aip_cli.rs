@@ -48,7 +48,15 @@ impl Partner {
 }
 
 impl Drop for Partner {
+    /// SIGTERM first, so the partner kills its agents even when a test fails (SIGKILL would
+    /// leave them running); SIGKILL if it has not exited after the deadline.
     fn drop(&mut self) {
+        let pid = rustix::process::Pid::from_child(&self.child);
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        let start = Instant::now();
+        while matches!(self.child.try_wait(), Ok(None)) && start.elapsed() < DEADLINE {
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
