@@ -6,6 +6,7 @@
 mod common;
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use agent_rt::test_util::TestPki;
 use agent_rt::{ClientTls, Host, HttpClient, ServerOptions};
@@ -297,6 +298,76 @@ async fn http_refusals<R: Host>() {
     assert_eq!((st, v["error"]["code"].as_i64()), (200, Some(-32700)));
 }
 
+/// A client that cannot keep up is cut off (the partner holds a bounded queue per stream) and
+/// resumes with `re-stream` from the last event it saw: every event arrives, once, in order.
+async fn a_cut_stream_resumes_without_loss<R: Host>() {
+    let rt = R::default();
+    let s = partner_server::<R>(
+        ServerOptions::default(),
+        PartnerOptions {
+            stream_queue: 4,
+            ..PartnerOptions::default()
+        },
+    );
+    let mut config = leader_config();
+    config.restream.first_backoff = Duration::from_millis(20);
+    let (l, mut ev) = leader::<R>(
+        config,
+        ClientTls::default(),
+        &format!("{}/rpc", s.base),
+        Dialect::V2,
+    )
+    .await;
+    let start = StartTask {
+        delivery: Delivery::Stream,
+        ..StartTask::new("p", "t-cut", "s", "hold")
+    };
+    l.start(start).await.unwrap();
+    wait_state(&rt, &mut ev, "t-cut", TaskState::Working).await;
+    // 100 events in one burst: far more than the stream's queue of 4.
+    s.handle
+        .with_engine(|e, now| {
+            for i in 0..100 {
+                e.progress(now, "t-cut", vec![DataItem::text(i.to_string())])
+                    .unwrap();
+            }
+        })
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    let mut drops = 0;
+    wait_for(&rt, &mut ev, "all 100 events", |e| {
+        match e {
+            LeaderEvent::Progress { status, .. } => got.extend(
+                status
+                    .data_items
+                    .iter()
+                    .flatten()
+                    .filter_map(DataItem::as_text)
+                    .map(str::to_owned),
+            ),
+            LeaderEvent::StreamDropped { .. } => drops += 1,
+            LeaderEvent::StreamLost { .. } => panic!("the stream could not be resumed"),
+            _ => {}
+        }
+        got.len() >= 100
+    })
+    .await;
+    let want: Vec<String> = (0..100).map(|i| i.to_string()).collect();
+    assert_eq!(got, want, "every event once, in order");
+    assert!(drops >= 1, "the slow stream was cut and resumed");
+    let v = l.task("t-cut").await.unwrap().unwrap();
+    assert!(!v.stream_lost);
+    assert_eq!(
+        l.cancel("t-cut").await.unwrap().status.state,
+        TaskState::Canceled
+    );
+}
+
+fn cut<R: Host>(_: R) -> impl std::future::Future<Output = ()> {
+    a_cut_stream_resumes_without_loss::<R>()
+}
+
 macro_rules! on_both_runtimes {
     ($($name:ident => $body:expr;)*) => {
         mod tokio_rt {
@@ -332,6 +403,7 @@ on_both_runtimes! {
     stream_and_notification_deliver_every_state => streams;
     mtls_admits_the_right_client_only => tls;
     non_aip_requests_get_json_rpc_errors => refusals;
+    a_cut_stream_resumes_without_loss => cut;
 }
 
 /// The partner mounted in an axum app beside the app's own routes.

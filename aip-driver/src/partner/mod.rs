@@ -149,8 +149,13 @@ impl PartnerHandle {
         &self.base_path
     }
 
-    /// Runs `f` on the engine (with the current time) and returns what it returns.
-    async fn with_engine<T: Send + 'static>(
+    /// Runs `f` on the engine in its task (with the current time) and returns what it
+    /// returns; the outputs are executed after it. Several application calls in one `f` are
+    /// atomic: e.g. with `auto_accept` off, accepting, working and submitting inside one `f`
+    /// on [`PartnerEvent::StartRequested`] answers the start with awaiting-completion and its
+    /// products, as partners that do the work inside the call (the SDK's) do. Keep `f` short:
+    /// the engine serves nobody while it runs.
+    pub async fn with_engine<T: Send + 'static>(
         &self,
         f: impl FnOnce(&mut Partner, Timestamp) -> T + Send + 'static,
     ) -> Result<T, PartnerError> {
