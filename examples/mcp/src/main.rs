@@ -158,7 +158,12 @@ async fn daemon(cli: &Cli, tls: &ClientTls) -> (String, Option<DelegatorHandle>)
     let mut opts = DelegatorOptions::new(Arc::new(transport), state_dir.clone());
     opts.archive_base_url = Some(url.clone());
     opts.client_tls = tls.clone();
-    let d = DelegatorHandle::start(TokioRuntime, opts);
+    let d = DelegatorHandle::try_start(TokioRuntime, opts).unwrap_or_else(|e| {
+        fail(format!(
+            "in-process daemon: {e}; point --daemon-url at the delegator that holds it, or use \
+             another --state-dir"
+        ))
+    });
     let router = awcp_tokio::delegator_router(d.clone());
     tokio::spawn(async move {
         if let Err(e) = awcp_tokio::serve(listener, router, std::future::pending()).await {
