@@ -300,6 +300,29 @@ pub fn describe(v: &DelegationView) -> String {
             snap.status.as_str()
         ));
     }
+    let not_shipped: Vec<(String, String)> = v
+        .not_shipped
+        .iter()
+        .map(|n| (n.path.clone(), n.reason.as_str().to_owned()))
+        .collect();
+    s.push_str(&not_shipped_lines(&not_shipped, v.not_shipped_count));
+    s
+}
+
+/// `not shipped (3): a (symlink), build/ (ignored), …` lines for what a delegation left out
+/// (empty when everything was shipped).
+pub fn not_shipped_lines(entries: &[(String, String)], total: u64) -> String {
+    if entries.is_empty() {
+        return String::new();
+    }
+    let mut s = format!("not shipped ({total}):\n");
+    for (path, reason) in entries {
+        s.push_str(&format!("  {path} ({reason})\n"));
+    }
+    let more = total.saturating_sub(entries.len() as u64);
+    if more > 0 {
+        s.push_str(&format!("  … and {more} more\n"));
+    }
     s
 }
 

@@ -164,6 +164,8 @@ fn binaries_delegate_over_https_with_mtls() {
             &"--quiet",
             &"--work-root",
             &d.join("work").display(),
+            &"--state-dir",
+            &d.join("exec-state").display(),
             &"--tls-cert",
             &exec.cert.display(),
             &"--tls-key",

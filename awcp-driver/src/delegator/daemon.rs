@@ -2,7 +2,7 @@
 //!
 //! | Method + path | Body / answer |
 //! |---|---|
-//! | `POST /delegate` | `{executorUrl, environment:{resources:[{name,type,source,mode}]}, task:{description,prompt}, ttlSeconds?, accessMode?, snapshotMode?, auth?}` → `{delegationId}` once started (400 `{error,code,hint}` on admission/decline) |
+//! | `POST /delegate` | `{executorUrl, environment:{resources:[{name,type,source,mode}]}, task:{description,prompt}, ttlSeconds?, accessMode?, snapshotMode?, auth?, allowSensitive?}` → `{delegationId}` once started (400 `{error,code,hint}` on admission/decline) |
 //! | `GET /delegations` | `{activeDelegations, delegations:[…]}` |
 //! | `GET /delegation/{id}` | the record |
 //! | `GET /delegation/{id}/wait?timeout=S` | the record once ended (or 408 after S seconds) |
@@ -70,6 +70,8 @@ pub fn view_to_json(v: &DelegationView) -> Value {
         "error": v.error.as_ref().map(error_json),
         "outcome": outcome_json(&v.outcome()),
         "ended": v.ended,
+        "notShipped": v.not_shipped.iter().map(|n| json!({"path": n.path, "reason": n.reason.as_str()})).collect::<Vec<_>>(),
+        "notShippedCount": v.not_shipped_count,
         "createdAt": v.created_at.to_rfc3339(),
         "updatedAt": v.updated_at.to_rfc3339(),
     })
@@ -219,6 +221,10 @@ fn parse_delegate(v: &Value) -> Result<DelegateParams, String> {
         .and_then(Value::as_str)
         .map(TransportKind::parse)
         .unwrap_or(TransportKind::Archive);
+    let allow_sensitive = match v.get("allowSensitive") {
+        None | Some(Value::Null) => false,
+        Some(b) => b.as_bool().ok_or("allowSensitive must be a boolean")?,
+    };
     let id = match v.get("delegationId").and_then(Value::as_str) {
         Some(s) => Some(DelegationId::new(s).map_err(|e| format!("delegationId: {e}"))?),
         None => None,
@@ -237,6 +243,7 @@ fn parse_delegate(v: &Value) -> Result<DelegateParams, String> {
         dialect,
         transport,
         id,
+        allow_sensitive,
     })
 }
 
@@ -458,7 +465,11 @@ pub struct DaemonClient<R: Runtime> {
 
 /// A daemon call failed.
 #[derive(Debug, thiserror::Error)]
-#[error("{message}{}", hint.as_ref().map(|h| format!(" (hint: {h})")).unwrap_or_default())]
+#[error(
+    "{}{message}{}",
+    code.as_ref().map(|c| format!("{c}: ")).unwrap_or_default(),
+    hint.as_ref().map(|h| format!(" (hint: {h})")).unwrap_or_default()
+)]
 pub struct DaemonError {
     /// HTTP status (0 if the request failed).
     pub status: u16,

@@ -95,6 +95,9 @@ pub struct DelegateParams {
     pub transport: TransportKind,
     /// A caller-chosen id (else random).
     pub id: Option<DelegationId>,
+    /// Lend secret-looking files (`.env`, private keys, credentials; WIRE.md §9) instead of
+    /// refusing the delegation with `SENSITIVE_FILES`. Off by default.
+    pub allow_sensitive: bool,
 }
 
 impl DelegateParams {
@@ -123,6 +126,7 @@ impl DelegateParams {
             dialect: Dialect::Reference,
             transport: TransportKind::Archive,
             id: None,
+            allow_sensitive: false,
         }
     }
 }
@@ -207,36 +211,18 @@ pub struct DelegatorHandle {
 /// Takes the exclusive lock of a delegator state directory (`<dir>/lock`, flock(2); released
 /// when the file is closed, also when the process dies) and records our process id in it.
 fn lock_state_dir(dir: &Path) -> Result<std::fs::File, DelegatorError> {
-    use std::io::{Read, Seek, Write};
     let io_err = |source| DelegatorError::StateDir {
         dir: dir.to_path_buf(),
         source,
     };
     std::fs::create_dir_all(dir).map_err(io_err)?;
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .read(true)
-        .write(true)
-        .open(dir.join("lock"))
-        .map_err(io_err)?;
-    match rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
-        Ok(()) => {}
-        Err(e) if e == rustix::io::Errno::WOULDBLOCK => {
-            let mut pid = String::new();
-            let _ = f.read_to_string(&mut pid);
-            return Err(DelegatorError::StateDirInUse {
-                dir: dir.to_path_buf(),
-                holder: pid.trim().parse().ok(),
-            });
-        }
-        Err(e) => return Err(io_err(e.into())),
+    match crate::lockfile::lock_pid_file(&dir.join("lock")).map_err(io_err)? {
+        crate::lockfile::PidLock::Held(f) => Ok(f),
+        crate::lockfile::PidLock::InUse(holder) => Err(DelegatorError::StateDirInUse {
+            dir: dir.to_path_buf(),
+            holder,
+        }),
     }
-    let _ = f
-        .set_len(0)
-        .and_then(|_| f.rewind())
-        .and_then(|_| write!(f, "{}", std::process::id()));
-    Ok(f)
 }
 
 /// Finishes or rolls back every apply a previous process left interrupted, for every
@@ -323,6 +309,7 @@ impl DelegatorHandle {
             transfer_subscribers: Vec::new(),
             archives: archives.clone(),
             lock: Some(lock),
+            farewells: Vec::new(),
         };
         rt.spawn(Box::pin(lp.run(rx)));
         let rt2 = rt.clone();
@@ -403,7 +390,10 @@ impl DelegatorHandle {
 
     /// Stops the engine task without touching the delegations: their journal records let a
     /// new [`DelegatorHandle`] on the same state directory resume them (reconnecting to the
-    /// executor). In-flight transport work may still finish in the background.
+    /// executor). Requests already sent that tell an executor something final (the ack that
+    /// lets it forget a result, a cancel, an ERROR) are let finish first, for at most
+    /// [`DelegatorOptions::request_timeout`]. In-flight transport work may still finish in the
+    /// background.
     pub async fn stop(&self) {
         let (tx, rx) = oneshot::channel();
         if self.tx.unbounded_send(Cmd::Stop(tx)).is_ok() {
@@ -495,6 +485,9 @@ struct Loop<R: Runtime> {
     archives: ArchiveTable,
     /// The state directory's lock, held while the engine runs.
     lock: Option<std::fs::File>,
+    /// Requests that tell an executor something final (ack, cancel, ERROR) still in flight:
+    /// [`DelegatorHandle::stop`] lets them finish.
+    farewells: Vec<oneshot::Receiver<()>>,
 }
 
 impl<R: Runtime> Loop<R> {
@@ -510,6 +503,14 @@ impl<R: Runtime> Loop<R> {
                     // Leave delegations as they are: the journal lets a new process resume.
                     for (_, h) in std::mem::take(&mut self.streams) {
                         h.abort();
+                    }
+                    // An ack, cancel or ERROR already sent reaches the executor before the
+                    // process may exit (bounded by the request timeout).
+                    let farewells = std::mem::take(&mut self.farewells);
+                    if !farewells.is_empty() {
+                        let all = futures::future::join_all(farewells);
+                        let bound = self.rt.sleep(self.opts.request_timeout);
+                        let _ = futures::future::select(all, bound).await;
                     }
                     // Released before `stop` returns, so a new handle can take over at once.
                     drop(self.lock.take());
@@ -552,10 +553,14 @@ impl<R: Runtime> Loop<R> {
                     transport: p.transport,
                     snapshot_mode: p.snapshot_mode,
                     auth: p.auth,
+                    allow_sensitive: p.allow_sensitive,
                 };
                 let r = self.engine.delegate(now, req).map(|_| id.clone());
                 if r.is_ok() {
-                    self.specs.insert(id, p.resources);
+                    self.specs.insert(id.clone(), p.resources);
+                    // Journalled at once: a crash never loses a delegation the caller has an
+                    // id for (a restarted delegator ends it cleanly).
+                    self.persist(&id);
                 }
                 let _ = reply.send(r.map_err(Into::into));
             }
@@ -630,11 +635,30 @@ impl<R: Runtime> Loop<R> {
         self.engine.credential_header(id, url).into_iter().collect()
     }
 
-    fn post(&self, id: DelegationId, to: Outbound, url: String, body: Option<String>) {
+    /// The admission limits (configured once, in the engine) and whether `id` may lend
+    /// secret-looking files: what the transport re-checks when it packs.
+    fn admission_of(&self, id: &DelegationId) -> (awcp_proto::AdmissionLimits, bool) {
+        let allow = self
+            .engine
+            .get(id)
+            .is_some_and(|v| v.request.allow_sensitive);
+        (self.engine.config().admission, allow)
+    }
+
+    fn post(&mut self, id: DelegationId, to: Outbound, url: String, body: Option<String>) {
         let http = self.http.clone();
         let feed = self.feed();
         let headers = self.credential_headers(&id, &url);
         let timeout = self.opts.request_timeout;
+        let farewell = if matches!(to, Outbound::Ack | Outbound::Cancel | Outbound::Error) {
+            self.farewells
+                .retain_mut(|r| matches!(r.try_recv(), Ok(None)));
+            let (tx, rx) = oneshot::channel();
+            self.farewells.push(rx);
+            Some(tx)
+        } else {
+            None
+        };
         self.rt.spawn(Box::pin(async move {
             let hdrs: Vec<(&str, String)> = headers.iter().map(|(k, v)| (*k, v.clone())).collect();
             let reply = match http
@@ -652,6 +676,9 @@ impl<R: Runtime> Loop<R> {
                 Err(e) => awcp_proto::engine::delegator::Reply::Failed(e.to_string()),
             };
             feed(DelegatorInput::Reply { id, to, reply });
+            if let Some(tx) = farewell {
+                let _ = tx.send(());
+            }
         }));
     }
 
@@ -697,6 +724,7 @@ impl<R: Runtime> Loop<R> {
                 features,
             } if transport.is_live() => {
                 let specs = self.specs.get(&id).cloned().unwrap_or_default();
+                let (admission, allow_sensitive) = self.admission_of(&id);
                 let t = self
                     .opts
                     .extra_transports
@@ -725,6 +753,8 @@ impl<R: Runtime> Loop<R> {
                             } else {
                                 Layout::PerResource
                             },
+                            admission: Some(admission),
+                            allow_sensitive,
                         };
                         let _ = features;
                         t.prepare_live(&req, expires_at, &CancelFlag::new())
@@ -743,6 +773,7 @@ impl<R: Runtime> Loop<R> {
                 features,
             } => {
                 let specs = self.specs.get(&id).cloned().unwrap_or_default();
+                let (admission, allow_sensitive) = self.admission_of(&id);
                 let t = self.opts.transport.clone();
                 let feed = self.feed();
                 let rt = self.rt.clone();
@@ -780,6 +811,8 @@ impl<R: Runtime> Loop<R> {
                             } else {
                                 Layout::PerResource
                             },
+                            admission: Some(admission),
+                            allow_sensitive,
                         };
                         let prepared = t
                             .prepare(&req, &CancelFlag::new())
@@ -1035,6 +1068,7 @@ impl<R: Runtime> Loop<R> {
         let baselines = self.baselines.clone();
         let baseline_file = self.baseline_file(&id);
         let dir = self.snapshot_dir(&id);
+        let limits = self.opts.engine.admission;
         self.rt.spawn(Box::pin(async move {
             let did = id.clone();
             let s = sid.clone();
@@ -1059,6 +1093,7 @@ impl<R: Runtime> Loop<R> {
                     access_mode: access,
                     baseline: baseline.as_ref(),
                     layout: Some(layout),
+                    limits: Some(limits),
                 };
                 t.apply_snapshot(req, &CancelFlag::new())
                     .map(|report| {
@@ -1147,14 +1182,8 @@ fn scan(specs: &[ResourceSpec]) -> Result<WorkspaceStats, ErrorInfo> {
             Ok(_) => {}
         }
     }
-    let st = awcp_transports::scan(specs, &Default::default(), &CancelFlag::new())
-        .map_err(|e| e.to_error_info())?;
-    Ok(WorkspaceStats {
-        total_bytes: st.total_bytes,
-        file_count: st.file_count,
-        largest_file_bytes: st.largest_file_bytes,
-        largest_file: st.largest_file_path,
-    })
+    awcp_transports::scan(specs, &Default::default(), &CancelFlag::new())
+        .map_err(|e| e.to_error_info())
 }
 
 /// Stores a snapshot durably under `dir`: `<sid>.zip` (written to a temporary name, fsynced,

@@ -19,6 +19,13 @@
 //!
 //! Cancel, ERROR from the delegator and lease expiry stop the running task
 //! ([`ExecutorOutput::StopTask`]) and release once it stopped (or after a grace period).
+//!
+//! ## Which directories and processes are the executor's
+//! Only what an assignment recorded: its work directory `{work_root}/{id}` once allocated, and
+//! the task's OS resources once the driver reported them ([`ExecutorInput::TaskSpawned`]).
+//! After a crash, [`Executor::restore`] asks to end recorded tasks
+//! ([`ExecutorOutput::EndTask`]) and to release recorded work directories
+//! ([`ExecutorOutput::Release`]); nothing else in the work root is ever touched.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -26,7 +33,8 @@ use std::time::Duration;
 
 use crate::engine::timers::Core;
 use crate::engine::{
-    CapturedSnapshot, IdSource, RequestId, SnapshotKind, StreamId, TaskOutcome, UsageError,
+    CapturedSnapshot, IdSource, RequestId, SnapshotKind, StreamId, TaskHandle, TaskOutcome,
+    UsageError,
 };
 use crate::error::{ErrorCode, ErrorInfo};
 use crate::id::{DelegationId, SnapshotId};
@@ -172,6 +180,14 @@ pub enum ExecutorInput {
         id: DelegationId,
         /// Outcome (`SETUP_FAILED`, `CHECKSUM_MISMATCH`, …).
         result: Result<(), ErrorInfo>,
+    },
+    /// The task's OS resources exist (e.g. its process group): journal them (the engine emits
+    /// [`ExecutorEvent::RecordChanged`]) so a restarted executor can end them.
+    TaskSpawned {
+        /// The delegation.
+        id: DelegationId,
+        /// What the driver needs to end the task after a crash.
+        handle: TaskHandle,
     },
     /// The running task reported progress.
     TaskProgress {
@@ -363,6 +379,27 @@ pub enum ExecutorOutput {
         id: DelegationId,
         /// The work directory.
         work_dir: String,
+        /// The transport that set it up (never recurse into a live mount as if it were an
+        /// extracted archive).
+        transport: TransportKind,
+    },
+    /// After a restart: a work-directory allocation was interrupted by the crash. Remove the
+    /// directory if it exists and is empty (an allocation that failed may have found someone
+    /// else's non-empty directory there: never remove anything inside); answer with
+    /// `Released`.
+    RemoveEmptyWorkDir {
+        /// The delegation.
+        id: DelegationId,
+        /// The work directory.
+        work_dir: String,
+    },
+    /// After a restart: end the task a crashed predecessor left running (described by the
+    /// handle it reported); answer with `TaskFinished` once it is gone.
+    EndTask {
+        /// The delegation.
+        id: DelegationId,
+        /// What [`ExecutorInput::TaskSpawned`] reported.
+        handle: TaskHandle,
     },
     /// A retained snapshot is no longer needed (ack or retention); free its bytes.
     DropSnapshot {
@@ -400,6 +437,12 @@ pub enum ExecutorEvent {
     /// The assignment's record is gone (acknowledged, retention over, or never accepted):
     /// drop it from any journal.
     Forgotten {
+        /// The delegation.
+        id: DelegationId,
+    },
+    /// The assignment's durable record changed without a state change (task resources
+    /// reported or gone): write [`Executor::record`] again.
+    RecordChanged {
         /// The delegation.
         id: DelegationId,
     },
@@ -489,6 +532,8 @@ struct Assignment {
     acked: bool,
     terminal_event: Option<Arc<TaskEvent>>,
     completed_at: Option<Timestamp>,
+    /// The running task's OS resources, while they exist.
+    task: Option<TaskHandle>,
 }
 
 impl Assignment {
@@ -684,6 +729,16 @@ impl Executor {
                             progress,
                         }),
                     );
+                }
+                Ok(())
+            }
+            ExecutorInput::TaskSpawned { id, handle } => {
+                let a = self.get_mut(&id)?;
+                if matches!(a.op, Op::Running | Op::Stopping) {
+                    a.task = Some(handle);
+                    self.core
+                        .outputs
+                        .push_back(ExecutorOutput::Event(ExecutorEvent::RecordChanged { id }));
                 }
                 Ok(())
             }
@@ -1192,9 +1247,17 @@ impl Executor {
                 acked: false,
                 terminal_event: None,
                 completed_at: None,
+                task: None,
             },
         );
         let _ = now;
+        // Journalled before the directory exists: after a crash mid-allocation the restarted
+        // executor knows the directory may be its own.
+        self.core
+            .outputs
+            .push_back(ExecutorOutput::Event(ExecutorEvent::RecordChanged {
+                id: id.clone(),
+            }));
         self.core
             .outputs
             .push_back(ExecutorOutput::AllocateWorkDir {
@@ -1248,6 +1311,11 @@ impl Executor {
                 // Nothing was left behind: forget the record.
                 self.assignments.remove(id);
                 self.core.timers.cancel_all(id);
+                self.core
+                    .outputs
+                    .push_back(ExecutorOutput::Event(ExecutorEvent::Forgotten {
+                        id: id.clone(),
+                    }));
             }
             Ok(()) => {
                 a.allocated = true;
@@ -1560,6 +1628,7 @@ impl Executor {
         self.core.outputs.push_back(ExecutorOutput::Release {
             id: id.clone(),
             work_dir: a.work_dir.clone(),
+            transport: a.transport.clone(),
         });
     }
 
@@ -1638,12 +1707,14 @@ impl Executor {
         match a.op {
             Op::Stopping => {
                 a.op = Op::None;
+                a.task = None;
                 self.release(id);
                 return Ok(());
             }
             Op::Running => {}
             _ => return Ok(()),
         }
+        a.task = None;
         a.op = Op::None;
         match result {
             Err(e) => self.terminate(now, id, AssignmentEvent::TaskFail, e),
@@ -1805,6 +1876,38 @@ impl Executor {
     }
 }
 
+/// Directories that must never be an executor's work root (AWCP v1 §7.1: "never accept a
+/// system-sensitive path such as /home, /etc or ~").
+const SYSTEM_DIRS: &[&str] = &[
+    "/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib64", "/opt", "/proc", "/root",
+    "/run", "/sbin", "/srv", "/sys", "/usr", "/var",
+];
+
+/// Why `work_root` (absolute, with symlinks resolved) must not be an executor's work root, if
+/// it must not: the file-system root, a system directory, or the user's `home`.
+pub fn work_root_refusal(work_root: &str, home: Option<&str>) -> Option<String> {
+    let norm = |p: &str| {
+        let t = p.trim_end_matches('/');
+        if t.is_empty() {
+            "/".to_owned()
+        } else {
+            t.to_owned()
+        }
+    };
+    let root = norm(work_root);
+    if SYSTEM_DIRS.contains(&root.as_str()) {
+        return Some(format!(
+            "{root} is a system directory; give the executor a directory of its own"
+        ));
+    }
+    if home.map(norm).is_some_and(|h| h == root) {
+        return Some(format!(
+            "{root} is the home directory; give the executor a directory of its own"
+        ));
+    }
+    None
+}
+
 /// [`Request`] with the message unboxed, for matching (short-lived, on the stack).
 #[allow(clippy::large_enum_variant)]
 enum Req {
@@ -1849,7 +1952,10 @@ impl Executor {
             "retentionMs": u64::try_from(a.retention.as_millis()).unwrap_or(u64::MAX),
             "expiresAt": a.expires_at.map(Timestamp::as_unix_millis),
             "completedAt": a.completed_at.map(Timestamp::as_unix_millis),
+            "allocated": a.allocated,
             "released": a.released,
+            "transport": a.transport.as_str(),
+            "task": a.task.as_ref().map(|t| t.0.clone()),
             "error": a.error,
             "outcome": a.outcome.as_ref().map(|o| json!({"summary": o.summary, "highlights": o.highlights})),
             "snapshotEvent": snapshot,
@@ -1859,9 +1965,12 @@ impl Executor {
     /// Restores assignments from journal records after a restart. Terminal ones are kept for
     /// late subscribers and `GET …/result` until ack or retention; ones that were pending or
     /// active are failed cleanly (`TASK_FAILED`, "the executor restarted") so a reconnecting
-    /// delegator learns what happened instead of `NOT_FOUND`. Their work directories are gone
-    /// (the driver sweeps them at start-up). Returns how many records were restored; records
-    /// that do not decode are skipped.
+    /// delegator learns what happened instead of `NOT_FOUND`. What a record says the crashed
+    /// predecessor still held is cleaned up through the usual outputs: a recorded task is ended
+    /// ([`ExecutorOutput::EndTask`], answered with `TaskFinished`), then a recorded work
+    /// directory (`{work_root}/{id}` of this configuration only) is released
+    /// ([`ExecutorOutput::Release`]); each ends with [`ExecutorEvent::Ended`]. Returns how many
+    /// records were restored; records that do not decode are skipped.
     pub fn restore(&mut self, now: Timestamp, records: &[serde_json::Value]) -> usize {
         self.tick(now);
         let mut n = 0;
@@ -1944,9 +2053,34 @@ impl Executor {
             timestamp: completed_at.unwrap_or(now),
             kind: terminal_kind,
         });
-        let transport = invite.transport.clone().unwrap_or(TransportKind::Archive);
+        let transport = r
+            .get("transport")
+            .and_then(|t| t.as_str())
+            .map(TransportKind::parse)
+            .or_else(|| invite.transport.clone())
+            .unwrap_or(TransportKind::Archive);
         let access = invite.lease.access_mode;
         let ttl = Duration::from_secs(invite.lease.ttl_seconds.min(self.config.max_ttl_seconds));
+        let work_dir = r
+            .get("workDir")
+            .and_then(|w| w.as_str())
+            .unwrap_or("")
+            .to_owned();
+        // Records from before `allocated` was journalled were written after allocation.
+        let allocated = r.get("allocated").and_then(|v| v.as_bool()).unwrap_or(true);
+        let mut released = r.get("released").and_then(|v| v.as_bool()).unwrap_or(true);
+        if !released && work_dir != self.work_dir_for(&id) {
+            // Only `{work_root}/{id}` of this configuration is ours to remove.
+            tracing::warn!(delegation = %id, work_dir, "recorded work directory is outside the work root; left in place");
+            released = true;
+        }
+        // An allocation in flight at the crash: the directory may exist, empty.
+        let interrupted_allocation = !released && !allocated;
+        let released = released || !allocated;
+        let task = r
+            .get("task")
+            .and_then(|t| t.as_str())
+            .map(|t| TaskHandle(t.to_owned()));
         self.assignments.insert(
             id.clone(),
             Assignment {
@@ -1954,11 +2088,7 @@ impl Executor {
                 invite,
                 dialect,
                 machine,
-                work_dir: r
-                    .get("workDir")
-                    .and_then(|w| w.as_str())
-                    .unwrap_or("")
-                    .to_owned(),
+                work_dir,
                 credential: r
                     .get("credential")
                     .and_then(|c| c.as_str())
@@ -1972,8 +2102,8 @@ impl Executor {
                 started_at: None,
                 expires_at: ms("expiresAt"),
                 op: Op::None,
-                allocated: true,
-                released: true,
+                allocated,
+                released,
                 subscribers: BTreeSet::new(),
                 outcome,
                 error,
@@ -1982,13 +2112,205 @@ impl Executor {
                 acked: false,
                 terminal_event: Some(terminal_event),
                 completed_at,
+                task: task.clone(),
             },
         );
+        // What the crashed predecessor held: its task first, then its work directory.
+        if let Some(handle) = task {
+            self.assignments.get_mut(&id).expect("inserted").op = Op::Stopping;
+            self.core.outputs.push_back(ExecutorOutput::EndTask {
+                id: id.clone(),
+                handle,
+            });
+            self.core.timers.set(
+                &id,
+                Timer::StopGrace,
+                now.saturating_add(self.config.stop_grace),
+            );
+        } else if !released {
+            self.release(&id);
+        } else if interrupted_allocation {
+            let a = self.assignments.get_mut(&id).expect("inserted");
+            a.released = false;
+            a.op = Op::Releasing;
+            self.core
+                .outputs
+                .push_back(ExecutorOutput::RemoveEmptyWorkDir {
+                    id: id.clone(),
+                    work_dir: a.work_dir.clone(),
+                });
+            return Some(());
+        }
+        if !released {
+            // The retention starts once the release is done (see `Released`).
+            return Some(());
+        }
         let until = completed_at
             .unwrap_or(now)
             .saturating_add(retention)
             .max(now);
         self.core.timers.set(&id, Timer::Retention, until);
         Some(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::id::ResourceName;
+    use crate::wire::LeaseRequest;
+
+    fn invite(id: &DelegationId) -> Invite {
+        Invite {
+            delegation_id: id.clone(),
+            task: TaskSpec {
+                description: "d".into(),
+                prompt: "p".into(),
+            },
+            lease: LeaseRequest {
+                ttl_seconds: 600,
+                access_mode: AccessMode::Rw,
+            },
+            resources: vec![Resource {
+                name: ResourceName::new("workspace").unwrap(),
+                kind: "fs".into(),
+                mode: AccessMode::Rw,
+            }],
+            export_name: None,
+            retention_ms: None,
+            transport: Some(TransportKind::Archive),
+            auth: None,
+            features: Vec::new(),
+        }
+    }
+
+    /// A journal record of an assignment that was running when the executor crashed.
+    fn running_record(ex: &Executor, id: &DelegationId, task: Option<&str>) -> serde_json::Value {
+        serde_json::json!({
+            "id": id.as_str(),
+            "invite": crate::wire::message_to_value(&Message::Invite(invite(id)), Dialect::Reference),
+            "dialect": "reference",
+            "state": "active",
+            "workDir": ex.work_dir_for(id),
+            "allocated": true,
+            "released": false,
+            "transport": "archive",
+            "task": task,
+            "retentionMs": 60_000,
+        })
+    }
+
+    fn drain(ex: &mut Executor) -> Vec<ExecutorOutput> {
+        std::iter::from_fn(|| ex.poll_output()).collect()
+    }
+
+    const T0: Timestamp = Timestamp::from_unix_millis(1_750_000_000_000);
+
+    #[test]
+    fn a_restart_ends_the_recorded_task_then_releases_the_recorded_work_dir() {
+        let mut ex = Executor::new(ExecutorConfig {
+            work_root: "/w".into(),
+            ..ExecutorConfig::default()
+        });
+        let id = DelegationId::new("dlg_a").unwrap();
+        let rec = running_record(&ex, &id, Some("123:456:boot"));
+        assert_eq!(ex.restore(T0, &[rec]), 1);
+        let out = drain(&mut ex);
+        assert_eq!(
+            out,
+            vec![ExecutorOutput::EndTask {
+                id: id.clone(),
+                handle: TaskHandle("123:456:boot".into())
+            }]
+        );
+        assert_eq!(ex.live_count(), 1, "held until cleaned up");
+        ex.handle(
+            T0,
+            ExecutorInput::TaskFinished {
+                id: id.clone(),
+                result: Err(ErrorInfo::bare(ErrorCode::Cancelled, "ended")),
+            },
+        )
+        .unwrap();
+        let out = drain(&mut ex);
+        assert!(
+            matches!(&out[..], [ExecutorOutput::Release { id: i, work_dir, transport }]
+                if *i == id && work_dir == "/w/dlg_a" && *transport == TransportKind::Archive),
+            "{out:?}"
+        );
+        ex.handle(T0, ExecutorInput::Released { id: id.clone() })
+            .unwrap();
+        let out = drain(&mut ex);
+        assert!(out.iter().any(|o| matches!(o,
+            ExecutorOutput::Event(ExecutorEvent::Ended { state: AssignmentState::Error, error: Some(e), .. })
+                if e.code == ErrorCode::TaskFailed)));
+        assert_eq!(ex.live_count(), 0);
+        let rec = ex.record(&id).unwrap();
+        assert_eq!(rec["released"], true);
+        assert!(rec["task"].is_null());
+    }
+
+    #[test]
+    fn a_restart_never_releases_a_work_dir_outside_its_work_root() {
+        let mut ex = Executor::new(ExecutorConfig {
+            work_root: "/w".into(),
+            ..ExecutorConfig::default()
+        });
+        let id = DelegationId::new("dlg_b").unwrap();
+        let mut rec = running_record(&ex, &id, None);
+        rec["workDir"] = "/home/someone".into();
+        assert_eq!(ex.restore(T0, &[rec]), 1);
+        assert!(
+            drain(&mut ex).is_empty(),
+            "nothing of /home/someone is touched"
+        );
+        assert_eq!(ex.live_count(), 0);
+        // Not allocated: nothing to release either.
+        let mut ex = Executor::new(ExecutorConfig {
+            work_root: "/w".into(),
+            ..ExecutorConfig::default()
+        });
+        let mut rec = running_record(&ex, &id, None);
+        rec["allocated"] = false.into();
+        ex.restore(T0, &[rec]);
+        // An interrupted allocation: at most an empty directory is removed.
+        assert_eq!(
+            drain(&mut ex),
+            vec![ExecutorOutput::RemoveEmptyWorkDir {
+                id: id.clone(),
+                work_dir: "/w/dlg_b".into()
+            }]
+        );
+        ex.handle(T0, ExecutorInput::Released { id }).unwrap();
+        assert_eq!(ex.live_count(), 0);
+    }
+
+    #[test]
+    fn a_task_handle_for_an_unknown_assignment_is_refused() {
+        let mut ex = Executor::new(ExecutorConfig {
+            work_root: "/w".into(),
+            ..ExecutorConfig::default()
+        });
+        let id = DelegationId::new("dlg_c").unwrap();
+        // Not running: the handle is ignored.
+        assert!(ex
+            .handle(
+                T0,
+                ExecutorInput::TaskSpawned {
+                    id: id.clone(),
+                    handle: TaskHandle("1".into())
+                }
+            )
+            .is_err());
+    }
+
+    #[test]
+    fn system_and_home_directories_are_refused_as_work_roots() {
+        for bad in ["/", "/home", "/etc/", "/usr", "/var"] {
+            assert!(work_root_refusal(bad, None).is_some(), "{bad}");
+        }
+        assert!(work_root_refusal("/home/ann", Some("/home/ann/")).is_some());
+        assert!(work_root_refusal("/home/ann/.awcp/executor/work", Some("/home/ann")).is_none());
+        assert!(work_root_refusal("/tmp/x", Some("/home/ann")).is_none());
     }
 }

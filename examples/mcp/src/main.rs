@@ -69,6 +69,15 @@ pub struct Cli {
     /// about them.
     #[arg(long)]
     cancel_on_exit: bool,
+    /// Admission limit of the in-process daemon: most bytes a workspace (or a result) holds.
+    #[arg(long, env = "AWCP_MAX_TOTAL_BYTES", default_value_t = awcp_proto::AdmissionLimits::default().max_total_bytes)]
+    max_total_bytes: u64,
+    /// Admission limit of the in-process daemon: most files.
+    #[arg(long, env = "AWCP_MAX_FILE_COUNT", default_value_t = awcp_proto::AdmissionLimits::default().max_file_count)]
+    max_file_count: u64,
+    /// Admission limit of the in-process daemon: largest single file, in bytes.
+    #[arg(long, env = "AWCP_MAX_FILE_BYTES", default_value_t = awcp_proto::AdmissionLimits::default().max_single_file_bytes)]
+    max_file_bytes: u64,
     /// How to trust https executors and daemons (and identify to them).
     #[command(flatten)]
     client: awcp_examples::ClientTlsArgs,
@@ -157,6 +166,11 @@ async fn daemon(cli: &Cli, tls: &ClientTls) -> (String, Option<DelegatorHandle>)
     let transport = ArchiveDelegator::new(ArchiveDelegatorConfig::new(state_dir.join("exports")));
     let mut opts = DelegatorOptions::new(Arc::new(transport), state_dir.clone());
     opts.archive_base_url = Some(url.clone());
+    opts.engine.admission = awcp_proto::AdmissionLimits {
+        max_total_bytes: cli.max_total_bytes,
+        max_file_count: cli.max_file_count,
+        max_single_file_bytes: cli.max_file_bytes,
+    };
     opts.client_tls = tls.clone();
     let d = DelegatorHandle::try_start(TokioRuntime, opts).unwrap_or_else(|e| {
         fail(format!(

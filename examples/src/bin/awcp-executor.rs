@@ -1,7 +1,7 @@
 //! `awcp-executor`: a standalone AWCP executor.
 //!
 //! ```text
-//! awcp-executor --listen 127.0.0.1:10200 --work-root /tmp/awcp-work --demo
+//! awcp-executor --listen 127.0.0.1:10200 --state-dir /var/lib/awcp-executor --demo
 //! awcp-executor --agent-cmd 'my-agent --prompt-file {prompt_file}' --auth-token s3cret
 //! awcp-executor --config executor.json      # keys are flag names: {"listen": "...", "max-concurrent": 3}
 //! awcp-executor --runtime smol              # the same executor on smol instead of tokio
@@ -9,6 +9,11 @@
 //!     --public-url https://exec.example:10200   # TLS, client certificates required
 //! ```
 //! Every flag can also be set through the environment (`AWCP_LISTEN`, `AWCP_WORK_ROOT`, …).
+//!
+//! The state directory (default `$AWCP_HOME/executor`, `~/.awcp/executor`) holds the journal;
+//! the work root (default `<state>/work`) holds one directory per delegation. Both are locked:
+//! a second executor on either refuses to start. At start-up only what the journal records is
+//! cleaned up (orphaned task process groups, work directories); nothing else is deleted.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -31,10 +36,13 @@ struct Args {
     /// Address to listen on (port 0 picks a free port; the URL is printed).
     #[arg(long, env = "AWCP_LISTEN", default_value = "127.0.0.1:10200")]
     listen: SocketAddr,
-    /// Root of the work directories (each delegation gets <root>/<id>).
+    /// Root of the work directories (each delegation gets <root>/<id>); default
+    /// `<state-dir>/work`. Locked while the executor runs; only directories the executor
+    /// created and recorded are ever removed from it.
     #[arg(long, env = "AWCP_WORK_ROOT")]
     work_root: Option<PathBuf>,
-    /// State directory (assignment journal).
+    /// State directory (assignment journal, downloads, snapshots); default
+    /// `$AWCP_HOME/executor` or `~/.awcp/executor`. Locked while the executor runs.
     #[arg(long, env = "AWCP_STATE_DIR")]
     state_dir: Option<PathBuf>,
     /// Command that does the work, e.g. 'my-agent --prompt-file {prompt_file}'.
@@ -96,11 +104,22 @@ fn main() {
     awcp_examples::run_on!(args.runtime, run(args));
 }
 
+/// `$AWCP_HOME/executor`, `~/.awcp/executor`, or `<tmp>/awcp/executor` without a home.
+fn default_state_dir() -> PathBuf {
+    std::env::var_os("AWCP_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".awcp")))
+        .unwrap_or_else(|| std::env::temp_dir().join("awcp"))
+        .join("executor")
+}
+
 async fn run<R: Driver>(args: Args) {
+    let state_dir = args.state_dir.clone().unwrap_or_else(default_state_dir);
+    // Private to this instance: the state directory is locked.
     let work_root = args
         .work_root
         .clone()
-        .unwrap_or_else(|| std::env::temp_dir().join("awcp-executor").join("work"));
+        .unwrap_or_else(|| state_dir.join("work"));
     if let Err(e) = std::fs::create_dir_all(&work_root) {
         eprintln!(
             "error: cannot create work root {}: {e}",
@@ -153,8 +172,8 @@ async fn run<R: Driver>(args: Args) {
         std::process::exit(2);
     });
     if args.sshfs {
-        // Credential files live beside the work root, never inside a mount.
-        let keys = work_root.parent().unwrap_or(&work_root).join("sshfs-keys");
+        // Credential files live in the state directory, never inside a mount.
+        let keys = state_dir.join("sshfs-keys");
         let sshfs =
             awcp_transports::SshfsExecutor::new(awcp_transports::SshfsExecutorConfig::new(keys));
         if let Err(e) = awcp_transports::ExecutorTransport::check_dependency(&sshfs) {
@@ -162,12 +181,18 @@ async fn run<R: Driver>(args: Args) {
         }
         opts.extra_transports.push(Arc::new(sshfs));
     }
-    opts.state_dir = args.state_dir.clone();
+    opts.state_dir = Some(state_dir.clone());
     opts.card = AgentCard {
         name: args.name.clone(),
         ..AgentCard::default()
     };
-    let executor = ExecutorHandle::start(R::default(), opts);
+    let executor = match ExecutorHandle::try_start(R::default(), opts) {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::exit(2);
+        }
+    };
     let listener = match std::net::TcpListener::bind(args.listen) {
         Ok(l) => l,
         Err(e) => {
@@ -181,7 +206,7 @@ async fn run<R: Driver>(args: Args) {
         "awcp-executor listening on {}://{local}/awcp",
         server.scheme()
     );
-    tracing::info!(work_root = %work_root.display(), runtime = R::NAME, "executor ready");
+    tracing::info!(work_root = %work_root.display(), state_dir = %state_dir.display(), runtime = R::NAME, "executor ready");
     let ex2 = executor.clone();
     let shutdown = Box::pin(async move {
         R::shutdown_signal().await;

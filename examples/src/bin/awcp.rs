@@ -5,6 +5,8 @@
 //! awcp daemon --listen 127.0.0.1:3100
 //! awcp delegate ./project --peer … --prompt … --daemon http://127.0.0.1:3100 --background
 //! awcp list | status ID | wait ID | cancel ID | snapshots ID | apply ID SID | discard ID SID
+//! awcp delegate … --max-total-bytes 200000000 --max-file-bytes 80000000   # admission limits
+//! awcp delegate … --allow-sensitive      # lend .env, private keys, … deliberately
 //! ```
 //! `--json` prints machine-readable results on stdout; progress goes to stderr.
 //! `--runtime smol` (or `AWCP_RUNTIME=smol`) runs it on smol instead of tokio.
@@ -24,7 +26,7 @@ use awcp_driver::delegator::daemon::{view_to_json, DaemonClient};
 use awcp_driver::{DelegateParams, DelegatorHandle, DelegatorOptions, Driver};
 use awcp_examples::{exit, ClientTlsArgs, RuntimeChoice, ServerArgs};
 use awcp_proto::engine::SnapshotMode;
-use awcp_proto::{AccessMode, Auth, AuthType, TransportKind};
+use awcp_proto::{AccessMode, AdmissionLimits, Auth, AuthType, TransportKind};
 use awcp_transports::{
     ArchiveDelegator, ArchiveDelegatorConfig, SshfsDelegator, SshfsDelegatorConfig,
 };
@@ -62,6 +64,31 @@ struct Cli {
     client: ClientTlsArgs,
     #[command(subcommand)]
     cmd: Cmd,
+}
+
+/// The admission limits (WIRE.md §9): the one place they are set for a delegator. They apply
+/// to the workspace before it is lent and to results before they are applied.
+#[derive(clap::Args, Debug, Clone, Copy)]
+struct AdmissionArgs {
+    /// Most bytes a workspace (or a result) may hold in all.
+    #[arg(long, env = "AWCP_MAX_TOTAL_BYTES", default_value_t = AdmissionLimits::default().max_total_bytes)]
+    max_total_bytes: u64,
+    /// Most files a workspace (or a result) may hold.
+    #[arg(long, env = "AWCP_MAX_FILE_COUNT", default_value_t = AdmissionLimits::default().max_file_count)]
+    max_file_count: u64,
+    /// Largest single file a workspace (or a result) may hold, in bytes.
+    #[arg(long, env = "AWCP_MAX_FILE_BYTES", default_value_t = AdmissionLimits::default().max_single_file_bytes)]
+    max_file_bytes: u64,
+}
+
+impl AdmissionArgs {
+    fn limits(self) -> AdmissionLimits {
+        AdmissionLimits {
+            max_total_bytes: self.max_total_bytes,
+            max_file_count: self.max_file_count,
+            max_single_file_bytes: self.max_file_bytes,
+        }
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -119,6 +146,14 @@ enum Cmd {
         /// In-process only.
         #[arg(long)]
         sshfs_config: Option<PathBuf>,
+        /// Lend secret-looking files (.env, private keys, credentials.json, …) instead of
+        /// refusing with SENSITIVE_FILES. Listing them in .awcpignore keeps them home instead.
+        #[arg(long)]
+        allow_sensitive: bool,
+        /// Admission limits of the in-process delegator (with --daemon, the daemon's own
+        /// flags apply).
+        #[command(flatten)]
+        admission: AdmissionArgs,
     },
     /// Run the delegator daemon (HTTP API + archive URLs).
     Daemon {
@@ -128,6 +163,9 @@ enum Cmd {
         /// State directory.
         #[arg(long, env = "AWCP_STATE_DIR")]
         state_dir: Option<PathBuf>,
+        /// Admission limits of every delegation the daemon makes.
+        #[command(flatten)]
+        admission: AdmissionArgs,
         /// The base URL executors reach this daemon's archive URLs at (behind NAT or a
         /// proxy). Default: its address (the route's source address if it listens on 0.0.0.0).
         #[arg(long, env = "AWCP_PUBLIC_URL", value_parser = awcp_examples::parse_public_url)]
@@ -176,6 +214,10 @@ enum Cmd {
         /// Apply it in-process from this state directory instead of through the daemon.
         #[arg(long)]
         state_dir: Option<PathBuf>,
+        /// Admission limits the result is held to when applied in-process (raise them to apply
+        /// a result refused as too large; through the daemon, the daemon's own flags apply).
+        #[command(flatten)]
+        admission: AdmissionArgs,
     },
     /// Discard a staged (pending) snapshot.
     Discard {
@@ -340,10 +382,12 @@ fn delegator<R: Driver>(
     state_dir: PathBuf,
     archive_base: Option<String>,
     sshfs: Option<SshfsDelegator>,
+    admission: AdmissionLimits,
     client_tls: agent_rt::ClientTls,
 ) -> DelegatorHandle {
     let transport = ArchiveDelegator::new(ArchiveDelegatorConfig::new(state_dir.join("exports")));
     let mut opts = DelegatorOptions::new(Arc::new(transport), state_dir);
+    opts.engine.admission = admission;
     opts.archive_base_url = archive_base;
     opts.client_tls = client_tls;
     if let Some(t) = sshfs {
@@ -396,6 +440,8 @@ async fn run<R: Driver>(cli: Cli) {
             server,
             state_dir,
             sshfs_config,
+            allow_sensitive,
+            admission,
         } => {
             let dir = std::fs::canonicalize(&dir)
                 .unwrap_or_else(|e| usage(format!("{}: {e} (WORKSPACE_NOT_FOUND)", dir.display())));
@@ -432,6 +478,7 @@ async fn run<R: Driver>(cli: Cli) {
                     "accessMode": access.as_str(),
                     "snapshotMode": mode.as_str(),
                     "auth": auth.as_ref().map(|a| json!({"type": a.auth_type.as_str(), "credential": a.credential})),
+                    "allowSensitive": allow_sensitive,
                 });
                 let id = client
                     .delegate(body)
@@ -467,7 +514,13 @@ async fn run<R: Driver>(cli: Cli) {
                 let local = listener.local_addr().expect("bound");
                 archive_base =
                     Some(public_url.unwrap_or_else(|| format!("{}://{local}", server.scheme())));
-                let d = delegator::<R>(state_dir.clone(), archive_base.clone(), sshfs, client_tls);
+                let d = delegator::<R>(
+                    state_dir.clone(),
+                    archive_base.clone(),
+                    sshfs,
+                    admission.limits(),
+                    client_tls,
+                );
                 R::default().spawn_delegator_server_with(listener, d.clone(), server);
                 run_delegate::<R>(
                     d,
@@ -480,13 +533,20 @@ async fn run<R: Driver>(cli: Cli) {
                     mode,
                     auth,
                     transport.clone(),
+                    allow_sensitive,
                     cli.json,
                     &state_dir,
                 )
                 .await;
                 return;
             }
-            let d = delegator::<R>(state_dir.clone(), archive_base, sshfs, client_tls);
+            let d = delegator::<R>(
+                state_dir.clone(),
+                archive_base,
+                sshfs,
+                admission.limits(),
+                client_tls,
+            );
             run_delegate::<R>(
                 d,
                 peer,
@@ -498,6 +558,7 @@ async fn run<R: Driver>(cli: Cli) {
                 mode,
                 auth,
                 transport,
+                allow_sensitive,
                 cli.json,
                 &state_dir,
             )
@@ -506,6 +567,7 @@ async fn run<R: Driver>(cli: Cli) {
         Cmd::Daemon {
             listen,
             state_dir,
+            admission,
             public_url,
             server,
         } => {
@@ -516,7 +578,13 @@ async fn run<R: Driver>(cli: Cli) {
             let local = listener.local_addr().expect("bound");
             let base = format!("{}://{local}", server.scheme());
             let archive_base = public_url.unwrap_or_else(|| base.clone());
-            let d = delegator::<R>(state_dir, Some(archive_base), None, client_tls);
+            let d = delegator::<R>(
+                state_dir,
+                Some(archive_base),
+                None,
+                admission.limits(),
+                client_tls,
+            );
             println!("awcp daemon listening on {base}");
             if let Err(e) = R::serve_delegator_with(listener, d, server, R::shutdown_signal()).await
             {
@@ -605,10 +673,11 @@ async fn run<R: Driver>(cli: Cli) {
             id,
             snapshot,
             state_dir,
+            admission,
         } => {
             let applied = match state_dir {
                 Some(dir) => {
-                    let d = delegator::<R>(dir, None, None, client_tls);
+                    let d = delegator::<R>(dir, None, None, admission.limits(), client_tls);
                     let r = d
                         .apply_snapshot_and_wait(&parse_id(&id), &parse_snapshot(&snapshot))
                         .await;
@@ -648,7 +717,7 @@ async fn run<R: Driver>(cli: Cli) {
         } => {
             match state_dir {
                 Some(dir) => {
-                    let d = delegator::<R>(dir, None, None, client_tls);
+                    let d = delegator::<R>(dir, None, None, AdmissionLimits::default(), client_tls);
                     let r = d
                         .discard_snapshot(&parse_id(&id), &parse_snapshot(&snapshot))
                         .await;
@@ -670,7 +739,7 @@ async fn run<R: Driver>(cli: Cli) {
 /// The record of delegation `id` from the state directory `dir`, in-process (after the
 /// start-up recovery of interrupted applies).
 async fn local_record<R: Driver>(dir: PathBuf, id: &str, tls: agent_rt::ClientTls) -> Value {
-    let d = delegator::<R>(dir, None, None, tls);
+    let d = delegator::<R>(dir, None, None, AdmissionLimits::default(), tls);
     let v = d.get(&parse_id(id)).await.map(|v| view_to_json(&v));
     d.stop().await;
     v.unwrap_or_else(|| usage(format!("unknown delegation {id}")))
@@ -696,10 +765,12 @@ async fn run_delegate<R: Driver>(
     mode: SnapshotMode,
     auth: Option<Auth>,
     transport: TransportKind,
+    allow_sensitive: bool,
     json: bool,
     state_dir: &std::path::Path,
 ) {
     let mut params = DelegateParams::new(peer, dir, &description, &prompt);
+    params.allow_sensitive = allow_sensitive;
     params.transport = transport;
     params.ttl_seconds = ttl;
     params.access_mode = access;
@@ -712,6 +783,8 @@ async fn run_delegate<R: Driver>(
         .await
         .unwrap_or_else(|e| fail_delegator(e));
     let view = follow.until_end(&d, &id, json, R::shutdown_signal()).await;
+    // Lets the ack (or cancel, ERROR) reach the executor before the process exits.
+    d.stop().await;
     let Some(view) = view else {
         fail("the delegation disappeared");
     };
@@ -780,6 +853,19 @@ fn human_record(v: &Value) -> String {
             x["status"].as_str().unwrap_or("")
         ));
     }
+    let not_shipped: Vec<(String, String)> = v["notShipped"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|x| {
+            let f = |k: &str| x[k].as_str().unwrap_or("").to_owned();
+            (f("path"), f("reason"))
+        })
+        .collect();
+    s.push_str(&awcp_examples::not_shipped_lines(
+        &not_shipped,
+        v["notShippedCount"].as_u64().unwrap_or(0),
+    ));
     if let Some(m) = v["outcome"]["message"].as_str() {
         s.push_str(&format!("outcome: {m}\n"));
     }

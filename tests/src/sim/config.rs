@@ -91,6 +91,10 @@ pub enum Action {
     },
     /// The clock jumps forward.
     JumpClock(u64),
+    /// The delegator crashes and a new process restores from its journal at once.
+    CrashDelegator,
+    /// The delegator crashes in the middle of its next snapshot apply.
+    CrashDelegatorDuringApply,
 }
 
 /// A whole run.
@@ -224,6 +228,17 @@ impl SimConfig {
         } else {
             3600
         };
+        // Delegator crashes (restored from the journal), some in the middle of an apply.
+        if faulty {
+            for _ in 0..r.below(3) {
+                if r.chance(250) {
+                    actions.push((r.below(400_000), Action::CrashDelegator));
+                }
+            }
+            if r.chance(250) {
+                actions.push((r.below(300_000), Action::CrashDelegatorDuringApply));
+            }
+        }
         SimConfig {
             seed,
             executors,

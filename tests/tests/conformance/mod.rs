@@ -29,6 +29,10 @@ use std::net::SocketAddr;
 
 use awcp_driver::Runtime;
 
+mod data_safety;
+#[allow(unused_imports)]
+pub use data_safety::*;
+
 // ---------------------------------------------------------------------------------------------
 // Runtimes: every scenario is generic over the driver's [`Driver`] (block_on, serve_*_on).
 
@@ -154,6 +158,17 @@ macro_rules! conformance_suite {
             sse_stream_cut_mid_task_is_resumed,
             delegator_restart_reconnects_and_applies_the_result,
             executor_killed_mid_task_then_restarted,
+            executor_start_up_leaves_foreign_files_in_its_work_root,
+            a_second_executor_on_the_same_work_root_or_state_dir_refuses,
+            executors_with_default_settings_leave_each_others_work_alone,
+            cancel_ends_the_whole_task_tree,
+            lease_expiry_ends_the_whole_task_tree,
+            a_failed_task_leaves_no_process_behind,
+            executor_shutdown_ends_the_whole_task_tree,
+            executor_sigkill_restart_ends_the_orphaned_task_tree,
+            raising_the_one_admission_limit_is_enough,
+            a_result_over_the_admission_limits_is_not_applied,
+            sensitive_files_are_refused_unless_allowed_or_ignored,
             type_changes_apply_both_ways,
             type_change_over_local_edits_is_a_conflict_named_as_such,
             file_modes_round_trip_and_unchanged_files_keep_their_mtime,
@@ -1006,16 +1021,16 @@ pub async fn executor_killed_mid_task_then_restarted<R: TestRuntime>() {
     progress_seen::<R>(&mut events, "started").await;
     let work_dir = dir.path().join("work").join(id.as_str());
     assert!(work_dir.exists());
-    // SIGKILL: no chance to clean up.
+    // SIGKILL: no chance to clean up. The agent's process group is orphaned; the restarted
+    // executor ends it (see `executor_sigkill_restart_ends_the_orphaned_task_tree`).
     ex.child.kill().unwrap();
     ex.child.wait().unwrap();
-    // Kill the orphaned agent too (a real deployment runs agents in a cgroup or process group).
+    // A safety net only (the marker is unique to this test run).
     let pkill = |m: String| {
         let _ = std::process::Command::new("pkill")
             .args(["-f", &format!("^sleep 120 {m}$")])
             .status();
     };
-    pkill(marker.clone());
     // Restart on the same port with the same state.
     let (d, m) = (dir.path().to_owned(), marker.clone());
     let ex2 = awcp_driver::runtime::blocking(&rt, move || {
@@ -1359,6 +1374,8 @@ pub async fn reference_dialect_exchange_from_wire_md<R: TestRuntime>() {
                 export: Default::default(),
                 delivery: awcp_transports::Delivery::Inline,
                 layout: awcp_transports::Layout::PerResource,
+                admission: None,
+                allow_sensitive: false,
             },
             &CancelFlag::new(),
         )
