@@ -29,6 +29,9 @@ use std::net::SocketAddr;
 
 use awcp_driver::Runtime;
 
+pub mod security;
+pub use security::*;
+
 // ---------------------------------------------------------------------------------------------
 // Runtimes: every scenario is generic over the driver's [`Driver`] (block_on, serve_*_on).
 
@@ -83,6 +86,12 @@ macro_rules! conformance_suite {
             sse_stream_cut_mid_task_is_resumed,
             delegator_restart_reconnects_and_applies_the_result,
             executor_killed_mid_task_then_restarted,
+            every_executor_endpoint_needs_the_credential,
+            unauthenticated_huge_body_is_refused_before_it_is_read,
+            reference_delegator_drives_an_authenticated_executor,
+            executor_journal_holds_no_clear_text_credential,
+            archive_listener_answers_nothing_but_archive_urls,
+            hostile_archive_in_start_is_refused_without_escaping,
         );
     };
     (@ $rt:ty: $($name:ident),* $(,)?) => {
