@@ -5,6 +5,7 @@
 use std::future::Future;
 use std::io;
 
+use crate::delegator::daemon::DaemonApi;
 use crate::runtime::{BoxFuture, Runtime};
 use crate::{DelegatorHandle, ExecutorHandle};
 
@@ -31,11 +32,19 @@ pub trait Driver: Runtime + Default {
         shutdown: BoxFuture<()>,
     ) -> BoxFuture<io::Result<()>>;
 
-    /// Serves a delegator's one-time archive URLs and daemon API on `listener` until
-    /// `shutdown` resolves.
-    fn serve_delegator_on(
+    /// Serves a delegator's one-time archive URLs (and nothing else) on `listener` until
+    /// `shutdown` resolves: where executors fetch URL-mode workspaces.
+    fn serve_archives_on(
         listener: std::net::TcpListener,
         delegator: DelegatorHandle,
+        shutdown: BoxFuture<()>,
+    ) -> BoxFuture<io::Result<()>>;
+
+    /// Serves the delegator daemon API (behind its access checks) on `listener` until
+    /// `shutdown` resolves. Never the same listener as the archive URLs.
+    fn serve_daemon_on(
+        listener: std::net::TcpListener,
+        api: DaemonApi,
         shutdown: BoxFuture<()>,
     ) -> BoxFuture<io::Result<()>>;
 
@@ -49,12 +58,18 @@ pub trait Driver: Runtime + Default {
         spawn_server(self, "executor", server);
     }
 
-    /// Serves a delegator's archive URLs and daemon API on `listener` in the background for the
-    /// rest of the program (a server error is logged). Call inside [`Driver::block_on`].
-    fn spawn_delegator_server(&self, listener: std::net::TcpListener, delegator: DelegatorHandle) {
-        let server =
-            Self::serve_delegator_on(listener, delegator, Box::pin(std::future::pending()));
-        spawn_server(self, "delegator", server);
+    /// Serves a delegator's archive URLs on `listener` in the background for the rest of the
+    /// program (a server error is logged). Call inside [`Driver::block_on`].
+    fn spawn_archive_server(&self, listener: std::net::TcpListener, delegator: DelegatorHandle) {
+        let server = Self::serve_archives_on(listener, delegator, Box::pin(std::future::pending()));
+        spawn_server(self, "archive", server);
+    }
+
+    /// Serves the daemon API on `listener` in the background for the rest of the program (a
+    /// server error is logged). Call inside [`Driver::block_on`].
+    fn spawn_daemon_server(&self, listener: std::net::TcpListener, api: DaemonApi) {
+        let server = Self::serve_daemon_on(listener, api, Box::pin(std::future::pending()));
+        spawn_server(self, "daemon", server);
     }
 }
 

@@ -16,6 +16,7 @@ pub mod executor;
 pub mod host;
 pub mod net;
 pub mod runtime;
+pub mod security;
 
 pub use card::AgentCard;
 pub use delegator::{DelegateParams, DelegatorError, DelegatorHandle, DelegatorOptions};

@@ -4,6 +4,7 @@
 
 use serde_json::{json, Map, Value};
 
+use crate::engine::auth::{Credential, Presented};
 use crate::engine::delegator::FetchedResult;
 use crate::engine::executor::{ExecutorStatus, Response, ResultBody, ResultStatus};
 use crate::engine::TaskOutcome;
@@ -47,18 +48,24 @@ pub fn cancel_url(peer: &str, id: &DelegationId) -> String {
     format!("{}{AWCP_PATH}/cancel/{id}", base_url(peer))
 }
 
-/// The credential a request presents: `Authorization: Bearer <t>` or `X-API-Key: <k>`.
-pub fn presented_credential(authorization: Option<&str>, api_key: Option<&str>) -> Option<String> {
+/// The credential a request's headers present: `Authorization: Bearer <t>` (type `bearer`) or
+/// `X-API-Key: <k>` (type `api_key`). An `Authorization` header with another scheme is
+/// [`Presented::Unsupported`] (an executor with auth refuses it rather than ignoring it).
+pub fn presented_credential(authorization: Option<&str>, api_key: Option<&str>) -> Presented {
     if let Some(a) = authorization {
         let a = a.trim();
-        if let Some(t) = a
-            .strip_prefix("Bearer ")
-            .or_else(|| a.strip_prefix("bearer "))
-        {
-            return Some(t.trim().to_owned());
-        }
+        // A header without a scheme may be a bare secret: never echo it.
+        let (scheme, rest) = a.split_once(' ').unwrap_or(("(no scheme)", a));
+        return if scheme.eq_ignore_ascii_case("bearer") && !rest.trim().is_empty() {
+            Presented::Credential(Credential::bearer(rest.trim()))
+        } else {
+            Presented::Unsupported(scheme.chars().take(32).collect())
+        };
     }
-    api_key.map(|k| k.trim().to_owned())
+    match api_key.map(str::trim) {
+        Some(k) if !k.is_empty() => Presented::Credential(Credential::api_key(k)),
+        _ => Presented::Nothing,
+    }
 }
 
 /// An engine [`Response`] as `(status, JSON body)`.
@@ -340,11 +347,26 @@ mod tests {
     #[test]
     fn credentials_from_either_header() {
         assert_eq!(
-            presented_credential(Some("Bearer abc"), None).as_deref(),
-            Some("abc")
+            presented_credential(Some("Bearer abc"), None),
+            Presented::Credential(Credential::bearer("abc"))
         );
-        assert_eq!(presented_credential(None, Some("k")).as_deref(), Some("k"));
-        assert_eq!(presented_credential(Some("Basic x"), None), None);
+        assert_eq!(
+            presented_credential(Some("bearer  abc "), None),
+            Presented::Credential(Credential::bearer("abc"))
+        );
+        assert_eq!(
+            presented_credential(None, Some("k")),
+            Presented::Credential(Credential::api_key("k"))
+        );
+        assert_eq!(
+            presented_credential(Some("Basic x"), None),
+            Presented::Unsupported("Basic".into())
+        );
+        assert_eq!(
+            presented_credential(Some("abc"), None),
+            Presented::Unsupported("(no scheme)".into())
+        );
+        assert_eq!(presented_credential(None, None), Presented::Nothing);
     }
 
     #[test]

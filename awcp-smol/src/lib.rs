@@ -1,9 +1,9 @@
 //! # awcp-smol: the smol driver (and the async-std driver)
 //!
 //! A thin layer over [`awcp_driver`], like awcp-tokio: [`SmolRuntime`] implements the driver's
-//! runtime trait with smol, [`executor_service`] / [`delegator_service`] are hyper services to
-//! embed in your own hyper server, and [`serve_executor`] / [`serve_delegator`] run standalone
-//! servers on smol's I/O. async-std runs on smol's reactor, so async-std programs use this
+//! runtime trait with smol, [`executor_service`], [`archive_service`] and [`daemon_service`]
+//! are hyper services to embed in your own hyper server, and [`serve_executor`],
+//! [`serve_archives`] and [`serve_daemon`] run standalone servers on smol's I/O. async-std runs on smol's reactor, so async-std programs use this
 //! crate as is (tested in `tests/tests/async_std.rs`).
 //!
 //! ```no_run
@@ -36,6 +36,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 pub use awcp_driver;
+use awcp_driver::delegator::daemon::DaemonApi;
 use awcp_driver::net::ResponseBody;
 use awcp_driver::runtime::BoxFuture;
 use awcp_driver::{DelegatorHandle, Driver, ExecutorHandle, Runtime};
@@ -102,7 +103,7 @@ impl Driver for SmolRuntime {
         })
     }
 
-    fn serve_delegator_on(
+    fn serve_archives_on(
         listener: std::net::TcpListener,
         delegator: DelegatorHandle,
         shutdown: BoxFuture<()>,
@@ -110,7 +111,22 @@ impl Driver for SmolRuntime {
         Box::pin(async move {
             serve(
                 TcpListener::try_from(listener)?,
-                delegator_service(delegator),
+                archive_service(delegator),
+                shutdown,
+            )
+            .await
+        })
+    }
+
+    fn serve_daemon_on(
+        listener: std::net::TcpListener,
+        api: DaemonApi,
+        shutdown: BoxFuture<()>,
+    ) -> BoxFuture<io::Result<()>> {
+        Box::pin(async move {
+            serve(
+                TcpListener::try_from(listener)?,
+                daemon_service(api),
                 shutdown,
             )
             .await
@@ -135,12 +151,21 @@ pub fn executor_service(executor: ExecutorHandle) -> Handler {
     })
 }
 
-/// A delegator's one-time archive URLs (`/archives/{token}`) and daemon API as a [`Handler`]
-/// (routing: [`DelegatorHandle::handle_http`]).
-pub fn delegator_service(delegator: DelegatorHandle) -> Handler {
+/// A delegator's one-time archive URLs (`/archives/{token}`), and nothing else, as a
+/// [`Handler`] ([`DelegatorHandle::handle_archive_http`]).
+pub fn archive_service(delegator: DelegatorHandle) -> Handler {
     std::sync::Arc::new(move |req| {
-        let d = delegator.clone();
-        Box::pin(async move { d.handle_http(req).await })
+        let r = delegator.handle_archive_http(&req);
+        Box::pin(async move { r })
+    })
+}
+
+/// The delegator daemon API behind its access checks as a [`Handler`]
+/// ([`DaemonApi::handle_http`]).
+pub fn daemon_service(api: DaemonApi) -> Handler {
+    std::sync::Arc::new(move |req| {
+        let api = api.clone();
+        Box::pin(async move { api.handle_http(req).await })
     })
 }
 
@@ -231,15 +256,24 @@ pub async fn serve_executor(
     serve(listener, executor_service(executor), shutdown).await
 }
 
-/// Binds `addr` and serves the delegator's archive URLs and daemon API until `shutdown`.
-/// Archive URLs are only handed out if `DelegatorOptions::archive_base_url` points here.
-pub async fn serve_delegator(
+/// Binds `addr` and serves the delegator's archive URLs until `shutdown`. Archive URLs are
+/// only handed out if `DelegatorOptions::archive_base_url` points here.
+pub async fn serve_archives(
     addr: SocketAddr,
     delegator: DelegatorHandle,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
     let listener = TcpListener::bind(addr).await?;
-    serve(listener, delegator_service(delegator), shutdown).await
+    serve(listener, archive_service(delegator), shutdown).await
+}
+
+/// Serves the daemon API on `listener` until `shutdown`.
+pub async fn serve_daemon(
+    listener: TcpListener,
+    api: DaemonApi,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> io::Result<()> {
+    serve(listener, daemon_service(api), shutdown).await
 }
 
 /// Resolves on SIGINT or SIGTERM (on non-Unix platforms, never).

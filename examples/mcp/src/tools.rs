@@ -294,10 +294,15 @@ pub fn report(v: &Value) -> String {
 }
 
 impl AwcpMcp {
-    /// A server talking to the daemon at `daemon_url`.
-    pub fn new(daemon_url: &str, defaults: Defaults, peers: &[crate::peers::Peer]) -> Self {
+    /// A server talking to the daemon at `daemon_url` with its `token`.
+    pub fn new(
+        daemon_url: &str,
+        token: Option<String>,
+        defaults: Defaults,
+        peers: &[crate::peers::Peer],
+    ) -> Self {
         AwcpMcp {
-            client: DaemonClient::new(TokioRuntime, daemon_url),
+            client: DaemonClient::new(TokioRuntime, daemon_url).with_token(token),
             daemon_url: daemon_url.to_owned(),
             defaults: Arc::new(defaults),
             peers_section: Arc::new(crate::peers::describe(peers)),

@@ -3,9 +3,12 @@
 //! ```text
 //! awcp delegate ./project --peer http://127.0.0.1:10200/awcp --prompt "add tests"
 //! awcp daemon --listen 127.0.0.1:3100
-//! awcp delegate ./project --peer … --prompt … --daemon http://127.0.0.1:3100 --background
+//! awcp delegate ./project --peer … --prompt … --daemon --background
 //! awcp list | status ID | wait ID | cancel ID | snapshots ID | apply ID SID | discard ID SID
 //! ```
+//! The daemon's API needs its token (created at first start in `<state-dir>/daemon.token`,
+//! mode 0600); the client commands read it from the same `--state-dir`, or take
+//! `--daemon-token`.
 //! `--json` prints machine-readable results on stdout; progress goes to stderr.
 //! `--runtime smol` (or `AWCP_RUNTIME=smol`) runs it on smol instead of tokio.
 
@@ -14,7 +17,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use awcp_driver::delegator::daemon::{view_to_json, DaemonClient};
+use awcp_driver::delegator::daemon::{view_to_json, DaemonAccess, DaemonApi, DaemonClient};
 use awcp_driver::{DelegateParams, DelegatorHandle, DelegatorOptions, Driver};
 use awcp_examples::RuntimeChoice;
 use awcp_proto::engine::SnapshotMode;
@@ -40,6 +43,15 @@ struct Cli {
         default_value = "http://127.0.0.1:3100"
     )]
     daemon_url: String,
+    /// The daemon's token (default: read from `<state-dir>/daemon.token`). For `awcp daemon`:
+    /// use this token instead of the one in the state directory.
+    #[arg(long, global = true, env = "AWCP_DAEMON_TOKEN", hide_env_values = true)]
+    daemon_token: Option<String>,
+    /// State directory: the daemon's (journal, exports, token), the in-process delegator's,
+    /// and where client commands find the daemon token (default `$AWCP_HOME/delegator` or
+    /// `~/.awcp/delegator`).
+    #[arg(long, global = true, env = "AWCP_STATE_DIR")]
+    state_dir: Option<PathBuf>,
     /// Machine-readable output on stdout.
     #[arg(long, global = true)]
     json: bool,
@@ -92,26 +104,37 @@ enum Cmd {
         /// With --daemon: return the id at once instead of waiting.
         #[arg(long)]
         background: bool,
-        /// Serve the archive by URL from this address (URL mode) instead of inlining it.
+        /// Serve the archive by URL from this address (URL mode) instead of inlining it. This
+        /// listener answers one-time archive URLs only.
         #[arg(long)]
         serve_archives: Option<SocketAddr>,
-        /// State directory for the in-process delegator.
-        #[arg(long, env = "AWCP_STATE_DIR")]
-        state_dir: Option<PathBuf>,
         /// Lend over SSHFS (live) instead of an archive. A JSON file with `host`, `port`,
         /// `user`, `jailRoot`, `principalsDir`, `hostPublicKey` (see `awcp sshfs setup`).
         /// In-process only.
         #[arg(long)]
         sshfs_config: Option<PathBuf>,
     },
-    /// Run the delegator daemon (HTTP API + archive URLs).
+    /// Run the delegator daemon (HTTP API; archive URLs on their own listener).
     Daemon {
-        /// Address to listen on.
+        /// Address the API listens on. Anything but a loopback address needs TLS or
+        /// --insecure-plain-http.
         #[arg(long, env = "AWCP_DAEMON_LISTEN", default_value = "127.0.0.1:3100")]
         listen: SocketAddr,
-        /// State directory.
-        #[arg(long, env = "AWCP_STATE_DIR")]
-        state_dir: Option<PathBuf>,
+        /// Serve workspaces by one-time URL (URL mode) from this address, where executors can
+        /// reach it; this listener answers archive URLs only. Without it archives are inlined.
+        #[arg(long, env = "AWCP_SERVE_ARCHIVES")]
+        serve_archives: Option<SocketAddr>,
+        /// Further host names clients reach the API by (the Host header check refuses others).
+        #[arg(
+            long = "allowed-host",
+            env = "AWCP_ALLOWED_HOSTS",
+            value_delimiter = ','
+        )]
+        allowed_hosts: Vec<String>,
+        /// Serve the API on a non-loopback address over plain HTTP (its token and workspace
+        /// paths cross the network in clear text). Only for networks protected otherwise.
+        #[arg(long, env = "AWCP_INSECURE_PLAIN_HTTP")]
+        insecure_plain_http: bool,
     },
     /// List delegations.
     List,
@@ -171,12 +194,10 @@ enum SshfsCmd {
         /// The jail (sshd ChrootDirectory; exports are bind-mounted inside).
         #[arg(long, default_value = "/srv/awcp-jail")]
         jail_root: PathBuf,
-        /// Where the principals files live (root-owned path).
+        /// Where the principals files live (root-owned path). The CA key lives in
+        /// `<state-dir>/sshfs/ca`.
         #[arg(long, default_value = "/etc/ssh/awcp-principals")]
         principals_dir: PathBuf,
-        /// Delegator state directory (the CA key lives in `<state>/sshfs/ca`).
-        #[arg(long, env = "AWCP_STATE_DIR")]
-        state_dir: Option<PathBuf>,
         /// Render a standalone sshd config listening here (instead of a snippet).
         #[arg(long)]
         standalone: Option<SocketAddr>,
@@ -259,7 +280,12 @@ fn main() {
 }
 
 async fn run<R: Driver>(cli: Cli) {
-    let client = DaemonClient::new(R::default(), cli.daemon_url.clone());
+    let state_dir = cli.state_dir.clone().unwrap_or_else(default_state_dir);
+    let client = DaemonClient::new(R::default(), cli.daemon_url.clone()).with_token(
+        cli.daemon_token
+            .clone()
+            .or_else(|| awcp_driver::security::read_daemon_token(&state_dir)),
+    );
     match cli.cmd {
         Cmd::Delegate {
             dir,
@@ -274,7 +300,6 @@ async fn run<R: Driver>(cli: Cli) {
             daemon,
             background,
             serve_archives,
-            state_dir,
             sshfs_config,
         } => {
             let dir = std::fs::canonicalize(&dir)
@@ -328,7 +353,6 @@ async fn run<R: Driver>(cli: Cli) {
                 exit_for(&v);
                 return;
             }
-            let state_dir = state_dir.unwrap_or_else(default_state_dir);
             let sshfs = sshfs_config.map(|p| sshfs_delegator(&p, &state_dir));
             let transport = if sshfs.is_some() {
                 TransportKind::Sshfs
@@ -341,7 +365,7 @@ async fn run<R: Driver>(cli: Cli) {
                     .unwrap_or_else(|e| fail(format!("--serve-archives {addr}: {e}")));
                 archive_base = Some(format!("http://{}", listener.local_addr().expect("bound")));
                 let d = delegator::<R>(state_dir.clone(), archive_base.clone(), sshfs);
-                R::default().spawn_delegator_server(listener, d.clone());
+                R::default().spawn_archive_server(listener, d.clone());
                 run_delegate::<R>(
                     d,
                     peer,
@@ -374,14 +398,58 @@ async fn run<R: Driver>(cli: Cli) {
             )
             .await;
         }
-        Cmd::Daemon { listen, state_dir } => {
-            let state_dir = state_dir.unwrap_or_else(default_state_dir);
+        Cmd::Daemon {
+            listen,
+            serve_archives,
+            allowed_hosts,
+            insecure_plain_http,
+        } => {
+            // TLS for the daemon API is not available in this build: a non-loopback address
+            // needs the explicit insecure flag.
+            if let Some(why) =
+                awcp_driver::security::daemon_listen_refusal(listen, false, insecure_plain_http)
+            {
+                fail(why);
+            }
+            let token = match cli.daemon_token.clone() {
+                Some(t) => t,
+                None => awcp_driver::security::load_or_create_daemon_token(&state_dir)
+                    .unwrap_or_else(|e| {
+                        fail(format!("daemon token in {}: {e}", state_dir.display()))
+                    }),
+            };
             let listener = std::net::TcpListener::bind(listen)
                 .unwrap_or_else(|e| fail(format!("cannot listen on {listen}: {e}")));
             let local = listener.local_addr().expect("bound");
-            let d = delegator::<R>(state_dir, Some(format!("http://{local}")), None);
+            let archives = serve_archives.map(|addr| {
+                let l = std::net::TcpListener::bind(addr)
+                    .unwrap_or_else(|e| fail(format!("--serve-archives {addr}: {e}")));
+                let base = format!("http://{}", l.local_addr().expect("bound"));
+                (l, base)
+            });
+            let d = delegator::<R>(
+                state_dir.clone(),
+                archives.as_ref().map(|a| a.1.clone()),
+                None,
+            );
+            if let Some((l, base)) = archives {
+                tracing::info!(%base, "serving one-time archive URLs");
+                R::default().spawn_archive_server(l, d.clone());
+            }
+            let api = DaemonApi::new(
+                d,
+                DaemonAccess {
+                    token,
+                    listen: local,
+                    allowed_hosts,
+                },
+            );
             println!("awcp daemon listening on http://{local}");
-            if let Err(e) = R::serve_delegator_on(listener, d, R::shutdown_signal()).await {
+            tracing::info!(
+                token_file = %awcp_driver::security::daemon_token_path(&state_dir).display(),
+                "clients authenticate with the daemon token"
+            );
+            if let Err(e) = R::serve_daemon_on(listener, api, R::shutdown_signal()).await {
                 fail(e);
             }
         }
@@ -391,14 +459,13 @@ async fn run<R: Driver>(cli: Cli) {
                     user,
                     jail_root,
                     principals_dir,
-                    state_dir,
                     standalone,
                     host_key,
                     write,
                 },
         } => {
             use awcp_transports::sshfs::{ensure_ca, sshd_config, SshdConfigParams};
-            let state = state_dir.unwrap_or_else(default_state_dir).join("sshfs");
+            let state = state_dir.join("sshfs");
             let ca = state.join("ca");
             ensure_ca(&ca).unwrap_or_else(|e| fail(format!("CA key {}: {e}", ca.display())));
             let text = sshd_config(&SshdConfigParams {

@@ -30,6 +30,7 @@ use std::net::SocketAddr;
 use awcp_driver::Runtime;
 
 pub mod security;
+#[allow(unused_imports)]
 pub use security::*;
 
 // ---------------------------------------------------------------------------------------------
@@ -92,6 +93,7 @@ macro_rules! conformance_suite {
             executor_journal_holds_no_clear_text_credential,
             archive_listener_answers_nothing_but_archive_urls,
             hostile_archive_in_start_is_refused_without_escaping,
+            stalled_invites_do_not_hold_executor_slots,
         );
     };
     (@ $rt:ty: $($name:ident),* $(,)?) => {
@@ -262,7 +264,7 @@ fn start_delegator_in<R: TestRuntime>(
     };
     let handle = DelegatorHandle::start(R::default(), opts);
     if let Some(l) = listener {
-        R::default().spawn_delegator_server(l, handle.clone());
+        R::default().spawn_archive_server(l, handle.clone());
     }
     Deleg { handle, dir }
 }

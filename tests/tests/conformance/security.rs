@@ -48,6 +48,13 @@ async fn call<R: TestRuntime>(
 
 /// An executor requiring [`TOKEN`] as a bearer token only, journalling under `state`.
 fn auth_executor<R: TestRuntime>(state: Option<&Path>) -> Exec {
+    auth_executor_with::<R>(state, Arc::new(EditRunner))
+}
+
+fn auth_executor_with<R: TestRuntime>(
+    state: Option<&Path>,
+    runner: Arc<dyn awcp_transports::TaskRunner>,
+) -> Exec {
     let dir = tempfile::tempdir().unwrap();
     let work_root = dir.path().join("work");
     let engine = ExecutorConfig {
@@ -59,11 +66,7 @@ fn auth_executor<R: TestRuntime>(state: Option<&Path>) -> Exec {
         }),
         ..ExecutorConfig::default()
     };
-    let mut opts = ExecutorOptions::new(
-        engine,
-        Arc::new(ArchiveExecutor::default()),
-        Arc::new(EditRunner),
-    );
+    let mut opts = ExecutorOptions::new(engine, Arc::new(ArchiveExecutor::default()), runner);
     opts.state_dir = state.map(Path::to_path_buf);
     let handle = ExecutorHandle::start(R::default(), opts);
     let (listener, addr) = bind();
@@ -91,15 +94,19 @@ fn with_bearer(mut p: awcp_driver::DelegateParams, t: &str) -> awcp_driver::Dele
 /// the credential, with a wrong one, or with the right secret in a header of the wrong type
 /// (`--auth-type bearer` refuses `X-API-Key`); the right bearer token is accepted.
 pub async fn every_executor_endpoint_needs_the_credential<R: TestRuntime>() {
-    let ex = auth_executor::<R>(None);
+    let gate = GateRunner::default();
+    let ex = auth_executor_with::<R>(None, Arc::new(gate.clone()));
     let dg = start_delegator::<R>(false, |c| {
         c.features.retain(|f| f != awcp_proto::feature::ARCHIVE_URL)
     })
     .await;
     let ws = workspace();
-    let v = run_to_end::<R>(&dg.handle, with_bearer(params(&ex.peer, ws.path()), TOKEN)).await;
-    assert_eq!(v.state, DelegationState::Completed, "{v:?}");
-    let id = v.request.id.clone();
+    let id = dg
+        .handle
+        .delegate(with_bearer(params(&ex.peer, ws.path()), TOKEN))
+        .await
+        .unwrap();
+    gate.started().await;
     let b = &ex.base;
     let endpoints: Vec<(http::Method, String)> = vec![
         (http::Method::GET, format!("{b}/awcp/status")),
@@ -135,18 +142,21 @@ pub async fn every_executor_endpoint_needs_the_credential<R: TestRuntime>() {
     );
     let (s, body) = call::<R>(http::Method::POST, &ex.peer, &[], Some(start)).await;
     assert_eq!(s, 401, "{body}");
-    // The right bearer token opens every endpoint.
+    // The right bearer token opens them.
     let (s, body) = call::<R>(http::Method::GET, &endpoints[0].1, &bearer(TOKEN), None).await;
     assert_eq!(s, 200, "{body}");
-    assert!(body.contains("activeDelegations"), "{body}");
+    assert!(body.contains(id.as_str()), "{body}");
     let (s, body) = call::<R>(http::Method::GET, &endpoints[1].1, &bearer(TOKEN), None).await;
     assert_eq!(s, 200, "{body}");
-    assert!(body.contains("completed"), "{body}");
-    let (s, body) = call::<R>(http::Method::GET, &endpoints[2].1, &bearer(TOKEN), None).await;
-    assert_eq!(s, 200, "{body}");
-    assert!(body.contains("\"type\":\"done\""), "{body}");
-    let (s, body) = call::<R>(http::Method::POST, &endpoints[5].1, &bearer(TOKEN), None).await;
-    assert_eq!(s, 200, "{body}");
+    assert!(body.contains("running"), "{body}");
+    // None of the refused requests touched the delegation: it completes.
+    gate.release
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let v = timeout::<R, _>(Duration::from_secs(60), dg.handle.wait(&id))
+        .await
+        .expect("ended in time")
+        .unwrap();
+    assert_eq!(v.state, DelegationState::Completed, "{v:?}");
     // The agent card stays public: it is how delegators discover the executor.
     let (s, _) = call::<R>(
         http::Method::GET,
@@ -414,7 +424,7 @@ pub async fn archive_listener_answers_nothing_but_archive_urls<R: TestRuntime>()
     let (listener, addr) = bind();
     opts.archive_base_url = Some(format!("http://{addr}"));
     let d = DelegatorHandle::start(R::default(), opts);
-    R::default().spawn_delegator_server(listener, d.clone());
+    R::default().spawn_archive_server(listener, d.clone());
     let base = format!("http://{addr}");
     let api: [(http::Method, &str, Option<&str>); 5] = [
         (http::Method::GET, "/health", None),
@@ -513,4 +523,30 @@ fn hostile_zip(entries: &[(&str, EntryKind)]) -> Vec<u8> {
         }
     }
     w.finish().unwrap().into_inner()
+}
+
+/// INVITEs that are accepted and never followed by START (a stalled or hostile delegator)
+/// hold executor slots only until the START deadline, not for their lease: afterwards the
+/// slots, and the work directories, are free again.
+pub async fn stalled_invites_do_not_hold_executor_slots<R: TestRuntime>() {
+    let ex = start_executor::<R>(Arc::new(EditRunner), |c| {
+        c.max_concurrent = 2;
+        c.start_timeout = Duration::from_secs(1);
+    })
+    .await;
+    let invite = |n: u32| {
+        format!(
+            r#"{{"version":"1","type":"INVITE","delegationId":"dlg_stalled{n}","task":{{"description":"d","prompt":"p"}},"lease":{{"ttlSeconds":3600,"accessMode":"rw"}},"environment":{{"resources":[{{"name":"workspace","type":"fs","mode":"rw"}}]}}}}"#
+        )
+    };
+    for n in 0..2 {
+        let (_, body) = call::<R>(http::Method::POST, &ex.peer, &[], Some(invite(n))).await;
+        assert!(body.contains("ACCEPT"), "{body}");
+    }
+    let (_, body) = call::<R>(http::Method::POST, &ex.peer, &[], Some(invite(2))).await;
+    assert!(body.contains("DECLINED"), "every slot is held: {body}");
+    // Wait (up to 30 s, polling the executor's status) for the START deadline to free them.
+    wait_released::<R>(&ex).await;
+    let (_, body) = call::<R>(http::Method::POST, &ex.peer, &[], Some(invite(3))).await;
+    assert!(body.contains("ACCEPT"), "{body}");
 }
