@@ -104,8 +104,10 @@ pub async fn send<R: Runtime>(
     for (k, v) in headers {
         req = req.header(*k, v);
     }
-    let has_body = body.is_some();
-    if has_body {
+    let typed = headers
+        .iter()
+        .any(|(k, _)| k.eq_ignore_ascii_case("content-type"));
+    if body.is_some() && !typed {
         req = req.header("content-type", "application/json");
     }
     let req = req

@@ -68,6 +68,49 @@ pub fn presented_credential(authorization: Option<&str>, api_key: Option<&str>) 
     }
 }
 
+/// Refuses what only a web browser sends to an executor: a request with an `Origin` header
+/// (browsers add one to every cross-site request; delegators are programs and send none) or a
+/// body that is not `application/json` (a page can POST `text/plain` without a CORS preflight;
+/// both AWCP dialects send JSON, and the reference executor ignores other bodies). This keeps
+/// web pages from driving an executor that listens on a loopback address without a credential.
+/// The public agent card (`public`) is exempt. Returns `(status, error)` to answer with.
+pub fn refuse_browser_request(
+    origin: Option<&str>,
+    content_type: Option<&str>,
+    has_body: bool,
+    public: bool,
+) -> Option<(u16, ErrorInfo)> {
+    if public {
+        return None;
+    }
+    if let Some(o) = origin {
+        return Some((
+            403,
+            ErrorInfo {
+                code: ErrorCode::Declined,
+                message: format!("requests from web origin {o:?} are not accepted"),
+                hint: Some("AWCP endpoints are for delegators, not web pages.".into()),
+            },
+        ));
+    }
+    let json = content_type.is_some_and(|t| {
+        t.split(';')
+            .next()
+            .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"))
+    });
+    if has_body && !json {
+        return Some((
+            415,
+            ErrorInfo {
+                code: ErrorCode::Declined,
+                message: "request bodies must be application/json".into(),
+                hint: Some("Send `Content-Type: application/json`.".into()),
+            },
+        ));
+    }
+    None
+}
+
 /// An engine [`Response`] as `(status, JSON body)`.
 pub fn encode_response(resp: &Response) -> (u16, String) {
     let status = resp.http_status();
@@ -367,6 +410,31 @@ mod tests {
             Presented::Unsupported("(no scheme)".into())
         );
         assert_eq!(presented_credential(None, None), Presented::Nothing);
+    }
+
+    #[test]
+    fn browser_requests_are_refused() {
+        let r = |o, t, b, p| refuse_browser_request(o, t, b, p).map(|(s, _)| s);
+        assert_eq!(
+            r(
+                Some("http://evil.example"),
+                Some("application/json"),
+                true,
+                false
+            ),
+            Some(403)
+        );
+        assert_eq!(
+            r(None, Some("text/plain;charset=UTF-8"), true, false),
+            Some(415)
+        );
+        assert_eq!(r(None, None, true, false), Some(415));
+        assert_eq!(
+            r(None, Some("Application/JSON; charset=utf-8"), true, false),
+            None
+        );
+        assert_eq!(r(None, None, false, false), None);
+        assert_eq!(r(Some("null"), None, false, true), None);
     }
 
     #[test]

@@ -11,7 +11,8 @@
 //! ([`awcp_proto::engine::auth::check_headers`]): a wrong credential, or an unauthenticated
 //! body over the small unauthenticated limit, is answered before a byte of the body is read.
 //! Which credential authorises which request is the engine's decision
-//! ([`awcp_proto::engine::auth`]).
+//! ([`awcp_proto::engine::auth`]). Requests only a web browser would send (an `Origin`
+//! header, a body that is not JSON) are refused first ([`wire_http::refuse_browser_request`]).
 
 use std::io::Read;
 
@@ -89,6 +90,17 @@ impl ExecutorHandle {
             ["awcp", ..] => Endpoint::Delegation,
             _ => Endpoint::Public,
         };
+        let has_body = req.headers().contains_key("transfer-encoding")
+            || content_length(&req).is_some_and(|n| n > 0)
+            || (req.headers().contains_key("content-length") && content_length(&req).is_none());
+        if let Some((status, error)) = wire_http::refuse_browser_request(
+            header(&req, "origin"),
+            header(&req, "content-type"),
+            has_body,
+            endpoint == Endpoint::Public,
+        ) {
+            return reply(wire_http::reject(status, None, error));
+        }
         let presented = presented(&req);
         let body_limit = match check_headers(
             self.opts.auth.as_ref(),

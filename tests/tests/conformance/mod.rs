@@ -94,6 +94,7 @@ macro_rules! conformance_suite {
             archive_listener_answers_nothing_but_archive_urls,
             hostile_archive_in_start_is_refused_without_escaping,
             stalled_invites_do_not_hold_executor_slots,
+            web_page_cannot_drive_a_local_executor,
         );
     };
     (@ $rt:ty: $($name:ident),* $(,)?) => {
