@@ -95,6 +95,7 @@ macro_rules! conformance_suite {
             hostile_archive_in_start_is_refused_without_escaping,
             stalled_invites_do_not_hold_executor_slots,
             web_page_cannot_drive_a_local_executor,
+            hostile_result_from_an_executor_is_refused,
         );
     };
     (@ $rt:ty: $($name:ident),* $(,)?) => {
