@@ -382,17 +382,19 @@ fn executor_refuses_a_network_address_without_auth_or_the_insecure_flag() {
 #[test]
 fn executor_warns_when_it_runs_without_auth_on_loopback() {
     let work = tempfile::tempdir().unwrap();
-    let mut child = Command::new(EXECUTOR)
-        .args(["--quiet", "--listen", "127.0.0.1:0", "--work-root"])
-        .arg(work.path())
-        .env_remove("AWCP_AUTH_TOKEN")
-        .env_remove("RUST_LOG")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = KillOnDrop(
+        Command::new(EXECUTOR)
+            .args(["--quiet", "--listen", "127.0.0.1:0", "--work-root"])
+            .arg(work.path())
+            .env_remove("AWCP_AUTH_TOKEN")
+            .env_remove("RUST_LOG")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
+    BufReader::new(child.0.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
     assert!(line.contains("http://127.0.0.1:"), "{line}");
@@ -409,4 +411,110 @@ fn executor_warns_when_it_runs_without_auth_on_loopback() {
         err.contains("without --auth-token"),
         "a warning about running without a credential: {err}"
     );
+}
+
+/// A child process killed (and reaped) when dropped, so a failing test leaves none behind.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `awcp delegate --serve-archives ADDR` listens where executors fetch the workspace; that
+/// listener answers one-time archive URLs and nothing else (it used to serve the whole daemon
+/// API, unauthenticated).
+#[test]
+fn delegate_serve_archives_listener_answers_only_archive_urls() {
+    let dir = tempfile::tempdir().unwrap();
+    let mark = dir.path().join("mark");
+    std::fs::create_dir(&mark).unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    std::fs::write(ws.join("a.txt"), "A\n").unwrap();
+    let agent = format!(
+        "sh -c 'touch {m}/started; while [ ! -e {m}/go ]; do sleep 0.05; done; echo finished'",
+        m = mark.display()
+    );
+    let mut executor = KillOnDrop(
+        Command::new(EXECUTOR)
+            .args([
+                "--quiet",
+                "--listen",
+                "127.0.0.1:0",
+                "--auth-token",
+                "t0k3n-for-the-test",
+            ])
+            .arg("--work-root")
+            .arg(dir.path().join("work"))
+            .args(["--agent-cmd", &agent])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut line = String::new();
+    BufReader::new(executor.0.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let peer = line.trim().rsplit(' ').next().unwrap().to_owned();
+    let port = free_port();
+    let archives = format!("127.0.0.1:{port}");
+    let mut cli = KillOnDrop(
+        Command::new(AWCP)
+            .args(["--quiet", "--json", "delegate"])
+            .arg(&ws)
+            .arg("--state-dir")
+            .arg(dir.path().join("state"))
+            .args([
+                "--ro",
+                "--peer",
+                &peer,
+                "--prompt",
+                "wait",
+                "--token",
+                "t0k3n-for-the-test",
+            ])
+            .args(["--serve-archives", &archives])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    // The executor fetched the workspace by URL and started the task.
+    let started = (0..1200).any(|_| {
+        std::thread::sleep(Duration::from_millis(50));
+        mark.join("started").exists()
+    });
+    assert!(started, "the task started within 60 s");
+    for (m, path, body) in [
+        ("GET", "/health", ""),
+        ("GET", "/delegations", ""),
+        ("POST", "/delegate", "{}"),
+        ("GET", "/archives/not-a-token", ""),
+    ] {
+        let (s, t) = raw(
+            &archives,
+            &format!("{m} {path} HTTP/1.1\r\nHost: {archives}\r\nContent-Type: application/json"),
+            body,
+        );
+        assert_eq!(s, 404, "{m} {path} on the archive listener: {t}");
+        assert!(!t.contains("delegations"), "{t}");
+    }
+    std::fs::write(mark.join("go"), "").unwrap();
+    let status = cli.0.wait().unwrap();
+    let mut err = String::new();
+    let _ = cli.0.stderr.take().unwrap().read_to_string(&mut err);
+    assert!(status.success(), "the delegation completed: {err}");
+    drop(executor);
 }
