@@ -398,10 +398,11 @@ fn executor_warns_when_it_runs_without_auth_on_loopback() {
         .read_line(&mut line)
         .unwrap();
     assert!(line.contains("http://127.0.0.1:"), "{line}");
-    let _ = child.kill();
-    let _ = child.wait();
+    let _ = child.0.kill();
+    let _ = child.0.wait();
     let mut err = String::new();
     child
+        .0
         .stderr
         .take()
         .unwrap()
