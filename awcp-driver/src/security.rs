@@ -171,7 +171,7 @@ pub fn daemon_listen_refusal(
         return None;
     }
     Some(format!(
-        "refusing to serve the daemon API on {addr} without TLS: its token and every workspace path would cross the network in clear text. Listen on a loopback address, or pass --insecure-plain-http if the network is protected otherwise (a VPN, an SSH tunnel)"
+        "refusing to serve the daemon API on {addr} without TLS: its token and every workspace path would cross the network in clear text. Listen on a loopback address, serve TLS (--tls-cert/--tls-key), or pass --insecure-plain-http if the network is protected otherwise (a VPN, an SSH tunnel)"
     ))
 }
 

@@ -345,10 +345,21 @@ fn daemon_refuses_a_network_address_without_tls_or_the_insecure_flag() {
         out.contains("--insecure-plain-http") && out.contains("TLS"),
         "the refusal names TLS and the insecure flag: {out}"
     );
-    // With the flag the check passes (and binding the foreign address fails).
-    let (ok, out) = daemon(&["--insecure-plain-http"]);
-    assert!(!ok, "{out}");
-    assert!(out.contains("cannot listen"), "{out}");
+    // With the flag, or with TLS, the check passes (and binding the foreign address fails).
+    let pki = agent_rt::test_util::TestPki::new(state.path(), "daemon");
+    let cert = pki.server("daemon", &["localhost"]);
+    let (c, k) = (
+        cert.cert.display().to_string(),
+        cert.key.display().to_string(),
+    );
+    for flags in [
+        &["--insecure-plain-http"][..],
+        &["--tls-cert", &c, "--tls-key", &k][..],
+    ] {
+        let (ok, out) = daemon(flags);
+        assert!(!ok, "{out}");
+        assert!(out.contains("cannot listen"), "with {flags:?}: {out}");
+    }
 }
 
 #[test]

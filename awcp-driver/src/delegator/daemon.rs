@@ -291,6 +291,15 @@ impl DaemonApi {
         &self.delegator
     }
 
+    /// The API as an [`agent_rt::Handler`] for agent-rt's server ([`Self::handle_http`]).
+    pub fn http_handler(&self) -> agent_rt::Handler {
+        let api = self.clone();
+        agent_rt::Handler::new(move |req| {
+            let api = api.clone();
+            async move { api.handle_http(req).await }
+        })
+    }
+
     /// The access checks of the module docs, on the request's headers; `Some` refusal.
     pub fn check<B>(&self, req: &http::Request<B>) -> Option<http::Response<ResponseBody>> {
         let a = &self.access;
@@ -531,7 +540,7 @@ impl DelegatorHandle {
 /// A Rust client for the daemon API.
 #[derive(Clone)]
 pub struct DaemonClient<R: Runtime> {
-    rt: R,
+    http: net::HttpClient<R>,
     base: String,
     timeout: Duration,
     token: Option<String>,
@@ -556,7 +565,7 @@ impl<R: Runtime> DaemonClient<R> {
     /// one with [`Self::with_token`]).
     pub fn new(rt: R, base: impl Into<String>) -> Self {
         DaemonClient {
-            rt,
+            http: net::HttpClient::new(rt, net::ClientTls::default()),
             base: base.into().trim_end_matches('/').to_owned(),
             timeout: Duration::from_secs(30),
             token: None,
@@ -566,6 +575,13 @@ impl<R: Runtime> DaemonClient<R> {
     /// Sends `token` (the daemon's, from `<state>/daemon.token`) with every request.
     pub fn with_token(mut self, token: Option<String>) -> Self {
         self.token = token;
+        self
+    }
+
+    /// The same client with these TLS settings (an `https` daemon with a private CA, or one
+    /// that requires a client certificate).
+    pub fn with_tls(mut self, tls: net::ClientTls) -> Self {
+        self.http = net::HttpClient::new(self.http.runtime().clone(), tls);
         self
     }
 
@@ -582,22 +598,23 @@ impl<R: Runtime> DaemonClient<R> {
             .iter()
             .map(|t| ("authorization", format!("Bearer {t}")))
             .collect();
-        let r = net::request(
-            &self.rt,
-            method,
-            &url,
-            &auth,
-            body.map(|b| Bytes::from(b.to_string())),
-            timeout,
-            64 * 1024 * 1024,
-        )
-        .await
-        .map_err(|e| DaemonError {
-            status: 0,
-            message: e.to_string(),
-            code: None,
-            hint: Some(format!("is the daemon running at {}?", self.base)),
-        })?;
+        let r = self
+            .http
+            .request(
+                method,
+                &url,
+                &auth,
+                body.map(|b| Bytes::from(b.to_string())),
+                timeout,
+                64 * 1024 * 1024,
+            )
+            .await
+            .map_err(|e| DaemonError {
+                status: 0,
+                message: e.to_string(),
+                code: None,
+                hint: Some(format!("is the daemon running at {}?", self.base)),
+            })?;
         let v: Value = serde_json::from_slice(&r.1).unwrap_or(Value::Null);
         if (200..300).contains(&r.0) {
             Ok(v)

@@ -46,8 +46,12 @@ pub struct DelegatorOptions {
     /// Timeout of INVITE/START/ERROR/cancel/ack requests (30 s).
     pub request_timeout: Duration,
     /// Where peers can fetch archives this delegator serves (URL mode), e.g.
-    /// `http://127.0.0.1:3100`. `None`: archives always travel inline.
+    /// `https://delegator.example:3100` (`--public-url`). `None`: archives always travel
+    /// inline. An unspecified host (`http://0.0.0.0:3100`, a server bound to every interface)
+    /// is replaced per delegation by the local address that reaches the executor.
     pub archive_base_url: Option<String>,
+    /// TLS settings for talking to executors (`https` peers: private CA, client certificate).
+    pub client_tls: agent_rt::ClientTls,
     /// Largest snapshot accepted.
     pub max_snapshot_bytes: u64,
 }
@@ -62,6 +66,7 @@ impl DelegatorOptions {
             state_dir: state_dir.into(),
             request_timeout: Duration::from_secs(30),
             archive_base_url: None,
+            client_tls: agent_rt::ClientTls::default(),
             max_snapshot_bytes: 1024 * 1024 * 1024,
         }
     }
@@ -220,6 +225,7 @@ impl DelegatorHandle {
         }
         let lp = Loop {
             rt: rt.clone(),
+            http: agent_rt::HttpClient::new(rt.clone(), opts.client_tls.clone()),
             engine,
             tx: tx.clone(),
             opts: Arc::new(opts),
@@ -333,6 +339,16 @@ impl DelegatorHandle {
         rx
     }
 
+    /// The archive listener's handler (one-time archive URLs only) as an
+    /// [`agent_rt::Handler`] ([`Self::handle_archive_http`]).
+    pub fn archive_handler(&self) -> agent_rt::Handler {
+        let d = self.clone();
+        agent_rt::Handler::new(move |req| {
+            let r = d.handle_archive_http(&req);
+            async move { r }
+        })
+    }
+
     /// Answers one request to the delegator's archive listener: `GET /archives/{token}`, a
     /// one-time, delegation-bound, expiring archive URL (executors fetch URL-mode workspaces
     /// there). Everything else is 404: the daemon API is never served here (it has its own
@@ -365,6 +381,7 @@ impl DelegatorHandle {
 
 struct Loop<R: Runtime> {
     rt: R,
+    http: agent_rt::HttpClient<R>,
     engine: Delegator,
     tx: mpsc::UnboundedSender<Cmd>,
     opts: Arc<DelegatorOptions>,
@@ -521,22 +538,22 @@ impl<R: Runtime> Loop<R> {
     }
 
     fn post(&self, id: DelegationId, to: Outbound, url: String, body: Option<String>) {
-        let rt = self.rt.clone();
+        let http = self.http.clone();
         let feed = self.feed();
         let headers = self.credential_headers(&id);
         let timeout = self.opts.request_timeout;
         self.rt.spawn(Box::pin(async move {
             let hdrs: Vec<(&str, String)> = headers.iter().map(|(k, v)| (*k, v.clone())).collect();
-            let reply = match net::request(
-                &rt,
-                Method::POST,
-                &url,
-                &hdrs,
-                body.map(Bytes::from),
-                timeout,
-                16 * 1024 * 1024,
-            )
-            .await
+            let reply = match http
+                .request(
+                    Method::POST,
+                    &url,
+                    &hdrs,
+                    body.map(Bytes::from),
+                    timeout,
+                    16 * 1024 * 1024,
+                )
+                .await
             {
                 Ok((status, body)) => wire_http::decode_reply(status, &body),
                 Err(e) => awcp_proto::engine::delegator::Reply::Failed(e.to_string()),
@@ -639,6 +656,7 @@ impl<R: Runtime> Loop<R> {
                 let by_url = features.iter().any(|f| f == feature::ARCHIVE_URL)
                     && self.opts.archive_base_url.is_some();
                 let base = self.opts.archive_base_url.clone();
+                let peer = self.engine.get(&id).map(|v| v.request.peer);
                 let dir = self.opts.state_dir.join("archives");
                 let archives = self.archives.clone();
                 let baselines = self.baselines.clone();
@@ -687,10 +705,12 @@ impl<R: Runtime> Loop<R> {
                                 let token = crate::security::random_token().map_err(|e| {
                                     ErrorInfo::new(ErrorCode::TransportError, e.to_string())
                                 })?;
-                                let url = format!(
-                                    "{}/archives/{token}",
-                                    base.as_deref().unwrap_or("").trim_end_matches('/')
-                                );
+                                let base = match (base.as_deref(), peer.as_deref()) {
+                                    (Some(b), Some(p)) => agent_rt::origin::concrete_base_for(b, p),
+                                    (b, _) => b.unwrap_or("").to_owned(),
+                                };
+                                let url =
+                                    format!("{}/archives/{token}", base.trim_end_matches('/'));
                                 archives.lock().unwrap_or_else(|p| p.into_inner()).insert(
                                     token_key(&token),
                                     (did.clone(), f.path.clone(), expires_at),
@@ -710,7 +730,7 @@ impl<R: Runtime> Loop<R> {
                 }
             }
             DelegatorOutput::FetchResult { id, peer } => {
-                let rt = self.rt.clone();
+                let http = self.http.clone();
                 let feed = self.feed();
                 let headers = self.credential_headers(&id);
                 let timeout = self.opts.request_timeout;
@@ -719,15 +739,15 @@ impl<R: Runtime> Loop<R> {
                     let url = wire_http::result_url(&peer, &id);
                     let hdrs: Vec<(&str, String)> =
                         headers.iter().map(|(k, v)| (*k, v.clone())).collect();
-                    let result =
-                        match net::request(&rt, Method::GET, &url, &hdrs, None, timeout, limit)
-                            .await
-                        {
-                            Ok((_, body)) => serde_json::from_slice::<serde_json::Value>(&body)
-                                .map_err(|e| format!("bad result body: {e}"))
-                                .and_then(|v| wire_http::decode_result(&id, &v)),
-                            Err(e) => Err(e.to_string()),
-                        };
+                    let result = match http
+                        .request(Method::GET, &url, &hdrs, None, timeout, limit)
+                        .await
+                    {
+                        Ok((_, body)) => serde_json::from_slice::<serde_json::Value>(&body)
+                            .map_err(|e| format!("bad result body: {e}"))
+                            .and_then(|v| wire_http::decode_result(&id, &v)),
+                        Err(e) => Err(e.to_string()),
+                    };
                     feed(DelegatorInput::ResultFetched { id, result });
                 }));
             }
@@ -737,13 +757,13 @@ impl<R: Runtime> Loop<R> {
                 source,
             } => self.apply(id, snapshot_id, source),
             DelegatorOutput::StoreSnapshot { id, snapshot } => {
-                let rt = self.rt.clone();
+                let http = self.http.clone();
                 let feed = self.feed();
                 let dir = self.snapshot_dir(&id);
                 let limit = self.opts.max_snapshot_bytes;
                 self.rt.spawn(Box::pin(async move {
                     let sid = snapshot.snapshot_id.clone();
-                    let result = store_snapshot(&rt, &dir, &snapshot, limit).await;
+                    let result = store_snapshot(&http, &dir, &snapshot, limit).await;
                     feed(DelegatorInput::SnapshotStored {
                         id,
                         snapshot_id: sid,
@@ -801,7 +821,7 @@ impl<R: Runtime> Loop<R> {
         }
         let (handle, reg) = AbortHandle::new_pair();
         self.streams.insert(id.clone(), handle);
-        let rt = self.rt.clone();
+        let http = self.http.clone();
         let feed = self.feed();
         let headers = self.credential_headers(&id);
         let fut = async move {
@@ -810,9 +830,9 @@ impl<R: Runtime> Loop<R> {
                 headers.iter().map(|(k, v)| (*k, v.clone())).collect();
             hdrs.push(("accept", "text/event-stream".into()));
             let resp = net::with_timeout(
-                &rt,
+                http.runtime(),
                 Duration::from_secs(30),
-                net::send(&rt, Method::GET, &url, &hdrs, None),
+                http.send(Method::GET, &url, &hdrs, None),
             )
             .await;
             let resp = match resp {
@@ -870,6 +890,7 @@ impl<R: Runtime> Loop<R> {
 
     fn apply(&mut self, id: DelegationId, sid: SnapshotId, source: SnapshotSource) {
         let rt = self.rt.clone();
+        let http = self.http.clone();
         let feed = self.feed();
         let t = self.opts.transport.clone();
         let specs = self.specs.get(&id).cloned().unwrap_or_default();
@@ -910,7 +931,7 @@ impl<R: Runtime> Loop<R> {
                         (None, Some(url)) => {
                             let _ = std::fs::create_dir_all(&downloads);
                             let f = downloads.join(format!("{id}-{sid}.zip"));
-                            let n = net::download(&rt, &url, &[], f.clone(), limit, Duration::from_secs(600))
+                            let n = http.download(&url, &[], f.clone(), limit, Duration::from_secs(600))
                                 .await
                                 .map_err(|e| ErrorInfo::new(ErrorCode::TransportError, format!("fetching the snapshot: {e}")))?;
                             let _ = note.unbounded_send(Cmd::Transferred(Transfer {
@@ -1045,11 +1066,12 @@ fn scan(specs: &[ResourceSpec]) -> Result<WorkspaceStats, ErrorInfo> {
 }
 
 async fn store_snapshot<R: Runtime>(
-    rt: &R,
+    http: &agent_rt::HttpClient<R>,
     dir: &Path,
     snap: &SnapshotEvent,
     limit: u64,
 ) -> Result<(), ErrorInfo> {
+    let rt = http.runtime();
     let fail = |m: String| ErrorInfo::new(ErrorCode::TransportError, m);
     std::fs::create_dir_all(dir).map_err(|e| fail(format!("snapshot dir: {e}")))?;
     let zip = dir.join(format!("{}.zip", snap.snapshot_id));
@@ -1063,7 +1085,7 @@ async fn store_snapshot<R: Runtime>(
                 .map_err(|e| fail(format!("writing the snapshot: {e}")))?;
         }
         (None, Some(url)) => {
-            net::download(rt, url, &[], zip.clone(), limit, Duration::from_secs(600))
+            http.download(url, &[], zip.clone(), limit, Duration::from_secs(600))
                 .await
                 .map_err(|e| fail(format!("fetching the snapshot: {e}")))?;
         }

@@ -82,7 +82,10 @@ impl ExecutorHandle {
     {
         let method = req.method().clone();
         let path = req.uri().path().to_owned();
-        let host = header(&req, "host").map(str::to_owned);
+        let public_url = self.public_url();
+        let origin = public_url
+            .clone()
+            .or_else(|| agent_rt::origin::request_origin(&req, self.opts.trust_forwarded_headers));
         let segs: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
         let endpoint = match segs.as_slice() {
             ["awcp"] => Endpoint::Message,
@@ -117,10 +120,11 @@ impl ExecutorHandle {
         let credential = presented.into_credential();
         match (method.clone(), segs.as_slice()) {
             (Method::GET, [".well-known", "agent-card.json" | "agent.json"]) => {
-                let base = host.map(|h| format!("http://{h}"));
-                json_response(200, self.opts.card.to_json(base.as_deref()).to_string())
+                json_response(200, self.opts.card.to_json(origin.as_deref()).to_string())
             }
-            (Method::POST, ["awcp"]) => self.post_message(req, credential, body_limit).await,
+            (Method::POST, ["awcp"]) => {
+                self.post_message(req, credential, origin, body_limit).await
+            }
             (Method::GET, ["awcp", "status"]) => match self.status().await {
                 Some(s) => json_response(200, wire_http::status_to_value(&s).to_string()),
                 None => unavailable(),
@@ -148,6 +152,14 @@ impl ExecutorHandle {
         }
     }
 
+    fn public_url(&self) -> Option<String> {
+        self.opts
+            .public_url
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
     async fn simple(
         &self,
         id: &str,
@@ -168,6 +180,7 @@ impl ExecutorHandle {
         &self,
         req: http::Request<B>,
         credential: Option<Credential>,
+        origin: Option<String>,
         limit: u64,
     ) -> http::Response<ResponseBody>
     where
@@ -218,8 +231,14 @@ impl ExecutorHandle {
                 return reply(wire_http::reject_malformed(&e, id.as_ref()));
             }
         };
+        // Snapshot URLs of this delegation follow the origin its delegator used (unless a public
+        // URL is configured): bound when the engine accepts the message, so a request that
+        // fails authentication changes nothing.
+        let origin = origin
+            .filter(|_| self.public_url().is_none())
+            .map(|o| (msg.delegation_id().clone(), o));
         match self
-            .request(credential, Request::Message(Box::new(msg), dialect))
+            .request_from(credential, Request::Message(Box::new(msg), dialect), origin)
             .await
         {
             Some(resp) => reply(wire_http::encode_response(&resp)),

@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use awcp_driver::delegator::daemon::{DaemonAccess, DaemonApi, DaemonClient};
+use awcp_driver::net::ClientTls;
 use awcp_driver::{DelegatorHandle, DelegatorOptions};
 use awcp_tokio::TokioRuntime;
 use awcp_transports::{ArchiveDelegator, ArchiveDelegatorConfig};
@@ -78,6 +79,9 @@ pub struct Cli {
     /// about them.
     #[arg(long)]
     cancel_on_exit: bool,
+    /// How to trust https executors and daemons (and identify to them).
+    #[command(flatten)]
+    client: awcp_examples::ClientTlsArgs,
 }
 
 fn fail(msg: impl std::fmt::Display) -> ! {
@@ -119,7 +123,7 @@ fn default_state_dir() -> PathBuf {
 }
 
 /// The daemon to talk to: its URL and token, and the in-process delegator if we started one.
-async fn daemon(cli: &Cli) -> (String, Option<String>, Option<DelegatorHandle>) {
+async fn daemon(cli: &Cli, tls: &ClientTls) -> (String, Option<String>, Option<DelegatorHandle>) {
     let state_dir = cli.state_dir.clone().unwrap_or_else(default_state_dir);
     let existing_token = || {
         cli.daemon_token
@@ -130,6 +134,7 @@ async fn daemon(cli: &Cli) -> (String, Option<String>, Option<DelegatorHandle>) 
         let url = url.trim_end_matches('/').to_owned();
         let token = existing_token();
         match DaemonClient::new(TokioRuntime, url.clone())
+            .with_tls(tls.clone())
             .with_token(token.clone())
             .health()
             .await
@@ -189,6 +194,7 @@ async fn daemon(cli: &Cli) -> (String, Option<String>, Option<DelegatorHandle>) 
         (l, base)
     });
     opts.archive_base_url = archives.as_ref().map(|a| a.1.clone());
+    opts.client_tls = tls.clone();
     let d = DelegatorHandle::start(TokioRuntime, opts);
     if let Some((l, base)) = archives {
         tracing::info!(%base, "serving one-time archive URLs");
@@ -232,8 +238,9 @@ async fn cancel_running(client: &DaemonClient<TokioRuntime>) {
 async fn main() {
     let cli = Cli::parse();
     init_logging(cli.log_file.as_ref());
-    let (daemon_url, token, in_process) = daemon(&cli).await;
-    let found = peers::discover(&cli.peers).await;
+    let tls = cli.client.client_tls().unwrap_or_else(|e| fail(e));
+    let (daemon_url, token, in_process) = daemon(&cli, &tls).await;
+    let found = peers::discover(&cli.peers, &tls).await;
     let defaults = tools::Defaults {
         ttl_seconds: cli.default_ttl,
         access_mode: cli.default_access_mode.clone(),
@@ -241,7 +248,7 @@ async fn main() {
         transport: cli.transport.clone(),
         transports: in_process.as_ref().map(|_| vec!["archive".to_owned()]),
     };
-    let server = tools::AwcpMcp::new(&daemon_url, token, defaults, &found);
+    let server = tools::AwcpMcp::new(&daemon_url, token, defaults, &found, tls);
     let client = server.client().clone();
     tracing::info!(peers = found.len(), "awcp-mcp serving MCP on stdio");
     let service = match server.serve(rmcp::transport::stdio()).await {
@@ -295,5 +302,23 @@ mod tests {
         .unwrap();
         assert_eq!(cli.peers, vec!["http://a:1", "http://b:2"]);
         assert_eq!(cli.port, 0);
+    }
+
+    #[test]
+    fn tls_flags_parse() {
+        let cli = Cli::try_parse_from([
+            "awcp-mcp",
+            "--ca-file",
+            "ca.pem",
+            "--client-cert",
+            "me.pem",
+            "--client-key",
+            "me.key",
+        ])
+        .unwrap();
+        assert_eq!(cli.client.ca_file, vec![PathBuf::from("ca.pem")]);
+        assert!(Cli::try_parse_from(["awcp-mcp", "--client-cert", "me.pem"]).is_err());
+        // Missing files are reported, not ignored.
+        assert!(cli.client.client_tls().is_err());
     }
 }

@@ -40,6 +40,7 @@ pub struct Defaults {
 #[derive(Clone)]
 pub struct AwcpMcp {
     client: DaemonClient<TokioRuntime>,
+    http: awcp_driver::net::HttpClient<TokioRuntime>,
     daemon_url: String,
     defaults: Arc<Defaults>,
     peers_section: Arc<String>,
@@ -300,9 +301,13 @@ impl AwcpMcp {
         token: Option<String>,
         defaults: Defaults,
         peers: &[crate::peers::Peer],
+        tls: awcp_driver::net::ClientTls,
     ) -> Self {
         AwcpMcp {
-            client: DaemonClient::new(TokioRuntime, daemon_url).with_token(token),
+            client: DaemonClient::new(TokioRuntime, daemon_url)
+                .with_tls(tls.clone())
+                .with_token(token),
+            http: awcp_driver::net::HttpClient::new(TokioRuntime, tls),
             daemon_url: daemon_url.to_owned(),
             defaults: Arc::new(defaults),
             peers_section: Arc::new(crate::peers::describe(peers)),
@@ -724,17 +729,18 @@ impl AwcpMcp {
             )));
         };
         let url = awcp_proto::http::result_url(&peer, &id);
-        let (status, body) = awcp_driver::net::request(
-            &TokioRuntime,
-            http::Method::GET,
-            &url,
-            &[],
-            None,
-            Duration::from_secs(30),
-            512 * 1024 * 1024,
-        )
-        .await
-        .map_err(|e| ToolError::new(format!("cannot reach the executor at {url}: {e}")))?;
+        let (status, body) = self
+            .http
+            .request(
+                http::Method::GET,
+                &url,
+                &[],
+                None,
+                Duration::from_secs(30),
+                512 * 1024 * 1024,
+            )
+            .await
+            .map_err(|e| ToolError::new(format!("cannot reach the executor at {url}: {e}")))?;
         let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
         if !(200..300).contains(&status) && v.get("status").is_none() {
             return Err(ToolError::new(format!(

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use awcp_driver::delegator::daemon::{view_to_json, DaemonAccess, DaemonApi, DaemonClient};
 use awcp_driver::{DelegateParams, DelegatorHandle, DelegatorOptions, Driver};
-use awcp_examples::RuntimeChoice;
+use awcp_examples::{ClientTlsArgs, RuntimeChoice, ServerArgs};
 use awcp_proto::engine::SnapshotMode;
 use awcp_proto::{AccessMode, Auth, AuthType, TransportKind};
 use awcp_transports::{
@@ -64,6 +64,8 @@ struct Cli {
     /// Async runtime to run on.
     #[arg(long, global = true, env = "AWCP_RUNTIME", value_enum, default_value_t)]
     runtime: RuntimeChoice,
+    #[command(flatten)]
+    client: ClientTlsArgs,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -108,6 +110,14 @@ enum Cmd {
         /// listener answers one-time archive URLs only.
         #[arg(long)]
         serve_archives: Option<SocketAddr>,
+        /// With --serve-archives: the base URL the executor reaches the archive server at
+        /// (behind NAT or a proxy). Default: its address (the route's source address if it
+        /// listens on 0.0.0.0).
+        #[arg(long, value_parser = awcp_examples::parse_public_url, requires = "serve_archives")]
+        public_url: Option<String>,
+        /// TLS and limits of the archive server.
+        #[command(flatten)]
+        server: ServerArgs,
         /// Lend over SSHFS (live) instead of an archive. A JSON file with `host`, `port`,
         /// `user`, `jailRoot`, `principalsDir`, `hostPublicKey` (see `awcp sshfs setup`).
         /// In-process only.
@@ -124,6 +134,11 @@ enum Cmd {
         /// reach it; this listener answers archive URLs only. Without it archives are inlined.
         #[arg(long, env = "AWCP_SERVE_ARCHIVES")]
         serve_archives: Option<SocketAddr>,
+        /// With --serve-archives: the base URL executors reach the archive URLs at (behind NAT
+        /// or a proxy). Default: its address (the route's source address if it listens on
+        /// 0.0.0.0).
+        #[arg(long, env = "AWCP_PUBLIC_URL", value_parser = awcp_examples::parse_public_url)]
+        public_url: Option<String>,
         /// Further host names clients reach the API by (the Host header check refuses others).
         #[arg(
             long = "allowed-host",
@@ -135,6 +150,10 @@ enum Cmd {
         /// paths cross the network in clear text). Only for networks protected otherwise.
         #[arg(long, env = "AWCP_INSECURE_PLAIN_HTTP")]
         insecure_plain_http: bool,
+        /// TLS and limits of the daemon's servers (the API and, with --serve-archives, the
+        /// archive listener).
+        #[command(flatten)]
+        server: ServerArgs,
     },
     /// List delegations.
     List,
@@ -255,10 +274,12 @@ fn delegator<R: Driver>(
     state_dir: PathBuf,
     archive_base: Option<String>,
     sshfs: Option<SshfsDelegator>,
+    client_tls: agent_rt::ClientTls,
 ) -> DelegatorHandle {
     let transport = ArchiveDelegator::new(ArchiveDelegatorConfig::new(state_dir.join("exports")));
     let mut opts = DelegatorOptions::new(Arc::new(transport), state_dir);
     opts.archive_base_url = archive_base;
+    opts.client_tls = client_tls;
     if let Some(t) = sshfs {
         opts.extra_transports.push(Arc::new(t));
     }
@@ -281,11 +302,14 @@ fn main() {
 
 async fn run<R: Driver>(cli: Cli) {
     let state_dir = cli.state_dir.clone().unwrap_or_else(default_state_dir);
-    let client = DaemonClient::new(R::default(), cli.daemon_url.clone()).with_token(
-        cli.daemon_token
-            .clone()
-            .or_else(|| awcp_driver::security::read_daemon_token(&state_dir)),
-    );
+    let client_tls = cli.client.client_tls().unwrap_or_else(|e| fail(e));
+    let client = DaemonClient::new(R::default(), cli.daemon_url.clone())
+        .with_tls(client_tls.clone())
+        .with_token(
+            cli.daemon_token
+                .clone()
+                .or_else(|| awcp_driver::security::read_daemon_token(&state_dir)),
+        );
     match cli.cmd {
         Cmd::Delegate {
             dir,
@@ -300,6 +324,8 @@ async fn run<R: Driver>(cli: Cli) {
             daemon,
             background,
             serve_archives,
+            public_url,
+            server,
             sshfs_config,
         } => {
             let dir = std::fs::canonicalize(&dir)
@@ -363,9 +389,12 @@ async fn run<R: Driver>(cli: Cli) {
             if let Some(addr) = serve_archives {
                 let listener = std::net::TcpListener::bind(addr)
                     .unwrap_or_else(|e| fail(format!("--serve-archives {addr}: {e}")));
-                archive_base = Some(format!("http://{}", listener.local_addr().expect("bound")));
-                let d = delegator::<R>(state_dir.clone(), archive_base.clone(), sshfs);
-                R::default().spawn_archive_server(listener, d.clone());
+                let server = server.server_options().unwrap_or_else(|e| fail(e));
+                let local = listener.local_addr().expect("bound");
+                archive_base =
+                    Some(public_url.unwrap_or_else(|| format!("{}://{local}", server.scheme())));
+                let d = delegator::<R>(state_dir.clone(), archive_base.clone(), sshfs, client_tls);
+                R::default().spawn_archive_server_with(listener, d.clone(), server);
                 run_delegate::<R>(
                     d,
                     peer,
@@ -382,7 +411,7 @@ async fn run<R: Driver>(cli: Cli) {
                 .await;
                 return;
             }
-            let d = delegator::<R>(state_dir, archive_base, sshfs);
+            let d = delegator::<R>(state_dir, archive_base, sshfs, client_tls);
             run_delegate::<R>(
                 d,
                 peer,
@@ -401,15 +430,21 @@ async fn run<R: Driver>(cli: Cli) {
         Cmd::Daemon {
             listen,
             serve_archives,
+            public_url,
             allowed_hosts,
             insecure_plain_http,
+            server,
         } => {
-            // TLS for the daemon API is not available in this build: a non-loopback address
-            // needs the explicit insecure flag.
-            if let Some(why) =
-                awcp_driver::security::daemon_listen_refusal(listen, false, insecure_plain_http)
-            {
+            let server = server.server_options().unwrap_or_else(|e| fail(e));
+            if let Some(why) = awcp_driver::security::daemon_listen_refusal(
+                listen,
+                server.tls.is_some(),
+                insecure_plain_http,
+            ) {
                 fail(why);
+            }
+            if public_url.is_some() && serve_archives.is_none() {
+                fail("--public-url names the archive listener: add --serve-archives");
             }
             let token = match cli.daemon_token.clone() {
                 Some(t) => t,
@@ -424,17 +459,20 @@ async fn run<R: Driver>(cli: Cli) {
             let archives = serve_archives.map(|addr| {
                 let l = std::net::TcpListener::bind(addr)
                     .unwrap_or_else(|e| fail(format!("--serve-archives {addr}: {e}")));
-                let base = format!("http://{}", l.local_addr().expect("bound"));
+                let base = public_url.clone().unwrap_or_else(|| {
+                    format!("{}://{}", server.scheme(), l.local_addr().expect("bound"))
+                });
                 (l, base)
             });
             let d = delegator::<R>(
                 state_dir.clone(),
                 archives.as_ref().map(|a| a.1.clone()),
                 None,
+                client_tls,
             );
             if let Some((l, base)) = archives {
                 tracing::info!(%base, "serving one-time archive URLs");
-                R::default().spawn_archive_server(l, d.clone());
+                R::default().spawn_archive_server_with(l, d.clone(), server.clone());
             }
             let api = DaemonApi::new(
                 d,
@@ -444,12 +482,13 @@ async fn run<R: Driver>(cli: Cli) {
                     allowed_hosts,
                 },
             );
-            println!("awcp daemon listening on http://{local}");
+            println!("awcp daemon listening on {}://{local}", server.scheme());
             tracing::info!(
                 token_file = %awcp_driver::security::daemon_token_path(&state_dir).display(),
                 "clients authenticate with the daemon token"
             );
-            if let Err(e) = R::serve_daemon_on(listener, api, R::shutdown_signal()).await {
+            if let Err(e) = R::serve_daemon_with(listener, api, server, R::shutdown_signal()).await
+            {
                 fail(e);
             }
         }

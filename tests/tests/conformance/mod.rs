@@ -759,22 +759,20 @@ pub async fn delegator_restart_reconnects_and_applies_the_result<R: TestRuntime>
 
 /// Builds `awcp-executor` (a no-op when it is up to date) and returns its path.
 fn executor_binary() -> PathBuf {
+    example_binary("awcp-executor")
+}
+
+/// Builds binary `bin` of awcp-examples (a no-op when it is up to date) and returns its path.
+pub fn example_binary(bin: &str) -> PathBuf {
     let status = std::process::Command::new(env!("CARGO"))
-        .args([
-            "build",
-            "-q",
-            "-p",
-            "awcp-examples",
-            "--bin",
-            "awcp-executor",
-        ])
+        .args(["build", "-q", "-p", "awcp-examples", "--bin", bin])
         .status()
         .expect("cargo build runs");
-    assert!(status.success(), "building awcp-executor failed");
+    assert!(status.success(), "building {bin} failed");
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
-    target.join("debug/awcp-executor")
+    target.join("debug").join(bin)
 }
 
 /// An `awcp-executor` process on runtime `runtime`, killed when dropped.
