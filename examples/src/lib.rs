@@ -6,6 +6,59 @@ use std::time::Instant;
 use awcp_proto::engine::delegator::{DelegationView, SnapshotStatus};
 use awcp_proto::{DelegationId, DelegatorEvent};
 
+/// Exit codes of the `awcp` CLI (README "Exit codes"). Scripts can tell apart a task that
+/// failed from a result that was not applied from a peer that could not be reached.
+pub mod exit {
+    use serde_json::Value;
+
+    /// The delegation completed; its result was applied (or staged on purpose, or there was
+    /// nothing to apply). Also: any other command succeeded.
+    pub const OK: i32 = 0;
+    /// Anything else went wrong (an I/O error, a daemon that answered with an error).
+    pub const OTHER: i32 = 1;
+    /// Usage error: bad flags or arguments, a workspace that does not exist or is not a
+    /// directory, a call the delegation's state does not allow.
+    pub const USAGE: i32 = 2;
+    /// The delegation failed: declined, refused at admission, task failed, expired or
+    /// cancelled.
+    pub const FAILED: i32 = 3;
+    /// The task completed but its result was NOT applied (kept staged with the reason, or it
+    /// could not be stored); nothing of it was written.
+    pub const NOT_APPLIED: i32 = 4;
+    /// The executor (or the daemon) could not be reached.
+    pub const UNREACHABLE: i32 = 5;
+
+    /// The exit code for an AWCP error code ending a delegation or refusing a request.
+    pub fn for_code(code: &str) -> i32 {
+        match code {
+            "WORKSPACE_NOT_FOUND" | "WORKSPACE_INVALID" => USAGE,
+            "TIMEOUT" | "SSE_FAILED" => UNREACHABLE,
+            _ => FAILED,
+        }
+    }
+
+    /// The exit code for a delegation record (its `outcome`, see the daemon's record).
+    pub fn for_record(v: &Value) -> i32 {
+        match v["outcome"]["status"].as_str() {
+            Some("completed" | "staged") => OK,
+            Some("not_applied") => NOT_APPLIED,
+            Some("unreachable") => UNREACHABLE,
+            Some("failed") => v["error"]["code"].as_str().map_or(FAILED, for_code),
+            _ => OTHER,
+        }
+    }
+
+    /// The exit code for a failed daemon call.
+    pub fn for_daemon_error(e: &awcp_driver::delegator::daemon::DaemonError) -> i32 {
+        match (e.status, e.code.as_deref()) {
+            (0, _) => UNREACHABLE,
+            (_, Some(code)) => for_code(code),
+            (400 | 404 | 409, None) => USAGE,
+            _ => OTHER,
+        }
+    }
+}
+
 /// The async runtime a binary runs on (`--runtime`, `AWCP_RUNTIME`). Both run the same
 /// engine; see `awcp_driver::Driver`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -234,8 +287,9 @@ pub fn describe(v: &DelegationView) -> String {
         }
     }
     for snap in &v.snapshots {
-        let extra = match &snap.status {
-            SnapshotStatus::Failed(e) => format!(" ({e})"),
+        let extra = match (&snap.status, &snap.error) {
+            (SnapshotStatus::Failed(e), _) => format!(" (not stored: {e})"),
+            (_, Some(e)) => format!(" (not applied: {e})"),
             _ => String::new(),
         };
         s.push_str(&format!(

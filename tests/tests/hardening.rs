@@ -44,11 +44,14 @@ fn idle_connection_flood_does_not_block_the_next_delegation() {
             "only {} connections opened",
             idle.len()
         );
-        <awcp_tokio::TokioRuntime as TestRuntime>::block_on(async {
+        <awcp_tokio::TokioRuntime as awcp_driver::Driver>::block_on(async {
             let dg = start_delegator::<awcp_tokio::TokioRuntime>(false, |_| {}).await;
             let ws = workspace();
-            let v = run_to_end::<awcp_tokio::TokioRuntime>(&dg.handle, params(&ex.url, ws.path()))
-                .await;
+            let v = run_to_end::<awcp_tokio::TokioRuntime>(
+                &dg.handle,
+                params::<awcp_tokio::TokioRuntime>(&ex.url, ws.path()),
+            )
+            .await;
             assert_eq!(v.state, DelegationState::Completed, "{runtime}: {v:?}");
         });
         drop(idle);

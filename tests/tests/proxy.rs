@@ -146,7 +146,7 @@ async fn delegate_through(
 ) {
     let dg = delegator(dir, tls);
     let ws = workspace();
-    let mut p = params(peer, ws.path());
+    let mut p = params::<TokioRuntime>(peer, ws.path());
     p.transport = awcp_proto::TransportKind::Archive;
     let v = run_to_end::<TokioRuntime>(&dg, p).await;
     assert_eq!(v.state, DelegationState::Completed, "{v:?}");
@@ -164,7 +164,7 @@ async fn delegate_through(
 /// URLs from the origin the delegator used.
 #[test]
 fn delegation_through_a_proxy_derives_snapshot_urls_from_the_origin() {
-    <TokioRuntime as TestRuntime>::block_on(async {
+    <TokioRuntime as awcp_driver::Driver>::block_on(async {
         let dir = tempfile::tempdir().unwrap();
         let ex = executor("tokio", dir.path(), &[], None);
         let upstream = ex.url.trim_end_matches("/awcp").to_owned();
@@ -180,7 +180,7 @@ fn delegation_through_a_proxy_derives_snapshot_urls_from_the_origin() {
 /// its public URL with `--public-url`, or trusts the proxy's forwarded headers.
 #[test]
 fn delegation_through_a_tls_terminating_proxy() {
-    <TokioRuntime as TestRuntime>::block_on(async {
+    <TokioRuntime as awcp_driver::Driver>::block_on(async {
         let dir = tempfile::tempdir().unwrap();
         let pki = TestPki::new(dir.path(), "proxy");
         let cert = pki.server("proxy", &["localhost"]);

@@ -87,7 +87,7 @@ pub async fn full_delegation_over_https_with_mtls<R: TestRuntime>() {
         pki.client_tls(Some(&deleg_cert)),
     );
     let ws = workspace();
-    let v = run_to_end::<R>(&dg, params(&peer, ws.path())).await;
+    let v = run_to_end::<R>(&dg, params::<R>(&peer, ws.path())).await;
     assert_eq!(v.state, DelegationState::Completed, "{v:?}");
     assert_eq!(v.snapshots[0].status, SnapshotStatus::Applied);
     assert_edited(ws.path());
@@ -100,7 +100,7 @@ pub async fn full_delegation_over_https_with_mtls<R: TestRuntime>() {
         async move {
             let ws = workspace();
             let before = tree(ws.path());
-            let v = run_to_end::<R>(&dg, params(&peer, ws.path())).await;
+            let v = run_to_end::<R>(&dg, params::<R>(&peer, ws.path())).await;
             assert_eq!(v.state, DelegationState::Error, "{v:?}");
             assert_eq!(tree(ws.path()), before);
             v.error.unwrap().message
@@ -122,7 +122,7 @@ pub async fn full_delegation_over_https_with_mtls<R: TestRuntime>() {
         pki.client_tls(Some(&deleg_cert)),
     );
     let ws = workspace();
-    let v = run_to_end::<R>(&dg, params(&peer2, ws.path())).await;
+    let v = run_to_end::<R>(&dg, params::<R>(&peer2, ws.path())).await;
     assert_eq!(v.state, DelegationState::Error, "{v:?}");
     let m = v.error.unwrap().message;
     assert!(m.contains("expired"), "{m}");
@@ -130,16 +130,16 @@ pub async fn full_delegation_over_https_with_mtls<R: TestRuntime>() {
 
 #[test]
 fn full_delegation_over_https_with_mtls_on_tokio() {
-    <awcp_tokio::TokioRuntime as TestRuntime>::block_on(full_delegation_over_https_with_mtls::<
-        awcp_tokio::TokioRuntime,
-    >());
+    <awcp_tokio::TokioRuntime as awcp_driver::Driver>::block_on(
+        full_delegation_over_https_with_mtls::<awcp_tokio::TokioRuntime>(),
+    );
 }
 
 #[test]
 fn full_delegation_over_https_with_mtls_on_smol() {
-    <awcp_smol::SmolRuntime as TestRuntime>::block_on(full_delegation_over_https_with_mtls::<
-        awcp_smol::SmolRuntime,
-    >());
+    <awcp_smol::SmolRuntime as awcp_driver::Driver>::block_on(
+        full_delegation_over_https_with_mtls::<awcp_smol::SmolRuntime>(),
+    );
 }
 
 /// The binaries: `awcp-executor` (tokio) with --tls-cert/--tls-key/--client-ca and

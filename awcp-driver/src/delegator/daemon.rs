@@ -26,7 +26,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use awcp_proto::engine::delegator::{DelegationView, SnapshotStatus};
+use awcp_proto::engine::delegator::{DelegationView, Outcome, SnapshotStatus};
 use awcp_proto::engine::SnapshotMode;
 use awcp_proto::{
     AccessMode, Auth, AuthType, DelegationId, DelegationState, DelegatorEvent, Dialect, ErrorCode,
@@ -80,10 +80,59 @@ pub fn view_to_json(v: &DelegationView) -> Value {
         "snapshots": v.snapshots.iter().map(|s| snapshot_json(v, s)).collect::<Vec<_>>(),
         "appliedSnapshotId": v.snapshots.iter().rev().find(|s| s.status == SnapshotStatus::Applied).map(|s| s.id.as_str()),
         "result": v.result.as_ref().map(|r| json!({"summary": r.summary, "highlights": r.highlights})),
-        "error": v.error.as_ref().map(|e| json!({"code": e.code.as_str(), "message": e.message, "hint": e.hint})),
+        "error": v.error.as_ref().map(error_json),
+        "outcome": outcome_json(&v.outcome()),
         "ended": v.ended,
         "createdAt": v.created_at.to_rfc3339(),
         "updatedAt": v.updated_at.to_rfc3339(),
+    })
+}
+
+fn error_json(e: &ErrorInfo) -> Value {
+    json!({"code": e.code.as_str(), "message": e.message, "hint": e.hint})
+}
+
+/// `{"status": "completed" | "staged" | "not_applied" | "unreachable" | "failed" | "running",
+/// "snapshotId"?, "error"?, "message"}`: how the delegation turned out, in one place.
+pub fn outcome_json(o: &Outcome) -> Value {
+    let (message, snapshot, error) = match o {
+        Outcome::Running => ("still running".to_owned(), None, None),
+        Outcome::Completed => ("completed".to_owned(), None, None),
+        Outcome::Staged => (
+            "completed; the result is staged: apply or discard it".to_owned(),
+            None,
+            None,
+        ),
+        Outcome::NotApplied { snapshot, reason } => (
+            match snapshot {
+                Some(s) => format!(
+                    "the result was NOT applied ({}); snapshot {s} is kept: fix the cause, then apply it again or discard it",
+                    reason.message
+                ),
+                None => format!(
+                    "the result was NOT applied ({}); the executor was not acknowledged and keeps it",
+                    reason.message
+                ),
+            },
+            snapshot.as_ref(),
+            Some(reason),
+        ),
+        Outcome::Unreachable(e) => ("the executor could not be reached".to_owned(), None, Some(e)),
+        Outcome::Failed { state, error } => (
+            match state {
+                DelegationState::Cancelled => "the delegation was cancelled".to_owned(),
+                DelegationState::Expired => "the lease expired".to_owned(),
+                _ => "the delegation failed".to_owned(),
+            },
+            None,
+            error.as_ref(),
+        ),
+    };
+    json!({
+        "status": o.as_str(),
+        "message": message,
+        "snapshotId": snapshot.map(|s| s.as_str()),
+        "error": error.map(error_json),
     })
 }
 
@@ -94,7 +143,7 @@ fn snapshot_json(v: &DelegationView, s: &awcp_proto::engine::delegator::Snapshot
         "summary": s.summary,
         "highlights": s.highlights,
         "status": s.status.as_str(),
-        "error": match &s.status { SnapshotStatus::Failed(e) => json!({"code": e.code.as_str(), "message": e.message}), _ => Value::Null },
+        "error": match &s.status { SnapshotStatus::Failed(e) => error_json(e), _ => s.error.as_ref().map(error_json).unwrap_or(Value::Null) },
         "recommended": s.recommended,
         "metadata": s.metadata,
         "createdAt": s.received_at.to_rfc3339(),
@@ -528,7 +577,19 @@ impl DelegatorHandle {
                     match status {
                         SnapshotStatus::Applied => return Ok(()),
                         SnapshotStatus::Failed(e) => return Err(DelegatorError::Protocol(e)),
-                        _ => {}
+                        // Not applied: it stays pending, with the reason on its record.
+                        SnapshotStatus::Pending | SnapshotStatus::Discarded => {
+                            let reason = self.get(id).await.and_then(|v| {
+                                v.snapshots.into_iter().find(|s| s.id == *sid)?.error
+                            });
+                            return Err(DelegatorError::Protocol(reason.unwrap_or_else(|| {
+                                ErrorInfo::new(
+                                    ErrorCode::TransportError,
+                                    format!("snapshot {sid} was not applied"),
+                                )
+                            })));
+                        }
+                        SnapshotStatus::InFlight => {}
                     }
                 }
             }

@@ -195,7 +195,12 @@ async fn daemon(cli: &Cli, tls: &ClientTls) -> (String, Option<String>, Option<D
     });
     opts.archive_base_url = archives.as_ref().map(|a| a.1.clone());
     opts.client_tls = tls.clone();
-    let d = DelegatorHandle::start(TokioRuntime, opts);
+    let d = DelegatorHandle::try_start(TokioRuntime, opts).unwrap_or_else(|e| {
+        fail(format!(
+            "in-process daemon: {e}; point --daemon-url at the delegator that holds it, or use \
+             another --state-dir"
+        ))
+    });
     if let Some((l, base)) = archives {
         tracing::info!(%base, "serving one-time archive URLs");
         awcp_driver::Driver::spawn_archive_server(&TokioRuntime, l, d.clone());

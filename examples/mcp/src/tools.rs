@@ -53,6 +53,16 @@ fn is_terminal(v: &Value) -> bool {
     v["state"].as_str().is_some_and(|s| TERMINAL.contains(&s))
 }
 
+/// Whether a delegation record ended without success for the caller: its result was not
+/// applied, it failed or expired, or the executor was unreachable (a cancel is not a failure).
+fn unsuccessful(v: &Value) -> bool {
+    match v["outcome"]["status"].as_str() {
+        Some("not_applied" | "unreachable") => true,
+        Some("failed") => v["state"] != "cancelled",
+        _ => false,
+    }
+}
+
 /// A tool failure: text for the model, and the same as structured content.
 struct ToolError {
     message: String,
@@ -265,7 +275,29 @@ pub fn report(v: &Value) -> String {
                     }
                 }
             }
-            if pending > 0 {
+            let o = &v["outcome"];
+            if o["status"] == "not_applied" {
+                let e = &o["error"];
+                s.push_str(&format!(
+                    "\nThe result was NOT applied: {}: {}\n",
+                    e["code"].as_str().unwrap_or("?"),
+                    e["message"].as_str().unwrap_or("")
+                ));
+                if let Some(h) = e["hint"].as_str() {
+                    s.push_str(&format!("Hint: {h}\n"));
+                }
+                match o["snapshotId"].as_str() {
+                    Some(sid) => s.push_str(&format!(
+                        "Nothing of it was written. Snapshot {sid} is kept: fix the cause, then \
+                         delegate_apply_snapshot (or delegate_discard_snapshot) with snapshot_id \
+                         \"{sid}\".\n"
+                    )),
+                    None => s.push_str(
+                        "Nothing of it was written; the executor was not acknowledged and keeps \
+                         the result until its retention ends.\n",
+                    ),
+                }
+            } else if pending > 0 {
                 s.push_str(&format!(
                     "\n{pending} snapshot(s) pending: review them with delegate_snapshots, then \
                      delegate_apply_snapshot or delegate_discard_snapshot.\n"
@@ -449,6 +481,16 @@ impl AwcpMcp {
             other => Err(ToolError::new(format!("unknown tool {other:?}"))),
         };
         match r {
+            // A delegation record that did not succeed (result not applied, task failed,
+            // executor unreachable) is reported with isError, the record as structured content.
+            Ok((text, structured))
+                if matches!(name, "delegate" | "delegate_output") && unsuccessful(&structured) =>
+            {
+                tracing::info!(tool = name, outcome = %structured["outcome"]["status"], "delegation did not succeed");
+                let mut r = CallToolResult::error(vec![ContentBlock::text(text)]);
+                r.structured_content = Some(structured);
+                r
+            }
             Ok((text, structured)) => ok_result(text, structured),
             Err(e) => {
                 tracing::info!(tool = name, error = %e.message, "tool error");

@@ -11,6 +11,12 @@
 //! `--daemon-token`.
 //! `--json` prints machine-readable results on stdout; progress goes to stderr.
 //! `--runtime smol` (or `AWCP_RUNTIME=smol`) runs it on smol instead of tokio.
+//! `status`, `snapshots`, `apply` and `discard` with `--state-dir DIR` work in-process on that
+//! state directory instead of asking the daemon.
+//!
+//! Exit codes (see [`awcp_examples::exit`]): 0 completed (applied, staged, or nothing to
+//! apply), 1 other error, 2 usage error, 3 delegation failed, 4 result NOT applied, 5 executor
+//! or daemon unreachable.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -19,7 +25,7 @@ use std::time::Duration;
 
 use awcp_driver::delegator::daemon::{view_to_json, DaemonAccess, DaemonApi, DaemonClient};
 use awcp_driver::{DelegateParams, DelegatorHandle, DelegatorOptions, Driver};
-use awcp_examples::{ClientTlsArgs, RuntimeChoice, ServerArgs};
+use awcp_examples::{exit, ClientTlsArgs, RuntimeChoice, ServerArgs};
 use awcp_proto::engine::SnapshotMode;
 use awcp_proto::{AccessMode, Auth, AuthType, TransportKind};
 use awcp_transports::{
@@ -161,6 +167,9 @@ enum Cmd {
     Status {
         /// Delegation id.
         id: String,
+        /// Read it from this state directory (in-process) instead of the daemon.
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
     },
     /// Wait until a delegation ends.
     Wait {
@@ -179,20 +188,29 @@ enum Cmd {
     Snapshots {
         /// Delegation id.
         id: String,
+        /// Read them from this state directory (in-process) instead of the daemon.
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
     },
-    /// Apply a staged snapshot.
+    /// Apply a staged (pending) snapshot: one staged on purpose, or one whose apply failed.
     Apply {
         /// Delegation id.
         id: String,
         /// Snapshot id.
         snapshot: String,
+        /// Apply it in-process from this state directory instead of through the daemon.
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
     },
-    /// Discard a staged snapshot.
+    /// Discard a staged (pending) snapshot.
     Discard {
         /// Delegation id.
         id: String,
         /// Snapshot id.
         snapshot: String,
+        /// Discard it in-process in this state directory instead of through the daemon.
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
     },
     /// SSHFS transport administration.
     Sshfs {
@@ -230,8 +248,80 @@ enum SshfsCmd {
 }
 
 fn fail(msg: impl std::fmt::Display) -> ! {
+    fail_with(exit::OTHER, msg)
+}
+
+fn fail_with(code: i32, msg: impl std::fmt::Display) -> ! {
     eprintln!("error: {msg}");
-    std::process::exit(1);
+    std::process::exit(code);
+}
+
+fn usage(msg: impl std::fmt::Display) -> ! {
+    fail_with(exit::USAGE, msg)
+}
+
+fn fail_daemon(e: awcp_driver::delegator::daemon::DaemonError) -> ! {
+    fail_with(exit::for_daemon_error(&e), e)
+}
+
+fn fail_delegator(e: awcp_driver::DelegatorError) -> ! {
+    use awcp_driver::DelegatorError;
+    let code = match &e {
+        DelegatorError::Usage(_) => exit::USAGE,
+        DelegatorError::Protocol(info) => exit::for_code(info.code.as_str()),
+        DelegatorError::Closed
+        | DelegatorError::StateDirInUse { .. }
+        | DelegatorError::StateDir { .. }
+        | DelegatorError::Random(_) => exit::OTHER,
+    };
+    fail_with(code, e)
+}
+
+/// Quotes `s` for a shell if it needs it.
+fn sh(s: &str) -> String {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-:=@%+,".contains(c))
+    {
+        s.to_owned()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+/// Tells the user (on stderr) how a delegation that did not fully succeed turned out and what
+/// to do; `retry` is what selects the same delegator (`--state-dir DIR` or `--daemon-url URL`).
+fn explain(v: &Value, retry: &str) {
+    let o = &v["outcome"];
+    let id = v["id"].as_str().unwrap_or("?");
+    let err = &o["error"];
+    match o["status"].as_str() {
+        Some("not_applied") => {
+            eprintln!(
+                "error: the result was NOT applied: {} {}",
+                err["code"].as_str().unwrap_or(""),
+                err["message"].as_str().unwrap_or("")
+            );
+            if let Some(h) = err["hint"].as_str() {
+                eprintln!("hint: {h}");
+            }
+            match o["snapshotId"].as_str() {
+                Some(sid) => eprintln!(
+                    "Nothing of it was written. The snapshot is kept. Fix the cause, then apply it:\n    awcp apply {id} {sid} {retry}\nor discard it:\n    awcp discard {id} {sid} {retry}"
+                ),
+                None => eprintln!(
+                    "Nothing of it was written, and the executor was not acknowledged: it keeps the result until its retention ends ({}/tasks/{id}/result).",
+                    v["executorUrl"].as_str().unwrap_or("?").trim_end_matches('/')
+                ),
+            }
+        }
+        Some("unreachable") => eprintln!(
+            "error: the executor at {} could not be reached: {}",
+            v["executorUrl"].as_str().unwrap_or("?"),
+            err["message"].as_str().unwrap_or("")
+        ),
+        _ => {}
+    }
 }
 
 fn default_state_dir() -> PathBuf {
@@ -283,7 +373,15 @@ fn delegator<R: Driver>(
     if let Some(t) = sshfs {
         opts.extra_transports.push(Arc::new(t));
     }
-    DelegatorHandle::start(R::default(), opts)
+    DelegatorHandle::try_start(R::default(), opts).unwrap_or_else(|e| {
+        if matches!(e, awcp_driver::DelegatorError::StateDirInUse { .. }) {
+            fail(format!(
+                "{e}; go through that delegator (e.g. `--daemon` for a running `awcp daemon`) \
+                 or use another --state-dir"
+            ))
+        }
+        fail(e)
+    })
 }
 
 fn print_value(json: bool, v: &Value, human: impl FnOnce(&Value) -> String) {
@@ -329,7 +427,7 @@ async fn run<R: Driver>(cli: Cli) {
             sshfs_config,
         } => {
             let dir = std::fs::canonicalize(&dir)
-                .unwrap_or_else(|e| fail(format!("{}: {e} (WORKSPACE_NOT_FOUND)", dir.display())));
+                .unwrap_or_else(|e| usage(format!("{}: {e} (WORKSPACE_NOT_FOUND)", dir.display())));
             let description = description.unwrap_or_else(|| {
                 prompt
                     .lines()
@@ -340,7 +438,7 @@ async fn run<R: Driver>(cli: Cli) {
                     .collect()
             });
             let mode = SnapshotMode::parse(&snapshot_mode)
-                .unwrap_or_else(|| fail("--snapshot-mode must be auto, staged or discard"));
+                .unwrap_or_else(|| usage("--snapshot-mode must be auto, staged or discard"));
             let access = if ro { AccessMode::Ro } else { AccessMode::Rw };
             let auth = token.map(|credential| Auth {
                 auth_type: if api_key {
@@ -352,7 +450,7 @@ async fn run<R: Driver>(cli: Cli) {
                 metadata: Default::default(),
             });
             if daemon && sshfs_config.is_some() {
-                fail("--sshfs-config works in-process only (without --daemon)");
+                usage("--sshfs-config works in-process only (without --daemon)");
             }
             if daemon {
                 let body = json!({
@@ -364,7 +462,10 @@ async fn run<R: Driver>(cli: Cli) {
                     "snapshotMode": mode.as_str(),
                     "auth": auth.as_ref().map(|a| json!({"type": a.auth_type.as_str(), "credential": a.credential})),
                 });
-                let id = client.delegate(body).await.unwrap_or_else(|e| fail(e));
+                let id = client
+                    .delegate(body)
+                    .await
+                    .unwrap_or_else(|e| fail_daemon(e));
                 if background {
                     print_value(cli.json, &json!({"delegationId": id}), |_| {
                         format!("{id}\n")
@@ -374,8 +475,9 @@ async fn run<R: Driver>(cli: Cli) {
                 let v = client
                     .wait(&id, Duration::from_secs(ttl + 120))
                     .await
-                    .unwrap_or_else(|e| fail(e));
+                    .unwrap_or_else(|e| fail_daemon(e));
                 print_value(cli.json, &v, human_record);
+                explain(&v, &format!("--daemon-url {}", sh(&cli.daemon_url)));
                 exit_for(&v);
                 return;
             }
@@ -407,11 +509,12 @@ async fn run<R: Driver>(cli: Cli) {
                     auth,
                     transport.clone(),
                     cli.json,
+                    &state_dir,
                 )
                 .await;
                 return;
             }
-            let d = delegator::<R>(state_dir, archive_base, sshfs, client_tls);
+            let d = delegator::<R>(state_dir.clone(), archive_base, sshfs, client_tls);
             run_delegate::<R>(
                 d,
                 peer,
@@ -424,6 +527,7 @@ async fn run<R: Driver>(cli: Cli) {
                 auth,
                 transport,
                 cli.json,
+                &state_dir,
             )
             .await;
         }
@@ -524,7 +628,7 @@ async fn run<R: Driver>(cli: Cli) {
             }
         }
         Cmd::List => {
-            let v = client.list().await.unwrap_or_else(|e| fail(e));
+            let v = client.list().await.unwrap_or_else(|e| fail_daemon(e));
             print_value(cli.json, &v, |v| {
                 table(
                     &v["delegations"],
@@ -533,49 +637,123 @@ async fn run<R: Driver>(cli: Cli) {
                 )
             });
         }
-        Cmd::Status { id } => {
-            let v = client.get(&id).await.unwrap_or_else(|e| fail(e));
+        Cmd::Status { id, state_dir } => {
+            let v = match state_dir {
+                Some(dir) => local_record::<R>(dir, &id, client_tls).await,
+                None => client.get(&id).await.unwrap_or_else(|e| fail_daemon(e)),
+            };
             print_value(cli.json, &v, human_record);
         }
         Cmd::Wait { id, timeout } => {
             let v = client
                 .wait(&id, Duration::from_secs(timeout))
                 .await
-                .unwrap_or_else(|e| fail(e));
+                .unwrap_or_else(|e| fail_daemon(e));
             print_value(cli.json, &v, human_record);
+            explain(&v, &format!("--daemon-url {}", sh(&cli.daemon_url)));
             exit_for(&v);
         }
         Cmd::Cancel { id } => {
-            client.cancel(&id).await.unwrap_or_else(|e| fail(e));
+            client.cancel(&id).await.unwrap_or_else(|e| fail_daemon(e));
             print_value(cli.json, &json!({"ok": true}), |_| {
                 format!("cancelled {id}\n")
             });
         }
-        Cmd::Snapshots { id } => {
-            let v = client.snapshots(&id).await.unwrap_or_else(|e| fail(e));
+        Cmd::Snapshots { id, state_dir } => {
+            let v = match state_dir {
+                Some(dir) => {
+                    json!({"snapshots": local_record::<R>(dir, &id, client_tls).await["snapshots"]})
+                }
+                None => client
+                    .snapshots(&id)
+                    .await
+                    .unwrap_or_else(|e| fail_daemon(e)),
+            };
             print_value(cli.json, &v, |v| {
                 table(&v["snapshots"], ["id", "status", "summary"], "no snapshots")
             });
         }
-        Cmd::Apply { id, snapshot } => {
-            client
-                .apply(&id, &snapshot)
-                .await
-                .unwrap_or_else(|e| fail(e));
+        Cmd::Apply {
+            id,
+            snapshot,
+            state_dir,
+        } => {
+            let applied = match state_dir {
+                Some(dir) => {
+                    let d = delegator::<R>(dir, None, None, client_tls);
+                    let r = d
+                        .apply_snapshot_and_wait(&parse_id(&id), &parse_snapshot(&snapshot))
+                        .await;
+                    d.stop().await;
+                    r.map_err(|e| match e {
+                        awcp_driver::DelegatorError::Protocol(info) => {
+                            (exit::NOT_APPLIED, info.to_string())
+                        }
+                        other => (exit::USAGE, other.to_string()),
+                    })
+                }
+                None => client.apply(&id, &snapshot).await.map_err(|e| {
+                    let code = match (e.status, &e.code) {
+                        (400, Some(_)) => exit::NOT_APPLIED,
+                        _ => exit::for_daemon_error(&e),
+                    };
+                    (code, e.to_string())
+                }),
+            };
+            if let Err((code, msg)) = applied {
+                if code == exit::NOT_APPLIED {
+                    fail_with(
+                        code,
+                        format!("snapshot {snapshot} was NOT applied (it stays pending): {msg}"),
+                    );
+                }
+                fail_with(code, msg);
+            }
             print_value(cli.json, &json!({"ok": true}), |_| {
                 format!("applied {snapshot}\n")
             });
         }
-        Cmd::Discard { id, snapshot } => {
-            client
-                .discard(&id, &snapshot)
-                .await
-                .unwrap_or_else(|e| fail(e));
+        Cmd::Discard {
+            id,
+            snapshot,
+            state_dir,
+        } => {
+            match state_dir {
+                Some(dir) => {
+                    let d = delegator::<R>(dir, None, None, client_tls);
+                    let r = d
+                        .discard_snapshot(&parse_id(&id), &parse_snapshot(&snapshot))
+                        .await;
+                    d.stop().await;
+                    r.unwrap_or_else(|e| fail_delegator(e));
+                }
+                None => client
+                    .discard(&id, &snapshot)
+                    .await
+                    .unwrap_or_else(|e| fail_daemon(e)),
+            }
             print_value(cli.json, &json!({"ok": true}), |_| {
                 format!("discarded {snapshot}\n")
             });
         }
     }
+}
+
+/// The record of delegation `id` from the state directory `dir`, in-process (after the
+/// start-up recovery of interrupted applies).
+async fn local_record<R: Driver>(dir: PathBuf, id: &str, tls: agent_rt::ClientTls) -> Value {
+    let d = delegator::<R>(dir, None, None, tls);
+    let v = d.get(&parse_id(id)).await.map(|v| view_to_json(&v));
+    d.stop().await;
+    v.unwrap_or_else(|| usage(format!("unknown delegation {id}")))
+}
+
+fn parse_id(s: &str) -> awcp_proto::DelegationId {
+    awcp_proto::DelegationId::new(s).unwrap_or_else(|e| usage(format!("delegation id: {e}")))
+}
+
+fn parse_snapshot(s: &str) -> awcp_proto::SnapshotId {
+    awcp_proto::SnapshotId::new(s).unwrap_or_else(|e| usage(format!("snapshot id: {e}")))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -591,6 +769,7 @@ async fn run_delegate<R: Driver>(
     auth: Option<Auth>,
     transport: TransportKind,
     json: bool,
+    state_dir: &std::path::Path,
 ) {
     let mut params = DelegateParams::new(peer, dir, &description, &prompt);
     params.transport = transport;
@@ -600,7 +779,10 @@ async fn run_delegate<R: Driver>(
     params.snapshot_mode = mode;
     params.auth = auth;
     let follow = awcp_examples::Follow::subscribe(&d);
-    let id = d.delegate(params).await.unwrap_or_else(|e| fail(e));
+    let id = d
+        .delegate(params)
+        .await
+        .unwrap_or_else(|e| fail_delegator(e));
     let view = follow.until_end(&d, &id, json, R::shutdown_signal()).await;
     let Some(view) = view else {
         fail("the delegation disappeared");
@@ -611,6 +793,10 @@ async fn run_delegate<R: Driver>(
     } else {
         print!("{}", awcp_examples::describe(&view));
     }
+    explain(
+        &v,
+        &format!("--state-dir {}", sh(&state_dir.to_string_lossy())),
+    );
     exit_for(&v);
 }
 
@@ -655,17 +841,27 @@ fn human_record(v: &Value) -> String {
         }
     }
     for x in v["snapshots"].as_array().into_iter().flatten() {
+        let why = match (x["status"].as_str(), x["error"]["message"].as_str()) {
+            (Some("failed"), Some(m)) => format!(" (not stored: {m})"),
+            (_, Some(m)) => format!(" (not applied: {m})"),
+            _ => String::new(),
+        };
         s.push_str(&format!(
-            "snapshot {}: {}\n",
+            "snapshot {}: {}{why}\n",
             x["id"].as_str().unwrap_or(""),
             x["status"].as_str().unwrap_or("")
         ));
     }
+    if let Some(m) = v["outcome"]["message"].as_str() {
+        s.push_str(&format!("outcome: {m}\n"));
+    }
     s
 }
 
+/// Exits with the code of a delegation record's outcome, unless it is 0.
 fn exit_for(v: &Value) {
-    if v["state"].as_str() != Some("completed") {
-        std::process::exit(3);
+    let code = exit::for_record(v);
+    if code != exit::OK {
+        std::process::exit(code);
     }
 }

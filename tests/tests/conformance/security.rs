@@ -103,7 +103,7 @@ pub async fn every_executor_endpoint_needs_the_credential<R: TestRuntime>() {
     let ws = workspace();
     let id = dg
         .handle
-        .delegate(with_bearer(params(&ex.peer, ws.path()), TOKEN))
+        .delegate(with_bearer(params::<R>(&ex.peer, ws.path()), TOKEN))
         .await
         .unwrap();
     gate.started().await;
@@ -381,7 +381,11 @@ pub async fn executor_journal_holds_no_clear_text_credential<R: TestRuntime>() {
     })
     .await;
     let ws = workspace();
-    let v = run_to_end::<R>(&dg.handle, with_bearer(params(&ex.peer, ws.path()), TOKEN)).await;
+    let v = run_to_end::<R>(
+        &dg.handle,
+        with_bearer(params::<R>(&ex.peer, ws.path()), TOKEN),
+    )
+    .await;
     assert_eq!(v.state, DelegationState::Completed, "{v:?}");
     // And a pending reference-style assignment (the INVITE's `auth` is in its record).
     let invite = format!(
@@ -453,7 +457,7 @@ pub async fn archive_listener_answers_nothing_but_archive_urls<R: TestRuntime>()
     assert!(d.list().await.is_empty(), "nothing was delegated");
     // The archive URLs themselves work: a URL-mode delegation completes through it.
     let ws = workspace();
-    let v = run_to_end::<R>(&d, params(&ex.peer, ws.path())).await;
+    let v = run_to_end::<R>(&d, params::<R>(&ex.peer, ws.path())).await;
     assert_eq!(v.state, DelegationState::Completed, "{v:?}");
     assert_edited(ws.path());
 }
@@ -467,7 +471,13 @@ pub async fn hostile_archive_in_start_is_refused_without_escaping<R: TestRuntime
     let invite = format!(
         r#"{{"version":"1","type":"INVITE","delegationId":"{id}","task":{{"description":"d","prompt":"p"}},"lease":{{"ttlSeconds":600,"accessMode":"rw"}},"environment":{{"resources":[{{"name":"workspace","type":"fs","mode":"rw"}}]}}}}"#
     );
-    let (s, body) = call::<R>(http::Method::POST, &ex.peer, &[], Some(invite)).await;
+    let (s, body) = call::<R>(
+        http::Method::POST,
+        &ex.peer,
+        &auth_headers::<R>(),
+        Some(invite),
+    )
+    .await;
     assert!(s == 200 && body.contains("ACCEPT"), "{body}");
     let outside = ex.work_root.parent().unwrap().join("escaped.txt");
     let zip = hostile_zip(&[
@@ -486,14 +496,14 @@ pub async fn hostile_archive_in_start_is_refused_without_escaping<R: TestRuntime
     let (s, body) = call::<R>(
         http::Method::POST,
         &ex.peer,
-        &[],
+        &auth_headers::<R>(),
         Some(start_with_archive(id, &b64, &checksum)),
     )
     .await;
     assert_eq!(s, 200, "{body}");
     let (_, text) = timeout::<R, _>(
         Duration::from_secs(60),
-        call::<R>(http::Method::GET, &events_url, &[], None),
+        call::<R>(http::Method::GET, &events_url, &auth_headers::<R>(), None),
     )
     .await
     .expect("the event stream ended");
@@ -539,15 +549,16 @@ pub async fn stalled_invites_do_not_hold_executor_slots<R: TestRuntime>() {
             r#"{{"version":"1","type":"INVITE","delegationId":"dlg_stalled{n}","task":{{"description":"d","prompt":"p"}},"lease":{{"ttlSeconds":3600,"accessMode":"rw"}},"environment":{{"resources":[{{"name":"workspace","type":"fs","mode":"rw"}}]}}}}"#
         )
     };
+    let auth = auth_headers::<R>();
     for n in 0..2 {
-        let (_, body) = call::<R>(http::Method::POST, &ex.peer, &[], Some(invite(n))).await;
+        let (_, body) = call::<R>(http::Method::POST, &ex.peer, &auth, Some(invite(n))).await;
         assert!(body.contains("ACCEPT"), "{body}");
     }
-    let (_, body) = call::<R>(http::Method::POST, &ex.peer, &[], Some(invite(2))).await;
+    let (_, body) = call::<R>(http::Method::POST, &ex.peer, &auth, Some(invite(2))).await;
     assert!(body.contains("DECLINED"), "every slot is held: {body}");
     // Wait (up to 30 s, polling the executor's status) for the START deadline to free them.
     wait_released::<R>(&ex).await;
-    let (_, body) = call::<R>(http::Method::POST, &ex.peer, &[], Some(invite(3))).await;
+    let (_, body) = call::<R>(http::Method::POST, &ex.peer, &auth, Some(invite(3))).await;
     assert!(body.contains("ACCEPT"), "{body}");
 }
 
@@ -677,16 +688,23 @@ pub async fn hostile_result_from_an_executor_is_refused<R: TestRuntime>() {
     std::fs::write(ws.join("a.txt"), "A\n").unwrap();
     std::fs::write(ws.join("gone.txt"), "G\n").unwrap();
     let before = tree(&ws);
-    let v = run_to_end::<R>(&dg.handle, params(&format!("http://{addr}/awcp"), &ws)).await;
-    let failed = v.snapshots.iter().any(|s| {
-        matches!(
-            s.status,
-            awcp_proto::engine::delegator::SnapshotStatus::Failed(_)
-        )
-    });
+    let v = run_to_end::<R>(&dg.handle, params::<R>(&format!("http://{addr}/awcp"), &ws)).await;
+    // Refused: reported as not applied (kept pending with the reason, or not stored at all)
+    // or as a failed delegation, never as a success; no snapshot was applied.
+    use awcp_proto::engine::delegator::{Outcome, SnapshotStatus};
     assert!(
-        failed || v.state != DelegationState::Completed,
-        "the hostile result was not refused: {v:?}"
+        matches!(
+            v.outcome(),
+            Outcome::NotApplied { .. } | Outcome::Failed { .. }
+        ),
+        "the hostile result was not refused: {:?} {v:?}",
+        v.outcome()
+    );
+    assert!(
+        v.snapshots
+            .iter()
+            .all(|s| s.status != SnapshotStatus::Applied),
+        "{v:?}"
     );
     assert_eq!(tree(&ws), before, "the workspace changed");
     for p in [
