@@ -12,10 +12,10 @@
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use awcp_tests::bins::{self, awcp, show};
+use awcp_tests::bins::{self, awcp, show, KillOnDrop as Proc};
 use serde_json::Value;
 
 /// Tries (each a kill and a restart).
@@ -81,16 +81,6 @@ fn staging(parent: &Path) -> Vec<String> {
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .filter(|n| n.starts_with(".awcp-apply-") || n.starts_with(".awcp-stage-"))
         .collect()
-}
-
-/// A child process killed (if still running) when dropped.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 fn start_daemon(state: &Path) -> (Proc, String) {
@@ -261,16 +251,7 @@ fn sigkill_during_a_large_apply_then_restart_leaves_all_old_or_all_new() {
         // Restart: the daemon, or an in-process command, recovers before anything else.
         let status = if attempt % 3 == 0 {
             let (p, url) = start_daemon(&state);
-            let token = bins::daemon_token(&state);
-            let o = awcp(&[
-                "--json",
-                "--daemon-url",
-                &url,
-                "--daemon-token",
-                &token,
-                "status",
-                &id,
-            ]);
+            let o = bins::awcp_on_daemon(&url, &state, &["--json", "status", &id]);
             drop(p);
             o
         } else {

@@ -366,6 +366,15 @@ pub async fn start_executor<R: TestRuntime>(
     runner: Arc<dyn TaskRunner>,
     tweak: impl FnOnce(&mut ExecutorConfig),
 ) -> Exec {
+    start_executor_journalled::<R>(runner, None, tweak)
+}
+
+/// [`start_executor`], journalling its assignments under `state` if given.
+pub fn start_executor_journalled<R: TestRuntime>(
+    runner: Arc<dyn TaskRunner>,
+    state: Option<&Path>,
+    tweak: impl FnOnce(&mut ExecutorConfig),
+) -> Exec {
     let dir = tempfile::tempdir().unwrap();
     let work_root = dir.path().join("work");
     let mut engine = ExecutorConfig {
@@ -378,7 +387,8 @@ pub async fn start_executor<R: TestRuntime>(
         credential: t.into(),
     });
     tweak(&mut engine);
-    let opts = ExecutorOptions::new(engine, Arc::new(ArchiveExecutor::default()), runner);
+    let mut opts = ExecutorOptions::new(engine, Arc::new(ArchiveExecutor::default()), runner);
+    opts.state_dir = state.map(Path::to_path_buf);
     let handle = ExecutorHandle::start(R::default(), opts);
     let (listener, addr) = bind();
     handle.set_public_url(format!("http://{addr}"));
@@ -1353,33 +1363,7 @@ pub async fn reference_dialect_exchange_from_wire_md<R: TestRuntime>() {
     assert_eq!(accept["executorConstraints"]["maxTtlSeconds"], 1800);
     // A START with a real per-resource archive, as an [R] delegator builds it.
     let src = workspace();
-    let d = awcp_transports::ArchiveDelegator::new(ArchiveDelegatorConfig::new(
-        tempfile::tempdir().unwrap().keep(),
-    ));
-    let id = awcp_proto::DelegationId::new("dlg_0a1b2c3d4e5f60718293a4b5c6d7e8f9").unwrap();
-    let spec = awcp_transports::ResourceSpec {
-        name: awcp_proto::ResourceName::new("workspace").unwrap(),
-        source_path: src.path().to_path_buf(),
-        mode: AccessMode::Rw,
-    };
-    use awcp_transports::DelegatorTransport;
-    let prepared = d
-        .prepare(
-            &awcp_transports::PrepareRequest {
-                delegation_id: &id,
-                resources: std::slice::from_ref(&spec),
-                access_mode: AccessMode::Rw,
-                export: Default::default(),
-                delivery: awcp_transports::Delivery::Inline,
-                layout: awcp_transports::Layout::PerResource,
-            },
-            &CancelFlag::new(),
-        )
-        .unwrap();
-    let handle = prepared.inline_handle().unwrap();
-    let awcp_proto::TransportHandle::Archive(h) = &handle else {
-        panic!()
-    };
+    let id = "dlg_0a1b2c3d4e5f60718293a4b5c6d7e8f9";
     // Subscribe before START, as the [R] delegator does; read the raw stream.
     let events_url = format!("{}/awcp/tasks/{id}/events", ex.base);
     let stream = spawn::<R, _>(async move {
@@ -1398,19 +1382,7 @@ pub async fn reference_dialect_exchange_from_wire_md<R: TestRuntime>() {
             .unwrap();
         String::from_utf8(body.to_vec()).unwrap()
     });
-    let expires = awcp_proto::Timestamp::from_unix_millis(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis() as u64
-            + 600_000,
-    );
-    let start = format!(
-        r#"{{"version":"1","type":"START","delegationId":"{id}","lease":{{"expiresAt":"{}","accessMode":"rw"}},"transportHandle":{{"transport":"archive","workspaceBase64":"{}","checksum":"{}"}}}}"#,
-        expires.to_rfc3339(),
-        h.data.base64.as_ref().unwrap(),
-        h.checksum
-    );
+    let start = reference_start(id, src.path());
     // The SSE stream must be open before START: retry START until the subscription exists is
     // not needed — the executor replays the terminal events to late subscribers anyway.
     let (s, ok) = http_post::<R>(&ex.peer, &start).await;

@@ -55,30 +55,12 @@ fn auth_executor_with<R: TestRuntime>(
     state: Option<&Path>,
     runner: Arc<dyn awcp_transports::TaskRunner>,
 ) -> Exec {
-    let dir = tempfile::tempdir().unwrap();
-    let work_root = dir.path().join("work");
-    let engine = ExecutorConfig {
-        work_root: work_root.to_string_lossy().into_owned(),
-        stop_grace: Duration::from_secs(5),
-        auth: Some(RequiredAuth {
+    start_executor_journalled::<R>(runner, state, |c| {
+        c.auth = Some(RequiredAuth {
             types: vec![AuthType::Bearer],
             credential: TOKEN.into(),
-        }),
-        ..ExecutorConfig::default()
-    };
-    let mut opts = ExecutorOptions::new(engine, Arc::new(ArchiveExecutor::default()), runner);
-    opts.state_dir = state.map(Path::to_path_buf);
-    let handle = ExecutorHandle::start(R::default(), opts);
-    let (listener, addr) = bind();
-    handle.set_public_url(format!("http://{addr}"));
-    R::default().spawn_executor_server(listener, handle.clone());
-    Exec {
-        handle,
-        peer: format!("http://{addr}/awcp"),
-        base: format!("http://{addr}"),
-        work_root,
-        _dir: dir,
-    }
+        })
+    })
 }
 
 fn with_bearer(mut p: awcp_driver::DelegateParams, t: &str) -> awcp_driver::DelegateParams {
@@ -327,7 +309,7 @@ pub async fn reference_delegator_drives_an_authenticated_executor<R: TestRuntime
 }
 
 /// A START as the [R] delegator builds it: an inline per-resource archive of `src`.
-fn reference_start(id: &str, src: &Path) -> String {
+pub fn reference_start(id: &str, src: &Path) -> String {
     use awcp_transports::DelegatorTransport;
     let d = ArchiveDelegator::new(ArchiveDelegatorConfig::new(
         tempfile::tempdir().unwrap().keep(),
@@ -357,7 +339,9 @@ fn reference_start(id: &str, src: &Path) -> String {
     start_with_archive(id, h.data.base64.as_deref().unwrap(), &h.checksum)
 }
 
-fn start_with_archive(id: &str, base64: &str, checksum: &str) -> String {
+/// A START of delegation `id` carrying an inline archive (`base64`, its SHA-256 `checksum`),
+/// its lease ending in ten minutes.
+pub fn start_with_archive(id: &str, base64: &str, checksum: &str) -> String {
     let expires = awcp_proto::Timestamp::from_unix_millis(
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

@@ -8,51 +8,30 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-const AWCP: &str = env!("CARGO_BIN_EXE_awcp");
-const EXECUTOR: &str = env!("CARGO_BIN_EXE_awcp-executor");
+use awcp_tests::bins::{self, KillOnDrop};
 
 /// A running `awcp daemon`, killed when dropped.
 struct Daemon {
-    child: Child,
+    _child: KillOnDrop,
     /// `127.0.0.1:port`.
     addr: String,
     state: tempfile::TempDir,
 }
 
 impl Daemon {
-    fn start(extra: &[&str]) -> Daemon {
+    fn start() -> Daemon {
         let state = tempfile::tempdir().unwrap();
-        let mut child = Command::new(AWCP)
-            .args([
-                "--quiet",
-                "daemon",
-                "--listen",
-                "127.0.0.1:0",
-                "--state-dir",
-            ])
-            .arg(state.path())
-            .args(extra)
-            .env_remove("AWCP_DAEMON_TOKEN")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let addr = line
-            .trim()
-            .rsplit("http://")
-            .next()
-            .unwrap_or_else(|| panic!("daemon did not print its URL: {line:?}"))
-            .to_owned();
-        Daemon { child, addr, state }
+        let (child, url) = bins::spawn_daemon(state.path());
+        Daemon {
+            _child: KillOnDrop(child),
+            addr: url.trim_start_matches("http://").to_owned(),
+            state,
+        }
     }
 
     fn url(&self) -> String {
@@ -61,17 +40,7 @@ impl Daemon {
 
     /// The token the daemon created in its state directory.
     fn token(&self) -> String {
-        std::fs::read_to_string(self.state.path().join("daemon.token"))
-            .expect("the daemon wrote its token into its state directory")
-            .trim()
-            .to_owned()
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        bins::daemon_token(self.state.path())
     }
 }
 
@@ -145,7 +114,7 @@ fn browser_head(addr: &str, path: &str, host: &str) -> String {
 
 #[test]
 fn daemon_refuses_a_cross_origin_simple_request_and_ships_nothing() {
-    let d = Daemon::start(&[]);
+    let d = Daemon::start();
     let (peer, connections) = counting_peer();
     let secrets = secret_dir();
     let body = delegate_body(&peer, secrets.path());
@@ -182,7 +151,7 @@ fn daemon_refuses_a_cross_origin_simple_request_and_ships_nothing() {
 
 #[test]
 fn daemon_requires_its_token_stored_mode_0600() {
-    let d = Daemon::start(&[]);
+    let d = Daemon::start();
     let token = d.token();
     assert!(token.len() >= 32, "a long random token: {token:?}");
     use std::os::unix::fs::PermissionsExt;
@@ -217,7 +186,7 @@ fn daemon_requires_its_token_stored_mode_0600() {
 
 #[test]
 fn daemon_checks_origin_host_and_content_type_even_with_the_token() {
-    let d = Daemon::start(&[]);
+    let d = Daemon::start();
     let auth = format!("Authorization: Bearer {}", d.token());
     let (peer, connections) = counting_peer();
     let secrets = secret_dir();
@@ -259,7 +228,7 @@ fn daemon_checks_origin_host_and_content_type_even_with_the_token() {
 /// the probe; this keeps them held).
 #[test]
 fn daemon_answers_malformed_requests_with_400() {
-    let d = Daemon::start(&[]);
+    let d = Daemon::start();
     let auth = format!("Authorization: Bearer {}", d.token());
     let post = |body: &str| {
         raw(
@@ -288,9 +257,9 @@ fn daemon_answers_malformed_requests_with_400() {
 
 #[test]
 fn cli_reads_the_daemon_token_from_the_state_directory() {
-    let d = Daemon::start(&[]);
+    let d = Daemon::start();
     let run = |extra: &[&str]| {
-        Command::new(AWCP)
+        Command::new(bins::path("awcp"))
             .args(["--json", "--daemon-url", &d.url(), "--state-dir"])
             .arg(d.state.path())
             .args(extra)
@@ -333,7 +302,7 @@ fn daemon_refuses_a_network_address_without_tls_or_the_insecure_flag() {
     let state = tempfile::tempdir().unwrap();
     let daemon = |extra: &[&str]| {
         run_to_exit(
-            Command::new(AWCP)
+            Command::new(bins::path("awcp"))
                 .args(["daemon", "--listen", "192.0.2.1:0", "--state-dir"])
                 .arg(state.path())
                 .args(extra),
@@ -367,7 +336,7 @@ fn executor_refuses_a_network_address_without_auth_or_the_insecure_flag() {
     let work = tempfile::tempdir().unwrap();
     let executor = |extra: &[&str]| {
         run_to_exit(
-            Command::new(EXECUTOR)
+            Command::new(bins::path("awcp-executor"))
                 .args(["--listen", "192.0.2.1:0", "--work-root"])
                 .arg(work.path())
                 .args(extra)
@@ -394,7 +363,7 @@ fn executor_refuses_a_network_address_without_auth_or_the_insecure_flag() {
 fn executor_warns_when_it_runs_without_auth_on_loopback() {
     let work = tempfile::tempdir().unwrap();
     let mut child = KillOnDrop(
-        Command::new(EXECUTOR)
+        Command::new(bins::path("awcp-executor"))
             .args(["--quiet", "--listen", "127.0.0.1:0", "--work-root"])
             .arg(work.path())
             .env_remove("AWCP_AUTH_TOKEN")
@@ -425,16 +394,6 @@ fn executor_warns_when_it_runs_without_auth_on_loopback() {
     );
 }
 
-/// A child process killed (and reaped) when dropped, so a failing test leaves none behind.
-struct KillOnDrop(Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -459,7 +418,7 @@ fn delegate_serve_archives_listener_answers_only_archive_urls() {
         m = mark.display()
     );
     let mut executor = KillOnDrop(
-        Command::new(EXECUTOR)
+        Command::new(bins::path("awcp-executor"))
             .args([
                 "--quiet",
                 "--listen",
@@ -483,7 +442,7 @@ fn delegate_serve_archives_listener_answers_only_archive_urls() {
     let port = free_port();
     let archives = format!("127.0.0.1:{port}");
     let mut cli = KillOnDrop(
-        Command::new(AWCP)
+        Command::new(bins::path("awcp"))
             .args(["--quiet", "--json", "delegate"])
             .arg(&ws)
             .arg("--state-dir")
