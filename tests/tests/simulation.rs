@@ -373,3 +373,21 @@ fn regression_seeds() {
         );
     }
 }
+
+#[test]
+fn auth_on_delegations_of_both_styles_complete() {
+    // Executors require a credential: one delegation presents it in a header on every
+    // request (ours), the other only in INVITE's `auth` (the reference's). The sweep's
+    // invariants check who may act on each assignment at every step.
+    let mut cfg = SimConfig::quiet(11, 1, 2);
+    cfg.delegations.push(DelegationSpec::simple(0, 0, 300));
+    cfg.delegations.push(DelegationSpec::simple(1_000, 0, 300));
+    cfg.auth = Some(awcp_tests::sim::SimAuth {
+        header: vec![true, false],
+    });
+    let w = run(cfg);
+    for n in 0..2 {
+        assert_eq!(w.dels[n].ended, Some(DelegationState::Completed), "#{n}");
+        assert_eq!(exec_ending(&w, n), (AssignmentState::Completed, None));
+    }
+}
