@@ -11,7 +11,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use awcp_proto::engine::auth::BodyLimits;
-use awcp_proto::engine::executor::{work_root_refusal, Credential, Request, RequiredAuth, Response};
+use awcp_proto::engine::executor::{
+    work_root_refusal, Credential, Request, RequiredAuth, Response,
+};
 use awcp_proto::engine::{CapturedSnapshot, RequestId, StreamId, TaskHandle, TaskOutcome};
 use awcp_proto::{
     encode_event, sse, DelegationId, ErrorCode, ErrorInfo, Executor, ExecutorConfig, ExecutorEvent,

@@ -329,6 +329,8 @@ pub fn reference_start(id: &str, src: &Path) -> String {
                 export: Default::default(),
                 delivery: awcp_transports::Delivery::Inline,
                 layout: awcp_transports::Layout::PerResource,
+                admission: None,
+                allow_sensitive: false,
             },
             &CancelFlag::new(),
         )
