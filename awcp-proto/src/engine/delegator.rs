@@ -1701,6 +1701,10 @@ impl Delegator {
                 let auto = d.req.snapshot_mode == SnapshotMode::Auto
                     && matches!(state, DelegationState::Running | DelegationState::Completed);
                 if auto {
+                    // Reported (so journalled) as stored before the apply starts: a crash during
+                    // the apply then finds the bytes on restart (the snapshot is pending again)
+                    // instead of fetching the result anew from an executor that may be gone.
+                    self.snapshot_event(id, sid, SnapshotStatus::InFlight);
                     self.start_apply(id, sid.clone());
                     return Ok(());
                 }

@@ -123,17 +123,12 @@ fn init_logging(file: Option<&PathBuf>) {
     let _ = r;
 }
 
-fn default_state_dir() -> PathBuf {
-    std::env::var_os("AWCP_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".awcp")))
-        .unwrap_or_else(|| std::env::temp_dir().join("awcp"))
-        .join("delegator")
-}
-
 /// The daemon to talk to: its URL and token, and the in-process delegator if we started one.
 async fn daemon(cli: &Cli, tls: &ClientTls) -> (String, Option<String>, Option<DelegatorHandle>) {
-    let state_dir = cli.state_dir.clone().unwrap_or_else(default_state_dir);
+    let state_dir = cli
+        .state_dir
+        .clone()
+        .unwrap_or_else(|| awcp_examples::default_state_dir("delegator"));
     let existing_token = || {
         cli.daemon_token
             .clone()

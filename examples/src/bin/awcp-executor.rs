@@ -120,15 +120,6 @@ fn main() {
     awcp_examples::run_on!(args.runtime, run(args));
 }
 
-/// `$AWCP_HOME/executor`, `~/.awcp/executor`, or `<tmp>/awcp/executor` without a home.
-fn default_state_dir() -> PathBuf {
-    std::env::var_os("AWCP_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".awcp")))
-        .unwrap_or_else(|| std::env::temp_dir().join("awcp"))
-        .join("executor")
-}
-
 async fn run<R: Driver>(args: Args) {
     // Decide about exposure before anything else: a refused address is never bound.
     match awcp_driver::security::executor_exposure(
@@ -150,7 +141,10 @@ async fn run<R: Driver>(args: Args) {
             std::process::exit(2);
         }
     };
-    let state_dir = args.state_dir.clone().unwrap_or_else(default_state_dir);
+    let state_dir = args
+        .state_dir
+        .clone()
+        .unwrap_or_else(|| awcp_examples::default_state_dir("executor"));
     // Private to this instance: the state directory is locked.
     let work_root = args
         .work_root

@@ -366,14 +366,6 @@ fn explain(v: &Value, retry: &str) {
     }
 }
 
-fn default_state_dir() -> PathBuf {
-    std::env::var_os("AWCP_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".awcp")))
-        .unwrap_or_else(|| std::env::temp_dir().join("awcp"))
-        .join("delegator")
-}
-
 /// The SSHFS delegator transport from a JSON config (keys in `--sshfs-config`'s help).
 fn sshfs_delegator(path: &std::path::Path, state_dir: &std::path::Path) -> SshfsDelegator {
     let text =
@@ -443,7 +435,10 @@ fn main() {
 }
 
 async fn run<R: Driver>(cli: Cli) {
-    let state_dir = cli.state_dir.clone().unwrap_or_else(default_state_dir);
+    let state_dir = cli
+        .state_dir
+        .clone()
+        .unwrap_or_else(|| awcp_examples::default_state_dir("delegator"));
     let client_tls = cli.client.client_tls().unwrap_or_else(|e| fail(e));
     let client = DaemonClient::new(R::default(), cli.daemon_url.clone())
         .with_tls(client_tls.clone())

@@ -988,13 +988,8 @@ impl World {
         }
     }
 
-    /// The connection breaks: both sides notice, whatever was in flight is lost.
-    fn cut(&mut self, s: u64) {
-        let Some(st) = self.streams.remove(&s) else {
-            return;
-        };
-        self.bump("sse cut");
-        self.log(|| format!("sse {s} of {} cut", st.id));
+    /// The executor side of stream `s` notices its connection is gone (if it had accepted it).
+    fn exec_notices_cut(&mut self, s: u64, st: &SimStream) {
         if let Some(inc) = st.subscribed {
             self.exec_local(
                 st.exec,
@@ -1004,6 +999,16 @@ impl World {
                 },
             );
         }
+    }
+
+    /// The connection breaks: both sides notice, whatever was in flight is lost.
+    fn cut(&mut self, s: u64) {
+        let Some(st) = self.streams.remove(&s) else {
+            return;
+        };
+        self.bump("sse cut");
+        self.log(|| format!("sse {s} of {} cut", st.id));
+        self.exec_notices_cut(s, &st);
         if self.cur_stream.get(&st.id) == Some(&s) {
             self.cur_stream.remove(&st.id);
             self.del_input(DelegatorInput::EventStreamClosed {
@@ -1135,15 +1140,7 @@ impl World {
         self.del_inc += 1;
         self.calls.clear();
         for (s, st) in std::mem::take(&mut self.streams) {
-            if let Some(inc) = st.subscribed {
-                self.exec_local(
-                    st.exec,
-                    inc,
-                    ExecutorInput::StreamClosed {
-                        stream: StreamId(s),
-                    },
-                );
-            }
+            self.exec_notices_cut(s, &st);
         }
         self.cur_stream.clear();
         for (_, p) in std::mem::take(&mut self.pending_applies) {

@@ -218,6 +218,26 @@ fn strings(a: &[&str]) -> Vec<String> {
     a.iter().map(|x| (*x).to_owned()).collect()
 }
 
+/// An `awcp-executor` on `R` with its state under `d/exec` and `extra` flags, running.
+async fn executor_in<R: TestRuntime>(d: &Path, extra: &[&str]) -> ExecProc {
+    let mut args = vec!["--state-dir".into(), s(&d.join("exec"))];
+    args.extend(strings(extra));
+    let log = d.join("executor.log");
+    blocking(&R::default(), move || {
+        spawn_executor::<R>(&args, &[], &log).running()
+    })
+    .await
+}
+
+/// `awcp delegate --json --prompt PROMPT WS --peer PEER --state-dir STATE EXTRA…`.
+fn delegate_args(ws: &Path, peer: &str, state: &Path, prompt: &str, extra: &[&str]) -> Vec<String> {
+    let mut a = strings(&["delegate", "--json", "--prompt", prompt]);
+    a.extend([s(ws), "--peer".into(), peer.to_owned()]);
+    a.extend(["--state-dir".into(), s(state)]);
+    a.extend(strings(extra));
+    a
+}
+
 // ---------------------------------------------------------------------------------------------
 // Processes of a task tree
 
@@ -741,26 +761,13 @@ pub async fn raising_the_one_admission_limit_is_enough<R: TestRuntime>() {
     let rt = R::default();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_owned();
-    let ex = blocking(&rt, {
-        let d = d.clone();
-        move || {
-            let args = vec!["--state-dir".into(), s(&d.join("exec"))];
-            spawn_executor::<R>(&args, &[], &d.join("executor.log")).running()
-        }
-    })
-    .await;
+    let ex = executor_in::<R>(&d, &[]).await;
     let ws = workspace();
     let big = ws.path().join("data.txt");
     let b2 = big.clone();
     blocking(&rt, move || big_text_file(&b2, 51 * 1024 * 1024 + 7)).await;
-    let delegate = |extra: &[&str]| {
-        let mut a = strings(&["delegate", "--json", "--prompt", "list files"]);
-        a.push(s(ws.path()));
-        a.extend(["--peer".into(), ex.peer.clone()]);
-        a.extend(["--state-dir".into(), s(&d.join("delegator"))]);
-        a.extend(strings(extra));
-        a
-    };
+    let state = d.join("delegator");
+    let delegate = |extra: &[&str]| delegate_args(ws.path(), &ex.peer, &state, "list files", extra);
     let a = delegate(&[]);
     let refused = blocking(&rt, move || awcp_cli::<R>(&a)).await;
     let v = refused.json();
@@ -813,27 +820,13 @@ pub async fn a_result_over_the_admission_limits_is_not_applied<R: TestRuntime>()
     let rt = R::default();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_owned();
-    let ex = blocking(&rt, {
-        let d = d.clone();
-        move || {
-            let args = vec![
-                "--state-dir".into(),
-                s(&d.join("exec")),
-                "--agent-cmd".into(),
-                "sh -c 'head -c 204800 /dev/zero > huge.bin'".into(),
-            ];
-            spawn_executor::<R>(&args, &[], &d.join("executor.log")).running()
-        }
-    })
-    .await;
+    let agent = "sh -c 'head -c 204800 /dev/zero > huge.bin'";
+    let ex = executor_in::<R>(&d, &["--agent-cmd", agent]).await;
     let ws = workspace();
     let before = tree(ws.path());
-    let state = s(&d.join("delegator"));
+    let state = d.join("delegator");
     let limit = ["--max-total-bytes", "102400", "--max-file-bytes", "102400"];
-    let mut a = strings(&["delegate", "--json", "--prompt", "write a big file"]);
-    a.extend([s(ws.path()), "--peer".into(), ex.peer.clone()]);
-    a.extend(["--state-dir".into(), state.clone()]);
-    a.extend(strings(&limit));
+    let a = delegate_args(ws.path(), &ex.peer, &state, "write a big file", &limit);
     let r = blocking(&rt, move || awcp_cli::<R>(&a)).await;
     let v = r.json();
     assert_eq!(
@@ -872,21 +865,14 @@ pub async fn a_result_over_the_admission_limits_is_not_applied<R: TestRuntime>()
         &id,
         &sid,
         "--state-dir",
-        &state,
+        &s(&state),
         "--max-total-bytes",
         "1000000",
         "--max-file-bytes",
         "1000000",
     ]);
     let r = blocking(&rt, move || awcp_cli::<R>(&a)).await;
-    assert_eq!(
-        r.code,
-        Some(0),
-        "{}
-{}",
-        r.stdout,
-        r.stderr
-    );
+    assert_eq!(r.code, Some(0), "{}\n{}", r.stdout, r.stderr);
     let huge = std::fs::metadata(ws.path().join("huge.bin")).expect("applied");
     assert_eq!(huge.len(), 204800);
     drop(ex);
@@ -903,26 +889,13 @@ pub async fn sensitive_files_are_refused_unless_allowed_or_ignored<R: TestRuntim
     let rt = R::default();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_owned();
-    let ex = blocking(&rt, {
-        let d = d.clone();
-        move || {
-            let args = vec!["--state-dir".into(), s(&d.join("exec"))];
-            spawn_executor::<R>(&args, &[], &d.join("executor.log")).running()
-        }
-    })
-    .await;
+    let ex = executor_in::<R>(&d, &[]).await;
     let ws = workspace();
     std::fs::write(ws.path().join(".env"), "AWS_SECRET_ACCESS_KEY=abc\n").unwrap();
     std::fs::create_dir_all(ws.path().join("keys")).unwrap();
     std::fs::write(ws.path().join("keys/id_ed25519"), "PRIVATE\n").unwrap();
-    let delegate = |extra: &[&str]| {
-        let mut a = strings(&["delegate", "--json", "--prompt", "list files"]);
-        a.push(s(ws.path()));
-        a.extend(["--peer".into(), ex.peer.clone()]);
-        a.extend(["--state-dir".into(), s(&d.join("delegator"))]);
-        a.extend(strings(extra));
-        a
-    };
+    let state = d.join("delegator");
+    let delegate = |extra: &[&str]| delegate_args(ws.path(), &ex.peer, &state, "list files", extra);
     let a = delegate(&[]);
     let r = blocking(&rt, move || awcp_cli::<R>(&a)).await;
     let v = r.json();
