@@ -338,7 +338,9 @@ fn executor_refuses_a_network_address_without_auth_or_the_insecure_flag() {
         run_to_exit(
             Command::new(bins::path("awcp-executor"))
                 .args(["--listen", "192.0.2.1:0", "--work-root"])
-                .arg(work.path())
+                .arg(work.path().join("work"))
+                .arg("--state-dir")
+                .arg(work.path().join("state"))
                 .args(extra)
                 .env_remove("AWCP_AUTH_TOKEN"),
         )
@@ -365,7 +367,9 @@ fn executor_warns_when_it_runs_without_auth_on_loopback() {
     let mut child = KillOnDrop(
         Command::new(bins::path("awcp-executor"))
             .args(["--quiet", "--listen", "127.0.0.1:0", "--work-root"])
-            .arg(work.path())
+            .arg(work.path().join("work"))
+            .arg("--state-dir")
+            .arg(work.path().join("state"))
             .env_remove("AWCP_AUTH_TOKEN")
             .env_remove("RUST_LOG")
             .stdout(Stdio::piped())
