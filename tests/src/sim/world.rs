@@ -1531,7 +1531,13 @@ impl World {
                 if ok {
                     match snapshot.data.base64.as_deref().and_then(decode_files) {
                         Some(files) => {
-                            self.acquire(ResKey::Stored(id.clone(), sid.clone()), u64::MAX);
+                            let key = ResKey::Stored(id.clone(), sid.clone());
+                            // After a restart the engine may fetch and store again a snapshot
+                            // whose earlier store finished unrecorded (the crash came first):
+                            // the driver writes `.part` and renames over it, so that replaces.
+                            if !(self.restored.contains(&id) && self.held.contains_key(&key)) {
+                                self.acquire(key, u64::MAX);
+                            }
                             self.store.insert((id.clone(), sid.clone()), files);
                         }
                         None => self.violate(format!("snapshot {sid} of {id} has no bytes")),
