@@ -17,6 +17,7 @@ pub mod host;
 mod lockfile;
 pub mod net;
 pub mod runtime;
+pub mod security;
 
 pub use card::AgentCard;
 pub use delegator::{DelegateParams, DelegatorError, DelegatorHandle, DelegatorOptions};

@@ -1,5 +1,7 @@
 //! Shared helpers for the example binaries: logging, JSON config files, progress display.
 
+pub mod aip_agent;
+
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -432,6 +434,18 @@ pub fn parse_public_url(s: &str) -> Result<String, String> {
         (Some("http" | "https"), Some(_)) => Ok(s.trim_end_matches('/').to_owned()),
         _ => Err(format!("{s:?} is not an http(s)://host[:port] URL")),
     }
+}
+
+/// 64 random bits from the operating system (engine id seeds: notification tokens and ids
+/// are as unguessable as their seed). Fails closed: without OS randomness the program exits
+/// with an error rather than run on guessable ids.
+pub fn random_seed() -> u64 {
+    let mut b = [0u8; 8];
+    if let Err(e) = getrandom::fill(&mut b) {
+        eprintln!("error: the operating system's random source failed: {e}");
+        std::process::exit(2);
+    }
+    u64::from_le_bytes(b)
 }
 
 /// The default state directory of `role` (`executor` or `delegator`): `$AWCP_HOME/<role>`,

@@ -315,7 +315,8 @@ async def restarts(mcp_bin, awcp_bin, peer, tmp):
         line = daemon.stdout.readline().strip()
         assert "http://" in line, f"daemon did not print its URL: {line!r}"
         durl = line[line.index("http://"):]
-        args = ["--daemon-url", durl, "--peers", peer]
+        # The daemon's token is read from its state directory.
+        args = ["--daemon-url", durl, "--peers", peer, "--state-dir", str(tmp / "daemon")]
         async with open_session(mcp_bin, args) as s:
             ws = make_workspace(tmp, "ws-external")
             r = expect_ok("delegate(slow, external daemon)", await s.call_tool(

@@ -1,44 +1,17 @@
 //! The deterministic simulation: a seed sweep (`AWCP_SIM_SEEDS`, default 10 000; replay one
 //! seed with `AWCP_SIM_SEED`) and scenario tests with precise expectations.
 
-use std::collections::BTreeMap;
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
-
 use awcp_proto::{AccessMode, AssignmentState, DelegationState, ErrorCode, SnapshotMode};
 use awcp_tests::sim::{
     replay_command, run_seed, run_seed_traced, Action, DelegationSpec, Failure, SimConfig, World,
 };
-
-fn env_u64(name: &str) -> Option<u64> {
-    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
-}
-
-type Stats = BTreeMap<&'static str, u64>;
+use awcp_tests::sweep::{catch_seed, env_u64, sweep, Stats};
 
 /// One seed, panics caught and reported with the seed.
-fn check_seed(seed: u64, stats: &mut Stats) -> Result<(), String> {
-    match catch_unwind(AssertUnwindSafe(|| run_seed(seed))) {
-        Ok(Ok(s)) => {
-            for (k, v) in s.stats {
-                *stats.entry(k).or_insert(0) += v;
-            }
-            Ok(())
-        }
-        Ok(Err(f)) => Err(f.to_string()),
-        Err(p) => {
-            let msg = p
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| p.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-                .unwrap_or_else(|| "panic".into());
-            Err(format!(
-                "simulation seed {seed} panicked: {msg}\nreplay: {}",
-                replay_command(seed)
-            ))
-        }
-    }
+fn check_seed(seed: u64) -> Result<Stats, String> {
+    catch_seed(seed, "simulation", &replay_command(seed), || {
+        run_seed(seed).map(|s| s.stats).map_err(|f| f.to_string())
+    })
 }
 
 #[test]
@@ -65,45 +38,13 @@ fn simulation_seeds() {
     }
     let count = env_u64("AWCP_SIM_SEEDS").unwrap_or(10_000);
     let base = env_u64("AWCP_SIM_SEED_BASE").unwrap_or(0);
-    let threads = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(2)
-        .clamp(1, 8);
-    let next = AtomicU64::new(0);
-    let failures: Mutex<Vec<(u64, String)>> = Mutex::new(Vec::new());
-    let total: Mutex<Stats> = Mutex::new(Stats::new());
     let started = std::time::Instant::now();
-    std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| {
-                let mut stats = Stats::new();
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= count || !failures.lock().unwrap().is_empty() {
-                        break;
-                    }
-                    let seed = base + i;
-                    if let Err(msg) = check_seed(seed, &mut stats) {
-                        failures.lock().unwrap().push((seed, msg));
-                    }
-                }
-                let mut total = total.lock().unwrap();
-                for (k, v) in stats {
-                    *total.entry(k).or_insert(0) += v;
-                }
-            });
-        }
-    });
-    let mut failures = failures.into_inner().unwrap();
-    failures.sort();
-    if let Some((_, msg)) = failures.first() {
-        panic!("{msg}");
-    }
+    let total = sweep(count, base, check_seed).unwrap_or_else(|msg| panic!("{msg}"));
     println!(
         "{count} seeds from {base} passed in {:.1?}",
         started.elapsed()
     );
-    for (k, v) in total.into_inner().unwrap() {
+    for (k, v) in total {
         println!("  {k:>28}: {v}");
     }
 }
@@ -424,8 +365,9 @@ fn regression_seeds() {
     // 7 (again, once auto mode stored before applying): a crash during the apply found no
     //        stored bytes in the journal and fetched the result anew (a stored snapshot is now
     //        journalled before its apply starts).
-    // 19613: the same interrupted store in auto mode (the restored delegator deletes what it
-    //        may have written before it receives the result again).
+    // 19613: a delegator crash after a store finished but before the engine heard of it, in
+    //        auto mode: the restored delegator deletes what the store may have written, then
+    //        fetches and stores again (a store over existing bytes replaces them).
     for seed in [7, 12_395, 28_233, 42_964, 179_325, 3_912, 20_502, 19_613] {
         let mut w = World::new(SimConfig::random(seed));
         if let Err(f) = w.run() {
@@ -435,5 +377,23 @@ fn regression_seeds() {
             w.dels.iter().all(|d| d.runs <= 1),
             "seed {seed}: a task ran twice"
         );
+    }
+}
+
+#[test]
+fn auth_on_delegations_of_both_styles_complete() {
+    // Executors require a credential: one delegation presents it in a header on every
+    // request (ours), the other only in INVITE's `auth` (the reference's). The sweep's
+    // invariants check who may act on each assignment at every step.
+    let mut cfg = SimConfig::quiet(11, 1, 2);
+    cfg.delegations.push(DelegationSpec::simple(0, 0, 300));
+    cfg.delegations.push(DelegationSpec::simple(1_000, 0, 300));
+    cfg.auth = Some(awcp_tests::sim::SimAuth {
+        header: vec![true, false],
+    });
+    let w = run(cfg);
+    for n in 0..2 {
+        assert_eq!(w.dels[n].ended, Some(DelegationState::Completed), "#{n}");
+        assert_eq!(exec_ending(&w, n), (AssignmentState::Completed, None));
     }
 }

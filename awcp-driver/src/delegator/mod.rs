@@ -143,6 +143,9 @@ pub enum DelegatorError {
     /// The delegator task is gone.
     #[error("the delegator is shut down")]
     Closed,
+    /// No delegation id could be drawn from the OS random source.
+    #[error("{0}")]
+    Random(#[from] crate::security::RandomUnavailable),
     /// Another delegator (another process, or another handle in this one) uses the state
     /// directory: two engines on one journal would resume, abandon and apply each other's
     /// delegations.
@@ -196,8 +199,13 @@ pub struct Transfer {
     pub bytes: u64,
 }
 
-/// Archives served by URL: token → (delegation, file, expiry).
+/// Archives served by URL: SHA-256 of the URL's token (hex) → (delegation, file, expiry).
+/// Keyed by digest so a lookup's timing says nothing about the tokens.
 type ArchiveTable = Arc<Mutex<BTreeMap<String, (DelegationId, PathBuf, Timestamp)>>>;
+
+fn token_key(token: &str) -> String {
+    awcp_proto::engine::auth::SecretDigest::of(token).to_hex()
+}
 
 /// A cheap handle to a running delegator.
 #[derive(Clone)]
@@ -415,57 +423,43 @@ impl DelegatorHandle {
         rx
     }
 
-    /// The delegator's server (archive URLs and daemon API) as an [`agent_rt::Handler`].
-    pub fn http_handler(&self) -> agent_rt::Handler {
+    /// The archive listener's handler (one-time archive URLs only) as an
+    /// [`agent_rt::Handler`] ([`Self::handle_archive_http`]).
+    pub fn archive_handler(&self) -> agent_rt::Handler {
         let d = self.clone();
         agent_rt::Handler::new(move |req| {
-            let d = d.clone();
-            async move { d.handle_http(req).await }
+            let r = d.handle_archive_http(&req);
+            async move { r }
         })
     }
 
-    /// Answers one HTTP request to the delegator's server: a one-time archive URL
-    /// (`/archives/{token}`, see [`Self::handle_archive_request`]) or else the daemon API
-    /// ([`daemon::handle`]). Every driver's delegator server calls this.
-    pub async fn handle_http<B>(&self, req: http::Request<B>) -> http::Response<ResponseBody>
-    where
-        B: http_body::Body<Data = Bytes> + Send + 'static,
-        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-    {
-        match self.handle_archive_request(&req) {
-            Some(r) => r,
-            None => daemon::handle(self, req).await,
+    /// Answers one request to the delegator's archive listener: `GET /archives/{token}`, a
+    /// one-time, delegation-bound, expiring archive URL (executors fetch URL-mode workspaces
+    /// there). Everything else is 404: the daemon API is never served here (it has its own
+    /// listener, [`daemon::DaemonApi`]). Every driver's archive server calls this.
+    pub fn handle_archive_http<B>(&self, req: &http::Request<B>) -> http::Response<ResponseBody> {
+        let not_found = |what: &str| {
+            net::json_response(
+                404,
+                wire_http::reject(404, None, ErrorInfo::new(ErrorCode::NotFound, what)).1,
+            )
+        };
+        let Some(token) = req.uri().path().strip_prefix("/archives/") else {
+            return not_found("this listener serves one-time archive URLs only");
+        };
+        if req.method() != Method::GET {
+            return not_found("unknown, used or expired archive URL");
         }
-    }
-
-    /// Serves `GET /archives/{token}`: a one-time, delegation-bound, expiring archive URL.
-    /// Returns `None` for other paths.
-    pub fn handle_archive_request<B>(
-        &self,
-        req: &http::Request<B>,
-    ) -> Option<http::Response<ResponseBody>> {
-        let path = req.uri().path();
-        let token = path.strip_prefix("/archives/")?;
         let entry = self
             .archives
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .remove(token);
+            .remove(&token_key(token));
         let now = (self.now)();
-        Some(match entry {
-            Some((_, path, expires)) if now < expires && req.method() == Method::GET => {
-                crate::executor::file_response_pub(path)
-            }
-            _ => net::json_response(
-                404,
-                wire_http::reject(
-                    404,
-                    None,
-                    ErrorInfo::new(ErrorCode::NotFound, "unknown, used or expired archive URL"),
-                )
-                .1,
-            ),
-        })
+        match entry {
+            Some((_, path, expires)) if now < expires => crate::executor::file_response_pub(path),
+            _ => not_found("unknown, used or expired archive URL"),
+        }
     }
 }
 
@@ -532,7 +526,13 @@ impl<R: Runtime> Loop<R> {
         let now = self.now();
         match cmd {
             Cmd::Delegate(p, reply) => {
-                let id = p.id.clone().unwrap_or_else(random_id);
+                let id = match p.id.clone().map_or_else(random_id, Ok) {
+                    Ok(id) => id,
+                    Err(e) => {
+                        let _ = reply.send(Err(e.into()));
+                        return;
+                    }
+                };
                 let resources = p
                     .resources
                     .iter()
@@ -849,17 +849,19 @@ impl<R: Runtime> Loop<R> {
                         Ok::<_, ErrorInfo>(match prepared.archive {
                             ArchiveOutput::Inline(h) => TransportHandle::Archive(h),
                             ArchiveOutput::File(f) => {
-                                let token = random_token();
+                                let token = crate::security::random_token().map_err(|e| {
+                                    ErrorInfo::new(ErrorCode::TransportError, e.to_string())
+                                })?;
                                 let base = match (base.as_deref(), peer.as_deref()) {
                                     (Some(b), Some(p)) => agent_rt::origin::concrete_base_for(b, p),
                                     (b, _) => b.unwrap_or("").to_owned(),
                                 };
                                 let url =
                                     format!("{}/archives/{token}", base.trim_end_matches('/'));
-                                archives
-                                    .lock()
-                                    .unwrap_or_else(|p| p.into_inner())
-                                    .insert(token, (did.clone(), f.path.clone(), expires_at));
+                                archives.lock().unwrap_or_else(|p| p.into_inner()).insert(
+                                    token_key(&token),
+                                    (did.clone(), f.path.clone(), expires_at),
+                                );
                                 TransportHandle::Archive(f.handle_for_url(url))
                             }
                         })
@@ -1267,26 +1269,10 @@ fn load_baseline(path: &Path) -> Option<Baseline> {
     serde_json::from_slice(&std::fs::read(path).ok()?).ok()
 }
 
-/// 16 random bytes from the OS.
-pub(crate) fn random_bytes() -> [u8; 16] {
-    let mut b = [0u8; 16];
-    if getrandom::fill(&mut b).is_err() {
-        // Extremely unlikely; fall back to time + address entropy rather than panicking.
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
-        b = (t ^ (&b as *const _ as u128)).to_le_bytes();
-    }
-    b
-}
-
-fn random_id() -> DelegationId {
-    DelegationId::from_random(random_bytes())
-}
-
-fn random_token() -> String {
-    random_bytes().iter().map(|b| format!("{b:02x}")).collect()
+/// A fresh delegation id from the OS random source (no fallback: it stands for a credential
+/// with executors that bind INVITE's credential to the id).
+fn random_id() -> Result<DelegationId, crate::security::RandomUnavailable> {
+    Ok(DelegationId::from_random(crate::security::random_bytes()?))
 }
 
 #[allow(dead_code)]

@@ -10,7 +10,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use awcp_proto::engine::executor::{work_root_refusal, Request, Response};
+use awcp_proto::engine::auth::BodyLimits;
+use awcp_proto::engine::executor::{
+    work_root_refusal, Credential, Request, RequiredAuth, Response,
+};
 use awcp_proto::engine::{CapturedSnapshot, RequestId, StreamId, TaskHandle, TaskOutcome};
 use awcp_proto::{
     encode_event, sse, DelegationId, ErrorCode, ErrorInfo, Executor, ExecutorConfig, ExecutorEvent,
@@ -49,6 +52,10 @@ pub struct ExecutorOptions {
     pub runner: Arc<dyn TaskRunner>,
     /// Largest request body accepted (START carries inline archives).
     pub max_body_bytes: u64,
+    /// With auth on: largest body read from a request without a credential header (1 MiB).
+    /// Such requests are INVITEs and, from reference delegators (which send no header),
+    /// STARTs with inline archives; anything larger is refused from its headers.
+    pub max_unauthenticated_body_bytes: u64,
     /// SSE keepalive interval (≤ 30 s).
     pub keepalive: Duration,
     /// Base URL peers reach this executor at (`https://host:port`), for snapshot URLs
@@ -84,6 +91,7 @@ impl ExecutorOptions {
             extra_transports: Vec::new(),
             runner,
             max_body_bytes: 256 * 1024 * 1024,
+            max_unauthenticated_body_bytes: 1024 * 1024,
             keepalive: Duration::from_secs(15),
             public_url: None,
             trust_forwarded_headers: false,
@@ -97,7 +105,7 @@ impl ExecutorOptions {
 
 pub(crate) enum Cmd {
     Request {
-        credential: Option<String>,
+        credential: Option<Credential>,
         body: Request,
         reply: oneshot::Sender<Response>,
         /// The origin the peer used, remembered for the delegation if the request succeeds.
@@ -105,8 +113,10 @@ pub(crate) enum Cmd {
     },
     Subscribe {
         id: DelegationId,
-        credential: Option<String>,
+        credential: Option<Credential>,
         tx: mpsc::UnboundedSender<Bytes>,
+        /// Whether the subscription was authorised (before the response status is chosen).
+        verdict: oneshot::Sender<Result<(), ErrorInfo>>,
     },
     StreamClosed(StreamId),
     Input(ExecutorInput),
@@ -129,7 +139,9 @@ pub struct ExecutorHandle {
 
 pub(crate) struct SharedOpts {
     pub sleep: Arc<dyn Fn(Duration) -> crate::runtime::BoxFuture<()> + Send + Sync>,
-    pub max_body_bytes: u64,
+    /// The credential required, for judging headers before a body is read.
+    pub auth: Option<RequiredAuth>,
+    pub limits: BodyLimits,
     pub keepalive: Duration,
     pub card: AgentCard,
     /// The configured public URL (also set by [`ExecutorHandle::set_public_url`]).
@@ -193,7 +205,11 @@ impl ExecutorHandle {
         let rt2 = rt.clone();
         let shared = Arc::new(SharedOpts {
             sleep: Arc::new(move |d| rt2.sleep(d)),
-            max_body_bytes: opts.max_body_bytes,
+            auth: opts.engine.auth.clone(),
+            limits: BodyLimits {
+                max: opts.max_body_bytes,
+                unauthenticated: opts.max_unauthenticated_body_bytes,
+            },
             keepalive: opts.keepalive,
             card: opts.card.clone(),
             public_url: std::sync::RwLock::new(opts.public_url.clone()),
@@ -292,7 +308,7 @@ impl ExecutorHandle {
 
     pub(crate) async fn request(
         &self,
-        credential: Option<String>,
+        credential: Option<Credential>,
         body: Request,
     ) -> Option<Response> {
         self.request_from(credential, body, None).await
@@ -301,7 +317,7 @@ impl ExecutorHandle {
     /// A request whose success binds `origin` (the URL its sender used) to the delegation.
     pub(crate) async fn request_from(
         &self,
-        credential: Option<String>,
+        credential: Option<Credential>,
         body: Request,
         origin: Option<(DelegationId, String)>,
     ) -> Option<Response> {
@@ -317,16 +333,23 @@ impl ExecutorHandle {
         rx.await.ok()
     }
 
-    pub(crate) fn subscribe(
+    /// Subscribes to a delegation's events; `Err` if the engine refuses the credential.
+    pub(crate) async fn subscribe(
         &self,
         id: DelegationId,
-        credential: Option<String>,
-    ) -> Option<mpsc::UnboundedReceiver<Bytes>> {
+        credential: Option<Credential>,
+    ) -> Option<Result<mpsc::UnboundedReceiver<Bytes>, ErrorInfo>> {
         let (tx, rx) = mpsc::unbounded();
+        let (verdict, answer) = oneshot::channel();
         self.tx
-            .unbounded_send(Cmd::Subscribe { id, credential, tx })
+            .unbounded_send(Cmd::Subscribe {
+                id,
+                credential,
+                tx,
+                verdict,
+            })
             .ok()?;
-        Some(rx)
+        Some(answer.await.ok()?.map(|()| rx))
     }
 }
 
@@ -567,7 +590,17 @@ impl<R: Runtime> Loop<R> {
                     body,
                 });
             }
-            Cmd::Subscribe { id, credential, tx } => {
+            Cmd::Subscribe {
+                id,
+                credential,
+                tx,
+                verdict,
+            } => {
+                if let Err(e) = self.engine.authorize(Some(&id), credential.as_ref()) {
+                    let _ = verdict.send(Err(e));
+                    return;
+                }
+                let _ = verdict.send(Ok(()));
                 let stream = StreamId(self.next_id);
                 self.next_id += 1;
                 self.streams.insert(stream, tx);

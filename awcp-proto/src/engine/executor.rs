@@ -41,28 +41,13 @@ use crate::id::{DelegationId, SnapshotId};
 use crate::state::{AssignmentEvent, AssignmentMachine, AssignmentState};
 use crate::time::Timestamp;
 use crate::wire::{
-    feature, Accept, AccessMode, AuthType, Dialect, DoneEvent, ErrorMessage, ExecutorConstraints,
-    Invite, Message, Resource, SandboxProfile, SnapshotEvent, StatusEvent, TaskEvent,
-    TaskEventKind, TaskSpec, TaskStatus, TransportHandle, TransportKind,
+    feature, Accept, AccessMode, Dialect, DoneEvent, ErrorMessage, ExecutorConstraints, Invite,
+    Message, Resource, SandboxProfile, SnapshotEvent, StatusEvent, TaskEvent, TaskEventKind,
+    TaskSpec, TaskStatus, TransportHandle, TransportKind,
 };
 
-/// A credential the executor requires in INVITE `auth` and on every later request.
-#[derive(Clone, PartialEq, Eq)]
-pub struct RequiredAuth {
-    /// Accepted credential types (`bearer`, `api_key`); empty accepts any type.
-    pub types: Vec<AuthType>,
-    /// The secret.
-    pub credential: String,
-}
-
-impl core::fmt::Debug for RequiredAuth {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("RequiredAuth")
-            .field("types", &self.types)
-            .field("credential", &"<redacted>")
-            .finish()
-    }
-}
+use crate::engine::auth::{self, BoundCredential};
+pub use crate::engine::auth::{Credential, RequiredAuth};
 
 /// Executor policy. `Default` gives the reference's defaults (WIRE.md §9).
 #[derive(Clone, Debug)]
@@ -86,8 +71,13 @@ pub struct ExecutorConfig {
     /// Accept every INVITE that passes policy; otherwise the application decides through
     /// [`ExecutorEvent::InviteReceived`].
     pub auto_accept: bool,
-    /// Credential required from delegators.
+    /// Credential required from delegators (see [`crate::engine::auth`] for which credential
+    /// authorises which request).
     pub auth: Option<RequiredAuth>,
+    /// How long an accepted assignment waits for START before it is dropped and its slot
+    /// freed (never longer than its lease). Pending assignments hold slots, so this keeps
+    /// stalled or abandoned INVITEs from exhausting `max_concurrent`.
+    pub start_timeout: Duration,
     /// Transports this executor serves; the first is used when INVITE names none.
     pub transports: Vec<TransportKind>,
     /// Protocol extensions this executor supports.
@@ -116,6 +106,7 @@ impl Default for ExecutorConfig {
             },
             auto_accept: true,
             auth: None,
+            start_timeout: Duration::from_secs(60),
             transports: vec![TransportKind::Archive],
             features: vec![
                 feature::DELTA_SNAPSHOTS.to_owned(),
@@ -147,8 +138,8 @@ pub enum ExecutorInput {
     Request {
         /// Driver-issued handle.
         request: RequestId,
-        /// The credential presented (bearer token or API key header), if any.
-        credential: Option<String>,
+        /// The credential presented in a header (bearer token or API key), if any.
+        credential: Option<Credential>,
         /// What is asked.
         body: Request,
     },
@@ -158,8 +149,8 @@ pub enum ExecutorInput {
         stream: StreamId,
         /// The delegation.
         id: DelegationId,
-        /// The credential presented, if any.
-        credential: Option<String>,
+        /// The credential presented in a header, if any.
+        credential: Option<Credential>,
     },
     /// The subscriber went away.
     StreamClosed {
@@ -510,7 +501,8 @@ struct Assignment {
     dialect: Dialect,
     machine: AssignmentMachine,
     work_dir: String,
-    credential: Option<String>,
+    /// The credential that authenticated the INVITE (digest only), when auth is on.
+    auth: Option<BoundCredential>,
     transport: TransportKind,
     access: AccessMode,
     ttl: Duration,
@@ -853,22 +845,15 @@ impl Executor {
         );
     }
 
-    fn credential_ok(&self, presented: Option<&str>) -> bool {
-        match &self.config.auth {
-            None => true,
-            Some(req) => presented.is_some_and(|p| constant_time_eq(p, &req.credential)),
-        }
-    }
-
     fn auth_error() -> ErrorInfo {
-        ErrorInfo::new(ErrorCode::AuthFailed, "missing or invalid credential")
+        auth::auth_failed()
     }
 
     fn on_request(
         &mut self,
         now: Timestamp,
         request: RequestId,
-        credential: Option<String>,
+        credential: Option<Credential>,
         body: Request,
     ) {
         let body = match body {
@@ -879,18 +864,18 @@ impl Executor {
         };
         match body {
             Req::Message(Message::Invite(invite), dialect) => {
-                self.on_invite(now, request, invite, dialect)
+                self.on_invite(now, request, invite, dialect, credential.as_ref())
             }
             Req::Message(Message::Start(start), dialect) => {
                 let id = start.delegation_id.clone();
-                if !self.authorized(&id, credential.as_deref()) {
+                if !self.authorized(&id, credential.as_ref()) {
                     return self.respond_error(request, &id, Self::auth_error(), dialect, 401);
                 }
                 self.on_start(now, request, start, dialect)
             }
             Req::Message(Message::Error(msg), dialect) => {
                 let id = msg.delegation_id.clone();
-                if !self.authorized(&id, credential.as_deref()) {
+                if !self.authorized(&id, credential.as_ref()) {
                     return self.respond_error(request, &id, Self::auth_error(), dialect, 401);
                 }
                 match self.assignments.get(&id).map(|a| a.state()) {
@@ -922,7 +907,7 @@ impl Executor {
                 );
             }
             Req::Cancel(id) => {
-                if !self.authorized(&id, credential.as_deref()) {
+                if !self.authorized(&id, credential.as_ref()) {
                     return self.respond_error(
                         request,
                         &id,
@@ -961,7 +946,7 @@ impl Executor {
                 }
             }
             Req::Ack(id) => {
-                if !self.authorized(&id, credential.as_deref()) {
+                if !self.authorized(&id, credential.as_ref()) {
                     return self.respond_error(
                         request,
                         &id,
@@ -989,7 +974,7 @@ impl Executor {
                 }
             }
             Req::Result(id) => {
-                if !self.authorized(&id, credential.as_deref()) {
+                if !self.authorized(&id, credential.as_ref()) {
                     return self.respond_error(
                         request,
                         &id,
@@ -1004,18 +989,27 @@ impl Executor {
         }
     }
 
-    /// Whether `presented` may act on `id`: with auth configured, it must match.
-    fn authorized(&self, id: &DelegationId, presented: Option<&str>) -> bool {
-        if self.config.auth.is_none() {
-            return true;
-        }
-        match self
-            .assignments
-            .get(id)
-            .and_then(|a| a.credential.as_deref())
-        {
-            Some(stored) => presented.is_some_and(|p| constant_time_eq(p, stored)),
-            None => self.credential_ok(presented),
+    /// Whether `presented` may act on `id` (rules: [`crate::engine::auth`]).
+    fn authorized(&self, id: &DelegationId, presented: Option<&Credential>) -> bool {
+        self.authorize(Some(id), presented).is_ok()
+    }
+
+    /// Whether a request presenting `presented` (a header credential, if any) may act on
+    /// delegation `id`, or on the whole executor (`None`: status). Drivers ask this before
+    /// answering with a stream, so a refused subscription gets HTTP 401; every request is
+    /// checked again when it reaches the engine.
+    pub fn authorize(
+        &self,
+        id: Option<&DelegationId>,
+        presented: Option<&Credential>,
+    ) -> Result<(), ErrorInfo> {
+        let bound = id
+            .and_then(|id| self.assignments.get(id))
+            .and_then(|a| a.auth.as_ref());
+        match (id, bound) {
+            // Executor-wide requests always need the configured credential.
+            (None, _) => auth::authorize(self.config.auth.as_ref(), None, presented),
+            (Some(_), b) => auth::authorize(self.config.auth.as_ref(), b, presented),
         }
     }
 
@@ -1061,19 +1055,29 @@ impl Executor {
         }
     }
 
-    fn on_invite(&mut self, now: Timestamp, request: RequestId, invite: Invite, dialect: Dialect) {
+    fn on_invite(
+        &mut self,
+        now: Timestamp,
+        request: RequestId,
+        mut invite: Invite,
+        dialect: Dialect,
+        header: Option<&Credential>,
+    ) {
         let id = invite.delegation_id.clone();
         let declined = |msg: String| ErrorInfo::new(ErrorCode::Declined, msg);
         // Authentication first: nothing else is revealed to an unauthenticated caller.
-        if let Some(req) = &self.config.auth {
-            let ok = invite.auth.as_ref().is_some_and(|a| {
-                (req.types.is_empty() || req.types.contains(&a.auth_type))
-                    && constant_time_eq(&a.credential, &req.credential)
-            });
-            if !ok {
-                return self.respond_error(request, &id, Self::auth_error(), dialect, 200);
-            }
-        }
+        let bound = match auth::authenticate_invite(
+            self.config.auth.as_ref(),
+            &id,
+            header,
+            invite.auth.as_ref(),
+        ) {
+            Ok(b) => b,
+            Err(e) => return self.respond_error(request, &id, e, dialect, 200),
+        };
+        // The secret is not kept (nor journalled, nor handed to the application): only its
+        // digest, in `bound`.
+        invite.auth = None;
         // A duplicate INVITE arriving after the assignment was acknowledged and forgotten
         // must not start the task again while its lease (and a duplicate START) is valid.
         self.tombstones.retain(|_, until| *until > now);
@@ -1213,7 +1217,6 @@ impl Executor {
             .cloned()
             .collect();
         let work_dir = self.work_dir_for(&id);
-        let credential = invite.auth.as_ref().map(|a| a.credential.clone());
         tracing::debug!(delegation = %id, "invitation passed policy");
         self.assignments.insert(
             id.clone(),
@@ -1222,11 +1225,7 @@ impl Executor {
                 dialect,
                 machine: AssignmentMachine::new(),
                 work_dir: work_dir.clone(),
-                credential: if self.config.auth.is_some() {
-                    credential
-                } else {
-                    None
-                },
+                auth: bound,
                 transport: transport.clone(),
                 access,
                 ttl,
@@ -1364,7 +1363,8 @@ impl Executor {
         a.accept = Some(accept.clone());
         let requests = std::mem::take(&mut a.invite_requests);
         let dialect = a.dialect;
-        let at = now.saturating_add(a.ttl);
+        // START must come soon: a pending assignment holds a slot (and a work directory).
+        let at = now.saturating_add(a.ttl.min(self.config.start_timeout));
         for r in requests {
             self.respond(r, Response::Accept(accept.clone(), dialect));
         }
@@ -1452,7 +1452,12 @@ impl Executor {
         self.core.outputs.push_back(out);
     }
 
-    fn on_subscribe(&mut self, stream: StreamId, id: &DelegationId, credential: Option<String>) {
+    fn on_subscribe(
+        &mut self,
+        stream: StreamId,
+        id: &DelegationId,
+        credential: Option<Credential>,
+    ) {
         let dialect = self
             .assignments
             .get(id)
@@ -1473,7 +1478,7 @@ impl Executor {
                 .outputs
                 .push_back(ExecutorOutput::CloseStream { stream });
         };
-        if !self.authorized(id, credential.as_deref()) {
+        if !self.authorized(id, credential.as_ref()) {
             return refuse(self, Self::auth_error());
         }
         let Some(a) = self.assignments.get_mut(id).filter(|a| !a.acked) else {
@@ -1834,10 +1839,20 @@ impl Executor {
                 if a.state() == AssignmentState::Pending {
                     let requests = a.invite_requests.clone();
                     let dialect = a.dialect;
-                    let e = ErrorInfo::new(
-                        ErrorCode::StartExpired,
-                        "the lease ran out before START arrived",
-                    );
+                    let e = if a.accept.is_some() && self.config.start_timeout < a.ttl {
+                        ErrorInfo::new(
+                            ErrorCode::StartExpired,
+                            format!(
+                                "no START within {} s of ACCEPT; the assignment was dropped",
+                                self.config.start_timeout.as_secs()
+                            ),
+                        )
+                    } else {
+                        ErrorInfo::new(
+                            ErrorCode::StartExpired,
+                            "the lease ran out before START arrived",
+                        )
+                    };
                     for r in requests {
                         self.respond_error(r, id, e.clone(), dialect, 200);
                     }
@@ -1917,15 +1932,6 @@ enum Req {
     Result(DelegationId),
 }
 
-/// Compares secrets without an early exit on the first differing byte.
-fn constant_time_eq(a: &str, b: &str) -> bool {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 // ---------------------------------------------------------------------------------------------
 // Durable records
 
@@ -1948,7 +1954,8 @@ impl Executor {
             "dialect": if a.dialect == Dialect::Seed { "seed" } else { "reference" },
             "state": a.state().as_str(),
             "workDir": a.work_dir,
-            "credential": a.credential,
+            // What verifies the bound credential later; never the secret itself.
+            "auth": a.auth.map(|b| json!({"sha256": b.digest.to_hex(), "binding": b.binding.as_str()})),
             "retentionMs": u64::try_from(a.retention.as_millis()).unwrap_or(u64::MAX),
             "expiresAt": a.expires_at.map(Timestamp::as_unix_millis),
             "completedAt": a.completed_at.map(Timestamp::as_unix_millis),
@@ -2089,10 +2096,7 @@ impl Executor {
                 dialect,
                 machine,
                 work_dir,
-                credential: r
-                    .get("credential")
-                    .and_then(|c| c.as_str())
-                    .map(str::to_owned),
+                auth: restore_auth(r),
                 transport,
                 access,
                 ttl,
@@ -2152,6 +2156,23 @@ impl Executor {
         self.core.timers.set(&id, Timer::Retention, until);
         Some(())
     }
+}
+
+/// The bound credential of a journal record: `auth` (digest and binding), or the clear-text
+/// `credential` older versions wrote (bound to headers, as they required one on every request).
+fn restore_auth(r: &serde_json::Value) -> Option<BoundCredential> {
+    use crate::engine::auth::{Binding, SecretDigest};
+    if let Some(a) = r.get("auth").filter(|a| !a.is_null()) {
+        return Some(BoundCredential {
+            digest: SecretDigest::from_hex(a.get("sha256")?.as_str()?)?,
+            binding: Binding::parse(a.get("binding")?.as_str()?)?,
+        });
+    }
+    let legacy = r.get("credential")?.as_str()?;
+    Some(BoundCredential {
+        digest: SecretDigest::of(legacy),
+        binding: Binding::Header,
+    })
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@
 //! deadline is reached, and after every call drain `poll_output()` until it returns `None`.
 
 pub mod admission;
+pub mod auth;
 pub mod delegator;
 pub mod executor;
 pub(crate) mod timers;

@@ -346,15 +346,18 @@ pub fn report(v: &Value) -> String {
 }
 
 impl AwcpMcp {
-    /// A server talking to the daemon at `daemon_url`.
+    /// A server talking to the daemon at `daemon_url` with its `token`.
     pub fn new(
         daemon_url: &str,
+        token: Option<String>,
         defaults: Defaults,
         peers: &[crate::peers::Peer],
         tls: awcp_driver::net::ClientTls,
     ) -> Self {
         AwcpMcp {
-            client: DaemonClient::new(TokioRuntime, daemon_url).with_tls(tls.clone()),
+            client: DaemonClient::new(TokioRuntime, daemon_url)
+                .with_tls(tls.clone())
+                .with_token(token),
             http: awcp_driver::net::HttpClient::new(TokioRuntime, tls),
             daemon_url: daemon_url.to_owned(),
             defaults: Arc::new(defaults),

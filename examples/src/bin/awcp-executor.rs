@@ -3,6 +3,7 @@
 //! ```text
 //! awcp-executor --listen 127.0.0.1:10200 --state-dir /var/lib/awcp-executor --demo
 //! awcp-executor --agent-cmd 'my-agent --prompt-file {prompt_file}' --auth-token s3cret
+//! awcp-executor --listen 0.0.0.0:10200 --auth-token s3cret   # a network address needs a token
 //! awcp-executor --config executor.json      # keys are flag names: {"listen": "...", "max-concurrent": 3}
 //! awcp-executor --runtime smol              # the same executor on smol instead of tokio
 //! awcp-executor --tls-cert cert.pem --tls-key key.pem --client-ca clients-ca.pem \
@@ -19,6 +20,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use awcp_driver::security::ExecutorExposure;
 use awcp_driver::{AgentCard, Driver, ExecutorHandle, ExecutorOptions};
 use awcp_examples::{ClientTlsArgs, RuntimeChoice, ServerArgs};
 use awcp_proto::engine::executor::RequiredAuth;
@@ -60,15 +62,29 @@ struct Args {
     /// Refuse read-write delegations (they are downgraded to read-only).
     #[arg(long)]
     read_only: bool,
-    /// Require this credential (bearer token or API key) from delegators.
+    /// Require this credential (bearer token or API key) from delegators, on every endpoint.
+    /// Without it the executor only listens on loopback addresses (see --insecure-no-auth).
     #[arg(long, env = "AWCP_AUTH_TOKEN")]
     auth_token: Option<String>,
-    /// Credential type accepted with --auth-token: bearer, api_key or any.
-    #[arg(long, env = "AWCP_AUTH_TYPE", default_value = "any")]
+    /// Credential type accepted with --auth-token: `bearer` (Authorization: Bearer),
+    /// `api-key` (X-API-Key) or `any`; enforced on every endpoint.
+    #[arg(long, env = "AWCP_AUTH_TYPE", default_value = "any",
+          value_parser = ["any", "bearer", "api-key", "api_key"])]
     auth_type: String,
+    /// Listen on a non-loopback address without --auth-token (anyone who can reach it can run
+    /// tasks here). Only for networks protected otherwise.
+    #[arg(long, env = "AWCP_INSECURE_NO_AUTH")]
+    insecure_no_auth: bool,
+    /// Seconds an accepted delegation may wait for START before its slot is freed.
+    #[arg(long, env = "AWCP_START_TIMEOUT", default_value_t = 60)]
+    start_timeout: u64,
     /// Largest request body in bytes (inline archives).
     #[arg(long, env = "AWCP_MAX_BODY", default_value_t = 256 * 1024 * 1024)]
     max_body_bytes: u64,
+    /// With --auth-token: largest body read from a request without a credential header (a
+    /// reference delegator's START with an inline archive); larger ones are refused unread.
+    #[arg(long, env = "AWCP_MAX_UNAUTHENTICATED_BODY", default_value_t = 1024 * 1024)]
+    max_unauthenticated_body: u64,
     /// Agent name on the A2A card.
     #[arg(long, env = "AWCP_NAME", default_value = "awcp-rs executor")]
     name: String,
@@ -105,6 +121,26 @@ fn main() {
 }
 
 async fn run<R: Driver>(args: Args) {
+    // Decide about exposure before anything else: a refused address is never bound.
+    match awcp_driver::security::executor_exposure(
+        args.listen,
+        args.auth_token.is_some(),
+        args.insecure_no_auth,
+    ) {
+        ExecutorExposure::Ok => {}
+        ExecutorExposure::Warn(m) => tracing::warn!("{m}"),
+        ExecutorExposure::Refuse(m) => {
+            eprintln!("error: {m}");
+            std::process::exit(2);
+        }
+    }
+    let id_seed = match awcp_driver::security::random_bytes::<8>() {
+        Ok(b) => u64::from_le_bytes(b),
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::exit(2);
+        }
+    };
     let state_dir = args
         .state_dir
         .clone()
@@ -134,7 +170,7 @@ async fn run<R: Driver>(args: Args) {
     let auth = args.auth_token.clone().map(|credential| RequiredAuth {
         types: match args.auth_type.as_str() {
             "bearer" => vec![AuthType::Bearer],
-            "api_key" => vec![AuthType::ApiKey],
+            "api-key" | "api_key" => vec![AuthType::ApiKey],
             _ => Vec::new(),
         },
         credential,
@@ -150,11 +186,13 @@ async fn run<R: Driver>(args: Args) {
         max_ttl_seconds: args.max_ttl,
         allow_rw: !args.read_only,
         auth,
-        id_seed: u64::from_le_bytes(rand8()),
+        start_timeout: std::time::Duration::from_secs(args.start_timeout),
+        id_seed,
         ..ExecutorConfig::default()
     };
     let mut opts = ExecutorOptions::new(engine, Arc::new(ArchiveExecutor::default()), runner);
     opts.max_body_bytes = args.max_body_bytes;
+    opts.max_unauthenticated_body_bytes = args.max_unauthenticated_body;
     opts.public_url = args.public_url.clone();
     opts.trust_forwarded_headers = args.trust_forwarded_headers;
     opts.client_tls = args.client.client_tls().unwrap_or_else(|e| {
@@ -213,12 +251,4 @@ async fn run<R: Driver>(args: Args) {
         eprintln!("error: server failed: {e}");
         std::process::exit(1);
     }
-}
-
-fn rand8() -> [u8; 8] {
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
-    (t ^ u64::from(std::process::id()).rotate_left(32)).to_le_bytes()
 }

@@ -97,6 +97,14 @@ pub enum Action {
     CrashDelegatorDuringApply,
 }
 
+/// Executors require a credential (`--auth-token`); each delegation's delegator presents it
+/// either in a header on every request (ours) or only in INVITE's `auth` (the reference's).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SimAuth {
+    /// Per delegation (creation order): `true` sends the header on every request.
+    pub header: Vec<bool>,
+}
+
 /// A whole run.
 #[derive(Clone, Debug)]
 pub struct SimConfig {
@@ -119,6 +127,8 @@ pub struct SimConfig {
     pub staged_apply: u32,
     /// `max_ttl_seconds` of every executor (longer leases are capped in ACCEPT).
     pub exec_max_ttl_s: u64,
+    /// Whether executors require a credential, and how each delegation presents it.
+    pub auth: Option<SimAuth>,
 }
 
 impl SimConfig {
@@ -134,6 +144,7 @@ impl SimConfig {
             trace: true,
             staged_apply: 1000,
             exec_max_ttl_s: 3600,
+            auth: None,
         }
     }
 
@@ -239,6 +250,10 @@ impl SimConfig {
                 actions.push((r.below(300_000), Action::CrashDelegatorDuringApply));
             }
         }
+        // Drawn after everything else, for the same reason.
+        let auth = r.chance(300).then(|| SimAuth {
+            header: (0..n).map(|_| r.chance(500)).collect(),
+        });
         SimConfig {
             seed,
             executors,
@@ -249,6 +264,7 @@ impl SimConfig {
             trace: false,
             staged_apply: 600,
             exec_max_ttl_s,
+            auth,
         }
     }
 }

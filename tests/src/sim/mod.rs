@@ -48,7 +48,7 @@ pub mod config;
 pub mod rng;
 pub mod world;
 
-pub use config::{Action, DelegationSpec, Faults, SimConfig};
+pub use config::{Action, DelegationSpec, Faults, SimAuth, SimConfig};
 pub use world::{Failure, Summary, World, GRACE_MS, HTTP_TIMEOUT_MS};
 
 /// The command that replays `seed` with a full trace.

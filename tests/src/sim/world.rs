@@ -11,7 +11,7 @@ use std::time::Duration;
 use awcp_proto::engine::delegator::{
     DelegateRequest, FetchedResult, Outbound, Reply, SnapshotStatus,
 };
-use awcp_proto::engine::executor::{Request, Response, ResultStatus};
+use awcp_proto::engine::executor::{Credential, Request, RequiredAuth, Response, ResultStatus};
 use awcp_proto::{
     AccessMode, ArchiveData, ArchiveHandle, AssignmentEvent, AssignmentState, CapturedSnapshot,
     DelegationId, DelegationState, Delegator, DelegatorConfig, DelegatorEvent, DelegatorInput,
@@ -30,6 +30,8 @@ pub type Files = BTreeMap<String, String>;
 
 /// Simulated time 0 (ms since the Unix epoch): 2025-06-15.
 const BASE_MS: u64 = 1_750_000_000_000;
+/// The credential executors require when the run has auth on.
+const SIM_TOKEN: &str = "sim-token";
 /// The client-side timeout of every HTTP request.
 pub const HTTP_TIMEOUT_MS: u64 = 10_000;
 /// Slack after `ttl` within which every delegation must end and every executor resource must
@@ -318,6 +320,10 @@ fn exec_config(cfg: &SimConfig, id_seed: u64) -> ExecutorConfig {
         max_concurrent: cfg.max_concurrent,
         max_ttl_seconds: cfg.exec_max_ttl_s,
         id_seed,
+        auth: cfg.auth.as_ref().map(|_| RequiredAuth {
+            types: Vec::new(),
+            credential: SIM_TOKEN.into(),
+        }),
         ..ExecutorConfig::default()
     }
 }
@@ -458,6 +464,20 @@ impl World {
 
     fn idx(&self, id: &DelegationId) -> usize {
         self.by_id[id]
+    }
+
+    /// Whether delegation `id`'s requests carry the credential in a header (auth on, our
+    /// delegator's style) rather than only in INVITE (the reference's).
+    fn sends_header(&self, id: &DelegationId) -> bool {
+        match (&self.cfg.auth, self.by_id.get(id)) {
+            (Some(a), Some(i)) => a.header[*i],
+            _ => false,
+        }
+    }
+
+    /// The header credential a request about `id` carries.
+    fn credential_for(&self, id: &DelegationId) -> Option<Credential> {
+        self.sends_header(id).then(|| Credential::bearer(SIM_TOKEN))
     }
 
     fn acquire(&mut self, key: ResKey, deadline: u64) {
@@ -639,11 +659,16 @@ impl World {
                 self.next_req += 1;
                 let rid = self.next_req;
                 self.execs[exec].reqs.insert(rid, call);
+                let about = match &body {
+                    Request::Message(m, _) => m.delegation_id().clone(),
+                    Request::Cancel(id) | Request::Ack(id) | Request::Result(id) => id.clone(),
+                };
+                let credential = self.credential_for(&about);
                 self.exec_input(
                     exec,
                     ExecutorInput::Request {
                         request: RequestId(rid),
-                        credential: None,
+                        credential,
                         body,
                     },
                 );
@@ -718,7 +743,11 @@ impl World {
             }],
             transport: TransportKind::Archive,
             snapshot_mode: spec.mode,
-            auth: None,
+            auth: self.cfg.auth.as_ref().map(|_| awcp_proto::Auth {
+                auth_type: awcp_proto::AuthType::Bearer,
+                credential: SIM_TOKEN.into(),
+                metadata: Default::default(),
+            }),
             allow_sensitive: false,
         };
         self.log(|| {
@@ -916,8 +945,8 @@ impl World {
             exec,
             ExecutorInput::Subscribe {
                 stream: StreamId(s),
+                credential: self.credential_for(&id),
                 id,
-                credential: None,
             },
         );
     }
@@ -1502,7 +1531,13 @@ impl World {
                 if ok {
                     match snapshot.data.base64.as_deref().and_then(decode_files) {
                         Some(files) => {
-                            self.acquire(ResKey::Stored(id.clone(), sid.clone()), u64::MAX);
+                            let key = ResKey::Stored(id.clone(), sid.clone());
+                            // After a restart the engine may fetch and store again a snapshot
+                            // whose earlier store finished unrecorded (the crash came first):
+                            // the driver writes `.part` and renames over it, so that replaces.
+                            if !(self.restored.contains(&id) && self.held.contains_key(&key)) {
+                                self.acquire(key, u64::MAX);
+                            }
                             self.store.insert((id.clone(), sid.clone()), files);
                         }
                         None => self.violate(format!("snapshot {sid} of {id} has no bytes")),
@@ -1588,6 +1623,25 @@ impl World {
                             .unwrap_or_default()
                     )
                 });
+                if error
+                    .as_ref()
+                    .is_some_and(|e| e.code == ErrorCode::AuthFailed)
+                {
+                    // Only a reference-style delegation (no header) can be refused, and only
+                    // by an executor that restarted and forgot the INVITE that bound its id.
+                    let crashed = self
+                        .cfg
+                        .actions
+                        .iter()
+                        .any(|(_, a)| matches!(a, Action::Crash { .. }));
+                    if self.sends_header(&id) || !crashed {
+                        self.violate(format!(
+                            "{id} was refused as unauthenticated although it presented the credential"
+                        ));
+                    } else {
+                        self.bump("reference-style delegation refused by a restarted executor");
+                    }
+                }
                 let d = &mut self.dels[i];
                 if d.ended.is_some() {
                     self.violate(format!("{id} ended twice"));
@@ -2025,6 +2079,31 @@ impl World {
                         engine.live_count(),
                         self.cfg.max_concurrent
                     ));
+                }
+                if self.cfg.auth.is_some() {
+                    // Who may act on each assignment: an intruder never; a caller without a
+                    // header only on delegations whose INVITE came without one.
+                    if engine.authorize(None, None).is_ok() {
+                        v.push(format!("exec{i}: status open without a credential"));
+                    }
+                    let intruder = Credential::bearer("intruder");
+                    for d in &self.dels {
+                        if engine.assignment(&d.id).is_none() {
+                            continue;
+                        }
+                        if engine.authorize(Some(&d.id), Some(&intruder)).is_ok() {
+                            v.push(format!("exec{i}: a wrong credential may act on {}", d.id));
+                        }
+                        let anonymous = engine.authorize(Some(&d.id), None).is_ok();
+                        if anonymous == self.sends_header(&d.id) {
+                            v.push(format!(
+                                "exec{i}: {} is {}open without a header (header style: {})",
+                                d.id,
+                                if anonymous { "" } else { "not " },
+                                self.sends_header(&d.id)
+                            ));
+                        }
+                    }
                 }
             }
         }

@@ -204,6 +204,7 @@ pub fn awcp_cli<R: TestRuntime>(args: &[String]) -> CliRun {
 pub fn spawn_daemon<R: TestRuntime>(args: &[&str]) -> (Child, String) {
     awcp_tests::bins::spawn_announcing(
         command::<R>("awcp")
+            .env_remove("AWCP_DAEMON_TOKEN")
             .args(["--quiet", "daemon", "--listen", "127.0.0.1:0"])
             .args(args),
         awcp_tests::bins::DAEMON_ANNOUNCES,
@@ -798,6 +799,10 @@ pub async fn raising_the_one_admission_limit_is_enough<R: TestRuntime>() {
     let mut a = strings(&["delegate", "--json", "--daemon", "--prompt", "p"]);
     a.extend([s(small.path()), "--peer".into(), ex.peer.clone()]);
     a.extend(["--daemon-url".into(), daemon_url]);
+    a.extend([
+        "--daemon-token".into(),
+        awcp_tests::bins::daemon_token(&d.join("daemon")),
+    ]);
     let r = blocking(&rt, move || awcp_cli::<R>(&a)).await;
     let _ = daemon.kill();
     let _ = daemon.wait();
@@ -971,6 +976,10 @@ pub async fn sensitive_files_are_refused_unless_allowed_or_ignored<R: TestRuntim
         let mut a = strings(&["delegate", "--json", "--daemon", "--prompt", "p"]);
         a.extend([s(ws.path()), "--peer".into(), ex.peer.clone()]);
         a.extend(["--daemon-url".into(), daemon_url.clone()]);
+        a.extend([
+            "--daemon-token".into(),
+            awcp_tests::bins::daemon_token(&d.join("daemon")),
+        ]);
         a.extend(strings(extra));
         a
     };
