@@ -6,7 +6,7 @@
 //! - [`partner::PartnerHandle`]: a partner server. The engine runs in one task; its HTTP
 //!   surface ([`partner::PartnerHandle::http_handler`]) serves `rpc`, `stream` (SSE) and
 //!   `notification/*` under a base path, standalone ([`serve_partner`], TLS and mTLS through
-//!   [`agent_rt::ServerOptions`]) or mounted in an axum app ([`tokio::partner_router`]). The
+//!   [`agent_rt::ServerOptions`]) or mounted in an axum app (`tokio::partner_router`, feature `tokio`). The
 //!   application learns of tasks from [`partner::PartnerEvents`] and moves them with the
 //!   handle's methods (`start_working`, `progress`, `request_input`, `submit`, `fail`, …); it
 //!   never blocks the engine.
