@@ -51,6 +51,8 @@ fn prepare(fx: &Sshd, id: &str, access: AccessMode) -> (DelegationId, awcp_proto
         export: ExportViewKind::default(),
         delivery: Delivery::Inline,
         layout: Layout::PerResource,
+        admission: None,
+        allow_sensitive: false,
     };
     let h = fx
         .delegator
