@@ -6,7 +6,7 @@
 //! - [`partner::PartnerHandle`]: a partner server. The engine runs in one task; its HTTP
 //!   surface ([`partner::PartnerHandle::http_handler`]) serves `rpc`, `stream` (SSE) and
 //!   `notification/*` under a base path, standalone ([`serve_partner`], TLS and mTLS through
-//!   [`agent_rt::ServerOptions`]) or mounted in an axum app ([`tokio::partner_router`]). The
+//!   [`agent_rt::ServerOptions`]) or mounted in an axum app (`tokio::partner_router`, feature `tokio`). The
 //!   application learns of tasks from [`partner::PartnerEvents`] and moves them with the
 //!   handle's methods (`start_working`, `progress`, `request_input`, `submit`, `fail`, …); it
 //!   never blocks the engine.
@@ -70,9 +70,37 @@ pub fn now<R: agent_rt::Runtime>(rt: &R) -> Timestamp {
     Timestamp::from_unix_micros(us)
 }
 
-/// Sleeps until `at` (at once if it is past).
-fn sleep_until<R: agent_rt::Runtime>(rt: &R, at: Timestamp) -> agent_rt::BoxFuture<()> {
-    rt.sleep(at.saturating_duration_since(now(rt)))
+/// What an engine task wakes up for.
+enum Wake<C, I> {
+    /// A command from a handle.
+    Cmd(C),
+    /// An input from the task's own I/O (an answer, a delivery outcome).
+    Internal(I),
+    /// The engine's timer is due.
+    Timer,
+    /// Every handle is gone.
+    Stop,
+}
+
+/// Waits for the next thing an engine task handles: its own I/O first, then commands, or
+/// the engine's next deadline (`None`: no timer).
+async fn next_wake<R: agent_rt::Runtime, C, I>(
+    rt: &R,
+    deadline: Option<Timestamp>,
+    cmds: &mut futures::channel::mpsc::UnboundedReceiver<C>,
+    internal: &mut futures::channel::mpsc::UnboundedReceiver<I>,
+) -> Wake<C, I> {
+    use futures::{FutureExt, StreamExt};
+    let mut sleep = match deadline {
+        Some(at) => rt.sleep(at.saturating_duration_since(now(rt))),
+        None => rt.sleep(std::time::Duration::from_secs(3600)),
+    }
+    .fuse();
+    futures::select_biased! {
+        i = internal.next() => i.map_or(Wake::Stop, Wake::Internal),
+        c = cmds.next() => c.map_or(Wake::Stop, Wake::Cmd),
+        _ = sleep => Wake::Timer,
+    }
 }
 
 /// Serves a partner on a bound listener with `opts` (TLS, mTLS, limits) until `shutdown`

@@ -1,5 +1,6 @@
 //! tokio entry points: agent-rt's [`TokioRuntime`], axum routers for the partner and the
-//! notification receiver (to merge into your own app), and servers on tokio listeners.
+//! notification receiver (to merge into your own app) and a server for such an app. The
+//! partner or the receiver alone: [`crate::serve_partner`], [`crate::serve_notifications`].
 
 use std::future::Future;
 use std::io;
@@ -73,40 +74,6 @@ pub async fn serve_router(
         TokioRuntime,
         listener,
         router_handler(router),
-        opts,
-        shutdown,
-    )
-    .await
-}
-
-/// Serves the partner alone on `listener` with `opts` until `shutdown` resolves.
-pub async fn serve_partner(
-    listener: tokio::net::TcpListener,
-    partner: &PartnerHandle,
-    opts: ServerOptions,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> io::Result<()> {
-    agent_rt::server::serve_on(
-        TokioRuntime,
-        listener,
-        partner.http_handler(),
-        opts,
-        shutdown,
-    )
-    .await
-}
-
-/// Serves the leader's notification receiver on `listener` until `shutdown` resolves.
-pub async fn serve_notifications(
-    listener: tokio::net::TcpListener,
-    leader: &LeaderHandle,
-    opts: ServerOptions,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> io::Result<()> {
-    agent_rt::server::serve_on(
-        TokioRuntime,
-        listener,
-        leader.notification_handler(),
         opts,
         shutdown,
     )

@@ -11,9 +11,9 @@ use std::time::Duration;
 use agent_rt::test_util::TestPki;
 use agent_rt::{ClientTls, Host, HttpClient, ServerOptions};
 use aip_driver::partner::{PartnerHandle, PartnerOptions};
-use aip_proto::leader::{AttachTask, CallError, Delivery, LeaderEvent, StartTask};
+use aip_proto::leader::{CallError, Delivery, LeaderEvent, StartTask};
 use aip_proto::partner::{PartnerConfig, PartnerEvent};
-use aip_proto::{DataItem, Dialect, ErrorCode, TaskState};
+use aip_proto::{DataItem, Dialect, TaskState};
 use common::*;
 use futures::channel::{mpsc, oneshot};
 
@@ -71,41 +71,12 @@ async fn rpc_lifecycles<R: Host>(dialect: Dialect) {
         product_text(got.products.as_deref().unwrap(), "answer").as_deref(),
         Some("echo: Rome")
     );
-    let history: Vec<TaskState> = got
-        .status_history
-        .unwrap()
-        .iter()
-        .map(|s| s.state)
-        .collect();
-    assert_eq!(
-        history,
-        [
-            TaskState::Accepted,
-            TaskState::Working,
-            TaskState::AwaitingInput,
-            TaskState::Working,
-            TaskState::AwaitingCompletion
-        ]
-    );
+    assert_eq!(history(got), ASKED_ONCE);
     let c = l.cancel("t-2").await.unwrap();
     assert_eq!(c.status.state, TaskState::Canceled);
 
     // A task the partner does not know.
-    l.attach(AttachTask {
-        partner: "p".into(),
-        task_id: "nope".into(),
-        session_id: "s-1".into(),
-        delivery: Delivery::Rpc,
-        deadline: None,
-    })
-    .await
-    .unwrap();
-    let e = l.get("nope").await.unwrap_err();
-    assert_eq!(
-        e.rpc_error().map(|e| e.code),
-        Some(ErrorCode::TaskNotFound),
-        "{e}"
-    );
+    assert_unknown_task(&l, "nope").await;
     let snap = l.task("nope").await.unwrap().unwrap();
     assert!(snap.ended && snap.abandoned.is_some());
 

@@ -20,8 +20,8 @@ use std::sync::OnceLock;
 
 use agent_rt::{ClientTls, Host, ServerOptions, TokioRuntime};
 use aip_driver::partner::PartnerOptions;
-use aip_proto::leader::{AttachTask, Delivery, StartTask};
-use aip_proto::{DataItem, Dialect, ErrorCode, TaskState};
+use aip_proto::leader::StartTask;
+use aip_proto::{DataItem, Dialect, TaskState};
 use common::*;
 
 const SDK: &str = "acps-sdk==2.1.0";
@@ -213,34 +213,10 @@ fn our_leader_drives_the_sdk_partner() {
             Some("echo: Rome")
         );
         let g = l.get("t-2").await.unwrap();
-        let states: Vec<TaskState> = g.status_history.unwrap().iter().map(|s| s.state).collect();
-        assert_eq!(
-            states,
-            [
-                TaskState::Accepted,
-                TaskState::Working,
-                TaskState::AwaitingInput,
-                TaskState::Working,
-                TaskState::AwaitingCompletion
-            ]
-        );
+        assert_eq!(history(g), ASKED_ONCE);
         let c = l.cancel("t-2").await.unwrap();
         assert_eq!(c.status.state, TaskState::Canceled);
 
-        l.attach(AttachTask {
-            partner: "p".into(),
-            task_id: "t-unknown".into(),
-            session_id: "s".into(),
-            delivery: Delivery::Rpc,
-            deadline: None,
-        })
-        .await
-        .unwrap();
-        let e = l.get("t-unknown").await.unwrap_err();
-        assert_eq!(
-            e.rpc_error().map(|e| e.code),
-            Some(ErrorCode::TaskNotFound),
-            "{e}"
-        );
+        assert_unknown_task(&l, "t-unknown").await;
     });
 }

@@ -8,7 +8,6 @@
 mod receiver;
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use agent_rt::{ClientTls, HttpClient, Runtime};
 use aip_proto::engine::{CallId, RequestId};
@@ -22,10 +21,9 @@ use aip_proto::{
 };
 use bytes::Bytes;
 use futures::channel::{mpsc, oneshot};
-use futures::{FutureExt, StreamExt};
 use http_body_util::BodyExt;
 
-use crate::{now, sleep_until};
+use crate::{next_wake, now, Wake};
 
 /// Everything a leader needs.
 #[derive(Clone, Debug)]
@@ -294,21 +292,11 @@ impl<R: Runtime> Loop<R> {
     ) {
         loop {
             self.drain();
-            let mut sleep = match self.engine.poll_timeout() {
-                Some(t) => sleep_until(&self.rt, t),
-                None => self.rt.sleep(Duration::from_secs(3600)),
-            }
-            .fuse();
-            futures::select_biased! {
-                i = internal.next() => match i {
-                    Some(input) => self.on_input(input),
-                    None => break,
-                },
-                c = rx.next() => match c {
-                    Some(c) => self.on_cmd(c),
-                    None => break,
-                },
-                _ = sleep => self.engine.handle_timeout(now(&self.rt)),
+            match next_wake(&self.rt, self.engine.poll_timeout(), &mut rx, &mut internal).await {
+                Wake::Cmd(c) => self.on_cmd(c),
+                Wake::Internal(input) => self.on_input(input),
+                Wake::Timer => self.engine.handle_timeout(now(&self.rt)),
+                Wake::Stop => break,
             }
         }
         tracing::debug!("leader stopped: every handle was dropped");

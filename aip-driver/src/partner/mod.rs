@@ -22,9 +22,8 @@ use aip_proto::partner::{
 use aip_proto::{DataItem, Product, TaskResult, TaskState, Timestamp, UsageError};
 use bytes::Bytes;
 use futures::channel::{mpsc, oneshot};
-use futures::{FutureExt, StreamExt};
 
-use crate::{now, sleep_until};
+use crate::{next_wake, now, Wake};
 
 /// Everything a partner needs.
 #[derive(Clone, Debug)]
@@ -168,6 +167,16 @@ impl PartnerHandle {
         rx.await.map_err(|_| PartnerError::Stopped)
     }
 
+    /// One application call on task `task_id`.
+    async fn task_call<T: Send + 'static>(
+        &self,
+        task_id: &str,
+        f: impl FnOnce(&mut Partner, Timestamp, &str) -> Result<T, UsageError> + Send + 'static,
+    ) -> Result<T, PartnerError> {
+        let id = task_id.to_owned();
+        Ok(self.with_engine(move |p, now| f(p, now, &id)).await??)
+    }
+
     pub(crate) async fn request(&self, body: Vec<u8>) -> Option<Reply> {
         let (reply, rx) = oneshot::channel();
         self.tx.unbounded_send(Cmd::Request { body, reply }).ok()?;
@@ -176,32 +185,26 @@ impl PartnerHandle {
 
     /// Accepts a start that waits for a decision (`auto_accept` off).
     pub async fn accept(&self, task_id: &str) -> Result<(), PartnerError> {
-        let id = task_id.to_owned();
-        Ok(self.with_engine(move |p, now| p.accept(now, &id)).await??)
+        self.task_call(task_id, move |p, now, id| p.accept(now, id))
+            .await
     }
 
     /// Rejects a start that waits for a decision, with an optional reason.
     pub async fn reject(&self, task_id: &str, items: Vec<DataItem>) -> Result<(), PartnerError> {
-        let id = task_id.to_owned();
-        Ok(self
-            .with_engine(move |p, now| p.reject(now, &id, items))
-            .await??)
+        self.task_call(task_id, move |p, now, id| p.reject(now, id, items))
+            .await
     }
 
     /// accepted → working.
     pub async fn start_working(&self, task_id: &str) -> Result<TaskState, PartnerError> {
-        let id = task_id.to_owned();
-        Ok(self
-            .with_engine(move |p, now| p.start_working(now, &id))
-            .await??)
+        self.task_call(task_id, move |p, now, id| p.start_working(now, id))
+            .await
     }
 
     /// Progress without a state change (a status event to stream subscribers).
     pub async fn progress(&self, task_id: &str, items: Vec<DataItem>) -> Result<(), PartnerError> {
-        let id = task_id.to_owned();
-        Ok(self
-            .with_engine(move |p, now| p.progress(now, &id, items))
-            .await??)
+        self.task_call(task_id, move |p, now, id| p.progress(now, id, items))
+            .await
     }
 
     /// One product chunk on the stream, recorded in the task's products.
@@ -212,10 +215,10 @@ impl PartnerHandle {
         append: bool,
         last_chunk: bool,
     ) -> Result<TaskState, PartnerError> {
-        let id = task_id.to_owned();
-        Ok(self
-            .with_engine(move |p, now| p.product_chunk(now, &id, product, append, last_chunk))
-            .await??)
+        self.task_call(task_id, move |p, now, id| {
+            p.product_chunk(now, id, product, append, last_chunk)
+        })
+        .await
     }
 
     /// working → awaiting-input, with the question in `items`.
@@ -224,10 +227,8 @@ impl PartnerHandle {
         task_id: &str,
         items: Vec<DataItem>,
     ) -> Result<TaskState, PartnerError> {
-        let id = task_id.to_owned();
-        Ok(self
-            .with_engine(move |p, now| p.request_input(now, &id, items))
-            .await??)
+        self.task_call(task_id, move |p, now, id| p.request_input(now, id, items))
+            .await
     }
 
     /// Adds products and moves working → awaiting-completion (or failed, past
@@ -238,10 +239,10 @@ impl PartnerHandle {
         products: Vec<Product>,
         items: Vec<DataItem>,
     ) -> Result<TaskState, PartnerError> {
-        let id = task_id.to_owned();
-        Ok(self
-            .with_engine(move |p, now| p.submit(now, &id, products, items))
-            .await??)
+        self.task_call(task_id, move |p, now, id| {
+            p.submit(now, id, products, items)
+        })
+        .await
     }
 
     /// working → failed, with the reason in `items`.
@@ -250,10 +251,8 @@ impl PartnerHandle {
         task_id: &str,
         items: Vec<DataItem>,
     ) -> Result<TaskState, PartnerError> {
-        let id = task_id.to_owned();
-        Ok(self
-            .with_engine(move |p, now| p.fail(now, &id, items))
-            .await??)
+        self.task_call(task_id, move |p, now, id| p.fail(now, id, items))
+            .await
     }
 
     /// The task as a reply would show it (`None`: unknown, or its start is undecided).
@@ -296,24 +295,14 @@ impl<R: Runtime> Loop<R> {
     ) {
         loop {
             self.drain();
-            let mut sleep = match self.engine.poll_timeout() {
-                Some(t) => sleep_until(&self.rt, t),
-                None => self.rt.sleep(Duration::from_secs(3600)),
-            }
-            .fuse();
-            futures::select_biased! {
-                c = rx.next() => match c {
-                    Some(c) => self.on_cmd(c),
-                    None => break,
-                },
-                i = internal.next() => match i {
-                    Some(Internal::Delivered { delivery, outcome }) => self.engine.handle(
-                        now(&self.rt),
-                        PartnerInput::NotificationResult { delivery, outcome },
-                    ),
-                    None => break,
-                },
-                _ = sleep => self.engine.handle_timeout(now(&self.rt)),
+            match next_wake(&self.rt, self.engine.poll_timeout(), &mut rx, &mut internal).await {
+                Wake::Cmd(c) => self.on_cmd(c),
+                Wake::Internal(Internal::Delivered { delivery, outcome }) => self.engine.handle(
+                    now(&self.rt),
+                    PartnerInput::NotificationResult { delivery, outcome },
+                ),
+                Wake::Timer => self.engine.handle_timeout(now(&self.rt)),
+                Wake::Stop => break,
             }
         }
         tracing::debug!("partner stopped: every handle was dropped");

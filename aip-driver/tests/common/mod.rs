@@ -8,9 +8,11 @@ use std::time::Duration;
 use agent_rt::{ClientTls, Host, Runtime, ServerOptions};
 use aip_driver::leader::{LeaderEvents, LeaderHandle, LeaderOptions};
 use aip_driver::partner::{PartnerEvents, PartnerHandle, PartnerOptions};
+use aip_proto::leader::{AttachTask, Delivery};
 use aip_proto::leader::{LeaderConfig, LeaderEvent, PartnerEndpoint};
 use aip_proto::partner::PartnerEvent;
 use aip_proto::{DataItem, Dialect, Product, TaskState};
+use aip_proto::{ErrorCode, TaskResult};
 use futures::channel::{mpsc, oneshot};
 use futures::StreamExt;
 
@@ -169,4 +171,41 @@ pub async fn wait_state<R: Runtime>(
 pub fn product_text(p: &[Product], id: &str) -> Option<String> {
     let p = p.iter().find(|p| p.id == id)?;
     Some(p.data_items.iter().filter_map(DataItem::as_text).collect())
+}
+
+/// The status history of a task that asked for input once and was continued.
+pub const ASKED_ONCE: [TaskState; 5] = [
+    TaskState::Accepted,
+    TaskState::Working,
+    TaskState::AwaitingInput,
+    TaskState::Working,
+    TaskState::AwaitingCompletion,
+];
+
+/// The states of a task's status history.
+pub fn history(t: TaskResult) -> Vec<TaskState> {
+    t.status_history
+        .unwrap_or_default()
+        .iter()
+        .map(|s| s.state)
+        .collect()
+}
+
+/// `get` of a task the partner does not know fails with -32001.
+pub async fn assert_unknown_task(l: &LeaderHandle, task: &str) {
+    l.attach(AttachTask {
+        partner: "p".into(),
+        task_id: task.into(),
+        session_id: "s".into(),
+        delivery: Delivery::Rpc,
+        deadline: None,
+    })
+    .await
+    .unwrap();
+    let e = l.get(task).await.unwrap_err();
+    assert_eq!(
+        e.rpc_error().map(|e| e.code),
+        Some(ErrorCode::TaskNotFound),
+        "{e}"
+    );
 }

@@ -173,6 +173,21 @@ impl Leader {
         }
     }
 
+    /// A command of the application to a live task, under a new ticket.
+    fn app_command(
+        &mut self,
+        now: crate::time::Timestamp,
+        task_id: &str,
+        kind: CommandKind,
+        items: Vec<DataItem>,
+    ) -> Result<Ticket, UsageError> {
+        self.core.tick(now);
+        self.live(task_id)?;
+        let t = self.ticket();
+        self.send_command(task_id, kind, items, None, Some(t));
+        Ok(t)
+    }
+
     fn ticket(&mut self) -> Ticket {
         self.next_ticket += 1;
         Ticket(self.next_ticket)
@@ -217,11 +232,7 @@ impl Leader {
         task_id: &str,
         items: Vec<DataItem>,
     ) -> Result<Ticket, UsageError> {
-        self.core.tick(now);
-        self.live(task_id)?;
-        let t = self.ticket();
-        self.send_command(task_id, CommandKind::Continue, items, None, Some(t));
-        Ok(t)
+        self.app_command(now, task_id, CommandKind::Continue, items)
     }
 
     /// `complete` (the products are accepted).
@@ -230,11 +241,7 @@ impl Leader {
         now: crate::time::Timestamp,
         task_id: &str,
     ) -> Result<Ticket, UsageError> {
-        self.core.tick(now);
-        self.live(task_id)?;
-        let t = self.ticket();
-        self.send_command(task_id, CommandKind::Complete, Vec::new(), None, Some(t));
-        Ok(t)
+        self.app_command(now, task_id, CommandKind::Complete, Vec::new())
     }
 
     /// `cancel`.
@@ -243,11 +250,7 @@ impl Leader {
         now: crate::time::Timestamp,
         task_id: &str,
     ) -> Result<Ticket, UsageError> {
-        self.core.tick(now);
-        self.live(task_id)?;
-        let t = self.ticket();
-        self.send_command(task_id, CommandKind::Cancel, Vec::new(), None, Some(t));
-        Ok(t)
+        self.app_command(now, task_id, CommandKind::Cancel, Vec::new())
     }
 
     /// `get` with full histories (the answer arrives as [`LeaderEvent::Result`]).
