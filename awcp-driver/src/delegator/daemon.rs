@@ -69,6 +69,7 @@ pub fn view_to_json(v: &DelegationView) -> Value {
         "result": v.result.as_ref().map(|r| json!({"summary": r.summary, "highlights": r.highlights})),
         "error": v.error.as_ref().map(|e| json!({"code": e.code.as_str(), "message": e.message, "hint": e.hint})),
         "ended": v.ended,
+        "warnings": v.warnings,
         "createdAt": v.created_at.to_rfc3339(),
         "updatedAt": v.updated_at.to_rfc3339(),
     })

@@ -599,17 +599,19 @@ impl<R: Runtime> Loop<R> {
                 let feed = self.feed();
                 let rt = self.rt.clone();
                 self.rt.spawn(Box::pin(async move {
-                    blocking(&rt, move || {
-                        match t.release(Path::new(&work_dir)) {
+                    let result = blocking(&rt, move || {
+                        let r = t.release(Path::new(&work_dir));
+                        match &r {
                             // Never recurse into a work directory that may still be a mount.
                             Err(e) => tracing::warn!("release of {work_dir} failed: {e}"),
                             Ok(()) => {
                                 let _ = std::fs::remove_dir_all(&work_dir);
                             }
                         }
+                        r.map_err(|e| e.to_error_info())
                     })
                     .await;
-                    feed(ExecutorInput::Released { id });
+                    feed(ExecutorInput::Released { id, result });
                 }));
             }
             ExecutorOutput::DropSnapshot { id, snapshot_id } => {

@@ -221,6 +221,10 @@ pub enum DelegatorInput {
     TransportReleased {
         /// The delegation.
         id: DelegationId,
+        /// What the release found that the user should be told (what the executor left in
+        /// the workspace and was neutralised, what could not be removed cleanly); shown in
+        /// [`DelegationView::warnings`].
+        warnings: Vec<String>,
     },
 }
 
@@ -459,6 +463,9 @@ pub struct DelegationView {
     pub error: Option<ErrorInfo>,
     /// Whether everything is released and the delegation is over.
     pub ended: bool,
+    /// What releasing the transport found that the user should know (see
+    /// [`DelegatorInput::TransportReleased`]).
+    pub warnings: Vec<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -515,6 +522,7 @@ struct Delegation {
     result: Option<TaskOutcome>,
     error: Option<ErrorInfo>,
     ended: bool,
+    warnings: Vec<String>,
 }
 
 /// The delegator engine. See the [module docs](self).
@@ -598,6 +606,7 @@ impl Delegator {
                 result: None,
                 error: None,
                 ended: false,
+                warnings: Vec::new(),
             },
         );
         self.core
@@ -747,6 +756,7 @@ impl Delegator {
             result: d.result.clone(),
             error: d.error.clone(),
             ended: d.ended,
+            warnings: d.warnings.clone(),
         })
     }
 
@@ -792,8 +802,9 @@ impl Delegator {
                 snapshot_id,
                 result,
             } => self.on_snapshot_op(now, &id, &snapshot_id, result, false),
-            DelegatorInput::TransportReleased { id } => {
+            DelegatorInput::TransportReleased { id, warnings } => {
                 let d = self.get_mut(&id)?;
+                d.warnings.extend(warnings);
                 if d.transport == Res::Releasing {
                     d.transport = Res::Released;
                 }
@@ -1751,6 +1762,7 @@ impl Delegator {
             })).collect::<Vec<_>>(),
             "result": d.result.as_ref().map(|o| json!({"summary": o.summary, "highlights": o.highlights})),
             "error": d.error,
+            "warnings": d.warnings,
         }))
     }
 
@@ -1922,6 +1934,7 @@ impl Delegator {
                 result,
                 error,
                 ended,
+                warnings: crate::engine::record_strings(r, "warnings"),
             },
         );
         Some(id)

@@ -20,7 +20,8 @@ use awcp_examples::RuntimeChoice;
 use awcp_proto::engine::SnapshotMode;
 use awcp_proto::{AccessMode, Auth, AuthType, TransportKind};
 use awcp_transports::{
-    ArchiveDelegator, ArchiveDelegatorConfig, SshfsDelegator, SshfsDelegatorConfig,
+    ArchiveDelegator, ArchiveDelegatorConfig, EscapingSymlinks, SshfsDelegator,
+    SshfsDelegatorConfig,
 };
 use clap::{Parser, Subcommand};
 use serde_json::{json, Value};
@@ -99,10 +100,16 @@ enum Cmd {
         #[arg(long, env = "AWCP_STATE_DIR")]
         state_dir: Option<PathBuf>,
         /// Lend over SSHFS (live) instead of an archive. A JSON file with `host`, `port`,
-        /// `user`, `jailRoot`, `principalsDir`, `hostPublicKey` (see `awcp sshfs setup`).
-        /// In-process only.
+        /// `user`, `jailRoot`, `principalsDir`, `hostPublicKey` and optionally `caDir` (the
+        /// directory of the CA key sshd trusts; default `<state dir>/sshfs`) and
+        /// `escapingSymlinks` (`keep`, `report` (default) or `remove`; see `awcp sshfs setup`).
+        /// Any number of delegating processes and a daemon can share one jail.
         #[arg(long)]
         sshfs_config: Option<PathBuf>,
+        /// The data plane: `archive` or `sshfs` (implied by --sshfs-config; with --daemon, the
+        /// daemon must have been started with --sshfs-config).
+        #[arg(long)]
+        transport: Option<String>,
     },
     /// Run the delegator daemon (HTTP API + archive URLs).
     Daemon {
@@ -112,6 +119,10 @@ enum Cmd {
         /// State directory.
         #[arg(long, env = "AWCP_STATE_DIR")]
         state_dir: Option<PathBuf>,
+        /// Also lend over SSHFS (requests with `"transport": "sshfs"`); the same JSON file as
+        /// `delegate --sshfs-config`.
+        #[arg(long)]
+        sshfs_config: Option<PathBuf>,
     },
     /// List delegations.
     List,
@@ -163,12 +174,15 @@ enum Cmd {
 enum SshfsCmd {
     /// Create the CA (if missing) and print the sshd configuration the SSHFS transport needs
     /// (or write it with --write). Then: create the SFTP login user, the jail (root-owned, mode
-    /// 0711) and the principals directory, and reload sshd.
+    /// 0711) and the principals directory, and reload sshd. sshd accepts a ChrootDirectory only
+    /// if it and every directory above it are root-owned and not writable by group or others:
+    /// the jail must not be under /tmp or another world-writable directory.
     Setup {
         /// The SFTP login user certificates are issued for.
         #[arg(long, default_value = "awcp")]
         user: String,
-        /// The jail (sshd ChrootDirectory; exports are bind-mounted inside).
+        /// The jail (sshd ChrootDirectory; exports are bind-mounted inside). It and every
+        /// directory above it must be root-owned and not group/world-writable (not /tmp).
         #[arg(long, default_value = "/srv/awcp-jail")]
         jail_root: PathBuf,
         /// Where the principals files live (root-owned path).
@@ -215,18 +229,33 @@ fn sshfs_delegator(path: &std::path::Path, state_dir: &std::path::Path) -> Sshfs
             .unwrap_or_else(|| fail(format!("--sshfs-config: `{k}` (string) is required")))
     };
     let port = v.get("port").and_then(Value::as_u64).unwrap_or(22);
-    let config = SshfsDelegatorConfig {
-        state_dir: state_dir.join("sshfs"),
-        principals_dir: s("principalsDir").into(),
-        jail_root: s("jailRoot").into(),
-        endpoint: awcp_proto::SshEndpoint {
+    // Every delegator on this jail must sign with the CA sshd trusts.
+    let ca_dir = match v.get("caDir") {
+        None => state_dir.join("sshfs"),
+        Some(d) => d
+            .as_str()
+            .map(PathBuf::from)
+            .unwrap_or_else(|| fail("--sshfs-config: `caDir` must be a path")),
+    };
+    let mut config = SshfsDelegatorConfig::new(
+        ca_dir,
+        s("principalsDir"),
+        s("jailRoot"),
+        awcp_proto::SshEndpoint {
             host: s("host"),
             port: u16::try_from(port).unwrap_or_else(|_| fail("--sshfs-config: bad port")),
             user: s("user"),
         },
-        host_public_key: s("hostPublicKey").into(),
-        helper_timeout: Duration::from_secs(30),
-    };
+        s("hostPublicKey"),
+    );
+    if let Some(p) = v.get("escapingSymlinks") {
+        config.escaping_symlinks =
+            p.as_str()
+                .and_then(EscapingSymlinks::parse)
+                .unwrap_or_else(|| {
+                    fail("--sshfs-config: `escapingSymlinks` must be keep, report or remove")
+                });
+    }
     SshfsDelegator::new(config).unwrap_or_else(|e| fail(format!("sshfs transport: {e}")))
 }
 
@@ -276,6 +305,7 @@ async fn run<R: Driver>(cli: Cli) {
             serve_archives,
             state_dir,
             sshfs_config,
+            transport,
         } => {
             let dir = std::fs::canonicalize(&dir)
                 .unwrap_or_else(|e| fail(format!("{}: {e} (WORKSPACE_NOT_FOUND)", dir.display())));
@@ -300,8 +330,20 @@ async fn run<R: Driver>(cli: Cli) {
                 credential,
                 metadata: Default::default(),
             });
+            let transport = match (transport.as_deref(), &sshfs_config) {
+                (None, None) | (Some("archive"), None) => TransportKind::Archive,
+                (None, Some(_)) | (Some("sshfs"), _) => TransportKind::Sshfs,
+                (Some("archive"), Some(_)) => fail("--sshfs-config lends over sshfs"),
+                (Some(t), _) => fail(format!("--transport {t}: use archive or sshfs")),
+            };
             if daemon && sshfs_config.is_some() {
-                fail("--sshfs-config works in-process only (without --daemon)");
+                fail(
+                    "with --daemon, the daemon's sshfs transport is configured by \
+                     `awcp daemon --sshfs-config`; pass --transport sshfs",
+                );
+            }
+            if !daemon && transport == TransportKind::Sshfs && sshfs_config.is_none() {
+                fail("--transport sshfs needs --sshfs-config (or --daemon)");
             }
             if daemon {
                 let body = json!({
@@ -311,6 +353,7 @@ async fn run<R: Driver>(cli: Cli) {
                     "ttlSeconds": ttl,
                     "accessMode": access.as_str(),
                     "snapshotMode": mode.as_str(),
+                    "transport": transport.as_str(),
                     "auth": auth.as_ref().map(|a| json!({"type": a.auth_type.as_str(), "credential": a.credential})),
                 });
                 let id = client.delegate(body).await.unwrap_or_else(|e| fail(e));
@@ -330,11 +373,6 @@ async fn run<R: Driver>(cli: Cli) {
             }
             let state_dir = state_dir.unwrap_or_else(default_state_dir);
             let sshfs = sshfs_config.map(|p| sshfs_delegator(&p, &state_dir));
-            let transport = if sshfs.is_some() {
-                TransportKind::Sshfs
-            } else {
-                TransportKind::Archive
-            };
             let mut archive_base = None;
             if let Some(addr) = serve_archives {
                 let listener = std::net::TcpListener::bind(addr)
@@ -374,12 +412,17 @@ async fn run<R: Driver>(cli: Cli) {
             )
             .await;
         }
-        Cmd::Daemon { listen, state_dir } => {
+        Cmd::Daemon {
+            listen,
+            state_dir,
+            sshfs_config,
+        } => {
             let state_dir = state_dir.unwrap_or_else(default_state_dir);
             let listener = std::net::TcpListener::bind(listen)
                 .unwrap_or_else(|e| fail(format!("cannot listen on {listen}: {e}")));
             let local = listener.local_addr().expect("bound");
-            let d = delegator::<R>(state_dir, Some(format!("http://{local}")), None);
+            let sshfs = sshfs_config.map(|p| sshfs_delegator(&p, &state_dir));
+            let d = delegator::<R>(state_dir, Some(format!("http://{local}")), sshfs);
             println!("awcp daemon listening on http://{local}");
             if let Err(e) = R::serve_delegator_on(listener, d, R::shutdown_signal()).await {
                 fail(e);
@@ -397,10 +440,23 @@ async fn run<R: Driver>(cli: Cli) {
                     write,
                 },
         } => {
-            use awcp_transports::sshfs::{ensure_ca, sshd_config, SshdConfigParams};
+            use awcp_transports::sshfs::{
+                check_chroot_path, ensure_ca, sshd_config, SshdConfigParams,
+            };
+            if let Err(e) = check_chroot_path(&jail_root) {
+                fail(format!("--jail-root: {e}"));
+            }
             let state = state_dir.unwrap_or_else(default_state_dir).join("sshfs");
             let ca = state.join("ca");
             ensure_ca(&ca).unwrap_or_else(|e| fail(format!("CA key {}: {e}", ca.display())));
+            let next = format!(
+                "next (as root): useradd -r -M -d /nonexistent -s /usr/sbin/nologin -p '*' {user}; \
+                 install -d -m 0711 {jail}; install -d -m 0755 {principals}; then reload sshd.\n\
+                 note: {req}.",
+                jail = jail_root.display(),
+                principals = principals_dir.display(),
+                req = awcp_transports::sshfs::CHROOT_REQUIREMENT,
+            );
             let text = sshd_config(&SshdConfigParams {
                 user,
                 ca_public_key: ca.with_extension("pub"),
@@ -408,6 +464,7 @@ async fn run<R: Driver>(cli: Cli) {
                 jail_root,
                 standalone: standalone.map(|a| (a.ip().to_string(), a.port(), host_key)),
             });
+            eprintln!("{next}");
             match write {
                 Some(path) => {
                     std::fs::write(&path, text)
@@ -547,6 +604,9 @@ fn human_record(v: &Value) -> String {
         if let Some(h) = e["hint"].as_str() {
             s.push_str(&format!("hint: {h}\n"));
         }
+    }
+    for w in v["warnings"].as_array().into_iter().flatten() {
+        s.push_str(&format!("warning: {}\n", w.as_str().unwrap_or("")));
     }
     for x in v["snapshots"].as_array().into_iter().flatten() {
         s.push_str(&format!(

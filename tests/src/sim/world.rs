@@ -1277,7 +1277,10 @@ impl World {
                 let i = self.idx(&id);
                 self.dels[i].handle = None;
                 self.release(ResKey::Export(id.clone()));
-                self.del_local(DelegatorInput::TransportReleased { id });
+                self.del_local(DelegatorInput::TransportReleased {
+                    id,
+                    warnings: Vec::new(),
+                });
             }
             DelegatorOutput::Event(ev) => self.on_del_event(ev),
         }
@@ -1573,7 +1576,7 @@ impl World {
                 }
                 self.execs[exec].work.remove(&id);
                 self.release(ResKey::WorkDir(exec, inc, id.clone()));
-                self.exec_local(exec, inc, ExecutorInput::Released { id });
+                self.exec_local(exec, inc, ExecutorInput::Released { id, result: Ok(()) });
             }
             ExecutorOutput::DropSnapshot { id, snapshot_id } => {
                 self.release(ResKey::Captured(exec, inc, id, snapshot_id));
