@@ -506,6 +506,18 @@ impl Gates {
         self.lock().1.insert(prompt.to_owned());
         self.changed.notify_all();
     }
+
+    /// Opens every gate when dropped: a failing test must not leave runners (and so the
+    /// runtime's blocking pool) waiting forever.
+    fn guard(self: &Arc<Self>) -> impl Drop {
+        struct OpenAll(Arc<Gates>);
+        impl Drop for OpenAll {
+            fn drop(&mut self) {
+                self.0.open("*");
+            }
+        }
+        OpenAll(self.clone())
+    }
 }
 
 impl TaskRunner for Gates {
@@ -530,7 +542,7 @@ impl TaskRunner for Gates {
         );
         self.changed.notify_all();
         // The cancel flag has no wake-up of its own: look at it between waits.
-        while !g.1.contains(&ctx.prompt) {
+        while !g.1.contains(&ctx.prompt) && !g.1.contains("*") {
             if cancel.is_cancelled() {
                 return Err("cancelled".into());
             }
@@ -709,6 +721,7 @@ async fn handles_from_the_lease_fail_after_cancel() {
     require_sshfs!();
     let fx = Sshd::start();
     let gates = Arc::new(Gates::default());
+    let _gates = gates.guard();
     let x = Arc::new(Capturing {
         inner: fx.executor(),
         handle: Mutex::new(None),
@@ -754,6 +767,7 @@ async fn a_dead_connection_at_release_fails_the_task_and_leaves_nothing_mounted(
     require_sshfs!();
     let mut fx = Sshd::start();
     let gates = Arc::new(Gates::default());
+    let _gates = gates.guard();
     let st = Stack::start(&fx, gates.clone(), Arc::new(fx.executor())).await;
     let id = st
         .dg
@@ -849,6 +863,7 @@ async fn delegations_from_a_daemon_and_cli_processes_share_one_jail() {
     let cfg = fx.base.join("sshfs.json");
     fx.write_cli_config(&cfg);
     let gates = Arc::new(Gates::default());
+    let _gates = gates.guard();
     let st = Stack::start(&fx, gates.clone(), Arc::new(fx.executor())).await;
     let logs = fx.base.clone();
     let started = |prompt: &'static str| {
