@@ -390,8 +390,12 @@ impl Inner {
     /// remove the directories and finally the record.
     fn end(&self, r: &Record) -> Result<ReleaseReport, TransportError> {
         let mut warnings = Vec::new();
-        // Revoke first: from here on sshd refuses the certificate.
-        self.registry.lock()?.remove_principal(&r.principal)?;
+        // Revoke first: from here on sshd refuses the certificate. Whatever happens, the rest
+        // still runs (a principal line left behind has no record: the next sweep removes it).
+        let revoked = self
+            .registry
+            .lock()
+            .and_then(|l| l.remove_principal(&r.principal));
         self.end_sessions(&r.token_dir);
         for s in &r.rw_sources {
             warnings.extend(residue::inspect(
@@ -408,6 +412,7 @@ impl Inner {
         // after the first pass: its working directory now shows as deleted.
         self.end_sessions(&r.token_dir);
         self.registry.lock()?.remove(&r.principal);
+        revoked?;
         Ok(ReleaseReport { warnings })
     }
 
