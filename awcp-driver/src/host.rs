@@ -1,9 +1,12 @@
-//! [`Driver`]: what a thin runtime driver (awcp-tokio, awcp-smol) offers beyond [`Runtime`], so
-//! a whole program (the `awcp-executor` and `awcp` binaries, the conformance suite) can be
-//! written once and run on either runtime.
+//! [`Driver`]: what a runtime offers beyond [`Runtime`] so a whole program (the `awcp-executor`
+//! and `awcp` binaries, the conformance suite) can be written once and run on either runtime.
+//! Every [`agent_rt::Host`] (tokio, smol) is a `Driver`: the servers are agent-rt's one server
+//! loop with the executor's or the delegator's handler.
 
 use std::future::Future;
 use std::io;
+
+use agent_rt::server::ServerOptions;
 
 use crate::runtime::{BoxFuture, Runtime};
 use crate::{DelegatorHandle, ExecutorHandle};
@@ -22,25 +25,50 @@ pub trait Driver: Runtime + Default {
     /// shut down what it started (e.g. [`ExecutorHandle::shutdown`]).
     fn block_on<F: Future>(main: F) -> F::Output;
 
-    /// Serves the executor's endpoints on `listener` until `shutdown` resolves, then finishes
-    /// the requests in flight. The executor's public URL is the caller's to set
-    /// ([`ExecutorHandle::set_public_url`]).
+    /// Resolves on SIGINT or SIGTERM (never, where the platform has neither).
+    fn shutdown_signal() -> BoxFuture<()>;
+
+    /// Serves the executor's endpoints on `listener` with `opts` (TLS, limits) until
+    /// `shutdown` resolves, then finishes the requests in flight. Without a public URL
+    /// ([`ExecutorHandle::set_public_url`]) snapshot URLs follow the origin each delegator
+    /// used.
+    fn serve_executor_with(
+        listener: std::net::TcpListener,
+        executor: ExecutorHandle,
+        opts: ServerOptions,
+        shutdown: BoxFuture<()>,
+    ) -> BoxFuture<io::Result<()>> {
+        serve::<Self>(listener, executor.http_handler(), opts, shutdown)
+    }
+
+    /// Serves a delegator's one-time archive URLs and daemon API on `listener` with `opts`
+    /// until `shutdown` resolves.
+    fn serve_delegator_with(
+        listener: std::net::TcpListener,
+        delegator: DelegatorHandle,
+        opts: ServerOptions,
+        shutdown: BoxFuture<()>,
+    ) -> BoxFuture<io::Result<()>> {
+        serve::<Self>(listener, delegator.http_handler(), opts, shutdown)
+    }
+
+    /// [`Driver::serve_executor_with`] in clear text with the default limits.
     fn serve_executor_on(
         listener: std::net::TcpListener,
         executor: ExecutorHandle,
         shutdown: BoxFuture<()>,
-    ) -> BoxFuture<io::Result<()>>;
+    ) -> BoxFuture<io::Result<()>> {
+        Self::serve_executor_with(listener, executor, ServerOptions::default(), shutdown)
+    }
 
-    /// Serves a delegator's one-time archive URLs and daemon API on `listener` until
-    /// `shutdown` resolves.
+    /// [`Driver::serve_delegator_with`] in clear text with the default limits.
     fn serve_delegator_on(
         listener: std::net::TcpListener,
         delegator: DelegatorHandle,
         shutdown: BoxFuture<()>,
-    ) -> BoxFuture<io::Result<()>>;
-
-    /// Resolves on SIGINT or SIGTERM (never, where the platform has neither).
-    fn shutdown_signal() -> BoxFuture<()>;
+    ) -> BoxFuture<io::Result<()>> {
+        Self::serve_delegator_with(listener, delegator, ServerOptions::default(), shutdown)
+    }
 
     /// Serves the executor's endpoints on `listener` in the background for the rest of the
     /// program (a server error is logged). Call inside [`Driver::block_on`].
@@ -52,10 +80,48 @@ pub trait Driver: Runtime + Default {
     /// Serves a delegator's archive URLs and daemon API on `listener` in the background for the
     /// rest of the program (a server error is logged). Call inside [`Driver::block_on`].
     fn spawn_delegator_server(&self, listener: std::net::TcpListener, delegator: DelegatorHandle) {
+        self.spawn_delegator_server_with(listener, delegator, ServerOptions::default());
+    }
+
+    /// [`Driver::spawn_delegator_server`] with TLS and limits.
+    fn spawn_delegator_server_with(
+        &self,
+        listener: std::net::TcpListener,
+        delegator: DelegatorHandle,
+        opts: ServerOptions,
+    ) {
         let server =
-            Self::serve_delegator_on(listener, delegator, Box::pin(std::future::pending()));
+            Self::serve_delegator_with(listener, delegator, opts, Box::pin(std::future::pending()));
         spawn_server(self, "delegator", server);
     }
+}
+
+impl<T: agent_rt::Host> Driver for T {
+    const NAME: &'static str = <T as agent_rt::Host>::NAME;
+
+    fn block_on<F: Future>(main: F) -> F::Output {
+        <T as agent_rt::Host>::block_on(main)
+    }
+
+    fn shutdown_signal() -> BoxFuture<()> {
+        <T as agent_rt::Host>::shutdown_signal()
+    }
+}
+
+/// agent-rt's server loop for `handler` on runtime `R`.
+fn serve<R: Runtime + Default>(
+    listener: std::net::TcpListener,
+    handler: agent_rt::Handler,
+    opts: ServerOptions,
+    shutdown: BoxFuture<()>,
+) -> BoxFuture<io::Result<()>> {
+    Box::pin(agent_rt::serve(
+        R::default(),
+        listener,
+        handler,
+        opts,
+        shutdown,
+    ))
 }
 
 fn spawn_server<R: Runtime>(rt: &R, what: &'static str, server: BoxFuture<io::Result<()>>) {

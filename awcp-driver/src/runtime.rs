@@ -1,39 +1,20 @@
-//! The small runtime trait every driver implements (tokio, smol): spawn, blocking pool, sleep,
-//! TCP connect and the wall clock. Everything else in this crate is runtime-neutral.
+//! The runtime trait the driver core is generic over: [`agent_rt::Runtime`] (spawn, blocking
+//! pool, sleep, TCP, wall clock) plus the AWCP view of its clock. Every `agent_rt::Runtime`
+//! (tokio, smol) is an AWCP [`Runtime`].
 
-use std::future::Future;
-use std::io;
-use std::pin::Pin;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::UNIX_EPOCH;
 
 use awcp_proto::Timestamp;
 
-/// A boxed, sendable future.
-pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+pub use agent_rt::runtime::{blocking, BorrowedFuture, BoxFuture};
 
-/// What the driver core needs from an async runtime.
-pub trait Runtime: Clone + Send + Sync + 'static {
-    /// A connected TCP stream usable by hyper.
-    type Io: hyper::rt::Read + hyper::rt::Write + Send + Unpin + 'static;
-
-    /// Runs a future in the background.
-    fn spawn(&self, fut: BoxFuture<()>);
-
-    /// Runs blocking work (file system, transports, task runners) off the async threads.
-    fn spawn_blocking<T: Send + 'static>(
-        &self,
-        f: Box<dyn FnOnce() -> T + Send + 'static>,
-    ) -> BoxFuture<T>;
-
-    /// Completes after `d`.
-    fn sleep(&self, d: Duration) -> BoxFuture<()>;
-
-    /// Opens a TCP connection.
-    fn connect(&self, host: String, port: u16) -> BoxFuture<io::Result<Self::Io>>;
-
-    /// The wall clock as a protocol timestamp. Overridable for simulated time.
+/// What the driver core needs from an async runtime: [`agent_rt::Runtime`], with the wall
+/// clock as a protocol timestamp.
+pub trait Runtime: agent_rt::Runtime {
+    /// The wall clock as a protocol timestamp ([`agent_rt::Runtime::wall_clock`]).
     fn now(&self) -> Timestamp {
-        let ms = SystemTime::now()
+        let ms = self
+            .wall_clock()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis() as u64)
             .unwrap_or(0);
@@ -41,13 +22,7 @@ pub trait Runtime: Clone + Send + Sync + 'static {
     }
 }
 
-/// Runs a closure on the runtime's blocking pool.
-pub fn blocking<R: Runtime, T: Send + 'static>(
-    rt: &R,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> BoxFuture<T> {
-    rt.spawn_blocking(Box::new(f))
-}
+impl<T: agent_rt::Runtime> Runtime for T {}
 
 /// Sleeps until `at` (immediately if it is past).
 pub fn sleep_until<R: Runtime>(rt: &R, at: Timestamp) -> BoxFuture<()> {

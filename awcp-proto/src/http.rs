@@ -47,6 +47,43 @@ pub fn cancel_url(peer: &str, id: &DelegationId) -> String {
     format!("{}{AWCP_PATH}/cancel/{id}", base_url(peer))
 }
 
+/// The header a delegator presents `auth` in: `Authorization: Bearer <t>`, or `X-API-Key: <k>`
+/// for an API key.
+pub fn credential_header(auth: &crate::wire::Auth) -> (&'static str, String) {
+    match auth.auth_type {
+        crate::wire::AuthType::ApiKey => ("x-api-key", auth.credential.clone()),
+        _ => ("authorization", format!("Bearer {}", auth.credential)),
+    }
+}
+
+/// The origin of an absolute URL: lowercase scheme and host, and the port (the scheme's
+/// default when absent). `None` if `url` is not `scheme://authority…`.
+pub fn origin(url: &str) -> Option<(String, String, u16)> {
+    let (scheme, rest) = url.split_once("://")?;
+    let scheme = scheme.to_ascii_lowercase();
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let hostport = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let (host, port) = match hostport.rsplit_once(':') {
+        Some((h, p)) if !p.contains(']') => (h, Some(p.parse::<u16>().ok()?)),
+        _ => (hostport, None),
+    };
+    if host.is_empty() {
+        return None;
+    }
+    let default = match scheme.as_str() {
+        "http" => 80,
+        "https" => 443,
+        _ => return None,
+    };
+    Some((scheme, host.to_ascii_lowercase(), port.unwrap_or(default)))
+}
+
+/// Whether two URLs have the same origin (scheme, host, port). A credential meant for one
+/// server is only ever sent to URLs of that server's origin.
+pub fn same_origin(a: &str, b: &str) -> bool {
+    matches!((origin(a), origin(b)), (Some(x), Some(y)) if x == y)
+}
+
 /// The credential a request presents: `Authorization: Bearer <t>` or `X-API-Key: <k>`.
 pub fn presented_credential(authorization: Option<&str>, api_key: Option<&str>) -> Option<String> {
     if let Some(a) = authorization {
@@ -345,6 +382,22 @@ mod tests {
         );
         assert_eq!(presented_credential(None, Some("k")).as_deref(), Some("k"));
         assert_eq!(presented_credential(Some("Basic x"), None), None);
+    }
+
+    #[test]
+    fn origins() {
+        assert!(same_origin(
+            "http://127.0.0.1:8080/awcp",
+            "http://127.0.0.1:8080/awcp/tasks/x/snapshots/y"
+        ));
+        assert!(same_origin("HTTP://Host/a", "http://host:80/b"));
+        assert!(same_origin("https://[::1]/a", "https://[::1]:443/b"));
+        assert!(!same_origin("http://h:1/a", "http://h:2/a"));
+        assert!(!same_origin("http://h/a", "https://h/a"));
+        assert!(!same_origin("http://h/a", "http://evil/a?http://h/"));
+        assert!(!same_origin("http://h/a", "http://h@evil/a"));
+        assert!(!same_origin("nonsense", "nonsense"));
+        assert!(!same_origin("http://h:99999/a", "http://h:99999/a"));
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! # awcp-tokio: the tokio driver
 //!
-//! A thin layer over [`awcp_driver`]: [`TokioRuntime`] implements the driver's runtime trait
-//! with tokio, [`executor_router`] gives an axum `Router` to mount in your own app, and
-//! [`serve_executor`] / [`serve_delegator`] run standalone servers.
+//! A thin layer over [`awcp_driver`] and [`agent_rt`]: [`TokioRuntime`] (agent-rt's tokio
+//! runtime) runs the driver, [`executor_router`] gives an axum `Router` to mount in your own
+//! app, and [`serve_executor`] / [`serve_delegator`] run standalone servers (agent-rt's
+//! server loop: TLS, timeouts, connection cap; see [`agent_rt::server`]).
 //!
 //! ```no_run
 //! # async fn demo() -> std::io::Result<()> {
@@ -25,96 +26,11 @@
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
-use std::time::Duration;
 
+pub use agent_rt::tokio::shutdown_signal;
+pub use agent_rt::{ServerOptions, TokioRuntime};
 pub use awcp_driver;
-use awcp_driver::runtime::BoxFuture;
-use awcp_driver::{DelegatorHandle, Driver, ExecutorHandle, Runtime};
-use hyper_util::rt::TokioIo;
-
-/// The tokio implementation of [`Runtime`]. Use it inside a tokio runtime.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct TokioRuntime;
-
-impl Runtime for TokioRuntime {
-    type Io = TokioIo<tokio::net::TcpStream>;
-
-    fn spawn(&self, fut: BoxFuture<()>) {
-        tokio::spawn(fut);
-    }
-
-    fn spawn_blocking<T: Send + 'static>(
-        &self,
-        f: Box<dyn FnOnce() -> T + Send + 'static>,
-    ) -> BoxFuture<T> {
-        let h = tokio::task::spawn_blocking(f);
-        Box::pin(async move {
-            match h.await {
-                Ok(v) => v,
-                Err(e) => std::panic::resume_unwind(e.into_panic()),
-            }
-        })
-    }
-
-    fn sleep(&self, d: Duration) -> BoxFuture<()> {
-        Box::pin(tokio::time::sleep(d))
-    }
-
-    fn connect(&self, host: String, port: u16) -> BoxFuture<io::Result<Self::Io>> {
-        Box::pin(async move {
-            let s = tokio::net::TcpStream::connect((host.as_str(), port)).await?;
-            let _ = s.set_nodelay(true);
-            Ok(TokioIo::new(s))
-        })
-    }
-}
-
-impl Driver for TokioRuntime {
-    const NAME: &'static str = "tokio";
-
-    /// Runs `main` on a new multi-threaded runtime (one worker per core). A panic in `main`
-    /// propagates; blocking tasks still running are not waited for.
-    fn block_on<F: Future>(main: F) -> F::Output {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
-            .expect("the tokio runtime starts");
-        let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rt.block_on(main)));
-        // Dropping the runtime would wait for every blocking task (a task runner that never
-        // finishes would hang the program, or a failed test).
-        rt.shutdown_background();
-        out.unwrap_or_else(|p| std::panic::resume_unwind(p))
-    }
-
-    fn serve_executor_on(
-        listener: std::net::TcpListener,
-        executor: ExecutorHandle,
-        shutdown: BoxFuture<()>,
-    ) -> BoxFuture<io::Result<()>> {
-        Box::pin(
-            async move { serve(from_std(listener)?, executor_router(executor), shutdown).await },
-        )
-    }
-
-    fn serve_delegator_on(
-        listener: std::net::TcpListener,
-        delegator: DelegatorHandle,
-        shutdown: BoxFuture<()>,
-    ) -> BoxFuture<io::Result<()>> {
-        Box::pin(
-            async move { serve(from_std(listener)?, delegator_router(delegator), shutdown).await },
-        )
-    }
-
-    fn shutdown_signal() -> BoxFuture<()> {
-        Box::pin(shutdown_signal())
-    }
-}
-
-fn from_std(listener: std::net::TcpListener) -> io::Result<tokio::net::TcpListener> {
-    listener.set_nonblocking(true)?;
-    tokio::net::TcpListener::from_std(listener)
-}
+use awcp_driver::{DelegatorHandle, ExecutorHandle};
 
 /// An axum router serving the executor's endpoints (`/awcp…` and `/.well-known/agent*.json`)
 /// with no body limit of axum's own (the executor enforces its admission limit).
@@ -127,26 +43,54 @@ pub fn executor_router(executor: ExecutorHandle) -> axum::Router {
         .layer(axum::extract::DefaultBodyLimit::disable())
 }
 
-/// Serves `router` on `listener` until `shutdown` resolves.
+/// An axum router (any `Router`) as an [`agent_rt::Handler`] for agent-rt's server.
+pub fn router_handler(router: axum::Router) -> agent_rt::Handler {
+    agent_rt::Handler::new(move |req: http::Request<agent_rt::body::RequestBody>| {
+        let router = router.clone();
+        async move {
+            use tower::ServiceExt;
+            match router.oneshot(req.map(axum::body::Body::new)).await {
+                Ok(resp) => resp,
+                Err(never) => match never {},
+            }
+        }
+    })
+}
+
+/// Serves `router` on `listener` with the default limits until `shutdown` resolves.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     router: axum::Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown)
-        .await
+    serve_with(listener, router, ServerOptions::default(), shutdown).await
 }
 
-/// Binds `addr`, tells the executor its public URL, and serves it until `shutdown`.
+/// Serves `router` on `listener` with `opts` (TLS, limits) until `shutdown` resolves.
+pub async fn serve_with(
+    listener: tokio::net::TcpListener,
+    router: axum::Router,
+    opts: ServerOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> io::Result<()> {
+    agent_rt::server::serve_on(
+        TokioRuntime,
+        listener,
+        router_handler(router),
+        opts,
+        shutdown,
+    )
+    .await
+}
+
+/// Binds `addr` and serves the executor until `shutdown`. Snapshot URLs follow the origin
+/// each delegator used unless a public URL is set ([`ExecutorHandle::set_public_url`]).
 pub async fn serve_executor(
     addr: SocketAddr,
     executor: ExecutorHandle,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
-    let local = listener.local_addr()?;
-    executor.set_public_url(format!("http://{local}"));
     serve(listener, executor_router(executor), shutdown).await
 }
 
@@ -170,26 +114,4 @@ pub async fn serve_delegator(
 ) -> io::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     serve(listener, delegator_router(delegator), shutdown).await
-}
-
-/// Resolves on SIGINT or SIGTERM.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = term => {},
-    }
 }

@@ -43,9 +43,10 @@ pub enum TransportError {
     /// The executor's work directory exists and is not empty.
     #[error("work directory is not empty")]
     WorkDirNotEmpty,
-    /// Files changed locally during the delegation would be overwritten or deleted by the
-    /// snapshot; nothing was written.
-    #[error("snapshot conflicts with local edits to: {}", .paths.join(", "))]
+    /// Files changed locally during the delegation (edited, added or removed) would be
+    /// overwritten or deleted by the snapshot, also where it changes a file into a directory
+    /// or back; nothing was written.
+    #[error("the result conflicts with local changes made since the delegation started: {}", .paths.join(", "))]
     Conflict {
         /// Resource-qualified paths (`resource/path`) that changed locally.
         paths: Vec<String>,
@@ -119,9 +120,59 @@ impl TransportError {
         }
     }
 
-    /// The error as the protocol reports it (code, message, the code's hint).
+    /// The error as the protocol reports it: code, message, and a hint that names the cause
+    /// (the code's generic hint where there is nothing more specific).
     pub fn to_error_info(&self) -> ErrorInfo {
-        ErrorInfo::new(self.code(), self.to_string())
+        let mut info = ErrorInfo::new(self.code(), self.to_string());
+        if let Some(h) = self.hint() {
+            info.hint = Some(h.to_owned());
+        }
+        info
+    }
+
+    /// The error of applying a result to the delegator's workspace: as
+    /// [`Self::to_error_info`], with hints that speak of the result rather than of the
+    /// executor's setup. Nothing was written (or a crash recovery finished it).
+    pub fn apply_error_info(&self) -> ErrorInfo {
+        let mut info = self.to_error_info();
+        if matches!(
+            self,
+            TransportError::EntryRejected { .. }
+                | TransportError::BadArchive(_)
+                | TransportError::BadBase64(_)
+        ) {
+            info.hint = Some(
+                "The executor's result archive was refused (see the message); nothing was \
+                 written. Discard the snapshot, or delegate again."
+                    .into(),
+            );
+        }
+        info
+    }
+
+    fn hint(&self) -> Option<&'static str> {
+        Some(match self {
+            TransportError::Conflict { .. } => {
+                "These paths changed locally since the delegation started (edited, added or \
+                 removed) where the result writes, deletes or changes a file into a directory \
+                 or back; nothing was written. Keep or move your local changes, then apply the \
+                 snapshot again, or discard it."
+            }
+            TransportError::SymlinkInPath(_) => {
+                "The local workspace has a symlink where the result writes; nothing is written \
+                 through symlinks. Replace it by a real directory, then apply the snapshot \
+                 again, or discard it."
+            }
+            TransportError::Io { .. } => {
+                "A local file operation failed (see the message): check permissions and free \
+                 disk space, then retry."
+            }
+            TransportError::WorkDirNotEmpty => {
+                "The executor's work directory for this delegation already exists and is not \
+                 empty: check the executor's work root."
+            }
+            _ => return None,
+        })
     }
 }
 

@@ -557,3 +557,136 @@ fn cancelled_prepare_and_setup_leave_nothing_behind() {
     ));
     assert!(!f.work.exists());
 }
+
+/// The executor's copy changes types: `docs/` becomes a file, `old.txt` becomes a directory.
+fn change_types(root: &Path) {
+    fs::remove_dir_all(root.join("docs")).unwrap();
+    write(root, "docs", b"docs is a file now\n");
+    fs::remove_file(root.join("old.txt")).unwrap();
+    write(root, "old.txt/inside.txt", b"old.txt is a directory now\n");
+}
+
+fn assert_types_changed(ws: &Path) {
+    assert_eq!(fs::read(ws.join("docs")).unwrap(), b"docs is a file now\n");
+    assert_eq!(
+        fs::read(ws.join("old.txt/inside.txt")).unwrap(),
+        b"old.txt is a directory now\n"
+    );
+    assert_eq!(fs::read(ws.join("README.md")).unwrap(), b"# project\n");
+}
+
+/// Type changes apply three-way (the base sent, the local tree, the result) in one journalled
+/// swap: a crash after any number of its renames is rolled forward by the start-up recovery
+/// to exactly the new tree, and applying again afterwards is a no-op success.
+#[test]
+fn type_changes_survive_a_crash_at_every_step_of_the_swap() {
+    for kind in [SnapshotKind::Delta, SnapshotKind::Full] {
+        for n in 0.. {
+            let f = fixture(AccessMode::Rw);
+            let p = prepare(&f, Layout::PerResource, Delivery::Inline, AccessMode::Rw);
+            setup(&f, &p, AccessMode::Rw);
+            change_types(&f.work.join("project"));
+            let snap = f
+                .executor
+                .capture(&f.work, kind, &Delivery::Inline, &CancelFlag::new())
+                .unwrap();
+            let opts = ApplyOptions {
+                crash: Some(CrashPoint::AfterOps(n)),
+                ..Default::default()
+            };
+            match apply(&f, &p, &snap, &opts, AccessMode::Rw) {
+                Ok(_) => {
+                    // n is past the last rename: the uninterrupted apply.
+                    assert_types_changed(&f.ws);
+                    assert_no_staging(&f.ws);
+                    assert!(n > 2, "{kind:?}: the swap has several renames");
+                    break;
+                }
+                Err(TransportError::InjectedCrash(_)) => {}
+                Err(e) => panic!("{kind:?} after {n} renames: {e}"),
+            }
+            let r =
+                awcp_transports::snapshot::recover_interrupted(std::slice::from_ref(&f.ws), "d1")
+                    .unwrap();
+            assert_eq!(r, Recovery::RolledForward, "{kind:?} after {n} renames");
+            assert_types_changed(&f.ws);
+            assert_no_staging(&f.ws);
+            let again = apply(&f, &p, &snap, &ApplyOptions::default(), AccessMode::Rw).unwrap();
+            assert!(again.written.is_empty(), "{kind:?}: {again:?}");
+            assert_types_changed(&f.ws);
+        }
+    }
+}
+
+/// A type change over local changes is a conflict, whatever the policy, when it would destroy
+/// what was never shipped; nothing is written.
+#[test]
+fn type_changes_never_destroy_local_work() {
+    for policy in [ConflictPolicy::Refuse, ConflictPolicy::Overwrite] {
+        let f = fixture(AccessMode::Rw);
+        let p = prepare(&f, Layout::PerResource, Delivery::Inline, AccessMode::Rw);
+        setup(&f, &p, AccessMode::Rw);
+        change_types(&f.work.join("project"));
+        let snap = capture_inline_delta(&f);
+        write(&f.ws, "docs/mine.md", b"written locally, never shipped\n");
+        let before = tree(&f.ws);
+        let opts = ApplyOptions {
+            on_conflict: policy,
+            ..Default::default()
+        };
+        let e = apply(&f, &p, &snap, &opts, AccessMode::Rw).unwrap_err();
+        match &e {
+            TransportError::Conflict { paths } => {
+                assert_eq!(
+                    paths,
+                    &vec!["project/docs/mine.md".to_owned()],
+                    "{policy:?}"
+                )
+            }
+            other => panic!("{policy:?}: {other:?}"),
+        }
+        let hint = e.to_error_info().hint.unwrap();
+        assert!(hint.contains("changed locally"), "{hint}");
+        assert_eq!(tree(&f.ws), before, "{policy:?}");
+        assert_no_staging(&f.ws);
+    }
+    // The file that becomes a directory was edited locally: a conflict (Refuse).
+    let f = fixture(AccessMode::Rw);
+    let p = prepare(&f, Layout::PerResource, Delivery::Inline, AccessMode::Rw);
+    setup(&f, &p, AccessMode::Rw);
+    change_types(&f.work.join("project"));
+    let snap = capture_inline_delta(&f);
+    write(&f.ws, "old.txt", b"edited locally\n");
+    let e = apply(&f, &p, &snap, &ApplyOptions::default(), AccessMode::Rw).unwrap_err();
+    assert!(
+        matches!(&e, TransportError::Conflict { paths } if paths == &vec!["project/old.txt".to_owned()]),
+        "{e:?}"
+    );
+    assert_eq!(fs::read(f.ws.join("old.txt")).unwrap(), b"edited locally\n");
+}
+
+/// Permission bits round-trip through setup and apply: a 0444 file is 0444 in the work
+/// directory and stays 0444 when the result rewrites it.
+#[test]
+fn read_only_files_stay_read_only_both_ways() {
+    let f = fixture(AccessMode::Rw);
+    fs::set_permissions(f.ws.join("README.md"), fs::Permissions::from_mode(0o444)).unwrap();
+    let p = prepare(&f, Layout::PerResource, Delivery::Inline, AccessMode::Rw);
+    setup(&f, &p, AccessMode::Rw);
+    let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    let readme = f.work.join("project/README.md");
+    assert_eq!(mode(&readme), 0o444, "read-only on the executor");
+    fs::set_permissions(&readme, fs::Permissions::from_mode(0o644)).unwrap();
+    write(&f.work.join("project"), "README.md", b"# edited\n");
+    fs::set_permissions(&readme, fs::Permissions::from_mode(0o444)).unwrap();
+    fs::set_permissions(
+        f.work.join("project/run.sh"),
+        fs::Permissions::from_mode(0o700),
+    )
+    .unwrap();
+    let snap = capture_inline_delta(&f);
+    apply(&f, &p, &snap, &ApplyOptions::default(), AccessMode::Rw).unwrap();
+    assert_eq!(fs::read(f.ws.join("README.md")).unwrap(), b"# edited\n");
+    assert_eq!(mode(&f.ws.join("README.md")), 0o444);
+    assert_eq!(mode(&f.ws.join("run.sh")), 0o700, "a chmod alone travels");
+}

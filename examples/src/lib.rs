@@ -6,6 +6,59 @@ use std::time::Instant;
 use awcp_proto::engine::delegator::{DelegationView, SnapshotStatus};
 use awcp_proto::{DelegationId, DelegatorEvent};
 
+/// Exit codes of the `awcp` CLI (README "Exit codes"). Scripts can tell apart a task that
+/// failed from a result that was not applied from a peer that could not be reached.
+pub mod exit {
+    use serde_json::Value;
+
+    /// The delegation completed; its result was applied (or staged on purpose, or there was
+    /// nothing to apply). Also: any other command succeeded.
+    pub const OK: i32 = 0;
+    /// Anything else went wrong (an I/O error, a daemon that answered with an error).
+    pub const OTHER: i32 = 1;
+    /// Usage error: bad flags or arguments, a workspace that does not exist or is not a
+    /// directory, a call the delegation's state does not allow.
+    pub const USAGE: i32 = 2;
+    /// The delegation failed: declined, refused at admission, task failed, expired or
+    /// cancelled.
+    pub const FAILED: i32 = 3;
+    /// The task completed but its result was NOT applied (kept staged with the reason, or it
+    /// could not be stored); nothing of it was written.
+    pub const NOT_APPLIED: i32 = 4;
+    /// The executor (or the daemon) could not be reached.
+    pub const UNREACHABLE: i32 = 5;
+
+    /// The exit code for an AWCP error code ending a delegation or refusing a request.
+    pub fn for_code(code: &str) -> i32 {
+        match code {
+            "WORKSPACE_NOT_FOUND" | "WORKSPACE_INVALID" => USAGE,
+            "TIMEOUT" | "SSE_FAILED" => UNREACHABLE,
+            _ => FAILED,
+        }
+    }
+
+    /// The exit code for a delegation record (its `outcome`, see the daemon's record).
+    pub fn for_record(v: &Value) -> i32 {
+        match v["outcome"]["status"].as_str() {
+            Some("completed" | "staged") => OK,
+            Some("not_applied") => NOT_APPLIED,
+            Some("unreachable") => UNREACHABLE,
+            Some("failed") => v["error"]["code"].as_str().map_or(FAILED, for_code),
+            _ => OTHER,
+        }
+    }
+
+    /// The exit code for a failed daemon call.
+    pub fn for_daemon_error(e: &awcp_driver::delegator::daemon::DaemonError) -> i32 {
+        match (e.status, e.code.as_deref()) {
+            (0, _) => UNREACHABLE,
+            (_, Some(code)) => for_code(code),
+            (400 | 404 | 409, None) => USAGE,
+            _ => OTHER,
+        }
+    }
+}
+
 /// The async runtime a binary runs on (`--runtime`, `AWCP_RUNTIME`). Both run the same
 /// engine; see `awcp_driver::Driver`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -237,8 +290,9 @@ pub fn describe(v: &DelegationView) -> String {
         s.push_str(&format!("warning: {w}\n"));
     }
     for snap in &v.snapshots {
-        let extra = match &snap.status {
-            SnapshotStatus::Failed(e) => format!(" ({e})"),
+        let extra = match (&snap.status, &snap.error) {
+            (SnapshotStatus::Failed(e), _) => format!(" (not stored: {e})"),
+            (_, Some(e)) => format!(" (not applied: {e})"),
             _ => String::new(),
         };
         s.push_str(&format!(
@@ -262,5 +316,99 @@ pub fn human_bytes(n: u64) -> String {
         format!("{:.1} KB", f / K)
     } else {
         format!("{n} B")
+    }
+}
+
+/// `--ca-file`, `--client-cert`, `--client-key`: how the binaries' HTTP clients trust servers
+/// and identify themselves (https executors, daemons and archive servers).
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct ClientTlsArgs {
+    /// Trust this CA certificate (PEM) for https peers, in addition to the system's roots
+    /// (repeatable).
+    #[arg(long, env = "AWCP_CA_FILE", global = true)]
+    pub ca_file: Vec<std::path::PathBuf>,
+    /// Present this client certificate (PEM) to servers that require one (mTLS).
+    #[arg(long, env = "AWCP_CLIENT_CERT", global = true, requires = "client_key")]
+    pub client_cert: Option<std::path::PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long, env = "AWCP_CLIENT_KEY", global = true, requires = "client_cert")]
+    pub client_key: Option<std::path::PathBuf>,
+}
+
+impl ClientTlsArgs {
+    /// The client TLS settings, or why the files are unusable.
+    pub fn client_tls(&self) -> Result<agent_rt::ClientTls, String> {
+        if self.ca_file.is_empty() && self.client_cert.is_none() {
+            return Ok(agent_rt::ClientTls::default());
+        }
+        agent_rt::ClientTls::new(&agent_rt::ClientTlsOptions {
+            ca_files: self.ca_file.clone(),
+            no_public_roots: false,
+            client_cert: self.client_cert.clone(),
+            client_key: self.client_key.clone(),
+        })
+        .map_err(|e| e.to_string())
+    }
+}
+
+/// `--tls-cert`, `--tls-key`, `--client-ca` and the server limits: how a binary's server
+/// (executor, daemon, archive server) serves.
+#[derive(clap::Args, Clone, Debug)]
+pub struct ServerArgs {
+    /// Serve TLS with this certificate chain (PEM, leaf first).
+    #[arg(long, env = "AWCP_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// The TLS certificate's private key (PEM).
+    #[arg(long, env = "AWCP_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<std::path::PathBuf>,
+    /// Require client certificates signed by this CA (PEM): mTLS. Needs --tls-cert.
+    #[arg(long, env = "AWCP_CLIENT_CA", requires = "tls_cert")]
+    pub client_ca: Option<std::path::PathBuf>,
+    /// Seconds a client may take to send a request's head (and the TLS handshake).
+    #[arg(long, env = "AWCP_HEADER_READ_TIMEOUT", default_value_t = 30)]
+    pub header_read_timeout: u64,
+    /// Seconds a kept-alive connection may sit idle between requests.
+    #[arg(long, env = "AWCP_IDLE_TIMEOUT", default_value_t = 60)]
+    pub idle_timeout: u64,
+    /// Base seconds allowed for a request body (plus one second per 16 KiB received).
+    #[arg(long, env = "AWCP_BODY_READ_TIMEOUT", default_value_t = 60)]
+    pub body_read_timeout: u64,
+    /// Most connections open at once (the oldest idle one is closed to make room).
+    #[arg(long, env = "AWCP_MAX_CONNECTIONS", default_value_t = 512)]
+    pub max_connections: usize,
+}
+
+impl ServerArgs {
+    /// The server settings, or why the TLS files are unusable.
+    pub fn server_options(&self) -> Result<agent_rt::ServerOptions, String> {
+        let secs = |s: u64| (s > 0).then(|| std::time::Duration::from_secs(s));
+        let tls = match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => Some(
+                agent_rt::ServerTls::new(&agent_rt::ServerTlsOptions {
+                    cert: cert.clone(),
+                    key: key.clone(),
+                    client_ca: self.client_ca.clone(),
+                })
+                .map_err(|e| e.to_string())?,
+            ),
+            _ => None,
+        };
+        Ok(agent_rt::ServerOptions {
+            tls,
+            header_read_timeout: secs(self.header_read_timeout),
+            idle_timeout: secs(self.idle_timeout),
+            body_read_timeout: secs(self.body_read_timeout),
+            max_connections: self.max_connections.max(1),
+            ..agent_rt::ServerOptions::default()
+        })
+    }
+}
+
+/// A `--public-url` value: an `http(s)://host[:port]` base without a trailing slash.
+pub fn parse_public_url(s: &str) -> Result<String, String> {
+    let u: http::Uri = s.parse().map_err(|e| format!("{s:?}: {e}"))?;
+    match (u.scheme_str(), u.host()) {
+        (Some("http" | "https"), Some(_)) => Ok(s.trim_end_matches('/').to_owned()),
+        _ => Err(format!("{s:?} is not an http(s)://host[:port] URL")),
     }
 }

@@ -7,7 +7,9 @@ Starts a local executor (`awcp-executor --listen 127.0.0.1:0` with a small shell
 slow when the prompt says SLOW), then `awcp-mcp --peers <executor> --port 0` over stdio, and
 checks: initialize + list tools (the delegate description carries the executor's card);
 foreground delegate; background delegate + delegate_output(block=true); cancel of a running
-delegation; staged snapshots -> list -> apply, and discard; bad arguments -> tool errors while
+delegation; staged snapshots -> list -> apply, and discard; a result that cannot be applied
+(the workspace changed locally during the task) -> delegate and delegate_output report isError
+and the snapshot stays pending with the reason; bad arguments -> tool errors while
 the server stays alive; delegate_recover, also after a restart of the MCP server (in-process
 daemon: the executor is asked; external `awcp daemon`: the daemon still has the delegation).
 Exits non-zero on the first failure.
@@ -28,6 +30,7 @@ from mcp.client.stdio import stdio_client
 AGENT = """#!/bin/sh
 case "$AWCP_PROMPT" in
   *SLOW*) sleep 300 ;;
+  CONFLICT*) set -- $AWCP_PROMPT; echo "edited locally" > "$2" ;;
 esac
 echo "written by the agent" > AGENT_RESULT.txt
 echo "wrote AGENT_RESULT.txt"
@@ -216,6 +219,26 @@ async def run(mcp_bin, peer, tmp):
                 assert status == "discarded", status
                 assert not (ws / "AGENT_RESULT.txt").exists(), "discarded snapshot applied"
             log(f"staged snapshot {sid}: listed and {action} done")
+
+        # 5b. A result that cannot be applied: the user wrote AGENT_RESULT.txt locally while the
+        #     task ran (the agent does it on the prompt's behalf). Never reported as success.
+        ws = make_workspace(tmp, "ws-conflict")
+        local = ws / "AGENT_RESULT.txt"
+        r = await session.call_tool("delegate", {
+            "description": "conflict", "prompt": f"CONFLICT {local}",
+            "workspace_dir": str(ws), "peer_url": peer,
+        })
+        expect_error("delegate(not applied)", r, "NOT applied", "delegate_apply_snapshot")
+        st = structured(r)
+        assert st and st["outcome"]["status"] == "not_applied", st
+        snap = st["snapshots"][0]
+        assert snap["status"] == "pending" and "AGENT_RESULT.txt" in snap["error"]["message"], snap
+        assert local.read_text() == "edited locally\n", "the local edit was overwritten"
+        expect_error("delegate_output(not applied)", await session.call_tool(
+            "delegate_output", {"delegation_id": st["id"]}), "NOT applied")
+        expect_ok("delegate_discard_snapshot(not applied)", await session.call_tool(
+            "delegate_discard_snapshot", {"delegation_id": st["id"], "snapshot_id": snap["id"]}))
+        log("result not applied: isError from delegate and delegate_output, snapshot kept pending")
 
         # 6. Bad arguments: tool errors with clear messages; the server stays alive.
         expect_error("delegate(no prompt)", await session.call_tool("delegate", {

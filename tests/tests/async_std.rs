@@ -57,7 +57,10 @@ fn smol_driver_inside_async_std_delegates_applies_and_cancels() {
         ));
 
         let ws = workspace();
-        let id = dg.delegate(params(&edit_peer, ws.path())).await.unwrap();
+        let id = dg
+            .delegate(params::<SmolRuntime>(&edit_peer, ws.path()))
+            .await
+            .unwrap();
         let v = async_std::future::timeout(Duration::from_secs(60), dg.wait(&id))
             .await
             .expect("delegation ended in time")
@@ -67,7 +70,10 @@ fn smol_driver_inside_async_std_delegates_applies_and_cancels() {
 
         let ws = workspace();
         let before = tree(ws.path());
-        let id = dg.delegate(params(&gated_peer, ws.path())).await.unwrap();
+        let id = dg
+            .delegate(params::<SmolRuntime>(&gated_peer, ws.path()))
+            .await
+            .unwrap();
         gate.started().await;
         dg.cancel(&id).await.unwrap();
         let v = async_std::future::timeout(Duration::from_secs(60), dg.wait(&id))

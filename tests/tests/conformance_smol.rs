@@ -4,3 +4,10 @@
 mod conformance;
 
 conformance_suite!(awcp_smol::SmolRuntime);
+
+/// Every scenario again with authentication on: every executor requires a credential, so
+/// every request the delegator makes (INVITE, START, events, result, snapshot download, ack,
+/// cancel, ERROR) must carry it.
+mod with_auth {
+    conformance_suite!(crate::conformance::WithAuth<awcp_smol::SmolRuntime>);
+}

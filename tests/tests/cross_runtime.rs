@@ -40,7 +40,7 @@ fn delegation_then_cancel<D: TestRuntime, E: TestRuntime>() {
         // Full delegation: archive fetched by URL from D's server, delta snapshot by URL from
         // E's server, applied to the source directory.
         let ws = workspace();
-        let v = run_to_end::<D>(&dg.handle, params(&edit.peer, ws.path())).await;
+        let v = run_to_end::<D>(&dg.handle, params::<D>(&edit.peer, ws.path())).await;
         assert_eq!(v.state, DelegationState::Completed, "{v:?}");
         assert_eq!(
             v.snapshots[0].status,
@@ -54,7 +54,7 @@ fn delegation_then_cancel<D: TestRuntime, E: TestRuntime>() {
         let before = tree(ws.path());
         let id = dg
             .handle
-            .delegate(params(&gated.peer, ws.path()))
+            .delegate(params::<D>(&gated.peer, ws.path()))
             .await
             .unwrap();
         gate.started().await;

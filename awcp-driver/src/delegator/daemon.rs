@@ -14,7 +14,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use awcp_proto::engine::delegator::{DelegationView, SnapshotStatus};
+use awcp_proto::engine::delegator::{DelegationView, Outcome, SnapshotStatus};
 use awcp_proto::engine::SnapshotMode;
 use awcp_proto::{
     AccessMode, Auth, AuthType, DelegationId, DelegationState, DelegatorEvent, Dialect, ErrorCode,
@@ -67,11 +67,60 @@ pub fn view_to_json(v: &DelegationView) -> Value {
         "snapshots": v.snapshots.iter().map(|s| snapshot_json(v, s)).collect::<Vec<_>>(),
         "appliedSnapshotId": v.snapshots.iter().rev().find(|s| s.status == SnapshotStatus::Applied).map(|s| s.id.as_str()),
         "result": v.result.as_ref().map(|r| json!({"summary": r.summary, "highlights": r.highlights})),
-        "error": v.error.as_ref().map(|e| json!({"code": e.code.as_str(), "message": e.message, "hint": e.hint})),
+        "error": v.error.as_ref().map(error_json),
+        "outcome": outcome_json(&v.outcome()),
         "ended": v.ended,
         "warnings": v.warnings,
         "createdAt": v.created_at.to_rfc3339(),
         "updatedAt": v.updated_at.to_rfc3339(),
+    })
+}
+
+fn error_json(e: &ErrorInfo) -> Value {
+    json!({"code": e.code.as_str(), "message": e.message, "hint": e.hint})
+}
+
+/// `{"status": "completed" | "staged" | "not_applied" | "unreachable" | "failed" | "running",
+/// "snapshotId"?, "error"?, "message"}`: how the delegation turned out, in one place.
+pub fn outcome_json(o: &Outcome) -> Value {
+    let (message, snapshot, error) = match o {
+        Outcome::Running => ("still running".to_owned(), None, None),
+        Outcome::Completed => ("completed".to_owned(), None, None),
+        Outcome::Staged => (
+            "completed; the result is staged: apply or discard it".to_owned(),
+            None,
+            None,
+        ),
+        Outcome::NotApplied { snapshot, reason } => (
+            match snapshot {
+                Some(s) => format!(
+                    "the result was NOT applied ({}); snapshot {s} is kept: fix the cause, then apply it again or discard it",
+                    reason.message
+                ),
+                None => format!(
+                    "the result was NOT applied ({}); the executor was not acknowledged and keeps it",
+                    reason.message
+                ),
+            },
+            snapshot.as_ref(),
+            Some(reason),
+        ),
+        Outcome::Unreachable(e) => ("the executor could not be reached".to_owned(), None, Some(e)),
+        Outcome::Failed { state, error } => (
+            match state {
+                DelegationState::Cancelled => "the delegation was cancelled".to_owned(),
+                DelegationState::Expired => "the lease expired".to_owned(),
+                _ => "the delegation failed".to_owned(),
+            },
+            None,
+            error.as_ref(),
+        ),
+    };
+    json!({
+        "status": o.as_str(),
+        "message": message,
+        "snapshotId": snapshot.map(|s| s.as_str()),
+        "error": error.map(error_json),
     })
 }
 
@@ -82,7 +131,7 @@ fn snapshot_json(v: &DelegationView, s: &awcp_proto::engine::delegator::Snapshot
         "summary": s.summary,
         "highlights": s.highlights,
         "status": s.status.as_str(),
-        "error": match &s.status { SnapshotStatus::Failed(e) => json!({"code": e.code.as_str(), "message": e.message}), _ => Value::Null },
+        "error": match &s.status { SnapshotStatus::Failed(e) => error_json(e), _ => s.error.as_ref().map(error_json).unwrap_or(Value::Null) },
         "recommended": s.recommended,
         "metadata": s.metadata,
         "createdAt": s.received_at.to_rfc3339(),
@@ -379,7 +428,19 @@ impl DelegatorHandle {
                     match status {
                         SnapshotStatus::Applied => return Ok(()),
                         SnapshotStatus::Failed(e) => return Err(DelegatorError::Protocol(e)),
-                        _ => {}
+                        // Not applied: it stays pending, with the reason on its record.
+                        SnapshotStatus::Pending | SnapshotStatus::Discarded => {
+                            let reason = self.get(id).await.and_then(|v| {
+                                v.snapshots.into_iter().find(|s| s.id == *sid)?.error
+                            });
+                            return Err(DelegatorError::Protocol(reason.unwrap_or_else(|| {
+                                ErrorInfo::new(
+                                    ErrorCode::TransportError,
+                                    format!("snapshot {sid} was not applied"),
+                                )
+                            })));
+                        }
+                        SnapshotStatus::InFlight => {}
                     }
                 }
             }
@@ -391,7 +452,7 @@ impl DelegatorHandle {
 /// A Rust client for the daemon API.
 #[derive(Clone)]
 pub struct DaemonClient<R: Runtime> {
-    rt: R,
+    http: net::HttpClient<R>,
     base: String,
     timeout: Duration,
 }
@@ -414,10 +475,17 @@ impl<R: Runtime> DaemonClient<R> {
     /// A client for the daemon at `base` (`http://127.0.0.1:3100`).
     pub fn new(rt: R, base: impl Into<String>) -> Self {
         DaemonClient {
-            rt,
+            http: net::HttpClient::new(rt, net::ClientTls::default()),
             base: base.into().trim_end_matches('/').to_owned(),
             timeout: Duration::from_secs(30),
         }
+    }
+
+    /// The same client with these TLS settings (an `https` daemon with a private CA, or one
+    /// that requires a client certificate).
+    pub fn with_tls(mut self, tls: net::ClientTls) -> Self {
+        self.http = net::HttpClient::new(self.http.runtime().clone(), tls);
+        self
     }
 
     async fn call(
@@ -428,22 +496,23 @@ impl<R: Runtime> DaemonClient<R> {
         timeout: Duration,
     ) -> Result<Value, DaemonError> {
         let url = format!("{}{path}", self.base);
-        let r = net::request(
-            &self.rt,
-            method,
-            &url,
-            &[],
-            body.map(|b| Bytes::from(b.to_string())),
-            timeout,
-            64 * 1024 * 1024,
-        )
-        .await
-        .map_err(|e| DaemonError {
-            status: 0,
-            message: e.to_string(),
-            code: None,
-            hint: Some(format!("is the daemon running at {}?", self.base)),
-        })?;
+        let r = self
+            .http
+            .request(
+                method,
+                &url,
+                &[],
+                body.map(|b| Bytes::from(b.to_string())),
+                timeout,
+                64 * 1024 * 1024,
+            )
+            .await
+            .map_err(|e| DaemonError {
+                status: 0,
+                message: e.to_string(),
+                code: None,
+                hint: Some(format!("is the daemon running at {}?", self.base)),
+            })?;
         let v: Value = serde_json::from_slice(&r.1).unwrap_or(Value::Null);
         if (200..300).contains(&r.0) {
             Ok(v)

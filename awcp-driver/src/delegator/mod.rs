@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use awcp_proto::engine::delegator::{DelegateRequest, DelegationView, Outbound, SnapshotSource};
+use awcp_proto::engine::delegator::{DelegateRequest, DelegationView, Outbound};
 use awcp_proto::engine::{SnapshotMode, WorkspaceStats};
 use awcp_proto::http as wire_http;
 use awcp_proto::{
@@ -46,8 +46,12 @@ pub struct DelegatorOptions {
     /// Timeout of INVITE/START/ERROR/cancel/ack requests (30 s).
     pub request_timeout: Duration,
     /// Where peers can fetch archives this delegator serves (URL mode), e.g.
-    /// `http://127.0.0.1:3100`. `None`: archives always travel inline.
+    /// `https://delegator.example:3100` (`--public-url`). `None`: archives always travel
+    /// inline. An unspecified host (`http://0.0.0.0:3100`, a server bound to every interface)
+    /// is replaced per delegation by the local address that reaches the executor.
     pub archive_base_url: Option<String>,
+    /// TLS settings for talking to executors (`https` peers: private CA, client certificate).
+    pub client_tls: agent_rt::ClientTls,
     /// Largest snapshot accepted.
     pub max_snapshot_bytes: u64,
 }
@@ -62,6 +66,7 @@ impl DelegatorOptions {
             state_dir: state_dir.into(),
             request_timeout: Duration::from_secs(30),
             archive_base_url: None,
+            client_tls: agent_rt::ClientTls::default(),
             max_snapshot_bytes: 1024 * 1024 * 1024,
         }
     }
@@ -134,6 +139,29 @@ pub enum DelegatorError {
     /// The delegator task is gone.
     #[error("the delegator is shut down")]
     Closed,
+    /// Another delegator (another process, or another handle in this one) uses the state
+    /// directory: two engines on one journal would resume, abandon and apply each other's
+    /// delegations.
+    #[error(
+        "the state directory {} is in use by another delegator{}",
+        .dir.display(),
+        .holder.map(|p| format!(" (process {p})")).unwrap_or_default()
+    )]
+    StateDirInUse {
+        /// The state directory.
+        dir: PathBuf,
+        /// The process id recorded by the holder, if readable.
+        holder: Option<u32>,
+    },
+    /// The state directory cannot be used.
+    #[error("state directory {}: {source}", .dir.display())]
+    StateDir {
+        /// The state directory.
+        dir: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 type Reply<T> = oneshot::Sender<Result<T, DelegatorError>>;
@@ -176,12 +204,81 @@ pub struct DelegatorHandle {
     sleep: Arc<dyn Fn(Duration) -> crate::runtime::BoxFuture<()> + Send + Sync>,
 }
 
+/// Takes the exclusive lock of a delegator state directory (`<dir>/lock`, flock(2); released
+/// when the file is closed, also when the process dies) and records our process id in it.
+fn lock_state_dir(dir: &Path) -> Result<std::fs::File, DelegatorError> {
+    use std::io::{Read, Seek, Write};
+    let io_err = |source| DelegatorError::StateDir {
+        dir: dir.to_path_buf(),
+        source,
+    };
+    std::fs::create_dir_all(dir).map_err(io_err)?;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(dir.join("lock"))
+        .map_err(io_err)?;
+    match rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => {}
+        Err(e) if e == rustix::io::Errno::WOULDBLOCK => {
+            let mut pid = String::new();
+            let _ = f.read_to_string(&mut pid);
+            return Err(DelegatorError::StateDirInUse {
+                dir: dir.to_path_buf(),
+                holder: pid.trim().parse().ok(),
+            });
+        }
+        Err(e) => return Err(io_err(e.into())),
+    }
+    let _ = f
+        .set_len(0)
+        .and_then(|_| f.rewind())
+        .and_then(|_| write!(f, "{}", std::process::id()));
+    Ok(f)
+}
+
+/// Finishes or rolls back every apply a previous process left interrupted, for every
+/// delegation in the journal (`specs`: their resources), and removes their staging; see
+/// [`awcp_transports::snapshot::recover_interrupted`]. Runs before the engine restores
+/// anything, so each workspace is entirely old or entirely new when delegations resume.
+fn recover_interrupted_applies(specs: &BTreeMap<DelegationId, Vec<ResourceSpec>>) {
+    for (id, resources) in specs {
+        let roots: Vec<PathBuf> = resources.iter().map(|r| r.source_path.clone()).collect();
+        match awcp_transports::snapshot::recover_interrupted(&roots, id.as_str()) {
+            Ok(awcp_transports::snapshot::Recovery::Nothing) => {}
+            Ok(r) => tracing::info!(delegation = %id, recovery = ?r, "interrupted apply recovered"),
+            Err(e) => tracing::error!(
+                delegation = %id,
+                "recovering an interrupted apply failed (the workspace may be half applied; \
+                 applying the snapshot again retries the recovery): {e}"
+            ),
+        }
+    }
+}
+
 impl DelegatorHandle {
-    /// Starts the engine task on `rt`.
+    /// Starts the engine task on `rt`. See [`Self::try_start`].
+    ///
+    /// # Panics
+    /// If the state directory is in use by another delegator or unusable.
     pub fn start<R: Runtime>(rt: R, opts: DelegatorOptions) -> DelegatorHandle {
+        Self::try_start(rt, opts).unwrap_or_else(|e| panic!("cannot start the delegator: {e}"))
+    }
+
+    /// Starts the engine task on `rt`, owning the state directory: it takes the directory's
+    /// exclusive lock (refusing with [`DelegatorError::StateDirInUse`] while another delegator
+    /// holds it), then, before anything else, recovers every apply a previous process left
+    /// interrupted (see `awcp_transports::snapshot::recover_interrupted`), then restores the
+    /// journal's delegations.
+    pub fn try_start<R: Runtime>(
+        rt: R,
+        opts: DelegatorOptions,
+    ) -> Result<DelegatorHandle, DelegatorError> {
         let (tx, rx) = mpsc::unbounded();
         let archives: ArchiveTable = Arc::default();
-        let _ = std::fs::create_dir_all(&opts.state_dir);
+        let lock = lock_state_dir(&opts.state_dir)?;
         let journal = crate::executor::journal::Journal::at(opts.state_dir.join("delegations"));
         let mut engine = Delegator::new(opts.engine.clone());
         let records = journal.load();
@@ -206,12 +303,14 @@ impl DelegatorHandle {
                 specs.insert(id, list);
             }
         }
+        recover_interrupted_applies(&specs);
         let n = engine.restore(rt.now(), &records);
         if n > 0 {
             tracing::info!(restored = n, "delegations restored from the journal");
         }
         let lp = Loop {
             rt: rt.clone(),
+            http: agent_rt::HttpClient::new(rt.clone(), opts.client_tls.clone()),
             engine,
             tx: tx.clone(),
             opts: Arc::new(opts),
@@ -223,16 +322,17 @@ impl DelegatorHandle {
             subscribers: Vec::new(),
             transfer_subscribers: Vec::new(),
             archives: archives.clone(),
+            lock: Some(lock),
         };
         rt.spawn(Box::pin(lp.run(rx)));
         let rt2 = rt.clone();
         let rt3 = rt.clone();
-        DelegatorHandle {
+        Ok(DelegatorHandle {
             tx,
             archives,
             now: Arc::new(move || rt2.now()),
             sleep: Arc::new(move |d| rt3.sleep(d)),
-        }
+        })
     }
 
     /// A future that completes after `d` on the handle's runtime.
@@ -325,6 +425,15 @@ impl DelegatorHandle {
         rx
     }
 
+    /// The delegator's server (archive URLs and daemon API) as an [`agent_rt::Handler`].
+    pub fn http_handler(&self) -> agent_rt::Handler {
+        let d = self.clone();
+        agent_rt::Handler::new(move |req| {
+            let d = d.clone();
+            async move { d.handle_http(req).await }
+        })
+    }
+
     /// Answers one HTTP request to the delegator's server: a one-time archive URL
     /// (`/archives/{token}`, see [`Self::handle_archive_request`]) or else the daemon API
     /// ([`daemon::handle`]). Every driver's delegator server calls this.
@@ -372,6 +481,7 @@ impl DelegatorHandle {
 
 struct Loop<R: Runtime> {
     rt: R,
+    http: agent_rt::HttpClient<R>,
     engine: Delegator,
     tx: mpsc::UnboundedSender<Cmd>,
     opts: Arc<DelegatorOptions>,
@@ -383,6 +493,8 @@ struct Loop<R: Runtime> {
     subscribers: Vec<mpsc::UnboundedSender<DelegatorEvent>>,
     transfer_subscribers: Vec<mpsc::UnboundedSender<Transfer>>,
     archives: ArchiveTable,
+    /// The state directory's lock, held while the engine runs.
+    lock: Option<std::fs::File>,
 }
 
 impl<R: Runtime> Loop<R> {
@@ -399,6 +511,8 @@ impl<R: Runtime> Loop<R> {
                     for (_, h) in std::mem::take(&mut self.streams) {
                         h.abort();
                     }
+                    // Released before `stop` returns, so a new handle can take over at once.
+                    drop(self.lock.take());
                     let _ = done.send(());
                     break;
                 }
@@ -510,34 +624,29 @@ impl<R: Runtime> Loop<R> {
         }
     }
 
-    fn credential_headers(&self, id: &DelegationId) -> Vec<(&'static str, String)> {
-        self.engine
-            .get(id)
-            .and_then(|v| v.request.auth)
-            .map(|a| match a.auth_type {
-                awcp_proto::AuthType::ApiKey => vec![("x-api-key", a.credential)],
-                _ => vec![("authorization", format!("Bearer {}", a.credential))],
-            })
-            .unwrap_or_default()
+    /// The headers a request to `url` for `id` carries: the credential, if the engine says
+    /// `url` gets it.
+    fn credential_headers(&self, id: &DelegationId, url: &str) -> Vec<(&'static str, String)> {
+        self.engine.credential_header(id, url).into_iter().collect()
     }
 
     fn post(&self, id: DelegationId, to: Outbound, url: String, body: Option<String>) {
-        let rt = self.rt.clone();
+        let http = self.http.clone();
         let feed = self.feed();
-        let headers = self.credential_headers(&id);
+        let headers = self.credential_headers(&id, &url);
         let timeout = self.opts.request_timeout;
         self.rt.spawn(Box::pin(async move {
             let hdrs: Vec<(&str, String)> = headers.iter().map(|(k, v)| (*k, v.clone())).collect();
-            let reply = match net::request(
-                &rt,
-                Method::POST,
-                &url,
-                &hdrs,
-                body.map(Bytes::from),
-                timeout,
-                16 * 1024 * 1024,
-            )
-            .await
+            let reply = match http
+                .request(
+                    Method::POST,
+                    &url,
+                    &hdrs,
+                    body.map(Bytes::from),
+                    timeout,
+                    16 * 1024 * 1024,
+                )
+                .await
             {
                 Ok((status, body)) => wire_http::decode_reply(status, &body),
                 Err(e) => awcp_proto::engine::delegator::Reply::Failed(e.to_string()),
@@ -640,9 +749,11 @@ impl<R: Runtime> Loop<R> {
                 let by_url = features.iter().any(|f| f == feature::ARCHIVE_URL)
                     && self.opts.archive_base_url.is_some();
                 let base = self.opts.archive_base_url.clone();
+                let peer = self.engine.get(&id).map(|v| v.request.peer);
                 let dir = self.opts.state_dir.join("archives");
                 let archives = self.archives.clone();
                 let baselines = self.baselines.clone();
+                let baseline_file = self.baseline_file(&id);
                 let note = self.tx.clone();
                 self.rt.spawn(Box::pin(async move {
                     let did = id.clone();
@@ -678,6 +789,26 @@ impl<R: Runtime> Loop<R> {
                             what: "workspace archive",
                             bytes: prepared.archive.size_bytes(),
                         }));
+                        // Persisted before START: an apply after a restart still compares
+                        // against what was sent.
+                        if let (Some(dir), Ok(json)) = (
+                            baseline_file.parent(),
+                            serde_json::to_vec(&prepared.baseline),
+                        ) {
+                            crate::executor::journal::write_atomic(
+                                dir,
+                                &format!("{did}.json"),
+                                &json,
+                            )
+                            .map_err(|e| {
+                                // Nothing prepared may outlive a failed prepare.
+                                let _ = t.release(&did);
+                                ErrorInfo::new(
+                                    ErrorCode::TransportError,
+                                    format!("persisting the baseline: {e}"),
+                                )
+                            })?;
+                        }
                         baselines
                             .lock()
                             .unwrap_or_else(|p| p.into_inner())
@@ -686,10 +817,12 @@ impl<R: Runtime> Loop<R> {
                             ArchiveOutput::Inline(h) => TransportHandle::Archive(h),
                             ArchiveOutput::File(f) => {
                                 let token = random_token();
-                                let url = format!(
-                                    "{}/archives/{token}",
-                                    base.as_deref().unwrap_or("").trim_end_matches('/')
-                                );
+                                let base = match (base.as_deref(), peer.as_deref()) {
+                                    (Some(b), Some(p)) => agent_rt::origin::concrete_base_for(b, p),
+                                    (b, _) => b.unwrap_or("").to_owned(),
+                                };
+                                let url =
+                                    format!("{}/archives/{token}", base.trim_end_matches('/'));
                                 archives
                                     .lock()
                                     .unwrap_or_else(|p| p.into_inner())
@@ -709,40 +842,51 @@ impl<R: Runtime> Loop<R> {
                 }
             }
             DelegatorOutput::FetchResult { id, peer } => {
-                let rt = self.rt.clone();
+                let http = self.http.clone();
                 let feed = self.feed();
-                let headers = self.credential_headers(&id);
+                let url = wire_http::result_url(&peer, &id);
+                let headers = self.credential_headers(&id, &url);
                 let timeout = self.opts.request_timeout;
                 let limit = self.opts.max_snapshot_bytes * 2;
                 self.rt.spawn(Box::pin(async move {
-                    let url = wire_http::result_url(&peer, &id);
                     let hdrs: Vec<(&str, String)> =
                         headers.iter().map(|(k, v)| (*k, v.clone())).collect();
-                    let result =
-                        match net::request(&rt, Method::GET, &url, &hdrs, None, timeout, limit)
-                            .await
-                        {
-                            Ok((_, body)) => serde_json::from_slice::<serde_json::Value>(&body)
-                                .map_err(|e| format!("bad result body: {e}"))
-                                .and_then(|v| wire_http::decode_result(&id, &v)),
-                            Err(e) => Err(e.to_string()),
-                        };
+                    let result = match http
+                        .request(Method::GET, &url, &hdrs, None, timeout, limit)
+                        .await
+                    {
+                        Ok((_, body)) => serde_json::from_slice::<serde_json::Value>(&body)
+                            .map_err(|e| format!("bad result body: {e}"))
+                            .and_then(|v| wire_http::decode_result(&id, &v)),
+                        Err(e) => Err(e.to_string()),
+                    };
                     feed(DelegatorInput::ResultFetched { id, result });
                 }));
             }
-            DelegatorOutput::ApplySnapshot {
-                id,
-                snapshot_id,
-                source,
-            } => self.apply(id, snapshot_id, source),
+            DelegatorOutput::ApplySnapshot { id, snapshot_id } => self.apply(id, snapshot_id),
             DelegatorOutput::StoreSnapshot { id, snapshot } => {
-                let rt = self.rt.clone();
+                let http = self.http.clone();
                 let feed = self.feed();
                 let dir = self.snapshot_dir(&id);
                 let limit = self.opts.max_snapshot_bytes;
+                let headers = snapshot
+                    .data
+                    .url
+                    .as_deref()
+                    .map(|u| self.credential_headers(&id, u))
+                    .unwrap_or_default();
+                let note = self.tx.clone();
                 self.rt.spawn(Box::pin(async move {
                     let sid = snapshot.snapshot_id.clone();
-                    let result = store_snapshot(&rt, &dir, &snapshot, limit).await;
+                    let result = store_snapshot(&http, &dir, &snapshot, &headers, limit)
+                        .await
+                        .map(|bytes| {
+                            let _ = note.unbounded_send(Cmd::Transferred(Transfer {
+                                id: id.clone(),
+                                what: "snapshot",
+                                bytes,
+                            }));
+                        });
                     feed(DelegatorInput::SnapshotStored {
                         id,
                         snapshot_id: sid,
@@ -753,6 +897,7 @@ impl<R: Runtime> Loop<R> {
             DelegatorOutput::DeleteStoredSnapshot { id, snapshot_id } => {
                 let dir = self.snapshot_dir(&id);
                 let _ = std::fs::remove_file(dir.join(format!("{snapshot_id}.zip")));
+                let _ = std::fs::remove_file(dir.join(format!("{snapshot_id}.zip.part")));
                 let _ = std::fs::remove_file(dir.join(format!("{snapshot_id}.json")));
                 let _ = std::fs::remove_dir(&dir);
             }
@@ -803,24 +948,29 @@ impl<R: Runtime> Loop<R> {
         self.opts.state_dir.join("snapshots").join(id.as_str())
     }
 
+    /// Where the baseline of `id` (what was sent, for three-way applies) is persisted.
+    fn baseline_file(&self, id: &DelegationId) -> PathBuf {
+        baseline_file(&self.opts.state_dir, id)
+    }
+
     fn open_stream(&mut self, id: DelegationId, peer: String) {
         if let Some(h) = self.streams.remove(&id) {
             h.abort();
         }
         let (handle, reg) = AbortHandle::new_pair();
         self.streams.insert(id.clone(), handle);
-        let rt = self.rt.clone();
+        let http = self.http.clone();
         let feed = self.feed();
-        let headers = self.credential_headers(&id);
+        let url = wire_http::events_url(&peer, &id);
+        let headers = self.credential_headers(&id, &url);
         let fut = async move {
-            let url = wire_http::events_url(&peer, &id);
             let mut hdrs: Vec<(&str, String)> =
                 headers.iter().map(|(k, v)| (*k, v.clone())).collect();
             hdrs.push(("accept", "text/event-stream".into()));
             let resp = net::with_timeout(
-                &rt,
+                http.runtime(),
                 Duration::from_secs(30),
-                net::send(&rt, Method::GET, &url, &hdrs, None),
+                http.send(Method::GET, &url, &hdrs, None),
             )
             .await;
             let resp = match resp {
@@ -876,7 +1026,8 @@ impl<R: Runtime> Loop<R> {
         }));
     }
 
-    fn apply(&mut self, id: DelegationId, sid: SnapshotId, source: SnapshotSource) {
+    /// Applies the stored snapshot `sid` (see [`DelegatorOutput::ApplySnapshot`]).
+    fn apply(&mut self, id: DelegationId, sid: SnapshotId) {
         let rt = self.rt.clone();
         let feed = self.feed();
         let t = self.opts.transport.clone();
@@ -890,78 +1041,40 @@ impl<R: Runtime> Loop<R> {
             Some(Dialect::Seed) => Layout::Flat,
             _ => Layout::PerResource,
         };
-        let baseline = self
-            .baselines
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&id)
-            .cloned();
+        let baselines = self.baselines.clone();
+        let baseline_file = self.baseline_file(&id);
         let dir = self.snapshot_dir(&id);
-        let downloads = self.opts.state_dir.join("downloads");
-        let limit = self.opts.max_snapshot_bytes;
-        let note = self.tx.clone();
         self.rt.spawn(Box::pin(async move {
-            let result = async {
-                let (file, b64, checksum, temp) = match source {
-                    SnapshotSource::Stored => {
-                        (Some(dir.join(format!("{sid}.zip"))), None, None, false)
-                    }
-                    SnapshotSource::Event(snap) => match (snap.data.base64, snap.data.url) {
-                        (Some(b), _) => {
-                            let _ = note.unbounded_send(Cmd::Transferred(Transfer {
-                                id: id.clone(),
-                                what: "snapshot",
-                                bytes: b.len() as u64 / 4 * 3,
-                            }));
-                            (None, Some(b), snap.checksum, false)
-                        }
-                        (None, Some(url)) => {
-                            let _ = std::fs::create_dir_all(&downloads);
-                            let f = downloads.join(format!("{id}-{sid}.zip"));
-                            let n = net::download(&rt, &url, &[], f.clone(), limit, Duration::from_secs(600))
-                                .await
-                                .map_err(|e| ErrorInfo::new(ErrorCode::TransportError, format!("fetching the snapshot: {e}")))?;
-                            let _ = note.unbounded_send(Cmd::Transferred(Transfer {
-                                id: id.clone(),
-                                what: "snapshot",
-                                bytes: n,
-                            }));
-                            (Some(f), None, snap.checksum, true)
-                        }
-                        (None, None) => {
-                            return Err(ErrorInfo::new(ErrorCode::TransportError, "snapshot carries no data"))
-                        }
-                    },
+            let did = id.clone();
+            let s = sid.clone();
+            let result = blocking(&rt, move || {
+                // The base the delegator sent: in memory, or persisted at prepare.
+                let baseline = baselines
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get(&did)
+                    .cloned()
+                    .or_else(|| load_baseline(&baseline_file));
+                let file = dir.join(format!("{s}.zip"));
+                let checksum = std::fs::read(dir.join(format!("{s}.json")))
+                    .ok()
+                    .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+                    .and_then(|m| m.get("checksum")?.as_str().map(str::to_owned));
+                let req = ApplyRequest {
+                    delegation_id: did.as_str(),
+                    source: ArchiveSource::File(&file),
+                    expected_checksum: checksum.as_deref(),
+                    resources: &specs,
+                    access_mode: access,
+                    baseline: baseline.as_ref(),
+                    layout: Some(layout),
                 };
-                let did = id.clone();
-                blocking(&rt, move || {
-                    let source = match (&file, &b64) {
-                        (Some(f), _) => ArchiveSource::File(f),
-                        (None, Some(b)) => ArchiveSource::Base64(b),
-                        (None, None) => unreachable!("one source is set above"),
-                    };
-                    let req = ApplyRequest {
-                        delegation_id: did.as_str(),
-                        source,
-                        expected_checksum: checksum.as_deref(),
-                        resources: &specs,
-                        access_mode: access,
-                        baseline: baseline.as_ref(),
-                        layout: Some(layout),
-                    };
-                    let r = t.apply_snapshot(req, &CancelFlag::new());
-                    if temp {
-                        if let Some(f) = &file {
-                            let _ = std::fs::remove_file(f);
-                        }
-                    }
-                    r.map(|report| {
-                        tracing::info!(delegation = %did, written = report.written.len(), deleted = report.deleted.len(), "snapshot applied");
+                t.apply_snapshot(req, &CancelFlag::new())
+                    .map(|report| {
+                        tracing::info!(delegation = %did, snapshot = %s, written = report.written.len(), deleted = report.deleted.len(), "snapshot applied");
                     })
-                    .map_err(|e| e.to_error_info())
-                })
-                .await
-            }
+                    .map_err(|e| e.apply_error_info())
+            })
             .await;
             feed(DelegatorInput::SnapshotApplied {
                 id,
@@ -1002,6 +1115,7 @@ impl<R: Runtime> Loop<R> {
             DelegatorEvent::Forgotten { id } => {
                 self.journal.remove(id);
                 self.specs.remove(id);
+                let _ = std::fs::remove_file(self.baseline_file(id));
             }
             DelegatorEvent::Progress { .. } => {}
         }
@@ -1052,31 +1166,60 @@ fn scan(specs: &[ResourceSpec]) -> Result<WorkspaceStats, ErrorInfo> {
     })
 }
 
+/// Stores a snapshot durably under `dir`: `<sid>.zip` (written to a temporary name, fsynced,
+/// renamed) and `<sid>.json` (its summary and checksum). Returns the size of the ZIP.
 async fn store_snapshot<R: Runtime>(
-    rt: &R,
+    http: &agent_rt::HttpClient<R>,
     dir: &Path,
     snap: &SnapshotEvent,
+    headers: &[(&'static str, String)],
     limit: u64,
-) -> Result<(), ErrorInfo> {
-    let fail = |m: String| ErrorInfo::new(ErrorCode::TransportError, m);
-    std::fs::create_dir_all(dir).map_err(|e| fail(format!("snapshot dir: {e}")))?;
+) -> Result<u64, ErrorInfo> {
+    let rt = http.runtime();
+    let fail = |m: String| ErrorInfo {
+        code: ErrorCode::TransportError,
+        message: m,
+        hint: Some(
+            "The result could not be stored locally, so it was not applied and the executor was \
+             not acknowledged (it keeps the result until its retention ends): check the \
+             delegator's state directory (disk space, permissions) and its connection to the \
+             executor."
+                .into(),
+        ),
+    };
+    let d = dir.to_path_buf();
+    blocking(rt, move || std::fs::create_dir_all(d))
+        .await
+        .map_err(|e| {
+            fail(format!(
+                "creating the snapshot store {}: {e}",
+                dir.display()
+            ))
+        })?;
     let zip = dir.join(format!("{}.zip", snap.snapshot_id));
-    match (&snap.data.base64, &snap.data.url) {
+    let part = dir.join(format!("{}.zip.part", snap.snapshot_id));
+    let size = match (&snap.data.base64, &snap.data.url) {
         (Some(b), _) => {
             let bytes =
                 awcp_transports::archive::decode_base64(b).map_err(|e| e.to_error_info())?;
-            let z = zip.clone();
-            blocking(rt, move || std::fs::write(z, bytes))
-                .await
-                .map_err(|e| fail(format!("writing the snapshot: {e}")))?;
+            let n = bytes.len() as u64;
+            let p = part.clone();
+            blocking(rt, move || {
+                use std::io::Write;
+                let mut f = std::fs::File::create(&p)?;
+                f.write_all(&bytes)?;
+                f.sync_all()
+            })
+            .await
+            .map_err(|e| fail(format!("writing the snapshot: {e}")))?;
+            n
         }
-        (None, Some(url)) => {
-            net::download(rt, url, &[], zip.clone(), limit, Duration::from_secs(600))
-                .await
-                .map_err(|e| fail(format!("fetching the snapshot: {e}")))?;
-        }
+        (None, Some(url)) => http
+            .download(url, headers, part.clone(), limit, Duration::from_secs(600))
+            .await
+            .map_err(|e| fail(format!("fetching the snapshot: {e}")))?,
         (None, None) => return Err(fail("snapshot carries no data".into())),
-    }
+    };
     let meta = serde_json::json!({
         "snapshotId": snap.snapshot_id.as_str(),
         "summary": snap.summary,
@@ -1084,13 +1227,24 @@ async fn store_snapshot<R: Runtime>(
         "checksum": snap.checksum,
         "metadata": snap.metadata,
     });
-    crate::executor::journal::write_atomic(
-        dir,
-        &format!("{}.json", snap.snapshot_id),
-        meta.to_string().as_bytes(),
-    )
-    .map_err(|e| fail(format!("writing snapshot metadata: {e}")))?;
-    Ok(())
+    let (d, name) = (dir.to_path_buf(), format!("{}.json", snap.snapshot_id));
+    blocking(rt, move || {
+        std::fs::rename(&part, &zip)?;
+        crate::executor::journal::write_atomic(&d, &name, meta.to_string().as_bytes())
+    })
+    .await
+    .map_err(|e| fail(format!("storing the snapshot: {e}")))?;
+    Ok(size)
+}
+
+/// `<state>/baselines/<id>.json`.
+fn baseline_file(state_dir: &Path, id: &DelegationId) -> PathBuf {
+    state_dir.join("baselines").join(format!("{id}.json"))
+}
+
+/// The baseline persisted at `path`, if readable.
+fn load_baseline(path: &Path) -> Option<Baseline> {
+    serde_json::from_slice(&std::fs::read(path).ok()?).ok()
 }
 
 /// 16 random bytes from the OS.

@@ -62,14 +62,16 @@ impl ExecutorHandle {
             header(&req, "authorization"),
             header(&req, "x-api-key"),
         );
-        let host = header(&req, "host").map(str::to_owned);
+        let public_url = self.public_url();
+        let origin = public_url
+            .clone()
+            .or_else(|| agent_rt::origin::request_origin(&req, self.opts.trust_forwarded_headers));
         let segs: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
         match (method.clone(), segs.as_slice()) {
             (Method::GET, [".well-known", "agent-card.json" | "agent.json"]) => {
-                let base = host.map(|h| format!("http://{h}"));
-                json_response(200, self.opts.card.to_json(base.as_deref()).to_string())
+                json_response(200, self.opts.card.to_json(origin.as_deref()).to_string())
             }
-            (Method::POST, ["awcp"]) => self.post_message(req, credential).await,
+            (Method::POST, ["awcp"]) => self.post_message(req, credential, origin).await,
             (Method::GET, ["awcp", "status"]) => match self.status().await {
                 Some(s) => json_response(200, wire_http::status_to_value(&s).to_string()),
                 None => unavailable(),
@@ -97,6 +99,14 @@ impl ExecutorHandle {
         }
     }
 
+    fn public_url(&self) -> Option<String> {
+        self.opts
+            .public_url
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
     async fn simple(
         &self,
         id: &str,
@@ -117,6 +127,7 @@ impl ExecutorHandle {
         &self,
         req: http::Request<B>,
         credential: Option<String>,
+        origin: Option<String>,
     ) -> http::Response<ResponseBody>
     where
         B: http_body::Body<Data = Bytes> + Send + 'static,
@@ -149,8 +160,14 @@ impl ExecutorHandle {
                 return reply(wire_http::reject_malformed(&e, id.as_ref()));
             }
         };
+        // Snapshot URLs of this delegation follow the origin its delegator used (unless a public
+        // URL is configured): bound when the engine accepts the message, so a request that
+        // fails authentication changes nothing.
+        let origin = origin
+            .filter(|_| self.public_url().is_none())
+            .map(|o| (msg.delegation_id().clone(), o));
         match self
-            .request(credential, Request::Message(Box::new(msg), dialect))
+            .request_from(credential, Request::Message(Box::new(msg), dialect), origin)
             .await
         {
             Some(resp) => reply(wire_http::encode_response(&resp)),

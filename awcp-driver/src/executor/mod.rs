@@ -47,8 +47,17 @@ pub struct ExecutorOptions {
     pub max_body_bytes: u64,
     /// SSE keepalive interval (≤ 30 s).
     pub keepalive: Duration,
-    /// Base URL peers reach this executor at (`http://host:port`), for snapshot URLs.
+    /// Base URL peers reach this executor at (`https://host:port`), for snapshot URLs
+    /// (`--public-url`). `None`: each delegation's snapshot URLs are built from the origin its
+    /// delegator used (the connection's scheme and the `Host` header of its INVITE/START; see
+    /// [`agent_rt::origin`]).
     pub public_url: Option<String>,
+    /// Honour `Forwarded` / `X-Forwarded-Proto` / `X-Forwarded-Host` when deriving a
+    /// delegation's origin (set this behind a reverse proxy that sets them).
+    pub trust_forwarded_headers: bool,
+    /// TLS settings for fetching archives by URL from delegators (`https` archive servers:
+    /// private CA, client certificate).
+    pub client_tls: agent_rt::ClientTls,
     /// Timeout for fetching an archive by URL.
     pub download_timeout: Duration,
     /// The A2A agent card served at `/.well-known/agent-card.json`.
@@ -72,6 +81,8 @@ impl ExecutorOptions {
             max_body_bytes: 256 * 1024 * 1024,
             keepalive: Duration::from_secs(15),
             public_url: None,
+            trust_forwarded_headers: false,
+            client_tls: agent_rt::ClientTls::default(),
             download_timeout: Duration::from_secs(600),
             card: AgentCard::default(),
             state_dir: None,
@@ -84,6 +95,8 @@ pub(crate) enum Cmd {
         credential: Option<String>,
         body: Request,
         reply: oneshot::Sender<Response>,
+        /// The origin the peer used, remembered for the delegation if the request succeeds.
+        origin: Option<(DelegationId, String)>,
     },
     Subscribe {
         id: DelegationId,
@@ -114,6 +127,9 @@ pub(crate) struct SharedOpts {
     pub max_body_bytes: u64,
     pub keepalive: Duration,
     pub card: AgentCard,
+    /// The configured public URL (also set by [`ExecutorHandle::set_public_url`]).
+    pub public_url: std::sync::RwLock<Option<String>>,
+    pub trust_forwarded_headers: bool,
 }
 
 impl ExecutorHandle {
@@ -135,6 +151,8 @@ impl ExecutorHandle {
             max_body_bytes: opts.max_body_bytes,
             keepalive: opts.keepalive,
             card: opts.card.clone(),
+            public_url: std::sync::RwLock::new(opts.public_url.clone()),
+            trust_forwarded_headers: opts.trust_forwarded_headers,
         });
         let journal = opts.state_dir.map(journal::Journal::new);
         let mut engine = Executor::new(opts.engine.clone());
@@ -166,6 +184,9 @@ impl ExecutorHandle {
             kinds: BTreeMap::new(),
             runner: opts.runner,
             public_url: opts.public_url,
+            origins: BTreeMap::new(),
+            pending_origins: BTreeMap::new(),
+            http: agent_rt::HttpClient::new(rt.clone(), opts.client_tls),
             download_timeout: opts.download_timeout,
             work_root,
             pending: BTreeMap::new(),
@@ -186,7 +207,23 @@ impl ExecutorHandle {
 
     /// Tells the engine the externally reachable base URL (after binding port 0).
     pub fn set_public_url(&self, url: impl Into<String>) {
-        let _ = self.tx.unbounded_send(Cmd::SetPublicUrl(url.into()));
+        let url = url.into();
+        *self
+            .opts
+            .public_url
+            .write()
+            .unwrap_or_else(|p| p.into_inner()) = Some(url.clone());
+        let _ = self.tx.unbounded_send(Cmd::SetPublicUrl(url));
+    }
+
+    /// The executor's endpoints as an [`agent_rt::Handler`] for agent-rt's server (or any
+    /// server: [`ExecutorHandle::handle_http`] takes any body).
+    pub fn http_handler(&self) -> agent_rt::Handler {
+        let ex = self.clone();
+        agent_rt::Handler::new(move |req| {
+            let ex = ex.clone();
+            async move { ex.handle_http(req).await }
+        })
     }
 
     /// Current counts (`GET /awcp/status`).
@@ -210,12 +247,23 @@ impl ExecutorHandle {
         credential: Option<String>,
         body: Request,
     ) -> Option<Response> {
+        self.request_from(credential, body, None).await
+    }
+
+    /// A request whose success binds `origin` (the URL its sender used) to the delegation.
+    pub(crate) async fn request_from(
+        &self,
+        credential: Option<String>,
+        body: Request,
+        origin: Option<(DelegationId, String)>,
+    ) -> Option<Response> {
         let (tx, rx) = oneshot::channel();
         self.tx
             .unbounded_send(Cmd::Request {
                 credential,
                 body,
                 reply: tx,
+                origin,
             })
             .ok()?;
         rx.await.ok()
@@ -282,6 +330,11 @@ struct Loop<R: Runtime> {
     kinds: BTreeMap<DelegationId, TransportKind>,
     runner: Arc<dyn TaskRunner>,
     public_url: Option<String>,
+    /// The origin each delegation's delegator reached us at (when no public URL is set).
+    origins: BTreeMap<DelegationId, String>,
+    /// Origins of requests the engine has not answered yet.
+    pending_origins: BTreeMap<RequestId, (DelegationId, String)>,
+    http: agent_rt::HttpClient<R>,
     download_timeout: Duration,
     work_root: PathBuf,
     pending: BTreeMap<RequestId, oneshot::Sender<Response>>,
@@ -354,10 +407,14 @@ impl<R: Runtime> Loop<R> {
                 credential,
                 body,
                 reply,
+                origin,
             } => {
                 let request = RequestId(self.next_id);
                 self.next_id += 1;
                 self.pending.insert(request, reply);
+                if let Some(o) = origin {
+                    self.pending_origins.insert(request, o);
+                }
                 self.input(ExecutorInput::Request {
                     request,
                     credential,
@@ -403,6 +460,13 @@ impl<R: Runtime> Loop<R> {
     fn execute(&mut self, out: ExecutorOutput) {
         match out {
             ExecutorOutput::Respond { request, response } => {
+                if let Some((id, origin)) = self.pending_origins.remove(&request) {
+                    if !matches!(response, Response::Error { .. })
+                        && self.engine.record(&id).is_some()
+                    {
+                        self.origins.insert(id, origin);
+                    }
+                }
                 if let Some(tx) = self.pending.remove(&request) {
                     let _ = tx.send(response);
                 }
@@ -449,7 +513,6 @@ impl<R: Runtime> Loop<R> {
             } => {
                 let t = self.transport_for(&handle.kind());
                 let feed = self.feed();
-                let rt = self.rt.clone();
                 let cancel = CancelFlag::new();
                 self.cancels.insert(id.clone(), cancel.clone());
                 self.resources.insert(
@@ -458,9 +521,10 @@ impl<R: Runtime> Loop<R> {
                 );
                 let downloads = self.work_root.join(".awcp").join("downloads");
                 let timeout = self.download_timeout;
+                let http = self.http.clone();
                 self.rt.spawn(Box::pin(async move {
                     let result = setup(
-                        &rt,
+                        &http,
                         t,
                         &id,
                         work_dir,
@@ -552,7 +616,9 @@ impl<R: Runtime> Loop<R> {
                 let url_base = if inline {
                     None
                 } else {
-                    self.public_url.clone()
+                    self.public_url
+                        .clone()
+                        .or_else(|| self.origins.get(&id).cloned())
                 };
                 let files = self.snapshots.clone();
                 let kind = match kind {
@@ -592,6 +658,7 @@ impl<R: Runtime> Loop<R> {
                 }));
             }
             ExecutorOutput::Release { id, work_dir } => {
+                self.origins.remove(&id);
                 self.cancels.remove(&id);
                 self.resources.remove(&id);
                 let t = self.transport_of(&id);
@@ -686,7 +753,7 @@ fn allocate(t: &dyn ExecutorTransport, work_dir: &Path) -> Result<(), ErrorInfo>
 
 #[allow(clippy::too_many_arguments)]
 async fn setup<R: Runtime>(
-    rt: &R,
+    http: &agent_rt::HttpClient<R>,
     t: Arc<dyn ExecutorTransport>,
     id: &DelegationId,
     work_dir: String,
@@ -697,6 +764,7 @@ async fn setup<R: Runtime>(
     timeout: Duration,
     cancel: CancelFlag,
 ) -> Result<(), ErrorInfo> {
+    let rt = http.runtime();
     if handle.kind().is_live() {
         return blocking(rt, move || {
             t.setup_live(Path::new(&work_dir), &handle, access, &cancel)
@@ -736,7 +804,7 @@ async fn setup<R: Runtime>(
         .map_err(|e| ErrorInfo::new(ErrorCode::SetupFailed, format!("downloads dir: {e}")))?;
     let file = downloads.join(format!("{id}.zip"));
     let limit = h.size_bytes.unwrap_or(u64::MAX / 2).saturating_add(1);
-    crate::net::download(rt, &url, &[], file.clone(), limit, timeout)
+    http.download(&url, &[], file.clone(), limit, timeout)
         .await
         .map_err(|e| {
             ErrorInfo::new(

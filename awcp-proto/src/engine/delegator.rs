@@ -13,10 +13,19 @@
 //! `delegate` → [`DelegatorOutput::ScanWorkspace`] → `ScanCompleted` (admission verdict) →
 //! `SendMessage(INVITE)` → `Reply(ACCEPT)` → [`DelegatorOutput::PrepareTransport`] and
 //! [`DelegatorOutput::OpenEventStream`] → `TransportPrepared` + `EventStreamOpened` →
-//! `SendMessage(START)` → SSE `status` / `snapshot` / `done` → apply or store the snapshot →
-//! `SendAck` → [`DelegatorOutput::ReleaseTransport`] → `TransportReleased` →
-//! [`DelegatorEvent::Ended`]. Credentials are produced by `PrepareTransport`, which is only
-//! emitted after ACCEPT.
+//! `SendMessage(START)` → SSE `status` / `snapshot` / `done` → store the snapshot (and, in
+//! `auto` mode, apply it from the store) → `SendAck` → [`DelegatorOutput::ReleaseTransport`] →
+//! `TransportReleased` → [`DelegatorEvent::Ended`]. Credentials are produced by
+//! `PrepareTransport`, which is only emitted after ACCEPT.
+//!
+//! ## Results are never lost
+//! A snapshot is stored locally before anything else happens to it, and the executor is
+//! acknowledged (`SendAck`, after which it may forget the result) only once every snapshot is
+//! stored (or deliberately discarded by policy). A snapshot whose apply fails stays stored and
+//! `pending`, with the reason in [`SnapshotRecord::error`], so it can be applied again or
+//! discarded; one that could not be stored is `failed` and the executor is not acknowledged.
+//! Applies of one delegation run one at a time, in arrival order. [`DelegationView::outcome`]
+//! sums this up for the application (completed, staged, not applied, failed, unreachable).
 //!
 //! Every terminal path (done, error, cancel, expiry, executor loss) releases what was prepared
 //! exactly once and ends with exactly one `Ended` event.
@@ -205,7 +214,7 @@ pub enum DelegatorInput {
         id: DelegationId,
         /// The snapshot.
         snapshot_id: SnapshotId,
-        /// Failure leaves the workspace untouched.
+        /// Failure leaves the workspace untouched (the snapshot stays stored and pending).
         result: Result<(), ErrorInfo>,
     },
     /// [`DelegatorOutput::StoreSnapshot`] finished.
@@ -226,15 +235,6 @@ pub enum DelegatorInput {
         /// [`DelegationView::warnings`].
         warnings: Vec<String>,
     },
-}
-
-/// Where the bytes of a snapshot to apply come from.
-#[derive(Clone, Debug, PartialEq)]
-pub enum SnapshotSource {
-    /// Straight from the event (inline base64 or URL).
-    Event(Box<SnapshotEvent>),
-    /// From the driver's store ([`DelegatorOutput::StoreSnapshot`]).
-    Stored,
 }
 
 /// An output of [`Delegator::poll_output`]: something for the driver to do or to tell.
@@ -306,16 +306,17 @@ pub enum DelegatorOutput {
         /// The executor URL.
         peer: String,
     },
-    /// Apply a snapshot to the `rw` resources, all-or-nothing; answer with `SnapshotApplied`.
+    /// Apply a stored snapshot (from [`DelegatorOutput::StoreSnapshot`]) to the `rw`
+    /// resources, all-or-nothing; answer with `SnapshotApplied`. At most one apply per
+    /// delegation is in flight.
     ApplySnapshot {
         /// The delegation.
         id: DelegationId,
         /// The snapshot.
         snapshot_id: SnapshotId,
-        /// Where its bytes are.
-        source: SnapshotSource,
     },
-    /// Store a snapshot for later; answer with `SnapshotStored`.
+    /// Store a snapshot durably (its bytes, inline or fetched from its URL); answer with
+    /// `SnapshotStored`. Every snapshot that is to be applied or staged is stored first.
     StoreSnapshot {
         /// The delegation.
         id: DelegationId,
@@ -390,15 +391,18 @@ pub enum DelegatorEvent {
 /// Status of a snapshot on the delegator.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SnapshotStatus {
-    /// Being applied (auto) or stored (staged).
+    /// Being stored, or applied.
     InFlight,
-    /// Stored, waiting for the application to apply or discard it.
+    /// Stored, waiting for the application to apply or discard it. Also the status of a
+    /// snapshot whose apply failed ([`SnapshotRecord::error`] says why): it can be applied
+    /// again or discarded.
     Pending,
     /// Applied to the workspace.
     Applied,
     /// Discarded.
     Discarded,
-    /// Applying or storing failed; the workspace is untouched.
+    /// Storing failed: the bytes are not kept and the executor was not acknowledged (it still
+    /// holds the result). The workspace is untouched.
     Failed(ErrorInfo),
 }
 
@@ -434,6 +438,9 @@ pub struct SnapshotRecord {
     pub received_at: Timestamp,
     /// When it was applied.
     pub applied_at: Option<Timestamp>,
+    /// Why the last apply of this snapshot failed (it stays `pending`, stored, re-appliable);
+    /// `None` once applied.
+    pub error: Option<ErrorInfo>,
 }
 
 /// A read-only view of one delegation.
@@ -461,11 +468,126 @@ pub struct DelegationView {
     pub result: Option<TaskOutcome>,
     /// The error.
     pub error: Option<ErrorInfo>,
+    /// Why the result the executor announced never arrived (it could not be fetched), if so.
+    pub result_error: Option<ErrorInfo>,
     /// Whether everything is released and the delegation is over.
     pub ended: bool,
     /// What releasing the transport found that the user should know (see
     /// [`DelegatorInput::TransportReleased`]).
     pub warnings: Vec<String>,
+}
+
+/// How a delegation turned out, for the application: what a CLI's exit code, an MCP tool's
+/// `isError` and the daemon's record report. See [`DelegationView::outcome`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    /// Not over yet.
+    Running,
+    /// Completed, and every result the snapshot policy applies was applied (or there was
+    /// nothing to apply: read-only, `discard`, a live transport).
+    Completed,
+    /// Completed; the result waits, stored, for the application to apply or discard it
+    /// (`staged` mode).
+    Staged,
+    /// Completed, but the result was NOT applied: it is kept stored and pending (`snapshot`),
+    /// or could not be stored or fetched (the executor was not acknowledged and still holds
+    /// it). `reason` says why.
+    NotApplied {
+        /// The snapshot kept for a retry, if its bytes are stored.
+        snapshot: Option<SnapshotId>,
+        /// Why it was not applied.
+        reason: ErrorInfo,
+    },
+    /// The executor could not be reached (or did not answer usably).
+    Unreachable(ErrorInfo),
+    /// The delegation failed, expired or was cancelled.
+    Failed {
+        /// Its terminal state.
+        state: DelegationState,
+        /// What went wrong.
+        error: Option<ErrorInfo>,
+    },
+}
+
+impl Outcome {
+    /// `running`, `completed`, `staged`, `not_applied`, `unreachable` or `failed`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Outcome::Running => "running",
+            Outcome::Completed => "completed",
+            Outcome::Staged => "staged",
+            Outcome::NotApplied { .. } => "not_applied",
+            Outcome::Unreachable(_) => "unreachable",
+            Outcome::Failed { .. } => "failed",
+        }
+    }
+}
+
+impl DelegationView {
+    /// How the delegation turned out (see [`Outcome`]).
+    pub fn outcome(&self) -> Outcome {
+        match self.state {
+            DelegationState::Completed => {}
+            s if !s.is_terminal() => return Outcome::Running,
+            DelegationState::Error
+                if self.error.as_ref().is_some_and(|e| {
+                    matches!(e.code, ErrorCode::Timeout | ErrorCode::SseFailed)
+                }) =>
+            {
+                return Outcome::Unreachable(self.error.clone().expect("checked"))
+            }
+            state => {
+                return Outcome::Failed {
+                    state,
+                    error: self.error.clone(),
+                }
+            }
+        }
+        for snap in &self.snapshots {
+            if let SnapshotStatus::Failed(e) = &snap.status {
+                return Outcome::NotApplied {
+                    snapshot: None,
+                    reason: e.clone(),
+                };
+            }
+        }
+        if let Some(e) = &self.result_error {
+            return Outcome::NotApplied {
+                snapshot: None,
+                reason: e.clone(),
+            };
+        }
+        let auto = self.request.snapshot_mode == SnapshotMode::Auto;
+        let mut staged = false;
+        for snap in &self.snapshots {
+            if snap.status != SnapshotStatus::Pending && snap.status != SnapshotStatus::InFlight {
+                continue;
+            }
+            match &snap.error {
+                Some(e) => {
+                    return Outcome::NotApplied {
+                        snapshot: Some(snap.id.clone()),
+                        reason: e.clone(),
+                    }
+                }
+                None if auto => {
+                    return Outcome::NotApplied {
+                        snapshot: Some(snap.id.clone()),
+                        reason: ErrorInfo::bare(
+                            ErrorCode::TransportError,
+                            "the snapshot was stored but not applied",
+                        ),
+                    }
+                }
+                None => staged = true,
+            }
+        }
+        if staged {
+            Outcome::Staged
+        } else {
+            Outcome::Completed
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -517,6 +639,12 @@ struct Delegation {
     ops_in_flight: u32,
     /// Snapshot the executor announced in `done` that has not arrived (fetch it).
     awaiting_snapshot: Option<SnapshotId>,
+    /// The snapshot being applied (one at a time).
+    applying: Option<SnapshotId>,
+    /// Stored snapshots waiting to be applied, in order.
+    apply_queue: Vec<SnapshotId>,
+    /// Why the announced result could not be fetched.
+    result_error: Option<ErrorInfo>,
     heard_terminal: bool,
     ack_sent: bool,
     result: Option<TaskOutcome>,
@@ -601,6 +729,9 @@ impl Delegator {
                 stored: Vec::new(),
                 ops_in_flight: 0,
                 awaiting_snapshot: None,
+                applying: None,
+                apply_queue: Vec::new(),
+                result_error: None,
                 heard_terminal: false,
                 ack_sent: false,
                 result: None,
@@ -676,11 +807,14 @@ impl Delegator {
         rec.status = SnapshotStatus::InFlight;
         d.ops_in_flight += 1;
         d.updated_at = now;
-        self.core.outputs.push_back(DelegatorOutput::ApplySnapshot {
-            id: id.clone(),
-            snapshot_id: snapshot_id.clone(),
-            source: SnapshotSource::Stored,
-        });
+        self.start_apply(id, snapshot_id.clone());
+        self.core
+            .outputs
+            .push_back(DelegatorOutput::Event(DelegatorEvent::Snapshot {
+                id: id.clone(),
+                snapshot_id: snapshot_id.clone(),
+                status: SnapshotStatus::InFlight,
+            }));
         Ok(())
     }
 
@@ -755,9 +889,24 @@ impl Delegator {
                 .collect(),
             result: d.result.clone(),
             error: d.error.clone(),
+            result_error: d.result_error.clone(),
             ended: d.ended,
             warnings: d.warnings.clone(),
         })
+    }
+
+    /// The credential header a request to `url` on behalf of delegation `id` presents: the
+    /// delegation's credential when `url` is on the executor's origin (INVITE, START, events,
+    /// result, snapshot downloads, ack, cancel, ERROR), and nothing for any other origin (a
+    /// credential is never handed to a third party, e.g. a storage URL the executor names).
+    pub fn credential_header(
+        &self,
+        id: &DelegationId,
+        url: &str,
+    ) -> Option<(&'static str, String)> {
+        let d = self.delegations.get(id)?;
+        let auth = d.req.auth.as_ref()?;
+        crate::http::same_origin(&d.req.peer, url).then(|| crate::http::credential_header(auth))
     }
 
     /// Ids and states of every delegation, in id order.
@@ -796,12 +945,12 @@ impl Delegator {
                 id,
                 snapshot_id,
                 result,
-            } => self.on_snapshot_op(now, &id, &snapshot_id, result, true),
+            } => self.on_applied(now, &id, &snapshot_id, result),
             DelegatorInput::SnapshotStored {
                 id,
                 snapshot_id,
                 result,
-            } => self.on_snapshot_op(now, &id, &snapshot_id, result, false),
+            } => self.on_stored(now, &id, &snapshot_id, result),
             DelegatorInput::TransportReleased { id, warnings } => {
                 let d = self.get_mut(&id)?;
                 d.warnings.extend(warnings);
@@ -1304,20 +1453,15 @@ impl Delegator {
                 status: status.clone(),
                 received_at: now,
                 applied_at: None,
+                error: None,
             },
         );
         d.updated_at = now;
         let sid = snap.snapshot_id.clone();
         match mode {
-            SnapshotMode::Auto => {
-                d.ops_in_flight += 1;
-                self.core.outputs.push_back(DelegatorOutput::ApplySnapshot {
-                    id: id.clone(),
-                    snapshot_id: sid.clone(),
-                    source: SnapshotSource::Event(Box::new(snap)),
-                });
-            }
-            SnapshotMode::Staged => {
+            // Stored first in both modes: `auto` applies from the store once it is stored, so
+            // a result that cannot be applied is never lost.
+            SnapshotMode::Auto | SnapshotMode::Staged => {
                 d.ops_in_flight += 1;
                 self.core.outputs.push_back(DelegatorOutput::StoreSnapshot {
                     id: id.clone(),
@@ -1439,20 +1583,37 @@ impl Delegator {
                     );
                 } else {
                     let d = self.get_mut(id)?;
-                    d.awaiting_snapshot = None;
+                    if let Some(sid) = d.awaiting_snapshot.take() {
+                        d.result_error = Some(ErrorInfo::new(
+                            ErrorCode::TransportError,
+                            format!("the executor's result no longer carries snapshot {sid}"),
+                        ));
+                    }
                     self.wind_down(now, id);
                 }
             }
             Ok(FetchedResult::Error(e)) => {
                 d.heard_terminal = true;
-                d.awaiting_snapshot = None;
+                if let Some(sid) = d.awaiting_snapshot.take() {
+                    d.result_error = Some(ErrorInfo::new(
+                        ErrorCode::TransportError,
+                        format!(
+                            "the executor announced snapshot {sid} but then reported an error: {e}"
+                        ),
+                    ));
+                }
                 if matches!(state, DelegationState::Started | DelegationState::Running) {
                     self.receive_error(now, id, e);
                 }
                 self.wind_down(now, id);
             }
             Ok(FetchedResult::NotFound) => {
-                d.awaiting_snapshot = None;
+                if let Some(sid) = d.awaiting_snapshot.take() {
+                    d.result_error = Some(ErrorInfo::new(
+                        ErrorCode::NotFound,
+                        format!("the executor announced snapshot {sid} but no longer has it"),
+                    ));
+                }
                 if matches!(state, DelegationState::Started | DelegationState::Running) {
                     d.heard_terminal = true;
                     self.transition(
@@ -1469,8 +1630,17 @@ impl Delegator {
             }
             Ok(FetchedResult::Running) | Ok(FetchedResult::NotApplicable) | Err(_) => {
                 if d.awaiting_snapshot.is_some() && state.is_terminal() {
-                    // Could not get the announced snapshot; give up on it.
-                    d.awaiting_snapshot = None;
+                    // Could not get the announced snapshot; give up on it (without an ack, so
+                    // the executor keeps it).
+                    let sid = d.awaiting_snapshot.take().expect("checked");
+                    let why = match result {
+                        Err(e) => e,
+                        Ok(_) => "the executor did not hand it out".into(),
+                    };
+                    d.result_error = Some(ErrorInfo::new(
+                        ErrorCode::TransportError,
+                        format!("could not fetch the announced snapshot {sid}: {why}"),
+                    ));
                     self.wind_down(now, id);
                 } else if !state.is_terminal() {
                     // Try the stream again after a while.
@@ -1483,43 +1653,125 @@ impl Delegator {
         Ok(())
     }
 
-    fn on_snapshot_op(
+    /// The snapshot record `sid` of `id`, if it is in flight.
+    fn in_flight(&mut self, id: &DelegationId, sid: &SnapshotId) -> Result<bool, UsageError> {
+        let d = self.get_mut(id)?;
+        match d.snapshots.get(sid) {
+            None => Err(UsageError::UnknownSnapshot {
+                delegation: id.clone(),
+                snapshot: sid.to_string(),
+            }),
+            Some(rec) => Ok(rec.status == SnapshotStatus::InFlight),
+        }
+    }
+
+    /// A stored snapshot is ready: `auto` mode applies it while the delegation is running or
+    /// completed (a delegation cancelled, expired or failed meanwhile keeps it pending for the
+    /// application to decide); `staged` mode keeps it pending.
+    fn on_stored(
         &mut self,
         now: Timestamp,
         id: &DelegationId,
         sid: &SnapshotId,
         result: Result<(), ErrorInfo>,
-        applied: bool,
     ) -> Result<(), UsageError> {
-        let d = self.get_mut(id)?;
-        let Some(rec) = d.snapshots.get_mut(sid) else {
-            return Err(UsageError::UnknownSnapshot {
-                delegation: id.clone(),
-                snapshot: sid.to_string(),
-            });
-        };
-        if rec.status != SnapshotStatus::InFlight {
+        if !self.in_flight(id, sid)? {
             return Ok(());
         }
-        rec.status = match (result, applied) {
-            (Ok(()), true) => {
-                rec.applied_at = Some(now);
-                SnapshotStatus::Applied
-            }
-            (Ok(()), false) => {
+        let d = self.delegations.get_mut(id).expect("checked");
+        let state = d.machine.state();
+        let rec = d.snapshots.get_mut(sid).expect("checked");
+        d.updated_at = now;
+        let status = match result {
+            Ok(()) => {
                 if !d.stored.contains(sid) {
                     d.stored.push(sid.clone());
                 }
+                let auto = d.req.snapshot_mode == SnapshotMode::Auto
+                    && matches!(state, DelegationState::Running | DelegationState::Completed);
+                if auto {
+                    self.start_apply(id, sid.clone());
+                    return Ok(());
+                }
+                rec.status = SnapshotStatus::Pending;
                 SnapshotStatus::Pending
             }
-            (Err(e), _) => {
-                tracing::warn!(delegation = %id, snapshot = %sid, "snapshot {}: {e}", if applied { "apply failed" } else { "store failed" });
+            Err(e) => {
+                tracing::warn!(delegation = %id, snapshot = %sid, "snapshot store failed: {e}");
+                rec.status = SnapshotStatus::Failed(e.clone());
                 SnapshotStatus::Failed(e)
             }
         };
-        let status = rec.status.clone();
+        d.ops_in_flight = d.ops_in_flight.saturating_sub(1);
+        self.snapshot_event(id, sid, status);
+        self.maybe_end(now, id);
+        Ok(())
+    }
+
+    /// Applies `sid` now, or after the apply in flight for `id`.
+    fn start_apply(&mut self, id: &DelegationId, sid: SnapshotId) {
+        let Some(d) = self.delegations.get_mut(id) else {
+            return;
+        };
+        if d.applying.is_some() {
+            d.apply_queue.push(sid);
+            return;
+        }
+        d.applying = Some(sid.clone());
+        self.core.outputs.push_back(DelegatorOutput::ApplySnapshot {
+            id: id.clone(),
+            snapshot_id: sid,
+        });
+    }
+
+    fn on_applied(
+        &mut self,
+        now: Timestamp,
+        id: &DelegationId,
+        sid: &SnapshotId,
+        result: Result<(), ErrorInfo>,
+    ) -> Result<(), UsageError> {
+        if !self.in_flight(id, sid)? {
+            return Ok(());
+        }
+        let d = self.delegations.get_mut(id).expect("checked");
+        if d.applying.as_ref() == Some(sid) {
+            d.applying = None;
+        }
+        let rec = d.snapshots.get_mut(sid).expect("checked");
+        let status = match result {
+            Ok(()) => {
+                rec.applied_at = Some(now);
+                rec.error = None;
+                // Applied: its stored bytes have served their purpose.
+                d.stored.retain(|s| s != sid);
+                self.core
+                    .outputs
+                    .push_back(DelegatorOutput::DeleteStoredSnapshot {
+                        id: id.clone(),
+                        snapshot_id: sid.clone(),
+                    });
+                SnapshotStatus::Applied
+            }
+            Err(e) => {
+                tracing::warn!(delegation = %id, snapshot = %sid, "snapshot not applied, kept pending: {e}");
+                rec.error = Some(e);
+                SnapshotStatus::Pending
+            }
+        };
+        rec.status = status.clone();
         d.ops_in_flight = d.ops_in_flight.saturating_sub(1);
         d.updated_at = now;
+        let next = (!d.apply_queue.is_empty()).then(|| d.apply_queue.remove(0));
+        self.snapshot_event(id, sid, status);
+        if let Some(next) = next {
+            self.start_apply(id, next);
+        }
+        self.maybe_end(now, id);
+        Ok(())
+    }
+
+    fn snapshot_event(&mut self, id: &DelegationId, sid: &SnapshotId, status: SnapshotStatus) {
         self.core
             .outputs
             .push_back(DelegatorOutput::Event(DelegatorEvent::Snapshot {
@@ -1527,8 +1779,6 @@ impl Delegator {
                 snapshot_id: sid.clone(),
                 status,
             }));
-        self.maybe_end(now, id);
-        Ok(())
     }
 
     fn expire(&mut self, now: Timestamp, id: &DelegationId) {
@@ -1627,7 +1877,14 @@ impl Delegator {
         {
             return;
         }
-        if d.heard_terminal && !d.ack_sent {
+        // The ack lets the executor forget the result: only once every snapshot is stored
+        // (or applied, or discarded by policy) and nothing announced is missing.
+        let result_safe = d.result_error.is_none()
+            && !d
+                .snapshots
+                .values()
+                .any(|r| matches!(r.status, SnapshotStatus::Failed(_)));
+        if d.heard_terminal && !d.ack_sent && result_safe {
             d.ack_sent = true;
             self.core.outputs.push_back(DelegatorOutput::SendAck {
                 id: id.clone(),
@@ -1703,11 +1960,22 @@ fn status_from_json(v: &serde_json::Value) -> SnapshotStatus {
                 .and_then(|e| serde_json::from_value(e.clone()).ok())
                 .unwrap_or_else(|| ErrorInfo::new(ErrorCode::TransportError, "failed")),
         ),
-        // An operation in flight when the process stopped did not finish.
-        _ => SnapshotStatus::Failed(ErrorInfo::new(
-            ErrorCode::TransportError,
-            "interrupted by a restart of the delegator",
-        )),
+        // An operation in flight when the process stopped: see `restore_one`.
+        _ => SnapshotStatus::InFlight,
+    }
+}
+
+/// Why a snapshot whose apply was interrupted by a restart is pending again.
+fn interrupted_apply() -> ErrorInfo {
+    ErrorInfo {
+        code: ErrorCode::TransportError,
+        message: "the delegator stopped while applying this snapshot; at start-up the \
+                  interrupted apply was rolled back or finished, so the workspace is entirely \
+                  old or entirely new"
+            .into(),
+        hint: Some(
+            "Apply the snapshot again (a no-op if it had been finished) or discard it.".into(),
+        ),
     }
 }
 
@@ -1759,9 +2027,11 @@ impl Delegator {
                 "status": status_to_json(&r.status),
                 "receivedAt": r.received_at.as_unix_millis(),
                 "appliedAt": r.applied_at.map(Timestamp::as_unix_millis),
+                "error": r.error,
             })).collect::<Vec<_>>(),
             "result": d.result.as_ref().map(|o| json!({"summary": o.summary, "highlights": o.highlights})),
             "error": d.error,
+            "resultError": d.result_error,
             "warnings": d.warnings,
         }))
     }
@@ -1849,10 +2119,14 @@ impl Delegator {
                         .get("appliedAt")
                         .and_then(|v| v.as_u64())
                         .map(Timestamp::from_unix_millis),
+                    error: s
+                        .get("error")
+                        .filter(|e| !e.is_null())
+                        .and_then(|e| serde_json::from_value(e.clone()).ok()),
                 },
             );
         }
-        let stored = r
+        let stored: Vec<SnapshotId> = r
             .get("stored")
             .and_then(|v| v.as_array())
             .map(|a| {
@@ -1861,9 +2135,37 @@ impl Delegator {
                     .collect()
             })
             .unwrap_or_default();
+        // Snapshots in flight when the process stopped: one whose bytes are stored was being
+        // applied (the driver recovered that apply before restoring: the workspace is all old
+        // or all new), so it is pending again; one that was being stored is forgotten and
+        // received again (the executor was not acknowledged): replayed on the reconnected
+        // event stream, or fetched if `done` had been heard.
+        let mut awaiting_snapshot = None;
+        for sid in order.clone() {
+            let Some(rec) = snapshots.get_mut(&sid) else {
+                continue;
+            };
+            if rec.status != SnapshotStatus::InFlight {
+                continue;
+            }
+            if stored.contains(&sid) {
+                rec.status = SnapshotStatus::Pending;
+                rec.error = Some(interrupted_apply());
+            } else {
+                snapshots.remove(&sid);
+                order.retain(|s| s != &sid);
+                if state == DelegationState::Completed {
+                    awaiting_snapshot = Some(sid);
+                }
+            }
+        }
         let result = crate::engine::record_outcome(r, "result");
         let error = r
             .get("error")
+            .filter(|v| !v.is_null())
+            .and_then(|e| serde_json::from_value(e.clone()).ok());
+        let result_error = r
+            .get("resultError")
             .filter(|v| !v.is_null())
             .and_then(|e| serde_json::from_value(e.clone()).ok());
         let snapshot_mode = r
@@ -1925,7 +2227,10 @@ impl Delegator {
                 snapshot_order: order,
                 stored,
                 ops_in_flight: 0,
-                awaiting_snapshot: None,
+                awaiting_snapshot,
+                applying: None,
+                apply_queue: Vec::new(),
+                result_error,
                 heard_terminal: r
                     .get("heardTerminal")
                     .and_then(|v| v.as_bool())
@@ -1997,8 +2302,391 @@ impl Delegator {
                         peer,
                     });
             }
-            // Terminal but not ended: finish winding down (ack, release).
-            _ => self.wind_down(now, id),
+            // Terminal but not ended: fetch a result whose storing was interrupted, then
+            // finish winding down (ack, release).
+            _ => {
+                if d.awaiting_snapshot.is_some() {
+                    let peer = d.req.peer.clone();
+                    self.core.outputs.push_back(DelegatorOutput::FetchResult {
+                        id: id.clone(),
+                        peer,
+                    });
+                }
+                self.wind_down(now, id)
+            }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The result-safety rules of the engine, driven by hand: store before apply, ack only
+    //! after stored, failed applies stay pending, one apply at a time, restarts mid-apply.
+    use super::*;
+    use crate::wire::{ArchiveHandle, StatusEvent, TaskStatus};
+
+    const PEER: &str = "http://127.0.0.1:10200/awcp";
+
+    fn t(ms: u64) -> Timestamp {
+        Timestamp::from_unix_millis(1_700_000_000_000 + ms)
+    }
+
+    fn id() -> DelegationId {
+        DelegationId::new("dlg_engine_test").unwrap()
+    }
+
+    fn sid(s: &str) -> SnapshotId {
+        SnapshotId::new(s).unwrap()
+    }
+
+    fn drain(d: &mut Delegator) -> Vec<DelegatorOutput> {
+        std::iter::from_fn(|| d.poll_output()).collect()
+    }
+
+    fn event(kind: TaskEventKind) -> DelegatorInput {
+        DelegatorInput::TaskEvent {
+            event: TaskEvent {
+                delegation_id: id(),
+                timestamp: t(0),
+                kind,
+            },
+        }
+    }
+
+    fn snapshot(s: &str) -> DelegatorInput {
+        event(TaskEventKind::Snapshot(SnapshotEvent {
+            snapshot_id: sid(s),
+            summary: "edited".into(),
+            highlights: vec![],
+            data: ArchiveData {
+                base64: Some("UEsFBgAAAAAAAAAAAAAAAAAAAAAAAA==".into()),
+                url: None,
+            },
+            checksum: None,
+            recommended: Some(true),
+            metadata: BTreeMap::new(),
+        }))
+    }
+
+    fn done(s: &str) -> DelegatorInput {
+        event(TaskEventKind::Done(DoneEvent {
+            summary: "done".into(),
+            highlights: vec![],
+            snapshot_ids: vec![sid(s)],
+            recommended_snapshot_id: Some(sid(s)),
+            result_base64: None,
+        }))
+    }
+
+    fn is_ack(o: &DelegatorOutput) -> bool {
+        matches!(o, DelegatorOutput::SendAck { .. })
+    }
+
+    fn is_apply(o: &DelegatorOutput) -> bool {
+        matches!(o, DelegatorOutput::ApplySnapshot { .. })
+    }
+
+    fn stored(s: &str, result: Result<(), ErrorInfo>) -> DelegatorInput {
+        DelegatorInput::SnapshotStored {
+            id: id(),
+            snapshot_id: sid(s),
+            result,
+        }
+    }
+
+    fn applied(s: &str, result: Result<(), ErrorInfo>) -> DelegatorInput {
+        DelegatorInput::SnapshotApplied {
+            id: id(),
+            snapshot_id: sid(s),
+            result,
+        }
+    }
+
+    /// A running `auto` delegation that received `snap_a` and `done`.
+    fn done_with_snapshot() -> Delegator {
+        let mut d = running(SnapshotMode::Auto);
+        d.handle(t(2), snapshot("snap_a")).unwrap();
+        d.handle(t(2), done("snap_a")).unwrap();
+        d
+    }
+
+    /// A delegation in `running`, with `auth` and `mode`.
+    fn running(mode: SnapshotMode) -> Delegator {
+        let mut d = Delegator::new(DelegatorConfig::default());
+        d.delegate(
+            t(0),
+            DelegateRequest {
+                id: id(),
+                peer: PEER.into(),
+                dialect: Dialect::Reference,
+                task: TaskSpec {
+                    description: "d".into(),
+                    prompt: "p".into(),
+                },
+                ttl_seconds: 600,
+                access_mode: AccessMode::Rw,
+                resources: vec![Resource {
+                    name: crate::ResourceName::new("workspace").unwrap(),
+                    kind: "fs".into(),
+                    mode: AccessMode::Rw,
+                }],
+                transport: TransportKind::Archive,
+                snapshot_mode: mode,
+                auth: Some(Auth {
+                    auth_type: crate::wire::AuthType::Bearer,
+                    credential: "tok".into(),
+                    metadata: Default::default(),
+                }),
+            },
+        )
+        .unwrap();
+        let steps = [
+            DelegatorInput::ScanCompleted {
+                id: id(),
+                result: Ok(WorkspaceStats::default()),
+            },
+            DelegatorInput::Reply {
+                id: id(),
+                to: Outbound::Invite,
+                reply: Reply::Accept(Accept {
+                    delegation_id: id(),
+                    work_dir: "/w".into(),
+                    constraints: None,
+                    retention_ms: None,
+                    features: vec![],
+                }),
+            },
+            DelegatorInput::TransportPrepared {
+                id: id(),
+                result: Ok(TransportHandle::Archive(ArchiveHandle {
+                    data: ArchiveData {
+                        base64: Some(String::new()),
+                        url: None,
+                    },
+                    checksum: "00".into(),
+                    size_bytes: None,
+                })),
+            },
+            DelegatorInput::EventStreamOpened { id: id() },
+            event(TaskEventKind::Status(StatusEvent {
+                status: TaskStatus::Running,
+                message: None,
+                progress: None,
+            })),
+        ];
+        for s in steps {
+            d.handle(t(1), s).unwrap();
+        }
+        drain(&mut d);
+        assert_eq!(d.get(&id()).unwrap().state, DelegationState::Running);
+        d
+    }
+
+    fn status_of(d: &Delegator, s: &str) -> SnapshotRecord {
+        d.get(&id())
+            .unwrap()
+            .snapshots
+            .into_iter()
+            .find(|r| r.id == sid(s))
+            .unwrap()
+    }
+
+    #[test]
+    fn auto_snapshots_are_stored_then_applied_and_acked_only_after() {
+        let mut d = done_with_snapshot();
+        let out = drain(&mut d);
+        assert!(out
+            .iter()
+            .any(|o| matches!(o, DelegatorOutput::StoreSnapshot { .. })));
+        assert!(!out.iter().any(|o| is_apply(o) || is_ack(o)));
+        d.handle(t(3), stored("snap_a", Ok(()))).unwrap();
+        let out = drain(&mut d);
+        assert!(out.iter().any(is_apply));
+        assert!(!out.iter().any(is_ack), "no ack while the apply runs");
+        d.handle(t(4), applied("snap_a", Ok(()))).unwrap();
+        let out = drain(&mut d);
+        assert!(out.iter().any(is_ack));
+        assert!(out
+            .iter()
+            .any(|o| matches!(o, DelegatorOutput::DeleteStoredSnapshot { .. })));
+        assert_eq!(status_of(&d, "snap_a").status, SnapshotStatus::Applied);
+        d.handle(
+            t(5),
+            DelegatorInput::TransportReleased {
+                id: id(),
+                warnings: vec![],
+            },
+        )
+        .unwrap();
+        assert_eq!(d.get(&id()).unwrap().outcome(), Outcome::Completed);
+    }
+
+    #[test]
+    fn failed_auto_apply_keeps_the_snapshot_pending_with_its_reason() {
+        let mut d = done_with_snapshot();
+        for input in [
+            stored("snap_a", Ok(())),
+            applied(
+                "snap_a",
+                Err(ErrorInfo::new(ErrorCode::TransportError, "conflict: a.txt")),
+            ),
+            DelegatorInput::TransportReleased {
+                id: id(),
+                warnings: vec![],
+            },
+        ] {
+            d.handle(t(3), input).unwrap();
+        }
+        let out = drain(&mut d);
+        assert!(out.iter().any(is_ack), "the result is stored: ack");
+        assert!(!out
+            .iter()
+            .any(|o| matches!(o, DelegatorOutput::DeleteStoredSnapshot { .. })));
+        let rec = status_of(&d, "snap_a");
+        assert_eq!(rec.status, SnapshotStatus::Pending);
+        assert!(rec.error.as_ref().unwrap().message.contains("a.txt"));
+        let v = d.get(&id()).unwrap();
+        assert!(v.ended);
+        assert!(
+            matches!(&v.outcome(), Outcome::NotApplied { snapshot: Some(s), .. } if *s == sid("snap_a")),
+            "{:?}",
+            v.outcome()
+        );
+        // Re-appliable.
+        d.apply_snapshot(t(4), &id(), &sid("snap_a")).unwrap();
+        assert!(drain(&mut d).iter().any(is_apply));
+        d.handle(t(5), applied("snap_a", Ok(()))).unwrap();
+        assert_eq!(d.get(&id()).unwrap().outcome(), Outcome::Completed);
+    }
+
+    #[test]
+    fn a_snapshot_that_cannot_be_stored_is_never_acknowledged() {
+        let mut d = done_with_snapshot();
+        d.handle(
+            t(3),
+            stored(
+                "snap_a",
+                Err(ErrorInfo::new(ErrorCode::TransportError, "disk full")),
+            ),
+        )
+        .unwrap();
+        d.handle(
+            t(4),
+            DelegatorInput::TransportReleased {
+                id: id(),
+                warnings: vec![],
+            },
+        )
+        .unwrap();
+        let out = drain(&mut d);
+        assert!(!out.iter().any(is_ack), "{out:?}");
+        assert!(!out.iter().any(is_apply));
+        let v = d.get(&id()).unwrap();
+        assert!(v.ended);
+        assert!(matches!(
+            v.outcome(),
+            Outcome::NotApplied { snapshot: None, .. }
+        ));
+    }
+
+    #[test]
+    fn applies_of_one_delegation_run_one_at_a_time_in_order() {
+        let mut d = running(SnapshotMode::Auto);
+        d.handle(t(2), snapshot("snap_a")).unwrap();
+        d.handle(t(2), snapshot("snap_b")).unwrap();
+        drain(&mut d);
+        for s in ["snap_b", "snap_a"] {
+            d.handle(t(3), stored(s, Ok(()))).unwrap();
+        }
+        let applies = |out: &[DelegatorOutput]| -> Vec<SnapshotId> {
+            out.iter()
+                .filter_map(|o| match o {
+                    DelegatorOutput::ApplySnapshot { snapshot_id, .. } => Some(snapshot_id.clone()),
+                    _ => None,
+                })
+                .collect()
+        };
+        assert_eq!(applies(&drain(&mut d)), vec![sid("snap_b")]);
+        d.handle(t(4), applied("snap_b", Ok(()))).unwrap();
+        assert_eq!(applies(&drain(&mut d)), vec![sid("snap_a")]);
+    }
+
+    #[test]
+    fn a_restart_mid_apply_leaves_the_snapshot_pending_and_reappliable() {
+        let mut d = done_with_snapshot();
+        d.handle(t(3), stored("snap_a", Ok(()))).unwrap();
+        let out = drain(&mut d);
+        assert!(out.iter().any(is_apply));
+        // The process dies here; a new one restores from the journal record.
+        let rec = d.record(&id()).unwrap();
+        let mut d2 = Delegator::new(DelegatorConfig::default());
+        assert_eq!(d2.restore(t(10), &[rec]), 1);
+        let out = drain(&mut d2);
+        assert!(!out.iter().any(is_apply));
+        assert!(out.iter().any(is_ack), "stored: the executor may forget it");
+        let s = status_of(&d2, "snap_a");
+        assert_eq!(s.status, SnapshotStatus::Pending);
+        assert!(s.error.unwrap().message.contains("stopped while applying"));
+        d2.apply_snapshot(t(11), &id(), &sid("snap_a")).unwrap();
+        assert!(drain(&mut d2).iter().any(is_apply));
+    }
+
+    #[test]
+    fn a_restart_while_storing_fetches_the_result_again_before_any_ack() {
+        let mut d = done_with_snapshot();
+        drain(&mut d);
+        let rec = d.record(&id()).unwrap();
+        let mut d2 = Delegator::new(DelegatorConfig::default());
+        d2.restore(t(10), &[rec]);
+        let out = drain(&mut d2);
+        assert!(!out.iter().any(is_ack), "{out:?}");
+        assert!(out
+            .iter()
+            .any(|o| matches!(o, DelegatorOutput::FetchResult { .. })));
+        assert!(d2.get(&id()).unwrap().snapshots.is_empty());
+        // The executor hands the result out again: stored, then applied.
+        let DelegatorInput::TaskEvent { event } = snapshot("snap_result") else {
+            unreachable!()
+        };
+        let TaskEventKind::Snapshot(snap) = event.kind else {
+            unreachable!()
+        };
+        d2.handle(
+            t(11),
+            DelegatorInput::ResultFetched {
+                id: id(),
+                result: Ok(FetchedResult::Completed {
+                    outcome: TaskOutcome::default(),
+                    snapshot: Some(snap),
+                }),
+            },
+        )
+        .unwrap();
+        let out = drain(&mut d2);
+        assert!(
+            out.iter().any(|o| matches!(
+                o,
+                DelegatorOutput::StoreSnapshot { snapshot, .. } if snapshot.snapshot_id == sid("snap_a")
+            )),
+            "{out:?}"
+        );
+        assert!(!out.iter().any(is_ack));
+    }
+
+    #[test]
+    fn the_credential_goes_only_to_the_executor_origin() {
+        let d = running(SnapshotMode::Auto);
+        let h = d
+            .credential_header(&id(), "http://127.0.0.1:10200/awcp/tasks/x/snapshots/y")
+            .unwrap();
+        assert_eq!(h, ("authorization", "Bearer tok".to_owned()));
+        assert_eq!(
+            d.credential_header(&id(), "http://storage.example/bucket/y"),
+            None
+        );
+        assert_eq!(
+            d.credential_header(&id(), "http://127.0.0.1:10201/awcp"),
+            None
+        );
     }
 }

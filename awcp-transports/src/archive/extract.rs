@@ -69,8 +69,10 @@ pub struct ExtractedFile {
     pub name: String,
     /// Bytes written.
     pub size: u64,
-    /// Permission bits applied.
+    /// Permission bits applied (those of the entry, with owner-read always set).
     pub mode: u32,
+    /// Whether the entry carried permission bits (else `mode` is the default 0644).
+    pub has_mode: bool,
     /// SHA-256 of the content.
     pub sha256: String,
 }
@@ -106,6 +108,7 @@ struct Planned {
     kind: Kind,
     declared: u64,
     mode: u32,
+    has_mode: bool,
 }
 
 /// Validates an entry name and returns its components.
@@ -333,6 +336,7 @@ pub fn extract<R: Read + Seek>(
             kind,
             declared: size,
             mode: mode.unwrap_or(0o644),
+            has_mode: mode.is_some(),
         });
     }
     if declared_total > 1024 * 1024 && declared_total / compressed_total.max(1) > limits.max_ratio {
@@ -378,12 +382,14 @@ pub fn extract<R: Read + Seek>(
             }
             Kind::File => {
                 ensure_dirs(target, &p.name, false)?;
-                let mode = (p.mode & 0o777) | 0o600;
+                // The entry's permission bits (a read-only file stays read-only), readable
+                // by its owner; written through a descriptor opened writable, then set exactly.
+                let mode = (p.mode & 0o777) | 0o400;
                 let path = target.join(&p.name);
                 let mut out = fs::OpenOptions::new()
                     .write(true)
                     .create_new(true)
-                    .mode(mode)
+                    .mode(mode | 0o200)
                     .custom_flags(libc_o_nofollow())
                     .open(&path)
                     .map_err(|e| {
@@ -439,6 +445,7 @@ pub fn extract<R: Read + Seek>(
                     name: p.name,
                     size: n,
                     mode,
+                    has_mode: p.has_mode,
                     sha256: hex(&h.finalize()),
                 });
             }

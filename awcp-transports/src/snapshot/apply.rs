@@ -16,13 +16,16 @@ use std::path::{Path, PathBuf};
 use awcp_proto::AccessMode;
 
 use super::capture::SnapshotKind;
-use super::journal::{commit, recover, Journal, JournalOp, JournalState, APPLY_DIR_PREFIX};
+use super::journal::{
+    commit, recover, Journal, JournalOp, JournalState, Recovery, APPLY_DIR_PREFIX,
+};
 use crate::archive::{detect_layout, extract, open_verified, ArchiveSource, ExtractLimits, Layout};
 use crate::cancel::CancelFlag;
 use crate::error::TransportError;
 use crate::manifest::{hash_file, Baseline, Manifest};
 use crate::scan::ResourceSpec;
 use crate::walk::{mtime_ns, walk, WalkEntry, WalkOptions};
+use std::os::unix::fs::PermissionsExt;
 
 /// What to do when the workspace changed locally where the snapshot writes or deletes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -100,6 +103,41 @@ pub struct ApplyReport {
 pub fn apply_dir(resource_root: &Path, delegation_id: &str) -> PathBuf {
     let parent = resource_root.parent().unwrap_or(resource_root);
     parent.join(format!("{APPLY_DIR_PREFIX}{delegation_id}"))
+}
+
+/// Recovers whatever apply of `delegation_id` a previous process left interrupted, for a
+/// delegation whose resources are at `roots`: a swap that was `committing` is rolled forward,
+/// anything earlier is rolled back, and every staging directory of the delegation beside the
+/// roots (`.awcp-apply-<id>`, `.awcp-stage-<id>`) is removed. Afterwards each resource is
+/// entirely as before the apply or entirely as after it. Call it at start-up for every
+/// delegation the process knows, before any apply runs; roots that no longer exist are
+/// skipped.
+pub fn recover_interrupted(
+    roots: &[PathBuf],
+    delegation_id: &str,
+) -> Result<Recovery, TransportError> {
+    if crate::id_is_unsafe(delegation_id) {
+        return Err(TransportError::Unsupported("invalid delegation id".into()));
+    }
+    let mut done = Recovery::Nothing;
+    for root in roots {
+        let Ok(root) = fs::canonicalize(root) else {
+            continue;
+        };
+        match recover(&apply_dir(&root, delegation_id))? {
+            Recovery::Nothing => {}
+            r => done = r,
+        }
+        let side = side_dir(&root, delegation_id);
+        if fs::symlink_metadata(&side).is_ok() {
+            fs::remove_dir_all(&side)
+                .map_err(|e| TransportError::io("removing a staging directory", e))?;
+            if done == Recovery::Nothing {
+                done = Recovery::RolledBack;
+            }
+        }
+    }
+    Ok(done)
 }
 
 fn is_writable(r: &ResourceSpec, mode: AccessMode) -> bool {
@@ -231,7 +269,6 @@ pub(crate) fn copy_tree(from: &Path, to: &Path) -> Result<(), TransportError> {
 fn current_entry(root: &Path, rel: &str) -> Option<(WalkEntry, fs::Metadata)> {
     let path = root.join(rel);
     let md = fs::symlink_metadata(&path).ok()?;
-    use std::os::unix::fs::PermissionsExt;
     Some((
         WalkEntry {
             rel: rel.to_owned(),
@@ -302,8 +339,14 @@ fn stage_and_commit(
         }
     };
 
+    // Deletions run before writes: a file the result turns into a directory must be out of
+    // the way before anything is written under it.
+    let mut del_ops = Vec::new();
     let mut ops = Vec::new();
     let mut conflicts = Vec::new();
+    // Conflicts no policy overrides: what a type change would destroy that was never shipped
+    // or is not a plain file.
+    let mut hard_conflicts = false;
     let mut cleanup = Vec::new();
     let mut deleted_paths = Vec::new();
     for r in writable {
@@ -342,73 +385,8 @@ fn stage_and_commit(
             }
         };
         let qual = |rel: &str| format!("{name}/{rel}");
-
-        for (rel, f) in &files {
-            if opts.walk.is_excluded(rel) {
-                report.refused.push(qual(rel));
-                continue;
-            }
-            let rec = base.and_then(|m| m.files.get(*rel));
-            if let Some(rec) = rec {
-                if rec.sha256 == f.sha256 && (rec.mode & 0o111) == (f.mode & 0o111) {
-                    report.unchanged += 1;
-                    continue;
-                }
-            }
-            if let Some(bad) = parent_unsafe(root, rel) {
-                return Err(TransportError::SymlinkInPath(format!("{name}/{bad}")));
-            }
-            let cur = current_entry(root, rel);
-            let conflict = match (rec, &cur) {
-                (Some(_), None) => true,
-                (Some(rec), Some((e, md))) => {
-                    if !md.is_file() {
-                        true
-                    } else if Manifest::matches(rec, e)? {
-                        false
-                    } else if hash_file(&e.path).ok().as_deref() == Some(&f.sha256)
-                        && (e.mode & 0o111) == (f.mode & 0o111)
-                    {
-                        // Changed locally to exactly what the executor produced.
-                        report.unchanged += 1;
-                        continue;
-                    } else {
-                        true
-                    }
-                }
-                (None, None) => false,
-                (None, Some((e, md))) => {
-                    if md.is_file() && hash_file(&e.path).ok().as_deref() == Some(&f.sha256) {
-                        if (e.mode & 0o111) == (f.mode & 0o111) {
-                            report.unchanged += 1;
-                            continue;
-                        }
-                        false
-                    } else {
-                        base.is_some() || !md.is_file()
-                    }
-                }
-            };
-            if conflict {
-                conflicts.push(qual(rel));
-                if opts.on_conflict == ConflictPolicy::Refuse {
-                    continue;
-                }
-                if cur.as_ref().is_some_and(|(_, md)| md.is_dir()) {
-                    return Err(TransportError::Conflict {
-                        paths: vec![qual(rel)],
-                    });
-                }
-            }
-            ops.push(JournalOp {
-                target: root.join(rel),
-                staged: Some(res_stage.join(rel)),
-                backup: backup_root.join(rel),
-            });
-            report.written.push(qual(rel));
-        }
-
-        // Deletions.
+        // What the result deletes: the delta's list, or (full snapshot) every shipped file it
+        // lacks; without a baseline, every local file it lacks.
         let dels: Vec<String> = match &ex.delta {
             Some(d) => d
                 .deleted
@@ -430,9 +408,165 @@ fn stage_and_commit(
                     .collect(),
             },
         };
+        let deleted_by_result: BTreeSet<&str> = dels.iter().map(String::as_str).collect();
+        // Local directories the result replaces by a file, and local files it replaces by a
+        // directory (type changes): moved aside whole, in one journalled rename each.
+        let mut replaced_dirs: Vec<String> = Vec::new();
+        let mut replaced_files: BTreeSet<String> = BTreeSet::new();
+
+        for (rel, f) in &files {
+            if opts.walk.is_excluded(rel) {
+                report.refused.push(qual(rel));
+                continue;
+            }
+            // A parent that is a file locally: a file -> directory type change, if the result
+            // deletes that file and it is unchanged since it was shipped.
+            let mut blocked = false;
+            for p in ancestors(rel) {
+                if replaced_files.contains(p) {
+                    break;
+                }
+                let Ok(md) = fs::symlink_metadata(root.join(p)) else {
+                    break;
+                };
+                if md.is_dir() {
+                    continue;
+                }
+                if md.file_type().is_symlink() {
+                    return Err(TransportError::SymlinkInPath(qual(p)));
+                }
+                let shipped_unchanged = match (md.is_file(), base.and_then(|m| m.files.get(p))) {
+                    (true, Some(rec)) => current_entry(root, p)
+                        .map(|(e, _)| Manifest::matches(rec, &e))
+                        .transpose()?
+                        .unwrap_or(false),
+                    _ => false,
+                };
+                if deleted_by_result.contains(p) && shipped_unchanged {
+                    replaced_files.insert(p.to_owned());
+                } else if deleted_by_result.contains(p)
+                    && md.is_file()
+                    && opts.on_conflict == ConflictPolicy::Overwrite
+                    && base.is_some_and(|m| m.files.contains_key(p))
+                {
+                    conflicts.push(qual(p));
+                    replaced_files.insert(p.to_owned());
+                } else {
+                    conflicts.push(qual(p));
+                    hard_conflicts = true;
+                    blocked = true;
+                }
+                break;
+            }
+            if blocked {
+                continue;
+            }
+            let rec = base.and_then(|m| m.files.get(*rel));
+            if let Some(rec) = rec {
+                if rec.sha256 == f.sha256 && same_mode(rec.mode, f) {
+                    report.unchanged += 1;
+                    continue;
+                }
+            }
+            let cur = current_entry(root, rel);
+            if let Some((_, md)) = &cur {
+                if md.is_dir() {
+                    // A directory -> file type change: only over a directory that holds
+                    // nothing but shipped, unchanged files.
+                    let found = dir_changes(root, rel, base)?;
+                    if found.is_empty() {
+                        replaced_dirs.push((*rel).to_owned());
+                    } else {
+                        conflicts.extend(found.iter().map(|p| qual(p)));
+                        hard_conflicts = true;
+                        continue;
+                    }
+                    ops.push(JournalOp {
+                        target: root.join(rel),
+                        staged: Some(res_stage.join(rel)),
+                        backup: backup_root.join(rel),
+                    });
+                    report.written.push(qual(rel));
+                    continue;
+                }
+            }
+            let conflict = match (rec, &cur) {
+                (Some(_), None) => true,
+                (Some(rec), Some((e, md))) => {
+                    if !md.is_file() {
+                        true
+                    } else if Manifest::matches(rec, e)? {
+                        false
+                    } else if hash_file(&e.path).ok().as_deref() == Some(&f.sha256)
+                        && same_mode(e.mode, f)
+                    {
+                        // Changed locally to exactly what the executor produced.
+                        report.unchanged += 1;
+                        continue;
+                    } else {
+                        true
+                    }
+                }
+                (None, None) => false,
+                (None, Some((e, md))) => {
+                    if md.is_file() && hash_file(&e.path).ok().as_deref() == Some(&f.sha256) {
+                        if same_mode(e.mode, f) {
+                            report.unchanged += 1;
+                            continue;
+                        }
+                        false
+                    } else {
+                        base.is_some() || !md.is_file()
+                    }
+                }
+            };
+            if conflict {
+                conflicts.push(qual(rel));
+                if opts.on_conflict == ConflictPolicy::Refuse {
+                    continue;
+                }
+            }
+            if !f.has_mode {
+                // The archive carries no permission bits: keep the local file's.
+                if let Some((e, _)) = &cur {
+                    let _ = fs::set_permissions(
+                        res_stage.join(rel),
+                        fs::Permissions::from_mode(e.mode & 0o777),
+                    );
+                }
+            }
+            ops.push(JournalOp {
+                target: root.join(rel),
+                staged: Some(res_stage.join(rel)),
+                backup: backup_root.join(rel),
+            });
+            report.written.push(qual(rel));
+        }
+
+        // Deletions.
+        let under_replaced = |rel: &str| {
+            replaced_dirs.iter().any(|d| {
+                rel.strip_prefix(d.as_str())
+                    .is_some_and(|r| r.starts_with('/'))
+            })
+        };
         for rel in dels {
             if rel.is_empty() || opts.walk.is_excluded(&rel) {
                 report.refused.push(qual(&rel));
+                continue;
+            }
+            if under_replaced(&rel) {
+                // Moved aside with its directory.
+                report.deleted.push(qual(&rel));
+                continue;
+            }
+            if replaced_files.contains(&rel) {
+                del_ops.push(JournalOp {
+                    target: root.join(&rel),
+                    staged: None,
+                    backup: backup_root.join(&rel),
+                });
+                report.deleted.push(qual(&rel));
                 continue;
             }
             if parent_unsafe(root, &rel).is_some() {
@@ -442,6 +576,10 @@ fn stage_and_commit(
             let Some((e, md)) = current_entry(root, &rel) else {
                 continue;
             };
+            if md.is_dir() && files.keys().any(|k| k.starts_with(&format!("{rel}/"))) {
+                // Already the directory the result makes of it (a re-apply).
+                continue;
+            }
             let rec = base.and_then(|m| m.files.get(&rel));
             match (base, rec) {
                 (Some(_), None) => {
@@ -463,7 +601,7 @@ fn stage_and_commit(
                     }
                 }
             }
-            ops.push(JournalOp {
+            del_ops.push(JournalOp {
                 target: root.join(&rel),
                 staged: None,
                 backup: backup_root.join(&rel),
@@ -472,8 +610,11 @@ fn stage_and_commit(
             report.deleted.push(qual(&rel));
         }
     }
-    if !conflicts.is_empty() && opts.on_conflict == ConflictPolicy::Refuse {
+    del_ops.append(&mut ops);
+    let ops = del_ops;
+    if !conflicts.is_empty() && (opts.on_conflict == ConflictPolicy::Refuse || hard_conflicts) {
         conflicts.sort();
+        conflicts.dedup();
         return Err(TransportError::Conflict { paths: conflicts });
     }
     cancel.check()?;
@@ -513,6 +654,56 @@ fn stage_and_commit(
         }
     }
     Ok(())
+}
+
+/// Whether a staged file has the permission bits of `mode` (always, when the archive carried
+/// none: the local bits are kept).
+fn same_mode(mode: u32, f: &crate::archive::ExtractedFile) -> bool {
+    !f.has_mode || (mode & 0o777) == (f.mode & 0o777)
+}
+
+/// The proper ancestors of `rel`, shortest first (`a`, `a/b` for `a/b/c`).
+fn ancestors(rel: &str) -> impl Iterator<Item = &str> {
+    rel.match_indices('/').map(move |(i, _)| &rel[..i])
+}
+
+/// What in the local directory `rel` is not a shipped, unchanged file (relative paths): a
+/// directory the result replaces by a file must hold nothing else. Without a baseline nothing
+/// can be told apart, so everything in it counts.
+fn dir_changes(
+    root: &Path,
+    rel: &str,
+    base: Option<&Manifest>,
+) -> Result<Vec<String>, TransportError> {
+    let mut out = Vec::new();
+    let mut stack = vec![rel.to_owned()];
+    while let Some(d) = stack.pop() {
+        let rd = fs::read_dir(root.join(&d))
+            .map_err(|e| TransportError::io(format!("reading `{d}`"), e))?;
+        for entry in rd {
+            let entry = entry.map_err(|e| TransportError::io(format!("reading `{d}`"), e))?;
+            let child = format!("{d}/{}", entry.file_name().to_string_lossy());
+            let ft = entry
+                .file_type()
+                .map_err(|e| TransportError::io(format!("reading `{child}`"), e))?;
+            if ft.is_dir() {
+                stack.push(child);
+                continue;
+            }
+            let unchanged = match (ft.is_file(), base.and_then(|m| m.files.get(&child))) {
+                (true, Some(rec)) => current_entry(root, &child)
+                    .map(|(e, _)| Manifest::matches(rec, &e))
+                    .transpose()?
+                    .unwrap_or(false),
+                _ => false,
+            };
+            if !unchanged {
+                out.push(child);
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
 }
 
 fn first_parent<'a>(

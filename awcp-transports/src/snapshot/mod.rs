@@ -6,7 +6,8 @@ pub mod capture;
 pub mod journal;
 
 pub use apply::{
-    apply_dir, apply_snapshot, ApplyOptions, ApplyReport, ApplyRequest, ConflictPolicy, CrashPoint,
+    apply_dir, apply_snapshot, recover_interrupted, ApplyOptions, ApplyReport, ApplyRequest,
+    ConflictPolicy, CrashPoint,
 };
 pub use capture::{
     baseline_path, capture, executor_walk_options, full_walk_options, load_baseline, save_baseline,

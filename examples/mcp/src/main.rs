@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use awcp_driver::delegator::daemon::DaemonClient;
+use awcp_driver::net::ClientTls;
 use awcp_driver::{DelegatorHandle, DelegatorOptions};
 use awcp_tokio::TokioRuntime;
 use awcp_transports::{ArchiveDelegator, ArchiveDelegatorConfig};
@@ -68,6 +69,9 @@ pub struct Cli {
     /// about them.
     #[arg(long)]
     cancel_on_exit: bool,
+    /// How to trust https executors and daemons (and identify to them).
+    #[command(flatten)]
+    client: awcp_examples::ClientTlsArgs,
 }
 
 fn fail(msg: impl std::fmt::Display) -> ! {
@@ -109,10 +113,14 @@ fn default_state_dir() -> PathBuf {
 }
 
 /// The daemon to talk to: its URL, and the in-process delegator if we started one.
-async fn daemon(cli: &Cli) -> (String, Option<DelegatorHandle>) {
+async fn daemon(cli: &Cli, tls: &ClientTls) -> (String, Option<DelegatorHandle>) {
     if let Some(url) = &cli.daemon_url {
         let url = url.trim_end_matches('/').to_owned();
-        match DaemonClient::new(TokioRuntime, url.clone()).health().await {
+        match DaemonClient::new(TokioRuntime, url.clone())
+            .with_tls(tls.clone())
+            .health()
+            .await
+        {
             Ok(()) => tracing::info!(%url, "using the running delegator daemon"),
             Err(e) => {
                 tracing::warn!(%url, error = %e, "the daemon does not answer yet; tools will fail until it does")
@@ -149,7 +157,13 @@ async fn daemon(cli: &Cli) -> (String, Option<DelegatorHandle>) {
     let transport = ArchiveDelegator::new(ArchiveDelegatorConfig::new(state_dir.join("exports")));
     let mut opts = DelegatorOptions::new(Arc::new(transport), state_dir.clone());
     opts.archive_base_url = Some(url.clone());
-    let d = DelegatorHandle::start(TokioRuntime, opts);
+    opts.client_tls = tls.clone();
+    let d = DelegatorHandle::try_start(TokioRuntime, opts).unwrap_or_else(|e| {
+        fail(format!(
+            "in-process daemon: {e}; point --daemon-url at the delegator that holds it, or use \
+             another --state-dir"
+        ))
+    });
     let router = awcp_tokio::delegator_router(d.clone());
     tokio::spawn(async move {
         if let Err(e) = awcp_tokio::serve(listener, router, std::future::pending()).await {
@@ -181,8 +195,9 @@ async fn cancel_running(client: &DaemonClient<TokioRuntime>) {
 async fn main() {
     let cli = Cli::parse();
     init_logging(cli.log_file.as_ref());
-    let (daemon_url, in_process) = daemon(&cli).await;
-    let found = peers::discover(&cli.peers).await;
+    let tls = cli.client.client_tls().unwrap_or_else(|e| fail(e));
+    let (daemon_url, in_process) = daemon(&cli, &tls).await;
+    let found = peers::discover(&cli.peers, &tls).await;
     let defaults = tools::Defaults {
         ttl_seconds: cli.default_ttl,
         access_mode: cli.default_access_mode.clone(),
@@ -190,7 +205,7 @@ async fn main() {
         transport: cli.transport.clone(),
         transports: in_process.as_ref().map(|_| vec!["archive".to_owned()]),
     };
-    let server = tools::AwcpMcp::new(&daemon_url, defaults, &found);
+    let server = tools::AwcpMcp::new(&daemon_url, defaults, &found, tls);
     let client = server.client().clone();
     tracing::info!(peers = found.len(), "awcp-mcp serving MCP on stdio");
     let service = match server.serve(rmcp::transport::stdio()).await {
@@ -244,5 +259,23 @@ mod tests {
         .unwrap();
         assert_eq!(cli.peers, vec!["http://a:1", "http://b:2"]);
         assert_eq!(cli.port, 0);
+    }
+
+    #[test]
+    fn tls_flags_parse() {
+        let cli = Cli::try_parse_from([
+            "awcp-mcp",
+            "--ca-file",
+            "ca.pem",
+            "--client-cert",
+            "me.pem",
+            "--client-key",
+            "me.key",
+        ])
+        .unwrap();
+        assert_eq!(cli.client.ca_file, vec![PathBuf::from("ca.pem")]);
+        assert!(Cli::try_parse_from(["awcp-mcp", "--client-cert", "me.pem"]).is_err());
+        // Missing files are reported, not ignored.
+        assert!(cli.client.client_tls().is_err());
     }
 }

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use awcp_driver::net::{ClientTls, HttpClient};
 use awcp_tokio::TokioRuntime;
 use serde_json::Value;
 
@@ -16,12 +17,14 @@ pub struct Peer {
 }
 
 /// Fetches the cards of all peers concurrently (5 s per request; failures are recorded).
-pub async fn discover(peers: &[String]) -> Vec<Peer> {
+pub async fn discover(peers: &[String], tls: &ClientTls) -> Vec<Peer> {
+    let http = HttpClient::new(TokioRuntime, tls.clone());
     let tasks: Vec<_> = peers
         .iter()
         .map(|p| {
             let p = p.clone();
-            tokio::spawn(async move { fetch(&p).await })
+            let http = http.clone();
+            tokio::spawn(async move { fetch(&http, &p).await })
         })
         .collect();
     let mut out = Vec::new();
@@ -34,22 +37,22 @@ pub async fn discover(peers: &[String]) -> Vec<Peer> {
     out
 }
 
-async fn fetch(peer: &str) -> Peer {
+async fn fetch(http: &HttpClient<TokioRuntime>, peer: &str) -> Peer {
     let base = awcp_proto::http::base_url(peer.trim_end_matches('/')).to_owned();
     let awcp_url = awcp_proto::http::awcp_url(&base);
     let mut errors = Vec::new();
     for path in ["/.well-known/agent-card.json", "/.well-known/agent.json"] {
         let url = format!("{base}{path}");
-        match awcp_driver::net::request(
-            &TokioRuntime,
-            http::Method::GET,
-            &url,
-            &[],
-            None,
-            Duration::from_secs(5),
-            1024 * 1024,
-        )
-        .await
+        match http
+            .request(
+                http::Method::GET,
+                &url,
+                &[],
+                None,
+                Duration::from_secs(5),
+                1024 * 1024,
+            )
+            .await
         {
             Ok((status, body)) if (200..300).contains(&status) => {
                 match serde_json::from_slice::<Value>(&body) {

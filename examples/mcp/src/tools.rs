@@ -40,6 +40,7 @@ pub struct Defaults {
 #[derive(Clone)]
 pub struct AwcpMcp {
     client: DaemonClient<TokioRuntime>,
+    http: awcp_driver::net::HttpClient<TokioRuntime>,
     daemon_url: String,
     defaults: Arc<Defaults>,
     peers_section: Arc<String>,
@@ -50,6 +51,16 @@ const TERMINAL: [&str; 4] = ["completed", "error", "cancelled", "expired"];
 
 fn is_terminal(v: &Value) -> bool {
     v["state"].as_str().is_some_and(|s| TERMINAL.contains(&s))
+}
+
+/// Whether a delegation record ended without success for the caller: its result was not
+/// applied, it failed or expired, or the executor was unreachable (a cancel is not a failure).
+fn unsuccessful(v: &Value) -> bool {
+    match v["outcome"]["status"].as_str() {
+        Some("not_applied" | "unreachable") => true,
+        Some("failed") => v["state"] != "cancelled",
+        _ => false,
+    }
 }
 
 /// A tool failure: text for the model, and the same as structured content.
@@ -264,7 +275,29 @@ pub fn report(v: &Value) -> String {
                     }
                 }
             }
-            if pending > 0 {
+            let o = &v["outcome"];
+            if o["status"] == "not_applied" {
+                let e = &o["error"];
+                s.push_str(&format!(
+                    "\nThe result was NOT applied: {}: {}\n",
+                    e["code"].as_str().unwrap_or("?"),
+                    e["message"].as_str().unwrap_or("")
+                ));
+                if let Some(h) = e["hint"].as_str() {
+                    s.push_str(&format!("Hint: {h}\n"));
+                }
+                match o["snapshotId"].as_str() {
+                    Some(sid) => s.push_str(&format!(
+                        "Nothing of it was written. Snapshot {sid} is kept: fix the cause, then \
+                         delegate_apply_snapshot (or delegate_discard_snapshot) with snapshot_id \
+                         \"{sid}\".\n"
+                    )),
+                    None => s.push_str(
+                        "Nothing of it was written; the executor was not acknowledged and keeps \
+                         the result until its retention ends.\n",
+                    ),
+                }
+            } else if pending > 0 {
                 s.push_str(&format!(
                     "\n{pending} snapshot(s) pending: review them with delegate_snapshots, then \
                      delegate_apply_snapshot or delegate_discard_snapshot.\n"
@@ -295,9 +328,15 @@ pub fn report(v: &Value) -> String {
 
 impl AwcpMcp {
     /// A server talking to the daemon at `daemon_url`.
-    pub fn new(daemon_url: &str, defaults: Defaults, peers: &[crate::peers::Peer]) -> Self {
+    pub fn new(
+        daemon_url: &str,
+        defaults: Defaults,
+        peers: &[crate::peers::Peer],
+        tls: awcp_driver::net::ClientTls,
+    ) -> Self {
         AwcpMcp {
-            client: DaemonClient::new(TokioRuntime, daemon_url),
+            client: DaemonClient::new(TokioRuntime, daemon_url).with_tls(tls.clone()),
+            http: awcp_driver::net::HttpClient::new(TokioRuntime, tls),
             daemon_url: daemon_url.to_owned(),
             defaults: Arc::new(defaults),
             peers_section: Arc::new(crate::peers::describe(peers)),
@@ -439,6 +478,16 @@ impl AwcpMcp {
             other => Err(ToolError::new(format!("unknown tool {other:?}"))),
         };
         match r {
+            // A delegation record that did not succeed (result not applied, task failed,
+            // executor unreachable) is reported with isError, the record as structured content.
+            Ok((text, structured))
+                if matches!(name, "delegate" | "delegate_output") && unsuccessful(&structured) =>
+            {
+                tracing::info!(tool = name, outcome = %structured["outcome"]["status"], "delegation did not succeed");
+                let mut r = CallToolResult::error(vec![ContentBlock::text(text)]);
+                r.structured_content = Some(structured);
+                r
+            }
             Ok((text, structured)) => ok_result(text, structured),
             Err(e) => {
                 tracing::info!(tool = name, error = %e.message, "tool error");
@@ -719,17 +768,18 @@ impl AwcpMcp {
             )));
         };
         let url = awcp_proto::http::result_url(&peer, &id);
-        let (status, body) = awcp_driver::net::request(
-            &TokioRuntime,
-            http::Method::GET,
-            &url,
-            &[],
-            None,
-            Duration::from_secs(30),
-            512 * 1024 * 1024,
-        )
-        .await
-        .map_err(|e| ToolError::new(format!("cannot reach the executor at {url}: {e}")))?;
+        let (status, body) = self
+            .http
+            .request(
+                http::Method::GET,
+                &url,
+                &[],
+                None,
+                Duration::from_secs(30),
+                512 * 1024 * 1024,
+            )
+            .await
+            .map_err(|e| ToolError::new(format!("cannot reach the executor at {url}: {e}")))?;
         let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
         if !(200..300).contains(&status) && v.get("status").is_none() {
             return Err(ToolError::new(format!(

@@ -5,6 +5,8 @@
 //! awcp-executor --agent-cmd 'my-agent --prompt-file {prompt_file}' --auth-token s3cret
 //! awcp-executor --config executor.json      # keys are flag names: {"listen": "...", "max-concurrent": 3}
 //! awcp-executor --runtime smol              # the same executor on smol instead of tokio
+//! awcp-executor --tls-cert cert.pem --tls-key key.pem --client-ca clients-ca.pem \
+//!     --public-url https://exec.example:10200   # TLS, client certificates required
 //! ```
 //! Every flag can also be set through the environment (`AWCP_LISTEN`, `AWCP_WORK_ROOT`, …).
 
@@ -13,7 +15,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use awcp_driver::{AgentCard, Driver, ExecutorHandle, ExecutorOptions};
-use awcp_examples::RuntimeChoice;
+use awcp_examples::{ClientTlsArgs, RuntimeChoice, ServerArgs};
 use awcp_proto::engine::executor::RequiredAuth;
 use awcp_proto::{AuthType, ExecutorConfig};
 use awcp_transports::{ArchiveExecutor, CommandRunner, DemoRunner, TaskRunner};
@@ -71,6 +73,18 @@ struct Args {
     /// Async runtime to run on.
     #[arg(long, env = "AWCP_RUNTIME", value_enum, default_value_t)]
     runtime: RuntimeChoice,
+    /// The base URL delegators reach this executor at (behind a proxy, a TLS terminator or
+    /// NAT), used in snapshot URLs and the agent card. Default: the origin each delegator used.
+    #[arg(long, env = "AWCP_PUBLIC_URL", value_parser = awcp_examples::parse_public_url)]
+    public_url: Option<String>,
+    /// Derive snapshot URLs from Forwarded / X-Forwarded-Proto / X-Forwarded-Host (only behind
+    /// a reverse proxy that sets them; any client can send them).
+    #[arg(long, env = "AWCP_TRUST_FORWARDED_HEADERS")]
+    trust_forwarded_headers: bool,
+    #[command(flatten)]
+    server: ServerArgs,
+    #[command(flatten)]
+    client: ClientTlsArgs,
     /// Less logging.
     #[arg(long, short)]
     quiet: bool,
@@ -128,6 +142,16 @@ async fn run<R: Driver>(args: Args) {
     };
     let mut opts = ExecutorOptions::new(engine, Arc::new(ArchiveExecutor::default()), runner);
     opts.max_body_bytes = args.max_body_bytes;
+    opts.public_url = args.public_url.clone();
+    opts.trust_forwarded_headers = args.trust_forwarded_headers;
+    opts.client_tls = args.client.client_tls().unwrap_or_else(|e| {
+        eprintln!("error: {e}");
+        std::process::exit(2);
+    });
+    let server = args.server.server_options().unwrap_or_else(|e| {
+        eprintln!("error: {e}");
+        std::process::exit(2);
+    });
     if args.sshfs {
         // Credential files live beside the work root, never inside a mount.
         let keys = work_root.parent().unwrap_or(&work_root).join("sshfs-keys");
@@ -152,9 +176,11 @@ async fn run<R: Driver>(args: Args) {
         }
     };
     let local = listener.local_addr().expect("bound socket has an address");
-    executor.set_public_url(format!("http://{local}"));
     // The first stdout line is the URL, so scripts and tests can read it.
-    println!("awcp-executor listening on http://{local}/awcp");
+    println!(
+        "awcp-executor listening on {}://{local}/awcp",
+        server.scheme()
+    );
     tracing::info!(work_root = %work_root.display(), runtime = R::NAME, "executor ready");
     let ex2 = executor.clone();
     let shutdown = Box::pin(async move {
@@ -164,7 +190,7 @@ async fn run<R: Driver>(args: Args) {
         );
         ex2.shutdown().await;
     });
-    if let Err(e) = R::serve_executor_on(listener, executor, shutdown).await {
+    if let Err(e) = R::serve_executor_with(listener, executor, server, shutdown).await {
         eprintln!("error: server failed: {e}");
         std::process::exit(1);
     }

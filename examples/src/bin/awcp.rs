@@ -8,6 +8,12 @@
 //! ```
 //! `--json` prints machine-readable results on stdout; progress goes to stderr.
 //! `--runtime smol` (or `AWCP_RUNTIME=smol`) runs it on smol instead of tokio.
+//! `status`, `snapshots`, `apply` and `discard` with `--state-dir DIR` work in-process on that
+//! state directory instead of asking the daemon.
+//!
+//! Exit codes (see [`awcp_examples::exit`]): 0 completed (applied, staged, or nothing to
+//! apply), 1 other error, 2 usage error, 3 delegation failed, 4 result NOT applied, 5 executor
+//! or daemon unreachable.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -16,7 +22,7 @@ use std::time::Duration;
 
 use awcp_driver::delegator::daemon::{view_to_json, DaemonClient};
 use awcp_driver::{DelegateParams, DelegatorHandle, DelegatorOptions, Driver};
-use awcp_examples::RuntimeChoice;
+use awcp_examples::{exit, ClientTlsArgs, RuntimeChoice, ServerArgs};
 use awcp_proto::engine::SnapshotMode;
 use awcp_proto::{AccessMode, Auth, AuthType, TransportKind};
 use awcp_transports::{
@@ -53,6 +59,8 @@ struct Cli {
     /// Async runtime to run on.
     #[arg(long, global = true, env = "AWCP_RUNTIME", value_enum, default_value_t)]
     runtime: RuntimeChoice,
+    #[command(flatten)]
+    client: ClientTlsArgs,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -96,6 +104,14 @@ enum Cmd {
         /// Serve the archive by URL from this address (URL mode) instead of inlining it.
         #[arg(long)]
         serve_archives: Option<SocketAddr>,
+        /// With --serve-archives: the base URL the executor reaches the archive server at
+        /// (behind NAT or a proxy). Default: its address (the route's source address if it
+        /// listens on 0.0.0.0).
+        #[arg(long, value_parser = awcp_examples::parse_public_url, requires = "serve_archives")]
+        public_url: Option<String>,
+        /// TLS and limits of the archive server.
+        #[command(flatten)]
+        server: ServerArgs,
         /// State directory for the in-process delegator.
         #[arg(long, env = "AWCP_STATE_DIR")]
         state_dir: Option<PathBuf>,
@@ -123,6 +139,13 @@ enum Cmd {
         /// `delegate --sshfs-config`.
         #[arg(long)]
         sshfs_config: Option<PathBuf>,
+        /// The base URL executors reach this daemon's archive URLs at (behind NAT or a
+        /// proxy). Default: its address (the route's source address if it listens on 0.0.0.0).
+        #[arg(long, env = "AWCP_PUBLIC_URL", value_parser = awcp_examples::parse_public_url)]
+        public_url: Option<String>,
+        /// TLS and limits of the daemon's server.
+        #[command(flatten)]
+        server: ServerArgs,
     },
     /// List delegations.
     List,
@@ -130,6 +153,9 @@ enum Cmd {
     Status {
         /// Delegation id.
         id: String,
+        /// Read it from this state directory (in-process) instead of the daemon.
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
     },
     /// Wait until a delegation ends.
     Wait {
@@ -148,20 +174,29 @@ enum Cmd {
     Snapshots {
         /// Delegation id.
         id: String,
+        /// Read them from this state directory (in-process) instead of the daemon.
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
     },
-    /// Apply a staged snapshot.
+    /// Apply a staged (pending) snapshot: one staged on purpose, or one whose apply failed.
     Apply {
         /// Delegation id.
         id: String,
         /// Snapshot id.
         snapshot: String,
+        /// Apply it in-process from this state directory instead of through the daemon.
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
     },
-    /// Discard a staged snapshot.
+    /// Discard a staged (pending) snapshot.
     Discard {
         /// Delegation id.
         id: String,
         /// Snapshot id.
         snapshot: String,
+        /// Discard it in-process in this state directory instead of through the daemon.
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
     },
     /// SSHFS transport administration.
     Sshfs {
@@ -204,8 +239,79 @@ enum SshfsCmd {
 }
 
 fn fail(msg: impl std::fmt::Display) -> ! {
+    fail_with(exit::OTHER, msg)
+}
+
+fn fail_with(code: i32, msg: impl std::fmt::Display) -> ! {
     eprintln!("error: {msg}");
-    std::process::exit(1);
+    std::process::exit(code);
+}
+
+fn usage(msg: impl std::fmt::Display) -> ! {
+    fail_with(exit::USAGE, msg)
+}
+
+fn fail_daemon(e: awcp_driver::delegator::daemon::DaemonError) -> ! {
+    fail_with(exit::for_daemon_error(&e), e)
+}
+
+fn fail_delegator(e: awcp_driver::DelegatorError) -> ! {
+    use awcp_driver::DelegatorError;
+    let code = match &e {
+        DelegatorError::Usage(_) => exit::USAGE,
+        DelegatorError::Protocol(info) => exit::for_code(info.code.as_str()),
+        DelegatorError::Closed
+        | DelegatorError::StateDirInUse { .. }
+        | DelegatorError::StateDir { .. } => exit::OTHER,
+    };
+    fail_with(code, e)
+}
+
+/// Quotes `s` for a shell if it needs it.
+fn sh(s: &str) -> String {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-:=@%+,".contains(c))
+    {
+        s.to_owned()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+/// Tells the user (on stderr) how a delegation that did not fully succeed turned out and what
+/// to do; `retry` is what selects the same delegator (`--state-dir DIR` or `--daemon-url URL`).
+fn explain(v: &Value, retry: &str) {
+    let o = &v["outcome"];
+    let id = v["id"].as_str().unwrap_or("?");
+    let err = &o["error"];
+    match o["status"].as_str() {
+        Some("not_applied") => {
+            eprintln!(
+                "error: the result was NOT applied: {} {}",
+                err["code"].as_str().unwrap_or(""),
+                err["message"].as_str().unwrap_or("")
+            );
+            if let Some(h) = err["hint"].as_str() {
+                eprintln!("hint: {h}");
+            }
+            match o["snapshotId"].as_str() {
+                Some(sid) => eprintln!(
+                    "Nothing of it was written. The snapshot is kept. Fix the cause, then apply it:\n    awcp apply {id} {sid} {retry}\nor discard it:\n    awcp discard {id} {sid} {retry}"
+                ),
+                None => eprintln!(
+                    "Nothing of it was written, and the executor was not acknowledged: it keeps the result until its retention ends ({}/tasks/{id}/result).",
+                    v["executorUrl"].as_str().unwrap_or("?").trim_end_matches('/')
+                ),
+            }
+        }
+        Some("unreachable") => eprintln!(
+            "error: the executor at {} could not be reached: {}",
+            v["executorUrl"].as_str().unwrap_or("?"),
+            err["message"].as_str().unwrap_or("")
+        ),
+        _ => {}
+    }
 }
 
 fn default_state_dir() -> PathBuf {
@@ -263,14 +369,24 @@ fn delegator<R: Driver>(
     state_dir: PathBuf,
     archive_base: Option<String>,
     sshfs: Option<SshfsDelegator>,
+    client_tls: agent_rt::ClientTls,
 ) -> DelegatorHandle {
     let transport = ArchiveDelegator::new(ArchiveDelegatorConfig::new(state_dir.join("exports")));
     let mut opts = DelegatorOptions::new(Arc::new(transport), state_dir);
     opts.archive_base_url = archive_base;
+    opts.client_tls = client_tls;
     if let Some(t) = sshfs {
         opts.extra_transports.push(Arc::new(t));
     }
-    DelegatorHandle::start(R::default(), opts)
+    DelegatorHandle::try_start(R::default(), opts).unwrap_or_else(|e| {
+        if matches!(e, awcp_driver::DelegatorError::StateDirInUse { .. }) {
+            fail(format!(
+                "{e}; go through that delegator (e.g. `--daemon` for a running `awcp daemon`) \
+                 or use another --state-dir"
+            ))
+        }
+        fail(e)
+    })
 }
 
 fn print_value(json: bool, v: &Value, human: impl FnOnce(&Value) -> String) {
@@ -288,7 +404,9 @@ fn main() {
 }
 
 async fn run<R: Driver>(cli: Cli) {
-    let client = DaemonClient::new(R::default(), cli.daemon_url.clone());
+    let client_tls = cli.client.client_tls().unwrap_or_else(|e| fail(e));
+    let client =
+        DaemonClient::new(R::default(), cli.daemon_url.clone()).with_tls(client_tls.clone());
     match cli.cmd {
         Cmd::Delegate {
             dir,
@@ -303,12 +421,14 @@ async fn run<R: Driver>(cli: Cli) {
             daemon,
             background,
             serve_archives,
+            public_url,
+            server,
             state_dir,
             sshfs_config,
             transport,
         } => {
             let dir = std::fs::canonicalize(&dir)
-                .unwrap_or_else(|e| fail(format!("{}: {e} (WORKSPACE_NOT_FOUND)", dir.display())));
+                .unwrap_or_else(|e| usage(format!("{}: {e} (WORKSPACE_NOT_FOUND)", dir.display())));
             let description = description.unwrap_or_else(|| {
                 prompt
                     .lines()
@@ -319,7 +439,7 @@ async fn run<R: Driver>(cli: Cli) {
                     .collect()
             });
             let mode = SnapshotMode::parse(&snapshot_mode)
-                .unwrap_or_else(|| fail("--snapshot-mode must be auto, staged or discard"));
+                .unwrap_or_else(|| usage("--snapshot-mode must be auto, staged or discard"));
             let access = if ro { AccessMode::Ro } else { AccessMode::Rw };
             let auth = token.map(|credential| Auth {
                 auth_type: if api_key {
@@ -333,17 +453,17 @@ async fn run<R: Driver>(cli: Cli) {
             let transport = match (transport.as_deref(), &sshfs_config) {
                 (None, None) | (Some("archive"), None) => TransportKind::Archive,
                 (None, Some(_)) | (Some("sshfs"), _) => TransportKind::Sshfs,
-                (Some("archive"), Some(_)) => fail("--sshfs-config lends over sshfs"),
-                (Some(t), _) => fail(format!("--transport {t}: use archive or sshfs")),
+                (Some("archive"), Some(_)) => usage("--sshfs-config lends over sshfs"),
+                (Some(t), _) => usage(format!("--transport {t}: use archive or sshfs")),
             };
             if daemon && sshfs_config.is_some() {
-                fail(
+                usage(
                     "with --daemon, the daemon's sshfs transport is configured by \
                      `awcp daemon --sshfs-config`; pass --transport sshfs",
                 );
             }
             if !daemon && transport == TransportKind::Sshfs && sshfs_config.is_none() {
-                fail("--transport sshfs needs --sshfs-config (or --daemon)");
+                usage("--transport sshfs needs --sshfs-config (or --daemon)");
             }
             if daemon {
                 let body = json!({
@@ -356,7 +476,10 @@ async fn run<R: Driver>(cli: Cli) {
                     "transport": transport.as_str(),
                     "auth": auth.as_ref().map(|a| json!({"type": a.auth_type.as_str(), "credential": a.credential})),
                 });
-                let id = client.delegate(body).await.unwrap_or_else(|e| fail(e));
+                let id = client
+                    .delegate(body)
+                    .await
+                    .unwrap_or_else(|e| fail_daemon(e));
                 if background {
                     print_value(cli.json, &json!({"delegationId": id}), |_| {
                         format!("{id}\n")
@@ -366,8 +489,9 @@ async fn run<R: Driver>(cli: Cli) {
                 let v = client
                     .wait(&id, Duration::from_secs(ttl + 120))
                     .await
-                    .unwrap_or_else(|e| fail(e));
+                    .unwrap_or_else(|e| fail_daemon(e));
                 print_value(cli.json, &v, human_record);
+                explain(&v, &format!("--daemon-url {}", sh(&cli.daemon_url)));
                 exit_for(&v);
                 return;
             }
@@ -377,9 +501,12 @@ async fn run<R: Driver>(cli: Cli) {
             if let Some(addr) = serve_archives {
                 let listener = std::net::TcpListener::bind(addr)
                     .unwrap_or_else(|e| fail(format!("--serve-archives {addr}: {e}")));
-                archive_base = Some(format!("http://{}", listener.local_addr().expect("bound")));
-                let d = delegator::<R>(state_dir.clone(), archive_base.clone(), sshfs);
-                R::default().spawn_delegator_server(listener, d.clone());
+                let server = server.server_options().unwrap_or_else(|e| fail(e));
+                let local = listener.local_addr().expect("bound");
+                archive_base =
+                    Some(public_url.unwrap_or_else(|| format!("{}://{local}", server.scheme())));
+                let d = delegator::<R>(state_dir.clone(), archive_base.clone(), sshfs, client_tls);
+                R::default().spawn_delegator_server_with(listener, d.clone(), server);
                 run_delegate::<R>(
                     d,
                     peer,
@@ -392,11 +519,12 @@ async fn run<R: Driver>(cli: Cli) {
                     auth,
                     transport.clone(),
                     cli.json,
+                    &state_dir,
                 )
                 .await;
                 return;
             }
-            let d = delegator::<R>(state_dir, archive_base, sshfs);
+            let d = delegator::<R>(state_dir.clone(), archive_base, sshfs, client_tls);
             run_delegate::<R>(
                 d,
                 peer,
@@ -409,6 +537,7 @@ async fn run<R: Driver>(cli: Cli) {
                 auth,
                 transport,
                 cli.json,
+                &state_dir,
             )
             .await;
         }
@@ -416,15 +545,21 @@ async fn run<R: Driver>(cli: Cli) {
             listen,
             state_dir,
             sshfs_config,
+            public_url,
+            server,
         } => {
             let state_dir = state_dir.unwrap_or_else(default_state_dir);
+            let server = server.server_options().unwrap_or_else(|e| fail(e));
             let listener = std::net::TcpListener::bind(listen)
                 .unwrap_or_else(|e| fail(format!("cannot listen on {listen}: {e}")));
             let local = listener.local_addr().expect("bound");
+            let base = format!("{}://{local}", server.scheme());
+            let archive_base = public_url.unwrap_or_else(|| base.clone());
             let sshfs = sshfs_config.map(|p| sshfs_delegator(&p, &state_dir));
-            let d = delegator::<R>(state_dir, Some(format!("http://{local}")), sshfs);
-            println!("awcp daemon listening on http://{local}");
-            if let Err(e) = R::serve_delegator_on(listener, d, R::shutdown_signal()).await {
+            let d = delegator::<R>(state_dir, Some(archive_base), sshfs, client_tls);
+            println!("awcp daemon listening on {base}");
+            if let Err(e) = R::serve_delegator_with(listener, d, server, R::shutdown_signal()).await
+            {
                 fail(e);
             }
         }
@@ -475,7 +610,7 @@ async fn run<R: Driver>(cli: Cli) {
             }
         }
         Cmd::List => {
-            let v = client.list().await.unwrap_or_else(|e| fail(e));
+            let v = client.list().await.unwrap_or_else(|e| fail_daemon(e));
             print_value(cli.json, &v, |v| {
                 table(
                     &v["delegations"],
@@ -484,49 +619,123 @@ async fn run<R: Driver>(cli: Cli) {
                 )
             });
         }
-        Cmd::Status { id } => {
-            let v = client.get(&id).await.unwrap_or_else(|e| fail(e));
+        Cmd::Status { id, state_dir } => {
+            let v = match state_dir {
+                Some(dir) => local_record::<R>(dir, &id, client_tls).await,
+                None => client.get(&id).await.unwrap_or_else(|e| fail_daemon(e)),
+            };
             print_value(cli.json, &v, human_record);
         }
         Cmd::Wait { id, timeout } => {
             let v = client
                 .wait(&id, Duration::from_secs(timeout))
                 .await
-                .unwrap_or_else(|e| fail(e));
+                .unwrap_or_else(|e| fail_daemon(e));
             print_value(cli.json, &v, human_record);
+            explain(&v, &format!("--daemon-url {}", sh(&cli.daemon_url)));
             exit_for(&v);
         }
         Cmd::Cancel { id } => {
-            client.cancel(&id).await.unwrap_or_else(|e| fail(e));
+            client.cancel(&id).await.unwrap_or_else(|e| fail_daemon(e));
             print_value(cli.json, &json!({"ok": true}), |_| {
                 format!("cancelled {id}\n")
             });
         }
-        Cmd::Snapshots { id } => {
-            let v = client.snapshots(&id).await.unwrap_or_else(|e| fail(e));
+        Cmd::Snapshots { id, state_dir } => {
+            let v = match state_dir {
+                Some(dir) => {
+                    json!({"snapshots": local_record::<R>(dir, &id, client_tls).await["snapshots"]})
+                }
+                None => client
+                    .snapshots(&id)
+                    .await
+                    .unwrap_or_else(|e| fail_daemon(e)),
+            };
             print_value(cli.json, &v, |v| {
                 table(&v["snapshots"], ["id", "status", "summary"], "no snapshots")
             });
         }
-        Cmd::Apply { id, snapshot } => {
-            client
-                .apply(&id, &snapshot)
-                .await
-                .unwrap_or_else(|e| fail(e));
+        Cmd::Apply {
+            id,
+            snapshot,
+            state_dir,
+        } => {
+            let applied = match state_dir {
+                Some(dir) => {
+                    let d = delegator::<R>(dir, None, None, client_tls);
+                    let r = d
+                        .apply_snapshot_and_wait(&parse_id(&id), &parse_snapshot(&snapshot))
+                        .await;
+                    d.stop().await;
+                    r.map_err(|e| match e {
+                        awcp_driver::DelegatorError::Protocol(info) => {
+                            (exit::NOT_APPLIED, info.to_string())
+                        }
+                        other => (exit::USAGE, other.to_string()),
+                    })
+                }
+                None => client.apply(&id, &snapshot).await.map_err(|e| {
+                    let code = match (e.status, &e.code) {
+                        (400, Some(_)) => exit::NOT_APPLIED,
+                        _ => exit::for_daemon_error(&e),
+                    };
+                    (code, e.to_string())
+                }),
+            };
+            if let Err((code, msg)) = applied {
+                if code == exit::NOT_APPLIED {
+                    fail_with(
+                        code,
+                        format!("snapshot {snapshot} was NOT applied (it stays pending): {msg}"),
+                    );
+                }
+                fail_with(code, msg);
+            }
             print_value(cli.json, &json!({"ok": true}), |_| {
                 format!("applied {snapshot}\n")
             });
         }
-        Cmd::Discard { id, snapshot } => {
-            client
-                .discard(&id, &snapshot)
-                .await
-                .unwrap_or_else(|e| fail(e));
+        Cmd::Discard {
+            id,
+            snapshot,
+            state_dir,
+        } => {
+            match state_dir {
+                Some(dir) => {
+                    let d = delegator::<R>(dir, None, None, client_tls);
+                    let r = d
+                        .discard_snapshot(&parse_id(&id), &parse_snapshot(&snapshot))
+                        .await;
+                    d.stop().await;
+                    r.unwrap_or_else(|e| fail_delegator(e));
+                }
+                None => client
+                    .discard(&id, &snapshot)
+                    .await
+                    .unwrap_or_else(|e| fail_daemon(e)),
+            }
             print_value(cli.json, &json!({"ok": true}), |_| {
                 format!("discarded {snapshot}\n")
             });
         }
     }
+}
+
+/// The record of delegation `id` from the state directory `dir`, in-process (after the
+/// start-up recovery of interrupted applies).
+async fn local_record<R: Driver>(dir: PathBuf, id: &str, tls: agent_rt::ClientTls) -> Value {
+    let d = delegator::<R>(dir, None, None, tls);
+    let v = d.get(&parse_id(id)).await.map(|v| view_to_json(&v));
+    d.stop().await;
+    v.unwrap_or_else(|| usage(format!("unknown delegation {id}")))
+}
+
+fn parse_id(s: &str) -> awcp_proto::DelegationId {
+    awcp_proto::DelegationId::new(s).unwrap_or_else(|e| usage(format!("delegation id: {e}")))
+}
+
+fn parse_snapshot(s: &str) -> awcp_proto::SnapshotId {
+    awcp_proto::SnapshotId::new(s).unwrap_or_else(|e| usage(format!("snapshot id: {e}")))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -542,6 +751,7 @@ async fn run_delegate<R: Driver>(
     auth: Option<Auth>,
     transport: TransportKind,
     json: bool,
+    state_dir: &std::path::Path,
 ) {
     let mut params = DelegateParams::new(peer, dir, &description, &prompt);
     params.transport = transport;
@@ -551,7 +761,10 @@ async fn run_delegate<R: Driver>(
     params.snapshot_mode = mode;
     params.auth = auth;
     let follow = awcp_examples::Follow::subscribe(&d);
-    let id = d.delegate(params).await.unwrap_or_else(|e| fail(e));
+    let id = d
+        .delegate(params)
+        .await
+        .unwrap_or_else(|e| fail_delegator(e));
     let view = follow.until_end(&d, &id, json, R::shutdown_signal()).await;
     let Some(view) = view else {
         fail("the delegation disappeared");
@@ -562,6 +775,10 @@ async fn run_delegate<R: Driver>(
     } else {
         print!("{}", awcp_examples::describe(&view));
     }
+    explain(
+        &v,
+        &format!("--state-dir {}", sh(&state_dir.to_string_lossy())),
+    );
     exit_for(&v);
 }
 
@@ -609,17 +826,27 @@ fn human_record(v: &Value) -> String {
         s.push_str(&format!("warning: {}\n", w.as_str().unwrap_or("")));
     }
     for x in v["snapshots"].as_array().into_iter().flatten() {
+        let why = match (x["status"].as_str(), x["error"]["message"].as_str()) {
+            (Some("failed"), Some(m)) => format!(" (not stored: {m})"),
+            (_, Some(m)) => format!(" (not applied: {m})"),
+            _ => String::new(),
+        };
         s.push_str(&format!(
-            "snapshot {}: {}\n",
+            "snapshot {}: {}{why}\n",
             x["id"].as_str().unwrap_or(""),
             x["status"].as_str().unwrap_or("")
         ));
     }
+    if let Some(m) = v["outcome"]["message"].as_str() {
+        s.push_str(&format!("outcome: {m}\n"));
+    }
     s
 }
 
+/// Exits with the code of a delegation record's outcome, unless it is 0.
 fn exit_for(v: &Value) {
-    if v["state"].as_str() != Some("completed") {
-        std::process::exit(3);
+    let code = exit::for_record(v);
+    if code != exit::OK {
+        std::process::exit(code);
     }
 }

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use awcp_proto::engine::delegator::{
-    DelegateRequest, FetchedResult, Outbound, Reply, SnapshotSource, SnapshotStatus,
+    DelegateRequest, FetchedResult, Outbound, Reply, SnapshotStatus,
 };
 use awcp_proto::engine::executor::{Request, Response, ResultStatus};
 use awcp_proto::{
@@ -1097,6 +1097,25 @@ impl World {
                 self.send_call(exec_of(&peer), id, CallKind::Out(Outbound::Cancel), body);
             }
             DelegatorOutput::SendAck { id, peer } => {
+                // The ack lets the executor forget the result: every snapshot must be safely
+                // stored (or applied, or discarded by policy) by then.
+                for snap in self
+                    .delegator
+                    .get(&id)
+                    .map(|v| v.snapshots)
+                    .unwrap_or_default()
+                {
+                    let stored = self.store.contains_key(&(id.clone(), snap.id.clone()));
+                    if matches!(snap.status, SnapshotStatus::Failed(_))
+                        || (snap.status == SnapshotStatus::InFlight && !stored)
+                    {
+                        self.violate(format!(
+                            "{id} acknowledged while snapshot {} is {} and not stored",
+                            snap.id,
+                            snap.status.as_str()
+                        ));
+                    }
+                }
                 let body = Request::Ack(id.clone());
                 self.send_call(exec_of(&peer), id, CallKind::Out(Outbound::Ack), body);
             }
@@ -1192,36 +1211,17 @@ impl World {
                     }
                 }
             }
-            DelegatorOutput::ApplySnapshot {
-                id,
-                snapshot_id,
-                source,
-            } => {
+            DelegatorOutput::ApplySnapshot { id, snapshot_id } => {
                 let i = self.idx(&id);
-                let (access, state) = (self.dels[i].access, self.dels[i].state);
-                if access == AccessMode::Ro {
+                if self.dels[i].access == AccessMode::Ro {
                     self.violate(format!("snapshot applied to read-only {id}"));
                 }
-                let files = match &source {
-                    SnapshotSource::Event(ev) => {
-                        if matches!(
-                            state,
-                            DelegationState::Cancelled
-                                | DelegationState::Error
-                                | DelegationState::Expired
-                        ) {
-                            self.violate(format!(
-                                "snapshot {snapshot_id} applied to {id} after it became {state}"
-                            ));
-                        }
-                        ev.data.base64.as_deref().and_then(decode_files)
-                    }
-                    SnapshotSource::Stored => {
-                        self.store.get(&(id.clone(), snapshot_id.clone())).cloned()
-                    }
-                };
+                // Every apply is from the store: a result is stored before it is applied.
+                let files = self.store.get(&(id.clone(), snapshot_id.clone())).cloned();
                 let Some(files) = files else {
-                    self.violate(format!("snapshot {snapshot_id} of {id} has no bytes"));
+                    self.violate(format!(
+                        "snapshot {snapshot_id} of {id} applied without being stored"
+                    ));
                     return;
                 };
                 let ok = !self.rng.chance(self.cfg.faults.apply_fail);

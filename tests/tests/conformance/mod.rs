@@ -32,7 +32,77 @@ use awcp_driver::Runtime;
 // ---------------------------------------------------------------------------------------------
 // Runtimes: every scenario is generic over the driver's [`Driver`] (block_on, serve_*_on).
 
-pub use awcp_driver::Driver as TestRuntime;
+/// A driver the suite runs on, and whether every executor of the run requires a credential.
+pub trait TestRuntime: awcp_driver::Driver {
+    /// The credential every executor a scenario starts requires and every delegation (and raw
+    /// request) presents; `None` runs the scenarios without authentication.
+    const TOKEN: Option<&'static str> = None;
+}
+
+impl TestRuntime for awcp_tokio::TokioRuntime {}
+impl TestRuntime for awcp_smol::SmolRuntime {}
+
+/// Runtime `R` with authentication on: every scenario runs against executors that require
+/// [`WithAuth::TOKEN`], so every request the delegator makes must carry it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WithAuth<R>(R);
+
+impl<R: TestRuntime + agent_rt::Host> TestRuntime for WithAuth<R> {
+    const TOKEN: Option<&'static str> = Some("conformance-token-7d1c");
+}
+
+impl<R: TestRuntime + agent_rt::Host> agent_rt::Runtime for WithAuth<R> {
+    type Io = R::Io;
+    type Listener = R::Listener;
+    fn spawn(&self, fut: awcp_driver::runtime::BoxFuture<()>) {
+        self.0.spawn(fut)
+    }
+    fn spawn_blocking<T: Send + 'static>(
+        &self,
+        f: Box<dyn FnOnce() -> T + Send + 'static>,
+    ) -> awcp_driver::runtime::BoxFuture<T> {
+        self.0.spawn_blocking(f)
+    }
+    fn sleep(&self, d: Duration) -> awcp_driver::runtime::BoxFuture<()> {
+        self.0.sleep(d)
+    }
+    fn connect(
+        &self,
+        host: String,
+        port: u16,
+    ) -> awcp_driver::runtime::BoxFuture<std::io::Result<Self::Io>> {
+        self.0.connect(host, port)
+    }
+    fn listen(&self, listener: std::net::TcpListener) -> std::io::Result<Self::Listener> {
+        self.0.listen(listener)
+    }
+    fn accept<'a>(
+        &self,
+        listener: &'a Self::Listener,
+    ) -> agent_rt::runtime::BorrowedFuture<'a, std::io::Result<(Self::Io, SocketAddr)>> {
+        self.0.accept(listener)
+    }
+    fn listener_addr(listener: &Self::Listener) -> std::io::Result<SocketAddr> {
+        R::listener_addr(listener)
+    }
+}
+
+impl<R: TestRuntime + agent_rt::Host> agent_rt::Host for WithAuth<R> {
+    const NAME: &'static str = <R as agent_rt::Host>::NAME;
+    fn block_on<F: Future>(main: F) -> F::Output {
+        <R as agent_rt::Host>::block_on(main)
+    }
+    fn shutdown_signal() -> awcp_driver::runtime::BoxFuture<()> {
+        <R as agent_rt::Host>::shutdown_signal()
+    }
+}
+
+/// The credential headers of `R`'s run (empty without authentication).
+pub fn auth_headers<R: TestRuntime>() -> Vec<(&'static str, String)> {
+    R::TOKEN
+        .map(|t| vec![("authorization", format!("Bearer {t}"))])
+        .unwrap_or_default()
+}
 
 /// Binds 127.0.0.1 on a free port.
 pub fn bind() -> (std::net::TcpListener, SocketAddr) {
@@ -64,7 +134,8 @@ pub async fn timeout<R: Runtime + Default, T>(
     }
 }
 
-/// Instantiates every scenario of the suite as a `#[test]` running on the given runtime.
+/// Instantiates every scenario of the suite as a `#[test]` running on the given runtime (use
+/// `WithAuth<R>` for the same scenarios with authentication on).
 macro_rules! conformance_suite {
     ($rt:ty) => {
         conformance_suite!(@ $rt:
@@ -83,13 +154,16 @@ macro_rules! conformance_suite {
             sse_stream_cut_mid_task_is_resumed,
             delegator_restart_reconnects_and_applies_the_result,
             executor_killed_mid_task_then_restarted,
+            type_changes_apply_both_ways,
+            type_change_over_local_edits_is_a_conflict_named_as_such,
+            file_modes_round_trip_and_unchanged_files_keep_their_mtime,
         );
     };
     (@ $rt:ty: $($name:ident),* $(,)?) => {
         $(
             #[test]
             fn $name() {
-                <$rt as conformance::TestRuntime>::block_on(conformance::$name::<$rt>());
+                <$rt as awcp_driver::Driver>::block_on(crate::conformance::$name::<$rt>());
             }
         )*
     };
@@ -120,6 +194,87 @@ impl TaskRunner for EditRunner {
         Ok(TaskOutcome {
             summary: "edited a, b; added new/c; deleted gone".into(),
             highlights: vec!["a.txt".into()],
+        })
+    }
+}
+
+/// A runner that changes types: the directory `src/` becomes a file, the file `b.txt` becomes
+/// a directory. With `hold`, it first reports it started and waits to be released.
+#[derive(Clone, Default)]
+pub struct TypeChangeRunner {
+    /// Wait for this gate's release first.
+    pub hold: Option<GateRunner>,
+}
+
+impl TaskRunner for TypeChangeRunner {
+    fn run(
+        &self,
+        ctx: &TaskContext,
+        _progress: &dyn Fn(String),
+        cancel: &CancelFlag,
+    ) -> Result<TaskOutcome, String> {
+        if let Some(g) = &self.hold {
+            let _ = g.started_tx.try_send(());
+            while !g.release.load(std::sync::atomic::Ordering::SeqCst) {
+                if cancel.is_cancelled() {
+                    return Err("stopped".into());
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        let w = &ctx.work_dir;
+        let e = |e: std::io::Error| e.to_string();
+        std::fs::remove_dir_all(w.join("src")).map_err(e)?;
+        std::fs::write(w.join("src"), "src is a file now\n").map_err(e)?;
+        std::fs::remove_file(w.join("b.txt")).map_err(e)?;
+        std::fs::create_dir(w.join("b.txt")).map_err(e)?;
+        std::fs::write(w.join("b.txt/inner.txt"), "inside\n").map_err(e)?;
+        Ok(TaskOutcome {
+            summary: "src/ -> file, b.txt -> dir/".into(),
+            highlights: vec![],
+        })
+    }
+}
+
+/// A runner that checks the modes it received (`ro.txt` 0444, `run.sh` 0755), edits the
+/// read-only `ro.txt` (keeping it read-only), creates `tool.sh` with mode 0750 and edits `a.txt`.
+pub struct ModeRunner;
+
+impl TaskRunner for ModeRunner {
+    fn run(
+        &self,
+        ctx: &TaskContext,
+        _progress: &dyn Fn(String),
+        _c: &CancelFlag,
+    ) -> Result<TaskOutcome, String> {
+        use std::os::unix::fs::PermissionsExt;
+        let w = &ctx.work_dir;
+        let e = |e: std::io::Error| e.to_string();
+        let mode = |p: &str| -> Result<u32, String> {
+            Ok(std::fs::metadata(w.join(p))
+                .map_err(e)?
+                .permissions()
+                .mode()
+                & 0o7777)
+        };
+        for (p, want) in [("ro.txt", 0o444), ("run.sh", 0o755), ("b.txt", 0o644)] {
+            let got = mode(p)?;
+            if got != want {
+                return Err(format!("{p} arrived as {got:o}, not {want:o}"));
+            }
+        }
+        let set = |p: &str, m: u32| {
+            std::fs::set_permissions(w.join(p), std::fs::Permissions::from_mode(m)).map_err(e)
+        };
+        set("ro.txt", 0o644)?;
+        std::fs::write(w.join("ro.txt"), "RO edited\n").map_err(e)?;
+        set("ro.txt", 0o444)?;
+        std::fs::write(w.join("tool.sh"), "#!/bin/sh\n").map_err(e)?;
+        set("tool.sh", 0o750)?;
+        std::fs::write(w.join("a.txt"), "A edited\n").map_err(e)?;
+        Ok(TaskOutcome {
+            summary: "modes kept".into(),
+            highlights: vec![],
         })
     }
 }
@@ -205,6 +360,10 @@ pub async fn start_executor<R: TestRuntime>(
         stop_grace: Duration::from_secs(5),
         ..ExecutorConfig::default()
     };
+    engine.auth = R::TOKEN.map(|t| RequiredAuth {
+        types: vec![],
+        credential: t.into(),
+    });
     tweak(&mut engine);
     let opts = ExecutorOptions::new(engine, Arc::new(ArchiveExecutor::default()), runner);
     let handle = ExecutorHandle::start(R::default(), opts);
@@ -294,8 +453,20 @@ pub fn tree(root: &Path) -> BTreeMap<String, String> {
     out
 }
 
-pub fn params(peer: &str, dir: &Path) -> DelegateParams {
-    DelegateParams::new(peer, dir, "e2e", "edit files")
+/// A delegation of `dir` to `peer`, presenting `R`'s credential if the run has one.
+pub fn params<R: TestRuntime>(peer: &str, dir: &Path) -> DelegateParams {
+    let mut p = DelegateParams::new(peer, dir, "e2e", "edit files");
+    p.auth = R::TOKEN.map(bearer);
+    p
+}
+
+/// A bearer credential.
+pub fn bearer(credential: &str) -> Auth {
+    Auth {
+        auth_type: AuthType::Bearer,
+        credential: credential.into(),
+        metadata: Default::default(),
+    }
 }
 
 pub async fn run_to_end<R: TestRuntime>(
@@ -379,7 +550,7 @@ pub async fn archive_inline_delegation_applies_edits_new_files_and_deletions<R: 
     })
     .await;
     let ws = workspace();
-    let v = run_to_end::<R>(&dg.handle, params(&ex.peer, ws.path())).await;
+    let v = run_to_end::<R>(&dg.handle, params::<R>(&ex.peer, ws.path())).await;
     assert_eq!(v.state, DelegationState::Completed, "{v:?}");
     assert_eq!(
         v.result.as_ref().unwrap().summary,
@@ -398,7 +569,7 @@ pub async fn archive_url_mode_delegation_applies_the_result<R: TestRuntime>() {
     let ex = start_executor::<R>(Arc::new(EditRunner), |_| {}).await;
     let dg = start_delegator::<R>(true, |_| {}).await;
     let ws = workspace();
-    let v = run_to_end::<R>(&dg.handle, params(&ex.peer, ws.path())).await;
+    let v = run_to_end::<R>(&dg.handle, params::<R>(&ex.peer, ws.path())).await;
     assert_eq!(v.state, DelegationState::Completed, "{v:?}");
     assert_edited(ws.path());
     // The snapshot was a delta fetched by URL.
@@ -414,7 +585,7 @@ pub async fn read_only_delegation_leaves_the_source_untouched<R: TestRuntime>() 
     let dg = start_delegator::<R>(false, |_| {}).await;
     let ws = workspace();
     let before = tree(ws.path());
-    let mut p = params(&ex.peer, ws.path());
+    let mut p = params::<R>(&ex.peer, ws.path());
     p.access_mode = AccessMode::Ro;
     p.resources[0].mode = AccessMode::Ro;
     let v = run_to_end::<R>(&dg.handle, p).await;
@@ -427,7 +598,7 @@ pub async fn staged_snapshot_can_be_applied_later<R: TestRuntime>() {
     let dg = start_delegator::<R>(false, |_| {}).await;
     let ws = workspace();
     let before = tree(ws.path());
-    let mut p = params(&ex.peer, ws.path());
+    let mut p = params::<R>(&ex.peer, ws.path());
     p.snapshot_mode = SnapshotMode::Staged;
     let v = run_to_end::<R>(&dg.handle, p).await;
     assert_eq!(v.state, DelegationState::Completed);
@@ -451,7 +622,7 @@ pub async fn staged_snapshot_can_be_discarded<R: TestRuntime>() {
     let dg = start_delegator::<R>(false, |_| {}).await;
     let ws = workspace();
     let before = tree(ws.path());
-    let mut p = params(&ex.peer, ws.path());
+    let mut p = params::<R>(&ex.peer, ws.path());
     p.snapshot_mode = SnapshotMode::Staged;
     let v = run_to_end::<R>(&dg.handle, p).await;
     let sid = v.snapshots[0].id.clone();
@@ -478,7 +649,7 @@ pub async fn admission_rejects_a_too_large_workspace_with_a_hint<R: TestRuntime>
     })
     .await;
     let ws = workspace();
-    let v = run_to_end::<R>(&dg.handle, params(&ex.peer, ws.path())).await;
+    let v = run_to_end::<R>(&dg.handle, params::<R>(&ex.peer, ws.path())).await;
     assert_eq!(v.state, DelegationState::Error);
     let e = v.error.unwrap();
     assert_eq!(e.code, ErrorCode::WorkspaceTooLarge);
@@ -495,11 +666,11 @@ pub async fn executor_declines_at_its_concurrency_limit<R: TestRuntime>() {
     let ws2 = workspace();
     let id1 = dg
         .handle
-        .delegate(params(&ex.peer, ws1.path()))
+        .delegate(params::<R>(&ex.peer, ws1.path()))
         .await
         .unwrap();
     gate.started().await;
-    let v2 = run_to_end::<R>(&dg.handle, params(&ex.peer, ws2.path())).await;
+    let v2 = run_to_end::<R>(&dg.handle, params::<R>(&ex.peer, ws2.path())).await;
     assert_eq!(v2.state, DelegationState::Error);
     assert_eq!(v2.error.unwrap().code, ErrorCode::Declined);
     gate.release
@@ -516,7 +687,7 @@ pub async fn cancel_from_the_delegator_stops_the_runner<R: TestRuntime>() {
     let before = tree(ws.path());
     let id = dg
         .handle
-        .delegate(params(&ex.peer, ws.path()))
+        .delegate(params::<R>(&ex.peer, ws.path()))
         .await
         .unwrap();
     gate.started().await;
@@ -536,7 +707,7 @@ pub async fn lease_expiry_mid_task_expires_both_sides_and_cleans_up<R: TestRunti
     let ex = start_executor::<R>(Arc::new(gate.clone()), |_| {}).await;
     let dg = start_delegator::<R>(false, |_| {}).await;
     let ws = workspace();
-    let mut p = params(&ex.peer, ws.path());
+    let mut p = params::<R>(&ex.peer, ws.path());
     p.ttl_seconds = 2;
     let id = dg.handle.delegate(p).await.unwrap();
     gate.started().await;
@@ -563,15 +734,13 @@ pub async fn auth_is_required_when_configured<R: TestRuntime>() {
     let dg = start_delegator::<R>(false, |_| {}).await;
     // No credential.
     let ws = workspace();
-    let v = run_to_end::<R>(&dg.handle, params(&ex.peer, ws.path())).await;
+    let mut p = params::<R>(&ex.peer, ws.path());
+    p.auth = None;
+    let v = run_to_end::<R>(&dg.handle, p).await;
     assert_eq!(v.error.unwrap().code, ErrorCode::AuthFailed);
     let with_bearer = |credential: &str| {
-        let mut p = params(&ex.peer, ws.path());
-        p.auth = Some(Auth {
-            auth_type: AuthType::Bearer,
-            credential: credential.into(),
-            metadata: Default::default(),
-        });
+        let mut p = params::<R>(&ex.peer, ws.path());
+        p.auth = Some(bearer(credential));
         p
     };
     // Wrong credential.
@@ -673,11 +842,18 @@ pub async fn sse_stream_cut_mid_task_is_resumed<R: TestRuntime>() {
     let gate = GateRunner::default();
     let ex = start_executor::<R>(Arc::new(gate.clone()), |_| {}).await;
     let proxy = CutProxy::start(ex.base.trim_start_matches("http://").parse().unwrap());
+    // Behind a proxy the executor's public URL is the proxy's: the snapshot URLs it hands out
+    // are on the origin the delegator talks to (the only origin it sends its credential to).
+    ex.handle.set_public_url(format!("http://{}", proxy.addr));
     let dg = start_delegator::<R>(false, |_| {}).await;
     let mut events = dg.handle.events();
     let ws = workspace();
     let peer = format!("http://{}/awcp", proxy.addr);
-    let id = dg.handle.delegate(params(&peer, ws.path())).await.unwrap();
+    let id = dg
+        .handle
+        .delegate(params::<R>(&peer, ws.path()))
+        .await
+        .unwrap();
     // Wait until the runner's first status event has reached the delegator over the stream.
     progress_seen::<R>(&mut events, "gate: started").await;
     assert_eq!(proxy.count("/events "), 1);
@@ -719,7 +895,7 @@ pub async fn delegator_restart_reconnects_and_applies_the_result<R: TestRuntime>
     let ws = workspace();
     let id = dg
         .handle
-        .delegate(params(&ex.peer, ws.path()))
+        .delegate(params::<R>(&ex.peer, ws.path()))
         .await
         .unwrap();
     gate.started().await;
@@ -744,24 +920,15 @@ pub async fn delegator_restart_reconnects_and_applies_the_result<R: TestRuntime>
     wait_released::<R>(&ex).await;
 }
 
-/// Builds `awcp-executor` (a no-op when it is up to date) and returns its path.
+/// `awcp-executor`, built once per test process (see `awcp_tests::bins`).
 fn executor_binary() -> PathBuf {
-    let status = std::process::Command::new(env!("CARGO"))
-        .args([
-            "build",
-            "-q",
-            "-p",
-            "awcp-examples",
-            "--bin",
-            "awcp-executor",
-        ])
-        .status()
-        .expect("cargo build runs");
-    assert!(status.success(), "building awcp-executor failed");
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
-    target.join("debug/awcp-executor")
+    example_binary("awcp-executor")
+}
+
+/// Binary `bin` of awcp-examples (`awcp` or `awcp-executor`), built once per test process
+/// with the running test's profile (see `awcp_tests::bins`).
+pub fn example_binary(bin: &str) -> PathBuf {
+    awcp_tests::bins::path(bin)
 }
 
 /// An `awcp-executor` process on runtime `runtime`, killed when dropped.
@@ -774,29 +941,27 @@ impl ExecutorProcess {
     /// Starts the binary with an agent command that prints `started` and sleeps for 120 s plus
     /// `marker` (a number, so the test can find the process by its command line), and waits
     /// for the URL it prints.
-    fn spawn(bin: &Path, runtime: &str, listen: &str, dir: &Path, marker: &str) -> Self {
-        use std::io::BufRead;
-        let mut child = std::process::Command::new(bin)
-            .args(["--listen", listen, "--quiet", "--runtime", runtime])
+    fn spawn(
+        bin: &Path,
+        runtime: &str,
+        token: Option<&str>,
+        listen: &str,
+        dir: &Path,
+        marker: &str,
+    ) -> Self {
+        let mut cmd = std::process::Command::new(bin);
+        if let Some(t) = token {
+            cmd.args(["--auth-token", t]);
+        }
+        cmd.args(["--listen", listen, "--quiet", "--runtime", runtime])
             .arg("--work-root")
             .arg(dir.join("work"))
             .arg("--state-dir")
             .arg(dir.join("state"))
             .arg("--agent-cmd")
-            .arg(format!("sh -c 'echo started; exec sleep 120 {marker}'"))
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("executor starts");
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .expect("executor prints its URL");
-        let url = line
-            .trim()
-            .strip_prefix("awcp-executor listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-            .to_owned();
+            .arg(format!("sh -c 'echo started; exec sleep 120 {marker}'"));
+        let (child, url) =
+            awcp_tests::bins::spawn_announcing(&mut cmd, awcp_tests::bins::EXECUTOR_ANNOUNCES);
         ExecutorProcess { child, url }
     }
 }
@@ -819,7 +984,7 @@ pub async fn executor_killed_mid_task_then_restarted<R: TestRuntime>() {
     let marker = format!("0.{}{}", std::process::id(), R::NAME.len());
     let (b, d, m) = (bin.clone(), dir.path().to_owned(), marker.clone());
     let mut ex = awcp_driver::runtime::blocking(&rt, move || {
-        ExecutorProcess::spawn(&b, R::NAME, "127.0.0.1:0", &d, &m)
+        ExecutorProcess::spawn(&b, R::NAME, R::TOKEN, "127.0.0.1:0", &d, &m)
     })
     .await;
     let peer = ex.url.clone();
@@ -832,7 +997,11 @@ pub async fn executor_killed_mid_task_then_restarted<R: TestRuntime>() {
     let ws = workspace();
     let before = tree(ws.path());
     let mut events = dg.handle.events();
-    let id = dg.handle.delegate(params(&peer, ws.path())).await.unwrap();
+    let id = dg
+        .handle
+        .delegate(params::<R>(&peer, ws.path()))
+        .await
+        .unwrap();
     // Wait for the agent command to report it started.
     progress_seen::<R>(&mut events, "started").await;
     let work_dir = dir.path().join("work").join(id.as_str());
@@ -850,7 +1019,7 @@ pub async fn executor_killed_mid_task_then_restarted<R: TestRuntime>() {
     // Restart on the same port with the same state.
     let (d, m) = (dir.path().to_owned(), marker.clone());
     let ex2 = awcp_driver::runtime::blocking(&rt, move || {
-        ExecutorProcess::spawn(&bin, R::NAME, &listen, &d, &m)
+        ExecutorProcess::spawn(&bin, R::NAME, R::TOKEN, &listen, &d, &m)
     })
     .await;
     assert_eq!(ex2.url, peer);
@@ -870,18 +1039,170 @@ pub async fn executor_killed_mid_task_then_restarted<R: TestRuntime>() {
     pkill(marker);
 }
 
+/// A directory replaced by a file and a file replaced by a directory apply (both snapshot
+/// kinds: delta from our executor, and the full snapshot a reference peer sends), with no
+/// local edit: nothing conflicts, and nothing is left behind.
+pub async fn type_changes_apply_both_ways<R: TestRuntime>() {
+    let ex = start_executor::<R>(Arc::new(TypeChangeRunner::default()), |_| {}).await;
+    for delta in [true, false] {
+        let dg = start_delegator::<R>(false, |c| {
+            if !delta {
+                c.features
+                    .retain(|f| f != awcp_proto::feature::DELTA_SNAPSHOTS)
+            }
+        })
+        .await;
+        let ws = workspace();
+        let v = run_to_end::<R>(&dg.handle, params::<R>(&ex.peer, ws.path())).await;
+        assert_eq!(v.state, DelegationState::Completed, "{v:?}");
+        assert_eq!(
+            v.snapshots[0].status,
+            awcp_proto::engine::delegator::SnapshotStatus::Applied,
+            "delta={delta}: {v:?}"
+        );
+        let t = tree(ws.path());
+        assert_eq!(
+            t.get("src").map(String::as_str),
+            Some("src is a file now\n")
+        );
+        assert_eq!(
+            t.get("b.txt/inner.txt").map(String::as_str),
+            Some("inside\n")
+        );
+        assert_eq!(t.get("a.txt").map(String::as_str), Some("A\n"));
+        assert!(!ws.path().join("src/keep.rs").exists());
+        let parent = ws.path().parent().unwrap();
+        let leftovers: Vec<_> = std::fs::read_dir(parent)
+            .unwrap()
+            .flatten()
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .contains(v.request.id.as_str())
+            })
+            .collect();
+        assert!(leftovers.is_empty(), "staging left: {leftovers:?}");
+        wait_released::<R>(&ex).await;
+    }
+}
+
+/// The same type changes over real local edits (a file edited and a file added under the
+/// directory that becomes a file): a conflict naming those files, with a hint about local
+/// edits (not about storage connectivity); the workspace is untouched and the snapshot stays
+/// pending.
+pub async fn type_change_over_local_edits_is_a_conflict_named_as_such<R: TestRuntime>() {
+    let gate = GateRunner::default();
+    let runner = TypeChangeRunner {
+        hold: Some(gate.clone()),
+    };
+    let ex = start_executor::<R>(Arc::new(runner), |_| {}).await;
+    let dg = start_delegator::<R>(false, |_| {}).await;
+    let ws = workspace();
+    let id = dg
+        .handle
+        .delegate(params::<R>(&ex.peer, ws.path()))
+        .await
+        .unwrap();
+    // While the task runs, the user edits a file under src/ and adds one.
+    gate.started().await;
+    std::fs::write(ws.path().join("src/keep.rs"), "fn main() { edited(); }\n").unwrap();
+    std::fs::write(ws.path().join("src/local_only.rs"), "// mine\n").unwrap();
+    let before = tree(ws.path());
+    gate.release
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let v = timeout::<R, _>(Duration::from_secs(60), dg.handle.wait(&id))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(v.state, DelegationState::Completed, "{v:?}");
+    let snap = &v.snapshots[0];
+    assert_eq!(
+        snap.status,
+        awcp_proto::engine::delegator::SnapshotStatus::Pending,
+        "{v:?}"
+    );
+    let e = snap.error.as_ref().expect("the reason is kept");
+    assert!(
+        e.message.contains("src/keep.rs") && e.message.contains("src/local_only.rs"),
+        "{e:?}"
+    );
+    let hint = e.hint.as_deref().unwrap_or("");
+    assert!(hint.contains("local"), "{e:?}");
+    assert!(!hint.contains("storage"), "{e:?}");
+    assert_eq!(tree(ws.path()), before, "nothing written");
+    wait_released::<R>(&ex).await;
+}
+
+/// Permission bits travel both ways: a 0444 file arrives read-only on the executor and stays
+/// read-only when the result (which edits it) is applied; a new 0750 file arrives 0750; an
+/// executable keeps its mode. Files the task did not change are not rewritten, so they keep
+/// their mtime.
+pub async fn file_modes_round_trip_and_unchanged_files_keep_their_mtime<R: TestRuntime>() {
+    use std::os::unix::fs::PermissionsExt;
+    let ex = start_executor::<R>(Arc::new(ModeRunner), |_| {}).await;
+    let dg = start_delegator::<R>(false, |_| {}).await;
+    let ws = workspace();
+    let p = |n: &str| ws.path().join(n);
+    let set = |n: &str, m: u32| {
+        std::fs::set_permissions(p(n), std::fs::Permissions::from_mode(m)).unwrap()
+    };
+    std::fs::write(p("ro.txt"), "RO\n").unwrap();
+    set("ro.txt", 0o444);
+    std::fs::write(p("run.sh"), "#!/bin/sh\necho hi\n").unwrap();
+    set("run.sh", 0o755);
+    set("b.txt", 0o644);
+    let old = std::time::UNIX_EPOCH + Duration::from_secs(978_307_200); // 2001-01-01
+    std::fs::File::options()
+        .write(true)
+        .open(p("b.txt"))
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    let v = run_to_end::<R>(&dg.handle, params::<R>(&ex.peer, ws.path())).await;
+    assert_eq!(v.state, DelegationState::Completed, "{v:?}");
+    assert_eq!(
+        v.snapshots[0].status,
+        awcp_proto::engine::delegator::SnapshotStatus::Applied,
+        "{v:?}"
+    );
+    let mode = |n: &str| std::fs::metadata(p(n)).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(std::fs::read_to_string(p("ro.txt")).unwrap(), "RO edited\n");
+    assert_eq!(mode("ro.txt"), 0o444, "read-only kept");
+    assert_eq!(mode("tool.sh"), 0o750);
+    assert_eq!(mode("run.sh"), 0o755);
+    assert_eq!(mode("a.txt") & 0o600, 0o600);
+    assert_eq!(std::fs::read_to_string(p("a.txt")).unwrap(), "A edited\n");
+    assert_eq!(
+        std::fs::metadata(p("b.txt")).unwrap().modified().unwrap(),
+        old,
+        "an unchanged file keeps its mtime"
+    );
+    wait_released::<R>(&ex).await;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Raw HTTP: malformed requests and the [R] dialect composed from WIRE.md
 
+/// The given headers, plus the run's credential unless they carry one.
+fn with_credential<R: TestRuntime>(
+    headers: &[(&'static str, String)],
+) -> Vec<(&'static str, String)> {
+    let mut all = headers.to_vec();
+    if !all.iter().any(|(k, _)| *k == "authorization") {
+        all.extend(auth_headers::<R>());
+    }
+    all
+}
+
 async fn http_get<R: TestRuntime>(
     url: &str,
-    headers: &[(&str, String)],
+    headers: &[(&'static str, String)],
 ) -> (u16, serde_json::Value) {
     let (s, b) = awcp_driver::net::request(
         &R::default(),
         http::Method::GET,
         url,
-        headers,
+        &with_credential::<R>(headers),
         None,
         Duration::from_secs(10),
         1 << 30,
@@ -899,7 +1220,7 @@ async fn http_post<R: TestRuntime>(url: &str, body: &str) -> (u16, serde_json::V
         &R::default(),
         http::Method::POST,
         url,
-        &[],
+        &auth_headers::<R>(),
         Some(bytes::Bytes::from(body.to_owned())),
         Duration::from_secs(10),
         1 << 30,
@@ -1002,7 +1323,12 @@ pub async fn reference_dialect_exchange_from_wire_md<R: TestRuntime>() {
  "lease":{"ttlSeconds":1800,"accessMode":"rw"},"retentionMs":604800000,
  "environment":{"resources":[{"name":"workspace","type":"fs","mode":"rw"}]},
  "requirements":{"transport":"archive"}}"#;
-    let (s, accept) = http_post::<R>(&ex.peer, invite).await;
+    // With authentication on, INVITE carries the credential in its `auth` field (WIRE.md §2.7).
+    let mut invite: serde_json::Value = serde_json::from_str(invite).unwrap();
+    if let Some(t) = R::TOKEN {
+        invite["auth"] = serde_json::json!({"type": "bearer", "credential": t});
+    }
+    let (s, accept) = http_post::<R>(&ex.peer, &invite.to_string()).await;
     assert_eq!(s, 200);
     assert_eq!(accept["type"], "ACCEPT");
     assert_eq!(accept["retentionMs"], 604800000);
@@ -1044,9 +1370,15 @@ pub async fn reference_dialect_exchange_from_wire_md<R: TestRuntime>() {
     // Subscribe before START, as the [R] delegator does; read the raw stream.
     let events_url = format!("{}/awcp/tasks/{id}/events", ex.base);
     let stream = spawn::<R, _>(async move {
-        let resp = awcp_driver::net::send(&R::default(), http::Method::GET, &events_url, &[], None)
-            .await
-            .unwrap();
+        let resp = awcp_driver::net::send(
+            &R::default(),
+            http::Method::GET,
+            &events_url,
+            &auth_headers::<R>(),
+            None,
+        )
+        .await
+        .unwrap();
         assert_eq!(resp.headers()["content-type"], "text/event-stream");
         let body = awcp_driver::net::read_body(resp.into_body(), 1 << 30)
             .await

@@ -1,0 +1,368 @@
+//! A minimal HTTP/1.1 client over hyper and [`Runtime::connect`], with `https` through rustls.
+//! One connection per request: protocol traffic is a handful of requests per task, and it
+//! keeps the client runtime-neutral.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::future::Either;
+use http::{Method, Request, Uri};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use rustls::pki_types::ServerName;
+
+use crate::body::BodyError;
+use crate::io::MaybeTls;
+use crate::runtime::{blocking, Runtime};
+use crate::tls::ClientTls;
+
+/// Why a client request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum NetError {
+    /// The URL is not `http(s)://host[:port]/path`.
+    #[error("bad URL {0:?}: {1}")]
+    BadUrl(String, String),
+    /// Connecting or talking failed.
+    #[error("{0}")]
+    Io(String),
+    /// The TLS handshake failed (untrusted, expired or mismatched certificate, refused client
+    /// certificate).
+    #[error("{0}")]
+    Tls(String),
+    /// No answer in time.
+    #[error("timed out after {0:?}")]
+    Timeout(Duration),
+    /// The body exceeded the limit.
+    #[error("response body exceeds {0} bytes")]
+    TooLarge(u64),
+}
+
+impl From<BodyError> for NetError {
+    fn from(e: BodyError) -> Self {
+        match e {
+            BodyError::TooLarge(n) => NetError::TooLarge(n),
+            other => NetError::Io(other.to_string()),
+        }
+    }
+}
+
+/// The parts of a URL a request needs.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Target {
+    pub tls: bool,
+    pub host: String,
+    pub port: u16,
+    pub path: String,
+}
+
+impl Target {
+    /// `host:port` as a `Host` header spells it (IPv6 in brackets).
+    fn authority(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+}
+
+pub(crate) fn split_url(url: &str) -> Result<Target, NetError> {
+    let bad = |m: &str| NetError::BadUrl(url.into(), m.into());
+    let uri: Uri = url
+        .parse()
+        .map_err(|e: http::uri::InvalidUri| bad(&e.to_string()))?;
+    let tls = match uri.scheme_str() {
+        Some(s) if s.eq_ignore_ascii_case("http") => false,
+        Some(s) if s.eq_ignore_ascii_case("https") => true,
+        Some(s) => {
+            return Err(bad(&format!(
+                "scheme {s} is not supported (use http or https)"
+            )))
+        }
+        None => return Err(bad("missing scheme")),
+    };
+    let host = uri
+        .host()
+        .ok_or_else(|| bad("missing host"))?
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_owned();
+    let port = uri.port_u16().unwrap_or(if tls { 443 } else { 80 });
+    let path = uri
+        .path_and_query()
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or_else(|| "/".into());
+    Ok(Target {
+        tls,
+        host,
+        port,
+        path,
+    })
+}
+
+/// An HTTP/1.1 client on runtime `R` with TLS settings for `https` URLs.
+#[derive(Clone, Debug)]
+pub struct HttpClient<R> {
+    rt: R,
+    tls: ClientTls,
+}
+
+impl<R: Runtime> HttpClient<R> {
+    /// A client trusting what `tls` says.
+    pub fn new(rt: R, tls: ClientTls) -> Self {
+        HttpClient { rt, tls }
+    }
+
+    /// The runtime the client runs on.
+    pub fn runtime(&self) -> &R {
+        &self.rt
+    }
+
+    /// The client's TLS settings.
+    pub fn tls(&self) -> &ClientTls {
+        &self.tls
+    }
+
+    async fn connect(&self, t: &Target) -> Result<MaybeTls<R::Io>, NetError> {
+        let io = self
+            .rt
+            .connect(t.host.clone(), t.port)
+            .await
+            .map_err(|e| NetError::Io(format!("connect {}: {e}", t.authority())))?;
+        if !t.tls {
+            return Ok(MaybeTls::Plain(io));
+        }
+        let name = ServerName::try_from(t.host.clone())
+            .map_err(|e| NetError::Tls(format!("{}: not a valid TLS server name: {e}", t.host)))?;
+        let stream = futures_rustls::TlsConnector::from(self.tls.config())
+            .connect(name, io)
+            .await
+            .map_err(|e| NetError::Tls(format!("TLS handshake with {}: {e}", t.authority())))?;
+        Ok(MaybeTls::Tls(Box::new(stream.into())))
+    }
+
+    /// Sends one request and returns the response head with a streaming body. `Host` is the
+    /// URL's authority and a body is sent as `application/json`, unless `headers` say
+    /// otherwise.
+    pub async fn send(
+        &self,
+        method: Method,
+        url: &str,
+        headers: &[(&str, String)],
+        body: Option<Bytes>,
+    ) -> Result<http::Response<Incoming>, NetError> {
+        let t = split_url(url)?;
+        let io = self.connect(&t).await?;
+        let tls = io.is_tls();
+        let (mut sender, conn) =
+            hyper::client::conn::http1::handshake(smol_hyper::rt::FuturesIo::new(io))
+                .await
+                .map_err(|e| NetError::Io(format!("handshake: {e}")))?;
+        // The connection's own error says why a request failed (e.g. the TLS alert of a server
+        // refusing our certificate); hand it over if the request fails.
+        let (cause_tx, cause_rx) = futures::channel::oneshot::channel::<String>();
+        self.rt.spawn(Box::pin(async move {
+            if let Err(e) = conn.await {
+                let _ = cause_tx.send(error_chain(&e));
+            }
+        }));
+        let given = |name: &str| headers.iter().any(|(k, _)| k.eq_ignore_ascii_case(name));
+        let mut req = Request::builder().method(method).uri(&t.path);
+        if !given("host") {
+            req = req.header("host", t.authority());
+        }
+        for (k, v) in headers {
+            req = req.header(*k, v);
+        }
+        if body.is_some() && !given("content-type") {
+            req = req.header("content-type", "application/json");
+        }
+        let req = req
+            .body(Full::new(body.unwrap_or_default()))
+            .map_err(|e| NetError::Io(e.to_string()))?;
+        match sender.send_request(req).await {
+            Ok(resp) => Ok(resp),
+            Err(e) => {
+                let mut msg = error_chain(&e);
+                if let Ok(cause) = cause_rx.await {
+                    if !msg.contains(&cause) {
+                        msg = format!("{msg}: {cause}");
+                    }
+                }
+                // A server refusing our certificate (mTLS) says so in an alert after the
+                // handshake.
+                Err(if tls {
+                    NetError::Tls(format!("request to {}: {msg}", t.authority()))
+                } else {
+                    NetError::Io(format!("request to {}: {msg}", t.authority()))
+                })
+            }
+        }
+    }
+
+    /// A request with a whole response body: `(status, body)`.
+    pub async fn request(
+        &self,
+        method: Method,
+        url: &str,
+        headers: &[(&str, String)],
+        body: Option<Bytes>,
+        timeout: Duration,
+        limit: u64,
+    ) -> Result<(u16, Bytes), NetError> {
+        with_timeout(&self.rt, timeout, async {
+            let resp = self.send(method, url, headers, body).await?;
+            let status = resp.status().as_u16();
+            let body = crate::body::read_body(resp.into_body(), limit).await?;
+            Ok((status, body))
+        })
+        .await
+    }
+
+    /// Streams a GET into `dest` (created or truncated) with flat memory; returns the byte
+    /// count.
+    pub async fn download(
+        &self,
+        url: &str,
+        headers: &[(&str, String)],
+        dest: PathBuf,
+        limit: u64,
+        timeout: Duration,
+    ) -> Result<u64, NetError> {
+        let rt = &self.rt;
+        with_timeout(rt, timeout, async {
+            let resp = self.send(Method::GET, url, headers, None).await?;
+            if !resp.status().is_success() {
+                return Err(NetError::Io(format!("GET {url}: HTTP {}", resp.status())));
+            }
+            let d2 = dest.clone();
+            let mut file = blocking(rt, move || std::fs::File::create(d2))
+                .await
+                .map_err(|e| NetError::Io(format!("create {}: {e}", dest.display())))?;
+            let mut body = resp.into_body();
+            let mut total = 0u64;
+            while let Some(frame) = body.frame().await {
+                let frame = frame.map_err(|e| NetError::Io(e.to_string()))?;
+                let Ok(data) = frame.into_data() else {
+                    continue;
+                };
+                total += data.len() as u64;
+                if total > limit {
+                    return Err(NetError::TooLarge(limit));
+                }
+                file = blocking(rt, move || file.write_all(&data).map(|_| file))
+                    .await
+                    .map_err(|e| NetError::Io(format!("write: {e}")))?;
+            }
+            blocking(rt, move || file.sync_all())
+                .await
+                .map_err(|e| NetError::Io(format!("sync: {e}")))?;
+            Ok(total)
+        })
+        .await
+    }
+}
+
+/// An error and its sources, `outer: inner: …`.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let t = c.to_string();
+        if !s.contains(&t) {
+            s = format!("{s}: {t}");
+        }
+        cur = c.source();
+    }
+    s
+}
+
+/// Sends one request with the default TLS settings (public roots, no client certificate).
+pub async fn send<R: Runtime>(
+    rt: &R,
+    method: Method,
+    url: &str,
+    headers: &[(&str, String)],
+    body: Option<Bytes>,
+) -> Result<http::Response<Incoming>, NetError> {
+    HttpClient::new(rt.clone(), ClientTls::default())
+        .send(method, url, headers, body)
+        .await
+}
+
+/// [`HttpClient::request`] with the default TLS settings.
+pub async fn request<R: Runtime>(
+    rt: &R,
+    method: Method,
+    url: &str,
+    headers: &[(&str, String)],
+    body: Option<Bytes>,
+    timeout: Duration,
+    limit: u64,
+) -> Result<(u16, Bytes), NetError> {
+    HttpClient::new(rt.clone(), ClientTls::default())
+        .request(method, url, headers, body, timeout, limit)
+        .await
+}
+
+/// [`HttpClient::download`] with the default TLS settings.
+pub async fn download<R: Runtime>(
+    rt: &R,
+    url: &str,
+    headers: &[(&str, String)],
+    dest: PathBuf,
+    limit: u64,
+    timeout: Duration,
+) -> Result<u64, NetError> {
+    HttpClient::new(rt.clone(), ClientTls::default())
+        .download(url, headers, dest, limit, timeout)
+        .await
+}
+
+/// Reads a whole response body, refusing more than `limit` bytes.
+pub async fn read_body<B>(body: B, limit: u64) -> Result<Bytes, NetError>
+where
+    B: http_body::Body<Data = Bytes>,
+    B::Error: Into<crate::body::BoxError>,
+{
+    Ok(crate::body::read_body(body, limit).await?)
+}
+
+/// Runs `fut` with a deadline.
+pub async fn with_timeout<R: Runtime, T>(
+    rt: &R,
+    d: Duration,
+    fut: impl std::future::Future<Output = Result<T, NetError>>,
+) -> Result<T, NetError> {
+    let fut = std::pin::pin!(fut);
+    match futures::future::select(fut, rt.sleep(d)).await {
+        Either::Left((r, _)) => r,
+        Either::Right(_) => Err(NetError::Timeout(d)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_split() {
+        let t = split_url("http://127.0.0.1:8080/awcp").unwrap();
+        assert_eq!(
+            (t.tls, t.host.as_str(), t.port, t.path.as_str()),
+            (false, "127.0.0.1", 8080, "/awcp")
+        );
+        assert_eq!(split_url("http://h/").unwrap().port, 80);
+        let t = split_url("https://h/x?y=1").unwrap();
+        assert_eq!((t.tls, t.port, t.path.as_str()), (true, 443, "/x?y=1"));
+        let t = split_url("https://[::1]:9/").unwrap();
+        assert_eq!(
+            (t.host.as_str(), t.authority()),
+            ("::1", "[::1]:9".to_owned())
+        );
+        assert!(split_url("ftp://h/").is_err());
+        assert!(split_url("nonsense").is_err());
+    }
+}

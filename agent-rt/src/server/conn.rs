@@ -1,0 +1,241 @@
+//! One accepted connection: TLS handshake, hyper, and the timers that close it.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures::channel::oneshot;
+use futures::future::{select, Either};
+use futures::FutureExt;
+use http_body::{Body, Frame, SizeHint};
+use hyper::body::Incoming;
+
+use super::{Handler, ServerBody, ServerOptions};
+use crate::body::{BodyAllowance, BoxError, RequestBody};
+use crate::io::{MaybeTls, Watched};
+use crate::runtime::Runtime;
+
+/// Where a request came from; in every request's extensions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnInfo {
+    /// The peer's address (a proxy's, behind one).
+    pub remote_addr: SocketAddr,
+    /// The listener's address.
+    pub local_addr: SocketAddr,
+    /// Whether the connection is TLS.
+    pub tls: bool,
+}
+
+/// What the accept loop and the timers know about a connection. Times are nanoseconds since
+/// the connection was accepted.
+pub(crate) struct ConnState {
+    started: Instant,
+    /// Requests whose response has not been sent completely.
+    pub in_flight: AtomicUsize,
+    /// Requests started on this connection.
+    requests: AtomicU64,
+    /// When the connection last became free of requests.
+    idle_since: AtomicU64,
+    /// When the first byte after that arrived (+1; 0: none yet).
+    first_byte: AtomicU64,
+}
+
+impl ConnState {
+    pub fn new() -> Self {
+        ConnState {
+            started: Instant::now(),
+            in_flight: AtomicUsize::new(0),
+            requests: AtomicU64::new(0),
+            idle_since: AtomicU64::new(0),
+            first_byte: AtomicU64::new(0),
+        }
+    }
+
+    fn now(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn on_read(&self) {
+        if self.in_flight.load(Ordering::SeqCst) == 0 && self.first_byte.load(Ordering::SeqCst) == 0
+        {
+            self.first_byte.store(self.now() + 1, Ordering::SeqCst);
+        }
+    }
+
+    /// How long until the connection must be closed (`None`: not now; check again later).
+    fn remaining(&self, opts: &ServerOptions) -> Option<Duration> {
+        if self.in_flight.load(Ordering::SeqCst) > 0 {
+            return None;
+        }
+        let first = self.first_byte.load(Ordering::SeqCst);
+        let (from, limit) = if first != 0 {
+            (first - 1, opts.header_read_timeout)
+        } else if self.requests.load(Ordering::SeqCst) == 0 {
+            (0, opts.header_read_timeout.or(opts.idle_timeout))
+        } else {
+            (self.idle_since.load(Ordering::SeqCst), opts.idle_timeout)
+        };
+        let deadline = Duration::from_nanos(from) + limit?;
+        Some(deadline.saturating_sub(Duration::from_nanos(self.now())))
+    }
+}
+
+/// Counts a request in flight until its response body is finished or dropped.
+struct InFlight(Arc<ConnState>);
+
+impl InFlight {
+    fn enter(state: Arc<ConnState>) -> Self {
+        state.in_flight.fetch_add(1, Ordering::SeqCst);
+        state.requests.fetch_add(1, Ordering::SeqCst);
+        InFlight(state)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let s = &self.0;
+        s.first_byte.store(0, Ordering::SeqCst);
+        s.idle_since.store(s.now(), Ordering::SeqCst);
+        s.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A response body that ends its request's [`InFlight`] when it ends.
+struct Tracked {
+    inner: ServerBody,
+    guard: Option<InFlight>,
+}
+
+impl Body for Tracked {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.inner).poll_frame(cx);
+        if let Poll::Ready(None) = r {
+            this.guard.take();
+        }
+        r
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// Resolves when the connection has outlived its header-read or idle allowance.
+async fn expired<R: Runtime>(rt: &R, state: &ConnState, opts: &ServerOptions) {
+    let Some(tick) = [opts.header_read_timeout, opts.idle_timeout]
+        .into_iter()
+        .flatten()
+        .min()
+    else {
+        return std::future::pending().await;
+    };
+    loop {
+        let wait = match state.remaining(opts) {
+            Some(d) if d.is_zero() => return,
+            Some(d) => d,
+            None => tick,
+        };
+        rt.sleep(wait).await;
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn serve_connection<R: Runtime>(
+    rt: R,
+    io: R::Io,
+    info: ConnInfo,
+    handler: Handler,
+    opts: Arc<ServerOptions>,
+    state: Arc<ConnState>,
+    kill: oneshot::Receiver<()>,
+    stop: oneshot::Receiver<()>,
+) {
+    // Either the timers or the accept loop (eviction, shutdown of an idle connection) end the
+    // connection by dropping it.
+    let closed = {
+        let (rt, state, opts) = (rt.clone(), state.clone(), opts.clone());
+        async move {
+            let timers = std::pin::pin!(async { expired(&rt, &state, &opts).await });
+            let _ = select(timers, kill).await;
+        }
+    };
+    let mut closed = std::pin::pin!(closed.fuse());
+    let io = match &opts.tls {
+        None => MaybeTls::Plain(io),
+        Some(tls) => {
+            let accept = futures_rustls::TlsAcceptor::from(tls.config().clone()).accept(io);
+            match select(std::pin::pin!(accept), closed.as_mut()).await {
+                Either::Left((Ok(s), _)) => MaybeTls::Tls(Box::new(s.into())),
+                Either::Left((Err(e), _)) => {
+                    tracing::debug!(peer = %info.remote_addr, error = %e, "TLS handshake failed");
+                    return;
+                }
+                Either::Right(_) => {
+                    tracing::debug!(peer = %info.remote_addr, "TLS handshake timed out");
+                    return;
+                }
+            }
+        }
+    };
+    let st = state.clone();
+    let watched = Watched {
+        inner: io,
+        on_read: move || st.on_read(),
+    };
+    let allowance = opts.body_read_timeout.map(|timeout| {
+        let rt = rt.clone();
+        BodyAllowance {
+            sleep: Arc::new(move |d| rt.sleep(d)),
+            timeout,
+            min_rate: opts.body_min_rate,
+        }
+    });
+    let svc = hyper::service::service_fn(move |req: http::Request<Incoming>| {
+        let guard = InFlight::enter(state.clone());
+        let (mut parts, body) = req.into_parts();
+        parts.extensions.insert(info);
+        let req = http::Request::from_parts(parts, RequestBody::new(body, allowance.clone()));
+        let answer = handler.call(req);
+        async move {
+            let resp = answer.await;
+            Ok::<_, Infallible>(resp.map(|inner| Tracked {
+                inner,
+                guard: Some(guard),
+            }))
+        }
+    });
+    let conn = hyper::server::conn::http1::Builder::new()
+        .serve_connection(smol_hyper::rt::FuturesIo::new(watched), svc);
+    let mut conn = std::pin::pin!(conn);
+    let r = match select(conn.as_mut(), select(closed.as_mut(), stop)).await {
+        Either::Left((r, _)) => r,
+        Either::Right((Either::Left(_), _)) => return,
+        Either::Right((Either::Right(_), _)) => {
+            // Graceful: finish the request in flight, then close.
+            conn.as_mut().graceful_shutdown();
+            match select(conn.as_mut(), closed.as_mut()).await {
+                Either::Left((r, _)) => r,
+                Either::Right(_) => return,
+            }
+        }
+    };
+    if let Err(e) = r {
+        tracing::debug!(peer = %info.remote_addr, error = %e, "connection ended with an error");
+    }
+}

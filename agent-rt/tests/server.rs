@@ -1,0 +1,269 @@
+//! agent-rt's server and client on both runtimes: TLS and mTLS, the refusals that must
+//! happen, and the limits that keep a server alive on a hostile network (slowloris, idle
+//! connections, slow bodies, connection floods, refused uploads). Every wait is bounded by a
+//! generous deadline; nothing asserts on timing.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use agent_rt::body::{read_body, BodyError, RequestBody};
+use agent_rt::test_util::{self, TestPki};
+use agent_rt::{blocking, ClientTls, ConnInfo, Handler, Host, HttpClient, NetError, ServerOptions};
+use futures::channel::oneshot;
+
+/// Longest any single step may take before the test fails (never reached when things work).
+const DEADLINE: Duration = Duration::from_secs(60);
+
+struct Server {
+    addr: SocketAddr,
+    _stop: oneshot::Sender<()>,
+}
+
+fn start<R: Host>(opts: ServerOptions, handler: Handler) -> Server {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let (tx, rx) = oneshot::channel::<()>();
+    R::default().spawn(Box::pin(async move {
+        let stop = async move {
+            let _ = rx.await;
+        };
+        agent_rt::serve(R::default(), l, handler, opts, stop)
+            .await
+            .unwrap();
+    }));
+    Server { addr, _stop: tx }
+}
+
+/// Answers 200 with "tls" or "plain" (from the request's ConnInfo).
+fn hello() -> Handler {
+    Handler::new(|req: http::Request<RequestBody>| async move {
+        let tls = req.extensions().get::<ConnInfo>().map(|c| c.tls);
+        agent_rt::body::json_response(200, format!("{tls:?}"))
+    })
+}
+
+/// Reads the whole body: 200 with its length, or 408 if it did not arrive in time.
+fn reader() -> Handler {
+    Handler::new(|req: http::Request<RequestBody>| async move {
+        match read_body(req.into_body(), 1 << 30).await {
+            Ok(b) => agent_rt::body::json_response(200, b.len().to_string()),
+            Err(BodyError::Timeout(_)) => agent_rt::body::json_response(408, "slow".into()),
+            Err(e) => agent_rt::body::json_response(400, e.to_string()),
+        }
+    })
+}
+
+/// Refuses every request without reading its body.
+fn refuser() -> Handler {
+    Handler::new(|_req: http::Request<RequestBody>| async move {
+        agent_rt::body::json_response(401, "no".into())
+    })
+}
+
+async fn get<R: Host>(tls: ClientTls, url: &str) -> Result<(u16, String), NetError> {
+    let c = HttpClient::new(R::default(), tls);
+    let (s, b) = c
+        .request(http::Method::GET, url, &[], None, DEADLINE, 1 << 20)
+        .await?;
+    Ok((s, String::from_utf8_lossy(&b).into_owned()))
+}
+
+async fn tls_and_mtls<R: Host>() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = TestPki::new(dir.path(), "good");
+    let other = TestPki::new(dir.path(), "other");
+    let server_cert = pki.server("server", &["localhost", "127.0.0.1"]);
+    let client_cert = pki.client("client", "delegator-1");
+
+    // mTLS: the right CA and a client certificate get through, over TLS.
+    let s = start::<R>(pki.server_options(&server_cert, true), hello());
+    let url = format!("https://localhost:{}/", s.addr.port());
+    let ok = get::<R>(pki.client_tls(Some(&client_cert)), &url).await;
+    assert_eq!(ok.unwrap(), (200, "Some(true)".into()));
+    let by_ip = format!("https://127.0.0.1:{}/", s.addr.port());
+    let ok = get::<R>(pki.client_tls(Some(&client_cert)), &by_ip).await;
+    assert_eq!(ok.unwrap().0, 200);
+
+    // mTLS without a client certificate: refused.
+    let e = get::<R>(pki.client_tls(None), &url).await.unwrap_err();
+    assert!(matches!(e, NetError::Tls(_)), "{e:?}");
+
+    // A client certificate from another CA: refused.
+    let stranger = other.client("stranger", "mallory");
+    let e = get::<R>(pki.client_tls(Some(&stranger)), &url)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, NetError::Tls(_)), "{e:?}");
+
+    // A client that trusts another CA refuses the server.
+    let e = get::<R>(other.client_tls(Some(&client_cert)), &url)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, NetError::Tls(_)), "{e:?}");
+    assert!(e.to_string().contains("UnknownIssuer"), "{e}");
+
+    // The default client (public roots only) refuses a private CA too.
+    let e = get::<R>(ClientTls::default(), &url).await.unwrap_err();
+    assert!(matches!(e, NetError::Tls(_)), "{e:?}");
+
+    // An expired server certificate: refused.
+    let expired = pki.expired_server("expired", &["localhost"]);
+    let s2 = start::<R>(pki.server_options(&expired, false), hello());
+    let url2 = format!("https://localhost:{}/", s2.addr.port());
+    let e = get::<R>(pki.client_tls(None), &url2).await.unwrap_err();
+    assert!(e.to_string().contains("expired"), "{e}");
+
+    // A certificate for another name: refused.
+    let s3 = start::<R>(
+        pki.server_options(&pki.server("elsewhere", &["elsewhere.example"]), false),
+        hello(),
+    );
+    let url3 = format!("https://localhost:{}/", s3.addr.port());
+    let e = get::<R>(pki.client_tls(None), &url3).await.unwrap_err();
+    assert!(matches!(e, NetError::Tls(_)), "{e:?}");
+
+    // Plain HTTP still works, and says so.
+    let s4 = start::<R>(ServerOptions::default(), hello());
+    let ok = get::<R>(ClientTls::default(), &format!("http://{}/", s4.addr)).await;
+    assert_eq!(ok.unwrap(), (200, "Some(false)".into()));
+}
+
+fn closed_by_server(s: TcpStream, trickle: Option<&[u8]>) -> bool {
+    test_util::closed_by_server(
+        s,
+        trickle,
+        Duration::from_millis(50),
+        DEADLINE,
+        &mut Vec::new(),
+    )
+}
+
+async fn slowloris_and_idle_connections_are_closed<R: Host>() {
+    let opts = ServerOptions {
+        header_read_timeout: Some(Duration::from_millis(300)),
+        idle_timeout: Some(Duration::from_millis(300)),
+        ..ServerOptions::default()
+    };
+    let s = start::<R>(opts, hello());
+    let addr = s.addr;
+    let rt = R::default();
+    let (slowloris, silent, idle) = blocking(&rt, move || {
+        // A head trickled one header line at a time, forever.
+        let mut a = TcpStream::connect(addr).unwrap();
+        a.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n").unwrap();
+        let slowloris = closed_by_server(a, Some(b"X-Slow: 1\r\n"));
+        // A connection that never says anything.
+        let silent = closed_by_server(TcpStream::connect(addr).unwrap(), None);
+        // A kept-alive connection after one complete exchange.
+        let mut c = TcpStream::connect(addr).unwrap();
+        c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let idle = closed_by_server(c, None);
+        (slowloris, silent, idle)
+    })
+    .await;
+    assert!(slowloris, "a slowloris head must be cut off");
+    assert!(silent, "a silent connection must be closed");
+    assert!(idle, "an idle kept-alive connection must be closed");
+}
+
+async fn slow_body_is_cut_off<R: Host>() {
+    let opts = ServerOptions {
+        body_read_timeout: Some(Duration::from_millis(300)),
+        body_min_rate: 1024 * 1024,
+        ..ServerOptions::default()
+    };
+    let s = start::<R>(opts, reader());
+    let addr = s.addr;
+    let answer = blocking(&R::default(), move || {
+        let mut c = TcpStream::connect(addr).unwrap();
+        c.write_all(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 209715200\r\n\r\n")
+            .unwrap();
+        // 16 bytes per tick: far below the minimum rate.
+        let mut got = Vec::new();
+        let closed = test_util::closed_by_server(
+            c,
+            Some(&[b'x'; 16]),
+            Duration::from_millis(50),
+            DEADLINE,
+            &mut got,
+        );
+        assert!(closed, "the slow upload's connection must be closed");
+        String::from_utf8_lossy(&got).into_owned()
+    })
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer:?}");
+}
+
+async fn refused_upload_is_not_read<R: Host>() {
+    let s = start::<R>(ServerOptions::default(), refuser());
+    let addr = s.addr;
+    let (status, sent) = blocking(&R::default(), move || {
+        let mut c = TcpStream::connect(addr).unwrap();
+        c.write_all(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 209715200\r\n\r\n")
+            .unwrap();
+        let mut head = [0u8; 12];
+        c.read_exact(&mut head).unwrap();
+        // The server answered before the body; now it must not swallow 200 MB.
+        let chunk = vec![0u8; 1 << 20];
+        let mut sent = 0usize;
+        while sent < 200 << 20 {
+            match c.write(&chunk) {
+                Ok(n) => sent += n,
+                Err(_) => break,
+            }
+        }
+        (String::from_utf8_lossy(&head).into_owned(), sent)
+    })
+    .await;
+    assert_eq!(status, "HTTP/1.1 401");
+    assert!(
+        sent < 100 << 20,
+        "the server read {sent} bytes of a refused upload"
+    );
+}
+
+async fn connection_flood_does_not_block_new_requests<R: Host>() {
+    let opts = ServerOptions {
+        max_connections: 16,
+        header_read_timeout: Some(Duration::from_secs(3600)),
+        idle_timeout: Some(Duration::from_secs(3600)),
+        ..ServerOptions::default()
+    };
+    let s = start::<R>(opts, hello());
+    let addr = s.addr;
+    let idle: Vec<TcpStream> = blocking(&R::default(), move || {
+        (0..100)
+            .map(|_| TcpStream::connect(addr).unwrap())
+            .collect()
+    })
+    .await;
+    let r = agent_rt::runtime::timeout(
+        &R::default(),
+        DEADLINE,
+        get::<R>(ClientTls::default(), &format!("http://{addr}/")),
+    )
+    .await
+    .expect("served while 100 idle connections are open");
+    assert_eq!(r.unwrap().0, 200);
+    drop(idle);
+}
+
+macro_rules! on_both_runtimes {
+    ($($name:ident),* $(,)?) => {
+        mod tokio_runtime {
+            $( #[test] fn $name() { <agent_rt::TokioRuntime as agent_rt::Host>::block_on(super::$name::<agent_rt::TokioRuntime>()); } )*
+        }
+        mod smol_runtime {
+            $( #[test] fn $name() { <agent_rt::SmolRuntime as agent_rt::Host>::block_on(super::$name::<agent_rt::SmolRuntime>()); } )*
+        }
+    };
+}
+
+on_both_runtimes!(
+    tls_and_mtls,
+    slowloris_and_idle_connections_are_closed,
+    slow_body_is_cut_off,
+    refused_upload_is_not_read,
+    connection_flood_does_not_block_new_requests,
+);

@@ -1,0 +1,131 @@
+//! The workspace's binaries (`awcp`, `awcp-executor`, `awcp-mcp`, …) for tests that run the
+//! real programs: built once per test process with the profile of the running test (so `cargo
+//! test`'s dependency builds are reused and every test binary agrees on one build).
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+
+/// The binaries [`path`] builds (one `cargo build -p awcp-examples` for all of them).
+const BINARIES: [&str; 2] = ["awcp", "awcp-executor"];
+
+/// `target/<profile>` of the running test executable (`target/<profile>/deps/<test>`).
+pub fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps/<test>")
+        .to_path_buf()
+}
+
+/// The path of binary `name` (one of `awcp`, `awcp-executor`), built on first use. Panics with
+/// cargo's output if the build fails.
+pub fn path(name: &str) -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    let dir = BUILT.get_or_init(|| {
+        let bins = profile_dir();
+        let target = bins.parent().expect("target dir").to_path_buf();
+        let profile = if bins.file_name().is_some_and(|n| n == "release") {
+            "release"
+        } else {
+            "test"
+        };
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .expect("workspace root");
+        let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+        cmd.current_dir(root)
+            .args(["build", "-q", "--profile", profile, "-p", "awcp-examples"])
+            .env("CARGO_TARGET_DIR", &target);
+        for bin in BINARIES {
+            cmd.args(["--bin", bin]);
+        }
+        let o = cmd.output().expect("cargo build runs");
+        assert!(
+            o.status.success(),
+            "building the binaries failed:\n{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        bins
+    });
+    let p = dir.join(name);
+    assert!(p.exists(), "{} was not built", p.display());
+    p
+}
+
+/// Spawns `cmd` with stdout piped (stderr discarded) and returns the child with what its first
+/// stdout line says after `prefix` — the URL a binary announces it listens on. Panics if the
+/// line does not start with `prefix`.
+pub fn spawn_announcing(cmd: &mut Command, prefix: &str) -> (Child, String) {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the binary starts");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("piped stdout"))
+        .read_line(&mut line)
+        .expect("the binary prints its first line");
+    let rest = line
+        .trim()
+        .strip_prefix(prefix)
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_owned();
+    (child, rest)
+}
+
+/// `awcp-executor --listen 127.0.0.1:0 --quiet` with its work root and state under `dir`,
+/// running `agent_cmd`; spawn it with [`spawn_announcing`] and
+/// `"awcp-executor listening on "` to learn its AWCP URL.
+pub fn executor_command(dir: &Path, agent_cmd: &str) -> Command {
+    let mut cmd = Command::new(path("awcp-executor"));
+    cmd.args(["--listen", "127.0.0.1:0", "--quiet"])
+        .arg("--work-root")
+        .arg(dir.join("work"))
+        .arg("--state-dir")
+        .arg(dir.join("state"))
+        .arg("--agent-cmd")
+        .arg(agent_cmd);
+    cmd
+}
+
+/// What an executor started by [`executor_command`] prints before its URL.
+pub const EXECUTOR_ANNOUNCES: &str = "awcp-executor listening on ";
+/// What `awcp daemon` prints before its URL.
+pub const DAEMON_ANNOUNCES: &str = "awcp daemon listening on ";
+
+/// `awcp daemon` on 127.0.0.1 port 0 with state directory `state`, and its URL.
+pub fn spawn_daemon(state: &Path) -> (Child, String) {
+    spawn_announcing(
+        Command::new(path("awcp"))
+            .args([
+                "--quiet",
+                "daemon",
+                "--listen",
+                "127.0.0.1:0",
+                "--state-dir",
+            ])
+            .arg(state),
+        DAEMON_ANNOUNCES,
+    )
+}
+
+/// Runs `awcp --quiet ARGS…` to completion.
+pub fn awcp(args: &[&str]) -> Output {
+    Command::new(path("awcp"))
+        .arg("--quiet")
+        .args(args)
+        .output()
+        .expect("awcp runs")
+}
+
+/// A finished process's exit code and output, for assertion messages.
+pub fn show(o: &Output) -> String {
+    format!(
+        "exit {:?}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}

@@ -1,0 +1,331 @@
+//! A delegator killed with SIGKILL in the middle of applying a large result, and restarted: the
+//! real `awcp` binary (alternately `awcp daemon` and `awcp apply --state-dir`), a real staged
+//! snapshot of 300 changed files produced by a real `awcp-executor`.
+//!
+//! Each try resets the workspace and the delegator's state directory to the moment the result
+//! was stored, starts the apply, kills the process at a random point (a random delay, or just
+//! after the apply journal reaches `committing`, so the swap itself is hit), restarts the
+//! delegator and checks, after its start-up recovery: the workspace is byte for byte entirely
+//! old or entirely new, no staging directory is left, and the snapshot is re-appliable (a
+//! re-apply yields the new tree). The run fails if no kill landed inside the swap.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use awcp_tests::bins::{self, awcp, show};
+use serde_json::Value;
+
+/// Tries (each a kill and a restart).
+const TRIES: usize = 24;
+/// Files in the workspace, and bytes per file: the swap renames every file, so the file count
+/// makes the commit window; the bytes are kept small so a try stays short.
+const FILES: usize = 300;
+const FILE_BYTES: usize = 16 * 1024;
+
+/// The agent rewrites every file, deletes ten and adds ten.
+const AGENT: &str = r#"#!/bin/sh
+set -e
+for f in $(find . -type f -name '*.dat'); do
+  printf 'rewritten by the agent\n' >> "$f"
+done
+rm -f d0/f0.dat d1/f1.dat d2/f2.dat d3/f3.dat d4/f4.dat d5/f5.dat d6/f6.dat d7/f7.dat d8/f8.dat d9/f9.dat
+for i in 0 1 2 3 4 5 6 7 8 9; do echo "new $i" > "new$i.txt"; done
+echo "rewrote everything"
+"#;
+
+type Tree = BTreeMap<String, Vec<u8>>;
+
+fn tree(root: &Path) -> Tree {
+    fn walk(root: &Path, dir: &Path, out: &mut Tree) {
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            let p = e.path();
+            let ft = e.file_type().unwrap();
+            let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+            if ft.is_dir() {
+                walk(root, &p, out);
+            } else {
+                out.insert(rel, std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    let mut out = Tree::new();
+    walk(root, root, &mut out);
+    out
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap().flatten() {
+        let dst = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&e.path(), &dst);
+        } else {
+            std::fs::copy(e.path(), &dst).unwrap();
+        }
+    }
+}
+
+fn reset(dir: &Path, from: &Path) {
+    let _ = std::fs::remove_dir_all(dir);
+    copy_tree(from, dir);
+}
+
+/// Entries of `parent` that are staging of an apply.
+fn staging(parent: &Path) -> Vec<String> {
+    std::fs::read_dir(parent)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".awcp-apply-") || n.starts_with(".awcp-stage-"))
+        .collect()
+}
+
+/// A child process killed (if still running) when dropped.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_daemon(state: &Path) -> (Proc, String) {
+    let (child, url) = bins::spawn_daemon(state);
+    (Proc(child), url)
+}
+
+/// Sends `POST …/apply` to the daemon at `url` without waiting for the answer.
+fn post_apply(url: &str, id: &str, sid: &str) -> std::net::TcpStream {
+    let hostport = url.trim_start_matches("http://");
+    let mut s = std::net::TcpStream::connect(hostport).unwrap();
+    write!(
+        s,
+        "POST /delegation/{id}/snapshots/{sid}/apply HTTP/1.1\r\nHost: {hostport}\r\nContent-Length: 0\r\n\r\n"
+    )
+    .unwrap();
+    s
+}
+
+/// The state of the apply journal of `id` under `parent`, if one exists.
+fn journal_state(parent: &Path, id: &str) -> Option<String> {
+    let mut f = std::fs::File::open(parent.join(format!(".awcp-apply-{id}/journal.json"))).ok()?;
+    let mut s = String::new();
+    f.read_to_string(&mut s).ok()?;
+    let v: Value = serde_json::from_str(&s).ok()?;
+    v["state"].as_str().map(str::to_owned)
+}
+
+/// A small deterministic generator (xorshift), seeded from the clock and printed, so a failing
+/// run can be told apart; the assertions do not depend on it.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n.max(1)
+    }
+}
+
+#[test]
+fn sigkill_during_a_large_apply_then_restart_leaves_all_old_or_all_new() {
+    let base = tempfile::tempdir().unwrap();
+    let parent = base.path().join("projects");
+    let ws = parent.join("ws");
+    let state = base.path().join("state");
+    // The workspace: 300 files in 30 directories, 40 KiB each, incompressible.
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    for i in 0..FILES {
+        let d = ws.join(format!("d{}", i % 30));
+        std::fs::create_dir_all(&d).unwrap();
+        let mut data = vec![0u8; FILE_BYTES];
+        for b in data.iter_mut() {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            *b = seed as u8;
+        }
+        std::fs::write(d.join(format!("f{i}.dat")), data).unwrap();
+    }
+
+    // One real delegation, staged: the result is stored, not applied.
+    let exdir = tempfile::tempdir().unwrap();
+    std::fs::write(exdir.path().join("agent.sh"), AGENT).unwrap();
+    let agent = format!("sh {}", exdir.path().join("agent.sh").display());
+    let (ex, peer) = bins::spawn_announcing(
+        &mut bins::executor_command(exdir.path(), &agent),
+        bins::EXECUTOR_ANNOUNCES,
+    );
+    let ex = Proc(ex);
+    let o = awcp(&[
+        "--json",
+        "delegate",
+        ws.to_str().unwrap(),
+        "--peer",
+        &peer,
+        "--prompt",
+        "rewrite",
+        "--snapshot-mode",
+        "staged",
+        "--state-dir",
+        state.to_str().unwrap(),
+    ]);
+    drop(ex);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    let v: Value = serde_json::from_slice(o.stdout.trim_ascii_end()).unwrap();
+    let id = v["id"].as_str().unwrap().to_owned();
+    let sid = v["snapshots"][0]["id"].as_str().unwrap().to_owned();
+    assert_eq!(v["snapshots"][0]["status"], "pending", "{v}");
+
+    // Pristine copies: the workspace before, the state with the stored result.
+    let ws0 = base.path().join("ws0");
+    let state0 = base.path().join("state0");
+    copy_tree(&ws, &ws0);
+    copy_tree(&state, &state0);
+    let old = tree(&ws);
+
+    // One uninterrupted apply gives the new tree and the duration of an apply.
+    let t0 = Instant::now();
+    let o = awcp(&["apply", &id, &sid, "--state-dir", state.to_str().unwrap()]);
+    let apply_ms = t0.elapsed().as_millis() as u64;
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    let new = tree(&ws);
+    assert_ne!(new, old);
+    assert_eq!(new.len(), FILES, "300 - 10 deleted + 10 added");
+    assert!(staging(&parent).is_empty());
+
+    let mut rng = Rng(std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+        | 1);
+    eprintln!("apply takes {apply_ms} ms; rng seed {}", rng.0);
+    let (mut mid_swap, mut ended_old, mut ended_new) = (0, 0, 0);
+    for attempt in 0..TRIES {
+        reset(&ws, &ws0);
+        reset(&state, &state0);
+        let daemon = attempt % 2 == 0;
+        // Half the tries kill just after the swap starts; the others at a random moment.
+        let at_commit = attempt % 4 < 2;
+        let delay = Duration::from_millis(rng.below(apply_ms + 20));
+        let (mut victim, _conn) = if daemon {
+            let (p, url) = start_daemon(&state);
+            let conn = post_apply(&url, &id, &sid);
+            (p, Some(conn))
+        } else {
+            let child = Command::new(bins::path("awcp"))
+                .args(["--quiet", "apply", &id, &sid, "--state-dir"])
+                .arg(&state)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            (Proc(child), None)
+        };
+        let started = Instant::now();
+        if at_commit {
+            // Until the journal says `committing` (or the apply is over: the journal came and
+            // went, or the process ended).
+            let mut seen = false;
+            while started.elapsed() < Duration::from_secs(60)
+                && victim.0.try_wait().unwrap().is_none()
+            {
+                match journal_state(&parent, &id).as_deref() {
+                    Some("committing") => break,
+                    Some(_) => seen = true,
+                    None if seen => break,
+                    None => {}
+                }
+                std::hint::spin_loop();
+            }
+        } else {
+            while started.elapsed() < delay && victim.0.try_wait().unwrap().is_none() {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+        let _ = victim.0.kill();
+        let _ = victim.0.wait();
+        drop(victim);
+        let at_kill = tree(&ws);
+        let mixed = at_kill != old && at_kill != new;
+        if mixed {
+            mid_swap += 1;
+        }
+
+        // Restart: the daemon, or an in-process command, recovers before anything else.
+        let status = if attempt % 3 == 0 {
+            let (p, url) = start_daemon(&state);
+            let o = awcp(&["--json", "--daemon-url", &url, "status", &id]);
+            drop(p);
+            o
+        } else {
+            awcp(&[
+                "--json",
+                "status",
+                &id,
+                "--state-dir",
+                state.to_str().unwrap(),
+            ])
+        };
+        assert_eq!(status.status.code(), Some(0), "{}", show(&status));
+        let after = tree(&ws);
+        assert!(
+            after == old || after == new,
+            "try {attempt}: the workspace is half old, half new after the restart \
+             (killed mid-swap: {mixed})"
+        );
+        assert!(
+            staging(&parent).is_empty(),
+            "try {attempt}: staging left: {:?}",
+            staging(&parent)
+        );
+        let rec: Value = serde_json::from_slice(status.stdout.trim_ascii_end()).unwrap();
+        let snap = rec["snapshots"][0]["status"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned();
+        if after == old {
+            ended_old += 1;
+            assert_eq!(snap, "pending", "try {attempt}: re-appliable\n{rec}");
+        } else {
+            ended_new += 1;
+            assert!(
+                snap == "pending" || snap == "applied",
+                "try {attempt}: {rec}"
+            );
+        }
+        if snap == "pending" {
+            let o = awcp(&["apply", &id, &sid, "--state-dir", state.to_str().unwrap()]);
+            assert_eq!(o.status.code(), Some(0), "try {attempt}: {}", show(&o));
+            assert!(tree(&ws) == new, "try {attempt}: re-applied, not all new");
+            assert!(staging(&parent).is_empty());
+        }
+        eprintln!(
+            "try {attempt}: {} killed {}; {} at the kill; {} after the restart; snapshot {snap}",
+            if daemon { "daemon" } else { "awcp apply" },
+            if at_commit {
+                "once committing".to_owned()
+            } else {
+                format!("after {delay:?}")
+            },
+            if mixed {
+                "mixed"
+            } else if at_kill == new {
+                "new"
+            } else {
+                "old"
+            },
+            if after == new { "new" } else { "old" },
+        );
+    }
+    eprintln!("{mid_swap} kills mid-swap; {ended_old} ended old, {ended_new} ended new");
+    assert!(
+        mid_swap > 0,
+        "no kill landed inside the swap: the test did not exercise the commit window"
+    );
+}

@@ -1,0 +1,301 @@
+//! The `awcp` CLI against a real `awcp-executor`, both real processes on loopback: what a user
+//! sees when a delegation ends — the documented exit codes (README "Exit codes"), and a result
+//! that was not applied never looking like success (it is kept staged with its reason, the
+//! executor is acknowledged only once the result is stored locally, and the printed retry
+//! command works).
+
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::{Child, Output};
+
+use awcp_tests::bins::{self, awcp, show};
+use serde_json::Value;
+
+/// The agent: `fail` fails the task; `conflict <path>` also edits `<path>` (a file of the
+/// delegator's workspace, as a user editing locally during the task would); otherwise it
+/// edits `a.txt` and adds `RESULT.txt`.
+const AGENT: &str = r#"#!/bin/sh
+case "$AWCP_PROMPT" in
+  fail*) echo "failing on purpose" >&2; exit 7 ;;
+  conflict\ *) set -- $AWCP_PROMPT; echo "edited locally" > "$2" ;;
+esac
+echo "agent was here" > RESULT.txt
+echo "A by the agent" > a.txt
+echo "done editing"
+"#;
+
+/// An `awcp-executor` process, killed when dropped.
+struct Executor {
+    child: Child,
+    url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Executor {
+    fn start() -> Executor {
+        let dir = tempfile::tempdir().unwrap();
+        let agent = dir.path().join("agent.sh");
+        std::fs::write(&agent, AGENT).unwrap();
+        let (child, url) = bins::spawn_announcing(
+            &mut bins::executor_command(dir.path(), &format!("sh {}", agent.display())),
+            bins::EXECUTOR_ANNOUNCES,
+        );
+        Executor {
+            child,
+            url,
+            _dir: dir,
+        }
+    }
+
+    /// `GET /awcp/tasks/<id>/result`: the HTTP status and the `status` field.
+    fn result(&self, id: &str) -> (u16, String) {
+        let hostport = self
+            .url
+            .trim_start_matches("http://")
+            .trim_end_matches("/awcp");
+        let mut s = std::net::TcpStream::connect(hostport).unwrap();
+        write!(
+            s,
+            "GET /awcp/tasks/{id}/result HTTP/1.1\r\nHost: {hostport}\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut text = String::new();
+        s.read_to_string(&mut text).unwrap();
+        let status = text
+            .split(' ')
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        let body = text.split("\r\n\r\n").nth(1).unwrap_or("");
+        let field = body
+            .find('{')
+            .and_then(|i| serde_json::from_str::<Value>(&body[i..body.rfind('}')? + 1]).ok())
+            .and_then(|v| v["status"].as_str().map(str::to_owned))
+            .unwrap_or_default();
+        (status, field)
+    }
+}
+
+impl Drop for Executor {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn workspace() -> tempfile::TempDir {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join("a.txt"), "A\n").unwrap();
+    std::fs::write(d.path().join("b.txt"), "B\n").unwrap();
+    d
+}
+
+/// `awcp delegate DIR --peer PEER --prompt PROMPT --state-dir STATE --json`.
+fn delegate(dir: &Path, peer: &str, prompt: &str, state: &Path) -> Output {
+    awcp(&[
+        "--json",
+        "delegate",
+        dir.to_str().unwrap(),
+        "--peer",
+        peer,
+        "--prompt",
+        prompt,
+        "--state-dir",
+        state.to_str().unwrap(),
+    ])
+}
+
+fn record(o: &Output) -> Value {
+    let out = String::from_utf8_lossy(&o.stdout);
+    let line = out.lines().last().unwrap_or_else(|| panic!("{}", show(o)));
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {}", show(o)))
+}
+
+/// A peer URL nobody listens on.
+fn dead_peer() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    drop(l);
+    format!("http://127.0.0.1:{port}/awcp")
+}
+
+/// The retry command `awcp delegate` printed (`awcp apply ID SID …`), as arguments after `awcp`.
+fn retry_command(o: &Output) -> Vec<String> {
+    let err = String::from_utf8_lossy(&o.stderr);
+    let line = err
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("awcp apply "))
+        .unwrap_or_else(|| panic!("no retry command printed\n{}", show(o)));
+    line.split_whitespace().skip(1).map(str::to_owned).collect()
+}
+
+/// Exit codes: 0 applied, 2 usage error, 3 task failed, 5 peer unreachable (4, result not
+/// applied, has its own tests below).
+#[test]
+fn delegate_exit_codes_are_distinct_and_documented() {
+    let ex = Executor::start();
+    let state = tempfile::tempdir().unwrap();
+
+    let ws = workspace();
+    let o = delegate(ws.path(), &ex.url, "edit", state.path());
+    assert_eq!(o.status.code(), Some(0), "applied\n{}", show(&o));
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("RESULT.txt")).unwrap(),
+        "agent was here\n"
+    );
+
+    let o = awcp(&[
+        "delegate",
+        ws.path().to_str().unwrap(),
+        "--peer",
+        &ex.url,
+        "--prompt",
+        "x",
+        "--snapshot-mode",
+        "sometimes",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "bad flag value\n{}", show(&o));
+    let o = awcp(&[
+        "delegate",
+        "/nonexistent/awcp-ws",
+        "--peer",
+        &ex.url,
+        "--prompt",
+        "x",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "missing workspace\n{}", show(&o));
+
+    let o = delegate(ws.path(), &ex.url, "fail now", state.path());
+    assert_eq!(o.status.code(), Some(3), "task failed\n{}", show(&o));
+    assert_eq!(record(&o)["error"]["code"], "TASK_FAILED", "{}", show(&o));
+
+    let o = delegate(ws.path(), &dead_peer(), "edit", state.path());
+    assert_eq!(o.status.code(), Some(5), "peer unreachable\n{}", show(&o));
+    assert_eq!(
+        record(&o)["outcome"]["status"],
+        "unreachable",
+        "{}",
+        show(&o)
+    );
+}
+
+/// The workspace changed locally while the task ran: the result conflicts, so it is not
+/// applied. `awcp delegate` exits 4 and says so; the snapshot stays staged with the reason;
+/// the executor is acknowledged (the result is stored locally); the printed retry command
+/// applies it once the local edit is undone.
+#[test]
+fn result_not_applied_exits_4_stays_staged_and_the_printed_retry_applies_it() {
+    let ex = Executor::start();
+    let state = tempfile::tempdir().unwrap();
+    let ws = workspace();
+    let a = ws.path().join("a.txt");
+    let o = delegate(
+        ws.path(),
+        &ex.url,
+        &format!("conflict {}", a.display()),
+        state.path(),
+    );
+    assert_eq!(o.status.code(), Some(4), "{}", show(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("NOT applied"), "{}", show(&o));
+    let v = record(&o);
+    assert_eq!(v["state"], "completed", "{v}");
+    assert_eq!(v["outcome"]["status"], "not_applied", "{v}");
+    let snap = &v["snapshots"][0];
+    assert_eq!(snap["status"], "pending", "kept staged: {v}");
+    assert!(
+        snap["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("a.txt")),
+        "the reason names the conflicting file: {v}"
+    );
+    // Nothing of the result was written; the local edit is intact.
+    assert_eq!(std::fs::read_to_string(&a).unwrap(), "edited locally\n");
+    assert!(!ws.path().join("RESULT.txt").exists());
+    // Stored locally, so the executor was acknowledged and forgot it.
+    let id = v["id"].as_str().unwrap();
+    assert_eq!(
+        ex.result(id).0,
+        404,
+        "acknowledged after the result was stored"
+    );
+
+    // Undo the local edit and run the command awcp printed.
+    std::fs::write(&a, "A\n").unwrap();
+    let retry = retry_command(&o);
+    let args: Vec<&str> = retry.iter().map(String::as_str).collect();
+    let o2 = awcp(&args);
+    assert_eq!(o2.status.code(), Some(0), "{}", show(&o2));
+    assert_eq!(std::fs::read_to_string(&a).unwrap(), "A by the agent\n");
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("RESULT.txt")).unwrap(),
+        "agent was here\n"
+    );
+}
+
+/// The result cannot be stored locally (the snapshot store is unusable): exit 4, and the
+/// executor is NOT acknowledged, so it still holds the result.
+#[test]
+fn result_that_cannot_be_stored_is_not_acknowledged() {
+    let ex = Executor::start();
+    let state = tempfile::tempdir().unwrap();
+    // A file where the snapshot store directory belongs.
+    std::fs::write(state.path().join("snapshots"), "not a directory").unwrap();
+    let ws = workspace();
+    let o = delegate(ws.path(), &ex.url, "edit", state.path());
+    assert_eq!(o.status.code(), Some(4), "{}", show(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("NOT applied"),
+        "{}",
+        show(&o)
+    );
+    let v = record(&o);
+    assert_eq!(v["outcome"]["status"], "not_applied", "{v}");
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("a.txt")).unwrap(),
+        "A\n"
+    );
+    let id = v["id"].as_str().unwrap();
+    assert_eq!(
+        ex.result(id),
+        (200, "completed".to_owned()),
+        "not acknowledged: the executor keeps the result"
+    );
+}
+
+/// Through `awcp daemon`: the daemon's record says the result was not applied, and
+/// `awcp delegate --daemon` exits 4.
+#[test]
+fn daemon_record_says_the_result_was_not_applied() {
+    let ex = Executor::start();
+    let state = tempfile::tempdir().unwrap();
+    let (mut daemon, url) = bins::spawn_daemon(state.path());
+    let ws = workspace();
+    let a = ws.path().join("a.txt");
+    let o = awcp(&[
+        "--json",
+        "--daemon-url",
+        &url,
+        "delegate",
+        ws.path().to_str().unwrap(),
+        "--daemon",
+        "--peer",
+        &ex.url,
+        "--prompt",
+        &format!("conflict {}", a.display()),
+    ]);
+    let id = record(&o)["id"].as_str().unwrap_or_default().to_owned();
+    let status = awcp(&["--json", "--daemon-url", &url, "status", &id]);
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    assert_eq!(o.status.code(), Some(4), "{}", show(&o));
+    assert!(
+        retry_command(&o).contains(&url),
+        "the retry command names the daemon\n{}",
+        show(&o)
+    );
+    let v = record(&status);
+    assert_eq!(v["outcome"]["status"], "not_applied", "{v}");
+    assert_eq!(v["snapshots"][0]["status"], "pending", "{v}");
+}
