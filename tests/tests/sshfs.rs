@@ -1,7 +1,8 @@
 //! SSHFS transport against a real sshd (started by the test on a free loopback port with its
 //! own config, host key and CA) and a real FUSE mount.
 //!
-//! Skipped with a message where /dev/fuse, sshd or sshfs are absent (`.ci/run` installs them).
+//! Skipped with a message where /dev/fuse, sshd or sshfs are absent, unless
+//! `AWCP_REQUIRE_SSHFS_TEST=1` (set by `.ci/run`, which installs them) makes that a failure.
 //! Waits are on events: sshd printing that it listens, the task runner reporting through a
 //! channel, a delegation ending.
 
@@ -857,7 +858,7 @@ fn assert_live(tasks: &[(&Started, &Path)], n: usize) {
 async fn delegations_from_a_daemon_and_cli_processes_share_one_jail() {
     require_sshfs!();
     let fx = Sshd::start();
-    let awcp = tokio::task::spawn_blocking(sshfs_support::awcp_binary)
+    let awcp = tokio::task::spawn_blocking(|| awcp_tests::bins::path("awcp"))
         .await
         .unwrap();
     let cfg = fx.base.join("sshfs.json");
@@ -1091,7 +1092,7 @@ fn set_id_files_and_escaping_symlinks_are_neutralised_at_release() {
 
 #[test]
 fn sshfs_setup_refuses_a_jail_sshd_would_refuse() {
-    let awcp = sshfs_support::awcp_binary();
+    let awcp = awcp_tests::bins::path("awcp");
     let state = tempfile::tempdir().unwrap();
     let setup = |jail: &str| {
         Command::new(&awcp)

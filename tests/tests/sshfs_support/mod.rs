@@ -41,12 +41,25 @@ pub fn missing_prerequisite() -> Option<String> {
     None
 }
 
-/// Skips the calling test with a clear message when a prerequisite is missing.
+/// Whether a missing prerequisite fails the test instead of skipping it:
+/// `AWCP_REQUIRE_SSHFS_TEST=1` (set by `.ci/run`, which installs sshd and sshfs).
+pub fn required() -> bool {
+    std::env::var("AWCP_REQUIRE_SSHFS_TEST").is_ok_and(|v| v == "1")
+}
+
+/// Skips the calling test with a clear message when a prerequisite is missing, or fails it
+/// when the run requires these tests (see [`required`]).
 #[macro_export]
 macro_rules! require_sshfs {
     () => {
         if let Some(why) = sshfs_support::missing_prerequisite() {
-            eprintln!("SKIPPED: sshfs tests need a real sshd and FUSE: {why}");
+            if sshfs_support::required() {
+                panic!("sshfs tests need a real sshd and FUSE (AWCP_REQUIRE_SSHFS_TEST=1): {why}");
+            }
+            eprintln!(
+                "SKIPPED: sshfs tests need a real sshd and FUSE: {why} \
+                 (set AWCP_REQUIRE_SSHFS_TEST=1 to make this fatal)"
+            );
             return;
         }
     };
@@ -253,7 +266,10 @@ impl Sshd {
             i += 1;
         }
         for pid in tree.iter().rev() {
-            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+            let _ = Command::new("kill")
+                .args(["-9", &pid.to_string()])
+                .stderr(Stdio::null())
+                .status();
         }
         let _ = self.child.wait();
     }
@@ -368,41 +384,6 @@ fn ppid(pid: i32) -> Option<i32> {
         .nth(1)?
         .parse()
         .ok()
-}
-
-/// Builds `awcp` (a no-op when it is up to date) with this test run's profile and returns its
-/// path.
-pub fn awcp_binary() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let bins = exe.parent().and_then(Path::parent).unwrap().to_path_buf();
-    let target = bins.parent().unwrap().to_path_buf();
-    let profile = if bins.file_name().is_some_and(|n| n == "release") {
-        "release"
-    } else {
-        "test"
-    };
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .current_dir(root)
-        .args([
-            "build",
-            "-q",
-            "--profile",
-            profile,
-            "-p",
-            "awcp-examples",
-            "--bin",
-            "awcp",
-        ])
-        .env("CARGO_TARGET_DIR", &target)
-        .output()
-        .expect("run cargo build");
-    assert!(
-        out.status.success(),
-        "building awcp failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    bins.join("awcp")
 }
 
 /// Credential files written from a handle, for driving `ssh`/`sftp` directly.
