@@ -158,39 +158,10 @@ async fn sshfs_delegation_over_http_is_live_and_cleans_up() {
         go: Mutex::new(go_rx),
     });
 
-    // Executor: archive plus sshfs.
-    let engine = ExecutorConfig {
-        work_root: fx.work_root.to_string_lossy().into_owned(),
-        transports: vec![TransportKind::Archive, TransportKind::Sshfs],
-        ..ExecutorConfig::default()
-    };
-    let mut eopts = ExecutorOptions::new(engine, Arc::new(ArchiveExecutor::default()), runner);
-    eopts.extra_transports = vec![Arc::new(fx.executor())];
-    let ex = ExecutorHandle::start(TokioRuntime, eopts);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(awcp_tokio::serve(
-        listener,
-        awcp_tokio::executor_router(ex.clone()),
-        std::future::pending(),
-    ));
-
-    // Delegator: archive plus sshfs.
-    let state = fx.base.join("dstate");
-    let archive = ArchiveDelegator::new(ArchiveDelegatorConfig::new(state.join("exports")));
-    let mut dopts = DelegatorOptions::new(Arc::new(archive), state);
-    dopts.extra_transports = vec![fx.delegator.clone()];
-    let dg = DelegatorHandle::start(TokioRuntime, dopts);
-
-    let mut p = DelegateParams::new(
-        format!("http://{addr}/awcp"),
-        &fx.workspace,
-        "sshfs e2e",
-        "edit",
-    );
-    p.transport = TransportKind::Sshfs;
-    p.ttl_seconds = 600;
-    let id = dg.delegate(p).await.unwrap();
+    // Executor and delegator: archive plus sshfs.
+    let st = Stack::start(&fx, runner, Arc::new(fx.executor())).await;
+    let (ex, dg) = (st.ex.clone(), st.dg.clone());
+    let id = dg.delegate(st.params(&fx.workspace, "edit")).await.unwrap();
 
     // While the task runs: the delegator's workspace already shows the changes.
     tokio::task::spawn_blocking(move || edited_rx.recv_timeout(Duration::from_secs(60)))
