@@ -1,13 +1,14 @@
 //! [`Driver`]: what a runtime offers beyond [`Runtime`] so a whole program (the `awcp-executor`
 //! and `awcp` binaries, the conformance suite) can be written once and run on either runtime.
 //! Every [`agent_rt::Host`] (tokio, smol) is a `Driver`: the servers are agent-rt's one server
-//! loop with the executor's or the delegator's handler.
+//! loop with the executor's handler, a delegator's archive handler or the daemon API.
 
 use std::future::Future;
 use std::io;
 
 use agent_rt::server::ServerOptions;
 
+use crate::delegator::daemon::DaemonApi;
 use crate::runtime::{BoxFuture, Runtime};
 use crate::{DelegatorHandle, ExecutorHandle};
 
@@ -41,15 +42,26 @@ pub trait Driver: Runtime + Default {
         serve::<Self>(listener, executor.http_handler(), opts, shutdown)
     }
 
-    /// Serves a delegator's one-time archive URLs and daemon API on `listener` with `opts`
-    /// until `shutdown` resolves.
-    fn serve_delegator_with(
+    /// Serves a delegator's one-time archive URLs, and nothing else, on `listener` with `opts`
+    /// until `shutdown` resolves: where executors fetch URL-mode workspaces.
+    fn serve_archives_with(
         listener: std::net::TcpListener,
         delegator: DelegatorHandle,
         opts: ServerOptions,
         shutdown: BoxFuture<()>,
     ) -> BoxFuture<io::Result<()>> {
-        serve::<Self>(listener, delegator.http_handler(), opts, shutdown)
+        serve::<Self>(listener, delegator.archive_handler(), opts, shutdown)
+    }
+
+    /// Serves the delegator daemon API (behind its access checks) on `listener` with `opts`
+    /// until `shutdown` resolves. Never the same listener as the archive URLs.
+    fn serve_daemon_with(
+        listener: std::net::TcpListener,
+        api: DaemonApi,
+        opts: ServerOptions,
+        shutdown: BoxFuture<()>,
+    ) -> BoxFuture<io::Result<()>> {
+        serve::<Self>(listener, api.http_handler(), opts, shutdown)
     }
 
     /// [`Driver::serve_executor_with`] in clear text with the default limits.
@@ -61,13 +73,22 @@ pub trait Driver: Runtime + Default {
         Self::serve_executor_with(listener, executor, ServerOptions::default(), shutdown)
     }
 
-    /// [`Driver::serve_delegator_with`] in clear text with the default limits.
-    fn serve_delegator_on(
+    /// [`Driver::serve_archives_with`] in clear text with the default limits.
+    fn serve_archives_on(
         listener: std::net::TcpListener,
         delegator: DelegatorHandle,
         shutdown: BoxFuture<()>,
     ) -> BoxFuture<io::Result<()>> {
-        Self::serve_delegator_with(listener, delegator, ServerOptions::default(), shutdown)
+        Self::serve_archives_with(listener, delegator, ServerOptions::default(), shutdown)
+    }
+
+    /// [`Driver::serve_daemon_with`] in clear text with the default limits.
+    fn serve_daemon_on(
+        listener: std::net::TcpListener,
+        api: DaemonApi,
+        shutdown: BoxFuture<()>,
+    ) -> BoxFuture<io::Result<()>> {
+        Self::serve_daemon_with(listener, api, ServerOptions::default(), shutdown)
     }
 
     /// Serves the executor's endpoints on `listener` in the background for the rest of the
@@ -77,22 +98,34 @@ pub trait Driver: Runtime + Default {
         spawn_server(self, "executor", server);
     }
 
-    /// Serves a delegator's archive URLs and daemon API on `listener` in the background for the
-    /// rest of the program (a server error is logged). Call inside [`Driver::block_on`].
-    fn spawn_delegator_server(&self, listener: std::net::TcpListener, delegator: DelegatorHandle) {
-        self.spawn_delegator_server_with(listener, delegator, ServerOptions::default());
+    /// Serves a delegator's archive URLs on `listener` in the background for the rest of the
+    /// program (a server error is logged). Call inside [`Driver::block_on`].
+    fn spawn_archive_server(&self, listener: std::net::TcpListener, delegator: DelegatorHandle) {
+        self.spawn_archive_server_with(listener, delegator, ServerOptions::default());
     }
 
-    /// [`Driver::spawn_delegator_server`] with TLS and limits.
-    fn spawn_delegator_server_with(
+    /// [`Driver::spawn_archive_server`] with TLS and limits.
+    fn spawn_archive_server_with(
         &self,
         listener: std::net::TcpListener,
         delegator: DelegatorHandle,
         opts: ServerOptions,
     ) {
         let server =
-            Self::serve_delegator_with(listener, delegator, opts, Box::pin(std::future::pending()));
-        spawn_server(self, "delegator", server);
+            Self::serve_archives_with(listener, delegator, opts, Box::pin(std::future::pending()));
+        spawn_server(self, "archive", server);
+    }
+
+    /// Serves the daemon API on `listener` in the background for the rest of the program (a
+    /// server error is logged). Call inside [`Driver::block_on`].
+    fn spawn_daemon_server_with(
+        &self,
+        listener: std::net::TcpListener,
+        api: DaemonApi,
+        opts: ServerOptions,
+    ) {
+        let server = Self::serve_daemon_with(listener, api, opts, Box::pin(std::future::pending()));
+        spawn_server(self, "daemon", server);
     }
 }
 

@@ -14,8 +14,10 @@ pub mod card;
 pub mod delegator;
 pub mod executor;
 pub mod host;
+mod lockfile;
 pub mod net;
 pub mod runtime;
+pub mod security;
 
 pub use card::AgentCard;
 pub use delegator::{DelegateParams, DelegatorError, DelegatorHandle, DelegatorOptions};

@@ -4,6 +4,7 @@
 
 use serde_json::{json, Map, Value};
 
+use crate::engine::auth::{Credential, Presented};
 use crate::engine::delegator::FetchedResult;
 use crate::engine::executor::{ExecutorStatus, Response, ResultBody, ResultStatus};
 use crate::engine::TaskOutcome;
@@ -84,18 +85,67 @@ pub fn same_origin(a: &str, b: &str) -> bool {
     matches!((origin(a), origin(b)), (Some(x), Some(y)) if x == y)
 }
 
-/// The credential a request presents: `Authorization: Bearer <t>` or `X-API-Key: <k>`.
-pub fn presented_credential(authorization: Option<&str>, api_key: Option<&str>) -> Option<String> {
+/// The credential a request's headers present: `Authorization: Bearer <t>` (type `bearer`) or
+/// `X-API-Key: <k>` (type `api_key`). An `Authorization` header with another scheme is
+/// [`Presented::Unsupported`] (an executor with auth refuses it rather than ignoring it).
+pub fn presented_credential(authorization: Option<&str>, api_key: Option<&str>) -> Presented {
     if let Some(a) = authorization {
         let a = a.trim();
-        if let Some(t) = a
-            .strip_prefix("Bearer ")
-            .or_else(|| a.strip_prefix("bearer "))
-        {
-            return Some(t.trim().to_owned());
-        }
+        // A header without a scheme may be a bare secret: never echo it.
+        let (scheme, rest) = a.split_once(' ').unwrap_or(("(no scheme)", a));
+        return if scheme.eq_ignore_ascii_case("bearer") && !rest.trim().is_empty() {
+            Presented::Credential(Credential::bearer(rest.trim()))
+        } else {
+            Presented::Unsupported(scheme.chars().take(32).collect())
+        };
     }
-    api_key.map(|k| k.trim().to_owned())
+    match api_key.map(str::trim) {
+        Some(k) if !k.is_empty() => Presented::Credential(Credential::api_key(k)),
+        _ => Presented::Nothing,
+    }
+}
+
+/// Refuses what only a web browser sends to an executor: a request with an `Origin` header
+/// (browsers add one to every cross-site request; delegators are programs and send none) or a
+/// body that is not `application/json` (a page can POST `text/plain` without a CORS preflight;
+/// both AWCP dialects send JSON, and the reference executor ignores other bodies). This keeps
+/// web pages from driving an executor that listens on a loopback address without a credential.
+/// The public agent card (`public`) is exempt. Returns `(status, error)` to answer with.
+pub fn refuse_browser_request(
+    origin: Option<&str>,
+    content_type: Option<&str>,
+    has_body: bool,
+    public: bool,
+) -> Option<(u16, ErrorInfo)> {
+    if public {
+        return None;
+    }
+    if let Some(o) = origin {
+        return Some((
+            403,
+            ErrorInfo {
+                code: ErrorCode::Declined,
+                message: format!("requests from web origin {o:?} are not accepted"),
+                hint: Some("AWCP endpoints are for delegators, not web pages.".into()),
+            },
+        ));
+    }
+    let json = content_type.is_some_and(|t| {
+        t.split(';')
+            .next()
+            .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"))
+    });
+    if has_body && !json {
+        return Some((
+            415,
+            ErrorInfo {
+                code: ErrorCode::Declined,
+                message: "request bodies must be application/json".into(),
+                hint: Some("Send `Content-Type: application/json`.".into()),
+            },
+        ));
+    }
+    None
 }
 
 /// An engine [`Response`] as `(status, JSON body)`.
@@ -377,11 +427,51 @@ mod tests {
     #[test]
     fn credentials_from_either_header() {
         assert_eq!(
-            presented_credential(Some("Bearer abc"), None).as_deref(),
-            Some("abc")
+            presented_credential(Some("Bearer abc"), None),
+            Presented::Credential(Credential::bearer("abc"))
         );
-        assert_eq!(presented_credential(None, Some("k")).as_deref(), Some("k"));
-        assert_eq!(presented_credential(Some("Basic x"), None), None);
+        assert_eq!(
+            presented_credential(Some("bearer  abc "), None),
+            Presented::Credential(Credential::bearer("abc"))
+        );
+        assert_eq!(
+            presented_credential(None, Some("k")),
+            Presented::Credential(Credential::api_key("k"))
+        );
+        assert_eq!(
+            presented_credential(Some("Basic x"), None),
+            Presented::Unsupported("Basic".into())
+        );
+        assert_eq!(
+            presented_credential(Some("abc"), None),
+            Presented::Unsupported("(no scheme)".into())
+        );
+        assert_eq!(presented_credential(None, None), Presented::Nothing);
+    }
+
+    #[test]
+    fn browser_requests_are_refused() {
+        let r = |o, t, b, p| refuse_browser_request(o, t, b, p).map(|(s, _)| s);
+        assert_eq!(
+            r(
+                Some("http://evil.example"),
+                Some("application/json"),
+                true,
+                false
+            ),
+            Some(403)
+        );
+        assert_eq!(
+            r(None, Some("text/plain;charset=UTF-8"), true, false),
+            Some(415)
+        );
+        assert_eq!(r(None, None, true, false), Some(415));
+        assert_eq!(
+            r(None, Some("Application/JSON; charset=utf-8"), true, false),
+            None
+        );
+        assert_eq!(r(None, None, false, false), None);
+        assert_eq!(r(Some("null"), None, false, true), None);
     }
 
     #[test]

@@ -127,6 +127,17 @@ impl DelegationId {
     pub fn from_random(bytes: [u8; 16]) -> Self {
         DelegationId(format!("dlg_{}", hex(&bytes)))
     }
+
+    /// Whether the id carries at least 128 bits' worth of random-looking digits: after an
+    /// optional `dlg_` prefix and without dashes, 32 or more hex digits (the reference's
+    /// `dlg_<32 hex>`, ours, or a UUID). Only such an id can stand for a credential (an
+    /// executor accepts a reference delegator's header-less requests by id).
+    pub fn is_unguessable(&self) -> bool {
+        let rest = self.0.strip_prefix("dlg_").unwrap_or(&self.0);
+        let digits = rest.chars().filter(|c| *c != '-');
+        let n = digits.clone().count();
+        n >= 32 && digits.into_iter().all(|c| c.is_ascii_hexdigit())
+    }
 }
 
 impl SnapshotId {
@@ -188,5 +199,25 @@ mod tests {
             SnapshotId::from_random([1; 6]).as_str(),
             "snap_010101010101"
         );
+    }
+
+    #[test]
+    fn only_long_hex_ids_are_unguessable() {
+        for s in [
+            "dlg_0a1b2c3d4e5f60718293a4b5c6d7e8f9",
+            "0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9",
+            "dlg_0A1B2C3D4E5F60718293A4B5C6D7E8F9ff",
+        ] {
+            assert!(DelegationId::new(s).unwrap().is_unguessable(), "{s}");
+        }
+        for s in [
+            "dlg_a1b2c3d4",
+            "dlg_1",
+            "dlg_0a1b2c3d4e5f60718293a4b5c6d7e8fz",
+            "task-42",
+        ] {
+            assert!(!DelegationId::new(s).unwrap().is_unguessable(), "{s}");
+        }
+        assert!(DelegationId::from_random([7; 16]).is_unguessable());
     }
 }

@@ -79,7 +79,7 @@ async fn setup<R: Driver>(runner: Arc<dyn TaskRunner>, url_mode: bool, max: usiz
         opts.archive_base_url = Some(format!("http://{}", l.local_addr().unwrap()));
     }
     let delegator = DelegatorHandle::start(R::default(), opts);
-    R::default().spawn_delegator_server(l, delegator.clone());
+    R::default().spawn_archive_server(l, delegator.clone());
     Setup {
         peer: format!("{base}/awcp"),
         delegator,

@@ -1,9 +1,9 @@
 //! # awcp-smol: the smol driver (and the async-std driver)
 //!
 //! A thin layer over [`awcp_driver`] and [`agent_rt`], like awcp-tokio: [`SmolRuntime`]
-//! (agent-rt's smol runtime) runs the driver, [`executor_service`] / [`delegator_service`]
-//! are [`Handler`]s for agent-rt's server loop, and [`serve_executor`] / [`serve_delegator`]
-//! run standalone servers on smol's I/O. async-std runs on smol's reactor, so async-std
+//! (agent-rt's smol runtime) runs the driver, [`executor_service`], [`archive_service`] and
+//! [`daemon_service`] are [`Handler`]s for agent-rt's server loop, and [`serve_executor`],
+//! [`serve_archives`] and [`serve_daemon`] run standalone servers on smol's I/O. async-std runs on smol's reactor, so async-std
 //! programs use this crate as is (tested in `tests/tests/async_std.rs`).
 //!
 //! ```no_run
@@ -36,6 +36,7 @@ use std::net::SocketAddr;
 pub use agent_rt::smol::shutdown_signal;
 pub use agent_rt::{Handler, ServerOptions, SmolRuntime};
 pub use awcp_driver;
+use awcp_driver::delegator::daemon::DaemonApi;
 use awcp_driver::{DelegatorHandle, ExecutorHandle};
 use smol::net::TcpListener;
 
@@ -44,10 +45,16 @@ pub fn executor_service(executor: ExecutorHandle) -> Handler {
     executor.http_handler()
 }
 
-/// A delegator's one-time archive URLs (`/archives/{token}`) and daemon API as a [`Handler`]
-/// (routing: [`DelegatorHandle::handle_http`]).
-pub fn delegator_service(delegator: DelegatorHandle) -> Handler {
-    delegator.http_handler()
+/// A delegator's one-time archive URLs (`/archives/{token}`), and nothing else, as a
+/// [`Handler`] ([`DelegatorHandle::handle_archive_http`]).
+pub fn archive_service(delegator: DelegatorHandle) -> Handler {
+    delegator.archive_handler()
+}
+
+/// The delegator daemon API behind its access checks as a [`Handler`]
+/// ([`DaemonApi::handle_http`]).
+pub fn daemon_service(api: DaemonApi) -> Handler {
+    api.http_handler()
 }
 
 /// Serves `handler` on `listener` with the default limits until `shutdown` resolves, then
@@ -82,13 +89,22 @@ pub async fn serve_executor(
     serve(listener, executor_service(executor), shutdown).await
 }
 
-/// Binds `addr` and serves the delegator's archive URLs and daemon API until `shutdown`.
-/// Archive URLs are only handed out if `DelegatorOptions::archive_base_url` points here.
-pub async fn serve_delegator(
+/// Binds `addr` and serves the delegator's archive URLs until `shutdown`. Archive URLs are
+/// only handed out if `DelegatorOptions::archive_base_url` points here.
+pub async fn serve_archives(
     addr: SocketAddr,
     delegator: DelegatorHandle,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
     let listener = TcpListener::bind(addr).await?;
-    serve(listener, delegator_service(delegator), shutdown).await
+    serve(listener, archive_service(delegator), shutdown).await
+}
+
+/// Serves the daemon API on `listener` until `shutdown`.
+pub async fn serve_daemon(
+    listener: TcpListener,
+    api: DaemonApi,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> io::Result<()> {
+    serve(listener, daemon_service(api), shutdown).await
 }

@@ -2,7 +2,7 @@
 //!
 //! A thin layer over [`awcp_driver`] and [`agent_rt`]: [`TokioRuntime`] (agent-rt's tokio
 //! runtime) runs the driver, [`executor_router`] gives an axum `Router` to mount in your own
-//! app, and [`serve_executor`] / [`serve_delegator`] run standalone servers (agent-rt's
+//! app, and [`serve_executor`], [`serve_archives`] and [`serve_daemon`] run standalone servers (agent-rt's
 //! server loop: TLS, timeouts, connection cap; see [`agent_rt::server`]).
 //!
 //! ```no_run
@@ -30,6 +30,7 @@ use std::net::SocketAddr;
 pub use agent_rt::tokio::shutdown_signal;
 pub use agent_rt::{ServerOptions, TokioRuntime};
 pub use awcp_driver;
+use awcp_driver::delegator::daemon::DaemonApi;
 use awcp_driver::{DelegatorHandle, ExecutorHandle};
 
 /// An axum router serving the executor's endpoints (`/awcp…` and `/.well-known/agent*.json`)
@@ -94,24 +95,42 @@ pub async fn serve_executor(
     serve(listener, executor_router(executor), shutdown).await
 }
 
-/// A router serving a delegator's one-time archive URLs (`/archives/{token}`) and the daemon
-/// API (routing: [`DelegatorHandle::handle_http`]).
-pub fn delegator_router(delegator: DelegatorHandle) -> axum::Router {
+/// A router serving a delegator's one-time archive URLs (`/archives/{token}`) and nothing
+/// else ([`DelegatorHandle::handle_archive_http`]).
+pub fn archive_router(delegator: DelegatorHandle) -> axum::Router {
+    axum::Router::new().fallback(move |req: axum::extract::Request| {
+        let d = delegator.clone();
+        async move { d.handle_archive_http(&req).map(axum::body::Body::new) }
+    })
+}
+
+/// A router serving the delegator daemon API behind its access checks
+/// ([`DaemonApi::handle_http`]).
+pub fn daemon_router(api: DaemonApi) -> axum::Router {
     axum::Router::new()
         .fallback(move |req: axum::extract::Request| {
-            let d = delegator.clone();
-            async move { d.handle_http(req).await.map(axum::body::Body::new) }
+            let api = api.clone();
+            async move { api.handle_http(req).await.map(axum::body::Body::new) }
         })
         .layer(axum::extract::DefaultBodyLimit::max(16 * 1024 * 1024))
 }
 
-/// Binds `addr` and serves the delegator's archive URLs and daemon API until `shutdown`.
-/// Archive URLs are only handed out if `DelegatorOptions::archive_base_url` points here.
-pub async fn serve_delegator(
+/// Binds `addr` and serves the delegator's archive URLs until `shutdown`. Archive URLs are
+/// only handed out if `DelegatorOptions::archive_base_url` points here.
+pub async fn serve_archives(
     addr: SocketAddr,
     delegator: DelegatorHandle,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
-    serve(listener, delegator_router(delegator), shutdown).await
+    serve(listener, archive_router(delegator), shutdown).await
+}
+
+/// Serves the daemon API on `listener` until `shutdown`.
+pub async fn serve_daemon(
+    listener: tokio::net::TcpListener,
+    api: DaemonApi,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> io::Result<()> {
+    serve(listener, daemon_router(api), shutdown).await
 }

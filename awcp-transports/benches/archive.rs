@@ -91,6 +91,8 @@ fn prepare(d: &ArchiveDelegator, res: &[ResourceSpec], out: &Path) -> Prepared {
             export: ExportViewKind::Symlink,
             delivery: Delivery::File(out.to_path_buf()),
             layout: Layout::PerResource,
+            admission: None,
+            allow_sensitive: false,
         },
         &CancelFlag::new(),
     )
@@ -114,9 +116,7 @@ fn setup(e: &ArchiveExecutor, file: &ArchiveFile, work: &Path) {
 
 fn benches(c: &mut Criterion) {
     let tmp = tempfile::tempdir().unwrap();
-    let mut cfg = ArchiveDelegatorConfig::new(tmp.path().join("exports"));
-    cfg.admission = None;
-    let d = ArchiveDelegator::new(cfg);
+    let d = ArchiveDelegator::new(ArchiveDelegatorConfig::new(tmp.path().join("exports")));
     let e = ArchiveExecutor::new(ArchiveExecutorConfig::default());
     let out = tmp.path().join("out");
 

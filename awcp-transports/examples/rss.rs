@@ -49,9 +49,7 @@ fn child(mb: usize) {
     let root = tmp.path().join("ws");
     generate(&root, mb);
     let base = vm_hwm_kb();
-    let mut cfg = ArchiveDelegatorConfig::new(tmp.path().join("exports"));
-    cfg.admission = None;
-    let d = ArchiveDelegator::new(cfg);
+    let d = ArchiveDelegator::new(ArchiveDelegatorConfig::new(tmp.path().join("exports")));
     let res = [ResourceSpec {
         name: ResourceName::new("ws").unwrap(),
         source_path: root,
@@ -66,6 +64,8 @@ fn child(mb: usize) {
                 export: ExportViewKind::Symlink,
                 delivery: Delivery::File(tmp.path().join("out")),
                 layout: Layout::PerResource,
+                admission: None,
+                allow_sensitive: false,
             },
             &CancelFlag::new(),
         )

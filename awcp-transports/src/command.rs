@@ -5,15 +5,23 @@
 //! `{delegation_id}`. The prompt is also given on stdin and in `AWCP_PROMPT`; `AWCP_WORK_DIR`,
 //! `AWCP_DELEGATION_ID`, `AWCP_ACCESS_MODE` and `AWCP_EXPIRES_AT` are set too. Each stdout
 //! line becomes a progress message; exit code 0 is success (the last stdout line is the
-//! summary), anything else is a task failure carrying the tail of stderr. The process is killed
-//! on cancel and when the lease expires.
+//! summary), anything else is a task failure carrying the tail of stderr.
+//!
+//! The command runs in its own process group ([`crate::process`]); the whole group, whatever
+//! the command started, is killed on cancel, when the lease expires, and when the command
+//! itself exits (a background process it left behind does not outlive the task). The group is
+//! reported through [`TaskRunner::run_tracked`] so the executor can journal it.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::process::{Command, Stdio};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use rustix::process::{waitid, Pid, WaitId, WaitIdOptions};
+
 use crate::cancel::CancelFlag;
+use crate::process::TaskGroup;
 use crate::traits::{TaskContext, TaskOutcome, TaskRunner};
 
 /// Runs a command per task. See the [module docs](self).
@@ -73,11 +81,52 @@ fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
+/// How long the output of an ended task is still read: a process that escaped the group
+/// (`setsid`) may hold stdout open forever.
+const OUTPUT_GRACE: Duration = Duration::from_secs(2);
+
+/// Whether `child` has exited, without reaping it: while it is a zombie its pid (the group
+/// id) cannot be reused, so the group can still be killed safely.
+fn exited(child: &Child) -> Result<bool, String> {
+    let Some(pid) = Pid::from_raw(child.id() as i32) else {
+        return Err("invalid child pid".into());
+    };
+    waitid(
+        WaitId::Pid(pid),
+        WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT,
+    )
+    .map(|s| s.is_some())
+    .map_err(|e| format!("waiting for the command: {e}"))
+}
+
+/// Kills the whole group of `child` (its own group, led by it) and reaps it.
+fn end_group(child: &mut Child) -> std::io::Result<ExitStatus> {
+    let group = TaskGroup {
+        pgid: child.id(),
+        start_ticks: 0,
+        boot_id: String::new(),
+    };
+    group.kill();
+    let status = child.wait();
+    group.wait_gone(Duration::from_secs(10));
+    status
+}
+
 impl TaskRunner for CommandRunner {
     fn run(
         &self,
         ctx: &TaskContext,
         progress: &dyn Fn(String),
+        cancel: &CancelFlag,
+    ) -> Result<TaskOutcome, String> {
+        self.run_tracked(ctx, progress, &|_| {}, cancel)
+    }
+
+    fn run_tracked(
+        &self,
+        ctx: &TaskContext,
+        progress: &dyn Fn(String),
+        spawned: &dyn Fn(TaskGroup),
         cancel: &CancelFlag,
     ) -> Result<TaskOutcome, String> {
         let prompt_dir = tempfile::tempdir().map_err(|e| format!("prompt file: {e}"))?;
@@ -98,12 +147,16 @@ impl TaskRunner for CommandRunner {
             .env("AWCP_DELEGATION_ID", ctx.delegation_id.as_str())
             .env("AWCP_ACCESS_MODE", ctx.access_mode.as_str())
             .env("AWCP_EXPIRES_AT", ctx.expires_at.to_rfc3339())
+            .process_group(0)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let mut child = cmd
             .spawn()
             .map_err(|e| format!("could not start {:?}: {e}", self.argv[0]))?;
+        if let Some(group) = TaskGroup::of_leader(child.id()) {
+            spawned(group);
+        }
         if let Some(mut stdin) = child.stdin.take() {
             let p = ctx.prompt.clone();
             std::thread::spawn(move || {
@@ -111,57 +164,74 @@ impl TaskRunner for CommandRunner {
             });
         }
         let last_line = Arc::new(Mutex::new(String::new()));
-        let (line_tx, line_rx) = std::sync::mpsc::channel::<String>();
-        let out_thread = child.stdout.take().map(|out| {
+        // Lines, then `None` at the end of the output.
+        let (line_tx, line_rx) = std::sync::mpsc::channel::<Option<String>>();
+        if let Some(out) = child.stdout.take() {
             let last = last_line.clone();
             std::thread::spawn(move || {
                 for line in BufReader::new(out).lines().map_while(Result::ok) {
                     if !line.trim().is_empty() {
                         *last.lock().unwrap_or_else(|p| p.into_inner()) = line.clone();
                     }
-                    let _ = line_tx.send(line);
+                    let _ = line_tx.send(Some(line));
                 }
-            })
-        });
-        let err_thread = child.stderr.take().map(|mut e| {
+                let _ = line_tx.send(None);
+            });
+        } else {
+            let _ = line_tx.send(None);
+        }
+        let (err_tx, err_rx) = std::sync::mpsc::channel::<String>();
+        if let Some(mut e) = child.stderr.take() {
             std::thread::spawn(move || {
                 let mut s = String::new();
                 let _ = e.read_to_string(&mut s);
-                s
-            })
-        });
+                let _ = err_tx.send(s);
+            });
+        }
         let deadline = ctx.expires_at.as_unix_millis();
-        let status = loop {
-            while let Ok(line) = line_rx.try_recv() {
-                progress(line);
+        let mut output_done = false;
+        let stopped = loop {
+            if cancel.is_cancelled() {
+                break Some("the task was cancelled");
             }
-            if cancel.is_cancelled() || now_ms() >= deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(if cancel.is_cancelled() {
-                    "the task was cancelled".into()
-                } else {
-                    "the lease expired; the command was killed".into()
-                });
+            if now_ms() >= deadline {
+                break Some("the lease expired; the command was killed");
             }
-            match child.try_wait() {
-                Ok(Some(st)) => break st,
-                Ok(None) => {
-                    // Wait for output or a short tick, whichever comes first.
-                    if let Ok(line) = line_rx.recv_timeout(Duration::from_millis(50)) {
-                        progress(line);
-                    }
+            match exited(&child) {
+                Ok(true) => break None,
+                Ok(false) => {}
+                Err(e) => {
+                    let _ = end_group(&mut child);
+                    return Err(e);
                 }
-                Err(e) => return Err(format!("waiting for the command: {e}")),
+            }
+            // Wait for output or a short tick, whichever comes first.
+            match line_rx.recv_timeout(Duration::from_millis(50)) {
+                Ok(Some(line)) => progress(line),
+                Ok(None) => output_done = true,
+                Err(_) => {}
+            }
+            if output_done {
+                // Nothing more to read: just wait for the exit (or a stop).
+                std::thread::sleep(Duration::from_millis(20));
             }
         };
-        if let Some(t) = out_thread {
-            let _ = t.join();
+        // The command exited or is stopped: nothing of its group outlives the task.
+        let status = end_group(&mut child);
+        if let Some(why) = stopped {
+            return Err(why.into());
         }
-        while let Ok(line) = line_rx.try_recv() {
-            progress(line);
+        let status = status.map_err(|e| format!("waiting for the command: {e}"))?;
+        if !output_done {
+            let until = std::time::Instant::now() + OUTPUT_GRACE;
+            while let Some(left) = until.checked_duration_since(std::time::Instant::now()) {
+                match line_rx.recv_timeout(left) {
+                    Ok(Some(line)) => progress(line),
+                    Ok(None) | Err(_) => break,
+                }
+            }
         }
-        let stderr = err_thread.and_then(|t| t.join().ok()).unwrap_or_default();
+        let stderr = err_rx.recv_timeout(OUTPUT_GRACE).unwrap_or_default();
         if status.success() {
             let summary = last_line.lock().unwrap_or_else(|p| p.into_inner()).clone();
             Ok(TaskOutcome {
@@ -255,6 +325,37 @@ mod tests {
             .run(&ctx(t.path()), &|_| {}, &CancelFlag::new())
             .unwrap_err();
         assert!(e.contains("code 3") && e.contains("broken"), "{e}");
+    }
+
+    #[test]
+    fn a_background_process_does_not_outlive_the_task() {
+        let t = tempfile::tempdir().unwrap();
+        let r = CommandRunner::new("sh -c 'sleep 600 & echo \"bg $!\"; echo done'").unwrap();
+        let groups = Mutex::new(Vec::new());
+        let lines = Mutex::new(Vec::new());
+        let out = r
+            .run_tracked(
+                &ctx(t.path()),
+                &|m| lines.lock().unwrap().push(m),
+                &|g| groups.lock().unwrap().push(g),
+                &CancelFlag::new(),
+            )
+            .unwrap();
+        assert_eq!(out.summary, "done");
+        let groups = groups.into_inner().unwrap();
+        assert_eq!(groups.len(), 1, "the group is reported");
+        let bg: u32 = lines.lock().unwrap()[0]
+            .strip_prefix("bg ")
+            .unwrap()
+            .parse()
+            .unwrap();
+        // The background sleep was in the task's group and is gone (or a zombie).
+        let alive = std::fs::read_to_string(format!("/proc/{bg}/stat")).is_ok_and(|st| {
+            let rest = &st[st.rfind(')').unwrap() + 2..];
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            f[0] != "Z" && f[2] == groups[0].pgid.to_string()
+        });
+        assert!(!alive, "the background process was killed with its group");
     }
 
     #[test]

@@ -37,9 +37,10 @@ pub enum TransportError {
     /// A workspace path is not a directory, or contains something that cannot be shipped.
     #[error("workspace resource is invalid: {0}")]
     WorkspaceInvalid(String),
-    /// Admission: the workspace exceeds a limit.
-    #[error("workspace too large: {0}")]
-    WorkspaceTooLarge(String),
+    /// A protocol check refused the operation: admission (limits, secret-looking files) or a
+    /// result over the limits. Carries the verdict of awcp-proto, hint included.
+    #[error("{}", .0.message)]
+    Refused(ErrorInfo),
     /// The executor's work directory exists and is not empty.
     #[error("work directory is not empty")]
     WorkDirNotEmpty,
@@ -109,7 +110,7 @@ impl TransportError {
             | TransportError::Setup(_) => ErrorCode::SetupFailed,
             TransportError::WorkspaceNotFound(_) => ErrorCode::WorkspaceNotFound,
             TransportError::WorkspaceInvalid(_) => ErrorCode::WorkspaceInvalid,
-            TransportError::WorkspaceTooLarge(_) => ErrorCode::WorkspaceTooLarge,
+            TransportError::Refused(info) => info.code.clone(),
             TransportError::WorkDirNotEmpty => ErrorCode::WorkdirDenied,
             TransportError::Cancelled => ErrorCode::Cancelled,
             TransportError::Conflict { .. }
@@ -121,8 +122,12 @@ impl TransportError {
     }
 
     /// The error as the protocol reports it: code, message, and a hint that names the cause
-    /// (the code's generic hint where there is nothing more specific).
+    /// (the code's generic hint where there is nothing more specific); a
+    /// [`TransportError::Refused`] verdict as it is.
     pub fn to_error_info(&self) -> ErrorInfo {
+        if let TransportError::Refused(info) = self {
+            return info.clone();
+        }
         let mut info = ErrorInfo::new(self.code(), self.to_string());
         if let Some(h) = self.hint() {
             info.hint = Some(h.to_owned());
@@ -191,9 +196,13 @@ mod tests {
         let info = e.to_error_info();
         assert_eq!(info.code, ErrorCode::SetupFailed);
         assert!(info.message.contains("../x"));
-        assert_eq!(
-            TransportError::WorkspaceTooLarge("x".into()).code(),
-            ErrorCode::WorkspaceTooLarge
-        );
+        let verdict = ErrorInfo {
+            code: ErrorCode::WorkspaceTooLarge,
+            message: "too big".into(),
+            hint: Some("raise it".into()),
+        };
+        let e = TransportError::Refused(verdict.clone());
+        assert_eq!(e.code(), ErrorCode::WorkspaceTooLarge);
+        assert_eq!(e.to_error_info(), verdict);
     }
 }

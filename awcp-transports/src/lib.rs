@@ -14,7 +14,8 @@
 //! - [`export`]: export views (symlink, copy, git worktree);
 //! - [`sshfs`]: the live SSHFS transport ([`SshfsDelegator`] / [`SshfsExecutor`]) and the sshd
 //!   configuration it needs;
-//! - [`runner`]: a demo task runner.
+//! - [`runner`]: a demo task runner; [`command`]: any command-line agent, each task in its own
+//!   process group ([`process`]).
 
 #![warn(missing_docs)]
 
@@ -24,6 +25,7 @@ pub mod command;
 pub mod error;
 pub mod export;
 pub mod manifest;
+pub mod process;
 pub mod runner;
 pub mod scan;
 pub mod snapshot;
@@ -41,8 +43,9 @@ pub use command::CommandRunner;
 pub use error::TransportError;
 pub use export::{ExportView, ExportViewKind};
 pub use manifest::{Baseline, FileRecord, Manifest};
+pub use process::{Orphans, TaskGroup};
 pub use runner::DemoRunner;
-pub use scan::{scan, AdmissionLimits, ResourceSpec, WorkspaceStats};
+pub use scan::{scan, ResourceSpec};
 pub use snapshot::{
     apply_snapshot, capture, recover, ApplyOptions, ApplyReport, ApplyRequest, CapturedSnapshot,
     ConflictPolicy, SnapshotKind,

@@ -1,12 +1,16 @@
 //! Admission scanning: workspace statistics computed with the same walker the archive uses.
+//!
+//! The limits and the verdict live in awcp-proto ([`awcp_proto::AdmissionLimits`],
+//! [`awcp_proto::admission_verdict`]); this module only measures, into
+//! [`awcp_proto::WorkspaceStats`].
 
 use std::path::PathBuf;
 
-use awcp_proto::{AccessMode, ResourceName};
+use awcp_proto::{AccessMode, NotShippedReason, ResourceName, WorkspaceStats};
 
 use crate::cancel::CancelFlag;
 use crate::error::TransportError;
-use crate::walk::{walk, WalkOptions};
+use crate::walk::{walk, WalkOptions, WalkResult};
 
 /// One exported directory on the delegator.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -19,88 +23,40 @@ pub struct ResourceSpec {
     pub mode: AccessMode,
 }
 
-/// What admission counts (exactly what the archive ships).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct WorkspaceStats {
-    /// Sum of shipped file sizes.
-    pub total_bytes: u64,
-    /// Number of shipped files.
-    pub file_count: u64,
-    /// Size of the largest shipped file.
-    pub largest_file_bytes: u64,
-    /// `resource/path` of the largest file, if any.
-    pub largest_file_path: Option<String>,
-    /// `resource/path` of symlinks that were skipped (never followed).
-    pub skipped_symlinks: Vec<String>,
-}
-
-/// Admission limits (WIRE.md §9 defaults).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AdmissionLimits {
-    /// Most total bytes.
-    pub max_total_bytes: u64,
-    /// Most files.
-    pub max_file_count: u64,
-    /// Largest single file.
-    pub max_file_bytes: u64,
-}
-
-impl Default for AdmissionLimits {
-    fn default() -> Self {
-        AdmissionLimits {
-            max_total_bytes: 100 * 1024 * 1024,
-            max_file_count: 10_000,
-            max_file_bytes: 50 * 1024 * 1024,
+/// Adds one resource's walk to `stats`: every shipped file (`resource/path`), and every entry
+/// the walk left out.
+pub fn add_walk(stats: &mut WorkspaceStats, resource: &str, w: &WalkResult) {
+    for f in &w.files {
+        stats.add_file(&format!("{resource}/{}", f.rel), f.size);
+    }
+    let left_out = [
+        (&w.skipped_symlinks, NotShippedReason::Symlink),
+        (&w.skipped_special, NotShippedReason::SpecialFile),
+        (&w.ignored, NotShippedReason::Ignored),
+        (&w.skipped_dirs, NotShippedReason::SkippedDir),
+    ];
+    for (paths, reason) in left_out {
+        for p in paths {
+            stats.add_not_shipped(format!("{resource}/{p}"), reason);
         }
     }
 }
 
-impl AdmissionLimits {
-    /// The verdict helper: total → count → largest, each a strict `>` comparison.
-    pub fn check(&self, s: &WorkspaceStats) -> Result<(), TransportError> {
-        if s.total_bytes > self.max_total_bytes {
-            return Err(TransportError::WorkspaceTooLarge(format!(
-                "{} bytes in total, limit {}",
-                s.total_bytes, self.max_total_bytes
-            )));
-        }
-        if s.file_count > self.max_file_count {
-            return Err(TransportError::WorkspaceTooLarge(format!(
-                "{} files, limit {}",
-                s.file_count, self.max_file_count
-            )));
-        }
-        if s.largest_file_bytes > self.max_file_bytes {
-            return Err(TransportError::WorkspaceTooLarge(format!(
-                "`{}` is {} bytes, limit {}",
-                s.largest_file_path.as_deref().unwrap_or("?"),
-                s.largest_file_bytes,
-                self.max_file_bytes
-            )));
-        }
-        Ok(())
-    }
-}
-
-/// Scans every resource with the archive's walker. Fails closed: any walk error is an error.
+/// Scans every resource with the archive's walker (`opts`, plus the report of what ignore
+/// files and skipped directories leave out). Fails closed: any walk error is an error.
 pub fn scan(
     resources: &[ResourceSpec],
     opts: &WalkOptions,
     cancel: &CancelFlag,
 ) -> Result<WorkspaceStats, TransportError> {
+    let opts = WalkOptions {
+        report_ignored: true,
+        ..opts.clone()
+    };
     let mut s = WorkspaceStats::default();
     for r in resources {
-        let w = walk(&r.source_path, opts, cancel)?;
-        for f in &w.files {
-            s.total_bytes += f.size;
-            s.file_count += 1;
-            if f.size > s.largest_file_bytes || s.largest_file_path.is_none() {
-                s.largest_file_bytes = f.size;
-                s.largest_file_path = Some(format!("{}/{}", r.name, f.rel));
-            }
-        }
-        s.skipped_symlinks
-            .extend(w.skipped_symlinks.iter().map(|l| format!("{}/{l}", r.name)));
+        let w = walk(&r.source_path, &opts, cancel)?;
+        add_walk(&mut s, r.name.as_str(), &w);
     }
     Ok(s)
 }
@@ -108,51 +64,89 @@ pub fn scan(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use awcp_proto::{admission_verdict, AdmissionLimits, ErrorCode, NotShipped};
     use std::fs;
 
+    fn res(r: &std::path::Path) -> [ResourceSpec; 1] {
+        [ResourceSpec {
+            name: ResourceName::new("ws").unwrap(),
+            source_path: r.to_path_buf(),
+            mode: AccessMode::Rw,
+        }]
+    }
+
     #[test]
-    fn counts_what_ships_and_checks_limits_in_order() {
+    fn counts_what_ships_and_the_proto_check_applies_the_limits_in_order() {
         let t = tempfile::tempdir().unwrap();
         let r = t.path();
         fs::write(r.join("a"), vec![0u8; 10]).unwrap();
         fs::write(r.join("b"), vec![0u8; 30]).unwrap();
         fs::create_dir_all(r.join("node_modules")).unwrap();
         fs::write(r.join("node_modules/big"), vec![0u8; 1000]).unwrap();
-        let res = [ResourceSpec {
-            name: ResourceName::new("ws").unwrap(),
-            source_path: r.to_path_buf(),
-            mode: AccessMode::Rw,
-        }];
-        let s = scan(&res, &WalkOptions::default(), &CancelFlag::new()).unwrap();
+        let s = scan(&res(r), &WalkOptions::default(), &CancelFlag::new()).unwrap();
         assert_eq!(
             (s.total_bytes, s.file_count, s.largest_file_bytes),
             (40, 2, 30)
         );
-        assert_eq!(s.largest_file_path.as_deref(), Some("ws/b"));
+        assert_eq!(s.largest_file.as_deref(), Some("ws/b"));
         let ok = AdmissionLimits {
             max_total_bytes: 40,
             max_file_count: 2,
-            max_file_bytes: 30,
+            max_single_file_bytes: 30,
         };
-        assert!(ok.check(&s).is_ok());
-        let e = AdmissionLimits {
+        assert!(admission_verdict(&s, &ok, false).is_ok());
+        let refused = |l: AdmissionLimits| admission_verdict(&s, &l, false).unwrap_err();
+        let e = refused(AdmissionLimits {
             max_total_bytes: 39,
             max_file_count: 1,
             ..ok
-        }
-        .check(&s);
-        assert!(matches!(e, Err(TransportError::WorkspaceTooLarge(m)) if m.contains("in total")));
-        let e = AdmissionLimits {
+        });
+        assert_eq!(e.code, ErrorCode::WorkspaceTooLarge);
+        assert!(e.message.contains("size limits"), "{}", e.message);
+        let e = refused(AdmissionLimits {
             max_file_count: 1,
             ..ok
-        }
-        .check(&s);
-        assert!(matches!(e, Err(TransportError::WorkspaceTooLarge(m)) if m.contains("files")));
-        let e = AdmissionLimits {
-            max_file_bytes: 29,
+        });
+        assert!(e.message.contains("too many files"), "{}", e.message);
+        let e = refused(AdmissionLimits {
+            max_single_file_bytes: 29,
             ..ok
-        }
-        .check(&s);
-        assert!(matches!(e, Err(TransportError::WorkspaceTooLarge(m)) if m.contains("ws/b")));
+        });
+        assert!(e.message.contains("ws/b"), "{}", e.message);
+    }
+
+    #[test]
+    fn reports_secret_looking_files_and_what_is_not_shipped() {
+        let t = tempfile::tempdir().unwrap();
+        let r = t.path();
+        fs::write(r.join("a.txt"), "a").unwrap();
+        fs::write(r.join(".env"), "K=v").unwrap();
+        fs::create_dir_all(r.join("keys")).unwrap();
+        fs::write(r.join("keys/server.pem"), "pem").unwrap();
+        fs::write(r.join("keys/id_rsa"), "k").unwrap();
+        fs::write(r.join(".awcpignore"), "keys/id_rsa\nout/\n").unwrap();
+        fs::create_dir_all(r.join("out")).unwrap();
+        fs::write(r.join("out/x"), "x").unwrap();
+        std::os::unix::fs::symlink("a.txt", r.join("link")).unwrap();
+        let s = scan(&res(r), &WalkOptions::default(), &CancelFlag::new()).unwrap();
+        assert_eq!(s.sensitive_files, vec!["ws/.env", "ws/keys/server.pem"]);
+        let mut ns = s.not_shipped.clone();
+        ns.sort();
+        let n = |p: &str, reason| NotShipped {
+            path: p.into(),
+            reason,
+        };
+        assert_eq!(
+            ns,
+            vec![
+                n("ws/keys/id_rsa", NotShippedReason::Ignored),
+                n("ws/link", NotShippedReason::Symlink),
+                n("ws/out/", NotShippedReason::Ignored),
+            ]
+        );
+        assert_eq!(s.not_shipped_count, 3);
+        let e = admission_verdict(&s, &AdmissionLimits::default(), false).unwrap_err();
+        assert_eq!(e.code, ErrorCode::SensitiveFiles);
+        assert!(admission_verdict(&s, &AdmissionLimits::default(), true).is_ok());
     }
 }

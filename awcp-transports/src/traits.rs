@@ -5,8 +5,8 @@
 use std::path::{Path, PathBuf};
 
 use awcp_proto::{
-    AccessMode, ArchiveHandle, DelegationId, ResourceName, Timestamp, TransportHandle,
-    TransportKind,
+    AccessMode, AdmissionLimits, ArchiveHandle, DelegationId, ResourceName, Timestamp,
+    TransportHandle, TransportKind, WorkspaceStats,
 };
 
 use crate::archive::{ArchiveOutput, ArchiveSource, Delivery, Layout};
@@ -14,7 +14,8 @@ use crate::cancel::CancelFlag;
 use crate::error::TransportError;
 use crate::export::ExportViewKind;
 use crate::manifest::Baseline;
-use crate::scan::{ResourceSpec, WorkspaceStats};
+use crate::process::TaskGroup;
+use crate::scan::ResourceSpec;
 use crate::snapshot::{ApplyReport, ApplyRequest, CapturedSnapshot, SnapshotKind};
 
 /// What the delegator asks a transport to prepare.
@@ -32,6 +33,12 @@ pub struct PrepareRequest<'a> {
     pub delivery: Delivery,
     /// ZIP root layout the peer expects (\[R\] per-resource, \[S\] flat).
     pub layout: Layout,
+    /// The delegator's admission limits (the engine's, configured once): the transport
+    /// refuses with [`TransportError::Refused`] if what it actually packs exceeds them (a
+    /// workspace that grew after the admission scan is not lent anyway). `None`: no check.
+    pub admission: Option<AdmissionLimits>,
+    /// Whether secret-looking files may be packed (the delegation's `allow_sensitive`).
+    pub allow_sensitive: bool,
 }
 
 /// A prepared delegation.
@@ -235,4 +242,20 @@ pub trait TaskRunner: Send + Sync {
         progress: &dyn Fn(String),
         cancel: &CancelFlag,
     ) -> Result<TaskOutcome, String>;
+
+    /// Runs the task like [`TaskRunner::run`] and reports through `spawned`, as soon as it
+    /// exists, each OS process group the task runs in: the executor journals it so that a
+    /// restarted executor can end what a crash orphaned ([`TaskGroup::end_orphaned`]). A runner
+    /// that starts processes must end their whole groups before it returns. Runners that
+    /// start no process keep the default, which calls `run`. Drivers call this method.
+    fn run_tracked(
+        &self,
+        ctx: &TaskContext,
+        progress: &dyn Fn(String),
+        spawned: &dyn Fn(TaskGroup),
+        cancel: &CancelFlag,
+    ) -> Result<TaskOutcome, String> {
+        let _ = spawned;
+        self.run(ctx, progress, cancel)
+    }
 }

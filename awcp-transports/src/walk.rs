@@ -14,6 +14,9 @@
 //!   [`SymlinkPolicy::Skip`]; symlinks that stay inside are skipped (the file they point to is
 //!   shipped under its own name anyway). Skipped symlinks are reported.
 //! - FIFOs, sockets and device files are skipped and reported.
+//! - With [`WalkOptions::report_ignored`], the entries left out by ignore files and the skipped
+//!   directories are reported too (the top-most ones: an ignored directory is reported, not
+//!   its contents).
 
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -51,6 +54,10 @@ pub struct WalkOptions {
     pub symlinks: SymlinkPolicy,
     /// Walker threads; 0 picks a default from the machine.
     pub threads: usize,
+    /// Also report what ignore files and [`WalkOptions::skip_dirs`] left out
+    /// ([`WalkResult::ignored`], [`WalkResult::skipped_dirs`]); costs one directory listing
+    /// per directory. Admission sets it, packing and capture do not need it.
+    pub report_ignored: bool,
 }
 
 impl Default for WalkOptions {
@@ -60,6 +67,7 @@ impl Default for WalkOptions {
             honour_ignore_files: true,
             symlinks: SymlinkPolicy::Skip,
             threads: 0,
+            report_ignored: false,
         }
     }
 }
@@ -105,6 +113,12 @@ pub struct WalkResult {
     pub skipped_symlinks: Vec<String>,
     /// Relative paths of FIFOs, sockets and devices that were skipped.
     pub skipped_special: Vec<String>,
+    /// With [`WalkOptions::report_ignored`]: relative paths left out by `.awcpignore` or
+    /// `.gitignore` (directories end with `/`).
+    pub ignored: Vec<String>,
+    /// With [`WalkOptions::report_ignored`]: directories skipped by name
+    /// ([`WalkOptions::skip_dirs`]), ending with `/`.
+    pub skipped_dirs: Vec<String>,
 }
 
 impl WalkResult {
@@ -173,6 +187,8 @@ pub fn walk(
     }
 
     let out = Mutex::new(WalkResult::default());
+    // With report_ignored: every entry the walk yielded, and the directories among them.
+    let seen: Mutex<(std::collections::BTreeSet<String>, Vec<String>)> = Mutex::default();
     let failure: Mutex<Option<TransportError>> = Mutex::new(None);
     let fail = |e: TransportError| {
         let mut f = failure.lock().unwrap_or_else(|p| p.into_inner());
@@ -211,6 +227,13 @@ pub fn walk(
         let Some(ft) = entry.file_type() else {
             return WalkState::Continue;
         };
+        if opts.report_ignored {
+            let mut g = lock(&seen);
+            if ft.is_dir() {
+                g.1.push(rel.clone());
+            }
+            g.0.insert(rel.clone());
+        }
         if ft.is_dir() {
             return WalkState::Continue;
         }
@@ -260,6 +283,7 @@ pub fn walk(
     }
     if !small {
         *lock(&out) = WalkResult::default();
+        *lock(&seen) = Default::default();
         builder.build_parallel().run(|| Box::new(&visit));
     }
 
@@ -267,10 +291,57 @@ pub fn walk(
         return Err(e);
     }
     let mut out = out.into_inner().unwrap_or_else(|p| p.into_inner());
+    if opts.report_ignored {
+        let (seen, mut dirs) = seen.into_inner().unwrap_or_else(|p| p.into_inner());
+        dirs.push(String::new());
+        left_out(&root, &dirs, &seen, opts, &mut out);
+    }
     out.files.sort_by(|a, b| a.rel.cmp(&b.rel));
     out.skipped_symlinks.sort();
     out.skipped_special.sort();
+    out.ignored.sort();
+    out.skipped_dirs.sort();
     Ok(out)
+}
+
+/// Lists the children of every walked directory that the walk did not yield: skipped
+/// directories, the reserved top-level `.awcp/` (not reported) and ignored entries.
+fn left_out(
+    root: &Path,
+    dirs: &[String],
+    seen: &std::collections::BTreeSet<String>,
+    opts: &WalkOptions,
+    out: &mut WalkResult,
+) {
+    for d in dirs {
+        let Ok(rd) = fs::read_dir(root.join(d)) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let Some(name) = e.file_name().to_str().map(str::to_owned) else {
+                continue;
+            };
+            let rel = if d.is_empty() {
+                name.clone()
+            } else {
+                format!("{d}/{name}")
+            };
+            if seen.contains(&rel) {
+                continue;
+            }
+            let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
+            if is_dir && d.is_empty() && name == AWCP_DIR {
+                continue;
+            }
+            if is_dir && opts.skip_dirs.contains(&name) {
+                out.skipped_dirs.push(format!("{rel}/"));
+            } else if is_dir {
+                out.ignored.push(format!("{rel}/"));
+            } else {
+                out.ignored.push(rel);
+            }
+        }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -371,6 +442,44 @@ mod tests {
             vec![".awcpignore", ".gitignore", ".hidden", "a.txt", "src/b.rs"]
         );
         assert_eq!(w.total_bytes(), 8 + 6 + 1 + 1 + 2);
+    }
+
+    #[test]
+    fn reports_the_top_most_ignored_entries_and_skipped_dirs_when_asked() {
+        let t = tempfile::tempdir().unwrap();
+        let r = t.path();
+        write(r, "a.txt", b"a");
+        write(r, ".awcpignore", b".env\nbuild/\n*.log\n");
+        write(r, ".env", b"SECRET=1");
+        write(r, "build/out/x.o", b"x");
+        write(r, "src/debug.log", b"x");
+        write(r, "src/main.rs", b"x");
+        write(r, "node_modules/m/index.js", b"x");
+        write(r, "web/node_modules/n.js", b"x");
+        write(r, ".git/config", b"x");
+        write(r, ".awcp/manifest.json", b"x");
+        let opts = WalkOptions {
+            report_ignored: true,
+            ..Default::default()
+        };
+        for threads in [1, 2] {
+            let w = walk(
+                r,
+                &WalkOptions {
+                    threads,
+                    ..opts.clone()
+                },
+                &CancelFlag::new(),
+            )
+            .unwrap();
+            assert_eq!(w.ignored, vec![".env", "build/", "src/debug.log"]);
+            assert_eq!(
+                w.skipped_dirs,
+                vec![".git/", "node_modules/", "web/node_modules/"]
+            );
+        }
+        let plain = walk(r, &WalkOptions::default(), &CancelFlag::new()).unwrap();
+        assert!(plain.ignored.is_empty() && plain.skipped_dirs.is_empty());
     }
 
     #[test]

@@ -212,6 +212,7 @@ fn checksum_mismatch_is_refused_before_extraction() {
             access_mode: awcp_proto::AccessMode::Rw,
             baseline: None,
             layout: None,
+            limits: None,
         },
         &ApplyOptions::default(),
         &CancelFlag::new(),

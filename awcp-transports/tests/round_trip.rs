@@ -65,6 +65,8 @@ fn prepare(f: &Fixture, layout: Layout, delivery: Delivery, access: AccessMode) 
                 export: ExportViewKind::Symlink,
                 delivery,
                 layout,
+                admission: None,
+                allow_sensitive: false,
             },
             &CancelFlag::new(),
         )
@@ -126,6 +128,7 @@ fn apply(
             access_mode: access,
             baseline: Some(&p.baseline),
             layout: None,
+            limits: None,
         },
         opts,
         &CancelFlag::new(),
@@ -472,12 +475,7 @@ fn setup_requires_an_empty_work_dir_and_cleans_up_on_failure() {
 #[test]
 fn admission_in_prepare_refuses_oversized_workspaces() {
     let f = fixture(AccessMode::Rw);
-    let mut cfg = ArchiveDelegatorConfig::new(f.out.join("exports"));
-    cfg.admission = Some(AdmissionLimits {
-        max_file_count: 2,
-        ..Default::default()
-    });
-    let d = ArchiveDelegator::new(cfg);
+    let d = ArchiveDelegator::new(ArchiveDelegatorConfig::new(f.out.join("exports")));
     let e = d
         .prepare(
             &PrepareRequest {
@@ -487,22 +485,38 @@ fn admission_in_prepare_refuses_oversized_workspaces() {
                 export: ExportViewKind::Copy,
                 delivery: Delivery::Inline,
                 layout: Layout::PerResource,
+                admission: Some(awcp_proto::AdmissionLimits {
+                    max_file_count: 2,
+                    ..Default::default()
+                }),
+                allow_sensitive: false,
             },
             &CancelFlag::new(),
         )
         .unwrap_err();
-    assert_eq!(
-        e.to_error_info().code,
-        awcp_proto::ErrorCode::WorkspaceTooLarge
+    let info = e.to_error_info();
+    assert_eq!(info.code, awcp_proto::ErrorCode::WorkspaceTooLarge);
+    assert!(
+        info.hint.unwrap().contains("--max-file-count"),
+        "the verdict of awcp-proto, hint included"
     );
     assert!(
         !f.out.join("exports/d1").exists(),
         "export view removed on failure"
     );
-    // scan() agrees with what prepare counts.
+    // scan() agrees with what prepare counts (and also reports what is left out).
     let s = scan(&f.resources, &WalkOptions::default(), &CancelFlag::new()).unwrap();
     let p = prepare(&f, Layout::PerResource, Delivery::Inline, AccessMode::Rw);
-    assert_eq!(s, p.stats);
+    let shipped = |s: &awcp_proto::WorkspaceStats| {
+        (
+            s.total_bytes,
+            s.file_count,
+            s.largest_file_bytes,
+            s.largest_file.clone(),
+            s.sensitive_files.clone(),
+        )
+    };
+    assert_eq!(shipped(&s), shipped(&p.stats));
 }
 
 #[test]
@@ -538,6 +552,8 @@ fn cancelled_prepare_and_setup_leave_nothing_behind() {
                 export: ExportViewKind::Copy,
                 delivery: Delivery::File(f.out.clone()),
                 layout: Layout::PerResource,
+                admission: None,
+                allow_sensitive: false,
             },
             &c,
         )

@@ -1,6 +1,9 @@
 //! Shared helpers for the example binaries: logging, JSON config files, progress display.
 
+pub mod aip_agent;
+
 use std::io::IsTerminal;
+use std::path::PathBuf;
 use std::time::Instant;
 
 use awcp_proto::engine::delegator::{DelegationView, SnapshotStatus};
@@ -301,6 +304,29 @@ pub fn describe(v: &DelegationView) -> String {
             snap.status.as_str()
         ));
     }
+    let not_shipped: Vec<(String, String)> = v
+        .not_shipped
+        .iter()
+        .map(|n| (n.path.clone(), n.reason.as_str().to_owned()))
+        .collect();
+    s.push_str(&not_shipped_lines(&not_shipped, v.not_shipped_count));
+    s
+}
+
+/// `not shipped (3): a (symlink), build/ (ignored), …` lines for what a delegation left out
+/// (empty when everything was shipped).
+pub fn not_shipped_lines(entries: &[(String, String)], total: u64) -> String {
+    if entries.is_empty() {
+        return String::new();
+    }
+    let mut s = format!("not shipped ({total}):\n");
+    for (path, reason) in entries {
+        s.push_str(&format!("  {path} ({reason})\n"));
+    }
+    let more = total.saturating_sub(entries.len() as u64);
+    if more > 0 {
+        s.push_str(&format!("  … and {more} more\n"));
+    }
     s
 }
 
@@ -411,4 +437,26 @@ pub fn parse_public_url(s: &str) -> Result<String, String> {
         (Some("http" | "https"), Some(_)) => Ok(s.trim_end_matches('/').to_owned()),
         _ => Err(format!("{s:?} is not an http(s)://host[:port] URL")),
     }
+}
+
+/// 64 random bits from the operating system (engine id seeds: notification tokens and ids
+/// are as unguessable as their seed). Fails closed: without OS randomness the program exits
+/// with an error rather than run on guessable ids.
+pub fn random_seed() -> u64 {
+    let mut b = [0u8; 8];
+    if let Err(e) = getrandom::fill(&mut b) {
+        eprintln!("error: the operating system's random source failed: {e}");
+        std::process::exit(2);
+    }
+    u64::from_le_bytes(b)
+}
+
+/// The default state directory of `role` (`executor` or `delegator`): `$AWCP_HOME/<role>`,
+/// else `~/.awcp/<role>`, else `<tmp>/awcp/<role>` without a home.
+pub fn default_state_dir(role: &str) -> PathBuf {
+    std::env::var_os("AWCP_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".awcp")))
+        .unwrap_or_else(|| std::env::temp_dir().join("awcp"))
+        .join(role)
 }

@@ -53,6 +53,8 @@ fn main() {
             export: ExportViewKind::default(),
             delivery: Delivery::Inline,
             layout: Layout::PerResource,
+            admission: None,
+            allow_sensitive: false,
         };
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

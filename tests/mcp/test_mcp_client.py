@@ -10,8 +10,9 @@ foreground delegate; background delegate + delegate_output(block=true); cancel o
 delegation; staged snapshots -> list -> apply, and discard; a result that cannot be applied
 (the workspace changed locally during the task) -> delegate and delegate_output report isError
 and the snapshot stays pending with the reason; bad arguments -> tool errors while
-the server stays alive; delegate_recover, also after a restart of the MCP server (in-process
-daemon: the executor is asked; external `awcp daemon`: the daemon still has the delegation).
+the server stays alive; secret-looking files refused unless allow_sensitive; delegate_recover,
+also after a restart of the MCP server (in-process daemon: the executor is asked; external
+`awcp daemon`: the daemon still has the delegation).
 Exits non-zero on the first failure.
 """
 
@@ -85,6 +86,7 @@ def start_executor(exe, tmp):
             exe,
             "--listen", "127.0.0.1:0",
             "--work-root", str(tmp / "executor-work"),
+            "--state-dir", str(tmp / "executor-state"),
             "--agent-cmd", f"sh {agent}",
             "--name", EXECUTOR_NAME,
             "--quiet",
@@ -138,7 +140,7 @@ async def run(mcp_bin, peer, tmp):
         assert peer in desc, desc
         assert f"(unreachable) {dead}/awcp" in desc, f"unreachable peer not reported:\n{desc}"
         for p in ("description", "prompt", "workspace_dir", "peer_url", "cwd", "ttl_seconds",
-                  "access_mode", "background", "snapshot_mode", "transport"):
+                  "access_mode", "background", "snapshot_mode", "transport", "allow_sensitive"):
             assert p in field(tools["delegate"], "input_schema", "inputSchema")["properties"], p
         log("list_tools: 7 tools, delegate description carries the executor card and the unreachable peer")
 
@@ -246,6 +248,17 @@ async def run(mcp_bin, peer, tmp):
         expect_error("delegate(missing dir)", await session.call_tool("delegate", {
             "description": "x", "prompt": "y", "workspace_dir": str(tmp / "nope"),
             "peer_url": peer}), "does not exist")
+        # Secret-looking files: refused with the list, lent only with allow_sensitive.
+        ws = make_workspace(tmp, "ws-secret")
+        (ws / ".env").write_text("API_KEY=not-for-the-executor\n")
+        expect_error("delegate(.env)", await session.call_tool("delegate", {
+            "description": "x", "prompt": "write AGENT_RESULT.txt", "workspace_dir": str(ws),
+            "peer_url": peer}), "SENSITIVE_FILES", ".env", "allow_sensitive")
+        r = expect_ok("delegate(.env, allow_sensitive)", await session.call_tool("delegate", {
+            "description": "x", "prompt": "write AGENT_RESULT.txt", "workspace_dir": str(ws),
+            "peer_url": peer, "allow_sensitive": True}))
+        assert structured(r)["state"] == "completed", text_of(r)
+        log("delegate: secret-looking files refused, lent with allow_sensitive")
         expect_error("delegate_output(unknown id)", await session.call_tool(
             "delegate_output", {"delegation_id": "dlg_doesnotexist"}), "unknown delegation")
         expect_error("delegate_cancel(nothing)", await session.call_tool(
@@ -302,7 +315,8 @@ async def restarts(mcp_bin, awcp_bin, peer, tmp):
         line = daemon.stdout.readline().strip()
         assert "http://" in line, f"daemon did not print its URL: {line!r}"
         durl = line[line.index("http://"):]
-        args = ["--daemon-url", durl, "--peers", peer]
+        # The daemon's token is read from its state directory.
+        args = ["--daemon-url", durl, "--peers", peer, "--state-dir", str(tmp / "daemon")]
         async with open_session(mcp_bin, args) as s:
             ws = make_workspace(tmp, "ws-external")
             r = expect_ok("delegate(slow, external daemon)", await s.call_tool(

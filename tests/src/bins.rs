@@ -95,7 +95,8 @@ pub const EXECUTOR_ANNOUNCES: &str = "awcp-executor listening on ";
 /// What `awcp daemon` prints before its URL.
 pub const DAEMON_ANNOUNCES: &str = "awcp daemon listening on ";
 
-/// `awcp daemon` on 127.0.0.1 port 0 with state directory `state`, and its URL.
+/// `awcp daemon` on 127.0.0.1 port 0 with state directory `state`, and its URL. Its token is
+/// the one of `state` ([`daemon_token`]), whatever `AWCP_DAEMON_TOKEN` says.
 pub fn spawn_daemon(state: &Path) -> (Child, String) {
     spawn_announcing(
         Command::new(path("awcp"))
@@ -106,9 +107,40 @@ pub fn spawn_daemon(state: &Path) -> (Child, String) {
                 "127.0.0.1:0",
                 "--state-dir",
             ])
-            .arg(state),
+            .arg(state)
+            .env_remove("AWCP_DAEMON_TOKEN"),
         DAEMON_ANNOUNCES,
     )
+}
+
+/// The token of the daemon whose state directory is `state` (`<state>/daemon.token`, written
+/// at its first start): what a client passes as `--daemon-token` or `Authorization: Bearer`.
+pub fn daemon_token(state: &Path) -> String {
+    let path = state.join("daemon.token");
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .trim()
+        .to_owned()
+}
+
+/// Runs `awcp --quiet --daemon-url URL --daemon-token <token of state> ARGS…` to completion:
+/// a client command against the daemon started by [`spawn_daemon`] on `state`.
+pub fn awcp_on_daemon(url: &str, state: &Path, args: &[&str]) -> Output {
+    let token = daemon_token(state);
+    let mut all = vec!["--daemon-url", url, "--daemon-token", &token];
+    all.extend_from_slice(args);
+    awcp(&all)
+}
+
+/// A child process, killed (if still running) and reaped when dropped, so a failing test
+/// leaves none behind.
+pub struct KillOnDrop(pub Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// Runs `awcp --quiet ARGS…` to completion.

@@ -12,10 +12,10 @@
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use awcp_tests::bins::{self, awcp, show};
+use awcp_tests::bins::{self, awcp, show, KillOnDrop as Proc};
 use serde_json::Value;
 
 /// Tries (each a kill and a restart).
@@ -83,28 +83,19 @@ fn staging(parent: &Path) -> Vec<String> {
         .collect()
 }
 
-/// A child process killed (if still running) when dropped.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn start_daemon(state: &Path) -> (Proc, String) {
     let (child, url) = bins::spawn_daemon(state);
     (Proc(child), url)
 }
 
-/// Sends `POST …/apply` to the daemon at `url` without waiting for the answer.
-fn post_apply(url: &str, id: &str, sid: &str) -> std::net::TcpStream {
+/// Sends `POST …/apply` (with the daemon's `token`) to the daemon at `url` without waiting
+/// for the answer.
+fn post_apply(url: &str, token: &str, id: &str, sid: &str) -> std::net::TcpStream {
     let hostport = url.trim_start_matches("http://");
     let mut s = std::net::TcpStream::connect(hostport).unwrap();
     write!(
         s,
-        "POST /delegation/{id}/snapshots/{sid}/apply HTTP/1.1\r\nHost: {hostport}\r\nContent-Length: 0\r\n\r\n"
+        "POST /delegation/{id}/snapshots/{sid}/apply HTTP/1.1\r\nHost: {hostport}\r\nAuthorization: Bearer {token}\r\nContent-Length: 0\r\n\r\n"
     )
     .unwrap();
     s
@@ -215,7 +206,7 @@ fn sigkill_during_a_large_apply_then_restart_leaves_all_old_or_all_new() {
         let delay = Duration::from_millis(rng.below(apply_ms + 20));
         let (mut victim, _conn) = if daemon {
             let (p, url) = start_daemon(&state);
-            let conn = post_apply(&url, &id, &sid);
+            let conn = post_apply(&url, &bins::daemon_token(&state), &id, &sid);
             (p, Some(conn))
         } else {
             let child = Command::new(bins::path("awcp"))
@@ -260,7 +251,7 @@ fn sigkill_during_a_large_apply_then_restart_leaves_all_old_or_all_new() {
         // Restart: the daemon, or an in-process command, recovers before anything else.
         let status = if attempt % 3 == 0 {
             let (p, url) = start_daemon(&state);
-            let o = awcp(&["--json", "--daemon-url", &url, "status", &id]);
+            let o = bins::awcp_on_daemon(&url, &state, &["--json", "status", &id]);
             drop(p);
             o
         } else {

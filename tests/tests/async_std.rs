@@ -52,7 +52,7 @@ fn smol_driver_inside_async_std_delegates_applies_and_cancels() {
         let dg = DelegatorHandle::start(SmolRuntime, opts);
         async_std::task::spawn(awcp_smol::serve(
             listener,
-            awcp_smol::delegator_service(dg.clone()),
+            awcp_smol::archive_service(dg.clone()),
             std::future::pending(),
         ));
 

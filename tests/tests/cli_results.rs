@@ -273,20 +273,22 @@ fn daemon_record_says_the_result_was_not_applied() {
     let (mut daemon, url) = bins::spawn_daemon(state.path());
     let ws = workspace();
     let a = ws.path().join("a.txt");
-    let o = awcp(&[
-        "--json",
-        "--daemon-url",
+    let o = bins::awcp_on_daemon(
         &url,
-        "delegate",
-        ws.path().to_str().unwrap(),
-        "--daemon",
-        "--peer",
-        &ex.url,
-        "--prompt",
-        &format!("conflict {}", a.display()),
-    ]);
+        state.path(),
+        &[
+            "--json",
+            "delegate",
+            ws.path().to_str().unwrap(),
+            "--daemon",
+            "--peer",
+            &ex.url,
+            "--prompt",
+            &format!("conflict {}", a.display()),
+        ],
+    );
     let id = record(&o)["id"].as_str().unwrap_or_default().to_owned();
-    let status = awcp(&["--json", "--daemon-url", &url, "status", &id]);
+    let status = bins::awcp_on_daemon(&url, state.path(), &["--json", "status", &id]);
     let _ = daemon.kill();
     let _ = daemon.wait();
     assert_eq!(o.status.code(), Some(4), "{}", show(&o));

@@ -133,7 +133,7 @@ fn delegator(dir: &std::path::Path, tls: ClientTls) -> DelegatorHandle {
     opts.archive_base_url = Some(format!("http://{a}"));
     opts.client_tls = tls;
     let d = DelegatorHandle::start(TokioRuntime, opts);
-    awcp_driver::Driver::spawn_delegator_server(&TokioRuntime, l, d.clone());
+    awcp_driver::Driver::spawn_archive_server(&TokioRuntime, l, d.clone());
     d
 }
 

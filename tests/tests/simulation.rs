@@ -1,44 +1,17 @@
 //! The deterministic simulation: a seed sweep (`AWCP_SIM_SEEDS`, default 10 000; replay one
 //! seed with `AWCP_SIM_SEED`) and scenario tests with precise expectations.
 
-use std::collections::BTreeMap;
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
-
 use awcp_proto::{AccessMode, AssignmentState, DelegationState, ErrorCode, SnapshotMode};
 use awcp_tests::sim::{
     replay_command, run_seed, run_seed_traced, Action, DelegationSpec, Failure, SimConfig, World,
 };
-
-fn env_u64(name: &str) -> Option<u64> {
-    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
-}
-
-type Stats = BTreeMap<&'static str, u64>;
+use awcp_tests::sweep::{catch_seed, env_u64, sweep, Stats};
 
 /// One seed, panics caught and reported with the seed.
-fn check_seed(seed: u64, stats: &mut Stats) -> Result<(), String> {
-    match catch_unwind(AssertUnwindSafe(|| run_seed(seed))) {
-        Ok(Ok(s)) => {
-            for (k, v) in s.stats {
-                *stats.entry(k).or_insert(0) += v;
-            }
-            Ok(())
-        }
-        Ok(Err(f)) => Err(f.to_string()),
-        Err(p) => {
-            let msg = p
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| p.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-                .unwrap_or_else(|| "panic".into());
-            Err(format!(
-                "simulation seed {seed} panicked: {msg}\nreplay: {}",
-                replay_command(seed)
-            ))
-        }
-    }
+fn check_seed(seed: u64) -> Result<Stats, String> {
+    catch_seed(seed, "simulation", &replay_command(seed), || {
+        run_seed(seed).map(|s| s.stats).map_err(|f| f.to_string())
+    })
 }
 
 #[test]
@@ -65,45 +38,13 @@ fn simulation_seeds() {
     }
     let count = env_u64("AWCP_SIM_SEEDS").unwrap_or(10_000);
     let base = env_u64("AWCP_SIM_SEED_BASE").unwrap_or(0);
-    let threads = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(2)
-        .clamp(1, 8);
-    let next = AtomicU64::new(0);
-    let failures: Mutex<Vec<(u64, String)>> = Mutex::new(Vec::new());
-    let total: Mutex<Stats> = Mutex::new(Stats::new());
     let started = std::time::Instant::now();
-    std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| {
-                let mut stats = Stats::new();
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= count || !failures.lock().unwrap().is_empty() {
-                        break;
-                    }
-                    let seed = base + i;
-                    if let Err(msg) = check_seed(seed, &mut stats) {
-                        failures.lock().unwrap().push((seed, msg));
-                    }
-                }
-                let mut total = total.lock().unwrap();
-                for (k, v) in stats {
-                    *total.entry(k).or_insert(0) += v;
-                }
-            });
-        }
-    });
-    let mut failures = failures.into_inner().unwrap();
-    failures.sort();
-    if let Some((_, msg)) = failures.first() {
-        panic!("{msg}");
-    }
+    let total = sweep(count, base, check_seed).unwrap_or_else(|msg| panic!("{msg}"));
     println!(
         "{count} seeds from {base} passed in {:.1?}",
         started.elapsed()
     );
-    for (k, v) in total.into_inner().unwrap() {
+    for (k, v) in total {
         println!("  {k:>28}: {v}");
     }
 }
@@ -294,14 +235,72 @@ fn executor_crash_ends_the_delegation_and_leaks_nothing() {
         )],
     );
     assert_eq!(stat(&w, "executor crash"), 1);
+    assert_eq!(stat(&w, "executor restored from its journal"), 1);
+    // The task kept running after the crash until the restarted executor ended it.
+    assert_eq!(stat(&w, "task orphaned by a crash"), 1);
+    assert_eq!(stat(&w, "orphaned task ended after a restart"), 1);
     assert_eq!(w.dels[0].ended, Some(DelegationState::Error));
-    // The restarted executor no longer knows the delegation.
-    assert_eq!(code(&w, 0), Some(ErrorCode::NotFound));
+    // The restarted executor knows the delegation from its journal and reports the lost work.
+    assert_eq!(code(&w, 0), Some(ErrorCode::TaskFailed));
     assert!(
-        w.exec_endings.is_empty(),
-        "the crashed incarnation never ended it"
+        w.dels[0]
+            .error
+            .as_ref()
+            .is_some_and(|e| e.message.contains("restarted")),
+        "{:?}",
+        w.dels[0].error
+    );
+    assert_eq!(
+        w.exec_endings,
+        vec![(
+            0,
+            w.dels[0].id.clone(),
+            AssignmentState::Error,
+            Some(ErrorCode::TaskFailed)
+        )],
+        "the restarted incarnation ended it, once"
     );
     assert_eq!(w.dels[0].ws, w.dels[0].original);
+}
+
+#[test]
+fn delegator_crash_restores_from_its_journal_and_the_delegation_completes() {
+    let mut spec = DelegationSpec::simple(0, 0, 300);
+    spec.steps = 4;
+    spec.step_ms = 10_000;
+    let w = one(spec, vec![(15_000, Action::CrashDelegator)]);
+    assert_eq!(stat(&w, "delegator crash"), 1);
+    assert_eq!(stat(&w, "delegator restored from its journal"), 1);
+    let d = &w.dels[0];
+    assert_eq!(d.ended, Some(DelegationState::Completed), "{:?}", d.error);
+    assert_eq!(&d.ws, d.captured.last().unwrap(), "the result was applied");
+}
+
+#[test]
+fn delegator_crash_during_apply_is_all_or_nothing() {
+    for seed in 0..40 {
+        let mut cfg = SimConfig::quiet(seed, 1, 1);
+        let mut spec = DelegationSpec::simple(0, 0, 300);
+        spec.steps = 2;
+        spec.step_ms = 5_000;
+        cfg.delegations.push(spec);
+        cfg.actions.push((1_000, Action::CrashDelegatorDuringApply));
+        cfg.trace = false;
+        let w = run(cfg);
+        assert_eq!(stat(&w, "delegator crash"), 1, "seed {seed}");
+        assert_eq!(
+            stat(&w, "interrupted apply rolled forward")
+                + stat(&w, "interrupted apply rolled back"),
+            1,
+            "seed {seed}"
+        );
+        let d = &w.dels[0];
+        assert!(d.ended.is_some(), "seed {seed}");
+        assert!(
+            d.ws == d.original || d.captured.contains(&d.ws),
+            "seed {seed}: half-applied workspace"
+        );
+    }
 }
 
 #[test]
@@ -359,7 +358,13 @@ fn regression_seeds() {
     // 28233: a late duplicate INVITE + START after ack ran the task a second time.
     // 42964: clock jump before INVITE (harness deadline).
     // 179325: cancel during a failing allocation (harness tracking).
-    for seed in [7, 12_395, 28_233, 42_964, 179_325] {
+    // 3912: an executor crash mid-allocation left a work dir nobody had journalled (the
+    //       assignment is now journalled before its directory is created).
+    // 20502: a delegator crash while a staged snapshot was being stored left its bytes
+    //        unlisted (a restored delegator deletes what an interrupted store may have written).
+    // 19613: a delegator crash after a store finished but before the engine heard of it; the
+    //        restored delegator fetches and stores again, which replaces (harness ledger).
+    for seed in [7, 12_395, 28_233, 42_964, 179_325, 3_912, 20_502, 19_613] {
         let mut w = World::new(SimConfig::random(seed));
         if let Err(f) = w.run() {
             panic!("{f}");
@@ -368,5 +373,23 @@ fn regression_seeds() {
             w.dels.iter().all(|d| d.runs <= 1),
             "seed {seed}: a task ran twice"
         );
+    }
+}
+
+#[test]
+fn auth_on_delegations_of_both_styles_complete() {
+    // Executors require a credential: one delegation presents it in a header on every
+    // request (ours), the other only in INVITE's `auth` (the reference's). The sweep's
+    // invariants check who may act on each assignment at every step.
+    let mut cfg = SimConfig::quiet(11, 1, 2);
+    cfg.delegations.push(DelegationSpec::simple(0, 0, 300));
+    cfg.delegations.push(DelegationSpec::simple(1_000, 0, 300));
+    cfg.auth = Some(awcp_tests::sim::SimAuth {
+        header: vec![true, false],
+    });
+    let w = run(cfg);
+    for n in 0..2 {
+        assert_eq!(w.dels[n].ended, Some(DelegationState::Completed), "#{n}");
+        assert_eq!(exec_ending(&w, n), (AssignmentState::Completed, None));
     }
 }

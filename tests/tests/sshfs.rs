@@ -63,6 +63,8 @@ fn prepare_for(
         export: ExportViewKind::default(),
         delivery: Delivery::Inline,
         layout: Layout::PerResource,
+        admission: None,
+        allow_sensitive: false,
     };
     let h = fx
         .delegator
@@ -890,6 +892,7 @@ async fn delegations_from_a_daemon_and_cli_processes_share_one_jail() {
             .arg(&cfg)
             .arg("--state-dir")
             .arg(fx.base.join("daemon"))
+            .env_remove("AWCP_DAEMON_TOKEN")
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(fx.base.join("task-a.log")).unwrap())
             .spawn()
@@ -908,7 +911,9 @@ async fn delegations_from_a_daemon_and_cli_processes_share_one_jail() {
         .strip_prefix("awcp daemon listening on ")
         .unwrap_or_else(|| panic!("daemon said {line:?}"))
         .to_owned();
-    let client = awcp_driver::delegator::daemon::DaemonClient::new(TokioRuntime, url);
+    let client = awcp_driver::delegator::daemon::DaemonClient::new(TokioRuntime, url).with_token(
+        Some(awcp_tests::bins::daemon_token(&fx.base.join("daemon"))),
+    );
     let ws_a = fx.workspace("ws-a");
     let a_id = client
         .delegate(serde_json::json!({

@@ -66,7 +66,7 @@ fn tls_delegator<R: TestRuntime>(dir: &Path, pki: &TestPki, client: ClientTls) -
     opts.client_tls = client;
     let d = DelegatorHandle::start(R::default(), opts);
     let archives = pki.server("archives", &["localhost"]);
-    R::default().spawn_delegator_server_with(l, d.clone(), pki.server_options(&archives, true));
+    R::default().spawn_archive_server_with(l, d.clone(), pki.server_options(&archives, true));
     d
 }
 
@@ -164,6 +164,8 @@ fn binaries_delegate_over_https_with_mtls() {
             &"--quiet",
             &"--work-root",
             &d.join("work").display(),
+            &"--state-dir",
+            &d.join("exec-state").display(),
             &"--tls-cert",
             &exec.cert.display(),
             &"--tls-key",

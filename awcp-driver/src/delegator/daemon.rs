@@ -2,7 +2,7 @@
 //!
 //! | Method + path | Body / answer |
 //! |---|---|
-//! | `POST /delegate` | `{executorUrl, environment:{resources:[{name,type,source,mode}]}, task:{description,prompt}, ttlSeconds?, accessMode?, snapshotMode?, auth?}` → `{delegationId}` once started (400 `{error,code,hint}` on admission/decline) |
+//! | `POST /delegate` | `{executorUrl, environment:{resources:[{name,type,source,mode}]}, task:{description,prompt}, ttlSeconds?, accessMode?, snapshotMode?, auth?, allowSensitive?}` → `{delegationId}` once started (400 `{error,code,hint}` on admission/decline) |
 //! | `GET /delegations` | `{activeDelegations, delegations:[…]}` |
 //! | `GET /delegation/{id}` | the record |
 //! | `GET /delegation/{id}/wait?timeout=S` | the record once ended (or 408 after S seconds) |
@@ -10,6 +10,18 @@
 //! | `GET /delegation/{id}/snapshots` | `{snapshots:[…]}` |
 //! | `POST /delegation/{id}/snapshots/{sid}/apply` / `…/discard` | `{ok:true}` |
 //! | `GET /health` | `{status:"ok"}` |
+//!
+//! The API lends any local directory to any executor, so [`DaemonApi`] guards every request,
+//! before its body is read, against callers other than the daemon's own clients:
+//!
+//! 1. `Host` must name the listen address ([`security::host_allowed`]): a web page that had
+//!    its domain name rebound to 127.0.0.1 is refused (DNS rebinding), 403.
+//! 2. An `Origin` header must be the daemon's own ([`security::origin_allowed`]): every
+//!    cross-site request a browser makes carries a foreign one, 403.
+//! 3. `Authorization: Bearer <token>` with the daemon's token (a random token in
+//!    `<state>/daemon.token`, mode 0600, read by the `awcp` CLI and `awcp-mcp`), 401.
+//! 4. A request body must be `application/json` (a page can send `text/plain` without a CORS
+//!    preflight; JSON needs one, which this API never grants), 415.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -30,6 +42,7 @@ use serde_json::{json, Value};
 use super::{DelegateParams, DelegatorError, DelegatorHandle};
 use crate::net::{self, json_response, ResponseBody};
 use crate::runtime::Runtime;
+use crate::security;
 
 fn err(status: u16, e: &ErrorInfo) -> http::Response<ResponseBody> {
     json_response(
@@ -71,6 +84,8 @@ pub fn view_to_json(v: &DelegationView) -> Value {
         "outcome": outcome_json(&v.outcome()),
         "ended": v.ended,
         "warnings": v.warnings,
+        "notShipped": v.not_shipped.iter().map(|n| json!({"path": n.path, "reason": n.reason.as_str()})).collect::<Vec<_>>(),
+        "notShippedCount": v.not_shipped_count,
         "createdAt": v.created_at.to_rfc3339(),
         "updatedAt": v.updated_at.to_rfc3339(),
     })
@@ -220,6 +235,10 @@ fn parse_delegate(v: &Value) -> Result<DelegateParams, String> {
         .and_then(Value::as_str)
         .map(TransportKind::parse)
         .unwrap_or(TransportKind::Archive);
+    let allow_sensitive = match v.get("allowSensitive") {
+        None | Some(Value::Null) => false,
+        Some(b) => b.as_bool().ok_or("allowSensitive must be a boolean")?,
+    };
     let id = match v.get("delegationId").and_then(Value::as_str) {
         Some(s) => Some(DelegationId::new(s).map_err(|e| format!("delegationId: {e}"))?),
         None => None,
@@ -238,6 +257,7 @@ fn parse_delegate(v: &Value) -> Result<DelegateParams, String> {
         dialect,
         transport,
         id,
+        allow_sensitive,
     })
 }
 
@@ -274,8 +294,145 @@ pub async fn delegate_started(
     Err(DelegatorError::Closed)
 }
 
-/// Answers one daemon API request.
-pub async fn handle<B>(d: &DelegatorHandle, req: http::Request<B>) -> http::Response<ResponseBody>
+/// Who may call the daemon API: its token and the names it is reached by.
+#[derive(Clone)]
+pub struct DaemonAccess {
+    /// The token every request presents as `Authorization: Bearer <token>`.
+    pub token: String,
+    /// The address the API listens on (the `Host` and `Origin` checks use it).
+    pub listen: std::net::SocketAddr,
+    /// Further names clients reach it by (`name` or `name:port`), e.g. behind a proxy.
+    pub allowed_hosts: Vec<String>,
+}
+
+impl std::fmt::Debug for DaemonAccess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DaemonAccess")
+            .field("token", &"<redacted>")
+            .field("listen", &self.listen)
+            .field("allowed_hosts", &self.allowed_hosts)
+            .finish()
+    }
+}
+
+/// The daemon API of a delegator behind its access checks (module docs): what a driver's
+/// daemon server serves. Archive URLs are not here ([`DelegatorHandle::handle_archive_http`]).
+#[derive(Clone)]
+pub struct DaemonApi {
+    delegator: DelegatorHandle,
+    access: std::sync::Arc<DaemonAccess>,
+}
+
+fn refuse(status: u16, error: &str, hint: &str) -> http::Response<ResponseBody> {
+    let mut r = json_response(status, json!({"error": error, "hint": hint}).to_string());
+    if status == 401 {
+        r.headers_mut().insert(
+            http::header::WWW_AUTHENTICATE,
+            http::HeaderValue::from_static("Bearer realm=\"awcp-daemon\""),
+        );
+    }
+    r
+}
+
+impl DaemonApi {
+    /// The API of `delegator`, guarded by `access`.
+    pub fn new(delegator: DelegatorHandle, access: DaemonAccess) -> Self {
+        DaemonApi {
+            delegator,
+            access: std::sync::Arc::new(access),
+        }
+    }
+
+    /// The delegator behind the API.
+    pub fn delegator(&self) -> &DelegatorHandle {
+        &self.delegator
+    }
+
+    /// The API as an [`agent_rt::Handler`] for agent-rt's server ([`Self::handle_http`]).
+    pub fn http_handler(&self) -> agent_rt::Handler {
+        let api = self.clone();
+        agent_rt::Handler::new(move |req| {
+            let api = api.clone();
+            async move { api.handle_http(req).await }
+        })
+    }
+
+    /// The access checks of the module docs, on the request's headers; `Some` refusal.
+    pub fn check<B>(&self, req: &http::Request<B>) -> Option<http::Response<ResponseBody>> {
+        let a = &self.access;
+        let header = |name| {
+            req.headers()
+                .get(name)
+                .map(|v| v.to_str().unwrap_or("\u{0}"))
+        };
+        let host = header(http::header::HOST).or(req.uri().authority().map(|x| x.as_str()));
+        if !host.is_some_and(|h| security::host_allowed(h, a.listen, &a.allowed_hosts)) {
+            return Some(refuse(
+                403,
+                &format!("Host {:?} is not this daemon's address", host.unwrap_or("")),
+                "Address the daemon by the IP it listens on (or localhost); other names need --allowed-host.",
+            ));
+        }
+        if let Some(origin) = header(http::header::ORIGIN) {
+            if !security::origin_allowed(origin, a.listen, &a.allowed_hosts) {
+                return Some(refuse(
+                    403,
+                    &format!("requests from web origin {origin:?} are not accepted"),
+                    "The daemon API is for the awcp CLI, awcp-mcp and programs holding its token, not for web pages.",
+                ));
+            }
+        }
+        let presented = header(http::header::AUTHORIZATION)
+            .and_then(|v| {
+                v.trim()
+                    .strip_prefix("Bearer ")
+                    .or(v.trim().strip_prefix("bearer "))
+            })
+            .map(str::trim);
+        let ok = presented
+            .is_some_and(|t| awcp_proto::engine::auth::SecretDigest::of(&a.token).matches(t));
+        if !ok {
+            return Some(refuse(
+                401,
+                "missing or invalid daemon token",
+                "Send `Authorization: Bearer <token>` with the token from <state-dir>/daemon.token (the awcp CLI and awcp-mcp read it from --state-dir, or take --daemon-token / AWCP_DAEMON_TOKEN).",
+            ));
+        }
+        let has_body = header(http::header::TRANSFER_ENCODING).is_some()
+            || header(http::header::CONTENT_LENGTH)
+                .is_some_and(|l| l.trim().parse::<u64>().map_or(true, |n| n > 0));
+        if has_body || req.uri().path().trim_end_matches('/') == "/delegate" {
+            let json = header(http::header::CONTENT_TYPE).is_some_and(|t| {
+                t.split(';')
+                    .next()
+                    .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"))
+            });
+            if !json {
+                return Some(refuse(
+                    415,
+                    "request bodies must be application/json",
+                    "Send `Content-Type: application/json`.",
+                ));
+            }
+        }
+        None
+    }
+
+    /// Answers one request: the access checks, then the API.
+    pub async fn handle_http<B>(&self, req: http::Request<B>) -> http::Response<ResponseBody>
+    where
+        B: http_body::Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        match self.check(&req) {
+            Some(refused) => refused,
+            None => route(&self.delegator, req).await,
+        }
+    }
+}
+
+/// Answers one daemon API request (after [`DaemonApi::check`]).
+async fn route<B>(d: &DelegatorHandle, req: http::Request<B>) -> http::Response<ResponseBody>
 where
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
@@ -455,11 +612,16 @@ pub struct DaemonClient<R: Runtime> {
     http: net::HttpClient<R>,
     base: String,
     timeout: Duration,
+    token: Option<String>,
 }
 
 /// A daemon call failed.
 #[derive(Debug, thiserror::Error)]
-#[error("{message}{}", hint.as_ref().map(|h| format!(" (hint: {h})")).unwrap_or_default())]
+#[error(
+    "{}{message}{}",
+    code.as_ref().map(|c| format!("{c}: ")).unwrap_or_default(),
+    hint.as_ref().map(|h| format!(" (hint: {h})")).unwrap_or_default()
+)]
 pub struct DaemonError {
     /// HTTP status (0 if the request failed).
     pub status: u16,
@@ -472,13 +634,21 @@ pub struct DaemonError {
 }
 
 impl<R: Runtime> DaemonClient<R> {
-    /// A client for the daemon at `base` (`http://127.0.0.1:3100`).
+    /// A client for the daemon at `base` (`http://127.0.0.1:3100`), sending no token (set
+    /// one with [`Self::with_token`]).
     pub fn new(rt: R, base: impl Into<String>) -> Self {
         DaemonClient {
             http: net::HttpClient::new(rt, net::ClientTls::default()),
             base: base.into().trim_end_matches('/').to_owned(),
             timeout: Duration::from_secs(30),
+            token: None,
         }
+    }
+
+    /// Sends `token` (the daemon's, from `<state>/daemon.token`) with every request.
+    pub fn with_token(mut self, token: Option<String>) -> Self {
+        self.token = token;
+        self
     }
 
     /// The same client with these TLS settings (an `https` daemon with a private CA, or one
@@ -496,12 +666,17 @@ impl<R: Runtime> DaemonClient<R> {
         timeout: Duration,
     ) -> Result<Value, DaemonError> {
         let url = format!("{}{path}", self.base);
+        let auth: Vec<(&str, String)> = self
+            .token
+            .iter()
+            .map(|t| ("authorization", format!("Bearer {t}")))
+            .collect();
         let r = self
             .http
             .request(
                 method,
                 &url,
-                &[],
+                &auth,
                 body.map(|b| Bytes::from(b.to_string())),
                 timeout,
                 64 * 1024 * 1024,
@@ -525,7 +700,11 @@ impl<R: Runtime> DaemonClient<R> {
                     .unwrap_or("request failed")
                     .to_owned(),
                 code: v.get("code").and_then(Value::as_str).map(str::to_owned),
-                hint: v.get("hint").and_then(Value::as_str).map(str::to_owned),
+                hint: match (r.0, &self.token) {
+                    (401, None) => Some("no daemon token was found: pass --daemon-token, or the daemon's --state-dir so its daemon.token is read".into()),
+                    (401, Some(_)) => Some("the daemon token was refused: is it the token of the daemon at this URL (its --state-dir)?".into()),
+                    _ => v.get("hint").and_then(Value::as_str).map(str::to_owned),
+                },
             })
         }
     }

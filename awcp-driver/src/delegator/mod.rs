@@ -95,6 +95,9 @@ pub struct DelegateParams {
     pub transport: TransportKind,
     /// A caller-chosen id (else random).
     pub id: Option<DelegationId>,
+    /// Lend secret-looking files (`.env`, private keys, credentials; WIRE.md §9) instead of
+    /// refusing the delegation with `SENSITIVE_FILES`. Off by default.
+    pub allow_sensitive: bool,
 }
 
 impl DelegateParams {
@@ -123,6 +126,7 @@ impl DelegateParams {
             dialect: Dialect::Reference,
             transport: TransportKind::Archive,
             id: None,
+            allow_sensitive: false,
         }
     }
 }
@@ -139,6 +143,9 @@ pub enum DelegatorError {
     /// The delegator task is gone.
     #[error("the delegator is shut down")]
     Closed,
+    /// No delegation id could be drawn from the OS random source.
+    #[error("{0}")]
+    Random(#[from] crate::security::RandomUnavailable),
     /// Another delegator (another process, or another handle in this one) uses the state
     /// directory: two engines on one journal would resume, abandon and apply each other's
     /// delegations.
@@ -192,8 +199,13 @@ pub struct Transfer {
     pub bytes: u64,
 }
 
-/// Archives served by URL: token → (delegation, file, expiry).
+/// Archives served by URL: SHA-256 of the URL's token (hex) → (delegation, file, expiry).
+/// Keyed by digest so a lookup's timing says nothing about the tokens.
 type ArchiveTable = Arc<Mutex<BTreeMap<String, (DelegationId, PathBuf, Timestamp)>>>;
+
+fn token_key(token: &str) -> String {
+    awcp_proto::engine::auth::SecretDigest::of(token).to_hex()
+}
 
 /// A cheap handle to a running delegator.
 #[derive(Clone)]
@@ -207,36 +219,18 @@ pub struct DelegatorHandle {
 /// Takes the exclusive lock of a delegator state directory (`<dir>/lock`, flock(2); released
 /// when the file is closed, also when the process dies) and records our process id in it.
 fn lock_state_dir(dir: &Path) -> Result<std::fs::File, DelegatorError> {
-    use std::io::{Read, Seek, Write};
     let io_err = |source| DelegatorError::StateDir {
         dir: dir.to_path_buf(),
         source,
     };
     std::fs::create_dir_all(dir).map_err(io_err)?;
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .read(true)
-        .write(true)
-        .open(dir.join("lock"))
-        .map_err(io_err)?;
-    match rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
-        Ok(()) => {}
-        Err(e) if e == rustix::io::Errno::WOULDBLOCK => {
-            let mut pid = String::new();
-            let _ = f.read_to_string(&mut pid);
-            return Err(DelegatorError::StateDirInUse {
-                dir: dir.to_path_buf(),
-                holder: pid.trim().parse().ok(),
-            });
-        }
-        Err(e) => return Err(io_err(e.into())),
+    match crate::lockfile::lock_pid_file(&dir.join("lock")).map_err(io_err)? {
+        crate::lockfile::PidLock::Held(f) => Ok(f),
+        crate::lockfile::PidLock::InUse(holder) => Err(DelegatorError::StateDirInUse {
+            dir: dir.to_path_buf(),
+            holder,
+        }),
     }
-    let _ = f
-        .set_len(0)
-        .and_then(|_| f.rewind())
-        .and_then(|_| write!(f, "{}", std::process::id()));
-    Ok(f)
 }
 
 /// Finishes or rolls back every apply a previous process left interrupted, for every
@@ -323,6 +317,7 @@ impl DelegatorHandle {
             transfer_subscribers: Vec::new(),
             archives: archives.clone(),
             lock: Some(lock),
+            farewells: Vec::new(),
         };
         rt.spawn(Box::pin(lp.run(rx)));
         let rt2 = rt.clone();
@@ -403,7 +398,10 @@ impl DelegatorHandle {
 
     /// Stops the engine task without touching the delegations: their journal records let a
     /// new [`DelegatorHandle`] on the same state directory resume them (reconnecting to the
-    /// executor). In-flight transport work may still finish in the background.
+    /// executor). Requests already sent that tell an executor something final (the ack that
+    /// lets it forget a result, a cancel, an ERROR) are let finish first, for at most
+    /// [`DelegatorOptions::request_timeout`]. In-flight transport work may still finish in the
+    /// background.
     pub async fn stop(&self) {
         let (tx, rx) = oneshot::channel();
         if self.tx.unbounded_send(Cmd::Stop(tx)).is_ok() {
@@ -425,57 +423,43 @@ impl DelegatorHandle {
         rx
     }
 
-    /// The delegator's server (archive URLs and daemon API) as an [`agent_rt::Handler`].
-    pub fn http_handler(&self) -> agent_rt::Handler {
+    /// The archive listener's handler (one-time archive URLs only) as an
+    /// [`agent_rt::Handler`] ([`Self::handle_archive_http`]).
+    pub fn archive_handler(&self) -> agent_rt::Handler {
         let d = self.clone();
         agent_rt::Handler::new(move |req| {
-            let d = d.clone();
-            async move { d.handle_http(req).await }
+            let r = d.handle_archive_http(&req);
+            async move { r }
         })
     }
 
-    /// Answers one HTTP request to the delegator's server: a one-time archive URL
-    /// (`/archives/{token}`, see [`Self::handle_archive_request`]) or else the daemon API
-    /// ([`daemon::handle`]). Every driver's delegator server calls this.
-    pub async fn handle_http<B>(&self, req: http::Request<B>) -> http::Response<ResponseBody>
-    where
-        B: http_body::Body<Data = Bytes> + Send + 'static,
-        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-    {
-        match self.handle_archive_request(&req) {
-            Some(r) => r,
-            None => daemon::handle(self, req).await,
+    /// Answers one request to the delegator's archive listener: `GET /archives/{token}`, a
+    /// one-time, delegation-bound, expiring archive URL (executors fetch URL-mode workspaces
+    /// there). Everything else is 404: the daemon API is never served here (it has its own
+    /// listener, [`daemon::DaemonApi`]). Every driver's archive server calls this.
+    pub fn handle_archive_http<B>(&self, req: &http::Request<B>) -> http::Response<ResponseBody> {
+        let not_found = |what: &str| {
+            net::json_response(
+                404,
+                wire_http::reject(404, None, ErrorInfo::new(ErrorCode::NotFound, what)).1,
+            )
+        };
+        let Some(token) = req.uri().path().strip_prefix("/archives/") else {
+            return not_found("this listener serves one-time archive URLs only");
+        };
+        if req.method() != Method::GET {
+            return not_found("unknown, used or expired archive URL");
         }
-    }
-
-    /// Serves `GET /archives/{token}`: a one-time, delegation-bound, expiring archive URL.
-    /// Returns `None` for other paths.
-    pub fn handle_archive_request<B>(
-        &self,
-        req: &http::Request<B>,
-    ) -> Option<http::Response<ResponseBody>> {
-        let path = req.uri().path();
-        let token = path.strip_prefix("/archives/")?;
         let entry = self
             .archives
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .remove(token);
+            .remove(&token_key(token));
         let now = (self.now)();
-        Some(match entry {
-            Some((_, path, expires)) if now < expires && req.method() == Method::GET => {
-                crate::executor::file_response_pub(path)
-            }
-            _ => net::json_response(
-                404,
-                wire_http::reject(
-                    404,
-                    None,
-                    ErrorInfo::new(ErrorCode::NotFound, "unknown, used or expired archive URL"),
-                )
-                .1,
-            ),
-        })
+        match entry {
+            Some((_, path, expires)) if now < expires => crate::executor::file_response_pub(path),
+            _ => not_found("unknown, used or expired archive URL"),
+        }
     }
 }
 
@@ -495,6 +479,9 @@ struct Loop<R: Runtime> {
     archives: ArchiveTable,
     /// The state directory's lock, held while the engine runs.
     lock: Option<std::fs::File>,
+    /// Requests that tell an executor something final (ack, cancel, ERROR) still in flight:
+    /// [`DelegatorHandle::stop`] lets them finish.
+    farewells: Vec<oneshot::Receiver<()>>,
 }
 
 impl<R: Runtime> Loop<R> {
@@ -510,6 +497,14 @@ impl<R: Runtime> Loop<R> {
                     // Leave delegations as they are: the journal lets a new process resume.
                     for (_, h) in std::mem::take(&mut self.streams) {
                         h.abort();
+                    }
+                    // An ack, cancel or ERROR already sent reaches the executor before the
+                    // process may exit (bounded by the request timeout).
+                    let farewells = std::mem::take(&mut self.farewells);
+                    if !farewells.is_empty() {
+                        let all = futures::future::join_all(farewells);
+                        let bound = self.rt.sleep(self.opts.request_timeout);
+                        let _ = futures::future::select(all, bound).await;
                     }
                     // Released before `stop` returns, so a new handle can take over at once.
                     drop(self.lock.take());
@@ -531,7 +526,13 @@ impl<R: Runtime> Loop<R> {
         let now = self.now();
         match cmd {
             Cmd::Delegate(p, reply) => {
-                let id = p.id.clone().unwrap_or_else(random_id);
+                let id = match p.id.clone().map_or_else(random_id, Ok) {
+                    Ok(id) => id,
+                    Err(e) => {
+                        let _ = reply.send(Err(e.into()));
+                        return;
+                    }
+                };
                 let resources = p
                     .resources
                     .iter()
@@ -552,10 +553,14 @@ impl<R: Runtime> Loop<R> {
                     transport: p.transport,
                     snapshot_mode: p.snapshot_mode,
                     auth: p.auth,
+                    allow_sensitive: p.allow_sensitive,
                 };
                 let r = self.engine.delegate(now, req).map(|_| id.clone());
                 if r.is_ok() {
-                    self.specs.insert(id, p.resources);
+                    self.specs.insert(id.clone(), p.resources);
+                    // Journalled at once: a crash never loses a delegation the caller has an
+                    // id for (a restarted delegator ends it cleanly).
+                    self.persist(&id);
                 }
                 let _ = reply.send(r.map_err(Into::into));
             }
@@ -630,11 +635,30 @@ impl<R: Runtime> Loop<R> {
         self.engine.credential_header(id, url).into_iter().collect()
     }
 
-    fn post(&self, id: DelegationId, to: Outbound, url: String, body: Option<String>) {
+    /// The admission limits (configured once, in the engine) and whether `id` may lend
+    /// secret-looking files: what the transport re-checks when it packs.
+    fn admission_of(&self, id: &DelegationId) -> (awcp_proto::AdmissionLimits, bool) {
+        let allow = self
+            .engine
+            .get(id)
+            .is_some_and(|v| v.request.allow_sensitive);
+        (self.engine.config().admission, allow)
+    }
+
+    fn post(&mut self, id: DelegationId, to: Outbound, url: String, body: Option<String>) {
         let http = self.http.clone();
         let feed = self.feed();
         let headers = self.credential_headers(&id, &url);
         let timeout = self.opts.request_timeout;
+        let farewell = if matches!(to, Outbound::Ack | Outbound::Cancel | Outbound::Error) {
+            self.farewells
+                .retain_mut(|r| matches!(r.try_recv(), Ok(None)));
+            let (tx, rx) = oneshot::channel();
+            self.farewells.push(rx);
+            Some(tx)
+        } else {
+            None
+        };
         self.rt.spawn(Box::pin(async move {
             let hdrs: Vec<(&str, String)> = headers.iter().map(|(k, v)| (*k, v.clone())).collect();
             let reply = match http
@@ -652,6 +676,9 @@ impl<R: Runtime> Loop<R> {
                 Err(e) => awcp_proto::engine::delegator::Reply::Failed(e.to_string()),
             };
             feed(DelegatorInput::Reply { id, to, reply });
+            if let Some(tx) = farewell {
+                let _ = tx.send(());
+            }
         }));
     }
 
@@ -697,6 +724,7 @@ impl<R: Runtime> Loop<R> {
                 features,
             } if transport.is_live() => {
                 let specs = self.specs.get(&id).cloned().unwrap_or_default();
+                let (admission, allow_sensitive) = self.admission_of(&id);
                 let t = self
                     .opts
                     .extra_transports
@@ -725,6 +753,8 @@ impl<R: Runtime> Loop<R> {
                             } else {
                                 Layout::PerResource
                             },
+                            admission: Some(admission),
+                            allow_sensitive,
                         };
                         let _ = features;
                         t.prepare_live(&req, expires_at, &CancelFlag::new())
@@ -743,6 +773,7 @@ impl<R: Runtime> Loop<R> {
                 features,
             } => {
                 let specs = self.specs.get(&id).cloned().unwrap_or_default();
+                let (admission, allow_sensitive) = self.admission_of(&id);
                 let t = self.opts.transport.clone();
                 let feed = self.feed();
                 let rt = self.rt.clone();
@@ -780,6 +811,8 @@ impl<R: Runtime> Loop<R> {
                             } else {
                                 Layout::PerResource
                             },
+                            admission: Some(admission),
+                            allow_sensitive,
                         };
                         let prepared = t
                             .prepare(&req, &CancelFlag::new())
@@ -816,17 +849,19 @@ impl<R: Runtime> Loop<R> {
                         Ok::<_, ErrorInfo>(match prepared.archive {
                             ArchiveOutput::Inline(h) => TransportHandle::Archive(h),
                             ArchiveOutput::File(f) => {
-                                let token = random_token();
+                                let token = crate::security::random_token().map_err(|e| {
+                                    ErrorInfo::new(ErrorCode::TransportError, e.to_string())
+                                })?;
                                 let base = match (base.as_deref(), peer.as_deref()) {
                                     (Some(b), Some(p)) => agent_rt::origin::concrete_base_for(b, p),
                                     (b, _) => b.unwrap_or("").to_owned(),
                                 };
                                 let url =
                                     format!("{}/archives/{token}", base.trim_end_matches('/'));
-                                archives
-                                    .lock()
-                                    .unwrap_or_else(|p| p.into_inner())
-                                    .insert(token, (did.clone(), f.path.clone(), expires_at));
+                                archives.lock().unwrap_or_else(|p| p.into_inner()).insert(
+                                    token_key(&token),
+                                    (did.clone(), f.path.clone(), expires_at),
+                                );
                                 TransportHandle::Archive(f.handle_for_url(url))
                             }
                         })
@@ -1044,6 +1079,7 @@ impl<R: Runtime> Loop<R> {
         let baselines = self.baselines.clone();
         let baseline_file = self.baseline_file(&id);
         let dir = self.snapshot_dir(&id);
+        let limits = self.opts.engine.admission;
         self.rt.spawn(Box::pin(async move {
             let did = id.clone();
             let s = sid.clone();
@@ -1068,6 +1104,7 @@ impl<R: Runtime> Loop<R> {
                     access_mode: access,
                     baseline: baseline.as_ref(),
                     layout: Some(layout),
+                    limits: Some(limits),
                 };
                 t.apply_snapshot(req, &CancelFlag::new())
                     .map(|report| {
@@ -1156,14 +1193,8 @@ fn scan(specs: &[ResourceSpec]) -> Result<WorkspaceStats, ErrorInfo> {
             Ok(_) => {}
         }
     }
-    let st = awcp_transports::scan(specs, &Default::default(), &CancelFlag::new())
-        .map_err(|e| e.to_error_info())?;
-    Ok(WorkspaceStats {
-        total_bytes: st.total_bytes,
-        file_count: st.file_count,
-        largest_file_bytes: st.largest_file_bytes,
-        largest_file: st.largest_file_path,
-    })
+    awcp_transports::scan(specs, &Default::default(), &CancelFlag::new())
+        .map_err(|e| e.to_error_info())
 }
 
 /// Stores a snapshot durably under `dir`: `<sid>.zip` (written to a temporary name, fsynced,
@@ -1247,26 +1278,10 @@ fn load_baseline(path: &Path) -> Option<Baseline> {
     serde_json::from_slice(&std::fs::read(path).ok()?).ok()
 }
 
-/// 16 random bytes from the OS.
-pub(crate) fn random_bytes() -> [u8; 16] {
-    let mut b = [0u8; 16];
-    if getrandom::fill(&mut b).is_err() {
-        // Extremely unlikely; fall back to time + address entropy rather than panicking.
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
-        b = (t ^ (&b as *const _ as u128)).to_le_bytes();
-    }
-    b
-}
-
-fn random_id() -> DelegationId {
-    DelegationId::from_random(random_bytes())
-}
-
-fn random_token() -> String {
-    random_bytes().iter().map(|b| format!("{b:02x}")).collect()
+/// A fresh delegation id from the OS random source (no fallback: it stands for a credential
+/// with executors that bind INVITE's credential to the id).
+fn random_id() -> Result<DelegationId, crate::security::RandomUnavailable> {
+    Ok(DelegationId::from_random(crate::security::random_bytes()?))
 }
 
 #[allow(dead_code)]

@@ -6,9 +6,17 @@
 //! `POST /awcp/tasks/{id}/ack`, `POST /awcp/cancel/{id}`, `GET /awcp/status`,
 //! `GET /awcp/tasks/{id}/snapshots/{sid}` (URL-mode snapshots of our own peers),
 //! `GET /.well-known/agent-card.json` and `/.well-known/agent.json`.
+//!
+//! With auth on, every request is first judged on its headers alone
+//! ([`awcp_proto::engine::auth::check_headers`]): a wrong credential, or an unauthenticated
+//! body over the small unauthenticated limit, is answered before a byte of the body is read.
+//! Which credential authorises which request is the engine's decision
+//! ([`awcp_proto::engine::auth`]). Requests only a web browser would send (an `Origin`
+//! header, a body that is not JSON) are refused first ([`wire_http::refuse_browser_request`]).
 
 use std::io::Read;
 
+use awcp_proto::engine::auth::{check_headers, Credential, Endpoint, HeaderVerdict, Presented};
 use awcp_proto::engine::executor::Request;
 use awcp_proto::http as wire_http;
 use awcp_proto::{decode_message, sse, DelegationId, ErrorCode, ErrorInfo};
@@ -29,6 +37,22 @@ fn reply((status, body): (u16, String)) -> http::Response<ResponseBody> {
 
 fn header<'a, B>(req: &'a http::Request<B>, name: &str) -> Option<&'a str> {
     req.headers().get(name).and_then(|v| v.to_str().ok())
+}
+
+/// The credential the request's headers present (a header that is not ASCII is unsupported,
+/// never ignored).
+fn presented<B>(req: &http::Request<B>) -> Presented {
+    let opaque = |name| req.headers().get(name).is_some_and(|v| v.to_str().is_err());
+    if opaque("authorization") || opaque("x-api-key") {
+        return Presented::Unsupported("(not ASCII)".into());
+    }
+    wire_http::presented_credential(header(req, "authorization"), header(req, "x-api-key"))
+}
+
+/// The announced body length (`None` if absent or unreadable: the limit still applies while
+/// reading).
+fn content_length<B>(req: &http::Request<B>) -> Option<u64> {
+    header(req, "content-length").and_then(|v| v.trim().parse().ok())
 }
 
 fn parse_id(s: &str) -> Result<DelegationId, http::Response<ResponseBody>> {
@@ -58,26 +82,55 @@ impl ExecutorHandle {
     {
         let method = req.method().clone();
         let path = req.uri().path().to_owned();
-        let credential = wire_http::presented_credential(
-            header(&req, "authorization"),
-            header(&req, "x-api-key"),
-        );
         let public_url = self.public_url();
         let origin = public_url
             .clone()
             .or_else(|| agent_rt::origin::request_origin(&req, self.opts.trust_forwarded_headers));
         let segs: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
+        let endpoint = match segs.as_slice() {
+            ["awcp"] => Endpoint::Message,
+            ["awcp", "status"] => Endpoint::Status,
+            ["awcp", ..] => Endpoint::Delegation,
+            _ => Endpoint::Public,
+        };
+        let has_body = req.headers().contains_key("transfer-encoding")
+            || content_length(&req).is_some_and(|n| n > 0)
+            || (req.headers().contains_key("content-length") && content_length(&req).is_none());
+        if let Some((status, error)) = wire_http::refuse_browser_request(
+            header(&req, "origin"),
+            header(&req, "content-type"),
+            has_body,
+            endpoint == Endpoint::Public,
+        ) {
+            return reply(wire_http::reject(status, None, error));
+        }
+        let presented = presented(&req);
+        let body_limit = match check_headers(
+            self.opts.auth.as_ref(),
+            endpoint,
+            &presented,
+            content_length(&req),
+            self.opts.limits,
+        ) {
+            HeaderVerdict::Proceed { body_limit } => body_limit,
+            HeaderVerdict::Refuse { status, error } => {
+                return reply(wire_http::reject(status, None, error))
+            }
+        };
+        let credential = presented.into_credential();
         match (method.clone(), segs.as_slice()) {
             (Method::GET, [".well-known", "agent-card.json" | "agent.json"]) => {
                 json_response(200, self.opts.card.to_json(origin.as_deref()).to_string())
             }
-            (Method::POST, ["awcp"]) => self.post_message(req, credential, origin).await,
+            (Method::POST, ["awcp"]) => {
+                self.post_message(req, credential, origin, body_limit).await
+            }
             (Method::GET, ["awcp", "status"]) => match self.status().await {
                 Some(s) => json_response(200, wire_http::status_to_value(&s).to_string()),
                 None => unavailable(),
             },
             (Method::GET, ["awcp", "tasks", id, "events"]) => match parse_id(id) {
-                Ok(id) => self.events(id, credential),
+                Ok(id) => self.events(id, credential).await,
                 Err(r) => r,
             },
             (Method::GET, ["awcp", "tasks", id, "result"]) => {
@@ -110,7 +163,7 @@ impl ExecutorHandle {
     async fn simple(
         &self,
         id: &str,
-        credential: Option<String>,
+        credential: Option<Credential>,
         make: fn(DelegationId) -> Request,
     ) -> http::Response<ResponseBody> {
         let id = match parse_id(id) {
@@ -126,21 +179,39 @@ impl ExecutorHandle {
     async fn post_message<B>(
         &self,
         req: http::Request<B>,
-        credential: Option<String>,
+        credential: Option<Credential>,
         origin: Option<String>,
+        limit: u64,
     ) -> http::Response<ResponseBody>
     where
         B: http_body::Body<Data = Bytes> + Send + 'static,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
-        let limit = self.opts.max_body_bytes;
-        let body = http_body_util::Limited::new(req.into_body(), limit as usize);
+        let anonymous = credential.is_none() && self.opts.auth.is_some();
+        let body = http_body_util::Limited::new(
+            req.into_body(),
+            usize::try_from(limit).unwrap_or(usize::MAX),
+        );
         let bytes = match body.collect().await {
             Ok(c) => c.to_bytes(),
             Err(e) => {
                 if e.downcast_ref::<http_body_util::LengthLimitError>()
                     .is_some()
                 {
+                    if anonymous {
+                        // Over the unauthenticated limit (a chunked body had no length).
+                        return reply(wire_http::reject(
+                            401,
+                            None,
+                            ErrorInfo {
+                                code: ErrorCode::AuthFailed,
+                                message: format!(
+                                    "without a credential header at most {limit} bytes are read"
+                                ),
+                                hint: Some("Send `Authorization: Bearer <token>` or `X-API-Key: <key>` with the request.".into()),
+                            },
+                        ));
+                    }
                     return reply(wire_http::reject_too_large(limit));
                 }
                 return reply(wire_http::reject(
@@ -175,9 +246,15 @@ impl ExecutorHandle {
         }
     }
 
-    fn events(&self, id: DelegationId, credential: Option<String>) -> http::Response<ResponseBody> {
-        let Some(rx) = self.subscribe(id, credential) else {
-            return unavailable();
+    async fn events(
+        &self,
+        id: DelegationId,
+        credential: Option<Credential>,
+    ) -> http::Response<ResponseBody> {
+        let rx = match self.subscribe(id.clone(), credential).await {
+            Some(Ok(rx)) => rx,
+            Some(Err(e)) => return reply(wire_http::reject(401, Some(&id), e)),
+            None => return unavailable(),
         };
         let keepalive = self.opts.keepalive;
         let sleep = self.opts.sleep.clone();
@@ -213,7 +290,7 @@ impl ExecutorHandle {
         &self,
         id: &str,
         sid: &str,
-        credential: Option<String>,
+        credential: Option<Credential>,
     ) -> http::Response<ResponseBody> {
         let id = match parse_id(id) {
             Ok(id) => id,

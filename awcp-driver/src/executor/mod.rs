@@ -3,20 +3,26 @@
 
 mod http;
 pub mod journal;
+pub mod lock;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use awcp_proto::engine::executor::{Request, Response};
-use awcp_proto::engine::{CapturedSnapshot, RequestId, StreamId, TaskOutcome};
+use awcp_proto::engine::auth::BodyLimits;
+use awcp_proto::engine::executor::{
+    work_root_refusal, Credential, Request, RequiredAuth, Response,
+};
+use awcp_proto::engine::{CapturedSnapshot, RequestId, StreamId, TaskHandle, TaskOutcome};
 use awcp_proto::{
     encode_event, sse, DelegationId, ErrorCode, ErrorInfo, Executor, ExecutorConfig, ExecutorEvent,
     ExecutorInput, ExecutorOutput, TransportHandle, TransportKind,
 };
 use awcp_transports::archive::{ArchiveOutput, ArchiveSource, Delivery};
-use awcp_transports::{CancelFlag, ExecutorTransport, SetupRequest, TaskContext, TaskRunner};
+use awcp_transports::{
+    CancelFlag, ExecutorTransport, Orphans, SetupRequest, TaskContext, TaskGroup, TaskRunner,
+};
 use bytes::Bytes;
 use futures::channel::{mpsc, oneshot};
 use futures::future::Either;
@@ -26,6 +32,7 @@ use crate::card::AgentCard;
 use crate::runtime::{blocking, sleep_until, Runtime};
 
 pub use self::http::SNAPSHOT_ROUTE;
+pub use self::lock::StartError;
 
 /// Streams a file as an HTTP response with flat memory (used for archive URLs).
 pub(crate) fn file_response_pub(path: PathBuf) -> ::http::Response<crate::net::ResponseBody> {
@@ -45,6 +52,10 @@ pub struct ExecutorOptions {
     pub runner: Arc<dyn TaskRunner>,
     /// Largest request body accepted (START carries inline archives).
     pub max_body_bytes: u64,
+    /// With auth on: largest body read from a request without a credential header (1 MiB).
+    /// Such requests are INVITEs and, from reference delegators (which send no header),
+    /// STARTs with inline archives; anything larger is refused from its headers.
+    pub max_unauthenticated_body_bytes: u64,
     /// SSE keepalive interval (≤ 30 s).
     pub keepalive: Duration,
     /// Base URL peers reach this executor at (`https://host:port`), for snapshot URLs
@@ -62,7 +73,8 @@ pub struct ExecutorOptions {
     pub download_timeout: Duration,
     /// The A2A agent card served at `/.well-known/agent-card.json`.
     pub card: AgentCard,
-    /// Where assignment records are journalled (None: not durable).
+    /// Where assignment records are journalled (None: not durable, and nothing a crashed
+    /// predecessor left is cleaned up). Also holds downloads and captured snapshots.
     pub state_dir: Option<PathBuf>,
 }
 
@@ -79,6 +91,7 @@ impl ExecutorOptions {
             extra_transports: Vec::new(),
             runner,
             max_body_bytes: 256 * 1024 * 1024,
+            max_unauthenticated_body_bytes: 1024 * 1024,
             keepalive: Duration::from_secs(15),
             public_url: None,
             trust_forwarded_headers: false,
@@ -92,7 +105,7 @@ impl ExecutorOptions {
 
 pub(crate) enum Cmd {
     Request {
-        credential: Option<String>,
+        credential: Option<Credential>,
         body: Request,
         reply: oneshot::Sender<Response>,
         /// The origin the peer used, remembered for the delegation if the request succeeds.
@@ -100,8 +113,10 @@ pub(crate) enum Cmd {
     },
     Subscribe {
         id: DelegationId,
-        credential: Option<String>,
+        credential: Option<Credential>,
         tx: mpsc::UnboundedSender<Bytes>,
+        /// Whether the subscription was authorised (before the response status is chosen).
+        verdict: oneshot::Sender<Result<(), ErrorInfo>>,
     },
     StreamClosed(StreamId),
     Input(ExecutorInput),
@@ -124,7 +139,9 @@ pub struct ExecutorHandle {
 
 pub(crate) struct SharedOpts {
     pub sleep: Arc<dyn Fn(Duration) -> crate::runtime::BoxFuture<()> + Send + Sync>,
-    pub max_body_bytes: u64,
+    /// The credential required, for judging headers before a body is read.
+    pub auth: Option<RequiredAuth>,
+    pub limits: BodyLimits,
     pub keepalive: Duration,
     pub card: AgentCard,
     /// The configured public URL (also set by [`ExecutorHandle::set_public_url`]).
@@ -133,22 +150,66 @@ pub(crate) struct SharedOpts {
 }
 
 impl ExecutorHandle {
-    /// Starts the engine task on `rt`.
+    /// Starts the engine task on `rt`, like [`ExecutorHandle::try_start`].
+    ///
+    /// # Panics
+    /// If the executor cannot start: another executor holds its work root or state directory,
+    /// or the work root is a system or home directory ([`StartError`]).
     pub fn start<R: Runtime>(rt: R, opts: ExecutorOptions) -> ExecutorHandle {
+        Self::try_start(rt, opts).unwrap_or_else(|e| panic!("awcp executor: {e}"))
+    }
+
+    /// Starts the engine task on `rt`.
+    ///
+    /// First it takes an exclusive lock on the work root and the state directory (refusing
+    /// with [`StartError::InUse`] if another executor holds either), then restores the journal
+    /// and, before anything is served, cleans up what a crashed predecessor recorded: it ends
+    /// the task process groups and releases the work directories of its assignments. Nothing
+    /// else in the work root is touched.
+    pub fn try_start<R: Runtime>(
+        rt: R,
+        opts: ExecutorOptions,
+    ) -> Result<ExecutorHandle, StartError> {
         let (tx, rx) = mpsc::unbounded();
         let snapshots: SnapshotFiles = Arc::default();
-        let work_root = PathBuf::from(&opts.engine.work_root);
+        let mut work_root = PathBuf::from(&opts.engine.work_root);
+        let unusable = |path: &Path, reason: String| StartError::Unusable {
+            what: "work root",
+            path: path.to_owned(),
+            reason,
+        };
+        std::fs::create_dir_all(&work_root).map_err(|e| unusable(&work_root, e.to_string()))?;
+        work_root =
+            std::fs::canonicalize(&work_root).map_err(|e| unusable(&work_root, e.to_string()))?;
+        let home = std::env::var_os("HOME")
+            .and_then(|h| std::fs::canonicalize(h).ok())
+            .map(|h| h.to_string_lossy().into_owned());
+        if let Some(why) = work_root_refusal(&work_root.to_string_lossy(), home.as_deref()) {
+            return Err(unusable(&work_root, why));
+        }
+        let mut locks = vec![lock::DirLock::directory(&work_root, "work root")?];
+        if let Some(state) = &opts.state_dir {
+            locks.push(lock::DirLock::state_dir(state)?);
+        }
         let mut transports = vec![opts.transport.clone()];
         transports.extend(opts.extra_transports.iter().cloned());
-        // Transports first (they unmount what a crash left), then the stale work directories.
-        for t in &transports {
-            t.recover(&work_root);
+        // Scratch space of this instance: downloads in flight and snapshots served by URL.
+        let scratch = match &opts.state_dir {
+            Some(s) => s.clone(),
+            None => work_root.join(".awcp"),
+        };
+        if opts.state_dir.is_some() {
+            // Only ever ours: a download interrupted by a crash.
+            let _ = std::fs::remove_dir_all(scratch.join("downloads"));
         }
-        sweep_stale(&work_root);
         let rt2 = rt.clone();
         let shared = Arc::new(SharedOpts {
             sleep: Arc::new(move |d| rt2.sleep(d)),
-            max_body_bytes: opts.max_body_bytes,
+            auth: opts.engine.auth.clone(),
+            limits: BodyLimits {
+                max: opts.max_body_bytes,
+                unauthenticated: opts.max_unauthenticated_body_bytes,
+            },
             keepalive: opts.keepalive,
             card: opts.card.clone(),
             public_url: std::sync::RwLock::new(opts.public_url.clone()),
@@ -156,6 +217,7 @@ impl ExecutorHandle {
         });
         let journal = opts.state_dir.map(journal::Journal::new);
         let mut engine = Executor::new(opts.engine.clone());
+        let mut deferred = Vec::new();
         if let Some(j) = &journal {
             let records = j.load();
             let n = engine.restore(rt.now(), &records);
@@ -175,6 +237,7 @@ impl ExecutorHandle {
                     }
                 }
             }
+            deferred = recover(&rt, &mut engine, j, &transports);
         }
         let lp = Loop {
             rt: rt.clone(),
@@ -188,7 +251,7 @@ impl ExecutorHandle {
             pending_origins: BTreeMap::new(),
             http: agent_rt::HttpClient::new(rt.clone(), opts.client_tls),
             download_timeout: opts.download_timeout,
-            work_root,
+            scratch,
             pending: BTreeMap::new(),
             streams: BTreeMap::new(),
             cancels: BTreeMap::new(),
@@ -196,13 +259,14 @@ impl ExecutorHandle {
             snapshots: snapshots.clone(),
             next_id: 1,
             journal,
+            _locks: locks,
         };
-        rt.spawn(Box::pin(lp.run(rx)));
-        ExecutorHandle {
+        rt.spawn(Box::pin(lp.run(rx, deferred)));
+        Ok(ExecutorHandle {
             tx,
             opts: shared,
             snapshots,
-        }
+        })
     }
 
     /// Tells the engine the externally reachable base URL (after binding port 0).
@@ -244,7 +308,7 @@ impl ExecutorHandle {
 
     pub(crate) async fn request(
         &self,
-        credential: Option<String>,
+        credential: Option<Credential>,
         body: Request,
     ) -> Option<Response> {
         self.request_from(credential, body, None).await
@@ -253,7 +317,7 @@ impl ExecutorHandle {
     /// A request whose success binds `origin` (the URL its sender used) to the delegation.
     pub(crate) async fn request_from(
         &self,
-        credential: Option<String>,
+        credential: Option<Credential>,
         body: Request,
         origin: Option<(DelegationId, String)>,
     ) -> Option<Response> {
@@ -269,43 +333,154 @@ impl ExecutorHandle {
         rx.await.ok()
     }
 
-    pub(crate) fn subscribe(
+    /// Subscribes to a delegation's events; `Err` if the engine refuses the credential.
+    pub(crate) async fn subscribe(
         &self,
         id: DelegationId,
-        credential: Option<String>,
-    ) -> Option<mpsc::UnboundedReceiver<Bytes>> {
+        credential: Option<Credential>,
+    ) -> Option<Result<mpsc::UnboundedReceiver<Bytes>, ErrorInfo>> {
         let (tx, rx) = mpsc::unbounded();
+        let (verdict, answer) = oneshot::channel();
         self.tx
-            .unbounded_send(Cmd::Subscribe { id, credential, tx })
+            .unbounded_send(Cmd::Subscribe {
+                id,
+                credential,
+                tx,
+                verdict,
+            })
             .ok()?;
-        Some(rx)
+        Some(answer.await.ok()?.map(|()| rx))
     }
 }
 
-/// Removes work directories and downloads a crashed predecessor left behind.
-fn sweep_stale(root: &Path) {
-    let Ok(rd) = std::fs::read_dir(root) else {
+/// Start-up recovery: executes what [`Executor::restore`] asked for about a crashed
+/// predecessor's assignments, before anything is served: ends recorded task groups, releases
+/// recorded work directories, journals the outcome. Other outputs are returned for the loop.
+fn recover<R: Runtime>(
+    rt: &R,
+    engine: &mut Executor,
+    journal: &journal::Journal,
+    transports: &[Arc<dyn ExecutorTransport>],
+) -> Vec<ExecutorOutput> {
+    let mut deferred = Vec::new();
+    let mut inputs = Vec::new();
+    loop {
+        while let Some(out) = engine.poll_output() {
+            match out {
+                ExecutorOutput::EndTask { id, handle } => {
+                    end_task(&id, &handle);
+                    inputs.push(ExecutorInput::TaskFinished {
+                        id,
+                        result: Err(ErrorInfo::bare(
+                            ErrorCode::Cancelled,
+                            "ended after a restart",
+                        )),
+                    });
+                }
+                ExecutorOutput::Release {
+                    id,
+                    work_dir,
+                    transport,
+                } => {
+                    let t = transport_for(transports, &transport);
+                    let result = release_work_dir(&*t, &transport, &work_dir);
+                    inputs.push(ExecutorInput::Released { id, result });
+                }
+                ExecutorOutput::RemoveEmptyWorkDir { id, work_dir } => {
+                    // Never anything inside: it may be someone else's directory.
+                    let _ = std::fs::remove_dir(&work_dir);
+                    inputs.push(ExecutorInput::Released { id, result: Ok(()) });
+                }
+                ExecutorOutput::Event(ev) => {
+                    if let Some(id) = event_id(&ev) {
+                        match engine.record(id) {
+                            Some(rec) => journal.write(id, &rec),
+                            None => journal.remove(id),
+                        }
+                    }
+                }
+                other => deferred.push(other),
+            }
+        }
+        if inputs.is_empty() {
+            return deferred;
+        }
+        for i in inputs.drain(..) {
+            if let Err(e) = engine.handle(rt.now(), i) {
+                tracing::debug!("recovery input ignored: {e}");
+            }
+        }
+    }
+}
+
+/// Ends the process group a crashed predecessor recorded for `id`, if it is verifiably the
+/// task's (see [`TaskGroup::end_orphaned`]).
+fn end_task(id: &DelegationId, handle: &TaskHandle) {
+    let Some(group) = TaskGroup::from_handle(&handle.0) else {
+        tracing::warn!(delegation = %id, handle = %handle.0, "unreadable task record; nothing ended");
         return;
     };
-    for e in rd.flatten() {
-        let name = e.file_name();
-        if name == ".awcp" {
-            continue;
+    match group.end_orphaned(id.as_str()) {
+        Orphans::Ended(n) => {
+            tracing::info!(delegation = %id, pgid = group.pgid, processes = n, "ended the task a crash left running")
         }
-        let p = e.path();
-        if is_mount_point(&p) {
-            // Never recurse into a mount a transport could not remove: it is someone's files.
-            tracing::warn!(path = %p.display(), "stale work directory is still mounted; left");
-            continue;
+        Orphans::Gone => {}
+        Orphans::NotOurs => {
+            tracing::warn!(delegation = %id, pgid = group.pgid, "recorded process group now belongs to someone else; left alone")
         }
-        tracing::info!(path = %p.display(), "removing stale work directory from a previous run");
-        let _ = if p.is_dir() {
-            std::fs::remove_dir_all(&p)
-        } else {
-            std::fs::remove_file(&p)
-        };
+        Orphans::Unverifiable => {
+            tracing::warn!(delegation = %id, pgid = group.pgid, "cannot verify the recorded process group on this platform; left alone")
+        }
     }
-    let _ = std::fs::remove_dir_all(root.join(".awcp").join("downloads"));
+}
+
+/// Detaches the transport from `work_dir` and removes it, never recursing into a mount.
+fn release_work_dir(
+    t: &dyn ExecutorTransport,
+    kind: &TransportKind,
+    work_dir: &str,
+) -> Result<(), ErrorInfo> {
+    let p = Path::new(work_dir);
+    if !kind.is_live() && is_mount_point(p) {
+        tracing::warn!(path = %p.display(), "work directory is a mount point; left in place");
+        return Ok(());
+    }
+    match t.release(p) {
+        // Never recurse into a work directory that may still be a mount.
+        Err(e) => {
+            tracing::warn!("release of {work_dir} failed: {e}");
+            Err(e.to_error_info())
+        }
+        Ok(()) => {
+            if !is_mount_point(p) {
+                let _ = std::fs::remove_dir_all(p);
+            }
+            Ok(())
+        }
+    }
+}
+
+/// The transport serving `kind` (the first one if none does: it refuses the handle).
+fn transport_for(
+    transports: &[Arc<dyn ExecutorTransport>],
+    kind: &TransportKind,
+) -> Arc<dyn ExecutorTransport> {
+    transports
+        .iter()
+        .find(|t| t.kind() == *kind)
+        .unwrap_or(&transports[0])
+        .clone()
+}
+
+/// The assignment an event is about, if its record should be written.
+fn event_id(ev: &ExecutorEvent) -> Option<&DelegationId> {
+    match ev {
+        ExecutorEvent::InviteReceived { id, .. }
+        | ExecutorEvent::StateChanged { id, .. }
+        | ExecutorEvent::RecordChanged { id }
+        | ExecutorEvent::Ended { id, .. }
+        | ExecutorEvent::Forgotten { id } => Some(id),
+    }
 }
 
 /// Whether `p` is a mount point (its device differs from its parent's).
@@ -336,7 +511,8 @@ struct Loop<R: Runtime> {
     pending_origins: BTreeMap<RequestId, (DelegationId, String)>,
     http: agent_rt::HttpClient<R>,
     download_timeout: Duration,
-    work_root: PathBuf,
+    /// Downloads and captured snapshots of this instance.
+    scratch: PathBuf,
     pending: BTreeMap<RequestId, oneshot::Sender<Response>>,
     streams: BTreeMap<StreamId, mpsc::UnboundedSender<Bytes>>,
     cancels: BTreeMap<DelegationId, CancelFlag>,
@@ -345,16 +521,14 @@ struct Loop<R: Runtime> {
     snapshots: SnapshotFiles,
     next_id: u64,
     journal: Option<journal::Journal>,
+    /// The work root and state directory stay locked while the loop runs.
+    _locks: Vec<lock::DirLock>,
 }
 
 impl<R: Runtime> Loop<R> {
     /// The transport serving `kind` (the primary one if none does: it refuses the handle).
     fn transport_for(&self, kind: &TransportKind) -> Arc<dyn ExecutorTransport> {
-        self.transports
-            .iter()
-            .find(|t| t.kind() == *kind)
-            .unwrap_or(&self.transports[0])
-            .clone()
+        transport_for(&self.transports, kind)
     }
 
     /// The transport assignment `id` was allocated with.
@@ -365,8 +539,11 @@ impl<R: Runtime> Loop<R> {
         }
     }
 
-    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Cmd>) {
+    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Cmd>, deferred: Vec<ExecutorOutput>) {
         let mut shutdown: Option<oneshot::Sender<()>> = None;
+        for out in deferred {
+            self.execute(out);
+        }
         loop {
             self.drain();
             if let Some(tx) = shutdown.take() {
@@ -421,7 +598,17 @@ impl<R: Runtime> Loop<R> {
                     body,
                 });
             }
-            Cmd::Subscribe { id, credential, tx } => {
+            Cmd::Subscribe {
+                id,
+                credential,
+                tx,
+                verdict,
+            } => {
+                if let Err(e) = self.engine.authorize(Some(&id), credential.as_ref()) {
+                    let _ = verdict.send(Err(e));
+                    return;
+                }
+                let _ = verdict.send(Ok(()));
                 let stream = StreamId(self.next_id);
                 self.next_id += 1;
                 self.streams.insert(stream, tx);
@@ -519,7 +706,7 @@ impl<R: Runtime> Loop<R> {
                     id.clone(),
                     resources.iter().map(|r| r.name.to_string()).collect(),
                 );
-                let downloads = self.work_root.join(".awcp").join("downloads");
+                let downloads = self.scratch.join("downloads");
                 let timeout = self.download_timeout;
                 let http = self.http.clone();
                 self.rt.spawn(Box::pin(async move {
@@ -570,7 +757,9 @@ impl<R: Runtime> Loop<R> {
                 };
                 self.rt.spawn(Box::pin(async move {
                     let pf = feed.clone();
+                    let sf = feed.clone();
                     let pid = id.clone();
+                    let sid = id.clone();
                     let c2 = cancel.clone();
                     let result = blocking(&rt, move || {
                         let progress = move |m: String| {
@@ -580,7 +769,14 @@ impl<R: Runtime> Loop<R> {
                                 progress: None,
                             })
                         };
-                        runner.run(&ctx, &progress, &c2)
+                        // Journalled, so that a restarted executor can end the group.
+                        let spawned = move |g: TaskGroup| {
+                            sf(ExecutorInput::TaskSpawned {
+                                id: sid.clone(),
+                                handle: TaskHandle(g.to_handle()),
+                            })
+                        };
+                        runner.run_tracked(&ctx, &progress, &spawned, &c2)
                     })
                     .await;
                     let result = match result {
@@ -612,7 +808,7 @@ impl<R: Runtime> Loop<R> {
                 let t = self.transport_of(&id);
                 let feed = self.feed();
                 let rt = self.rt.clone();
-                let dir = self.work_root.join(".awcp").join("snapshots");
+                let dir = self.scratch.join("snapshots");
                 let url_base = if inline {
                     None
                 } else {
@@ -657,28 +853,44 @@ impl<R: Runtime> Loop<R> {
                     feed(ExecutorInput::SnapshotCaptured { id, result });
                 }));
             }
-            ExecutorOutput::Release { id, work_dir } => {
+            ExecutorOutput::Release {
+                id,
+                work_dir,
+                transport,
+            } => {
                 self.origins.remove(&id);
                 self.cancels.remove(&id);
                 self.resources.remove(&id);
-                let t = self.transport_of(&id);
                 self.kinds.remove(&id);
+                let t = self.transport_for(&transport);
                 let feed = self.feed();
                 let rt = self.rt.clone();
                 self.rt.spawn(Box::pin(async move {
-                    let result = blocking(&rt, move || {
-                        let r = t.release(Path::new(&work_dir));
-                        match &r {
-                            // Never recurse into a work directory that may still be a mount.
-                            Err(e) => tracing::warn!("release of {work_dir} failed: {e}"),
-                            Ok(()) => {
-                                let _ = std::fs::remove_dir_all(&work_dir);
-                            }
-                        }
-                        r.map_err(|e| e.to_error_info())
-                    })
-                    .await;
+                    let result =
+                        blocking(&rt, move || release_work_dir(&*t, &transport, &work_dir)).await;
                     feed(ExecutorInput::Released { id, result });
+                }));
+            }
+            ExecutorOutput::RemoveEmptyWorkDir { id, work_dir } => {
+                // Never anything inside: it may be someone else's directory.
+                let _ = std::fs::remove_dir(&work_dir);
+                let _ = self
+                    .tx
+                    .unbounded_send(Cmd::Input(ExecutorInput::Released { id, result: Ok(()) }));
+            }
+            ExecutorOutput::EndTask { id, handle } => {
+                let feed = self.feed();
+                let rt = self.rt.clone();
+                self.rt.spawn(Box::pin(async move {
+                    let did = id.clone();
+                    blocking(&rt, move || end_task(&did, &handle)).await;
+                    feed(ExecutorInput::TaskFinished {
+                        id,
+                        result: Err(ErrorInfo::bare(
+                            ErrorCode::Cancelled,
+                            "ended after a restart",
+                        )),
+                    });
                 }));
             }
             ExecutorOutput::DropSnapshot { id, snapshot_id } => {
@@ -687,7 +899,16 @@ impl<R: Runtime> Loop<R> {
                     .snapshots
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
-                    .remove(&key);
+                    .remove(&key)
+                    // Captured before a restart: where capture puts it.
+                    .or_else(|| {
+                        let p = self
+                            .scratch
+                            .join("snapshots")
+                            .join(id.as_str())
+                            .join(format!("{snapshot_id}.zip"));
+                        p.exists().then_some(p)
+                    });
                 if let Some(p) = path {
                     let _ = std::fs::remove_file(&p);
                     if let Some(parent) = p.parent() {
@@ -713,14 +934,9 @@ impl<R: Runtime> Loop<R> {
             ExecutorEvent::Forgotten { id } => {
                 tracing::debug!(delegation = %id, "assignment forgotten");
             }
+            ExecutorEvent::RecordChanged { .. } => {}
         }
-        if let Some(j) = &self.journal {
-            let id = match &ev {
-                ExecutorEvent::InviteReceived { id, .. }
-                | ExecutorEvent::StateChanged { id, .. }
-                | ExecutorEvent::Ended { id, .. }
-                | ExecutorEvent::Forgotten { id } => id,
-            };
+        if let (Some(j), Some(id)) = (&self.journal, event_id(&ev)) {
             match self.engine.record(id) {
                 Some(rec) => j.write(id, &rec),
                 None => j.remove(id),

@@ -33,7 +33,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::engine::admission::{admission_verdict, AdmissionLimits, WorkspaceStats};
+use crate::engine::admission::{
+    admission_verdict, AdmissionLimits, NotShipped, NotShippedReason, WorkspaceStats,
+};
 use crate::engine::timers::Core;
 use crate::engine::{SnapshotMode, TaskOutcome, UsageError};
 use crate::error::{ErrorCode, ErrorInfo};
@@ -107,6 +109,9 @@ pub struct DelegateRequest {
     pub snapshot_mode: SnapshotMode,
     /// Credential for the executor.
     pub auth: Option<Auth>,
+    /// Lend secret-looking files (`.env`, private keys, …; WIRE.md §9) instead of refusing
+    /// the delegation with `SENSITIVE_FILES`.
+    pub allow_sensitive: bool,
 }
 
 /// A request this engine sent, named in [`DelegatorInput::Reply`].
@@ -475,6 +480,11 @@ pub struct DelegationView {
     /// What releasing the transport found that the user should know (see
     /// [`DelegatorInput::TransportReleased`]).
     pub warnings: Vec<String>,
+    /// Workspace entries the admission scan found that are not shipped (symlinks, special
+    /// files, ignored paths), the first [`MAX_NOT_SHIPPED_LISTED`](crate::engine::admission::MAX_NOT_SHIPPED_LISTED).
+    pub not_shipped: Vec<NotShipped>,
+    /// How many entries are not shipped in all.
+    pub not_shipped_count: u64,
 }
 
 /// How a delegation turned out, for the application: what a CLI's exit code, an MCP tool's
@@ -651,6 +661,8 @@ struct Delegation {
     error: Option<ErrorInfo>,
     ended: bool,
     warnings: Vec<String>,
+    not_shipped: Vec<NotShipped>,
+    not_shipped_count: u64,
 }
 
 /// The delegator engine. See the [module docs](self).
@@ -738,6 +750,8 @@ impl Delegator {
                 error: None,
                 ended: false,
                 warnings: Vec::new(),
+                not_shipped: Vec::new(),
+                not_shipped_count: 0,
             },
         );
         self.core
@@ -892,6 +906,8 @@ impl Delegator {
             result_error: d.result_error.clone(),
             ended: d.ended,
             warnings: d.warnings.clone(),
+            not_shipped: d.not_shipped.clone(),
+            not_shipped_count: d.not_shipped_count,
         })
     }
 
@@ -1084,7 +1100,13 @@ impl Delegator {
         if d.machine.state() != DelegationState::Created {
             return Ok(());
         }
-        let verdict = result.and_then(|stats| admission_verdict(&stats, &self.config.admission));
+        let allow_sensitive = d.req.allow_sensitive;
+        if let Ok(stats) = &result {
+            d.not_shipped = stats.not_shipped.clone();
+            d.not_shipped_count = stats.not_shipped_count;
+        }
+        let verdict = result
+            .and_then(|stats| admission_verdict(&stats, &self.config.admission, allow_sensitive));
         if let Err(e) = verdict {
             tracing::info!(delegation = %id, code = %e.code, "admission refused: {}", e.message);
             self.transition(now, id, DelegationEvent::SendError, Some(e));
@@ -1690,6 +1712,10 @@ impl Delegator {
                 let auto = d.req.snapshot_mode == SnapshotMode::Auto
                     && matches!(state, DelegationState::Running | DelegationState::Completed);
                 if auto {
+                    // Reported (so journalled) as stored before the apply starts: a crash during
+                    // the apply then finds the bytes on restart (the snapshot is pending again)
+                    // instead of fetching the result anew from an executor that may be gone.
+                    self.snapshot_event(id, sid, SnapshotStatus::InFlight);
                     self.start_apply(id, sid.clone());
                     return Ok(());
                 }
@@ -2031,6 +2057,9 @@ impl Delegator {
             })).collect::<Vec<_>>(),
             "result": d.result.as_ref().map(|o| json!({"summary": o.summary, "highlights": o.highlights})),
             "error": d.error,
+            "allowSensitive": d.req.allow_sensitive,
+            "notShipped": d.not_shipped.iter().map(|n| json!({"path": n.path, "reason": n.reason.as_str()})).collect::<Vec<_>>(),
+            "notShippedCount": d.not_shipped_count,
             "resultError": d.result_error,
             "warnings": d.warnings,
         }))
@@ -2173,6 +2202,26 @@ impl Delegator {
             .and_then(|v| v.as_str())
             .and_then(SnapshotMode::parse)
             .unwrap_or_default();
+        // A store interrupted by the restart may have left bytes the record does not list:
+        // delete them (deleting is idempotent; the snapshot is failed anyway).
+        let interrupted_stores: Vec<SnapshotId> = if snapshot_mode == SnapshotMode::Staged {
+            r.get("snapshots")
+                .and_then(|v| v.as_array())
+                .into_iter()
+                .flatten()
+                .filter(|x| {
+                    x.pointer("/status/status").and_then(|v| v.as_str()) == Some("in_flight")
+                })
+                .filter_map(|x| {
+                    x.get("id")
+                        .and_then(|v| v.as_str())
+                        .and_then(|v| SnapshotId::new(v).ok())
+                })
+                .filter(|sid| !stored.contains(sid))
+                .collect()
+        } else {
+            Vec::new()
+        };
         let dialect = if r.get("dialect").and_then(|v| v.as_str()) == Some("seed") {
             Dialect::Seed
         } else {
@@ -2200,7 +2249,27 @@ impl Delegator {
             transport: inv.transport.unwrap_or(TransportKind::Archive),
             snapshot_mode,
             auth: inv.auth,
+            allow_sensitive: r
+                .get("allowSensitive")
+                .and_then(|v| v.as_bool())
+                .unwrap_or(false),
         };
+        let not_shipped = r
+            .get("notShipped")
+            .and_then(|v| v.as_array())
+            .into_iter()
+            .flatten()
+            .filter_map(|n| {
+                Some(NotShipped {
+                    path: n.get("path")?.as_str()?.to_owned(),
+                    reason: NotShippedReason::parse(n.get("reason")?.as_str()?)?,
+                })
+            })
+            .collect::<Vec<_>>();
+        let not_shipped_count = r
+            .get("notShippedCount")
+            .and_then(|v| v.as_u64())
+            .unwrap_or(not_shipped.len() as u64);
         let access = r
             .get("accessMode")
             .and_then(|v| v.as_str())
@@ -2240,8 +2309,18 @@ impl Delegator {
                 error,
                 ended,
                 warnings: crate::engine::record_strings(r, "warnings"),
+                not_shipped,
+                not_shipped_count,
             },
         );
+        for snapshot_id in interrupted_stores {
+            self.core
+                .outputs
+                .push_back(DelegatorOutput::DeleteStoredSnapshot {
+                    id: id.clone(),
+                    snapshot_id,
+                });
+        }
         Some(id)
     }
 
@@ -2437,6 +2516,7 @@ mod tests {
                     credential: "tok".into(),
                     metadata: Default::default(),
                 }),
+                allow_sensitive: false,
             },
         )
         .unwrap();

@@ -22,6 +22,13 @@
 //!
 //! Cancel, ERROR from the delegator and lease expiry stop the running task
 //! ([`ExecutorOutput::StopTask`]) and release once it stopped (or after a grace period).
+//!
+//! ## Which directories and processes are the executor's
+//! Only what an assignment recorded: its work directory `{work_root}/{id}` once allocated, and
+//! the task's OS resources once the driver reported them ([`ExecutorInput::TaskSpawned`]).
+//! After a crash, [`Executor::restore`] asks to end recorded tasks
+//! ([`ExecutorOutput::EndTask`]) and to release recorded work directories
+//! ([`ExecutorOutput::Release`]); nothing else in the work root is ever touched.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -29,35 +36,21 @@ use std::time::Duration;
 
 use crate::engine::timers::Core;
 use crate::engine::{
-    CapturedSnapshot, IdSource, RequestId, SnapshotKind, StreamId, TaskOutcome, UsageError,
+    CapturedSnapshot, IdSource, RequestId, SnapshotKind, StreamId, TaskHandle, TaskOutcome,
+    UsageError,
 };
 use crate::error::{ErrorCode, ErrorInfo};
 use crate::id::{DelegationId, SnapshotId};
 use crate::state::{AssignmentEvent, AssignmentMachine, AssignmentState};
 use crate::time::Timestamp;
 use crate::wire::{
-    feature, Accept, AccessMode, AuthType, Dialect, DoneEvent, ErrorMessage, ExecutorConstraints,
-    Invite, Message, Resource, SandboxProfile, SnapshotEvent, StatusEvent, TaskEvent,
-    TaskEventKind, TaskSpec, TaskStatus, TransportHandle, TransportKind,
+    feature, Accept, AccessMode, Dialect, DoneEvent, ErrorMessage, ExecutorConstraints, Invite,
+    Message, Resource, SandboxProfile, SnapshotEvent, StatusEvent, TaskEvent, TaskEventKind,
+    TaskSpec, TaskStatus, TransportHandle, TransportKind,
 };
 
-/// A credential the executor requires in INVITE `auth` and on every later request.
-#[derive(Clone, PartialEq, Eq)]
-pub struct RequiredAuth {
-    /// Accepted credential types (`bearer`, `api_key`); empty accepts any type.
-    pub types: Vec<AuthType>,
-    /// The secret.
-    pub credential: String,
-}
-
-impl core::fmt::Debug for RequiredAuth {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("RequiredAuth")
-            .field("types", &self.types)
-            .field("credential", &"<redacted>")
-            .finish()
-    }
-}
+use crate::engine::auth::{self, BoundCredential};
+pub use crate::engine::auth::{Credential, RequiredAuth};
 
 /// Executor policy. `Default` gives the reference's defaults (WIRE.md §9).
 #[derive(Clone, Debug)]
@@ -81,8 +74,13 @@ pub struct ExecutorConfig {
     /// Accept every INVITE that passes policy; otherwise the application decides through
     /// [`ExecutorEvent::InviteReceived`].
     pub auto_accept: bool,
-    /// Credential required from delegators.
+    /// Credential required from delegators (see [`crate::engine::auth`] for which credential
+    /// authorises which request).
     pub auth: Option<RequiredAuth>,
+    /// How long an accepted assignment waits for START before it is dropped and its slot
+    /// freed (never longer than its lease). Pending assignments hold slots, so this keeps
+    /// stalled or abandoned INVITEs from exhausting `max_concurrent`.
+    pub start_timeout: Duration,
     /// Transports this executor serves; the first is used when INVITE names none.
     pub transports: Vec<TransportKind>,
     /// Protocol extensions this executor supports.
@@ -111,6 +109,7 @@ impl Default for ExecutorConfig {
             },
             auto_accept: true,
             auth: None,
+            start_timeout: Duration::from_secs(60),
             transports: vec![TransportKind::Archive],
             features: vec![
                 feature::DELTA_SNAPSHOTS.to_owned(),
@@ -142,8 +141,8 @@ pub enum ExecutorInput {
     Request {
         /// Driver-issued handle.
         request: RequestId,
-        /// The credential presented (bearer token or API key header), if any.
-        credential: Option<String>,
+        /// The credential presented in a header (bearer token or API key), if any.
+        credential: Option<Credential>,
         /// What is asked.
         body: Request,
     },
@@ -153,8 +152,8 @@ pub enum ExecutorInput {
         stream: StreamId,
         /// The delegation.
         id: DelegationId,
-        /// The credential presented, if any.
-        credential: Option<String>,
+        /// The credential presented in a header, if any.
+        credential: Option<Credential>,
     },
     /// The subscriber went away.
     StreamClosed {
@@ -175,6 +174,14 @@ pub enum ExecutorInput {
         id: DelegationId,
         /// Outcome (`SETUP_FAILED`, `CHECKSUM_MISMATCH`, …).
         result: Result<(), ErrorInfo>,
+    },
+    /// The task's OS resources exist (e.g. its process group): journal them (the engine emits
+    /// [`ExecutorEvent::RecordChanged`]) so a restarted executor can end them.
+    TaskSpawned {
+        /// The delegation.
+        id: DelegationId,
+        /// What the driver needs to end the task after a crash.
+        handle: TaskHandle,
     },
     /// The running task reported progress.
     TaskProgress {
@@ -371,6 +378,27 @@ pub enum ExecutorOutput {
         id: DelegationId,
         /// The work directory.
         work_dir: String,
+        /// The transport that set it up (never recurse into a live mount as if it were an
+        /// extracted archive).
+        transport: TransportKind,
+    },
+    /// After a restart: a work-directory allocation was interrupted by the crash. Remove the
+    /// directory if it exists and is empty (an allocation that failed may have found someone
+    /// else's non-empty directory there: never remove anything inside); answer with
+    /// `Released`.
+    RemoveEmptyWorkDir {
+        /// The delegation.
+        id: DelegationId,
+        /// The work directory.
+        work_dir: String,
+    },
+    /// After a restart: end the task a crashed predecessor left running (described by the
+    /// handle it reported); answer with `TaskFinished` once it is gone.
+    EndTask {
+        /// The delegation.
+        id: DelegationId,
+        /// What [`ExecutorInput::TaskSpawned`] reported.
+        handle: TaskHandle,
     },
     /// A retained snapshot is no longer needed (ack or retention); free its bytes.
     DropSnapshot {
@@ -408,6 +436,12 @@ pub enum ExecutorEvent {
     /// The assignment's record is gone (acknowledged, retention over, or never accepted):
     /// drop it from any journal.
     Forgotten {
+        /// The delegation.
+        id: DelegationId,
+    },
+    /// The assignment's durable record changed without a state change (task resources
+    /// reported or gone): write [`Executor::record`] again.
+    RecordChanged {
         /// The delegation.
         id: DelegationId,
     },
@@ -477,7 +511,8 @@ struct Assignment {
     dialect: Dialect,
     machine: AssignmentMachine,
     work_dir: String,
-    credential: Option<String>,
+    /// The credential that authenticated the INVITE (digest only), when auth is on.
+    auth: Option<BoundCredential>,
     transport: TransportKind,
     access: AccessMode,
     ttl: Duration,
@@ -500,6 +535,8 @@ struct Assignment {
     acked: bool,
     terminal_event: Option<Arc<TaskEvent>>,
     completed_at: Option<Timestamp>,
+    /// The running task's OS resources, while they exist.
+    task: Option<TaskHandle>,
 }
 
 impl Assignment {
@@ -699,6 +736,16 @@ impl Executor {
                 }
                 Ok(())
             }
+            ExecutorInput::TaskSpawned { id, handle } => {
+                let a = self.get_mut(&id)?;
+                if matches!(a.op, Op::Running | Op::Stopping) {
+                    a.task = Some(handle);
+                    self.core
+                        .outputs
+                        .push_back(ExecutorOutput::Event(ExecutorEvent::RecordChanged { id }));
+                }
+                Ok(())
+            }
             ExecutorInput::TaskFinished { id, result } => self.on_task_finished(now, &id, result),
             ExecutorInput::SnapshotCaptured { id, result } => self.on_captured(now, &id, result),
             ExecutorInput::Released { id, result } => {
@@ -822,22 +869,15 @@ impl Executor {
         );
     }
 
-    fn credential_ok(&self, presented: Option<&str>) -> bool {
-        match &self.config.auth {
-            None => true,
-            Some(req) => presented.is_some_and(|p| constant_time_eq(p, &req.credential)),
-        }
-    }
-
     fn auth_error() -> ErrorInfo {
-        ErrorInfo::new(ErrorCode::AuthFailed, "missing or invalid credential")
+        auth::auth_failed()
     }
 
     fn on_request(
         &mut self,
         now: Timestamp,
         request: RequestId,
-        credential: Option<String>,
+        credential: Option<Credential>,
         body: Request,
     ) {
         let body = match body {
@@ -848,18 +888,18 @@ impl Executor {
         };
         match body {
             Req::Message(Message::Invite(invite), dialect) => {
-                self.on_invite(now, request, invite, dialect)
+                self.on_invite(now, request, invite, dialect, credential.as_ref())
             }
             Req::Message(Message::Start(start), dialect) => {
                 let id = start.delegation_id.clone();
-                if !self.authorized(&id, credential.as_deref()) {
+                if !self.authorized(&id, credential.as_ref()) {
                     return self.respond_error(request, &id, Self::auth_error(), dialect, 401);
                 }
                 self.on_start(now, request, start, dialect)
             }
             Req::Message(Message::Error(msg), dialect) => {
                 let id = msg.delegation_id.clone();
-                if !self.authorized(&id, credential.as_deref()) {
+                if !self.authorized(&id, credential.as_ref()) {
                     return self.respond_error(request, &id, Self::auth_error(), dialect, 401);
                 }
                 match self.assignments.get(&id).map(|a| a.state()) {
@@ -891,7 +931,7 @@ impl Executor {
                 );
             }
             Req::Cancel(id) => {
-                if !self.authorized(&id, credential.as_deref()) {
+                if !self.authorized(&id, credential.as_ref()) {
                     return self.respond_error(
                         request,
                         &id,
@@ -930,7 +970,7 @@ impl Executor {
                 }
             }
             Req::Ack(id) => {
-                if !self.authorized(&id, credential.as_deref()) {
+                if !self.authorized(&id, credential.as_ref()) {
                     return self.respond_error(
                         request,
                         &id,
@@ -958,7 +998,7 @@ impl Executor {
                 }
             }
             Req::Result(id) => {
-                if !self.authorized(&id, credential.as_deref()) {
+                if !self.authorized(&id, credential.as_ref()) {
                     return self.respond_error(
                         request,
                         &id,
@@ -973,18 +1013,27 @@ impl Executor {
         }
     }
 
-    /// Whether `presented` may act on `id`: with auth configured, it must match.
-    fn authorized(&self, id: &DelegationId, presented: Option<&str>) -> bool {
-        if self.config.auth.is_none() {
-            return true;
-        }
-        match self
-            .assignments
-            .get(id)
-            .and_then(|a| a.credential.as_deref())
-        {
-            Some(stored) => presented.is_some_and(|p| constant_time_eq(p, stored)),
-            None => self.credential_ok(presented),
+    /// Whether `presented` may act on `id` (rules: [`crate::engine::auth`]).
+    fn authorized(&self, id: &DelegationId, presented: Option<&Credential>) -> bool {
+        self.authorize(Some(id), presented).is_ok()
+    }
+
+    /// Whether a request presenting `presented` (a header credential, if any) may act on
+    /// delegation `id`, or on the whole executor (`None`: status). Drivers ask this before
+    /// answering with a stream, so a refused subscription gets HTTP 401; every request is
+    /// checked again when it reaches the engine.
+    pub fn authorize(
+        &self,
+        id: Option<&DelegationId>,
+        presented: Option<&Credential>,
+    ) -> Result<(), ErrorInfo> {
+        let bound = id
+            .and_then(|id| self.assignments.get(id))
+            .and_then(|a| a.auth.as_ref());
+        match (id, bound) {
+            // Executor-wide requests always need the configured credential.
+            (None, _) => auth::authorize(self.config.auth.as_ref(), None, presented),
+            (Some(_), b) => auth::authorize(self.config.auth.as_ref(), b, presented),
         }
     }
 
@@ -1030,19 +1079,29 @@ impl Executor {
         }
     }
 
-    fn on_invite(&mut self, now: Timestamp, request: RequestId, invite: Invite, dialect: Dialect) {
+    fn on_invite(
+        &mut self,
+        now: Timestamp,
+        request: RequestId,
+        mut invite: Invite,
+        dialect: Dialect,
+        header: Option<&Credential>,
+    ) {
         let id = invite.delegation_id.clone();
         let declined = |msg: String| ErrorInfo::new(ErrorCode::Declined, msg);
         // Authentication first: nothing else is revealed to an unauthenticated caller.
-        if let Some(req) = &self.config.auth {
-            let ok = invite.auth.as_ref().is_some_and(|a| {
-                (req.types.is_empty() || req.types.contains(&a.auth_type))
-                    && constant_time_eq(&a.credential, &req.credential)
-            });
-            if !ok {
-                return self.respond_error(request, &id, Self::auth_error(), dialect, 200);
-            }
-        }
+        let bound = match auth::authenticate_invite(
+            self.config.auth.as_ref(),
+            &id,
+            header,
+            invite.auth.as_ref(),
+        ) {
+            Ok(b) => b,
+            Err(e) => return self.respond_error(request, &id, e, dialect, 200),
+        };
+        // The secret is not kept (nor journalled, nor handed to the application): only its
+        // digest, in `bound`.
+        invite.auth = None;
         // A duplicate INVITE arriving after the assignment was acknowledged and forgotten
         // must not start the task again while its lease (and a duplicate START) is valid.
         self.tombstones.retain(|_, until| *until > now);
@@ -1182,7 +1241,6 @@ impl Executor {
             .cloned()
             .collect();
         let work_dir = self.work_dir_for(&id);
-        let credential = invite.auth.as_ref().map(|a| a.credential.clone());
         tracing::debug!(delegation = %id, "invitation passed policy");
         self.assignments.insert(
             id.clone(),
@@ -1191,11 +1249,7 @@ impl Executor {
                 dialect,
                 machine: AssignmentMachine::new(),
                 work_dir: work_dir.clone(),
-                credential: if self.config.auth.is_some() {
-                    credential
-                } else {
-                    None
-                },
+                auth: bound,
                 transport: transport.clone(),
                 access,
                 ttl,
@@ -1217,9 +1271,17 @@ impl Executor {
                 acked: false,
                 terminal_event: None,
                 completed_at: None,
+                task: None,
             },
         );
         let _ = now;
+        // Journalled before the directory exists: after a crash mid-allocation the restarted
+        // executor knows the directory may be its own.
+        self.core
+            .outputs
+            .push_back(ExecutorOutput::Event(ExecutorEvent::RecordChanged {
+                id: id.clone(),
+            }));
         self.core
             .outputs
             .push_back(ExecutorOutput::AllocateWorkDir {
@@ -1273,6 +1335,11 @@ impl Executor {
                 // Nothing was left behind: forget the record.
                 self.assignments.remove(id);
                 self.core.timers.cancel_all(id);
+                self.core
+                    .outputs
+                    .push_back(ExecutorOutput::Event(ExecutorEvent::Forgotten {
+                        id: id.clone(),
+                    }));
             }
             Ok(()) => {
                 a.allocated = true;
@@ -1321,7 +1388,8 @@ impl Executor {
         a.accept = Some(accept.clone());
         let requests = std::mem::take(&mut a.invite_requests);
         let dialect = a.dialect;
-        let at = now.saturating_add(a.ttl);
+        // START must come soon: a pending assignment holds a slot (and a work directory).
+        let at = now.saturating_add(a.ttl.min(self.config.start_timeout));
         for r in requests {
             self.respond(r, Response::Accept(accept.clone(), dialect));
         }
@@ -1409,7 +1477,12 @@ impl Executor {
         self.core.outputs.push_back(out);
     }
 
-    fn on_subscribe(&mut self, stream: StreamId, id: &DelegationId, credential: Option<String>) {
+    fn on_subscribe(
+        &mut self,
+        stream: StreamId,
+        id: &DelegationId,
+        credential: Option<Credential>,
+    ) {
         let dialect = self
             .assignments
             .get(id)
@@ -1430,7 +1503,7 @@ impl Executor {
                 .outputs
                 .push_back(ExecutorOutput::CloseStream { stream });
         };
-        if !self.authorized(id, credential.as_deref()) {
+        if !self.authorized(id, credential.as_ref()) {
             return refuse(self, Self::auth_error());
         }
         let Some(a) = self.assignments.get_mut(id).filter(|a| !a.acked) else {
@@ -1585,6 +1658,7 @@ impl Executor {
         self.core.outputs.push_back(ExecutorOutput::Release {
             id: id.clone(),
             work_dir: a.work_dir.clone(),
+            transport: a.transport.clone(),
         });
     }
 
@@ -1663,12 +1737,14 @@ impl Executor {
         match a.op {
             Op::Stopping => {
                 a.op = Op::None;
+                a.task = None;
                 self.release(id);
                 return Ok(());
             }
             Op::Running => {}
             _ => return Ok(()),
         }
+        a.task = None;
         a.op = Op::None;
         match result {
             Err(e) => self.terminate(now, id, AssignmentEvent::TaskFail, e),
@@ -1791,10 +1867,20 @@ impl Executor {
                 if a.state() == AssignmentState::Pending {
                     let requests = a.invite_requests.clone();
                     let dialect = a.dialect;
-                    let e = ErrorInfo::new(
-                        ErrorCode::StartExpired,
-                        "the lease ran out before START arrived",
-                    );
+                    let e = if a.accept.is_some() && self.config.start_timeout < a.ttl {
+                        ErrorInfo::new(
+                            ErrorCode::StartExpired,
+                            format!(
+                                "no START within {} s of ACCEPT; the assignment was dropped",
+                                self.config.start_timeout.as_secs()
+                            ),
+                        )
+                    } else {
+                        ErrorInfo::new(
+                            ErrorCode::StartExpired,
+                            "the lease ran out before START arrived",
+                        )
+                    };
                     for r in requests {
                         self.respond_error(r, id, e.clone(), dialect, 200);
                     }
@@ -1833,6 +1919,38 @@ impl Executor {
     }
 }
 
+/// Directories that must never be an executor's work root (AWCP v1 §7.1: "never accept a
+/// system-sensitive path such as /home, /etc or ~").
+const SYSTEM_DIRS: &[&str] = &[
+    "/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib64", "/opt", "/proc", "/root",
+    "/run", "/sbin", "/srv", "/sys", "/usr", "/var",
+];
+
+/// Why `work_root` (absolute, with symlinks resolved) must not be an executor's work root, if
+/// it must not: the file-system root, a system directory, or the user's `home`.
+pub fn work_root_refusal(work_root: &str, home: Option<&str>) -> Option<String> {
+    let norm = |p: &str| {
+        let t = p.trim_end_matches('/');
+        if t.is_empty() {
+            "/".to_owned()
+        } else {
+            t.to_owned()
+        }
+    };
+    let root = norm(work_root);
+    if SYSTEM_DIRS.contains(&root.as_str()) {
+        return Some(format!(
+            "{root} is a system directory; give the executor a directory of its own"
+        ));
+    }
+    if home.map(norm).is_some_and(|h| h == root) {
+        return Some(format!(
+            "{root} is the home directory; give the executor a directory of its own"
+        ));
+    }
+    None
+}
+
 /// [`Request`] with the message unboxed, for matching (short-lived, on the stack).
 #[allow(clippy::large_enum_variant)]
 enum Req {
@@ -1840,15 +1958,6 @@ enum Req {
     Cancel(DelegationId),
     Ack(DelegationId),
     Result(DelegationId),
-}
-
-/// Compares secrets without an early exit on the first differing byte.
-fn constant_time_eq(a: &str, b: &str) -> bool {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1873,11 +1982,15 @@ impl Executor {
             "dialect": if a.dialect == Dialect::Seed { "seed" } else { "reference" },
             "state": a.state().as_str(),
             "workDir": a.work_dir,
-            "credential": a.credential,
+            // What verifies the bound credential later; never the secret itself.
+            "auth": a.auth.map(|b| json!({"sha256": b.digest.to_hex(), "binding": b.binding.as_str()})),
             "retentionMs": u64::try_from(a.retention.as_millis()).unwrap_or(u64::MAX),
             "expiresAt": a.expires_at.map(Timestamp::as_unix_millis),
             "completedAt": a.completed_at.map(Timestamp::as_unix_millis),
+            "allocated": a.allocated,
             "released": a.released,
+            "transport": a.transport.as_str(),
+            "task": a.task.as_ref().map(|t| t.0.clone()),
             "error": a.error,
             "outcome": a.outcome.as_ref().map(|o| json!({"summary": o.summary, "highlights": o.highlights})),
             "snapshotEvent": snapshot,
@@ -1887,9 +2000,12 @@ impl Executor {
     /// Restores assignments from journal records after a restart. Terminal ones are kept for
     /// late subscribers and `GET …/result` until ack or retention; ones that were pending or
     /// active are failed cleanly (`TASK_FAILED`, "the executor restarted") so a reconnecting
-    /// delegator learns what happened instead of `NOT_FOUND`. Their work directories are gone
-    /// (the driver sweeps them at start-up). Returns how many records were restored; records
-    /// that do not decode are skipped.
+    /// delegator learns what happened instead of `NOT_FOUND`. What a record says the crashed
+    /// predecessor still held is cleaned up through the usual outputs: a recorded task is ended
+    /// ([`ExecutorOutput::EndTask`], answered with `TaskFinished`), then a recorded work
+    /// directory (`{work_root}/{id}` of this configuration only) is released
+    /// ([`ExecutorOutput::Release`]); each ends with [`ExecutorEvent::Ended`]. Returns how many
+    /// records were restored; records that do not decode are skipped.
     pub fn restore(&mut self, now: Timestamp, records: &[serde_json::Value]) -> usize {
         self.tick(now);
         let mut n = 0;
@@ -1972,9 +2088,34 @@ impl Executor {
             timestamp: completed_at.unwrap_or(now),
             kind: terminal_kind,
         });
-        let transport = invite.transport.clone().unwrap_or(TransportKind::Archive);
+        let transport = r
+            .get("transport")
+            .and_then(|t| t.as_str())
+            .map(TransportKind::parse)
+            .or_else(|| invite.transport.clone())
+            .unwrap_or(TransportKind::Archive);
         let access = invite.lease.access_mode;
         let ttl = Duration::from_secs(invite.lease.ttl_seconds.min(self.config.max_ttl_seconds));
+        let work_dir = r
+            .get("workDir")
+            .and_then(|w| w.as_str())
+            .unwrap_or("")
+            .to_owned();
+        // Records from before `allocated` was journalled were written after allocation.
+        let allocated = r.get("allocated").and_then(|v| v.as_bool()).unwrap_or(true);
+        let mut released = r.get("released").and_then(|v| v.as_bool()).unwrap_or(true);
+        if !released && work_dir != self.work_dir_for(&id) {
+            // Only `{work_root}/{id}` of this configuration is ours to remove.
+            tracing::warn!(delegation = %id, work_dir, "recorded work directory is outside the work root; left in place");
+            released = true;
+        }
+        // An allocation in flight at the crash: the directory may exist, empty.
+        let interrupted_allocation = !released && !allocated;
+        let released = released || !allocated;
+        let task = r
+            .get("task")
+            .and_then(|t| t.as_str())
+            .map(|t| TaskHandle(t.to_owned()));
         self.assignments.insert(
             id.clone(),
             Assignment {
@@ -1982,15 +2123,8 @@ impl Executor {
                 invite,
                 dialect,
                 machine,
-                work_dir: r
-                    .get("workDir")
-                    .and_then(|w| w.as_str())
-                    .unwrap_or("")
-                    .to_owned(),
-                credential: r
-                    .get("credential")
-                    .and_then(|c| c.as_str())
-                    .map(str::to_owned),
+                work_dir,
+                auth: restore_auth(r),
                 transport,
                 access,
                 ttl,
@@ -2000,8 +2134,8 @@ impl Executor {
                 started_at: None,
                 expires_at: ms("expiresAt"),
                 op: Op::None,
-                allocated: true,
-                released: true,
+                allocated,
+                released,
                 release_error: None,
                 subscribers: BTreeSet::new(),
                 outcome,
@@ -2011,13 +2145,229 @@ impl Executor {
                 acked: false,
                 terminal_event: Some(terminal_event),
                 completed_at,
+                task: task.clone(),
             },
         );
+        // What the crashed predecessor held: its task first, then its work directory.
+        if let Some(handle) = task {
+            self.assignments.get_mut(&id).expect("inserted").op = Op::Stopping;
+            self.core.outputs.push_back(ExecutorOutput::EndTask {
+                id: id.clone(),
+                handle,
+            });
+            self.core.timers.set(
+                &id,
+                Timer::StopGrace,
+                now.saturating_add(self.config.stop_grace),
+            );
+        } else if !released {
+            self.release(&id);
+        } else if interrupted_allocation {
+            let a = self.assignments.get_mut(&id).expect("inserted");
+            a.released = false;
+            a.op = Op::Releasing;
+            self.core
+                .outputs
+                .push_back(ExecutorOutput::RemoveEmptyWorkDir {
+                    id: id.clone(),
+                    work_dir: a.work_dir.clone(),
+                });
+            return Some(());
+        }
+        if !released {
+            // The retention starts once the release is done (see `Released`).
+            return Some(());
+        }
         let until = completed_at
             .unwrap_or(now)
             .saturating_add(retention)
             .max(now);
         self.core.timers.set(&id, Timer::Retention, until);
         Some(())
+    }
+}
+
+/// The bound credential of a journal record: `auth` (digest and binding), or the clear-text
+/// `credential` older versions wrote (bound to headers, as they required one on every request).
+fn restore_auth(r: &serde_json::Value) -> Option<BoundCredential> {
+    use crate::engine::auth::{Binding, SecretDigest};
+    if let Some(a) = r.get("auth").filter(|a| !a.is_null()) {
+        return Some(BoundCredential {
+            digest: SecretDigest::from_hex(a.get("sha256")?.as_str()?)?,
+            binding: Binding::parse(a.get("binding")?.as_str()?)?,
+        });
+    }
+    let legacy = r.get("credential")?.as_str()?;
+    Some(BoundCredential {
+        digest: SecretDigest::of(legacy),
+        binding: Binding::Header,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::id::ResourceName;
+    use crate::wire::LeaseRequest;
+
+    fn invite(id: &DelegationId) -> Invite {
+        Invite {
+            delegation_id: id.clone(),
+            task: TaskSpec {
+                description: "d".into(),
+                prompt: "p".into(),
+            },
+            lease: LeaseRequest {
+                ttl_seconds: 600,
+                access_mode: AccessMode::Rw,
+            },
+            resources: vec![Resource {
+                name: ResourceName::new("workspace").unwrap(),
+                kind: "fs".into(),
+                mode: AccessMode::Rw,
+            }],
+            export_name: None,
+            retention_ms: None,
+            transport: Some(TransportKind::Archive),
+            auth: None,
+            features: Vec::new(),
+        }
+    }
+
+    /// A journal record of an assignment that was running when the executor crashed.
+    fn running_record(ex: &Executor, id: &DelegationId, task: Option<&str>) -> serde_json::Value {
+        serde_json::json!({
+            "id": id.as_str(),
+            "invite": crate::wire::message_to_value(&Message::Invite(invite(id)), Dialect::Reference),
+            "dialect": "reference",
+            "state": "active",
+            "workDir": ex.work_dir_for(id),
+            "allocated": true,
+            "released": false,
+            "transport": "archive",
+            "task": task,
+            "retentionMs": 60_000,
+        })
+    }
+
+    fn drain(ex: &mut Executor) -> Vec<ExecutorOutput> {
+        std::iter::from_fn(|| ex.poll_output()).collect()
+    }
+
+    const T0: Timestamp = Timestamp::from_unix_millis(1_750_000_000_000);
+
+    #[test]
+    fn a_restart_ends_the_recorded_task_then_releases_the_recorded_work_dir() {
+        let mut ex = Executor::new(ExecutorConfig {
+            work_root: "/w".into(),
+            ..ExecutorConfig::default()
+        });
+        let id = DelegationId::new("dlg_a").unwrap();
+        let rec = running_record(&ex, &id, Some("123:456:boot"));
+        assert_eq!(ex.restore(T0, &[rec]), 1);
+        let out = drain(&mut ex);
+        assert_eq!(
+            out,
+            vec![ExecutorOutput::EndTask {
+                id: id.clone(),
+                handle: TaskHandle("123:456:boot".into())
+            }]
+        );
+        assert_eq!(ex.live_count(), 1, "held until cleaned up");
+        ex.handle(
+            T0,
+            ExecutorInput::TaskFinished {
+                id: id.clone(),
+                result: Err(ErrorInfo::bare(ErrorCode::Cancelled, "ended")),
+            },
+        )
+        .unwrap();
+        let out = drain(&mut ex);
+        assert!(
+            matches!(&out[..], [ExecutorOutput::Release { id: i, work_dir, transport }]
+                if *i == id && work_dir == "/w/dlg_a" && *transport == TransportKind::Archive),
+            "{out:?}"
+        );
+        ex.handle(
+            T0,
+            ExecutorInput::Released {
+                id: id.clone(),
+                result: Ok(()),
+            },
+        )
+        .unwrap();
+        let out = drain(&mut ex);
+        assert!(out.iter().any(|o| matches!(o,
+            ExecutorOutput::Event(ExecutorEvent::Ended { state: AssignmentState::Error, error: Some(e), .. })
+                if e.code == ErrorCode::TaskFailed)));
+        assert_eq!(ex.live_count(), 0);
+        let rec = ex.record(&id).unwrap();
+        assert_eq!(rec["released"], true);
+        assert!(rec["task"].is_null());
+    }
+
+    #[test]
+    fn a_restart_never_releases_a_work_dir_outside_its_work_root() {
+        let mut ex = Executor::new(ExecutorConfig {
+            work_root: "/w".into(),
+            ..ExecutorConfig::default()
+        });
+        let id = DelegationId::new("dlg_b").unwrap();
+        let mut rec = running_record(&ex, &id, None);
+        rec["workDir"] = "/home/someone".into();
+        assert_eq!(ex.restore(T0, &[rec]), 1);
+        assert!(
+            drain(&mut ex).is_empty(),
+            "nothing of /home/someone is touched"
+        );
+        assert_eq!(ex.live_count(), 0);
+        // Not allocated: nothing to release either.
+        let mut ex = Executor::new(ExecutorConfig {
+            work_root: "/w".into(),
+            ..ExecutorConfig::default()
+        });
+        let mut rec = running_record(&ex, &id, None);
+        rec["allocated"] = false.into();
+        ex.restore(T0, &[rec]);
+        // An interrupted allocation: at most an empty directory is removed.
+        assert_eq!(
+            drain(&mut ex),
+            vec![ExecutorOutput::RemoveEmptyWorkDir {
+                id: id.clone(),
+                work_dir: "/w/dlg_b".into()
+            }]
+        );
+        ex.handle(T0, ExecutorInput::Released { id, result: Ok(()) })
+            .unwrap();
+        assert_eq!(ex.live_count(), 0);
+    }
+
+    #[test]
+    fn a_task_handle_for_an_unknown_assignment_is_refused() {
+        let mut ex = Executor::new(ExecutorConfig {
+            work_root: "/w".into(),
+            ..ExecutorConfig::default()
+        });
+        let id = DelegationId::new("dlg_c").unwrap();
+        // Not running: the handle is ignored.
+        assert!(ex
+            .handle(
+                T0,
+                ExecutorInput::TaskSpawned {
+                    id: id.clone(),
+                    handle: TaskHandle("1".into())
+                }
+            )
+            .is_err());
+    }
+
+    #[test]
+    fn system_and_home_directories_are_refused_as_work_roots() {
+        for bad in ["/", "/home", "/etc/", "/usr", "/var"] {
+            assert!(work_root_refusal(bad, None).is_some(), "{bad}");
+        }
+        assert!(work_root_refusal("/home/ann", Some("/home/ann/")).is_some());
+        assert!(work_root_refusal("/home/ann/.awcp/executor/work", Some("/home/ann")).is_none());
+        assert!(work_root_refusal("/tmp/x", Some("/home/ann")).is_none());
     }
 }

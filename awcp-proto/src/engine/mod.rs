@@ -8,13 +8,17 @@
 //! deadline is reached, and after every call drain `poll_output()` until it returns `None`.
 
 pub mod admission;
+pub mod auth;
 pub mod delegator;
 pub mod executor;
 pub(crate) mod timers;
 
 use std::collections::BTreeMap;
 
-pub use admission::{admission_verdict, AdmissionLimits, WorkspaceStats};
+pub use admission::{
+    admission_verdict, is_sensitive_name, result_verdict, AdmissionLimits, NotShipped,
+    NotShippedReason, WorkspaceStats, SENSITIVE_PATTERNS,
+};
 
 use crate::id::DelegationId;
 use crate::wire::ArchiveData;
@@ -23,6 +27,12 @@ use crate::wire::ArchiveData;
 /// and echoes it, never interprets it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct RequestId(pub u64);
+
+/// Driver-issued description of the OS resources a running task holds (e.g. its process
+/// group), journalled with the assignment so that a restarted executor can end them. The engine
+/// stores and echoes it ([`executor::ExecutorOutput::EndTask`]), never interprets it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TaskHandle(pub String);
 
 /// Driver-issued handle of an open SSE response stream (executor side).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

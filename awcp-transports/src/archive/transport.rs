@@ -15,7 +15,7 @@ use crate::cancel::CancelFlag;
 use crate::error::TransportError;
 use crate::export::ExportView;
 use crate::manifest::{record, Baseline, Manifest};
-use crate::scan::{AdmissionLimits, WorkspaceStats};
+use crate::scan::add_walk;
 use crate::snapshot::{
     apply_snapshot, baseline_path, capture, full_walk_options, save_baseline, ApplyOptions,
     ApplyReport, ApplyRequest, CapturedSnapshot, SnapshotKind,
@@ -33,8 +33,6 @@ pub struct ArchiveDelegatorConfig {
     pub export_base: PathBuf,
     /// Walker options (shared by admission and packing).
     pub walk: WalkOptions,
-    /// If set, `prepare` refuses workspaces over these limits (from the same walk it packs).
-    pub admission: Option<AdmissionLimits>,
     /// Apply options.
     pub apply: ApplyOptions,
 }
@@ -45,7 +43,6 @@ impl ArchiveDelegatorConfig {
         ArchiveDelegatorConfig {
             export_base: export_base.into(),
             walk: WalkOptions::default(),
-            admission: Some(AdmissionLimits::default()),
             apply: ApplyOptions::default(),
         }
     }
@@ -76,19 +73,10 @@ impl ArchiveDelegator {
     }
 }
 
-fn stats_of(walks: &[(String, WalkResult)]) -> WorkspaceStats {
-    let mut s = WorkspaceStats::default();
+fn stats_of(walks: &[(String, WalkResult)]) -> awcp_proto::WorkspaceStats {
+    let mut s = awcp_proto::WorkspaceStats::default();
     for (name, w) in walks {
-        for f in &w.files {
-            s.total_bytes += f.size;
-            s.file_count += 1;
-            if f.size > s.largest_file_bytes || s.largest_file_path.is_none() {
-                s.largest_file_bytes = f.size;
-                s.largest_file_path = Some(format!("{name}/{}", f.rel));
-            }
-        }
-        s.skipped_symlinks
-            .extend(w.skipped_symlinks.iter().map(|l| format!("{name}/{l}")));
+        add_walk(&mut s, name, w);
     }
     s
 }
@@ -130,8 +118,9 @@ impl DelegatorTransport for ArchiveDelegator {
                 walks.push((r.name.to_string(), w));
             }
             let stats = stats_of(&walks);
-            if let Some(l) = &self.config.admission {
-                l.check(&stats)?;
+            if let Some(l) = &req.admission {
+                awcp_proto::admission_verdict(&stats, l, req.allow_sensitive)
+                    .map_err(TransportError::Refused)?;
             }
             let names: Vec<String> = walks
                 .iter()

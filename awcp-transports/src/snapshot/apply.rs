@@ -80,6 +80,9 @@ pub struct ApplyRequest<'a> {
     /// The ZIP layout, if known (the layout used at prepare); `None` detects it from the
     /// top-level entries (WIRE.md §15).
     pub layout: Option<Layout>,
+    /// The delegator's admission limits: a snapshot that would leave the workspace over them
+    /// is refused with [`TransportError::Refused`] before anything is written. `None`: no check.
+    pub limits: Option<awcp_proto::AdmissionLimits>,
 }
 
 /// What an apply did.
@@ -331,6 +334,10 @@ fn stage_and_commit(
         return Err(TransportError::BadArchive(
             "flat snapshot layout but the delegation has several resources".into(),
         ));
+    }
+    if let Some(limits) = &req.limits {
+        let projected = super::limits::projected_stats(req, &ex, layout, opts, cancel)?;
+        awcp_proto::result_verdict(&projected, limits).map_err(TransportError::Refused)?;
     }
     let prefix_of = |name: &str| -> String {
         match layout {

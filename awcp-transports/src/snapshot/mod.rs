@@ -4,6 +4,7 @@
 pub mod apply;
 pub mod capture;
 pub mod journal;
+mod limits;
 
 pub use apply::{
     apply_dir, apply_snapshot, recover_interrupted, ApplyOptions, ApplyReport, ApplyRequest,

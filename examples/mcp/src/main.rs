@@ -6,6 +6,9 @@
 //! awcp-mcp --daemon-url http://127.0.0.1:3100      # use a running `awcp daemon`
 //! awcp-mcp --port 0 --log-file /tmp/awcp-mcp.log   # daemon on a free port, logs to a file
 //! ```
+//! The daemon API needs the daemon's token: read from `<state-dir>/daemon.token` (created
+//! there at first start of the in-process daemon, or by `awcp daemon` on the same state
+//! directory), or given with `--daemon-token`.
 //!
 //! Tools (WIRE.md §12): `delegate`, `delegate_output`, `delegate_cancel`, `delegate_snapshots`,
 //! `delegate_apply_snapshot`, `delegate_discard_snapshot`, `delegate_recover`. Stdout carries
@@ -18,7 +21,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use awcp_driver::delegator::daemon::DaemonClient;
+use awcp_driver::delegator::daemon::{DaemonAccess, DaemonApi, DaemonClient};
 use awcp_driver::net::ClientTls;
 use awcp_driver::{DelegatorHandle, DelegatorOptions};
 use awcp_tokio::TokioRuntime;
@@ -45,10 +48,17 @@ pub struct Cli {
     /// Executors to advertise in the `delegate` tool (comma-separated base or AWCP URLs).
     #[arg(long, value_delimiter = ',')]
     peers: Vec<String>,
-    /// State directory of the in-process daemon (default `$AWCP_HOME/delegator` or
-    /// `~/.awcp/delegator`).
+    /// State directory of the daemon: the in-process daemon's, or the running daemon's whose
+    /// `daemon.token` is read (default `$AWCP_HOME/delegator` or `~/.awcp/delegator`).
     #[arg(long, env = "AWCP_STATE_DIR")]
     state_dir: Option<PathBuf>,
+    /// The daemon's token, instead of the one in the state directory.
+    #[arg(long, env = "AWCP_DAEMON_TOKEN", hide_env_values = true)]
+    daemon_token: Option<String>,
+    /// Serve workspaces by one-time URL (URL mode) from this address, where executors can
+    /// reach it (in-process daemon only; without it archives are inlined).
+    #[arg(long)]
+    serve_archives: Option<std::net::SocketAddr>,
     /// Write logs to this file (appended) instead of stderr.
     #[arg(long)]
     log_file: Option<PathBuf>,
@@ -69,6 +79,15 @@ pub struct Cli {
     /// about them.
     #[arg(long)]
     cancel_on_exit: bool,
+    /// Admission limit of the in-process daemon: most bytes a workspace (or a result) holds.
+    #[arg(long, env = "AWCP_MAX_TOTAL_BYTES", default_value_t = awcp_proto::AdmissionLimits::default().max_total_bytes)]
+    max_total_bytes: u64,
+    /// Admission limit of the in-process daemon: most files.
+    #[arg(long, env = "AWCP_MAX_FILE_COUNT", default_value_t = awcp_proto::AdmissionLimits::default().max_file_count)]
+    max_file_count: u64,
+    /// Admission limit of the in-process daemon: largest single file, in bytes.
+    #[arg(long, env = "AWCP_MAX_FILE_BYTES", default_value_t = awcp_proto::AdmissionLimits::default().max_single_file_bytes)]
+    max_file_bytes: u64,
     /// How to trust https executors and daemons (and identify to them).
     #[command(flatten)]
     client: awcp_examples::ClientTlsArgs,
@@ -104,39 +123,51 @@ fn init_logging(file: Option<&PathBuf>) {
     let _ = r;
 }
 
-fn default_state_dir() -> PathBuf {
-    std::env::var_os("AWCP_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".awcp")))
-        .unwrap_or_else(|| std::env::temp_dir().join("awcp"))
-        .join("delegator")
-}
-
-/// The daemon to talk to: its URL, and the in-process delegator if we started one.
-async fn daemon(cli: &Cli, tls: &ClientTls) -> (String, Option<DelegatorHandle>) {
+/// The daemon to talk to: its URL and token, and the in-process delegator if we started one.
+async fn daemon(cli: &Cli, tls: &ClientTls) -> (String, Option<String>, Option<DelegatorHandle>) {
+    let state_dir = cli
+        .state_dir
+        .clone()
+        .unwrap_or_else(|| awcp_examples::default_state_dir("delegator"));
+    let existing_token = || {
+        cli.daemon_token
+            .clone()
+            .or_else(|| awcp_driver::security::read_daemon_token(&state_dir))
+    };
     if let Some(url) = &cli.daemon_url {
         let url = url.trim_end_matches('/').to_owned();
+        let token = existing_token();
         match DaemonClient::new(TokioRuntime, url.clone())
             .with_tls(tls.clone())
+            .with_token(token.clone())
             .health()
             .await
         {
             Ok(()) => tracing::info!(%url, "using the running delegator daemon"),
             Err(e) => {
-                tracing::warn!(%url, error = %e, "the daemon does not answer yet; tools will fail until it does")
+                tracing::warn!(%url, error = %e, "the daemon does not answer (or refuses the token); tools will fail until it does")
             }
         }
-        return (url, None);
+        return (url, token, None);
     }
     let listener = match tokio::net::TcpListener::bind(("127.0.0.1", cli.port)).await {
         Ok(l) => l,
         Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
             let url = format!("http://127.0.0.1:{}", cli.port);
-            match DaemonClient::new(TokioRuntime, url.clone()).health().await {
+            let token = existing_token();
+            match DaemonClient::new(TokioRuntime, url.clone())
+                .with_token(token.clone())
+                .health()
+                .await
+            {
                 Ok(()) => {
                     tracing::info!(%url, "port taken by a running delegator daemon; using it");
-                    return (url, None);
+                    return (url, token, None);
                 }
+                Err(e) if e.status == 401 => fail(format!(
+                    "a delegator daemon on port {} refuses our token: pass its --state-dir or --daemon-token (or use another --port)",
+                    cli.port
+                )),
                 Err(_) => fail(format!(
                     "port {} is in use by something that is not a delegator daemon (use --port, or --daemon-url)",
                     cli.port
@@ -147,16 +178,31 @@ async fn daemon(cli: &Cli, tls: &ClientTls) -> (String, Option<DelegatorHandle>)
     };
     let local = listener.local_addr().expect("bound socket has an address");
     let url = format!("http://{local}");
-    let state_dir = cli.state_dir.clone().unwrap_or_else(default_state_dir);
     if let Err(e) = std::fs::create_dir_all(&state_dir) {
         fail(format!(
             "cannot create state dir {}: {e}",
             state_dir.display()
         ));
     }
+    let token = match cli.daemon_token.clone() {
+        Some(t) => t,
+        None => awcp_driver::security::load_or_create_daemon_token(&state_dir)
+            .unwrap_or_else(|e| fail(format!("daemon token in {}: {e}", state_dir.display()))),
+    };
     let transport = ArchiveDelegator::new(ArchiveDelegatorConfig::new(state_dir.join("exports")));
     let mut opts = DelegatorOptions::new(Arc::new(transport), state_dir.clone());
-    opts.archive_base_url = Some(url.clone());
+    let archives = cli.serve_archives.map(|addr| {
+        let l = std::net::TcpListener::bind(addr)
+            .unwrap_or_else(|e| fail(format!("--serve-archives {addr}: {e}")));
+        let base = format!("http://{}", l.local_addr().expect("bound"));
+        (l, base)
+    });
+    opts.archive_base_url = archives.as_ref().map(|a| a.1.clone());
+    opts.engine.admission = awcp_proto::AdmissionLimits {
+        max_total_bytes: cli.max_total_bytes,
+        max_file_count: cli.max_file_count,
+        max_single_file_bytes: cli.max_file_bytes,
+    };
     opts.client_tls = tls.clone();
     let d = DelegatorHandle::try_start(TokioRuntime, opts).unwrap_or_else(|e| {
         fail(format!(
@@ -164,14 +210,25 @@ async fn daemon(cli: &Cli, tls: &ClientTls) -> (String, Option<DelegatorHandle>)
              another --state-dir"
         ))
     });
-    let router = awcp_tokio::delegator_router(d.clone());
+    if let Some((l, base)) = archives {
+        tracing::info!(%base, "serving one-time archive URLs");
+        awcp_driver::Driver::spawn_archive_server(&TokioRuntime, l, d.clone());
+    }
+    let api = DaemonApi::new(
+        d.clone(),
+        DaemonAccess {
+            token: token.clone(),
+            listen: local,
+            allowed_hosts: Vec::new(),
+        },
+    );
     tokio::spawn(async move {
-        if let Err(e) = awcp_tokio::serve(listener, router, std::future::pending()).await {
+        if let Err(e) = awcp_tokio::serve_daemon(listener, api, std::future::pending()).await {
             tracing::error!(error = %e, "in-process daemon stopped");
         }
     });
     tracing::info!(%url, state_dir = %state_dir.display(), "in-process delegator daemon listening");
-    (url, Some(d))
+    (url, Some(token), Some(d))
 }
 
 /// Cancels what the in-process daemon still runs (its state dies with this process).
@@ -196,7 +253,7 @@ async fn main() {
     let cli = Cli::parse();
     init_logging(cli.log_file.as_ref());
     let tls = cli.client.client_tls().unwrap_or_else(|e| fail(e));
-    let (daemon_url, in_process) = daemon(&cli, &tls).await;
+    let (daemon_url, token, in_process) = daemon(&cli, &tls).await;
     let found = peers::discover(&cli.peers, &tls).await;
     let defaults = tools::Defaults {
         ttl_seconds: cli.default_ttl,
@@ -205,7 +262,7 @@ async fn main() {
         transport: cli.transport.clone(),
         transports: in_process.as_ref().map(|_| vec!["archive".to_owned()]),
     };
-    let server = tools::AwcpMcp::new(&daemon_url, defaults, &found, tls);
+    let server = tools::AwcpMcp::new(&daemon_url, token, defaults, &found, tls);
     let client = server.client().clone();
     tracing::info!(peers = found.len(), "awcp-mcp serving MCP on stdio");
     let service = match server.serve(rmcp::transport::stdio()).await {

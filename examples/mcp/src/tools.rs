@@ -152,6 +152,8 @@ struct DelegateArgs {
     auth_credential: Option<String>,
     #[serde(default)]
     background: bool,
+    #[serde(default)]
+    allow_sensitive: bool,
 }
 
 #[derive(Deserialize)]
@@ -323,6 +325,23 @@ pub fn report(v: &Value) -> String {
             "\nStill running. Call delegate_output with block=true to wait for the result.\n",
         ),
     }
+    let not_shipped: Vec<String> = v["notShipped"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|x| {
+            format!(
+                "- {} ({})\n",
+                x["path"].as_str().unwrap_or(""),
+                x["reason"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    if !not_shipped.is_empty() {
+        let total = v["notShippedCount"].as_u64().unwrap_or(0);
+        s.push_str(&format!("\nNot shipped to the executor ({total}):\n"));
+        s.extend(not_shipped);
+    }
     // What ending the lease found (e.g. links out of the workspace the executor left).
     for w in v["warnings"].as_array().into_iter().flatten() {
         s.push_str(&format!("Warning: {}\n", w.as_str().unwrap_or("")));
@@ -331,15 +350,18 @@ pub fn report(v: &Value) -> String {
 }
 
 impl AwcpMcp {
-    /// A server talking to the daemon at `daemon_url`.
+    /// A server talking to the daemon at `daemon_url` with its `token`.
     pub fn new(
         daemon_url: &str,
+        token: Option<String>,
         defaults: Defaults,
         peers: &[crate::peers::Peer],
         tls: awcp_driver::net::ClientTls,
     ) -> Self {
         AwcpMcp {
-            client: DaemonClient::new(TokioRuntime, daemon_url).with_tls(tls.clone()),
+            client: DaemonClient::new(TokioRuntime, daemon_url)
+                .with_tls(tls.clone())
+                .with_token(token),
             http: awcp_driver::net::HttpClient::new(TokioRuntime, tls),
             daemon_url: daemon_url.to_owned(),
             defaults: Arc::new(defaults),
@@ -392,7 +414,8 @@ impl AwcpMcp {
                         "transport": {"type": "string", "enum": ["archive", "sshfs", "storage", "git"], "description": format!("Data plane (default {}).", self.defaults.transport)},
                         "auth_type": {"type": "string", "enum": ["api_key", "bearer", "oauth2"], "description": "Credential type for the executor (sent only with auth_credential)."},
                         "auth_credential": {"type": "string", "description": "Credential for the executor."},
-                        "background": {"type": "boolean", "default": false, "description": "Return at once with the delegation id."}
+                        "background": {"type": "boolean", "default": false, "description": "Return at once with the delegation id."},
+                        "allow_sensitive": {"type": "boolean", "default": false, "description": "Lend secret-looking files (.env, private keys, credentials.json, …). Without it such a workspace is refused with SENSITIVE_FILES listing them; listing them in .awcpignore keeps them home instead."}
                     },
                     "required": ["description", "prompt"]
                 })),
@@ -583,6 +606,7 @@ impl AwcpMcp {
             "snapshotMode": snapshot_mode,
             "transport": transport,
             "auth": auth,
+            "allowSensitive": a.allow_sensitive,
         });
         let id = self.client.delegate(body).await?;
         tracing::info!(%id, %peer, background = a.background, "delegation started");

@@ -1,19 +1,26 @@
 //! `awcp-executor`: a standalone AWCP executor.
 //!
 //! ```text
-//! awcp-executor --listen 127.0.0.1:10200 --work-root /tmp/awcp-work --demo
+//! awcp-executor --listen 127.0.0.1:10200 --state-dir /var/lib/awcp-executor --demo
 //! awcp-executor --agent-cmd 'my-agent --prompt-file {prompt_file}' --auth-token s3cret
+//! awcp-executor --listen 0.0.0.0:10200 --auth-token s3cret   # a network address needs a token
 //! awcp-executor --config executor.json      # keys are flag names: {"listen": "...", "max-concurrent": 3}
 //! awcp-executor --runtime smol              # the same executor on smol instead of tokio
 //! awcp-executor --tls-cert cert.pem --tls-key key.pem --client-ca clients-ca.pem \
 //!     --public-url https://exec.example:10200   # TLS, client certificates required
 //! ```
 //! Every flag can also be set through the environment (`AWCP_LISTEN`, `AWCP_WORK_ROOT`, …).
+//!
+//! The state directory (default `$AWCP_HOME/executor`, `~/.awcp/executor`) holds the journal;
+//! the work root (default `<state>/work`) holds one directory per delegation. Both are locked:
+//! a second executor on either refuses to start. At start-up only what the journal records is
+//! cleaned up (orphaned task process groups, work directories); nothing else is deleted.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use awcp_driver::security::ExecutorExposure;
 use awcp_driver::{AgentCard, Driver, ExecutorHandle, ExecutorOptions};
 use awcp_examples::{ClientTlsArgs, RuntimeChoice, ServerArgs};
 use awcp_proto::engine::executor::RequiredAuth;
@@ -31,10 +38,13 @@ struct Args {
     /// Address to listen on (port 0 picks a free port; the URL is printed).
     #[arg(long, env = "AWCP_LISTEN", default_value = "127.0.0.1:10200")]
     listen: SocketAddr,
-    /// Root of the work directories (each delegation gets <root>/<id>).
+    /// Root of the work directories (each delegation gets <root>/<id>); default
+    /// `<state-dir>/work`. Locked while the executor runs; only directories the executor
+    /// created and recorded are ever removed from it.
     #[arg(long, env = "AWCP_WORK_ROOT")]
     work_root: Option<PathBuf>,
-    /// State directory (assignment journal).
+    /// State directory (assignment journal, downloads, snapshots); default
+    /// `$AWCP_HOME/executor` or `~/.awcp/executor`. Locked while the executor runs.
     #[arg(long, env = "AWCP_STATE_DIR")]
     state_dir: Option<PathBuf>,
     /// Command that does the work, e.g. 'my-agent --prompt-file {prompt_file}'.
@@ -52,15 +62,29 @@ struct Args {
     /// Refuse read-write delegations (they are downgraded to read-only).
     #[arg(long)]
     read_only: bool,
-    /// Require this credential (bearer token or API key) from delegators.
+    /// Require this credential (bearer token or API key) from delegators, on every endpoint.
+    /// Without it the executor only listens on loopback addresses (see --insecure-no-auth).
     #[arg(long, env = "AWCP_AUTH_TOKEN")]
     auth_token: Option<String>,
-    /// Credential type accepted with --auth-token: bearer, api_key or any.
-    #[arg(long, env = "AWCP_AUTH_TYPE", default_value = "any")]
+    /// Credential type accepted with --auth-token: `bearer` (Authorization: Bearer),
+    /// `api-key` (X-API-Key) or `any`; enforced on every endpoint.
+    #[arg(long, env = "AWCP_AUTH_TYPE", default_value = "any",
+          value_parser = ["any", "bearer", "api-key", "api_key"])]
     auth_type: String,
+    /// Listen on a non-loopback address without --auth-token (anyone who can reach it can run
+    /// tasks here). Only for networks protected otherwise.
+    #[arg(long, env = "AWCP_INSECURE_NO_AUTH")]
+    insecure_no_auth: bool,
+    /// Seconds an accepted delegation may wait for START before its slot is freed.
+    #[arg(long, env = "AWCP_START_TIMEOUT", default_value_t = 60)]
+    start_timeout: u64,
     /// Largest request body in bytes (inline archives).
     #[arg(long, env = "AWCP_MAX_BODY", default_value_t = 256 * 1024 * 1024)]
     max_body_bytes: u64,
+    /// With --auth-token: largest body read from a request without a credential header (a
+    /// reference delegator's START with an inline archive); larger ones are refused unread.
+    #[arg(long, env = "AWCP_MAX_UNAUTHENTICATED_BODY", default_value_t = 1024 * 1024)]
+    max_unauthenticated_body: u64,
     /// Agent name on the A2A card.
     #[arg(long, env = "AWCP_NAME", default_value = "awcp-rs executor")]
     name: String,
@@ -97,10 +121,35 @@ fn main() {
 }
 
 async fn run<R: Driver>(args: Args) {
+    // Decide about exposure before anything else: a refused address is never bound.
+    match awcp_driver::security::executor_exposure(
+        args.listen,
+        args.auth_token.is_some(),
+        args.insecure_no_auth,
+    ) {
+        ExecutorExposure::Ok => {}
+        ExecutorExposure::Warn(m) => tracing::warn!("{m}"),
+        ExecutorExposure::Refuse(m) => {
+            eprintln!("error: {m}");
+            std::process::exit(2);
+        }
+    }
+    let id_seed = match awcp_driver::security::random_bytes::<8>() {
+        Ok(b) => u64::from_le_bytes(b),
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::exit(2);
+        }
+    };
+    let state_dir = args
+        .state_dir
+        .clone()
+        .unwrap_or_else(|| awcp_examples::default_state_dir("executor"));
+    // Private to this instance: the state directory is locked.
     let work_root = args
         .work_root
         .clone()
-        .unwrap_or_else(|| std::env::temp_dir().join("awcp-executor").join("work"));
+        .unwrap_or_else(|| state_dir.join("work"));
     if let Err(e) = std::fs::create_dir_all(&work_root) {
         eprintln!(
             "error: cannot create work root {}: {e}",
@@ -121,7 +170,7 @@ async fn run<R: Driver>(args: Args) {
     let auth = args.auth_token.clone().map(|credential| RequiredAuth {
         types: match args.auth_type.as_str() {
             "bearer" => vec![AuthType::Bearer],
-            "api_key" => vec![AuthType::ApiKey],
+            "api-key" | "api_key" => vec![AuthType::ApiKey],
             _ => Vec::new(),
         },
         credential,
@@ -137,11 +186,13 @@ async fn run<R: Driver>(args: Args) {
         max_ttl_seconds: args.max_ttl,
         allow_rw: !args.read_only,
         auth,
-        id_seed: u64::from_le_bytes(rand8()),
+        start_timeout: std::time::Duration::from_secs(args.start_timeout),
+        id_seed,
         ..ExecutorConfig::default()
     };
     let mut opts = ExecutorOptions::new(engine, Arc::new(ArchiveExecutor::default()), runner);
     opts.max_body_bytes = args.max_body_bytes;
+    opts.max_unauthenticated_body_bytes = args.max_unauthenticated_body;
     opts.public_url = args.public_url.clone();
     opts.trust_forwarded_headers = args.trust_forwarded_headers;
     opts.client_tls = args.client.client_tls().unwrap_or_else(|e| {
@@ -153,8 +204,8 @@ async fn run<R: Driver>(args: Args) {
         std::process::exit(2);
     });
     if args.sshfs {
-        // Credential files live beside the work root, never inside a mount.
-        let keys = work_root.parent().unwrap_or(&work_root).join("sshfs-keys");
+        // Credential files live in the state directory, never inside a mount.
+        let keys = state_dir.join("sshfs-keys");
         let sshfs =
             awcp_transports::SshfsExecutor::new(awcp_transports::SshfsExecutorConfig::new(keys));
         if let Err(e) = awcp_transports::ExecutorTransport::check_dependency(&sshfs) {
@@ -162,12 +213,18 @@ async fn run<R: Driver>(args: Args) {
         }
         opts.extra_transports.push(Arc::new(sshfs));
     }
-    opts.state_dir = args.state_dir.clone();
+    opts.state_dir = Some(state_dir.clone());
     opts.card = AgentCard {
         name: args.name.clone(),
         ..AgentCard::default()
     };
-    let executor = ExecutorHandle::start(R::default(), opts);
+    let executor = match ExecutorHandle::try_start(R::default(), opts) {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::exit(2);
+        }
+    };
     let listener = match std::net::TcpListener::bind(args.listen) {
         Ok(l) => l,
         Err(e) => {
@@ -181,7 +238,7 @@ async fn run<R: Driver>(args: Args) {
         "awcp-executor listening on {}://{local}/awcp",
         server.scheme()
     );
-    tracing::info!(work_root = %work_root.display(), runtime = R::NAME, "executor ready");
+    tracing::info!(work_root = %work_root.display(), state_dir = %state_dir.display(), runtime = R::NAME, "executor ready");
     let ex2 = executor.clone();
     let shutdown = Box::pin(async move {
         R::shutdown_signal().await;
@@ -194,12 +251,4 @@ async fn run<R: Driver>(args: Args) {
         eprintln!("error: server failed: {e}");
         std::process::exit(1);
     }
-}
-
-fn rand8() -> [u8; 8] {
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
-    (t ^ u64::from(std::process::id()).rotate_left(32)).to_le_bytes()
 }

@@ -3,9 +3,14 @@
 //! ```text
 //! awcp delegate ./project --peer http://127.0.0.1:10200/awcp --prompt "add tests"
 //! awcp daemon --listen 127.0.0.1:3100
-//! awcp delegate ./project --peer … --prompt … --daemon http://127.0.0.1:3100 --background
+//! awcp delegate ./project --peer … --prompt … --daemon --background
 //! awcp list | status ID | wait ID | cancel ID | snapshots ID | apply ID SID | discard ID SID
+//! awcp delegate … --max-total-bytes 200000000 --max-file-bytes 80000000   # admission limits
+//! awcp delegate … --allow-sensitive      # lend .env, private keys, … deliberately
 //! ```
+//! The daemon's API needs its token (created at first start in `<state-dir>/daemon.token`,
+//! mode 0600); the client commands read it from the same `--state-dir`, or take
+//! `--daemon-token`.
 //! `--json` prints machine-readable results on stdout; progress goes to stderr.
 //! `--runtime smol` (or `AWCP_RUNTIME=smol`) runs it on smol instead of tokio.
 //! `status`, `snapshots`, `apply` and `discard` with `--state-dir DIR` work in-process on that
@@ -20,11 +25,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use awcp_driver::delegator::daemon::{view_to_json, DaemonClient};
+use awcp_driver::delegator::daemon::{view_to_json, DaemonAccess, DaemonApi, DaemonClient};
 use awcp_driver::{DelegateParams, DelegatorHandle, DelegatorOptions, Driver};
 use awcp_examples::{exit, ClientTlsArgs, RuntimeChoice, ServerArgs};
 use awcp_proto::engine::SnapshotMode;
-use awcp_proto::{AccessMode, Auth, AuthType, TransportKind};
+use awcp_proto::{AccessMode, AdmissionLimits, Auth, AuthType, TransportKind};
 use awcp_transports::{
     ArchiveDelegator, ArchiveDelegatorConfig, EscapingSymlinks, SshfsDelegator,
     SshfsDelegatorConfig,
@@ -47,6 +52,15 @@ struct Cli {
         default_value = "http://127.0.0.1:3100"
     )]
     daemon_url: String,
+    /// The daemon's token (default: read from `<state-dir>/daemon.token`). For `awcp daemon`:
+    /// use this token instead of the one in the state directory.
+    #[arg(long, global = true, env = "AWCP_DAEMON_TOKEN", hide_env_values = true)]
+    daemon_token: Option<String>,
+    /// State directory: the daemon's (journal, exports, token), the in-process delegator's,
+    /// and where client commands find the daemon token (default `$AWCP_HOME/delegator` or
+    /// `~/.awcp/delegator`).
+    #[arg(long, global = true, env = "AWCP_STATE_DIR")]
+    state_dir: Option<PathBuf>,
     /// Machine-readable output on stdout.
     #[arg(long, global = true)]
     json: bool,
@@ -63,6 +77,31 @@ struct Cli {
     client: ClientTlsArgs,
     #[command(subcommand)]
     cmd: Cmd,
+}
+
+/// The admission limits (WIRE.md §9): the one place they are set for a delegator. They apply
+/// to the workspace before it is lent and to results before they are applied.
+#[derive(clap::Args, Debug, Clone, Copy)]
+struct AdmissionArgs {
+    /// Most bytes a workspace (or a result) may hold in all.
+    #[arg(long, env = "AWCP_MAX_TOTAL_BYTES", default_value_t = AdmissionLimits::default().max_total_bytes)]
+    max_total_bytes: u64,
+    /// Most files a workspace (or a result) may hold.
+    #[arg(long, env = "AWCP_MAX_FILE_COUNT", default_value_t = AdmissionLimits::default().max_file_count)]
+    max_file_count: u64,
+    /// Largest single file a workspace (or a result) may hold, in bytes.
+    #[arg(long, env = "AWCP_MAX_FILE_BYTES", default_value_t = AdmissionLimits::default().max_single_file_bytes)]
+    max_file_bytes: u64,
+}
+
+impl AdmissionArgs {
+    fn limits(self) -> AdmissionLimits {
+        AdmissionLimits {
+            max_total_bytes: self.max_total_bytes,
+            max_file_count: self.max_file_count,
+            max_single_file_bytes: self.max_file_bytes,
+        }
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -101,7 +140,8 @@ enum Cmd {
         /// With --daemon: return the id at once instead of waiting.
         #[arg(long)]
         background: bool,
-        /// Serve the archive by URL from this address (URL mode) instead of inlining it.
+        /// Serve the archive by URL from this address (URL mode) instead of inlining it. This
+        /// listener answers one-time archive URLs only.
         #[arg(long)]
         serve_archives: Option<SocketAddr>,
         /// With --serve-archives: the base URL the executor reaches the archive server at
@@ -112,9 +152,6 @@ enum Cmd {
         /// TLS and limits of the archive server.
         #[command(flatten)]
         server: ServerArgs,
-        /// State directory for the in-process delegator.
-        #[arg(long, env = "AWCP_STATE_DIR")]
-        state_dir: Option<PathBuf>,
         /// Lend over SSHFS (live) instead of an archive. A JSON file with `host`, `port`,
         /// `user`, `jailRoot`, `principalsDir`, `hostPublicKey` and optionally `caDir` (the
         /// directory of the CA key sshd trusts; default `<state dir>/sshfs`) and
@@ -126,24 +163,50 @@ enum Cmd {
         /// daemon must have been started with --sshfs-config).
         #[arg(long)]
         transport: Option<String>,
+        /// Lend secret-looking files (.env, private keys, credentials.json, …) instead of
+        /// refusing with SENSITIVE_FILES. Listing them in .awcpignore keeps them home instead.
+        #[arg(long)]
+        allow_sensitive: bool,
+        /// Admission limits of the in-process delegator (with --daemon, the daemon's own
+        /// flags apply).
+        #[command(flatten)]
+        admission: AdmissionArgs,
     },
-    /// Run the delegator daemon (HTTP API + archive URLs).
+    /// Run the delegator daemon (HTTP API; archive URLs on their own listener).
     Daemon {
-        /// Address to listen on.
+        /// Address the API listens on. Anything but a loopback address needs TLS or
+        /// --insecure-plain-http.
         #[arg(long, env = "AWCP_DAEMON_LISTEN", default_value = "127.0.0.1:3100")]
         listen: SocketAddr,
-        /// State directory.
-        #[arg(long, env = "AWCP_STATE_DIR")]
-        state_dir: Option<PathBuf>,
         /// Also lend over SSHFS (requests with `"transport": "sshfs"`); the same JSON file as
         /// `delegate --sshfs-config`.
         #[arg(long)]
         sshfs_config: Option<PathBuf>,
-        /// The base URL executors reach this daemon's archive URLs at (behind NAT or a
-        /// proxy). Default: its address (the route's source address if it listens on 0.0.0.0).
+        /// Admission limits of every delegation the daemon makes.
+        #[command(flatten)]
+        admission: AdmissionArgs,
+        /// Serve workspaces by one-time URL (URL mode) from this address, where executors can
+        /// reach it; this listener answers archive URLs only. Without it archives are inlined.
+        #[arg(long, env = "AWCP_SERVE_ARCHIVES")]
+        serve_archives: Option<SocketAddr>,
+        /// With --serve-archives: the base URL executors reach the archive URLs at (behind NAT
+        /// or a proxy). Default: its address (the route's source address if it listens on
+        /// 0.0.0.0).
         #[arg(long, env = "AWCP_PUBLIC_URL", value_parser = awcp_examples::parse_public_url)]
         public_url: Option<String>,
-        /// TLS and limits of the daemon's server.
+        /// Further host names clients reach the API by (the Host header check refuses others).
+        #[arg(
+            long = "allowed-host",
+            env = "AWCP_ALLOWED_HOSTS",
+            value_delimiter = ','
+        )]
+        allowed_hosts: Vec<String>,
+        /// Serve the API on a non-loopback address over plain HTTP (its token and workspace
+        /// paths cross the network in clear text). Only for networks protected otherwise.
+        #[arg(long, env = "AWCP_INSECURE_PLAIN_HTTP")]
+        insecure_plain_http: bool,
+        /// TLS and limits of the daemon's servers (the API and, with --serve-archives, the
+        /// archive listener).
         #[command(flatten)]
         server: ServerArgs,
     },
@@ -187,6 +250,10 @@ enum Cmd {
         /// Apply it in-process from this state directory instead of through the daemon.
         #[arg(long)]
         state_dir: Option<PathBuf>,
+        /// Admission limits the result is held to when applied in-process (raise them to apply
+        /// a result refused as too large; through the daemon, the daemon's own flags apply).
+        #[command(flatten)]
+        admission: AdmissionArgs,
     },
     /// Discard a staged (pending) snapshot.
     Discard {
@@ -220,12 +287,10 @@ enum SshfsCmd {
         /// directory above it must be root-owned and not group/world-writable (not /tmp).
         #[arg(long, default_value = "/srv/awcp-jail")]
         jail_root: PathBuf,
-        /// Where the principals files live (root-owned path).
+        /// Where the principals files live (root-owned path). The CA key lives in
+        /// `<state-dir>/sshfs/ca`.
         #[arg(long, default_value = "/etc/ssh/awcp-principals")]
         principals_dir: PathBuf,
-        /// Delegator state directory (the CA key lives in `<state>/sshfs/ca`).
-        #[arg(long, env = "AWCP_STATE_DIR")]
-        state_dir: Option<PathBuf>,
         /// Render a standalone sshd config listening here (instead of a snippet).
         #[arg(long)]
         standalone: Option<SocketAddr>,
@@ -262,7 +327,8 @@ fn fail_delegator(e: awcp_driver::DelegatorError) -> ! {
         DelegatorError::Protocol(info) => exit::for_code(info.code.as_str()),
         DelegatorError::Closed
         | DelegatorError::StateDirInUse { .. }
-        | DelegatorError::StateDir { .. } => exit::OTHER,
+        | DelegatorError::StateDir { .. }
+        | DelegatorError::Random(_) => exit::OTHER,
     };
     fail_with(code, e)
 }
@@ -314,14 +380,6 @@ fn explain(v: &Value, retry: &str) {
     }
 }
 
-fn default_state_dir() -> PathBuf {
-    std::env::var_os("AWCP_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".awcp")))
-        .unwrap_or_else(|| std::env::temp_dir().join("awcp"))
-        .join("delegator")
-}
-
 /// The SSHFS delegator transport from a JSON config (keys in `--sshfs-config`'s help).
 fn sshfs_delegator(path: &std::path::Path, state_dir: &std::path::Path) -> SshfsDelegator {
     let text =
@@ -369,10 +427,12 @@ fn delegator<R: Driver>(
     state_dir: PathBuf,
     archive_base: Option<String>,
     sshfs: Option<SshfsDelegator>,
+    admission: AdmissionLimits,
     client_tls: agent_rt::ClientTls,
 ) -> DelegatorHandle {
     let transport = ArchiveDelegator::new(ArchiveDelegatorConfig::new(state_dir.join("exports")));
     let mut opts = DelegatorOptions::new(Arc::new(transport), state_dir);
+    opts.engine.admission = admission;
     opts.archive_base_url = archive_base;
     opts.client_tls = client_tls;
     if let Some(t) = sshfs {
@@ -404,9 +464,18 @@ fn main() {
 }
 
 async fn run<R: Driver>(cli: Cli) {
+    let state_dir = cli
+        .state_dir
+        .clone()
+        .unwrap_or_else(|| awcp_examples::default_state_dir("delegator"));
     let client_tls = cli.client.client_tls().unwrap_or_else(|e| fail(e));
-    let client =
-        DaemonClient::new(R::default(), cli.daemon_url.clone()).with_tls(client_tls.clone());
+    let client = DaemonClient::new(R::default(), cli.daemon_url.clone())
+        .with_tls(client_tls.clone())
+        .with_token(
+            cli.daemon_token
+                .clone()
+                .or_else(|| awcp_driver::security::read_daemon_token(&state_dir)),
+        );
     match cli.cmd {
         Cmd::Delegate {
             dir,
@@ -423,9 +492,10 @@ async fn run<R: Driver>(cli: Cli) {
             serve_archives,
             public_url,
             server,
-            state_dir,
             sshfs_config,
             transport,
+            allow_sensitive,
+            admission,
         } => {
             let dir = std::fs::canonicalize(&dir)
                 .unwrap_or_else(|e| usage(format!("{}: {e} (WORKSPACE_NOT_FOUND)", dir.display())));
@@ -475,6 +545,7 @@ async fn run<R: Driver>(cli: Cli) {
                     "snapshotMode": mode.as_str(),
                     "transport": transport.as_str(),
                     "auth": auth.as_ref().map(|a| json!({"type": a.auth_type.as_str(), "credential": a.credential})),
+                    "allowSensitive": allow_sensitive,
                 });
                 let id = client
                     .delegate(body)
@@ -495,7 +566,6 @@ async fn run<R: Driver>(cli: Cli) {
                 exit_for(&v);
                 return;
             }
-            let state_dir = state_dir.unwrap_or_else(default_state_dir);
             let sshfs = sshfs_config.map(|p| sshfs_delegator(&p, &state_dir));
             let mut archive_base = None;
             if let Some(addr) = serve_archives {
@@ -505,8 +575,14 @@ async fn run<R: Driver>(cli: Cli) {
                 let local = listener.local_addr().expect("bound");
                 archive_base =
                     Some(public_url.unwrap_or_else(|| format!("{}://{local}", server.scheme())));
-                let d = delegator::<R>(state_dir.clone(), archive_base.clone(), sshfs, client_tls);
-                R::default().spawn_delegator_server_with(listener, d.clone(), server);
+                let d = delegator::<R>(
+                    state_dir.clone(),
+                    archive_base.clone(),
+                    sshfs,
+                    admission.limits(),
+                    client_tls,
+                );
+                R::default().spawn_archive_server_with(listener, d.clone(), server);
                 run_delegate::<R>(
                     d,
                     peer,
@@ -518,13 +594,20 @@ async fn run<R: Driver>(cli: Cli) {
                     mode,
                     auth,
                     transport.clone(),
+                    allow_sensitive,
                     cli.json,
                     &state_dir,
                 )
                 .await;
                 return;
             }
-            let d = delegator::<R>(state_dir.clone(), archive_base, sshfs, client_tls);
+            let d = delegator::<R>(
+                state_dir.clone(),
+                archive_base,
+                sshfs,
+                admission.limits(),
+                client_tls,
+            );
             run_delegate::<R>(
                 d,
                 peer,
@@ -536,6 +619,7 @@ async fn run<R: Driver>(cli: Cli) {
                 mode,
                 auth,
                 transport,
+                allow_sensitive,
                 cli.json,
                 &state_dir,
             )
@@ -543,22 +627,69 @@ async fn run<R: Driver>(cli: Cli) {
         }
         Cmd::Daemon {
             listen,
-            state_dir,
             sshfs_config,
+            serve_archives,
+            admission,
             public_url,
+            allowed_hosts,
+            insecure_plain_http,
             server,
         } => {
-            let state_dir = state_dir.unwrap_or_else(default_state_dir);
             let server = server.server_options().unwrap_or_else(|e| fail(e));
+            if let Some(why) = awcp_driver::security::daemon_listen_refusal(
+                listen,
+                server.tls.is_some(),
+                insecure_plain_http,
+            ) {
+                fail(why);
+            }
+            if public_url.is_some() && serve_archives.is_none() {
+                fail("--public-url names the archive listener: add --serve-archives");
+            }
+            let token = match cli.daemon_token.clone() {
+                Some(t) => t,
+                None => awcp_driver::security::load_or_create_daemon_token(&state_dir)
+                    .unwrap_or_else(|e| {
+                        fail(format!("daemon token in {}: {e}", state_dir.display()))
+                    }),
+            };
             let listener = std::net::TcpListener::bind(listen)
                 .unwrap_or_else(|e| fail(format!("cannot listen on {listen}: {e}")));
             let local = listener.local_addr().expect("bound");
-            let base = format!("{}://{local}", server.scheme());
-            let archive_base = public_url.unwrap_or_else(|| base.clone());
+            let archives = serve_archives.map(|addr| {
+                let l = std::net::TcpListener::bind(addr)
+                    .unwrap_or_else(|e| fail(format!("--serve-archives {addr}: {e}")));
+                let base = public_url.clone().unwrap_or_else(|| {
+                    format!("{}://{}", server.scheme(), l.local_addr().expect("bound"))
+                });
+                (l, base)
+            });
             let sshfs = sshfs_config.map(|p| sshfs_delegator(&p, &state_dir));
-            let d = delegator::<R>(state_dir, Some(archive_base), sshfs, client_tls);
-            println!("awcp daemon listening on {base}");
-            if let Err(e) = R::serve_delegator_with(listener, d, server, R::shutdown_signal()).await
+            let d = delegator::<R>(
+                state_dir.clone(),
+                archives.as_ref().map(|a| a.1.clone()),
+                sshfs,
+                admission.limits(),
+                client_tls,
+            );
+            if let Some((l, base)) = archives {
+                tracing::info!(%base, "serving one-time archive URLs");
+                R::default().spawn_archive_server_with(l, d.clone(), server.clone());
+            }
+            let api = DaemonApi::new(
+                d,
+                DaemonAccess {
+                    token,
+                    listen: local,
+                    allowed_hosts,
+                },
+            );
+            println!("awcp daemon listening on {}://{local}", server.scheme());
+            tracing::info!(
+                token_file = %awcp_driver::security::daemon_token_path(&state_dir).display(),
+                "clients authenticate with the daemon token"
+            );
+            if let Err(e) = R::serve_daemon_with(listener, api, server, R::shutdown_signal()).await
             {
                 fail(e);
             }
@@ -569,7 +700,6 @@ async fn run<R: Driver>(cli: Cli) {
                     user,
                     jail_root,
                     principals_dir,
-                    state_dir,
                     standalone,
                     host_key,
                     write,
@@ -581,7 +711,7 @@ async fn run<R: Driver>(cli: Cli) {
             if let Err(e) = check_chroot_path(&jail_root) {
                 fail(format!("--jail-root: {e}"));
             }
-            let state = state_dir.unwrap_or_else(default_state_dir).join("sshfs");
+            let state = state_dir.join("sshfs");
             let ca = state.join("ca");
             ensure_ca(&ca).unwrap_or_else(|e| fail(format!("CA key {}: {e}", ca.display())));
             let next = format!(
@@ -659,10 +789,11 @@ async fn run<R: Driver>(cli: Cli) {
             id,
             snapshot,
             state_dir,
+            admission,
         } => {
             let applied = match state_dir {
                 Some(dir) => {
-                    let d = delegator::<R>(dir, None, None, client_tls);
+                    let d = delegator::<R>(dir, None, None, admission.limits(), client_tls);
                     let r = d
                         .apply_snapshot_and_wait(&parse_id(&id), &parse_snapshot(&snapshot))
                         .await;
@@ -702,7 +833,7 @@ async fn run<R: Driver>(cli: Cli) {
         } => {
             match state_dir {
                 Some(dir) => {
-                    let d = delegator::<R>(dir, None, None, client_tls);
+                    let d = delegator::<R>(dir, None, None, AdmissionLimits::default(), client_tls);
                     let r = d
                         .discard_snapshot(&parse_id(&id), &parse_snapshot(&snapshot))
                         .await;
@@ -724,7 +855,7 @@ async fn run<R: Driver>(cli: Cli) {
 /// The record of delegation `id` from the state directory `dir`, in-process (after the
 /// start-up recovery of interrupted applies).
 async fn local_record<R: Driver>(dir: PathBuf, id: &str, tls: agent_rt::ClientTls) -> Value {
-    let d = delegator::<R>(dir, None, None, tls);
+    let d = delegator::<R>(dir, None, None, AdmissionLimits::default(), tls);
     let v = d.get(&parse_id(id)).await.map(|v| view_to_json(&v));
     d.stop().await;
     v.unwrap_or_else(|| usage(format!("unknown delegation {id}")))
@@ -750,10 +881,12 @@ async fn run_delegate<R: Driver>(
     mode: SnapshotMode,
     auth: Option<Auth>,
     transport: TransportKind,
+    allow_sensitive: bool,
     json: bool,
     state_dir: &std::path::Path,
 ) {
     let mut params = DelegateParams::new(peer, dir, &description, &prompt);
+    params.allow_sensitive = allow_sensitive;
     params.transport = transport;
     params.ttl_seconds = ttl;
     params.access_mode = access;
@@ -766,6 +899,8 @@ async fn run_delegate<R: Driver>(
         .await
         .unwrap_or_else(|e| fail_delegator(e));
     let view = follow.until_end(&d, &id, json, R::shutdown_signal()).await;
+    // Lets the ack (or cancel, ERROR) reach the executor before the process exits.
+    d.stop().await;
     let Some(view) = view else {
         fail("the delegation disappeared");
     };
@@ -837,6 +972,19 @@ fn human_record(v: &Value) -> String {
             x["status"].as_str().unwrap_or("")
         ));
     }
+    let not_shipped: Vec<(String, String)> = v["notShipped"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|x| {
+            let f = |k: &str| x[k].as_str().unwrap_or("").to_owned();
+            (f("path"), f("reason"))
+        })
+        .collect();
+    s.push_str(&awcp_examples::not_shipped_lines(
+        &not_shipped,
+        v["notShippedCount"].as_u64().unwrap_or(0),
+    ));
     if let Some(m) = v["outcome"]["message"].as_str() {
         s.push_str(&format!("outcome: {m}\n"));
     }

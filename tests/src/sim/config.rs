@@ -91,6 +91,18 @@ pub enum Action {
     },
     /// The clock jumps forward.
     JumpClock(u64),
+    /// The delegator crashes and a new process restores from its journal at once.
+    CrashDelegator,
+    /// The delegator crashes in the middle of its next snapshot apply.
+    CrashDelegatorDuringApply,
+}
+
+/// Executors require a credential (`--auth-token`); each delegation's delegator presents it
+/// either in a header on every request (ours) or only in INVITE's `auth` (the reference's).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SimAuth {
+    /// Per delegation (creation order): `true` sends the header on every request.
+    pub header: Vec<bool>,
 }
 
 /// A whole run.
@@ -115,6 +127,8 @@ pub struct SimConfig {
     pub staged_apply: u32,
     /// `max_ttl_seconds` of every executor (longer leases are capped in ACCEPT).
     pub exec_max_ttl_s: u64,
+    /// Whether executors require a credential, and how each delegation presents it.
+    pub auth: Option<SimAuth>,
 }
 
 impl SimConfig {
@@ -130,6 +144,7 @@ impl SimConfig {
             trace: true,
             staged_apply: 1000,
             exec_max_ttl_s: 3600,
+            auth: None,
         }
     }
 
@@ -224,6 +239,21 @@ impl SimConfig {
         } else {
             3600
         };
+        // Delegator crashes (restored from the journal), some in the middle of an apply.
+        if faulty {
+            for _ in 0..r.below(3) {
+                if r.chance(250) {
+                    actions.push((r.below(400_000), Action::CrashDelegator));
+                }
+            }
+            if r.chance(250) {
+                actions.push((r.below(300_000), Action::CrashDelegatorDuringApply));
+            }
+        }
+        // Drawn after everything else, for the same reason.
+        let auth = r.chance(300).then(|| SimAuth {
+            header: (0..n).map(|_| r.chance(500)).collect(),
+        });
         SimConfig {
             seed,
             executors,
@@ -234,6 +264,7 @@ impl SimConfig {
             trace: false,
             staged_apply: 600,
             exec_max_ttl_s,
+            auth,
         }
     }
 }

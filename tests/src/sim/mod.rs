@@ -10,8 +10,12 @@
 //!
 //! **Faults** (rates drawn per seed; one seed in five is fault-free, one faulty seed in ten is
 //! a storm): HTTP request loss, response loss, duplication and multi-second delays
-//! (reordering); SSE disconnects; executor crash and restart (new memory, in-flight requests
-//! and streams dropped, a startup sweep frees the old incarnation's work dirs and snapshots);
+//! (reordering); SSE disconnects; executor crash and restart (new memory restored from the
+//! assignment journal the engine's records make, as the driver does; in-flight requests and
+//! streams dropped; work dirs stay on disk and tasks whose process group was journalled keep
+//! running until the restarted executor ends and releases what its journal records); delegator
+//! crash and immediate restart from its delegation journal (requests, streams and local results
+//! of the old process lost), also in the middle of a snapshot apply (finished all-or-nothing);
 //! task failure; slow task stop (longer than the stop grace); setup, prepare, allocation,
 //! capture, store and apply failures; oversized workspaces; cancels at random moments and
 //! right after `delegate`; clock jumps past the lease; executors with a small max TTL.
@@ -23,9 +27,11 @@
 //!    state;
 //! 2. every delegation ends, and every executor work dir is released, within `ttl` +
 //!    [`GRACE_MS`] (after a clock jump: the new now + the grace);
-//! 3. every export view, stored snapshot, work dir and captured snapshot is released exactly
-//!    once (a second release fails at once, a leak at the end); every HTTP request is
-//!    answered; no stream is left open; both engines are empty after retention;
+//! 3. every export view, stored snapshot, work dir, captured snapshot and task process is
+//!    released exactly once (a second release fails at once, a leak at the end; after a
+//!    restart the first release of what a record says may still exist is idempotent); every
+//!    HTTP request is answered; no stream is left open; no orphaned task is left; both engines
+//!    are empty after retention;
 //! 4. `PrepareTransport` only after ACCEPT (state `accepted`), and START only carries the
 //!    prepared handle, in state `started`;
 //! 5. per executor, running tasks ≤ `max_concurrent` and `live_count()` ≤ `max_concurrent`;
@@ -42,7 +48,7 @@ pub mod config;
 pub mod rng;
 pub mod world;
 
-pub use config::{Action, DelegationSpec, Faults, SimConfig};
+pub use config::{Action, DelegationSpec, Faults, SimAuth, SimConfig};
 pub use world::{Failure, Summary, World, GRACE_MS, HTTP_TIMEOUT_MS};
 
 /// The command that replays `seed` with a full trace.

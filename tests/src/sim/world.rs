@@ -11,14 +11,16 @@ use std::time::Duration;
 use awcp_proto::engine::delegator::{
     DelegateRequest, FetchedResult, Outbound, Reply, SnapshotStatus,
 };
-use awcp_proto::engine::executor::{Request, Response, ResultStatus};
+use awcp_proto::engine::executor::{Credential, Request, RequiredAuth, Response, ResultStatus};
 use awcp_proto::{
     AccessMode, ArchiveData, ArchiveHandle, AssignmentEvent, AssignmentState, CapturedSnapshot,
     DelegationId, DelegationState, Delegator, DelegatorConfig, DelegatorEvent, DelegatorInput,
     DelegatorOutput, ErrorCode, ErrorInfo, Executor, ExecutorConfig, ExecutorEvent, ExecutorInput,
     ExecutorOutput, Message, RequestId, Resource, ResourceName, SnapshotId, SnapshotMode, StreamId,
-    TaskEvent, TaskOutcome, TaskSpec, Timestamp, TransportHandle, TransportKind, WorkspaceStats,
+    TaskEvent, TaskHandle, TaskOutcome, TaskSpec, Timestamp, TransportHandle, TransportKind,
+    WorkspaceStats,
 };
+use serde_json::Value;
 
 use super::config::{Action, Faults, SimConfig};
 use super::rng::Rng;
@@ -28,6 +30,8 @@ pub type Files = BTreeMap<String, String>;
 
 /// Simulated time 0 (ms since the Unix epoch): 2025-06-15.
 const BASE_MS: u64 = 1_750_000_000_000;
+/// The credential executors require when the run has auth on.
+const SIM_TOKEN: &str = "sim-token";
 /// The client-side timeout of every HTTP request.
 pub const HTTP_TIMEOUT_MS: u64 = 10_000;
 /// Slack after `ttl` within which every delegation must end and every executor resource must
@@ -116,7 +120,13 @@ enum Ev {
         inc: u32,
         input: ExecutorInput,
     },
-    DelIn(DelegatorInput),
+    /// A local operation's result for incarnation `inc` of the delegator.
+    DelIn {
+        inc: u32,
+        input: DelegatorInput,
+    },
+    /// An apply reaches its commit (see [`PendingApply`]).
+    ApplyCommit(u64),
     TaskStep {
         exec: usize,
         inc: u32,
@@ -130,14 +140,34 @@ enum Ev {
 enum ResKey {
     Export(DelegationId),
     Stored(DelegationId, SnapshotId),
-    WorkDir(usize, u32, DelegationId),
+    /// A work directory (on disk: it survives executor crashes).
+    WorkDir(usize, DelegationId),
+    /// A captured inline snapshot (in the memory of one executor incarnation).
     Captured(usize, u32, DelegationId, SnapshotId),
+    /// A running task's processes (they survive an executor crash once journalled).
+    Task(usize, DelegationId),
 }
 
 #[derive(Debug)]
 struct SimTask {
     gen: u64,
     steps_left: u32,
+}
+
+/// The handle a simulated task's "process group" is journalled with.
+fn task_handle(gen: u64) -> TaskHandle {
+    TaskHandle(format!("sim-task-{gen}"))
+}
+
+/// A snapshot apply between its start and its commit: a delegator crash in between is
+/// recovered all-or-nothing (rolled forward or back).
+#[derive(Debug)]
+struct PendingApply {
+    inc: u32,
+    id: DelegationId,
+    snapshot_id: SnapshotId,
+    /// The result's files, or `None` if the apply fails.
+    files: Option<Files>,
 }
 
 #[derive(Debug)]
@@ -151,9 +181,18 @@ struct ExecNode {
     inc: u32,
     /// Open HTTP requests: request id → call.
     reqs: BTreeMap<u64, u64>,
+    /// Work directories on disk (they survive a crash until released).
     work: BTreeMap<DelegationId, Files>,
     tasks: BTreeMap<DelegationId, SimTask>,
+    /// Tasks of a crashed incarnation whose process group was journalled: they keep running
+    /// until the restarted executor ends them (or they finish by themselves).
+    orphans: BTreeMap<DelegationId, SimTask>,
     assigns: BTreeMap<DelegationId, AssignTrack>,
+    /// The assignment journal, written as the driver writes it.
+    journal: BTreeMap<DelegationId, Value>,
+    /// Assignments restored unreleased: their first release may find the directory gone
+    /// already (the predecessor removed it but crashed before recording that): idempotent.
+    restored_unreleased: std::collections::BTreeSet<DelegationId>,
 }
 
 /// What the world knows about one delegation (by creation order).
@@ -245,6 +284,16 @@ pub struct World {
     cur_stream: BTreeMap<DelegationId, u64>,
     held: BTreeMap<ResKey, u64>,
     store: BTreeMap<(DelegationId, SnapshotId), Files>,
+    /// Incarnation of the delegator (bumped by a crash).
+    del_inc: u32,
+    /// The delegation journal, written as the driver writes it.
+    del_journal: BTreeMap<DelegationId, Value>,
+    /// Delegations a restarted delegator restored: their releases are idempotent cleanups.
+    restored: std::collections::BTreeSet<DelegationId>,
+    pending_applies: BTreeMap<u64, PendingApply>,
+    next_apply: u64,
+    /// Crash the delegator right after its next `ApplySnapshot` starts.
+    crash_on_apply: bool,
     next_task_gen: u64,
     trace: Vec<String>,
     violations: Vec<String>,
@@ -271,6 +320,10 @@ fn exec_config(cfg: &SimConfig, id_seed: u64) -> ExecutorConfig {
         max_concurrent: cfg.max_concurrent,
         max_ttl_seconds: cfg.exec_max_ttl_s,
         id_seed,
+        auth: cfg.auth.as_ref().map(|_| RequiredAuth {
+            types: Vec::new(),
+            credential: SIM_TOKEN.into(),
+        }),
         ..ExecutorConfig::default()
     }
 }
@@ -301,7 +354,10 @@ impl World {
                 reqs: BTreeMap::new(),
                 work: BTreeMap::new(),
                 tasks: BTreeMap::new(),
+                orphans: BTreeMap::new(),
                 assigns: BTreeMap::new(),
+                journal: BTreeMap::new(),
+                restored_unreleased: Default::default(),
             })
             .collect();
         let mut w = World {
@@ -321,6 +377,12 @@ impl World {
             cur_stream: BTreeMap::new(),
             held: BTreeMap::new(),
             store: BTreeMap::new(),
+            del_inc: 0,
+            del_journal: BTreeMap::new(),
+            restored: Default::default(),
+            pending_applies: BTreeMap::new(),
+            next_apply: 0,
+            crash_on_apply: false,
             next_task_gen: 0,
             trace: Vec::new(),
             violations: Vec::new(),
@@ -373,7 +435,8 @@ impl World {
     /// Schedules a local operation's result for the delegator, a local delay from now.
     fn del_local(&mut self, input: DelegatorInput) {
         let at = self.now + self.local();
-        self.schedule(at, Ev::DelIn(input));
+        let inc = self.del_inc;
+        self.schedule(at, Ev::DelIn { inc, input });
     }
 
     /// Schedules a local operation's result for executor `exec` (incarnation `inc`), a local
@@ -401,6 +464,20 @@ impl World {
 
     fn idx(&self, id: &DelegationId) -> usize {
         self.by_id[id]
+    }
+
+    /// Whether delegation `id`'s requests carry the credential in a header (auth on, our
+    /// delegator's style) rather than only in INVITE (the reference's).
+    fn sends_header(&self, id: &DelegationId) -> bool {
+        match (&self.cfg.auth, self.by_id.get(id)) {
+            (Some(a), Some(i)) => a.header[*i],
+            _ => false,
+        }
+    }
+
+    /// The header credential a request about `id` carries.
+    fn credential_for(&self, id: &DelegationId) -> Option<Credential> {
+        self.sends_header(id).then(|| Credential::bearer(SIM_TOKEN))
     }
 
     fn acquire(&mut self, key: ResKey, deadline: u64) {
@@ -582,11 +659,16 @@ impl World {
                 self.next_req += 1;
                 let rid = self.next_req;
                 self.execs[exec].reqs.insert(rid, call);
+                let about = match &body {
+                    Request::Message(m, _) => m.delegation_id().clone(),
+                    Request::Cancel(id) | Request::Ack(id) | Request::Result(id) => id.clone(),
+                };
+                let credential = self.credential_for(&about);
                 self.exec_input(
                     exec,
                     ExecutorInput::Request {
                         request: RequestId(rid),
-                        credential: None,
+                        credential,
                         body,
                     },
                 );
@@ -600,13 +682,14 @@ impl World {
                     self.exec_input(exec, input);
                 }
             }
-            Ev::DelIn(input) => self.del_input(input),
-            Ev::TaskStep { exec, inc, id, gen } => self.task_step(exec, inc, id, gen),
-            Ev::Restart(exec) => {
-                let seed = self.rng.next_u64();
-                self.log(|| format!("exec{exec} restarts"));
-                self.execs[exec].engine = Some(Executor::new(exec_config(&self.cfg, seed)));
+            Ev::DelIn { inc, input } => {
+                if inc == self.del_inc {
+                    self.del_input(input);
+                }
             }
+            Ev::ApplyCommit(n) => self.apply_commit(n),
+            Ev::TaskStep { exec, inc, id, gen } => self.task_step(exec, inc, id, gen),
+            Ev::Restart(exec) => self.restart(exec),
         }
     }
 
@@ -660,7 +743,12 @@ impl World {
             }],
             transport: TransportKind::Archive,
             snapshot_mode: spec.mode,
-            auth: None,
+            auth: self.cfg.auth.as_ref().map(|_| awcp_proto::Auth {
+                auth_type: awcp_proto::AuthType::Bearer,
+                credential: SIM_TOKEN.into(),
+                metadata: Default::default(),
+            }),
+            allow_sensitive: false,
         };
         self.log(|| {
             format!(
@@ -679,6 +767,9 @@ impl World {
         if let Err(e) = self.delegator.delegate(now, req) {
             self.violate(format!("delegate refused: {e}"));
         }
+        // Journalled at once, as the driver does: a crash never loses a delegation whose id
+        // the application has.
+        self.persist_del(&id);
         self.drain_delegator();
     }
 
@@ -711,6 +802,8 @@ impl World {
                 }
             }
             Action::Crash { exec, down_ms } => self.crash(exec, down_ms),
+            Action::CrashDelegator => self.crash_delegator(),
+            Action::CrashDelegatorDuringApply => self.crash_on_apply = true,
             Action::JumpClock(by) => {
                 self.bump("clock jump");
                 self.now += by;
@@ -852,8 +945,8 @@ impl World {
             exec,
             ExecutorInput::Subscribe {
                 stream: StreamId(s),
+                credential: self.credential_for(&id),
                 id,
-                credential: None,
             },
         );
     }
@@ -895,13 +988,8 @@ impl World {
         }
     }
 
-    /// The connection breaks: both sides notice, whatever was in flight is lost.
-    fn cut(&mut self, s: u64) {
-        let Some(st) = self.streams.remove(&s) else {
-            return;
-        };
-        self.bump("sse cut");
-        self.log(|| format!("sse {s} of {} cut", st.id));
+    /// The executor side of stream `s` notices its connection is gone (if it had accepted it).
+    fn exec_notices_cut(&mut self, s: u64, st: &SimStream) {
         if let Some(inc) = st.subscribed {
             self.exec_local(
                 st.exec,
@@ -911,6 +999,16 @@ impl World {
                 },
             );
         }
+    }
+
+    /// The connection breaks: both sides notice, whatever was in flight is lost.
+    fn cut(&mut self, s: u64) {
+        let Some(st) = self.streams.remove(&s) else {
+            return;
+        };
+        self.bump("sse cut");
+        self.log(|| format!("sse {s} of {} cut", st.id));
+        self.exec_notices_cut(s, &st);
         if self.cur_stream.get(&st.id) == Some(&s) {
             self.cur_stream.remove(&st.id);
             self.del_input(DelegatorInput::EventStreamClosed {
@@ -928,26 +1026,53 @@ impl World {
             return;
         }
         self.bump("executor crash");
+        let back = self.now + down_ms + GRACE_MS;
         let node = &mut self.execs[exec];
         node.engine = None;
         let old = node.inc;
         node.inc += 1;
         node.reqs.clear(); // their clients time out
-        node.work.clear();
-        node.tasks.clear();
-        node.assigns.clear();
-        // The startup sweep of the next incarnation removes what the old one left behind.
-        let leftovers: Vec<ResKey> = self
+                           // Tasks whose process group was journalled keep running; the others are assumed to die
+                           // with the executor (the driver's window between spawning and journalling).
+        let tasks = std::mem::take(&mut node.tasks);
+        let mut died = Vec::new();
+        for (id, t) in tasks {
+            let recorded = node
+                .journal
+                .get(&id)
+                .and_then(|r| r.get("task"))
+                .and_then(Value::as_str)
+                == Some(task_handle(t.gen).0.as_str());
+            if recorded {
+                node.orphans.insert(id, t);
+            } else {
+                died.push(id);
+            }
+        }
+        let orphaned = self.execs[exec].orphans.len();
+        for _ in 0..orphaned {
+            self.bump("task orphaned by a crash");
+        }
+        for id in died {
+            self.bump("unjournalled task died with the executor");
+            self.release(ResKey::Task(exec, id));
+        }
+        // Inline snapshots lived in the process's memory.
+        let captured: Vec<ResKey> = self
             .held
             .keys()
-            .filter(|k| {
-                matches!(k, ResKey::WorkDir(e, i, _) | ResKey::Captured(e, i, _, _) if *e == exec && *i == old)
-            })
+            .filter(|k| matches!(k, ResKey::Captured(e, i, _, _) if *e == exec && *i == old))
             .cloned()
             .collect();
-        for k in leftovers {
-            self.log(|| format!("sweep releases {k:?}"));
+        for k in captured {
             self.release(k);
+        }
+        // Work directories and orphaned tasks stay until the restarted executor cleans up
+        // what its journal records.
+        for (k, deadline) in self.held.iter_mut() {
+            if matches!(k, ResKey::WorkDir(e, _) | ResKey::Task(e, _) if *e == exec) {
+                *deadline = (*deadline).max(back);
+            }
         }
         let conns: Vec<u64> = self
             .streams
@@ -961,12 +1086,144 @@ impl World {
         self.schedule(self.now + down_ms, Ev::Restart(exec));
     }
 
+    /// A new executor process on the same state: it restores its journal, as the driver does,
+    /// and cleans up what the journal says its predecessor held.
+    fn restart(&mut self, exec: usize) {
+        let seed = self.rng.next_u64();
+        self.log(|| format!("exec{exec} restarts"));
+        let mut engine = Executor::new(exec_config(&self.cfg, seed));
+        let records: Vec<Value> = self.execs[exec].journal.values().cloned().collect();
+        let n = engine.restore(self.ts(), &records);
+        if n > 0 {
+            self.bump("executor restored from its journal");
+        }
+        let node = &mut self.execs[exec];
+        for (id, a) in node.assigns.iter_mut() {
+            if let Some(v) = engine.assignment(id) {
+                a.state = v.state;
+                if !v.released {
+                    node.restored_unreleased.insert(id.clone());
+                }
+            }
+        }
+        node.engine = Some(engine);
+        // What restoring changed is journalled, as the driver does.
+        let ids: Vec<DelegationId> = self.execs[exec].journal.keys().cloned().collect();
+        for id in ids {
+            self.persist_exec(exec, &id);
+        }
+        self.drain_exec(exec);
+    }
+
+    fn persist_exec(&mut self, exec: usize, id: &DelegationId) {
+        let node = &mut self.execs[exec];
+        match node.engine.as_ref().and_then(|e| e.record(id)) {
+            Some(r) => {
+                node.journal.insert(id.clone(), r);
+            }
+            None => {
+                node.journal.remove(id);
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------------------------
+    // Delegator crash
+
+    /// The delegator process dies and a new one starts at once on the same state directory:
+    /// everything in memory is lost (requests in flight, event streams, local results); an
+    /// apply in flight is finished all-or-nothing by the apply journal; the new engine is
+    /// restored from the delegation journal, as the driver does.
+    fn crash_delegator(&mut self) {
+        self.bump("delegator crash");
+        self.log(|| "delegator crashes and restarts".to_owned());
+        self.del_inc += 1;
+        self.calls.clear();
+        for (s, st) in std::mem::take(&mut self.streams) {
+            self.exec_notices_cut(s, &st);
+        }
+        self.cur_stream.clear();
+        for (_, p) in std::mem::take(&mut self.pending_applies) {
+            let Some(files) = p.files else { continue };
+            let i = self.idx(&p.id);
+            if self.rng.chance(500) {
+                self.bump("interrupted apply rolled forward");
+                self.dels[i].ws = files;
+                self.dels[i].applied += 1;
+            } else {
+                self.bump("interrupted apply rolled back");
+            }
+            let sid = p.snapshot_id;
+            self.log(|| format!("apply {sid} of {} interrupted by the crash", p.id));
+        }
+        let mut d = Delegator::new(DelegatorConfig::default());
+        let records: Vec<Value> = self.del_journal.values().cloned().collect();
+        let now = self.ts();
+        if d.restore(now, &records) > 0 {
+            self.bump("delegator restored from its journal");
+        }
+        self.delegator = d;
+        self.restored.extend(self.del_journal.keys().cloned());
+        let ids: Vec<DelegationId> = self.del_journal.keys().cloned().collect();
+        for id in ids {
+            self.persist_del(&id);
+        }
+        self.drain_delegator();
+    }
+
+    fn persist_del(&mut self, id: &DelegationId) {
+        match self.delegator.record(id) {
+            Some(r) => {
+                self.del_journal.insert(id.clone(), r);
+            }
+            None => {
+                self.del_journal.remove(id);
+            }
+        }
+    }
+
+    /// An apply reaches its commit: all at once.
+    fn apply_commit(&mut self, n: u64) {
+        let Some(p) = self.pending_applies.remove(&n) else {
+            return; // finished by the crash recovery
+        };
+        if p.inc != self.del_inc {
+            return;
+        }
+        let i = self.idx(&p.id);
+        let ok = p.files.is_some();
+        match p.files {
+            Some(files) => {
+                self.bump("snapshot applied");
+                self.dels[i].ws = files;
+                self.dels[i].applied += 1;
+            }
+            None => {
+                self.bump("snapshot apply failed");
+                self.dels[i].apply_failed += 1;
+            }
+        }
+        let (id, snapshot_id) = (p.id, p.snapshot_id);
+        self.log(|| format!("apply {snapshot_id} to {id} committed ok={ok}"));
+        self.del_input(DelegatorInput::SnapshotApplied {
+            id,
+            snapshot_id,
+            result: if ok {
+                Ok(())
+            } else {
+                Err(ErrorInfo::new(ErrorCode::SetupFailed, "sim: apply"))
+            },
+        });
+    }
+
     // ------------------------------------------------------------------------------------
     // Tasks
 
     fn task_step(&mut self, exec: usize, inc: u32, id: DelegationId, gen: u64) {
         let node = &mut self.execs[exec];
-        if node.inc != inc || node.tasks.get(&id).is_none_or(|t| t.gen != gen) {
+        let orphan = node.orphans.get(&id).is_some_and(|t| t.gen == gen);
+        let current = node.inc == inc && node.tasks.get(&id).is_some_and(|t| t.gen == gen);
+        if !orphan && !current {
             return;
         }
         // Edit the work directory: change, create or delete a file.
@@ -994,6 +1251,20 @@ impl World {
                 }
             }
         }
+        if orphan {
+            // Nobody listens any more; it runs until ended or done.
+            let t = node.orphans.get_mut(&id).expect("checked");
+            t.steps_left = t.steps_left.saturating_sub(1);
+            if t.steps_left == 0 {
+                node.orphans.remove(&id);
+                self.bump("orphaned task finished by itself");
+                self.release(ResKey::Task(exec, id));
+            } else {
+                let at = self.now + self.dels[self.by_id[&id]].step_ms;
+                self.schedule(at, Ev::TaskStep { exec, inc, id, gen });
+            }
+            return;
+        }
         let task = node.tasks.get_mut(&id).expect("checked");
         task.steps_left = task.steps_left.saturating_sub(1);
         let left = task.steps_left;
@@ -1001,6 +1272,7 @@ impl World {
         if left == 0 {
             let node = &mut self.execs[exec];
             node.tasks.remove(&id);
+            self.release(ResKey::Task(exec, id.clone()));
             self.finished_tasks += 1;
             let result = if self.dels[i].task_fails {
                 Err(ErrorInfo::new(ErrorCode::TaskFailed, "the task failed"))
@@ -1045,6 +1317,7 @@ impl World {
                     file_count: ws.len() as u64,
                     largest_file_bytes: ws.values().map(|v| v.len() as u64).max().unwrap_or(0),
                     largest_file: ws.keys().next().cloned(),
+                    ..WorkspaceStats::default()
                 };
                 if self.rng.chance(self.cfg.faults.oversize) {
                     stats.total_bytes = 1 << 40;
@@ -1138,12 +1411,16 @@ impl World {
                 let at = self.now + self.local();
                 if self.rng.chance(self.cfg.faults.prepare_fail) {
                     self.log(|| format!("prepare of {id} fails"));
+                    let inc = self.del_inc;
                     self.schedule(
                         at,
-                        Ev::DelIn(DelegatorInput::TransportPrepared {
-                            id,
-                            result: Err(ErrorInfo::new(ErrorCode::SetupFailed, "sim: prepare")),
-                        }),
+                        Ev::DelIn {
+                            inc,
+                            input: DelegatorInput::TransportPrepared {
+                                id,
+                                result: Err(ErrorInfo::new(ErrorCode::SetupFailed, "sim: prepare")),
+                            },
+                        },
                     );
                     return;
                 }
@@ -1159,12 +1436,16 @@ impl World {
                     },
                 });
                 self.dels[i].handle = Some(handle.clone());
+                let inc = self.del_inc;
                 self.schedule(
                     at,
-                    Ev::DelIn(DelegatorInput::TransportPrepared {
-                        id,
-                        result: Ok(handle),
-                    }),
+                    Ev::DelIn {
+                        inc,
+                        input: DelegatorInput::TransportPrepared {
+                            id,
+                            result: Ok(handle),
+                        },
+                    },
                 );
             }
             DelegatorOutput::OpenEventStream { id, peer } => {
@@ -1225,27 +1506,24 @@ impl World {
                     return;
                 };
                 let ok = !self.rng.chance(self.cfg.faults.apply_fail);
-                self.bump(if ok {
-                    "snapshot applied"
-                } else {
-                    "snapshot apply failed"
-                });
-                if ok {
-                    self.dels[i].ws = files; // all at once
-                    self.dels[i].applied += 1;
-                } else {
-                    self.dels[i].apply_failed += 1;
-                }
-                self.log(|| format!("apply {snapshot_id} to {id} ok={ok}"));
-                self.del_local(DelegatorInput::SnapshotApplied {
-                    id,
-                    snapshot_id,
-                    result: if ok {
-                        Ok(())
-                    } else {
-                        Err(ErrorInfo::new(ErrorCode::SetupFailed, "sim: apply"))
+                self.next_apply += 1;
+                let n = self.next_apply;
+                self.log(|| format!("apply {snapshot_id} to {id} starts (apply {n}, ok={ok})"));
+                self.pending_applies.insert(
+                    n,
+                    PendingApply {
+                        inc: self.del_inc,
+                        id,
+                        snapshot_id,
+                        files: ok.then_some(files),
                     },
-                });
+                );
+                let at = self.now + self.local() + 1;
+                self.schedule(at, Ev::ApplyCommit(n));
+                if std::mem::take(&mut self.crash_on_apply) {
+                    // Before the commit: the crash interrupts this apply.
+                    self.schedule(self.now, Ev::App(Action::CrashDelegator));
+                }
             }
             DelegatorOutput::StoreSnapshot { id, snapshot } => {
                 let sid = snapshot.snapshot_id.clone();
@@ -1253,7 +1531,13 @@ impl World {
                 if ok {
                     match snapshot.data.base64.as_deref().and_then(decode_files) {
                         Some(files) => {
-                            self.acquire(ResKey::Stored(id.clone(), sid.clone()), u64::MAX);
+                            let key = ResKey::Stored(id.clone(), sid.clone());
+                            // After a restart the engine may fetch and store again a snapshot
+                            // whose earlier store finished unrecorded (the crash came first):
+                            // the driver writes `.part` and renames over it, so that replaces.
+                            if !(self.restored.contains(&id) && self.held.contains_key(&key)) {
+                                self.acquire(key, u64::MAX);
+                            }
                             self.store.insert((id.clone(), sid.clone()), files);
                         }
                         None => self.violate(format!("snapshot {sid} of {id} has no bytes")),
@@ -1271,12 +1555,20 @@ impl World {
             }
             DelegatorOutput::DeleteStoredSnapshot { id, snapshot_id } => {
                 self.store.remove(&(id.clone(), snapshot_id.clone()));
-                self.release(ResKey::Stored(id, snapshot_id));
+                let key = ResKey::Stored(id.clone(), snapshot_id);
+                // After a restart, deleting what may exist is an idempotent cleanup.
+                if !self.restored.contains(&id) || self.held.contains_key(&key) {
+                    self.release(key);
+                }
             }
             DelegatorOutput::ReleaseTransport { id } => {
                 let i = self.idx(&id);
                 self.dels[i].handle = None;
-                self.release(ResKey::Export(id.clone()));
+                let key = ResKey::Export(id.clone());
+                // After a restart the engine releases whatever may be prepared (idempotent).
+                if !self.restored.contains(&id) || self.held.contains_key(&key) {
+                    self.release(key);
+                }
                 self.del_local(DelegatorInput::TransportReleased {
                     id,
                     warnings: Vec::new(),
@@ -1287,6 +1579,16 @@ impl World {
     }
 
     fn on_del_event(&mut self, ev: DelegatorEvent) {
+        // The journal, as the driver writes it.
+        match &ev {
+            DelegatorEvent::StateChanged { id, .. }
+            | DelegatorEvent::Snapshot { id, .. }
+            | DelegatorEvent::Ended { id, .. } => self.persist_del(id),
+            DelegatorEvent::Forgotten { id } => {
+                self.del_journal.remove(id);
+            }
+            DelegatorEvent::Progress { .. } => {}
+        }
         match ev {
             DelegatorEvent::StateChanged { id, from, to } => {
                 let i = self.idx(&id);
@@ -1324,6 +1626,25 @@ impl World {
                             .unwrap_or_default()
                     )
                 });
+                if error
+                    .as_ref()
+                    .is_some_and(|e| e.code == ErrorCode::AuthFailed)
+                {
+                    // Only a reference-style delegation (no header) can be refused, and only
+                    // by an executor that restarted and forgot the INVITE that bound its id.
+                    let crashed = self
+                        .cfg
+                        .actions
+                        .iter()
+                        .any(|(_, a)| matches!(a, Action::Crash { .. }));
+                    if self.sends_header(&id) || !crashed {
+                        self.violate(format!(
+                            "{id} was refused as unauthenticated although it presented the credential"
+                        ));
+                    } else {
+                        self.bump("reference-style delegation refused by a restarted executor");
+                    }
+                }
                 let d = &mut self.dels[i];
                 if d.ended.is_some() {
                     self.violate(format!("{id} ended twice"));
@@ -1430,7 +1751,7 @@ impl World {
                 }
                 let i = self.idx(&id);
                 let deadline = self.now + self.dels[i].ttl_ms + GRACE_MS;
-                self.acquire(ResKey::WorkDir(exec, inc, id.clone()), deadline);
+                self.acquire(ResKey::WorkDir(exec, id.clone()), deadline);
                 let node = &mut self.execs[exec];
                 node.work.insert(id.clone(), Files::new());
                 self.exec_local(
@@ -1440,10 +1761,7 @@ impl World {
                 );
             }
             ExecutorOutput::SetupTransport { id, handle, .. } => {
-                if !self
-                    .held
-                    .contains_key(&ResKey::WorkDir(exec, inc, id.clone()))
-                {
+                if !self.held.contains_key(&ResKey::WorkDir(exec, id.clone())) {
                     self.violate(format!("exec{exec} sets up {id} without a work dir"));
                 }
                 let files = match *handle {
@@ -1470,10 +1788,7 @@ impl World {
                 self.exec_local(exec, inc, ExecutorInput::SetupCompleted { id, result });
             }
             ExecutorOutput::RunTask { id, .. } => {
-                if !self
-                    .held
-                    .contains_key(&ResKey::WorkDir(exec, inc, id.clone()))
-                {
+                if !self.held.contains_key(&ResKey::WorkDir(exec, id.clone())) {
                     self.violate(format!("exec{exec} runs {id} without a work dir"));
                 }
                 self.next_task_gen += 1;
@@ -1500,11 +1815,24 @@ impl World {
                         steps_left: steps,
                     },
                 );
+                let deadline = self.dels[i].deadline;
+                self.acquire(ResKey::Task(exec, id.clone()), deadline);
                 self.log(|| format!("exec{exec} runs {id}"));
+                // The driver reports the task's process group once it exists.
+                self.exec_local(
+                    exec,
+                    inc,
+                    ExecutorInput::TaskSpawned {
+                        id: id.clone(),
+                        handle: task_handle(gen),
+                    },
+                );
                 self.schedule(self.now + step_ms, Ev::TaskStep { exec, inc, id, gen });
             }
             ExecutorOutput::StopTask { id } => {
                 if self.execs[exec].tasks.remove(&id).is_some() {
+                    // The runner ends the task's whole process group.
+                    self.release(ResKey::Task(exec, id.clone()));
                     self.stopped_tasks += 1;
                     self.bump("task stopped");
                     let delay = if self.rng.chance(self.cfg.faults.stop_slow) {
@@ -1570,22 +1898,84 @@ impl World {
                     },
                 );
             }
-            ExecutorOutput::Release { id, .. } => {
-                if self.execs[exec].tasks.contains_key(&id) {
+            ExecutorOutput::Release { id, work_dir, .. } => {
+                if self.execs[exec].tasks.contains_key(&id)
+                    || self.execs[exec].orphans.contains_key(&id)
+                {
                     self.violate(format!("exec{exec} releases {id} while its task runs"));
                 }
+                if work_dir != format!("/sim/work/{id}") {
+                    self.violate(format!("exec{exec} releases {work_dir}, not its work dir"));
+                }
                 self.execs[exec].work.remove(&id);
-                self.release(ResKey::WorkDir(exec, inc, id.clone()));
+                let key = ResKey::WorkDir(exec, id.clone());
+                let idempotent = self.execs[exec].restored_unreleased.remove(&id);
+                if !idempotent || self.held.contains_key(&key) {
+                    self.release(key);
+                }
+                self.exec_local(exec, inc, ExecutorInput::Released { id, result: Ok(()) });
+            }
+            ExecutorOutput::RemoveEmptyWorkDir { id, .. } => {
+                // An allocation the crash interrupted: the directory exists only if the
+                // allocation had run (and it is empty: setup never started).
+                self.bump("interrupted allocation cleaned up");
+                if self.held.contains_key(&ResKey::WorkDir(exec, id.clone())) {
+                    if self.execs[exec]
+                        .work
+                        .get(&id)
+                        .is_some_and(|f| !f.is_empty())
+                    {
+                        self.violate(format!(
+                            "exec{exec}: {id} was set up but is removed as empty"
+                        ));
+                    }
+                    self.execs[exec].work.remove(&id);
+                    self.release(ResKey::WorkDir(exec, id.clone()));
+                }
                 self.exec_local(exec, inc, ExecutorInput::Released { id, result: Ok(()) });
             }
             ExecutorOutput::DropSnapshot { id, snapshot_id } => {
                 self.release(ResKey::Captured(exec, inc, id, snapshot_id));
+            }
+            ExecutorOutput::EndTask { id, handle } => {
+                // The restarted executor ends what its journal recorded.
+                match self.execs[exec].orphans.remove(&id) {
+                    Some(t) if task_handle(t.gen) == handle => {
+                        self.bump("orphaned task ended after a restart");
+                        self.log(|| format!("exec{exec} ends orphaned task {id}"));
+                        self.release(ResKey::Task(exec, id.clone()));
+                    }
+                    Some(t) => {
+                        self.violate(format!(
+                            "exec{exec} ends {id} with a handle of another task"
+                        ));
+                        self.execs[exec].orphans.insert(id.clone(), t);
+                    }
+                    None => self.bump("recorded task already gone"),
+                }
+                self.exec_local(
+                    exec,
+                    inc,
+                    ExecutorInput::TaskFinished {
+                        id,
+                        result: Err(ErrorInfo::bare(ErrorCode::Cancelled, "ended")),
+                    },
+                );
             }
             ExecutorOutput::Event(ev) => self.on_exec_event(exec, ev),
         }
     }
 
     fn on_exec_event(&mut self, exec: usize, ev: ExecutorEvent) {
+        // The journal, as the driver writes it.
+        let recorded = match &ev {
+            ExecutorEvent::InviteReceived { id, .. }
+            | ExecutorEvent::StateChanged { id, .. }
+            | ExecutorEvent::RecordChanged { id }
+            | ExecutorEvent::Ended { id, .. }
+            | ExecutorEvent::Forgotten { id } => id.clone(),
+        };
+        self.persist_exec(exec, &recorded);
         match ev {
             ExecutorEvent::StateChanged { id, from, to } => {
                 self.log(|| format!("exec{exec} assignment {id}: {from} -> {to}"));
@@ -1636,7 +2026,9 @@ impl World {
                 self.exec_endings
                     .push((exec, id, state, error.map(|e| e.code)));
             }
-            ExecutorEvent::InviteReceived { .. } | ExecutorEvent::Forgotten { .. } => {}
+            ExecutorEvent::InviteReceived { .. }
+            | ExecutorEvent::Forgotten { .. }
+            | ExecutorEvent::RecordChanged { .. } => {}
         }
     }
 
@@ -1690,6 +2082,31 @@ impl World {
                         engine.live_count(),
                         self.cfg.max_concurrent
                     ));
+                }
+                if self.cfg.auth.is_some() {
+                    // Who may act on each assignment: an intruder never; a caller without a
+                    // header only on delegations whose INVITE came without one.
+                    if engine.authorize(None, None).is_ok() {
+                        v.push(format!("exec{i}: status open without a credential"));
+                    }
+                    let intruder = Credential::bearer("intruder");
+                    for d in &self.dels {
+                        if engine.assignment(&d.id).is_none() {
+                            continue;
+                        }
+                        if engine.authorize(Some(&d.id), Some(&intruder)).is_ok() {
+                            v.push(format!("exec{i}: a wrong credential may act on {}", d.id));
+                        }
+                        let anonymous = engine.authorize(Some(&d.id), None).is_ok();
+                        if anonymous == self.sends_header(&d.id) {
+                            v.push(format!(
+                                "exec{i}: {} is {}open without a header (header style: {})",
+                                d.id,
+                                if anonymous { "" } else { "not " },
+                                self.sends_header(&d.id)
+                            ));
+                        }
+                    }
                 }
             }
         }
@@ -1748,6 +2165,12 @@ impl World {
             }
             if !e.tasks.is_empty() {
                 v.push(format!("exec{i} still runs {} tasks", e.tasks.len()));
+            }
+            if !e.orphans.is_empty() {
+                v.push(format!(
+                    "exec{i}: {} orphaned tasks were never ended",
+                    e.orphans.len()
+                ));
             }
             if let Some(engine) = &e.engine {
                 let s = engine.status();

@@ -29,6 +29,13 @@ use std::net::SocketAddr;
 
 use awcp_driver::Runtime;
 
+mod data_safety;
+#[allow(unused_imports)]
+pub use data_safety::*;
+pub mod security;
+#[allow(unused_imports)]
+pub use security::*;
+
 // ---------------------------------------------------------------------------------------------
 // Runtimes: every scenario is generic over the driver's [`Driver`] (block_on, serve_*_on).
 
@@ -154,6 +161,26 @@ macro_rules! conformance_suite {
             sse_stream_cut_mid_task_is_resumed,
             delegator_restart_reconnects_and_applies_the_result,
             executor_killed_mid_task_then_restarted,
+            executor_start_up_leaves_foreign_files_in_its_work_root,
+            a_second_executor_on_the_same_work_root_or_state_dir_refuses,
+            executors_with_default_settings_leave_each_others_work_alone,
+            cancel_ends_the_whole_task_tree,
+            lease_expiry_ends_the_whole_task_tree,
+            a_failed_task_leaves_no_process_behind,
+            executor_shutdown_ends_the_whole_task_tree,
+            executor_sigkill_restart_ends_the_orphaned_task_tree,
+            raising_the_one_admission_limit_is_enough,
+            a_result_over_the_admission_limits_is_not_applied,
+            sensitive_files_are_refused_unless_allowed_or_ignored,
+            every_executor_endpoint_needs_the_credential,
+            unauthenticated_huge_body_is_refused_before_it_is_read,
+            reference_delegator_drives_an_authenticated_executor,
+            executor_journal_holds_no_clear_text_credential,
+            archive_listener_answers_nothing_but_archive_urls,
+            hostile_archive_in_start_is_refused_without_escaping,
+            stalled_invites_do_not_hold_executor_slots,
+            web_page_cannot_drive_a_local_executor,
+            hostile_result_from_an_executor_is_refused,
             type_changes_apply_both_ways,
             type_change_over_local_edits_is_a_conflict_named_as_such,
             file_modes_round_trip_and_unchanged_files_keep_their_mtime,
@@ -353,6 +380,15 @@ pub async fn start_executor<R: TestRuntime>(
     runner: Arc<dyn TaskRunner>,
     tweak: impl FnOnce(&mut ExecutorConfig),
 ) -> Exec {
+    start_executor_journalled::<R>(runner, None, tweak)
+}
+
+/// [`start_executor`], journalling its assignments under `state` if given.
+pub fn start_executor_journalled<R: TestRuntime>(
+    runner: Arc<dyn TaskRunner>,
+    state: Option<&Path>,
+    tweak: impl FnOnce(&mut ExecutorConfig),
+) -> Exec {
     let dir = tempfile::tempdir().unwrap();
     let work_root = dir.path().join("work");
     let mut engine = ExecutorConfig {
@@ -365,7 +401,8 @@ pub async fn start_executor<R: TestRuntime>(
         credential: t.into(),
     });
     tweak(&mut engine);
-    let opts = ExecutorOptions::new(engine, Arc::new(ArchiveExecutor::default()), runner);
+    let mut opts = ExecutorOptions::new(engine, Arc::new(ArchiveExecutor::default()), runner);
+    opts.state_dir = state.map(Path::to_path_buf);
     let handle = ExecutorHandle::start(R::default(), opts);
     let (listener, addr) = bind();
     handle.set_public_url(format!("http://{addr}"));
@@ -412,7 +449,7 @@ fn start_delegator_in<R: TestRuntime>(
     };
     let handle = DelegatorHandle::start(R::default(), opts);
     if let Some(l) = listener {
-        R::default().spawn_delegator_server(l, handle.clone());
+        R::default().spawn_archive_server(l, handle.clone());
     }
     Deleg { handle, dir }
 }
@@ -1006,16 +1043,16 @@ pub async fn executor_killed_mid_task_then_restarted<R: TestRuntime>() {
     progress_seen::<R>(&mut events, "started").await;
     let work_dir = dir.path().join("work").join(id.as_str());
     assert!(work_dir.exists());
-    // SIGKILL: no chance to clean up.
+    // SIGKILL: no chance to clean up. The agent's process group is orphaned; the restarted
+    // executor ends it (see `executor_sigkill_restart_ends_the_orphaned_task_tree`).
     ex.child.kill().unwrap();
     ex.child.wait().unwrap();
-    // Kill the orphaned agent too (a real deployment runs agents in a cgroup or process group).
+    // A safety net only (the marker is unique to this test run).
     let pkill = |m: String| {
         let _ = std::process::Command::new("pkill")
             .args(["-f", &format!("^sleep 120 {m}$")])
             .status();
     };
-    pkill(marker.clone());
     // Restart on the same port with the same state.
     let (d, m) = (dir.path().to_owned(), marker.clone());
     let ex2 = awcp_driver::runtime::blocking(&rt, move || {
@@ -1340,33 +1377,7 @@ pub async fn reference_dialect_exchange_from_wire_md<R: TestRuntime>() {
     assert_eq!(accept["executorConstraints"]["maxTtlSeconds"], 1800);
     // A START with a real per-resource archive, as an [R] delegator builds it.
     let src = workspace();
-    let d = awcp_transports::ArchiveDelegator::new(ArchiveDelegatorConfig::new(
-        tempfile::tempdir().unwrap().keep(),
-    ));
-    let id = awcp_proto::DelegationId::new("dlg_0a1b2c3d4e5f60718293a4b5c6d7e8f9").unwrap();
-    let spec = awcp_transports::ResourceSpec {
-        name: awcp_proto::ResourceName::new("workspace").unwrap(),
-        source_path: src.path().to_path_buf(),
-        mode: AccessMode::Rw,
-    };
-    use awcp_transports::DelegatorTransport;
-    let prepared = d
-        .prepare(
-            &awcp_transports::PrepareRequest {
-                delegation_id: &id,
-                resources: std::slice::from_ref(&spec),
-                access_mode: AccessMode::Rw,
-                export: Default::default(),
-                delivery: awcp_transports::Delivery::Inline,
-                layout: awcp_transports::Layout::PerResource,
-            },
-            &CancelFlag::new(),
-        )
-        .unwrap();
-    let handle = prepared.inline_handle().unwrap();
-    let awcp_proto::TransportHandle::Archive(h) = &handle else {
-        panic!()
-    };
+    let id = "dlg_0a1b2c3d4e5f60718293a4b5c6d7e8f9";
     // Subscribe before START, as the [R] delegator does; read the raw stream.
     let events_url = format!("{}/awcp/tasks/{id}/events", ex.base);
     let stream = spawn::<R, _>(async move {
@@ -1385,19 +1396,7 @@ pub async fn reference_dialect_exchange_from_wire_md<R: TestRuntime>() {
             .unwrap();
         String::from_utf8(body.to_vec()).unwrap()
     });
-    let expires = awcp_proto::Timestamp::from_unix_millis(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis() as u64
-            + 600_000,
-    );
-    let start = format!(
-        r#"{{"version":"1","type":"START","delegationId":"{id}","lease":{{"expiresAt":"{}","accessMode":"rw"}},"transportHandle":{{"transport":"archive","workspaceBase64":"{}","checksum":"{}"}}}}"#,
-        expires.to_rfc3339(),
-        h.data.base64.as_ref().unwrap(),
-        h.checksum
-    );
+    let start = reference_start(id, src.path());
     // The SSE stream must be open before START: retry START until the subscription exists is
     // not needed — the executor replays the terminal events to late subscribers anyway.
     let (s, ok) = http_post::<R>(&ex.peer, &start).await;

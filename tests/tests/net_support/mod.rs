@@ -79,7 +79,7 @@ pub fn args(a: &[&dyn std::fmt::Display]) -> Vec<String> {
     a.iter().map(|x| x.to_string()).collect()
 }
 
-/// The `awcp-executor` binary on `runtime` (demo runner, work root under `dir`) on a free
+/// The `awcp-executor` binary on `runtime` (demo runner, work root and state under `dir`) on a free
 /// loopback port, with `extra` flags, under `ulimit -n nofile` if given.
 pub fn executor(runtime: &str, dir: &Path, extra: &[String], nofile: Option<u64>) -> Proc {
     let mut a = args(&[
@@ -90,6 +90,8 @@ pub fn executor(runtime: &str, dir: &Path, extra: &[String], nofile: Option<u64>
         &runtime,
         &"--work-root",
         &dir.join("work").display(),
+        &"--state-dir",
+        &dir.join("state").display(),
     ]);
     a.extend(extra.iter().cloned());
     Proc::spawn(

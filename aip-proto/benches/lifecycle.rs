@@ -1,0 +1,309 @@
+#![allow(clippy::disallowed_methods)] // a benchmark measures wall-clock time
+//! Engine-only throughput, JSON included (no network): `cargo bench -p aip-proto --bench lifecycle`
+//! (`-- --seconds N` per measurement, default 3; `-- --profile N` runs N partner lifecycles
+//! and nothing else, for `valgrind --tool=callgrind` or `perf`).
+//!
+//! Each figure is reported twice: per wall-clock second, and per second of CPU time of the
+//! measuring thread (from `/proc/thread-self/schedstat`), which stays meaningful on a shared,
+//! loaded machine: "per core" means per CPU-second.
+//!
+//! * `partner/rpc_lifecycle`: what a partner server does per task: decode an `rpc` start,
+//!   accept it, the application moves it to awaiting-completion with one product, encode the
+//!   reply; decode the `complete`, encode the final reply.
+//! * `leader+partner/rpc_lifecycle`: both engines, every message encoded and decoded: the
+//!   leader starts, the partner answers awaiting-completion, the leader completes, the
+//!   partner answers completed, the leader sees the task end.
+//! * `codec/*`: single messages.
+//!
+//! Figures and how to read them: `BENCHMARKS.md`.
+
+use std::time::Instant;
+
+use aip_proto::engine::RequestId;
+use aip_proto::leader::{
+    Leader, LeaderConfig, LeaderInput, LeaderOutput, PartnerEndpoint, StartTask,
+};
+use aip_proto::partner::{Partner, PartnerConfig, PartnerEvent, PartnerInput, PartnerOutput};
+use aip_proto::*;
+
+const BATCH: usize = 10_000;
+
+fn t(ms: u64) -> Timestamp {
+    Timestamp::from_unix_millis(1_756_699_080_000 + ms)
+}
+
+fn start_body(i: usize) -> Vec<u8> {
+    format!(
+        r#"{{"jsonrpc":"2.0","method":"rpc","id":"{i}","params":{{"command":{{"type":"task-command","id":"cmd-s-{i}","sentAt":"2025-09-01T03:58:00.123456+00:00","senderRole":"leader","senderId":"leader-aic","dataItems":[{{"type":"text","text":"Plan a three-day trip to Beijing with cultural activities."}}],"sessionId":"session-1","command":"start","taskId":"task-{i}"}}}}}}"#
+    )
+    .into_bytes()
+}
+
+fn complete_body(i: usize) -> Vec<u8> {
+    format!(
+        r#"{{"jsonrpc":"2.0","method":"rpc","id":"c{i}","params":{{"command":{{"type":"task-command","id":"cmd-c-{i}","sentAt":"2025-09-01T03:59:00.123456+00:00","senderRole":"leader","senderId":"leader-aic","sessionId":"session-1","command":"complete","taskId":"task-{i}"}}}}}}"#
+    )
+    .into_bytes()
+}
+
+fn partner() -> Partner {
+    Partner::new(PartnerConfig {
+        partner_id: "partner-aic".into(),
+        keepalive: None,
+        ..PartnerConfig::default()
+    })
+}
+
+/// Runs the partner side of one task; returns the reply bytes seen (so nothing is optimised
+/// away).
+fn partner_task(
+    p: &mut Partner,
+    now: Timestamp,
+    i: usize,
+    start: Vec<u8>,
+    complete: Vec<u8>,
+) -> usize {
+    let mut bytes = 0;
+    p.handle(
+        now,
+        PartnerInput::Request {
+            request: RequestId(2 * i as u64),
+            body: start,
+        },
+    );
+    while let Some(o) = p.poll_output() {
+        match o {
+            PartnerOutput::Event(PartnerEvent::TaskStarted { task_id, .. }) => {
+                p.start_working(now, &task_id).unwrap();
+                let product = Product::text(
+                    "product-1",
+                    "Day 1: Forbidden City. Day 2: Great Wall. Day 3: hutongs.",
+                );
+                p.submit(now, &task_id, vec![product], vec![]).unwrap();
+            }
+            PartnerOutput::Respond { response, .. } => bytes += response.body.len(),
+            _ => {}
+        }
+    }
+    p.handle(
+        now,
+        PartnerInput::Request {
+            request: RequestId(2 * i as u64 + 1),
+            body: complete,
+        },
+    );
+    while let Some(o) = p.poll_output() {
+        if let PartnerOutput::Respond { response, .. } = o {
+            bytes += response.body.len();
+        }
+    }
+    bytes
+}
+
+/// Both engines, one task, every message through JSON.
+fn both_task(l: &mut Leader, p: &mut Partner, now: Timestamp, i: usize) {
+    let id = format!("task-{i}");
+    l.start(
+        now,
+        StartTask::new(
+            "p",
+            id.clone(),
+            "session-1",
+            "Plan a three-day trip to Beijing.",
+        ),
+    )
+    .unwrap();
+    let mut next = 0u64;
+    let mut pending: Vec<LeaderOutput> = std::iter::from_fn(|| l.poll_output()).collect();
+    let mut complete_sent = false;
+    while let Some(o) = pending.pop() {
+        if let LeaderOutput::Send { call, request } = o {
+            next += 1;
+            p.handle(
+                now,
+                PartnerInput::Request {
+                    request: RequestId(next),
+                    body: request.body,
+                },
+            );
+            while let Some(po) = p.poll_output() {
+                match po {
+                    PartnerOutput::Event(PartnerEvent::TaskStarted { task_id, .. }) => {
+                        p.start_working(now, &task_id).unwrap();
+                        let product =
+                            Product::text("product-1", "Day 1: Forbidden City. Day 2: Great Wall.");
+                        p.submit(now, &task_id, vec![product], vec![]).unwrap();
+                    }
+                    PartnerOutput::Respond { response, .. } => {
+                        let input = LeaderInput::Response {
+                            call,
+                            status: response.status,
+                            content_type: Some(response.content_type.into()),
+                            body: response.body,
+                        };
+                        l.handle(now, input);
+                    }
+                    _ => {}
+                }
+            }
+            if !complete_sent
+                && l.task(&id).and_then(|t| t.state) == Some(TaskState::AwaitingCompletion)
+            {
+                complete_sent = true;
+                l.complete(now, &id).unwrap();
+            }
+            pending.extend(std::iter::from_fn(|| l.poll_output()));
+        }
+    }
+    assert_eq!(
+        l.task(&id).and_then(|t| t.state),
+        Some(TaskState::Completed)
+    );
+}
+
+/// On-CPU nanoseconds of this thread (Linux), if readable.
+fn cpu_ns() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    s.split_whitespace().next()?.parse().ok()
+}
+
+/// Runs `op` in batches for about `secs` seconds; prints ops per wall second and per CPU second.
+fn measure(name: &str, secs: f64, mut batch: impl FnMut() -> usize) {
+    batch(); // warm up
+    let (w0, c0) = (Instant::now(), cpu_ns());
+    let mut ops = 0usize;
+    while w0.elapsed().as_secs_f64() < secs {
+        ops += batch();
+    }
+    let wall = w0.elapsed().as_secs_f64();
+    let cpu = match (c0, cpu_ns()) {
+        (Some(a), Some(b)) => Some((b - a) as f64 / 1e9),
+        _ => None,
+    };
+    let per_cpu = cpu.map_or("n/a".to_owned(), |c| {
+        format!(
+            "{:.0}/s per CPU-second ({:.2} µs each)",
+            ops as f64 / c,
+            c * 1e6 / ops as f64
+        )
+    });
+    println!(
+        "{name:<34} {ops:>9} ops  {:>10.0}/s wall   {per_cpu}",
+        ops as f64 / wall
+    );
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let arg = |k: &str| {
+        args.iter()
+            .position(|a| a == k)
+            .and_then(|i| args.get(i + 1))
+            .and_then(|v| v.parse::<f64>().ok())
+    };
+    if let Some(n) = arg("--profile") {
+        let mut p = partner();
+        for i in 0..n as usize {
+            if i % BATCH == 0 {
+                p = partner();
+            }
+            partner_task(
+                &mut p,
+                t(i as u64),
+                i % BATCH,
+                start_body(i % BATCH),
+                complete_body(i % BATCH),
+            );
+        }
+        return;
+    }
+    if let Some(n) = arg("--profile-decode") {
+        let body = start_body(1);
+        for _ in 0..n as usize {
+            std::hint::black_box(decode_request(std::hint::black_box(&body)).unwrap());
+        }
+        return;
+    }
+    if args.iter().any(|a| a == "--list") {
+        println!("partner/rpc_lifecycle: bench\nleader+partner/rpc_lifecycle: bench");
+        return;
+    }
+    let secs = arg("--seconds").unwrap_or(3.0);
+    let starts: Vec<Vec<u8>> = (0..BATCH).map(start_body).collect();
+    let completes: Vec<Vec<u8>> = (0..BATCH).map(complete_body).collect();
+    measure("partner/rpc_lifecycle", secs, || {
+        let mut p = partner();
+        for i in 0..BATCH {
+            std::hint::black_box(partner_task(
+                &mut p,
+                t(i as u64),
+                i,
+                starts[i].clone(),
+                completes[i].clone(),
+            ));
+        }
+        BATCH
+    });
+    measure("leader+partner/rpc_lifecycle", secs, || {
+        let mut l = Leader::new(LeaderConfig {
+            poll_interval: None,
+            ..LeaderConfig::default()
+        });
+        l.add_partner(
+            "p",
+            PartnerEndpoint {
+                url: "http://p/rpc".into(),
+                dialect: Dialect::V2,
+            },
+        );
+        let mut p = partner();
+        for i in 0..BATCH {
+            both_task(&mut l, &mut p, t(i as u64), i);
+        }
+        BATCH
+    });
+    let start = start_body(1);
+    let mut p = partner();
+    partner_task(&mut p, t(0), 1, start_body(1), complete_body(1));
+    let result = p.snapshot("task-1").unwrap();
+    let id = RpcId::Str("1".into());
+    let reply = encode_task_response(&id, &result, Dialect::V2);
+    measure(
+        &format!("codec/decode_rpc_start ({} B)", start.len()),
+        secs / 3.0,
+        || {
+            for _ in 0..1000 {
+                std::hint::black_box(decode_request(std::hint::black_box(&start)).unwrap());
+            }
+            1000
+        },
+    );
+    measure("codec/serde_json_value_baseline", secs / 3.0, || {
+        for _ in 0..1000 {
+            std::hint::black_box(
+                serde_json::from_slice::<serde_json::Value>(std::hint::black_box(&start)).unwrap(),
+            );
+        }
+        1000
+    });
+    measure(
+        &format!("codec/encode_task_result ({} B)", reply.len()),
+        secs / 3.0,
+        || {
+            for _ in 0..1000 {
+                std::hint::black_box(encode_task_response(
+                    &id,
+                    std::hint::black_box(&result),
+                    Dialect::V2,
+                ));
+            }
+            1000
+        },
+    );
+    measure("codec/decode_task_result", secs / 3.0, || {
+        for _ in 0..1000 {
+            std::hint::black_box(decode_rpc_response(std::hint::black_box(&reply)).unwrap());
+        }
+        1000
+    });
+}

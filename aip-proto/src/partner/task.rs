@@ -1,0 +1,442 @@
+//! One task on the partner, and every way it moves: the start decision, transitions through
+//! the table (with their timers, stream events, notifications and application events),
+//! products and their byte limit, and the `TaskResult` a reply shows.
+
+use std::collections::{BTreeSet, VecDeque};
+use std::sync::Arc;
+
+use super::stream::{EventLog, Logged};
+use super::{HeldQueue, Partner, PartnerEvent, PartnerOutput, PartnerTimer};
+use crate::engine::RequestId;
+use crate::error::{RpcError, StateName, UsageError};
+use crate::state::{Cause, TaskMachine};
+use crate::time::Timestamp;
+use crate::wire::{
+    encode_error, encode_task_response, DataItem, Dialect, GetParams, Header, Product, RpcId,
+    StartParams, TaskCommand, TaskResult, TaskState, TaskStatus,
+};
+
+/// A task as the partner holds it.
+#[derive(Debug)]
+pub(crate) struct PartnerTask {
+    pub(crate) id: Arc<str>,
+    pub(crate) machine: TaskMachine,
+    pub(crate) status: Option<TaskStatus>,
+    pub(crate) status_history: Vec<TaskStatus>,
+    /// Commands that changed or could change the task, the start first.
+    pub(crate) history: VecDeque<Arc<TaskCommand>>,
+    /// Message ids in `history` (a re-sent command is not applied twice).
+    pub(crate) command_ids: BTreeSet<String>,
+    pub(crate) products: Vec<Product>,
+    pub(crate) params: StartParams,
+    pub(crate) session_id: Option<String>,
+    /// The dialect of the start (notifications use it).
+    pub(crate) dialect: Dialect,
+    /// Requests waiting for the start decision.
+    pub(crate) held: HeldQueue,
+    pub(crate) log: EventLog,
+    pub(crate) subscribers: BTreeSet<RequestId>,
+    /// Notification subscriptions: configuration id and states (empty: all).
+    pub(crate) notify: Vec<(String, Vec<TaskState>)>,
+    pub(crate) ended_at: Option<Timestamp>,
+}
+
+/// A read-only view of a partner's task.
+#[derive(Clone, Copy, Debug)]
+pub struct TaskView<'a> {
+    /// The task id.
+    pub id: &'a str,
+    /// Its state (`None` while the start waits for a decision).
+    pub state: Option<TaskState>,
+    /// Its current status.
+    pub status: Option<&'a TaskStatus>,
+    /// Every status so far.
+    pub status_history: &'a [TaskStatus],
+    /// Its products.
+    pub products: &'a [Product],
+    /// Its session.
+    pub session_id: Option<&'a str>,
+    /// The effective start parameters (the leader's, capped and defaulted by the config).
+    pub params: &'a StartParams,
+    /// The last stream event number (0: none yet).
+    pub last_event_seq: u64,
+}
+
+impl PartnerTask {
+    pub(crate) fn view(&self) -> TaskView<'_> {
+        TaskView {
+            id: &self.id,
+            state: self.machine.state(),
+            status: self.status.as_ref(),
+            status_history: &self.status_history,
+            products: &self.products,
+            session_id: self.session_id.as_deref(),
+            params: &self.params,
+            last_event_seq: self.log.last_seq(),
+        }
+    }
+
+    /// Records a command; `false` if a command with its id was recorded before.
+    pub(crate) fn record(&mut self, c: Arc<TaskCommand>, max: usize) -> bool {
+        if !self.command_ids.insert(c.id.clone()) {
+            return false;
+        }
+        self.history.push_back(c);
+        while self.history.len() > max.max(2) {
+            if let Some(old) = self.history.remove(1) {
+                self.command_ids.remove(&old.id);
+            }
+        }
+        true
+    }
+}
+
+/// A reply to a task command, rendered when polled.
+#[derive(Debug)]
+pub(crate) struct LazyReply {
+    pub(crate) request: RequestId,
+    pub(crate) id: RpcId,
+    pub(crate) task_id: String,
+    pub(crate) dialect: Dialect,
+    pub(crate) get: Option<GetParams>,
+}
+
+/// The JSON size of `products` (what `maxProductsBytes` bounds).
+fn products_bytes(products: &[Product]) -> u64 {
+    serde_json::to_vec(products).map_or(u64::MAX, |v| v.len() as u64)
+}
+
+impl Partner {
+    /// A task for a start command, not yet decided.
+    pub(super) fn new_task(&mut self, task_id: &str, start: Arc<TaskCommand>, dialect: Dialect) {
+        let asked = start.start_params();
+        let c = &self.config;
+        let params = StartParams {
+            response_timeout: Some(
+                asked
+                    .response_timeout
+                    .unwrap_or(c.default_response_timeout)
+                    .min(c.max_response_timeout),
+            ),
+            awaiting_input_timeout: asked
+                .awaiting_input_timeout
+                .or(c.default_awaiting_input_timeout),
+            awaiting_completion_timeout: asked
+                .awaiting_completion_timeout
+                .or(c.default_awaiting_completion_timeout),
+            max_products_bytes: match (asked.max_products_bytes, c.max_products_bytes) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            },
+        };
+        let mut t = PartnerTask {
+            id: Arc::from(task_id),
+            machine: TaskMachine::new(),
+            status: None,
+            status_history: Vec::new(),
+            history: VecDeque::new(),
+            command_ids: BTreeSet::new(),
+            products: Vec::new(),
+            params,
+            session_id: start.session_id.clone(),
+            dialect,
+            held: VecDeque::new(),
+            log: EventLog::default(),
+            subscribers: BTreeSet::new(),
+            notify: Vec::new(),
+            ended_at: None,
+        };
+        t.record(start, self.config.max_history);
+        self.tasks.insert(task_id.to_owned(), t);
+    }
+
+    /// The command that started the task (the first of its history).
+    pub(super) fn start_command(&self, task_id: &str) -> Option<Arc<TaskCommand>> {
+        let t = self.tasks.get(task_id)?;
+        t.history.front().cloned()
+    }
+
+    /// The start decision (accepted or rejected), then the requests that waited for it.
+    pub(super) fn decide(
+        &mut self,
+        task_id: &str,
+        to: TaskState,
+        items: Option<Vec<DataItem>>,
+    ) -> Result<(), UsageError> {
+        let t = self
+            .tasks
+            .get_mut(task_id)
+            .ok_or_else(|| UsageError::UnknownTask(task_id.to_owned()))?;
+        if t.machine.state().is_some() {
+            return Err(UsageError::AlreadyDecided(task_id.to_owned()));
+        }
+        self.transition(task_id, Cause::Start, to, items)?;
+        if !self.config.auto_accept {
+            self.core
+                .timers
+                .cancel(&PartnerTimer::ResponseTimeout(Arc::from(task_id)));
+        }
+        let Some(t) = self.tasks.get_mut(task_id) else {
+            return Ok(());
+        };
+        let held = std::mem::take(&mut t.held);
+        if to == TaskState::Accepted {
+            if let Some(command) = self.start_command(task_id) {
+                self.event(PartnerEvent::TaskStarted {
+                    task_id: task_id.to_owned(),
+                    command,
+                });
+            }
+        }
+        for h in held {
+            self.answer_command(h.request, h.req, h.created);
+        }
+        Ok(())
+    }
+
+    /// Moves a task through the table, with everything a change brings.
+    pub(super) fn transition(
+        &mut self,
+        task_id: &str,
+        cause: Cause,
+        to: TaskState,
+        items: Option<Vec<DataItem>>,
+    ) -> Result<TaskState, UsageError> {
+        let now = self.core.now;
+        let t = self
+            .tasks
+            .get_mut(task_id)
+            .ok_or_else(|| UsageError::UnknownTask(task_id.to_owned()))?;
+        let from = t.machine.state();
+        if from.is_none() && cause != Cause::Start {
+            return Err(UsageError::IllegalTransition {
+                task: task_id.to_owned(),
+                from: StateName(None),
+                to,
+            });
+        }
+        t.machine.apply(task_id, cause, to)?;
+        let status = TaskStatus {
+            state: to,
+            state_changed_at: now,
+            data_items: items,
+        };
+        t.status_history.push(status.clone());
+        t.status = Some(status.clone());
+        let (input_timeout, completion_timeout) = (
+            t.params.awaiting_input_timeout,
+            t.params.awaiting_completion_timeout,
+        );
+        if to.is_terminal() {
+            t.ended_at = Some(now);
+            self.ended.insert((now, task_id.to_owned()));
+        }
+        let tid = Arc::clone(&t.id);
+        let key = |k: fn(Arc<str>) -> PartnerTimer| k(Arc::clone(&tid));
+        match from {
+            Some(TaskState::AwaitingInput) => self
+                .core
+                .timers
+                .cancel(&key(PartnerTimer::AwaitingInputTimeout)),
+            Some(TaskState::AwaitingCompletion) => self
+                .core
+                .timers
+                .cancel(&key(PartnerTimer::AwaitingCompletionTimeout)),
+            _ => {}
+        }
+        match (to, input_timeout, completion_timeout) {
+            (TaskState::AwaitingInput, Some(d), _) => {
+                let at = self.core.at(d);
+                self.core
+                    .timers
+                    .set(key(PartnerTimer::AwaitingInputTimeout), at);
+            }
+            (TaskState::AwaitingCompletion, _, Some(d)) => {
+                let at = self.core.at(d);
+                self.core
+                    .timers
+                    .set(key(PartnerTimer::AwaitingCompletionTimeout), at);
+            }
+            _ => {}
+        }
+        if to.is_terminal() {
+            let at = self.core.at(self.config.retention);
+            self.core.timers.set(key(PartnerTimer::Retention), at);
+        }
+        let logged = match from {
+            None => Logged::Snapshot {
+                status,
+                products: self
+                    .tasks
+                    .get(task_id)
+                    .map(|t| t.products.clone())
+                    .unwrap_or_default(),
+            },
+            Some(_) => Logged::Status(status),
+        };
+        self.append_event(task_id, logged);
+        self.notify_state(task_id, to);
+        self.event(PartnerEvent::StateChanged {
+            task_id: task_id.to_owned(),
+            from,
+            to,
+            cause,
+        });
+        if to.is_terminal() {
+            self.event(PartnerEvent::TaskEnded {
+                task_id: task_id.to_owned(),
+                state: to,
+            });
+        }
+        Ok(to)
+    }
+
+    pub(super) fn progress_inner(
+        &mut self,
+        task_id: &str,
+        items: Vec<DataItem>,
+    ) -> Result<(), UsageError> {
+        let t = self
+            .tasks
+            .get_mut(task_id)
+            .ok_or_else(|| UsageError::UnknownTask(task_id.to_owned()))?;
+        let Some(status) = t.status.as_mut().filter(|s| !s.state.is_terminal()) else {
+            return Err(UsageError::InvalidArgument(format!(
+                "task {task_id}: progress needs a live task"
+            )));
+        };
+        status.data_items = non_empty(items);
+        let status = status.clone();
+        self.append_event(task_id, Logged::Status(status));
+        Ok(())
+    }
+
+    pub(super) fn chunk_inner(
+        &mut self,
+        task_id: &str,
+        product: Product,
+        append: bool,
+        last_chunk: bool,
+    ) -> Result<TaskState, UsageError> {
+        self.require_state(task_id, &[TaskState::Working], TaskState::Working)
+            .map_err(|_| {
+                UsageError::InvalidArgument(format!(
+                    "task {task_id}: product chunks need a working task"
+                ))
+            })?;
+        let chunk = Logged::Chunk {
+            product: product.clone(),
+            append,
+            last_chunk,
+        };
+        let merged = {
+            let t = self
+                .tasks
+                .get(task_id)
+                .ok_or_else(|| UsageError::UnknownTask(task_id.to_owned()))?;
+            match (append, t.products.iter().find(|p| p.id == product.id)) {
+                (true, Some(old)) => {
+                    let mut p = old.clone();
+                    p.data_items.extend(product.data_items);
+                    p
+                }
+                _ => product,
+            }
+        };
+        if let Some(failed) = self.add_products(task_id, vec![merged]) {
+            return Ok(failed);
+        }
+        self.append_event(task_id, chunk);
+        Ok(TaskState::Working)
+    }
+
+    /// Adds products (same id replaces); fails the task if they exceed its byte limit.
+    pub(super) fn add_products(
+        &mut self,
+        task_id: &str,
+        products: Vec<Product>,
+    ) -> Option<TaskState> {
+        let t = self.tasks.get_mut(task_id)?;
+        let mut next = t.products.clone();
+        for p in products {
+            match next.iter_mut().find(|q| q.id == p.id) {
+                Some(q) => *q = p,
+                None => next.push(p),
+            }
+        }
+        if let Some(limit) = t.params.max_products_bytes {
+            let size = products_bytes(&next);
+            if size > limit {
+                let item = DataItem::text(format!(
+                    "Products size {size} bytes exceeds maxProductsBytes={limit}."
+                ));
+                return self
+                    .transition(task_id, Cause::Partner, TaskState::Failed, Some(vec![item]))
+                    .ok();
+            }
+        }
+        t.products = next;
+        None
+    }
+
+    /// The task as a result (histories only for `get`, filtered by its parameters).
+    pub(super) fn result_of(
+        &mut self,
+        task_id: &str,
+        get: Option<&GetParams>,
+    ) -> Option<TaskResult> {
+        let mut header = Header::partner(
+            self.ids.next("result"),
+            self.core.now,
+            self.config.partner_id.clone(),
+        );
+        let t = self.tasks.get(task_id)?;
+        header.session_id = t.session_id.clone();
+        let status = t.status.clone()?;
+        let (command_history, status_history) = match get {
+            Some(g) => (
+                Some(
+                    t.history
+                        .iter()
+                        .filter(|c| g.last_command_sent_at.is_none_or(|at| c.sent_at > at))
+                        .map(|c| TaskCommand::clone(c))
+                        .collect(),
+                ),
+                Some(
+                    t.status_history
+                        .iter()
+                        .filter(|s| {
+                            g.last_state_changed_at
+                                .is_none_or(|at| s.state_changed_at > at)
+                        })
+                        .cloned()
+                        .collect(),
+                ),
+            ),
+            None => (None, None),
+        };
+        Some(TaskResult {
+            header,
+            task_id: task_id.to_owned(),
+            status,
+            products: Some(t.products.clone()),
+            command_history,
+            status_history,
+        })
+    }
+
+    pub(super) fn render_reply(&mut self, r: LazyReply) -> PartnerOutput {
+        let body = match self.result_of(&r.task_id, r.get.as_ref()) {
+            Some(result) => encode_task_response(&r.id, &result, r.dialect),
+            None => encode_error(&r.id, &RpcError::task_not_found(&r.task_id)),
+        };
+        PartnerOutput::Respond {
+            request: r.request,
+            response: crate::engine::HttpResponse::json(body),
+        }
+    }
+}
+
+fn non_empty(items: Vec<DataItem>) -> Option<Vec<DataItem>> {
+    (!items.is_empty()).then_some(items)
+}

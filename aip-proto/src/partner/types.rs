@@ -1,0 +1,201 @@
+//! The partner's inputs, outputs, events and timers.
+
+use std::sync::Arc;
+
+use crate::engine::{DeliveryId, HttpResponse, RequestId};
+use crate::state::Cause;
+use crate::wire::{TaskCommand, TaskState};
+
+/// An input for [`super::Partner::handle`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum PartnerInput {
+    /// The body of an HTTP POST to an AIP endpoint (`rpc`, `stream`, `notification/*`; the
+    /// method is read from the body). Answer it when an output names `request`.
+    Request {
+        /// Driver-issued handle.
+        request: RequestId,
+        /// The body.
+        body: Vec<u8>,
+    },
+    /// The client of a stream went away (or the driver closed it).
+    StreamClosed {
+        /// The stream's request.
+        request: RequestId,
+    },
+    /// The outcome of a [`PartnerOutput::Notify`].
+    NotificationResult {
+        /// The attempt.
+        delivery: DeliveryId,
+        /// Whether the receiver took it.
+        outcome: DeliveryOutcome,
+    },
+}
+
+/// What happened to a notification POST.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DeliveryOutcome {
+    /// The receiver answered with this HTTP status (2xx is success).
+    Status(u16),
+    /// No answer (connect refused, reset, timeout): the reason, for logs.
+    Failed(String),
+}
+
+/// Something for the driver to do or the application to know.
+#[derive(Clone, Debug, PartialEq)]
+#[must_use]
+pub enum PartnerOutput {
+    /// Send this complete response to `request`.
+    Respond {
+        /// The request.
+        request: RequestId,
+        /// The response.
+        response: HttpResponse,
+    },
+    /// Answer `request` with `200` and [`crate::sse::STREAM_HEADERS`]; frames follow.
+    StartStream {
+        /// The request.
+        request: RequestId,
+    },
+    /// Write these bytes (one SSE frame) to the stream of `request`.
+    StreamData {
+        /// The stream's request.
+        request: RequestId,
+        /// SSE bytes.
+        data: Vec<u8>,
+    },
+    /// Close the stream of `request` (after writing what came before).
+    EndStream {
+        /// The stream's request.
+        request: RequestId,
+    },
+    /// POST `body` to `url` with [`crate::http::notification_headers`]`(token)`; report with
+    /// [`PartnerInput::NotificationResult`].
+    Notify {
+        /// The attempt.
+        delivery: DeliveryId,
+        /// The receiver.
+        url: String,
+        /// `X-ACPS-AIP-Notification-Token`.
+        token: String,
+        /// The bare task (`Task` or `TaskResult`) as JSON.
+        body: Vec<u8>,
+    },
+    /// For the application.
+    Event(PartnerEvent),
+}
+
+/// Why a notification was given up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GiveUpReason {
+    /// Every attempt failed.
+    Exhausted,
+    /// The configuration was deleted before delivery.
+    ConfigDeleted,
+    /// Too many notifications queued for the receiver; the oldest was dropped.
+    QueueFull,
+}
+
+/// What the application learns.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PartnerEvent {
+    /// A start waits for [`super::Partner::accept`] or [`super::Partner::reject`] (`auto_accept` off).
+    StartRequested {
+        /// The task.
+        task_id: String,
+        /// The start command (data items, params).
+        command: Arc<TaskCommand>,
+    },
+    /// The task was accepted: do the work (move it with the application calls).
+    TaskStarted {
+        /// The task.
+        task_id: String,
+        /// The start command.
+        command: Arc<TaskCommand>,
+    },
+    /// The leader continued the task (it is working again) with this command's input.
+    TaskContinued {
+        /// The task.
+        task_id: String,
+        /// The continue command.
+        command: Arc<TaskCommand>,
+    },
+    /// Every transition, whoever caused it.
+    StateChanged {
+        /// The task.
+        task_id: String,
+        /// The previous state (`None` before the start decision).
+        from: Option<TaskState>,
+        /// The new state.
+        to: TaskState,
+        /// What caused it.
+        cause: Cause,
+    },
+    /// The task reached a terminal state: stop any work on it.
+    TaskEnded {
+        /// The task.
+        task_id: String,
+        /// The terminal state.
+        state: TaskState,
+    },
+    /// The task was purged after its retention.
+    TaskPurged {
+        /// The task.
+        task_id: String,
+    },
+    /// A notification was delivered.
+    NotificationDelivered {
+        /// The task.
+        task_id: String,
+        /// The configuration.
+        config_id: String,
+        /// The state it reported.
+        state: TaskState,
+    },
+    /// A notification was given up.
+    NotificationGaveUp {
+        /// The task.
+        task_id: String,
+        /// The configuration.
+        config_id: String,
+        /// The state it reported.
+        state: TaskState,
+        /// Attempts made.
+        attempts: u32,
+        /// Why.
+        reason: GiveUpReason,
+    },
+}
+
+/// Why the partner wants to wake up.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum PartnerTimer {
+    /// A start waits for the application's decision.
+    ResponseTimeout(Arc<str>),
+    /// A task waits in awaiting-input.
+    AwaitingInputTimeout(Arc<str>),
+    /// A task waits in awaiting-completion.
+    AwaitingCompletionTimeout(Arc<str>),
+    /// An ended task is to be purged.
+    Retention(Arc<str>),
+    /// An idle stream gets a keepalive comment.
+    Keepalive(RequestId),
+    /// A notification is retried (task, configuration).
+    NotificationRetry(String, String),
+    /// A notification attempt has had no outcome for too long.
+    NotificationTimeout(DeliveryId),
+}
+
+impl PartnerTimer {
+    /// A short reason for logs.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            PartnerTimer::ResponseTimeout(_) => "start decision timeout",
+            PartnerTimer::AwaitingInputTimeout(_) => "awaiting-input timeout",
+            PartnerTimer::AwaitingCompletionTimeout(_) => "awaiting-completion timeout",
+            PartnerTimer::Retention(_) => "ended task retention",
+            PartnerTimer::Keepalive(_) => "stream keepalive",
+            PartnerTimer::NotificationRetry(..) => "notification retry",
+            PartnerTimer::NotificationTimeout(_) => "notification attempt timeout",
+        }
+    }
+}

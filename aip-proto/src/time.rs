@@ -1,0 +1,494 @@
+//! Wall-clock time as a value that remembers how it was written.
+//!
+//! AIP timestamps (`sentAt`, `stateChangedAt`) are ISO 8601 / RFC 3339 strings. Peers write them
+//! differently: the spec's examples use `+08:00` without fractions, the Python SDK writes UTC
+//! `+00:00` with microseconds, others write `Z` and milliseconds. The SDK's `get` filter even
+//! compares them *as strings*. So a [`Timestamp`] keeps both the instant (for ordering and
+//! timers) and the presentation (offset and number of fractional digits), and re-encodes a
+//! decoded value exactly as it came.
+//!
+//! * Equality and ordering look at the instant only: `12:00:00+08:00 == 04:00:00Z`.
+//! * Decoding accepts `T`, `t` or a space between date and time, 0–9 fractional digits (more
+//!   are truncated to nanoseconds), `Z`/`z`, `±HH:MM`, `±HHMM`, and, leniently, no offset at
+//!   all (read as UTC and written back without one). Leap second `:60` is read as `:59`.
+//! * Times the engines create are UTC with microseconds and `+00:00`, like the SDK.
+//!
+//! Implementation note: the civil-date arithmetic is the days-from-civil algorithm
+//! (H. Hinnant); a few lines, proptested below, and no date crate.
+
+use core::cmp::Ordering;
+use core::fmt;
+use core::hash::{Hash, Hasher};
+use core::time::Duration;
+
+/// How the UTC offset is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Offset {
+    /// `Z`.
+    Zulu,
+    /// `±HH:MM` (minutes east of UTC).
+    Minutes(i16),
+    /// No offset written (a naive time, read as UTC).
+    Naive,
+}
+
+/// An instant with the way it is written (offset and fractional digits).
+#[derive(Clone, Copy)]
+pub struct Timestamp {
+    /// Seconds since the Unix epoch (UTC).
+    secs: i64,
+    /// Nanoseconds within the second.
+    nanos: u32,
+    offset: Offset,
+    /// Fractional digits to write (0–9).
+    frac: u8,
+}
+
+/// A timestamp string could not be parsed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid timestamp {0:?}: expected RFC 3339 such as 2025-09-01T11:58:00+08:00")]
+pub struct TimestampError(pub String);
+
+impl Timestamp {
+    /// The Unix epoch, written `1970-01-01T00:00:00.000000+00:00`.
+    pub const UNIX_EPOCH: Timestamp = Timestamp {
+        secs: 0,
+        nanos: 0,
+        offset: Offset::Minutes(0),
+        frac: 6,
+    };
+
+    /// From milliseconds since the Unix epoch; written in UTC with microseconds (`+00:00`).
+    pub const fn from_unix_millis(ms: u64) -> Self {
+        Timestamp {
+            secs: (ms / 1000) as i64,
+            nanos: ((ms % 1000) * 1_000_000) as u32,
+            offset: Offset::Minutes(0),
+            frac: 6,
+        }
+    }
+
+    /// From microseconds since the Unix epoch; written in UTC with microseconds (`+00:00`).
+    pub const fn from_unix_micros(us: u64) -> Self {
+        Timestamp {
+            secs: (us / 1_000_000) as i64,
+            nanos: ((us % 1_000_000) * 1000) as u32,
+            offset: Offset::Minutes(0),
+            frac: 6,
+        }
+    }
+
+    /// Milliseconds since the Unix epoch (0 for earlier instants).
+    pub fn as_unix_millis(self) -> u64 {
+        if self.secs < 0 {
+            return 0;
+        }
+        (self.secs as u64)
+            .saturating_mul(1000)
+            .saturating_add(u64::from(self.nanos / 1_000_000))
+    }
+
+    /// The same instant written in UTC with microseconds and `+00:00` (the engines' form).
+    pub fn to_utc(self) -> Self {
+        Timestamp {
+            offset: Offset::Minutes(0),
+            frac: 6,
+            ..self
+        }
+    }
+
+    /// `self + d`, saturating; keeps the presentation.
+    pub fn saturating_add(self, d: Duration) -> Self {
+        let mut nanos = u64::from(self.nanos) + u64::from(d.subsec_nanos());
+        let mut secs = self
+            .secs
+            .saturating_add(i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+        if nanos >= 1_000_000_000 {
+            nanos -= 1_000_000_000;
+            secs = secs.saturating_add(1);
+        }
+        Timestamp {
+            secs,
+            nanos: nanos as u32,
+            ..self
+        }
+    }
+
+    /// The time from `earlier` to `self`, zero if `earlier` is later.
+    pub fn saturating_duration_since(self, earlier: Timestamp) -> Duration {
+        if self <= earlier {
+            return Duration::ZERO;
+        }
+        let (mut s, mut n) = (self.secs - earlier.secs, i64::from(self.nanos));
+        n -= i64::from(earlier.nanos);
+        if n < 0 {
+            n += 1_000_000_000;
+            s -= 1;
+        }
+        Duration::new(s as u64, n as u32)
+    }
+
+    /// Formats as RFC 3339 in the timestamp's own presentation.
+    pub fn to_rfc3339(self) -> String {
+        self.to_string()
+    }
+
+    /// Parses an RFC 3339 date-time (see the module docs for what is accepted).
+    pub fn parse_rfc3339(s: &str) -> Result<Self, TimestampError> {
+        parse(s).ok_or_else(|| TimestampError(s.chars().take(64).collect()))
+    }
+
+    fn key(&self) -> (i64, u32) {
+        (self.secs, self.nanos)
+    }
+}
+
+impl PartialEq for Timestamp {
+    fn eq(&self, other: &Self) -> bool {
+        self.key() == other.key()
+    }
+}
+
+impl Eq for Timestamp {}
+
+impl PartialOrd for Timestamp {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Timestamp {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.key().cmp(&other.key())
+    }
+}
+
+impl Hash for Timestamp {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.key().hash(state);
+    }
+}
+
+impl Default for Timestamp {
+    fn default() -> Self {
+        Timestamp::UNIX_EPOCH
+    }
+}
+
+impl fmt::Debug for Timestamp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Timestamp({self})")
+    }
+}
+
+impl Timestamp {
+    /// Writes the RFC 3339 form into `buf` (at most 35 bytes) and returns its length. Hand
+    /// written: `core::fmt` made encoding a reply several times slower (see BENCHMARKS.md).
+    fn write_to(&self, buf: &mut [u8; 40]) -> usize {
+        fn put(buf: &mut [u8], at: usize, mut v: u64, width: usize) {
+            for i in (0..width).rev() {
+                buf[at + i] = b'0' + (v % 10) as u8;
+                v /= 10;
+            }
+        }
+        let off_secs = match self.offset {
+            Offset::Minutes(m) => i64::from(m) * 60,
+            Offset::Zulu | Offset::Naive => 0,
+        };
+        let local = self.secs + off_secs;
+        let days = local.div_euclid(86_400);
+        let sod = local.rem_euclid(86_400) as u64;
+        let (y, m, d) = civil_from_days(days);
+        // Years outside 0..=9999 cannot be parsed back anyway; clamp to four digits.
+        put(buf, 0, y.clamp(0, 9999) as u64, 4);
+        buf[4] = b'-';
+        put(buf, 5, u64::from(m), 2);
+        buf[7] = b'-';
+        put(buf, 8, u64::from(d), 2);
+        buf[10] = b'T';
+        put(buf, 11, sod / 3600, 2);
+        buf[13] = b':';
+        put(buf, 14, (sod / 60) % 60, 2);
+        buf[16] = b':';
+        put(buf, 17, sod % 60, 2);
+        let mut n = 19;
+        if self.frac > 0 {
+            let frac = usize::from(self.frac.min(9));
+            buf[n] = b'.';
+            put(
+                buf,
+                n + 1,
+                u64::from(self.nanos / 10u32.pow(9 - frac as u32)),
+                frac,
+            );
+            n += 1 + frac;
+        }
+        match self.offset {
+            Offset::Zulu => {
+                buf[n] = b'Z';
+                n += 1;
+            }
+            Offset::Naive => {}
+            Offset::Minutes(m) => {
+                buf[n] = if m < 0 { b'-' } else { b'+' };
+                let a = u64::from(m.unsigned_abs());
+                put(buf, n + 1, a / 60, 2);
+                buf[n + 3] = b':';
+                put(buf, n + 4, a % 60, 2);
+                n += 6;
+            }
+        }
+        n
+    }
+}
+
+impl fmt::Display for Timestamp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut buf = [0u8; 40];
+        let n = self.write_to(&mut buf);
+        // Only ASCII digits and punctuation were written.
+        f.write_str(core::str::from_utf8(&buf[..n]).map_err(|_| fmt::Error)?)
+    }
+}
+
+impl core::str::FromStr for Timestamp {
+    type Err = TimestampError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Timestamp::parse_rfc3339(s)
+    }
+}
+
+impl serde::Serialize for Timestamp {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut buf = [0u8; 40];
+        let n = self.write_to(&mut buf);
+        s.serialize_str(core::str::from_utf8(&buf[..n]).map_err(serde::ser::Error::custom)?)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Timestamp {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Timestamp;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an RFC 3339 timestamp string")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Timestamp, E> {
+                Timestamp::parse_rfc3339(v).map_err(E::custom)
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = if y >= 0 { y } else { y - 399 } / 400;
+    let yoe = y - era * 400;
+    let mp = (i64::from(m) + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = if z >= 0 { z } else { z - 146_096 } / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+fn num(b: &[u8], start: usize, n: usize) -> Option<u32> {
+    let s = b.get(start..start + n)?;
+    s.iter().try_fold(0u32, |v, &c| {
+        c.is_ascii_digit().then(|| v * 10 + u32::from(c - b'0'))
+    })
+}
+
+fn days_in_month(y: u32, m: u32) -> u32 {
+    match m {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        _ if (y % 4 == 0 && y % 100 != 0) || y % 400 == 0 => 29,
+        _ => 28,
+    }
+}
+
+fn parse(s: &str) -> Option<Timestamp> {
+    let b = s.as_bytes();
+    let (year, month, day) = (num(b, 0, 4)?, num(b, 5, 2)?, num(b, 8, 2)?);
+    let (hour, minute, second) = (num(b, 11, 2)?, num(b, 14, 2)?, num(b, 17, 2)?);
+    if b[4] != b'-'
+        || b[7] != b'-'
+        || !matches!(b[10], b'T' | b't' | b' ')
+        || b[13] != b':'
+        || b[16] != b':'
+    {
+        return None;
+    }
+    if !(1..=12).contains(&month)
+        || day == 0
+        || day > days_in_month(year, month)
+        || hour > 23
+        || minute > 59
+        || second > 60
+    {
+        return None;
+    }
+    let mut i = 19;
+    let (mut nanos, mut frac) = (0u32, 0u8);
+    if b.get(i) == Some(&b'.') {
+        i += 1;
+        let start = i;
+        while let Some(c) = b.get(i).filter(|c| c.is_ascii_digit()) {
+            if i - start < 9 {
+                nanos = nanos * 10 + u32::from(c - b'0');
+                frac += 1;
+            }
+            i += 1;
+        }
+        if i == start {
+            return None;
+        }
+        nanos *= 10u32.pow(9 - u32::from(frac));
+    }
+    let offset = match b.get(i) {
+        None => Offset::Naive,
+        Some(b'Z' | b'z') => {
+            i += 1;
+            Offset::Zulu
+        }
+        Some(sign @ (b'+' | b'-')) => {
+            let oh = num(b, i + 1, 2)?;
+            let colon = usize::from(b.get(i + 3) == Some(&b':'));
+            let om = num(b, i + 3 + colon, 2)?;
+            if oh > 23 || om > 59 {
+                return None;
+            }
+            i += 5 + colon;
+            let v = (oh * 60 + om) as i16;
+            Offset::Minutes(if *sign == b'-' { -v } else { v })
+        }
+        Some(_) => return None,
+    };
+    if i != b.len() {
+        return None;
+    }
+    let off_secs = match offset {
+        Offset::Minutes(m) => i64::from(m) * 60,
+        Offset::Zulu | Offset::Naive => 0,
+    };
+    let days = days_from_civil(i64::from(year), month, day);
+    let secs =
+        days * 86_400 + i64::from(hour) * 3600 + i64::from(minute) * 60 + i64::from(second.min(59))
+            - off_secs;
+    Some(Timestamp {
+        secs,
+        nanos,
+        offset,
+        frac,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn spec_example_reencodes_exactly() {
+        for s in [
+            "2025-09-01T11:58:00+08:00",
+            "2025-09-01T03:58:00.123456+00:00",
+            "2026-03-04T05:06:07.089Z",
+            "2025-09-01T11:58:00-05:30",
+            "2025-09-01T11:58:00.5",
+        ] {
+            assert_eq!(Timestamp::parse_rfc3339(s).unwrap().to_rfc3339(), s);
+        }
+    }
+
+    #[test]
+    fn equality_is_by_instant_across_offsets() {
+        let a = Timestamp::parse_rfc3339("2025-09-01T11:58:00+08:00").unwrap();
+        let b = Timestamp::parse_rfc3339("2025-09-01T03:58:00.000000+00:00").unwrap();
+        let c = Timestamp::parse_rfc3339("2025-09-01T03:58:00Z").unwrap();
+        assert_eq!(a, b);
+        assert_eq!(b, c);
+        assert_eq!(a.as_unix_millis(), 1_756_699_080_000);
+        let later = Timestamp::parse_rfc3339("2025-09-01T03:58:00.000001Z").unwrap();
+        assert!(later > a);
+        assert_eq!(later.saturating_duration_since(a), Duration::from_micros(1));
+    }
+
+    #[test]
+    fn lenient_forms_are_accepted() {
+        let z = Timestamp::parse_rfc3339("2025-09-01T03:58:00Z").unwrap();
+        for s in [
+            "2025-09-01t03:58:00z",
+            "2025-09-01 03:58:00+00:00",
+            "2025-09-01T11:58:00+0800",
+            "2025-09-01T03:58:00.0000000001Z",
+            "2025-09-01T03:58:00",
+            "2025-09-01T03:58:60Z",
+        ] {
+            let t = Timestamp::parse_rfc3339(s).unwrap();
+            assert!(
+                t.saturating_duration_since(z) < Duration::from_secs(60),
+                "{s}"
+            );
+        }
+    }
+
+    #[test]
+    fn garbage_is_refused() {
+        for s in [
+            "",
+            "2025",
+            "2025-13-01T00:00:00Z",
+            "2025-02-29T00:00:00Z",
+            "2025-09-01T24:00:00Z",
+            "2025-09-01T03:58:00.Z",
+            "2025-09-01T03:58:00Zjunk",
+            "2025-09-01T03:58:00+8",
+            "2025/09/01T03:58:00Z",
+        ] {
+            assert!(Timestamp::parse_rfc3339(s).is_err(), "{s}");
+        }
+    }
+
+    #[test]
+    fn engine_times_are_utc_microseconds() {
+        let t = Timestamp::from_unix_millis(1_756_699_080_123);
+        assert_eq!(t.to_rfc3339(), "2025-09-01T03:58:00.123000+00:00");
+        assert_eq!(
+            t.saturating_add(Duration::from_micros(1_877_000))
+                .as_unix_millis(),
+            1_756_699_082_000
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn rfc3339_round_trips(us in 0u64..253_402_300_799_999_999, off in -1439i16..1440, frac in 0u8..10) {
+            let t = Timestamp { offset: Offset::Minutes(off), frac, ..Timestamp::from_unix_micros(us) };
+            let back = Timestamp::parse_rfc3339(&t.to_rfc3339()).unwrap();
+            prop_assert_eq!(back.to_rfc3339(), t.to_rfc3339());
+            if frac >= 6 {
+                prop_assert_eq!(back, t);
+            }
+        }
+
+        #[test]
+        fn parse_never_panics(s in ".{0,40}") {
+            let _ = Timestamp::parse_rfc3339(&s);
+        }
+    }
+}

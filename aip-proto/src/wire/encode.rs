@@ -1,0 +1,345 @@
+//! Strict encoding in a chosen dialect: absent fields are omitted, and fields a dialect
+//! requires are always written (v01.00 `Message.dataItems` as `[]`, `Task.sessionId` as `""`;
+//! v02 `TaskResult` message fields from the status when the value has none).
+//!
+//! Key order follows the SDK's (`type, id, sentAt, senderRole, senderId, …`), although JSON
+//! readers do not care.
+
+use serde::ser::{SerializeMap, SerializeSeq};
+use serde::{Serialize, Serializer};
+
+use crate::error::RpcError;
+use crate::wire::command::TaskCommand;
+use crate::wire::data::SenderRole;
+use crate::wire::jsonrpc::{Method, NotificationConfig, NotificationIdParams, RpcId};
+use crate::wire::task::{EventData, Header, ProductChunk, StatusUpdate, StreamEvent, TaskResult};
+use crate::wire::Dialect;
+
+/// A value paired with the dialect to write it in; `serde_json::to_vec(&InDialect(&v, d))`.
+#[derive(Clone, Copy, Debug)]
+pub struct InDialect<'a, T: ?Sized>(pub &'a T, pub Dialect);
+
+fn opt<M: SerializeMap, T: Serialize + ?Sized>(
+    m: &mut M,
+    k: &'static str,
+    v: Option<&T>,
+) -> Result<(), M::Error> {
+    match v {
+        Some(v) => m.serialize_entry(k, v),
+        None => Ok(()),
+    }
+}
+
+impl Serialize for InDialect<'_, TaskCommand> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let (c, d) = (self.0, self.1);
+        let mut m = s.serialize_map(None)?;
+        let ty = match (d, c.command.is_some()) {
+            (Dialect::V1, _) | (Dialect::V2, false) => "message",
+            (Dialect::V2, true) => "task-command",
+        };
+        m.serialize_entry("type", ty)?;
+        m.serialize_entry("id", &c.id)?;
+        m.serialize_entry("sentAt", &c.sent_at)?;
+        m.serialize_entry("senderRole", &c.sender_role)?;
+        m.serialize_entry("senderId", &c.sender_id)?;
+        opt(&mut m, "mentions", c.mentions.as_ref())?;
+        match d {
+            Dialect::V1 => {
+                opt(&mut m, "command", c.command.as_ref())?;
+                opt(&mut m, "commandParams", c.command_params.as_ref())?;
+                m.serialize_entry("dataItems", c.items())?;
+                opt(&mut m, "taskId", c.task_id.as_ref())?;
+                opt(&mut m, "groupId", c.group_id.as_ref())?;
+                opt(&mut m, "sessionId", c.session_id.as_ref())?;
+            }
+            Dialect::V2 => {
+                opt(&mut m, "dataItems", c.data_items.as_ref())?;
+                opt(&mut m, "groupId", c.group_id.as_ref())?;
+                opt(&mut m, "sessionId", c.session_id.as_ref())?;
+                opt(&mut m, "command", c.command.as_ref())?;
+                opt(&mut m, "commandParams", c.command_params.as_ref())?;
+                opt(&mut m, "taskId", c.task_id.as_ref())?;
+            }
+        }
+        m.end()
+    }
+}
+
+impl Serialize for InDialect<'_, [TaskCommand]> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut q = s.serialize_seq(Some(self.0.len()))?;
+        for c in self.0 {
+            q.serialize_element(&InDialect(c, self.1))?;
+        }
+        q.end()
+    }
+}
+
+/// Writes the v02 `Message` fields of `h` (with fallbacks for the required ones).
+fn v2_header<M: SerializeMap>(
+    m: &mut M,
+    h: &Header,
+    fallback_id: &dyn Fn() -> String,
+    fallback_time: &crate::time::Timestamp,
+) -> Result<(), M::Error> {
+    match &h.id {
+        Some(id) => m.serialize_entry("id", id)?,
+        None => m.serialize_entry("id", &fallback_id())?,
+    }
+    m.serialize_entry("sentAt", h.sent_at.as_ref().unwrap_or(fallback_time))?;
+    m.serialize_entry("senderRole", &h.sender_role.unwrap_or(SenderRole::Partner))?;
+    m.serialize_entry("senderId", h.sender_id.as_deref().unwrap_or(""))?;
+    opt(m, "mentions", h.mentions.as_ref())?;
+    opt(m, "dataItems", h.data_items.as_ref())?;
+    opt(m, "groupId", h.group_id.as_ref())?;
+    opt(m, "sessionId", h.session_id.as_ref())
+}
+
+impl Serialize for InDialect<'_, TaskResult> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let (t, d) = (self.0, self.1);
+        let mut m = s.serialize_map(None)?;
+        match d {
+            Dialect::V1 => {
+                m.serialize_entry("type", "task")?;
+                m.serialize_entry("id", &t.task_id)?;
+                opt(&mut m, "senderId", t.header.sender_id.as_ref())?;
+                m.serialize_entry("status", &t.status)?;
+                opt(&mut m, "products", t.products.as_ref())?;
+                if let Some(h) = &t.command_history {
+                    m.serialize_entry("messageHistory", &InDialect(h.as_slice(), d))?;
+                }
+                opt(&mut m, "statusHistory", t.status_history.as_ref())?;
+                opt(&mut m, "groupId", t.header.group_id.as_ref())?;
+                m.serialize_entry("sessionId", t.header.session_id.as_deref().unwrap_or(""))?;
+            }
+            Dialect::V2 => {
+                m.serialize_entry("type", "task-result")?;
+                v2_header(
+                    &mut m,
+                    &t.header,
+                    &|| format!("result-{}", t.task_id),
+                    &t.status.state_changed_at,
+                )?;
+                m.serialize_entry("taskId", &t.task_id)?;
+                m.serialize_entry("status", &t.status)?;
+                opt(&mut m, "products", t.products.as_ref())?;
+                if let Some(h) = &t.command_history {
+                    m.serialize_entry("commandHistory", &InDialect(h.as_slice(), d))?;
+                }
+                opt(&mut m, "statusHistory", t.status_history.as_ref())?;
+            }
+        }
+        m.end()
+    }
+}
+
+impl Serialize for InDialect<'_, StatusUpdate> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let (u, d) = (self.0, self.1);
+        let mut m = s.serialize_map(None)?;
+        match d {
+            Dialect::V1 => {
+                m.serialize_entry("type", "status-update")?;
+                m.serialize_entry("taskId", &u.task_id)?;
+                m.serialize_entry("status", &u.status)?;
+                m.serialize_entry("sessionId", u.header.session_id.as_deref().unwrap_or(""))?;
+            }
+            Dialect::V2 => {
+                m.serialize_entry("type", "task-status-update")?;
+                v2_header(
+                    &mut m,
+                    &u.header,
+                    &|| format!("status-{}", u.task_id),
+                    &u.status.state_changed_at,
+                )?;
+                m.serialize_entry("taskId", &u.task_id)?;
+                m.serialize_entry("status", &u.status)?;
+            }
+        }
+        m.end()
+    }
+}
+
+impl Serialize for InDialect<'_, ProductChunk> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let (p, d) = (self.0, self.1);
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("type", "product-chunk")?;
+        if d == Dialect::V2 {
+            v2_header(
+                &mut m,
+                &p.header,
+                &|| format!("chunk-{}", p.task_id),
+                &crate::time::Timestamp::UNIX_EPOCH,
+            )?;
+        }
+        m.serialize_entry("taskId", &p.task_id)?;
+        m.serialize_entry("product", &p.product)?;
+        m.serialize_entry("append", &p.append)?;
+        m.serialize_entry("lastChunk", &p.last_chunk)?;
+        if d == Dialect::V1 {
+            m.serialize_entry("sessionId", p.header.session_id.as_deref().unwrap_or(""))?;
+        }
+        m.end()
+    }
+}
+
+impl Serialize for InDialect<'_, EventData> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            EventData::Task(t) => InDialect(t, self.1).serialize(s),
+            EventData::Command(c) => InDialect(c, self.1).serialize(s),
+            EventData::StatusUpdate(u) => InDialect(u, self.1).serialize(s),
+            EventData::ProductChunk(p) => InDialect(p, self.1).serialize(s),
+        }
+    }
+}
+
+struct EventResult<'a>(&'a StreamEvent, Dialect);
+
+impl Serialize for EventResult<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(2))?;
+        m.serialize_entry("eventSeq", &self.0.seq)?;
+        m.serialize_entry("eventData", &InDialect(&self.0.data, self.1))?;
+        m.end()
+    }
+}
+
+fn to_vec<T: Serialize + ?Sized>(v: &T) -> Vec<u8> {
+    // Serialising these types cannot fail: every map key is a string and no value is a float
+    // that JSON cannot hold except inside caller-given `serde_json::Value`s, which are valid.
+    serde_json::to_vec(v).unwrap_or_default()
+}
+
+/// A bare command (group mode; histories).
+pub fn encode_command(c: &TaskCommand, d: Dialect) -> Vec<u8> {
+    to_vec(&InDialect(c, d))
+}
+
+/// A bare task (notification body; group mode).
+pub fn encode_task(t: &TaskResult, d: Dialect) -> Vec<u8> {
+    to_vec(&InDialect(t, d))
+}
+
+#[derive(Serialize)]
+struct Envelope<'a, P: Serialize, R: Serialize> {
+    jsonrpc: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    method: Option<&'a str>,
+    id: &'a RpcId,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    params: Option<P>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    result: Option<R>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a RpcError>,
+}
+
+type NoValue = ();
+
+struct CommandParams<'a>(&'a TaskCommand, Dialect, &'static str);
+
+impl Serialize for CommandParams<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(1))?;
+        m.serialize_entry(self.2, &InDialect(self.0, self.1))?;
+        m.end()
+    }
+}
+
+/// The params key that carries the command for `method` in `d`: `message` in v01.00 and for
+/// v02 `stream`, `command` for v02 `rpc` and `notification/start` (the v02.00/v02.01 text).
+pub fn command_key(method: &Method, d: Dialect) -> &'static str {
+    match (d, method) {
+        (Dialect::V2, Method::Rpc | Method::NotificationStart) => "command",
+        _ => "message",
+    }
+}
+
+/// A request whose params carry a command (`rpc`, `stream`, `notification/start`).
+pub fn encode_command_request(id: &RpcId, method: &Method, c: &TaskCommand, d: Dialect) -> Vec<u8> {
+    to_vec(&Envelope::<_, NoValue> {
+        jsonrpc: "2.0",
+        method: Some(method.as_str()),
+        id,
+        params: Some(CommandParams(c, d, command_key(method, d))),
+        result: None,
+        error: None,
+    })
+}
+
+/// A `notification/set` request.
+pub fn encode_notification_set(id: &RpcId, config: &NotificationConfig) -> Vec<u8> {
+    to_vec(&Envelope::<_, NoValue> {
+        jsonrpc: "2.0",
+        method: Some(Method::NotificationSet.as_str()),
+        id,
+        params: Some(config),
+        result: None,
+        error: None,
+    })
+}
+
+/// A `notification/get` or `notification/delete` request.
+pub fn encode_notification_id(id: &RpcId, method: &Method, p: &NotificationIdParams) -> Vec<u8> {
+    to_vec(&Envelope::<_, NoValue> {
+        jsonrpc: "2.0",
+        method: Some(method.as_str()),
+        id,
+        params: Some(p),
+        result: None,
+        error: None,
+    })
+}
+
+/// A request with any params, given as JSON text (`group`, or a method this crate does not
+/// model); `None` omits `params`.
+pub fn encode_request_raw(id: &RpcId, method: &Method, params: Option<&str>) -> Vec<u8> {
+    let params = params.and_then(|p| serde_json::value::RawValue::from_string(p.to_owned()).ok());
+    to_vec(&Envelope::<_, NoValue> {
+        jsonrpc: "2.0",
+        method: Some(method.as_str()),
+        id,
+        params,
+        result: None,
+        error: None,
+    })
+}
+
+/// A successful response with any serialisable result.
+pub fn encode_result<R: Serialize>(id: &RpcId, result: &R) -> Vec<u8> {
+    to_vec(&Envelope::<NoValue, _> {
+        jsonrpc: "2.0",
+        method: None,
+        id,
+        params: None,
+        result: Some(result),
+        error: None,
+    })
+}
+
+/// A successful `rpc` response carrying a task.
+pub fn encode_task_response(id: &RpcId, t: &TaskResult, d: Dialect) -> Vec<u8> {
+    encode_result(id, &InDialect(t, d))
+}
+
+/// An error response (`result` omitted).
+pub fn encode_error(id: &RpcId, e: &RpcError) -> Vec<u8> {
+    to_vec(&Envelope::<NoValue, NoValue> {
+        jsonrpc: "2.0",
+        method: None,
+        id,
+        params: None,
+        result: None,
+        error: Some(e),
+    })
+}
+
+/// One stream event as its JSON-RPC response (`{"jsonrpc","id","result":{eventSeq,eventData}}`),
+/// not yet SSE-framed.
+pub fn encode_stream_event(id: &RpcId, e: &StreamEvent, d: Dialect) -> Vec<u8> {
+    encode_result(id, &EventResult(e, d))
+}

@@ -1,0 +1,399 @@
+//! `aip-partner`'s application: any command-line agent as an AIP partner.
+//!
+//! Per task, the command runs in a work directory of its own (`<work-root>/<task>`), with the
+//! request text on its stdin (one line per input; stdin stays open) and these variables:
+//! `AIP_TASK_ID`, `AIP_SESSION_ID`, `AIP_PROMPT` (the request text) and `AIP_OUTPUT_DIR`
+//! (files written there become products).
+//!
+//! - Every stdout line is a status update (progress on the stream and in `get`).
+//! - A line starting with the ask marker (`AIP-ASK: `) puts the task in awaiting-input with
+//!   the rest of the line as the question; the leader's `continue` text is written to stdin
+//!   as the next line.
+//! - When the command exits 0, its stdout (without the questions) is the product `result`
+//!   and every file in `AIP_OUTPUT_DIR` a product of its own (inline base64): the task awaits
+//!   completion. Any other exit fails the task with the end of stderr.
+//! - A `continue` after the command exited runs it again, with every input so far on stdin.
+//! - When the task ends (complete, cancel, timeout), a command still running is killed with
+//!   every process it started (it runs in a process group of its own) and the work
+//!   directory removed. A command that exits leaves nothing running either.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, Read, Write};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::Arc;
+
+use agent_rt::{blocking, Runtime};
+use aip_driver::aip_proto::partner::PartnerEvent;
+use aip_driver::aip_proto::{DataItem, Product};
+use aip_driver::{PartnerEvents, PartnerHandle};
+use base64::Engine as _;
+use futures::channel::{mpsc, oneshot};
+use futures::{FutureExt, StreamExt};
+
+/// How the agent command is run.
+#[derive(Clone, Debug)]
+pub struct AgentCommand {
+    /// The program and its arguments.
+    pub argv: Vec<String>,
+    /// Where task work directories are made.
+    pub work_root: PathBuf,
+    /// The stdout prefix of a question (awaiting-input).
+    pub ask_marker: String,
+    /// Largest file turned into a product (bigger ones are listed by name only).
+    pub max_file_bytes: u64,
+}
+
+enum Msg {
+    Continue(String),
+    End,
+}
+
+/// Runs the application until `events` ends or `shutdown` resolves; then every command still
+/// running is killed and every work directory removed before it returns.
+pub async fn run<R: Runtime>(
+    rt: R,
+    partner: PartnerHandle,
+    mut events: PartnerEvents,
+    cmd: Arc<AgentCommand>,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    let mut tasks: BTreeMap<String, (mpsc::UnboundedSender<Msg>, oneshot::Receiver<()>)> =
+        BTreeMap::new();
+    let mut shutdown = std::pin::pin!(shutdown.fuse());
+    loop {
+        let ev = futures::select! {
+            e = events.next() => e,
+            _ = shutdown => None,
+        };
+        let Some(ev) = ev else { break };
+        match ev {
+            PartnerEvent::TaskStarted { task_id, command } => {
+                let (tx, rx) = mpsc::unbounded();
+                let (done_tx, done_rx) = oneshot::channel();
+                let prompt = text_of(command.items());
+                let session = command.session_id.clone().unwrap_or_default();
+                let fut = task_loop(
+                    rt.clone(),
+                    partner.clone(),
+                    cmd.clone(),
+                    task_id.clone(),
+                    session,
+                    prompt,
+                    rx,
+                );
+                rt.spawn(Box::pin(async move {
+                    fut.await;
+                    let _ = done_tx.send(());
+                }));
+                tasks.insert(task_id, (tx, done_rx));
+            }
+            PartnerEvent::TaskContinued { task_id, command } => {
+                if let Some((tx, _)) = tasks.get(&task_id) {
+                    let _ = tx.unbounded_send(Msg::Continue(text_of(command.items())));
+                }
+            }
+            PartnerEvent::TaskEnded { task_id, .. } => {
+                if let Some((tx, _)) = tasks.remove(&task_id) {
+                    let _ = tx.unbounded_send(Msg::End);
+                }
+            }
+            _ => {}
+        }
+    }
+    // Stop every task and wait until its command is gone.
+    for (_, (tx, done)) in std::mem::take(&mut tasks) {
+        let _ = tx.unbounded_send(Msg::End);
+        let _ = done.await;
+    }
+}
+
+fn text_of(items: &[DataItem]) -> String {
+    items
+        .iter()
+        .filter_map(DataItem::as_text)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// A task id as a directory name (other characters become `_`, plus a hash of the id so two
+/// ids never share a directory).
+fn dir_name(task_id: &str) -> String {
+    let clean: String = task_id
+        .chars()
+        .take(64)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in task_id.bytes() {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{clean}-{h:016x}")
+}
+
+/// A child (the leader of its own process group) killed with its whole group and reaped
+/// if dropped while running.
+struct Running(Option<Child>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            // Before the reap, so the group id cannot have been reused.
+            kill_group(rustix::process::Pid::from_child(&c));
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// SIGKILL to a process group (what an agent left running: `sh -c 'tool &'`, pipelines).
+fn kill_group(pgid: rustix::process::Pid) {
+    let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
+}
+
+async fn write_line<R: Runtime>(rt: &R, stdin: ChildStdin, text: String) -> Option<ChildStdin> {
+    blocking(rt, move || {
+        let mut stdin = stdin;
+        let mut line = text.replace('\n', " ");
+        line.push('\n');
+        stdin
+            .write_all(line.as_bytes())
+            .and_then(|_| stdin.flush())
+            .ok()?;
+        Some(stdin)
+    })
+    .await
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn task_loop<R: Runtime>(
+    rt: R,
+    p: PartnerHandle,
+    cmd: Arc<AgentCommand>,
+    task_id: String,
+    session: String,
+    prompt: String,
+    mut inbox: mpsc::UnboundedReceiver<Msg>,
+) {
+    let dir = cmd.work_root.join(dir_name(&task_id));
+    let out_dir = dir.join("out");
+    if let Err(e) = std::fs::create_dir_all(&out_dir) {
+        fail(
+            &p,
+            &task_id,
+            format!("cannot create the work directory: {e}"),
+        )
+        .await;
+        return;
+    }
+    if p.start_working(&task_id).await.is_err() {
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
+    }
+    let mut inputs = vec![prompt.clone()];
+    'runs: loop {
+        let spawned = Command::new(&cmd.argv[0])
+            .args(&cmd.argv[1..])
+            .current_dir(&dir)
+            .env("AIP_TASK_ID", &task_id)
+            .env("AIP_SESSION_ID", &session)
+            .env("AIP_PROMPT", &prompt)
+            .env("AIP_OUTPUT_DIR", &out_dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .spawn();
+        let mut child = match spawned {
+            Ok(c) => Running(Some(c)),
+            Err(e) => {
+                fail(&p, &task_id, format!("cannot run {}: {e}", cmd.argv[0])).await;
+                break 'runs;
+            }
+        };
+        let c = child.0.as_mut().expect("running");
+        let (stdout, stderr, stdin) = (c.stdout.take(), c.stderr.take(), c.stdin.take());
+        let mut stdin = stdin;
+        for input in &inputs {
+            stdin = match stdin {
+                Some(s) => write_line(&rt, s, input.clone()).await,
+                None => None,
+            };
+        }
+        let (line_tx, mut lines) = mpsc::unbounded::<String>();
+        if let Some(out) = stdout {
+            rt.spawn(blocking(&rt, move || {
+                for line in std::io::BufReader::new(out).lines() {
+                    let Ok(line) = line else { break };
+                    if line_tx.unbounded_send(line).is_err() {
+                        break;
+                    }
+                }
+            }));
+        }
+        let stderr_tail = blocking(&rt, move || {
+            let mut buf = Vec::new();
+            if let Some(mut e) = stderr {
+                let _ = e.read_to_end(&mut buf);
+            }
+            let start = buf.len().saturating_sub(2000);
+            String::from_utf8_lossy(&buf[start..]).trim().to_owned()
+        });
+        let mut output: Vec<String> = Vec::new();
+        loop {
+            futures::select! {
+                l = lines.next() => match l {
+                    Some(line) => match line.strip_prefix(cmd.ask_marker.as_str()) {
+                        Some(q) => {
+                            let q = vec![DataItem::text(q.trim())];
+                            if let Err(e) = p.request_input(&task_id, q).await {
+                                tracing::warn!(task = %task_id, "the agent asked, but: {e}");
+                            }
+                        }
+                        None => {
+                            let _ = p.progress(&task_id, vec![DataItem::text(line.clone())]).await;
+                            output.push(line);
+                        }
+                    },
+                    None => break,
+                },
+                m = inbox.next() => match m {
+                    Some(Msg::Continue(t)) => {
+                        inputs.push(t.clone());
+                        stdin = match stdin {
+                            Some(s) => write_line(&rt, s, t).await,
+                            None => None,
+                        };
+                    }
+                    Some(Msg::End) | None => {
+                        drop(child); // killed and reaped
+                        break 'runs;
+                    }
+                },
+            }
+        }
+        // stdout closed: the agent is done.
+        drop(stdin);
+        let Some(c) = child.0.take() else { break };
+        let status = blocking(&rt, move || {
+            let mut c = c;
+            let pgid = rustix::process::Pid::from_child(&c);
+            let status = c.wait();
+            // Whatever the agent left behind in its group goes with it.
+            kill_group(pgid);
+            status
+        })
+        .await;
+        let tail = stderr_tail.await;
+        match status {
+            Ok(s) if s.success() => {
+                let mut products = vec![Product {
+                    name: Some("result".into()),
+                    ..Product::text("result", output.join("\n"))
+                }];
+                let (od, max) = (out_dir.clone(), cmd.max_file_bytes);
+                products.extend(blocking(&rt, move || file_products(&od, max)).await);
+                if let Err(e) = p.submit(&task_id, products, vec![]).await {
+                    tracing::warn!(task = %task_id, "submit: {e}");
+                }
+            }
+            Ok(s) => {
+                let why = format!("the agent exited with {s}: {tail}");
+                fail(&p, &task_id, why).await;
+            }
+            Err(e) => fail(&p, &task_id, format!("waiting for the agent: {e}")).await,
+        }
+        // Done: wait for a continue (run again) or the end of the task.
+        match inbox.next().await {
+            Some(Msg::Continue(t)) => {
+                inputs.push(t);
+                if p.task(&task_id).await.ok().flatten().is_none() {
+                    break;
+                }
+            }
+            Some(Msg::End) | None => break,
+        }
+    }
+    let _ = blocking(&rt, move || std::fs::remove_dir_all(&dir)).await;
+}
+
+async fn fail(p: &PartnerHandle, task_id: &str, why: String) {
+    tracing::warn!(task = %task_id, "{why}");
+    let _ = p.fail(task_id, vec![DataItem::text(why)]).await;
+}
+
+/// Every regular file directly in `dir` as a product (inline base64 up to `max` bytes).
+fn file_products(dir: &Path, max: u64) -> Vec<Product> {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut files: Vec<PathBuf> = rd
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_file())
+        .collect();
+    files.sort();
+    files
+        .into_iter()
+        .map(|path| {
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+            let bytes = (size <= max)
+                .then(|| std::fs::read(&path).ok())
+                .flatten()
+                .map(|b| base64::engine::general_purpose::STANDARD.encode(b));
+            let description = bytes
+                .is_none()
+                .then(|| format!("{size} bytes, over the inline limit of {max}"));
+            Product {
+                id: format!("file:{name}"),
+                name: Some(name.clone()),
+                description,
+                data_items: vec![DataItem::File {
+                    name: Some(name.clone()),
+                    mime_type: Some(mime_of(&name).into()),
+                    uri: None,
+                    bytes,
+                    metadata: None,
+                }],
+            }
+        })
+        .collect()
+}
+
+fn mime_of(name: &str) -> &'static str {
+    match name.rsplit('.').next().unwrap_or("") {
+        "txt" | "log" => "text/plain",
+        "md" => "text/markdown",
+        "json" => "application/json",
+        "html" | "htm" => "text/html",
+        "csv" => "text/csv",
+        "pdf" => "application/pdf",
+        "png" => "image/png",
+        "jpg" | "jpeg" => "image/jpeg",
+        _ => "application/octet-stream",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn task_ids_become_distinct_safe_directory_names() {
+        let a = dir_name("../../etc/passwd");
+        assert!(!a.contains('/') && !a.contains(".."), "{a}");
+        assert_ne!(dir_name("a/b"), dir_name("a_b"));
+        assert!(dir_name(&"x".repeat(500)).len() < 100);
+    }
+}

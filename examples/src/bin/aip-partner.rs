@@ -1,0 +1,159 @@
+//! `aip-partner`: any command-line agent as an AIP partner (direct mode: rpc, stream,
+//! notification; both dialects).
+//!
+//! ```text
+//! aip-partner --listen 127.0.0.1:10300 -- my-agent --flag      # the request arrives on stdin
+//! aip-partner -- sh -c 'read q; echo "thinking about $q"; echo "42" > "$AIP_OUTPUT_DIR/answer.txt"'
+//! aip-partner --tls-cert cert.pem --tls-key key.pem --client-ca leaders-ca.pem -- my-agent   # mTLS
+//! ```
+//! Stdout lines become status updates, a line `AIP-ASK: question` asks the leader for input
+//! (the answer arrives as the next stdin line), and when the command exits its stdout and
+//! the files it wrote to `$AIP_OUTPUT_DIR` are the task's products (see `aip_agent`).
+//! The first stdout line is `aip-partner listening on <rpc URL>`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_rt::Host;
+use aip_driver::aip_proto::partner::PartnerConfig;
+use aip_driver::{PartnerHandle, PartnerOptions};
+use awcp_examples::aip_agent::{self, AgentCommand};
+use awcp_examples::{ClientTlsArgs, RuntimeChoice, ServerArgs};
+use clap::Parser;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "aip-partner",
+    version,
+    about = "Serve a command-line agent as an AIP partner"
+)]
+struct Args {
+    /// Address to listen on (port 0 picks a free port; the URL is printed).
+    #[arg(long, env = "AIP_LISTEN", default_value = "127.0.0.1:10300")]
+    listen: SocketAddr,
+    /// Path the endpoints are served under (`/rpc`, `/stream`, `/notification/…` below it).
+    #[arg(long, env = "AIP_BASE_PATH", default_value = "")]
+    base_path: String,
+    /// This partner's id (AIC), the `senderId` of its results.
+    #[arg(long, env = "AIP_PARTNER_ID", default_value = "aip-partner")]
+    id: String,
+    /// Where task work directories are made (default: a directory under the system's temp dir).
+    #[arg(long, env = "AIP_WORK_ROOT")]
+    work_root: Option<PathBuf>,
+    /// The stdout prefix by which the agent asks the leader a question.
+    #[arg(long, env = "AIP_ASK_MARKER", default_value = "AIP-ASK: ")]
+    ask_marker: String,
+    /// Largest output file sent inline as a product, in bytes.
+    #[arg(long, env = "AIP_MAX_FILE_BYTES", default_value_t = 8 * 1024 * 1024)]
+    max_file_bytes: u64,
+    /// Seconds a task may wait for input before it is canceled.
+    #[arg(long, default_value_t = 3600)]
+    input_timeout: u64,
+    /// Seconds a task may wait for completion before it is completed.
+    #[arg(long, default_value_t = 3600)]
+    completion_timeout: u64,
+    /// Async runtime to run on.
+    #[arg(long, env = "AIP_RUNTIME", value_enum, default_value_t)]
+    runtime: RuntimeChoice,
+    #[command(flatten)]
+    server: ServerArgs,
+    /// TLS for notification POSTs to https receivers.
+    #[command(flatten)]
+    client: ClientTlsArgs,
+    /// Less logging.
+    #[arg(long, short)]
+    quiet: bool,
+    /// The agent command and its arguments (after `--`).
+    #[arg(last = true, required = true)]
+    command: Vec<String>,
+}
+
+fn main() {
+    let args = Args::parse();
+    awcp_examples::init_logging(args.quiet);
+    awcp_examples::run_on!(args.runtime, run(args));
+}
+
+fn fatal(msg: String) -> ! {
+    eprintln!("error: {msg}");
+    std::process::exit(2)
+}
+
+async fn run<R: Host>(args: Args) {
+    let mut argv = args.command.clone();
+    // The command runs in the task's work directory: resolve a relative path now.
+    if argv[0].contains('/') {
+        if let Ok(abs) = std::fs::canonicalize(&argv[0]) {
+            argv[0] = abs.to_string_lossy().into_owned();
+        }
+    }
+    let work_root = args.work_root.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("aip-partner-{}", std::process::id()))
+    });
+    if let Err(e) = std::fs::create_dir_all(&work_root) {
+        fatal(format!("cannot create {}: {e}", work_root.display()));
+    }
+    let server = args.server.server_options().unwrap_or_else(|e| fatal(e));
+    let client_tls = args.client.client_tls().unwrap_or_else(|e| fatal(e));
+    let engine = PartnerConfig {
+        partner_id: args.id.clone(),
+        default_awaiting_input_timeout: Some(Duration::from_secs(args.input_timeout)),
+        default_awaiting_completion_timeout: Some(Duration::from_secs(args.completion_timeout)),
+        id_seed: awcp_examples::random_seed(),
+        ..PartnerConfig::default()
+    };
+    let base_path = args.base_path.trim_end_matches('/').to_owned();
+    let (partner, events) = PartnerHandle::spawn(
+        R::default(),
+        PartnerOptions {
+            engine,
+            base_path: base_path.clone(),
+            client_tls,
+            ..PartnerOptions::default()
+        },
+    );
+    let listener = std::net::TcpListener::bind(args.listen)
+        .unwrap_or_else(|e| fatal(format!("cannot listen on {}: {e}", args.listen)));
+    let local = listener.local_addr().expect("bound socket has an address");
+    // The first stdout line is the URL, so scripts and tests can read it.
+    println!(
+        "aip-partner listening on {}://{local}{base_path}/rpc",
+        server.scheme()
+    );
+    tracing::info!(runtime = R::NAME, work_root = %work_root.display(), "partner ready");
+    let cmd = Arc::new(AgentCommand {
+        argv,
+        work_root: work_root.clone(),
+        ask_marker: args.ask_marker.clone(),
+        max_file_bytes: args.max_file_bytes,
+    });
+    let (stop_tx, stop_rx) = futures::channel::oneshot::channel::<()>();
+    let serve = aip_driver::serve_partner(R::default(), listener, &partner, server, async move {
+        let _ = stop_rx.await;
+    });
+    let app = aip_agent::run(R::default(), partner, events, cmd, R::shutdown_signal());
+    let server_task = async move {
+        let r = serve.await;
+        if let Err(e) = &r {
+            eprintln!("error: server failed: {e}");
+        }
+        r
+    };
+    // The application returns on SIGINT/SIGTERM after killing every agent; then the server
+    // stops (requests in flight finish).
+    let (_, served) = futures::join!(
+        async move {
+            app.await;
+            let _ = stop_tx.send(());
+        },
+        server_task
+    );
+    if args.work_root.is_none() {
+        let _ = std::fs::remove_dir_all(&work_root);
+    }
+    if served.is_err() {
+        std::process::exit(1);
+    }
+}

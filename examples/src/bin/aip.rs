@@ -1,0 +1,535 @@
+//! `aip`: an AIP leader on the command line (direct mode, both dialects).
+//!
+//! ```text
+//! export AIP_PARTNER=http://127.0.0.1:10300/rpc
+//! aip stream "plan a trip to Rome"          # start, print live events until it awaits or ends
+//! aip start --task t-1 "plan a trip"        # start and print the first answer
+//! aip start --wait "plan a trip"            # …and follow it (polling) until it awaits or ends
+//! aip continue t-1 "three days"             # more input
+//! aip complete t-1                          # accept the products
+//! aip cancel t-1
+//! aip get t-1                               # the task with its histories
+//! aip stream --attach t-1                   # replay and follow an existing task's stream
+//! aip notify --listen 127.0.0.1:0 "hello"   # a notification receiver; print what it receives
+//! aip --json get t-1                        # one JSON object per line
+//! ```
+//! Exit status: 0 when the partner answered (following a task: when it reached
+//! awaiting-input, awaiting-completion or completed); 1 when the partner answered an error, a
+//! start was rejected or failed, or a followed task failed, was rejected or canceled; 2 on bad
+//! usage.
+
+use std::io::Write;
+use std::time::Duration;
+
+use agent_rt::Host;
+use aip_driver::aip_proto::leader::{
+    AttachTask, Delivery, LeaderConfig, LeaderEvent, PartnerEndpoint, StartTask,
+};
+use aip_driver::aip_proto::{
+    encode_task, DataItem, Dialect, Product, TaskResult, TaskState, Timestamp,
+};
+use aip_driver::{LeaderError, LeaderEvents, LeaderHandle, LeaderOptions};
+use awcp_examples::{ClientTlsArgs, RuntimeChoice};
+use clap::{Parser, Subcommand};
+use futures::StreamExt;
+use serde_json::json;
+
+#[derive(Parser, Debug)]
+#[command(name = "aip", version, about = "Talk to AIP partners as a leader")]
+struct Args {
+    /// The partner's rpc endpoint (its ACS endPoints[].url), e.g. http://127.0.0.1:10300/rpc.
+    #[arg(long, short, env = "AIP_PARTNER", global = true)]
+    partner: Option<String>,
+    /// The partner's dialect: v2 (acps-sdk 2.x, the default) or v1 (the v01.00 seed).
+    #[arg(long, env = "AIP_DIALECT", default_value = "v2", global = true, value_parser = parse_dialect)]
+    dialect: Dialect,
+    /// This leader's id (AIC), the `senderId` of its commands.
+    #[arg(long, env = "AIP_LEADER_ID", default_value = "aip-cli", global = true)]
+    leader_id: String,
+    /// The session of new tasks (default: a fresh one).
+    #[arg(long, env = "AIP_SESSION", global = true)]
+    session: Option<String>,
+    /// Print one JSON object per line instead of text.
+    #[arg(long, global = true)]
+    json: bool,
+    /// Give up on a call after this many seconds without an answer (each of 3 attempts).
+    #[arg(long, default_value_t = 30, global = true)]
+    timeout: u64,
+    /// Async runtime to run on.
+    #[arg(long, env = "AIP_RUNTIME", value_enum, default_value_t, global = true)]
+    runtime: RuntimeChoice,
+    #[command(flatten)]
+    tls: ClientTlsArgs,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Start a task and print the partner's first answer.
+    Start {
+        /// The task id (default: a fresh one).
+        #[arg(long)]
+        task: Option<String>,
+        /// Follow the task (polling with get) until it awaits input or completion, or ends.
+        #[arg(long)]
+        wait: bool,
+        /// The request.
+        #[arg(required = true)]
+        text: Vec<String>,
+    },
+    /// Send more input to a task (awaiting input, or awaiting completion to ask for changes).
+    Continue {
+        /// The task.
+        task: String,
+        /// The input.
+        #[arg(required = true)]
+        text: Vec<String>,
+    },
+    /// Accept a task's products (awaiting-completion → completed).
+    Complete {
+        /// The task.
+        task: String,
+    },
+    /// Cancel a task.
+    Cancel {
+        /// The task.
+        task: String,
+    },
+    /// Print a task with its histories.
+    Get {
+        /// The task.
+        task: String,
+    },
+    /// Start a task on a stream (or follow an existing one with --attach) and print its
+    /// events live until it awaits input or completion, or ends.
+    Stream {
+        /// The task id of a new task (default: a fresh one).
+        #[arg(long, conflicts_with = "attach")]
+        task: Option<String>,
+        /// Follow this existing task instead: its stream is replayed from the first event.
+        #[arg(long)]
+        attach: Option<String>,
+        /// The request (for a new task).
+        #[arg(required_unless_present = "attach")]
+        text: Vec<String>,
+    },
+    /// Run a notification receiver, start a task that reports to it, and print each
+    /// notification until the task awaits input or completion, or ends.
+    Notify {
+        /// Where the receiver listens (port 0 picks a free one).
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: std::net::SocketAddr,
+        /// The receiver URL the partner is given (default: http://<listen address>/notify).
+        #[arg(long)]
+        receiver_url: Option<String>,
+        /// The task id (default: a fresh one).
+        #[arg(long)]
+        task: Option<String>,
+        /// The request.
+        #[arg(required = true)]
+        text: Vec<String>,
+    },
+}
+
+fn parse_dialect(s: &str) -> Result<Dialect, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "v1" | "1" | "01.00" => Ok(Dialect::V1),
+        "v2" | "2" | "02.00" | "02.01" | "02.02" => Ok(Dialect::V2),
+        other => Err(format!("unknown dialect {other:?} (use v1 or v2)")),
+    }
+}
+
+fn main() {
+    let args = Args::parse();
+    awcp_examples::init_logging(true);
+    let code = awcp_examples::run_on!(args.runtime, run(args));
+    std::process::exit(code);
+}
+
+fn usage(msg: &str) -> i32 {
+    eprintln!("error: {msg}");
+    2
+}
+
+fn fresh(kind: &str) -> String {
+    format!("{kind}-{:016x}", awcp_examples::random_seed())
+}
+
+/// How the CLI prints.
+struct Out {
+    json: bool,
+}
+
+impl Out {
+    fn line(&self, v: serde_json::Value, text: String) {
+        let mut o = std::io::stdout().lock();
+        let _ = if self.json {
+            writeln!(o, "{v}")
+        } else {
+            writeln!(o, "{text}")
+        };
+        let _ = o.flush();
+    }
+
+    fn items(items: &[DataItem]) -> String {
+        items
+            .iter()
+            .map(|d| match d {
+                DataItem::Text { text, .. } => text.clone(),
+                DataItem::File {
+                    name, bytes, uri, ..
+                } => format!(
+                    "[file {}{}]",
+                    name.as_deref().unwrap_or("?"),
+                    match (bytes, uri) {
+                        (Some(b), _) => format!(
+                            ", {} bytes",
+                            b.len() / 4 * 3 - b.bytes().rev().take_while(|&c| c == b'=').count()
+                        ),
+                        (None, Some(u)) => format!(" at {u}"),
+                        _ => String::new(),
+                    }
+                ),
+                DataItem::Data { data, .. } => data.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    fn product_text(p: &Product) -> String {
+        format!("product {}: {}", p.id, Self::items(&p.data_items))
+    }
+
+    fn result(&self, t: &TaskResult) {
+        let v: serde_json::Value =
+            serde_json::from_slice(&encode_task(t, Dialect::V2)).unwrap_or_default();
+        let mut text = format!("task {}: {}", t.task_id, t.status.state);
+        if let Some(items) = t.status.data_items.as_deref().filter(|i| !i.is_empty()) {
+            text.push_str(&format!("\n  {}", Self::items(items).replace('\n', "\n  ")));
+        }
+        for p in t.products.iter().flatten() {
+            text.push('\n');
+            text.push_str(&Self::product_text(p));
+        }
+        if let Some(h) = t.status_history.as_deref().filter(|h| !h.is_empty()) {
+            let states: Vec<&str> = h.iter().map(|s| s.state.as_str()).collect();
+            text.push_str(&format!("\nhistory: {}", states.join(" -> ")));
+        }
+        self.line(
+            json!({"event": "result", "taskId": t.task_id, "result": v}),
+            text,
+        );
+    }
+
+    fn error(&self, task: &str, e: &LeaderError) {
+        let code = e.rpc_error().map(|r| r.code.code());
+        self.line(
+            json!({"event": "error", "taskId": task, "code": code, "message": e.to_string()}),
+            format!("task {task}: error: {e}"),
+        );
+    }
+
+    /// A live event; `true` once the task needs the user or has ended.
+    fn event(&self, task: &str, e: &LeaderEvent) -> Option<TaskState> {
+        match e {
+            LeaderEvent::StateChanged {
+                task_id, status, ..
+            } if task_id == task => {
+                let items = status.data_items.as_deref().unwrap_or_default();
+                let mut text = format!("[{}]", status.state);
+                if !items.is_empty() {
+                    text.push(' ');
+                    text.push_str(&Self::items(items));
+                }
+                self.line(
+                    json!({"event": "state", "taskId": task, "status": status}),
+                    text,
+                );
+                let s = status.state;
+                (s.is_terminal()
+                    || matches!(s, TaskState::AwaitingInput | TaskState::AwaitingCompletion))
+                .then_some(s)
+            }
+            LeaderEvent::Progress { task_id, status } if task_id == task => {
+                let items = status.data_items.as_deref().unwrap_or_default();
+                self.line(
+                    json!({"event": "progress", "taskId": task, "status": status}),
+                    format!("  {}", Self::items(items).replace('\n', "\n  ")),
+                );
+                None
+            }
+            LeaderEvent::ProductChunk { task_id, chunk } if task_id == task => {
+                self.line(
+                    json!({"event": "product-chunk", "taskId": task, "product": chunk.product,
+                           "append": chunk.append, "lastChunk": chunk.last_chunk}),
+                    Self::product_text(&chunk.product),
+                );
+                None
+            }
+            LeaderEvent::StreamDropped {
+                task_id,
+                will_retry,
+            } if task_id == task => {
+                self.line(
+                    json!({"event": "stream-dropped", "taskId": task, "willRetry": will_retry}),
+                    format!(
+                        "(stream dropped{})",
+                        if *will_retry { "; resuming" } else { "" }
+                    ),
+                );
+                None
+            }
+            LeaderEvent::TaskAbandoned { task_id, reason } if task_id == task => {
+                self.line(
+                    json!({"event": "abandoned", "taskId": task, "reason": reason.to_string()}),
+                    format!("task {task}: abandoned ({reason})"),
+                );
+                Some(TaskState::Failed)
+            }
+            _ => None,
+        }
+    }
+}
+
+fn exit_code(state: TaskState) -> i32 {
+    match state {
+        TaskState::Failed | TaskState::Rejected | TaskState::Canceled => 1,
+        _ => 0,
+    }
+}
+
+async fn run<R: Host>(args: Args) -> i32 {
+    let Some(partner) = args.partner.clone() else {
+        return usage("no partner: give --partner URL or set AIP_PARTNER");
+    };
+    let client_tls = match args.tls.client_tls() {
+        Ok(t) => t,
+        Err(e) => return usage(&e),
+    };
+    let out = Out { json: args.json };
+    let follows = matches!(args.cmd, Cmd::Start { wait: true, .. });
+    let mut engine = LeaderConfig {
+        leader_id: args.leader_id.clone(),
+        poll_interval: follows.then(|| Duration::from_millis(500)),
+        task_timeout: None,
+        id_seed: awcp_examples::random_seed(),
+        ..LeaderConfig::default()
+    };
+    engine.calls.attempt_timeout = Duration::from_secs(args.timeout.max(1));
+    let (leader, events) = LeaderHandle::spawn(
+        R::default(),
+        LeaderOptions {
+            engine,
+            client_tls,
+            ..LeaderOptions::default()
+        },
+    );
+    let endpoint = PartnerEndpoint {
+        url: partner,
+        dialect: args.dialect,
+    };
+    if leader.add_partner("p", endpoint.clone()).await.is_err() {
+        return 1;
+    }
+    let mut since = None;
+    let session = args.session.clone().unwrap_or_else(|| fresh("session"));
+    let attach = |task: String, delivery: Delivery| AttachTask {
+        partner: "p".into(),
+        task_id: task,
+        session_id: session.clone(),
+        delivery,
+        deadline: None,
+    };
+    match args.cmd {
+        Cmd::Start { task, wait, text } => {
+            let task = task.unwrap_or_else(|| fresh("task"));
+            let start = StartTask::new("p", task.clone(), session.clone(), text.join(" "));
+            let r = leader.start(start).await;
+            if !wait || r.is_err() {
+                return answer(&out, &task, r);
+            }
+            follow(&out, &leader, events, &task, since).await
+        }
+        Cmd::Continue { task, text } => {
+            if leader
+                .attach(attach(task.clone(), Delivery::Rpc))
+                .await
+                .is_err()
+            {
+                return 1;
+            }
+            let items = vec![DataItem::text(text.join(" "))];
+            answer(&out, &task, leader.continue_task(&task, items).await)
+        }
+        Cmd::Complete { task } => {
+            one_shot(&out, &leader, attach(task, Delivery::Rpc), "complete").await
+        }
+        Cmd::Cancel { task } => {
+            one_shot(&out, &leader, attach(task, Delivery::Rpc), "cancel").await
+        }
+        Cmd::Get { task } => one_shot(&out, &leader, attach(task, Delivery::Rpc), "get").await,
+        Cmd::Stream {
+            task,
+            attach: existing,
+            text,
+        } => {
+            let task = match existing {
+                Some(t) => {
+                    // Where the task is now: the replay shows its history, and following stops
+                    // at an awaiting or final state no older than this.
+                    let (probe, _) = LeaderHandle::spawn(R::default(), LeaderOptions::default());
+                    let _ = probe.add_partner("p", endpoint.clone()).await;
+                    let _ = probe.attach(attach(t.clone(), Delivery::Rpc)).await;
+                    match probe.get(&t).await {
+                        Ok(now) => since = Some(now.status.state_changed_at),
+                        Err(e) => {
+                            out.error(&t, &e);
+                            return 1;
+                        }
+                    }
+                    if let Err(e) = leader.attach(attach(t.clone(), Delivery::Stream)).await {
+                        return usage(&e.to_string());
+                    }
+                    t
+                }
+                None => {
+                    let task = task.unwrap_or_else(|| fresh("task"));
+                    let start = StartTask {
+                        delivery: Delivery::Stream,
+                        ..StartTask::new("p", task.clone(), session.clone(), text.join(" "))
+                    };
+                    spawn_start::<R>(&leader, start);
+                    task
+                }
+            };
+            follow(&out, &leader, events, &task, since).await
+        }
+        Cmd::Notify {
+            listen,
+            receiver_url,
+            task,
+            text,
+        } => {
+            let listener = match std::net::TcpListener::bind(listen) {
+                Ok(l) => l,
+                Err(e) => return usage(&format!("cannot listen on {listen}: {e}")),
+            };
+            let local = listener.local_addr().expect("bound socket has an address");
+            let url = receiver_url.unwrap_or_else(|| format!("http://{local}/notify"));
+            let (stop_tx, stop_rx) = futures::channel::oneshot::channel::<()>();
+            let serve = aip_driver::serve_notifications(
+                R::default(),
+                listener,
+                &leader,
+                agent_rt::ServerOptions::default(),
+                async move {
+                    let _ = stop_rx.await;
+                },
+            );
+            R::default().spawn(Box::pin(async move {
+                if let Err(e) = serve.await {
+                    eprintln!("error: the notification receiver failed: {e}");
+                }
+            }));
+            out.line(
+                json!({"event": "receiver", "url": url}),
+                format!("receiving notifications at {url}"),
+            );
+            let task = task.unwrap_or_else(|| fresh("task"));
+            let start = StartTask {
+                delivery: Delivery::Notification {
+                    url: Some(url),
+                    token: None,
+                    states: Vec::new(),
+                },
+                ..StartTask::new("p", task.clone(), session.clone(), text.join(" "))
+            };
+            spawn_start::<R>(&leader, start);
+            let code = follow(&out, &leader, events, &task, since).await;
+            let _ = stop_tx.send(());
+            code
+        }
+    }
+}
+
+/// Starts a task in the background: `follow` prints its answer (as events) or its error.
+fn spawn_start<R: Host>(leader: &LeaderHandle, start: StartTask) {
+    let leader = leader.clone();
+    R::default().spawn(Box::pin(async move {
+        let _ = leader.start(start).await;
+    }));
+}
+
+/// Prints an answer; the exit code (1 for an error, or a start the partner rejected or
+/// failed at once).
+fn answer(out: &Out, task: &str, r: Result<TaskResult, LeaderError>) -> i32 {
+    match r {
+        Ok(t) => {
+            out.result(&t);
+            i32::from(matches!(
+                t.status.state,
+                TaskState::Rejected | TaskState::Failed
+            ))
+        }
+        Err(e) => {
+            out.error(task, &e);
+            1
+        }
+    }
+}
+
+async fn one_shot(out: &Out, leader: &LeaderHandle, a: AttachTask, what: &str) -> i32 {
+    let task = a.task_id.clone();
+    if let Err(e) = leader.attach(a).await {
+        return usage(&e.to_string());
+    }
+    let r = match what {
+        "complete" => leader.complete(&task).await,
+        "cancel" => leader.cancel(&task).await,
+        _ => leader.get(&task).await,
+    };
+    answer(out, &task, r)
+}
+
+/// Prints the task's events until it awaits the user or ends (in a state entered at or after
+/// `since`, if given: a replayed stream shows older ones); the exit code.
+async fn follow(
+    out: &Out,
+    leader: &LeaderHandle,
+    mut events: LeaderEvents,
+    task: &str,
+    since: Option<Timestamp>,
+) -> i32 {
+    // The channel holds every event since the leader started, so nothing is missed.
+    while let Some(e) = events.next().await {
+        if let LeaderEvent::Answered {
+            task_id,
+            outcome: Err(error),
+            ..
+        } = &e
+        {
+            if task_id == task {
+                out.line(
+                    json!({"event": "error", "taskId": task, "message": error.to_string()}),
+                    format!("task {task}: error: {error}"),
+                );
+                return 1;
+            }
+        }
+        let old = matches!(&e, LeaderEvent::StateChanged { status, .. }
+            if since.is_some_and(|t| status.state_changed_at < t));
+        if let Some(state) = out.event(task, &e).filter(|_| !old) {
+            if let Ok(Some(s)) = leader.task(task).await {
+                for p in &s.products {
+                    out.line(
+                        json!({"event": "product", "taskId": task, "product": p}),
+                        Out::product_text(p),
+                    );
+                }
+            }
+            return exit_code(state);
+        }
+    }
+    1
+}

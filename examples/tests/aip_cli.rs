@@ -1,0 +1,272 @@
+//! The real `aip-partner` and `aip` binaries: the README's two-command experience on both
+//! runtimes, a canceled task whose agent (and everything it started) is killed, and the
+//! partner's shutdown leaving no agent behind. Waits are on the binaries' output and exit;
+//! where a process must disappear, a bounded check of /proc (never reached when things work).
+
+use std::io::BufRead;
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// An `aip-partner` process, killed when dropped.
+struct Partner {
+    child: Child,
+    url: String,
+}
+
+impl Partner {
+    fn spawn(runtime: &str, work_root: &Path, agent: &str) -> Partner {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_aip-partner"))
+            .args(["--listen", "127.0.0.1:0", "--quiet", "--runtime", runtime])
+            .arg("--work-root")
+            .arg(work_root)
+            .args(["--", "sh", "-c", agent])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("aip-partner starts");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .expect("aip-partner prints its URL");
+        let url = line
+            .trim()
+            .strip_prefix("aip-partner listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .to_owned();
+        Partner { child, url }
+    }
+
+    /// SIGTERM, and wait for the exit.
+    fn terminate(mut self) -> std::process::ExitStatus {
+        let pid = rustix::process::Pid::from_child(&self.child);
+        rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+        self.child.wait().unwrap()
+    }
+}
+
+impl Drop for Partner {
+    /// SIGTERM first, so the partner kills its agents even when a test fails (SIGKILL would
+    /// leave them running); SIGKILL if it has not exited after the deadline.
+    fn drop(&mut self) {
+        let pid = rustix::process::Pid::from_child(&self.child);
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        let start = Instant::now();
+        while matches!(self.child.try_wait(), Ok(None)) && start.elapsed() < DEADLINE {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn aip(partner: &str, runtime: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_aip"))
+        .env("AIP_PARTNER", partner)
+        .args(["--runtime", runtime])
+        .args(args)
+        .output()
+        .expect("aip runs")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}\n--- stderr ---\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn ok(o: Output) -> String {
+    assert!(o.status.success(), "aip failed: {}\n{}", o.status, text(&o));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Processes whose working directory is under `dir`.
+fn processes_in(dir: &Path) -> Vec<u32> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if std::fs::read_link(e.path().join("cwd")).is_ok_and(|cwd| cwd.starts_with(dir)) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// Until `cond` holds (bounded by the deadline).
+fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < DEADLINE, "never happened: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+const ASKING_AGENT: &str = r#"read q; echo "thinking about: $q"; echo "AIP-ASK: which city?"; read c; echo "going to $c"; printf 'report for %s\n' "$c" > "$AIP_OUTPUT_DIR/report.txt"; echo done"#;
+
+fn two_commands(partner_rt: &str, cli_rt: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path().join("work");
+    let p = Partner::spawn(partner_rt, &work, ASKING_AGENT);
+
+    let out = ok(aip(
+        &p.url,
+        cli_rt,
+        &["stream", "--task", "t-1", "plan", "a", "trip"],
+    ));
+    assert!(out.contains("thinking about: plan a trip"), "{out}");
+    assert!(out.contains("[awaiting-input] which city?"), "{out}");
+
+    let out = ok(aip(&p.url, cli_rt, &["continue", "t-1", "Rome"]));
+    assert!(out.starts_with("task t-1: "), "{out}");
+    // Follow the task's stream again (replayed from its start) until it awaits completion.
+    let out = ok(aip(&p.url, cli_rt, &["stream", "--attach", "t-1"]));
+    assert!(out.contains("[awaiting-completion]"), "{out}");
+    assert!(out.contains("going to Rome"), "{out}");
+
+    let out = ok(aip(&p.url, cli_rt, &["--json", "get", "t-1"]));
+    let v: serde_json::Value = serde_json::from_str(out.trim()).expect("one JSON object");
+    let r = &v["result"];
+    assert_eq!(r["status"]["state"], "awaiting-completion");
+    let products = r["products"].as_array().unwrap();
+    assert_eq!(products[0]["id"], "result");
+    assert_eq!(
+        products[0]["dataItems"][0]["text"],
+        "thinking about: plan a trip\ngoing to Rome\ndone"
+    );
+    let file = &products[1]["dataItems"][0];
+    assert_eq!(
+        (&file["name"], &file["mimeType"]),
+        (&"report.txt".into(), &"text/plain".into())
+    );
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(file["bytes"].as_str().unwrap())
+        .unwrap();
+    assert_eq!(bytes, b"report for Rome\n");
+    let states: Vec<&str> = r["statusHistory"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["state"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        states,
+        [
+            "accepted",
+            "working",
+            "awaiting-input",
+            "working",
+            "awaiting-completion"
+        ]
+    );
+
+    let out = ok(aip(&p.url, cli_rt, &["complete", "t-1"]));
+    assert!(out.starts_with("task t-1: completed"), "{out}");
+    // The task's work directory goes with its end.
+    eventually("the work directory is removed", || {
+        std::fs::read_dir(&work).unwrap().next().is_none()
+    });
+
+    let o = aip(&p.url, cli_rt, &["get", "t-unknown"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("-32001"),
+        "{}",
+        text(&o)
+    );
+
+    // A start that the agent answers without asking, followed by polling.
+    let p2 = Partner::spawn(
+        partner_rt,
+        &dir.path().join("work2"),
+        r#"read q; echo "echo: $q""#,
+    );
+    let out = ok(aip(
+        &p2.url,
+        cli_rt,
+        &["start", "--wait", "--task", "t-2", "hi"],
+    ));
+    assert!(out.contains("[awaiting-completion]"), "{out}");
+    assert!(out.contains("product result: echo: hi"), "{out}");
+    let out = ok(aip(&p2.url, cli_rt, &["cancel", "t-2"]));
+    assert!(out.starts_with("task t-2: canceled"), "{out}");
+}
+
+#[test]
+fn the_two_commands_on_tokio() {
+    two_commands("tokio", "smol");
+}
+
+#[test]
+fn the_two_commands_on_smol() {
+    two_commands("smol", "tokio");
+}
+
+#[test]
+fn notify_runs_a_receiver_that_gets_every_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = Partner::spawn("tokio", &dir.path().join("w"), r#"read q; echo "got $q""#);
+    let o = aip(
+        &p.url,
+        "tokio",
+        &["--json", "notify", "--listen", "127.0.0.1:0", "hello"],
+    );
+    let out = ok(o);
+    let lines: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines[0]["event"], "receiver");
+    let states: Vec<&str> = lines
+        .iter()
+        .filter(|l| l["event"] == "state")
+        .map(|l| l["status"]["state"].as_str().unwrap())
+        .collect();
+    assert_eq!(states.last(), Some(&"awaiting-completion"), "{out}");
+}
+
+/// Cancel kills the agent and what it started (a shell with a child `sleep`); SIGTERM to
+/// the partner kills a running agent before the partner exits; nothing is left behind.
+#[test]
+fn canceled_and_shut_down_agents_leave_no_process_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path().join("work");
+    // The sleep is forked before the question, so both run once the task awaits input.
+    let agent = r#"sleep 300 & echo started; echo "AIP-ASK: hold on?"; wait"#;
+    let p = Partner::spawn("tokio", &work, agent);
+    let out = ok(aip(&p.url, "smol", &["stream", "--task", "t-c", "go"]));
+    assert!(out.contains("[awaiting-input]"), "{out}");
+    let running = processes_in(&work);
+    assert!(
+        running.len() >= 2,
+        "the shell and its sleep run: {running:?}"
+    );
+    let out = ok(aip(&p.url, "smol", &["cancel", "t-c"]));
+    assert!(out.starts_with("task t-c: canceled"), "{out}");
+    eventually("the canceled agent's processes are gone", || {
+        processes_in(&work).is_empty()
+    });
+
+    let out = ok(aip(&p.url, "smol", &["stream", "--task", "t-d", "go"]));
+    assert!(out.contains("[awaiting-input]"), "{out}");
+    assert!(processes_in(&work).len() >= 2);
+    let status = p.terminate();
+    assert!(
+        status.success(),
+        "the partner exits cleanly on SIGTERM: {status}"
+    );
+    // SIGKILL is delivered asynchronously: the orphaned sleep may take a moment to go.
+    eventually("the running agent's processes are gone", || {
+        processes_in(&work).is_empty()
+    });
+    assert!(
+        std::fs::read_dir(&work).unwrap().next().is_none(),
+        "work directories are removed"
+    );
+}
