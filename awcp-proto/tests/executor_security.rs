@@ -50,7 +50,9 @@ fn drain(ex: &mut Executor, now: Timestamp) -> Vec<(RequestId, Response)> {
                 ExecutorOutput::AllocateWorkDir { id, .. } => {
                     inputs.push(ExecutorInput::WorkDirAllocated { id, result: Ok(()) })
                 }
-                ExecutorOutput::Release { id, .. } => inputs.push(ExecutorInput::Released { id }),
+                ExecutorOutput::Release { id, .. } => {
+                    inputs.push(ExecutorInput::Released { id, result: Ok(()) })
+                }
                 _ => {}
             }
         }

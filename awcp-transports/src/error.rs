@@ -55,6 +55,13 @@ pub enum TransportError {
     /// A snapshot apply or setup target contains a symlink where a directory is needed.
     #[error("refusing to write through symlink at `{0}`")]
     SymlinkInPath(String),
+    /// A live transport could not set up the workspace (mount refused, host key mismatch…).
+    #[error("setup failed: {0}")]
+    Setup(String),
+    /// Releasing a live transport found the workspace's connection lost or could not detach
+    /// it cleanly (what was written since may be missing); everything was removed anyway.
+    #[error("release failed: {0}")]
+    Release(String),
     /// The operation was cancelled through its [`crate::CancelFlag`].
     #[error("cancelled")]
     Cancelled,
@@ -99,7 +106,8 @@ impl TransportError {
             TransportError::EntryRejected { .. }
             | TransportError::BadArchive(_)
             | TransportError::BadBase64(_)
-            | TransportError::SymlinkInPath(_) => ErrorCode::SetupFailed,
+            | TransportError::SymlinkInPath(_)
+            | TransportError::Setup(_) => ErrorCode::SetupFailed,
             TransportError::WorkspaceNotFound(_) => ErrorCode::WorkspaceNotFound,
             TransportError::WorkspaceInvalid(_) => ErrorCode::WorkspaceInvalid,
             TransportError::Refused(info) => info.code.clone(),
@@ -107,6 +115,7 @@ impl TransportError {
             TransportError::Cancelled => ErrorCode::Cancelled,
             TransportError::Conflict { .. }
             | TransportError::Unsupported(_)
+            | TransportError::Release(_)
             | TransportError::InjectedCrash(_)
             | TransportError::Io { .. } => ErrorCode::TransportError,
         }

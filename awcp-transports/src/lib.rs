@@ -50,10 +50,12 @@ pub use snapshot::{
     apply_snapshot, capture, recover, ApplyOptions, ApplyReport, ApplyRequest, CapturedSnapshot,
     ConflictPolicy, SnapshotKind,
 };
-pub use sshfs::{SshfsDelegator, SshfsDelegatorConfig, SshfsExecutor, SshfsExecutorConfig};
+pub use sshfs::{
+    EscapingSymlinks, SshfsDelegator, SshfsDelegatorConfig, SshfsExecutor, SshfsExecutorConfig,
+};
 pub use traits::{
     DelegatorTransport, DependencyMissing, ExecutorTransport, PrepareRequest, Prepared,
-    SetupReport, SetupRequest, TaskContext, TaskOutcome, TaskRunner,
+    ReleaseReport, SetupReport, SetupRequest, TaskContext, TaskOutcome, TaskRunner,
 };
 pub use walk::{walk, SymlinkPolicy, WalkOptions};
 

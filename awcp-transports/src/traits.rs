@@ -63,6 +63,15 @@ impl Prepared {
     }
 }
 
+/// What releasing a delegation's transport found that the user should be told (files the
+/// executor left that were neutralised or look dangerous, resources that could not be removed
+/// cleanly). Empty for a clean release.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReleaseReport {
+    /// One sentence each, naming paths relative to the workspace (`resource/path`).
+    pub warnings: Vec<String>,
+}
+
 /// Delegator side of a transport.
 pub trait DelegatorTransport: Send + Sync {
     /// Which transport this is.
@@ -79,8 +88,9 @@ pub trait DelegatorTransport: Send + Sync {
         req: ApplyRequest<'_>,
         cancel: &CancelFlag,
     ) -> Result<ApplyReport, TransportError>;
-    /// Removes the export view and temporary archives. Idempotent.
-    fn release(&self, delegation_id: &DelegationId) -> Result<(), TransportError>;
+    /// Removes the export view and temporary archives, ends every access the delegation
+    /// granted, and says what the user should know. Idempotent.
+    fn release(&self, delegation_id: &DelegationId) -> Result<ReleaseReport, TransportError>;
     /// Prepares a live transport (one where [`TransportKind::is_live`] holds: no archive, no
     /// snapshot) and returns the START handle directly. Credentials in the handle must not
     /// outlive `expires_at`. Archive-shaped transports keep the default, which refuses.

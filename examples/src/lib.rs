@@ -289,6 +289,9 @@ pub fn describe(v: &DelegationView) -> String {
             s.push_str(&format!("hint: {h}\n"));
         }
     }
+    for w in &v.warnings {
+        s.push_str(&format!("warning: {w}\n"));
+    }
     for snap in &v.snapshots {
         let extra = match (&snap.status, &snap.error) {
             (SnapshotStatus::Failed(e), _) => format!(" (not stored: {e})"),

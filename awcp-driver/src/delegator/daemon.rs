@@ -83,6 +83,7 @@ pub fn view_to_json(v: &DelegationView) -> Value {
         "error": v.error.as_ref().map(error_json),
         "outcome": outcome_json(&v.outcome()),
         "ended": v.ended,
+        "warnings": v.warnings,
         "notShipped": v.not_shipped.iter().map(|n| json!({"path": n.path, "reason": n.reason.as_str()})).collect::<Vec<_>>(),
         "notShippedCount": v.not_shipped_count,
         "createdAt": v.created_at.to_rfc3339(),

@@ -955,15 +955,24 @@ impl<R: Runtime> Loop<R> {
                     });
                 self.rt.spawn(Box::pin(async move {
                     let did = id.clone();
-                    blocking(&rt, move || {
+                    let warnings = blocking(&rt, move || {
+                        let mut warnings = Vec::new();
                         for t in ts {
-                            if let Err(e) = t.release(&did) {
-                                tracing::warn!(delegation = %did, "release failed: {e}");
+                            match t.release(&did) {
+                                Ok(report) => warnings.extend(report.warnings),
+                                Err(e) => {
+                                    tracing::warn!(delegation = %did, "release failed: {e}");
+                                    warnings.push(format!("releasing the workspace failed: {e}"));
+                                }
                             }
                         }
+                        for w in &warnings {
+                            tracing::warn!(delegation = %did, "{w}");
+                        }
+                        warnings
                     })
                     .await;
-                    feed(DelegatorInput::TransportReleased { id });
+                    feed(DelegatorInput::TransportReleased { id, warnings });
                 }));
             }
             DelegatorOutput::Event(ev) => self.on_event(ev),

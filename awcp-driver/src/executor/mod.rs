@@ -383,13 +383,13 @@ fn recover<R: Runtime>(
                     transport,
                 } => {
                     let t = transport_for(transports, &transport);
-                    release_work_dir(&*t, &transport, &work_dir);
-                    inputs.push(ExecutorInput::Released { id });
+                    let result = release_work_dir(&*t, &transport, &work_dir);
+                    inputs.push(ExecutorInput::Released { id, result });
                 }
                 ExecutorOutput::RemoveEmptyWorkDir { id, work_dir } => {
                     // Never anything inside: it may be someone else's directory.
                     let _ = std::fs::remove_dir(&work_dir);
-                    inputs.push(ExecutorInput::Released { id });
+                    inputs.push(ExecutorInput::Released { id, result: Ok(()) });
                 }
                 ExecutorOutput::Event(ev) => {
                     if let Some(id) = event_id(&ev) {
@@ -435,19 +435,27 @@ fn end_task(id: &DelegationId, handle: &TaskHandle) {
 }
 
 /// Detaches the transport from `work_dir` and removes it, never recursing into a mount.
-fn release_work_dir(t: &dyn ExecutorTransport, kind: &TransportKind, work_dir: &str) {
+fn release_work_dir(
+    t: &dyn ExecutorTransport,
+    kind: &TransportKind,
+    work_dir: &str,
+) -> Result<(), ErrorInfo> {
     let p = Path::new(work_dir);
     if !kind.is_live() && is_mount_point(p) {
         tracing::warn!(path = %p.display(), "work directory is a mount point; left in place");
-        return;
+        return Ok(());
     }
     match t.release(p) {
         // Never recurse into a work directory that may still be a mount.
-        Err(e) => tracing::warn!("release of {work_dir} failed: {e}"),
+        Err(e) => {
+            tracing::warn!("release of {work_dir} failed: {e}");
+            Err(e.to_error_info())
+        }
         Ok(()) => {
             if !is_mount_point(p) {
                 let _ = std::fs::remove_dir_all(p);
             }
+            Ok(())
         }
     }
 }
@@ -858,8 +866,9 @@ impl<R: Runtime> Loop<R> {
                 let feed = self.feed();
                 let rt = self.rt.clone();
                 self.rt.spawn(Box::pin(async move {
-                    blocking(&rt, move || release_work_dir(&*t, &transport, &work_dir)).await;
-                    feed(ExecutorInput::Released { id });
+                    let result =
+                        blocking(&rt, move || release_work_dir(&*t, &transport, &work_dir)).await;
+                    feed(ExecutorInput::Released { id, result });
                 }));
             }
             ExecutorOutput::RemoveEmptyWorkDir { id, work_dir } => {
@@ -867,7 +876,7 @@ impl<R: Runtime> Loop<R> {
                 let _ = std::fs::remove_dir(&work_dir);
                 let _ = self
                     .tx
-                    .unbounded_send(Cmd::Input(ExecutorInput::Released { id }));
+                    .unbounded_send(Cmd::Input(ExecutorInput::Released { id, result: Ok(()) }));
             }
             ExecutorOutput::EndTask { id, handle } => {
                 let feed = self.feed();

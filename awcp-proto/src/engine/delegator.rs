@@ -235,6 +235,10 @@ pub enum DelegatorInput {
     TransportReleased {
         /// The delegation.
         id: DelegationId,
+        /// What the release found that the user should be told (what the executor left in
+        /// the workspace and was neutralised, what could not be removed cleanly); shown in
+        /// [`DelegationView::warnings`].
+        warnings: Vec<String>,
     },
 }
 
@@ -473,6 +477,9 @@ pub struct DelegationView {
     pub result_error: Option<ErrorInfo>,
     /// Whether everything is released and the delegation is over.
     pub ended: bool,
+    /// What releasing the transport found that the user should know (see
+    /// [`DelegatorInput::TransportReleased`]).
+    pub warnings: Vec<String>,
     /// Workspace entries the admission scan found that are not shipped (symlinks, special
     /// files, ignored paths), the first [`MAX_NOT_SHIPPED_LISTED`](crate::engine::admission::MAX_NOT_SHIPPED_LISTED).
     pub not_shipped: Vec<NotShipped>,
@@ -653,6 +660,7 @@ struct Delegation {
     result: Option<TaskOutcome>,
     error: Option<ErrorInfo>,
     ended: bool,
+    warnings: Vec<String>,
     not_shipped: Vec<NotShipped>,
     not_shipped_count: u64,
 }
@@ -741,6 +749,7 @@ impl Delegator {
                 result: None,
                 error: None,
                 ended: false,
+                warnings: Vec::new(),
                 not_shipped: Vec::new(),
                 not_shipped_count: 0,
             },
@@ -896,6 +905,7 @@ impl Delegator {
             error: d.error.clone(),
             result_error: d.result_error.clone(),
             ended: d.ended,
+            warnings: d.warnings.clone(),
             not_shipped: d.not_shipped.clone(),
             not_shipped_count: d.not_shipped_count,
         })
@@ -957,8 +967,9 @@ impl Delegator {
                 snapshot_id,
                 result,
             } => self.on_stored(now, &id, &snapshot_id, result),
-            DelegatorInput::TransportReleased { id } => {
+            DelegatorInput::TransportReleased { id, warnings } => {
                 let d = self.get_mut(&id)?;
+                d.warnings.extend(warnings);
                 if d.transport == Res::Releasing {
                     d.transport = Res::Released;
                 }
@@ -2050,6 +2061,7 @@ impl Delegator {
             "notShipped": d.not_shipped.iter().map(|n| json!({"path": n.path, "reason": n.reason.as_str()})).collect::<Vec<_>>(),
             "notShippedCount": d.not_shipped_count,
             "resultError": d.result_error,
+            "warnings": d.warnings,
         }))
     }
 
@@ -2296,6 +2308,7 @@ impl Delegator {
                 result,
                 error,
                 ended,
+                warnings: crate::engine::record_strings(r, "warnings"),
                 not_shipped,
                 not_shipped_count,
             },
@@ -2577,8 +2590,14 @@ mod tests {
             .iter()
             .any(|o| matches!(o, DelegatorOutput::DeleteStoredSnapshot { .. })));
         assert_eq!(status_of(&d, "snap_a").status, SnapshotStatus::Applied);
-        d.handle(t(5), DelegatorInput::TransportReleased { id: id() })
-            .unwrap();
+        d.handle(
+            t(5),
+            DelegatorInput::TransportReleased {
+                id: id(),
+                warnings: vec![],
+            },
+        )
+        .unwrap();
         assert_eq!(d.get(&id()).unwrap().outcome(), Outcome::Completed);
     }
 
@@ -2591,7 +2610,10 @@ mod tests {
                 "snap_a",
                 Err(ErrorInfo::new(ErrorCode::TransportError, "conflict: a.txt")),
             ),
-            DelegatorInput::TransportReleased { id: id() },
+            DelegatorInput::TransportReleased {
+                id: id(),
+                warnings: vec![],
+            },
         ] {
             d.handle(t(3), input).unwrap();
         }
@@ -2628,8 +2650,14 @@ mod tests {
             ),
         )
         .unwrap();
-        d.handle(t(4), DelegatorInput::TransportReleased { id: id() })
-            .unwrap();
+        d.handle(
+            t(4),
+            DelegatorInput::TransportReleased {
+                id: id(),
+                warnings: vec![],
+            },
+        )
+        .unwrap();
         let out = drain(&mut d);
         assert!(!out.iter().any(is_ack), "{out:?}");
         assert!(!out.iter().any(is_apply));

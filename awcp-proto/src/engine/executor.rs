@@ -16,6 +16,9 @@
 //! SSE `status` → [`ExecutorOutput::RunTask`] → [`ExecutorOutput::CaptureSnapshot`] → SSE
 //! `snapshot` + `done` → [`ExecutorOutput::Release`] → [`ExecutorEvent::Ended`] → retained for
 //! late subscribers and `GET …/result` until ack or retention → [`ExecutorOutput::DropSnapshot`].
+//! A live transport (sshfs) has no snapshot and releases *before* `done`: the task's changes
+//! are in the delegator's files only once the mount is detached, and a release that finds the
+//! connection lost fails the assignment instead of completing it.
 //!
 //! Cancel, ERROR from the delegator and lease expiry stop the running task
 //! ([`ExecutorOutput::StopTask`]) and release once it stopped (or after a grace period).
@@ -203,10 +206,15 @@ pub enum ExecutorInput {
         /// The snapshot.
         result: Result<CapturedSnapshot, ErrorInfo>,
     },
-    /// [`ExecutorOutput::Release`] finished.
+    /// [`ExecutorOutput::Release`] finished (everything is removed either way).
     Released {
         /// The delegation.
         id: DelegationId,
+        /// `Err`: the release found a problem. For a live transport, whose release comes
+        /// before `done`, a lost connection or a mount that had to be detached lazily means
+        /// what the task wrote may be incomplete: the assignment fails with this error
+        /// instead of completing. Otherwise it is kept in [`AssignmentView::release_error`].
+        result: Result<(), ErrorInfo>,
     },
 }
 
@@ -472,6 +480,8 @@ pub struct AssignmentView {
     pub error: Option<ErrorInfo>,
     /// Whether its resources are released.
     pub released: bool,
+    /// What went wrong releasing them, if anything (see [`ExecutorInput::Released`]).
+    pub release_error: Option<ErrorInfo>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -515,6 +525,7 @@ struct Assignment {
     op: Op,
     allocated: bool,
     released: bool,
+    release_error: Option<ErrorInfo>,
     subscribers: BTreeSet<StreamId>,
     outcome: Option<TaskOutcome>,
     error: Option<ErrorInfo>,
@@ -607,6 +618,7 @@ impl Executor {
             work_dir: a.work_dir.clone(),
             error: a.error.clone(),
             released: a.released,
+            release_error: a.release_error.clone(),
         })
     }
 
@@ -736,13 +748,25 @@ impl Executor {
             }
             ExecutorInput::TaskFinished { id, result } => self.on_task_finished(now, &id, result),
             ExecutorInput::SnapshotCaptured { id, result } => self.on_captured(now, &id, result),
-            ExecutorInput::Released { id } => {
+            ExecutorInput::Released { id, result } => {
                 let Some(a) = self.finish_op(&id, Op::Releasing)? else {
                     return Ok(());
                 };
                 a.released = true;
+                if a.state() == AssignmentState::Active && a.outcome.is_some() {
+                    // A live transport detached before `done`: only now are the delegator's
+                    // files final, and only if the connection held to the end.
+                    match result {
+                        Ok(()) => self.complete(now, &id, None),
+                        Err(e) => self.terminate(now, &id, AssignmentEvent::TaskFail, e),
+                    }
+                } else if let Err(e) = result {
+                    tracing::warn!(delegation = %id, code = %e.code, "release failed: {}", e.message);
+                    a.release_error = Some(e);
+                }
+                let a = self.assignments.get_mut(&id).expect("exists");
                 let state = a.state();
-                let error = a.error.clone();
+                let error = a.error.clone().or_else(|| a.release_error.clone());
                 let retention = a.retention;
                 let allocated_only = !state.is_terminal();
                 if allocated_only {
@@ -1238,6 +1262,7 @@ impl Executor {
                 op: Op::Allocating,
                 allocated: false,
                 released: false,
+                release_error: None,
                 subscribers: BTreeSet::new(),
                 outcome: None,
                 error: None,
@@ -1726,7 +1751,10 @@ impl Executor {
             Ok(outcome) => {
                 a.outcome = Some(outcome);
                 let needs_snapshot = !a.transport.is_live() && a.access == AccessMode::Rw;
-                if needs_snapshot {
+                if a.transport.is_live() {
+                    // Detach before `done` (see `ExecutorInput::Released`).
+                    self.release(id);
+                } else if needs_snapshot {
                     a.op = Op::Capturing;
                     let kind = if a.features.iter().any(|f| f == feature::DELTA_SNAPSHOTS) {
                         SnapshotKind::Delta
@@ -2108,6 +2136,7 @@ impl Executor {
                 op: Op::None,
                 allocated,
                 released,
+                release_error: None,
                 subscribers: BTreeSet::new(),
                 outcome,
                 error,
@@ -2259,8 +2288,14 @@ mod tests {
                 if *i == id && work_dir == "/w/dlg_a" && *transport == TransportKind::Archive),
             "{out:?}"
         );
-        ex.handle(T0, ExecutorInput::Released { id: id.clone() })
-            .unwrap();
+        ex.handle(
+            T0,
+            ExecutorInput::Released {
+                id: id.clone(),
+                result: Ok(()),
+            },
+        )
+        .unwrap();
         let out = drain(&mut ex);
         assert!(out.iter().any(|o| matches!(o,
             ExecutorOutput::Event(ExecutorEvent::Ended { state: AssignmentState::Error, error: Some(e), .. })
@@ -2302,7 +2337,8 @@ mod tests {
                 work_dir: "/w/dlg_b".into()
             }]
         );
-        ex.handle(T0, ExecutorInput::Released { id }).unwrap();
+        ex.handle(T0, ExecutorInput::Released { id, result: Ok(()) })
+            .unwrap();
         assert_eq!(ex.live_count(), 0);
     }
 

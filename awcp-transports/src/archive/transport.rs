@@ -22,7 +22,7 @@ use crate::snapshot::{
 };
 use crate::traits::{
     DelegatorTransport, DependencyMissing, ExecutorTransport, PrepareRequest, Prepared,
-    SetupReport, SetupRequest,
+    ReleaseReport, SetupReport, SetupRequest,
 };
 use crate::walk::{walk, WalkOptions, WalkResult};
 
@@ -192,7 +192,7 @@ impl DelegatorTransport for ArchiveDelegator {
         apply_snapshot(req, &self.config.apply, cancel)
     }
 
-    fn release(&self, delegation_id: &DelegationId) -> Result<(), TransportError> {
+    fn release(&self, delegation_id: &DelegationId) -> Result<ReleaseReport, TransportError> {
         let st = self.lock().remove(delegation_id.as_str());
         if let Some(st) = st {
             st.view.remove();
@@ -204,7 +204,7 @@ impl DelegatorTransport for ArchiveDelegator {
             // remove_dir_all never follows the symlinks of a symlink view.
             let _ = fs::remove_dir_all(self.config.export_base.join(delegation_id.as_str()));
         }
-        Ok(())
+        Ok(ReleaseReport::default())
     }
 }
 

@@ -1,16 +1,22 @@
 //! [`SshfsExecutor`]: mounts the delegator's export with `sshfs`, the credential in 0600 files
-//! and the host key pinned.
+//! and the host key pinned. `sshfs` runs in the foreground as a child of this process, so its
+//! messages (a host key mismatch, a lost connection) and its process are its own to report and
+//! to end; whether the work directory is mounted is read from the mount table, never from a
+//! `stat` that a dead FUSE mount fails.
 
+use std::collections::BTreeMap;
 use std::fs;
-use std::io::Write;
+use std::io::{Read, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::process::{Child, Command, Stdio};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use awcp_proto::{AccessMode, SshfsHandle, TransportHandle, TransportKind};
 
-use super::{allowed_option, is_mount_point, mounts, run_helper, wait_child, Finished};
+use super::procs::{self, Proc};
+use super::{allowed_option, mounts, run_helper};
 use crate::archive::Delivery;
 use crate::cancel::CancelFlag;
 use crate::error::TransportError;
@@ -30,6 +36,8 @@ pub struct SshfsExecutorConfig {
     pub mount_timeout: Duration,
     /// How long an unmount may take.
     pub unmount_timeout: Duration,
+    /// How long the liveness check at release may wait for the delegator's answer.
+    pub probe_timeout: Duration,
 }
 
 impl SshfsExecutorConfig {
@@ -41,13 +49,62 @@ impl SshfsExecutorConfig {
             fusermount: "fusermount".into(),
             mount_timeout: Duration::from_secs(30),
             unmount_timeout: Duration::from_secs(10),
+            probe_timeout: Duration::from_secs(10),
         }
+    }
+}
+
+/// A running `sshfs -f`: the child and the tail of what it printed.
+struct MountProc {
+    child: Child,
+    stderr: Arc<Mutex<String>>,
+    /// Signalled when stderr is closed (sshfs and the ssh it started are gone).
+    stderr_done: mpsc::Receiver<()>,
+    /// The mount point as the mount table shows it.
+    target: PathBuf,
+}
+
+impl MountProc {
+    fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    fn last_message(&self) -> Option<String> {
+        let s = self.stderr.lock().unwrap_or_else(|p| p.into_inner());
+        s.lines()
+            .rev()
+            .map(str::trim)
+            .find(|l| !l.is_empty())
+            .map(str::to_owned)
+    }
+
+    /// Waits for sshfs to exit (it does once unmounted) at most `timeout`, then kills it and
+    /// the `ssh` processes it started. Always reaps it.
+    fn stop(mut self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while self.running() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if self.running() {
+            let me = self.child.id() as i32;
+            let mut victims: Vec<Proc> = procs::pids()
+                .into_iter()
+                .filter(|&p| procs::stat(p).is_some_and(|s| s.ppid == me))
+                .filter_map(procs::proc_of)
+                .collect();
+            victims.extend(procs::proc_of(me));
+            procs::kill_and_wait(&victims, timeout);
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = self.stderr_done.recv_timeout(Duration::from_secs(1));
     }
 }
 
 /// The SSHFS transport, executor side. See the [module docs](super).
 pub struct SshfsExecutor {
     config: SshfsExecutorConfig,
+    mounts: Mutex<BTreeMap<PathBuf, MountProc>>,
 }
 
 const INSTALL_HINT: &str = "install sshfs and FUSE (Debian/Ubuntu: apt-get install sshfs; \
@@ -55,7 +112,7 @@ Fedora: dnf install fuse-sshfs) and make /dev/fuse usable (containers: --device 
 --cap-add SYS_ADMIN)";
 
 fn setup_failed(msg: impl Into<String>) -> TransportError {
-    TransportError::rejected("sshfs handle", msg)
+    TransportError::Setup(msg.into())
 }
 
 fn program_runs(program: &str, arg: &str) -> bool {
@@ -110,10 +167,63 @@ fn write_private(path: &Path, text: &str) -> Result<(), TransportError> {
     Ok(())
 }
 
+/// `path` as the mount table names it: the parent resolved (the last component may be a dead
+/// FUSE mount that cannot be resolved).
+fn mount_target(path: &Path) -> PathBuf {
+    match (path.parent(), path.file_name()) {
+        (Some(parent), Some(name)) => fs::canonicalize(parent)
+            .map(|p| p.join(name))
+            .unwrap_or_else(|_| path.to_path_buf()),
+        _ => path.to_path_buf(),
+    }
+}
+
+/// Whether the mount table has a mount at `target`.
+fn mounted(target: &Path) -> bool {
+    mounts().iter().any(|(p, _)| p == target)
+}
+
+/// Whether the mount answers a request that has to reach the delegator (`statvfs` is not
+/// cached by FUSE; sshfs forwards it), within `timeout`.
+fn reaches_delegator(target: &Path, timeout: Duration) -> bool {
+    let (tx, rx) = mpsc::channel();
+    let p = target.to_path_buf();
+    let spawned = std::thread::Builder::new()
+        .name("awcp-sshfs-probe".into())
+        .spawn(move || {
+            let _ = tx.send(rustix::fs::statvfs(&p).is_ok());
+        });
+    spawned.is_ok() && rx.recv_timeout(timeout).unwrap_or(false)
+}
+
+/// The error for a mount that did not come up, from what ssh/sshfs printed.
+fn mount_error(status: &str, stderr: &str) -> TransportError {
+    if stderr.contains("REMOTE HOST IDENTIFICATION HAS CHANGED")
+        || stderr.contains("Host key verification failed")
+    {
+        return setup_failed(
+            "the delegator's SSH host key did not match the key pinned in the handle \
+             (hostKey); refusing to connect",
+        );
+    }
+    let tail: Vec<&str> = stderr
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let tail = tail[tail.len().saturating_sub(3)..].join(" / ");
+    setup_failed(format!(
+        "sshfs could not mount the export ({status}): {tail}"
+    ))
+}
+
 impl SshfsExecutor {
     /// An executor transport with this configuration.
     pub fn new(config: SshfsExecutorConfig) -> Self {
-        SshfsExecutor { config }
+        SshfsExecutor {
+            config,
+            mounts: Mutex::new(BTreeMap::new()),
+        }
     }
 
     fn key_dir_for(&self, work_dir: &Path) -> PathBuf {
@@ -177,6 +287,8 @@ impl SshfsExecutor {
             }
         }
         Ok(vec![
+            // Foreground: the process stays this one's child, its stderr stays readable.
+            "-f".into(),
             "-F".into(),
             "/dev/null".into(),
             "-o".into(),
@@ -185,7 +297,6 @@ impl SshfsExecutor {
             work_dir.to_string_lossy().into_owned(),
         ])
     }
-
     fn write_credentials(&self, h: &SshfsHandle, keys: &Path) -> Result<(), TransportError> {
         let _ = fs::remove_dir_all(keys);
         fs::DirBuilder::new()
@@ -220,23 +331,83 @@ impl SshfsExecutor {
         Ok(())
     }
 
+    /// Detaches the work directory and ends this mount's processes. Fails (after removing
+    /// everything anyway) when the connection to the delegator was lost — what the task wrote
+    /// since may be missing — or when the mount was busy and had to be detached lazily.
     fn unmount(&self, work_dir: &Path) -> Result<(), TransportError> {
-        if !is_mount_point(work_dir) {
-            return Ok(());
+        let target = mount_target(work_dir);
+        let mut mp = self
+            .mounts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&target);
+        let mut problems = Vec::new();
+        if mounted(&target) {
+            if let Some(m) = mp.as_mut() {
+                let healthy = m.running() && reaches_delegator(&target, self.config.probe_timeout);
+                if !healthy {
+                    let said = m
+                        .last_message()
+                        .map(|l| format!(" (sshfs: {l})"))
+                        .unwrap_or_default();
+                    problems.push(format!(
+                        "the connection to the delegator's sshd was lost{said}; what the task \
+                         wrote since may be missing"
+                    ));
+                }
+            }
+            let fm = self.config.fusermount.as_str();
+            let t = self.config.unmount_timeout;
+            if let Err(e) = run_helper(fm, &[Path::new("-u"), &target], t) {
+                problems.push(format!(
+                    "the work directory was still in use ({e}); it was detached lazily"
+                ));
+                if let Err(e) = run_helper(fm, &[Path::new("-uz"), &target], t) {
+                    problems.push(format!("lazy unmount: {e}"));
+                }
+            }
         }
-        let fm = self.config.fusermount.as_str();
-        let t = self.config.unmount_timeout;
-        if let Err(e) = run_helper(fm, &[Path::new("-u"), work_dir], t) {
-            tracing::info!(path = %work_dir.display(), "unmount failed ({e}); lazy unmount");
-            run_helper(fm, &[Path::new("-uz"), work_dir], t)
-                .map_err(|e| TransportError::Unsupported(format!("unmount: {e}")))?;
+        if let Some(m) = mp {
+            m.stop(self.config.unmount_timeout);
         }
-        if is_mount_point(work_dir) {
-            return Err(TransportError::Unsupported(
-                "the work directory is still mounted".into(),
-            ));
+        self.kill_strays(|mp| mp == target);
+        if mounted(&target) {
+            problems.push("the work directory is still mounted".into());
         }
-        Ok(())
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(TransportError::Release(problems.join("; ")))
+        }
+    }
+
+    /// Kills `sshfs` processes (not children of this process: left by a previous run) whose
+    /// mount point satisfies `which`, and the `ssh` processes they started.
+    fn kill_strays(&self, which: impl Fn(&Path) -> bool) {
+        let program = Path::new(&self.config.sshfs)
+            .file_name()
+            .map(|n| n.to_owned())
+            .unwrap_or_default();
+        let mut victims = Vec::new();
+        for pid in procs::pids() {
+            let argv = procs::cmdline(pid);
+            let is_sshfs = argv
+                .first()
+                .is_some_and(|a| Path::new(a).file_name() == Some(program.as_os_str()));
+            if is_sshfs && argv.last().is_some_and(|m| which(Path::new(m))) {
+                victims.extend(procs::proc_of(pid));
+                victims.extend(
+                    procs::pids()
+                        .into_iter()
+                        .filter(|&c| procs::stat(c).is_some_and(|s| s.ppid == pid))
+                        .filter_map(procs::proc_of),
+                );
+            }
+        }
+        if !victims.is_empty() {
+            tracing::info!(processes = victims.len(), "ending leftover sshfs processes");
+            procs::kill_and_wait(&victims, self.config.unmount_timeout);
+        }
     }
 
     fn mount(
@@ -256,7 +427,11 @@ impl SshfsExecutor {
         {
             return Err(TransportError::WorkDirNotEmpty);
         }
-        let child = Command::new(&self.config.sshfs)
+        let target = mount_target(work_dir);
+        if mounted(&target) {
+            return Err(setup_failed("the work directory is already a mount point"));
+        }
+        let mut child = Command::new(&self.config.sshfs)
             .args(&args)
             .env_remove("SSH_AUTH_SOCK")
             .stdin(Stdio::null())
@@ -264,23 +439,93 @@ impl SshfsExecutor {
             .stderr(Stdio::piped())
             .spawn()
             .map_err(|e| TransportError::io("running sshfs", e))?;
-        match wait_child(child, self.config.mount_timeout, cancel) {
-            Finished::Exited(st, _) if st.success() => {}
-            Finished::Exited(st, err) => {
-                return Err(setup_failed(format!("sshfs failed ({st}): {}", err.trim())))
-            }
-            Finished::TimedOut => {
-                let _ = self.unmount(work_dir);
-                return Err(setup_failed("sshfs timed out"));
-            }
-            Finished::Cancelled => {
-                let _ = self.unmount(work_dir);
-                return Err(TransportError::Cancelled);
-            }
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let (done_tx, stderr_done) = mpsc::channel();
+        if let Some(mut pipe) = child.stderr.take() {
+            let buf = stderr.clone();
+            std::thread::spawn(move || {
+                let mut chunk = [0u8; 4096];
+                while let Ok(n) = pipe.read(&mut chunk) {
+                    if n == 0 {
+                        break;
+                    }
+                    let mut b = buf.lock().unwrap_or_else(|p| p.into_inner());
+                    b.push_str(&String::from_utf8_lossy(&chunk[..n]));
+                    if b.len() > 64 * 1024 {
+                        let cut = b.len() - 32 * 1024;
+                        let cut = (cut..b.len()).find(|&i| b.is_char_boundary(i)).unwrap_or(0);
+                        b.drain(..cut);
+                    }
+                }
+                let _ = done_tx.send(());
+            });
         }
-        if !is_mount_point(work_dir) {
-            return Err(setup_failed("sshfs exited 0 but nothing is mounted"));
+        let mut m = MountProc {
+            child,
+            stderr,
+            stderr_done,
+            target: target.clone(),
+        };
+        // In the foreground sshfs mounts first and connects then: the mount is ready once a
+        // request reaches the delegator; if the connection fails, sshfs unmounts and exits
+        // with the reason on stderr.
+        let deadline = Instant::now() + self.config.mount_timeout;
+        loop {
+            if let Ok(Some(st)) = m.child.try_wait() {
+                let _ = m.stderr_done.recv_timeout(Duration::from_secs(2));
+                let text = m.stderr.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                let e = mount_error(&st.to_string(), &text);
+                m.stop(self.config.unmount_timeout);
+                if mounted(&target) {
+                    let _ = run_helper(
+                        &self.config.fusermount,
+                        &[Path::new("-uz"), &target],
+                        self.config.unmount_timeout,
+                    );
+                }
+                return Err(e);
+            }
+            if mounted(&target) {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if reaches_delegator(&target, left) {
+                    break;
+                }
+                // Not usable: sshfs is giving up; its exit (next round) says why.
+                let exit_by = Instant::now() + self.config.unmount_timeout;
+                while m.running() && Instant::now() < exit_by {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                if m.running() {
+                    self.mounts
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(target.clone(), m);
+                    let _ = self.unmount(work_dir);
+                    return Err(setup_failed("the mounted export does not answer"));
+                }
+                continue;
+            }
+            let failed = if cancel.is_cancelled() {
+                Some(TransportError::Cancelled)
+            } else if Instant::now() >= deadline {
+                Some(setup_failed("sshfs timed out"))
+            } else {
+                None
+            };
+            if let Some(e) = failed {
+                self.mounts
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(target.clone(), m);
+                let _ = self.unmount(work_dir);
+                return Err(e);
+            }
+            std::thread::sleep(Duration::from_millis(10));
         }
+        self.mounts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(m.target.clone(), m);
         Ok(())
     }
 }
@@ -361,21 +606,24 @@ impl ExecutorTransport for SshfsExecutor {
     fn release(&self, work_dir: &Path) -> Result<(), TransportError> {
         let r = self.unmount(work_dir);
         let _ = fs::remove_dir_all(self.key_dir_for(work_dir));
-        r?;
-        // The mount point is empty now; never recurse into it.
-        let _ = fs::remove_dir(work_dir);
-        Ok(())
+        if !mounted(&mount_target(work_dir)) {
+            // The mount point is empty now; never recurse into it.
+            let _ = fs::remove_dir(work_dir);
+        }
+        r
     }
 
     fn recover(&self, work_root: &Path) {
+        let root = mount_target(work_root);
         for (p, fstype) in mounts() {
-            if fstype == "fuse.sshfs" && p.starts_with(work_root) {
+            if fstype == "fuse.sshfs" && p.starts_with(&root) {
                 tracing::info!(path = %p.display(), "removing a stale sshfs mount");
                 let fm = self.config.fusermount.as_str();
                 let t = self.config.unmount_timeout;
                 let _ = run_helper(fm, &[Path::new("-uz"), &p], t);
             }
         }
+        self.kill_strays(|mp| mp.starts_with(&root) || mp.starts_with(work_root));
         if let Ok(rd) = fs::read_dir(&self.config.key_dir) {
             for e in rd.flatten() {
                 tracing::info!(path = %e.path().display(), "removing stale sshfs credentials");
@@ -414,10 +662,11 @@ mod tests {
         let w = Path::new("/w/d1");
         let k = Path::new("/k/d1");
         let args = x.command_args(&handle(), w, k, AccessMode::Ro).unwrap();
-        assert_eq!(args[0], "-F");
-        assert!(args[3].contains("StrictHostKeyChecking=yes"));
-        assert!(args[3].ends_with(",ro"));
-        assert_eq!(args[4], "awcp@127.0.0.1:/abc/");
+        assert_eq!(args[0], "-f");
+        assert_eq!(args[1], "-F");
+        assert!(args[4].contains("StrictHostKeyChecking=yes"));
+        assert!(args[4].ends_with(",ro"));
+        assert_eq!(args[5], "awcp@127.0.0.1:/abc/");
 
         let mut h = handle();
         h.options.insert("ssh_command".into(), "sh -c id".into());

@@ -7,10 +7,26 @@
 //!   principal unique to the delegation (`awcp-<id>`), no extensions (so no pty, port, agent or
 //!   X11 forwarding, no user rc) and the critical option `force-command=internal-sftp` (with
 //!   `-R` for `ro`), so the key can run an SFTP server and nothing else.
-//! - **Revocation**: sshd accepts a certificate only if its principal is listed in the
-//!   `AuthorizedPrincipalsFile` the delegator maintains; release removes the line, so the key is
-//!   refused right after cleanup, not only at expiry. Release also detaches the bind mounts that
-//!   put the workspace in the jail, so a session left open sees an empty directory.
+//! - **Revocation, and the end of access**: sshd accepts a certificate only if its principal is
+//!   listed in the `AuthorizedPrincipalsFile`; ending a delegation (release, cancel, or the
+//!   lease running out, which the delegator enforces itself: sshd checks a certificate's end
+//!   only at login) removes the line, so the key is refused from then on, and ends every
+//!   session of the delegation: the certificate forces `internal-sftp -d /<token>`, so each of
+//!   its sessions works in the export's directory, and the SFTP login user's processes that
+//!   hold a path there (working directory or an open handle) are killed before the bind
+//!   mounts are unmounted — not lazily, so no handle opened during the lease survives it.
+//! - **Many delegations, many processes**: a registry shared by every delegator process
+//!   (`<principals dir>/.awcp-<user>/`, see `registry.rs`) records each delegation with the
+//!   process that owns it; principal lines are added and removed one at a time under a file
+//!   lock, and a sweep ends only delegations whose process is gone.
+//! - **Identity**: every delegation logs in as the same Unix user, so what isolates one
+//!   delegation's export from another's is the random path token in its `exportLocator`: a
+//!   session (alive only during its own lease) can reach any export whose token it knows.
+//!   Tokens are 128 random bits, the jail is not listable, and files created through any
+//!   export belong to that user.
+//! - **What the executor leaves behind** (`rw`): the bind mounts are `nosuid,nodev`; at the
+//!   end, set-id bits the executor set are removed and symlinks it created that point outside
+//!   the workspace are reported or removed ([`EscapingSymlinks`]); the driver tells the user.
 //! - **Jail**: sshd's `ChrootDirectory` (see [`sshd_config`]) is a root-owned jail directory
 //!   with mode 0711 (not listable); each delegation gets `<jail>/<token>/<resource>`, where the
 //!   token is 128 random bits and each resource is a bind mount of the source directory (`ro`
@@ -26,11 +42,15 @@
 
 mod delegator;
 mod executor;
+mod procs;
+mod registry;
+mod residue;
 mod setup;
 
 pub use delegator::{ensure_ca, SshfsDelegator, SshfsDelegatorConfig};
 pub use executor::{SshfsExecutor, SshfsExecutorConfig};
-pub use setup::{sshd_config, SshdConfigParams};
+pub use residue::EscapingSymlinks;
+pub use setup::{check_chroot_path, sshd_config, SshdConfigParams, CHROOT_REQUIREMENT};
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -164,18 +184,6 @@ fn unescape_mount(s: &str) -> String {
         i += 1;
     }
     String::from_utf8_lossy(&out).into_owned()
-}
-
-/// Whether `p` is a mount point (its device differs from its parent's).
-pub(crate) fn is_mount_point(p: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    let (Ok(m), Some(parent)) = (std::fs::symlink_metadata(p), p.parent()) else {
-        return false;
-    };
-    match std::fs::metadata(parent) {
-        Ok(pm) => m.dev() != pm.dev(),
-        Err(_) => false,
-    }
 }
 
 #[cfg(test)]

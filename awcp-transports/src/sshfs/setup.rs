@@ -1,7 +1,48 @@
 //! The sshd configuration the SSHFS transport needs (printed by `awcp sshfs setup`).
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+/// What sshd demands of a `ChrootDirectory`, for messages and the generated configuration.
+pub const CHROOT_REQUIREMENT: &str = "sshd accepts a ChrootDirectory only if it and every \
+directory above it are owned by root and not writable by group or others: put the jail under \
+such a directory (e.g. /srv/awcp-jail), never under /tmp or another world-writable directory";
+
+/// Checks what sshd will check of the jail path `jail` (`ChrootDirectory`): every existing
+/// component, from `/` down, is a root-owned directory not writable by group or others.
+/// Components that do not exist yet are not checked.
+pub fn check_chroot_path(jail: &Path) -> Result<(), String> {
+    if !jail.is_absolute() {
+        return Err(format!(
+            "the jail {} is not an absolute path",
+            jail.display()
+        ));
+    }
+    let mut cur = PathBuf::new();
+    for c in jail.components() {
+        cur.push(c);
+        let md = match std::fs::symlink_metadata(&cur) {
+            Ok(md) => md,
+            Err(_) => break,
+        };
+        let bad = if md.file_type().is_symlink() {
+            Some("is a symlink")
+        } else if !md.is_dir() {
+            Some("is not a directory")
+        } else if md.uid() != 0 {
+            Some("is not owned by root")
+        } else if md.mode() & 0o022 != 0 {
+            Some("is writable by group or others")
+        } else {
+            None
+        };
+        if let Some(why) = bad {
+            return Err(format!("{} {why}: {CHROOT_REQUIREMENT}", cur.display()));
+        }
+    }
+    Ok(())
+}
 
 /// What [`sshd_config`] needs to know.
 #[derive(Clone, Debug)]
@@ -60,6 +101,11 @@ pub fn sshd_config(p: &SshdConfigParams) -> String {
     let _ = writeln!(s, "    PubkeyAuthentication yes");
     let _ = writeln!(s, "    PasswordAuthentication no");
     let _ = writeln!(s, "    AuthorizedKeysFile none");
+    let _ = writeln!(
+        s,
+        "    # The jail and every directory above it: root-owned, not group/world-writable"
+    );
+    let _ = writeln!(s, "    # (sshd refuses a ChrootDirectory under /tmp).");
     let _ = writeln!(s, "    ChrootDirectory {}", p.jail_root.display());
     let _ = writeln!(s, "    DisableForwarding yes");
     let _ = writeln!(s, "    PermitTTY no");
@@ -91,5 +137,18 @@ mod tests {
         assert!(s.contains("ChrootDirectory /srv/awcp-jail"));
         assert!(s.contains("DisableForwarding yes"));
         assert!(!s.contains("ListenAddress"));
+        assert!(s.contains("not group/world-writable"));
+    }
+
+    #[test]
+    fn chroot_paths_under_tmp_are_refused() {
+        let e = check_chroot_path(Path::new("/tmp/awcp-jail")).unwrap_err();
+        assert!(e.contains("/tmp is writable by group or others"), "{e}");
+        assert!(e.contains("never under /tmp"), "{e}");
+        assert!(check_chroot_path(Path::new("relative")).is_err());
+        // Root-owned, 0755 on every machine; the missing tail is not checked.
+        if std::fs::metadata("/usr").is_ok_and(|m| m.uid() == 0 && m.mode() & 0o022 == 0) {
+            check_chroot_path(Path::new("/usr/nonexistent/jail")).unwrap();
+        }
     }
 }

@@ -342,6 +342,10 @@ pub fn report(v: &Value) -> String {
         s.push_str(&format!("\nNot shipped to the executor ({total}):\n"));
         s.extend(not_shipped);
     }
+    // What ending the lease found (e.g. links out of the workspace the executor left).
+    for w in v["warnings"].as_array().into_iter().flatten() {
+        s.push_str(&format!("Warning: {}\n", w.as_str().unwrap_or("")));
+    }
     s
 }
 
@@ -942,5 +946,9 @@ mod tests {
             r.contains("TASK_FAILED: boom") && r.contains("Hint: retry"),
             "{r}"
         );
+        let v = json!({"id": "dlg_1", "state": "completed",
+            "warnings": ["symlink `workspace/x` → `/etc` created by the executor points outside the workspace: removed"]});
+        let r = report(&v);
+        assert!(r.contains("Warning: symlink `workspace/x` → `/etc`"), "{r}");
     }
 }

@@ -31,7 +31,8 @@ use awcp_examples::{exit, ClientTlsArgs, RuntimeChoice, ServerArgs};
 use awcp_proto::engine::SnapshotMode;
 use awcp_proto::{AccessMode, AdmissionLimits, Auth, AuthType, TransportKind};
 use awcp_transports::{
-    ArchiveDelegator, ArchiveDelegatorConfig, SshfsDelegator, SshfsDelegatorConfig,
+    ArchiveDelegator, ArchiveDelegatorConfig, EscapingSymlinks, SshfsDelegator,
+    SshfsDelegatorConfig,
 };
 use clap::{Parser, Subcommand};
 use serde_json::{json, Value};
@@ -152,10 +153,16 @@ enum Cmd {
         #[command(flatten)]
         server: ServerArgs,
         /// Lend over SSHFS (live) instead of an archive. A JSON file with `host`, `port`,
-        /// `user`, `jailRoot`, `principalsDir`, `hostPublicKey` (see `awcp sshfs setup`).
-        /// In-process only.
+        /// `user`, `jailRoot`, `principalsDir`, `hostPublicKey` and optionally `caDir` (the
+        /// directory of the CA key sshd trusts; default `<state dir>/sshfs`) and
+        /// `escapingSymlinks` (`keep`, `report` (default) or `remove`; see `awcp sshfs setup`).
+        /// Any number of delegating processes and a daemon can share one jail.
         #[arg(long)]
         sshfs_config: Option<PathBuf>,
+        /// The data plane: `archive` or `sshfs` (implied by --sshfs-config; with --daemon, the
+        /// daemon must have been started with --sshfs-config).
+        #[arg(long)]
+        transport: Option<String>,
         /// Lend secret-looking files (.env, private keys, credentials.json, …) instead of
         /// refusing with SENSITIVE_FILES. Listing them in .awcpignore keeps them home instead.
         #[arg(long)]
@@ -171,6 +178,10 @@ enum Cmd {
         /// --insecure-plain-http.
         #[arg(long, env = "AWCP_DAEMON_LISTEN", default_value = "127.0.0.1:3100")]
         listen: SocketAddr,
+        /// Also lend over SSHFS (requests with `"transport": "sshfs"`); the same JSON file as
+        /// `delegate --sshfs-config`.
+        #[arg(long)]
+        sshfs_config: Option<PathBuf>,
         /// Admission limits of every delegation the daemon makes.
         #[command(flatten)]
         admission: AdmissionArgs,
@@ -265,12 +276,15 @@ enum Cmd {
 enum SshfsCmd {
     /// Create the CA (if missing) and print the sshd configuration the SSHFS transport needs
     /// (or write it with --write). Then: create the SFTP login user, the jail (root-owned, mode
-    /// 0711) and the principals directory, and reload sshd.
+    /// 0711) and the principals directory, and reload sshd. sshd accepts a ChrootDirectory only
+    /// if it and every directory above it are root-owned and not writable by group or others:
+    /// the jail must not be under /tmp or another world-writable directory.
     Setup {
         /// The SFTP login user certificates are issued for.
         #[arg(long, default_value = "awcp")]
         user: String,
-        /// The jail (sshd ChrootDirectory; exports are bind-mounted inside).
+        /// The jail (sshd ChrootDirectory; exports are bind-mounted inside). It and every
+        /// directory above it must be root-owned and not group/world-writable (not /tmp).
         #[arg(long, default_value = "/srv/awcp-jail")]
         jail_root: PathBuf,
         /// Where the principals files live (root-owned path). The CA key lives in
@@ -379,18 +393,33 @@ fn sshfs_delegator(path: &std::path::Path, state_dir: &std::path::Path) -> Sshfs
             .unwrap_or_else(|| fail(format!("--sshfs-config: `{k}` (string) is required")))
     };
     let port = v.get("port").and_then(Value::as_u64).unwrap_or(22);
-    let config = SshfsDelegatorConfig {
-        state_dir: state_dir.join("sshfs"),
-        principals_dir: s("principalsDir").into(),
-        jail_root: s("jailRoot").into(),
-        endpoint: awcp_proto::SshEndpoint {
+    // Every delegator on this jail must sign with the CA sshd trusts.
+    let ca_dir = match v.get("caDir") {
+        None => state_dir.join("sshfs"),
+        Some(d) => d
+            .as_str()
+            .map(PathBuf::from)
+            .unwrap_or_else(|| fail("--sshfs-config: `caDir` must be a path")),
+    };
+    let mut config = SshfsDelegatorConfig::new(
+        ca_dir,
+        s("principalsDir"),
+        s("jailRoot"),
+        awcp_proto::SshEndpoint {
             host: s("host"),
             port: u16::try_from(port).unwrap_or_else(|_| fail("--sshfs-config: bad port")),
             user: s("user"),
         },
-        host_public_key: s("hostPublicKey").into(),
-        helper_timeout: Duration::from_secs(30),
-    };
+        s("hostPublicKey"),
+    );
+    if let Some(p) = v.get("escapingSymlinks") {
+        config.escaping_symlinks =
+            p.as_str()
+                .and_then(EscapingSymlinks::parse)
+                .unwrap_or_else(|| {
+                    fail("--sshfs-config: `escapingSymlinks` must be keep, report or remove")
+                });
+    }
     SshfsDelegator::new(config).unwrap_or_else(|e| fail(format!("sshfs transport: {e}")))
 }
 
@@ -464,6 +493,7 @@ async fn run<R: Driver>(cli: Cli) {
             public_url,
             server,
             sshfs_config,
+            transport,
             allow_sensitive,
             admission,
         } => {
@@ -490,8 +520,20 @@ async fn run<R: Driver>(cli: Cli) {
                 credential,
                 metadata: Default::default(),
             });
+            let transport = match (transport.as_deref(), &sshfs_config) {
+                (None, None) | (Some("archive"), None) => TransportKind::Archive,
+                (None, Some(_)) | (Some("sshfs"), _) => TransportKind::Sshfs,
+                (Some("archive"), Some(_)) => usage("--sshfs-config lends over sshfs"),
+                (Some(t), _) => usage(format!("--transport {t}: use archive or sshfs")),
+            };
             if daemon && sshfs_config.is_some() {
-                usage("--sshfs-config works in-process only (without --daemon)");
+                usage(
+                    "with --daemon, the daemon's sshfs transport is configured by \
+                     `awcp daemon --sshfs-config`; pass --transport sshfs",
+                );
+            }
+            if !daemon && transport == TransportKind::Sshfs && sshfs_config.is_none() {
+                usage("--transport sshfs needs --sshfs-config (or --daemon)");
             }
             if daemon {
                 let body = json!({
@@ -501,6 +543,7 @@ async fn run<R: Driver>(cli: Cli) {
                     "ttlSeconds": ttl,
                     "accessMode": access.as_str(),
                     "snapshotMode": mode.as_str(),
+                    "transport": transport.as_str(),
                     "auth": auth.as_ref().map(|a| json!({"type": a.auth_type.as_str(), "credential": a.credential})),
                     "allowSensitive": allow_sensitive,
                 });
@@ -524,11 +567,6 @@ async fn run<R: Driver>(cli: Cli) {
                 return;
             }
             let sshfs = sshfs_config.map(|p| sshfs_delegator(&p, &state_dir));
-            let transport = if sshfs.is_some() {
-                TransportKind::Sshfs
-            } else {
-                TransportKind::Archive
-            };
             let mut archive_base = None;
             if let Some(addr) = serve_archives {
                 let listener = std::net::TcpListener::bind(addr)
@@ -589,6 +627,7 @@ async fn run<R: Driver>(cli: Cli) {
         }
         Cmd::Daemon {
             listen,
+            sshfs_config,
             serve_archives,
             admission,
             public_url,
@@ -625,10 +664,11 @@ async fn run<R: Driver>(cli: Cli) {
                 });
                 (l, base)
             });
+            let sshfs = sshfs_config.map(|p| sshfs_delegator(&p, &state_dir));
             let d = delegator::<R>(
                 state_dir.clone(),
                 archives.as_ref().map(|a| a.1.clone()),
-                None,
+                sshfs,
                 admission.limits(),
                 client_tls,
             );
@@ -665,10 +705,23 @@ async fn run<R: Driver>(cli: Cli) {
                     write,
                 },
         } => {
-            use awcp_transports::sshfs::{ensure_ca, sshd_config, SshdConfigParams};
+            use awcp_transports::sshfs::{
+                check_chroot_path, ensure_ca, sshd_config, SshdConfigParams,
+            };
+            if let Err(e) = check_chroot_path(&jail_root) {
+                fail(format!("--jail-root: {e}"));
+            }
             let state = state_dir.join("sshfs");
             let ca = state.join("ca");
             ensure_ca(&ca).unwrap_or_else(|e| fail(format!("CA key {}: {e}", ca.display())));
+            let next = format!(
+                "next (as root): useradd -r -M -d /nonexistent -s /usr/sbin/nologin -p '*' {user}; \
+                 install -d -m 0711 {jail}; install -d -m 0755 {principals}; then reload sshd.\n\
+                 note: {req}.",
+                jail = jail_root.display(),
+                principals = principals_dir.display(),
+                req = awcp_transports::sshfs::CHROOT_REQUIREMENT,
+            );
             let text = sshd_config(&SshdConfigParams {
                 user,
                 ca_public_key: ca.with_extension("pub"),
@@ -676,6 +729,7 @@ async fn run<R: Driver>(cli: Cli) {
                 jail_root,
                 standalone: standalone.map(|a| (a.ip().to_string(), a.port(), host_key)),
             });
+            eprintln!("{next}");
             match write {
                 Some(path) => {
                     std::fs::write(&path, text)
@@ -902,6 +956,9 @@ fn human_record(v: &Value) -> String {
         if let Some(h) = e["hint"].as_str() {
             s.push_str(&format!("hint: {h}\n"));
         }
+    }
+    for w in v["warnings"].as_array().into_iter().flatten() {
+        s.push_str(&format!("warning: {}\n", w.as_str().unwrap_or("")));
     }
     for x in v["snapshots"].as_array().into_iter().flatten() {
         let why = match (x["status"].as_str(), x["error"]["message"].as_str()) {

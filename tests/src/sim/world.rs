@@ -1569,7 +1569,10 @@ impl World {
                 if !self.restored.contains(&id) || self.held.contains_key(&key) {
                     self.release(key);
                 }
-                self.del_local(DelegatorInput::TransportReleased { id });
+                self.del_local(DelegatorInput::TransportReleased {
+                    id,
+                    warnings: Vec::new(),
+                });
             }
             DelegatorOutput::Event(ev) => self.on_del_event(ev),
         }
@@ -1910,7 +1913,7 @@ impl World {
                 if !idempotent || self.held.contains_key(&key) {
                     self.release(key);
                 }
-                self.exec_local(exec, inc, ExecutorInput::Released { id });
+                self.exec_local(exec, inc, ExecutorInput::Released { id, result: Ok(()) });
             }
             ExecutorOutput::RemoveEmptyWorkDir { id, .. } => {
                 // An allocation the crash interrupted: the directory exists only if the
@@ -1929,7 +1932,7 @@ impl World {
                     self.execs[exec].work.remove(&id);
                     self.release(ResKey::WorkDir(exec, id.clone()));
                 }
-                self.exec_local(exec, inc, ExecutorInput::Released { id });
+                self.exec_local(exec, inc, ExecutorInput::Released { id, result: Ok(()) });
             }
             ExecutorOutput::DropSnapshot { id, snapshot_id } => {
                 self.release(ResKey::Captured(exec, inc, id, snapshot_id));
