@@ -368,7 +368,8 @@ fn regression_seeds() {
     // 19613: a delegator crash after a store finished but before the engine heard of it, in
     //        auto mode: the restored delegator deletes what the store may have written, then
     //        fetches and stores again (a store over existing bytes replaces them).
-    for seed in [7, 12_395, 28_233, 42_964, 179_325, 3_912, 20_502, 19_613] {
+    // 372323: the same, and the second store fails: the bytes of the first are deleted too.
+    for seed in [7, 12_395, 28_233, 42_964, 179_325, 3_912, 20_502, 19_613, 372_323] {
         let mut w = World::new(SimConfig::random(seed));
         if let Err(f) = w.run() {
             panic!("{f}");
