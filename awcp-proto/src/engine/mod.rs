@@ -8,9 +8,10 @@
 //! deadline is reached, and after every call drain `poll_output()` until it returns `None`.
 
 pub mod admission;
-pub mod auth;
 pub mod delegator;
 pub mod executor;
+
+pub use executor::auth;
 pub(crate) mod timers;
 
 use std::collections::BTreeMap;

@@ -1,0 +1,127 @@
+//! The result: a captured snapshot, `done`, and `GET …/result`.
+
+use crate::engine::{CapturedSnapshot, UsageError};
+use crate::error::{ErrorCode, ErrorInfo};
+use crate::id::{DelegationId, SnapshotId};
+use crate::state::{AssignmentState, AssignmentTransition};
+use crate::time::Timestamp;
+use crate::wire::{Dialect, DoneEvent, SnapshotEvent, TaskEventKind};
+
+use super::assignment::{ExecutorTimer as Timer, Phase};
+use super::{Executor, ExecutorOutput, ResultBody, ResultStatus};
+
+impl Executor {
+    pub(super) fn on_captured(
+        &mut self,
+        now: Timestamp,
+        id: &DelegationId,
+        result: Result<CapturedSnapshot, ErrorInfo>,
+    ) -> Result<(), UsageError> {
+        let Some((a, Phase::Capturing { snapshot_id })) =
+            self.finish(id, |p| matches!(p, Phase::Capturing { .. }))?
+        else {
+            return Ok(());
+        };
+        if a.state().is_terminal() {
+            // Expired or cancelled during capture: the bytes are not needed.
+            if result.is_ok() {
+                self.core.outputs.push_back(ExecutorOutput::DropSnapshot {
+                    id: id.clone(),
+                    snapshot_id,
+                });
+            }
+            self.release(id);
+            return Ok(());
+        }
+        match result {
+            Err(e) => self.terminate(now, id, AssignmentTransition::TaskFail, e),
+            Ok(snap) => self.complete(now, id, Some((snapshot_id, snap))),
+        }
+        Ok(())
+    }
+
+    pub(super) fn complete(
+        &mut self,
+        now: Timestamp,
+        id: &DelegationId,
+        snapshot: Option<(SnapshotId, CapturedSnapshot)>,
+    ) {
+        let a = self.assignments.get_mut(id).expect("caller checked");
+        let outcome = a.outcome.clone().unwrap_or_default();
+        let dialect = a.dialect;
+        let mut done = DoneEvent {
+            summary: outcome.summary.clone(),
+            highlights: outcome.highlights.clone(),
+            snapshot_ids: Vec::new(),
+            recommended_snapshot_id: None,
+            result_base64: None,
+        };
+        if let Some((sid, snap)) = snapshot {
+            if dialect == Dialect::Seed {
+                done.result_base64 = snap.data.base64.clone();
+            } else {
+                done.snapshot_ids = vec![sid.clone()];
+                done.recommended_snapshot_id = Some(sid.clone());
+            }
+            self.broadcast(
+                now,
+                id,
+                TaskEventKind::Snapshot(SnapshotEvent {
+                    snapshot_id: sid,
+                    summary: outcome.summary.clone(),
+                    highlights: outcome.highlights.clone(),
+                    data: snap.data,
+                    checksum: snap.checksum,
+                    recommended: Some(true),
+                    metadata: snap.metadata,
+                }),
+            );
+        }
+        self.transition(now, id, AssignmentTransition::TaskComplete);
+        self.core.timers.cancel(id, Timer::Lease);
+        self.broadcast(now, id, TaskEventKind::Done(done));
+        self.release(id);
+    }
+
+    pub(super) fn result_body(&self, id: &DelegationId) -> ResultBody {
+        let Some(a) = self.assignments.get(id).filter(|a| !a.acked) else {
+            return ResultBody {
+                status: ResultStatus::NotFound,
+                completed_at: None,
+                outcome: None,
+                snapshot: None,
+                error: Some(ErrorInfo::new(
+                    ErrorCode::NotFound,
+                    format!("unknown delegation {id}"),
+                )),
+            };
+        };
+        let snapshot = a.snapshot.as_ref().and_then(|e| match &e.kind {
+            TaskEventKind::Snapshot(s) => Some(s.clone()),
+            _ => None,
+        });
+        match a.state() {
+            AssignmentState::Pending | AssignmentState::Active => ResultBody {
+                status: ResultStatus::Running,
+                completed_at: None,
+                outcome: None,
+                snapshot: None,
+                error: None,
+            },
+            AssignmentState::Completed => ResultBody {
+                status: ResultStatus::Completed,
+                completed_at: a.completed_at,
+                outcome: a.outcome.clone(),
+                snapshot,
+                error: None,
+            },
+            AssignmentState::Error => ResultBody {
+                status: ResultStatus::Error,
+                completed_at: a.completed_at,
+                outcome: None,
+                snapshot: None,
+                error: a.error.clone(),
+            },
+        }
+    }
+}
