@@ -48,7 +48,8 @@ pub use engine::delegator::{
     Delegator, DelegatorConfig, DelegatorEvent, DelegatorInput, DelegatorOutput,
 };
 pub use engine::executor::{
-    Executor, ExecutorConfig, ExecutorEvent, ExecutorInput, ExecutorOutput,
+    AllocationFailure, Executor, ExecutorConfig, ExecutorEvent, ExecutorInput, ExecutorOutput,
+    TaskFailure, WorkspaceLayout,
 };
 pub use engine::*;
 pub use error::{ErrorCode, ErrorInfo};

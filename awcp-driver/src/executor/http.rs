@@ -296,16 +296,16 @@ impl ExecutorHandle {
             Ok(id) => id,
             Err(r) => return r,
         };
-        // Authorisation follows the delegation: ask the engine (result needs the same rights).
-        match self.request(credential, Request::Result(id.clone())).await {
-            Some(awcp_proto::engine::executor::Response::Error { .. }) | None => {
-                return reply(wire_http::reject(
-                    401,
-                    Some(&id),
-                    ErrorInfo::new(ErrorCode::AuthFailed, "not allowed"),
-                ))
+        // Who may download which snapshot is the engine's decision.
+        match self
+            .authorize_snapshot(id.clone(), sid.to_owned(), credential)
+            .await
+        {
+            Some(Ok(())) => {}
+            Some(Err((status, error))) => {
+                return reply(wire_http::reject(status, Some(&id), error))
             }
-            Some(_) => {}
+            None => return unavailable(),
         }
         let path = self
             .snapshots

@@ -16,8 +16,9 @@ use awcp_proto::engine::executor::{
 };
 use awcp_proto::engine::{CapturedSnapshot, RequestId, StreamId, TaskHandle, TaskOutcome};
 use awcp_proto::{
-    encode_event, sse, DelegationId, ErrorCode, ErrorInfo, Executor, ExecutorConfig, ExecutorEvent,
-    ExecutorInput, ExecutorOutput, TransportHandle, TransportKind,
+    encode_event, sse, AllocationFailure, DelegationId, ErrorCode, ErrorInfo, Executor,
+    ExecutorConfig, ExecutorEvent, ExecutorInput, ExecutorOutput, TaskFailure, TransportHandle,
+    TransportKind, WorkspaceLayout,
 };
 use awcp_transports::archive::{ArchiveOutput, ArchiveSource, Delivery};
 use awcp_transports::{
@@ -121,6 +122,13 @@ pub(crate) enum Cmd {
     StreamClosed(StreamId),
     Input(ExecutorInput),
     Status(oneshot::Sender<awcp_proto::engine::executor::ExecutorStatus>),
+    /// May this credential download this snapshot? (The engine decides.)
+    AuthorizeSnapshot {
+        id: DelegationId,
+        snapshot_id: String,
+        credential: Option<Credential>,
+        verdict: oneshot::Sender<Result<(), (u16, ErrorInfo)>>,
+    },
     Shutdown(oneshot::Sender<()>),
     SetPublicUrl(String),
 }
@@ -255,7 +263,6 @@ impl ExecutorHandle {
             pending: BTreeMap::new(),
             streams: BTreeMap::new(),
             cancels: BTreeMap::new(),
-            resources: BTreeMap::new(),
             snapshots: snapshots.clone(),
             next_id: 1,
             journal,
@@ -333,6 +340,26 @@ impl ExecutorHandle {
         rx.await.ok()
     }
 
+    /// Whether `credential` may download snapshot `snapshot_id` of `id` (the engine's
+    /// decision; `Err` carries the HTTP status and error).
+    pub(crate) async fn authorize_snapshot(
+        &self,
+        id: DelegationId,
+        snapshot_id: String,
+        credential: Option<Credential>,
+    ) -> Option<Result<(), (u16, ErrorInfo)>> {
+        let (verdict, answer) = oneshot::channel();
+        self.tx
+            .unbounded_send(Cmd::AuthorizeSnapshot {
+                id,
+                snapshot_id,
+                credential,
+                verdict,
+            })
+            .ok()?;
+        answer.await.ok()
+    }
+
     /// Subscribes to a delegation's events; `Err` if the engine refuses the credential.
     pub(crate) async fn subscribe(
         &self,
@@ -371,10 +398,7 @@ fn recover<R: Runtime>(
                     end_task(&id, &handle);
                     inputs.push(ExecutorInput::TaskFinished {
                         id,
-                        result: Err(ErrorInfo::bare(
-                            ErrorCode::Cancelled,
-                            "ended after a restart",
-                        )),
+                        result: Err(TaskFailure::Stopped),
                     });
                 }
                 ExecutorOutput::Release {
@@ -516,8 +540,6 @@ struct Loop<R: Runtime> {
     pending: BTreeMap<RequestId, oneshot::Sender<Response>>,
     streams: BTreeMap<StreamId, mpsc::UnboundedSender<Bytes>>,
     cancels: BTreeMap<DelegationId, CancelFlag>,
-    /// Resource names per assignment (from setup), to pick the task's directory.
-    resources: BTreeMap<DelegationId, Vec<String>>,
     snapshots: SnapshotFiles,
     next_id: u64,
     journal: Option<journal::Journal>,
@@ -626,6 +648,18 @@ impl<R: Runtime> Loop<R> {
             Cmd::Status(tx) => {
                 let _ = tx.send(self.engine.status());
             }
+            Cmd::AuthorizeSnapshot {
+                id,
+                snapshot_id,
+                credential,
+                verdict,
+            } => {
+                let _ = verdict.send(self.engine.authorize_snapshot_download(
+                    &id,
+                    &snapshot_id,
+                    credential.as_ref(),
+                ));
+            }
             Cmd::Shutdown(_) => {}
             Cmd::SetPublicUrl(u) => self.public_url = Some(u),
         }
@@ -696,16 +730,11 @@ impl<R: Runtime> Loop<R> {
                 handle,
                 access_mode,
                 resources,
-                dialect: _,
             } => {
                 let t = self.transport_for(&handle.kind());
                 let feed = self.feed();
                 let cancel = CancelFlag::new();
                 self.cancels.insert(id.clone(), cancel.clone());
-                self.resources.insert(
-                    id.clone(),
-                    resources.iter().map(|r| r.name.to_string()).collect(),
-                );
                 let downloads = self.scratch.join("downloads");
                 let timeout = self.download_timeout;
                 let http = self.http.clone();
@@ -728,7 +757,7 @@ impl<R: Runtime> Loop<R> {
             }
             ExecutorOutput::RunTask {
                 id,
-                work_dir,
+                task_dir,
                 task,
                 expires_at,
                 access_mode,
@@ -738,18 +767,9 @@ impl<R: Runtime> Loop<R> {
                 let rt = self.rt.clone();
                 let cancel = CancelFlag::new();
                 self.cancels.insert(id.clone(), cancel.clone());
-                // A single exported directory is the task's working directory (as the
-                // reference hands `<work>/<name>` to its agent); several stay side by side.
-                let mut task_dir = PathBuf::from(&work_dir);
-                if let Some([only]) = self.resources.get(&id).map(Vec::as_slice) {
-                    let d = task_dir.join(only);
-                    if d.is_dir() {
-                        task_dir = d;
-                    }
-                }
                 let ctx = TaskContext {
                     delegation_id: id.clone(),
-                    work_dir: task_dir,
+                    work_dir: PathBuf::from(task_dir),
                     description: task.description,
                     prompt: task.prompt,
                     expires_at,
@@ -784,11 +804,9 @@ impl<R: Runtime> Loop<R> {
                             summary: o.summary,
                             highlights: o.highlights,
                         }),
-                        Err(_) if cancel.is_cancelled() => Err(ErrorInfo::bare(
-                            ErrorCode::Cancelled,
-                            "the task was stopped",
-                        )),
-                        Err(m) => Err(ErrorInfo::new(ErrorCode::TaskFailed, m)),
+                        // What the runner says after it was stopped is not the task's failure.
+                        Err(_) if cancel.is_cancelled() => Err(TaskFailure::Stopped),
+                        Err(f) => Err(f),
                     };
                     feed(ExecutorInput::TaskFinished { id, result });
                 }));
@@ -860,7 +878,6 @@ impl<R: Runtime> Loop<R> {
             } => {
                 self.origins.remove(&id);
                 self.cancels.remove(&id);
-                self.resources.remove(&id);
                 self.kinds.remove(&id);
                 let t = self.transport_for(&transport);
                 let feed = self.feed();
@@ -886,10 +903,7 @@ impl<R: Runtime> Loop<R> {
                     blocking(&rt, move || end_task(&did, &handle)).await;
                     feed(ExecutorInput::TaskFinished {
                         id,
-                        result: Err(ErrorInfo::bare(
-                            ErrorCode::Cancelled,
-                            "ended after a restart",
-                        )),
+                        result: Err(TaskFailure::Stopped),
                     });
                 }));
             }
@@ -945,26 +959,28 @@ impl<R: Runtime> Loop<R> {
     }
 }
 
-fn allocate(t: &dyn ExecutorTransport, work_dir: &Path) -> Result<(), ErrorInfo> {
-    t.check_dependency().map_err(|e| ErrorInfo {
-        code: ErrorCode::DepMissing,
-        message: e.to_string(),
-        hint: Some(e.hint.clone()),
-    })?;
+/// Checks the transport's dependency and creates the (empty) work directory; reports what it
+/// found, the engine decides the error code.
+fn allocate(t: &dyn ExecutorTransport, work_dir: &Path) -> Result<(), AllocationFailure> {
+    t.check_dependency()
+        .map_err(|e| AllocationFailure::DependencyMissing {
+            message: e.to_string(),
+            hint: e.hint.clone(),
+        })?;
     if let Ok(mut rd) = std::fs::read_dir(work_dir) {
         if rd.next().is_some() {
-            return Err(ErrorInfo::new(
-                ErrorCode::WorkdirDenied,
-                "the work directory exists and is not empty",
-            ));
+            return Err(AllocationFailure::NotEmpty);
         }
     }
-    std::fs::create_dir_all(work_dir).map_err(|e| {
-        ErrorInfo::new(
-            ErrorCode::WorkdirDenied,
-            format!("cannot create the work directory: {e}"),
-        )
-    })
+    std::fs::create_dir_all(work_dir).map_err(|e| AllocationFailure::CannotCreate(e.to_string()))
+}
+
+/// The engine's name for the layout a transport found.
+fn layout_of(l: awcp_transports::archive::Layout) -> WorkspaceLayout {
+    match l {
+        awcp_transports::archive::Layout::PerResource => WorkspaceLayout::PerResource,
+        awcp_transports::archive::Layout::Flat => WorkspaceLayout::Flat,
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -979,11 +995,13 @@ async fn setup<R: Runtime>(
     downloads: PathBuf,
     timeout: Duration,
     cancel: CancelFlag,
-) -> Result<(), ErrorInfo> {
+) -> Result<WorkspaceLayout, ErrorInfo> {
     let rt = http.runtime();
     if handle.kind().is_live() {
         return blocking(rt, move || {
             t.setup_live(Path::new(&work_dir), &handle, access, &cancel)
+                // A live mount shows the delegator's export view: one directory per resource.
+                .map(|()| WorkspaceLayout::PerResource)
                 .map_err(|e| e.to_error_info())
         })
         .await;
@@ -1003,7 +1021,7 @@ async fn setup<R: Runtime>(
             let req = SetupRequest::from_inline_handle(Path::new(&work_dir), &h, access, &names)
                 .expect("inline data checked");
             t.setup(req, &cancel)
-                .map(|_| ())
+                .map(|r| layout_of(r.layout))
                 .map_err(|e| e.to_error_info())
         })
         .await;
@@ -1038,7 +1056,7 @@ async fn setup<R: Runtime>(
         };
         let r = t
             .setup(req, &cancel)
-            .map(|_| ())
+            .map(|r| layout_of(r.layout))
             .map_err(|e| e.to_error_info());
         let _ = std::fs::remove_file(&file);
         r

@@ -11,6 +11,10 @@ pub mod admission;
 pub mod delegator;
 pub mod executor;
 
+#[cfg(any(test, feature = "_internal-pair"))]
+#[doc(hidden)]
+pub mod pair;
+
 pub use executor::auth;
 pub(crate) mod timers;
 

@@ -208,7 +208,7 @@ impl TaskRunner for EditRunner {
         ctx: &TaskContext,
         progress: &dyn Fn(String),
         _c: &CancelFlag,
-    ) -> Result<TaskOutcome, String> {
+    ) -> Result<TaskOutcome, awcp_proto::TaskFailure> {
         let w = ctx.work_dir.clone();
         progress("editing".into());
         if ctx.access_mode == AccessMode::Rw {
@@ -239,7 +239,7 @@ impl TaskRunner for TypeChangeRunner {
         ctx: &TaskContext,
         _progress: &dyn Fn(String),
         cancel: &CancelFlag,
-    ) -> Result<TaskOutcome, String> {
+    ) -> Result<TaskOutcome, awcp_proto::TaskFailure> {
         if let Some(g) = &self.hold {
             let _ = g.started_tx.try_send(());
             while !g.release.load(std::sync::atomic::Ordering::SeqCst) {
@@ -273,7 +273,7 @@ impl TaskRunner for ModeRunner {
         ctx: &TaskContext,
         _progress: &dyn Fn(String),
         _c: &CancelFlag,
-    ) -> Result<TaskOutcome, String> {
+    ) -> Result<TaskOutcome, awcp_proto::TaskFailure> {
         use std::os::unix::fs::PermissionsExt;
         let w = &ctx.work_dir;
         let e = |e: std::io::Error| e.to_string();
@@ -287,7 +287,7 @@ impl TaskRunner for ModeRunner {
         for (p, want) in [("ro.txt", 0o444), ("run.sh", 0o755), ("b.txt", 0o644)] {
             let got = mode(p)?;
             if got != want {
-                return Err(format!("{p} arrived as {got:o}, not {want:o}"));
+                return Err(format!("{p} arrived as {got:o}, not {want:o}").into());
             }
         }
         let set = |p: &str, m: u32| {
@@ -343,7 +343,7 @@ impl TaskRunner for GateRunner {
         ctx: &TaskContext,
         progress: &dyn Fn(String),
         cancel: &CancelFlag,
-    ) -> Result<TaskOutcome, String> {
+    ) -> Result<TaskOutcome, awcp_proto::TaskFailure> {
         use std::sync::atomic::Ordering;
         progress("gate: started".into());
         let _ = self.started_tx.try_send(());

@@ -12,7 +12,7 @@ use crate::wire::{Accept, Dialect, ExecutorConstraints, Invite};
 
 use super::assignment::{Assignment, ExecutorTimer as Timer, Phase};
 use super::auth::{self, Credential};
-use super::{Executor, ExecutorEvent, ExecutorOutput, Response};
+use super::{AllocationFailure, Executor, ExecutorEvent, ExecutorOutput, Response};
 
 impl Executor {
     // ----------------------------------------------------------------------------------------
@@ -174,8 +174,9 @@ impl Executor {
         &mut self,
         now: Timestamp,
         id: &DelegationId,
-        result: Result<(), ErrorInfo>,
+        result: Result<(), AllocationFailure>,
     ) -> Result<(), UsageError> {
+        let result = result.map_err(|f| f.to_error_info());
         let Some((a, _)) = self.finish(id, |p| matches!(p, Phase::Allocating))? else {
             return Ok(());
         };
@@ -345,7 +346,6 @@ impl Executor {
             handle: Box::new(start.handle),
             access_mode: a.access,
             resources: a.invite.resources.clone(),
-            dialect: a.dialect,
         };
         self.transition(now, &id, AssignmentTransition::ReceiveStart);
         self.core.timers.cancel(&id, Timer::StartDeadline);

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use crate::engine::{CapturedSnapshot, RequestId, StreamId, TaskHandle, TaskOutcome};
-use crate::error::ErrorInfo;
+use crate::error::{ErrorCode, ErrorInfo};
 use crate::id::{DelegationId, SnapshotId};
 use crate::state::AssignmentState;
 use crate::time::Timestamp;
@@ -56,20 +56,21 @@ pub enum ExecutorInput {
         /// The stream.
         stream: StreamId,
     },
-    /// [`ExecutorOutput::AllocateWorkDir`] finished (`DEP_MISSING`, `WORKDIR_DENIED` on
-    /// failure, with nothing left behind).
+    /// [`ExecutorOutput::AllocateWorkDir`] finished (on failure with nothing left behind; the
+    /// engine turns the failure into `DEP_MISSING` or `WORKDIR_DENIED`).
     WorkDirAllocated {
         /// The delegation.
         id: DelegationId,
         /// Outcome.
-        result: Result<(), ErrorInfo>,
+        result: Result<(), AllocationFailure>,
     },
     /// [`ExecutorOutput::SetupTransport`] finished.
     SetupCompleted {
         /// The delegation.
         id: DelegationId,
-        /// Outcome (`SETUP_FAILED`, `CHECKSUM_MISMATCH`, …).
-        result: Result<(), ErrorInfo>,
+        /// How the workspace is laid out in the work directory (the engine picks the task's
+        /// directory from it), or why setup failed (`SETUP_FAILED`, `CHECKSUM_MISMATCH`, …).
+        result: Result<WorkspaceLayout, ErrorInfo>,
     },
     /// The task's OS resources exist (e.g. its process group): journal them (the engine emits
     /// [`ExecutorEvent::RecordChanged`]) so a restarted executor can end them.
@@ -92,8 +93,8 @@ pub enum ExecutorInput {
     TaskFinished {
         /// The delegation.
         id: DelegationId,
-        /// Outcome.
-        result: Result<TaskOutcome, ErrorInfo>,
+        /// Outcome (the engine turns a failure into the protocol's error code).
+        result: Result<TaskOutcome, TaskFailure>,
     },
     /// [`ExecutorOutput::CaptureSnapshot`] finished.
     SnapshotCaptured {
@@ -234,15 +235,14 @@ pub enum ExecutorOutput {
         access_mode: AccessMode,
         /// The resources (for the per-resource layout).
         resources: Vec<Resource>,
-        /// Peer dialect ([S] peers send a flat archive).
-        dialect: Dialect,
     },
     /// Run the task; answer with `TaskProgress`* and then `TaskFinished`.
     RunTask {
         /// The delegation.
         id: DelegationId,
-        /// Where.
-        work_dir: String,
+        /// The task's working directory: the single resource's directory when the workspace
+        /// has one per resource, else the work directory itself.
+        task_dir: String,
         /// What.
         task: TaskSpec,
         /// Lease end.
@@ -378,4 +378,91 @@ pub struct AssignmentView {
     pub released: bool,
     /// What went wrong releasing them, if anything (see [`ExecutorInput::Released`]).
     pub release_error: Option<ErrorInfo>,
+}
+
+/// Why a work directory could not be allocated (facts the driver found; the engine decides the
+/// error code).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AllocationFailure {
+    /// The transport needs something this machine lacks (e.g. the `sshfs` binary).
+    DependencyMissing {
+        /// What is missing.
+        message: String,
+        /// How to install it.
+        hint: String,
+    },
+    /// The work directory exists and is not empty (never reused).
+    NotEmpty,
+    /// The work directory could not be created.
+    CannotCreate(String),
+}
+
+impl AllocationFailure {
+    /// The protocol error: `DEP_MISSING` or `WORKDIR_DENIED`.
+    pub fn to_error_info(&self) -> ErrorInfo {
+        match self {
+            AllocationFailure::DependencyMissing { message, hint } => ErrorInfo {
+                code: ErrorCode::DepMissing,
+                message: message.clone(),
+                hint: Some(hint.clone()),
+            },
+            AllocationFailure::NotEmpty => ErrorInfo::new(
+                ErrorCode::WorkdirDenied,
+                "the work directory exists and is not empty",
+            ),
+            AllocationFailure::CannotCreate(why) => ErrorInfo::new(
+                ErrorCode::WorkdirDenied,
+                format!("cannot create the work directory: {why}"),
+            ),
+        }
+    }
+}
+
+/// How a set-up workspace is laid out in the work directory (a fact of what arrived).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WorkspaceLayout {
+    /// One directory per resource, named after it (reference archives, live mounts).
+    PerResource,
+    /// The single resource's files at the root ([S] archives).
+    Flat,
+}
+
+/// Why a task did not produce an outcome (what the runner reports; the engine decides the
+/// error code).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TaskFailure {
+    /// The task ran and failed; the text is the agent's.
+    #[error("{0}")]
+    Failed(String),
+    /// The task could not be started (missing command, bad command line).
+    #[error("the task could not be started: {0}")]
+    CannotStart(String),
+    /// The task was stopped ([`ExecutorOutput::StopTask`] or `EndTask`) before it finished.
+    #[error("the task was stopped")]
+    Stopped,
+}
+
+impl TaskFailure {
+    /// The protocol error: `TASK_FAILED`, or `CANCELLED` for a stopped task.
+    pub fn to_error_info(&self) -> ErrorInfo {
+        match self {
+            TaskFailure::Failed(m) => ErrorInfo::new(ErrorCode::TaskFailed, m.clone()),
+            TaskFailure::CannotStart(_) => ErrorInfo::new(ErrorCode::TaskFailed, self.to_string()),
+            TaskFailure::Stopped => ErrorInfo::bare(ErrorCode::Cancelled, "the task was stopped"),
+        }
+    }
+}
+
+impl From<String> for TaskFailure {
+    fn from(m: String) -> Self {
+        TaskFailure::Failed(m)
+    }
+}
+
+impl From<&str> for TaskFailure {
+    fn from(m: &str) -> Self {
+        TaskFailure::Failed(m.to_owned())
+    }
 }

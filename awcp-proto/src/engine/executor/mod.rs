@@ -60,6 +60,8 @@ mod teardown;
 mod transport;
 
 #[cfg(test)]
+mod scenarios;
+#[cfg(test)]
 mod tests;
 
 use std::collections::BTreeMap;
@@ -76,8 +78,8 @@ pub use self::assignment::ExecutorTimer;
 pub use self::auth::{Credential, RequiredAuth};
 pub use self::config::{work_root_refusal, ExecutorConfig};
 pub use self::io::{
-    AssignmentView, ExecutorEvent, ExecutorInput, ExecutorOutput, ExecutorStatus, Request,
-    Response, ResultBody, ResultStatus,
+    AllocationFailure, AssignmentView, ExecutorEvent, ExecutorInput, ExecutorOutput,
+    ExecutorStatus, Request, Response, ResultBody, ResultStatus, TaskFailure, WorkspaceLayout,
 };
 pub use self::record::{AssignmentRecord, RecordedAuth, RecordedOutcome, RECORD_VERSION};
 
@@ -224,6 +226,16 @@ impl Executor {
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Timestamp> {
         self.core.poll_timeout()
+    }
+
+    /// When `timer` of `id` fires, if it is armed (for tests and the scenario builder).
+    #[cfg(any(test, feature = "_internal-pair"))]
+    pub(crate) fn timer_deadline(
+        &self,
+        id: &DelegationId,
+        timer: ExecutorTimer,
+    ) -> Option<Timestamp> {
+        self.core.timers.deadline(id, timer)
     }
 
     // ----------------------------------------------------------------------------------------

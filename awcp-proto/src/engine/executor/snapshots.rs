@@ -125,3 +125,35 @@ impl Executor {
         }
     }
 }
+
+impl Executor {
+    /// Whether a request presenting `credential` may download snapshot `snapshot_id` of `id`
+    /// where the driver serves it by URL: it needs the rights of `GET …/result`, and the
+    /// snapshot must be the one the assignment reported and still retains (not acknowledged).
+    /// `Err` carries the HTTP status to answer with (401 or 404) and the error.
+    pub fn authorize_snapshot_download(
+        &self,
+        id: &DelegationId,
+        snapshot_id: &str,
+        credential: Option<&super::Credential>,
+    ) -> Result<(), (u16, ErrorInfo)> {
+        if !self.authorized(id, credential) {
+            return Err((401, super::auth::auth_failed()));
+        }
+        let retained = self
+            .assignments
+            .get(id)
+            .filter(|a| !a.acked)
+            .and_then(|a| a.snapshot.as_ref())
+            .is_some_and(|ev| {
+                matches!(&ev.kind, TaskEventKind::Snapshot(s) if s.snapshot_id.as_str() == snapshot_id)
+            });
+        if !retained {
+            return Err((
+                404,
+                ErrorInfo::new(ErrorCode::NotFound, format!("no snapshot {snapshot_id}")),
+            ));
+        }
+        Ok(())
+    }
+}

@@ -2,14 +2,13 @@
 //! a live transport's release before `done`, or `done` at once).
 
 use crate::engine::{SnapshotKind, TaskHandle, TaskOutcome, UsageError};
-use crate::error::ErrorInfo;
 use crate::id::DelegationId;
 use crate::state::{AssignmentState, AssignmentTransition};
 use crate::time::Timestamp;
 use crate::wire::{feature, AccessMode, Dialect, StatusEvent, TaskEventKind, TaskStatus};
 
 use super::assignment::Phase;
-use super::{Executor, ExecutorEvent, ExecutorOutput};
+use super::{Executor, ExecutorEvent, ExecutorOutput, TaskFailure};
 
 impl Executor {
     pub(super) fn on_progress(
@@ -51,7 +50,7 @@ impl Executor {
         &mut self,
         now: Timestamp,
         id: &DelegationId,
-        result: Result<TaskOutcome, ErrorInfo>,
+        result: Result<TaskOutcome, TaskFailure>,
     ) -> Result<(), UsageError> {
         let a = self.get_mut(id)?;
         match &a.phase {
@@ -75,7 +74,7 @@ impl Executor {
         }
         a.phase = Phase::Idle;
         match result {
-            Err(e) => self.terminate(now, id, AssignmentTransition::TaskFail, e),
+            Err(f) => self.terminate(now, id, AssignmentTransition::TaskFail, f.to_error_info()),
             Ok(outcome) => {
                 a.outcome = Some(outcome);
                 let needs_snapshot = !a.transport.is_live() && a.access == AccessMode::Rw;

@@ -76,7 +76,7 @@ fn a_restart_ends_the_recorded_task_then_releases_the_recorded_work_dir() {
         T0,
         ExecutorInput::TaskFinished {
             id: id.clone(),
-            result: Err(ErrorInfo::bare(ErrorCode::Cancelled, "ended")),
+            result: Err(TaskFailure::Stopped),
         },
     )
     .unwrap();
