@@ -6,6 +6,12 @@
 //! One iteration is one complete lifecycle: INVITE → ACCEPT → START → setup → task → snapshot →
 //! `done` → store/apply → ack → both sides released and forgotten.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::wildcard_enum_match_arm
+)] // test code
+
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 
 use awcp_proto::engine::pair::Pair;

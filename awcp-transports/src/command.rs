@@ -325,6 +325,7 @@ mod tests {
         let e = r
             .run(&ctx(t.path()), &|_| {}, &CancelFlag::new())
             .unwrap_err();
+        let e = e.to_string();
         assert!(e.contains("code 3") && e.contains("broken"), "{e}");
     }
 
@@ -369,6 +370,6 @@ mod tests {
         let e = r
             .run(&ctx(t.path()), &move |_| c2.cancel(), &c)
             .unwrap_err();
-        assert!(e.contains("cancelled"), "{e}");
+        assert!(e.to_string().contains("cancelled"), "{e}");
     }
 }

@@ -130,7 +130,7 @@ impl ExecutorHandle {
                 None => unavailable(),
             },
             (Method::GET, ["awcp", "tasks", id, "events"]) => match parse_id(id) {
-                Ok(id) => self.events(id, credential).await,
+                Ok(id) => self.event_stream(id, credential).await,
                 Err(r) => r,
             },
             (Method::GET, ["awcp", "tasks", id, "result"]) => {
@@ -246,7 +246,7 @@ impl ExecutorHandle {
         }
     }
 
-    async fn events(
+    async fn event_stream(
         &self,
         id: DelegationId,
         credential: Option<Credential>,

@@ -14,7 +14,9 @@ use awcp_proto::engine::auth::BodyLimits;
 use awcp_proto::engine::executor::{
     work_root_refusal, Credential, Request, RequiredAuth, Response,
 };
-use awcp_proto::engine::{CapturedSnapshot, RequestId, StreamId, TaskHandle, TaskOutcome};
+use awcp_proto::engine::{
+    CapturedSnapshot, RequestId, StreamId, TaskHandle, TaskOutcome, UsageError,
+};
 use awcp_proto::{
     encode_event, sse, AllocationFailure, DelegationId, ErrorCode, ErrorInfo, Executor,
     ExecutorConfig, ExecutorEvent, ExecutorInput, ExecutorOutput, TaskFailure, TransportHandle,
@@ -131,6 +133,15 @@ pub(crate) enum Cmd {
     },
     Shutdown(oneshot::Sender<()>),
     SetPublicUrl(String),
+    /// The application's decision on an INVITE (`auto_accept` off).
+    Decide {
+        id: DelegationId,
+        /// `None` accepts; `Some(reason)` declines.
+        decline: Option<ErrorInfo>,
+        reply: oneshot::Sender<Result<(), UsageError>>,
+    },
+    /// Forward every engine event to this channel from now on.
+    Events(mpsc::UnboundedSender<ExecutorEvent>),
 }
 
 /// Files of captured snapshots served by URL, keyed by (delegation, snapshot).
@@ -266,6 +277,7 @@ impl ExecutorHandle {
             snapshots: snapshots.clone(),
             next_id: 1,
             journal,
+            event_subscribers: Vec::new(),
             _locks: locks,
         };
         rt.spawn(Box::pin(lp.run(rx, deferred)));
@@ -302,6 +314,46 @@ impl ExecutorHandle {
         let (tx, rx) = oneshot::channel();
         self.tx.unbounded_send(Cmd::Status(tx)).ok()?;
         rx.await.ok()
+    }
+
+    /// Every engine event from now on ([`ExecutorEvent::InviteReceived`] with `needs_decision`
+    /// when `auto_accept` is off, state changes, endings). `None` once the executor stopped.
+    pub fn events(&self) -> Option<mpsc::UnboundedReceiver<ExecutorEvent>> {
+        let (tx, rx) = mpsc::unbounded();
+        self.tx.unbounded_send(Cmd::Events(tx)).ok()?;
+        Some(rx)
+    }
+
+    /// Accepts an INVITE waiting for the application's decision (`auto_accept` off; see
+    /// [`ExecutorHandle::events`]). `Err` if it is not waiting for one, or the executor stopped.
+    pub async fn accept_invite(&self, id: &DelegationId) -> Result<(), UsageError> {
+        self.decide(id, None).await
+    }
+
+    /// Declines an INVITE waiting for the application's decision; the delegator gets `reason`.
+    pub async fn decline_invite(
+        &self,
+        id: &DelegationId,
+        reason: ErrorInfo,
+    ) -> Result<(), UsageError> {
+        self.decide(id, Some(reason)).await
+    }
+
+    async fn decide(
+        &self,
+        id: &DelegationId,
+        decline: Option<ErrorInfo>,
+    ) -> Result<(), UsageError> {
+        let stopped = || UsageError::InvalidState("the executor has stopped".into());
+        let (reply, answer) = oneshot::channel();
+        self.tx
+            .unbounded_send(Cmd::Decide {
+                id: id.clone(),
+                decline,
+                reply,
+            })
+            .map_err(|_| stopped())?;
+        answer.await.map_err(|_| stopped())?
     }
 
     /// Fails every live assignment (subscribers get an error event, tasks are stopped) and
@@ -543,6 +595,8 @@ struct Loop<R: Runtime> {
     snapshots: SnapshotFiles,
     next_id: u64,
     journal: Option<journal::Journal>,
+    /// Application subscribers of engine events ([`ExecutorHandle::events`]).
+    event_subscribers: Vec<mpsc::UnboundedSender<ExecutorEvent>>,
     /// The work root and state directory stay locked while the loop runs.
     _locks: Vec<lock::DirLock>,
 }
@@ -662,6 +716,15 @@ impl<R: Runtime> Loop<R> {
             }
             Cmd::Shutdown(_) => {}
             Cmd::SetPublicUrl(u) => self.public_url = Some(u),
+            Cmd::Decide { id, decline, reply } => {
+                let now = self.rt.now();
+                let r = match decline {
+                    None => self.engine.accept_invite(now, &id),
+                    Some(reason) => self.engine.decline_invite(now, &id, reason),
+                };
+                let _ = reply.send(r);
+            }
+            Cmd::Events(tx) => self.event_subscribers.push(tx),
         }
     }
 
@@ -935,6 +998,8 @@ impl<R: Runtime> Loop<R> {
     }
 
     fn on_event(&mut self, ev: ExecutorEvent) {
+        self.event_subscribers
+            .retain(|tx| tx.unbounded_send(ev.clone()).is_ok());
         match &ev {
             ExecutorEvent::InviteReceived { id, invite, .. } => {
                 tracing::info!(delegation = %id, task = %invite.task.description, "invitation");

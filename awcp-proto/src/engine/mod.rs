@@ -8,6 +8,14 @@
 //! deadline is reached, and after every call drain `poll_output()` until it returns `None`.
 
 pub mod admission;
+// TEMPORARY: the delegator engine is being restructured on its own branch (issue 16, helper
+// h16d); the crate's no-unwrap / no-wildcard lints are enforced there when it lands. Remove
+// this `allow` then.
+#[allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::wildcard_enum_match_arm
+)]
 pub mod delegator;
 pub mod executor;
 

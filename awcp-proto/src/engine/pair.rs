@@ -240,7 +240,11 @@ impl Pair {
     pub fn delegation_state(&self, id: &DelegationId) -> Option<DelegationState> {
         self.delegator_events.iter().rev().find_map(|e| match e {
             DelegatorEvent::StateChanged { id: i, to, .. } if i == id => Some(*to),
-            _ => None,
+            DelegatorEvent::StateChanged { .. }
+            | DelegatorEvent::Progress { .. }
+            | DelegatorEvent::Snapshot { .. }
+            | DelegatorEvent::Forgotten { .. }
+            | DelegatorEvent::Ended { .. } => None,
         })
     }
 
@@ -532,11 +536,9 @@ fn delegator_event_kind(ev: &DelegatorEvent) -> String {
     match ev {
         DelegatorEvent::StateChanged { to, .. } => format!("StateChanged {to}"),
         DelegatorEvent::Ended { state, .. } => format!("Ended {state}"),
-        other => format!("{other:?}")
-            .split([' ', '{', '('])
-            .next()
-            .unwrap_or_default()
-            .to_owned(),
+        DelegatorEvent::Progress { .. } => "Progress".into(),
+        DelegatorEvent::Snapshot { .. } => "Snapshot".into(),
+        DelegatorEvent::Forgotten { .. } => "Forgotten".into(),
     }
 }
 

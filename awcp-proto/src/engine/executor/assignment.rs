@@ -140,6 +140,15 @@ pub(crate) struct Assignment {
     pub(crate) completed_at: Option<Timestamp>,
 }
 
+/// The snapshot an event carries, if it is a `snapshot` event.
+pub(crate) fn snapshot_of(ev: &TaskEvent) -> Option<&crate::wire::SnapshotEvent> {
+    if let crate::wire::TaskEventKind::Snapshot(s) = &ev.kind {
+        Some(s)
+    } else {
+        None
+    }
+}
+
 impl Assignment {
     /// The spec state: a projection of the machine.
     pub(crate) fn state(&self) -> AssignmentState {

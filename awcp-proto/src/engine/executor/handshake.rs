@@ -232,7 +232,9 @@ impl Executor {
                     ));
                     self.send_accept(now, id);
                 } else {
-                    let a = self.assignments.get_mut(id).expect("exists");
+                    let Some(a) = self.assignments.get_mut(id) else {
+                        return Ok(());
+                    };
                     a.phase = Phase::AwaitingDecision;
                     self.core.outputs.push_back(ExecutorOutput::Event(
                         ExecutorEvent::InviteReceived {
@@ -250,7 +252,9 @@ impl Executor {
     }
 
     fn send_accept(&mut self, now: Timestamp, id: &DelegationId) {
-        let a = self.assignments.get_mut(id).expect("caller checked");
+        let Some(a) = self.assignments.get_mut(id) else {
+            return;
+        };
         let accept = Accept {
             delegation_id: id.clone(),
             work_dir: a.work_dir.clone(),
@@ -302,7 +306,7 @@ impl Executor {
                 });
                 return self.respond_error(request, &id, e, dialect, 409);
             }
-            _ => {}
+            AssignmentState::Pending | AssignmentState::Completed | AssignmentState::Error => {}
         }
         if a.accept.is_none() {
             return self.respond_error(

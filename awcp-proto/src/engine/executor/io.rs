@@ -144,7 +144,7 @@ impl Response {
         match self {
             Response::Error { status, .. } => *status,
             Response::Result(r) if r.status == ResultStatus::NotFound => 404,
-            _ => 200,
+            Response::Accept(..) | Response::Ok | Response::Cancelled | Response::Result(_) => 200,
         }
     }
 }

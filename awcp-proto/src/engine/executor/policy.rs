@@ -61,7 +61,7 @@ pub fn admit(invite: &Invite, config: &ExecutorConfig, live: usize) -> Result<Ad
     let access = match invite.lease.access_mode {
         AccessMode::Rw if config.allow_rw => AccessMode::Rw,
         AccessMode::Rw | AccessMode::Ro if config.allow_ro => AccessMode::Ro,
-        m => {
+        m @ (AccessMode::Rw | AccessMode::Ro) => {
             return Err(declined(format!(
                 "access mode {} is not allowed here",
                 m.as_str()

@@ -150,12 +150,13 @@ impl Executor {
     /// bytes are not recorded (they can be many MB); URL-mode snapshot events are.
     pub fn assignment_record(&self, id: &DelegationId) -> Option<AssignmentRecord> {
         let a = self.assignments.get(id)?;
-        let snapshot_event = a.snapshot.as_ref().and_then(|ev| match &ev.kind {
-            TaskEventKind::Snapshot(s) if s.data.base64.is_none() => {
-                Some(crate::wire::event_to_value(ev, Dialect::Reference))
-            }
-            _ => None,
-        });
+        let snapshot_event = a
+            .snapshot
+            .as_ref()
+            .filter(|ev| {
+                super::assignment::snapshot_of(ev).is_some_and(|s| s.data.base64.is_none())
+            })
+            .map(|ev| crate::wire::event_to_value(ev, Dialect::Reference));
         Some(AssignmentRecord {
             version: RECORD_VERSION,
             id: id.as_str().to_owned(),
@@ -259,10 +260,10 @@ impl Executor {
             match machine.state() {
                 AssignmentState::Completed => {
                     let o = outcome.clone().unwrap_or_default();
-                    let sid = snapshot.as_ref().and_then(|e| match &e.kind {
-                        TaskEventKind::Snapshot(s) => Some(s.snapshot_id.clone()),
-                        _ => None,
-                    });
+                    let sid = snapshot
+                        .as_deref()
+                        .and_then(super::assignment::snapshot_of)
+                        .map(|s| s.snapshot_id.clone());
                     TaskEventKind::Done(DoneEvent {
                         summary: o.summary,
                         highlights: o.highlights,

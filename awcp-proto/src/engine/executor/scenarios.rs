@@ -1,6 +1,8 @@
 //! Both engines in memory ([`crate::engine::pair`]): whole lifecycles, transcripts of the
 //! [R] and [S] exchanges, and mechanisms reached through the scenario builder.
 
+#![allow(clippy::wildcard_enum_match_arm)]
+
 use crate::engine::pair::{Pair, Scenario, TaskScript};
 use crate::error::ErrorCode;
 use crate::id::DelegationId;

@@ -46,7 +46,9 @@ impl Executor {
         id: &DelegationId,
         snapshot: Option<(SnapshotId, CapturedSnapshot)>,
     ) {
-        let a = self.assignments.get_mut(id).expect("caller checked");
+        let Some(a) = self.assignments.get_mut(id) else {
+            return;
+        };
         let outcome = a.outcome.clone().unwrap_or_default();
         let dialect = a.dialect;
         let mut done = DoneEvent {
@@ -96,10 +98,11 @@ impl Executor {
                 )),
             };
         };
-        let snapshot = a.snapshot.as_ref().and_then(|e| match &e.kind {
-            TaskEventKind::Snapshot(s) => Some(s.clone()),
-            _ => None,
-        });
+        let snapshot = a
+            .snapshot
+            .as_deref()
+            .and_then(super::assignment::snapshot_of)
+            .cloned();
         match a.state() {
             AssignmentState::Pending | AssignmentState::Active => ResultBody {
                 status: ResultStatus::Running,

@@ -58,7 +58,9 @@ impl Executor {
             tracing::warn!(delegation = %id, code = %e.code, "release failed: {}", e.message);
             a.release_error = Some(e);
         }
-        let a = self.assignments.get_mut(&id).expect("exists");
+        let Some(a) = self.assignments.get_mut(&id) else {
+            return Ok(());
+        };
         let state = a.state();
         let error = a.error.clone().or_else(|| a.release_error.clone());
         let retention = a.retention;
@@ -99,7 +101,9 @@ impl Executor {
             return;
         }
         tracing::info!(delegation = %id, code = %error.code, "assignment failed: {}", error.message);
-        let a = self.assignments.get_mut(id).expect("exists");
+        let Some(a) = self.assignments.get_mut(id) else {
+            return;
+        };
         a.error = Some(error.clone());
         // INVITE requests still waiting (allocation or decision in progress) get the error.
         let requests = std::mem::take(&mut a.invite_requests);
@@ -110,7 +114,9 @@ impl Executor {
         self.core.timers.cancel(id, Timer::Lease);
         self.core.timers.cancel(id, Timer::StartDeadline);
         self.broadcast(now, id, TaskEventKind::Error(error));
-        let a = self.assignments.get_mut(id).expect("exists");
+        let Some(a) = self.assignments.get_mut(id) else {
+            return;
+        };
         match &mut a.phase {
             Phase::Running { task } => {
                 a.phase = Phase::Stopping {

@@ -1,6 +1,8 @@
 //! Unit tests of the coordinator and of restart recovery (mechanism tests sit beside their
 //! files; two-engine scenarios in `crate::engine::pair`).
 
+#![allow(clippy::wildcard_enum_match_arm)]
+
 use super::*;
 use crate::engine::TaskHandle;
 use crate::error::ErrorCode;
@@ -199,7 +201,7 @@ fn version_0_records_migrate_and_are_written_back_unchanged_but_for_the_version(
             work_root: "/w".into(),
             ..ExecutorConfig::default()
         });
-        assert_eq!(ex.restore(T0, &[v0.clone()]), 1, "{name}");
+        assert_eq!(ex.restore(T0, std::slice::from_ref(&v0)), 1, "{name}");
         let id = DelegationId::new("dlg_fixture").unwrap();
         let again = ex.record(&id).unwrap();
         assert_eq!(again["version"], RECORD_VERSION);
