@@ -548,6 +548,7 @@ fn executor_event_kind(ev: &ExecutorEvent) -> String {
         ExecutorEvent::StateChanged { to, .. } => format!("StateChanged {to}"),
         ExecutorEvent::Forgotten { .. } => "Forgotten".into(),
         ExecutorEvent::RecordChanged { .. } => "RecordChanged".into(),
+        ExecutorEvent::PeerMisbehaved { .. } => "PeerMisbehaved".into(),
         ExecutorEvent::Ended { state, .. } => format!("Ended {state}"),
     }
 }

@@ -1973,7 +1973,8 @@ impl World {
             | ExecutorEvent::StateChanged { id, .. }
             | ExecutorEvent::RecordChanged { id }
             | ExecutorEvent::Ended { id, .. }
-            | ExecutorEvent::Forgotten { id } => id.clone(),
+            | ExecutorEvent::Forgotten { id }
+            | ExecutorEvent::PeerMisbehaved { id, .. } => id.clone(),
         };
         self.persist_exec(exec, &recorded);
         match ev {
@@ -2026,6 +2027,7 @@ impl World {
                 self.exec_endings
                     .push((exec, id, state, error.map(|e| e.code)));
             }
+            ExecutorEvent::PeerMisbehaved { .. } => self.bump("executor saw a misbehaving peer"),
             ExecutorEvent::InviteReceived { .. }
             | ExecutorEvent::Forgotten { .. }
             | ExecutorEvent::RecordChanged { .. } => {}

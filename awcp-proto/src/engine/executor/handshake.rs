@@ -12,7 +12,7 @@ use crate::wire::{Accept, Dialect, ExecutorConstraints, Invite};
 
 use super::assignment::{Assignment, ExecutorTimer as Timer, Phase};
 use super::auth::{self, Credential};
-use super::{AllocationFailure, Executor, ExecutorEvent, ExecutorOutput, Response};
+use super::{AllocationFailure, Executor, ExecutorEvent, ExecutorOutput, Misbehaviour, Response};
 
 impl Executor {
     // ----------------------------------------------------------------------------------------
@@ -96,6 +96,10 @@ impl Executor {
         // A repeated INVITE (retry, duplicate delivery) is answered idempotently.
         if let Some(a) = self.assignments.get_mut(&id) {
             if a.invite != invite {
+                self.event(ExecutorEvent::PeerMisbehaved {
+                    id: id.clone(),
+                    reason: Misbehaviour::ConflictingInvite,
+                });
                 return self.respond_error(
                     request,
                     &id,
@@ -309,6 +313,10 @@ impl Executor {
             AssignmentState::Pending | AssignmentState::Completed | AssignmentState::Error => {}
         }
         if a.accept.is_none() {
+            self.event(ExecutorEvent::PeerMisbehaved {
+                id: id.clone(),
+                reason: Misbehaviour::StartBeforeAccept,
+            });
             return self.respond_error(
                 request,
                 &id,
@@ -318,6 +326,17 @@ impl Executor {
             );
         }
         if start.handle.kind() != a.transport {
+            let misbehaviour = Misbehaviour::StartWithOtherTransport {
+                agreed: a.transport.clone(),
+                got: start.handle.kind(),
+            };
+            self.event(ExecutorEvent::PeerMisbehaved {
+                id: id.clone(),
+                reason: misbehaviour,
+            });
+            let Some(a) = self.assignments.get(&id) else {
+                return;
+            };
             let e = ErrorInfo::new(
                 ErrorCode::SetupFailed,
                 format!(

@@ -341,6 +341,14 @@ pub enum ExecutorEvent {
         /// The delegation.
         id: DelegationId,
     },
+    /// A peer broke the protocol (the request was refused, or the assignment failed, as the
+    /// spec says): an event the application can count, not just a log line.
+    PeerMisbehaved {
+        /// The delegation the request named.
+        id: DelegationId,
+        /// What it did.
+        reason: Misbehaviour,
+    },
     /// The assignment is over and its resources are released. Emitted exactly once.
     Ended {
         /// The delegation.
@@ -350,6 +358,25 @@ pub enum ExecutorEvent {
         /// The error, if it failed.
         error: Option<ErrorInfo>,
     },
+}
+
+/// How a delegator broke the protocol ([`ExecutorEvent::PeerMisbehaved`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Misbehaviour {
+    /// START for an invitation that was not accepted (yet).
+    StartBeforeAccept,
+    /// START carries a handle of another transport than the one agreed.
+    StartWithOtherTransport {
+        /// What ACCEPT agreed.
+        agreed: TransportKind,
+        /// What START carried.
+        got: TransportKind,
+    },
+    /// A second INVITE with the same id but different content.
+    ConflictingInvite,
+    /// A message only an executor sends (ACCEPT, DONE) was sent to the executor.
+    UnexpectedMessage(&'static str),
 }
 
 /// Counts for `GET /awcp/status`.

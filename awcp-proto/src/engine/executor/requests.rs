@@ -79,6 +79,10 @@ impl Executor {
             }
             Req::Message(other, dialect) => {
                 let id = other.delegation_id().clone();
+                self.event(super::ExecutorEvent::PeerMisbehaved {
+                    id: id.clone(),
+                    reason: super::Misbehaviour::UnexpectedMessage(other.type_str()),
+                });
                 self.respond_error(
                     request,
                     &id,

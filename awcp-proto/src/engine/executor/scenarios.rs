@@ -238,3 +238,81 @@ fn an_unreachable_executor_fails_the_delegation_and_holds_nothing() {
     assert_eq!(s.pair.delegation_state(&s.id), Some(DelegationState::Error));
     assert_eq!(s.pair.executor.live_count(), 0);
 }
+
+#[test]
+fn protocol_violations_by_the_delegator_are_events_the_application_can_count() {
+    use crate::engine::executor::{ExecutorInput, Misbehaviour, Request};
+    use crate::engine::RequestId;
+    use crate::wire::{Accept, ActiveLease, Message, Start};
+    let mut p = Pair::new(
+        Default::default(),
+        ExecutorConfig {
+            auto_accept: false,
+            ..ExecutorConfig::default()
+        },
+    );
+    let id = DelegationId::new("dlg_misbehaving").unwrap();
+    p.delegate(&id, Dialect::Reference);
+    p.drive();
+    let send = |p: &mut Pair, m: Message| {
+        p.executor
+            .handle(
+                p.now,
+                ExecutorInput::Request {
+                    request: RequestId(9_000),
+                    credential: None,
+                    body: Request::Message(Box::new(m), Dialect::Reference),
+                },
+            )
+            .unwrap();
+        p.drive();
+    };
+    // An ACCEPT sent to the executor.
+    send(
+        &mut p,
+        Message::Accept(Accept {
+            delegation_id: id.clone(),
+            work_dir: "/w".into(),
+            constraints: None,
+            retention_ms: None,
+            features: Vec::new(),
+        }),
+    );
+    // START while the application has not accepted yet.
+    let handle = crate::wire::decode_handle(
+        &serde_json::json!({
+            "transport": "archive",
+            "workspaceBase64": "UEsFBgAAAAAAAAAAAAAAAAAAAAAAAA==",
+            "checksum": "0000000000000000000000000000000000000000000000000000000000000000",
+        }),
+        "transportHandle",
+    )
+    .unwrap();
+    let expires_at = p.now.saturating_add(std::time::Duration::from_secs(60));
+    send(
+        &mut p,
+        Message::Start(Start {
+            delegation_id: id.clone(),
+            lease: ActiveLease {
+                expires_at,
+                access_mode: crate::wire::AccessMode::Rw,
+            },
+            handle,
+        }),
+    );
+    let seen: Vec<&Misbehaviour> = p
+        .executor_events
+        .iter()
+        .filter_map(|e| match e {
+            ExecutorEvent::PeerMisbehaved { id: i, reason } if *i == id => Some(reason),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            &Misbehaviour::UnexpectedMessage("ACCEPT"),
+            &Misbehaviour::StartBeforeAccept
+        ]
+    );
+}
