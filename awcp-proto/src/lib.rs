@@ -37,7 +37,7 @@
 
 pub mod engine;
 pub mod error;
-pub mod http;
+pub mod http_binding;
 pub mod id;
 pub mod sse;
 pub mod state;

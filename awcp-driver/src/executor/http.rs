@@ -18,7 +18,7 @@ use std::io::Read;
 
 use awcp_proto::engine::auth::{check_headers, Credential, Endpoint, HeaderVerdict, Presented};
 use awcp_proto::engine::executor::Request;
-use awcp_proto::http as wire_http;
+use awcp_proto::http_binding as wire_http;
 use awcp_proto::{decode_message, sse, DelegationId, ErrorCode, ErrorInfo};
 use bytes::Bytes;
 use futures::StreamExt;

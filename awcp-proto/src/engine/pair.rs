@@ -405,17 +405,17 @@ impl Pair {
                     return;
                 };
                 // Over the wire: the executor's encoder, the delegator's decoder.
-                let (status, body) = crate::http::encode_response(&response);
+                let (status, body) = crate::http_binding::encode_response(&response);
                 match asked {
                     Asked::Post(to) => self.to_delegator.push_back(DelegatorInput::Reply {
                         id,
                         to,
-                        reply: crate::http::decode_reply(status, body.as_bytes()),
+                        reply: crate::http_binding::decode_reply(status, body.as_bytes()),
                     }),
                     Asked::Result => {
                         let result = serde_json::from_str(&body)
                             .map_err(|e| e.to_string())
-                            .and_then(|v| crate::http::decode_result(&id, &v));
+                            .and_then(|v| crate::http_binding::decode_result(&id, &v));
                         self.to_delegator
                             .push_back(DelegatorInput::ResultFetched { id, result });
                     }
