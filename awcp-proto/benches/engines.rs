@@ -6,7 +6,7 @@
 //! One iteration is one complete lifecycle: INVITE → ACCEPT → START → setup → task → snapshot →
 //! `done` → store/apply → ack → both sides released and forgotten. Each lifecycle is measured
 //! twice: in wall time (`wall/…`), and in CPU time of the measuring thread (`cpu/…`, from
-//! `/proc/thread-self/schedstat`), which stays meaningful on a machine shared with other jobs.
+//! `CLOCK_THREAD_CPUTIME_ID`), which stays meaningful on a machine shared with other jobs.
 
 #![allow(
     clippy::unwrap_used,
@@ -30,11 +30,15 @@ fn lifecycle(dialect: Dialect, n: u64) -> Pair {
     p
 }
 
-/// Nanoseconds this thread has spent on a CPU (Linux); `None` elsewhere.
+/// CPU time this thread has used (`CLOCK_THREAD_CPUTIME_ID`).
 fn thread_cpu() -> Option<Duration> {
-    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
-    let ns: u64 = s.split_whitespace().next()?.parse().ok()?;
-    Some(Duration::from_nanos(ns))
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes only into `t`, a valid timespec we own.
+    let r = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    (r == 0).then(|| Duration::new(t.tv_sec as u64, t.tv_nsec as u32))
 }
 
 fn engines(c: &mut Criterion) {

@@ -248,8 +248,10 @@ impl Pair {
         })
     }
 
-    fn note(&mut self, side: &str, what: String) {
+    /// Records `what()` in the transcript (only built when recording).
+    fn note(&mut self, side: &str, what: impl FnOnce() -> String) {
         if self.record {
+            let what = what();
             self.transcript.push(format!("{side}> {what}"));
         }
     }
@@ -276,7 +278,7 @@ impl Pair {
     fn on_delegator_output(&mut self, out: DelegatorOutput) {
         match out {
             DelegatorOutput::ScanWorkspace { id } => {
-                self.note("d", "ScanWorkspace".into());
+                self.note("d", || "ScanWorkspace".into());
                 let mut stats = WorkspaceStats::default();
                 stats.add_file("src/main.rs", 120);
                 self.to_delegator.push_back(DelegatorInput::ScanCompleted {
@@ -290,7 +292,7 @@ impl Pair {
                 dialect,
                 ..
             } => {
-                self.note("d", format!("Send {}", message.type_str()));
+                self.note("d", || format!("Send {}", message.type_str()));
                 let asked = match &message {
                     Message::Invite(_) => Outbound::Invite,
                     Message::Start(_) => Outbound::Start,
@@ -304,15 +306,15 @@ impl Pair {
                 }
             }
             DelegatorOutput::SendCancel { id, .. } => {
-                self.note("d", "SendCancel".into());
+                self.note("d", || "SendCancel".into());
                 self.post(&id.clone(), Outbound::Cancel, Request::Cancel(id));
             }
             DelegatorOutput::SendAck { id, .. } => {
-                self.note("d", "SendAck".into());
+                self.note("d", || "SendAck".into());
                 self.post(&id.clone(), Outbound::Ack, Request::Ack(id));
             }
             DelegatorOutput::PrepareTransport { id, .. } => {
-                self.note("d", "PrepareTransport".into());
+                self.note("d", || "PrepareTransport".into());
                 self.to_delegator
                     .push_back(DelegatorInput::TransportPrepared {
                         id,
@@ -327,7 +329,7 @@ impl Pair {
                     });
             }
             DelegatorOutput::OpenEventStream { id, .. } => {
-                self.note("d", "OpenEventStream".into());
+                self.note("d", || "OpenEventStream".into());
                 let stream = StreamId(self.handle_id());
                 self.streams.insert(stream, id.clone());
                 self.to_executor.push_back(ExecutorInput::Subscribe {
@@ -339,7 +341,7 @@ impl Pair {
                     .push_back(DelegatorInput::EventStreamOpened { id });
             }
             DelegatorOutput::CloseEventStream { id } => {
-                self.note("d", "CloseEventStream".into());
+                self.note("d", || "CloseEventStream".into());
                 let open: Vec<StreamId> = self
                     .streams
                     .iter()
@@ -353,7 +355,7 @@ impl Pair {
                 }
             }
             DelegatorOutput::FetchResult { id, .. } => {
-                self.note("d", "FetchResult".into());
+                self.note("d", || "FetchResult".into());
                 let request = RequestId(self.handle_id());
                 self.requests.insert(request, (id.clone(), Asked::Result));
                 self.to_executor.push_back(ExecutorInput::Request {
@@ -363,7 +365,7 @@ impl Pair {
                 });
             }
             DelegatorOutput::ApplySnapshot { id, snapshot_id } => {
-                self.note("d", "ApplySnapshot".into());
+                self.note("d", || "ApplySnapshot".into());
                 self.to_delegator
                     .push_back(DelegatorInput::SnapshotApplied {
                         id,
@@ -372,7 +374,7 @@ impl Pair {
                     });
             }
             DelegatorOutput::StoreSnapshot { id, snapshot } => {
-                self.note("d", "StoreSnapshot".into());
+                self.note("d", || "StoreSnapshot".into());
                 self.to_delegator.push_back(DelegatorInput::SnapshotStored {
                     id,
                     snapshot_id: snapshot.snapshot_id,
@@ -380,10 +382,10 @@ impl Pair {
                 });
             }
             DelegatorOutput::DeleteStoredSnapshot { .. } => {
-                self.note("d", "DeleteStoredSnapshot".into());
+                self.note("d", || "DeleteStoredSnapshot".into());
             }
             DelegatorOutput::ReleaseTransport { id } => {
-                self.note("d", "ReleaseTransport".into());
+                self.note("d", || "ReleaseTransport".into());
                 self.to_delegator
                     .push_back(DelegatorInput::TransportReleased {
                         id,
@@ -391,7 +393,7 @@ impl Pair {
                     });
             }
             DelegatorOutput::Event(ev) => {
-                self.note("d", format!("Event {}", delegator_event_kind(&ev)));
+                self.note("d", || format!("Event {}", delegator_event_kind(&ev)));
                 self.delegator_events.push(ev);
             }
         }
@@ -400,7 +402,7 @@ impl Pair {
     fn on_executor_output(&mut self, out: ExecutorOutput) {
         match out {
             ExecutorOutput::Respond { request, response } => {
-                self.note("e", "Respond".into());
+                self.note("e", || "Respond".into());
                 let Some((id, asked)) = self.requests.remove(&request) else {
                     return;
                 };
@@ -426,7 +428,7 @@ impl Pair {
                 event,
                 dialect,
             } => {
-                self.note("e", format!("StreamEvent {}", event.kind.type_str()));
+                self.note("e", || format!("StreamEvent {}", event.kind.type_str()));
                 if !self.streams.contains_key(&stream) {
                     return;
                 }
@@ -439,26 +441,26 @@ impl Pair {
                 }
             }
             ExecutorOutput::CloseStream { stream } => {
-                self.note("e", "CloseStream".into());
+                self.note("e", || "CloseStream".into());
                 if let Some(id) = self.streams.remove(&stream) {
                     self.to_delegator
                         .push_back(DelegatorInput::EventStreamClosed { id, reason: None });
                 }
             }
             ExecutorOutput::AllocateWorkDir { id, .. } => {
-                self.note("e", "AllocateWorkDir".into());
+                self.note("e", || "AllocateWorkDir".into());
                 self.to_executor
                     .push_back(ExecutorInput::WorkDirAllocated { id, result: Ok(()) });
             }
             ExecutorOutput::SetupTransport { id, .. } => {
-                self.note("e", "SetupTransport".into());
+                self.note("e", || "SetupTransport".into());
                 self.to_executor.push_back(ExecutorInput::SetupCompleted {
                     id,
                     result: Ok(WorkspaceLayout::PerResource),
                 });
             }
             ExecutorOutput::RunTask { id, .. } => {
-                self.note("e", "RunTask".into());
+                self.note("e", || "RunTask".into());
                 let result = match &self.task {
                     TaskScript::Succeed => Ok(TaskOutcome {
                         summary: "done".into(),
@@ -471,7 +473,7 @@ impl Pair {
                     .push_back(ExecutorInput::TaskFinished { id, result });
             }
             ExecutorOutput::StopTask { id } => {
-                self.note("e", "StopTask".into());
+                self.note("e", || "StopTask".into());
                 self.to_executor.push_back(ExecutorInput::TaskFinished {
                     id,
                     result: Err(TaskFailure::Stopped),
@@ -483,7 +485,7 @@ impl Pair {
                 inline,
                 ..
             } => {
-                self.note("e", "CaptureSnapshot".into());
+                self.note("e", || "CaptureSnapshot".into());
                 let data = if inline {
                     ArchiveData {
                         base64: Some(EMPTY_ZIP.into()),
@@ -507,25 +509,25 @@ impl Pair {
                 });
             }
             ExecutorOutput::Release { id, .. } => {
-                self.note("e", "Release".into());
+                self.note("e", || "Release".into());
                 self.to_executor
                     .push_back(ExecutorInput::Released { id, result: Ok(()) });
             }
             ExecutorOutput::RemoveEmptyWorkDir { id, .. } => {
-                self.note("e", "RemoveEmptyWorkDir".into());
+                self.note("e", || "RemoveEmptyWorkDir".into());
                 self.to_executor
                     .push_back(ExecutorInput::Released { id, result: Ok(()) });
             }
             ExecutorOutput::EndTask { id, .. } => {
-                self.note("e", "EndTask".into());
+                self.note("e", || "EndTask".into());
                 self.to_executor.push_back(ExecutorInput::TaskFinished {
                     id,
                     result: Err(TaskFailure::Stopped),
                 });
             }
-            ExecutorOutput::DropSnapshot { .. } => self.note("e", "DropSnapshot".into()),
+            ExecutorOutput::DropSnapshot { .. } => self.note("e", || "DropSnapshot".into()),
             ExecutorOutput::Event(ev) => {
-                self.note("e", format!("Event {}", executor_event_kind(&ev)));
+                self.note("e", || format!("Event {}", executor_event_kind(&ev)));
                 self.executor_events.push(ev);
             }
         }
