@@ -37,7 +37,7 @@
 
 pub mod engine;
 pub mod error;
-pub mod http;
+pub mod http_binding;
 pub mod id;
 pub mod sse;
 pub mod state;
@@ -48,14 +48,15 @@ pub use engine::delegator::{
     Delegator, DelegatorConfig, DelegatorEvent, DelegatorInput, DelegatorOutput,
 };
 pub use engine::executor::{
-    Executor, ExecutorConfig, ExecutorEvent, ExecutorInput, ExecutorOutput,
+    AllocationFailure, Executor, ExecutorConfig, ExecutorEvent, ExecutorInput, ExecutorOutput,
+    TaskFailure, WorkspaceLayout,
 };
 pub use engine::*;
 pub use error::{ErrorCode, ErrorInfo};
 pub use id::{DelegationId, IdError, ResourceName, SnapshotId};
 pub use state::{
-    AssignmentEvent, AssignmentMachine, AssignmentState, DelegationEvent, DelegationMachine,
-    DelegationState,
+    AssignmentEvent, AssignmentMachine, AssignmentState, AssignmentTransition, DelegationEvent,
+    DelegationMachine, DelegationState,
 };
 pub use time::Timestamp;
 pub use wire::*;

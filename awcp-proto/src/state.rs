@@ -263,9 +263,10 @@ impl fmt::Display for AssignmentState {
     }
 }
 
-/// The executor's transition events (WIRE.md §8.2).
+/// The executor's transitions (WIRE.md §8.2): what moves an assignment from one spec state to
+/// another. Not to be confused with [`crate::ExecutorEvent`], what the application is told.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum AssignmentEvent {
+pub enum AssignmentTransition {
     /// pending → active
     ReceiveStart,
     /// active → completed
@@ -279,20 +280,23 @@ pub enum AssignmentEvent {
     Cancel,
 }
 
-impl AssignmentEvent {
+/// The former name of [`AssignmentTransition`], kept while callers move over.
+pub type AssignmentEvent = AssignmentTransition;
+
+impl AssignmentTransition {
     /// Every event.
-    pub const ALL: [AssignmentEvent; 5] = [
-        AssignmentEvent::ReceiveStart,
-        AssignmentEvent::TaskComplete,
-        AssignmentEvent::TaskFail,
-        AssignmentEvent::ReceiveError,
-        AssignmentEvent::Cancel,
+    pub const ALL: [AssignmentTransition; 5] = [
+        AssignmentTransition::ReceiveStart,
+        AssignmentTransition::TaskComplete,
+        AssignmentTransition::TaskFail,
+        AssignmentTransition::ReceiveError,
+        AssignmentTransition::Cancel,
     ];
 
     /// The target of this event from `from`, if valid.
     pub fn target(self, from: AssignmentState) -> Option<AssignmentState> {
-        use AssignmentEvent as E;
         use AssignmentState as S;
+        use AssignmentTransition as E;
         match (self, from) {
             (E::ReceiveStart, S::Pending) => Some(S::Active),
             (E::TaskComplete, S::Active) => Some(S::Completed),
@@ -336,10 +340,10 @@ impl AssignmentMachine {
     /// Applies `event`; returns `(from, to)` or refuses without changing anything.
     pub fn apply(
         &mut self,
-        event: AssignmentEvent,
+        event: AssignmentTransition,
     ) -> Result<
         (AssignmentState, AssignmentState),
-        IllegalTransition<AssignmentState, AssignmentEvent>,
+        IllegalTransition<AssignmentState, AssignmentTransition>,
     > {
         let from = self.state;
         let to = event
@@ -404,8 +408,8 @@ mod tests {
 
     #[test]
     fn assignment_table() {
-        use AssignmentEvent as E;
         use AssignmentState as S;
+        use AssignmentTransition as E;
         let cases = [
             (E::ReceiveStart, S::Pending, Some(S::Active)),
             (E::ReceiveStart, S::Active, None),

@@ -1,6 +1,12 @@
 //! The executor engine's security decisions in virtual time: pending assignments that never
 //! get a START, and (with auth on) which credential authorises which request.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::wildcard_enum_match_arm
+)] // test code
+
 use std::time::Duration;
 
 use awcp_proto::engine::executor::{Credential, Request, RequiredAuth, Response};

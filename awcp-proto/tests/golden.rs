@@ -18,6 +18,12 @@
 //! encoder omits exactly the fields the fixtures omit, and the seed INVITE keeps its
 //! `workspace.exportName`).
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::wildcard_enum_match_arm
+)] // test code
+
 use std::path::PathBuf;
 
 use awcp_proto::*;

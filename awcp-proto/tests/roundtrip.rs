@@ -11,6 +11,12 @@
 //!   an [S] `done` has no snapshot ids.
 //! * `progress` is generated from quarter steps so the decimal text is exact.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::wildcard_enum_match_arm
+)] // test code
+
 use std::collections::BTreeMap;
 
 use awcp_proto::*;

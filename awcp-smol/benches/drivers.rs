@@ -38,7 +38,7 @@ impl TaskRunner for Noop {
         _: &TaskContext,
         _: &dyn Fn(String),
         _: &CancelFlag,
-    ) -> Result<TaskOutcome, String> {
+    ) -> Result<TaskOutcome, awcp_proto::TaskFailure> {
         Ok(TaskOutcome {
             summary: "nothing to do".into(),
             highlights: vec![],

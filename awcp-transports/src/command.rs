@@ -118,7 +118,7 @@ impl TaskRunner for CommandRunner {
         ctx: &TaskContext,
         progress: &dyn Fn(String),
         cancel: &CancelFlag,
-    ) -> Result<TaskOutcome, String> {
+    ) -> Result<TaskOutcome, awcp_proto::TaskFailure> {
         self.run_tracked(ctx, progress, &|_| {}, cancel)
     }
 
@@ -128,7 +128,7 @@ impl TaskRunner for CommandRunner {
         progress: &dyn Fn(String),
         spawned: &dyn Fn(TaskGroup),
         cancel: &CancelFlag,
-    ) -> Result<TaskOutcome, String> {
+    ) -> Result<TaskOutcome, awcp_proto::TaskFailure> {
         let prompt_dir = tempfile::tempdir().map_err(|e| format!("prompt file: {e}"))?;
         let prompt_file = prompt_dir.path().join("prompt.txt");
         std::fs::write(&prompt_file, &ctx.prompt).map_err(|e| format!("prompt file: {e}"))?;
@@ -151,9 +151,9 @@ impl TaskRunner for CommandRunner {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| format!("could not start {:?}: {e}", self.argv[0]))?;
+        let mut child = cmd.spawn().map_err(|e| {
+            awcp_proto::TaskFailure::CannotStart(format!("{:?}: {e}", self.argv[0]))
+        })?;
         if let Some(group) = TaskGroup::of_leader(child.id()) {
             spawned(group);
         }
@@ -202,7 +202,7 @@ impl TaskRunner for CommandRunner {
                 Ok(false) => {}
                 Err(e) => {
                     let _ = end_group(&mut child);
-                    return Err(e);
+                    return Err(e.into());
                 }
             }
             // Wait for output or a short tick, whichever comes first.
@@ -263,7 +263,8 @@ impl TaskRunner for CommandRunner {
                 } else {
                     format!(": {tail}")
                 }
-            ))
+            )
+            .into())
         }
     }
 }
@@ -324,6 +325,7 @@ mod tests {
         let e = r
             .run(&ctx(t.path()), &|_| {}, &CancelFlag::new())
             .unwrap_err();
+        let e = e.to_string();
         assert!(e.contains("code 3") && e.contains("broken"), "{e}");
     }
 
@@ -368,6 +370,6 @@ mod tests {
         let e = r
             .run(&ctx(t.path()), &move |_| c2.cancel(), &c)
             .unwrap_err();
-        assert!(e.contains("cancelled"), "{e}");
+        assert!(e.to_string().contains("cancelled"), "{e}");
     }
 }

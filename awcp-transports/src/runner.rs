@@ -22,7 +22,7 @@ impl TaskRunner for DemoRunner {
         ctx: &TaskContext,
         progress: &dyn Fn(String),
         cancel: &CancelFlag,
-    ) -> Result<TaskOutcome, String> {
+    ) -> Result<TaskOutcome, awcp_proto::TaskFailure> {
         progress("scanning workspace".into());
         let w = walk(&ctx.work_dir, &WalkOptions::default(), cancel).map_err(|e| e.to_string())?;
         cancel.check().map_err(|e| e.to_string())?;

@@ -235,13 +235,14 @@ pub struct TaskOutcome {
 /// The agent that does the work on the executor. Synchronous and cancellable; progress
 /// messages flow back to the engine as inputs.
 pub trait TaskRunner: Send + Sync {
-    /// Runs the task. `Err` is a task failure message.
+    /// Runs the task. `Err` says why it produced no outcome (a `String` converts into
+    /// [`TaskFailure::Failed`](awcp_proto::TaskFailure::Failed), so `?` on text errors works).
     fn run(
         &self,
         ctx: &TaskContext,
         progress: &dyn Fn(String),
         cancel: &CancelFlag,
-    ) -> Result<TaskOutcome, String>;
+    ) -> Result<TaskOutcome, awcp_proto::TaskFailure>;
 
     /// Runs the task like [`TaskRunner::run`] and reports through `spawned`, as soon as it
     /// exists, each OS process group the task runs in: the executor journals it so that a
@@ -254,7 +255,7 @@ pub trait TaskRunner: Send + Sync {
         progress: &dyn Fn(String),
         spawned: &dyn Fn(TaskGroup),
         cancel: &CancelFlag,
-    ) -> Result<TaskOutcome, String> {
+    ) -> Result<TaskOutcome, awcp_proto::TaskFailure> {
         let _ = spawned;
         self.run(ctx, progress, cancel)
     }

@@ -125,7 +125,7 @@ impl TaskRunner for LiveRunner {
         ctx: &TaskContext,
         progress: &dyn Fn(String),
         _c: &CancelFlag,
-    ) -> Result<TaskOutcome, String> {
+    ) -> Result<TaskOutcome, awcp_proto::TaskFailure> {
         let w = ctx.work_dir.clone();
         let e = |e: std::io::Error| e.to_string();
         let a = std::fs::read_to_string(w.join("a.txt")).map_err(e)?;
@@ -500,7 +500,7 @@ impl TaskRunner for Gates {
         ctx: &TaskContext,
         _progress: &dyn Fn(String),
         cancel: &CancelFlag,
-    ) -> Result<TaskOutcome, String> {
+    ) -> Result<TaskOutcome, awcp_proto::TaskFailure> {
         std::fs::write(
             ctx.work_dir.join(format!("{}.txt", ctx.prompt)),
             "written by the executor\n",

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use awcp_proto::engine::delegator::{DelegateRequest, DelegationView, Outbound};
 use awcp_proto::engine::{SnapshotMode, WorkspaceStats};
-use awcp_proto::http as wire_http;
+use awcp_proto::http_binding as wire_http;
 use awcp_proto::{
     decode_event, encode_message, feature, sse, AccessMode, Auth, DelegationId, Delegator,
     DelegatorConfig, DelegatorEvent, DelegatorInput, DelegatorOutput, Dialect, ErrorCode,

@@ -18,7 +18,7 @@ use std::io::Read;
 
 use awcp_proto::engine::auth::{check_headers, Credential, Endpoint, HeaderVerdict, Presented};
 use awcp_proto::engine::executor::Request;
-use awcp_proto::http as wire_http;
+use awcp_proto::http_binding as wire_http;
 use awcp_proto::{decode_message, sse, DelegationId, ErrorCode, ErrorInfo};
 use bytes::Bytes;
 use futures::StreamExt;
@@ -130,7 +130,7 @@ impl ExecutorHandle {
                 None => unavailable(),
             },
             (Method::GET, ["awcp", "tasks", id, "events"]) => match parse_id(id) {
-                Ok(id) => self.events(id, credential).await,
+                Ok(id) => self.event_stream(id, credential).await,
                 Err(r) => r,
             },
             (Method::GET, ["awcp", "tasks", id, "result"]) => {
@@ -246,7 +246,7 @@ impl ExecutorHandle {
         }
     }
 
-    async fn events(
+    async fn event_stream(
         &self,
         id: DelegationId,
         credential: Option<Credential>,
@@ -296,16 +296,16 @@ impl ExecutorHandle {
             Ok(id) => id,
             Err(r) => return r,
         };
-        // Authorisation follows the delegation: ask the engine (result needs the same rights).
-        match self.request(credential, Request::Result(id.clone())).await {
-            Some(awcp_proto::engine::executor::Response::Error { .. }) | None => {
-                return reply(wire_http::reject(
-                    401,
-                    Some(&id),
-                    ErrorInfo::new(ErrorCode::AuthFailed, "not allowed"),
-                ))
+        // Who may download which snapshot is the engine's decision.
+        match self
+            .authorize_snapshot(id.clone(), sid.to_owned(), credential)
+            .await
+        {
+            Some(Ok(())) => {}
+            Some(Err((status, error))) => {
+                return reply(wire_http::reject(status, Some(&id), error))
             }
-            Some(_) => {}
+            None => return unavailable(),
         }
         let path = self
             .snapshots

@@ -1,9 +1,12 @@
 //! The executor side: one task owns the [`Executor`] engine and executes its outputs; HTTP
 //! handlers talk to it through a channel ([`ExecutorHandle`]).
 
+mod event_loop;
 mod http;
 pub mod journal;
 pub mod lock;
+mod recovery;
+mod workspace;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -14,22 +17,14 @@ use awcp_proto::engine::auth::BodyLimits;
 use awcp_proto::engine::executor::{
     work_root_refusal, Credential, Request, RequiredAuth, Response,
 };
-use awcp_proto::engine::{CapturedSnapshot, RequestId, StreamId, TaskHandle, TaskOutcome};
-use awcp_proto::{
-    encode_event, sse, DelegationId, ErrorCode, ErrorInfo, Executor, ExecutorConfig, ExecutorEvent,
-    ExecutorInput, ExecutorOutput, TransportHandle, TransportKind,
-};
-use awcp_transports::archive::{ArchiveOutput, ArchiveSource, Delivery};
-use awcp_transports::{
-    CancelFlag, ExecutorTransport, Orphans, SetupRequest, TaskContext, TaskGroup, TaskRunner,
-};
+use awcp_proto::engine::{StreamId, UsageError};
+use awcp_proto::{DelegationId, ErrorInfo, Executor, ExecutorConfig, ExecutorEvent, ExecutorInput};
+use awcp_transports::{ExecutorTransport, TaskRunner};
 use bytes::Bytes;
 use futures::channel::{mpsc, oneshot};
-use futures::future::Either;
-use futures::StreamExt;
 
 use crate::card::AgentCard;
-use crate::runtime::{blocking, sleep_until, Runtime};
+use crate::runtime::Runtime;
 
 pub use self::http::SNAPSHOT_ROUTE;
 pub use self::lock::StartError;
@@ -121,8 +116,24 @@ pub(crate) enum Cmd {
     StreamClosed(StreamId),
     Input(ExecutorInput),
     Status(oneshot::Sender<awcp_proto::engine::executor::ExecutorStatus>),
+    /// May this credential download this snapshot? (The engine decides.)
+    AuthorizeSnapshot {
+        id: DelegationId,
+        snapshot_id: String,
+        credential: Option<Credential>,
+        verdict: oneshot::Sender<Result<(), (u16, ErrorInfo)>>,
+    },
     Shutdown(oneshot::Sender<()>),
     SetPublicUrl(String),
+    /// The application's decision on an INVITE (`auto_accept` off).
+    Decide {
+        id: DelegationId,
+        /// `None` accepts; `Some(reason)` declines.
+        decline: Option<ErrorInfo>,
+        reply: oneshot::Sender<Result<(), UsageError>>,
+    },
+    /// Forward every engine event to this channel from now on.
+    Events(mpsc::UnboundedSender<ExecutorEvent>),
 }
 
 /// Files of captured snapshots served by URL, keyed by (delegation, snapshot).
@@ -255,10 +266,10 @@ impl ExecutorHandle {
             pending: BTreeMap::new(),
             streams: BTreeMap::new(),
             cancels: BTreeMap::new(),
-            resources: BTreeMap::new(),
             snapshots: snapshots.clone(),
             next_id: 1,
             journal,
+            event_subscribers: Vec::new(),
             _locks: locks,
         };
         rt.spawn(Box::pin(lp.run(rx, deferred)));
@@ -297,6 +308,46 @@ impl ExecutorHandle {
         rx.await.ok()
     }
 
+    /// Every engine event from now on ([`ExecutorEvent::InviteReceived`] with `needs_decision`
+    /// when `auto_accept` is off, state changes, endings). `None` once the executor stopped.
+    pub fn events(&self) -> Option<mpsc::UnboundedReceiver<ExecutorEvent>> {
+        let (tx, rx) = mpsc::unbounded();
+        self.tx.unbounded_send(Cmd::Events(tx)).ok()?;
+        Some(rx)
+    }
+
+    /// Accepts an INVITE waiting for the application's decision (`auto_accept` off; see
+    /// [`ExecutorHandle::events`]). `Err` if it is not waiting for one, or the executor stopped.
+    pub async fn accept_invite(&self, id: &DelegationId) -> Result<(), UsageError> {
+        self.decide(id, None).await
+    }
+
+    /// Declines an INVITE waiting for the application's decision; the delegator gets `reason`.
+    pub async fn decline_invite(
+        &self,
+        id: &DelegationId,
+        reason: ErrorInfo,
+    ) -> Result<(), UsageError> {
+        self.decide(id, Some(reason)).await
+    }
+
+    async fn decide(
+        &self,
+        id: &DelegationId,
+        decline: Option<ErrorInfo>,
+    ) -> Result<(), UsageError> {
+        let stopped = || UsageError::InvalidState("the executor has stopped".into());
+        let (reply, answer) = oneshot::channel();
+        self.tx
+            .unbounded_send(Cmd::Decide {
+                id: id.clone(),
+                decline,
+                reply,
+            })
+            .map_err(|_| stopped())?;
+        answer.await.map_err(|_| stopped())?
+    }
+
     /// Fails every live assignment (subscribers get an error event, tasks are stopped) and
     /// waits until their resources are released.
     pub async fn shutdown(&self) {
@@ -333,6 +384,26 @@ impl ExecutorHandle {
         rx.await.ok()
     }
 
+    /// Whether `credential` may download snapshot `snapshot_id` of `id` (the engine's
+    /// decision; `Err` carries the HTTP status and error).
+    pub(crate) async fn authorize_snapshot(
+        &self,
+        id: DelegationId,
+        snapshot_id: String,
+        credential: Option<Credential>,
+    ) -> Option<Result<(), (u16, ErrorInfo)>> {
+        let (verdict, answer) = oneshot::channel();
+        self.tx
+            .unbounded_send(Cmd::AuthorizeSnapshot {
+                id,
+                snapshot_id,
+                credential,
+                verdict,
+            })
+            .ok()?;
+        answer.await.ok()
+    }
+
     /// Subscribes to a delegation's events; `Err` if the engine refuses the credential.
     pub(crate) async fn subscribe(
         &self,
@@ -353,747 +424,5 @@ impl ExecutorHandle {
     }
 }
 
-/// Start-up recovery: executes what [`Executor::restore`] asked for about a crashed
-/// predecessor's assignments, before anything is served: ends recorded task groups, releases
-/// recorded work directories, journals the outcome. Other outputs are returned for the loop.
-fn recover<R: Runtime>(
-    rt: &R,
-    engine: &mut Executor,
-    journal: &journal::Journal,
-    transports: &[Arc<dyn ExecutorTransport>],
-) -> Vec<ExecutorOutput> {
-    let mut deferred = Vec::new();
-    let mut inputs = Vec::new();
-    loop {
-        while let Some(out) = engine.poll_output() {
-            match out {
-                ExecutorOutput::EndTask { id, handle } => {
-                    end_task(&id, &handle);
-                    inputs.push(ExecutorInput::TaskFinished {
-                        id,
-                        result: Err(ErrorInfo::bare(
-                            ErrorCode::Cancelled,
-                            "ended after a restart",
-                        )),
-                    });
-                }
-                ExecutorOutput::Release {
-                    id,
-                    work_dir,
-                    transport,
-                } => {
-                    let t = transport_for(transports, &transport);
-                    let result = release_work_dir(&*t, &transport, &work_dir);
-                    inputs.push(ExecutorInput::Released { id, result });
-                }
-                ExecutorOutput::RemoveEmptyWorkDir { id, work_dir } => {
-                    // Never anything inside: it may be someone else's directory.
-                    let _ = std::fs::remove_dir(&work_dir);
-                    inputs.push(ExecutorInput::Released { id, result: Ok(()) });
-                }
-                ExecutorOutput::Event(ev) => {
-                    if let Some(id) = event_id(&ev) {
-                        match engine.record(id) {
-                            Some(rec) => journal.write(id, &rec),
-                            None => journal.remove(id),
-                        }
-                    }
-                }
-                other => deferred.push(other),
-            }
-        }
-        if inputs.is_empty() {
-            return deferred;
-        }
-        for i in inputs.drain(..) {
-            if let Err(e) = engine.handle(rt.now(), i) {
-                tracing::debug!("recovery input ignored: {e}");
-            }
-        }
-    }
-}
-
-/// Ends the process group a crashed predecessor recorded for `id`, if it is verifiably the
-/// task's (see [`TaskGroup::end_orphaned`]).
-fn end_task(id: &DelegationId, handle: &TaskHandle) {
-    let Some(group) = TaskGroup::from_handle(&handle.0) else {
-        tracing::warn!(delegation = %id, handle = %handle.0, "unreadable task record; nothing ended");
-        return;
-    };
-    match group.end_orphaned(id.as_str()) {
-        Orphans::Ended(n) => {
-            tracing::info!(delegation = %id, pgid = group.pgid, processes = n, "ended the task a crash left running")
-        }
-        Orphans::Gone => {}
-        Orphans::NotOurs => {
-            tracing::warn!(delegation = %id, pgid = group.pgid, "recorded process group now belongs to someone else; left alone")
-        }
-        Orphans::Unverifiable => {
-            tracing::warn!(delegation = %id, pgid = group.pgid, "cannot verify the recorded process group on this platform; left alone")
-        }
-    }
-}
-
-/// Detaches the transport from `work_dir` and removes it, never recursing into a mount.
-fn release_work_dir(
-    t: &dyn ExecutorTransport,
-    kind: &TransportKind,
-    work_dir: &str,
-) -> Result<(), ErrorInfo> {
-    let p = Path::new(work_dir);
-    if !kind.is_live() && is_mount_point(p) {
-        tracing::warn!(path = %p.display(), "work directory is a mount point; left in place");
-        return Ok(());
-    }
-    match t.release(p) {
-        // Never recurse into a work directory that may still be a mount.
-        Err(e) => {
-            tracing::warn!("release of {work_dir} failed: {e}");
-            Err(e.to_error_info())
-        }
-        Ok(()) => {
-            if !is_mount_point(p) {
-                let _ = std::fs::remove_dir_all(p);
-            }
-            Ok(())
-        }
-    }
-}
-
-/// The transport serving `kind` (the first one if none does: it refuses the handle).
-fn transport_for(
-    transports: &[Arc<dyn ExecutorTransport>],
-    kind: &TransportKind,
-) -> Arc<dyn ExecutorTransport> {
-    transports
-        .iter()
-        .find(|t| t.kind() == *kind)
-        .unwrap_or(&transports[0])
-        .clone()
-}
-
-/// The assignment an event is about, if its record should be written.
-fn event_id(ev: &ExecutorEvent) -> Option<&DelegationId> {
-    match ev {
-        ExecutorEvent::InviteReceived { id, .. }
-        | ExecutorEvent::StateChanged { id, .. }
-        | ExecutorEvent::RecordChanged { id }
-        | ExecutorEvent::Ended { id, .. }
-        | ExecutorEvent::Forgotten { id } => Some(id),
-    }
-}
-
-/// Whether `p` is a mount point (its device differs from its parent's).
-fn is_mount_point(p: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    match (
-        std::fs::symlink_metadata(p),
-        p.parent().map(std::fs::metadata),
-    ) {
-        (Ok(m), Some(Ok(pm))) => m.dev() != pm.dev(),
-        _ => false,
-    }
-}
-
-struct Loop<R: Runtime> {
-    rt: R,
-    engine: Executor,
-    tx: mpsc::UnboundedSender<Cmd>,
-    /// The primary transport first, then the extra ones.
-    transports: Vec<Arc<dyn ExecutorTransport>>,
-    /// Which transport each assignment uses (from allocation to release).
-    kinds: BTreeMap<DelegationId, TransportKind>,
-    runner: Arc<dyn TaskRunner>,
-    public_url: Option<String>,
-    /// The origin each delegation's delegator reached us at (when no public URL is set).
-    origins: BTreeMap<DelegationId, String>,
-    /// Origins of requests the engine has not answered yet.
-    pending_origins: BTreeMap<RequestId, (DelegationId, String)>,
-    http: agent_rt::HttpClient<R>,
-    download_timeout: Duration,
-    /// Downloads and captured snapshots of this instance.
-    scratch: PathBuf,
-    pending: BTreeMap<RequestId, oneshot::Sender<Response>>,
-    streams: BTreeMap<StreamId, mpsc::UnboundedSender<Bytes>>,
-    cancels: BTreeMap<DelegationId, CancelFlag>,
-    /// Resource names per assignment (from setup), to pick the task's directory.
-    resources: BTreeMap<DelegationId, Vec<String>>,
-    snapshots: SnapshotFiles,
-    next_id: u64,
-    journal: Option<journal::Journal>,
-    /// The work root and state directory stay locked while the loop runs.
-    _locks: Vec<lock::DirLock>,
-}
-
-impl<R: Runtime> Loop<R> {
-    /// The transport serving `kind` (the primary one if none does: it refuses the handle).
-    fn transport_for(&self, kind: &TransportKind) -> Arc<dyn ExecutorTransport> {
-        transport_for(&self.transports, kind)
-    }
-
-    /// The transport assignment `id` was allocated with.
-    fn transport_of(&self, id: &DelegationId) -> Arc<dyn ExecutorTransport> {
-        match self.kinds.get(id) {
-            Some(k) => self.transport_for(k),
-            None => self.transports[0].clone(),
-        }
-    }
-
-    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Cmd>, deferred: Vec<ExecutorOutput>) {
-        let mut shutdown: Option<oneshot::Sender<()>> = None;
-        for out in deferred {
-            self.execute(out);
-        }
-        loop {
-            self.drain();
-            if let Some(tx) = shutdown.take() {
-                if self.engine.live_count() == 0 {
-                    let _ = tx.send(());
-                } else {
-                    shutdown = Some(tx);
-                }
-            }
-            let sleep = match self.engine.poll_timeout() {
-                Some(t) => sleep_until(&self.rt, t),
-                None => self.rt.sleep(Duration::from_secs(3600)),
-            };
-            match futures::future::select(rx.next(), sleep).await {
-                Either::Left((Some(cmd), _)) => {
-                    if let Cmd::Shutdown(tx) = cmd {
-                        self.engine.shutdown(self.rt.now());
-                        shutdown = Some(tx);
-                    } else {
-                        self.on_cmd(cmd);
-                    }
-                }
-                Either::Left((None, _)) => break,
-                Either::Right(_) => self.engine.handle_timeout(self.rt.now()),
-            }
-        }
-    }
-
-    fn input(&mut self, input: ExecutorInput) {
-        if let Err(e) = self.engine.handle(self.rt.now(), input) {
-            tracing::debug!("input ignored: {e}");
-        }
-    }
-
-    fn on_cmd(&mut self, cmd: Cmd) {
-        match cmd {
-            Cmd::Request {
-                credential,
-                body,
-                reply,
-                origin,
-            } => {
-                let request = RequestId(self.next_id);
-                self.next_id += 1;
-                self.pending.insert(request, reply);
-                if let Some(o) = origin {
-                    self.pending_origins.insert(request, o);
-                }
-                self.input(ExecutorInput::Request {
-                    request,
-                    credential,
-                    body,
-                });
-            }
-            Cmd::Subscribe {
-                id,
-                credential,
-                tx,
-                verdict,
-            } => {
-                if let Err(e) = self.engine.authorize(Some(&id), credential.as_ref()) {
-                    let _ = verdict.send(Err(e));
-                    return;
-                }
-                let _ = verdict.send(Ok(()));
-                let stream = StreamId(self.next_id);
-                self.next_id += 1;
-                self.streams.insert(stream, tx);
-                self.input(ExecutorInput::Subscribe {
-                    stream,
-                    id,
-                    credential,
-                });
-            }
-            Cmd::StreamClosed(stream) => {
-                self.streams.remove(&stream);
-                self.input(ExecutorInput::StreamClosed { stream });
-            }
-            Cmd::Input(i) => self.input(i),
-            Cmd::Status(tx) => {
-                let _ = tx.send(self.engine.status());
-            }
-            Cmd::Shutdown(_) => {}
-            Cmd::SetPublicUrl(u) => self.public_url = Some(u),
-        }
-    }
-
-    fn feed(&self) -> impl Fn(ExecutorInput) + Send + Sync + Clone + 'static {
-        let tx = self.tx.clone();
-        move |i| {
-            let _ = tx.unbounded_send(Cmd::Input(i));
-        }
-    }
-
-    fn drain(&mut self) {
-        while let Some(out) = self.engine.poll_output() {
-            self.execute(out);
-        }
-    }
-
-    fn execute(&mut self, out: ExecutorOutput) {
-        match out {
-            ExecutorOutput::Respond { request, response } => {
-                if let Some((id, origin)) = self.pending_origins.remove(&request) {
-                    if !matches!(response, Response::Error { .. })
-                        && self.engine.record(&id).is_some()
-                    {
-                        self.origins.insert(id, origin);
-                    }
-                }
-                if let Some(tx) = self.pending.remove(&request) {
-                    let _ = tx.send(response);
-                }
-            }
-            ExecutorOutput::StreamEvent {
-                stream,
-                event,
-                dialect,
-            } => {
-                let bytes = Bytes::from(sse::encode_data(&encode_event(&event, dialect)));
-                let gone = match self.streams.get(&stream) {
-                    Some(tx) => tx.unbounded_send(bytes).is_err(),
-                    None => false,
-                };
-                if gone {
-                    self.streams.remove(&stream);
-                    let _ = self.tx.unbounded_send(Cmd::StreamClosed(stream));
-                }
-            }
-            ExecutorOutput::CloseStream { stream } => {
-                self.streams.remove(&stream);
-            }
-            ExecutorOutput::AllocateWorkDir {
-                id,
-                work_dir,
-                transport,
-            } => {
-                let t = self.transport_for(&transport);
-                self.kinds.insert(id.clone(), transport);
-                let feed = self.feed();
-                let rt = self.rt.clone();
-                self.rt.spawn(Box::pin(async move {
-                    let result = blocking(&rt, move || allocate(&*t, Path::new(&work_dir))).await;
-                    feed(ExecutorInput::WorkDirAllocated { id, result });
-                }));
-            }
-            ExecutorOutput::SetupTransport {
-                id,
-                work_dir,
-                handle,
-                access_mode,
-                resources,
-                dialect: _,
-            } => {
-                let t = self.transport_for(&handle.kind());
-                let feed = self.feed();
-                let cancel = CancelFlag::new();
-                self.cancels.insert(id.clone(), cancel.clone());
-                self.resources.insert(
-                    id.clone(),
-                    resources.iter().map(|r| r.name.to_string()).collect(),
-                );
-                let downloads = self.scratch.join("downloads");
-                let timeout = self.download_timeout;
-                let http = self.http.clone();
-                self.rt.spawn(Box::pin(async move {
-                    let result = setup(
-                        &http,
-                        t,
-                        &id,
-                        work_dir,
-                        *handle,
-                        access_mode,
-                        resources,
-                        downloads,
-                        timeout,
-                        cancel,
-                    )
-                    .await;
-                    feed(ExecutorInput::SetupCompleted { id, result });
-                }));
-            }
-            ExecutorOutput::RunTask {
-                id,
-                work_dir,
-                task,
-                expires_at,
-                access_mode,
-            } => {
-                let runner = self.runner.clone();
-                let feed = self.feed();
-                let rt = self.rt.clone();
-                let cancel = CancelFlag::new();
-                self.cancels.insert(id.clone(), cancel.clone());
-                // A single exported directory is the task's working directory (as the
-                // reference hands `<work>/<name>` to its agent); several stay side by side.
-                let mut task_dir = PathBuf::from(&work_dir);
-                if let Some([only]) = self.resources.get(&id).map(Vec::as_slice) {
-                    let d = task_dir.join(only);
-                    if d.is_dir() {
-                        task_dir = d;
-                    }
-                }
-                let ctx = TaskContext {
-                    delegation_id: id.clone(),
-                    work_dir: task_dir,
-                    description: task.description,
-                    prompt: task.prompt,
-                    expires_at,
-                    access_mode,
-                };
-                self.rt.spawn(Box::pin(async move {
-                    let pf = feed.clone();
-                    let sf = feed.clone();
-                    let pid = id.clone();
-                    let sid = id.clone();
-                    let c2 = cancel.clone();
-                    let result = blocking(&rt, move || {
-                        let progress = move |m: String| {
-                            pf(ExecutorInput::TaskProgress {
-                                id: pid.clone(),
-                                message: Some(m),
-                                progress: None,
-                            })
-                        };
-                        // Journalled, so that a restarted executor can end the group.
-                        let spawned = move |g: TaskGroup| {
-                            sf(ExecutorInput::TaskSpawned {
-                                id: sid.clone(),
-                                handle: TaskHandle(g.to_handle()),
-                            })
-                        };
-                        runner.run_tracked(&ctx, &progress, &spawned, &c2)
-                    })
-                    .await;
-                    let result = match result {
-                        Ok(o) => Ok(TaskOutcome {
-                            summary: o.summary,
-                            highlights: o.highlights,
-                        }),
-                        Err(_) if cancel.is_cancelled() => Err(ErrorInfo::bare(
-                            ErrorCode::Cancelled,
-                            "the task was stopped",
-                        )),
-                        Err(m) => Err(ErrorInfo::new(ErrorCode::TaskFailed, m)),
-                    };
-                    feed(ExecutorInput::TaskFinished { id, result });
-                }));
-            }
-            ExecutorOutput::StopTask { id } => {
-                if let Some(c) = self.cancels.get(&id) {
-                    c.cancel();
-                }
-            }
-            ExecutorOutput::CaptureSnapshot {
-                id,
-                work_dir,
-                snapshot_id,
-                kind,
-                inline,
-            } => {
-                let t = self.transport_of(&id);
-                let feed = self.feed();
-                let rt = self.rt.clone();
-                let dir = self.scratch.join("snapshots");
-                let url_base = if inline {
-                    None
-                } else {
-                    self.public_url
-                        .clone()
-                        .or_else(|| self.origins.get(&id).cloned())
-                };
-                let files = self.snapshots.clone();
-                let kind = match kind {
-                    awcp_proto::engine::SnapshotKind::Full => awcp_transports::SnapshotKind::Full,
-                    awcp_proto::engine::SnapshotKind::Delta => awcp_transports::SnapshotKind::Delta,
-                };
-                self.rt.spawn(Box::pin(async move {
-                    let sid = snapshot_id.clone();
-                    let did = id.clone();
-                    let result = blocking(&rt, move || {
-                        let delivery = match &url_base {
-                            Some(_) => {
-                                let d = dir.join(did.as_str());
-                                std::fs::create_dir_all(&d).map_err(|e| {
-                                    ErrorInfo::new(
-                                        ErrorCode::TaskFailed,
-                                        format!("snapshot dir: {e}"),
-                                    )
-                                })?;
-                                Delivery::File(d)
-                            }
-                            None => Delivery::Inline,
-                        };
-                        let snap = t
-                            .capture(Path::new(&work_dir), kind, &delivery, &CancelFlag::new())
-                            .map_err(|e| e.to_error_info())?;
-                        Ok::<_, ErrorInfo>(to_captured(
-                            snap,
-                            &did,
-                            &sid,
-                            url_base.as_deref(),
-                            &files,
-                        ))
-                    })
-                    .await;
-                    feed(ExecutorInput::SnapshotCaptured { id, result });
-                }));
-            }
-            ExecutorOutput::Release {
-                id,
-                work_dir,
-                transport,
-            } => {
-                self.origins.remove(&id);
-                self.cancels.remove(&id);
-                self.resources.remove(&id);
-                self.kinds.remove(&id);
-                let t = self.transport_for(&transport);
-                let feed = self.feed();
-                let rt = self.rt.clone();
-                self.rt.spawn(Box::pin(async move {
-                    let result =
-                        blocking(&rt, move || release_work_dir(&*t, &transport, &work_dir)).await;
-                    feed(ExecutorInput::Released { id, result });
-                }));
-            }
-            ExecutorOutput::RemoveEmptyWorkDir { id, work_dir } => {
-                // Never anything inside: it may be someone else's directory.
-                let _ = std::fs::remove_dir(&work_dir);
-                let _ = self
-                    .tx
-                    .unbounded_send(Cmd::Input(ExecutorInput::Released { id, result: Ok(()) }));
-            }
-            ExecutorOutput::EndTask { id, handle } => {
-                let feed = self.feed();
-                let rt = self.rt.clone();
-                self.rt.spawn(Box::pin(async move {
-                    let did = id.clone();
-                    blocking(&rt, move || end_task(&did, &handle)).await;
-                    feed(ExecutorInput::TaskFinished {
-                        id,
-                        result: Err(ErrorInfo::bare(
-                            ErrorCode::Cancelled,
-                            "ended after a restart",
-                        )),
-                    });
-                }));
-            }
-            ExecutorOutput::DropSnapshot { id, snapshot_id } => {
-                let key = (id.to_string(), snapshot_id.to_string());
-                let path = self
-                    .snapshots
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(&key)
-                    // Captured before a restart: where capture puts it.
-                    .or_else(|| {
-                        let p = self
-                            .scratch
-                            .join("snapshots")
-                            .join(id.as_str())
-                            .join(format!("{snapshot_id}.zip"));
-                        p.exists().then_some(p)
-                    });
-                if let Some(p) = path {
-                    let _ = std::fs::remove_file(&p);
-                    if let Some(parent) = p.parent() {
-                        let _ = std::fs::remove_dir(parent);
-                    }
-                }
-            }
-            ExecutorOutput::Event(ev) => self.on_event(ev),
-        }
-    }
-
-    fn on_event(&mut self, ev: ExecutorEvent) {
-        match &ev {
-            ExecutorEvent::InviteReceived { id, invite, .. } => {
-                tracing::info!(delegation = %id, task = %invite.task.description, "invitation");
-            }
-            ExecutorEvent::StateChanged { id, from, to } => {
-                tracing::info!(delegation = %id, %from, %to, "assignment state");
-            }
-            ExecutorEvent::Ended { id, state, error } => {
-                tracing::info!(delegation = %id, %state, error = ?error.as_ref().map(|e| e.code.as_str()), "assignment ended");
-            }
-            ExecutorEvent::Forgotten { id } => {
-                tracing::debug!(delegation = %id, "assignment forgotten");
-            }
-            ExecutorEvent::RecordChanged { .. } => {}
-        }
-        if let (Some(j), Some(id)) = (&self.journal, event_id(&ev)) {
-            match self.engine.record(id) {
-                Some(rec) => j.write(id, &rec),
-                None => j.remove(id),
-            }
-        }
-    }
-}
-
-fn allocate(t: &dyn ExecutorTransport, work_dir: &Path) -> Result<(), ErrorInfo> {
-    t.check_dependency().map_err(|e| ErrorInfo {
-        code: ErrorCode::DepMissing,
-        message: e.to_string(),
-        hint: Some(e.hint.clone()),
-    })?;
-    if let Ok(mut rd) = std::fs::read_dir(work_dir) {
-        if rd.next().is_some() {
-            return Err(ErrorInfo::new(
-                ErrorCode::WorkdirDenied,
-                "the work directory exists and is not empty",
-            ));
-        }
-    }
-    std::fs::create_dir_all(work_dir).map_err(|e| {
-        ErrorInfo::new(
-            ErrorCode::WorkdirDenied,
-            format!("cannot create the work directory: {e}"),
-        )
-    })
-}
-
-#[allow(clippy::too_many_arguments)]
-async fn setup<R: Runtime>(
-    http: &agent_rt::HttpClient<R>,
-    t: Arc<dyn ExecutorTransport>,
-    id: &DelegationId,
-    work_dir: String,
-    handle: TransportHandle,
-    access: awcp_proto::AccessMode,
-    resources: Vec<awcp_proto::Resource>,
-    downloads: PathBuf,
-    timeout: Duration,
-    cancel: CancelFlag,
-) -> Result<(), ErrorInfo> {
-    let rt = http.runtime();
-    if handle.kind().is_live() {
-        return blocking(rt, move || {
-            t.setup_live(Path::new(&work_dir), &handle, access, &cancel)
-                .map_err(|e| e.to_error_info())
-        })
-        .await;
-    }
-    let TransportHandle::Archive(h) = handle else {
-        return Err(ErrorInfo::new(
-            ErrorCode::SetupFailed,
-            format!(
-                "transport {} is not served by this executor",
-                handle.kind().as_str()
-            ),
-        ));
-    };
-    let names: Vec<_> = resources.into_iter().map(|r| r.name).collect();
-    if h.data.base64.is_some() {
-        return blocking(rt, move || {
-            let req = SetupRequest::from_inline_handle(Path::new(&work_dir), &h, access, &names)
-                .expect("inline data checked");
-            t.setup(req, &cancel)
-                .map(|_| ())
-                .map_err(|e| e.to_error_info())
-        })
-        .await;
-    }
-    let Some(url) = h.data.url.clone() else {
-        return Err(ErrorInfo::new(
-            ErrorCode::SetupFailed,
-            "archive handle carries no data",
-        ));
-    };
-    let d2 = downloads.clone();
-    blocking(rt, move || std::fs::create_dir_all(d2))
-        .await
-        .map_err(|e| ErrorInfo::new(ErrorCode::SetupFailed, format!("downloads dir: {e}")))?;
-    let file = downloads.join(format!("{id}.zip"));
-    let limit = h.size_bytes.unwrap_or(u64::MAX / 2).saturating_add(1);
-    http.download(&url, &[], file.clone(), limit, timeout)
-        .await
-        .map_err(|e| {
-            ErrorInfo::new(
-                ErrorCode::TransportError,
-                format!("fetching the archive: {e}"),
-            )
-        })?;
-    blocking(rt, move || {
-        let req = SetupRequest {
-            work_dir: Path::new(&work_dir),
-            source: ArchiveSource::File(&file),
-            expected_checksum: Some(&h.checksum),
-            access_mode: access,
-            resources: &names,
-        };
-        let r = t
-            .setup(req, &cancel)
-            .map(|_| ())
-            .map_err(|e| e.to_error_info());
-        let _ = std::fs::remove_file(&file);
-        r
-    })
-    .await
-}
-
-fn to_captured(
-    snap: awcp_transports::CapturedSnapshot,
-    id: &DelegationId,
-    sid: &awcp_proto::SnapshotId,
-    url_base: Option<&str>,
-    files: &SnapshotFiles,
-) -> CapturedSnapshot {
-    use serde_json::json;
-    let mut metadata = BTreeMap::new();
-    metadata.insert("fileCount".to_owned(), json!(snap.file_count));
-    metadata.insert("totalBytes".to_owned(), json!(snap.total_bytes));
-    metadata.insert("changedFiles".to_owned(), json!(snap.changed));
-    if snap.kind == awcp_transports::SnapshotKind::Delta {
-        metadata.insert("delta".to_owned(), json!(true));
-        metadata.insert("deletedFiles".to_owned(), json!(snap.deleted));
-    }
-    match snap.archive {
-        ArchiveOutput::Inline(h) => CapturedSnapshot {
-            data: h.data,
-            checksum: Some(h.checksum),
-            metadata,
-        },
-        ArchiveOutput::File(mut f) => {
-            // Take the file over from the transport (its release removes what it captured):
-            // the engine keeps snapshots until ack or retention (DropSnapshot).
-            let owned = f.path.with_file_name(format!("{sid}.zip"));
-            if std::fs::rename(&f.path, &owned).is_ok() {
-                f.path = owned;
-            }
-            let url = format!(
-                "{}{}",
-                url_base.unwrap_or("").trim_end_matches('/'),
-                SNAPSHOT_ROUTE
-                    .replace("{id}", id.as_str())
-                    .replace("{sid}", sid.as_str())
-            );
-            files
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert((id.to_string(), sid.to_string()), f.path.clone());
-            CapturedSnapshot {
-                data: awcp_proto::ArchiveData {
-                    base64: None,
-                    url: Some(url),
-                },
-                checksum: Some(f.checksum),
-                metadata,
-            }
-        }
-    }
-}
+use self::event_loop::Loop;
+use self::recovery::recover;

@@ -922,7 +922,8 @@ impl Delegator {
     ) -> Option<(&'static str, String)> {
         let d = self.delegations.get(id)?;
         let auth = d.req.auth.as_ref()?;
-        crate::http::same_origin(&d.req.peer, url).then(|| crate::http::credential_header(auth))
+        crate::http_binding::same_origin(&d.req.peer, url)
+            .then(|| crate::http_binding::credential_header(auth))
     }
 
     /// Ids and states of every delegation, in id order.

@@ -49,6 +49,12 @@ impl<K: Ord + Copy> TimerIndex<K> {
         }
     }
 
+    /// When timer `kind` of `id` fires, if armed.
+    #[cfg_attr(not(any(test, feature = "_internal-pair")), allow(dead_code))]
+    pub(crate) fn deadline(&self, id: &DelegationId, kind: K) -> Option<Timestamp> {
+        self.by_key.get(&(id.clone(), kind)).copied()
+    }
+
     /// The earliest deadline.
     pub(crate) fn next(&self) -> Option<Timestamp> {
         self.by_deadline.first().map(|(at, _, _)| *at)

@@ -30,7 +30,7 @@ pub async fn discover(peers: &[String], tls: &ClientTls) -> Vec<Peer> {
     let mut out = Vec::new();
     for (t, p) in tasks.into_iter().zip(peers) {
         out.push(t.await.unwrap_or_else(|e| Peer {
-            awcp_url: awcp_proto::http::awcp_url(p),
+            awcp_url: awcp_proto::http_binding::awcp_url(p),
             card: Err(format!("discovery task failed: {e}")),
         }));
     }
@@ -38,8 +38,8 @@ pub async fn discover(peers: &[String], tls: &ClientTls) -> Vec<Peer> {
 }
 
 async fn fetch(http: &HttpClient<TokioRuntime>, peer: &str) -> Peer {
-    let base = awcp_proto::http::base_url(peer.trim_end_matches('/')).to_owned();
-    let awcp_url = awcp_proto::http::awcp_url(&base);
+    let base = awcp_proto::http_binding::base_url(peer.trim_end_matches('/')).to_owned();
+    let awcp_url = awcp_proto::http_binding::awcp_url(&base);
     let mut errors = Vec::new();
     for path in ["/.well-known/agent-card.json", "/.well-known/agent.json"] {
         let url = format!("{base}{path}");

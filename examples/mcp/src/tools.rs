@@ -795,7 +795,7 @@ impl AwcpMcp {
                 "the daemon does not know delegation {id}; give peer_url to ask the executor"
             )));
         };
-        let url = awcp_proto::http::result_url(&peer, &id);
+        let url = awcp_proto::http_binding::result_url(&peer, &id);
         let (status, body) = self
             .http
             .request(
@@ -815,7 +815,7 @@ impl AwcpMcp {
                 v.get("error").and_then(Value::as_str).unwrap_or("")
             )));
         }
-        let fetched = awcp_proto::http::decode_result(&id, &v)
+        let fetched = awcp_proto::http_binding::decode_result(&id, &v)
             .map_err(|e| ToolError::new(format!("unreadable result from {url}: {e}")))?;
         let lost = "This server no longer has the delegation's local state (it was lost with the \
                     restart), so the lease cannot be re-joined and no snapshot can be applied from \

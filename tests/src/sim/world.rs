@@ -13,12 +13,12 @@ use awcp_proto::engine::delegator::{
 };
 use awcp_proto::engine::executor::{Credential, Request, RequiredAuth, Response, ResultStatus};
 use awcp_proto::{
-    AccessMode, ArchiveData, ArchiveHandle, AssignmentEvent, AssignmentState, CapturedSnapshot,
-    DelegationId, DelegationState, Delegator, DelegatorConfig, DelegatorEvent, DelegatorInput,
-    DelegatorOutput, ErrorCode, ErrorInfo, Executor, ExecutorConfig, ExecutorEvent, ExecutorInput,
-    ExecutorOutput, Message, RequestId, Resource, ResourceName, SnapshotId, SnapshotMode, StreamId,
-    TaskEvent, TaskHandle, TaskOutcome, TaskSpec, Timestamp, TransportHandle, TransportKind,
-    WorkspaceStats,
+    AccessMode, AllocationFailure, ArchiveData, ArchiveHandle, AssignmentEvent, AssignmentState,
+    CapturedSnapshot, DelegationId, DelegationState, Delegator, DelegatorConfig, DelegatorEvent,
+    DelegatorInput, DelegatorOutput, ErrorCode, ErrorInfo, Executor, ExecutorConfig, ExecutorEvent,
+    ExecutorInput, ExecutorOutput, Message, RequestId, Resource, ResourceName, SnapshotId,
+    SnapshotMode, StreamId, TaskEvent, TaskFailure, TaskHandle, TaskOutcome, TaskSpec, Timestamp,
+    TransportHandle, TransportKind, WorkspaceLayout, WorkspaceStats,
 };
 use serde_json::Value;
 
@@ -1275,7 +1275,7 @@ impl World {
             self.release(ResKey::Task(exec, id.clone()));
             self.finished_tasks += 1;
             let result = if self.dels[i].task_fails {
-                Err(ErrorInfo::new(ErrorCode::TaskFailed, "the task failed"))
+                Err(TaskFailure::Failed("the task failed".into()))
             } else {
                 Ok(TaskOutcome {
                     summary: format!("task of {id} done"),
@@ -1741,7 +1741,7 @@ impl World {
                 );
                 if self.rng.chance(self.cfg.faults.alloc_fail) {
                     self.bump("work dir allocation failed");
-                    let e = ErrorInfo::new(ErrorCode::WorkdirDenied, "sim: allocation");
+                    let e = AllocationFailure::CannotCreate("sim: allocation".into());
                     self.exec_local(
                         exec,
                         inc,
@@ -1782,7 +1782,7 @@ impl World {
                     }
                     Some(f) => {
                         self.execs[exec].work.insert(id.clone(), f);
-                        Ok(())
+                        Ok(WorkspaceLayout::PerResource)
                     }
                 };
                 self.exec_local(exec, inc, ExecutorInput::SetupCompleted { id, result });
@@ -1848,7 +1848,7 @@ impl World {
                             inc,
                             input: ExecutorInput::TaskFinished {
                                 id,
-                                result: Err(ErrorInfo::bare(ErrorCode::Cancelled, "stopped")),
+                                result: Err(TaskFailure::Stopped),
                             },
                         },
                     );
@@ -1958,7 +1958,7 @@ impl World {
                     inc,
                     ExecutorInput::TaskFinished {
                         id,
-                        result: Err(ErrorInfo::bare(ErrorCode::Cancelled, "ended")),
+                        result: Err(TaskFailure::Stopped),
                     },
                 );
             }
@@ -1973,7 +1973,8 @@ impl World {
             | ExecutorEvent::StateChanged { id, .. }
             | ExecutorEvent::RecordChanged { id }
             | ExecutorEvent::Ended { id, .. }
-            | ExecutorEvent::Forgotten { id } => id.clone(),
+            | ExecutorEvent::Forgotten { id }
+            | ExecutorEvent::PeerMisbehaved { id, .. } => id.clone(),
         };
         self.persist_exec(exec, &recorded);
         match ev {
@@ -2026,6 +2027,7 @@ impl World {
                 self.exec_endings
                     .push((exec, id, state, error.map(|e| e.code)));
             }
+            ExecutorEvent::PeerMisbehaved { .. } => self.bump("executor saw a misbehaving peer"),
             ExecutorEvent::InviteReceived { .. }
             | ExecutorEvent::Forgotten { .. }
             | ExecutorEvent::RecordChanged { .. } => {}

@@ -18,7 +18,7 @@ use awcp_proto::engine::executor::RequiredAuth;
 use awcp_proto::engine::SnapshotMode;
 use awcp_proto::{
     AccessMode, AdmissionLimits, Auth, AuthType, DelegationState, DelegatorConfig, ErrorCode,
-    ExecutorConfig,
+    ErrorInfo, ExecutorConfig,
 };
 use awcp_transports::{
     ArchiveDelegator, ArchiveDelegatorConfig, ArchiveExecutor, CancelFlag, TaskContext,
@@ -184,6 +184,7 @@ macro_rules! conformance_suite {
             type_changes_apply_both_ways,
             type_change_over_local_edits_is_a_conflict_named_as_such,
             file_modes_round_trip_and_unchanged_files_keep_their_mtime,
+            the_application_accepts_or_declines_through_the_handle,
         );
     };
     (@ $rt:ty: $($name:ident),* $(,)?) => {
@@ -208,7 +209,7 @@ impl TaskRunner for EditRunner {
         ctx: &TaskContext,
         progress: &dyn Fn(String),
         _c: &CancelFlag,
-    ) -> Result<TaskOutcome, String> {
+    ) -> Result<TaskOutcome, awcp_proto::TaskFailure> {
         let w = ctx.work_dir.clone();
         progress("editing".into());
         if ctx.access_mode == AccessMode::Rw {
@@ -239,7 +240,7 @@ impl TaskRunner for TypeChangeRunner {
         ctx: &TaskContext,
         _progress: &dyn Fn(String),
         cancel: &CancelFlag,
-    ) -> Result<TaskOutcome, String> {
+    ) -> Result<TaskOutcome, awcp_proto::TaskFailure> {
         if let Some(g) = &self.hold {
             let _ = g.started_tx.try_send(());
             while !g.release.load(std::sync::atomic::Ordering::SeqCst) {
@@ -273,7 +274,7 @@ impl TaskRunner for ModeRunner {
         ctx: &TaskContext,
         _progress: &dyn Fn(String),
         _c: &CancelFlag,
-    ) -> Result<TaskOutcome, String> {
+    ) -> Result<TaskOutcome, awcp_proto::TaskFailure> {
         use std::os::unix::fs::PermissionsExt;
         let w = &ctx.work_dir;
         let e = |e: std::io::Error| e.to_string();
@@ -287,7 +288,7 @@ impl TaskRunner for ModeRunner {
         for (p, want) in [("ro.txt", 0o444), ("run.sh", 0o755), ("b.txt", 0o644)] {
             let got = mode(p)?;
             if got != want {
-                return Err(format!("{p} arrived as {got:o}, not {want:o}"));
+                return Err(format!("{p} arrived as {got:o}, not {want:o}").into());
             }
         }
         let set = |p: &str, m: u32| {
@@ -343,7 +344,7 @@ impl TaskRunner for GateRunner {
         ctx: &TaskContext,
         progress: &dyn Fn(String),
         cancel: &CancelFlag,
-    ) -> Result<TaskOutcome, String> {
+    ) -> Result<TaskOutcome, awcp_proto::TaskFailure> {
         use std::sync::atomic::Ordering;
         progress("gate: started".into());
         let _ = self.started_tx.try_send(());
@@ -714,6 +715,76 @@ pub async fn executor_declines_at_its_concurrency_limit<R: TestRuntime>() {
         .store(true, std::sync::atomic::Ordering::SeqCst);
     let v1 = dg.handle.wait(&id1).await.unwrap();
     assert_eq!(v1.state, DelegationState::Completed);
+}
+
+/// The next INVITE the executor tells the application about: its id and whether it needs a
+/// decision.
+async fn next_invite(
+    events: &mut futures::channel::mpsc::UnboundedReceiver<awcp_proto::ExecutorEvent>,
+) -> (awcp_proto::DelegationId, bool) {
+    use futures::StreamExt;
+    loop {
+        if let awcp_proto::ExecutorEvent::InviteReceived {
+            id, needs_decision, ..
+        } = events.next().await.expect("executor running")
+        {
+            return (id, needs_decision);
+        }
+    }
+}
+
+/// With `auto_accept` off, the application learns of each INVITE from
+/// `ExecutorHandle::events` and decides through `accept_invite` / `decline_invite`.
+pub async fn the_application_accepts_or_declines_through_the_handle<R: TestRuntime>() {
+    let ex = start_executor::<R>(Arc::new(EditRunner), |c| c.auto_accept = false).await;
+    let mut events = ex.handle.events().expect("running");
+    let dg = start_delegator::<R>(false, |_| {}).await;
+    // Accepted: the delegation runs to its end.
+    let ws = workspace();
+    let id = dg
+        .handle
+        .delegate(params::<R>(&ex.peer, ws.path()))
+        .await
+        .unwrap();
+    let (seen, needs_decision) = timeout::<R, _>(Duration::from_secs(30), next_invite(&mut events))
+        .await
+        .expect("invite seen");
+    assert_eq!(seen, id);
+    assert!(needs_decision);
+    ex.handle.accept_invite(&id).await.unwrap();
+    assert!(
+        ex.handle.accept_invite(&id).await.is_err(),
+        "an INVITE is decided once"
+    );
+    let v = timeout::<R, _>(Duration::from_secs(60), dg.handle.wait(&id))
+        .await
+        .expect("ended in time")
+        .unwrap();
+    assert_eq!(v.state, DelegationState::Completed, "{v:?}");
+    assert_edited(ws.path());
+    // Declined: the delegator gets the application's reason.
+    let ws = workspace();
+    let id = dg
+        .handle
+        .delegate(params::<R>(&ex.peer, ws.path()))
+        .await
+        .unwrap();
+    let (seen, _) = timeout::<R, _>(Duration::from_secs(30), next_invite(&mut events))
+        .await
+        .expect("invite seen");
+    assert_eq!(seen, id);
+    ex.handle
+        .decline_invite(&id, ErrorInfo::new(ErrorCode::Declined, "not this one"))
+        .await
+        .unwrap();
+    let v = timeout::<R, _>(Duration::from_secs(60), dg.handle.wait(&id))
+        .await
+        .expect("ended in time")
+        .unwrap();
+    assert_eq!(v.state, DelegationState::Error);
+    let e = v.error.unwrap();
+    assert_eq!(e.code, ErrorCode::Declined);
+    assert!(e.message.contains("not this one"), "{e:?}");
 }
 
 pub async fn cancel_from_the_delegator_stops_the_runner<R: TestRuntime>() {

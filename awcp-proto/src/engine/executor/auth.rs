@@ -81,7 +81,7 @@ impl Presented {
     pub fn credential(&self) -> Option<&Credential> {
         match self {
             Presented::Credential(c) => Some(c),
-            _ => None,
+            Presented::Nothing | Presented::Unsupported(_) => None,
         }
     }
 
@@ -89,7 +89,7 @@ impl Presented {
     pub fn into_credential(self) -> Option<Credential> {
         match self {
             Presented::Credential(c) => Some(c),
-            _ => None,
+            Presented::Nothing | Presented::Unsupported(_) => None,
         }
     }
 }
@@ -389,6 +389,32 @@ pub fn authenticate_invite(
         digest: SecretDigest::of(&a.credential),
         binding: Binding::DelegationId,
     }))
+}
+
+impl super::Executor {
+    /// Whether `presented` may act on `id` (rules: [`crate::engine::auth`]).
+    pub(super) fn authorized(&self, id: &DelegationId, presented: Option<&Credential>) -> bool {
+        self.authorize(Some(id), presented).is_ok()
+    }
+
+    /// Whether a request presenting `presented` (a header credential, if any) may act on
+    /// delegation `id`, or on the whole executor (`None`: status). Drivers ask this before
+    /// answering with a stream, so a refused subscription gets HTTP 401; every request is
+    /// checked again when it reaches the engine.
+    pub fn authorize(
+        &self,
+        id: Option<&DelegationId>,
+        presented: Option<&Credential>,
+    ) -> Result<(), ErrorInfo> {
+        let bound = id
+            .and_then(|id| self.assignments.get(id))
+            .and_then(|a| a.auth.as_ref());
+        match (id, bound) {
+            // Executor-wide requests always need the configured credential.
+            (None, _) => authorize(self.config.auth.as_ref(), None, presented),
+            (Some(_), b) => authorize(self.config.auth.as_ref(), b, presented),
+        }
+    }
 }
 
 #[cfg(test)]

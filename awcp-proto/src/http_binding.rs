@@ -53,7 +53,12 @@ pub fn cancel_url(peer: &str, id: &DelegationId) -> String {
 pub fn credential_header(auth: &crate::wire::Auth) -> (&'static str, String) {
     match auth.auth_type {
         crate::wire::AuthType::ApiKey => ("x-api-key", auth.credential.clone()),
-        _ => ("authorization", format!("Bearer {}", auth.credential)),
+        crate::wire::AuthType::Bearer
+        | crate::wire::AuthType::OAuth2
+        | crate::wire::AuthType::Custom
+        | crate::wire::AuthType::Other(_) => {
+            ("authorization", format!("Bearer {}", auth.credential))
+        }
     }
 }
 
@@ -322,6 +327,9 @@ pub fn decode_result(id: &DelegationId, v: &Value) -> Result<FetchedResult, Stri
                 let sid = str_field("snapshotId")
                     .and_then(|s| crate::id::SnapshotId::new(s).ok())
                     .unwrap_or_else(|| {
+                        // `snap_result` is a valid snapshot id (a letters-and-underscore
+                        // constant well under the length limit).
+                        #[allow(clippy::expect_used)]
                         crate::id::SnapshotId::new("snap_result").expect("valid constant")
                     });
                 Some(SnapshotEvent {
@@ -406,6 +414,7 @@ pub fn decode_reply(status: u16, body: &[u8]) -> crate::engine::delegator::Reply
 }
 
 #[cfg(test)]
+#[allow(clippy::wildcard_enum_match_arm)]
 mod tests {
     use super::*;
 

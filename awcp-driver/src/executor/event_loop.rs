@@ -1,0 +1,489 @@
+//! The one task that owns the [`Executor`] engine: feeds it commands and results, executes its
+//! outputs, sleeps until its next deadline.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use awcp_proto::engine::executor::Response;
+use awcp_proto::engine::{RequestId, StreamId, TaskHandle, TaskOutcome};
+use awcp_proto::{
+    encode_event, sse, DelegationId, ErrorCode, ErrorInfo, Executor, ExecutorEvent, ExecutorInput,
+    ExecutorOutput, TaskFailure, TransportKind,
+};
+use awcp_transports::archive::Delivery;
+use awcp_transports::{CancelFlag, ExecutorTransport, TaskContext, TaskGroup, TaskRunner};
+use bytes::Bytes;
+use futures::channel::{mpsc, oneshot};
+use futures::future::Either;
+use futures::StreamExt;
+
+use crate::runtime::{blocking, sleep_until, Runtime};
+
+#[allow(unused_imports)]
+use super::recovery::*;
+#[allow(unused_imports)]
+use super::workspace::*;
+#[allow(unused_imports)]
+use super::*;
+
+pub(super) struct Loop<R: Runtime> {
+    pub(super) rt: R,
+    pub(super) engine: Executor,
+    pub(super) tx: mpsc::UnboundedSender<Cmd>,
+    /// The primary transport first, then the extra ones.
+    pub(super) transports: Vec<Arc<dyn ExecutorTransport>>,
+    /// Which transport each assignment uses (from allocation to release).
+    pub(super) kinds: BTreeMap<DelegationId, TransportKind>,
+    pub(super) runner: Arc<dyn TaskRunner>,
+    pub(super) public_url: Option<String>,
+    /// The origin each delegation's delegator reached us at (when no public URL is set).
+    pub(super) origins: BTreeMap<DelegationId, String>,
+    /// Origins of requests the engine has not answered yet.
+    pub(super) pending_origins: BTreeMap<RequestId, (DelegationId, String)>,
+    pub(super) http: agent_rt::HttpClient<R>,
+    pub(super) download_timeout: Duration,
+    /// Downloads and captured snapshots of this instance.
+    pub(super) scratch: PathBuf,
+    pub(super) pending: BTreeMap<RequestId, oneshot::Sender<Response>>,
+    pub(super) streams: BTreeMap<StreamId, mpsc::UnboundedSender<Bytes>>,
+    pub(super) cancels: BTreeMap<DelegationId, CancelFlag>,
+    pub(super) snapshots: SnapshotFiles,
+    pub(super) next_id: u64,
+    pub(super) journal: Option<journal::Journal>,
+    /// Application subscribers of engine events ([`ExecutorHandle::events`]).
+    pub(super) event_subscribers: Vec<mpsc::UnboundedSender<ExecutorEvent>>,
+    /// The work root and state directory stay locked while the loop runs.
+    pub(super) _locks: Vec<lock::DirLock>,
+}
+
+impl<R: Runtime> Loop<R> {
+    /// The transport serving `kind` (the primary one if none does: it refuses the handle).
+    fn transport_for(&self, kind: &TransportKind) -> Arc<dyn ExecutorTransport> {
+        transport_for(&self.transports, kind)
+    }
+
+    /// The transport assignment `id` was allocated with.
+    fn transport_of(&self, id: &DelegationId) -> Arc<dyn ExecutorTransport> {
+        match self.kinds.get(id) {
+            Some(k) => self.transport_for(k),
+            None => self.transports[0].clone(),
+        }
+    }
+
+    pub(super) async fn run(
+        mut self,
+        mut rx: mpsc::UnboundedReceiver<Cmd>,
+        deferred: Vec<ExecutorOutput>,
+    ) {
+        let mut shutdown: Option<oneshot::Sender<()>> = None;
+        for out in deferred {
+            self.execute(out);
+        }
+        loop {
+            self.drain();
+            if let Some(tx) = shutdown.take() {
+                if self.engine.live_count() == 0 {
+                    let _ = tx.send(());
+                } else {
+                    shutdown = Some(tx);
+                }
+            }
+            let sleep = match self.engine.poll_timeout() {
+                Some(t) => sleep_until(&self.rt, t),
+                None => self.rt.sleep(Duration::from_secs(3600)),
+            };
+            match futures::future::select(rx.next(), sleep).await {
+                Either::Left((Some(cmd), _)) => {
+                    if let Cmd::Shutdown(tx) = cmd {
+                        self.engine.shutdown(self.rt.now());
+                        shutdown = Some(tx);
+                    } else {
+                        self.on_cmd(cmd);
+                    }
+                }
+                Either::Left((None, _)) => break,
+                Either::Right(_) => self.engine.handle_timeout(self.rt.now()),
+            }
+        }
+    }
+
+    fn input(&mut self, input: ExecutorInput) {
+        if let Err(e) = self.engine.handle(self.rt.now(), input) {
+            tracing::debug!("input ignored: {e}");
+        }
+    }
+
+    fn on_cmd(&mut self, cmd: Cmd) {
+        match cmd {
+            Cmd::Request {
+                credential,
+                body,
+                reply,
+                origin,
+            } => {
+                let request = RequestId(self.next_id);
+                self.next_id += 1;
+                self.pending.insert(request, reply);
+                if let Some(o) = origin {
+                    self.pending_origins.insert(request, o);
+                }
+                self.input(ExecutorInput::Request {
+                    request,
+                    credential,
+                    body,
+                });
+            }
+            Cmd::Subscribe {
+                id,
+                credential,
+                tx,
+                verdict,
+            } => {
+                if let Err(e) = self.engine.authorize(Some(&id), credential.as_ref()) {
+                    let _ = verdict.send(Err(e));
+                    return;
+                }
+                let _ = verdict.send(Ok(()));
+                let stream = StreamId(self.next_id);
+                self.next_id += 1;
+                self.streams.insert(stream, tx);
+                self.input(ExecutorInput::Subscribe {
+                    stream,
+                    id,
+                    credential,
+                });
+            }
+            Cmd::StreamClosed(stream) => {
+                self.streams.remove(&stream);
+                self.input(ExecutorInput::StreamClosed { stream });
+            }
+            Cmd::Input(i) => self.input(i),
+            Cmd::Status(tx) => {
+                let _ = tx.send(self.engine.status());
+            }
+            Cmd::AuthorizeSnapshot {
+                id,
+                snapshot_id,
+                credential,
+                verdict,
+            } => {
+                let _ = verdict.send(self.engine.authorize_snapshot_download(
+                    &id,
+                    &snapshot_id,
+                    credential.as_ref(),
+                ));
+            }
+            Cmd::Shutdown(_) => {}
+            Cmd::SetPublicUrl(u) => self.public_url = Some(u),
+            Cmd::Decide { id, decline, reply } => {
+                let now = self.rt.now();
+                let r = match decline {
+                    None => self.engine.accept_invite(now, &id),
+                    Some(reason) => self.engine.decline_invite(now, &id, reason),
+                };
+                let _ = reply.send(r);
+            }
+            Cmd::Events(tx) => self.event_subscribers.push(tx),
+        }
+    }
+
+    fn feed(&self) -> impl Fn(ExecutorInput) + Send + Sync + Clone + 'static {
+        let tx = self.tx.clone();
+        move |i| {
+            let _ = tx.unbounded_send(Cmd::Input(i));
+        }
+    }
+
+    fn drain(&mut self) {
+        while let Some(out) = self.engine.poll_output() {
+            self.execute(out);
+        }
+    }
+
+    fn execute(&mut self, out: ExecutorOutput) {
+        match out {
+            ExecutorOutput::Respond { request, response } => {
+                if let Some((id, origin)) = self.pending_origins.remove(&request) {
+                    if !matches!(response, Response::Error { .. })
+                        && self.engine.record(&id).is_some()
+                    {
+                        self.origins.insert(id, origin);
+                    }
+                }
+                if let Some(tx) = self.pending.remove(&request) {
+                    let _ = tx.send(response);
+                }
+            }
+            ExecutorOutput::StreamEvent {
+                stream,
+                event,
+                dialect,
+            } => {
+                let bytes = Bytes::from(sse::encode_data(&encode_event(&event, dialect)));
+                let gone = match self.streams.get(&stream) {
+                    Some(tx) => tx.unbounded_send(bytes).is_err(),
+                    None => false,
+                };
+                if gone {
+                    self.streams.remove(&stream);
+                    let _ = self.tx.unbounded_send(Cmd::StreamClosed(stream));
+                }
+            }
+            ExecutorOutput::CloseStream { stream } => {
+                self.streams.remove(&stream);
+            }
+            ExecutorOutput::AllocateWorkDir {
+                id,
+                work_dir,
+                transport,
+            } => {
+                let t = self.transport_for(&transport);
+                self.kinds.insert(id.clone(), transport);
+                let feed = self.feed();
+                let rt = self.rt.clone();
+                self.rt.spawn(Box::pin(async move {
+                    let result = blocking(&rt, move || allocate(&*t, Path::new(&work_dir))).await;
+                    feed(ExecutorInput::WorkDirAllocated { id, result });
+                }));
+            }
+            ExecutorOutput::SetupTransport {
+                id,
+                work_dir,
+                handle,
+                access_mode,
+                resources,
+            } => {
+                let t = self.transport_for(&handle.kind());
+                let feed = self.feed();
+                let cancel = CancelFlag::new();
+                self.cancels.insert(id.clone(), cancel.clone());
+                let downloads = self.scratch.join("downloads");
+                let timeout = self.download_timeout;
+                let http = self.http.clone();
+                self.rt.spawn(Box::pin(async move {
+                    let result = setup(
+                        &http,
+                        t,
+                        &id,
+                        work_dir,
+                        *handle,
+                        access_mode,
+                        resources,
+                        downloads,
+                        timeout,
+                        cancel,
+                    )
+                    .await;
+                    feed(ExecutorInput::SetupCompleted { id, result });
+                }));
+            }
+            ExecutorOutput::RunTask {
+                id,
+                task_dir,
+                task,
+                expires_at,
+                access_mode,
+            } => {
+                let runner = self.runner.clone();
+                let feed = self.feed();
+                let rt = self.rt.clone();
+                let cancel = CancelFlag::new();
+                self.cancels.insert(id.clone(), cancel.clone());
+                let ctx = TaskContext {
+                    delegation_id: id.clone(),
+                    work_dir: PathBuf::from(task_dir),
+                    description: task.description,
+                    prompt: task.prompt,
+                    expires_at,
+                    access_mode,
+                };
+                self.rt.spawn(Box::pin(async move {
+                    let pf = feed.clone();
+                    let sf = feed.clone();
+                    let pid = id.clone();
+                    let sid = id.clone();
+                    let c2 = cancel.clone();
+                    let result = blocking(&rt, move || {
+                        let progress = move |m: String| {
+                            pf(ExecutorInput::TaskProgress {
+                                id: pid.clone(),
+                                message: Some(m),
+                                progress: None,
+                            })
+                        };
+                        // Journalled, so that a restarted executor can end the group.
+                        let spawned = move |g: TaskGroup| {
+                            sf(ExecutorInput::TaskSpawned {
+                                id: sid.clone(),
+                                handle: TaskHandle(g.to_handle()),
+                            })
+                        };
+                        runner.run_tracked(&ctx, &progress, &spawned, &c2)
+                    })
+                    .await;
+                    let result = match result {
+                        Ok(o) => Ok(TaskOutcome {
+                            summary: o.summary,
+                            highlights: o.highlights,
+                        }),
+                        // What the runner says after it was stopped is not the task's failure.
+                        Err(_) if cancel.is_cancelled() => Err(TaskFailure::Stopped),
+                        Err(f) => Err(f),
+                    };
+                    feed(ExecutorInput::TaskFinished { id, result });
+                }));
+            }
+            ExecutorOutput::StopTask { id } => {
+                if let Some(c) = self.cancels.get(&id) {
+                    c.cancel();
+                }
+            }
+            ExecutorOutput::CaptureSnapshot {
+                id,
+                work_dir,
+                snapshot_id,
+                kind,
+                inline,
+            } => {
+                let t = self.transport_of(&id);
+                let feed = self.feed();
+                let rt = self.rt.clone();
+                let dir = self.scratch.join("snapshots");
+                let url_base = if inline {
+                    None
+                } else {
+                    self.public_url
+                        .clone()
+                        .or_else(|| self.origins.get(&id).cloned())
+                };
+                let files = self.snapshots.clone();
+                let kind = match kind {
+                    awcp_proto::engine::SnapshotKind::Full => awcp_transports::SnapshotKind::Full,
+                    awcp_proto::engine::SnapshotKind::Delta => awcp_transports::SnapshotKind::Delta,
+                };
+                self.rt.spawn(Box::pin(async move {
+                    let sid = snapshot_id.clone();
+                    let did = id.clone();
+                    let result = blocking(&rt, move || {
+                        let delivery = match &url_base {
+                            Some(_) => {
+                                let d = dir.join(did.as_str());
+                                std::fs::create_dir_all(&d).map_err(|e| {
+                                    ErrorInfo::new(
+                                        ErrorCode::TaskFailed,
+                                        format!("snapshot dir: {e}"),
+                                    )
+                                })?;
+                                Delivery::File(d)
+                            }
+                            None => Delivery::Inline,
+                        };
+                        let snap = t
+                            .capture(Path::new(&work_dir), kind, &delivery, &CancelFlag::new())
+                            .map_err(|e| e.to_error_info())?;
+                        Ok::<_, ErrorInfo>(to_captured(
+                            snap,
+                            &did,
+                            &sid,
+                            url_base.as_deref(),
+                            &files,
+                        ))
+                    })
+                    .await;
+                    feed(ExecutorInput::SnapshotCaptured { id, result });
+                }));
+            }
+            ExecutorOutput::Release {
+                id,
+                work_dir,
+                transport,
+            } => {
+                self.origins.remove(&id);
+                self.cancels.remove(&id);
+                self.kinds.remove(&id);
+                let t = self.transport_for(&transport);
+                let feed = self.feed();
+                let rt = self.rt.clone();
+                self.rt.spawn(Box::pin(async move {
+                    let result =
+                        blocking(&rt, move || release_work_dir(&*t, &transport, &work_dir)).await;
+                    feed(ExecutorInput::Released { id, result });
+                }));
+            }
+            ExecutorOutput::RemoveEmptyWorkDir { id, work_dir } => {
+                // Never anything inside: it may be someone else's directory.
+                let _ = std::fs::remove_dir(&work_dir);
+                let _ = self
+                    .tx
+                    .unbounded_send(Cmd::Input(ExecutorInput::Released { id, result: Ok(()) }));
+            }
+            ExecutorOutput::EndTask { id, handle } => {
+                let feed = self.feed();
+                let rt = self.rt.clone();
+                self.rt.spawn(Box::pin(async move {
+                    let did = id.clone();
+                    blocking(&rt, move || end_task(&did, &handle)).await;
+                    feed(ExecutorInput::TaskFinished {
+                        id,
+                        result: Err(TaskFailure::Stopped),
+                    });
+                }));
+            }
+            ExecutorOutput::DropSnapshot { id, snapshot_id } => {
+                let key = (id.to_string(), snapshot_id.to_string());
+                let path = self
+                    .snapshots
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&key)
+                    // Captured before a restart: where capture puts it.
+                    .or_else(|| {
+                        let p = self
+                            .scratch
+                            .join("snapshots")
+                            .join(id.as_str())
+                            .join(format!("{snapshot_id}.zip"));
+                        p.exists().then_some(p)
+                    });
+                if let Some(p) = path {
+                    let _ = std::fs::remove_file(&p);
+                    if let Some(parent) = p.parent() {
+                        let _ = std::fs::remove_dir(parent);
+                    }
+                }
+            }
+            ExecutorOutput::Event(ev) => self.on_event(ev),
+        }
+    }
+
+    fn on_event(&mut self, ev: ExecutorEvent) {
+        self.event_subscribers
+            .retain(|tx| tx.unbounded_send(ev.clone()).is_ok());
+        match &ev {
+            ExecutorEvent::InviteReceived { id, invite, .. } => {
+                tracing::info!(delegation = %id, task = %invite.task.description, "invitation");
+            }
+            ExecutorEvent::StateChanged { id, from, to } => {
+                tracing::info!(delegation = %id, %from, %to, "assignment state");
+            }
+            ExecutorEvent::Ended { id, state, error } => {
+                tracing::info!(delegation = %id, %state, error = ?error.as_ref().map(|e| e.code.as_str()), "assignment ended");
+            }
+            ExecutorEvent::Forgotten { id } => {
+                tracing::debug!(delegation = %id, "assignment forgotten");
+            }
+            ExecutorEvent::PeerMisbehaved { id, reason } => {
+                tracing::warn!(delegation = %id, ?reason, "the delegator broke the protocol");
+            }
+            ExecutorEvent::RecordChanged { .. } => {}
+        }
+        if let (Some(j), Some(id)) = (&self.journal, event_id(&ev)) {
+            match self.engine.record(id) {
+                Some(rec) => j.write(id, &rec),
+                None => j.remove(id),
+            }
+        }
+    }
+}

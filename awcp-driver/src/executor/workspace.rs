@@ -1,0 +1,244 @@
+//! The data plane on the executor's blocking pool: allocating, setting up, capturing and
+//! releasing work directories. Each function reports facts; the engine decides.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use awcp_proto::engine::CapturedSnapshot;
+use awcp_proto::{
+    AllocationFailure, DelegationId, ErrorCode, ErrorInfo, ExecutorEvent, TransportHandle,
+    TransportKind, WorkspaceLayout,
+};
+use awcp_transports::archive::{ArchiveOutput, ArchiveSource};
+use awcp_transports::{CancelFlag, ExecutorTransport, SetupRequest};
+
+use crate::runtime::{blocking, Runtime};
+
+#[allow(unused_imports)]
+use super::recovery::*;
+#[allow(unused_imports)]
+use super::*;
+
+/// Detaches the transport from `work_dir` and removes it, never recursing into a mount.
+pub(super) fn release_work_dir(
+    t: &dyn ExecutorTransport,
+    kind: &TransportKind,
+    work_dir: &str,
+) -> Result<(), ErrorInfo> {
+    let p = Path::new(work_dir);
+    if !kind.is_live() && is_mount_point(p) {
+        tracing::warn!(path = %p.display(), "work directory is a mount point; left in place");
+        return Ok(());
+    }
+    match t.release(p) {
+        // Never recurse into a work directory that may still be a mount.
+        Err(e) => {
+            tracing::warn!("release of {work_dir} failed: {e}");
+            Err(e.to_error_info())
+        }
+        Ok(()) => {
+            if !is_mount_point(p) {
+                let _ = std::fs::remove_dir_all(p);
+            }
+            Ok(())
+        }
+    }
+}
+
+/// The transport serving `kind` (the first one if none does: it refuses the handle).
+pub(super) fn transport_for(
+    transports: &[Arc<dyn ExecutorTransport>],
+    kind: &TransportKind,
+) -> Arc<dyn ExecutorTransport> {
+    transports
+        .iter()
+        .find(|t| t.kind() == *kind)
+        .unwrap_or(&transports[0])
+        .clone()
+}
+
+/// The assignment an event is about, if its record should be written.
+pub(super) fn event_id(ev: &ExecutorEvent) -> Option<&DelegationId> {
+    match ev {
+        ExecutorEvent::InviteReceived { id, .. }
+        | ExecutorEvent::StateChanged { id, .. }
+        | ExecutorEvent::RecordChanged { id }
+        | ExecutorEvent::Ended { id, .. }
+        | ExecutorEvent::Forgotten { id } => Some(id),
+        ExecutorEvent::PeerMisbehaved { .. } => None,
+    }
+}
+
+/// Whether `p` is a mount point (its device differs from its parent's).
+pub(super) fn is_mount_point(p: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (
+        std::fs::symlink_metadata(p),
+        p.parent().map(std::fs::metadata),
+    ) {
+        (Ok(m), Some(Ok(pm))) => m.dev() != pm.dev(),
+        _ => false,
+    }
+}
+
+/// Checks the transport's dependency and creates the (empty) work directory; reports what it
+/// found, the engine decides the error code.
+pub(super) fn allocate(
+    t: &dyn ExecutorTransport,
+    work_dir: &Path,
+) -> Result<(), AllocationFailure> {
+    t.check_dependency()
+        .map_err(|e| AllocationFailure::DependencyMissing {
+            message: e.to_string(),
+            hint: e.hint.clone(),
+        })?;
+    if let Ok(mut rd) = std::fs::read_dir(work_dir) {
+        if rd.next().is_some() {
+            return Err(AllocationFailure::NotEmpty);
+        }
+    }
+    std::fs::create_dir_all(work_dir).map_err(|e| AllocationFailure::CannotCreate(e.to_string()))
+}
+
+/// The engine's name for the layout a transport found.
+pub(super) fn layout_of(l: awcp_transports::archive::Layout) -> WorkspaceLayout {
+    match l {
+        awcp_transports::archive::Layout::PerResource => WorkspaceLayout::PerResource,
+        awcp_transports::archive::Layout::Flat => WorkspaceLayout::Flat,
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn setup<R: Runtime>(
+    http: &agent_rt::HttpClient<R>,
+    t: Arc<dyn ExecutorTransport>,
+    id: &DelegationId,
+    work_dir: String,
+    handle: TransportHandle,
+    access: awcp_proto::AccessMode,
+    resources: Vec<awcp_proto::Resource>,
+    downloads: PathBuf,
+    timeout: Duration,
+    cancel: CancelFlag,
+) -> Result<WorkspaceLayout, ErrorInfo> {
+    let rt = http.runtime();
+    if handle.kind().is_live() {
+        return blocking(rt, move || {
+            t.setup_live(Path::new(&work_dir), &handle, access, &cancel)
+                // A live mount shows the delegator's export view: one directory per resource.
+                .map(|()| WorkspaceLayout::PerResource)
+                .map_err(|e| e.to_error_info())
+        })
+        .await;
+    }
+    let TransportHandle::Archive(h) = handle else {
+        return Err(ErrorInfo::new(
+            ErrorCode::SetupFailed,
+            format!(
+                "transport {} is not served by this executor",
+                handle.kind().as_str()
+            ),
+        ));
+    };
+    let names: Vec<_> = resources.into_iter().map(|r| r.name).collect();
+    if h.data.base64.is_some() {
+        return blocking(rt, move || {
+            let req = SetupRequest::from_inline_handle(Path::new(&work_dir), &h, access, &names)
+                .expect("inline data checked");
+            t.setup(req, &cancel)
+                .map(|r| layout_of(r.layout))
+                .map_err(|e| e.to_error_info())
+        })
+        .await;
+    }
+    let Some(url) = h.data.url.clone() else {
+        return Err(ErrorInfo::new(
+            ErrorCode::SetupFailed,
+            "archive handle carries no data",
+        ));
+    };
+    let d2 = downloads.clone();
+    blocking(rt, move || std::fs::create_dir_all(d2))
+        .await
+        .map_err(|e| ErrorInfo::new(ErrorCode::SetupFailed, format!("downloads dir: {e}")))?;
+    let file = downloads.join(format!("{id}.zip"));
+    let limit = h.size_bytes.unwrap_or(u64::MAX / 2).saturating_add(1);
+    http.download(&url, &[], file.clone(), limit, timeout)
+        .await
+        .map_err(|e| {
+            ErrorInfo::new(
+                ErrorCode::TransportError,
+                format!("fetching the archive: {e}"),
+            )
+        })?;
+    blocking(rt, move || {
+        let req = SetupRequest {
+            work_dir: Path::new(&work_dir),
+            source: ArchiveSource::File(&file),
+            expected_checksum: Some(&h.checksum),
+            access_mode: access,
+            resources: &names,
+        };
+        let r = t
+            .setup(req, &cancel)
+            .map(|r| layout_of(r.layout))
+            .map_err(|e| e.to_error_info());
+        let _ = std::fs::remove_file(&file);
+        r
+    })
+    .await
+}
+
+pub(super) fn to_captured(
+    snap: awcp_transports::CapturedSnapshot,
+    id: &DelegationId,
+    sid: &awcp_proto::SnapshotId,
+    url_base: Option<&str>,
+    files: &SnapshotFiles,
+) -> CapturedSnapshot {
+    use serde_json::json;
+    let mut metadata = BTreeMap::new();
+    metadata.insert("fileCount".to_owned(), json!(snap.file_count));
+    metadata.insert("totalBytes".to_owned(), json!(snap.total_bytes));
+    metadata.insert("changedFiles".to_owned(), json!(snap.changed));
+    if snap.kind == awcp_transports::SnapshotKind::Delta {
+        metadata.insert("delta".to_owned(), json!(true));
+        metadata.insert("deletedFiles".to_owned(), json!(snap.deleted));
+    }
+    match snap.archive {
+        ArchiveOutput::Inline(h) => CapturedSnapshot {
+            data: h.data,
+            checksum: Some(h.checksum),
+            metadata,
+        },
+        ArchiveOutput::File(mut f) => {
+            // Take the file over from the transport (its release removes what it captured):
+            // the engine keeps snapshots until ack or retention (DropSnapshot).
+            let owned = f.path.with_file_name(format!("{sid}.zip"));
+            if std::fs::rename(&f.path, &owned).is_ok() {
+                f.path = owned;
+            }
+            let url = format!(
+                "{}{}",
+                url_base.unwrap_or("").trim_end_matches('/'),
+                SNAPSHOT_ROUTE
+                    .replace("{id}", id.as_str())
+                    .replace("{sid}", sid.as_str())
+            );
+            files
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert((id.to_string(), sid.to_string()), f.path.clone());
+            CapturedSnapshot {
+                data: awcp_proto::ArchiveData {
+                    base64: None,
+                    url: Some(url),
+                },
+                checksum: Some(f.checksum),
+                metadata,
+            }
+        }
+    }
+}

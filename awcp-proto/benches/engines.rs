@@ -1,0 +1,72 @@
+//! Both engines running whole delegations in memory, every message, reply, result body and SSE
+//! event encoded to JSON by one side and decoded by the other (`awcp_proto::engine::pair`).
+//!
+//! `cargo bench -p awcp-proto --features _internal-pair --bench engines`
+//!
+//! One iteration is one complete lifecycle: INVITE → ACCEPT → START → setup → task → snapshot →
+//! `done` → store/apply → ack → both sides released and forgotten. Each lifecycle is measured
+//! twice: in wall time (`wall/…`), and in CPU time of the measuring thread (`cpu/…`, from
+//! `CLOCK_THREAD_CPUTIME_ID`), which stays meaningful on a machine shared with other jobs.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::wildcard_enum_match_arm
+)] // bench code
+
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+
+use awcp_proto::engine::pair::Pair;
+use awcp_proto::{DelegationId, Dialect};
+
+fn lifecycle(dialect: Dialect, n: u64) -> Pair {
+    let mut p = Pair::default_pair();
+    let id = DelegationId::new(format!("dlg_{n:032x}")).unwrap();
+    p.delegate(&id, dialect);
+    p.run(1_000);
+    assert_eq!(p.executor.live_count(), 0);
+    p
+}
+
+/// CPU time this thread has used (`CLOCK_THREAD_CPUTIME_ID`).
+fn thread_cpu() -> Option<Duration> {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes only into `t`, a valid timespec we own.
+    let r = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    (r == 0).then(|| Duration::new(t.tv_sec as u64, t.tv_nsec as u32))
+}
+
+fn engines(c: &mut Criterion) {
+    let mut g = c.benchmark_group("lifecycle");
+    g.throughput(Throughput::Elements(1));
+    for (name, dialect) in [("reference", Dialect::Reference), ("seed", Dialect::Seed)] {
+        let mut n = 0u64;
+        g.bench_function(format!("wall/{name}"), |b| {
+            b.iter(|| {
+                n += 1;
+                lifecycle(dialect, n)
+            })
+        });
+        if thread_cpu().is_some() {
+            g.bench_function(format!("cpu/{name}"), |b| {
+                b.iter_custom(|iters| {
+                    let start = thread_cpu().unwrap();
+                    for _ in 0..iters {
+                        n += 1;
+                        std::hint::black_box(lifecycle(dialect, n));
+                    }
+                    thread_cpu().unwrap() - start
+                })
+            });
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(benches, engines);
+criterion_main!(benches);

@@ -1,0 +1,108 @@
+//! Executor policy: [`ExecutorConfig`] and which work roots are refused.
+
+use std::time::Duration;
+
+use crate::wire::{feature, SandboxProfile, TransportKind};
+
+use super::auth::RequiredAuth;
+
+/// Executor policy. `Default` gives the reference's defaults (WIRE.md §9).
+#[derive(Clone, Debug)]
+pub struct ExecutorConfig {
+    /// Root of all work directories; an assignment's is `{work_root}/{delegationId}`.
+    pub work_root: String,
+    /// Most assignments alive at once (pending, active, or still releasing); more → `DECLINED`.
+    pub max_concurrent: usize,
+    /// Longest lease granted; longer requests are capped (ACCEPT `maxTtlSeconds`).
+    pub max_ttl_seconds: u64,
+    /// Whether `ro` delegations are allowed.
+    pub allow_ro: bool,
+    /// Whether `rw` delegations are allowed (if not, `rw` requests are downgraded to `ro`).
+    pub allow_rw: bool,
+    /// Retention used when the INVITE names none.
+    pub default_retention: Duration,
+    /// Cap on the retention a delegator may ask for.
+    pub max_retention: Duration,
+    /// Declared sandbox (all `true` by default, like the reference).
+    pub sandbox: SandboxProfile,
+    /// Accept every INVITE that passes policy; otherwise the application decides through
+    /// [`ExecutorEvent::InviteReceived`].
+    pub auto_accept: bool,
+    /// Credential required from delegators (see [`crate::engine::auth`] for which credential
+    /// authorises which request).
+    pub auth: Option<RequiredAuth>,
+    /// How long an accepted assignment waits for START before it is dropped and its slot
+    /// freed (never longer than its lease). Pending assignments hold slots, so this keeps
+    /// stalled or abandoned INVITEs from exhausting `max_concurrent`.
+    pub start_timeout: Duration,
+    /// Transports this executor serves; the first is used when INVITE names none.
+    pub transports: Vec<TransportKind>,
+    /// Protocol extensions this executor supports.
+    pub features: Vec<String>,
+    /// How long a task may take to stop after [`ExecutorOutput::StopTask`] before its
+    /// resources are released anyway.
+    pub stop_grace: Duration,
+    /// Seed for snapshot ids.
+    pub id_seed: u64,
+}
+
+impl Default for ExecutorConfig {
+    fn default() -> Self {
+        ExecutorConfig {
+            work_root: "/tmp/awcp/workspaces".to_owned(),
+            max_concurrent: 5,
+            max_ttl_seconds: 3600,
+            allow_ro: true,
+            allow_rw: true,
+            default_retention: Duration::from_millis(604_800_000),
+            max_retention: Duration::from_millis(604_800_000),
+            sandbox: SandboxProfile {
+                cwd_only: Some(true),
+                allow_network: Some(true),
+                allow_exec: Some(true),
+            },
+            auto_accept: true,
+            auth: None,
+            start_timeout: Duration::from_secs(60),
+            transports: vec![TransportKind::Archive],
+            features: vec![
+                feature::DELTA_SNAPSHOTS.to_owned(),
+                feature::ARCHIVE_URL.to_owned(),
+            ],
+            stop_grace: Duration::from_secs(10),
+            id_seed: 0,
+        }
+    }
+}
+
+/// Directories that must never be an executor's work root (AWCP v1 §7.1: "never accept a
+/// system-sensitive path such as /home, /etc or ~").
+const SYSTEM_DIRS: &[&str] = &[
+    "/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib64", "/opt", "/proc", "/root",
+    "/run", "/sbin", "/srv", "/sys", "/usr", "/var",
+];
+
+/// Why `work_root` (absolute, with symlinks resolved) must not be an executor's work root, if
+/// it must not: the file-system root, a system directory, or the user's `home`.
+pub fn work_root_refusal(work_root: &str, home: Option<&str>) -> Option<String> {
+    let norm = |p: &str| {
+        let t = p.trim_end_matches('/');
+        if t.is_empty() {
+            "/".to_owned()
+        } else {
+            t.to_owned()
+        }
+    };
+    let root = norm(work_root);
+    if SYSTEM_DIRS.contains(&root.as_str()) {
+        return Some(format!(
+            "{root} is a system directory; give the executor a directory of its own"
+        ));
+    }
+    if home.map(norm).is_some_and(|h| h == root) {
+        return Some(format!(
+            "{root} is the home directory; give the executor a directory of its own"
+        ));
+    }
+    None
+}

@@ -1,0 +1,379 @@
+//! The handshake: INVITE (authenticated, de-duplicated, admitted by [`super::policy`]) →
+//! work directory allocated → ACCEPT (or the application's decision) → START.
+
+use std::collections::BTreeSet;
+
+use crate::engine::{RequestId, UsageError};
+use crate::error::{ErrorCode, ErrorInfo};
+use crate::id::DelegationId;
+use crate::state::{AssignmentMachine, AssignmentState, AssignmentTransition};
+use crate::time::Timestamp;
+use crate::wire::{Accept, Dialect, ExecutorConstraints, Invite};
+
+use super::assignment::{Assignment, ExecutorTimer as Timer, Phase};
+use super::auth::{self, Credential};
+use super::{AllocationFailure, Executor, ExecutorEvent, ExecutorOutput, Misbehaviour, Response};
+
+impl Executor {
+    // ----------------------------------------------------------------------------------------
+    // Application calls
+
+    /// Accepts an INVITE that waits for a decision (`auto_accept` off).
+    pub fn accept_invite(&mut self, now: Timestamp, id: &DelegationId) -> Result<(), UsageError> {
+        self.tick(now);
+        if self
+            .finish(id, |p| matches!(p, Phase::AwaitingDecision))?
+            .is_none()
+        {
+            return Err(UsageError::InvalidState(format!(
+                "{id} is not waiting for a decision"
+            )));
+        }
+        self.send_accept(now, id);
+        Ok(())
+    }
+
+    /// Declines an INVITE that waits for a decision (`auto_accept` off).
+    pub fn decline_invite(
+        &mut self,
+        now: Timestamp,
+        id: &DelegationId,
+        reason: ErrorInfo,
+    ) -> Result<(), UsageError> {
+        self.tick(now);
+        let Some((a, _)) = self.finish(id, |p| matches!(p, Phase::AwaitingDecision))? else {
+            return Err(UsageError::InvalidState(format!(
+                "{id} is not waiting for a decision"
+            )));
+        };
+        let requests = std::mem::take(&mut a.invite_requests);
+        let dialect = a.dialect;
+        for r in requests {
+            self.respond_error(r, id, reason.clone(), dialect, 200);
+        }
+        self.terminate(now, id, AssignmentTransition::ReceiveError, reason);
+        Ok(())
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // INVITE
+
+    pub(super) fn on_invite(
+        &mut self,
+        now: Timestamp,
+        request: RequestId,
+        mut invite: Invite,
+        dialect: Dialect,
+        header: Option<&Credential>,
+    ) {
+        let id = invite.delegation_id.clone();
+        let declined = |msg: String| ErrorInfo::new(ErrorCode::Declined, msg);
+        // Authentication first: nothing else is revealed to an unauthenticated caller.
+        let bound = match auth::authenticate_invite(
+            self.config.auth.as_ref(),
+            &id,
+            header,
+            invite.auth.as_ref(),
+        ) {
+            Ok(b) => b,
+            Err(e) => return self.respond_error(request, &id, e, dialect, 200),
+        };
+        // The secret is not kept (nor journalled, nor handed to the application): only its
+        // digest, in `bound`.
+        invite.auth = None;
+        // A duplicate INVITE arriving after the assignment was acknowledged and forgotten
+        // must not start the task again while its lease (and a duplicate START) is valid.
+        self.tombstones.retain(|_, until| *until > now);
+        if self.tombstones.contains_key(&id) {
+            return self.respond_error(
+                request,
+                &id,
+                declined(format!("delegation {id} is already finished")),
+                dialect,
+                200,
+            );
+        }
+        // A repeated INVITE (retry, duplicate delivery) is answered idempotently.
+        if let Some(a) = self.assignments.get_mut(&id) {
+            if a.invite != invite {
+                self.event(ExecutorEvent::PeerMisbehaved {
+                    id: id.clone(),
+                    reason: Misbehaviour::ConflictingInvite,
+                });
+                return self.respond_error(
+                    request,
+                    &id,
+                    declined(format!(
+                        "delegation {id} exists with a different invitation"
+                    )),
+                    dialect,
+                    200,
+                );
+            }
+            match (a.state(), &a.phase, a.accept.clone()) {
+                (AssignmentState::Pending, _, Some(accept)) => {
+                    return self.respond(request, Response::Accept(accept, dialect));
+                }
+                (AssignmentState::Pending, Phase::Allocating | Phase::AwaitingDecision, None) => {
+                    a.invite_requests.push(request);
+                    return;
+                }
+                (st, _, _) => {
+                    return self.respond_error(
+                        request,
+                        &id,
+                        declined(format!("delegation {id} is already {st}")),
+                        dialect,
+                        200,
+                    );
+                }
+            }
+        }
+        let admitted = match super::policy::admit(&invite, &self.config, self.live_count()) {
+            Ok(a) => a,
+            Err(e) => return self.respond_error(request, &id, e, dialect, 200),
+        };
+        let work_dir = self.work_dir_for(&id);
+        tracing::debug!(delegation = %id, "invitation passed policy");
+        let transport = admitted.transport.clone();
+        self.assignments.insert(
+            id.clone(),
+            Assignment {
+                invite,
+                dialect,
+                machine: AssignmentMachine::new(),
+                phase: Phase::Allocating,
+                work_dir: work_dir.clone(),
+                auth: bound,
+                transport: admitted.transport,
+                access: admitted.access,
+                ttl: admitted.ttl,
+                features: admitted.features,
+                retention: admitted.retention,
+                invite_requests: vec![request],
+                accept: None,
+                started_at: None,
+                expires_at: None,
+                release_error: None,
+                subscribers: BTreeSet::new(),
+                outcome: None,
+                error: None,
+                snapshot: None,
+                acked: false,
+                terminal_event: None,
+                completed_at: None,
+            },
+        );
+        // Journalled before the directory exists: after a crash mid-allocation the restarted
+        // executor knows the directory may be its own.
+        self.event(ExecutorEvent::RecordChanged { id: id.clone() });
+        self.push(ExecutorOutput::AllocateWorkDir {
+            id,
+            work_dir,
+            transport,
+        });
+    }
+
+    pub(super) fn on_allocated(
+        &mut self,
+        now: Timestamp,
+        id: &DelegationId,
+        result: Result<(), AllocationFailure>,
+    ) -> Result<(), UsageError> {
+        let result = result.map_err(|f| f.to_error_info());
+        let Some((a, _)) = self.finish(id, |p| matches!(p, Phase::Allocating))? else {
+            return Ok(());
+        };
+        if a.state().is_terminal() {
+            // Ended (ERROR, cancel, shutdown) while the work directory was being allocated:
+            // release what was allocated instead of accepting.
+            match result {
+                Ok(()) => {
+                    self.release(id);
+                }
+                Err(_) => {
+                    a.phase = Phase::Released { unstopped: None };
+                    let (state, error, retention) = (a.state(), a.error.clone(), a.retention);
+                    self.core
+                        .outputs
+                        .push_back(ExecutorOutput::Event(ExecutorEvent::Ended {
+                            id: id.clone(),
+                            state,
+                            error,
+                        }));
+                    self.core
+                        .timers
+                        .set(id, Timer::Retention, now.saturating_add(retention));
+                }
+            }
+            return Ok(());
+        }
+        match result {
+            Err(e) => {
+                let requests = std::mem::take(&mut a.invite_requests);
+                let dialect = a.dialect;
+                for r in requests {
+                    self.respond_error(r, id, e.clone(), dialect, 200);
+                }
+                // Nothing was left behind: forget the record.
+                self.assignments.remove(id);
+                self.core.timers.cancel_all(id);
+                self.core
+                    .outputs
+                    .push_back(ExecutorOutput::Event(ExecutorEvent::Forgotten {
+                        id: id.clone(),
+                    }));
+            }
+            Ok(()) => {
+                let invite = Box::new(a.invite.clone());
+                if self.config.auto_accept {
+                    self.core.outputs.push_back(ExecutorOutput::Event(
+                        ExecutorEvent::InviteReceived {
+                            id: id.clone(),
+                            invite,
+                            needs_decision: false,
+                        },
+                    ));
+                    self.send_accept(now, id);
+                } else {
+                    let Some(a) = self.assignments.get_mut(id) else {
+                        return Ok(());
+                    };
+                    a.phase = Phase::AwaitingDecision;
+                    self.core.outputs.push_back(ExecutorOutput::Event(
+                        ExecutorEvent::InviteReceived {
+                            id: id.clone(),
+                            invite,
+                            needs_decision: true,
+                        },
+                    ));
+                    let at = now.saturating_add(a.ttl);
+                    self.core.timers.set(id, Timer::StartDeadline, at);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn send_accept(&mut self, now: Timestamp, id: &DelegationId) {
+        let Some(a) = self.assignments.get_mut(id) else {
+            return;
+        };
+        let accept = Accept {
+            delegation_id: id.clone(),
+            work_dir: a.work_dir.clone(),
+            constraints: Some(ExecutorConstraints {
+                accepted_access_mode: Some(a.access),
+                max_ttl_seconds: Some(a.ttl.as_secs()),
+                sandbox_profile: Some(self.config.sandbox),
+            }),
+            retention_ms: (a.dialect == Dialect::Reference)
+                .then(|| u64::try_from(a.retention.as_millis()).unwrap_or(u64::MAX)),
+            features: a.features.clone(),
+        };
+        a.accept = Some(accept.clone());
+        let requests = std::mem::take(&mut a.invite_requests);
+        let dialect = a.dialect;
+        // START must come soon: a pending assignment holds a slot (and a work directory).
+        let at = now.saturating_add(a.ttl.min(self.config.start_timeout));
+        for r in requests {
+            self.respond(r, Response::Accept(accept.clone(), dialect));
+        }
+        self.core.timers.set(id, Timer::StartDeadline, at);
+    }
+
+    pub(super) fn on_start(
+        &mut self,
+        now: Timestamp,
+        request: RequestId,
+        start: crate::wire::Start,
+        dialect: Dialect,
+    ) {
+        let id = start.delegation_id.clone();
+        let Some(a) = self.assignments.get_mut(&id) else {
+            return self.respond_error(
+                request,
+                &id,
+                ErrorInfo::new(ErrorCode::NotFound, format!("unknown delegation {id}")),
+                dialect,
+                404,
+            );
+        };
+        match a.state() {
+            AssignmentState::Active => return self.respond(request, Response::Ok),
+            st if st.is_terminal() => {
+                let e = a.error.clone().unwrap_or_else(|| {
+                    ErrorInfo::bare(
+                        ErrorCode::Declined,
+                        format!("delegation {id} is already {st}"),
+                    )
+                });
+                return self.respond_error(request, &id, e, dialect, 409);
+            }
+            AssignmentState::Pending | AssignmentState::Completed | AssignmentState::Error => {}
+        }
+        if a.accept.is_none() {
+            self.event(ExecutorEvent::PeerMisbehaved {
+                id: id.clone(),
+                reason: Misbehaviour::StartBeforeAccept,
+            });
+            return self.respond_error(
+                request,
+                &id,
+                ErrorInfo::new(ErrorCode::Declined, "the invitation has not been accepted"),
+                dialect,
+                409,
+            );
+        }
+        if start.handle.kind() != a.transport {
+            let misbehaviour = Misbehaviour::StartWithOtherTransport {
+                agreed: a.transport.clone(),
+                got: start.handle.kind(),
+            };
+            self.event(ExecutorEvent::PeerMisbehaved {
+                id: id.clone(),
+                reason: misbehaviour,
+            });
+            let Some(a) = self.assignments.get(&id) else {
+                return;
+            };
+            let e = ErrorInfo::new(
+                ErrorCode::SetupFailed,
+                format!(
+                    "START carries a {} handle but {} was agreed",
+                    start.handle.kind().as_str(),
+                    a.transport.as_str()
+                ),
+            );
+            self.respond_error(request, &id, e.clone(), dialect, 400);
+            self.terminate(now, &id, AssignmentTransition::ReceiveError, e);
+            return;
+        }
+        if start.lease.expires_at <= now {
+            let e = ErrorInfo::new(
+                ErrorCode::StartExpired,
+                "the lease had expired when START arrived",
+            );
+            self.respond_error(request, &id, e.clone(), dialect, 200);
+            self.terminate(now, &id, AssignmentTransition::Cancel, e);
+            return;
+        }
+        let expires_at = start.lease.expires_at.min(now.saturating_add(a.ttl));
+        a.access = a.access.min(start.lease.access_mode);
+        a.started_at = Some(now);
+        a.expires_at = Some(expires_at);
+        a.phase = Phase::SettingUp;
+        let out = ExecutorOutput::SetupTransport {
+            id: id.clone(),
+            work_dir: a.work_dir.clone(),
+            handle: Box::new(start.handle),
+            access_mode: a.access,
+            resources: a.invite.resources.clone(),
+        };
+        self.transition(now, &id, AssignmentTransition::ReceiveStart);
+        self.core.timers.cancel(&id, Timer::StartDeadline);
+        self.core.timers.set(&id, Timer::Lease, expires_at);
+        self.respond(request, Response::Ok);
+        self.core.outputs.push_back(out);
+    }
+}

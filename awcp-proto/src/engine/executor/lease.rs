@@ -1,0 +1,83 @@
+//! Every timer of an assignment ([`ExecutorTimer`]): the START deadline, the lease, the stop
+//! grace period and the retention of a finished result.
+
+use crate::error::{ErrorCode, ErrorInfo};
+use crate::id::DelegationId;
+use crate::state::{AssignmentState, AssignmentTransition};
+use crate::time::Timestamp;
+
+use super::assignment::{ExecutorTimer, Phase};
+use super::Executor;
+
+impl Executor {
+    pub(super) fn on_timer(&mut self, now: Timestamp, id: &DelegationId, timer: ExecutorTimer) {
+        let Some(a) = self.assignments.get(id) else {
+            return;
+        };
+        match timer {
+            ExecutorTimer::StartDeadline => {
+                if a.state() == AssignmentState::Pending {
+                    let requests = a.invite_requests.clone();
+                    let dialect = a.dialect;
+                    let e = if a.accept.is_some() && self.config.start_timeout < a.ttl {
+                        ErrorInfo::new(
+                            ErrorCode::StartExpired,
+                            format!(
+                                "no START within {} s of ACCEPT; the assignment was dropped",
+                                self.config.start_timeout.as_secs()
+                            ),
+                        )
+                    } else {
+                        ErrorInfo::new(
+                            ErrorCode::StartExpired,
+                            "the lease ran out before START arrived",
+                        )
+                    };
+                    for r in requests {
+                        self.respond_error(r, id, e.clone(), dialect, 200);
+                    }
+                    if let Some(a) = self.assignments.get_mut(id) {
+                        a.invite_requests.clear();
+                    }
+                    self.terminate(now, id, AssignmentTransition::Cancel, e);
+                }
+            }
+            ExecutorTimer::Lease => {
+                if a.state() == AssignmentState::Active {
+                    self.terminate(
+                        now,
+                        id,
+                        AssignmentTransition::Cancel,
+                        ErrorInfo::new(
+                            ErrorCode::Expired,
+                            "the lease expired while the task was running",
+                        ),
+                    );
+                }
+            }
+            ExecutorTimer::StopGrace => {
+                if let Phase::Stopping {
+                    task,
+                    holds_work_dir,
+                } = &a.phase
+                {
+                    tracing::warn!(delegation = %id, "task did not stop in time; releasing anyway");
+                    if !*holds_work_dir {
+                        // Already released (after a restart): keep the task journalled.
+                        let unstopped = task.clone();
+                        if let Some(a) = self.assignments.get_mut(id) {
+                            a.phase = Phase::Released { unstopped };
+                        }
+                    } else {
+                        self.release(id);
+                    }
+                }
+            }
+            ExecutorTimer::Retention => {
+                if a.state().is_terminal() && a.released() {
+                    self.forget(id);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,287 @@
+//! The executor engine: every assignment of one executor, from INVITE to cleanup.
+//!
+//! ## Method groups
+//! * **Inputs from the driver**: [`Executor::handle`] with an [`ExecutorInput`] (HTTP requests
+//!   with a driver-issued [`RequestId`], SSE subscriptions with a [`StreamId`], transport and
+//!   task results) and [`Executor::handle_timeout`].
+//! * **Application calls**: [`Executor::accept_invite`] / [`Executor::decline_invite`] when
+//!   `auto_accept` is off, [`Executor::shutdown`].
+//! * **Outputs**: [`Executor::poll_output`] (drain until `None`) and [`Executor::poll_timeout`].
+//! * **Getters**: [`Executor::status`], [`Executor::assignment`].
+//!
+//! ## Flow
+//! INVITE → policy (auth, transport, concurrency, TTL cap, access downgrade) →
+//! [`ExecutorOutput::AllocateWorkDir`] (`root/{id}`, must be empty; dependency check) → ACCEPT →
+//! START (lease checks: `START_EXPIRED`) → `{"ok":true}` → [`ExecutorOutput::SetupTransport`] →
+//! SSE `status` → [`ExecutorOutput::RunTask`] → [`ExecutorOutput::CaptureSnapshot`] → SSE
+//! `snapshot` + `done` → [`ExecutorOutput::Release`] → [`ExecutorEvent::Ended`] → retained for
+//! late subscribers and `GET …/result` until ack or retention → [`ExecutorOutput::DropSnapshot`].
+//! A live transport (sshfs) has no snapshot and releases *before* `done`: the task's changes
+//! are in the delegator's files only once the mount is detached, and a release that finds the
+//! connection lost fails the assignment instead of completing it.
+//!
+//! Cancel, ERROR from the delegator and lease expiry stop the running task
+//! ([`ExecutorOutput::StopTask`]) and release once it stopped (or after a grace period).
+//!
+//! ## Which directories and processes are the executor's
+//! Only what an assignment recorded: its work directory `{work_root}/{id}` once allocated, and
+//! the task's OS resources once the driver reported them ([`ExecutorInput::TaskSpawned`]).
+//! After a crash, [`Executor::restore`] asks to end recorded tasks
+//! ([`ExecutorOutput::EndTask`]) and to release recorded work directories
+//! ([`ExecutorOutput::Release`]); nothing else in the work root is ever touched.
+//!
+//! ## Where things are decided (one file per mechanism)
+//! * [`policy`]: whether an INVITE is admitted and on which terms (pure `admit`).
+//! * [`auth`]: which credential authorises which request (one check before dispatch).
+//! * `handshake`: INVITE → allocation → ACCEPT (or the application's decision) → START.
+//! * `transport`: setting up the workspace, and the task's directory.
+//! * `task`: the running task, its progress and its outcome.
+//! * `snapshots`: capturing the result, `done`, `GET …/result`.
+//! * `event_stream`: SSE subscribers, replay for late ones.
+//! * `lease`: every timer ([`ExecutorTimer`]).
+//! * `teardown`: failing, stopping, releasing, forgetting.
+//! * `record`: the durable journal record and restart recovery.
+//! * `assignment`: one assignment's data-carrying [`Phase`](assignment) and the only place its
+//!   spec state changes.
+
+mod assignment;
+pub mod auth;
+mod config;
+mod event_stream;
+mod handshake;
+mod io;
+mod lease;
+pub mod policy;
+mod record;
+mod requests;
+mod snapshots;
+mod task;
+mod teardown;
+mod transport;
+
+#[cfg(test)]
+mod scenarios;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+
+use crate::engine::timers::Core;
+use crate::engine::{IdSource, RequestId, UsageError};
+use crate::error::ErrorInfo;
+use crate::id::DelegationId;
+use crate::state::AssignmentState;
+use crate::time::Timestamp;
+use crate::wire::{Dialect, ErrorMessage};
+
+pub use self::assignment::ExecutorTimer;
+pub use self::auth::{Credential, RequiredAuth};
+pub use self::config::{work_root_refusal, ExecutorConfig};
+pub use self::io::{
+    AllocationFailure, AssignmentView, ExecutorEvent, ExecutorInput, ExecutorOutput,
+    ExecutorStatus, Misbehaviour, Request, Response, ResultBody, ResultStatus, TaskFailure,
+    WorkspaceLayout,
+};
+pub use self::record::{AssignmentRecord, RecordedAuth, RecordedOutcome, RECORD_VERSION};
+
+use self::assignment::Assignment;
+
+/// The executor engine. See the [module docs](self).
+#[derive(Debug)]
+pub struct Executor {
+    config: ExecutorConfig,
+    assignments: BTreeMap<DelegationId, Assignment>,
+    streams: BTreeMap<crate::engine::StreamId, DelegationId>,
+    core: Core<ExecutorTimer, ExecutorOutput>,
+    ids: IdSource,
+    /// Acknowledged (forgotten) assignments and when their lease ends: until then a late,
+    /// duplicated INVITE for the id is refused instead of starting the task again.
+    tombstones: BTreeMap<DelegationId, Timestamp>,
+}
+
+impl Executor {
+    /// An executor with no assignments.
+    pub fn new(config: ExecutorConfig) -> Self {
+        let ids = IdSource::new(config.id_seed);
+        Executor {
+            config,
+            assignments: BTreeMap::new(),
+            streams: BTreeMap::new(),
+            core: Core::default(),
+            ids,
+            tombstones: BTreeMap::new(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ExecutorConfig {
+        &self.config
+    }
+
+    /// The work directory an assignment gets: `{work_root}/{id}` (the id is validated, so this
+    /// never leaves the root).
+    pub fn work_dir_for(&self, id: &DelegationId) -> String {
+        format!("{}/{}", self.config.work_root.trim_end_matches('/'), id)
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Getters
+
+    /// Counts for `GET /awcp/status`.
+    pub fn status(&self) -> ExecutorStatus {
+        let mut s = ExecutorStatus {
+            pending: 0,
+            active: 0,
+            completed: 0,
+            delegations: Vec::new(),
+        };
+        for (id, a) in &self.assignments {
+            match a.state() {
+                AssignmentState::Pending => s.pending += 1,
+                AssignmentState::Active => {
+                    s.active += 1;
+                    s.delegations.push((
+                        id.clone(),
+                        a.work_dir.clone(),
+                        a.started_at.unwrap_or(Timestamp::EPOCH),
+                    ));
+                }
+                AssignmentState::Completed | AssignmentState::Error => s.completed += 1,
+            }
+        }
+        s
+    }
+
+    /// A view of one assignment.
+    pub fn assignment(&self, id: &DelegationId) -> Option<AssignmentView> {
+        self.assignments.get(id).map(|a| AssignmentView {
+            state: a.state(),
+            work_dir: a.work_dir.clone(),
+            error: a.error.clone(),
+            released: a.released(),
+            release_error: a.release_error.clone(),
+        })
+    }
+
+    /// Number of assignments holding resources (pending, active, or not yet released).
+    pub fn live_count(&self) -> usize {
+        self.assignments.values().filter(|a| !a.released()).count()
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Drive contract
+
+    /// Feeds one input.
+    pub fn handle(&mut self, now: Timestamp, input: ExecutorInput) -> Result<(), UsageError> {
+        self.tick(now);
+        match input {
+            ExecutorInput::Request {
+                request,
+                credential,
+                body,
+            } => {
+                self.on_request(now, request, credential, body);
+                Ok(())
+            }
+            ExecutorInput::Subscribe {
+                stream,
+                id,
+                credential,
+            } => {
+                self.on_subscribe(stream, &id, credential);
+                Ok(())
+            }
+            ExecutorInput::StreamClosed { stream } => {
+                self.on_stream_closed(stream);
+                Ok(())
+            }
+            ExecutorInput::WorkDirAllocated { id, result } => self.on_allocated(now, &id, result),
+            ExecutorInput::SetupCompleted { id, result } => self.on_setup(now, &id, result),
+            ExecutorInput::TaskProgress {
+                id,
+                message,
+                progress,
+            } => self.on_progress(now, &id, message, progress),
+            ExecutorInput::TaskSpawned { id, handle } => self.on_spawned(id, handle),
+            ExecutorInput::TaskFinished { id, result } => self.on_task_finished(now, &id, result),
+            ExecutorInput::SnapshotCaptured { id, result } => self.on_captured(now, &id, result),
+            ExecutorInput::Released { id, result } => self.on_released(now, &id, result),
+        }
+    }
+
+    /// Fires every timer due at `now`. Early calls do nothing.
+    pub fn handle_timeout(&mut self, now: Timestamp) {
+        self.tick(now);
+        while let Some((id, timer)) = self.core.timers.pop_due(now) {
+            self.on_timer(now, &id, timer);
+        }
+    }
+
+    /// The next output. Drain until `None` after every call.
+    #[must_use]
+    pub fn poll_output(&mut self) -> Option<ExecutorOutput> {
+        self.core.poll_output()
+    }
+
+    /// When to call [`Executor::handle_timeout`] next (the last `now` while outputs are queued).
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Timestamp> {
+        self.core.poll_timeout()
+    }
+
+    /// When `timer` of `id` fires, if it is armed (for tests and the scenario builder).
+    #[cfg(any(test, feature = "_internal-pair"))]
+    pub(crate) fn timer_deadline(
+        &self,
+        id: &DelegationId,
+        timer: ExecutorTimer,
+    ) -> Option<Timestamp> {
+        self.core.timers.deadline(id, timer)
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Internals shared by the mechanism files
+
+    fn tick(&mut self, now: Timestamp) {
+        self.core.tick(now);
+    }
+
+    fn get_mut(&mut self, id: &DelegationId) -> Result<&mut Assignment, UsageError> {
+        self.assignments
+            .get_mut(id)
+            .ok_or_else(|| UsageError::UnknownDelegation(id.clone()))
+    }
+
+    fn push(&mut self, out: ExecutorOutput) {
+        self.core.outputs.push_back(out);
+    }
+
+    fn event(&mut self, ev: ExecutorEvent) {
+        self.core.outputs.push_back(ExecutorOutput::Event(ev));
+    }
+
+    fn respond(&mut self, request: RequestId, response: Response) {
+        self.push(ExecutorOutput::Respond { request, response });
+    }
+
+    fn respond_error(
+        &mut self,
+        request: RequestId,
+        id: &DelegationId,
+        error: ErrorInfo,
+        dialect: Dialect,
+        status: u16,
+    ) {
+        self.respond(
+            request,
+            Response::Error {
+                message: ErrorMessage {
+                    delegation_id: id.clone(),
+                    error,
+                },
+                dialect,
+                status,
+            },
+        );
+    }
+}

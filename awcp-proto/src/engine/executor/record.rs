@@ -1,0 +1,374 @@
+//! The durable record of an assignment ([`AssignmentRecord`], journalled by the driver) and
+//! what a restarted executor does with the records its predecessor left.
+//!
+//! ## Versions
+//! * **0** (no `version` field): the format before records were types. Records from before
+//!   `allocated`/`released` were journalled were written after allocation (both default to
+//!   `true`); records from before credentials were digested carry the clear-text
+//!   `credential` (bound to headers).
+//! * **1** ([`RECORD_VERSION`]): `version` added; the fields are otherwise those of 0.
+//!
+//! A record of a newer version than this build understands is skipped (never half-read).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::engine::{TaskHandle, TaskOutcome};
+use crate::error::{ErrorCode, ErrorInfo};
+use crate::id::DelegationId;
+use crate::state::{AssignmentMachine, AssignmentState, AssignmentTransition};
+use crate::time::Timestamp;
+use crate::wire::{Dialect, DoneEvent, Message, TaskEvent, TaskEventKind, TransportKind};
+
+use super::assignment::{Assignment, ExecutorTimer as Timer, Phase};
+use super::auth::{Binding, BoundCredential, SecretDigest};
+use super::{Executor, ExecutorOutput};
+
+/// The record version this build writes.
+pub const RECORD_VERSION: u32 = 1;
+
+fn yes() -> bool {
+    true
+}
+
+/// One assignment's journal record (JSON; field names as written since version 0).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AssignmentRecord {
+    /// Format version (absent in version 0).
+    #[serde(default)]
+    pub version: u32,
+    /// The delegation id.
+    pub id: String,
+    /// The INVITE as received (without its credential), encoded in its dialect.
+    pub invite: serde_json::Value,
+    /// `reference` or `seed`.
+    pub dialect: String,
+    /// The spec state (`pending`, `active`, `completed`, `error`).
+    pub state: String,
+    /// The work directory.
+    pub work_dir: String,
+    /// What verifies the bound credential; never the secret itself.
+    #[serde(default)]
+    pub auth: Option<RecordedAuth>,
+    /// Version 0 before digests: the clear-text credential (read, never written).
+    #[serde(default, skip_serializing)]
+    pub credential: Option<String>,
+    /// Retention of the result.
+    #[serde(default)]
+    pub retention_ms: Option<u64>,
+    /// Lease end (Unix ms).
+    #[serde(default)]
+    pub expires_at: Option<u64>,
+    /// When it ended (Unix ms).
+    #[serde(default)]
+    pub completed_at: Option<u64>,
+    /// Whether the work directory was allocated (absent: yes).
+    #[serde(default = "yes")]
+    pub allocated: bool,
+    /// Whether everything is released (absent: yes).
+    #[serde(default = "yes")]
+    pub released: bool,
+    /// The transport that set the workspace up.
+    #[serde(default)]
+    pub transport: Option<String>,
+    /// The running task's OS handle.
+    #[serde(default)]
+    pub task: Option<String>,
+    /// The error, if it failed.
+    #[serde(default)]
+    pub error: Option<ErrorInfo>,
+    /// The task's outcome, if it succeeded.
+    #[serde(default)]
+    pub outcome: Option<RecordedOutcome>,
+    /// A URL-mode snapshot event (reference dialect); inline bytes are never recorded.
+    #[serde(default)]
+    pub snapshot_event: Option<serde_json::Value>,
+}
+
+/// The digest and binding of the credential an INVITE was authenticated with.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordedAuth {
+    /// SHA-256 of the secret, hex.
+    pub sha256: String,
+    /// `header` or `delegation_id`.
+    pub binding: String,
+}
+
+/// A task outcome in a record.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordedOutcome {
+    /// Summary.
+    #[serde(default)]
+    pub summary: String,
+    /// Highlights.
+    #[serde(default)]
+    pub highlights: Vec<String>,
+}
+
+impl AssignmentRecord {
+    /// Reads a record of any known version (migrating older ones); `None` if it does not
+    /// decode or is of a newer version.
+    pub fn from_value(v: &serde_json::Value) -> Option<AssignmentRecord> {
+        let mut r: AssignmentRecord = serde_json::from_value(v.clone()).ok()?;
+        if r.version > RECORD_VERSION {
+            tracing::warn!(
+                version = r.version,
+                "journal record of a newer version skipped"
+            );
+            return None;
+        }
+        // 0 → 1: a clear-text credential becomes its digest, bound to headers (as version 0
+        // required one on every request).
+        if r.auth.is_none() {
+            if let Some(c) = r.credential.take() {
+                r.auth = Some(RecordedAuth {
+                    sha256: SecretDigest::of(&c).to_hex(),
+                    binding: Binding::Header.as_str().to_owned(),
+                });
+            }
+        }
+        r.credential = None;
+        r.version = RECORD_VERSION;
+        Some(r)
+    }
+
+    fn bound(&self) -> Option<BoundCredential> {
+        let a = self.auth.as_ref()?;
+        Some(BoundCredential {
+            digest: SecretDigest::from_hex(&a.sha256)?,
+            binding: Binding::parse(&a.binding)?,
+        })
+    }
+}
+
+impl Executor {
+    /// The typed journal record of one assignment; `None` for unknown ids. Inline snapshot
+    /// bytes are not recorded (they can be many MB); URL-mode snapshot events are.
+    pub fn assignment_record(&self, id: &DelegationId) -> Option<AssignmentRecord> {
+        let a = self.assignments.get(id)?;
+        let snapshot_event = a
+            .snapshot
+            .as_ref()
+            .filter(|ev| {
+                super::assignment::snapshot_of(ev).is_some_and(|s| s.data.base64.is_none())
+            })
+            .map(|ev| crate::wire::event_to_value(ev, Dialect::Reference));
+        Some(AssignmentRecord {
+            version: RECORD_VERSION,
+            id: id.as_str().to_owned(),
+            invite: crate::wire::message_to_value(&Message::Invite(a.invite.clone()), a.dialect),
+            dialect: if a.dialect == Dialect::Seed {
+                "seed"
+            } else {
+                "reference"
+            }
+            .to_owned(),
+            state: a.state().as_str().to_owned(),
+            work_dir: a.work_dir.clone(),
+            auth: a.auth.map(|b| RecordedAuth {
+                sha256: b.digest.to_hex(),
+                binding: b.binding.as_str().to_owned(),
+            }),
+            credential: None,
+            retention_ms: Some(u64::try_from(a.retention.as_millis()).unwrap_or(u64::MAX)),
+            expires_at: a.expires_at.map(Timestamp::as_unix_millis),
+            completed_at: a.completed_at.map(Timestamp::as_unix_millis),
+            allocated: a.phase.allocated(),
+            released: a.released(),
+            transport: Some(a.transport.as_str().to_owned()),
+            task: a.phase.task().map(|t| t.0.clone()),
+            error: a.error.clone(),
+            outcome: a.outcome.as_ref().map(|o| RecordedOutcome {
+                summary: o.summary.clone(),
+                highlights: o.highlights.clone(),
+            }),
+            snapshot_event,
+        })
+    }
+
+    /// [`Executor::assignment_record`] as JSON, for a journal (atomic write-then-rename is the
+    /// driver's job).
+    pub fn record(&self, id: &DelegationId) -> Option<serde_json::Value> {
+        serde_json::to_value(self.assignment_record(id)?).ok()
+    }
+
+    /// Restores assignments from journal records after a restart. Terminal ones are kept for
+    /// late subscribers and `GET …/result` until ack or retention; ones that were pending or
+    /// active are failed cleanly (`TASK_FAILED`, "the executor restarted") so a reconnecting
+    /// delegator learns what happened instead of `NOT_FOUND`. What a record says the crashed
+    /// predecessor still held is cleaned up through the usual outputs: a recorded task is ended
+    /// ([`ExecutorOutput::EndTask`], answered with `TaskFinished`), then a recorded work
+    /// directory (`{work_root}/{id}` of this configuration only) is released
+    /// ([`ExecutorOutput::Release`]); each ends with [`super::ExecutorEvent::Ended`]. Returns
+    /// how many records were restored; records that do not decode (see [`AssignmentRecord`])
+    /// are skipped.
+    pub fn restore(&mut self, now: Timestamp, records: &[serde_json::Value]) -> usize {
+        self.tick(now);
+        let mut n = 0;
+        for r in records {
+            if AssignmentRecord::from_value(r)
+                .and_then(|r| self.restore_one(now, &r))
+                .is_some()
+            {
+                n += 1;
+            }
+        }
+        n
+    }
+
+    fn restore_one(&mut self, now: Timestamp, r: &AssignmentRecord) -> Option<()> {
+        let id = DelegationId::new(&r.id).ok()?;
+        let invite_json = serde_json::to_vec(&r.invite).ok()?;
+        let (Message::Invite(invite), dialect) = crate::wire::decode_message(&invite_json).ok()?
+        else {
+            return None;
+        };
+        let state = AssignmentState::parse(&r.state)?;
+        let outcome = r.outcome.clone().map(|o| TaskOutcome {
+            summary: o.summary,
+            highlights: o.highlights,
+        });
+        let snapshot = r
+            .snapshot_event
+            .as_ref()
+            .filter(|s| !s.is_null())
+            .and_then(|s| serde_json::to_vec(s).ok())
+            .and_then(|b| crate::wire::decode_event(&b).ok())
+            .map(|(ev, _)| Arc::new(ev));
+        let retention = Duration::from_millis(r.retention_ms.unwrap_or(604_800_000));
+        let mut machine = AssignmentMachine::restore(state);
+        let mut error = r.error.clone();
+        let mut completed_at = r.completed_at.map(Timestamp::from_unix_millis);
+        if !state.is_terminal() {
+            let event = if state == AssignmentState::Active {
+                AssignmentTransition::TaskFail
+            } else {
+                AssignmentTransition::Cancel
+            };
+            machine.apply(event).ok()?;
+            error = Some(ErrorInfo::new(
+                ErrorCode::TaskFailed,
+                "the executor restarted while the delegation was in flight; its work is lost",
+            ));
+            completed_at = Some(now);
+        }
+        let terminal_kind =
+            match machine.state() {
+                AssignmentState::Completed => {
+                    let o = outcome.clone().unwrap_or_default();
+                    let sid = snapshot
+                        .as_deref()
+                        .and_then(super::assignment::snapshot_of)
+                        .map(|s| s.snapshot_id.clone());
+                    TaskEventKind::Done(DoneEvent {
+                        summary: o.summary,
+                        highlights: o.highlights,
+                        snapshot_ids: sid.iter().cloned().collect(),
+                        recommended_snapshot_id: sid,
+                        result_base64: None,
+                    })
+                }
+                AssignmentState::Pending | AssignmentState::Active | AssignmentState::Error => {
+                    TaskEventKind::Error(error.clone().unwrap_or_else(|| {
+                        ErrorInfo::new(ErrorCode::TaskFailed, "the task failed")
+                    }))
+                }
+            };
+        let terminal_event = Arc::new(TaskEvent {
+            delegation_id: id.clone(),
+            timestamp: completed_at.unwrap_or(now),
+            kind: terminal_kind,
+        });
+        let transport = r
+            .transport
+            .as_deref()
+            .map(TransportKind::parse)
+            .or_else(|| invite.transport.clone())
+            .unwrap_or(TransportKind::Archive);
+        let access = invite.lease.access_mode;
+        let ttl = Duration::from_secs(invite.lease.ttl_seconds.min(self.config.max_ttl_seconds));
+        let work_dir = r.work_dir.clone();
+        let allocated = r.allocated;
+        let mut released = r.released;
+        if !released && work_dir != self.work_dir_for(&id) {
+            // Only `{work_root}/{id}` of this configuration is ours to remove.
+            tracing::warn!(delegation = %id, work_dir, "recorded work directory is outside the work root; left in place");
+            released = true;
+        }
+        // An allocation in flight at the crash: the directory may exist, empty.
+        let interrupted_allocation = !released && !allocated;
+        let released = released || !allocated;
+        let task = r.task.clone().map(TaskHandle);
+        // What the crashed predecessor held: its task first, then its work directory.
+        let phase = match (&task, released, interrupted_allocation) {
+            (Some(t), _, _) => Phase::Stopping {
+                task: Some(t.clone()),
+                holds_work_dir: !released,
+            },
+            (None, false, _) => Phase::Idle,
+            (None, true, true) => Phase::Releasing { unstopped: None },
+            (None, true, false) => Phase::Released { unstopped: None },
+        };
+        self.assignments.insert(
+            id.clone(),
+            Assignment {
+                features: invite.features.clone(),
+                invite,
+                dialect,
+                machine,
+                phase,
+                work_dir: work_dir.clone(),
+                auth: r.bound(),
+                transport,
+                access,
+                ttl,
+                retention,
+                invite_requests: Vec::new(),
+                accept: None,
+                started_at: None,
+                expires_at: r.expires_at.map(Timestamp::from_unix_millis),
+                release_error: None,
+                subscribers: BTreeSet::new(),
+                outcome,
+                error,
+                snapshot,
+                acked: false,
+                terminal_event: Some(terminal_event),
+                completed_at,
+            },
+        );
+        if let Some(handle) = task {
+            self.push(ExecutorOutput::EndTask {
+                id: id.clone(),
+                handle,
+            });
+            self.core.timers.set(
+                &id,
+                Timer::StopGrace,
+                now.saturating_add(self.config.stop_grace),
+            );
+        } else if !released {
+            self.release(&id);
+        } else if interrupted_allocation {
+            self.push(ExecutorOutput::RemoveEmptyWorkDir {
+                id: id.clone(),
+                work_dir,
+            });
+            return Some(());
+        }
+        if !released {
+            // The retention starts once the release is done (see `Released`).
+            return Some(());
+        }
+        let until = completed_at
+            .unwrap_or(now)
+            .saturating_add(retention)
+            .max(now);
+        self.core.timers.set(&id, Timer::Retention, until);
+        Some(())
+    }
+}

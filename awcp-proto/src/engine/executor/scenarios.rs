@@ -1,0 +1,318 @@
+//! Both engines in memory ([`crate::engine::pair`]): whole lifecycles, transcripts of the
+//! [R] and [S] exchanges, and mechanisms reached through the scenario builder.
+
+#![allow(clippy::wildcard_enum_match_arm)]
+
+use crate::engine::pair::{Pair, Scenario, TaskScript};
+use crate::error::ErrorCode;
+use crate::id::DelegationId;
+use crate::state::{AssignmentState, DelegationState};
+use crate::wire::Dialect;
+
+use super::{ExecutorConfig, ExecutorEvent, ExecutorTimer};
+
+fn ended(p: &Pair, id: &DelegationId) -> Option<(AssignmentState, Option<ErrorCode>)> {
+    p.executor_events.iter().find_map(|e| match e {
+        ExecutorEvent::Ended {
+            id: i,
+            state,
+            error,
+        } if i == id => Some((*state, error.as_ref().map(|e| e.code.clone()))),
+        _ => None,
+    })
+}
+
+fn forgotten(p: &Pair, id: &DelegationId) -> bool {
+    p.executor_events
+        .iter()
+        .any(|e| matches!(e, ExecutorEvent::Forgotten { id: i } if i == id))
+}
+
+#[test]
+fn a_whole_lifecycle_completes_on_both_sides_and_the_executor_forgets_after_the_ack() {
+    let s = Scenario::new().to_end();
+    let (p, id) = (&s.pair, &s.id);
+    assert_eq!(ended(p, id), Some((AssignmentState::Completed, None)));
+    assert_eq!(p.delegation_state(id), Some(DelegationState::Completed));
+    assert!(forgotten(p, id), "acknowledged, so forgotten");
+    assert_eq!(p.executor.live_count(), 0);
+}
+
+/// The order of what both sides do, for one [R] delegation: a change in emission order shows
+/// as a readable diff.
+const REFERENCE_TRANSCRIPT: &[&str] = &[
+    "d> ScanWorkspace",
+    "d> Event StateChanged invited",
+    "d> Send INVITE",
+    "e> Event RecordChanged",
+    "e> AllocateWorkDir",
+    "e> Event InviteReceived",
+    "e> Respond",
+    "d> Event StateChanged accepted",
+    "d> PrepareTransport",
+    "d> OpenEventStream",
+    "d> Event StateChanged started",
+    "d> Send START",
+    "e> Event StateChanged active",
+    "e> Respond",
+    "e> SetupTransport",
+    "e> StreamEvent status",
+    "e> RunTask",
+    "d> Event StateChanged running",
+    "d> Event Progress",
+    "e> CaptureSnapshot",
+    "e> StreamEvent snapshot",
+    "e> Event StateChanged completed",
+    "e> StreamEvent done",
+    "e> CloseStream",
+    "e> Release",
+    "d> StoreSnapshot",
+    "d> Event Snapshot",
+    "e> Event Ended completed",
+    "d> Event StateChanged completed",
+    "d> CloseEventStream",
+    "d> Event Snapshot",
+    "d> ApplySnapshot",
+    "d> DeleteStoredSnapshot",
+    "d> Event Snapshot",
+    "d> SendAck",
+    "d> ReleaseTransport",
+    "d> Event Ended completed",
+    "e> Respond",
+    "e> Event Forgotten",
+    "e> DropSnapshot",
+    "d> Event Forgotten",
+];
+
+#[test]
+fn the_reference_exchange_follows_its_transcript() {
+    let mut s = Scenario::new().recording();
+    s.pair.delegate(&s.id, Dialect::Reference);
+    s.pair.run(1_000);
+    let got: Vec<&str> = s.pair.transcript.iter().map(String::as_str).collect();
+    assert_eq!(
+        got,
+        REFERENCE_TRANSCRIPT,
+        "full transcript:\n{}",
+        got.join("\n")
+    );
+}
+
+#[test]
+fn the_seed_exchange_sends_the_result_inline_with_done_and_no_snapshot_event() {
+    let mut s = Scenario::new().recording();
+    s.pair.delegate(&s.id, Dialect::Seed);
+    s.pair.run(1_000);
+    let got: Vec<&str> = s.pair.transcript.iter().map(String::as_str).collect();
+    let all = got.join("\n");
+    assert!(!all.contains("StreamEvent snapshot"), "{all}");
+    let capture = got.iter().position(|l| *l == "e> CaptureSnapshot");
+    let done = got.iter().position(|l| *l == "e> StreamEvent done");
+    assert!(capture.is_some() && capture < done, "{all}");
+    assert_eq!(
+        ended(&s.pair, &s.id),
+        Some((AssignmentState::Completed, None))
+    );
+    assert_eq!(
+        s.pair.delegation_state(&s.id),
+        Some(DelegationState::Completed)
+    );
+}
+
+#[test]
+fn the_lease_timer_stops_a_running_task_and_fails_both_sides_with_expired() {
+    let s = Scenario::new().to_running().fire(ExecutorTimer::Lease);
+    let (p, id) = (&s.pair, &s.id);
+    assert_eq!(
+        ended(p, id),
+        Some((AssignmentState::Error, Some(ErrorCode::Expired)))
+    );
+    assert_eq!(
+        p.executor.live_count(),
+        0,
+        "released after the task stopped"
+    );
+}
+
+#[test]
+fn the_stop_grace_timer_releases_a_task_that_does_not_stop() {
+    let mut s = Scenario::new().to_running();
+    // The task ignores StopTask: nothing answers it.
+    s.pair.task = TaskScript::Hang;
+    s.pair.executor.shutdown(s.pair.now);
+    // Swallow the StopTask answer the pair would give: drive only the delegator side.
+    while let Some(out) = s.pair.executor.poll_output() {
+        if let super::ExecutorOutput::Event(ev) = out {
+            s.pair.executor_events.push(ev);
+        }
+    }
+    assert_eq!(s.pair.executor.live_count(), 1, "held while the task runs");
+    let s = s.fire(ExecutorTimer::StopGrace);
+    assert_eq!(s.pair.executor.live_count(), 0);
+    assert_eq!(
+        ended(&s.pair, &s.id),
+        Some((AssignmentState::Error, Some(ErrorCode::Cancelled)))
+    );
+}
+
+#[test]
+fn a_task_failure_fails_both_sides_with_task_failed() {
+    let mut s = Scenario::new();
+    s.pair.task = TaskScript::Fail("exit 3".into());
+    let s = s.to_end();
+    assert_eq!(
+        ended(&s.pair, &s.id),
+        Some((AssignmentState::Error, Some(ErrorCode::TaskFailed)))
+    );
+    assert_eq!(s.pair.delegation_state(&s.id), Some(DelegationState::Error));
+}
+
+#[test]
+fn a_cancel_from_the_delegator_stops_the_task_and_releases() {
+    let mut s = Scenario::new().to_running();
+    s.pair.delegator.cancel(s.pair.now, &s.id).unwrap();
+    s.pair.run(100);
+    assert_eq!(
+        ended(&s.pair, &s.id),
+        Some((AssignmentState::Error, Some(ErrorCode::Cancelled)))
+    );
+    assert_eq!(
+        s.pair.delegation_state(&s.id),
+        Some(DelegationState::Cancelled)
+    );
+    assert_eq!(s.pair.executor.live_count(), 0);
+}
+
+#[test]
+fn without_auto_accept_the_application_accepts_or_declines() {
+    let manual = || {
+        Pair::new(
+            Default::default(),
+            ExecutorConfig {
+                auto_accept: false,
+                ..ExecutorConfig::default()
+            },
+        )
+    };
+    // Accepted by the application: the lifecycle completes.
+    let mut p = manual();
+    let id = DelegationId::new("dlg_manual").unwrap();
+    p.delegate(&id, Dialect::Reference);
+    p.drive();
+    assert!(p.executor_events.iter().any(|e| matches!(
+        e,
+        ExecutorEvent::InviteReceived {
+            needs_decision: true,
+            ..
+        }
+    )));
+    assert_eq!(p.assignment_state(&id), Some(AssignmentState::Pending));
+    p.executor.accept_invite(p.now, &id).unwrap();
+    assert!(
+        p.executor.accept_invite(p.now, &id).is_err(),
+        "decided once"
+    );
+    p.run(1_000);
+    assert_eq!(ended(&p, &id), Some((AssignmentState::Completed, None)));
+    // Declined: the delegator learns why.
+    let mut p = manual();
+    p.delegate(&id, Dialect::Reference);
+    p.drive();
+    p.executor
+        .decline_invite(
+            p.now,
+            &id,
+            crate::error::ErrorInfo::new(ErrorCode::Declined, "not today"),
+        )
+        .unwrap();
+    p.run(100);
+    assert_eq!(p.delegation_state(&id), Some(DelegationState::Error));
+    assert_eq!(p.executor.live_count(), 0);
+}
+
+#[test]
+fn an_unreachable_executor_fails_the_delegation_and_holds_nothing() {
+    let mut s = Scenario::new();
+    s.pair.unreachable = true;
+    let s = s.to_end();
+    assert_eq!(s.pair.delegation_state(&s.id), Some(DelegationState::Error));
+    assert_eq!(s.pair.executor.live_count(), 0);
+}
+
+#[test]
+fn protocol_violations_by_the_delegator_are_events_the_application_can_count() {
+    use crate::engine::executor::{ExecutorInput, Misbehaviour, Request};
+    use crate::engine::RequestId;
+    use crate::wire::{Accept, ActiveLease, Message, Start};
+    let mut p = Pair::new(
+        Default::default(),
+        ExecutorConfig {
+            auto_accept: false,
+            ..ExecutorConfig::default()
+        },
+    );
+    let id = DelegationId::new("dlg_misbehaving").unwrap();
+    p.delegate(&id, Dialect::Reference);
+    p.drive();
+    let send = |p: &mut Pair, m: Message| {
+        p.executor
+            .handle(
+                p.now,
+                ExecutorInput::Request {
+                    request: RequestId(9_000),
+                    credential: None,
+                    body: Request::Message(Box::new(m), Dialect::Reference),
+                },
+            )
+            .unwrap();
+        p.drive();
+    };
+    // An ACCEPT sent to the executor.
+    send(
+        &mut p,
+        Message::Accept(Accept {
+            delegation_id: id.clone(),
+            work_dir: "/w".into(),
+            constraints: None,
+            retention_ms: None,
+            features: Vec::new(),
+        }),
+    );
+    // START while the application has not accepted yet.
+    let handle = crate::wire::decode_handle(
+        &serde_json::json!({
+            "transport": "archive",
+            "workspaceBase64": "UEsFBgAAAAAAAAAAAAAAAAAAAAAAAA==",
+            "checksum": "0000000000000000000000000000000000000000000000000000000000000000",
+        }),
+        "transportHandle",
+    )
+    .unwrap();
+    let expires_at = p.now.saturating_add(std::time::Duration::from_secs(60));
+    send(
+        &mut p,
+        Message::Start(Start {
+            delegation_id: id.clone(),
+            lease: ActiveLease {
+                expires_at,
+                access_mode: crate::wire::AccessMode::Rw,
+            },
+            handle,
+        }),
+    );
+    let seen: Vec<&Misbehaviour> = p
+        .executor_events
+        .iter()
+        .filter_map(|e| match e {
+            ExecutorEvent::PeerMisbehaved { id: i, reason } if *i == id => Some(reason),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            &Misbehaviour::UnexpectedMessage("ACCEPT"),
+            &Misbehaviour::StartBeforeAccept
+        ]
+    );
+}

@@ -1,0 +1,115 @@
+//! The running task: its OS handle, its progress, and what its outcome leads to (a snapshot,
+//! a live transport's release before `done`, or `done` at once).
+
+use crate::engine::{SnapshotKind, TaskHandle, TaskOutcome, UsageError};
+use crate::id::DelegationId;
+use crate::state::{AssignmentState, AssignmentTransition};
+use crate::time::Timestamp;
+use crate::wire::{feature, AccessMode, Dialect, StatusEvent, TaskEventKind, TaskStatus};
+
+use super::assignment::Phase;
+use super::{Executor, ExecutorEvent, ExecutorOutput, TaskFailure};
+
+impl Executor {
+    pub(super) fn on_progress(
+        &mut self,
+        now: Timestamp,
+        id: &DelegationId,
+        message: Option<String>,
+        progress: Option<f64>,
+    ) -> Result<(), UsageError> {
+        let a = self.get_mut(id)?;
+        if matches!(a.phase, Phase::Running { .. }) && a.state() == AssignmentState::Active {
+            self.broadcast(
+                now,
+                id,
+                TaskEventKind::Status(StatusEvent {
+                    status: TaskStatus::Progress,
+                    message,
+                    progress,
+                }),
+            );
+        }
+        Ok(())
+    }
+
+    pub(super) fn on_spawned(
+        &mut self,
+        id: DelegationId,
+        handle: TaskHandle,
+    ) -> Result<(), UsageError> {
+        let a = self.get_mut(&id)?;
+        if let Phase::Running { task } | Phase::Stopping { task, .. } = &mut a.phase {
+            *task = Some(handle);
+            self.event(ExecutorEvent::RecordChanged { id });
+        }
+        Ok(())
+    }
+
+    pub(super) fn on_task_finished(
+        &mut self,
+        now: Timestamp,
+        id: &DelegationId,
+        result: Result<TaskOutcome, TaskFailure>,
+    ) -> Result<(), UsageError> {
+        let a = self.get_mut(id)?;
+        match &a.phase {
+            Phase::Stopping { holds_work_dir, .. } => {
+                if *holds_work_dir {
+                    a.phase = Phase::Idle;
+                    self.release(id);
+                } else {
+                    a.phase = Phase::Released { unstopped: None };
+                }
+                return Ok(());
+            }
+            Phase::Running { .. } => {}
+            Phase::Allocating
+            | Phase::AwaitingDecision
+            | Phase::Idle
+            | Phase::SettingUp
+            | Phase::Capturing { .. }
+            | Phase::Releasing { .. }
+            | Phase::Released { .. } => return Ok(()),
+        }
+        a.phase = Phase::Idle;
+        match result {
+            Err(f) => self.terminate(now, id, AssignmentTransition::TaskFail, f.to_error_info()),
+            Ok(outcome) => {
+                a.outcome = Some(outcome);
+                let needs_snapshot = !a.transport.is_live() && a.access == AccessMode::Rw;
+                if a.transport.is_live() {
+                    // Detach before `done` (see `ExecutorInput::Released`).
+                    self.release(id);
+                } else if needs_snapshot {
+                    let kind = if a.features.iter().any(|f| f == feature::DELTA_SNAPSHOTS) {
+                        SnapshotKind::Delta
+                    } else {
+                        SnapshotKind::Full
+                    };
+                    let inline = a.dialect == Dialect::Seed
+                        || !a.features.iter().any(|f| f == feature::ARCHIVE_URL);
+                    let work_dir = a.work_dir.clone();
+                    let snapshot_id = self.ids.snapshot_id();
+                    if let Some(a) = self.assignments.get_mut(id) {
+                        a.phase = Phase::Capturing {
+                            snapshot_id: snapshot_id.clone(),
+                        };
+                    }
+                    self.core
+                        .outputs
+                        .push_back(ExecutorOutput::CaptureSnapshot {
+                            id: id.clone(),
+                            work_dir,
+                            snapshot_id,
+                            kind,
+                            inline,
+                        });
+                } else {
+                    self.complete(now, id, None);
+                }
+            }
+        }
+        Ok(())
+    }
+}

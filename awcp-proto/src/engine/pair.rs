@@ -1,0 +1,648 @@
+//! Both engines in memory, talking to each other (quinn-proto's `Pair`): a [`Delegator`] and
+//! an [`Executor`] whose outputs are executed by a tiny in-memory world. Every message, reply,
+//! result body and SSE event crosses as JSON (encoded by one side's encoder, decoded by the
+//! other side's decoder), exactly as on the wire; transports and tasks succeed at once unless a
+//! test says otherwise. Time moves only when [`Pair::advance`] is called.
+//!
+//! Used by the unit tests (transcripts, the [`Scenario`] builder) and by the engine benchmark
+//! (`benches/engines.rs`, feature `_internal-pair`). **Not a stable API.**
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
+
+use crate::engine::delegator::{
+    DelegateRequest, Delegator, DelegatorConfig, DelegatorEvent, DelegatorInput, DelegatorOutput,
+    Outbound,
+};
+use crate::engine::executor::{
+    Executor, ExecutorConfig, ExecutorEvent, ExecutorInput, ExecutorOutput, ExecutorTimer, Request,
+    TaskFailure, WorkspaceLayout,
+};
+use crate::engine::WorkspaceStats;
+use crate::engine::{CapturedSnapshot, RequestId, SnapshotMode, StreamId, TaskOutcome};
+use crate::id::{DelegationId, ResourceName};
+use crate::state::{AssignmentState, DelegationState};
+use crate::time::Timestamp;
+use crate::wire::{
+    AccessMode, ArchiveData, ArchiveHandle, Dialect, Message, Resource, TaskSpec, TransportHandle,
+    TransportKind,
+};
+
+/// The executor's URL as the delegator knows it.
+pub const PEER: &str = "http://executor.invalid/awcp";
+
+/// When the pair starts.
+pub const T0: Timestamp = Timestamp::from_unix_millis(1_750_000_000_000);
+
+/// An empty ZIP (end-of-central-directory record only), base64.
+const EMPTY_ZIP: &str = "UEsFBgAAAAAAAAAAAAAAAAAAAAAAAA==";
+
+/// What the in-memory executor's task does when run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TaskScript {
+    /// Succeeds at once.
+    Succeed,
+    /// Fails at once with this text.
+    Fail(String),
+    /// Keeps running until stopped.
+    Hang,
+}
+
+/// Two engines and the wire between them.
+#[derive(Debug)]
+pub struct Pair {
+    /// Virtual time.
+    pub now: Timestamp,
+    /// The delegator engine.
+    pub delegator: Delegator,
+    /// The executor engine.
+    pub executor: Executor,
+    /// What the next task does.
+    pub task: TaskScript,
+    /// Drop every request the delegator sends (the executor is unreachable).
+    pub unreachable: bool,
+    /// Record a transcript (`d>`/`e>` output kinds) in [`Pair::transcript`].
+    pub record: bool,
+    /// The output kinds both sides produced, in order (when `record`).
+    pub transcript: Vec<String>,
+    /// Delegator events, in order.
+    pub delegator_events: Vec<DelegatorEvent>,
+    /// Executor events, in order.
+    pub executor_events: Vec<ExecutorEvent>,
+    /// Inputs for the executor, delivered by [`Pair::drive`].
+    to_executor: VecDeque<ExecutorInput>,
+    /// Inputs for the delegator, delivered by [`Pair::drive`].
+    to_delegator: VecDeque<DelegatorInput>,
+    /// Requests in flight: what the delegator asked, for routing the answer.
+    requests: BTreeMap<RequestId, (DelegationId, Asked)>,
+    /// Open SSE streams.
+    streams: BTreeMap<StreamId, DelegationId>,
+    next_handle: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Asked {
+    Post(Outbound),
+    Result,
+}
+
+impl Pair {
+    /// Two engines with these configurations, at [`T0`].
+    pub fn new(delegator: DelegatorConfig, executor: ExecutorConfig) -> Pair {
+        Pair {
+            now: T0,
+            delegator: Delegator::new(delegator),
+            executor: Executor::new(executor),
+            task: TaskScript::Succeed,
+            unreachable: false,
+            record: false,
+            transcript: Vec::new(),
+            delegator_events: Vec::new(),
+            executor_events: Vec::new(),
+            to_executor: VecDeque::new(),
+            to_delegator: VecDeque::new(),
+            requests: BTreeMap::new(),
+            streams: BTreeMap::new(),
+            next_handle: 1,
+        }
+    }
+
+    /// Two engines with default configurations.
+    pub fn default_pair() -> Pair {
+        Pair::new(DelegatorConfig::default(), ExecutorConfig::default())
+    }
+
+    /// A plain delegation request: one `rw` resource, archive transport, auto-apply.
+    pub fn request(id: &DelegationId, dialect: Dialect) -> DelegateRequest {
+        DelegateRequest {
+            id: id.clone(),
+            peer: PEER.to_owned(),
+            dialect,
+            task: TaskSpec {
+                description: "fix the bug".into(),
+                prompt: "make the tests pass".into(),
+            },
+            ttl_seconds: 600,
+            access_mode: AccessMode::Rw,
+            resources: vec![Resource {
+                name: ResourceName::new("workspace").unwrap_or_else(|_| unreachable!()),
+                kind: "fs".into(),
+                mode: AccessMode::Rw,
+            }],
+            transport: TransportKind::Archive,
+            snapshot_mode: SnapshotMode::Auto,
+            auth: None,
+            allow_sensitive: false,
+        }
+    }
+
+    /// Starts a delegation (see [`Pair::request`]).
+    pub fn delegate(&mut self, id: &DelegationId, dialect: Dialect) {
+        let r = Pair::request(id, dialect);
+        if let Err(e) = self.delegator.delegate(self.now, r) {
+            panic!("delegate: {e}");
+        }
+    }
+
+    fn handle_id(&mut self) -> u64 {
+        self.next_handle += 1;
+        self.next_handle
+    }
+
+    /// Executes outputs and delivers inputs until both engines are idle at the current time.
+    /// Returns how many outputs were executed.
+    pub fn drive(&mut self) -> usize {
+        let mut n = 0;
+        loop {
+            let mut progressed = false;
+            while let Some(out) = self.delegator.poll_output() {
+                n += 1;
+                progressed = true;
+                self.on_delegator_output(out);
+            }
+            while let Some(out) = self.executor.poll_output() {
+                n += 1;
+                progressed = true;
+                self.on_executor_output(out);
+            }
+            if let Some(i) = self.to_executor.pop_front() {
+                progressed = true;
+                let _ = self.executor.handle(self.now, i);
+            }
+            if let Some(i) = self.to_delegator.pop_front() {
+                progressed = true;
+                let _ = self.delegator.handle(self.now, i);
+            }
+            if !progressed {
+                return n;
+            }
+        }
+    }
+
+    /// Moves time to the earlier of both engines' next deadlines (never backwards) and fires
+    /// what is due, then drives. `false` when neither engine waits for anything.
+    pub fn advance(&mut self) -> bool {
+        let next = match (self.delegator.poll_timeout(), self.executor.poll_timeout()) {
+            (Some(a), Some(b)) => a.min(b),
+            (Some(a), None) | (None, Some(a)) => a,
+            (None, None) => return false,
+        };
+        if next > self.now {
+            self.now = next;
+        }
+        self.delegator.handle_timeout(self.now);
+        self.executor.handle_timeout(self.now);
+        self.drive();
+        true
+    }
+
+    /// Moves time forward by `d`, firing everything due on the way.
+    pub fn advance_by(&mut self, d: Duration) {
+        let until = self.now.saturating_add(d);
+        loop {
+            let next = [self.delegator.poll_timeout(), self.executor.poll_timeout()]
+                .into_iter()
+                .flatten()
+                .min();
+            match next {
+                Some(t) if t <= until => {
+                    self.now = self.now.max(t);
+                    self.delegator.handle_timeout(self.now);
+                    self.executor.handle_timeout(self.now);
+                    self.drive();
+                }
+                Some(_) | None => break,
+            }
+        }
+        self.now = until;
+        self.delegator.handle_timeout(self.now);
+        self.executor.handle_timeout(self.now);
+        self.drive();
+    }
+
+    /// Drives, then advances time until neither engine has anything left to do, at most
+    /// `max_wakeups` times.
+    pub fn run(&mut self, max_wakeups: usize) {
+        self.drive();
+        for _ in 0..max_wakeups {
+            if !self.advance() {
+                return;
+            }
+        }
+    }
+
+    /// The executor's spec state of `id`, if it still knows it.
+    pub fn assignment_state(&self, id: &DelegationId) -> Option<AssignmentState> {
+        self.executor.assignment(id).map(|a| a.state)
+    }
+
+    /// The delegator's state of `id`, as its last state change said.
+    pub fn delegation_state(&self, id: &DelegationId) -> Option<DelegationState> {
+        self.delegator_events.iter().rev().find_map(|e| match e {
+            DelegatorEvent::StateChanged { id: i, to, .. } if i == id => Some(*to),
+            DelegatorEvent::StateChanged { .. }
+            | DelegatorEvent::Progress { .. }
+            | DelegatorEvent::Snapshot { .. }
+            | DelegatorEvent::Forgotten { .. }
+            | DelegatorEvent::Ended { .. } => None,
+        })
+    }
+
+    /// Records `what()` in the transcript (only built when recording).
+    fn note(&mut self, side: &str, what: impl FnOnce() -> String) {
+        if self.record {
+            let what = what();
+            self.transcript.push(format!("{side}> {what}"));
+        }
+    }
+
+    fn post(&mut self, id: &DelegationId, asked: Outbound, body: Request) {
+        if self.unreachable {
+            self.to_delegator.push_back(DelegatorInput::Reply {
+                id: id.clone(),
+                to: asked,
+                reply: crate::engine::delegator::Reply::Failed("connection refused".into()),
+            });
+            return;
+        }
+        let request = RequestId(self.handle_id());
+        self.requests
+            .insert(request, (id.clone(), Asked::Post(asked)));
+        self.to_executor.push_back(ExecutorInput::Request {
+            request,
+            credential: None,
+            body,
+        });
+    }
+
+    fn on_delegator_output(&mut self, out: DelegatorOutput) {
+        match out {
+            DelegatorOutput::ScanWorkspace { id } => {
+                self.note("d", || "ScanWorkspace".into());
+                let mut stats = WorkspaceStats::default();
+                stats.add_file("src/main.rs", 120);
+                self.to_delegator.push_back(DelegatorInput::ScanCompleted {
+                    id,
+                    result: Ok(stats),
+                });
+            }
+            DelegatorOutput::SendMessage {
+                id,
+                message,
+                dialect,
+                ..
+            } => {
+                self.note("d", || format!("Send {}", message.type_str()));
+                let asked = match &message {
+                    Message::Invite(_) => Outbound::Invite,
+                    Message::Start(_) => Outbound::Start,
+                    Message::Accept(_) | Message::Error(_) | Message::Done(_) => Outbound::Error,
+                };
+                // Over the wire: encoded in the peer's dialect, decoded by the executor.
+                let bytes = crate::wire::encode_message(&message, dialect);
+                match crate::wire::decode_message(bytes.as_bytes()) {
+                    Ok((m, d)) => self.post(&id, asked, Request::Message(Box::new(m), d)),
+                    Err(e) => panic!("the executor cannot decode what the delegator sent: {e}"),
+                }
+            }
+            DelegatorOutput::SendCancel { id, .. } => {
+                self.note("d", || "SendCancel".into());
+                self.post(&id.clone(), Outbound::Cancel, Request::Cancel(id));
+            }
+            DelegatorOutput::SendAck { id, .. } => {
+                self.note("d", || "SendAck".into());
+                self.post(&id.clone(), Outbound::Ack, Request::Ack(id));
+            }
+            DelegatorOutput::PrepareTransport { id, .. } => {
+                self.note("d", || "PrepareTransport".into());
+                self.to_delegator
+                    .push_back(DelegatorInput::TransportPrepared {
+                        id,
+                        result: Ok(TransportHandle::Archive(ArchiveHandle {
+                            data: ArchiveData {
+                                base64: Some(EMPTY_ZIP.into()),
+                                url: None,
+                            },
+                            checksum: "0".repeat(64),
+                            size_bytes: Some(22),
+                        })),
+                    });
+            }
+            DelegatorOutput::OpenEventStream { id, .. } => {
+                self.note("d", || "OpenEventStream".into());
+                let stream = StreamId(self.handle_id());
+                self.streams.insert(stream, id.clone());
+                self.to_executor.push_back(ExecutorInput::Subscribe {
+                    stream,
+                    id: id.clone(),
+                    credential: None,
+                });
+                self.to_delegator
+                    .push_back(DelegatorInput::EventStreamOpened { id });
+            }
+            DelegatorOutput::CloseEventStream { id } => {
+                self.note("d", || "CloseEventStream".into());
+                let open: Vec<StreamId> = self
+                    .streams
+                    .iter()
+                    .filter(|(_, i)| **i == id)
+                    .map(|(s, _)| *s)
+                    .collect();
+                for stream in open {
+                    self.streams.remove(&stream);
+                    self.to_executor
+                        .push_back(ExecutorInput::StreamClosed { stream });
+                }
+            }
+            DelegatorOutput::FetchResult { id, .. } => {
+                self.note("d", || "FetchResult".into());
+                let request = RequestId(self.handle_id());
+                self.requests.insert(request, (id.clone(), Asked::Result));
+                self.to_executor.push_back(ExecutorInput::Request {
+                    request,
+                    credential: None,
+                    body: Request::Result(id),
+                });
+            }
+            DelegatorOutput::ApplySnapshot { id, snapshot_id } => {
+                self.note("d", || "ApplySnapshot".into());
+                self.to_delegator
+                    .push_back(DelegatorInput::SnapshotApplied {
+                        id,
+                        snapshot_id,
+                        result: Ok(()),
+                    });
+            }
+            DelegatorOutput::StoreSnapshot { id, snapshot } => {
+                self.note("d", || "StoreSnapshot".into());
+                self.to_delegator.push_back(DelegatorInput::SnapshotStored {
+                    id,
+                    snapshot_id: snapshot.snapshot_id,
+                    result: Ok(()),
+                });
+            }
+            DelegatorOutput::DeleteStoredSnapshot { .. } => {
+                self.note("d", || "DeleteStoredSnapshot".into());
+            }
+            DelegatorOutput::ReleaseTransport { id } => {
+                self.note("d", || "ReleaseTransport".into());
+                self.to_delegator
+                    .push_back(DelegatorInput::TransportReleased {
+                        id,
+                        warnings: Vec::new(),
+                    });
+            }
+            DelegatorOutput::Event(ev) => {
+                self.note("d", || format!("Event {}", delegator_event_kind(&ev)));
+                self.delegator_events.push(ev);
+            }
+        }
+    }
+
+    fn on_executor_output(&mut self, out: ExecutorOutput) {
+        match out {
+            ExecutorOutput::Respond { request, response } => {
+                self.note("e", || "Respond".into());
+                let Some((id, asked)) = self.requests.remove(&request) else {
+                    return;
+                };
+                // Over the wire: the executor's encoder, the delegator's decoder.
+                let (status, body) = crate::http_binding::encode_response(&response);
+                match asked {
+                    Asked::Post(to) => self.to_delegator.push_back(DelegatorInput::Reply {
+                        id,
+                        to,
+                        reply: crate::http_binding::decode_reply(status, body.as_bytes()),
+                    }),
+                    Asked::Result => {
+                        let result = serde_json::from_str(&body)
+                            .map_err(|e| e.to_string())
+                            .and_then(|v| crate::http_binding::decode_result(&id, &v));
+                        self.to_delegator
+                            .push_back(DelegatorInput::ResultFetched { id, result });
+                    }
+                }
+            }
+            ExecutorOutput::StreamEvent {
+                stream,
+                event,
+                dialect,
+            } => {
+                self.note("e", || format!("StreamEvent {}", event.kind.type_str()));
+                if !self.streams.contains_key(&stream) {
+                    return;
+                }
+                let bytes = crate::wire::encode_event(&event, dialect);
+                match crate::wire::decode_event(bytes.as_bytes()) {
+                    Ok((event, _)) => self
+                        .to_delegator
+                        .push_back(DelegatorInput::TaskEvent { event }),
+                    Err(e) => panic!("the delegator cannot decode what the executor sent: {e}"),
+                }
+            }
+            ExecutorOutput::CloseStream { stream } => {
+                self.note("e", || "CloseStream".into());
+                if let Some(id) = self.streams.remove(&stream) {
+                    self.to_delegator
+                        .push_back(DelegatorInput::EventStreamClosed { id, reason: None });
+                }
+            }
+            ExecutorOutput::AllocateWorkDir { id, .. } => {
+                self.note("e", || "AllocateWorkDir".into());
+                self.to_executor
+                    .push_back(ExecutorInput::WorkDirAllocated { id, result: Ok(()) });
+            }
+            ExecutorOutput::SetupTransport { id, .. } => {
+                self.note("e", || "SetupTransport".into());
+                self.to_executor.push_back(ExecutorInput::SetupCompleted {
+                    id,
+                    result: Ok(WorkspaceLayout::PerResource),
+                });
+            }
+            ExecutorOutput::RunTask { id, .. } => {
+                self.note("e", || "RunTask".into());
+                let result = match &self.task {
+                    TaskScript::Succeed => Ok(TaskOutcome {
+                        summary: "done".into(),
+                        highlights: vec!["src/main.rs".into()],
+                    }),
+                    TaskScript::Fail(m) => Err(TaskFailure::Failed(m.clone())),
+                    TaskScript::Hang => return,
+                };
+                self.to_executor
+                    .push_back(ExecutorInput::TaskFinished { id, result });
+            }
+            ExecutorOutput::StopTask { id } => {
+                self.note("e", || "StopTask".into());
+                self.to_executor.push_back(ExecutorInput::TaskFinished {
+                    id,
+                    result: Err(TaskFailure::Stopped),
+                });
+            }
+            ExecutorOutput::CaptureSnapshot {
+                id,
+                snapshot_id,
+                inline,
+                ..
+            } => {
+                self.note("e", || "CaptureSnapshot".into());
+                let data = if inline {
+                    ArchiveData {
+                        base64: Some(EMPTY_ZIP.into()),
+                        url: None,
+                    }
+                } else {
+                    ArchiveData {
+                        base64: None,
+                        url: Some(format!(
+                            "http://executor.invalid/awcp/tasks/{id}/snapshots/{snapshot_id}"
+                        )),
+                    }
+                };
+                self.to_executor.push_back(ExecutorInput::SnapshotCaptured {
+                    id,
+                    result: Ok(CapturedSnapshot {
+                        data,
+                        checksum: Some("0".repeat(64)),
+                        metadata: BTreeMap::new(),
+                    }),
+                });
+            }
+            ExecutorOutput::Release { id, .. } => {
+                self.note("e", || "Release".into());
+                self.to_executor
+                    .push_back(ExecutorInput::Released { id, result: Ok(()) });
+            }
+            ExecutorOutput::RemoveEmptyWorkDir { id, .. } => {
+                self.note("e", || "RemoveEmptyWorkDir".into());
+                self.to_executor
+                    .push_back(ExecutorInput::Released { id, result: Ok(()) });
+            }
+            ExecutorOutput::EndTask { id, .. } => {
+                self.note("e", || "EndTask".into());
+                self.to_executor.push_back(ExecutorInput::TaskFinished {
+                    id,
+                    result: Err(TaskFailure::Stopped),
+                });
+            }
+            ExecutorOutput::DropSnapshot { .. } => self.note("e", || "DropSnapshot".into()),
+            ExecutorOutput::Event(ev) => {
+                self.note("e", || format!("Event {}", executor_event_kind(&ev)));
+                self.executor_events.push(ev);
+            }
+        }
+    }
+}
+
+fn delegator_event_kind(ev: &DelegatorEvent) -> String {
+    match ev {
+        DelegatorEvent::StateChanged { to, .. } => format!("StateChanged {to}"),
+        DelegatorEvent::Ended { state, .. } => format!("Ended {state}"),
+        DelegatorEvent::Progress { .. } => "Progress".into(),
+        DelegatorEvent::Snapshot { .. } => "Snapshot".into(),
+        DelegatorEvent::Forgotten { .. } => "Forgotten".into(),
+    }
+}
+
+fn executor_event_kind(ev: &ExecutorEvent) -> String {
+    match ev {
+        ExecutorEvent::InviteReceived { .. } => "InviteReceived".into(),
+        ExecutorEvent::StateChanged { to, .. } => format!("StateChanged {to}"),
+        ExecutorEvent::Forgotten { .. } => "Forgotten".into(),
+        ExecutorEvent::RecordChanged { .. } => "RecordChanged".into(),
+        ExecutorEvent::PeerMisbehaved { .. } => "PeerMisbehaved".into(),
+        ExecutorEvent::Ended { state, .. } => format!("Ended {state}"),
+    }
+}
+
+/// Fast-forwards one delegation to a named point of its life (ureq-proto's scenario builder):
+/// `Scenario::new().to_running().fire(ExecutorTimer::Lease)`.
+#[derive(Debug)]
+pub struct Scenario {
+    /// The pair.
+    pub pair: Pair,
+    /// The delegation.
+    pub id: DelegationId,
+}
+
+impl Default for Scenario {
+    fn default() -> Self {
+        Scenario::new()
+    }
+}
+
+impl Scenario {
+    /// A pair with default configurations and one delegation, not started yet.
+    pub fn new() -> Scenario {
+        Scenario::with(Pair::default_pair())
+    }
+
+    /// One delegation on `pair`, not started yet.
+    pub fn with(pair: Pair) -> Scenario {
+        Scenario {
+            pair,
+            id: DelegationId::new("dlg_scenario").unwrap_or_else(|_| unreachable!()),
+        }
+    }
+
+    /// Records a transcript from here on.
+    pub fn recording(mut self) -> Scenario {
+        self.pair.record = true;
+        self
+    }
+
+    /// The executor's task hangs until stopped.
+    pub fn hanging_task(mut self) -> Scenario {
+        self.pair.task = TaskScript::Hang;
+        self
+    }
+
+    /// Delegated and accepted: the executor's assignment is pending and waits for START.
+    /// (The START is held back: the delegator's requests are dropped from here on until
+    /// [`Scenario::to_running`].)
+    pub fn to_pending(mut self) -> Scenario {
+        let task = std::mem::replace(&mut self.pair.task, TaskScript::Hang);
+        self.pair.delegate(&self.id, Dialect::Reference);
+        self.pair.drive();
+        self.pair.task = task;
+        self
+    }
+
+    /// The task runs on the executor (it hangs there until something ends it).
+    pub fn to_running(mut self) -> Scenario {
+        self.pair.task = TaskScript::Hang;
+        if self.pair.assignment_state(&self.id).is_none() {
+            self.pair.delegate(&self.id, Dialect::Reference);
+        }
+        self.pair.drive();
+        assert_eq!(
+            self.pair.assignment_state(&self.id),
+            Some(AssignmentState::Active),
+            "the scenario reached the running task"
+        );
+        self
+    }
+
+    /// Runs the whole lifecycle to its end (both sides done, nothing left to wake for).
+    pub fn to_end(mut self) -> Scenario {
+        if self.pair.assignment_state(&self.id).is_none() {
+            self.pair.delegate(&self.id, Dialect::Reference);
+        }
+        self.pair.run(1_000);
+        self
+    }
+
+    /// Fires the executor's `timer` for the delegation now (moving time to its deadline),
+    /// then drives both sides.
+    pub fn fire(mut self, timer: ExecutorTimer) -> Scenario {
+        let at = self
+            .pair
+            .executor
+            .timer_deadline(&self.id, timer)
+            .unwrap_or_else(|| panic!("{timer:?} is not armed"));
+        self.pair.now = self.pair.now.max(at);
+        self.pair.executor.handle_timeout(self.pair.now);
+        self.pair.drive();
+        self
+    }
+}
