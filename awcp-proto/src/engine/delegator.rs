@@ -2406,23 +2406,23 @@ mod tests {
 
     const PEER: &str = "http://127.0.0.1:10200/awcp";
 
-    fn t(ms: u64) -> Timestamp {
+    pub(super) fn t(ms: u64) -> Timestamp {
         Timestamp::from_unix_millis(1_700_000_000_000 + ms)
     }
 
-    fn id() -> DelegationId {
+    pub(super) fn id() -> DelegationId {
         DelegationId::new("dlg_engine_test").unwrap()
     }
 
-    fn sid(s: &str) -> SnapshotId {
+    pub(super) fn sid(s: &str) -> SnapshotId {
         SnapshotId::new(s).unwrap()
     }
 
-    fn drain(d: &mut Delegator) -> Vec<DelegatorOutput> {
+    pub(super) fn drain(d: &mut Delegator) -> Vec<DelegatorOutput> {
         std::iter::from_fn(|| d.poll_output()).collect()
     }
 
-    fn event(kind: TaskEventKind) -> DelegatorInput {
+    pub(super) fn event(kind: TaskEventKind) -> DelegatorInput {
         DelegatorInput::TaskEvent {
             event: TaskEvent {
                 delegation_id: id(),
@@ -2432,7 +2432,7 @@ mod tests {
         }
     }
 
-    fn snapshot(s: &str) -> DelegatorInput {
+    pub(super) fn snapshot(s: &str) -> DelegatorInput {
         event(TaskEventKind::Snapshot(SnapshotEvent {
             snapshot_id: sid(s),
             summary: "edited".into(),
@@ -2447,7 +2447,7 @@ mod tests {
         }))
     }
 
-    fn done(s: &str) -> DelegatorInput {
+    pub(super) fn done(s: &str) -> DelegatorInput {
         event(TaskEventKind::Done(DoneEvent {
             summary: "done".into(),
             highlights: vec![],
@@ -2465,7 +2465,7 @@ mod tests {
         matches!(o, DelegatorOutput::ApplySnapshot { .. })
     }
 
-    fn stored(s: &str, result: Result<(), ErrorInfo>) -> DelegatorInput {
+    pub(super) fn stored(s: &str, result: Result<(), ErrorInfo>) -> DelegatorInput {
         DelegatorInput::SnapshotStored {
             id: id(),
             snapshot_id: sid(s),
@@ -2473,7 +2473,7 @@ mod tests {
         }
     }
 
-    fn applied(s: &str, result: Result<(), ErrorInfo>) -> DelegatorInput {
+    pub(super) fn applied(s: &str, result: Result<(), ErrorInfo>) -> DelegatorInput {
         DelegatorInput::SnapshotApplied {
             id: id(),
             snapshot_id: sid(s),
@@ -2482,43 +2482,44 @@ mod tests {
     }
 
     /// A running `auto` delegation that received `snap_a` and `done`.
-    fn done_with_snapshot() -> Delegator {
+    pub(super) fn done_with_snapshot() -> Delegator {
         let mut d = running(SnapshotMode::Auto);
         d.handle(t(2), snapshot("snap_a")).unwrap();
         d.handle(t(2), done("snap_a")).unwrap();
         d
     }
 
-    /// A delegation in `running`, with `auth` and `mode`.
-    fn running(mode: SnapshotMode) -> Delegator {
-        let mut d = Delegator::new(DelegatorConfig::default());
-        d.delegate(
-            t(0),
-            DelegateRequest {
-                id: id(),
-                peer: PEER.into(),
-                dialect: Dialect::Reference,
-                task: TaskSpec {
-                    description: "d".into(),
-                    prompt: "p".into(),
-                },
-                ttl_seconds: 600,
-                access_mode: AccessMode::Rw,
-                resources: vec![Resource {
-                    name: crate::ResourceName::new("workspace").unwrap(),
-                    kind: "fs".into(),
-                    mode: AccessMode::Rw,
-                }],
-                transport: TransportKind::Archive,
-                snapshot_mode: mode,
-                auth: Some(Auth {
-                    auth_type: crate::wire::AuthType::Bearer,
-                    credential: "tok".into(),
-                    metadata: Default::default(),
-                }),
-                allow_sensitive: false,
+    pub(super) fn request(mode: SnapshotMode) -> DelegateRequest {
+        DelegateRequest {
+            id: id(),
+            peer: PEER.into(),
+            dialect: Dialect::Reference,
+            task: TaskSpec {
+                description: "d".into(),
+                prompt: "p".into(),
             },
-        )
+            ttl_seconds: 600,
+            access_mode: AccessMode::Rw,
+            resources: vec![Resource {
+                name: crate::ResourceName::new("workspace").unwrap(),
+                kind: "fs".into(),
+                mode: AccessMode::Rw,
+            }],
+            transport: TransportKind::Archive,
+            snapshot_mode: mode,
+            auth: Some(Auth {
+                auth_type: crate::wire::AuthType::Bearer,
+                credential: "tok".into(),
+                metadata: Default::default(),
+            }),
+            allow_sensitive: false,
+        }
+    }
+
+    /// A delegation in `running`, with `auth` and `mode`.
+    pub(super) fn running(mode: SnapshotMode) -> Delegator {
+        let mut d = Delegator::new(DelegatorConfig::default());
+        d.delegate(t(0), request(mode))
         .unwrap();
         let steps = [
             DelegatorInput::ScanCompleted {
@@ -2770,3 +2771,4 @@ mod tests {
         );
     }
 }
+
