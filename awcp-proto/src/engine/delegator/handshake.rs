@@ -1,0 +1,326 @@
+//! From `delegate` to START: admission, INVITE, ACCEPT, transport preparation, the event
+//! stream opening, and START once both are ready.
+
+use super::*;
+
+impl Delegator {
+    /// Creates a delegation in `created` and asks for the admission scan.
+    pub fn delegate(&mut self, now: Timestamp, req: DelegateRequest) -> Result<(), UsageError> {
+        self.tick(now);
+        if self.delegations.contains_key(&req.id) {
+            return Err(UsageError::AlreadyExists(req.id));
+        }
+        if req.ttl_seconds == 0 {
+            return Err(UsageError::InvalidRequest(
+                "ttl_seconds must be positive".into(),
+            ));
+        }
+        if req.resources.is_empty() {
+            return Err(UsageError::InvalidRequest(
+                "at least one resource is required".into(),
+            ));
+        }
+        let mut names: Vec<_> = req.resources.iter().map(|r| &r.name).collect();
+        names.sort();
+        if names.windows(2).any(|w| w[0] == w[1]) {
+            return Err(UsageError::InvalidRequest(
+                "resource names must be unique".into(),
+            ));
+        }
+        let id = req.id.clone();
+        tracing::debug!(delegation = %id, "delegation created");
+        let access = req.access_mode;
+        self.delegations.insert(
+            id.clone(),
+            Delegation {
+                req,
+                machine: DelegationMachine::new(),
+                created_at: now,
+                updated_at: now,
+                expires_at: None,
+                invited_at: None,
+                access,
+                features: Vec::new(),
+                accept: None,
+                transport: Res::None,
+                handle: None,
+                stream: Stream::Closed,
+                stream_failures: 0,
+                start_sent: false,
+                snapshots: BTreeMap::new(),
+                snapshot_order: Vec::new(),
+                stored: Vec::new(),
+                ops_in_flight: 0,
+                awaiting_snapshot: None,
+                applying: None,
+                apply_queue: Vec::new(),
+                result_error: None,
+                heard_terminal: false,
+                ack_sent: false,
+                result: None,
+                error: None,
+                ended: false,
+                warnings: Vec::new(),
+                not_shipped: Vec::new(),
+                not_shipped_count: 0,
+            },
+        );
+        self.core
+            .outputs
+            .push_back(DelegatorOutput::ScanWorkspace { id });
+        Ok(())
+    }
+
+    pub(super) fn on_scan(
+        &mut self,
+        now: Timestamp,
+        id: &DelegationId,
+        result: Result<WorkspaceStats, ErrorInfo>,
+    ) -> Result<(), UsageError> {
+        let d = self.get_mut(id)?;
+        if d.machine.state() != DelegationState::Created {
+            return Ok(());
+        }
+        let allow_sensitive = d.req.allow_sensitive;
+        if let Ok(stats) = &result {
+            d.not_shipped = stats.not_shipped.clone();
+            d.not_shipped_count = stats.not_shipped_count;
+        }
+        let verdict = result
+            .and_then(|stats| admission_verdict(&stats, &self.config.admission, allow_sensitive));
+        if let Err(e) = verdict {
+            tracing::info!(delegation = %id, code = %e.code, "admission refused: {}", e.message);
+            self.transition(now, id, DelegationEvent::SendError, Some(e));
+            self.wind_down(now, id);
+            return Ok(());
+        }
+        let d = self.delegations.get_mut(id).expect("checked above");
+        let expires_at = now.saturating_add(Duration::from_secs(d.req.ttl_seconds));
+        d.expires_at = Some(expires_at);
+        d.invited_at = Some(now);
+        let invite = Invite {
+            delegation_id: id.clone(),
+            task: d.req.task.clone(),
+            lease: LeaseRequest {
+                ttl_seconds: d.req.ttl_seconds,
+                access_mode: d.req.access_mode,
+            },
+            resources: d.req.resources.clone(),
+            export_name: (d.req.dialect == Dialect::Seed).then(|| format!("awcp/{id}")),
+            retention_ms: Some(
+                u64::try_from(self.config.retention.as_millis()).unwrap_or(u64::MAX),
+            ),
+            transport: Some(d.req.transport.clone()),
+            auth: d.req.auth.clone(),
+            features: self.config.features.clone(),
+        };
+        let peer = d.req.peer.clone();
+        let dialect = d.req.dialect;
+        self.transition(now, id, DelegationEvent::SendInvite, None);
+        self.core.timers.set(id, Timer::Lease, expires_at);
+        self.core.outputs.push_back(DelegatorOutput::SendMessage {
+            id: id.clone(),
+            peer,
+            message: Message::Invite(invite),
+            dialect,
+        });
+        Ok(())
+    }
+
+    pub(super) fn on_reply(
+        &mut self,
+        now: Timestamp,
+        id: &DelegationId,
+        to: Outbound,
+        reply: Reply,
+    ) -> Result<(), UsageError> {
+        let d = self.get_mut(id)?;
+        let state = d.machine.state();
+        match (to, reply) {
+            (Outbound::Invite, Reply::Accept(accept)) => {
+                if state != DelegationState::Invited {
+                    // We gave up meanwhile (cancel, expiry): free the executor's assignment.
+                    if state.is_terminal() {
+                        self.send_error(
+                            id,
+                            ErrorInfo::bare(
+                                ErrorCode::Cancelled,
+                                format!("delegation already {state}"),
+                            ),
+                        );
+                    }
+                    return Ok(());
+                }
+                self.on_accept(now, id, accept);
+            }
+            (Outbound::Invite, Reply::Error(e)) => {
+                if state == DelegationState::Invited {
+                    self.transition(now, id, DelegationEvent::ReceiveError, Some(e));
+                    self.wind_down(now, id);
+                }
+            }
+            (Outbound::Invite, other) => {
+                if state == DelegationState::Invited {
+                    self.request_failed(now, id, "INVITE", other);
+                }
+            }
+            (Outbound::Start, Reply::Ok) => {}
+            (Outbound::Start, Reply::Error(e)) => {
+                if matches!(state, DelegationState::Started | DelegationState::Running) {
+                    self.transition(now, id, DelegationEvent::ReceiveError, Some(e));
+                    self.wind_down(now, id);
+                }
+            }
+            (Outbound::Start, other) => {
+                if state == DelegationState::Started {
+                    self.request_failed(now, id, "START", other);
+                }
+            }
+            (Outbound::Error | Outbound::Cancel | Outbound::Ack, _) => {}
+        }
+        Ok(())
+    }
+
+    /// INVITE or START got no usable answer (network failure or an unexpected body): the
+    /// executor may have it, so abandon with ERROR.
+    pub(super) fn request_failed(
+        &mut self,
+        now: Timestamp,
+        id: &DelegationId,
+        what: &str,
+        reply: Reply,
+    ) {
+        let why = match reply {
+            Reply::Failed(why) => why,
+            _ => format!("unexpected answer to {what}"),
+        };
+        self.abandon(
+            now,
+            id,
+            ErrorInfo::new(ErrorCode::Timeout, format!("{what} failed: {why}")),
+        );
+    }
+
+    pub(super) fn on_accept(&mut self, now: Timestamp, id: &DelegationId, accept: Accept) {
+        let d = self.delegations.get_mut(id).expect("caller checked");
+        if let Some(c) = accept.constraints {
+            if let Some(mode) = c.accepted_access_mode {
+                d.access = d.req.access_mode.min(mode);
+            }
+            if let (Some(max), Some(invited)) = (c.max_ttl_seconds, d.invited_at) {
+                let capped = invited.saturating_add(Duration::from_secs(max));
+                if d.expires_at.is_none_or(|e| capped < e) {
+                    d.expires_at = Some(capped);
+                }
+            }
+        }
+        d.features = accept
+            .features
+            .iter()
+            .filter(|f| self.config.features.contains(f))
+            .cloned()
+            .collect();
+        let expires_at = d.expires_at.unwrap_or(now);
+        d.accept = Some(accept);
+        d.transport = Res::Preparing;
+        d.stream = Stream::Opening;
+        let out_prepare = DelegatorOutput::PrepareTransport {
+            id: id.clone(),
+            transport: d.req.transport.clone(),
+            access_mode: d.access,
+            expires_at,
+            dialect: d.req.dialect,
+            features: d.features.clone(),
+        };
+        let out_stream = DelegatorOutput::OpenEventStream {
+            id: id.clone(),
+            peer: d.req.peer.clone(),
+        };
+        self.transition(now, id, DelegationEvent::ReceiveAccept, None);
+        self.core.timers.set(id, Timer::Lease, expires_at);
+        self.core.outputs.push_back(out_prepare);
+        self.core.outputs.push_back(out_stream);
+    }
+
+    pub(super) fn on_prepared(
+        &mut self,
+        now: Timestamp,
+        id: &DelegationId,
+        result: Result<TransportHandle, ErrorInfo>,
+    ) -> Result<(), UsageError> {
+        let d = self.get_mut(id)?;
+        if d.transport != Res::Preparing {
+            return Ok(());
+        }
+        match result {
+            Ok(handle) => {
+                d.transport = Res::Prepared;
+                if d.machine.state().is_terminal() {
+                    self.wind_down(now, id);
+                } else {
+                    d.handle = Some(handle);
+                    self.maybe_send_start(now, id);
+                }
+            }
+            Err(e) => {
+                d.transport = Res::None;
+                if d.machine.state().is_terminal() {
+                    self.maybe_end(now, id);
+                } else {
+                    self.abandon(now, id, e);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn maybe_send_start(&mut self, now: Timestamp, id: &DelegationId) {
+        let Some(d) = self.delegations.get_mut(id) else {
+            return;
+        };
+        if d.machine.state() != DelegationState::Accepted
+            || d.transport != Res::Prepared
+            || d.stream != Stream::Open
+            || d.start_sent
+        {
+            return;
+        }
+        let Some(handle) = d.handle.take() else {
+            return;
+        };
+        let expires_at = d.expires_at.unwrap_or(now);
+        d.start_sent = true;
+        let out = DelegatorOutput::SendMessage {
+            id: id.clone(),
+            peer: d.req.peer.clone(),
+            message: Message::Start(Start {
+                delegation_id: id.clone(),
+                lease: ActiveLease {
+                    expires_at,
+                    access_mode: d.access,
+                },
+                handle,
+            }),
+            dialect: d.req.dialect,
+        };
+        self.transition(now, id, DelegationEvent::SendStart, None);
+        self.core.outputs.push_back(out);
+    }
+
+    /// Fails a delegation from our side, telling the executor if it may know about it.
+    pub(super) fn abandon(&mut self, now: Timestamp, id: &DelegationId, error: ErrorInfo) {
+        let tell = matches!(
+            self.state(id),
+            Some(
+                DelegationState::Invited
+                    | DelegationState::Accepted
+                    | DelegationState::Started
+                    | DelegationState::Running
+            )
+        );
+        if self.transition(now, id, DelegationEvent::SendError, Some(error.clone())) && tell {
+            self.send_error(id, error);
+        }
+        self.wind_down(now, id);
+    }
+}
