@@ -42,8 +42,7 @@ impl Delegator {
                 access,
                 features: Vec::new(),
                 accept: None,
-                transport: Res::None,
-                handle: None,
+                transport: TransportPhase::None,
                 stream: Stream::Closed,
                 stream_failures: 0,
                 start_sent: false,
@@ -52,8 +51,7 @@ impl Delegator {
                 stored: Vec::new(),
                 ops_in_flight: 0,
                 awaiting_snapshot: None,
-                applying: None,
-                apply_queue: Vec::new(),
+                applies: Applies::Idle,
                 result_error: None,
                 heard_terminal: false,
                 ack_sent: false,
@@ -222,7 +220,7 @@ impl Delegator {
             .collect();
         let expires_at = d.expires_at.unwrap_or(now);
         d.accept = Some(accept);
-        d.transport = Res::Preparing;
+        d.transport = TransportPhase::Preparing;
         d.stream = Stream::Opening;
         let out_prepare = DelegatorOutput::PrepareTransport {
             id: id.clone(),
@@ -249,21 +247,23 @@ impl Delegator {
         result: Result<TransportHandle, ErrorInfo>,
     ) -> Result<(), UsageError> {
         let d = self.get_mut(id)?;
-        if d.transport != Res::Preparing {
+        if d.transport != TransportPhase::Preparing {
             return Ok(());
         }
         match result {
             Ok(handle) => {
-                d.transport = Res::Prepared;
                 if d.machine.state().is_terminal() {
+                    d.transport = TransportPhase::Prepared { handle: None };
                     self.wind_down(now, id);
                 } else {
-                    d.handle = Some(handle);
+                    d.transport = TransportPhase::Prepared {
+                        handle: Some(handle),
+                    };
                     self.maybe_send_start(now, id);
                 }
             }
             Err(e) => {
-                d.transport = Res::None;
+                d.transport = TransportPhase::None;
                 if d.machine.state().is_terminal() {
                     self.maybe_end(now, id);
                 } else {
@@ -279,13 +279,16 @@ impl Delegator {
             return;
         };
         if d.machine.state() != DelegationState::Accepted
-            || d.transport != Res::Prepared
+            || !d.transport.is_prepared()
             || d.stream != Stream::Open
             || d.start_sent
         {
             return;
         }
-        let Some(handle) = d.handle.take() else {
+        let TransportPhase::Prepared { handle } = &mut d.transport else {
+            return;
+        };
+        let Some(handle) = handle.take() else {
             return;
         };
         let expires_at = d.expires_at.unwrap_or(now);

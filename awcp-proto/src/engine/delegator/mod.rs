@@ -173,8 +173,8 @@ impl Delegator {
             DelegatorInput::TransportReleased { id, warnings } => {
                 let d = self.get_mut(&id)?;
                 d.warnings.extend(warnings);
-                if d.transport == Res::Releasing {
-                    d.transport = Res::Released;
+                if d.transport == TransportPhase::Releasing {
+                    d.transport = TransportPhase::Released;
                 }
                 self.maybe_end(now, &id);
                 Ok(())

@@ -327,8 +327,11 @@ impl Delegator {
                 access,
                 features: crate::engine::record_strings(r, "features"),
                 accept: None,
-                transport: if prepared { Res::Prepared } else { Res::None },
-                handle: None,
+                transport: if prepared {
+                    TransportPhase::Prepared { handle: None }
+                } else {
+                    TransportPhase::None
+                },
                 stream: Stream::Closed,
                 stream_failures: 0,
                 start_sent,
@@ -337,8 +340,7 @@ impl Delegator {
                 stored,
                 ops_in_flight: 0,
                 awaiting_snapshot,
-                applying: None,
-                apply_queue: Vec::new(),
+                applies: Applies::Idle,
                 result_error,
                 heard_terminal: r
                     .get("heardTerminal")

@@ -227,11 +227,9 @@ impl Delegator {
         let Some(d) = self.delegations.get_mut(id) else {
             return;
         };
-        if d.applying.is_some() {
-            d.apply_queue.push(sid);
+        let Some(sid) = d.applies.push(sid) else {
             return;
-        }
-        d.applying = Some(sid.clone());
+        };
         self.core.outputs.push_back(DelegatorOutput::ApplySnapshot {
             id: id.clone(),
             snapshot_id: sid,
@@ -249,9 +247,7 @@ impl Delegator {
             return Ok(());
         }
         let d = self.delegations.get_mut(id).expect("checked");
-        if d.applying.as_ref() == Some(sid) {
-            d.applying = None;
-        }
+        let next = d.applies.finish(sid);
         let rec = d.snapshots.get_mut(sid).expect("checked");
         let status = match result {
             Ok(()) => {
@@ -276,10 +272,12 @@ impl Delegator {
         rec.status = status.clone();
         d.ops_in_flight = d.ops_in_flight.saturating_sub(1);
         d.updated_at = now;
-        let next = (!d.apply_queue.is_empty()).then(|| d.apply_queue.remove(0));
         self.snapshot_event(id, sid, status);
         if let Some(next) = next {
-            self.start_apply(id, next);
+            self.core.outputs.push_back(DelegatorOutput::ApplySnapshot {
+                id: id.clone(),
+                snapshot_id: next,
+            });
         }
         self.maybe_end(now, id);
         Ok(())

@@ -43,7 +43,10 @@ impl Delegator {
         if !d.machine.state().is_terminal() {
             return;
         }
-        d.handle = None; // never keep credentials of a finished delegation
+        // Never keep credentials of a finished delegation.
+        if let TransportPhase::Prepared { handle } = &mut d.transport {
+            *handle = None;
+        }
         if d.stream != Stream::Closed {
             d.stream = Stream::Closed;
             self.core
@@ -79,15 +82,15 @@ impl Delegator {
             });
         }
         match d.transport {
-            Res::Prepared => {
-                d.transport = Res::Releasing;
+            TransportPhase::Prepared { .. } => {
+                d.transport = TransportPhase::Releasing;
                 self.core
                     .outputs
                     .push_back(DelegatorOutput::ReleaseTransport { id: id.clone() });
                 return;
             }
-            Res::Preparing | Res::Releasing => return,
-            Res::None | Res::Released => {}
+            TransportPhase::Preparing | TransportPhase::Releasing => return,
+            TransportPhase::None | TransportPhase::Released => {}
         }
         d.ended = true;
         d.updated_at = now;
