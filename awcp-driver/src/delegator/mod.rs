@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use awcp_proto::engine::delegator::{DelegateRequest, DelegationView, Outbound};
+use awcp_proto::engine::delegator::{DelegateRequest, DelegationRecord, DelegationView, Outbound};
 use awcp_proto::engine::{SnapshotMode, WorkspaceStats};
 use awcp_proto::http as wire_http;
 use awcp_proto::{
@@ -298,6 +298,16 @@ impl DelegatorHandle {
             }
         }
         recover_interrupted_applies(&specs);
+        let records: Vec<DelegationRecord> = records
+            .iter()
+            .filter_map(|r| match DelegationRecord::from_json(r) {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    tracing::warn!("journal record skipped: {e}");
+                    None
+                }
+            })
+            .collect();
         let n = engine.restore(rt.now(), &records);
         if n > 0 {
             tracing::info!(restored = n, "delegations restored from the journal");
@@ -1122,7 +1132,7 @@ impl<R: Runtime> Loop<R> {
     }
 
     fn persist(&self, id: &DelegationId) {
-        match self.engine.record(id) {
+        match self.engine.record(id).map(|r| r.to_json()) {
             Some(mut rec) => {
                 if let Some(specs) = self.specs.get(id) {
                     rec["sources"] = serde_json::Value::Array(

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use awcp_proto::engine::delegator::{
-    DelegateRequest, FetchedResult, Outbound, Reply, SnapshotStatus,
+    DelegateRequest, DelegationRecord, FetchedResult, Outbound, Reply, SnapshotStatus,
 };
 use awcp_proto::engine::executor::{Credential, Request, RequiredAuth, Response, ResultStatus};
 use awcp_proto::{
@@ -1157,7 +1157,12 @@ impl World {
             self.log(|| format!("apply {sid} of {} interrupted by the crash", p.id));
         }
         let mut d = Delegator::new(DelegatorConfig::default());
-        let records: Vec<Value> = self.del_journal.values().cloned().collect();
+        // Read back as the driver does: from the JSON the journal holds.
+        let records: Vec<DelegationRecord> = self
+            .del_journal
+            .values()
+            .map(|v| DelegationRecord::from_json(v).expect("the delegator reads its own records"))
+            .collect();
         let now = self.ts();
         if d.restore(now, &records) > 0 {
             self.bump("delegator restored from its journal");
@@ -1174,7 +1179,7 @@ impl World {
     fn persist_del(&mut self, id: &DelegationId) {
         match self.delegator.record(id) {
             Some(r) => {
-                self.del_journal.insert(id.clone(), r);
+                self.del_journal.insert(id.clone(), r.to_json());
             }
             None => {
                 self.del_journal.remove(id);

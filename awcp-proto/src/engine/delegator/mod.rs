@@ -55,6 +55,7 @@ mod handshake;
 mod io;
 mod lease;
 mod record;
+mod restore;
 mod snapshots;
 mod teardown;
 #[cfg(test)]
@@ -64,6 +65,10 @@ mod view;
 pub use config::{DelegateRequest, DelegatorConfig};
 use delegation::*;
 pub use io::{DelegatorEvent, DelegatorInput, DelegatorOutput, FetchedResult, Outbound, Reply};
+pub use record::{
+    DelegationRecord, NotShippedEntry, OutcomeEntry, RecordError, SnapshotEntry, StatusEntry,
+    RECORD_VERSION,
+};
 pub use view::{DelegationView, Outcome, SnapshotRecord, SnapshotStatus};
 
 /// The delegator engine. See the [module docs](self).
