@@ -54,8 +54,8 @@ pub use engine::*;
 pub use error::{ErrorCode, ErrorInfo};
 pub use id::{DelegationId, IdError, ResourceName, SnapshotId};
 pub use state::{
-    AssignmentEvent, AssignmentMachine, AssignmentState, DelegationEvent, DelegationMachine,
-    DelegationState,
+    AssignmentEvent, AssignmentMachine, AssignmentState, DelegationMachine, DelegationState,
+    DelegationTransition,
 };
 pub use time::Timestamp;
 pub use wire::*;

@@ -9,7 +9,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use awcp_proto::engine::delegator::{DelegateRequest, DelegationRecord, DelegationView, Outbound};
+use awcp_proto::engine::delegator::{
+    DelegateRequest, DelegationRecord, DelegationView, Outbound, RequestFailure,
+};
 use awcp_proto::engine::{SnapshotMode, WorkspaceStats};
 use awcp_proto::http as wire_http;
 use awcp_proto::{
@@ -683,7 +685,9 @@ impl<R: Runtime> Loop<R> {
                 .await
             {
                 Ok((status, body)) => wire_http::decode_reply(status, &body),
-                Err(e) => awcp_proto::engine::delegator::Reply::Failed(e.to_string()),
+                Err(e) => awcp_proto::engine::delegator::Reply::Failed(RequestFailure::Network(
+                    e.to_string(),
+                )),
             };
             feed(DelegatorInput::Reply { id, to, reply });
             if let Some(tx) = farewell {
@@ -902,8 +906,9 @@ impl<R: Runtime> Loop<R> {
                     {
                         Ok((_, body)) => serde_json::from_slice::<serde_json::Value>(&body)
                             .map_err(|e| format!("bad result body: {e}"))
-                            .and_then(|v| wire_http::decode_result(&id, &v)),
-                        Err(e) => Err(e.to_string()),
+                            .and_then(|v| wire_http::decode_result(&id, &v))
+                            .map_err(RequestFailure::Unusable),
+                        Err(e) => Err(RequestFailure::Network(e.to_string())),
                     };
                     feed(DelegatorInput::ResultFetched { id, result });
                 }));
@@ -1164,7 +1169,7 @@ impl<R: Runtime> Loop<R> {
                 self.specs.remove(id);
                 let _ = std::fs::remove_file(self.baseline_file(id));
             }
-            DelegatorEvent::Progress { .. } => {}
+            DelegatorEvent::Progress { .. } | DelegatorEvent::PeerMisbehaved { .. } => {}
         }
         if let DelegatorEvent::Ended {
             id, state, error, ..

@@ -9,7 +9,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use awcp_proto::engine::delegator::{
-    DelegateRequest, DelegationRecord, FetchedResult, Outbound, Reply, SnapshotStatus,
+    DelegateRequest, DelegationRecord, FetchedResult, Outbound, Reply, RequestFailure,
+    SnapshotStatus,
 };
 use awcp_proto::engine::executor::{Credential, Request, RequiredAuth, Response, ResultStatus};
 use awcp_proto::{
@@ -884,8 +885,10 @@ impl World {
                     Ok(Response::Accept(a, _)) => Reply::Accept(a),
                     Ok(Response::Error { message, .. }) => Reply::Error(message.error),
                     Ok(Response::Ok | Response::Cancelled) => Reply::Ok,
-                    Ok(Response::Result(_)) => Reply::Failed("unexpected result body".into()),
-                    Err(w) => Reply::Failed(w.into()),
+                    Ok(Response::Result(_)) => {
+                        Reply::Failed(RequestFailure::Unusable("unexpected result body".into()))
+                    }
+                    Err(w) => Reply::Failed(RequestFailure::Network(w.into())),
                 };
                 if let Reply::Error(e) = &reply {
                     if e.code == ErrorCode::Declined && to == Outbound::Invite {
@@ -918,8 +921,11 @@ impl World {
                         ResultStatus::NotFound => FetchedResult::NotFound,
                     }),
                     Ok(Response::Error { status: 404, .. }) => Ok(FetchedResult::NotFound),
-                    Ok(r) => Err(format!("unexpected answer {}", response_summary(&r))),
-                    Err(w) => Err(w.to_owned()),
+                    Ok(r) => Err(RequestFailure::Unusable(format!(
+                        "unexpected answer {}",
+                        response_summary(&r)
+                    ))),
+                    Err(w) => Err(RequestFailure::Network(w.to_owned())),
                 };
                 self.del_input(DelegatorInput::ResultFetched { id: c.id, result });
             }
@@ -1592,9 +1598,13 @@ impl World {
             DelegatorEvent::Forgotten { id } => {
                 self.del_journal.remove(id);
             }
-            DelegatorEvent::Progress { .. } => {}
+            DelegatorEvent::Progress { .. } | DelegatorEvent::PeerMisbehaved { .. } => {}
         }
         match ev {
+            DelegatorEvent::PeerMisbehaved { id, reason } => {
+                // The executors here are this project's engine: they never break the protocol.
+                self.violate(format!("{id}: the executor misbehaved: {reason:?}"));
+            }
             DelegatorEvent::StateChanged { id, from, to } => {
                 let i = self.idx(&id);
                 self.log(|| format!("delegation {id}: {from} -> {to}"));

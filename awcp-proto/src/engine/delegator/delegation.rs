@@ -137,3 +137,45 @@ pub(super) struct Delegation {
     pub(super) not_shipped: Vec<NotShipped>,
     pub(super) not_shipped_count: u64,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::delegator::tests::sid;
+
+    #[test]
+    fn applies_run_one_at_a_time_in_arrival_order() {
+        let mut a = Applies::Idle;
+        assert_eq!(a.push(sid("snap_a")), Some(sid("snap_a")));
+        assert_eq!(a.push(sid("snap_b")), None);
+        assert_eq!(a.push(sid("snap_c")), None);
+        assert_eq!(a.finish(&sid("snap_a")), Some(sid("snap_b")));
+        assert_eq!(a.finish(&sid("snap_b")), Some(sid("snap_c")));
+        assert_eq!(a.finish(&sid("snap_c")), None);
+        assert_eq!(a, Applies::Idle);
+    }
+
+    #[test]
+    fn a_finish_for_a_snapshot_not_in_flight_starts_nothing() {
+        let mut a = Applies::Idle;
+        assert_eq!(a.finish(&sid("snap_a")), None);
+        a.push(sid("snap_a"));
+        a.push(sid("snap_b"));
+        assert_eq!(a.finish(&sid("snap_b")), None);
+        assert_eq!(a.finish(&sid("snap_a")), None, "snap_b left the queue");
+        assert_eq!(a, Applies::Idle);
+    }
+
+    #[test]
+    fn only_a_prepared_transport_counts_as_prepared() {
+        assert!(TransportPhase::Prepared { handle: None }.is_prepared());
+        for p in [
+            TransportPhase::None,
+            TransportPhase::Preparing,
+            TransportPhase::Releasing,
+            TransportPhase::Released,
+        ] {
+            assert!(!p.is_prepared());
+        }
+    }
+}

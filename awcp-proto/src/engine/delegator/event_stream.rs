@@ -104,17 +104,17 @@ impl Delegator {
         let can_expire = self
             .delegations
             .get(id)
-            .is_some_and(|d| d.machine.can(DelegationEvent::Expire));
+            .is_some_and(|d| d.machine.can(DelegationTransition::Expire));
         let event = if e.code == ErrorCode::Expired && can_expire {
-            DelegationEvent::Expire
+            DelegationTransition::Expire
         } else {
-            DelegationEvent::ReceiveError
+            DelegationTransition::ReceiveError
         };
         self.transition(now, id, event, Some(e));
     }
 
     pub(super) fn setup_complete(&mut self, now: Timestamp, id: &DelegationId) {
-        self.transition(now, id, DelegationEvent::SetupComplete, None);
+        self.transition(now, id, DelegationTransition::SetupComplete, None);
         self.core.timers.cancel(id, Timer::SetupGrace);
         if let Some(exp) = self.delegations.get(id).and_then(|d| d.expires_at) {
             if now >= exp {
@@ -180,7 +180,7 @@ impl Delegator {
         if need_fetch {
             d.awaiting_snapshot = wanted;
         }
-        self.transition(now, id, DelegationEvent::ReceiveDone, None);
+        self.transition(now, id, DelegationTransition::ReceiveDone, None);
         if need_fetch {
             let peer = self.delegations[id].req.peer.clone();
             self.core.outputs.push_back(DelegatorOutput::FetchResult {
@@ -195,8 +195,15 @@ impl Delegator {
         &mut self,
         now: Timestamp,
         id: &DelegationId,
-        result: Result<FetchedResult, String>,
+        result: Result<FetchedResult, RequestFailure>,
     ) -> Result<(), UsageError> {
+        self.get_mut(id)?;
+        if let Err(RequestFailure::Unusable(detail)) = &result {
+            let reason = PeerMisbehavior::UnusableResult {
+                detail: detail.clone(),
+            };
+            self.peer_misbehaved(id, reason);
+        }
         let d = self.get_mut(id)?;
         let state = d.machine.state();
         match result {
@@ -265,7 +272,7 @@ impl Delegator {
                     self.transition(
                         now,
                         id,
-                        DelegationEvent::ReceiveError,
+                        DelegationTransition::ReceiveError,
                         Some(ErrorInfo::new(
                             ErrorCode::NotFound,
                             "the executor no longer knows this delegation (restarted or purged)",
@@ -280,7 +287,7 @@ impl Delegator {
                     // the executor keeps it).
                     let sid = d.awaiting_snapshot.take().expect("checked");
                     let why = match result {
-                        Err(e) => e,
+                        Err(e) => e.to_string(),
                         Ok(_) => "the executor did not hand it out".into(),
                     };
                     d.result_error = Some(ErrorInfo::new(

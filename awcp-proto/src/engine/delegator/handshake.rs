@@ -88,7 +88,7 @@ impl Delegator {
             .and_then(|stats| admission_verdict(&stats, &self.config.admission, allow_sensitive));
         if let Err(e) = verdict {
             tracing::info!(delegation = %id, code = %e.code, "admission refused: {}", e.message);
-            self.transition(now, id, DelegationEvent::SendError, Some(e));
+            self.transition(now, id, DelegationTransition::SendError, Some(e));
             self.wind_down(now, id);
             return Ok(());
         }
@@ -114,7 +114,7 @@ impl Delegator {
         };
         let peer = d.req.peer.clone();
         let dialect = d.req.dialect;
-        self.transition(now, id, DelegationEvent::SendInvite, None);
+        self.transition(now, id, DelegationTransition::SendInvite, None);
         self.core.timers.set(id, Timer::Lease, expires_at);
         self.core.outputs.push_back(DelegatorOutput::SendMessage {
             id: id.clone(),
@@ -153,25 +153,25 @@ impl Delegator {
             }
             (Outbound::Invite, Reply::Error(e)) => {
                 if state == DelegationState::Invited {
-                    self.transition(now, id, DelegationEvent::ReceiveError, Some(e));
+                    self.transition(now, id, DelegationTransition::ReceiveError, Some(e));
                     self.wind_down(now, id);
                 }
             }
             (Outbound::Invite, other) => {
                 if state == DelegationState::Invited {
-                    self.request_failed(now, id, "INVITE", other);
+                    self.request_failed(now, id, Outbound::Invite, other);
                 }
             }
             (Outbound::Start, Reply::Ok) => {}
             (Outbound::Start, Reply::Error(e)) => {
                 if matches!(state, DelegationState::Started | DelegationState::Running) {
-                    self.transition(now, id, DelegationEvent::ReceiveError, Some(e));
+                    self.transition(now, id, DelegationTransition::ReceiveError, Some(e));
                     self.wind_down(now, id);
                 }
             }
             (Outbound::Start, other) => {
                 if state == DelegationState::Started {
-                    self.request_failed(now, id, "START", other);
+                    self.request_failed(now, id, Outbound::Start, other);
                 }
             }
             (Outbound::Error | Outbound::Cancel | Outbound::Ack, _) => {}
@@ -185,12 +185,32 @@ impl Delegator {
         &mut self,
         now: Timestamp,
         id: &DelegationId,
-        what: &str,
+        to: Outbound,
         reply: Reply,
     ) {
+        let what = match to {
+            Outbound::Invite => "INVITE",
+            Outbound::Start => "START",
+            Outbound::Error => "ERROR",
+            Outbound::Cancel => "cancel",
+            Outbound::Ack => "ack",
+        };
         let why = match reply {
-            Reply::Failed(why) => why,
-            _ => format!("unexpected answer to {what}"),
+            Reply::Failed(RequestFailure::Unusable(detail)) => {
+                self.peer_misbehaved(
+                    id,
+                    PeerMisbehavior::UnusableReply {
+                        to,
+                        detail: detail.clone(),
+                    },
+                );
+                detail
+            }
+            Reply::Failed(failure) => failure.to_string(),
+            Reply::Accept(_) | Reply::Error(_) | Reply::Ok => {
+                self.peer_misbehaved(id, PeerMisbehavior::UnexpectedReply { to });
+                format!("unexpected answer to {what}")
+            }
         };
         self.abandon(
             now,
@@ -234,7 +254,7 @@ impl Delegator {
             id: id.clone(),
             peer: d.req.peer.clone(),
         };
-        self.transition(now, id, DelegationEvent::ReceiveAccept, None);
+        self.transition(now, id, DelegationTransition::ReceiveAccept, None);
         self.core.timers.set(id, Timer::Lease, expires_at);
         self.core.outputs.push_back(out_prepare);
         self.core.outputs.push_back(out_stream);
@@ -306,7 +326,7 @@ impl Delegator {
             }),
             dialect: d.req.dialect,
         };
-        self.transition(now, id, DelegationEvent::SendStart, None);
+        self.transition(now, id, DelegationTransition::SendStart, None);
         self.core.outputs.push_back(out);
     }
 
@@ -321,9 +341,188 @@ impl Delegator {
                     | DelegationState::Running
             )
         );
-        if self.transition(now, id, DelegationEvent::SendError, Some(error.clone())) && tell {
+        if self.transition(
+            now,
+            id,
+            DelegationTransition::SendError,
+            Some(error.clone()),
+        ) && tell
+        {
             self.send_error(id, error);
         }
         self.wind_down(now, id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::delegator::tests::{drain, events, id, invited, running, t};
+    use crate::wire::ArchiveHandle;
+
+    fn answer(d: &mut Delegator, to: Outbound, reply: Reply) -> Vec<DelegatorOutput> {
+        d.handle(
+            t(2),
+            DelegatorInput::Reply {
+                id: id(),
+                to,
+                reply,
+            },
+        )
+        .unwrap();
+        drain(d)
+    }
+
+    fn misbehaviours(out: &[DelegatorOutput]) -> Vec<PeerMisbehavior> {
+        events(out)
+            .into_iter()
+            .filter_map(|e| match e {
+                DelegatorEvent::PeerMisbehaved { reason, .. } => Some(reason.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_invite_answered_with_a_bare_ok_is_the_executors_fault_and_abandons() {
+        let mut d = invited();
+        let out = answer(&mut d, Outbound::Invite, Reply::Ok);
+        assert_eq!(
+            misbehaviours(&out),
+            vec![PeerMisbehavior::UnexpectedReply {
+                to: Outbound::Invite
+            }]
+        );
+        assert_eq!(d.get(&id()).unwrap().state, DelegationState::Error);
+        assert!(out.iter().any(|o| matches!(
+            o,
+            DelegatorOutput::SendMessage {
+                message: Message::Error(_),
+                ..
+            }
+        )));
+    }
+
+    #[test]
+    fn an_unusable_answer_is_the_executors_fault() {
+        let mut d = invited();
+        let failure = RequestFailure::Unusable("HTTP 502: <html>".into());
+        let out = answer(&mut d, Outbound::Invite, Reply::Failed(failure));
+        assert!(matches!(
+            misbehaviours(&out).as_slice(),
+            [PeerMisbehavior::UnusableReply { to: Outbound::Invite, detail }] if detail.contains("502")
+        ));
+        let err = d.get(&id()).unwrap().error.unwrap();
+        assert_eq!(err.code, ErrorCode::Timeout);
+        assert_eq!(err.message, "INVITE failed: HTTP 502: <html>");
+    }
+
+    #[test]
+    fn a_network_failure_is_nobodys_fault() {
+        let mut d = invited();
+        let failure = RequestFailure::Network("connection refused".into());
+        let out = answer(&mut d, Outbound::Invite, Reply::Failed(failure));
+        assert!(misbehaviours(&out).is_empty());
+        assert_eq!(d.get(&id()).unwrap().state, DelegationState::Error);
+    }
+
+    #[test]
+    fn start_waits_for_both_the_transport_and_the_event_stream() {
+        let mut d = invited();
+        let accept = Accept {
+            delegation_id: id(),
+            work_dir: "/w".into(),
+            constraints: None,
+            retention_ms: None,
+            features: vec![],
+        };
+        let out = answer(&mut d, Outbound::Invite, Reply::Accept(accept));
+        assert!(out
+            .iter()
+            .any(|o| matches!(o, DelegatorOutput::PrepareTransport { .. })));
+        assert!(out
+            .iter()
+            .any(|o| matches!(o, DelegatorOutput::OpenEventStream { .. })));
+        let handle = TransportHandle::Archive(ArchiveHandle {
+            data: ArchiveData {
+                base64: Some(String::new()),
+                url: None,
+            },
+            checksum: "00".into(),
+            size_bytes: None,
+        });
+        d.handle(
+            t(3),
+            DelegatorInput::TransportPrepared {
+                id: id(),
+                result: Ok(handle.clone()),
+            },
+        )
+        .unwrap();
+        assert!(
+            drain(&mut d).is_empty(),
+            "no START before the stream is open"
+        );
+        d.handle(t(4), DelegatorInput::EventStreamOpened { id: id() })
+            .unwrap();
+        let out = drain(&mut d);
+        let starts: Vec<_> = out
+            .iter()
+            .filter_map(|o| match o {
+                DelegatorOutput::SendMessage {
+                    message: Message::Start(s),
+                    ..
+                } => Some(s),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(starts.len(), 1);
+        assert_eq!(starts[0].handle, handle);
+        // START took the handle: a second "opened" sends nothing.
+        d.handle(t(5), DelegatorInput::EventStreamOpened { id: id() })
+            .unwrap();
+        assert!(drain(&mut d).is_empty());
+    }
+
+    #[test]
+    fn an_accept_after_a_cancel_frees_the_executors_assignment() {
+        let mut d = invited();
+        d.cancel(t(2), &id()).unwrap();
+        drain(&mut d);
+        let accept = Accept {
+            delegation_id: id(),
+            work_dir: "/w".into(),
+            constraints: None,
+            retention_ms: None,
+            features: vec![],
+        };
+        let out = answer(&mut d, Outbound::Invite, Reply::Accept(accept));
+        assert!(out.iter().any(|o| matches!(
+            o,
+            DelegatorOutput::SendMessage {
+                message: Message::Error(_),
+                ..
+            }
+        )));
+        assert!(!out
+            .iter()
+            .any(|o| matches!(o, DelegatorOutput::PrepareTransport { .. })));
+        assert!(misbehaviours(&out).is_empty(), "a race, not misbehaviour");
+    }
+
+    #[test]
+    fn a_late_odd_answer_to_start_changes_nothing() {
+        let mut d = running(SnapshotMode::Auto);
+        // Running already: a late odd answer to START changes nothing.
+        let accept = Accept {
+            delegation_id: id(),
+            work_dir: "/w".into(),
+            constraints: None,
+            retention_ms: None,
+            features: vec![],
+        };
+        let out = answer(&mut d, Outbound::Start, Reply::Accept(accept));
+        assert!(out.is_empty());
+        assert_eq!(d.get(&id()).unwrap().state, DelegationState::Running);
     }
 }

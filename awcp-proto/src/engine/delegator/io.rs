@@ -26,8 +26,61 @@ pub enum Reply {
     Error(ErrorInfo),
     /// `{"ok":true}` or another success without content.
     Ok,
-    /// The request failed: connection refused, timeout, unparsable body…
-    Failed(String),
+    /// No usable answer (see [`RequestFailure`] for whose fault).
+    Failed(RequestFailure),
+}
+
+/// Why a request to the executor brought no usable answer, sorted by who is at fault.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RequestFailure {
+    /// The request did not complete: connection refused or reset, timeout, TLS failure, an
+    /// answer over the size cap. Nobody's fault the engine can tell.
+    #[error("{0}")]
+    Network(String),
+    /// The executor answered, but not with a usable AWCP answer: not JSON, an HTTP error
+    /// without an AWCP error, a message that does not decode or is of the wrong type. The
+    /// executor's fault ([`DelegatorEvent::PeerMisbehaved`]).
+    #[error("{0}")]
+    Unusable(String),
+}
+
+impl RequestFailure {
+    /// Whether the executor is at fault.
+    pub fn is_peer_fault(&self) -> bool {
+        matches!(self, RequestFailure::Unusable(_))
+    }
+}
+
+/// How the executor broke the protocol (see [`DelegatorEvent::PeerMisbehaved`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PeerMisbehavior {
+    /// It answered `to` with something that is not a usable answer.
+    UnusableReply {
+        /// The request.
+        to: Outbound,
+        /// What was wrong with the answer.
+        detail: String,
+    },
+    /// It answered `to` with a valid answer of the wrong kind (e.g. ACCEPT to START, or a
+    /// bare success to INVITE).
+    UnexpectedReply {
+        /// The request.
+        to: Outbound,
+    },
+    /// Its `GET …/result` answer was not usable.
+    UnusableResult {
+        /// What was wrong with it.
+        detail: String,
+    },
+    /// A message it sent asked for a transition the spec table does not allow now.
+    IllegalTransition {
+        /// The delegation's state.
+        state: DelegationState,
+        /// The refused transition.
+        transition: DelegationTransition,
+    },
 }
 
 /// `GET …/tasks/{id}/result` as the driver decoded it.
@@ -99,7 +152,7 @@ pub enum DelegatorInput {
         /// The delegation.
         id: DelegationId,
         /// The result, or why the request failed.
-        result: Result<FetchedResult, String>,
+        result: Result<FetchedResult, RequestFailure>,
     },
     /// [`DelegatorOutput::ApplySnapshot`] finished (all-or-nothing).
     SnapshotApplied {
@@ -263,7 +316,16 @@ pub enum DelegatorEvent {
         /// Its new status.
         status: SnapshotStatus,
     },
-    /// The delegation was purged after its retention: drop it from any journal.
+    /// The executor broke the protocol: an answer or a message the spec does not allow. The
+    /// engine handles it as the spec says (the delegation is abandoned, or the message
+    /// ignored); this event lets the application count and report it.
+    PeerMisbehaved {
+        /// The delegation.
+        id: DelegationId,
+        /// What the executor did.
+        reason: PeerMisbehavior,
+    },
+    /// The delegation was forgotten after its retention: drop it from any journal.
     Forgotten {
         /// The delegation.
         id: DelegationId,

@@ -10,7 +10,7 @@ impl Delegator {
                 .delegations
                 .get(id)
                 .is_some_and(|d| d.invited_at.is_some());
-        if self.transition(now, id, DelegationEvent::Expire, Some(err.clone())) && tell {
+        if self.transition(now, id, DelegationTransition::Expire, Some(err.clone())) && tell {
             self.send_error(id, err);
         }
         self.wind_down(now, id);

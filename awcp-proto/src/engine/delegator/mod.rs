@@ -40,7 +40,7 @@ use crate::engine::timers::Core;
 use crate::engine::{SnapshotMode, TaskOutcome, UsageError};
 use crate::error::{ErrorCode, ErrorInfo};
 use crate::id::{DelegationId, SnapshotId};
-use crate::state::{DelegationEvent, DelegationMachine, DelegationState};
+use crate::state::{DelegationMachine, DelegationState, DelegationTransition};
 use crate::time::Timestamp;
 use crate::wire::{
     feature, Accept, AccessMode, ActiveLease, ArchiveData, Auth, Dialect, DoneEvent, ErrorMessage,
@@ -64,7 +64,10 @@ mod view;
 
 pub use config::{DelegateRequest, DelegatorConfig};
 use delegation::*;
-pub use io::{DelegatorEvent, DelegatorInput, DelegatorOutput, FetchedResult, Outbound, Reply};
+pub use io::{
+    DelegatorEvent, DelegatorInput, DelegatorOutput, FetchedResult, Outbound, PeerMisbehavior,
+    Reply, RequestFailure,
+};
 pub use record::{
     DelegationRecord, NotShippedEntry, OutcomeEntry, RecordError, SnapshotEntry, StatusEntry,
     RECORD_VERSION,
@@ -227,7 +230,7 @@ impl Delegator {
         &mut self,
         now: Timestamp,
         id: &DelegationId,
-        event: DelegationEvent,
+        event: DelegationTransition,
         error: Option<ErrorInfo>,
     ) -> bool {
         let Some(d) = self.delegations.get_mut(id) else {
@@ -257,9 +260,30 @@ impl Delegator {
             }
             Err(e) => {
                 tracing::debug!(delegation = %id, "ignored: {e}");
+                if event.is_received() {
+                    let state = d.machine.state();
+                    self.peer_misbehaved(
+                        id,
+                        PeerMisbehavior::IllegalTransition {
+                            state,
+                            transition: event,
+                        },
+                    );
+                }
                 false
             }
         }
+    }
+
+    /// Reports that the executor broke the protocol (the caller handles the consequence).
+    fn peer_misbehaved(&mut self, id: &DelegationId, reason: PeerMisbehavior) {
+        tracing::info!(delegation = %id, ?reason, "the executor misbehaved");
+        self.core
+            .outputs
+            .push_back(DelegatorOutput::Event(DelegatorEvent::PeerMisbehaved {
+                id: id.clone(),
+                reason,
+            }));
     }
 
     /// Sends ERROR to the executor: we abandon an accepted (or possibly accepted) delegation.

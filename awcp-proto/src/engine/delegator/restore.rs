@@ -287,7 +287,7 @@ impl Delegator {
                 self.transition(
                     now,
                     id,
-                    DelegationEvent::SendError,
+                    DelegationTransition::SendError,
                     Some(restarted("before the invitation")),
                 );
                 self.wind_down(now, id);

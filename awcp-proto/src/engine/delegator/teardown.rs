@@ -19,7 +19,7 @@ impl Delegator {
         self.transition(
             now,
             id,
-            DelegationEvent::Cancel,
+            DelegationTransition::Cancel,
             Some(ErrorInfo::bare(
                 ErrorCode::Cancelled,
                 "cancelled by the delegator",

@@ -115,6 +115,33 @@ pub(super) fn request(mode: SnapshotMode) -> DelegateRequest {
     }
 }
 
+/// A delegation in `invited` (INVITE sent, no answer yet), outputs drained.
+pub(super) fn invited() -> Delegator {
+    let mut d = Delegator::new(DelegatorConfig::default());
+    d.delegate(t(0), request(SnapshotMode::Auto)).unwrap();
+    d.handle(
+        t(1),
+        DelegatorInput::ScanCompleted {
+            id: id(),
+            result: Ok(WorkspaceStats::default()),
+        },
+    )
+    .unwrap();
+    drain(&mut d);
+    assert_eq!(d.get(&id()).unwrap().state, DelegationState::Invited);
+    d
+}
+
+/// The events among `out`.
+pub(super) fn events(out: &[DelegatorOutput]) -> Vec<&DelegatorEvent> {
+    out.iter()
+        .filter_map(|o| match o {
+            DelegatorOutput::Event(e) => Some(e),
+            _ => None,
+        })
+        .collect()
+}
+
 /// A delegation in `running`, with `auth` and `mode`.
 pub(super) fn running(mode: SnapshotMode) -> Delegator {
     let mut d = Delegator::new(DelegatorConfig::default());
