@@ -269,26 +269,11 @@ pub async fn delegate_started(
     let mut events = d.events();
     let id = d.delegate(params).await?;
     while let Some(ev) = events.next().await {
-        match ev {
-            DelegatorEvent::StateChanged {
-                id: ref eid, to, ..
-            } if *eid == id
-                && matches!(
-                    to,
-                    DelegationState::Started
-                        | DelegationState::Running
-                        | DelegationState::Completed
-                ) =>
-            {
-                return Ok(id)
-            }
-            DelegatorEvent::Ended { id: eid, error, .. } if eid == id => {
-                return match error {
-                    Some(e) if e.code != ErrorCode::Cancelled => Err(DelegatorError::Protocol(e)),
-                    _ => Ok(id),
-                }
-            }
-            _ => {}
+        // What "started" means is the engine's to say.
+        match ev.start_outcome(&id) {
+            Some(Ok(())) => return Ok(id),
+            Some(Err(e)) => return Err(DelegatorError::Protocol(e)),
+            None => {}
         }
     }
     Err(DelegatorError::Closed)

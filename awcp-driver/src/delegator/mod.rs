@@ -551,7 +551,7 @@ impl<R: Runtime> Loop<R> {
                     .map(|r| Resource {
                         name: r.name.clone(),
                         kind: "fs".into(),
-                        mode: r.mode.min(p.access_mode),
+                        mode: r.mode,
                     })
                     .collect();
                 let req = DelegateRequest {
@@ -662,7 +662,8 @@ impl<R: Runtime> Loop<R> {
         let feed = self.feed();
         let headers = self.credential_headers(&id, &url);
         let timeout = self.opts.request_timeout;
-        let farewell = if matches!(to, Outbound::Ack | Outbound::Cancel | Outbound::Error) {
+        let max_reply = self.engine.config().max_reply_bytes;
+        let farewell = if to.is_farewell() {
             self.farewells
                 .retain_mut(|r| matches!(r.try_recv(), Ok(None)));
             let (tx, rx) = oneshot::channel();
@@ -680,7 +681,7 @@ impl<R: Runtime> Loop<R> {
                     &hdrs,
                     body.map(Bytes::from),
                     timeout,
-                    16 * 1024 * 1024,
+                    max_reply,
                 )
                 .await
             {
@@ -709,15 +710,11 @@ impl<R: Runtime> Loop<R> {
             }
             DelegatorOutput::SendMessage {
                 id,
+                to,
                 peer,
                 message,
                 dialect,
             } => {
-                let to = match &message {
-                    awcp_proto::Message::Invite(_) => Outbound::Invite,
-                    awcp_proto::Message::Start(_) => Outbound::Start,
-                    _ => Outbound::Error,
-                };
                 let body = encode_message(&message, dialect);
                 self.post(id, to, peer, Some(body));
             }
@@ -919,6 +916,7 @@ impl<R: Runtime> Loop<R> {
                 let feed = self.feed();
                 let dir = self.snapshot_dir(&id);
                 let limit = self.opts.max_snapshot_bytes;
+                let download_timeout = self.engine.config().snapshot_download_timeout;
                 let headers = snapshot
                     .data
                     .url
@@ -928,15 +926,16 @@ impl<R: Runtime> Loop<R> {
                 let note = self.tx.clone();
                 self.rt.spawn(Box::pin(async move {
                     let sid = snapshot.snapshot_id.clone();
-                    let result = store_snapshot(&http, &dir, &snapshot, &headers, limit)
-                        .await
-                        .map(|bytes| {
-                            let _ = note.unbounded_send(Cmd::Transferred(Transfer {
-                                id: id.clone(),
-                                what: "snapshot",
-                                bytes,
-                            }));
-                        });
+                    let result =
+                        store_snapshot(&http, &dir, &snapshot, &headers, limit, download_timeout)
+                            .await
+                            .map(|bytes| {
+                                let _ = note.unbounded_send(Cmd::Transferred(Transfer {
+                                    id: id.clone(),
+                                    what: "snapshot",
+                                    bytes,
+                                }));
+                            });
                     feed(DelegatorInput::SnapshotStored {
                         id,
                         snapshot_id: sid,
@@ -1013,13 +1012,14 @@ impl<R: Runtime> Loop<R> {
         let feed = self.feed();
         let url = wire_http::events_url(&peer, &id);
         let headers = self.credential_headers(&id, &url);
+        let open_timeout = self.engine.config().event_stream_open_timeout;
         let fut = async move {
             let mut hdrs: Vec<(&str, String)> =
                 headers.iter().map(|(k, v)| (*k, v.clone())).collect();
             hdrs.push(("accept", "text/event-stream".into()));
             let resp = net::with_timeout(
                 http.runtime(),
-                Duration::from_secs(30),
+                open_timeout,
                 http.send(Method::GET, &url, &hdrs, None),
             )
             .await;
@@ -1220,6 +1220,7 @@ async fn store_snapshot<R: Runtime>(
     snap: &SnapshotEvent,
     headers: &[(&'static str, String)],
     limit: u64,
+    download_timeout: Duration,
 ) -> Result<u64, ErrorInfo> {
     let rt = http.runtime();
     let fail = |m: String| ErrorInfo {
@@ -1261,7 +1262,7 @@ async fn store_snapshot<R: Runtime>(
             n
         }
         (None, Some(url)) => http
-            .download(url, headers, part.clone(), limit, Duration::from_secs(600))
+            .download(url, headers, part.clone(), limit, download_timeout)
             .await
             .map_err(|e| fail(format!("fetching the snapshot: {e}")))?,
         (None, None) => return Err(fail("snapshot carries no data".into())),

@@ -1340,6 +1340,7 @@ impl World {
             }
             DelegatorOutput::SendMessage {
                 id,
+                to,
                 peer,
                 message,
                 dialect,
@@ -1369,10 +1370,14 @@ impl World {
                         return;
                     }
                 };
+                if kind != to {
+                    self.violate(format!("{id}: {} sent as {to:?}", message.type_str()));
+                }
+                // The engine names the request; its answer goes back under that name.
                 self.send_call(
                     exec_of(&peer),
                     id,
-                    CallKind::Out(kind),
+                    CallKind::Out(to),
                     Request::Message(Box::new(message), dialect),
                 );
             }

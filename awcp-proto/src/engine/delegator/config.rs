@@ -17,8 +17,17 @@ pub struct DelegatorConfig {
     pub sse_reconnect_attempts: u32,
     /// Back-off unit between reconnect attempts (attempt n waits n × this).
     pub sse_backoff: Duration,
-    /// Interval of `GET …/result` polling once reconnects are exhausted.
+    /// Once reconnects are exhausted the delegator asks `GET …/result`; if the task is still
+    /// running, it waits this long before opening the event stream again.
     pub result_poll_interval: Duration,
+    /// How long the driver waits for the event stream's response headers before reporting
+    /// `EventStreamClosed` (30 s).
+    pub event_stream_open_timeout: Duration,
+    /// The largest answer body to INVITE, START, ERROR, cancel or ack the driver reads
+    /// (16 MiB); a larger one is a failed request.
+    pub max_reply_bytes: u64,
+    /// How long downloading a snapshot from the URL the executor names may take (10 min).
+    pub snapshot_download_timeout: Duration,
     /// Protocol extensions this delegator offers in INVITE.
     pub features: Vec<String>,
 }
@@ -32,6 +41,9 @@ impl Default for DelegatorConfig {
             sse_reconnect_attempts: 3,
             sse_backoff: Duration::from_secs(2),
             result_poll_interval: Duration::from_secs(5),
+            event_stream_open_timeout: Duration::from_secs(30),
+            max_reply_bytes: 16 * 1024 * 1024,
+            snapshot_download_timeout: Duration::from_secs(600),
             features: vec![
                 feature::DELTA_SNAPSHOTS.to_owned(),
                 feature::ARCHIVE_URL.to_owned(),

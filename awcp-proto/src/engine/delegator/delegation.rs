@@ -7,7 +7,6 @@ pub(super) enum Timer {
     Lease,
     SetupGrace,
     Reconnect,
-    ResultPoll,
     Purge,
 }
 

@@ -27,6 +27,11 @@ impl Delegator {
                 "resource names must be unique".into(),
             ));
         }
+        let mut req = req;
+        // No resource is lent with more access than the delegation asks for.
+        for r in &mut req.resources {
+            r.mode = r.mode.min(req.access_mode);
+        }
         let id = req.id.clone();
         tracing::debug!(delegation = %id, "delegation created");
         let access = req.access_mode;
@@ -118,6 +123,7 @@ impl Delegator {
         self.core.timers.set(id, Timer::Lease, expires_at);
         self.core.outputs.push_back(DelegatorOutput::SendMessage {
             id: id.clone(),
+            to: Outbound::Invite,
             peer,
             message: Message::Invite(invite),
             dialect,
@@ -315,6 +321,7 @@ impl Delegator {
         d.start_sent = true;
         let out = DelegatorOutput::SendMessage {
             id: id.clone(),
+            to: Outbound::Start,
             peer: d.req.peer.clone(),
             message: Message::Start(Start {
                 delegation_id: id.clone(),
@@ -524,5 +531,81 @@ mod tests {
         let out = answer(&mut d, Outbound::Start, Reply::Accept(accept));
         assert!(out.is_empty());
         assert_eq!(d.get(&id()).unwrap().state, DelegationState::Running);
+    }
+
+    #[test]
+    fn resources_are_never_lent_with_more_access_than_the_delegation_asks() {
+        let mut d = Delegator::new(DelegatorConfig::default());
+        let mut req = crate::engine::delegator::tests::request(SnapshotMode::Auto);
+        req.access_mode = AccessMode::Ro;
+        d.delegate(t(0), req).unwrap();
+        let v = d.get(&id()).unwrap();
+        assert!(v.request.resources.iter().all(|r| r.mode == AccessMode::Ro));
+    }
+
+    #[test]
+    fn every_message_names_the_request_its_answer_belongs_to() {
+        let mut d = Delegator::new(DelegatorConfig::default());
+        d.delegate(
+            t(0),
+            crate::engine::delegator::tests::request(SnapshotMode::Auto),
+        )
+        .unwrap();
+        d.handle(
+            t(1),
+            DelegatorInput::ScanCompleted {
+                id: id(),
+                result: Ok(WorkspaceStats::default()),
+            },
+        )
+        .unwrap();
+        d.cancel(t(2), &id()).unwrap();
+        let out = drain(&mut d);
+        let sent: Vec<(Outbound, &str)> = out
+            .iter()
+            .filter_map(|o| match o {
+                DelegatorOutput::SendMessage { to, message, .. } => Some((*to, message.type_str())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(sent, vec![(Outbound::Invite, "INVITE")]);
+        assert!(out
+            .iter()
+            .any(|o| matches!(o, DelegatorOutput::SendCancel { .. })));
+        assert!(Outbound::Cancel.is_farewell() && Outbound::Ack.is_farewell());
+        assert!(Outbound::Error.is_farewell());
+        assert!(!Outbound::Invite.is_farewell() && !Outbound::Start.is_farewell());
+    }
+
+    #[test]
+    fn started_means_start_went_out_or_the_delegation_ended_without_error() {
+        let other = DelegationId::new("dlg_other").unwrap();
+        let changed = |to| DelegatorEvent::StateChanged {
+            id: id(),
+            from: DelegationState::Accepted,
+            to,
+        };
+        assert_eq!(
+            changed(DelegationState::Started).start_outcome(&id()),
+            Some(Ok(()))
+        );
+        assert_eq!(changed(DelegationState::Invited).start_outcome(&id()), None);
+        assert_eq!(
+            changed(DelegationState::Started).start_outcome(&other),
+            None
+        );
+        let ended = |error| DelegatorEvent::Ended {
+            id: id(),
+            state: DelegationState::Error,
+            result: None,
+            error,
+        };
+        let declined = ErrorInfo::bare(ErrorCode::Declined, "no");
+        assert_eq!(
+            ended(Some(declined.clone())).start_outcome(&id()),
+            Some(Err(declined))
+        );
+        let cancelled = ErrorInfo::bare(ErrorCode::Cancelled, "by you");
+        assert_eq!(ended(Some(cancelled)).start_outcome(&id()), Some(Ok(())));
     }
 }

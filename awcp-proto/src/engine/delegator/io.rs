@@ -17,6 +17,18 @@ pub enum Outbound {
     Ack,
 }
 
+impl Outbound {
+    /// Whether this request tells the executor something final (ERROR, cancel, ack): a driver
+    /// that stops lets it finish first (bounded by its request timeout), so the executor is
+    /// not left waiting for a lease to expire.
+    pub fn is_farewell(self) -> bool {
+        match self {
+            Outbound::Error | Outbound::Cancel | Outbound::Ack => true,
+            Outbound::Invite | Outbound::Start => false,
+        }
+    }
+}
+
 /// The answer to an outbound request.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Reply {
@@ -191,10 +203,12 @@ pub enum DelegatorOutput {
         /// The delegation.
         id: DelegationId,
     },
-    /// POST `message` to `peer` in `dialect`; answer with `Reply { to: Invite | Start | Error }`.
+    /// POST `message` to `peer` in `dialect`; answer with `Reply { to }`.
     SendMessage {
         /// The delegation.
         id: DelegationId,
+        /// Which request this is (`Invite`, `Start` or `Error`): what the answer names.
+        to: Outbound,
         /// The executor URL.
         peer: String,
         /// The message.
@@ -341,4 +355,32 @@ pub enum DelegatorEvent {
         /// What went wrong, if it did not.
         error: Option<ErrorInfo>,
     },
+}
+
+impl DelegatorEvent {
+    /// What this event says about whether delegation `id` has started, in the sense a daemon's
+    /// `POST /delegate` answers (like the reference daemon): `Some(Ok(()))` once START went out
+    /// (the delegation reached `started`, `running` or `completed`) or once it ended without an
+    /// error other than a cancel; `Some(Err(error))` if it ended with an error first; `None` if
+    /// the event says nothing about it.
+    pub fn start_outcome(&self, id: &DelegationId) -> Option<Result<(), ErrorInfo>> {
+        match self {
+            DelegatorEvent::StateChanged { id: eid, to, .. }
+                if eid == id
+                    && matches!(
+                        to,
+                        DelegationState::Started
+                            | DelegationState::Running
+                            | DelegationState::Completed
+                    ) =>
+            {
+                Some(Ok(()))
+            }
+            DelegatorEvent::Ended { id: eid, error, .. } if eid == id => match error {
+                Some(e) if e.code != ErrorCode::Cancelled => Some(Err(e.clone())),
+                _ => Some(Ok(())),
+            },
+            _ => None,
+        }
+    }
 }

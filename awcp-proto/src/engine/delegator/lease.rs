@@ -57,15 +57,6 @@ impl Delegator {
                         });
                 }
             }
-            Timer::ResultPoll => {
-                if !state.is_terminal() {
-                    let peer = self.delegations[id].req.peer.clone();
-                    self.core.outputs.push_back(DelegatorOutput::FetchResult {
-                        id: id.clone(),
-                        peer,
-                    });
-                }
-            }
             Timer::Purge => self.purge(id),
         }
     }

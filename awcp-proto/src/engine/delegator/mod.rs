@@ -254,7 +254,6 @@ impl Delegator {
                     self.core.timers.cancel(id, Timer::Lease);
                     self.core.timers.cancel(id, Timer::SetupGrace);
                     self.core.timers.cancel(id, Timer::Reconnect);
-                    self.core.timers.cancel(id, Timer::ResultPoll);
                 }
                 true
             }
@@ -293,6 +292,7 @@ impl Delegator {
         };
         self.core.outputs.push_back(DelegatorOutput::SendMessage {
             id: id.clone(),
+            to: Outbound::Error,
             peer: d.req.peer.clone(),
             message: Message::Error(ErrorMessage {
                 delegation_id: id.clone(),
