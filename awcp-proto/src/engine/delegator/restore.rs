@@ -167,12 +167,19 @@ impl Delegator {
         let error = r.error.clone();
         let result_error = r.result_error.clone();
         let snapshot_mode = r.snapshot_mode;
-        // A store interrupted by the restart may have left bytes the record does not list:
-        // delete them (deleting is idempotent; the snapshot is received again, or lost anyway).
+        // A store interrupted by the restart may have left bytes the record does not list, and
+        // so may a crash between journalling an apply or a discard and deleting the bytes:
+        // delete them (deleting is idempotent; an interrupted store is received again, or lost
+        // anyway).
         let interrupted_stores: Vec<SnapshotId> = if snapshot_mode != SnapshotMode::Discard {
             r.snapshots
                 .iter()
-                .filter(|x| x.status == StatusEntry::InFlight)
+                .filter(|x| {
+                    matches!(
+                        x.status,
+                        StatusEntry::InFlight | StatusEntry::Applied | StatusEntry::Discarded
+                    )
+                })
                 .map(|x| x.id.clone())
                 .filter(|sid| !stored.contains(sid))
                 .collect()

@@ -79,12 +79,8 @@ impl Delegator {
         rec.status = SnapshotStatus::Discarded;
         d.stored.retain(|s| s != snapshot_id);
         d.updated_at = now;
-        self.core
-            .outputs
-            .push_back(DelegatorOutput::DeleteStoredSnapshot {
-                id: id.clone(),
-                snapshot_id: snapshot_id.clone(),
-            });
+        // Reported (so journalled) before the bytes go: a crash in between leaves bytes the
+        // record no longer lists (deleted at restore), never a record naming deleted bytes.
         self.core
             .outputs
             .push_back(DelegatorOutput::Event(DelegatorEvent::Snapshot {
@@ -92,6 +88,12 @@ impl Delegator {
                 snapshot_id: snapshot_id.clone(),
                 status: SnapshotStatus::Discarded,
             }));
+        self.core
+            .outputs
+            .push_back(DelegatorOutput::DeleteStoredSnapshot {
+                id: id.clone(),
+                snapshot_id: snapshot_id.clone(),
+            });
         Ok(())
     }
 
@@ -255,12 +257,6 @@ impl Delegator {
                 rec.error = None;
                 // Applied: its stored bytes have served their purpose.
                 d.stored.retain(|s| s != sid);
-                self.core
-                    .outputs
-                    .push_back(DelegatorOutput::DeleteStoredSnapshot {
-                        id: id.clone(),
-                        snapshot_id: sid.clone(),
-                    });
                 SnapshotStatus::Applied
             }
             Err(e) => {
@@ -272,7 +268,19 @@ impl Delegator {
         rec.status = status.clone();
         d.ops_in_flight = d.ops_in_flight.saturating_sub(1);
         d.updated_at = now;
+        let applied = status == SnapshotStatus::Applied;
         self.snapshot_event(id, sid, status);
+        if applied {
+            // After the event (so journalled as applied first): a crash in between leaves
+            // bytes the record no longer lists (deleted at restore), never a snapshot recorded
+            // as re-appliable whose bytes are gone.
+            self.core
+                .outputs
+                .push_back(DelegatorOutput::DeleteStoredSnapshot {
+                    id: id.clone(),
+                    snapshot_id: sid.clone(),
+                });
+        }
         if let Some(next) = next {
             self.core.outputs.push_back(DelegatorOutput::ApplySnapshot {
                 id: id.clone(),
@@ -296,5 +304,72 @@ impl Delegator {
                 snapshot_id: sid.clone(),
                 status,
             }));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::delegator::tests::{
+        applied, done_with_snapshot, drain, id, running, sid, snapshot, stored, t,
+    };
+
+    /// The position of the first output matching `f`.
+    fn position(out: &[DelegatorOutput], f: impl Fn(&DelegatorOutput) -> bool) -> usize {
+        out.iter().position(f).expect("output present")
+    }
+
+    fn is_delete(o: &DelegatorOutput) -> bool {
+        matches!(o, DelegatorOutput::DeleteStoredSnapshot { .. })
+    }
+
+    fn is_status(o: &DelegatorOutput, want: &SnapshotStatus) -> bool {
+        matches!(o, DelegatorOutput::Event(DelegatorEvent::Snapshot { status, .. }) if status == want)
+    }
+
+    #[test]
+    fn an_applied_snapshot_is_reported_before_its_bytes_are_deleted() {
+        let mut d = done_with_snapshot();
+        d.handle(t(3), stored("snap_a", Ok(()))).unwrap();
+        drain(&mut d);
+        d.handle(t(4), applied("snap_a", Ok(()))).unwrap();
+        let out = drain(&mut d);
+        // The driver journals on the event: a crash after it and before the delete leaves
+        // unlisted bytes, never a "pending" record whose bytes are gone.
+        assert!(
+            position(&out, |o| is_status(o, &SnapshotStatus::Applied)) < position(&out, is_delete)
+        );
+    }
+
+    #[test]
+    fn a_discarded_snapshot_is_reported_before_its_bytes_are_deleted() {
+        let mut d = running(SnapshotMode::Staged);
+        d.handle(t(2), snapshot("snap_a")).unwrap();
+        d.handle(t(3), stored("snap_a", Ok(()))).unwrap();
+        drain(&mut d);
+        d.discard_snapshot(t(4), &id(), &sid("snap_a")).unwrap();
+        let out = drain(&mut d);
+        assert!(
+            position(&out, |o| is_status(o, &SnapshotStatus::Discarded))
+                < position(&out, is_delete)
+        );
+    }
+
+    #[test]
+    fn a_restart_deletes_bytes_an_applied_snapshot_may_have_left() {
+        let mut d = done_with_snapshot();
+        d.handle(t(3), stored("snap_a", Ok(()))).unwrap();
+        d.handle(t(4), applied("snap_a", Ok(()))).unwrap();
+        drain(&mut d);
+        // The record as journalled at the event: applied, no longer listed as stored.
+        let rec = d.record(&id()).unwrap();
+        assert!(rec.stored.is_empty());
+        let mut d2 = Delegator::new(DelegatorConfig::default());
+        d2.restore(t(10), &[rec]);
+        let out = drain(&mut d2);
+        assert!(out.iter().any(|o| matches!(
+            o,
+            DelegatorOutput::DeleteStoredSnapshot { snapshot_id, .. } if *snapshot_id == sid("snap_a")
+        )));
     }
 }
