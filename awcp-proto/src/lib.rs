@@ -26,7 +26,8 @@
 //!         execute(out);
 //!     }
 //!     // 3. sleep until the next deadline or the next input
-//!     let _deadline = delegator.poll_timeout();
+//!     // (the deadline, and why: a lease, a reconnect back-off, queued output…)
+//!     let _wake = delegator.poll_timeout();
 //!     # break;
 //! }
 //! ```

@@ -501,7 +501,10 @@ impl<R: Runtime> Loop<R> {
         loop {
             self.drain();
             let sleep = match self.engine.poll_timeout() {
-                Some(t) => sleep_until(&self.rt, t),
+                Some((t, why)) => {
+                    tracing::trace!(reason = why.as_str(), "next wake-up");
+                    sleep_until(&self.rt, t)
+                }
                 None => self.rt.sleep(Duration::from_secs(3600)),
             };
             match futures::future::select(rx.next(), sleep).await {

@@ -562,7 +562,7 @@ impl World {
             }
         };
         let rel = |t: Timestamp| t.as_unix_millis().saturating_sub(BASE_MS);
-        if let Some(t) = self.delegator.poll_timeout() {
+        if let Some((t, _)) = self.delegator.poll_timeout() {
             consider(rel(t), Src::Del);
         }
         for (i, e) in self.execs.iter().enumerate() {

@@ -8,7 +8,7 @@ pub struct DelegatorConfig {
     /// Admission limits.
     pub admission: AdmissionLimits,
     /// How long the executor is asked to keep a finished assignment, and how long this engine
-    /// keeps an ended delegation before purging it (7 days).
+    /// keeps an ended delegation before forgetting it (7 days).
     pub retention: Duration,
     /// Extra time after lease expiry a delegation in `started` (executor still setting up) is
     /// given before it is abandoned with `EXPIRED`.

@@ -2,14 +2,6 @@
 
 use super::*;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) enum Timer {
-    Lease,
-    SetupGrace,
-    Reconnect,
-    Purge,
-}
-
 /// Where a delegation's transport is (export view, archives, credentials). The handle for
 /// START exists only while the transport is prepared and START has not taken it; a finished
 /// delegation never keeps credentials.

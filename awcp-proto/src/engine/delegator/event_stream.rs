@@ -306,3 +306,76 @@ impl Delegator {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::delegator::tests::{drain, events, id, running, t};
+
+    fn closed() -> DelegatorInput {
+        DelegatorInput::EventStreamClosed {
+            id: id(),
+            reason: Some("reset".into()),
+        }
+    }
+
+    #[test]
+    fn a_closed_stream_is_reopened_after_a_growing_back_off_then_the_result_is_asked() {
+        let cfg = DelegatorConfig::default();
+        let mut d = running(SnapshotMode::Auto);
+        let mut now = t(10);
+        for attempt in 1..=cfg.sse_reconnect_attempts {
+            d.handle(now, closed()).unwrap();
+            assert!(drain(&mut d).is_empty());
+            let (at, why) = d.poll_timeout().unwrap();
+            assert_eq!(why, Timer::Reconnect);
+            assert_eq!(at, now.saturating_add(cfg.sse_backoff * attempt));
+            d.handle_timeout(at);
+            assert!(matches!(
+                drain(&mut d).as_slice(),
+                [DelegatorOutput::OpenEventStream { .. }]
+            ));
+            now = at;
+        }
+        d.handle(now, closed()).unwrap();
+        assert!(matches!(
+            drain(&mut d).as_slice(),
+            [DelegatorOutput::FetchResult { .. }]
+        ));
+    }
+
+    #[test]
+    fn an_unusable_result_answer_is_the_executors_fault_and_the_stream_is_tried_again() {
+        let mut d = running(SnapshotMode::Auto);
+        let result = Err(RequestFailure::Unusable("bad result body".into()));
+        d.handle(t(10), DelegatorInput::ResultFetched { id: id(), result })
+            .unwrap();
+        let out = drain(&mut d);
+        assert!(events(&out).iter().any(|e| matches!(
+            e,
+            DelegatorEvent::PeerMisbehaved {
+                reason: PeerMisbehavior::UnusableResult { .. },
+                ..
+            }
+        )));
+        assert_eq!(d.poll_timeout().map(|(_, why)| why), Some(Timer::Reconnect));
+        assert_eq!(d.get(&id()).unwrap().state, DelegationState::Running);
+    }
+
+    #[test]
+    fn an_executor_that_forgot_the_delegation_ends_it_with_not_found() {
+        let mut d = running(SnapshotMode::Auto);
+        d.handle(
+            t(10),
+            DelegatorInput::ResultFetched {
+                id: id(),
+                result: Ok(FetchedResult::NotFound),
+            },
+        )
+        .unwrap();
+        drain(&mut d);
+        let v = d.get(&id()).unwrap();
+        assert_eq!(v.state, DelegationState::Error);
+        assert_eq!(v.error.unwrap().code, ErrorCode::NotFound);
+    }
+}

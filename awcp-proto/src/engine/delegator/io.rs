@@ -283,7 +283,7 @@ pub enum DelegatorOutput {
         /// The snapshot event (bytes inline or by URL).
         snapshot: Box<SnapshotEvent>,
     },
-    /// Delete a stored snapshot (discard or purge). No answer needed.
+    /// Delete a stored snapshot (discard or forget). No answer needed.
     DeleteStoredSnapshot {
         /// The delegation.
         id: DelegationId,

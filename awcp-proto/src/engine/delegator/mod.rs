@@ -68,6 +68,7 @@ pub use io::{
     DelegatorEvent, DelegatorInput, DelegatorOutput, FetchedResult, Outbound, PeerMisbehavior,
     Reply, RequestFailure,
 };
+pub use lease::Timer;
 pub use record::{
     DelegationRecord, NotShippedEntry, OutcomeEntry, RecordError, SnapshotEntry, StatusEntry,
     RECORD_VERSION,
@@ -147,8 +148,8 @@ impl Delegator {
             .collect()
     }
 
-    /// Feeds one input. Unknown delegations are a [`UsageError`] (e.g. a late reply after a
-    /// purge) and change nothing.
+    /// Feeds one input. Unknown delegations are a [`UsageError`] (e.g. a late reply after it
+    /// was forgotten) and change nothing.
     pub fn handle(&mut self, now: Timestamp, input: DelegatorInput) -> Result<(), UsageError> {
         self.tick(now);
         match input {
@@ -204,11 +205,11 @@ impl Delegator {
         self.core.poll_output()
     }
 
-    /// When to call [`Delegator::handle_timeout`] next. While outputs are queued this is the
-    /// last `now` seen ("due now").
+    /// When to call [`Delegator::handle_timeout`] next, and why ([`Timer`]). While outputs are
+    /// queued this is the last `now` seen ("due now", [`Timer::Output`]).
     #[must_use]
-    pub fn poll_timeout(&self) -> Option<Timestamp> {
-        self.core.poll_timeout()
+    pub fn poll_timeout(&self) -> Option<(Timestamp, Timer)> {
+        self.core.poll_timeout_reason(Timer::Output)
     }
 
     fn tick(&mut self, now: Timestamp) {

@@ -280,7 +280,7 @@ impl Delegator {
         let state = d.machine.state();
         if d.ended {
             let at = d.updated_at.saturating_add(self.config.retention).max(now);
-            self.core.timers.set(id, Timer::Purge, at);
+            self.core.timers.set(id, Timer::Forget, at);
             return;
         }
         let restarted = |what: &str| {

@@ -1,5 +1,5 @@
 //! Winding down: after a terminal transition close the stream, acknowledge the result once it
-//! is safe, release the transport, end exactly once, and purge after the retention.
+//! is safe, release the transport, end exactly once, and forget after the retention.
 
 use super::*;
 
@@ -104,10 +104,10 @@ impl Delegator {
         self.core.outputs.push_back(DelegatorOutput::Event(ev));
         self.core
             .timers
-            .set(id, Timer::Purge, now.saturating_add(self.config.retention));
+            .set(id, Timer::Forget, now.saturating_add(self.config.retention));
     }
 
-    pub(super) fn purge(&mut self, id: &DelegationId) {
+    pub(super) fn forget(&mut self, id: &DelegationId) {
         let Some(d) = self.delegations.remove(id) else {
             return;
         };
@@ -118,7 +118,7 @@ impl Delegator {
                 id: id.clone(),
             }));
         // Everything still in the store goes: pending snapshots, and also those applied from
-        // the store or whose apply failed (their bytes stay stored until the purge).
+        // the store or whose apply failed (their bytes stay stored until it is forgotten).
         for sid in d.stored {
             self.core
                 .outputs
@@ -127,5 +127,62 @@ impl Delegator {
                     snapshot_id: sid,
                 });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::delegator::tests::{drain, events, id, running, t};
+
+    fn count(out: &[DelegatorOutput], f: impl Fn(&DelegatorOutput) -> bool) -> usize {
+        out.iter().filter(|o| f(o)).count()
+    }
+
+    #[test]
+    fn cancel_tells_the_executor_releases_once_and_ends_once() {
+        let mut d = running(SnapshotMode::Auto);
+        d.cancel(t(5), &id()).unwrap();
+        let out = drain(&mut d);
+        assert_eq!(
+            count(&out, |o| matches!(o, DelegatorOutput::SendCancel { .. })),
+            1
+        );
+        assert_eq!(
+            count(&out, |o| matches!(
+                o,
+                DelegatorOutput::CloseEventStream { .. }
+            )),
+            1
+        );
+        assert_eq!(
+            count(&out, |o| matches!(
+                o,
+                DelegatorOutput::ReleaseTransport { .. }
+            )),
+            1
+        );
+        assert!(!d.get(&id()).unwrap().ended, "not ended before the release");
+        assert!(d.cancel(t(6), &id()).is_err(), "a second cancel is refused");
+        for _ in 0..2 {
+            d.handle(
+                t(7),
+                DelegatorInput::TransportReleased {
+                    id: id(),
+                    warnings: vec![],
+                },
+            )
+            .unwrap();
+        }
+        let out = drain(&mut d);
+        let ended = events(&out)
+            .into_iter()
+            .filter(|e| matches!(e, DelegatorEvent::Ended { .. }))
+            .count();
+        assert_eq!(ended, 1);
+        assert_eq!(d.get(&id()).unwrap().state, DelegationState::Cancelled);
+        assert!(!out
+            .iter()
+            .any(|o| matches!(o, DelegatorOutput::SendAck { .. })));
     }
 }
