@@ -364,7 +364,7 @@ impl Delegator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::delegator::tests::{drain, events, id, invited, running, t};
+    use crate::engine::delegator::tests::{accept, drain, events, id, invited, running, t};
     use crate::wire::ArchiveHandle;
 
     fn answer(d: &mut Delegator, to: Outbound, reply: Reply) -> Vec<DelegatorOutput> {
@@ -436,14 +436,7 @@ mod tests {
     #[test]
     fn start_waits_for_both_the_transport_and_the_event_stream() {
         let mut d = invited();
-        let accept = Accept {
-            delegation_id: id(),
-            work_dir: "/w".into(),
-            constraints: None,
-            retention_ms: None,
-            features: vec![],
-        };
-        let out = answer(&mut d, Outbound::Invite, Reply::Accept(accept));
+        let out = answer(&mut d, Outbound::Invite, Reply::Accept(accept()));
         assert!(out
             .iter()
             .any(|o| matches!(o, DelegatorOutput::PrepareTransport { .. })));
@@ -496,14 +489,7 @@ mod tests {
         let mut d = invited();
         d.cancel(t(2), &id()).unwrap();
         drain(&mut d);
-        let accept = Accept {
-            delegation_id: id(),
-            work_dir: "/w".into(),
-            constraints: None,
-            retention_ms: None,
-            features: vec![],
-        };
-        let out = answer(&mut d, Outbound::Invite, Reply::Accept(accept));
+        let out = answer(&mut d, Outbound::Invite, Reply::Accept(accept()));
         assert!(out.iter().any(|o| matches!(
             o,
             DelegatorOutput::SendMessage {
@@ -521,14 +507,7 @@ mod tests {
     fn a_late_odd_answer_to_start_changes_nothing() {
         let mut d = running(SnapshotMode::Auto);
         // Running already: a late odd answer to START changes nothing.
-        let accept = Accept {
-            delegation_id: id(),
-            work_dir: "/w".into(),
-            constraints: None,
-            retention_ms: None,
-            features: vec![],
-        };
-        let out = answer(&mut d, Outbound::Start, Reply::Accept(accept));
+        let out = answer(&mut d, Outbound::Start, Reply::Accept(accept()));
         assert!(out.is_empty());
         assert_eq!(d.get(&id()).unwrap().state, DelegationState::Running);
     }

@@ -115,6 +115,17 @@ pub(super) fn request(mode: SnapshotMode) -> DelegateRequest {
     }
 }
 
+/// The executor's ACCEPT of [`id`].
+pub(super) fn accept() -> Accept {
+    Accept {
+        delegation_id: id(),
+        work_dir: "/w".into(),
+        constraints: None,
+        retention_ms: None,
+        features: vec![],
+    }
+}
+
 /// A delegation in `invited` (INVITE sent, no answer yet), outputs drained.
 pub(super) fn invited() -> Delegator {
     let mut d = Delegator::new(DelegatorConfig::default());
@@ -154,13 +165,7 @@ pub(super) fn running(mode: SnapshotMode) -> Delegator {
         DelegatorInput::Reply {
             id: id(),
             to: Outbound::Invite,
-            reply: Reply::Accept(Accept {
-                delegation_id: id(),
-                work_dir: "/w".into(),
-                constraints: None,
-                retention_ms: None,
-                features: vec![],
-            }),
+            reply: Reply::Accept(accept()),
         },
         DelegatorInput::TransportPrepared {
             id: id(),
