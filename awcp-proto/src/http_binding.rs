@@ -372,18 +372,18 @@ pub fn status_to_value(s: &ExecutorStatus) -> Value {
 /// Decodes the body an executor answered a POST with, for the delegator engine: ACCEPT, ERROR,
 /// `{"ok":true}`, or the reference's `{"error": "..."}` (HTTP 500).
 pub fn decode_reply(status: u16, body: &[u8]) -> crate::engine::delegator::Reply {
-    use crate::engine::delegator::Reply;
+    use crate::engine::delegator::{Reply, RequestFailure::Unusable};
     let Ok(v) = serde_json::from_slice::<Value>(body) else {
-        return Reply::Failed(format!(
+        return Reply::Failed(Unusable(format!(
             "HTTP {status}: {}",
             String::from_utf8_lossy(&body[..body.len().min(200)])
-        ));
+        )));
     };
     match v.get("type").and_then(Value::as_str) {
         Some("ACCEPT") | Some("ERROR") => match crate::wire::decode_message(body) {
             Ok((Message::Accept(a), _)) => Reply::Accept(a),
             Ok((Message::Error(ErrorMessage { error, .. }), _)) => Reply::Error(error),
-            Ok((m, _)) => Reply::Failed(format!("unexpected {} reply", m.type_str())),
+            Ok((m, _)) => Reply::Failed(Unusable(format!("unexpected {} reply", m.type_str()))),
             Err(e) => {
                 // An ERROR without a valid delegationId (e.g. a pre-engine refusal).
                 if let (Some(code), Some(message)) = (
@@ -396,20 +396,20 @@ pub fn decode_reply(status: u16, body: &[u8]) -> crate::engine::delegator::Reply
                         hint: v.get("hint").and_then(Value::as_str).map(str::to_owned),
                     })
                 } else {
-                    Reply::Failed(format!("undecodable reply: {e}"))
+                    Reply::Failed(Unusable(format!("undecodable reply: {e}")))
                 }
             }
         },
         _ if (200..300).contains(&status) && v.get("ok").and_then(Value::as_bool) == Some(true) => {
             Reply::Ok
         }
-        _ => Reply::Failed(format!(
+        _ => Reply::Failed(Unusable(format!(
             "HTTP {status}: {}",
             v.get("error")
                 .and_then(Value::as_str)
                 .map(str::to_owned)
                 .unwrap_or_else(|| v.to_string())
-        )),
+        ))),
     }
 }
 
@@ -504,7 +504,7 @@ mod tests {
         use crate::engine::delegator::Reply;
         assert_eq!(decode_reply(200, br#"{"ok":true}"#), Reply::Ok);
         assert!(
-            matches!(decode_reply(500, br#"{"error":"boom"}"#), Reply::Failed(m) if m.contains("boom"))
+            matches!(decode_reply(500, br#"{"error":"boom"}"#), Reply::Failed(m) if m.to_string().contains("boom"))
         );
         assert!(matches!(decode_reply(502, b"<html>"), Reply::Failed(_)));
         let (_, body) = reject(400, None, ErrorInfo::new(ErrorCode::Declined, "bad"));

@@ -26,7 +26,8 @@
 //!         execute(out);
 //!     }
 //!     // 3. sleep until the next deadline or the next input
-//!     let _deadline = delegator.poll_timeout();
+//!     // (the deadline, and why: a lease, a reconnect back-off, queued output…)
+//!     let _wake = delegator.poll_timeout();
 //!     # break;
 //! }
 //! ```
@@ -55,8 +56,8 @@ pub use engine::*;
 pub use error::{ErrorCode, ErrorInfo};
 pub use id::{DelegationId, IdError, ResourceName, SnapshotId};
 pub use state::{
-    AssignmentEvent, AssignmentMachine, AssignmentState, AssignmentTransition, DelegationEvent,
-    DelegationMachine, DelegationState,
+    AssignmentEvent, AssignmentMachine, AssignmentState, AssignmentTransition, DelegationMachine,
+    DelegationState, DelegationTransition,
 };
 pub use time::Timestamp;
 pub use wire::*;

@@ -94,9 +94,11 @@ impl fmt::Display for DelegationState {
     }
 }
 
-/// The delegator's transition events (WIRE.md §8.1, second table).
+/// The delegator's transitions (WIRE.md §8.1, second table): what moves a delegation from one
+/// [`DelegationState`] to the next. Not to be confused with the application events
+/// ([`DelegatorEvent`](crate::DelegatorEvent)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum DelegationEvent {
+pub enum DelegationTransition {
     /// created → invited
     SendInvite,
     /// invited → accepted
@@ -117,24 +119,36 @@ pub enum DelegationEvent {
     Expire,
 }
 
-impl DelegationEvent {
-    /// Every event.
-    pub const ALL: [DelegationEvent; 9] = [
-        DelegationEvent::SendInvite,
-        DelegationEvent::ReceiveAccept,
-        DelegationEvent::SendStart,
-        DelegationEvent::SetupComplete,
-        DelegationEvent::ReceiveDone,
-        DelegationEvent::ReceiveError,
-        DelegationEvent::SendError,
-        DelegationEvent::Cancel,
-        DelegationEvent::Expire,
+impl DelegationTransition {
+    /// Whether a message from the executor causes this transition (as opposed to this side's
+    /// own decision): a refused one is the executor's fault.
+    pub fn is_received(self) -> bool {
+        matches!(
+            self,
+            DelegationTransition::ReceiveAccept
+                | DelegationTransition::SetupComplete
+                | DelegationTransition::ReceiveDone
+                | DelegationTransition::ReceiveError
+        )
+    }
+
+    /// Every transition.
+    pub const ALL: [DelegationTransition; 9] = [
+        DelegationTransition::SendInvite,
+        DelegationTransition::ReceiveAccept,
+        DelegationTransition::SendStart,
+        DelegationTransition::SetupComplete,
+        DelegationTransition::ReceiveDone,
+        DelegationTransition::ReceiveError,
+        DelegationTransition::SendError,
+        DelegationTransition::Cancel,
+        DelegationTransition::Expire,
     ];
 
     /// The target of this event from `from`, if the event is valid there.
     pub fn target(self, from: DelegationState) -> Option<DelegationState> {
-        use DelegationEvent as E;
         use DelegationState as S;
+        use DelegationTransition as E;
         if from.is_terminal() {
             return None;
         }
@@ -193,17 +207,17 @@ impl DelegationMachine {
     }
 
     /// Whether `event` is valid now.
-    pub fn can(&self, event: DelegationEvent) -> bool {
+    pub fn can(&self, event: DelegationTransition) -> bool {
         event.target(self.state).is_some()
     }
 
     /// Applies `event`; returns `(from, to)` or refuses without changing anything.
     pub fn apply(
         &mut self,
-        event: DelegationEvent,
+        event: DelegationTransition,
     ) -> Result<
         (DelegationState, DelegationState),
-        IllegalTransition<DelegationState, DelegationEvent>,
+        IllegalTransition<DelegationState, DelegationTransition>,
     > {
         let from = self.state;
         let to = event
@@ -361,7 +375,7 @@ mod tests {
     #[test]
     fn delegation_events_reach_exactly_the_allowed_targets() {
         for from in DelegationState::ALL {
-            let mut reached: Vec<_> = DelegationEvent::ALL
+            let mut reached: Vec<_> = DelegationTransition::ALL
                 .iter()
                 .filter_map(|e| e.target(from))
                 .collect();
@@ -376,7 +390,7 @@ mod tests {
     #[test]
     fn expire_is_never_valid_from_created_or_started() {
         for from in [DelegationState::Created, DelegationState::Started] {
-            assert_eq!(DelegationEvent::Expire.target(from), None);
+            assert_eq!(DelegationTransition::Expire.target(from), None);
         }
     }
 
@@ -384,7 +398,7 @@ mod tests {
     fn terminal_states_are_final() {
         for st in DelegationState::ALL.into_iter().filter(|s| s.is_terminal()) {
             let mut m = DelegationMachine::restore(st);
-            for e in DelegationEvent::ALL {
+            for e in DelegationTransition::ALL {
                 assert!(m.apply(e).is_err());
                 assert_eq!(m.state(), st);
             }
@@ -395,11 +409,11 @@ mod tests {
     fn happy_path_walks_the_table() {
         let mut m = DelegationMachine::new();
         for e in [
-            DelegationEvent::SendInvite,
-            DelegationEvent::ReceiveAccept,
-            DelegationEvent::SendStart,
-            DelegationEvent::SetupComplete,
-            DelegationEvent::ReceiveDone,
+            DelegationTransition::SendInvite,
+            DelegationTransition::ReceiveAccept,
+            DelegationTransition::SendStart,
+            DelegationTransition::SetupComplete,
+            DelegationTransition::ReceiveDone,
         ] {
             m.apply(e).unwrap();
         }

@@ -182,7 +182,8 @@ impl Pair {
     /// Moves time to the earlier of both engines' next deadlines (never backwards) and fires
     /// what is due, then drives. `false` when neither engine waits for anything.
     pub fn advance(&mut self) -> bool {
-        let next = match (self.delegator.poll_timeout(), self.executor.poll_timeout()) {
+        let delegator_next = self.delegator.poll_timeout().map(|(at, _)| at);
+        let next = match (delegator_next, self.executor.poll_timeout()) {
             (Some(a), Some(b)) => a.min(b),
             (Some(a), None) | (None, Some(a)) => a,
             (None, None) => return false,
@@ -200,7 +201,8 @@ impl Pair {
     pub fn advance_by(&mut self, d: Duration) {
         let until = self.now.saturating_add(d);
         loop {
-            let next = [self.delegator.poll_timeout(), self.executor.poll_timeout()]
+            let delegator_next = self.delegator.poll_timeout().map(|(at, _)| at);
+            let next = [delegator_next, self.executor.poll_timeout()]
                 .into_iter()
                 .flatten()
                 .min();
@@ -244,6 +246,7 @@ impl Pair {
             | DelegatorEvent::Progress { .. }
             | DelegatorEvent::Snapshot { .. }
             | DelegatorEvent::Forgotten { .. }
+            | DelegatorEvent::PeerMisbehaved { .. }
             | DelegatorEvent::Ended { .. } => None,
         })
     }
@@ -261,7 +264,9 @@ impl Pair {
             self.to_delegator.push_back(DelegatorInput::Reply {
                 id: id.clone(),
                 to: asked,
-                reply: crate::engine::delegator::Reply::Failed("connection refused".into()),
+                reply: crate::engine::delegator::Reply::Failed(
+                    crate::engine::delegator::RequestFailure::Network("connection refused".into()),
+                ),
             });
             return;
         }
@@ -417,7 +422,8 @@ impl Pair {
                     Asked::Result => {
                         let result = serde_json::from_str(&body)
                             .map_err(|e| e.to_string())
-                            .and_then(|v| crate::http_binding::decode_result(&id, &v));
+                            .and_then(|v| crate::http_binding::decode_result(&id, &v))
+                            .map_err(crate::engine::delegator::RequestFailure::Unusable);
                         self.to_delegator
                             .push_back(DelegatorInput::ResultFetched { id, result });
                     }
@@ -541,6 +547,7 @@ fn delegator_event_kind(ev: &DelegatorEvent) -> String {
         DelegatorEvent::Progress { .. } => "Progress".into(),
         DelegatorEvent::Snapshot { .. } => "Snapshot".into(),
         DelegatorEvent::Forgotten { .. } => "Forgotten".into(),
+        DelegatorEvent::PeerMisbehaved { .. } => "PeerMisbehaved".into(),
     }
 }
 

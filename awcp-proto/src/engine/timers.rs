@@ -60,6 +60,11 @@ impl<K: Ord + Copy> TimerIndex<K> {
         self.by_deadline.first().map(|(at, _, _)| *at)
     }
 
+    /// The earliest deadline and its timer.
+    pub(crate) fn next_with_kind(&self) -> Option<(Timestamp, K)> {
+        self.by_deadline.first().map(|(at, _, k)| (*at, *k))
+    }
+
     /// Removes and returns one timer due at or before `now`.
     pub(crate) fn pop_due(&mut self, now: Timestamp) -> Option<(DelegationId, K)> {
         let (at, _, _) = self.by_deadline.first()?;
@@ -110,5 +115,14 @@ impl<K: Ord + Copy, O> Core<K, O> {
             return Some(self.last_now);
         }
         self.timers.next()
+    }
+
+    /// [`Core::poll_timeout`] with the reason: `queued` while outputs are queued, else the
+    /// earliest timer's kind.
+    pub(crate) fn poll_timeout_reason(&self, queued: K) -> Option<(Timestamp, K)> {
+        if !self.outputs.is_empty() {
+            return Some((self.last_now, queued));
+        }
+        self.timers.next_with_kind()
     }
 }

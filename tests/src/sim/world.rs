@@ -9,7 +9,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use awcp_proto::engine::delegator::{
-    DelegateRequest, FetchedResult, Outbound, Reply, SnapshotStatus,
+    DelegateRequest, DelegationRecord, FetchedResult, Outbound, Reply, RequestFailure,
+    SnapshotStatus,
 };
 use awcp_proto::engine::executor::{Credential, Request, RequiredAuth, Response, ResultStatus};
 use awcp_proto::{
@@ -561,7 +562,7 @@ impl World {
             }
         };
         let rel = |t: Timestamp| t.as_unix_millis().saturating_sub(BASE_MS);
-        if let Some(t) = self.delegator.poll_timeout() {
+        if let Some((t, _)) = self.delegator.poll_timeout() {
             consider(rel(t), Src::Del);
         }
         for (i, e) in self.execs.iter().enumerate() {
@@ -884,8 +885,10 @@ impl World {
                     Ok(Response::Accept(a, _)) => Reply::Accept(a),
                     Ok(Response::Error { message, .. }) => Reply::Error(message.error),
                     Ok(Response::Ok | Response::Cancelled) => Reply::Ok,
-                    Ok(Response::Result(_)) => Reply::Failed("unexpected result body".into()),
-                    Err(w) => Reply::Failed(w.into()),
+                    Ok(Response::Result(_)) => {
+                        Reply::Failed(RequestFailure::Unusable("unexpected result body".into()))
+                    }
+                    Err(w) => Reply::Failed(RequestFailure::Network(w.into())),
                 };
                 if let Reply::Error(e) = &reply {
                     if e.code == ErrorCode::Declined && to == Outbound::Invite {
@@ -918,8 +921,11 @@ impl World {
                         ResultStatus::NotFound => FetchedResult::NotFound,
                     }),
                     Ok(Response::Error { status: 404, .. }) => Ok(FetchedResult::NotFound),
-                    Ok(r) => Err(format!("unexpected answer {}", response_summary(&r))),
-                    Err(w) => Err(w.to_owned()),
+                    Ok(r) => Err(RequestFailure::Unusable(format!(
+                        "unexpected answer {}",
+                        response_summary(&r)
+                    ))),
+                    Err(w) => Err(RequestFailure::Network(w.to_owned())),
                 };
                 self.del_input(DelegatorInput::ResultFetched { id: c.id, result });
             }
@@ -1157,7 +1163,12 @@ impl World {
             self.log(|| format!("apply {sid} of {} interrupted by the crash", p.id));
         }
         let mut d = Delegator::new(DelegatorConfig::default());
-        let records: Vec<Value> = self.del_journal.values().cloned().collect();
+        // Read back as the driver does: from the JSON the journal holds.
+        let records: Vec<DelegationRecord> = self
+            .del_journal
+            .values()
+            .map(|v| DelegationRecord::from_json(v).expect("the delegator reads its own records"))
+            .collect();
         let now = self.ts();
         if d.restore(now, &records) > 0 {
             self.bump("delegator restored from its journal");
@@ -1174,7 +1185,7 @@ impl World {
     fn persist_del(&mut self, id: &DelegationId) {
         match self.delegator.record(id) {
             Some(r) => {
-                self.del_journal.insert(id.clone(), r);
+                self.del_journal.insert(id.clone(), r.to_json());
             }
             None => {
                 self.del_journal.remove(id);
@@ -1329,6 +1340,7 @@ impl World {
             }
             DelegatorOutput::SendMessage {
                 id,
+                to,
                 peer,
                 message,
                 dialect,
@@ -1358,10 +1370,14 @@ impl World {
                         return;
                     }
                 };
+                if kind != to {
+                    self.violate(format!("{id}: {} sent as {to:?}", message.type_str()));
+                }
+                // The engine names the request; its answer goes back under that name.
                 self.send_call(
                     exec_of(&peer),
                     id,
-                    CallKind::Out(kind),
+                    CallKind::Out(to),
                     Request::Message(Box::new(message), dialect),
                 );
             }
@@ -1587,9 +1603,13 @@ impl World {
             DelegatorEvent::Forgotten { id } => {
                 self.del_journal.remove(id);
             }
-            DelegatorEvent::Progress { .. } => {}
+            DelegatorEvent::Progress { .. } | DelegatorEvent::PeerMisbehaved { .. } => {}
         }
         match ev {
+            DelegatorEvent::PeerMisbehaved { id, reason } => {
+                // The executors here are this project's engine: they never break the protocol.
+                self.violate(format!("{id}: the executor misbehaved: {reason:?}"));
+            }
             DelegatorEvent::StateChanged { id, from, to } => {
                 let i = self.idx(&id);
                 self.log(|| format!("delegation {id}: {from} -> {to}"));

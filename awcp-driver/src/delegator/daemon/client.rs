@@ -1,0 +1,201 @@
+//! A Rust client for the daemon API.
+
+use super::*;
+
+/// A Rust client for the daemon API.
+#[derive(Clone)]
+pub struct DaemonClient<R: Runtime> {
+    http: net::HttpClient<R>,
+    base: String,
+    timeout: Duration,
+    token: Option<String>,
+}
+
+/// A daemon call failed.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{}{message}{}",
+    code.as_ref().map(|c| format!("{c}: ")).unwrap_or_default(),
+    hint.as_ref().map(|h| format!(" (hint: {h})")).unwrap_or_default()
+)]
+pub struct DaemonError {
+    /// HTTP status (0 if the request failed).
+    pub status: u16,
+    /// The error text.
+    pub message: String,
+    /// The AWCP error code, if any.
+    pub code: Option<String>,
+    /// A hint.
+    pub hint: Option<String>,
+}
+
+impl<R: Runtime> DaemonClient<R> {
+    /// A client for the daemon at `base` (`http://127.0.0.1:3100`), sending no token (set
+    /// one with [`Self::with_token`]).
+    pub fn new(rt: R, base: impl Into<String>) -> Self {
+        DaemonClient {
+            http: net::HttpClient::new(rt, net::ClientTls::default()),
+            base: base.into().trim_end_matches('/').to_owned(),
+            timeout: Duration::from_secs(30),
+            token: None,
+        }
+    }
+
+    /// Sends `token` (the daemon's, from `<state>/daemon.token`) with every request.
+    pub fn with_token(mut self, token: Option<String>) -> Self {
+        self.token = token;
+        self
+    }
+
+    /// The same client with these TLS settings (an `https` daemon with a private CA, or one
+    /// that requires a client certificate).
+    pub fn with_tls(mut self, tls: net::ClientTls) -> Self {
+        self.http = net::HttpClient::new(self.http.runtime().clone(), tls);
+        self
+    }
+
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+        timeout: Duration,
+    ) -> Result<Value, DaemonError> {
+        let url = format!("{}{path}", self.base);
+        let auth: Vec<(&str, String)> = self
+            .token
+            .iter()
+            .map(|t| ("authorization", format!("Bearer {t}")))
+            .collect();
+        let r = self
+            .http
+            .request(
+                method,
+                &url,
+                &auth,
+                body.map(|b| Bytes::from(b.to_string())),
+                timeout,
+                64 * 1024 * 1024,
+            )
+            .await
+            .map_err(|e| DaemonError {
+                status: 0,
+                message: e.to_string(),
+                code: None,
+                hint: Some(format!("is the daemon running at {}?", self.base)),
+            })?;
+        let v: Value = serde_json::from_slice(&r.1).unwrap_or(Value::Null);
+        if (200..300).contains(&r.0) {
+            Ok(v)
+        } else {
+            Err(DaemonError {
+                status: r.0,
+                message: v
+                    .get("error")
+                    .and_then(Value::as_str)
+                    .unwrap_or("request failed")
+                    .to_owned(),
+                code: v.get("code").and_then(Value::as_str).map(str::to_owned),
+                hint: match (r.0, &self.token) {
+                    (401, None) => Some("no daemon token was found: pass --daemon-token, or the daemon's --state-dir so its daemon.token is read".into()),
+                    (401, Some(_)) => Some("the daemon token was refused: is it the token of the daemon at this URL (its --state-dir)?".into()),
+                    _ => v.get("hint").and_then(Value::as_str).map(str::to_owned),
+                },
+            })
+        }
+    }
+
+    /// `POST /delegate` with a request body in the daemon's shape; returns the id.
+    pub async fn delegate(&self, body: Value) -> Result<String, DaemonError> {
+        let v = self
+            .call(
+                Method::POST,
+                "/delegate",
+                Some(body),
+                Duration::from_secs(600),
+            )
+            .await?;
+        Ok(v.get("delegationId")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned())
+    }
+
+    /// `GET /delegation/{id}`.
+    pub async fn get(&self, id: &str) -> Result<Value, DaemonError> {
+        self.call(
+            Method::GET,
+            &format!("/delegation/{id}"),
+            None,
+            self.timeout,
+        )
+        .await
+    }
+
+    /// `GET /delegation/{id}/wait?timeout=S`.
+    pub async fn wait(&self, id: &str, timeout: Duration) -> Result<Value, DaemonError> {
+        let path = format!("/delegation/{id}/wait?timeout={}", timeout.as_secs());
+        self.call(Method::GET, &path, None, timeout + Duration::from_secs(5))
+            .await
+    }
+
+    /// `GET /delegations`.
+    pub async fn list(&self) -> Result<Value, DaemonError> {
+        self.call(Method::GET, "/delegations", None, self.timeout)
+            .await
+    }
+
+    /// `DELETE /delegation/{id}`.
+    pub async fn cancel(&self, id: &str) -> Result<(), DaemonError> {
+        self.call(
+            Method::DELETE,
+            &format!("/delegation/{id}"),
+            None,
+            self.timeout,
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// `GET /delegation/{id}/snapshots`.
+    pub async fn snapshots(&self, id: &str) -> Result<Value, DaemonError> {
+        self.call(
+            Method::GET,
+            &format!("/delegation/{id}/snapshots"),
+            None,
+            self.timeout,
+        )
+        .await
+    }
+
+    /// `POST /delegation/{id}/snapshots/{sid}/apply`.
+    pub async fn apply(&self, id: &str, sid: &str) -> Result<(), DaemonError> {
+        self.call(
+            Method::POST,
+            &format!("/delegation/{id}/snapshots/{sid}/apply"),
+            None,
+            Duration::from_secs(600),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// `POST /delegation/{id}/snapshots/{sid}/discard`.
+    pub async fn discard(&self, id: &str, sid: &str) -> Result<(), DaemonError> {
+        self.call(
+            Method::POST,
+            &format!("/delegation/{id}/snapshots/{sid}/discard"),
+            None,
+            self.timeout,
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// `GET /health`.
+    pub async fn health(&self) -> Result<(), DaemonError> {
+        self.call(Method::GET, "/health", None, Duration::from_secs(5))
+            .await
+            .map(|_| ())
+    }
+}

@@ -1,0 +1,436 @@
+//! Executing the engine's outputs: HTTP to the executor, the event stream, transports on the
+//! blocking pool, snapshot store and apply.
+
+use super::*;
+
+impl<R: Runtime> Loop<R> {
+    pub(super) fn execute(&mut self, out: DelegatorOutput) {
+        match out {
+            DelegatorOutput::ScanWorkspace { id } => {
+                let specs = self.specs.get(&id).cloned().unwrap_or_default();
+                let feed = self.feed();
+                let rt = self.rt.clone();
+                self.rt.spawn(Box::pin(async move {
+                    let result = blocking(&rt, move || scan(&specs)).await;
+                    feed(DelegatorInput::ScanCompleted { id, result });
+                }));
+            }
+            DelegatorOutput::SendMessage {
+                id,
+                to,
+                peer,
+                message,
+                dialect,
+            } => {
+                let body = encode_message(&message, dialect);
+                self.post(id, to, peer, Some(body));
+            }
+            DelegatorOutput::SendCancel { id, peer } => {
+                let url = wire_http::cancel_url(&peer, &id);
+                self.post(id, Outbound::Cancel, url, None);
+            }
+            DelegatorOutput::SendAck { id, peer } => {
+                let url = wire_http::ack_url(&peer, &id);
+                self.post(id, Outbound::Ack, url, None);
+            }
+            DelegatorOutput::PrepareTransport {
+                id,
+                transport,
+                access_mode,
+                expires_at,
+                dialect,
+                features,
+            } if transport.is_live() => {
+                let specs = self.specs.get(&id).cloned().unwrap_or_default();
+                let (admission, allow_sensitive) = self.admission_of(&id);
+                let t = self
+                    .opts
+                    .extra_transports
+                    .iter()
+                    .find(|t| t.kind() == transport)
+                    .cloned();
+                let feed = self.feed();
+                let rt = self.rt.clone();
+                self.rt.spawn(Box::pin(async move {
+                    let did = id.clone();
+                    let result = blocking(&rt, move || {
+                        let t = t.ok_or_else(|| {
+                            ErrorInfo::new(
+                                ErrorCode::TransportError,
+                                format!("transport {} is not configured", transport.as_str()),
+                            )
+                        })?;
+                        let req = PrepareRequest {
+                            delegation_id: &did,
+                            resources: &specs,
+                            access_mode,
+                            export: ExportViewKind::default(),
+                            delivery: Delivery::Inline,
+                            layout: if dialect == Dialect::Seed {
+                                Layout::Flat
+                            } else {
+                                Layout::PerResource
+                            },
+                            admission: Some(admission),
+                            allow_sensitive,
+                        };
+                        let _ = features;
+                        t.prepare_live(&req, expires_at, &CancelFlag::new())
+                            .map_err(|e| e.to_error_info())
+                    })
+                    .await;
+                    feed(DelegatorInput::TransportPrepared { id, result });
+                }));
+            }
+            DelegatorOutput::PrepareTransport {
+                id,
+                transport: _,
+                access_mode,
+                expires_at,
+                dialect,
+                features,
+            } => {
+                let specs = self.specs.get(&id).cloned().unwrap_or_default();
+                let (admission, allow_sensitive) = self.admission_of(&id);
+                let t = self.opts.transport.clone();
+                let feed = self.feed();
+                let rt = self.rt.clone();
+                let by_url = features.iter().any(|f| f == feature::ARCHIVE_URL)
+                    && self.opts.archive_base_url.is_some();
+                let base = self.opts.archive_base_url.clone();
+                let peer = self.engine.get(&id).map(|v| v.request.peer);
+                let dir = self.opts.state_dir.join("archives");
+                let archives = self.archives.clone();
+                let baselines = self.baselines.clone();
+                let baseline_file = self.baseline_file(&id);
+                let note = self.tx.clone();
+                self.rt.spawn(Box::pin(async move {
+                    let did = id.clone();
+                    let result = blocking(&rt, move || {
+                        let delivery = if by_url {
+                            std::fs::create_dir_all(&dir).map_err(|e| {
+                                ErrorInfo::new(
+                                    ErrorCode::TransportError,
+                                    format!("archive dir: {e}"),
+                                )
+                            })?;
+                            Delivery::File(dir)
+                        } else {
+                            Delivery::Inline
+                        };
+                        let req = PrepareRequest {
+                            delegation_id: &did,
+                            resources: &specs,
+                            access_mode,
+                            export: ExportViewKind::default(),
+                            delivery,
+                            layout: if dialect == Dialect::Seed {
+                                Layout::Flat
+                            } else {
+                                Layout::PerResource
+                            },
+                            admission: Some(admission),
+                            allow_sensitive,
+                        };
+                        let prepared = t
+                            .prepare(&req, &CancelFlag::new())
+                            .map_err(|e| e.to_error_info())?;
+                        let _ = note.unbounded_send(Cmd::Transferred(Transfer {
+                            id: did.clone(),
+                            what: "workspace archive",
+                            bytes: prepared.archive.size_bytes(),
+                        }));
+                        // Persisted before START: an apply after a restart still compares
+                        // against what was sent.
+                        if let (Some(dir), Ok(json)) = (
+                            baseline_file.parent(),
+                            serde_json::to_vec(&prepared.baseline),
+                        ) {
+                            crate::executor::journal::write_atomic(
+                                dir,
+                                &format!("{did}.json"),
+                                &json,
+                            )
+                            .map_err(|e| {
+                                // Nothing prepared may outlive a failed prepare.
+                                let _ = t.release(&did);
+                                ErrorInfo::new(
+                                    ErrorCode::TransportError,
+                                    format!("persisting the baseline: {e}"),
+                                )
+                            })?;
+                        }
+                        baselines
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .insert(did.clone(), prepared.baseline.clone());
+                        Ok::<_, ErrorInfo>(match prepared.archive {
+                            ArchiveOutput::Inline(h) => TransportHandle::Archive(h),
+                            ArchiveOutput::File(f) => {
+                                let token = crate::security::random_token().map_err(|e| {
+                                    ErrorInfo::new(ErrorCode::TransportError, e.to_string())
+                                })?;
+                                let base = match (base.as_deref(), peer.as_deref()) {
+                                    (Some(b), Some(p)) => agent_rt::origin::concrete_base_for(b, p),
+                                    (b, _) => b.unwrap_or("").to_owned(),
+                                };
+                                let url =
+                                    format!("{}/archives/{token}", base.trim_end_matches('/'));
+                                archives.lock().unwrap_or_else(|p| p.into_inner()).insert(
+                                    token_key(&token),
+                                    (did.clone(), f.path.clone(), expires_at),
+                                );
+                                TransportHandle::Archive(f.handle_for_url(url))
+                            }
+                        })
+                    })
+                    .await;
+                    feed(DelegatorInput::TransportPrepared { id, result });
+                }));
+            }
+            DelegatorOutput::OpenEventStream { id, peer } => self.open_stream(id, peer),
+            DelegatorOutput::CloseEventStream { id } => {
+                if let Some(h) = self.streams.remove(&id) {
+                    h.abort();
+                }
+            }
+            DelegatorOutput::FetchResult { id, peer } => {
+                let http = self.http.clone();
+                let feed = self.feed();
+                let url = wire_http::result_url(&peer, &id);
+                let headers = self.credential_headers(&id, &url);
+                let timeout = self.opts.request_timeout;
+                let limit = self.opts.max_snapshot_bytes * 2;
+                self.rt.spawn(Box::pin(async move {
+                    let hdrs: Vec<(&str, String)> =
+                        headers.iter().map(|(k, v)| (*k, v.clone())).collect();
+                    let result = match http
+                        .request(Method::GET, &url, &hdrs, None, timeout, limit)
+                        .await
+                    {
+                        Ok((_, body)) => serde_json::from_slice::<serde_json::Value>(&body)
+                            .map_err(|e| format!("bad result body: {e}"))
+                            .and_then(|v| wire_http::decode_result(&id, &v))
+                            .map_err(RequestFailure::Unusable),
+                        Err(e) => Err(RequestFailure::Network(e.to_string())),
+                    };
+                    feed(DelegatorInput::ResultFetched { id, result });
+                }));
+            }
+            DelegatorOutput::ApplySnapshot { id, snapshot_id } => self.apply(id, snapshot_id),
+            DelegatorOutput::StoreSnapshot { id, snapshot } => {
+                let http = self.http.clone();
+                let feed = self.feed();
+                let dir = self.snapshot_dir(&id);
+                let limit = self.opts.max_snapshot_bytes;
+                let download_timeout = self.engine.config().snapshot_download_timeout;
+                let headers = snapshot
+                    .data
+                    .url
+                    .as_deref()
+                    .map(|u| self.credential_headers(&id, u))
+                    .unwrap_or_default();
+                let note = self.tx.clone();
+                self.rt.spawn(Box::pin(async move {
+                    let sid = snapshot.snapshot_id.clone();
+                    let result =
+                        store_snapshot(&http, &dir, &snapshot, &headers, limit, download_timeout)
+                            .await
+                            .map(|bytes| {
+                                let _ = note.unbounded_send(Cmd::Transferred(Transfer {
+                                    id: id.clone(),
+                                    what: "snapshot",
+                                    bytes,
+                                }));
+                            });
+                    feed(DelegatorInput::SnapshotStored {
+                        id,
+                        snapshot_id: sid,
+                        result,
+                    });
+                }));
+            }
+            DelegatorOutput::DeleteStoredSnapshot { id, snapshot_id } => {
+                let dir = self.snapshot_dir(&id);
+                let _ = std::fs::remove_file(dir.join(format!("{snapshot_id}.zip")));
+                let _ = std::fs::remove_file(dir.join(format!("{snapshot_id}.zip.part")));
+                let _ = std::fs::remove_file(dir.join(format!("{snapshot_id}.json")));
+                let _ = std::fs::remove_dir(&dir);
+            }
+            DelegatorOutput::ReleaseTransport { id } => {
+                // Release is idempotent: every transport forgets what it holds for `id`.
+                let mut ts = vec![self.opts.transport.clone()];
+                ts.extend(self.opts.extra_transports.iter().cloned());
+                let feed = self.feed();
+                let rt = self.rt.clone();
+                self.archives
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .retain(|_, (d, path, _)| {
+                        if *d == id {
+                            let _ = std::fs::remove_file(path);
+                            false
+                        } else {
+                            true
+                        }
+                    });
+                self.rt.spawn(Box::pin(async move {
+                    let did = id.clone();
+                    let warnings = blocking(&rt, move || {
+                        let mut warnings = Vec::new();
+                        for t in ts {
+                            match t.release(&did) {
+                                Ok(report) => warnings.extend(report.warnings),
+                                Err(e) => {
+                                    tracing::warn!(delegation = %did, "release failed: {e}");
+                                    warnings.push(format!("releasing the workspace failed: {e}"));
+                                }
+                            }
+                        }
+                        for w in &warnings {
+                            tracing::warn!(delegation = %did, "{w}");
+                        }
+                        warnings
+                    })
+                    .await;
+                    feed(DelegatorInput::TransportReleased { id, warnings });
+                }));
+            }
+            DelegatorOutput::Event(ev) => self.on_event(ev),
+        }
+    }
+
+    pub(super) fn open_stream(&mut self, id: DelegationId, peer: String) {
+        if let Some(h) = self.streams.remove(&id) {
+            h.abort();
+        }
+        let (handle, reg) = AbortHandle::new_pair();
+        self.streams.insert(id.clone(), handle);
+        let http = self.http.clone();
+        let feed = self.feed();
+        let url = wire_http::events_url(&peer, &id);
+        let headers = self.credential_headers(&id, &url);
+        let open_timeout = self.engine.config().event_stream_open_timeout;
+        let fut = async move {
+            let mut hdrs: Vec<(&str, String)> =
+                headers.iter().map(|(k, v)| (*k, v.clone())).collect();
+            hdrs.push(("accept", "text/event-stream".into()));
+            let resp = net::with_timeout(
+                http.runtime(),
+                open_timeout,
+                http.send(Method::GET, &url, &hdrs, None),
+            )
+            .await;
+            let resp = match resp {
+                Ok(r) if r.status().is_success() => r,
+                Ok(r) => {
+                    return feed(DelegatorInput::EventStreamClosed {
+                        id,
+                        reason: Some(format!("HTTP {}", r.status())),
+                    })
+                }
+                Err(e) => {
+                    return feed(DelegatorInput::EventStreamClosed {
+                        id,
+                        reason: Some(e.to_string()),
+                    })
+                }
+            };
+            feed(DelegatorInput::EventStreamOpened { id: id.clone() });
+            let mut body = resp.into_body();
+            let mut dec = sse::SseDecoder::default();
+            let reason = loop {
+                match body.frame().await {
+                    None => break None,
+                    Some(Err(e)) => break Some(e.to_string()),
+                    Some(Ok(frame)) => {
+                        let Ok(data) = frame.into_data() else {
+                            continue;
+                        };
+                        dec.push(&data);
+                        while let Some(ev) = dec.next_event() {
+                            match ev {
+                                Ok(ev) => match decode_event(ev.data.as_bytes()) {
+                                    Ok((event, _)) if event.delegation_id == id => {
+                                        feed(DelegatorInput::TaskEvent { event })
+                                    }
+                                    Ok(_) => {
+                                        tracing::warn!(delegation = %id, "event for another delegation ignored")
+                                    }
+                                    Err(e) => {
+                                        tracing::warn!(delegation = %id, "undecodable event skipped: {e}")
+                                    }
+                                },
+                                Err(e) => tracing::warn!(delegation = %id, "SSE framing: {e}"),
+                            }
+                        }
+                    }
+                }
+            };
+            feed(DelegatorInput::EventStreamClosed { id, reason });
+        };
+        self.rt.spawn(Box::pin(async move {
+            let _ = Abortable::new(fut, reg).await;
+        }));
+    }
+
+    /// Applies the stored snapshot `sid` (see [`DelegatorOutput::ApplySnapshot`]).
+    pub(super) fn apply(&mut self, id: DelegationId, sid: SnapshotId) {
+        let rt = self.rt.clone();
+        let feed = self.feed();
+        let t = self.opts.transport.clone();
+        let specs = self.specs.get(&id).cloned().unwrap_or_default();
+        let view = self.engine.get(&id);
+        let access = view
+            .as_ref()
+            .map(|v| v.access_mode)
+            .unwrap_or(AccessMode::Ro);
+        let layout = match view.as_ref().map(|v| v.request.dialect) {
+            Some(Dialect::Seed) => Layout::Flat,
+            _ => Layout::PerResource,
+        };
+        let baselines = self.baselines.clone();
+        let baseline_file = self.baseline_file(&id);
+        let dir = self.snapshot_dir(&id);
+        let limits = self.opts.engine.admission;
+        self.rt.spawn(Box::pin(async move {
+            let did = id.clone();
+            let s = sid.clone();
+            let result = blocking(&rt, move || {
+                // The base the delegator sent: in memory, or persisted at prepare.
+                let baseline = baselines
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get(&did)
+                    .cloned()
+                    .or_else(|| load_baseline(&baseline_file));
+                let file = dir.join(format!("{s}.zip"));
+                let checksum = std::fs::read(dir.join(format!("{s}.json")))
+                    .ok()
+                    .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+                    .and_then(|m| m.get("checksum")?.as_str().map(str::to_owned));
+                let req = ApplyRequest {
+                    delegation_id: did.as_str(),
+                    source: ArchiveSource::File(&file),
+                    expected_checksum: checksum.as_deref(),
+                    resources: &specs,
+                    access_mode: access,
+                    baseline: baseline.as_ref(),
+                    layout: Some(layout),
+                    limits: Some(limits),
+                };
+                t.apply_snapshot(req, &CancelFlag::new())
+                    .map(|report| {
+                        tracing::info!(delegation = %did, snapshot = %s, written = report.written.len(), deleted = report.deleted.len(), "snapshot applied");
+                    })
+                    .map_err(|e| e.apply_error_info())
+            })
+            .await;
+            feed(DelegatorInput::SnapshotApplied {
+                id,
+                snapshot_id: sid,
+                result,
+            });
+        }));
+    }
+}

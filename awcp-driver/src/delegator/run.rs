@@ -1,0 +1,281 @@
+//! The engine task: one loop owns the [`Delegator`] engine, feeds it commands, inputs and
+//! timeouts, drains its outputs, journals its records and tells subscribers.
+
+use super::*;
+
+impl<R: Runtime> Loop<R> {
+    pub(super) async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Cmd>) {
+        loop {
+            self.drain();
+            let sleep = match self.engine.poll_timeout() {
+                Some((t, why)) => {
+                    tracing::trace!(reason = why.as_str(), "next wake-up");
+                    sleep_until(&self.rt, t)
+                }
+                None => self.rt.sleep(Duration::from_secs(3600)),
+            };
+            match futures::future::select(rx.next(), sleep).await {
+                Either::Left((Some(Cmd::Stop(done)), _)) => {
+                    // Leave delegations as they are: the journal lets a new process resume.
+                    for (_, h) in std::mem::take(&mut self.streams) {
+                        h.abort();
+                    }
+                    // An ack, cancel or ERROR already sent reaches the executor before the
+                    // process may exit (bounded by the request timeout).
+                    let farewells = std::mem::take(&mut self.farewells);
+                    if !farewells.is_empty() {
+                        let all = futures::future::join_all(farewells);
+                        let bound = self.rt.sleep(self.opts.request_timeout);
+                        let _ = futures::future::select(all, bound).await;
+                    }
+                    // Released before `stop` returns, so a new handle can take over at once.
+                    drop(self.lock.take());
+                    let _ = done.send(());
+                    break;
+                }
+                Either::Left((Some(cmd), _)) => self.on_cmd(cmd),
+                Either::Left((None, _)) => break,
+                Either::Right(_) => self.engine.handle_timeout(self.rt.now()),
+            }
+        }
+    }
+
+    pub(super) fn now(&self) -> Timestamp {
+        self.rt.now()
+    }
+
+    pub(super) fn on_cmd(&mut self, cmd: Cmd) {
+        let now = self.now();
+        match cmd {
+            Cmd::Delegate(p, reply) => {
+                let id = match p.id.clone().map_or_else(random_id, Ok) {
+                    Ok(id) => id,
+                    Err(e) => {
+                        let _ = reply.send(Err(e.into()));
+                        return;
+                    }
+                };
+                let resources = p
+                    .resources
+                    .iter()
+                    .map(|r| Resource {
+                        name: r.name.clone(),
+                        kind: "fs".into(),
+                        mode: r.mode,
+                    })
+                    .collect();
+                let req = DelegateRequest {
+                    id: id.clone(),
+                    peer: p.peer,
+                    dialect: p.dialect,
+                    task: p.task,
+                    ttl_seconds: p.ttl_seconds,
+                    access_mode: p.access_mode,
+                    resources,
+                    transport: p.transport,
+                    snapshot_mode: p.snapshot_mode,
+                    auth: p.auth,
+                    allow_sensitive: p.allow_sensitive,
+                };
+                let r = self.engine.delegate(now, req).map(|_| id.clone());
+                if r.is_ok() {
+                    self.specs.insert(id.clone(), p.resources);
+                    // Journalled at once: a crash never loses a delegation the caller has an
+                    // id for (a restarted delegator ends it cleanly).
+                    self.persist(&id);
+                }
+                let _ = reply.send(r.map_err(Into::into));
+            }
+            Cmd::Cancel(id, reply) => {
+                let _ = reply.send(self.engine.cancel(now, &id).map_err(Into::into));
+            }
+            Cmd::Apply(id, sid, reply) => {
+                let _ = reply.send(
+                    self.engine
+                        .apply_snapshot(now, &id, &sid)
+                        .map_err(Into::into),
+                );
+            }
+            Cmd::Discard(id, sid, reply) => {
+                let _ = reply.send(
+                    self.engine
+                        .discard_snapshot(now, &id, &sid)
+                        .map_err(Into::into),
+                );
+            }
+            Cmd::Get(id, reply) => {
+                let _ = reply.send(self.engine.get(&id));
+            }
+            Cmd::List(reply) => {
+                let all = self
+                    .engine
+                    .list()
+                    .into_iter()
+                    .filter_map(|(id, _)| self.engine.get(&id))
+                    .collect();
+                let _ = reply.send(all);
+            }
+            Cmd::Wait(id, reply) => match self.engine.get(&id) {
+                None => {
+                    let _ = reply.send(None);
+                }
+                Some(v) if v.ended => {
+                    let _ = reply.send(Some(v));
+                }
+                Some(_) => self.waiters.entry(id).or_default().push(reply),
+            },
+            Cmd::Subscribe(tx) => self.subscribers.push(tx),
+            Cmd::Stop(_) => {}
+            Cmd::Transferred(t) => self
+                .transfer_subscribers
+                .retain(|s| s.unbounded_send(t.clone()).is_ok()),
+            Cmd::SubscribeTransfers(tx) => self.transfer_subscribers.push(tx),
+            Cmd::Input(i) => {
+                if let Err(e) = self.engine.handle(now, i) {
+                    tracing::debug!("input ignored: {e}");
+                }
+            }
+        }
+    }
+
+    pub(super) fn feed(&self) -> impl Fn(DelegatorInput) + Send + Sync + Clone + 'static {
+        let tx = self.tx.clone();
+        move |i| {
+            let _ = tx.unbounded_send(Cmd::Input(i));
+        }
+    }
+
+    pub(super) fn drain(&mut self) {
+        while let Some(out) = self.engine.poll_output() {
+            self.execute(out);
+        }
+    }
+
+    /// The headers a request to `url` for `id` carries: the credential, if the engine says
+    /// `url` gets it.
+    pub(super) fn credential_headers(
+        &self,
+        id: &DelegationId,
+        url: &str,
+    ) -> Vec<(&'static str, String)> {
+        self.engine.credential_header(id, url).into_iter().collect()
+    }
+
+    /// The admission limits (configured once, in the engine) and whether `id` may lend
+    /// secret-looking files: what the transport re-checks when it packs.
+    pub(super) fn admission_of(&self, id: &DelegationId) -> (awcp_proto::AdmissionLimits, bool) {
+        let allow = self
+            .engine
+            .get(id)
+            .is_some_and(|v| v.request.allow_sensitive);
+        (self.engine.config().admission, allow)
+    }
+
+    pub(super) fn post(
+        &mut self,
+        id: DelegationId,
+        to: Outbound,
+        url: String,
+        body: Option<String>,
+    ) {
+        let http = self.http.clone();
+        let feed = self.feed();
+        let headers = self.credential_headers(&id, &url);
+        let timeout = self.opts.request_timeout;
+        let max_reply = self.engine.config().max_reply_bytes;
+        let farewell = if to.is_farewell() {
+            self.farewells
+                .retain_mut(|r| matches!(r.try_recv(), Ok(None)));
+            let (tx, rx) = oneshot::channel();
+            self.farewells.push(rx);
+            Some(tx)
+        } else {
+            None
+        };
+        self.rt.spawn(Box::pin(async move {
+            let hdrs: Vec<(&str, String)> = headers.iter().map(|(k, v)| (*k, v.clone())).collect();
+            let reply = match http
+                .request(
+                    Method::POST,
+                    &url,
+                    &hdrs,
+                    body.map(Bytes::from),
+                    timeout,
+                    max_reply,
+                )
+                .await
+            {
+                Ok((status, body)) => wire_http::decode_reply(status, &body),
+                Err(e) => awcp_proto::engine::delegator::Reply::Failed(RequestFailure::Network(
+                    e.to_string(),
+                )),
+            };
+            feed(DelegatorInput::Reply { id, to, reply });
+            if let Some(tx) = farewell {
+                let _ = tx.send(());
+            }
+        }));
+    }
+
+    pub(super) fn snapshot_dir(&self, id: &DelegationId) -> PathBuf {
+        self.opts.state_dir.join("snapshots").join(id.as_str())
+    }
+
+    /// Where the baseline of `id` (what was sent, for three-way applies) is persisted.
+    pub(super) fn baseline_file(&self, id: &DelegationId) -> PathBuf {
+        baseline_file(&self.opts.state_dir, id)
+    }
+
+    pub(super) fn persist(&self, id: &DelegationId) {
+        match self.engine.record(id).map(|r| r.to_json()) {
+            Some(mut rec) => {
+                if let Some(specs) = self.specs.get(id) {
+                    rec["sources"] = serde_json::Value::Array(
+                        specs
+                            .iter()
+                            .map(|s| {
+                                serde_json::json!({
+                                    "name": s.name.as_str(),
+                                    "path": s.source_path.to_string_lossy(),
+                                    "mode": s.mode.as_str(),
+                                })
+                            })
+                            .collect(),
+                    );
+                }
+                self.journal.write(id, &rec);
+            }
+            None => self.journal.remove(id),
+        }
+    }
+
+    pub(super) fn on_event(&mut self, ev: DelegatorEvent) {
+        match &ev {
+            DelegatorEvent::StateChanged { id, .. }
+            | DelegatorEvent::Snapshot { id, .. }
+            | DelegatorEvent::Ended { id, .. } => self.persist(id),
+            DelegatorEvent::Forgotten { id } => {
+                self.journal.remove(id);
+                self.specs.remove(id);
+                let _ = std::fs::remove_file(self.baseline_file(id));
+            }
+            DelegatorEvent::Progress { .. } | DelegatorEvent::PeerMisbehaved { .. } => {}
+        }
+        if let DelegatorEvent::Ended {
+            id, state, error, ..
+        } = &ev
+        {
+            tracing::info!(delegation = %id, %state, error = ?error.as_ref().map(|e| e.code.as_str()), "delegation ended");
+            self.baselines
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(id);
+            let view = self.engine.get(id);
+            for w in self.waiters.remove(id).unwrap_or_default() {
+                let _ = w.send(view.clone());
+            }
+        }
+        self.subscribers
+            .retain(|s| s.unbounded_send(ev.clone()).is_ok());
+    }
+}

@@ -1,0 +1,81 @@
+//! What a delegator is configured with, and what an application asks it to delegate.
+
+use super::*;
+
+/// Delegator settings. `Default` gives the reference's defaults (WIRE.md §9).
+#[derive(Clone, Debug)]
+pub struct DelegatorConfig {
+    /// Admission limits.
+    pub admission: AdmissionLimits,
+    /// How long the executor is asked to keep a finished assignment, and how long this engine
+    /// keeps an ended delegation before forgetting it (7 days).
+    pub retention: Duration,
+    /// Extra time after lease expiry a delegation in `started` (executor still setting up) is
+    /// given before it is abandoned with `EXPIRED`.
+    pub setup_grace: Duration,
+    /// SSE reconnect attempts before falling back to polling `GET …/result`.
+    pub sse_reconnect_attempts: u32,
+    /// Back-off unit between reconnect attempts (attempt n waits n × this).
+    pub sse_backoff: Duration,
+    /// Once reconnects are exhausted the delegator asks `GET …/result`; if the task is still
+    /// running, it waits this long before opening the event stream again.
+    pub result_poll_interval: Duration,
+    /// How long the driver waits for the event stream's response headers before reporting
+    /// `EventStreamClosed` (30 s).
+    pub event_stream_open_timeout: Duration,
+    /// The largest answer body to INVITE, START, ERROR, cancel or ack the driver reads
+    /// (16 MiB); a larger one is a failed request.
+    pub max_reply_bytes: u64,
+    /// How long downloading a snapshot from the URL the executor names may take (10 min).
+    pub snapshot_download_timeout: Duration,
+    /// Protocol extensions this delegator offers in INVITE.
+    pub features: Vec<String>,
+}
+
+impl Default for DelegatorConfig {
+    fn default() -> Self {
+        DelegatorConfig {
+            admission: AdmissionLimits::default(),
+            retention: Duration::from_millis(604_800_000),
+            setup_grace: Duration::from_secs(60),
+            sse_reconnect_attempts: 3,
+            sse_backoff: Duration::from_secs(2),
+            result_poll_interval: Duration::from_secs(5),
+            event_stream_open_timeout: Duration::from_secs(30),
+            max_reply_bytes: 16 * 1024 * 1024,
+            snapshot_download_timeout: Duration::from_secs(600),
+            features: vec![
+                feature::DELTA_SNAPSHOTS.to_owned(),
+                feature::ARCHIVE_URL.to_owned(),
+            ],
+        }
+    }
+}
+
+/// A request to delegate a workspace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DelegateRequest {
+    /// The delegation id (the caller mints it, e.g. [`DelegationId::from_random`]).
+    pub id: DelegationId,
+    /// The executor's AWCP URL (`http://host:port/awcp`), opaque to the engine.
+    pub peer: String,
+    /// The dialect the executor speaks.
+    pub dialect: Dialect,
+    /// The task.
+    pub task: TaskSpec,
+    /// Requested lease length.
+    pub ttl_seconds: u64,
+    /// Requested access.
+    pub access_mode: AccessMode,
+    /// Exported resources (names and modes; the sources stay with the driver).
+    pub resources: Vec<Resource>,
+    /// Data-plane transport.
+    pub transport: TransportKind,
+    /// What to do with snapshots.
+    pub snapshot_mode: SnapshotMode,
+    /// Credential for the executor.
+    pub auth: Option<Auth>,
+    /// Lend secret-looking files (`.env`, private keys, …; WIRE.md §9) instead of refusing
+    /// the delegation with `SENSITIVE_FILES`.
+    pub allow_sensitive: bool,
+}

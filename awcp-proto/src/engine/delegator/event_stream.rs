@@ -1,0 +1,381 @@
+//! The executor's event stream and the result fallback: `status`, `snapshot`, `done`, `error`,
+//! reconnects with back-off, and `GET …/result` once reconnects are exhausted.
+
+use super::*;
+
+impl Delegator {
+    pub(super) fn on_stream_closed(
+        &mut self,
+        now: Timestamp,
+        id: &DelegationId,
+        reason: Option<String>,
+    ) -> Result<(), UsageError> {
+        let attempts = self.config.sse_reconnect_attempts;
+        let backoff = self.config.sse_backoff;
+        let d = self.get_mut(id)?;
+        if d.stream == Stream::Closed {
+            return Ok(());
+        }
+        d.stream = Stream::Closed;
+        let state = d.machine.state();
+        if state.is_terminal() || d.heard_terminal {
+            return Ok(());
+        }
+        d.stream_failures += 1;
+        let failures = d.stream_failures;
+        tracing::debug!(delegation = %id, failures, reason = reason.as_deref().unwrap_or(""), "event stream closed");
+        if failures <= attempts {
+            let wait = backoff * failures;
+            self.core
+                .timers
+                .set(id, Timer::Reconnect, now.saturating_add(wait));
+        } else if state == DelegationState::Accepted {
+            self.abandon(
+                now,
+                id,
+                ErrorInfo::new(
+                    ErrorCode::SseFailed,
+                    format!(
+                        "could not open the event stream: {}",
+                        reason.unwrap_or_else(|| "closed".into())
+                    ),
+                ),
+            );
+        } else {
+            let peer = d.req.peer.clone();
+            self.core.outputs.push_back(DelegatorOutput::FetchResult {
+                id: id.clone(),
+                peer,
+            });
+        }
+        Ok(())
+    }
+
+    pub(super) fn on_task_event(
+        &mut self,
+        now: Timestamp,
+        event: TaskEvent,
+    ) -> Result<(), UsageError> {
+        let id = event.delegation_id.clone();
+        let d = self.get_mut(&id)?;
+        if d.stream == Stream::Opening {
+            d.stream = Stream::Open;
+        }
+        let state = d.machine.state();
+        if !d.start_sent {
+            return Ok(()); // events before START are noise (or a previous incarnation)
+        }
+        match event.kind {
+            TaskEventKind::Status(s) => {
+                d.stream_failures = 0;
+                if state == DelegationState::Started {
+                    self.setup_complete(now, &id);
+                }
+                self.core
+                    .outputs
+                    .push_back(DelegatorOutput::Event(DelegatorEvent::Progress {
+                        id: id.clone(),
+                        message: s.message,
+                        progress: s.progress,
+                    }));
+            }
+            TaskEventKind::Snapshot(snap) => {
+                if state == DelegationState::Started {
+                    self.setup_complete(now, &id);
+                }
+                self.on_snapshot(now, &id, snap);
+            }
+            TaskEventKind::Done(done) => self.on_done(now, &id, done),
+            TaskEventKind::Error(e) => {
+                let d = self.get_mut(&id)?;
+                d.heard_terminal = true;
+                if matches!(state, DelegationState::Started | DelegationState::Running) {
+                    self.receive_error(now, &id, e);
+                }
+                self.wind_down(now, &id);
+            }
+        }
+        Ok(())
+    }
+
+    /// An error from the executor. Its own lease expiry (`EXPIRED`) expires the delegation
+    /// where the table allows it, so both sides agree on `expired`.
+    pub(super) fn receive_error(&mut self, now: Timestamp, id: &DelegationId, e: ErrorInfo) {
+        let can_expire = self
+            .delegations
+            .get(id)
+            .is_some_and(|d| d.machine.can(DelegationTransition::Expire));
+        let event = if e.code == ErrorCode::Expired && can_expire {
+            DelegationTransition::Expire
+        } else {
+            DelegationTransition::ReceiveError
+        };
+        self.transition(now, id, event, Some(e));
+    }
+
+    pub(super) fn setup_complete(&mut self, now: Timestamp, id: &DelegationId) {
+        self.transition(now, id, DelegationTransition::SetupComplete, None);
+        self.core.timers.cancel(id, Timer::SetupGrace);
+        if let Some(exp) = self.delegations.get(id).and_then(|d| d.expires_at) {
+            if now >= exp {
+                self.expire(now, id);
+            } else {
+                self.core.timers.set(id, Timer::Lease, exp);
+            }
+        }
+    }
+
+    pub(super) fn on_done(&mut self, now: Timestamp, id: &DelegationId, done: DoneEvent) {
+        let Some(d) = self.delegations.get_mut(id) else {
+            return;
+        };
+        d.heard_terminal = true;
+        let state = d.machine.state();
+        if state == DelegationState::Started {
+            self.setup_complete(now, id);
+        }
+        if self.state(id) != Some(DelegationState::Running) {
+            self.wind_down(now, id);
+            return;
+        }
+        // [S]: the result archive rides on `done`; treat it as a recommended snapshot.
+        if let Some(b64) = done.result_base64.clone() {
+            let sid = SnapshotId::new(RESULT_SNAPSHOT_ID).expect("valid constant id");
+            self.on_snapshot(
+                now,
+                id,
+                SnapshotEvent {
+                    snapshot_id: sid,
+                    summary: done.summary.clone(),
+                    highlights: done.highlights.clone(),
+                    data: ArchiveData {
+                        base64: Some(b64),
+                        url: None,
+                    },
+                    checksum: None,
+                    recommended: Some(true),
+                    metadata: BTreeMap::new(),
+                },
+            );
+        }
+        let d = self.delegations.get_mut(id).expect("exists");
+        d.result = Some(TaskOutcome {
+            summary: done.summary.clone(),
+            highlights: done.highlights.clone(),
+        });
+        let wanted = done
+            .recommended_snapshot_id
+            .clone()
+            .or_else(|| done.snapshot_ids.last().cloned());
+        let live = d.req.transport.is_live();
+        let need_fetch = match &wanted {
+            Some(s) => {
+                !live
+                    && d.access == AccessMode::Rw
+                    && d.req.snapshot_mode != SnapshotMode::Discard
+                    && !d.snapshots.contains_key(s)
+            }
+            None => false,
+        };
+        if need_fetch {
+            d.awaiting_snapshot = wanted;
+        }
+        self.transition(now, id, DelegationTransition::ReceiveDone, None);
+        if need_fetch {
+            let peer = self.delegations[id].req.peer.clone();
+            self.core.outputs.push_back(DelegatorOutput::FetchResult {
+                id: id.clone(),
+                peer,
+            });
+        }
+        self.wind_down(now, id);
+    }
+
+    pub(super) fn on_result(
+        &mut self,
+        now: Timestamp,
+        id: &DelegationId,
+        result: Result<FetchedResult, RequestFailure>,
+    ) -> Result<(), UsageError> {
+        self.get_mut(id)?;
+        if let Err(RequestFailure::Unusable(detail)) = &result {
+            let reason = PeerMisbehavior::UnusableResult {
+                detail: detail.clone(),
+            };
+            self.peer_misbehaved(id, reason);
+        }
+        let d = self.get_mut(id)?;
+        let state = d.machine.state();
+        match result {
+            Ok(FetchedResult::Completed { outcome, snapshot }) => {
+                if let Some(snap) = snapshot {
+                    if state == DelegationState::Started {
+                        self.setup_complete(now, id);
+                    }
+                    // When re-fetching an announced snapshot, adopt the announced id.
+                    let mut snap = snap;
+                    if let Some(awaited) = self.delegations[id].awaiting_snapshot.clone() {
+                        snap.snapshot_id = awaited;
+                    }
+                    self.on_snapshot(now, id, snap);
+                }
+                if matches!(
+                    self.state(id),
+                    Some(DelegationState::Started | DelegationState::Running)
+                ) {
+                    self.on_done(
+                        now,
+                        id,
+                        DoneEvent {
+                            summary: outcome.summary,
+                            highlights: outcome.highlights,
+                            snapshot_ids: Vec::new(),
+                            recommended_snapshot_id: None,
+                            result_base64: None,
+                        },
+                    );
+                } else {
+                    let d = self.get_mut(id)?;
+                    if let Some(sid) = d.awaiting_snapshot.take() {
+                        d.result_error = Some(ErrorInfo::new(
+                            ErrorCode::TransportError,
+                            format!("the executor's result no longer carries snapshot {sid}"),
+                        ));
+                    }
+                    self.wind_down(now, id);
+                }
+            }
+            Ok(FetchedResult::Error(e)) => {
+                d.heard_terminal = true;
+                if let Some(sid) = d.awaiting_snapshot.take() {
+                    d.result_error = Some(ErrorInfo::new(
+                        ErrorCode::TransportError,
+                        format!(
+                            "the executor announced snapshot {sid} but then reported an error: {e}"
+                        ),
+                    ));
+                }
+                if matches!(state, DelegationState::Started | DelegationState::Running) {
+                    self.receive_error(now, id, e);
+                }
+                self.wind_down(now, id);
+            }
+            Ok(FetchedResult::NotFound) => {
+                if let Some(sid) = d.awaiting_snapshot.take() {
+                    d.result_error = Some(ErrorInfo::new(
+                        ErrorCode::NotFound,
+                        format!("the executor announced snapshot {sid} but no longer has it"),
+                    ));
+                }
+                if matches!(state, DelegationState::Started | DelegationState::Running) {
+                    d.heard_terminal = true;
+                    self.transition(
+                        now,
+                        id,
+                        DelegationTransition::ReceiveError,
+                        Some(ErrorInfo::new(
+                            ErrorCode::NotFound,
+                            "the executor no longer knows this delegation (restarted or purged)",
+                        )),
+                    );
+                }
+                self.wind_down(now, id);
+            }
+            Ok(FetchedResult::Running) | Ok(FetchedResult::NotApplicable) | Err(_) => {
+                if d.awaiting_snapshot.is_some() && state.is_terminal() {
+                    // Could not get the announced snapshot; give up on it (without an ack, so
+                    // the executor keeps it).
+                    let sid = d.awaiting_snapshot.take().expect("checked");
+                    let why = match result {
+                        Err(e) => e.to_string(),
+                        Ok(_) => "the executor did not hand it out".into(),
+                    };
+                    d.result_error = Some(ErrorInfo::new(
+                        ErrorCode::TransportError,
+                        format!("could not fetch the announced snapshot {sid}: {why}"),
+                    ));
+                    self.wind_down(now, id);
+                } else if !state.is_terminal() {
+                    // Try the stream again after a while.
+                    d.stream_failures = 0;
+                    let at = now.saturating_add(self.config.result_poll_interval);
+                    self.core.timers.set(id, Timer::Reconnect, at);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::delegator::tests::{drain, events, id, running, t};
+
+    fn closed() -> DelegatorInput {
+        DelegatorInput::EventStreamClosed {
+            id: id(),
+            reason: Some("reset".into()),
+        }
+    }
+
+    #[test]
+    fn a_closed_stream_is_reopened_after_a_growing_back_off_then_the_result_is_asked() {
+        let cfg = DelegatorConfig::default();
+        let mut d = running(SnapshotMode::Auto);
+        let mut now = t(10);
+        for attempt in 1..=cfg.sse_reconnect_attempts {
+            d.handle(now, closed()).unwrap();
+            assert!(drain(&mut d).is_empty());
+            let (at, why) = d.poll_timeout().unwrap();
+            assert_eq!(why, Timer::Reconnect);
+            assert_eq!(at, now.saturating_add(cfg.sse_backoff * attempt));
+            d.handle_timeout(at);
+            assert!(matches!(
+                drain(&mut d).as_slice(),
+                [DelegatorOutput::OpenEventStream { .. }]
+            ));
+            now = at;
+        }
+        d.handle(now, closed()).unwrap();
+        assert!(matches!(
+            drain(&mut d).as_slice(),
+            [DelegatorOutput::FetchResult { .. }]
+        ));
+    }
+
+    #[test]
+    fn an_unusable_result_answer_is_the_executors_fault_and_the_stream_is_tried_again() {
+        let mut d = running(SnapshotMode::Auto);
+        let result = Err(RequestFailure::Unusable("bad result body".into()));
+        d.handle(t(10), DelegatorInput::ResultFetched { id: id(), result })
+            .unwrap();
+        let out = drain(&mut d);
+        assert!(events(&out).iter().any(|e| matches!(
+            e,
+            DelegatorEvent::PeerMisbehaved {
+                reason: PeerMisbehavior::UnusableResult { .. },
+                ..
+            }
+        )));
+        assert_eq!(d.poll_timeout().map(|(_, why)| why), Some(Timer::Reconnect));
+        assert_eq!(d.get(&id()).unwrap().state, DelegationState::Running);
+    }
+
+    #[test]
+    fn an_executor_that_forgot_the_delegation_ends_it_with_not_found() {
+        let mut d = running(SnapshotMode::Auto);
+        d.handle(
+            t(10),
+            DelegatorInput::ResultFetched {
+                id: id(),
+                result: Ok(FetchedResult::NotFound),
+            },
+        )
+        .unwrap();
+        drain(&mut d);
+        let v = d.get(&id()).unwrap();
+        assert_eq!(v.state, DelegationState::Error);
+        assert_eq!(v.error.unwrap().code, ErrorCode::NotFound);
+    }
+}

@@ -1,0 +1,386 @@
+//! The engine's inputs and outputs: what the driver feeds in and what it is told to do.
+
+use super::*;
+
+/// A request this engine sent, named in [`DelegatorInput::Reply`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Outbound {
+    /// The INVITE POST.
+    Invite,
+    /// The START POST.
+    Start,
+    /// An ERROR POST.
+    Error,
+    /// `POST …/cancel/{id}`.
+    Cancel,
+    /// `POST …/tasks/{id}/ack`.
+    Ack,
+}
+
+impl Outbound {
+    /// Whether this request tells the executor something final (ERROR, cancel, ack): a driver
+    /// that stops lets it finish first (bounded by its request timeout), so the executor is
+    /// not left waiting for a lease to expire.
+    pub fn is_farewell(self) -> bool {
+        match self {
+            Outbound::Error | Outbound::Cancel | Outbound::Ack => true,
+            Outbound::Invite | Outbound::Start => false,
+        }
+    }
+}
+
+/// The answer to an outbound request.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Reply {
+    /// An ACCEPT body.
+    Accept(Accept),
+    /// An ERROR body (or an error status with code).
+    Error(ErrorInfo),
+    /// `{"ok":true}` or another success without content.
+    Ok,
+    /// No usable answer (see [`RequestFailure`] for whose fault).
+    Failed(RequestFailure),
+}
+
+/// Why a request to the executor brought no usable answer, sorted by who is at fault.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RequestFailure {
+    /// The request did not complete: connection refused or reset, timeout, TLS failure, an
+    /// answer over the size cap. Nobody's fault the engine can tell.
+    #[error("{0}")]
+    Network(String),
+    /// The executor answered, but not with a usable AWCP answer: not JSON, an HTTP error
+    /// without an AWCP error, a message that does not decode or is of the wrong type. The
+    /// executor's fault ([`DelegatorEvent::PeerMisbehaved`]).
+    #[error("{0}")]
+    Unusable(String),
+}
+
+impl RequestFailure {
+    /// Whether the executor is at fault.
+    pub fn is_peer_fault(&self) -> bool {
+        matches!(self, RequestFailure::Unusable(_))
+    }
+}
+
+/// How the executor broke the protocol (see [`DelegatorEvent::PeerMisbehaved`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PeerMisbehavior {
+    /// It answered `to` with something that is not a usable answer.
+    UnusableReply {
+        /// The request.
+        to: Outbound,
+        /// What was wrong with the answer.
+        detail: String,
+    },
+    /// It answered `to` with a valid answer of the wrong kind (e.g. ACCEPT to START, or a
+    /// bare success to INVITE).
+    UnexpectedReply {
+        /// The request.
+        to: Outbound,
+    },
+    /// Its `GET …/result` answer was not usable.
+    UnusableResult {
+        /// What was wrong with it.
+        detail: String,
+    },
+    /// A message it sent asked for a transition the spec table does not allow now.
+    IllegalTransition {
+        /// The delegation's state.
+        state: DelegationState,
+        /// The refused transition.
+        transition: DelegationTransition,
+    },
+}
+
+/// `GET …/tasks/{id}/result` as the driver decoded it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum FetchedResult {
+    /// The assignment is still running.
+    Running,
+    /// Completed; the snapshot if the executor still had it.
+    Completed {
+        /// Summary and highlights.
+        outcome: TaskOutcome,
+        /// The snapshot (`snapshotBase64`) if present.
+        snapshot: Option<SnapshotEvent>,
+    },
+    /// Failed.
+    Error(ErrorInfo),
+    /// The executor does not know the delegation.
+    NotFound,
+    /// The transport needs no result transfer (sshfs).
+    NotApplicable,
+}
+
+/// An input for [`Delegator::handle`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum DelegatorInput {
+    /// The admission scan finished (or failed: `WORKSPACE_NOT_FOUND`, `WORKSPACE_INVALID`…).
+    ScanCompleted {
+        /// The delegation.
+        id: DelegationId,
+        /// What was measured.
+        result: Result<WorkspaceStats, ErrorInfo>,
+    },
+    /// The answer to a request from [`DelegatorOutput::SendMessage`], `SendCancel` or `SendAck`.
+    Reply {
+        /// The delegation.
+        id: DelegationId,
+        /// Which request this answers.
+        to: Outbound,
+        /// The answer.
+        reply: Reply,
+    },
+    /// [`DelegatorOutput::PrepareTransport`] finished. On failure the transport has already
+    /// cleaned up its partial work (nothing to release).
+    TransportPrepared {
+        /// The delegation.
+        id: DelegationId,
+        /// The handle for START.
+        result: Result<TransportHandle, ErrorInfo>,
+    },
+    /// The SSE response headers arrived (2xx).
+    EventStreamOpened {
+        /// The delegation.
+        id: DelegationId,
+    },
+    /// The SSE stream failed to open or ended.
+    EventStreamClosed {
+        /// The delegation.
+        id: DelegationId,
+        /// Why, if known.
+        reason: Option<String>,
+    },
+    /// One decoded SSE task event.
+    TaskEvent {
+        /// The event (its `delegation_id` routes it).
+        event: TaskEvent,
+    },
+    /// [`DelegatorOutput::FetchResult`] finished.
+    ResultFetched {
+        /// The delegation.
+        id: DelegationId,
+        /// The result, or why the request failed.
+        result: Result<FetchedResult, RequestFailure>,
+    },
+    /// [`DelegatorOutput::ApplySnapshot`] finished (all-or-nothing).
+    SnapshotApplied {
+        /// The delegation.
+        id: DelegationId,
+        /// The snapshot.
+        snapshot_id: SnapshotId,
+        /// Failure leaves the workspace untouched (the snapshot stays stored and pending).
+        result: Result<(), ErrorInfo>,
+    },
+    /// [`DelegatorOutput::StoreSnapshot`] finished.
+    SnapshotStored {
+        /// The delegation.
+        id: DelegationId,
+        /// The snapshot.
+        snapshot_id: SnapshotId,
+        /// Whether it is stored.
+        result: Result<(), ErrorInfo>,
+    },
+    /// [`DelegatorOutput::ReleaseTransport`] finished.
+    TransportReleased {
+        /// The delegation.
+        id: DelegationId,
+        /// What the release found that the user should be told (what the executor left in
+        /// the workspace and was neutralised, what could not be removed cleanly); shown in
+        /// [`DelegationView::warnings`].
+        warnings: Vec<String>,
+    },
+}
+
+/// An output of [`Delegator::poll_output`]: something for the driver to do or to tell.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DelegatorOutput {
+    /// Scan the delegation's resources for admission; answer with `ScanCompleted`.
+    ScanWorkspace {
+        /// The delegation.
+        id: DelegationId,
+    },
+    /// POST `message` to `peer` in `dialect`; answer with `Reply { to }`.
+    SendMessage {
+        /// The delegation.
+        id: DelegationId,
+        /// Which request this is (`Invite`, `Start` or `Error`): what the answer names.
+        to: Outbound,
+        /// The executor URL.
+        peer: String,
+        /// The message.
+        message: Message,
+        /// The dialect to encode it in.
+        dialect: Dialect,
+    },
+    /// POST `…/cancel/{id}`; answer with `Reply { to: Cancel }` (optional).
+    SendCancel {
+        /// The delegation.
+        id: DelegationId,
+        /// The executor URL.
+        peer: String,
+    },
+    /// POST `…/tasks/{id}/ack`; answer with `Reply { to: Ack }` (optional).
+    SendAck {
+        /// The delegation.
+        id: DelegationId,
+        /// The executor URL.
+        peer: String,
+    },
+    /// Build the export view and the transport handle (credentials); answer with
+    /// `TransportPrepared`.
+    PrepareTransport {
+        /// The delegation.
+        id: DelegationId,
+        /// Which transport.
+        transport: TransportKind,
+        /// Effective access.
+        access_mode: AccessMode,
+        /// Lease end (certificates must not outlive it).
+        expires_at: Timestamp,
+        /// Dialect of the executor (archive layout).
+        dialect: Dialect,
+        /// Extensions agreed in ACCEPT (e.g. archive by URL).
+        features: Vec<String>,
+    },
+    /// Open `GET …/tasks/{id}/events`; answer with `EventStreamOpened`, then `TaskEvent`s, then
+    /// `EventStreamClosed`.
+    OpenEventStream {
+        /// The delegation.
+        id: DelegationId,
+        /// The executor URL.
+        peer: String,
+    },
+    /// Close the event stream (no `EventStreamClosed` needed).
+    CloseEventStream {
+        /// The delegation.
+        id: DelegationId,
+    },
+    /// GET `…/tasks/{id}/result`; answer with `ResultFetched`.
+    FetchResult {
+        /// The delegation.
+        id: DelegationId,
+        /// The executor URL.
+        peer: String,
+    },
+    /// Apply a stored snapshot (from [`DelegatorOutput::StoreSnapshot`]) to the `rw`
+    /// resources, all-or-nothing; answer with `SnapshotApplied`. At most one apply per
+    /// delegation is in flight.
+    ApplySnapshot {
+        /// The delegation.
+        id: DelegationId,
+        /// The snapshot.
+        snapshot_id: SnapshotId,
+    },
+    /// Store a snapshot durably (its bytes, inline or fetched from its URL); answer with
+    /// `SnapshotStored`. Every snapshot that is to be applied or staged is stored first.
+    StoreSnapshot {
+        /// The delegation.
+        id: DelegationId,
+        /// The snapshot event (bytes inline or by URL).
+        snapshot: Box<SnapshotEvent>,
+    },
+    /// Delete a stored snapshot (discard or forget). No answer needed.
+    DeleteStoredSnapshot {
+        /// The delegation.
+        id: DelegationId,
+        /// The snapshot.
+        snapshot_id: SnapshotId,
+    },
+    /// Release the transport (export view, archives, credentials); answer with
+    /// `TransportReleased`.
+    ReleaseTransport {
+        /// The delegation.
+        id: DelegationId,
+    },
+    /// Tell the application.
+    Event(DelegatorEvent),
+}
+
+/// Something the application may want to know.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DelegatorEvent {
+    /// A delegation changed state.
+    StateChanged {
+        /// The delegation.
+        id: DelegationId,
+        /// Old state.
+        from: DelegationState,
+        /// New state.
+        to: DelegationState,
+    },
+    /// A `status` event arrived.
+    Progress {
+        /// The delegation.
+        id: DelegationId,
+        /// The status message.
+        message: Option<String>,
+        /// The progress figure.
+        progress: Option<f64>,
+    },
+    /// A snapshot changed status.
+    Snapshot {
+        /// The delegation.
+        id: DelegationId,
+        /// The snapshot.
+        snapshot_id: SnapshotId,
+        /// Its new status.
+        status: SnapshotStatus,
+    },
+    /// The executor broke the protocol: an answer or a message the spec does not allow. The
+    /// engine handles it as the spec says (the delegation is abandoned, or the message
+    /// ignored); this event lets the application count and report it.
+    PeerMisbehaved {
+        /// The delegation.
+        id: DelegationId,
+        /// What the executor did.
+        reason: PeerMisbehavior,
+    },
+    /// The delegation was forgotten after its retention: drop it from any journal.
+    Forgotten {
+        /// The delegation.
+        id: DelegationId,
+    },
+    /// The delegation is over and everything it held is released. Emitted exactly once.
+    Ended {
+        /// The delegation.
+        id: DelegationId,
+        /// Its terminal state.
+        state: DelegationState,
+        /// The executor's summary, if it completed.
+        result: Option<TaskOutcome>,
+        /// What went wrong, if it did not.
+        error: Option<ErrorInfo>,
+    },
+}
+
+impl DelegatorEvent {
+    /// What this event says about whether delegation `id` has started, in the sense a daemon's
+    /// `POST /delegate` answers (like the reference daemon): `Some(Ok(()))` once START went out
+    /// (the delegation reached `started`, `running` or `completed`) or once it ended without an
+    /// error other than a cancel; `Some(Err(error))` if it ended with an error first; `None` if
+    /// the event says nothing about it.
+    pub fn start_outcome(&self, id: &DelegationId) -> Option<Result<(), ErrorInfo>> {
+        match self {
+            DelegatorEvent::StateChanged { id: eid, to, .. }
+                if eid == id
+                    && matches!(
+                        to,
+                        DelegationState::Started
+                            | DelegationState::Running
+                            | DelegationState::Completed
+                    ) =>
+            {
+                Some(Ok(()))
+            }
+            DelegatorEvent::Ended { id: eid, error, .. } if eid == id => match error {
+                Some(e) if e.code != ErrorCode::Cancelled => Some(Err(e.clone())),
+                _ => Some(Ok(())),
+            },
+            _ => None,
+        }
+    }
+}

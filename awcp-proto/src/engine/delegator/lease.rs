@@ -1,0 +1,154 @@
+//! The lease and the other timers: expiry, the setup grace period, reconnects, forgetting.
+
+use super::*;
+
+/// Why the delegator wants to be woken: the reason [`Delegator::poll_timeout`] reports with its
+/// deadline (log it; the driver does nothing different per reason).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
+pub enum Timer {
+    /// Outputs are queued: drain [`Delegator::poll_output`] now (not an armed timer).
+    Output,
+    /// A lease ends: expire the delegation (an executor still setting up gets a grace period).
+    Lease,
+    /// The grace period after the lease end is over and the executor is still setting up:
+    /// abandon the delegation with `EXPIRED`.
+    SetupGrace,
+    /// Reopen the event stream: the back-off after it closed, or the wait after a result poll
+    /// found the task still running.
+    Reconnect,
+    /// The retention after the end is over: forget the delegation (and its stored bytes).
+    Forget,
+}
+
+impl Timer {
+    /// A short name for logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Timer::Output => "output",
+            Timer::Lease => "lease",
+            Timer::SetupGrace => "setup grace",
+            Timer::Reconnect => "reconnect",
+            Timer::Forget => "forget",
+        }
+    }
+}
+
+impl Delegator {
+    pub(super) fn expire(&mut self, now: Timestamp, id: &DelegationId) {
+        let err = ErrorInfo::new(ErrorCode::Expired, "the lease expired");
+        let tell = self.state(id) != Some(DelegationState::Invited)
+            || self
+                .delegations
+                .get(id)
+                .is_some_and(|d| d.invited_at.is_some());
+        if self.transition(now, id, DelegationTransition::Expire, Some(err.clone())) && tell {
+            self.send_error(id, err);
+        }
+        self.wind_down(now, id);
+    }
+
+    pub(super) fn on_timer(&mut self, now: Timestamp, id: &DelegationId, timer: Timer) {
+        let Some(state) = self.state(id) else {
+            return;
+        };
+        match timer {
+            Timer::Lease => match state {
+                DelegationState::Invited | DelegationState::Accepted | DelegationState::Running => {
+                    self.expire(now, id)
+                }
+                DelegationState::Started => {
+                    // Cannot expire while the executor sets up: give it a grace period.
+                    let at = now.saturating_add(self.config.setup_grace);
+                    self.core.timers.set(id, Timer::SetupGrace, at);
+                }
+                _ => {}
+            },
+            Timer::SetupGrace => {
+                if state == DelegationState::Started {
+                    self.abandon(
+                        now,
+                        id,
+                        ErrorInfo::new(
+                            ErrorCode::Expired,
+                            "the lease expired before the executor finished setting up",
+                        ),
+                    );
+                }
+            }
+            Timer::Reconnect => {
+                let d = self.delegations.get_mut(id).expect("state exists");
+                if !state.is_terminal() && d.stream == Stream::Closed && !d.heard_terminal {
+                    d.stream = Stream::Opening;
+                    let peer = d.req.peer.clone();
+                    self.core
+                        .outputs
+                        .push_back(DelegatorOutput::OpenEventStream {
+                            id: id.clone(),
+                            peer,
+                        });
+                }
+            }
+            Timer::Forget => self.forget(id),
+            // Never armed: `poll_timeout`'s reason for queued outputs.
+            Timer::Output => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::delegator::tests::{drain, id, invited, running, t};
+
+    #[test]
+    fn poll_timeout_names_queued_output_then_the_lease() {
+        let mut d = invited();
+        assert_eq!(
+            d.poll_timeout().map(|(_, why)| why),
+            Some(Timer::Lease),
+            "invited: the lease is the next reason to wake"
+        );
+        d.cancel(t(2), &id()).unwrap();
+        assert_eq!(d.poll_timeout(), Some((t(2), Timer::Output)));
+        drain(&mut d);
+    }
+
+    #[test]
+    fn an_early_timeout_does_nothing_and_the_lease_expires_a_running_delegation() {
+        let mut d = running(SnapshotMode::Auto);
+        let (at, why) = d.poll_timeout().unwrap();
+        assert_eq!(why, Timer::Lease);
+        d.handle_timeout(t(2));
+        assert!(drain(&mut d).is_empty());
+        d.handle_timeout(at);
+        let out = drain(&mut d);
+        assert_eq!(d.get(&id()).unwrap().state, DelegationState::Expired);
+        assert!(out.iter().any(|o| matches!(
+            o,
+            DelegatorOutput::SendMessage {
+                to: Outbound::Error,
+                ..
+            }
+        )));
+    }
+
+    #[test]
+    fn an_ended_delegation_is_forgotten_after_its_retention() {
+        let mut d = invited();
+        d.cancel(t(2), &id()).unwrap();
+        drain(&mut d);
+        let (at, why) = d.poll_timeout().unwrap();
+        assert_eq!(why, Timer::Forget);
+        assert_eq!(
+            at,
+            t(2).saturating_add(DelegatorConfig::default().retention)
+        );
+        d.handle_timeout(at);
+        let out = drain(&mut d);
+        assert!(out
+            .iter()
+            .any(|o| matches!(o, DelegatorOutput::Event(DelegatorEvent::Forgotten { .. }))));
+        assert!(d.get(&id()).is_none());
+    }
+}

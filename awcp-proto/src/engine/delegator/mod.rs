@@ -1,0 +1,306 @@
+//! The delegator engine: every delegation of one delegator, from admission to cleanup.
+//!
+//! ## Method groups
+//! * **Application calls**: [`Delegator::delegate`], [`Delegator::cancel`],
+//!   [`Delegator::apply_snapshot`], [`Delegator::discard_snapshot`].
+//! * **Inputs from the driver**: [`Delegator::handle`] with a [`DelegatorInput`] (HTTP replies,
+//!   SSE events and stream state, transport results), and [`Delegator::handle_timeout`].
+//! * **Outputs**: [`Delegator::poll_output`] (drain until `None` after every call) and
+//!   [`Delegator::poll_timeout`].
+//! * **Getters**: [`Delegator::get`], [`Delegator::list`].
+//!
+//! ## Flow (archive)
+//! `delegate` → [`DelegatorOutput::ScanWorkspace`] → `ScanCompleted` (admission verdict) →
+//! `SendMessage(INVITE)` → `Reply(ACCEPT)` → [`DelegatorOutput::PrepareTransport`] and
+//! [`DelegatorOutput::OpenEventStream`] → `TransportPrepared` + `EventStreamOpened` →
+//! `SendMessage(START)` → SSE `status` / `snapshot` / `done` → store the snapshot (and, in
+//! `auto` mode, apply it from the store) → `SendAck` → [`DelegatorOutput::ReleaseTransport`] →
+//! `TransportReleased` → [`DelegatorEvent::Ended`]. Credentials are produced by
+//! `PrepareTransport`, which is only emitted after ACCEPT.
+//!
+//! ## Results are never lost
+//! A snapshot is stored locally before anything else happens to it, and the executor is
+//! acknowledged (`SendAck`, after which it may forget the result) only once every snapshot is
+//! stored (or deliberately discarded by policy). A snapshot whose apply fails stays stored and
+//! `pending`, with the reason in [`SnapshotRecord::error`], so it can be applied again or
+//! discarded; one that could not be stored is `failed` and the executor is not acknowledged.
+//! Applies of one delegation run one at a time, in arrival order. [`DelegationView::outcome`]
+//! sums this up for the application (completed, staged, not applied, failed, unreachable).
+//!
+//! Every terminal path (done, error, cancel, expiry, executor loss) releases what was prepared
+//! exactly once and ends with exactly one `Ended` event.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::engine::admission::{
+    admission_verdict, AdmissionLimits, NotShipped, NotShippedReason, WorkspaceStats,
+};
+use crate::engine::timers::Core;
+use crate::engine::{SnapshotMode, TaskOutcome, UsageError};
+use crate::error::{ErrorCode, ErrorInfo};
+use crate::id::{DelegationId, SnapshotId};
+use crate::state::{DelegationMachine, DelegationState, DelegationTransition};
+use crate::time::Timestamp;
+use crate::wire::{
+    feature, Accept, AccessMode, ActiveLease, ArchiveData, Auth, Dialect, DoneEvent, ErrorMessage,
+    ExecutorConstraints, Invite, LeaseRequest, Message, Resource, SnapshotEvent, Start, TaskEvent,
+    TaskEventKind, TaskSpec, TransportHandle, TransportKind,
+};
+
+mod config;
+mod delegation;
+mod event_stream;
+mod handshake;
+mod io;
+mod lease;
+mod record;
+mod restore;
+mod snapshots;
+mod teardown;
+#[cfg(test)]
+mod tests;
+mod view;
+
+pub use config::{DelegateRequest, DelegatorConfig};
+use delegation::*;
+pub use io::{
+    DelegatorEvent, DelegatorInput, DelegatorOutput, FetchedResult, Outbound, PeerMisbehavior,
+    Reply, RequestFailure,
+};
+pub use lease::Timer;
+pub use record::{
+    DelegationRecord, NotShippedEntry, OutcomeEntry, RecordError, SnapshotEntry, StatusEntry,
+    RECORD_VERSION,
+};
+pub use view::{DelegationView, Outcome, SnapshotRecord, SnapshotStatus};
+
+/// The delegator engine. See the [module docs](self).
+#[derive(Debug)]
+pub struct Delegator {
+    config: DelegatorConfig,
+    delegations: BTreeMap<DelegationId, Delegation>,
+    core: Core<Timer, DelegatorOutput>,
+}
+
+const RESULT_SNAPSHOT_ID: &str = "snap_result";
+
+impl Delegator {
+    /// A delegator with no delegations.
+    pub fn new(config: DelegatorConfig) -> Self {
+        Delegator {
+            config,
+            delegations: BTreeMap::new(),
+            core: Core::default(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &DelegatorConfig {
+        &self.config
+    }
+
+    /// A view of one delegation.
+    pub fn get(&self, id: &DelegationId) -> Option<DelegationView> {
+        self.delegations.get(id).map(|d| DelegationView {
+            request: d.req.clone(),
+            state: d.machine.state(),
+            created_at: d.created_at,
+            updated_at: d.updated_at,
+            expires_at: d.expires_at,
+            access_mode: d.access,
+            executor_work_dir: d.accept.as_ref().map(|a| a.work_dir.clone()),
+            executor_constraints: d.accept.as_ref().and_then(|a| a.constraints),
+            snapshots: d
+                .snapshot_order
+                .iter()
+                .filter_map(|s| d.snapshots.get(s).cloned())
+                .collect(),
+            result: d.result.clone(),
+            error: d.error.clone(),
+            result_error: d.result_error.clone(),
+            ended: d.ended,
+            warnings: d.warnings.clone(),
+            not_shipped: d.not_shipped.clone(),
+            not_shipped_count: d.not_shipped_count,
+        })
+    }
+
+    /// The credential header a request to `url` on behalf of delegation `id` presents: the
+    /// delegation's credential when `url` is on the executor's origin (INVITE, START, events,
+    /// result, snapshot downloads, ack, cancel, ERROR), and nothing for any other origin (a
+    /// credential is never handed to a third party, e.g. a storage URL the executor names).
+    pub fn credential_header(
+        &self,
+        id: &DelegationId,
+        url: &str,
+    ) -> Option<(&'static str, String)> {
+        let d = self.delegations.get(id)?;
+        let auth = d.req.auth.as_ref()?;
+        crate::http_binding::same_origin(&d.req.peer, url)
+            .then(|| crate::http_binding::credential_header(auth))
+    }
+
+    /// Ids and states of every delegation, in id order.
+    pub fn list(&self) -> Vec<(DelegationId, DelegationState)> {
+        self.delegations
+            .iter()
+            .map(|(id, d)| (id.clone(), d.machine.state()))
+            .collect()
+    }
+
+    /// Feeds one input. Unknown delegations are a [`UsageError`] (e.g. a late reply after it
+    /// was forgotten) and change nothing.
+    pub fn handle(&mut self, now: Timestamp, input: DelegatorInput) -> Result<(), UsageError> {
+        self.tick(now);
+        match input {
+            DelegatorInput::ScanCompleted { id, result } => self.on_scan(now, &id, result),
+            DelegatorInput::Reply { id, to, reply } => self.on_reply(now, &id, to, reply),
+            DelegatorInput::TransportPrepared { id, result } => self.on_prepared(now, &id, result),
+            DelegatorInput::EventStreamOpened { id } => {
+                let d = self.get_mut(&id)?;
+                if d.stream == Stream::Opening {
+                    d.stream = Stream::Open;
+                }
+                self.maybe_send_start(now, &id);
+                Ok(())
+            }
+            DelegatorInput::EventStreamClosed { id, reason } => {
+                self.on_stream_closed(now, &id, reason)
+            }
+            DelegatorInput::TaskEvent { event } => self.on_task_event(now, event),
+            DelegatorInput::ResultFetched { id, result } => self.on_result(now, &id, result),
+            DelegatorInput::SnapshotApplied {
+                id,
+                snapshot_id,
+                result,
+            } => self.on_applied(now, &id, &snapshot_id, result),
+            DelegatorInput::SnapshotStored {
+                id,
+                snapshot_id,
+                result,
+            } => self.on_stored(now, &id, &snapshot_id, result),
+            DelegatorInput::TransportReleased { id, warnings } => {
+                let d = self.get_mut(&id)?;
+                d.warnings.extend(warnings);
+                if d.transport == TransportPhase::Releasing {
+                    d.transport = TransportPhase::Released;
+                }
+                self.maybe_end(now, &id);
+                Ok(())
+            }
+        }
+    }
+
+    /// Fires every timer due at `now`. Early calls do nothing.
+    pub fn handle_timeout(&mut self, now: Timestamp) {
+        self.tick(now);
+        while let Some((id, timer)) = self.core.timers.pop_due(now) {
+            self.on_timer(now, &id, timer);
+        }
+    }
+
+    /// The next output, if any. Drain until `None` after every call.
+    #[must_use]
+    pub fn poll_output(&mut self) -> Option<DelegatorOutput> {
+        self.core.poll_output()
+    }
+
+    /// When to call [`Delegator::handle_timeout`] next, and why ([`Timer`]). While outputs are
+    /// queued this is the last `now` seen ("due now", [`Timer::Output`]).
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<(Timestamp, Timer)> {
+        self.core.poll_timeout_reason(Timer::Output)
+    }
+
+    fn tick(&mut self, now: Timestamp) {
+        self.core.tick(now);
+    }
+
+    fn get_mut(&mut self, id: &DelegationId) -> Result<&mut Delegation, UsageError> {
+        self.delegations
+            .get_mut(id)
+            .ok_or_else(|| UsageError::UnknownDelegation(id.clone()))
+    }
+
+    fn state(&self, id: &DelegationId) -> Option<DelegationState> {
+        self.delegations.get(id).map(|d| d.machine.state())
+    }
+
+    /// The only place a delegation's state changes.
+    fn transition(
+        &mut self,
+        now: Timestamp,
+        id: &DelegationId,
+        event: DelegationTransition,
+        error: Option<ErrorInfo>,
+    ) -> bool {
+        let Some(d) = self.delegations.get_mut(id) else {
+            return false;
+        };
+        match d.machine.apply(event) {
+            Ok((from, to)) => {
+                d.updated_at = now;
+                if to.is_terminal() && d.error.is_none() {
+                    d.error = error;
+                }
+                tracing::debug!(delegation = %id, %from, %to, "state changed");
+                self.core
+                    .outputs
+                    .push_back(DelegatorOutput::Event(DelegatorEvent::StateChanged {
+                        id: id.clone(),
+                        from,
+                        to,
+                    }));
+                if to.is_terminal() {
+                    self.core.timers.cancel(id, Timer::Lease);
+                    self.core.timers.cancel(id, Timer::SetupGrace);
+                    self.core.timers.cancel(id, Timer::Reconnect);
+                }
+                true
+            }
+            Err(e) => {
+                tracing::debug!(delegation = %id, "ignored: {e}");
+                if event.is_received() {
+                    let state = d.machine.state();
+                    self.peer_misbehaved(
+                        id,
+                        PeerMisbehavior::IllegalTransition {
+                            state,
+                            transition: event,
+                        },
+                    );
+                }
+                false
+            }
+        }
+    }
+
+    /// Reports that the executor broke the protocol (the caller handles the consequence).
+    fn peer_misbehaved(&mut self, id: &DelegationId, reason: PeerMisbehavior) {
+        tracing::info!(delegation = %id, ?reason, "the executor misbehaved");
+        self.core
+            .outputs
+            .push_back(DelegatorOutput::Event(DelegatorEvent::PeerMisbehaved {
+                id: id.clone(),
+                reason,
+            }));
+    }
+
+    /// Sends ERROR to the executor: we abandon an accepted (or possibly accepted) delegation.
+    fn send_error(&mut self, id: &DelegationId, error: ErrorInfo) {
+        let Some(d) = self.delegations.get(id) else {
+            return;
+        };
+        self.core.outputs.push_back(DelegatorOutput::SendMessage {
+            id: id.clone(),
+            to: Outbound::Error,
+            peer: d.req.peer.clone(),
+            message: Message::Error(ErrorMessage {
+                delegation_id: id.clone(),
+                error,
+            }),
+            dialect: d.req.dialect,
+        });
+    }
+}

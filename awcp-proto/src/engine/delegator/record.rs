@@ -1,0 +1,316 @@
+//! Durable records: the typed journal record of one delegation, its format versions and the
+//! migration from older ones. [`Delegator::record`](super::Delegator::record) writes it,
+//! [`Delegator::restore`](super::Delegator::restore) reads it (see `restore.rs`).
+//!
+//! ## Versions
+//! * **0**: the unversioned JSON object written before records were types (no `version`
+//!   field). Same fields as version 1.
+//! * **1**: adds `version`.
+//!
+//! A record newer than [`RECORD_VERSION`] is refused ([`RecordError::TooNew`]) rather than
+//! half understood.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::*;
+
+/// The record version this engine writes.
+pub const RECORD_VERSION: u32 = 1;
+
+/// Why a journal record cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RecordError {
+    /// Not a delegation record (a required field is missing or has the wrong type).
+    #[error("malformed delegation record: {0}")]
+    Malformed(String),
+    /// Written by a newer delegator.
+    #[error("delegation record version {0} is newer than this delegator understands")]
+    TooNew(u32),
+}
+
+/// The journal record of one delegation. The driver writes it atomically on every event and
+/// removes it on [`DelegatorEvent::Forgotten`]. It holds the INVITE with the credential, so
+/// the state directory must be private.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DelegationRecord {
+    /// Format version ([`RECORD_VERSION`]; absent: 0).
+    #[serde(default)]
+    pub version: u32,
+    /// The delegation.
+    pub id: DelegationId,
+    /// The executor URL.
+    pub peer: String,
+    /// The executor's dialect.
+    #[serde(default, with = "dialect")]
+    pub dialect: Dialect,
+    /// The INVITE (task, lease request, resources, transport, auth) in the reference dialect.
+    pub invite: serde_json::Value,
+    /// The snapshot policy (unknown or absent: the default).
+    #[serde(default, with = "snapshot_mode")]
+    pub snapshot_mode: SnapshotMode,
+    /// The spec state.
+    #[serde(with = "state")]
+    pub state: DelegationState,
+    /// Created (Unix ms).
+    #[serde(default)]
+    pub created_at: Option<u64>,
+    /// Last change (Unix ms).
+    #[serde(default)]
+    pub updated_at: Option<u64>,
+    /// Lease end (Unix ms).
+    #[serde(default)]
+    pub expires_at: Option<u64>,
+    /// Effective access after the executor's answer (`ro`/`rw`).
+    #[serde(default)]
+    pub access_mode: Option<String>,
+    /// Extensions agreed in ACCEPT.
+    #[serde(default)]
+    pub features: Vec<String>,
+    /// The executor's work directory (informational).
+    #[serde(default)]
+    pub executor_work_dir: Option<String>,
+    /// Whether START was sent.
+    #[serde(default)]
+    pub start_sent: bool,
+    /// Whether the executor's `done` or `error` was heard.
+    #[serde(default)]
+    pub heard_terminal: bool,
+    /// Whether everything was released and `Ended` emitted.
+    #[serde(default)]
+    pub ended: bool,
+    /// Snapshots whose bytes are in the driver's store.
+    #[serde(default)]
+    pub stored: Vec<SnapshotId>,
+    /// Snapshots in arrival order.
+    #[serde(default)]
+    pub snapshots: Vec<SnapshotEntry>,
+    /// The executor's summary.
+    #[serde(default)]
+    pub result: Option<OutcomeEntry>,
+    /// What went wrong.
+    #[serde(default)]
+    pub error: Option<ErrorInfo>,
+    /// Whether secret-looking files may be lent.
+    #[serde(default)]
+    pub allow_sensitive: bool,
+    /// Entries the admission scan did not ship (the first few).
+    #[serde(default)]
+    pub not_shipped: Vec<NotShippedEntry>,
+    /// How many entries were not shipped in all (absent: the listed ones).
+    #[serde(default)]
+    pub not_shipped_count: Option<u64>,
+    /// Why the announced result could not be fetched.
+    #[serde(default)]
+    pub result_error: Option<ErrorInfo>,
+    /// What releasing the transport found.
+    #[serde(default)]
+    pub warnings: Vec<String>,
+}
+
+/// One snapshot in a [`DelegationRecord`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SnapshotEntry {
+    /// Snapshot id.
+    pub id: SnapshotId,
+    /// Summary.
+    #[serde(default)]
+    pub summary: String,
+    /// Highlights.
+    #[serde(default)]
+    pub highlights: Vec<String>,
+    /// Recommended by the executor.
+    #[serde(default)]
+    pub recommended: bool,
+    /// Metadata from the event.
+    #[serde(default)]
+    pub metadata: BTreeMap<String, serde_json::Value>,
+    /// Status (absent: in flight).
+    #[serde(default)]
+    pub status: StatusEntry,
+    /// When it arrived (Unix ms).
+    #[serde(default)]
+    pub received_at: Option<u64>,
+    /// When it was applied (Unix ms).
+    #[serde(default)]
+    pub applied_at: Option<u64>,
+    /// Why its last apply failed.
+    #[serde(default)]
+    pub error: Option<ErrorInfo>,
+}
+
+/// A snapshot's status in a record: `{"status": "pending"}`, `{"status": "failed", "error": …}`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum StatusEntry {
+    /// Stored, waiting for the application.
+    Pending,
+    /// Applied.
+    Applied,
+    /// Discarded.
+    Discarded,
+    /// Storing failed.
+    Failed {
+        /// Why.
+        #[serde(default)]
+        error: Option<ErrorInfo>,
+    },
+    /// Being stored or applied when the record was written (an unknown status reads as this).
+    #[default]
+    #[serde(other)]
+    InFlight,
+}
+
+/// The executor's summary in a record.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutcomeEntry {
+    /// What was done.
+    #[serde(default)]
+    pub summary: String,
+    /// Files worth looking at.
+    #[serde(default)]
+    pub highlights: Vec<String>,
+}
+
+/// A workspace entry that was not shipped, in a record.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NotShippedEntry {
+    /// Path relative to its resource.
+    pub path: String,
+    /// Why (see [`NotShippedReason::as_str`]).
+    pub reason: String,
+}
+
+impl DelegationRecord {
+    /// Reads a record of any known version (see the [module docs](self)).
+    pub fn from_json(value: &serde_json::Value) -> Result<DelegationRecord, RecordError> {
+        let version = value
+            .get("version")
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(0);
+        if version > u64::from(RECORD_VERSION) {
+            return Err(RecordError::TooNew(
+                u32::try_from(version).unwrap_or(u32::MAX),
+            ));
+        }
+        let mut record: DelegationRecord = serde_json::from_value(value.clone())
+            .map_err(|e| RecordError::Malformed(e.to_string()))?;
+        // Version 0 → 1: only the version field is new.
+        record.version = RECORD_VERSION;
+        Ok(record)
+    }
+
+    /// The record as JSON (what a journal stores).
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
+    }
+}
+
+impl From<&SnapshotStatus> for StatusEntry {
+    fn from(s: &SnapshotStatus) -> Self {
+        match s {
+            SnapshotStatus::InFlight => StatusEntry::InFlight,
+            SnapshotStatus::Pending => StatusEntry::Pending,
+            SnapshotStatus::Applied => StatusEntry::Applied,
+            SnapshotStatus::Discarded => StatusEntry::Discarded,
+            SnapshotStatus::Failed(e) => StatusEntry::Failed {
+                error: Some(e.clone()),
+            },
+        }
+    }
+}
+
+impl From<StatusEntry> for SnapshotStatus {
+    fn from(s: StatusEntry) -> Self {
+        match s {
+            StatusEntry::InFlight => SnapshotStatus::InFlight,
+            StatusEntry::Pending => SnapshotStatus::Pending,
+            StatusEntry::Applied => SnapshotStatus::Applied,
+            StatusEntry::Discarded => SnapshotStatus::Discarded,
+            StatusEntry::Failed { error } => SnapshotStatus::Failed(
+                error.unwrap_or_else(|| ErrorInfo::new(ErrorCode::TransportError, "failed")),
+            ),
+        }
+    }
+}
+
+/// Why a snapshot whose apply was interrupted by a restart is pending again.
+pub(super) fn interrupted_apply() -> ErrorInfo {
+    ErrorInfo {
+        code: ErrorCode::TransportError,
+        message: "the delegator stopped while applying this snapshot; at start-up the \
+                  interrupted apply was rolled back or finished, so the workspace is entirely \
+                  old or entirely new"
+            .into(),
+        hint: Some(
+            "Apply the snapshot again (a no-op if it had been finished) or discard it.".into(),
+        ),
+    }
+}
+
+/// `"seed"` or `"reference"` (anything else: reference).
+mod dialect {
+    use super::Dialect;
+
+    pub(super) fn serialize<S: serde::Serializer>(d: &Dialect, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(if *d == Dialect::Seed {
+            "seed"
+        } else {
+            "reference"
+        })
+    }
+
+    pub(super) fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Dialect, D::Error> {
+        let v: Option<String> = serde::Deserialize::deserialize(d)?;
+        Ok(if v.as_deref() == Some("seed") {
+            Dialect::Seed
+        } else {
+            Dialect::Reference
+        })
+    }
+}
+
+/// `auto`/`staged`/`discard` (anything else: the default).
+mod snapshot_mode {
+    use super::SnapshotMode;
+
+    pub(super) fn serialize<S: serde::Serializer>(
+        m: &SnapshotMode,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        s.serialize_str(m.as_str())
+    }
+
+    pub(super) fn deserialize<'de, D: serde::Deserializer<'de>>(
+        d: D,
+    ) -> Result<SnapshotMode, D::Error> {
+        let v: Option<String> = serde::Deserialize::deserialize(d)?;
+        Ok(v.as_deref()
+            .and_then(SnapshotMode::parse)
+            .unwrap_or_default())
+    }
+}
+
+/// The spec state's name (required, must be known).
+mod state {
+    use super::DelegationState;
+
+    pub(super) fn serialize<S: serde::Serializer>(
+        st: &DelegationState,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        s.serialize_str(st.as_str())
+    }
+
+    pub(super) fn deserialize<'de, D: serde::Deserializer<'de>>(
+        d: D,
+    ) -> Result<DelegationState, D::Error> {
+        let v: String = serde::Deserialize::deserialize(d)?;
+        DelegationState::parse(&v)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown delegation state {v:?}")))
+    }
+}

@@ -1,0 +1,346 @@
+//! Writing a delegation's record, and restoring delegations from records after a restart:
+//! what each one does next (resume its event stream, fetch an interrupted result, abandon,
+//! or only stay listed until its retention).
+
+use super::record::{
+    interrupted_apply, DelegationRecord, NotShippedEntry, OutcomeEntry, SnapshotEntry, StatusEntry,
+    RECORD_VERSION,
+};
+use super::*;
+
+impl Delegator {
+    /// The journal record of one delegation (see [`DelegationRecord`]). `None` for unknown
+    /// ids.
+    pub fn record(&self, id: &DelegationId) -> Option<DelegationRecord> {
+        let d = self.delegations.get(id)?;
+        let invite = Invite {
+            delegation_id: id.clone(),
+            task: d.req.task.clone(),
+            lease: LeaseRequest {
+                ttl_seconds: d.req.ttl_seconds,
+                access_mode: d.req.access_mode,
+            },
+            resources: d.req.resources.clone(),
+            export_name: None,
+            retention_ms: None,
+            transport: Some(d.req.transport.clone()),
+            auth: d.req.auth.clone(),
+            features: Vec::new(),
+        };
+        Some(DelegationRecord {
+            version: RECORD_VERSION,
+            id: id.clone(),
+            peer: d.req.peer.clone(),
+            dialect: d.req.dialect,
+            invite: crate::wire::message_to_value(&Message::Invite(invite), Dialect::Reference),
+            snapshot_mode: d.req.snapshot_mode,
+            state: d.machine.state(),
+            created_at: Some(d.created_at.as_unix_millis()),
+            updated_at: Some(d.updated_at.as_unix_millis()),
+            expires_at: d.expires_at.map(Timestamp::as_unix_millis),
+            access_mode: Some(d.access.as_str().to_owned()),
+            features: d.features.clone(),
+            executor_work_dir: d.accept.as_ref().map(|a| a.work_dir.clone()),
+            start_sent: d.start_sent,
+            heard_terminal: d.heard_terminal,
+            ended: d.ended,
+            stored: d.stored.clone(),
+            snapshots: d
+                .snapshot_order
+                .iter()
+                .filter_map(|sid| d.snapshots.get(sid))
+                .map(|r| SnapshotEntry {
+                    id: r.id.clone(),
+                    summary: r.summary.clone(),
+                    highlights: r.highlights.clone(),
+                    recommended: r.recommended,
+                    metadata: r.metadata.clone(),
+                    status: StatusEntry::from(&r.status),
+                    received_at: Some(r.received_at.as_unix_millis()),
+                    applied_at: r.applied_at.map(Timestamp::as_unix_millis),
+                    error: r.error.clone(),
+                })
+                .collect(),
+            result: d.result.as_ref().map(|o| OutcomeEntry {
+                summary: o.summary.clone(),
+                highlights: o.highlights.clone(),
+            }),
+            error: d.error.clone(),
+            allow_sensitive: d.req.allow_sensitive,
+            not_shipped: d
+                .not_shipped
+                .iter()
+                .map(|n| NotShippedEntry {
+                    path: n.path.clone(),
+                    reason: n.reason.as_str().to_owned(),
+                })
+                .collect(),
+            not_shipped_count: Some(d.not_shipped_count),
+            result_error: d.result_error.clone(),
+            warnings: d.warnings.clone(),
+        })
+    }
+
+    /// Restores delegations from journal records after a restart, and decides what happens to
+    /// each: ended ones are kept for listing until their retention; ones that had sent START
+    /// reconnect to the executor's event stream (it replays the result of a finished task, or
+    /// the delegation expires with its lease); ones that had not are abandoned (`ERROR` to the
+    /// executor) because their transport credentials died with the process. Every restored
+    /// delegation that was not ended releases its transport (the driver's release is
+    /// idempotent and removes leftovers). Returns how many records were restored.
+    pub fn restore(&mut self, now: Timestamp, records: &[DelegationRecord]) -> usize {
+        self.tick(now);
+        let mut ids = Vec::new();
+        for r in records {
+            if let Some(id) = self.restore_one(now, r) {
+                ids.push(id);
+            }
+        }
+        let n = ids.len();
+        for id in ids {
+            self.resume(now, &id);
+        }
+        n
+    }
+
+    fn restore_one(&mut self, now: Timestamp, r: &DelegationRecord) -> Option<DelegationId> {
+        let id = r.id.clone();
+        if self.delegations.contains_key(&id) {
+            return None;
+        }
+        let bytes = serde_json::to_vec(&r.invite).ok()?;
+        let (Message::Invite(inv), _) = crate::wire::decode_message(&bytes).ok()? else {
+            return None;
+        };
+        let ms = |v: Option<u64>| v.map(Timestamp::from_unix_millis);
+        let state = r.state;
+        let ended = r.ended;
+        let mut snapshots = BTreeMap::new();
+        let mut order = Vec::new();
+        for s in &r.snapshots {
+            let sid = s.id.clone();
+            order.push(sid.clone());
+            snapshots.insert(
+                sid.clone(),
+                SnapshotRecord {
+                    id: sid,
+                    summary: s.summary.clone(),
+                    highlights: s.highlights.clone(),
+                    recommended: s.recommended,
+                    metadata: s.metadata.clone(),
+                    status: SnapshotStatus::from(s.status.clone()),
+                    received_at: ms(s.received_at).unwrap_or(now),
+                    applied_at: ms(s.applied_at),
+                    error: s.error.clone(),
+                },
+            );
+        }
+        let stored = r.stored.clone();
+        // Snapshots in flight when the process stopped: one whose bytes are stored was being
+        // applied (the driver recovered that apply before restoring: the workspace is all old
+        // or all new), so it is pending again; one that was being stored is forgotten and
+        // received again (the executor was not acknowledged): replayed on the reconnected
+        // event stream, or fetched if `done` had been heard.
+        let mut awaiting_snapshot = None;
+        for sid in order.clone() {
+            let Some(rec) = snapshots.get_mut(&sid) else {
+                continue;
+            };
+            if rec.status != SnapshotStatus::InFlight {
+                continue;
+            }
+            if stored.contains(&sid) {
+                rec.status = SnapshotStatus::Pending;
+                rec.error = Some(interrupted_apply());
+            } else {
+                snapshots.remove(&sid);
+                order.retain(|s| s != &sid);
+                if state == DelegationState::Completed {
+                    awaiting_snapshot = Some(sid);
+                }
+            }
+        }
+        let result = r.result.as_ref().map(|o| TaskOutcome {
+            summary: o.summary.clone(),
+            highlights: o.highlights.clone(),
+        });
+        let error = r.error.clone();
+        let result_error = r.result_error.clone();
+        let snapshot_mode = r.snapshot_mode;
+        // A store interrupted by the restart may have left bytes the record does not list, and
+        // so may a crash between journalling an apply or a discard and deleting the bytes:
+        // delete them (deleting is idempotent; an interrupted store is received again, or lost
+        // anyway).
+        let interrupted_stores: Vec<SnapshotId> = if snapshot_mode != SnapshotMode::Discard {
+            r.snapshots
+                .iter()
+                .filter(|x| {
+                    matches!(
+                        x.status,
+                        StatusEntry::InFlight | StatusEntry::Applied | StatusEntry::Discarded
+                    )
+                })
+                .map(|x| x.id.clone())
+                .filter(|sid| !stored.contains(sid))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let dialect = r.dialect;
+        let start_sent = r.start_sent;
+        // Anything past ACCEPT (or terminal but not wound down) may hold an export view.
+        let prepared = !ended
+            && (state.is_terminal()
+                || matches!(
+                    state,
+                    DelegationState::Accepted | DelegationState::Started | DelegationState::Running
+                ));
+        let req = DelegateRequest {
+            id: id.clone(),
+            peer: r.peer.clone(),
+            dialect,
+            task: inv.task,
+            ttl_seconds: inv.lease.ttl_seconds,
+            access_mode: inv.lease.access_mode,
+            resources: inv.resources,
+            transport: inv.transport.unwrap_or(TransportKind::Archive),
+            snapshot_mode,
+            auth: inv.auth,
+            allow_sensitive: r.allow_sensitive,
+        };
+        let not_shipped = r
+            .not_shipped
+            .iter()
+            .filter_map(|n| {
+                Some(NotShipped {
+                    path: n.path.clone(),
+                    reason: NotShippedReason::parse(&n.reason)?,
+                })
+            })
+            .collect::<Vec<_>>();
+        let not_shipped_count = r.not_shipped_count.unwrap_or(not_shipped.len() as u64);
+        let access = r
+            .access_mode
+            .as_deref()
+            .and_then(AccessMode::parse)
+            .unwrap_or(req.access_mode);
+        self.delegations.insert(
+            id.clone(),
+            Delegation {
+                req,
+                machine: DelegationMachine::restore(state),
+                created_at: ms(r.created_at).unwrap_or(now),
+                updated_at: ms(r.updated_at).unwrap_or(now),
+                expires_at: ms(r.expires_at),
+                invited_at: None,
+                access,
+                features: r.features.clone(),
+                accept: None,
+                transport: if prepared {
+                    TransportPhase::Prepared { handle: None }
+                } else {
+                    TransportPhase::None
+                },
+                stream: Stream::Closed,
+                stream_failures: 0,
+                start_sent,
+                snapshots,
+                snapshot_order: order,
+                stored,
+                ops_in_flight: 0,
+                awaiting_snapshot,
+                applies: Applies::Idle,
+                result_error,
+                heard_terminal: r.heard_terminal,
+                ack_sent: false,
+                result,
+                error,
+                ended,
+                warnings: r.warnings.clone(),
+                not_shipped,
+                not_shipped_count,
+            },
+        );
+        for snapshot_id in interrupted_stores {
+            self.core
+                .outputs
+                .push_back(DelegatorOutput::DeleteStoredSnapshot {
+                    id: id.clone(),
+                    snapshot_id,
+                });
+        }
+        Some(id)
+    }
+
+    /// Decides how a restored delegation continues (see [`Delegator::restore`]).
+    pub(super) fn resume(&mut self, now: Timestamp, id: &DelegationId) {
+        let Some(d) = self.delegations.get(id) else {
+            return;
+        };
+        let state = d.machine.state();
+        if d.ended {
+            let at = d.updated_at.saturating_add(self.config.retention).max(now);
+            self.core.timers.set(id, Timer::Forget, at);
+            return;
+        }
+        let restarted = |what: &str| {
+            ErrorInfo::new(
+                ErrorCode::SetupFailed,
+                format!("the delegator restarted {what}; the delegation was abandoned"),
+            )
+        };
+        match state {
+            DelegationState::Created => {
+                self.transition(
+                    now,
+                    id,
+                    DelegationTransition::SendError,
+                    Some(restarted("before the invitation")),
+                );
+                self.wind_down(now, id);
+            }
+            DelegationState::Invited | DelegationState::Accepted => {
+                self.abandon(now, id, restarted("before START"));
+            }
+            DelegationState::Started | DelegationState::Running => {
+                let exp = d.expires_at;
+                let peer = d.req.peer.clone();
+                match exp {
+                    Some(e) if now >= e && state == DelegationState::Running => {
+                        self.expire(now, id);
+                        return;
+                    }
+                    Some(e) if now >= e => {
+                        self.core.timers.set(
+                            id,
+                            Timer::SetupGrace,
+                            now.saturating_add(self.config.setup_grace),
+                        );
+                    }
+                    Some(e) => self.core.timers.set(id, Timer::Lease, e),
+                    None => {}
+                }
+                let d = self.delegations.get_mut(id).expect("exists");
+                d.stream = Stream::Opening;
+                self.core
+                    .outputs
+                    .push_back(DelegatorOutput::OpenEventStream {
+                        id: id.clone(),
+                        peer,
+                    });
+            }
+            // Terminal but not ended: fetch a result whose storing was interrupted, then
+            // finish winding down (ack, release).
+            _ => {
+                if d.awaiting_snapshot.is_some() {
+                    let peer = d.req.peer.clone();
+                    self.core.outputs.push_back(DelegatorOutput::FetchResult {
+                        id: id.clone(),
+                        peer,
+                    });
+                }
+                self.wind_down(now, id)
+            }
+        }
+    }
+}

@@ -1,0 +1,375 @@
+//! Snapshots: stored before anything else happens to them, applied one at a time in arrival
+//! order (`auto`), kept pending for the application (`staged`), or recorded only (`discard`).
+
+use super::*;
+
+impl Delegator {
+    /// Applies a stored (staged) snapshot.
+    pub fn apply_snapshot(
+        &mut self,
+        now: Timestamp,
+        id: &DelegationId,
+        snapshot_id: &SnapshotId,
+    ) -> Result<(), UsageError> {
+        self.tick(now);
+        let d = self.get_mut(id)?;
+        if d.req.access_mode == AccessMode::Ro || d.access == AccessMode::Ro {
+            return Err(UsageError::InvalidState(
+                "read-only delegations never write to the workspace".into(),
+            ));
+        }
+        let rec = d
+            .snapshots
+            .get_mut(snapshot_id)
+            .ok_or_else(|| UsageError::UnknownSnapshot {
+                delegation: id.clone(),
+                snapshot: snapshot_id.to_string(),
+            })?;
+        if rec.status != SnapshotStatus::Pending {
+            return Err(UsageError::InvalidState(format!(
+                "snapshot {snapshot_id} is {}, not pending",
+                rec.status.as_str()
+            )));
+        }
+        rec.status = SnapshotStatus::InFlight;
+        d.ops_in_flight += 1;
+        d.updated_at = now;
+        self.start_apply(id, snapshot_id.clone());
+        self.core
+            .outputs
+            .push_back(DelegatorOutput::Event(DelegatorEvent::Snapshot {
+                id: id.clone(),
+                snapshot_id: snapshot_id.clone(),
+                status: SnapshotStatus::InFlight,
+            }));
+        Ok(())
+    }
+
+    /// Discards a stored snapshot.
+    pub fn discard_snapshot(
+        &mut self,
+        now: Timestamp,
+        id: &DelegationId,
+        snapshot_id: &SnapshotId,
+    ) -> Result<(), UsageError> {
+        self.tick(now);
+        let d = self.get_mut(id)?;
+        let rec = d
+            .snapshots
+            .get_mut(snapshot_id)
+            .ok_or_else(|| UsageError::UnknownSnapshot {
+                delegation: id.clone(),
+                snapshot: snapshot_id.to_string(),
+            })?;
+        match rec.status {
+            SnapshotStatus::Pending => {}
+            SnapshotStatus::InFlight => {
+                return Err(UsageError::InvalidState(format!(
+                    "snapshot {snapshot_id} is being applied or stored"
+                )))
+            }
+            SnapshotStatus::Discarded => return Ok(()),
+            SnapshotStatus::Applied | SnapshotStatus::Failed(_) => {
+                return Err(UsageError::InvalidState(format!(
+                    "snapshot {snapshot_id} is {}, nothing to discard",
+                    rec.status.as_str()
+                )))
+            }
+        }
+        rec.status = SnapshotStatus::Discarded;
+        d.stored.retain(|s| s != snapshot_id);
+        d.updated_at = now;
+        // Reported (so journalled) before the bytes go: a crash in between leaves bytes the
+        // record no longer lists (deleted at restore), never a record naming deleted bytes.
+        self.core
+            .outputs
+            .push_back(DelegatorOutput::Event(DelegatorEvent::Snapshot {
+                id: id.clone(),
+                snapshot_id: snapshot_id.clone(),
+                status: SnapshotStatus::Discarded,
+            }));
+        self.core
+            .outputs
+            .push_back(DelegatorOutput::DeleteStoredSnapshot {
+                id: id.clone(),
+                snapshot_id: snapshot_id.clone(),
+            });
+        Ok(())
+    }
+
+    pub(super) fn on_snapshot(&mut self, now: Timestamp, id: &DelegationId, snap: SnapshotEvent) {
+        let Some(d) = self.delegations.get_mut(id) else {
+            return;
+        };
+        let state = d.machine.state();
+        let awaited = d.awaiting_snapshot.as_ref() == Some(&snap.snapshot_id);
+        if d.snapshots.contains_key(&snap.snapshot_id)
+            || !(state == DelegationState::Running
+                || (state == DelegationState::Completed && awaited))
+        {
+            return; // duplicate (replay) or too late (cancelled/expired: never apply)
+        }
+        if awaited {
+            d.awaiting_snapshot = None;
+        }
+        let live = d.req.transport.is_live();
+        let ro = d.access == AccessMode::Ro;
+        let mode = if live || ro {
+            SnapshotMode::Discard
+        } else {
+            d.req.snapshot_mode
+        };
+        let status = match mode {
+            SnapshotMode::Discard => SnapshotStatus::Discarded,
+            SnapshotMode::Auto | SnapshotMode::Staged => SnapshotStatus::InFlight,
+        };
+        d.snapshot_order.push(snap.snapshot_id.clone());
+        d.snapshots.insert(
+            snap.snapshot_id.clone(),
+            SnapshotRecord {
+                id: snap.snapshot_id.clone(),
+                summary: snap.summary.clone(),
+                highlights: snap.highlights.clone(),
+                recommended: snap.recommended.unwrap_or(false),
+                metadata: snap.metadata.clone(),
+                status: status.clone(),
+                received_at: now,
+                applied_at: None,
+                error: None,
+            },
+        );
+        d.updated_at = now;
+        let sid = snap.snapshot_id.clone();
+        match mode {
+            // Stored first in both modes: `auto` applies from the store once it is stored, so
+            // a result that cannot be applied is never lost.
+            SnapshotMode::Auto | SnapshotMode::Staged => {
+                d.ops_in_flight += 1;
+                self.core.outputs.push_back(DelegatorOutput::StoreSnapshot {
+                    id: id.clone(),
+                    snapshot: Box::new(snap),
+                });
+            }
+            SnapshotMode::Discard => {}
+        }
+        self.core
+            .outputs
+            .push_back(DelegatorOutput::Event(DelegatorEvent::Snapshot {
+                id: id.clone(),
+                snapshot_id: sid,
+                status,
+            }));
+    }
+
+    /// The snapshot record `sid` of `id`, if it is in flight.
+    pub(super) fn in_flight(
+        &mut self,
+        id: &DelegationId,
+        sid: &SnapshotId,
+    ) -> Result<bool, UsageError> {
+        let d = self.get_mut(id)?;
+        match d.snapshots.get(sid) {
+            None => Err(UsageError::UnknownSnapshot {
+                delegation: id.clone(),
+                snapshot: sid.to_string(),
+            }),
+            Some(rec) => Ok(rec.status == SnapshotStatus::InFlight),
+        }
+    }
+
+    /// A stored snapshot is ready: `auto` mode applies it while the delegation is running or
+    /// completed (a delegation cancelled, expired or failed meanwhile keeps it pending for the
+    /// application to decide); `staged` mode keeps it pending.
+    pub(super) fn on_stored(
+        &mut self,
+        now: Timestamp,
+        id: &DelegationId,
+        sid: &SnapshotId,
+        result: Result<(), ErrorInfo>,
+    ) -> Result<(), UsageError> {
+        if !self.in_flight(id, sid)? {
+            return Ok(());
+        }
+        let d = self.delegations.get_mut(id).expect("checked");
+        let state = d.machine.state();
+        let rec = d.snapshots.get_mut(sid).expect("checked");
+        d.updated_at = now;
+        let status = match result {
+            Ok(()) => {
+                if !d.stored.contains(sid) {
+                    d.stored.push(sid.clone());
+                }
+                let auto = d.req.snapshot_mode == SnapshotMode::Auto
+                    && matches!(state, DelegationState::Running | DelegationState::Completed);
+                if auto {
+                    // Reported (so journalled) as stored before the apply starts: a crash during
+                    // the apply then finds the bytes on restart (the snapshot is pending again)
+                    // instead of fetching the result anew from an executor that may be gone.
+                    self.snapshot_event(id, sid, SnapshotStatus::InFlight);
+                    self.start_apply(id, sid.clone());
+                    return Ok(());
+                }
+                rec.status = SnapshotStatus::Pending;
+                SnapshotStatus::Pending
+            }
+            Err(e) => {
+                tracing::warn!(delegation = %id, snapshot = %sid, "snapshot store failed: {e}");
+                rec.status = SnapshotStatus::Failed(e.clone());
+                SnapshotStatus::Failed(e)
+            }
+        };
+        d.ops_in_flight = d.ops_in_flight.saturating_sub(1);
+        self.snapshot_event(id, sid, status);
+        self.maybe_end(now, id);
+        Ok(())
+    }
+
+    /// Applies `sid` now, or after the apply in flight for `id`.
+    pub(super) fn start_apply(&mut self, id: &DelegationId, sid: SnapshotId) {
+        let Some(d) = self.delegations.get_mut(id) else {
+            return;
+        };
+        let Some(sid) = d.applies.push(sid) else {
+            return;
+        };
+        self.core.outputs.push_back(DelegatorOutput::ApplySnapshot {
+            id: id.clone(),
+            snapshot_id: sid,
+        });
+    }
+
+    pub(super) fn on_applied(
+        &mut self,
+        now: Timestamp,
+        id: &DelegationId,
+        sid: &SnapshotId,
+        result: Result<(), ErrorInfo>,
+    ) -> Result<(), UsageError> {
+        if !self.in_flight(id, sid)? {
+            return Ok(());
+        }
+        let d = self.delegations.get_mut(id).expect("checked");
+        let next = d.applies.finish(sid);
+        let rec = d.snapshots.get_mut(sid).expect("checked");
+        let status = match result {
+            Ok(()) => {
+                rec.applied_at = Some(now);
+                rec.error = None;
+                // Applied: its stored bytes have served their purpose.
+                d.stored.retain(|s| s != sid);
+                SnapshotStatus::Applied
+            }
+            Err(e) => {
+                tracing::warn!(delegation = %id, snapshot = %sid, "snapshot not applied, kept pending: {e}");
+                rec.error = Some(e);
+                SnapshotStatus::Pending
+            }
+        };
+        rec.status = status.clone();
+        d.ops_in_flight = d.ops_in_flight.saturating_sub(1);
+        d.updated_at = now;
+        let applied = status == SnapshotStatus::Applied;
+        self.snapshot_event(id, sid, status);
+        if applied {
+            // After the event (so journalled as applied first): a crash in between leaves
+            // bytes the record no longer lists (deleted at restore), never a snapshot recorded
+            // as re-appliable whose bytes are gone.
+            self.core
+                .outputs
+                .push_back(DelegatorOutput::DeleteStoredSnapshot {
+                    id: id.clone(),
+                    snapshot_id: sid.clone(),
+                });
+        }
+        if let Some(next) = next {
+            self.core.outputs.push_back(DelegatorOutput::ApplySnapshot {
+                id: id.clone(),
+                snapshot_id: next,
+            });
+        }
+        self.maybe_end(now, id);
+        Ok(())
+    }
+
+    pub(super) fn snapshot_event(
+        &mut self,
+        id: &DelegationId,
+        sid: &SnapshotId,
+        status: SnapshotStatus,
+    ) {
+        self.core
+            .outputs
+            .push_back(DelegatorOutput::Event(DelegatorEvent::Snapshot {
+                id: id.clone(),
+                snapshot_id: sid.clone(),
+                status,
+            }));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::delegator::tests::{
+        applied, done_with_snapshot, drain, id, running, sid, snapshot, stored, t,
+    };
+
+    /// The position of the first output matching `f`.
+    fn position(out: &[DelegatorOutput], f: impl Fn(&DelegatorOutput) -> bool) -> usize {
+        out.iter().position(f).expect("output present")
+    }
+
+    fn is_delete(o: &DelegatorOutput) -> bool {
+        matches!(o, DelegatorOutput::DeleteStoredSnapshot { .. })
+    }
+
+    fn is_status(o: &DelegatorOutput, want: &SnapshotStatus) -> bool {
+        matches!(o, DelegatorOutput::Event(DelegatorEvent::Snapshot { status, .. }) if status == want)
+    }
+
+    #[test]
+    fn an_applied_snapshot_is_reported_before_its_bytes_are_deleted() {
+        let mut d = done_with_snapshot();
+        d.handle(t(3), stored("snap_a", Ok(()))).unwrap();
+        drain(&mut d);
+        d.handle(t(4), applied("snap_a", Ok(()))).unwrap();
+        let out = drain(&mut d);
+        // The driver journals on the event: a crash after it and before the delete leaves
+        // unlisted bytes, never a "pending" record whose bytes are gone.
+        assert!(
+            position(&out, |o| is_status(o, &SnapshotStatus::Applied)) < position(&out, is_delete)
+        );
+    }
+
+    #[test]
+    fn a_discarded_snapshot_is_reported_before_its_bytes_are_deleted() {
+        let mut d = running(SnapshotMode::Staged);
+        d.handle(t(2), snapshot("snap_a")).unwrap();
+        d.handle(t(3), stored("snap_a", Ok(()))).unwrap();
+        drain(&mut d);
+        d.discard_snapshot(t(4), &id(), &sid("snap_a")).unwrap();
+        let out = drain(&mut d);
+        assert!(
+            position(&out, |o| is_status(o, &SnapshotStatus::Discarded))
+                < position(&out, is_delete)
+        );
+    }
+
+    #[test]
+    fn a_restart_deletes_bytes_an_applied_snapshot_may_have_left() {
+        let mut d = done_with_snapshot();
+        d.handle(t(3), stored("snap_a", Ok(()))).unwrap();
+        d.handle(t(4), applied("snap_a", Ok(()))).unwrap();
+        drain(&mut d);
+        // The record as journalled at the event: applied, no longer listed as stored.
+        let rec = d.record(&id()).unwrap();
+        assert!(rec.stored.is_empty());
+        let mut d2 = Delegator::new(DelegatorConfig::default());
+        d2.restore(t(10), &[rec]);
+        let out = drain(&mut d2);
+        assert!(out.iter().any(|o| matches!(
+            o,
+            DelegatorOutput::DeleteStoredSnapshot { snapshot_id, .. } if *snapshot_id == sid("snap_a")
+        )));
+    }
+}

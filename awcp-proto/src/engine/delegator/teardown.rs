@@ -1,0 +1,188 @@
+//! Winding down: after a terminal transition close the stream, acknowledge the result once it
+//! is safe, release the transport, end exactly once, and forget after the retention.
+
+use super::*;
+
+impl Delegator {
+    /// Cancels a delegation: the executor is told, resources are released.
+    pub fn cancel(&mut self, now: Timestamp, id: &DelegationId) -> Result<(), UsageError> {
+        self.tick(now);
+        let d = self.get_mut(id)?;
+        if d.machine.state().is_terminal() {
+            return Err(UsageError::InvalidState(format!(
+                "delegation {id} is already {}",
+                d.machine.state()
+            )));
+        }
+        let tell_executor = d.machine.state() != DelegationState::Created;
+        let peer = d.req.peer.clone();
+        self.transition(
+            now,
+            id,
+            DelegationTransition::Cancel,
+            Some(ErrorInfo::bare(
+                ErrorCode::Cancelled,
+                "cancelled by the delegator",
+            )),
+        );
+        if tell_executor {
+            self.core.outputs.push_back(DelegatorOutput::SendCancel {
+                id: id.clone(),
+                peer,
+            });
+        }
+        self.wind_down(now, id);
+        Ok(())
+    }
+
+    /// After a terminal transition: close the stream, release the transport, end when idle.
+    pub(super) fn wind_down(&mut self, now: Timestamp, id: &DelegationId) {
+        let Some(d) = self.delegations.get_mut(id) else {
+            return;
+        };
+        if !d.machine.state().is_terminal() {
+            return;
+        }
+        // Never keep credentials of a finished delegation.
+        if let TransportPhase::Prepared { handle } = &mut d.transport {
+            *handle = None;
+        }
+        if d.stream != Stream::Closed {
+            d.stream = Stream::Closed;
+            self.core
+                .outputs
+                .push_back(DelegatorOutput::CloseEventStream { id: id.clone() });
+        }
+        self.maybe_end(now, id);
+    }
+
+    pub(super) fn maybe_end(&mut self, now: Timestamp, id: &DelegationId) {
+        let Some(d) = self.delegations.get_mut(id) else {
+            return;
+        };
+        if d.ended
+            || !d.machine.state().is_terminal()
+            || d.ops_in_flight > 0
+            || d.awaiting_snapshot.is_some()
+        {
+            return;
+        }
+        // The ack lets the executor forget the result: only once every snapshot is stored
+        // (or applied, or discarded by policy) and nothing announced is missing.
+        let result_safe = d.result_error.is_none()
+            && !d
+                .snapshots
+                .values()
+                .any(|r| matches!(r.status, SnapshotStatus::Failed(_)));
+        if d.heard_terminal && !d.ack_sent && result_safe {
+            d.ack_sent = true;
+            self.core.outputs.push_back(DelegatorOutput::SendAck {
+                id: id.clone(),
+                peer: d.req.peer.clone(),
+            });
+        }
+        match d.transport {
+            TransportPhase::Prepared { .. } => {
+                d.transport = TransportPhase::Releasing;
+                self.core
+                    .outputs
+                    .push_back(DelegatorOutput::ReleaseTransport { id: id.clone() });
+                return;
+            }
+            TransportPhase::Preparing | TransportPhase::Releasing => return,
+            TransportPhase::None | TransportPhase::Released => {}
+        }
+        d.ended = true;
+        d.updated_at = now;
+        let ev = DelegatorEvent::Ended {
+            id: id.clone(),
+            state: d.machine.state(),
+            result: d.result.clone(),
+            error: d.error.clone(),
+        };
+        tracing::debug!(delegation = %id, state = %d.machine.state(), "delegation ended");
+        self.core.outputs.push_back(DelegatorOutput::Event(ev));
+        self.core
+            .timers
+            .set(id, Timer::Forget, now.saturating_add(self.config.retention));
+    }
+
+    pub(super) fn forget(&mut self, id: &DelegationId) {
+        let Some(d) = self.delegations.remove(id) else {
+            return;
+        };
+        self.core.timers.cancel_all(id);
+        self.core
+            .outputs
+            .push_back(DelegatorOutput::Event(DelegatorEvent::Forgotten {
+                id: id.clone(),
+            }));
+        // Everything still in the store goes: pending snapshots, and also those applied from
+        // the store or whose apply failed (their bytes stay stored until it is forgotten).
+        for sid in d.stored {
+            self.core
+                .outputs
+                .push_back(DelegatorOutput::DeleteStoredSnapshot {
+                    id: id.clone(),
+                    snapshot_id: sid,
+                });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::delegator::tests::{drain, events, id, running, t};
+
+    fn count(out: &[DelegatorOutput], f: impl Fn(&DelegatorOutput) -> bool) -> usize {
+        out.iter().filter(|o| f(o)).count()
+    }
+
+    #[test]
+    fn cancel_tells_the_executor_releases_once_and_ends_once() {
+        let mut d = running(SnapshotMode::Auto);
+        d.cancel(t(5), &id()).unwrap();
+        let out = drain(&mut d);
+        assert_eq!(
+            count(&out, |o| matches!(o, DelegatorOutput::SendCancel { .. })),
+            1
+        );
+        assert_eq!(
+            count(&out, |o| matches!(
+                o,
+                DelegatorOutput::CloseEventStream { .. }
+            )),
+            1
+        );
+        assert_eq!(
+            count(&out, |o| matches!(
+                o,
+                DelegatorOutput::ReleaseTransport { .. }
+            )),
+            1
+        );
+        assert!(!d.get(&id()).unwrap().ended, "not ended before the release");
+        assert!(d.cancel(t(6), &id()).is_err(), "a second cancel is refused");
+        for _ in 0..2 {
+            d.handle(
+                t(7),
+                DelegatorInput::TransportReleased {
+                    id: id(),
+                    warnings: vec![],
+                },
+            )
+            .unwrap();
+        }
+        let out = drain(&mut d);
+        let ended = events(&out)
+            .into_iter()
+            .filter(|e| matches!(e, DelegatorEvent::Ended { .. }))
+            .count();
+        assert_eq!(ended, 1);
+        assert_eq!(d.get(&id()).unwrap().state, DelegationState::Cancelled);
+        assert!(!out
+            .iter()
+            .any(|o| matches!(o, DelegatorOutput::SendAck { .. })));
+    }
+}

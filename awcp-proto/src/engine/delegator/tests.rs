@@ -1,0 +1,402 @@
+//! The result-safety rules of the engine, driven by hand: store before apply, ack only
+//! after stored, failed applies stay pending, one apply at a time, restarts mid-apply.
+use super::*;
+use crate::wire::{ArchiveHandle, StatusEvent, TaskStatus};
+
+const PEER: &str = "http://127.0.0.1:10200/awcp";
+
+pub(super) fn t(ms: u64) -> Timestamp {
+    Timestamp::from_unix_millis(1_700_000_000_000 + ms)
+}
+
+pub(super) fn id() -> DelegationId {
+    DelegationId::new("dlg_engine_test").unwrap()
+}
+
+pub(super) fn sid(s: &str) -> SnapshotId {
+    SnapshotId::new(s).unwrap()
+}
+
+pub(super) fn drain(d: &mut Delegator) -> Vec<DelegatorOutput> {
+    std::iter::from_fn(|| d.poll_output()).collect()
+}
+
+pub(super) fn event(kind: TaskEventKind) -> DelegatorInput {
+    DelegatorInput::TaskEvent {
+        event: TaskEvent {
+            delegation_id: id(),
+            timestamp: t(0),
+            kind,
+        },
+    }
+}
+
+pub(super) fn snapshot(s: &str) -> DelegatorInput {
+    event(TaskEventKind::Snapshot(SnapshotEvent {
+        snapshot_id: sid(s),
+        summary: "edited".into(),
+        highlights: vec![],
+        data: ArchiveData {
+            base64: Some("UEsFBgAAAAAAAAAAAAAAAAAAAAAAAA==".into()),
+            url: None,
+        },
+        checksum: None,
+        recommended: Some(true),
+        metadata: BTreeMap::new(),
+    }))
+}
+
+pub(super) fn done(s: &str) -> DelegatorInput {
+    event(TaskEventKind::Done(DoneEvent {
+        summary: "done".into(),
+        highlights: vec![],
+        snapshot_ids: vec![sid(s)],
+        recommended_snapshot_id: Some(sid(s)),
+        result_base64: None,
+    }))
+}
+
+fn is_ack(o: &DelegatorOutput) -> bool {
+    matches!(o, DelegatorOutput::SendAck { .. })
+}
+
+fn is_apply(o: &DelegatorOutput) -> bool {
+    matches!(o, DelegatorOutput::ApplySnapshot { .. })
+}
+
+pub(super) fn stored(s: &str, result: Result<(), ErrorInfo>) -> DelegatorInput {
+    DelegatorInput::SnapshotStored {
+        id: id(),
+        snapshot_id: sid(s),
+        result,
+    }
+}
+
+pub(super) fn applied(s: &str, result: Result<(), ErrorInfo>) -> DelegatorInput {
+    DelegatorInput::SnapshotApplied {
+        id: id(),
+        snapshot_id: sid(s),
+        result,
+    }
+}
+
+/// A running `auto` delegation that received `snap_a` and `done`.
+pub(super) fn done_with_snapshot() -> Delegator {
+    let mut d = running(SnapshotMode::Auto);
+    d.handle(t(2), snapshot("snap_a")).unwrap();
+    d.handle(t(2), done("snap_a")).unwrap();
+    d
+}
+
+pub(super) fn request(mode: SnapshotMode) -> DelegateRequest {
+    DelegateRequest {
+        id: id(),
+        peer: PEER.into(),
+        dialect: Dialect::Reference,
+        task: TaskSpec {
+            description: "d".into(),
+            prompt: "p".into(),
+        },
+        ttl_seconds: 600,
+        access_mode: AccessMode::Rw,
+        resources: vec![Resource {
+            name: crate::ResourceName::new("workspace").unwrap(),
+            kind: "fs".into(),
+            mode: AccessMode::Rw,
+        }],
+        transport: TransportKind::Archive,
+        snapshot_mode: mode,
+        auth: Some(Auth {
+            auth_type: crate::wire::AuthType::Bearer,
+            credential: "tok".into(),
+            metadata: Default::default(),
+        }),
+        allow_sensitive: false,
+    }
+}
+
+/// The executor's ACCEPT of [`id`].
+pub(super) fn accept() -> Accept {
+    Accept {
+        delegation_id: id(),
+        work_dir: "/w".into(),
+        constraints: None,
+        retention_ms: None,
+        features: vec![],
+    }
+}
+
+/// A delegation in `invited` (INVITE sent, no answer yet), outputs drained.
+pub(super) fn invited() -> Delegator {
+    let mut d = Delegator::new(DelegatorConfig::default());
+    d.delegate(t(0), request(SnapshotMode::Auto)).unwrap();
+    d.handle(
+        t(1),
+        DelegatorInput::ScanCompleted {
+            id: id(),
+            result: Ok(WorkspaceStats::default()),
+        },
+    )
+    .unwrap();
+    drain(&mut d);
+    assert_eq!(d.get(&id()).unwrap().state, DelegationState::Invited);
+    d
+}
+
+/// The events among `out`.
+pub(super) fn events(out: &[DelegatorOutput]) -> Vec<&DelegatorEvent> {
+    out.iter()
+        .filter_map(|o| match o {
+            DelegatorOutput::Event(e) => Some(e),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A delegation in `running`, with `auth` and `mode`.
+pub(super) fn running(mode: SnapshotMode) -> Delegator {
+    let mut d = Delegator::new(DelegatorConfig::default());
+    d.delegate(t(0), request(mode)).unwrap();
+    let steps = [
+        DelegatorInput::ScanCompleted {
+            id: id(),
+            result: Ok(WorkspaceStats::default()),
+        },
+        DelegatorInput::Reply {
+            id: id(),
+            to: Outbound::Invite,
+            reply: Reply::Accept(accept()),
+        },
+        DelegatorInput::TransportPrepared {
+            id: id(),
+            result: Ok(TransportHandle::Archive(ArchiveHandle {
+                data: ArchiveData {
+                    base64: Some(String::new()),
+                    url: None,
+                },
+                checksum: "00".into(),
+                size_bytes: None,
+            })),
+        },
+        DelegatorInput::EventStreamOpened { id: id() },
+        event(TaskEventKind::Status(StatusEvent {
+            status: TaskStatus::Running,
+            message: None,
+            progress: None,
+        })),
+    ];
+    for s in steps {
+        d.handle(t(1), s).unwrap();
+    }
+    drain(&mut d);
+    assert_eq!(d.get(&id()).unwrap().state, DelegationState::Running);
+    d
+}
+
+fn status_of(d: &Delegator, s: &str) -> SnapshotRecord {
+    d.get(&id())
+        .unwrap()
+        .snapshots
+        .into_iter()
+        .find(|r| r.id == sid(s))
+        .unwrap()
+}
+
+#[test]
+fn auto_snapshots_are_stored_then_applied_and_acked_only_after() {
+    let mut d = done_with_snapshot();
+    let out = drain(&mut d);
+    assert!(out
+        .iter()
+        .any(|o| matches!(o, DelegatorOutput::StoreSnapshot { .. })));
+    assert!(!out.iter().any(|o| is_apply(o) || is_ack(o)));
+    d.handle(t(3), stored("snap_a", Ok(()))).unwrap();
+    let out = drain(&mut d);
+    assert!(out.iter().any(is_apply));
+    assert!(!out.iter().any(is_ack), "no ack while the apply runs");
+    d.handle(t(4), applied("snap_a", Ok(()))).unwrap();
+    let out = drain(&mut d);
+    assert!(out.iter().any(is_ack));
+    assert!(out
+        .iter()
+        .any(|o| matches!(o, DelegatorOutput::DeleteStoredSnapshot { .. })));
+    assert_eq!(status_of(&d, "snap_a").status, SnapshotStatus::Applied);
+    d.handle(
+        t(5),
+        DelegatorInput::TransportReleased {
+            id: id(),
+            warnings: vec![],
+        },
+    )
+    .unwrap();
+    assert_eq!(d.get(&id()).unwrap().outcome(), Outcome::Completed);
+}
+
+#[test]
+fn failed_auto_apply_keeps_the_snapshot_pending_with_its_reason() {
+    let mut d = done_with_snapshot();
+    for input in [
+        stored("snap_a", Ok(())),
+        applied(
+            "snap_a",
+            Err(ErrorInfo::new(ErrorCode::TransportError, "conflict: a.txt")),
+        ),
+        DelegatorInput::TransportReleased {
+            id: id(),
+            warnings: vec![],
+        },
+    ] {
+        d.handle(t(3), input).unwrap();
+    }
+    let out = drain(&mut d);
+    assert!(out.iter().any(is_ack), "the result is stored: ack");
+    assert!(!out
+        .iter()
+        .any(|o| matches!(o, DelegatorOutput::DeleteStoredSnapshot { .. })));
+    let rec = status_of(&d, "snap_a");
+    assert_eq!(rec.status, SnapshotStatus::Pending);
+    assert!(rec.error.as_ref().unwrap().message.contains("a.txt"));
+    let v = d.get(&id()).unwrap();
+    assert!(v.ended);
+    assert!(
+        matches!(&v.outcome(), Outcome::NotApplied { snapshot: Some(s), .. } if *s == sid("snap_a")),
+        "{:?}",
+        v.outcome()
+    );
+    // Re-appliable.
+    d.apply_snapshot(t(4), &id(), &sid("snap_a")).unwrap();
+    assert!(drain(&mut d).iter().any(is_apply));
+    d.handle(t(5), applied("snap_a", Ok(()))).unwrap();
+    assert_eq!(d.get(&id()).unwrap().outcome(), Outcome::Completed);
+}
+
+#[test]
+fn a_snapshot_that_cannot_be_stored_is_never_acknowledged() {
+    let mut d = done_with_snapshot();
+    d.handle(
+        t(3),
+        stored(
+            "snap_a",
+            Err(ErrorInfo::new(ErrorCode::TransportError, "disk full")),
+        ),
+    )
+    .unwrap();
+    d.handle(
+        t(4),
+        DelegatorInput::TransportReleased {
+            id: id(),
+            warnings: vec![],
+        },
+    )
+    .unwrap();
+    let out = drain(&mut d);
+    assert!(!out.iter().any(is_ack), "{out:?}");
+    assert!(!out.iter().any(is_apply));
+    let v = d.get(&id()).unwrap();
+    assert!(v.ended);
+    assert!(matches!(
+        v.outcome(),
+        Outcome::NotApplied { snapshot: None, .. }
+    ));
+}
+
+#[test]
+fn applies_of_one_delegation_run_one_at_a_time_in_order() {
+    let mut d = running(SnapshotMode::Auto);
+    d.handle(t(2), snapshot("snap_a")).unwrap();
+    d.handle(t(2), snapshot("snap_b")).unwrap();
+    drain(&mut d);
+    for s in ["snap_b", "snap_a"] {
+        d.handle(t(3), stored(s, Ok(()))).unwrap();
+    }
+    let applies = |out: &[DelegatorOutput]| -> Vec<SnapshotId> {
+        out.iter()
+            .filter_map(|o| match o {
+                DelegatorOutput::ApplySnapshot { snapshot_id, .. } => Some(snapshot_id.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(applies(&drain(&mut d)), vec![sid("snap_b")]);
+    d.handle(t(4), applied("snap_b", Ok(()))).unwrap();
+    assert_eq!(applies(&drain(&mut d)), vec![sid("snap_a")]);
+}
+
+#[test]
+fn a_restart_mid_apply_leaves_the_snapshot_pending_and_reappliable() {
+    let mut d = done_with_snapshot();
+    d.handle(t(3), stored("snap_a", Ok(()))).unwrap();
+    let out = drain(&mut d);
+    assert!(out.iter().any(is_apply));
+    // The process dies here; a new one restores from the journal record.
+    let rec = d.record(&id()).unwrap();
+    let mut d2 = Delegator::new(DelegatorConfig::default());
+    assert_eq!(d2.restore(t(10), &[rec]), 1);
+    let out = drain(&mut d2);
+    assert!(!out.iter().any(is_apply));
+    assert!(out.iter().any(is_ack), "stored: the executor may forget it");
+    let s = status_of(&d2, "snap_a");
+    assert_eq!(s.status, SnapshotStatus::Pending);
+    assert!(s.error.unwrap().message.contains("stopped while applying"));
+    d2.apply_snapshot(t(11), &id(), &sid("snap_a")).unwrap();
+    assert!(drain(&mut d2).iter().any(is_apply));
+}
+
+#[test]
+fn a_restart_while_storing_fetches_the_result_again_before_any_ack() {
+    let mut d = done_with_snapshot();
+    drain(&mut d);
+    let rec = d.record(&id()).unwrap();
+    let mut d2 = Delegator::new(DelegatorConfig::default());
+    d2.restore(t(10), &[rec]);
+    let out = drain(&mut d2);
+    assert!(!out.iter().any(is_ack), "{out:?}");
+    assert!(out
+        .iter()
+        .any(|o| matches!(o, DelegatorOutput::FetchResult { .. })));
+    assert!(d2.get(&id()).unwrap().snapshots.is_empty());
+    // The executor hands the result out again: stored, then applied.
+    let DelegatorInput::TaskEvent { event } = snapshot("snap_result") else {
+        unreachable!()
+    };
+    let TaskEventKind::Snapshot(snap) = event.kind else {
+        unreachable!()
+    };
+    d2.handle(
+        t(11),
+        DelegatorInput::ResultFetched {
+            id: id(),
+            result: Ok(FetchedResult::Completed {
+                outcome: TaskOutcome::default(),
+                snapshot: Some(snap),
+            }),
+        },
+    )
+    .unwrap();
+    let out = drain(&mut d2);
+    assert!(
+        out.iter().any(|o| matches!(
+            o,
+            DelegatorOutput::StoreSnapshot { snapshot, .. } if snapshot.snapshot_id == sid("snap_a")
+        )),
+        "{out:?}"
+    );
+    assert!(!out.iter().any(is_ack));
+}
+
+#[test]
+fn the_credential_goes_only_to_the_executor_origin() {
+    let d = running(SnapshotMode::Auto);
+    let h = d
+        .credential_header(&id(), "http://127.0.0.1:10200/awcp/tasks/x/snapshots/y")
+        .unwrap();
+    assert_eq!(h, ("authorization", "Bearer tok".to_owned()));
+    assert_eq!(
+        d.credential_header(&id(), "http://storage.example/bucket/y"),
+        None
+    );
+    assert_eq!(
+        d.credential_header(&id(), "http://127.0.0.1:10201/awcp"),
+        None
+    );
+}

@@ -1,0 +1,210 @@
+//! What the application sees of a delegation: snapshot records, the view, the outcome.
+
+use super::*;
+
+/// Status of a snapshot on the delegator.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SnapshotStatus {
+    /// Being stored, or applied.
+    InFlight,
+    /// Stored, waiting for the application to apply or discard it. Also the status of a
+    /// snapshot whose apply failed ([`SnapshotRecord::error`] says why): it can be applied
+    /// again or discarded.
+    Pending,
+    /// Applied to the workspace.
+    Applied,
+    /// Discarded.
+    Discarded,
+    /// Storing failed: the bytes are not kept and the executor was not acknowledged (it still
+    /// holds the result). The workspace is untouched.
+    Failed(ErrorInfo),
+}
+
+impl SnapshotStatus {
+    /// `in_flight`, `pending`, `applied`, `discarded` or `failed`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            SnapshotStatus::InFlight => "in_flight",
+            SnapshotStatus::Pending => "pending",
+            SnapshotStatus::Applied => "applied",
+            SnapshotStatus::Discarded => "discarded",
+            SnapshotStatus::Failed(_) => "failed",
+        }
+    }
+}
+
+/// A snapshot as the delegator records it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SnapshotRecord {
+    /// Snapshot id.
+    pub id: SnapshotId,
+    /// Summary.
+    pub summary: String,
+    /// Highlights.
+    pub highlights: Vec<String>,
+    /// Recommended by the executor.
+    pub recommended: bool,
+    /// Metadata from the event.
+    pub metadata: BTreeMap<String, serde_json::Value>,
+    /// Status.
+    pub status: SnapshotStatus,
+    /// When it arrived.
+    pub received_at: Timestamp,
+    /// When it was applied.
+    pub applied_at: Option<Timestamp>,
+    /// Why the last apply of this snapshot failed (it stays `pending`, stored, re-appliable);
+    /// `None` once applied.
+    pub error: Option<ErrorInfo>,
+}
+
+/// A read-only view of one delegation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DelegationView {
+    /// The request it was created from.
+    pub request: DelegateRequest,
+    /// Current state.
+    pub state: DelegationState,
+    /// Created.
+    pub created_at: Timestamp,
+    /// Last change.
+    pub updated_at: Timestamp,
+    /// Lease end, once invited.
+    pub expires_at: Option<Timestamp>,
+    /// Effective access after the executor's answer.
+    pub access_mode: AccessMode,
+    /// The executor's work directory (informational).
+    pub executor_work_dir: Option<String>,
+    /// The executor's constraints.
+    pub executor_constraints: Option<ExecutorConstraints>,
+    /// Snapshots in arrival order.
+    pub snapshots: Vec<SnapshotRecord>,
+    /// The executor's summary.
+    pub result: Option<TaskOutcome>,
+    /// The error.
+    pub error: Option<ErrorInfo>,
+    /// Why the result the executor announced never arrived (it could not be fetched), if so.
+    pub result_error: Option<ErrorInfo>,
+    /// Whether everything is released and the delegation is over.
+    pub ended: bool,
+    /// What releasing the transport found that the user should know (see
+    /// [`DelegatorInput::TransportReleased`]).
+    pub warnings: Vec<String>,
+    /// Workspace entries the admission scan found that are not shipped (symlinks, special
+    /// files, ignored paths), the first [`MAX_NOT_SHIPPED_LISTED`](crate::engine::admission::MAX_NOT_SHIPPED_LISTED).
+    pub not_shipped: Vec<NotShipped>,
+    /// How many entries are not shipped in all.
+    pub not_shipped_count: u64,
+}
+
+/// How a delegation turned out, for the application: what a CLI's exit code, an MCP tool's
+/// `isError` and the daemon's record report. See [`DelegationView::outcome`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    /// Not over yet.
+    Running,
+    /// Completed, and every result the snapshot policy applies was applied (or there was
+    /// nothing to apply: read-only, `discard`, a live transport).
+    Completed,
+    /// Completed; the result waits, stored, for the application to apply or discard it
+    /// (`staged` mode).
+    Staged,
+    /// Completed, but the result was NOT applied: it is kept stored and pending (`snapshot`),
+    /// or could not be stored or fetched (the executor was not acknowledged and still holds
+    /// it). `reason` says why.
+    NotApplied {
+        /// The snapshot kept for a retry, if its bytes are stored.
+        snapshot: Option<SnapshotId>,
+        /// Why it was not applied.
+        reason: ErrorInfo,
+    },
+    /// The executor could not be reached (or did not answer usably).
+    Unreachable(ErrorInfo),
+    /// The delegation failed, expired or was cancelled.
+    Failed {
+        /// Its terminal state.
+        state: DelegationState,
+        /// What went wrong.
+        error: Option<ErrorInfo>,
+    },
+}
+
+impl Outcome {
+    /// `running`, `completed`, `staged`, `not_applied`, `unreachable` or `failed`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Outcome::Running => "running",
+            Outcome::Completed => "completed",
+            Outcome::Staged => "staged",
+            Outcome::NotApplied { .. } => "not_applied",
+            Outcome::Unreachable(_) => "unreachable",
+            Outcome::Failed { .. } => "failed",
+        }
+    }
+}
+
+impl DelegationView {
+    /// How the delegation turned out (see [`Outcome`]).
+    pub fn outcome(&self) -> Outcome {
+        match self.state {
+            DelegationState::Completed => {}
+            s if !s.is_terminal() => return Outcome::Running,
+            DelegationState::Error
+                if self.error.as_ref().is_some_and(|e| {
+                    matches!(e.code, ErrorCode::Timeout | ErrorCode::SseFailed)
+                }) =>
+            {
+                return Outcome::Unreachable(self.error.clone().expect("checked"))
+            }
+            state => {
+                return Outcome::Failed {
+                    state,
+                    error: self.error.clone(),
+                }
+            }
+        }
+        for snap in &self.snapshots {
+            if let SnapshotStatus::Failed(e) = &snap.status {
+                return Outcome::NotApplied {
+                    snapshot: None,
+                    reason: e.clone(),
+                };
+            }
+        }
+        if let Some(e) = &self.result_error {
+            return Outcome::NotApplied {
+                snapshot: None,
+                reason: e.clone(),
+            };
+        }
+        let auto = self.request.snapshot_mode == SnapshotMode::Auto;
+        let mut staged = false;
+        for snap in &self.snapshots {
+            if snap.status != SnapshotStatus::Pending && snap.status != SnapshotStatus::InFlight {
+                continue;
+            }
+            match &snap.error {
+                Some(e) => {
+                    return Outcome::NotApplied {
+                        snapshot: Some(snap.id.clone()),
+                        reason: e.clone(),
+                    }
+                }
+                None if auto => {
+                    return Outcome::NotApplied {
+                        snapshot: Some(snap.id.clone()),
+                        reason: ErrorInfo::bare(
+                            ErrorCode::TransportError,
+                            "the snapshot was stored but not applied",
+                        ),
+                    }
+                }
+                None => staged = true,
+            }
+        }
+        if staged {
+            Outcome::Staged
+        } else {
+            Outcome::Completed
+        }
+    }
+}

@@ -1,0 +1,163 @@
+//! Delegator journal records: today's (version 0, unversioned) records, captured from the
+//! engine before records became types (`tests/fixtures/delegator_records_v0/`), still load, keep
+//! every field, and resume as they did.
+
+use awcp_proto::engine::delegator::{
+    DelegationRecord, RecordError, SnapshotStatus, StatusEntry, RECORD_VERSION,
+};
+use awcp_proto::{
+    DelegationId, DelegationState, Delegator, DelegatorConfig, DelegatorOutput, Timestamp,
+};
+
+const FIXTURES: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/delegator_records_v0"
+);
+
+fn fixture(name: &str) -> serde_json::Value {
+    let path = format!("{FIXTURES}/{name}.json");
+    serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap()
+}
+
+fn all_fixtures() -> Vec<(String, serde_json::Value)> {
+    let mut names: Vec<String> = std::fs::read_dir(FIXTURES)
+        .unwrap()
+        .map(|e| {
+            e.unwrap()
+                .path()
+                .file_stem()
+                .unwrap()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    names.sort();
+    assert!(names.len() >= 8, "fixtures missing: {names:?}");
+    names
+        .into_iter()
+        .map(|n| (n.clone(), fixture(&n)))
+        .collect()
+}
+
+fn now() -> Timestamp {
+    Timestamp::from_unix_millis(1_700_000_010_000)
+}
+
+fn id() -> DelegationId {
+    DelegationId::new("dlg_engine_test").unwrap()
+}
+
+fn restored(name: &str) -> (Delegator, Vec<DelegatorOutput>) {
+    let rec = DelegationRecord::from_json(&fixture(name)).unwrap();
+    let mut d = Delegator::new(DelegatorConfig::default());
+    assert_eq!(d.restore(now(), &[rec]), 1, "{name}");
+    let out = std::iter::from_fn(|| d.poll_output()).collect();
+    (d, out)
+}
+
+#[test]
+fn version_0_records_load_and_keep_every_field() {
+    for (name, v0) in all_fixtures() {
+        let rec = DelegationRecord::from_json(&v0).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(rec.version, RECORD_VERSION);
+        // Written back, the record is today's object plus `version` (the driver's own
+        // `sources` list is the driver's to keep).
+        let mut expected = v0.clone();
+        let obj = expected.as_object_mut().unwrap();
+        obj.remove("sources");
+        obj.insert("version".into(), RECORD_VERSION.into());
+        assert_eq!(rec.to_json(), expected, "{name}");
+    }
+}
+
+#[test]
+fn records_written_now_read_back_equal() {
+    for (name, v0) in all_fixtures() {
+        let rec = DelegationRecord::from_json(&v0).unwrap();
+        let mut d = Delegator::new(DelegatorConfig::default());
+        d.restore(now(), std::slice::from_ref(&rec));
+        let again = d.record(&id()).unwrap();
+        let back = DelegationRecord::from_json(&again.to_json()).unwrap();
+        assert_eq!(back, again, "{name}");
+    }
+}
+
+#[test]
+fn a_record_from_a_newer_delegator_is_refused() {
+    let mut v = fixture("created");
+    v["version"] = (RECORD_VERSION + 1).into();
+    assert_eq!(
+        DelegationRecord::from_json(&v),
+        Err(RecordError::TooNew(RECORD_VERSION + 1))
+    );
+    let mut v = fixture("created");
+    v["state"] = "flying".into();
+    assert!(matches!(
+        DelegationRecord::from_json(&v),
+        Err(RecordError::Malformed(_))
+    ));
+}
+
+#[test]
+fn version_0_records_resume_as_before() {
+    // Created before the restart: abandoned (nothing was sent).
+    let (d, _) = restored("created");
+    assert_eq!(d.get(&id()).unwrap().state, DelegationState::Error);
+
+    // Running with a snapshot being stored: the store is forgotten (its leftover bytes
+    // deleted) and the event stream reopened to receive it again.
+    let (d, out) = restored("running_storing");
+    let v = d.get(&id()).unwrap();
+    assert_eq!(v.state, DelegationState::Running);
+    assert!(v.snapshots.is_empty());
+    assert!(out
+        .iter()
+        .any(|o| matches!(o, DelegatorOutput::DeleteStoredSnapshot { .. })));
+    assert!(out
+        .iter()
+        .any(|o| matches!(o, DelegatorOutput::OpenEventStream { .. })));
+
+    // Completed with an apply in flight (bytes stored): pending again, with the reason.
+    let (d, _) = restored("completed_applying");
+    let snap = &d.get(&id()).unwrap().snapshots[0];
+    assert_eq!(snap.status, SnapshotStatus::Pending);
+    assert!(snap
+        .error
+        .as_ref()
+        .unwrap()
+        .message
+        .contains("stopped while applying"));
+
+    // A failed store stays failed; the executor is not acknowledged.
+    let (d, out) = restored("completed_store_failed");
+    assert!(matches!(
+        d.get(&id()).unwrap().snapshots[0].status,
+        SnapshotStatus::Failed(_)
+    ));
+    assert!(!out
+        .iter()
+        .any(|o| matches!(o, DelegatorOutput::SendAck { .. })));
+
+    // Ended: kept for listing; nothing to do but delete bytes the applied snapshot may have
+    // left if the process stopped between journalling the apply and deleting them.
+    let (d, out) = restored("completed_ended");
+    let v = d.get(&id()).unwrap();
+    assert!(v.ended);
+    assert_eq!(v.warnings, vec!["w1".to_string()]);
+    assert!(
+        out.iter()
+            .all(|o| matches!(o, DelegatorOutput::DeleteStoredSnapshot { .. })),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn snapshot_statuses_keep_their_record_shape() {
+    let v = fixture("completed_store_failed");
+    let rec = DelegationRecord::from_json(&v).unwrap();
+    assert!(matches!(
+        rec.snapshots[0].status,
+        StatusEntry::Failed { error: Some(_) }
+    ));
+    assert_eq!(rec.to_json()["snapshots"][0]["status"]["status"], "failed");
+}
