@@ -369,7 +369,9 @@ fn regression_seeds() {
     //        auto mode: the restored delegator deletes what the store may have written, then
     //        fetches and stores again (a store over existing bytes replaces them).
     // 372323: the same, and the second store fails: the bytes of the first are deleted too.
-    for seed in [7, 12_395, 28_233, 42_964, 179_325, 3_912, 20_502, 19_613, 372_323] {
+    for seed in [
+        7, 12_395, 28_233, 42_964, 179_325, 3_912, 20_502, 19_613, 372_323,
+    ] {
         let mut w = World::new(SimConfig::random(seed));
         if let Err(f) = w.run() {
             panic!("{f}");

@@ -3,6 +3,8 @@
 //! things work).
 #![allow(dead_code)]
 
+pub mod rabbit;
+
 use std::time::Duration;
 
 use agent_rt::{ClientTls, Host, Runtime, ServerOptions};

@@ -277,9 +277,7 @@ impl GroupMember {
     fn mention(&self, m: Option<&Mentions>, task_command: bool) -> Option<Mention> {
         match m {
             Some(Mentions::All) => Some(Mention::All),
-            Some(Mentions::List(l)) if l.contains(&self.cfg.partner_id) => {
-                Some(Mention::Me)
-            }
+            Some(Mentions::List(l)) if l.contains(&self.cfg.partner_id) => Some(Mention::Me),
             Some(Mentions::List(l)) if !l.is_empty() => None,
             _ if !task_command => None,
             _ => {
