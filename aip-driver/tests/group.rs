@@ -46,6 +46,7 @@ async fn echo_partner<R: Runtime>(
     p: GroupPartnerHandle<R>,
     mut events: GroupPartnerEvents,
     seen: mpsc::UnboundedSender<GroupPartnerEvent>,
+    starts: Starts,
 ) {
     while let Some(e) = events.next().await {
         if let GroupPartnerEvent::Group { group_id, event } = &e {
@@ -53,6 +54,7 @@ async fn echo_partner<R: Runtime>(
                 task_id, command, ..
             } = event.as_ref()
             {
+                starts.lock().unwrap().push(task_id.clone());
                 let text: String = command
                     .items()
                     .iter()
@@ -76,8 +78,12 @@ async fn echo_partner<R: Runtime>(
     }
 }
 
+type Starts = Arc<std::sync::Mutex<Vec<String>>>;
+
 struct Partner<R: Runtime> {
     handle: GroupPartnerHandle<R>,
+    /// Every task start this partner saw, in order.
+    starts: Starts,
     seen: mpsc::UnboundedReceiver<GroupPartnerEvent>,
     rpc_url: String,
     _stop: futures::channel::oneshot::Sender<()>,
@@ -92,7 +98,13 @@ fn partner<R: Host>(id: &str, refuse: bool) -> Partner<R> {
     }
     let (handle, events) = GroupPartnerHandle::new(rt.clone(), opts);
     let (seen_tx, seen) = mpsc::unbounded();
-    rt.spawn(Box::pin(echo_partner(handle.clone(), events, seen_tx)));
+    let starts = Starts::default();
+    rt.spawn(Box::pin(echo_partner(
+        handle.clone(),
+        events,
+        seen_tx,
+        starts.clone(),
+    )));
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let (stop, stopped) = futures::channel::oneshot::channel::<()>();
@@ -110,6 +122,7 @@ fn partner<R: Host>(id: &str, refuse: bool) -> Partner<R> {
     }));
     Partner {
         handle,
+        starts,
         seen,
         rpc_url: format!("http://127.0.0.1:{port}/group/rpc"),
         _stop: stop,
@@ -132,25 +145,29 @@ fn start(task: &str, mentions: Mentions, text: &str) -> GroupCommand {
     GroupCommand::new(CommandKind::Start, task, "s-1", mentions).text(text)
 }
 
-/// Waits until `want` partners' results of `task` are in `state`.
+/// Waits until `want` partners' latest results of `task` are in `state` (checked after each
+/// leader event, so events consumed by an earlier wait do not matter); returns them sorted.
 async fn wait_results<R: Host>(
+    l: &GroupLeaderHandle<R>,
     events: &mut GroupLeaderEvents,
     task: &str,
     state: TaskState,
     want: usize,
 ) -> Vec<String> {
     let rt = R::default();
-    let mut got = Vec::new();
-    while got.len() < want {
-        let e = wait_for(&rt, events, &format!("{task} {state}"), |e| {
-            matches!(e, GroupLeaderEvent::Group(LeaderEvent::TaskUpdate { result, .. })
-                if result.task_id == task && result.status.state == state)
-        })
-        .await;
-        if let GroupLeaderEvent::Group(LeaderEvent::TaskUpdate { partner, .. }) = e {
-            got.push(partner);
+    let found = agent_rt::runtime::timeout(&rt, common::DEADLINE, async {
+        loop {
+            let got = l.partners_in(task, state).await.unwrap();
+            if got.len() >= want {
+                return got;
+            }
+            if events.next().await.is_none() {
+                panic!("leader events ended");
+            }
         }
-    }
+    })
+    .await;
+    let mut got = found.unwrap_or_else(|| panic!("timed out waiting for {want} × {task} {state}"));
     got.sort();
     got
 }
@@ -186,7 +203,7 @@ async fn three_partners_and_mentions<R: Host>(test: u32) {
         .await
         .unwrap();
     assert_eq!(
-        wait_results::<R>(&mut ev, "t-one", TaskState::AwaitingCompletion, 1).await,
+        wait_results(&l, &mut ev, "t-one", TaskState::AwaitingCompletion, 1).await,
         vec![ids[1].clone()]
     );
 
@@ -195,13 +212,13 @@ async fn three_partners_and_mentions<R: Host>(test: u32) {
         .await
         .unwrap();
     assert_eq!(
-        wait_results::<R>(&mut ev, "t-several", TaskState::AwaitingCompletion, 2).await,
+        wait_results(&l, &mut ev, "t-several", TaskState::AwaitingCompletion, 2).await,
         vec![ids[0].clone(), ids[2].clone()]
     );
 
     l.send(start("t-all", Mentions::All, "all")).await.unwrap();
     assert_eq!(
-        wait_results::<R>(&mut ev, "t-all", TaskState::AwaitingCompletion, 3).await,
+        wait_results(&l, &mut ev, "t-all", TaskState::AwaitingCompletion, 3).await,
         ids
     );
     let results = l.results("t-all").await.unwrap();
@@ -224,7 +241,7 @@ async fn three_partners_and_mentions<R: Host>(test: u32) {
     .await
     .unwrap();
     assert_eq!(
-        wait_results::<R>(&mut ev, "t-all", TaskState::Completed, 1).await,
+        wait_results(&l, &mut ev, "t-all", TaskState::Completed, 1).await,
         vec![ids[0].clone()]
     );
     assert_eq!(
@@ -272,7 +289,7 @@ async fn leave_mute_reject<R: Host>(test: u32) {
     })
     .await;
     l.send(start("t-mute", Mentions::All, "go")).await.unwrap();
-    let got = wait_results::<R>(&mut ev, "t-mute", TaskState::AwaitingCompletion, 2).await;
+    let got = wait_results(&l, &mut ev, "t-mute", TaskState::AwaitingCompletion, 2).await;
     assert!(!got.contains(&ids[1]), "a muted partner published: {got:?}");
     assert!(ps[1]
         .handle
@@ -281,7 +298,7 @@ async fn leave_mute_reject<R: Host>(test: u32) {
         .unwrap());
     l.unmute(&ids[1]).await.unwrap();
     assert_eq!(
-        wait_results::<R>(&mut ev, "t-mute", TaskState::AwaitingCompletion, 1).await,
+        wait_results(&l, &mut ev, "t-mute", TaskState::AwaitingCompletion, 1).await,
         vec![ids[1].clone()]
     );
 
@@ -313,7 +330,7 @@ async fn leave_mute_reject<R: Host>(test: u32) {
         .await
         .unwrap();
     assert_eq!(
-        wait_results::<R>(&mut ev, "t-after", TaskState::AwaitingCompletion, 1).await,
+        wait_results(&l, &mut ev, "t-after", TaskState::AwaitingCompletion, 1).await,
         vec![ids[1].clone()]
     );
 
@@ -325,7 +342,7 @@ async fn leave_mute_reject<R: Host>(test: u32) {
     ))
     .await
     .unwrap();
-    wait_results::<R>(&mut ev, "t-rej", TaskState::Rejected, 1).await;
+    wait_results(&l, &mut ev, "t-rej", TaskState::Rejected, 1).await;
 
     // Refused invitations: by RPC (-32020 in the reply) and by inbox (an error message in
     // the leader's inbox).
@@ -344,6 +361,162 @@ async fn leave_mute_reject<R: Host>(test: u32) {
     l.disband().await.unwrap();
 }
 
+/// A broker restart mid-task: the partners' and the leader's connections drop; a result
+/// submitted and a task started while the broker is down are delivered after it is back;
+/// nothing is lost and no task starts twice.
+async fn broker_restart<R: Host>(test: u32) {
+    let Some(b) = Broker::start() else { return };
+    let lid = aic(test, 0);
+    let group = format!("restart-{test}");
+    let (l, mut ev) = leader::<R>(&b, &lid, &group).await;
+    let ids: Vec<String> = (1..=2).map(|n| aic(test, n)).collect();
+    let mut ps: Vec<Partner<R>> = ids.iter().map(|id| partner::<R>(id, false)).collect();
+    for i in 0..2 {
+        l.invite_rpc(&ids[i], &ps[i].rpc_url, server(&b))
+            .await
+            .unwrap();
+        joined::<R>(&mut ev, &ids[i]).await;
+    }
+    l.send(start("t-1", Mentions::All, "hold")).await.unwrap();
+    wait_results(&l, &mut ev, "t-1", TaskState::Working, 2).await;
+
+    b.stop();
+    wait_for(&R::default(), &mut ev, "leader disconnected", |e| {
+        matches!(e, GroupLeaderEvent::Disconnected(_))
+    })
+    .await;
+    for p in &mut ps {
+        wait_for(&R::default(), &mut p.seen, "partner disconnected", |e| {
+            matches!(e, GroupPartnerEvent::Disconnected { .. })
+        })
+        .await;
+    }
+    // While the broker is down: partner 1 submits, the leader starts another task.
+    ps[0]
+        .handle
+        .submit(
+            &group,
+            "t-1",
+            vec![Product::text("answer", "made during the outage")],
+        )
+        .await
+        .unwrap();
+    l.send(start("t-2", Mentions::All, "second")).await.unwrap();
+    b.restart();
+
+    assert_eq!(
+        wait_results(&l, &mut ev, "t-1", TaskState::AwaitingCompletion, 1).await,
+        vec![ids[0].clone()]
+    );
+    assert_eq!(
+        wait_results(&l, &mut ev, "t-2", TaskState::AwaitingCompletion, 2).await,
+        ids
+    );
+    l.send(GroupCommand::new(
+        CommandKind::Complete,
+        "t-1",
+        "s-1",
+        Mentions::List(vec![ids[0].clone()]),
+    ))
+    .await
+    .unwrap();
+    assert_eq!(
+        wait_results(&l, &mut ev, "t-1", TaskState::Completed, 1).await,
+        vec![ids[0].clone()]
+    );
+    // Each partner started each task exactly once.
+    l.disband().await.unwrap();
+    for p in &mut ps {
+        wait_for(&R::default(), &mut p.seen, "left", |e| {
+            matches!(e, GroupPartnerEvent::Left { .. })
+        })
+        .await;
+        let starts = p.starts.lock().unwrap().clone();
+        assert_eq!(
+            starts,
+            vec!["t-1".to_owned(), "t-2".to_owned()],
+            "{}",
+            p.handle.partner_id()
+        );
+    }
+}
+
+/// A partner process SIGKILLed mid-task: its status becomes not-connected after the next
+/// `get-status`, and the other partner goes on.
+async fn partner_killed<R: Host>(test: u32) {
+    let Some(b) = rabbit::shared() else { return };
+    let lid = aic(test, 0);
+    let group = format!("kill-{test}");
+    let (l, mut ev) = leader::<R>(&b, &lid, &group).await;
+    let (alive, doomed) = (aic(test, 1), aic(test, 2));
+    let p = partner::<R>(&alive, false);
+    l.invite_rpc(&alive, &p.rpc_url, server(&b)).await.unwrap();
+    joined::<R>(&mut ev, &alive).await;
+    eprintln!("kill test: alive joined");
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "group_partner_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("AIP_GROUP_CHILD", format!("{}|{doomed}", b.url()))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("child ready") {
+        line.clear();
+        assert!(
+            std::io::BufRead::read_line(&mut out, &mut line).unwrap() > 0,
+            "child exited"
+        );
+    }
+    eprintln!("kill test: child ready");
+    l.invite_inbox(&doomed).await.unwrap();
+    joined::<R>(&mut ev, &doomed).await;
+    eprintln!("kill test: child joined");
+    l.send(start("t-1", Mentions::All, "hold")).await.unwrap();
+    wait_results(&l, &mut ev, "t-1", TaskState::Working, 2).await;
+
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    l.get_status(Mentions::All).await.unwrap();
+    wait_for(&R::default(), &mut ev, "the killed partner is lost", |e| {
+        matches!(e, GroupLeaderEvent::Group(LeaderEvent::MemberLost { partner }) if *partner == doomed)
+    })
+    .await;
+    let members = l.members().await.unwrap();
+    assert_eq!(members[&doomed].connection, Connection::NotConnected);
+    assert_eq!(members[&alive].connection, Connection::Connected);
+    l.send(start("t-2", Mentions::All, "go on")).await.unwrap();
+    assert_eq!(
+        wait_results(&l, &mut ev, "t-2", TaskState::AwaitingCompletion, 1).await,
+        vec![alive.clone()]
+    );
+    l.disband().await.unwrap();
+}
+
+/// The partner process `partner_killed` starts (and kills): does nothing unless
+/// `AIP_GROUP_CHILD=url|aic` is set.
+#[test]
+fn group_partner_child() {
+    let Ok(spec) = std::env::var("AIP_GROUP_CHILD") else {
+        return;
+    };
+    let (url, id) = spec.split_once('|').unwrap();
+    <agent_rt::TokioRuntime as Host>::block_on(async move {
+        eprintln!("child: starting {id}");
+        let p = partner::<agent_rt::TokioRuntime>(id, false);
+        p.handle.listen_inbox(url).await.unwrap();
+        eprintln!("child: inbox ready");
+        println!("child ready");
+        futures::future::pending::<()>().await;
+    });
+}
+
 macro_rules! on_both_runtimes {
     ($($name:ident => $body:ident($n:expr)),* $(,)?) => {
         mod tokio_rt {
@@ -360,4 +533,6 @@ macro_rules! on_both_runtimes {
 on_both_runtimes! {
     a_leader_and_three_partners_with_mentions_to_one_several_and_all => three_partners_and_mentions(1),
     leave_mute_unmute_reject_and_refused_invitations => leave_mute_reject(2),
+    a_broker_restart_mid_task_loses_nothing_and_starts_nothing_twice => broker_restart(3),
+    a_partner_killed_with_sigkill_becomes_not_connected => partner_killed(4),
 }

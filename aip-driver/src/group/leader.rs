@@ -114,6 +114,10 @@ impl Side for LeaderSide {
         self.engine.handle_timeout(now);
     }
 
+    fn reconnected(&mut self, now: Timestamp) {
+        self.engine.reconnected(now);
+    }
+
     fn link_event(up: bool, detail: String) -> GroupLeaderEvent {
         if up {
             GroupLeaderEvent::Reconnected

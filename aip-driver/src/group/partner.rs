@@ -164,6 +164,10 @@ impl Side for MemberSide {
 
     fn timeout(&mut self, _now: Timestamp) {}
 
+    fn reconnected(&mut self, now: Timestamp) {
+        self.engine.reconnected(now);
+    }
+
     fn link_event(up: bool, reason: String) -> GroupPartnerEvent {
         // The group id is filled in by the forwarding task.
         if up {
@@ -209,6 +213,8 @@ impl Side for InboxSide {
     }
 
     fn timeout(&mut self, _now: Timestamp) {}
+
+    fn reconnected(&mut self, _now: Timestamp) {}
 
     fn link_event(up: bool, reason: String) -> GroupPartnerEvent {
         let group_id = "(inbox)".to_owned();

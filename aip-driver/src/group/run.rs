@@ -38,6 +38,8 @@ pub(crate) trait Side: Send + 'static {
     fn poll(&mut self) -> Option<Out<Self::Event>>;
     fn poll_timeout(&self) -> Option<Timestamp>;
     fn timeout(&mut self, now: Timestamp);
+    /// The link came back (everything declared again).
+    fn reconnected(&mut self, now: Timestamp);
     /// The event for "the link is up" (`true`) or "lost, reconnecting" (`false`).
     fn link_event(up: bool, detail: String) -> Self::Event;
 }
@@ -106,6 +108,7 @@ impl<R: Runtime, S: Side> Runner<R, S> {
                     Ok(l) => {
                         link = Some(l);
                         backoff = Duration::from_millis(100);
+                        self.side.reconnected(now(&self.rt));
                         let _ = self
                             .events
                             .unbounded_send(S::link_event(true, "reconnected".into()));
@@ -123,6 +126,16 @@ impl<R: Runtime, S: Side> Runner<R, S> {
                         }
                         continue;
                     }
+                }
+            }
+            // Outputs of `reconnected` first.
+            while let Some(o) = self.side.poll() {
+                match o {
+                    Out::Publish(p) => pending.push_back(p),
+                    Out::Event(e) => {
+                        let _ = self.events.unbounded_send(e);
+                    }
+                    Out::Leave(q, done) => leave = Some((q, done)),
                 }
             }
             let Some((l, deliveries)) = link.as_mut() else {

@@ -35,6 +35,9 @@ use crate::wire::{
     Mentions, Method, RpcId, SenderRole, TaskCommand, TaskResult, TaskState,
 };
 
+/// How many sent task commands are kept for re-publication to a member that reconnects.
+const MAX_SENT: usize = 1024;
+
 /// Configuration of one group.
 #[derive(Clone, Debug)]
 pub struct LeaderConfig {
@@ -203,6 +206,11 @@ pub struct GroupLeader {
     phase: GroupPhase,
     members: BTreeMap<String, MemberView>,
     results: BTreeMap<(String, String), TaskResult>,
+    /// Task commands sent (bounded), with the local sequence number they were sent at.
+    sent: VecDeque<(u64, TaskCommand)>,
+    /// Per (task, partner): the sequence number of the last result heard.
+    heard: BTreeMap<(String, String), u64>,
+    seq: u64,
     seen: SeenIds,
     out: VecDeque<LeaderOutput>,
     now: Timestamp,
@@ -224,6 +232,9 @@ impl GroupLeader {
             phase: GroupPhase::Open,
             members: BTreeMap::new(),
             results: BTreeMap::new(),
+            sent: VecDeque::new(),
+            heard: BTreeMap::new(),
+            seq: 0,
             seen: SeenIds::new(16_384),
             out: VecDeque::new(),
             now,
@@ -473,6 +484,11 @@ impl GroupLeader {
         c.task_id = Some(cmd.task_id);
         c.group_id = Some(self.cfg.group_id.clone());
         c.session_id = Some(cmd.session_id);
+        self.seq += 1;
+        self.sent.push_back((self.seq, c.clone()));
+        if self.sent.len() > MAX_SENT {
+            self.sent.pop_front();
+        }
         Ok(self.publish(&GroupMessage::Command(c)))
     }
 
@@ -600,11 +616,17 @@ impl GroupLeader {
 
     fn on_status(&mut self, sender: &str, status: MemberStatus) {
         if status.connected {
+            // Only invited members join, and a member that left must be invited again.
             let known = self.members.get(sender).map(|m| m.connection);
-            if known == Some(Connection::Left) && self.phase == GroupPhase::Disbanded {
-                return;
-            }
+            let rejoin = match known {
+                None | Some(Connection::Left) => return,
+                Some(Connection::Invited) => false,
+                Some(Connection::Connected | Connection::NotConnected) => true,
+            };
             self.connected(sender, Some(status.muted));
+            if rejoin {
+                self.resend(sender);
+            }
             self.event(LeaderEvent::MemberStatus {
                 partner: sender.to_owned(),
                 status,
@@ -630,6 +652,8 @@ impl GroupLeader {
             return;
         }
         let key = (r.task_id.clone(), sender.to_owned());
+        self.seq += 1;
+        self.heard.insert(key.clone(), self.seq);
         if let Some(prev) = self.results.get(&key) {
             let (ps, ns) = (prev.status.state, r.status.state);
             let older = r.status.state_changed_at < prev.status.state_changed_at;
@@ -647,6 +671,35 @@ impl GroupLeader {
         });
     }
 
+    /// A member announced itself again (it reconnected, or answered `get-status`): the task
+    /// commands meant for it that it has not answered since they were sent are published
+    /// again with their original ids (a member that had them drops the copy), so a command
+    /// that found no queue while the broker restarted is not lost.
+    fn resend(&mut self, partner: &str) {
+        let again: Vec<TaskCommand> = self
+            .sent
+            .iter()
+            .filter(|(seq, c)| {
+                let meant = match &c.mentions {
+                    None => true,
+                    Some(Mentions::All) => true,
+                    Some(Mentions::List(l)) => l.is_empty() || l.iter().any(|p| p == partner),
+                };
+                let task = c.task_id.clone().unwrap_or_default();
+                let heard = self
+                    .heard
+                    .get(&(task, partner.to_owned()))
+                    .copied()
+                    .unwrap_or(0);
+                meant && heard < *seq
+            })
+            .map(|(_, c)| c.clone())
+            .collect();
+        for c in again {
+            self.publish(&GroupMessage::Command(c));
+        }
+    }
+
     /// One delivery from the leader's inbox (invitation errors).
     pub fn handle_inbox(&mut self, now: Timestamp, body: &[u8]) {
         self.tick(now);
@@ -662,6 +715,16 @@ impl GroupLeader {
             .is_some_and(|m| m.invitation.as_deref() == Some(e.invitation_token.as_str()));
         if open {
             self.refused(&e.partner_aic, e.error.code, e.error.message);
+        }
+    }
+
+    /// The driver's broker connection came back (exchange, queue and inbox declared again).
+    /// Messages published to the leader's queue while it was gone are lost with it, so the
+    /// leader asks every member for its status: members answer with their status and latest
+    /// results, and the leader republishes the commands they have not answered.
+    pub fn reconnected(&mut self, now: Timestamp) {
+        if self.phase == GroupPhase::Open {
+            let _ = self.get_status(now, Mentions::All);
         }
     }
 

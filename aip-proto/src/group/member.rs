@@ -382,7 +382,15 @@ impl GroupMember {
         }
         let session = m.header.session_id.clone();
         match m.command {
-            MgmtKind::GetStatus => self.publish_status(session),
+            MgmtKind::GetStatus => {
+                // The status, then the latest result of every task: a leader that lost its
+                // queue (its connection dropped) learns what it missed; it drops what it has.
+                self.publish_status(session);
+                let ids: Vec<String> = self.tasks.keys().cloned().collect();
+                for id in ids {
+                    self.publish_result(&id);
+                }
+            }
             MgmtKind::Mute | MgmtKind::Unmute => {
                 let mute = m.command == MgmtKind::Mute;
                 let changed = self.muted != mute;
@@ -418,6 +426,22 @@ impl GroupMember {
         self.phase = MemberPhase::Left;
         self.publish_status(session);
         self.out.push_back(MemberOutput::Leave(reason));
+    }
+
+    /// The driver's broker connection came back (queue declared and bound again): announce
+    /// `connected:true` again and republish the latest result of every task (the leader
+    /// drops what it had), so nothing published into a queue that the restart removed is
+    /// lost. The leader answers by republishing its commands this member has not answered.
+    pub fn reconnected(&mut self, now: Timestamp) {
+        self.tick(now);
+        if self.phase != MemberPhase::Joined {
+            return;
+        }
+        self.publish_status(None);
+        let ids: Vec<String> = self.tasks.keys().cloned().collect();
+        for id in ids {
+            self.publish_result(&id);
+        }
     }
 
     /// Leaves on the member's own initiative: `leave-group` naming itself, then

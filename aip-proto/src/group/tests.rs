@@ -33,6 +33,7 @@ impl Net {
             left: Vec::new(),
         };
         for p in partners {
+            n.leader.invite_inbox(t(0), p).unwrap();
             let cfg = MemberConfig::new(p, L, G);
             assert_eq!(cfg.exchange, n.leader.exchange());
             n.members.push(GroupMember::joined(t(0), cfg));
@@ -426,4 +427,53 @@ fn management_messages_in_both_dialects() {
     assert_eq!(v["mentions"], "all");
     assert!(decode_group_message(b"{\"type\":\"group-mgmt-result\"}").is_err());
     assert!(decode_group_message(b"not json").is_err());
+}
+
+#[test]
+fn a_command_lost_with_a_queue_is_published_again_when_the_member_reconnects() {
+    let mut n = Net::new(&[A, B]);
+    // B's queue is gone (broker restart): it misses the start.
+    n.leader
+        .send(
+            t(1),
+            GroupCommand::new(CommandKind::Start, "t", "s", Mentions::All),
+        )
+        .unwrap();
+    let mut bodies = Vec::new();
+    while let Some(o) = n.leader.poll_output() {
+        if let LeaderOutput::Publish(p) = o {
+            bodies.push(p.body);
+        }
+    }
+    for b in &bodies {
+        n.member(A).handle_delivery(t(1), b);
+    }
+    n.pump(t(1));
+    assert_eq!(n.started(), vec![A.to_owned()]);
+    n.member(A).accept(t(2), "t").unwrap();
+    n.pump(t(2));
+    // B reconnects: it announces itself; the leader republishes the start (A, which
+    // answered, drops the copy: no second task).
+    n.member(B).reconnected(t(3));
+    n.pump(t(3));
+    assert_eq!(n.started(), vec![A.to_owned(), B.to_owned()]);
+    n.member(B).accept(t(4), "t").unwrap();
+    n.pump(t(4));
+    assert_eq!(n.leader.partners_in("t", TaskState::Accepted).len(), 2);
+    // A later status round does not start anything again.
+    n.leader.get_status(t(5), Mentions::All).unwrap();
+    n.pump(t(5));
+    assert_eq!(n.started().len(), 2);
+}
+
+#[test]
+fn only_invited_members_join_and_a_member_that_left_must_be_invited_again() {
+    let mut l = GroupLeader::new(t(0), LeaderConfig::new(L, G)).unwrap();
+    let mut stranger = GroupMember::joined(t(0), MemberConfig::new(A, L, G));
+    let Some(MemberOutput::Publish(p)) = stranger.poll_output() else {
+        panic!()
+    };
+    l.handle_delivery(t(1), &p.body);
+    assert!(l.member(A).is_none());
+    assert_eq!(l.poll_output(), None);
 }
