@@ -298,8 +298,8 @@ async fn leave_mute_reject<R: Host>(test: u32) {
         .unwrap());
     l.unmute(&ids[1]).await.unwrap();
     assert_eq!(
-        wait_results(&l, &mut ev, "t-mute", TaskState::AwaitingCompletion, 1).await,
-        vec![ids[1].clone()]
+        wait_results(&l, &mut ev, "t-mute", TaskState::AwaitingCompletion, 3).await,
+        ids
     );
 
     // The leader removes A; C leaves by itself.
@@ -452,7 +452,6 @@ async fn partner_killed<R: Host>(test: u32) {
     let p = partner::<R>(&alive, false);
     l.invite_rpc(&alive, &p.rpc_url, server(&b)).await.unwrap();
     joined::<R>(&mut ev, &alive).await;
-    eprintln!("kill test: alive joined");
     let mut child = std::process::Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
@@ -462,7 +461,7 @@ async fn partner_killed<R: Host>(test: u32) {
         ])
         .env("AIP_GROUP_CHILD", format!("{}|{doomed}", b.url()))
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::inherit())
+        .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
     let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
@@ -474,10 +473,8 @@ async fn partner_killed<R: Host>(test: u32) {
             "child exited"
         );
     }
-    eprintln!("kill test: child ready");
     l.invite_inbox(&doomed).await.unwrap();
     joined::<R>(&mut ev, &doomed).await;
-    eprintln!("kill test: child joined");
     l.send(start("t-1", Mentions::All, "hold")).await.unwrap();
     wait_results(&l, &mut ev, "t-1", TaskState::Working, 2).await;
 
@@ -508,10 +505,8 @@ fn group_partner_child() {
     };
     let (url, id) = spec.split_once('|').unwrap();
     <agent_rt::TokioRuntime as Host>::block_on(async move {
-        eprintln!("child: starting {id}");
         let p = partner::<agent_rt::TokioRuntime>(id, false);
         p.handle.listen_inbox(url).await.unwrap();
-        eprintln!("child: inbox ready");
         println!("child ready");
         futures::future::pending::<()>().await;
     });
