@@ -63,6 +63,8 @@ enum Woke<S: Side> {
     Timer,
 }
 
+type Leave = (Vec<String>, Option<oneshot::Sender<()>>);
+
 type Deliveries = SelectAll<BoxStream<'static, (String, lapin::Result<Delivery>)>>;
 
 impl<R: Runtime, S: Side> Runner<R, S> {
@@ -91,18 +93,10 @@ impl<R: Runtime, S: Side> Runner<R, S> {
         let mut link: Option<(Link, Deliveries)> = Some(first);
         let mut pending: VecDeque<Publish> = VecDeque::new();
         let mut unacked: Vec<Delivery> = Vec::new();
-        let mut leave: Option<(Vec<String>, Option<oneshot::Sender<()>>)> = None;
+        let mut leave: Option<Leave> = None;
         let mut backoff = Duration::from_millis(100);
         loop {
-            while let Some(o) = self.side.poll() {
-                match o {
-                    Out::Publish(p) => pending.push_back(p),
-                    Out::Event(e) => {
-                        let _ = self.events.unbounded_send(e);
-                    }
-                    Out::Leave(q, done) => leave = Some((q, done)),
-                }
-            }
+            self.drain(&mut pending, &mut leave);
             if link.is_none() {
                 match self.open().await {
                     Ok(l) => {
@@ -129,15 +123,7 @@ impl<R: Runtime, S: Side> Runner<R, S> {
                 }
             }
             // Outputs of `reconnected` first.
-            while let Some(o) = self.side.poll() {
-                match o {
-                    Out::Publish(p) => pending.push_back(p),
-                    Out::Event(e) => {
-                        let _ = self.events.unbounded_send(e);
-                    }
-                    Out::Leave(q, done) => leave = Some((q, done)),
-                }
-            }
+            self.drain(&mut pending, &mut leave);
             let Some((l, deliveries)) = link.as_mut() else {
                 continue;
             };
@@ -203,6 +189,18 @@ impl<R: Runtime, S: Side> Runner<R, S> {
                     return;
                 }
                 Woke::Timer => self.side.timeout(now(&self.rt)),
+            }
+        }
+    }
+
+    fn drain(&mut self, pending: &mut VecDeque<Publish>, leave: &mut Option<Leave>) {
+        while let Some(o) = self.side.poll() {
+            match o {
+                Out::Publish(p) => pending.push_back(p),
+                Out::Event(e) => {
+                    let _ = self.events.unbounded_send(e);
+                }
+                Out::Leave(q, done) => *leave = Some((q, done)),
             }
         }
     }

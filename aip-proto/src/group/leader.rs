@@ -27,7 +27,7 @@ use crate::group::wire::{
     AgentRef, AmqpConfig, GroupInfo, GroupMessage, InboxInvitation, InboxMessage, JoinParams,
     JoinReply, MemberStatus, MgmtCommand, MgmtKind, ServerConfig, INBOX_EXCHANGE,
 };
-use crate::group::{decode_group_message, Publish, SeenIds};
+use crate::group::{admit, Publish, SeenIds};
 use crate::state::is_reachable;
 use crate::time::Timestamp;
 use crate::wire::{
@@ -581,24 +581,14 @@ impl GroupLeader {
     /// One delivery from the leader's group queue.
     pub fn handle_delivery(&mut self, now: Timestamp, body: &[u8]) {
         self.tick(now);
-        let Ok((msg, _)) = decode_group_message(body) else {
+        let Some((sender, msg)) = admit(
+            body,
+            &self.cfg.leader_id,
+            &self.cfg.group_id,
+            &mut self.seen,
+        ) else {
             return;
         };
-        let Some(sender) = msg.sender_id().map(str::to_owned) else {
-            return;
-        };
-        if sender == self.cfg.leader_id {
-            return;
-        }
-        if msg.group_id().is_some_and(|g| g != self.cfg.group_id) {
-            return;
-        }
-        // Ids are unique per sender, so duplicates are recognised per (sender, id).
-        if let Some(id) = msg.message_id() {
-            if !self.seen.insert(msg.sender_id().unwrap_or_default(), id) {
-                return;
-            }
-        }
         match msg {
             GroupMessage::MgmtResult(r) => self.on_status(&sender, r.status),
             GroupMessage::Result(r) => self.on_result(&sender, r),

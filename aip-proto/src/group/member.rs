@@ -23,7 +23,7 @@ use crate::error::UsageError;
 use crate::group::wire::{
     encode_group_message, GroupMessage, MemberStatus, MgmtCommand, MgmtKind, MgmtResult,
 };
-use crate::group::{decode_group_message, Publish, SeenIds};
+use crate::group::{admit, Publish, SeenIds};
 use crate::state::{command_effect, Cause, TaskMachine};
 use crate::time::Timestamp;
 use crate::wire::{
@@ -297,21 +297,14 @@ impl GroupMember {
         if self.phase != MemberPhase::Joined {
             return;
         }
-        let Ok((msg, _)) = decode_group_message(body) else {
+        let Some((_, msg)) = admit(
+            body,
+            &self.cfg.partner_id,
+            &self.cfg.group_id,
+            &mut self.seen,
+        ) else {
             return;
         };
-        if msg.sender_id() == Some(self.cfg.partner_id.as_str()) {
-            return;
-        }
-        if msg.group_id().is_some_and(|g| g != self.cfg.group_id) {
-            return;
-        }
-        // Ids are unique per sender, so duplicates are recognised per (sender, id).
-        if let Some(id) = msg.message_id() {
-            if !self.seen.insert(msg.sender_id().unwrap_or_default(), id) {
-                return;
-            }
-        }
         match msg {
             GroupMessage::Command(c) => self.on_command(c),
             GroupMessage::Mgmt(m) => self.on_mgmt(m),

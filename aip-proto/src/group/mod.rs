@@ -95,6 +95,28 @@ impl SeenIds {
     }
 }
 
+/// Reads one delivery for the agent `me` in `group`: decodes it and drops what the agent
+/// must not act on (not a group message, its own echo, another group's, no sender, or a
+/// duplicate: ids are unique per sender, so duplicates are recognised per sender and id).
+pub(crate) fn admit(
+    body: &[u8],
+    me: &str,
+    group: &str,
+    seen: &mut SeenIds,
+) -> Option<(String, GroupMessage)> {
+    let (msg, _) = decode_group_message(body).ok()?;
+    let sender = msg.sender_id()?.to_owned();
+    if sender == me || msg.group_id().is_some_and(|g| g != group) {
+        return None;
+    }
+    if let Some(id) = msg.message_id() {
+        if !seen.insert(&sender, id) {
+            return None;
+        }
+    }
+    Some((sender, msg))
+}
+
 /// Whether an inbox invitation may be taken at `now`: not expired (with the SDK's 30 s of
 /// clock skew), a valid group id, a fanout exchange.
 pub fn check_invitation(now: Timestamp, inv: &InboxInvitation) -> Result<(), InvitationErrorBody> {

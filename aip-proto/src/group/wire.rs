@@ -301,40 +301,32 @@ pub fn encode_group_message(m: &GroupMessage, dialect: Dialect) -> Vec<u8> {
         GroupMessage::Command(c) => encode_command(c, dialect),
         GroupMessage::Result(t) => encode_task(t, dialect),
         GroupMessage::Mgmt(c) => {
-            let mut o = Map::new();
-            o.insert(
-                "type".into(),
-                Value::from(if v1 {
-                    "group-mgmt-message"
-                } else {
-                    "group-mgmt-command"
-                }),
-            );
-            header_into(&mut o, &c.header, v1);
-            o.insert(
-                if v1 { "groupMgmtCommand" } else { "command" }.into(),
-                Value::from(c.command.as_str()),
-            );
-            serde_json::to_vec(&o).unwrap_or_default()
+            let kind = Value::from(c.command.as_str());
+            let (ty, key) = if v1 {
+                ("group-mgmt-message", "groupMgmtCommand")
+            } else {
+                ("group-mgmt-command", "command")
+            };
+            mgmt_object(ty, &c.header, v1, key, kind)
         }
         GroupMessage::MgmtResult(r) => {
-            let mut o = Map::new();
-            o.insert(
-                "type".into(),
-                Value::from(if v1 {
-                    "group-mgmt-message"
-                } else {
-                    "group-mgmt-result"
-                }),
-            );
-            header_into(&mut o, &r.header, v1);
-            o.insert(
-                if v1 { "groupMemberStatus" } else { "status" }.into(),
-                serde_json::to_value(r.status).unwrap_or(Value::Null),
-            );
-            serde_json::to_vec(&o).unwrap_or_default()
+            let status = serde_json::to_value(r.status).unwrap_or(Value::Null);
+            let (ty, key) = if v1 {
+                ("group-mgmt-message", "groupMemberStatus")
+            } else {
+                ("group-mgmt-result", "status")
+            };
+            mgmt_object(ty, &r.header, v1, key, status)
         }
     }
+}
+
+fn mgmt_object(ty: &str, h: &Header, v1: bool, key: &str, value: Value) -> Vec<u8> {
+    let mut o = Map::new();
+    o.insert("type".into(), Value::from(ty));
+    header_into(&mut o, h, v1);
+    o.insert(key.into(), value);
+    serde_json::to_vec(&o).unwrap_or_default()
 }
 
 /// An agent in an invitation (`{aic}`; the seed also lists `skills`, kept if present).
