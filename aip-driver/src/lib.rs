@@ -43,6 +43,8 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "amqp")]
+pub mod group;
 pub mod leader;
 pub mod partner;
 #[cfg(feature = "smol")]

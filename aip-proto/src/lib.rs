@@ -80,6 +80,7 @@
 
 pub mod engine;
 pub mod error;
+pub mod group;
 pub mod http;
 pub mod leader;
 pub mod partner;

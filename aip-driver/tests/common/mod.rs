@@ -3,6 +3,8 @@
 //! things work).
 #![allow(dead_code)]
 
+pub mod rabbit;
+
 use std::time::Duration;
 
 use agent_rt::{ClientTls, Host, Runtime, ServerOptions};
@@ -142,6 +144,9 @@ pub async fn wait_for<R: Runtime, E: std::fmt::Debug>(
 ) -> E {
     let found = agent_rt::runtime::timeout(rt, DEADLINE, async {
         while let Some(e) = events.next().await {
+            if std::env::var_os("AIP_TEST_TRACE").is_some() {
+                eprintln!("[{what}] {e:?}");
+            }
             if pred(&e) {
                 return Some(e);
             }

@@ -1,0 +1,210 @@
+//! A RabbitMQ node of the test's own: Debian's `rabbitmq-server` started on free loopback
+//! ports (AMQP, Erlang distribution, and its own epmd via `ERL_EPMD_PORT`) with a unique node
+//! name and its data, logs, config, plugins file and Erlang cookie under a temp dir.
+//!
+//! A small guard shell script owns epmd and the broker: it starts them, reports readiness
+//! from `rabbitmqctl wait <pidfile>` (the broker's own check, no sleep), obeys `stop`/`start`/
+//! `kill` lines on its stdin, and when its stdin closes (the [`Broker`] is dropped, or the
+//! test process exits in any way, SIGKILL included) stops the broker (`rabbitmqctl stop`,
+//! then SIGKILL by PID if needed) and its epmd, by PID, leaving no process behind.
+//!
+//! Use [`shared`] for one node per test process, or [`Broker::start`] for a node a test
+//! restarts or kills. Where `rabbitmq-server` is missing the tests skip with a notice, unless
+//! `AIP_REQUIRE_RABBITMQ_TEST=1` (set by `.ci/run`) makes that a failure.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+const SERVER: &str = "/usr/lib/rabbitmq/bin/rabbitmq-server";
+const CTL: &str = "/usr/lib/rabbitmq/bin/rabbitmqctl";
+
+const GUARD: &str = r#"
+set -u
+. "$1/env.sh"
+cd "$1"
+start_broker() {
+  "$SERVER" > "$1/server.log" 2>&1 < /dev/null &
+  beam=$!
+  if "$CTL" wait "$RABBITMQ_PID_FILE" --timeout 120 > "$1/wait.log" 2>&1; then
+    echo ready
+  else
+    echo "failed: $(tail -n 20 "$1/server.log" "$1/wait.log" | tr '\n' ' ')"
+  fi
+}
+stop_broker() {
+  if [ -n "$beam" ]; then
+    timeout 30 "$CTL" stop > /dev/null 2>&1 || kill -9 "$beam" 2> /dev/null
+    wait "$beam" 2> /dev/null
+    rm -f "$RABBITMQ_PID_FILE"
+    beam=""
+  fi
+}
+epmd -port "$ERL_EPMD_PORT" -address 127.0.0.1 < /dev/null > /dev/null 2>&1 &
+epmd_pid=$!
+beam=""
+start_broker "$1"
+while read -r cmd; do
+  case "$cmd" in
+    stop) stop_broker; echo stopped ;;
+    start) start_broker "$1" ;;
+    kill) kill -9 "$beam" 2> /dev/null; wait "$beam" 2> /dev/null; rm -f "$RABBITMQ_PID_FILE"; beam=""; echo killed ;;
+    *) echo "unknown $cmd" ;;
+  esac
+done
+stop_broker
+kill "$epmd_pid" 2> /dev/null
+wait "$epmd_pid" 2> /dev/null
+"#;
+
+/// Whether the broker tests must run (CI) rather than skip.
+pub fn required() -> bool {
+    std::env::var("AIP_REQUIRE_RABBITMQ_TEST").is_ok_and(|v| v == "1")
+}
+
+/// Whether `rabbitmq-server` is installed.
+pub fn available() -> bool {
+    Path::new(SERVER).exists() && Path::new(CTL).exists()
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+struct Guard {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    out: BufReader<ChildStdout>,
+}
+
+/// One RabbitMQ node (guest/guest, vhost `/`, loopback only).
+pub struct Broker {
+    guard: Mutex<Guard>,
+    /// The AMQP port on 127.0.0.1.
+    pub port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Broker {
+    /// Starts a node and waits until it runs. `None` (after a notice) where RabbitMQ is not
+    /// installed and not [`required`].
+    pub fn start() -> Option<Broker> {
+        if !available() {
+            assert!(
+                !required(),
+                "AIP_REQUIRE_RABBITMQ_TEST=1 but {SERVER} is missing (apt-get install rabbitmq-server)"
+            );
+            eprintln!("NOTICE: rabbitmq-server is not installed; skipping the broker test");
+            return None;
+        }
+        static N: AtomicU32 = AtomicU32::new(0);
+        let dir = tempfile::Builder::new()
+            .prefix("aip-rabbit-")
+            .tempdir()
+            .expect("temp dir");
+        let d = dir.path();
+        let (port, dist, epmd) = (free_port(), free_port(), free_port());
+        let node = format!(
+            "aiptest-{}-{}@localhost",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        );
+        std::fs::create_dir_all(d.join("home")).unwrap();
+        std::fs::write(
+            d.join("rabbitmq.conf"),
+            format!("listeners.tcp.default = 127.0.0.1:{port}\nloopback_users = none\n"),
+        )
+        .unwrap();
+        std::fs::write(d.join("enabled_plugins"), "[].\n").unwrap();
+        std::fs::write(d.join("rabbitmq-env.conf"), "").unwrap();
+        let p = d.display();
+        let env = format!(
+            "export HOME='{p}/home' RABBITMQ_NODENAME='{node}' RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 \
+             RABBITMQ_NODE_PORT={port} RABBITMQ_DIST_PORT={dist} ERL_EPMD_PORT={epmd} \
+             ERL_EPMD_ADDRESS=127.0.0.1 RABBITMQ_MNESIA_BASE='{p}/mnesia' RABBITMQ_LOG_BASE='{p}/log' \
+             RABBITMQ_CONFIG_FILE='{p}/rabbitmq.conf' RABBITMQ_ENABLED_PLUGINS_FILE='{p}/enabled_plugins' \
+             RABBITMQ_CONF_ENV_FILE='{p}/rabbitmq-env.conf' RABBITMQ_ADVANCED_CONFIG_FILE='{p}/advanced.config' \
+             RABBITMQ_PID_FILE='{p}/rabbit.pid' RUNNING_UNDER_SYSTEMD=true \
+             ERL_AFLAGS='-kernel inet_dist_use_interface {{127,0,0,1}}' SERVER='{SERVER}' CTL='{CTL}'\n"
+        );
+        std::fs::write(d.join("env.sh"), env).unwrap();
+        std::fs::write(d.join("guard.sh"), GUARD).unwrap();
+        let mut child = Command::new("sh")
+            .arg(d.join("guard.sh"))
+            .arg(d)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("sh");
+        let stdin = child.stdin.take();
+        let out = BufReader::new(child.stdout.take().unwrap());
+        let b = Broker {
+            guard: Mutex::new(Guard { child, stdin, out }),
+            port,
+            _dir: dir,
+        };
+        b.expect_line("ready");
+        Some(b)
+    }
+
+    fn expect_line(&self, want: &str) {
+        let mut g = self.guard.lock().unwrap();
+        let mut line = String::new();
+        g.out.read_line(&mut line).expect("guard output");
+        assert_eq!(line.trim(), want, "RabbitMQ guard said: {line}");
+    }
+
+    fn command(&self, cmd: &str, want: &str) {
+        {
+            let mut g = self.guard.lock().unwrap();
+            let stdin = g.stdin.as_mut().expect("guard stdin");
+            writeln!(stdin, "{cmd}")
+                .and_then(|_| stdin.flush())
+                .unwrap();
+        }
+        self.expect_line(want);
+    }
+
+    /// `amqp://guest:guest@127.0.0.1:PORT/%2f`.
+    pub fn url(&self) -> String {
+        format!("amqp://guest:guest@127.0.0.1:{}/%2f", self.port)
+    }
+
+    /// Stops the broker gracefully (its data stays).
+    pub fn stop(&self) {
+        self.command("stop", "stopped");
+    }
+
+    /// Starts it again on the same ports and data, and waits until it runs.
+    pub fn restart(&self) {
+        self.command("start", "ready");
+    }
+
+    /// SIGKILLs the broker (its data stays).
+    pub fn kill(&self) {
+        self.command("kill", "killed");
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let g = self.guard.get_mut().unwrap_or_else(|e| e.into_inner());
+        drop(g.stdin.take());
+        let _ = g.child.wait();
+    }
+}
+
+/// The node this test process shares (started on first use). Its guard stops it when the
+/// process exits (statics are not dropped, but the guard's stdin closes then).
+pub fn shared() -> Option<Arc<Broker>> {
+    static NODE: OnceLock<Option<Arc<Broker>>> = OnceLock::new();
+    NODE.get_or_init(|| Broker::start().map(Arc::new)).clone()
+}

@@ -1,0 +1,533 @@
+//! AIP group mode against a real RabbitMQ (a node of the test's own: `common/rabbit.rs`):
+//! a leader and three of our partners; mentions to one, several, all; leave; mute; disband;
+//! a refused invitation (RPC and inbox); a broker restart mid-task; a partner SIGKILLed.
+//! Runs on tokio and smol.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_rt::{Host, Runtime, ServerOptions};
+use aip_driver::group::{
+    GroupLeaderEvent, GroupLeaderEvents, GroupLeaderHandle, GroupLeaderOptions, GroupPartnerEvent,
+    GroupPartnerEvents, GroupPartnerHandle, GroupPartnerOptions,
+};
+use aip_proto::group::wire::ServerConfig;
+use aip_proto::group::{
+    Connection, GroupCommand, LeaderConfig, LeaderEvent, LeaveReason, MemberEvent,
+};
+use aip_proto::{CommandKind, DataItem, Mentions, Product, TaskState};
+use common::rabbit::{self, Broker};
+use common::wait_for;
+use futures::channel::mpsc;
+use futures::StreamExt;
+
+fn aic(test: u32, n: u32) -> String {
+    format!(
+        "1.2.156.3088.1.1.{test}.{}.1.{n}",
+        std::process::id() % 100_000
+    )
+}
+
+fn server(b: &Broker) -> ServerConfig {
+    ServerConfig {
+        host: "127.0.0.1".into(),
+        port: b.port,
+        vhost: "/".into(),
+        access_token: Some("guest:guest".into()),
+    }
+}
+
+/// Our partner application: accepts, works and submits `echo <partner>: <text>`; rejects
+/// when the text says "reject"; stops at working when it says "hold". Every event is also
+/// forwarded to `seen`.
+async fn echo_partner<R: Runtime>(
+    p: GroupPartnerHandle<R>,
+    mut events: GroupPartnerEvents,
+    seen: mpsc::UnboundedSender<GroupPartnerEvent>,
+    starts: Starts,
+) {
+    while let Some(e) = events.next().await {
+        if let GroupPartnerEvent::Group { group_id, event } = &e {
+            if let MemberEvent::TaskStarted {
+                task_id, command, ..
+            } = event.as_ref()
+            {
+                starts.lock().unwrap().push(task_id.clone());
+                let text: String = command
+                    .items()
+                    .iter()
+                    .filter_map(DataItem::as_text)
+                    .collect();
+                if text.contains("reject") {
+                    p.reject(group_id, task_id, "not my job").await.unwrap();
+                } else {
+                    p.accept(group_id, task_id).await.unwrap();
+                    p.start_working(group_id, task_id).await.unwrap();
+                    if !text.contains("hold") {
+                        let answer = format!("echo {}: {text}", p.partner_id());
+                        p.submit(group_id, task_id, vec![Product::text("answer", answer)])
+                            .await
+                            .unwrap();
+                    }
+                }
+            }
+        }
+        let _ = seen.unbounded_send(e);
+    }
+}
+
+type Starts = Arc<std::sync::Mutex<Vec<String>>>;
+
+struct Partner<R: Runtime> {
+    handle: GroupPartnerHandle<R>,
+    /// Every task start this partner saw, in order.
+    starts: Starts,
+    seen: mpsc::UnboundedReceiver<GroupPartnerEvent>,
+    rpc_url: String,
+    _stop: futures::channel::oneshot::Sender<()>,
+}
+
+/// A partner with its `group` RPC endpoint served on a free loopback port.
+fn partner<R: Host>(id: &str, refuse: bool) -> Partner<R> {
+    let rt = R::default();
+    let mut opts = GroupPartnerOptions::new(id);
+    if refuse {
+        opts.policy = Arc::new(|_| false);
+    }
+    let (handle, events) = GroupPartnerHandle::new(rt.clone(), opts);
+    let (seen_tx, seen) = mpsc::unbounded();
+    let starts = Starts::default();
+    rt.spawn(Box::pin(echo_partner(
+        handle.clone(),
+        events,
+        seen_tx,
+        starts.clone(),
+    )));
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (stop, stopped) = futures::channel::oneshot::channel::<()>();
+    let serve = agent_rt::serve(
+        rt.clone(),
+        listener,
+        handle.join_handler(),
+        ServerOptions::default(),
+        async move {
+            let _ = stopped.await;
+        },
+    );
+    rt.spawn(Box::pin(async move {
+        let _ = serve.await;
+    }));
+    Partner {
+        handle,
+        starts,
+        seen,
+        rpc_url: format!("http://127.0.0.1:{port}/group/rpc"),
+        _stop: stop,
+    }
+}
+
+async fn leader<R: Host>(
+    b: &Broker,
+    leader_id: &str,
+    group: &str,
+) -> (GroupLeaderHandle<R>, GroupLeaderEvents) {
+    let mut cfg = LeaderConfig::new(leader_id, group);
+    cfg.status_timeout = Duration::from_secs(3);
+    GroupLeaderHandle::spawn(R::default(), GroupLeaderOptions::new(&b.url(), cfg))
+        .await
+        .expect("leader connects")
+}
+
+fn start(task: &str, mentions: Mentions, text: &str) -> GroupCommand {
+    GroupCommand::new(CommandKind::Start, task, "s-1", mentions).text(text)
+}
+
+/// Waits until `want` partners' latest results of `task` are in `state` (checked after each
+/// leader event, so events consumed by an earlier wait do not matter); returns them sorted.
+async fn wait_results<R: Host>(
+    l: &GroupLeaderHandle<R>,
+    events: &mut GroupLeaderEvents,
+    task: &str,
+    state: TaskState,
+    want: usize,
+) -> Vec<String> {
+    let rt = R::default();
+    let found = agent_rt::runtime::timeout(&rt, common::DEADLINE, async {
+        loop {
+            let got = l.partners_in(task, state).await.unwrap();
+            if got.len() >= want {
+                return got;
+            }
+            if events.next().await.is_none() {
+                panic!("leader events ended");
+            }
+        }
+    })
+    .await;
+    let mut got = found.unwrap_or_else(|| panic!("timed out waiting for {want} × {task} {state}"));
+    got.sort();
+    got
+}
+
+async fn joined<R: Host>(events: &mut GroupLeaderEvents, who: &str) {
+    wait_for(&R::default(), events, &format!("{who} joined"), |e| {
+        matches!(e, GroupLeaderEvent::Group(LeaderEvent::MemberJoined { partner }) if partner == who)
+    })
+    .await;
+}
+
+/// A leader and three partners (two invited by RPC, one through its inbox); tasks with
+/// mentions to one, to several, to all; results collected; completion to one.
+async fn three_partners_and_mentions<R: Host>(test: u32) {
+    let Some(b) = rabbit::shared() else { return };
+    let lid = aic(test, 0);
+    let (l, mut ev) = leader::<R>(&b, &lid, &format!("mentions-{test}")).await;
+    let ids: Vec<String> = (1..=3).map(|n| aic(test, n)).collect();
+    let mut ps: Vec<Partner<R>> = ids.iter().map(|id| partner::<R>(id, false)).collect();
+    l.invite_rpc(&ids[0], &ps[0].rpc_url, server(&b))
+        .await
+        .unwrap();
+    l.invite_rpc(&ids[1], &ps[1].rpc_url, server(&b))
+        .await
+        .unwrap();
+    ps[2].handle.listen_inbox(&b.url()).await.unwrap();
+    l.invite_inbox(&ids[2]).await.unwrap();
+    for id in &ids {
+        joined::<R>(&mut ev, id).await;
+    }
+
+    l.send(start("t-one", Mentions::List(vec![ids[1].clone()]), "one"))
+        .await
+        .unwrap();
+    assert_eq!(
+        wait_results(&l, &mut ev, "t-one", TaskState::AwaitingCompletion, 1).await,
+        vec![ids[1].clone()]
+    );
+
+    let several = Mentions::List(vec![ids[0].clone(), ids[2].clone()]);
+    l.send(start("t-several", several, "several"))
+        .await
+        .unwrap();
+    assert_eq!(
+        wait_results(&l, &mut ev, "t-several", TaskState::AwaitingCompletion, 2).await,
+        vec![ids[0].clone(), ids[2].clone()]
+    );
+
+    l.send(start("t-all", Mentions::All, "all")).await.unwrap();
+    assert_eq!(
+        wait_results(&l, &mut ev, "t-all", TaskState::AwaitingCompletion, 3).await,
+        ids
+    );
+    let results = l.results("t-all").await.unwrap();
+    for id in &ids {
+        let p = &results[id].products.as_ref().unwrap()[0];
+        assert_eq!(
+            p.data_items[0].as_text().unwrap(),
+            format!("echo {id}: all")
+        );
+    }
+    // Nobody else started t-one.
+    assert_eq!(l.results("t-one").await.unwrap().len(), 1);
+
+    l.send(GroupCommand::new(
+        CommandKind::Complete,
+        "t-all",
+        "s-1",
+        Mentions::List(vec![ids[0].clone()]),
+    ))
+    .await
+    .unwrap();
+    assert_eq!(
+        wait_results(&l, &mut ev, "t-all", TaskState::Completed, 1).await,
+        vec![ids[0].clone()]
+    );
+    assert_eq!(
+        l.partners_in("t-all", TaskState::AwaitingCompletion)
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+    l.disband().await.unwrap();
+    for p in &mut ps {
+        wait_for(&R::default(), &mut p.seen, "disbanded", |e| {
+            matches!(
+                e,
+                GroupPartnerEvent::Left {
+                    reason: LeaveReason::Disbanded,
+                    ..
+                }
+            )
+        })
+        .await;
+    }
+}
+
+/// Leave (asked by the leader, and on the partner's own initiative), mute/unmute (a muted
+/// partner's results are held and arrive on unmute), and a refused invitation by RPC and by
+/// inbox.
+async fn leave_mute_reject<R: Host>(test: u32) {
+    let Some(b) = rabbit::shared() else { return };
+    let lid = aic(test, 0);
+    let (l, mut ev) = leader::<R>(&b, &lid, &format!("manage-{test}")).await;
+    let ids: Vec<String> = (1..=3).map(|n| aic(test, n)).collect();
+    let mut ps: Vec<Partner<R>> = ids.iter().map(|id| partner::<R>(id, false)).collect();
+    for i in 0..3 {
+        l.invite_rpc(&ids[i], &ps[i].rpc_url, server(&b))
+            .await
+            .unwrap();
+        joined::<R>(&mut ev, &ids[i]).await;
+    }
+
+    // Mute B: its answer is held until unmute.
+    l.mute(&ids[1]).await.unwrap();
+    wait_for(&R::default(), &mut ev, "mute status", |e| {
+        matches!(e, GroupLeaderEvent::Group(LeaderEvent::MemberStatus { partner, status }) if *partner == ids[1] && status.muted)
+    })
+    .await;
+    l.send(start("t-mute", Mentions::All, "go")).await.unwrap();
+    let got = wait_results(&l, &mut ev, "t-mute", TaskState::AwaitingCompletion, 2).await;
+    assert!(!got.contains(&ids[1]), "a muted partner published: {got:?}");
+    assert!(ps[1]
+        .handle
+        .is_muted(&format!("manage-{test}"))
+        .await
+        .unwrap());
+    l.unmute(&ids[1]).await.unwrap();
+    assert_eq!(
+        wait_results(&l, &mut ev, "t-mute", TaskState::AwaitingCompletion, 3).await,
+        ids
+    );
+
+    // The leader removes A; C leaves by itself.
+    l.remove(&ids[0]).await.unwrap();
+    wait_for(&R::default(), &mut ps[0].seen, "A left", |e| {
+        matches!(
+            e,
+            GroupPartnerEvent::Left {
+                reason: LeaveReason::Asked,
+                ..
+            }
+        )
+    })
+    .await;
+    ps[2].handle.leave(&format!("manage-{test}")).await.unwrap();
+    for who in [&ids[0], &ids[2]] {
+        wait_for(&R::default(), &mut ev, "left", |e| {
+            matches!(e, GroupLeaderEvent::Group(LeaderEvent::MemberLeft { partner }) if partner == who)
+        })
+        .await;
+    }
+    let members = l.members().await.unwrap();
+    assert_eq!(members[&ids[0]].connection, Connection::Left);
+    assert_eq!(members[&ids[1]].connection, Connection::Connected);
+    assert_eq!(members[&ids[2]].connection, Connection::Left);
+    // A task to all now reaches only B.
+    l.send(start("t-after", Mentions::All, "after"))
+        .await
+        .unwrap();
+    assert_eq!(
+        wait_results(&l, &mut ev, "t-after", TaskState::AwaitingCompletion, 1).await,
+        vec![ids[1].clone()]
+    );
+
+    // A partner rejecting a task.
+    l.send(start(
+        "t-rej",
+        Mentions::List(vec![ids[1].clone()]),
+        "reject this",
+    ))
+    .await
+    .unwrap();
+    wait_results(&l, &mut ev, "t-rej", TaskState::Rejected, 1).await;
+
+    // Refused invitations: by RPC (-32020 in the reply) and by inbox (an error message in
+    // the leader's inbox).
+    let d = aic(test, 4);
+    let pd = partner::<R>(&d, true);
+    let err = l.invite_rpc(&d, &pd.rpc_url, server(&b)).await.unwrap_err();
+    assert!(err.to_string().contains("-32020"), "{err}");
+    let e = aic(test, 5);
+    let pe = partner::<R>(&e, true);
+    pe.handle.listen_inbox(&b.url()).await.unwrap();
+    l.invite_inbox(&e).await.unwrap();
+    wait_for(&R::default(), &mut ev, "inbox refusal", |ev| {
+        matches!(ev, GroupLeaderEvent::Group(LeaderEvent::InvitationRejected { partner, code: -32020, .. }) if *partner == e)
+    })
+    .await;
+    l.disband().await.unwrap();
+}
+
+/// A broker restart mid-task: the partners' and the leader's connections drop; a result
+/// submitted and a task started while the broker is down are delivered after it is back;
+/// nothing is lost and no task starts twice.
+async fn broker_restart<R: Host>(test: u32) {
+    let Some(b) = Broker::start() else { return };
+    let lid = aic(test, 0);
+    let group = format!("restart-{test}");
+    let (l, mut ev) = leader::<R>(&b, &lid, &group).await;
+    let ids: Vec<String> = (1..=2).map(|n| aic(test, n)).collect();
+    let mut ps: Vec<Partner<R>> = ids.iter().map(|id| partner::<R>(id, false)).collect();
+    for i in 0..2 {
+        l.invite_rpc(&ids[i], &ps[i].rpc_url, server(&b))
+            .await
+            .unwrap();
+        joined::<R>(&mut ev, &ids[i]).await;
+    }
+    l.send(start("t-1", Mentions::All, "hold")).await.unwrap();
+    wait_results(&l, &mut ev, "t-1", TaskState::Working, 2).await;
+
+    b.stop();
+    wait_for(&R::default(), &mut ev, "leader disconnected", |e| {
+        matches!(e, GroupLeaderEvent::Disconnected(_))
+    })
+    .await;
+    for p in &mut ps {
+        wait_for(&R::default(), &mut p.seen, "partner disconnected", |e| {
+            matches!(e, GroupPartnerEvent::Disconnected { .. })
+        })
+        .await;
+    }
+    // While the broker is down: partner 1 submits, the leader starts another task.
+    ps[0]
+        .handle
+        .submit(
+            &group,
+            "t-1",
+            vec![Product::text("answer", "made during the outage")],
+        )
+        .await
+        .unwrap();
+    l.send(start("t-2", Mentions::All, "second")).await.unwrap();
+    b.restart();
+
+    assert_eq!(
+        wait_results(&l, &mut ev, "t-1", TaskState::AwaitingCompletion, 1).await,
+        vec![ids[0].clone()]
+    );
+    assert_eq!(
+        wait_results(&l, &mut ev, "t-2", TaskState::AwaitingCompletion, 2).await,
+        ids
+    );
+    l.send(GroupCommand::new(
+        CommandKind::Complete,
+        "t-1",
+        "s-1",
+        Mentions::List(vec![ids[0].clone()]),
+    ))
+    .await
+    .unwrap();
+    assert_eq!(
+        wait_results(&l, &mut ev, "t-1", TaskState::Completed, 1).await,
+        vec![ids[0].clone()]
+    );
+    // Each partner started each task exactly once.
+    l.disband().await.unwrap();
+    for p in &mut ps {
+        wait_for(&R::default(), &mut p.seen, "left", |e| {
+            matches!(e, GroupPartnerEvent::Left { .. })
+        })
+        .await;
+        let starts = p.starts.lock().unwrap().clone();
+        assert_eq!(
+            starts,
+            vec!["t-1".to_owned(), "t-2".to_owned()],
+            "{}",
+            p.handle.partner_id()
+        );
+    }
+}
+
+/// A partner process SIGKILLed mid-task: its status becomes not-connected after the next
+/// `get-status`, and the other partner goes on.
+async fn partner_killed<R: Host>(test: u32) {
+    let Some(b) = rabbit::shared() else { return };
+    let lid = aic(test, 0);
+    let group = format!("kill-{test}");
+    let (l, mut ev) = leader::<R>(&b, &lid, &group).await;
+    let (alive, doomed) = (aic(test, 1), aic(test, 2));
+    let p = partner::<R>(&alive, false);
+    l.invite_rpc(&alive, &p.rpc_url, server(&b)).await.unwrap();
+    joined::<R>(&mut ev, &alive).await;
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "group_partner_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("AIP_GROUP_CHILD", format!("{}|{doomed}", b.url()))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("child ready") {
+        line.clear();
+        assert!(
+            std::io::BufRead::read_line(&mut out, &mut line).unwrap() > 0,
+            "child exited"
+        );
+    }
+    l.invite_inbox(&doomed).await.unwrap();
+    joined::<R>(&mut ev, &doomed).await;
+    l.send(start("t-1", Mentions::All, "hold")).await.unwrap();
+    wait_results(&l, &mut ev, "t-1", TaskState::Working, 2).await;
+
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    l.get_status(Mentions::All).await.unwrap();
+    wait_for(&R::default(), &mut ev, "the killed partner is lost", |e| {
+        matches!(e, GroupLeaderEvent::Group(LeaderEvent::MemberLost { partner }) if *partner == doomed)
+    })
+    .await;
+    let members = l.members().await.unwrap();
+    assert_eq!(members[&doomed].connection, Connection::NotConnected);
+    assert_eq!(members[&alive].connection, Connection::Connected);
+    l.send(start("t-2", Mentions::All, "go on")).await.unwrap();
+    assert_eq!(
+        wait_results(&l, &mut ev, "t-2", TaskState::AwaitingCompletion, 1).await,
+        vec![alive.clone()]
+    );
+    l.disband().await.unwrap();
+}
+
+/// The partner process `partner_killed` starts (and kills): does nothing unless
+/// `AIP_GROUP_CHILD=url|aic` is set.
+#[test]
+fn group_partner_child() {
+    let Ok(spec) = std::env::var("AIP_GROUP_CHILD") else {
+        return;
+    };
+    let (url, id) = spec.split_once('|').unwrap();
+    <agent_rt::TokioRuntime as Host>::block_on(async move {
+        let p = partner::<agent_rt::TokioRuntime>(id, false);
+        p.handle.listen_inbox(url).await.unwrap();
+        println!("child ready");
+        futures::future::pending::<()>().await;
+    });
+}
+
+macro_rules! on_both_runtimes {
+    ($($name:ident => $body:ident($n:expr)),* $(,)?) => {
+        mod tokio_rt {
+            use super::*;
+            $(#[test] fn $name() { <agent_rt::TokioRuntime as Host>::block_on($body::<agent_rt::TokioRuntime>($n)) })*
+        }
+        mod smol_rt {
+            use super::*;
+            $(#[test] fn $name() { <agent_rt::SmolRuntime as Host>::block_on($body::<agent_rt::SmolRuntime>($n + 50)) })*
+        }
+    };
+}
+
+on_both_runtimes! {
+    a_leader_and_three_partners_with_mentions_to_one_several_and_all => three_partners_and_mentions(1),
+    leave_mute_unmute_reject_and_refused_invitations => leave_mute_reject(2),
+    a_broker_restart_mid_task_loses_nothing_and_starts_nothing_twice => broker_restart(3),
+    a_partner_killed_with_sigkill_becomes_not_connected => partner_killed(4),
+}
