@@ -2,6 +2,12 @@
 //! engine before records became types (`tests/fixtures/delegator_records_v0/`), still load, keep
 //! every field, and resume as they did.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::wildcard_enum_match_arm
+)] // test code
+
 use awcp_proto::engine::delegator::{
     DelegationRecord, RecordError, SnapshotStatus, StatusEntry, RECORD_VERSION,
 };
