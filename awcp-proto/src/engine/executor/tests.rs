@@ -171,12 +171,27 @@ fn system_and_home_directories_are_refused_as_work_roots() {
     assert!(work_root_refusal("/tmp/x", Some("/home/ann")).is_none());
 }
 
-/// The records today's code wrote before records were types (version 0), captured as fixtures.
+/// The records today's code wrote before records were types (version 0), captured as fixtures
+/// (embedded at compile time: the engine crate's tests touch no filesystem either).
 fn v0_fixture(name: &str) -> serde_json::Value {
-    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/executor_records/v0")
-        .join(format!("{name}.json"));
-    serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
+    macro_rules! fixtures {
+        ($($n:literal),*) => {
+            [$(($n, include_str!(concat!("../../../tests/fixtures/executor_records/v0/", $n, ".json")))),*]
+        };
+    }
+    let all = fixtures!(
+        "pending_allocating",
+        "pending_accepted",
+        "active_with_task",
+        "completed_releasing",
+        "completed_released",
+        "error_seed_releasing"
+    );
+    let (_, text) = all
+        .iter()
+        .find(|(n, _)| *n == name)
+        .unwrap_or_else(|| panic!("no fixture {name}"));
+    serde_json::from_str(text).unwrap()
 }
 
 #[test]
