@@ -102,20 +102,12 @@ impl Delegator {
         d.expires_at = Some(expires_at);
         d.invited_at = Some(now);
         let invite = Invite {
-            delegation_id: id.clone(),
-            task: d.req.task.clone(),
-            lease: LeaseRequest {
-                ttl_seconds: d.req.ttl_seconds,
-                access_mode: d.req.access_mode,
-            },
-            resources: d.req.resources.clone(),
             export_name: (d.req.dialect == Dialect::Seed).then(|| format!("awcp/{id}")),
             retention_ms: Some(
                 u64::try_from(self.config.retention.as_millis()).unwrap_or(u64::MAX),
             ),
-            transport: Some(d.req.transport.clone()),
-            auth: d.req.auth.clone(),
             features: self.config.features.clone(),
+            ..invite_of(id, &d.req)
         };
         let peer = d.req.peer.clone();
         let dialect = d.req.dialect;
@@ -358,6 +350,25 @@ impl Delegator {
             self.send_error(id, error);
         }
         self.wind_down(now, id);
+    }
+}
+
+/// The INVITE of a delegation as its request defines it (what the journal keeps); the wire
+/// INVITE adds the export name, retention and features of this delegator.
+pub(super) fn invite_of(id: &DelegationId, req: &DelegateRequest) -> Invite {
+    Invite {
+        delegation_id: id.clone(),
+        task: req.task.clone(),
+        lease: LeaseRequest {
+            ttl_seconds: req.ttl_seconds,
+            access_mode: req.access_mode,
+        },
+        resources: req.resources.clone(),
+        export_name: None,
+        retention_ms: None,
+        transport: Some(req.transport.clone()),
+        auth: req.auth.clone(),
+        features: Vec::new(),
     }
 }
 

@@ -13,20 +13,7 @@ impl Delegator {
     /// ids.
     pub fn record(&self, id: &DelegationId) -> Option<DelegationRecord> {
         let d = self.delegations.get(id)?;
-        let invite = Invite {
-            delegation_id: id.clone(),
-            task: d.req.task.clone(),
-            lease: LeaseRequest {
-                ttl_seconds: d.req.ttl_seconds,
-                access_mode: d.req.access_mode,
-            },
-            resources: d.req.resources.clone(),
-            export_name: None,
-            retention_ms: None,
-            transport: Some(d.req.transport.clone()),
-            auth: d.req.auth.clone(),
-            features: Vec::new(),
-        };
+        let invite = super::handshake::invite_of(id, &d.req);
         Some(DelegationRecord {
             version: RECORD_VERSION,
             id: id.clone(),
