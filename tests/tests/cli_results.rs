@@ -301,3 +301,64 @@ fn daemon_record_says_the_result_was_not_applied() {
     assert_eq!(v["outcome"]["status"], "not_applied", "{v}");
     assert_eq!(v["snapshots"][0]["status"], "pending", "{v}");
 }
+
+/// Upgrading with a result still staged: the state directory holds the delegation's journal
+/// record in the format of an older release (version 0: the same fields, no `version`). The
+/// real `awcp` of this release applies it with the retry command and writes the record back
+/// as the current version. A record from a *newer* release is refused and left untouched
+/// (a downgrade never eats the result).
+#[test]
+fn a_result_staged_by_an_older_release_applies_after_the_upgrade() {
+    let ex = Executor::start();
+    let state = tempfile::tempdir().unwrap();
+    let ws = workspace();
+    let a = ws.path().join("a.txt");
+    let o = delegate(
+        ws.path(),
+        &ex.url,
+        &format!("conflict {}", a.display()),
+        state.path(),
+    );
+    assert_eq!(o.status.code(), Some(4), "{}", show(&o));
+    let id = record(&o)["id"].as_str().unwrap().to_owned();
+    let path = state.path().join("delegations").join(format!("{id}.json"));
+    let mut rec: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    assert_eq!(rec["version"], 1, "this release writes version 1: {rec}");
+    std::fs::write(&a, "A\n").unwrap();
+    let retry = retry_command(&o);
+    let args: Vec<&str> = retry.iter().map(String::as_str).collect();
+
+    // A newer release's record: refused, kept byte for byte, nothing applied.
+    rec["version"] = 2.into();
+    let newer = serde_json::to_vec_pretty(&rec).unwrap();
+    std::fs::write(&path, &newer).unwrap();
+    let o2 = awcp(&args);
+    assert_ne!(o2.status.code(), Some(0), "{}", show(&o2));
+    assert!(
+        String::from_utf8_lossy(&o2.stderr).contains("newer than this delegator understands"),
+        "says why: {}",
+        show(&o2)
+    );
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        newer,
+        "the newer record is kept"
+    );
+    assert_eq!(std::fs::read_to_string(&a).unwrap(), "A\n");
+    assert!(!ws.path().join("RESULT.txt").exists());
+
+    // An older release's record: applied, then written back as version 1.
+    rec.as_object_mut().unwrap().remove("version");
+    std::fs::write(&path, serde_json::to_vec_pretty(&rec).unwrap()).unwrap();
+    let o3 = awcp(&args);
+    assert_eq!(o3.status.code(), Some(0), "{}", show(&o3));
+    assert_eq!(std::fs::read_to_string(&a).unwrap(), "A by the agent\n");
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("RESULT.txt")).unwrap(),
+        "agent was here\n"
+    );
+    if let Ok(bytes) = std::fs::read(&path) {
+        let after: Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(after["version"], 1, "written back as the current version");
+    }
+}
