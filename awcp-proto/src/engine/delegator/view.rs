@@ -145,20 +145,30 @@ impl Outcome {
 impl DelegationView {
     /// How the delegation turned out (see [`Outcome`]).
     pub fn outcome(&self) -> Outcome {
-        match self.state {
-            DelegationState::Completed => {}
-            s if !s.is_terminal() => return Outcome::Running,
-            DelegationState::Error
-                if self.error.as_ref().is_some_and(|e| {
-                    matches!(e.code, ErrorCode::Timeout | ErrorCode::SseFailed)
-                }) =>
+        match (self.state, &self.error) {
+            (DelegationState::Completed, _) => {}
+            (
+                DelegationState::Created
+                | DelegationState::Invited
+                | DelegationState::Accepted
+                | DelegationState::Started
+                | DelegationState::Running,
+                _,
+            ) => return Outcome::Running,
+            (DelegationState::Error, Some(e))
+                if matches!(e.code, ErrorCode::Timeout | ErrorCode::SseFailed) =>
             {
-                return Outcome::Unreachable(self.error.clone().expect("checked"))
+                return Outcome::Unreachable(e.clone())
             }
-            state => {
+            (
+                state @ (DelegationState::Error
+                | DelegationState::Cancelled
+                | DelegationState::Expired),
+                error,
+            ) => {
                 return Outcome::Failed {
                     state,
-                    error: self.error.clone(),
+                    error: error.clone(),
                 }
             }
         }
