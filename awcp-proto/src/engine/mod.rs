@@ -14,6 +14,9 @@ pub mod executor;
 #[cfg(any(test, feature = "_internal-pair"))]
 #[doc(hidden)]
 pub mod pair;
+#[cfg(any(test, feature = "_internal-pair"))]
+#[doc(hidden)]
+pub mod scenario;
 
 pub use executor::auth;
 pub(crate) mod timers;

@@ -190,8 +190,7 @@ impl Delegator {
         let peer = d.req.peer.clone();
         self.transition(now, id, DelegationTransition::ReceiveDone, None);
         if need_fetch {
-            if let Some(Phase::Finishing(f)) = self.delegations.get_mut(id).map(|d| &mut d.phase)
-            {
+            if let Some(Phase::Finishing(f)) = self.delegations.get_mut(id).map(|d| &mut d.phase) {
                 f.awaiting = wanted;
             }
             self.core.outputs.push_back(DelegatorOutput::FetchResult {

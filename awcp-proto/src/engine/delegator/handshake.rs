@@ -269,7 +269,8 @@ impl Delegator {
             ) => {
                 // Nothing is held: once abandoned, the delegation ends without a release.
                 self.abandon(now, id, e);
-                if let Some(Phase::Finishing(f)) = self.delegations.get_mut(id).map(|d| &mut d.phase)
+                if let Some(Phase::Finishing(f)) =
+                    self.delegations.get_mut(id).map(|d| &mut d.phase)
                 {
                     f.transport = Release::Free;
                 }

@@ -90,8 +90,7 @@ impl Delegator {
                     return;
                 };
                 let heard = d.phase.heard_terminal();
-                if let (Some((stream @ Stream::Closed, _)), false) = (d.phase.stream_mut(), heard)
-                {
+                if let (Some((stream @ Stream::Closed, _)), false) = (d.phase.stream_mut(), heard) {
                     *stream = Stream::Opening;
                     let peer = d.req.peer.clone();
                     self.core

@@ -249,7 +249,8 @@ impl Delegator {
             Ok((from, to)) => {
                 d.updated_at = now;
                 if to.is_terminal() {
-                    let phase = std::mem::replace(&mut d.phase, Phase::Inviting { invited_at: None });
+                    let phase =
+                        std::mem::replace(&mut d.phase, Phase::Inviting { invited_at: None });
                     d.phase = phase.finish();
                     if d.error.is_none() {
                         d.error = error;

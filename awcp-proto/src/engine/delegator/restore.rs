@@ -183,31 +183,31 @@ impl Delegator {
             }
         } else {
             match state {
-            DelegationState::Created | DelegationState::Invited => {
-                Phase::Inviting { invited_at: None }
+                DelegationState::Created | DelegationState::Invited => {
+                    Phase::Inviting { invited_at: None }
+                }
+                DelegationState::Accepted => Phase::Accepted {
+                    transport: Preparation::Stale,
+                    stream: Stream::Closed,
+                    stream_failures: 0,
+                },
+                DelegationState::Started | DelegationState::Running => Phase::Started {
+                    stream: Stream::Closed,
+                    stream_failures: 0,
+                    heard_terminal: r.heard_terminal,
+                },
+                DelegationState::Completed
+                | DelegationState::Error
+                | DelegationState::Cancelled
+                | DelegationState::Expired => Phase::Finishing(Finishing {
+                    transport: Release::Held,
+                    close_stream: false,
+                    start_sent: r.start_sent,
+                    heard_terminal: r.heard_terminal,
+                    ack_sent: false,
+                    awaiting: awaiting_snapshot,
+                }),
             }
-            DelegationState::Accepted => Phase::Accepted {
-                transport: Preparation::Stale,
-                stream: Stream::Closed,
-                stream_failures: 0,
-            },
-            DelegationState::Started | DelegationState::Running => Phase::Started {
-                stream: Stream::Closed,
-                stream_failures: 0,
-                heard_terminal: r.heard_terminal,
-            },
-            DelegationState::Completed
-            | DelegationState::Error
-            | DelegationState::Cancelled
-            | DelegationState::Expired => Phase::Finishing(Finishing {
-                transport: Release::Held,
-                close_stream: false,
-                start_sent: r.start_sent,
-                heard_terminal: r.heard_terminal,
-                ack_sent: false,
-                awaiting: awaiting_snapshot,
-            }),
-        }
         };
         let req = DelegateRequest {
             id: id.clone(),
