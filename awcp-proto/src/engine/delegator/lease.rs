@@ -111,7 +111,35 @@ impl Delegator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::delegator::tests::{drain, id, invited, running, t};
+    use crate::engine::delegator::tests::{drain, id, invited, running, started, t};
+
+    #[test]
+    fn a_lease_ending_while_the_executor_sets_up_gets_a_grace_period_then_expired() {
+        let mut d = started(SnapshotMode::Auto);
+        let (lease, why) = d.poll_timeout().unwrap();
+        assert_eq!(why, Timer::Lease);
+        d.handle_timeout(lease);
+        assert!(drain(&mut d).is_empty(), "never expired while setting up");
+        assert_eq!(d.get(&id()).unwrap().state, DelegationState::Started);
+        let (grace, why) = d.poll_timeout().unwrap();
+        assert_eq!(why, Timer::SetupGrace);
+        assert_eq!(
+            grace,
+            lease.saturating_add(DelegatorConfig::default().setup_grace)
+        );
+        d.handle_timeout(grace);
+        let out = drain(&mut d);
+        let v = d.get(&id()).unwrap();
+        assert_eq!(v.state, DelegationState::Error);
+        assert_eq!(v.error.unwrap().code, ErrorCode::Expired);
+        assert!(out.iter().any(|o| matches!(
+            o,
+            DelegatorOutput::SendMessage {
+                to: Outbound::Error,
+                ..
+            }
+        )));
+    }
 
     #[test]
     fn poll_timeout_names_queued_output_then_the_lease() {
