@@ -353,3 +353,130 @@ impl Delegator {
         }
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::wildcard_enum_match_arm)] // tests pick the outputs they look at
+mod tests {
+    use super::*;
+    use crate::engine::delegator::tests::{drain, event, id, running, t};
+
+    fn count(out: &[DelegatorOutput], f: impl Fn(&DelegatorOutput) -> bool) -> usize {
+        out.iter().filter(|o| f(o)).count()
+    }
+
+    /// A delegator restarted from `d`'s record.
+    fn restarted(d: &Delegator) -> (Delegator, Vec<DelegatorOutput>) {
+        let rec = d.record(&id()).unwrap();
+        let mut d2 = Delegator::new(DelegatorConfig::default());
+        assert_eq!(d2.restore(t(10), &[rec]), 1);
+        let out = drain(&mut d2);
+        (d2, out)
+    }
+
+    #[test]
+    fn a_restored_running_delegation_reopens_its_stream_and_keeps_its_lease() {
+        let d = running(SnapshotMode::Auto);
+        let (mut d2, out) = restarted(&d);
+        assert!(matches!(
+            out.as_slice(),
+            [DelegatorOutput::OpenEventStream { .. }]
+        ));
+        assert_eq!(d2.get(&id()).unwrap().state, DelegationState::Running);
+        assert_eq!(d2.poll_timeout().map(|(_, why)| why), Some(Timer::Lease));
+        // START went out before the restart: the executor's events count.
+        let error = TaskEventKind::Error(ErrorInfo::bare(ErrorCode::TaskFailed, "boom"));
+        d2.handle(t(11), event(error)).unwrap();
+        assert_eq!(d2.get(&id()).unwrap().state, DelegationState::Error);
+        assert!(d2.record(&id()).unwrap().heard_terminal);
+    }
+
+    #[test]
+    fn a_restored_delegation_that_had_not_sent_start_is_abandoned_and_released_once() {
+        // Accepted, transport prepared, START held back (the stream never opened).
+        let mut d = Delegator::new(DelegatorConfig::default());
+        d.delegate(
+            t(0),
+            crate::engine::delegator::tests::request(SnapshotMode::Auto),
+        )
+        .unwrap();
+        for input in [
+            DelegatorInput::ScanCompleted {
+                id: id(),
+                result: Ok(WorkspaceStats::default()),
+            },
+            DelegatorInput::Reply {
+                id: id(),
+                to: Outbound::Invite,
+                reply: Reply::Accept(crate::engine::delegator::tests::accept()),
+            },
+            DelegatorInput::TransportPrepared {
+                id: id(),
+                result: Ok(TransportHandle::Archive(crate::wire::ArchiveHandle {
+                    data: ArchiveData {
+                        base64: Some(String::new()),
+                        url: None,
+                    },
+                    checksum: "00".into(),
+                    size_bytes: None,
+                })),
+            },
+        ] {
+            d.handle(t(1), input).unwrap();
+        }
+        drain(&mut d);
+        assert_eq!(d.get(&id()).unwrap().state, DelegationState::Accepted);
+        let (mut d2, out) = restarted(&d);
+        assert_eq!(
+            count(&out, |o| matches!(
+                o,
+                DelegatorOutput::SendMessage {
+                    to: Outbound::Error,
+                    ..
+                }
+            )),
+            1,
+            "the executor is told"
+        );
+        assert!(
+            !out.iter().any(|o| matches!(
+                o,
+                DelegatorOutput::SendMessage {
+                    to: Outbound::Start,
+                    ..
+                }
+            )),
+            "the handle's credentials died with the process: no START"
+        );
+        assert_eq!(
+            count(&out, |o| matches!(
+                o,
+                DelegatorOutput::ReleaseTransport { .. }
+            )),
+            1
+        );
+        assert!(!d2.get(&id()).unwrap().ended);
+        d2.handle(
+            t(12),
+            DelegatorInput::TransportReleased {
+                id: id(),
+                warnings: vec![],
+            },
+        )
+        .unwrap();
+        let out = drain(&mut d2);
+        assert_eq!(
+            count(&out, |o| matches!(
+                o,
+                DelegatorOutput::Event(DelegatorEvent::Ended { .. })
+            )),
+            1
+        );
+        let rec = d2.record(&id()).unwrap();
+        assert!(rec.ended && !rec.start_sent);
+        // An ended record restores as ended: nothing to release, only the retention.
+        let (d3, out) = restarted(&d2);
+        assert!(out.is_empty());
+        assert!(d3.get(&id()).unwrap().ended);
+        assert_eq!(d3.poll_timeout().map(|(_, why)| why), Some(Timer::Forget));
+    }
+}
