@@ -345,29 +345,6 @@ impl Delegator {
         self.transition(now, id, DelegationTransition::SendStart, None);
         self.core.outputs.push_back(out);
     }
-
-    /// Fails a delegation from our side, telling the executor if it may know about it.
-    pub(super) fn abandon(&mut self, now: Timestamp, id: &DelegationId, error: ErrorInfo) {
-        let tell = matches!(
-            self.state(id),
-            Some(
-                DelegationState::Invited
-                    | DelegationState::Accepted
-                    | DelegationState::Started
-                    | DelegationState::Running
-            )
-        );
-        if self.transition(
-            now,
-            id,
-            DelegationTransition::SendError,
-            Some(error.clone()),
-        ) && tell
-        {
-            self.send_error(id, error);
-        }
-        self.wind_down(now, id);
-    }
 }
 
 /// The INVITE of a delegation as its request defines it (what the journal keeps); the wire

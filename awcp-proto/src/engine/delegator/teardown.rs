@@ -1,5 +1,6 @@
-//! Winding down: after a terminal transition close the stream, acknowledge the result once it
-//! is safe, release the transport, end exactly once, and forget after the retention.
+//! Ending a delegation: cancel (the application) and abandon (this side gives up), then after a
+//! terminal transition close the stream, acknowledge the result once it is safe, release the
+//! transport, end exactly once, and forget after the retention.
 
 use super::*;
 
@@ -33,6 +34,29 @@ impl Delegator {
         }
         self.wind_down(now, id);
         Ok(())
+    }
+
+    /// Fails a delegation from our side, telling the executor if it may know about it.
+    pub(super) fn abandon(&mut self, now: Timestamp, id: &DelegationId, error: ErrorInfo) {
+        let tell = matches!(
+            self.state(id),
+            Some(
+                DelegationState::Invited
+                    | DelegationState::Accepted
+                    | DelegationState::Started
+                    | DelegationState::Running
+            )
+        );
+        if self.transition(
+            now,
+            id,
+            DelegationTransition::SendError,
+            Some(error.clone()),
+        ) && tell
+        {
+            self.send_error(id, error);
+        }
+        self.wind_down(now, id);
     }
 
     /// After a terminal transition: close the stream, release the transport, end when idle.
