@@ -91,7 +91,7 @@ impl<R: Runtime> Loop<R> {
                 }
             }
             let sleep = match self.engine.poll_timeout() {
-                Some(t) => sleep_until(&self.rt, t),
+                Some((t, _)) => sleep_until(&self.rt, t),
                 None => self.rt.sleep(Duration::from_secs(3600)),
             };
             match futures::future::select(rx.next(), sleep).await {

@@ -8,19 +8,15 @@
 //! deadline is reached, and after every call drain `poll_output()` until it returns `None`.
 
 pub mod admission;
-// TEMPORARY (issue 16, item 11 open): the delegator engine still has 16 `expect`s on ids it
-// checked and 5 wildcard arms; they become typed lookups before this `allow` goes.
-#[allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::wildcard_enum_match_arm
-)]
 pub mod delegator;
 pub mod executor;
 
 #[cfg(any(test, feature = "_internal-pair"))]
 #[doc(hidden)]
 pub mod pair;
+#[cfg(any(test, feature = "_internal-pair"))]
+#[doc(hidden)]
+pub mod scenario;
 
 pub use executor::auth;
 pub(crate) mod timers;

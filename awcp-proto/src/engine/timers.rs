@@ -55,11 +55,6 @@ impl<K: Ord + Copy> TimerIndex<K> {
         self.by_key.get(&(id.clone(), kind)).copied()
     }
 
-    /// The earliest deadline.
-    pub(crate) fn next(&self) -> Option<Timestamp> {
-        self.by_deadline.first().map(|(at, _, _)| *at)
-    }
-
     /// The earliest deadline and its timer.
     pub(crate) fn next_with_kind(&self) -> Option<(Timestamp, K)> {
         self.by_deadline.first().map(|(at, _, k)| (*at, *k))
@@ -109,16 +104,8 @@ impl<K: Ord + Copy, O> Core<K, O> {
         self.outputs.pop_front()
     }
 
-    /// "Due now" while outputs are queued, else the earliest timer.
-    pub(crate) fn poll_timeout(&self) -> Option<Timestamp> {
-        if !self.outputs.is_empty() {
-            return Some(self.last_now);
-        }
-        self.timers.next()
-    }
-
-    /// [`Core::poll_timeout`] with the reason: `queued` while outputs are queued, else the
-    /// earliest timer's kind.
+    /// When to be woken and why: "due now" (`queued`) while outputs are queued, else the
+    /// earliest timer and its kind.
     pub(crate) fn poll_timeout_reason(&self, queued: K) -> Option<(Timestamp, K)> {
         if !self.outputs.is_empty() {
             return Some((self.last_now, queued));

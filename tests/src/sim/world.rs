@@ -566,7 +566,7 @@ impl World {
             consider(rel(t), Src::Del);
         }
         for (i, e) in self.execs.iter().enumerate() {
-            if let Some(t) = e.engine.as_ref().and_then(|e| e.poll_timeout()) {
+            if let Some((t, _)) = e.engine.as_ref().and_then(|e| e.poll_timeout()) {
                 consider(rel(t), Src::Exec(i));
             }
         }

@@ -13,16 +13,22 @@ impl Delegator {
         let attempts = self.config.sse_reconnect_attempts;
         let backoff = self.config.sse_backoff;
         let d = self.get_mut(id)?;
-        if d.stream == Stream::Closed {
+        let state = d.state();
+        // Only an accepted, started or running delegation uses a stream (a finished one closed
+        // it, and the executor that said its last word is not listened to again).
+        let heard = d.phase.heard_terminal();
+        let Some((stream, stream_failures)) = d.phase.stream_mut() else {
+            return Ok(());
+        };
+        if *stream == Stream::Closed {
             return Ok(());
         }
-        d.stream = Stream::Closed;
-        let state = d.machine.state();
-        if state.is_terminal() || d.heard_terminal {
+        *stream = Stream::Closed;
+        if heard {
             return Ok(());
         }
-        d.stream_failures += 1;
-        let failures = d.stream_failures;
+        *stream_failures += 1;
+        let failures = *stream_failures;
         tracing::debug!(delegation = %id, failures, reason = reason.as_deref().unwrap_or(""), "event stream closed");
         if failures <= attempts {
             let wait = backoff * failures;
@@ -58,16 +64,18 @@ impl Delegator {
     ) -> Result<(), UsageError> {
         let id = event.delegation_id.clone();
         let d = self.get_mut(&id)?;
-        if d.stream == Stream::Opening {
-            d.stream = Stream::Open;
+        if let Some((stream @ Stream::Opening, _)) = d.phase.stream_mut() {
+            *stream = Stream::Open;
         }
-        let state = d.machine.state();
-        if !d.start_sent {
+        let state = d.state();
+        if !d.phase.start_sent() {
             return Ok(()); // events before START are noise (or a previous incarnation)
         }
         match event.kind {
             TaskEventKind::Status(s) => {
-                d.stream_failures = 0;
+                if let Some((_, failures)) = d.phase.stream_mut() {
+                    *failures = 0;
+                }
                 if state == DelegationState::Started {
                     self.setup_complete(now, &id);
                 }
@@ -87,8 +95,7 @@ impl Delegator {
             }
             TaskEventKind::Done(done) => self.on_done(now, &id, done),
             TaskEventKind::Error(e) => {
-                let d = self.get_mut(&id)?;
-                d.heard_terminal = true;
+                self.get_mut(&id)?.phase.hear_terminal();
                 if matches!(state, DelegationState::Started | DelegationState::Running) {
                     self.receive_error(now, &id, e);
                 }
@@ -125,12 +132,14 @@ impl Delegator {
         }
     }
 
+    /// The executor's `done` (or a result fetched instead): the outcome, then the announced
+    /// snapshot if it is still missing, then winding down.
     pub(super) fn on_done(&mut self, now: Timestamp, id: &DelegationId, done: DoneEvent) {
         let Some(d) = self.delegations.get_mut(id) else {
             return;
         };
-        d.heard_terminal = true;
-        let state = d.machine.state();
+        d.phase.hear_terminal();
+        let state = d.state();
         if state == DelegationState::Started {
             self.setup_complete(now, id);
         }
@@ -140,12 +149,11 @@ impl Delegator {
         }
         // [S]: the result archive rides on `done`; treat it as a recommended snapshot.
         if let Some(b64) = done.result_base64.clone() {
-            let sid = SnapshotId::new(RESULT_SNAPSHOT_ID).expect("valid constant id");
             self.on_snapshot(
                 now,
                 id,
                 SnapshotEvent {
-                    snapshot_id: sid,
+                    snapshot_id: result_snapshot_id(),
                     summary: done.summary.clone(),
                     highlights: done.highlights.clone(),
                     data: ArchiveData {
@@ -158,7 +166,9 @@ impl Delegator {
                 },
             );
         }
-        let d = self.delegations.get_mut(id).expect("exists");
+        let Some(d) = self.delegations.get_mut(id) else {
+            return;
+        };
         d.result = Some(TaskOutcome {
             summary: done.summary.clone(),
             highlights: done.highlights.clone(),
@@ -177,12 +187,12 @@ impl Delegator {
             }
             None => false,
         };
-        if need_fetch {
-            d.awaiting_snapshot = wanted;
-        }
+        let peer = d.req.peer.clone();
         self.transition(now, id, DelegationTransition::ReceiveDone, None);
         if need_fetch {
-            let peer = self.delegations[id].req.peer.clone();
+            if let Some(Phase::Finishing(f)) = self.delegations.get_mut(id).map(|d| &mut d.phase) {
+                f.awaiting = wanted;
+            }
             self.core.outputs.push_back(DelegatorOutput::FetchResult {
                 id: id.clone(),
                 peer,
@@ -205,7 +215,7 @@ impl Delegator {
             self.peer_misbehaved(id, reason);
         }
         let d = self.get_mut(id)?;
-        let state = d.machine.state();
+        let state = d.state();
         match result {
             Ok(FetchedResult::Completed { outcome, snapshot }) => {
                 if let Some(snap) = snapshot {
@@ -214,8 +224,8 @@ impl Delegator {
                     }
                     // When re-fetching an announced snapshot, adopt the announced id.
                     let mut snap = snap;
-                    if let Some(awaited) = self.delegations[id].awaiting_snapshot.clone() {
-                        snap.snapshot_id = awaited;
+                    if let Some(awaited) = self.get_mut(id)?.phase.awaiting() {
+                        snap.snapshot_id = awaited.clone();
                     }
                     self.on_snapshot(now, id, snap);
                 }
@@ -236,7 +246,7 @@ impl Delegator {
                     );
                 } else {
                     let d = self.get_mut(id)?;
-                    if let Some(sid) = d.awaiting_snapshot.take() {
+                    if let Some(sid) = d.phase.take_awaiting() {
                         d.result_error = Some(ErrorInfo::new(
                             ErrorCode::TransportError,
                             format!("the executor's result no longer carries snapshot {sid}"),
@@ -246,8 +256,8 @@ impl Delegator {
                 }
             }
             Ok(FetchedResult::Error(e)) => {
-                d.heard_terminal = true;
-                if let Some(sid) = d.awaiting_snapshot.take() {
+                d.phase.hear_terminal();
+                if let Some(sid) = d.phase.take_awaiting() {
                     d.result_error = Some(ErrorInfo::new(
                         ErrorCode::TransportError,
                         format!(
@@ -261,14 +271,14 @@ impl Delegator {
                 self.wind_down(now, id);
             }
             Ok(FetchedResult::NotFound) => {
-                if let Some(sid) = d.awaiting_snapshot.take() {
+                if let Some(sid) = d.phase.take_awaiting() {
                     d.result_error = Some(ErrorInfo::new(
                         ErrorCode::NotFound,
                         format!("the executor announced snapshot {sid} but no longer has it"),
                     ));
                 }
                 if matches!(state, DelegationState::Started | DelegationState::Running) {
-                    d.heard_terminal = true;
+                    d.phase.hear_terminal();
                     self.transition(
                         now,
                         id,
@@ -282,10 +292,9 @@ impl Delegator {
                 self.wind_down(now, id);
             }
             Ok(FetchedResult::Running) | Ok(FetchedResult::NotApplicable) | Err(_) => {
-                if d.awaiting_snapshot.is_some() && state.is_terminal() {
+                if let Some(sid) = d.phase.take_awaiting() {
                     // Could not get the announced snapshot; give up on it (without an ack, so
                     // the executor keeps it).
-                    let sid = d.awaiting_snapshot.take().expect("checked");
                     let why = match result {
                         Err(e) => e.to_string(),
                         Ok(_) => "the executor did not hand it out".into(),
@@ -297,7 +306,9 @@ impl Delegator {
                     self.wind_down(now, id);
                 } else if !state.is_terminal() {
                     // Try the stream again after a while.
-                    d.stream_failures = 0;
+                    if let Some((_, failures)) = d.phase.stream_mut() {
+                        *failures = 0;
+                    }
                     let at = now.saturating_add(self.config.result_poll_interval);
                     self.core.timers.set(id, Timer::Reconnect, at);
                 }

@@ -34,40 +34,8 @@ impl Delegator {
         }
         let id = req.id.clone();
         tracing::debug!(delegation = %id, "delegation created");
-        let access = req.access_mode;
-        self.delegations.insert(
-            id.clone(),
-            Delegation {
-                req,
-                machine: DelegationMachine::new(),
-                created_at: now,
-                updated_at: now,
-                expires_at: None,
-                invited_at: None,
-                access,
-                features: Vec::new(),
-                accept: None,
-                transport: TransportPhase::None,
-                stream: Stream::Closed,
-                stream_failures: 0,
-                start_sent: false,
-                snapshots: BTreeMap::new(),
-                snapshot_order: Vec::new(),
-                stored: Vec::new(),
-                ops_in_flight: 0,
-                awaiting_snapshot: None,
-                applies: Applies::Idle,
-                result_error: None,
-                heard_terminal: false,
-                ack_sent: false,
-                result: None,
-                error: None,
-                ended: false,
-                warnings: Vec::new(),
-                not_shipped: Vec::new(),
-                not_shipped_count: 0,
-            },
-        );
+        self.delegations
+            .insert(id.clone(), Delegation::new(now, req));
         self.core
             .outputs
             .push_back(DelegatorOutput::ScanWorkspace { id });
@@ -81,7 +49,7 @@ impl Delegator {
         result: Result<WorkspaceStats, ErrorInfo>,
     ) -> Result<(), UsageError> {
         let d = self.get_mut(id)?;
-        if d.machine.state() != DelegationState::Created {
+        if d.state() != DelegationState::Created {
             return Ok(());
         }
         let allow_sensitive = d.req.allow_sensitive;
@@ -97,10 +65,14 @@ impl Delegator {
             self.wind_down(now, id);
             return Ok(());
         }
-        let d = self.delegations.get_mut(id).expect("checked above");
+        let Some(d) = self.delegations.get_mut(id) else {
+            return Ok(());
+        };
         let expires_at = now.saturating_add(Duration::from_secs(d.req.ttl_seconds));
         d.expires_at = Some(expires_at);
-        d.invited_at = Some(now);
+        d.phase = Phase::Inviting {
+            invited_at: Some(now),
+        };
         let invite = Invite {
             export_name: (d.req.dialect == Dialect::Seed).then(|| format!("awcp/{id}")),
             retention_ms: Some(
@@ -131,7 +103,7 @@ impl Delegator {
         reply: Reply,
     ) -> Result<(), UsageError> {
         let d = self.get_mut(id)?;
-        let state = d.machine.state();
+        let state = d.state();
         match (to, reply) {
             (Outbound::Invite, Reply::Accept(accept)) => {
                 if state != DelegationState::Invited {
@@ -218,12 +190,21 @@ impl Delegator {
     }
 
     pub(super) fn on_accept(&mut self, now: Timestamp, id: &DelegationId, accept: Accept) {
-        let d = self.delegations.get_mut(id).expect("caller checked");
+        let Some(d) = self.delegations.get_mut(id) else {
+            return;
+        };
+        let invited_at = match d.phase {
+            Phase::Inviting { invited_at } => invited_at,
+            Phase::Accepted { .. }
+            | Phase::Started { .. }
+            | Phase::Finishing(_)
+            | Phase::Ended { .. } => None,
+        };
         if let Some(c) = accept.constraints {
             if let Some(mode) = c.accepted_access_mode {
                 d.access = d.req.access_mode.min(mode);
             }
-            if let (Some(max), Some(invited)) = (c.max_ttl_seconds, d.invited_at) {
+            if let (Some(max), Some(invited)) = (c.max_ttl_seconds, invited_at) {
                 let capped = invited.saturating_add(Duration::from_secs(max));
                 if d.expires_at.is_none_or(|e| capped < e) {
                     d.expires_at = Some(capped);
@@ -238,8 +219,11 @@ impl Delegator {
             .collect();
         let expires_at = d.expires_at.unwrap_or(now);
         d.accept = Some(accept);
-        d.transport = TransportPhase::Preparing;
-        d.stream = Stream::Opening;
+        d.phase = Phase::Accepted {
+            transport: Preparation::Preparing,
+            stream: Stream::Opening,
+            stream_failures: 0,
+        };
         let out_prepare = DelegatorOutput::PrepareTransport {
             id: id.clone(),
             transport: d.req.transport.clone(),
@@ -265,52 +249,85 @@ impl Delegator {
         result: Result<TransportHandle, ErrorInfo>,
     ) -> Result<(), UsageError> {
         let d = self.get_mut(id)?;
-        if d.transport != TransportPhase::Preparing {
-            return Ok(());
-        }
-        match result {
-            Ok(handle) => {
-                if d.machine.state().is_terminal() {
-                    d.transport = TransportPhase::Prepared { handle: None };
+        match (&mut d.phase, result) {
+            (
+                Phase::Accepted {
+                    transport: transport @ Preparation::Preparing,
+                    ..
+                },
+                Ok(handle),
+            ) => {
+                *transport = Preparation::Prepared(handle);
+                self.maybe_send_start(now, id);
+            }
+            (
+                Phase::Accepted {
+                    transport: Preparation::Preparing,
+                    ..
+                },
+                Err(e),
+            ) => {
+                // Nothing is held: once abandoned, the delegation ends without a release.
+                self.abandon(now, id, e);
+                if let Some(Phase::Finishing(f)) =
+                    self.delegations.get_mut(id).map(|d| &mut d.phase)
+                {
+                    f.transport = Release::Free;
+                }
+                self.maybe_end(now, id);
+            }
+            (Phase::Finishing(f), result) if f.transport == Release::Preparing => {
+                // Finished meanwhile: release what was prepared (the handle is never used).
+                if result.is_ok() {
+                    f.transport = Release::Held;
                     self.wind_down(now, id);
                 } else {
-                    d.transport = TransportPhase::Prepared {
-                        handle: Some(handle),
-                    };
-                    self.maybe_send_start(now, id);
-                }
-            }
-            Err(e) => {
-                d.transport = TransportPhase::None;
-                if d.machine.state().is_terminal() {
+                    f.transport = Release::Free;
                     self.maybe_end(now, id);
-                } else {
-                    self.abandon(now, id, e);
                 }
             }
+            // Not preparing (a duplicate or stale answer): nothing changes.
+            (
+                Phase::Inviting { .. }
+                | Phase::Accepted { .. }
+                | Phase::Started { .. }
+                | Phase::Finishing(_)
+                | Phase::Ended { .. },
+                _,
+            ) => {}
         }
         Ok(())
     }
 
+    /// Sends START once the delegation is accepted, its transport prepared and its event stream
+    /// open; START takes the handle.
     pub(super) fn maybe_send_start(&mut self, now: Timestamp, id: &DelegationId) {
         let Some(d) = self.delegations.get_mut(id) else {
             return;
         };
-        if d.machine.state() != DelegationState::Accepted
-            || !d.transport.is_prepared()
-            || d.stream != Stream::Open
-            || d.start_sent
-        {
-            return;
-        }
-        let TransportPhase::Prepared { handle } = &mut d.transport else {
+        let Phase::Accepted {
+            transport: Preparation::Prepared(_),
+            stream: Stream::Open,
+            stream_failures,
+        } = d.phase
+        else {
             return;
         };
-        let Some(handle) = handle.take() else {
+        let Phase::Accepted {
+            transport: Preparation::Prepared(handle),
+            ..
+        } = std::mem::replace(
+            &mut d.phase,
+            Phase::Started {
+                stream: Stream::Open,
+                stream_failures,
+                heard_terminal: false,
+            },
+        )
+        else {
             return;
         };
         let expires_at = d.expires_at.unwrap_or(now);
-        d.start_sent = true;
         let out = DelegatorOutput::SendMessage {
             id: id.clone(),
             to: Outbound::Start,
@@ -327,29 +344,6 @@ impl Delegator {
         };
         self.transition(now, id, DelegationTransition::SendStart, None);
         self.core.outputs.push_back(out);
-    }
-
-    /// Fails a delegation from our side, telling the executor if it may know about it.
-    pub(super) fn abandon(&mut self, now: Timestamp, id: &DelegationId, error: ErrorInfo) {
-        let tell = matches!(
-            self.state(id),
-            Some(
-                DelegationState::Invited
-                    | DelegationState::Accepted
-                    | DelegationState::Started
-                    | DelegationState::Running
-            )
-        );
-        if self.transition(
-            now,
-            id,
-            DelegationTransition::SendError,
-            Some(error.clone()),
-        ) && tell
-        {
-            self.send_error(id, error);
-        }
-        self.wind_down(now, id);
     }
 }
 
@@ -373,6 +367,7 @@ pub(super) fn invite_of(id: &DelegationId, req: &DelegateRequest) -> Invite {
 }
 
 #[cfg(test)]
+#[allow(clippy::wildcard_enum_match_arm)] // tests pick the outputs they look at
 mod tests {
     use super::*;
     use crate::engine::delegator::tests::{accept, drain, events, id, invited, running, t};

@@ -378,9 +378,14 @@ impl DelegatorEvent {
             }
             DelegatorEvent::Ended { id: eid, error, .. } if eid == id => match error {
                 Some(e) if e.code != ErrorCode::Cancelled => Some(Err(e.clone())),
-                _ => Some(Ok(())),
+                Some(_) | None => Some(Ok(())),
             },
-            _ => None,
+            DelegatorEvent::StateChanged { .. }
+            | DelegatorEvent::Ended { .. }
+            | DelegatorEvent::Progress { .. }
+            | DelegatorEvent::Snapshot { .. }
+            | DelegatorEvent::PeerMisbehaved { .. }
+            | DelegatorEvent::Forgotten { .. } => None,
         }
     }
 }

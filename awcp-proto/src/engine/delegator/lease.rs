@@ -37,11 +37,15 @@ impl Timer {
 impl Delegator {
     pub(super) fn expire(&mut self, now: Timestamp, id: &DelegationId) {
         let err = ErrorInfo::new(ErrorCode::Expired, "the lease expired");
-        let tell = self.state(id) != Some(DelegationState::Invited)
-            || self
-                .delegations
-                .get(id)
-                .is_some_and(|d| d.invited_at.is_some());
+        // An invitation restored after a restart may never have reached the executor; any other
+        // delegation past `created` may be known to it.
+        let tell = self.delegations.get(id).is_some_and(|d| match d.phase {
+            Phase::Inviting { invited_at } => invited_at.is_some(),
+            Phase::Accepted { .. }
+            | Phase::Started { .. }
+            | Phase::Finishing(_)
+            | Phase::Ended { .. } => true,
+        });
         if self.transition(now, id, DelegationTransition::Expire, Some(err.clone())) && tell {
             self.send_error(id, err);
         }
@@ -62,7 +66,12 @@ impl Delegator {
                     let at = now.saturating_add(self.config.setup_grace);
                     self.core.timers.set(id, Timer::SetupGrace, at);
                 }
-                _ => {}
+                // Not armed before the invitation, disarmed by the terminal transition.
+                DelegationState::Created
+                | DelegationState::Completed
+                | DelegationState::Error
+                | DelegationState::Cancelled
+                | DelegationState::Expired => {}
             },
             Timer::SetupGrace => {
                 if state == DelegationState::Started {
@@ -77,9 +86,12 @@ impl Delegator {
                 }
             }
             Timer::Reconnect => {
-                let d = self.delegations.get_mut(id).expect("state exists");
-                if !state.is_terminal() && d.stream == Stream::Closed && !d.heard_terminal {
-                    d.stream = Stream::Opening;
+                let Some(d) = self.delegations.get_mut(id) else {
+                    return;
+                };
+                let heard = d.phase.heard_terminal();
+                if let (Some((stream @ Stream::Closed, _)), false) = (d.phase.stream_mut(), heard) {
+                    *stream = Stream::Opening;
                     let peer = d.req.peer.clone();
                     self.core
                         .outputs
@@ -99,7 +111,35 @@ impl Delegator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::delegator::tests::{drain, id, invited, running, t};
+    use crate::engine::delegator::tests::{drain, id, invited, running, started, t};
+
+    #[test]
+    fn a_lease_ending_while_the_executor_sets_up_gets_a_grace_period_then_expired() {
+        let mut d = started(SnapshotMode::Auto);
+        let (lease, why) = d.poll_timeout().unwrap();
+        assert_eq!(why, Timer::Lease);
+        d.handle_timeout(lease);
+        assert!(drain(&mut d).is_empty(), "never expired while setting up");
+        assert_eq!(d.get(&id()).unwrap().state, DelegationState::Started);
+        let (grace, why) = d.poll_timeout().unwrap();
+        assert_eq!(why, Timer::SetupGrace);
+        assert_eq!(
+            grace,
+            lease.saturating_add(DelegatorConfig::default().setup_grace)
+        );
+        d.handle_timeout(grace);
+        let out = drain(&mut d);
+        let v = d.get(&id()).unwrap();
+        assert_eq!(v.state, DelegationState::Error);
+        assert_eq!(v.error.unwrap().code, ErrorCode::Expired);
+        assert!(out.iter().any(|o| matches!(
+            o,
+            DelegatorOutput::SendMessage {
+                to: Outbound::Error,
+                ..
+            }
+        )));
+    }
 
     #[test]
     fn poll_timeout_names_queued_output_then_the_lease() {

@@ -83,7 +83,10 @@ pub struct Delegator {
     core: Core<Timer, DelegatorOutput>,
 }
 
-const RESULT_SNAPSHOT_ID: &str = "snap_result";
+/// The id of the result archive an [S] executor sends on `done`.
+fn result_snapshot_id() -> SnapshotId {
+    SnapshotId::of_done_result()
+}
 
 impl Delegator {
     /// A delegator with no delegations.
@@ -104,7 +107,7 @@ impl Delegator {
     pub fn get(&self, id: &DelegationId) -> Option<DelegationView> {
         self.delegations.get(id).map(|d| DelegationView {
             request: d.req.clone(),
-            state: d.machine.state(),
+            state: d.state(),
             created_at: d.created_at,
             updated_at: d.updated_at,
             expires_at: d.expires_at,
@@ -119,7 +122,7 @@ impl Delegator {
             result: d.result.clone(),
             error: d.error.clone(),
             result_error: d.result_error.clone(),
-            ended: d.ended,
+            ended: d.phase.is_ended(),
             warnings: d.warnings.clone(),
             not_shipped: d.not_shipped.clone(),
             not_shipped_count: d.not_shipped_count,
@@ -145,7 +148,7 @@ impl Delegator {
     pub fn list(&self) -> Vec<(DelegationId, DelegationState)> {
         self.delegations
             .iter()
-            .map(|(id, d)| (id.clone(), d.machine.state()))
+            .map(|(id, d)| (id.clone(), d.state()))
             .collect()
     }
 
@@ -159,8 +162,8 @@ impl Delegator {
             DelegatorInput::TransportPrepared { id, result } => self.on_prepared(now, &id, result),
             DelegatorInput::EventStreamOpened { id } => {
                 let d = self.get_mut(&id)?;
-                if d.stream == Stream::Opening {
-                    d.stream = Stream::Open;
+                if let Some((stream @ Stream::Opening, _)) = d.phase.stream_mut() {
+                    *stream = Stream::Open;
                 }
                 self.maybe_send_start(now, &id);
                 Ok(())
@@ -183,8 +186,10 @@ impl Delegator {
             DelegatorInput::TransportReleased { id, warnings } => {
                 let d = self.get_mut(&id)?;
                 d.warnings.extend(warnings);
-                if d.transport == TransportPhase::Releasing {
-                    d.transport = TransportPhase::Released;
+                if let Phase::Finishing(f) = &mut d.phase {
+                    if f.transport == Release::Releasing {
+                        f.transport = Release::Free;
+                    }
                 }
                 self.maybe_end(now, &id);
                 Ok(())
@@ -224,10 +229,12 @@ impl Delegator {
     }
 
     fn state(&self, id: &DelegationId) -> Option<DelegationState> {
-        self.delegations.get(id).map(|d| d.machine.state())
+        self.delegations.get(id).map(Delegation::state)
     }
 
-    /// The only place a delegation's state changes.
+    /// The only place a delegation's spec state changes (through the spec table). A terminal
+    /// transition moves the delegation into [`Phase::Finishing`]; the other phase changes are
+    /// made by the caller before the transition they go with.
     fn transition(
         &mut self,
         now: Timestamp,
@@ -241,9 +248,15 @@ impl Delegator {
         match d.machine.apply(event) {
             Ok((from, to)) => {
                 d.updated_at = now;
-                if to.is_terminal() && d.error.is_none() {
-                    d.error = error;
+                if to.is_terminal() {
+                    let phase =
+                        std::mem::replace(&mut d.phase, Phase::Inviting { invited_at: None });
+                    d.phase = phase.finish();
+                    if d.error.is_none() {
+                        d.error = error;
+                    }
                 }
+                debug_assert!(d.phase.fits(to), "phase {:?} in state {to}", d.phase);
                 tracing::debug!(delegation = %id, %from, %to, "state changed");
                 self.core
                     .outputs

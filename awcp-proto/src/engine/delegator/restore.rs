@@ -21,16 +21,16 @@ impl Delegator {
             dialect: d.req.dialect,
             invite: crate::wire::message_to_value(&Message::Invite(invite), Dialect::Reference),
             snapshot_mode: d.req.snapshot_mode,
-            state: d.machine.state(),
+            state: d.state(),
             created_at: Some(d.created_at.as_unix_millis()),
             updated_at: Some(d.updated_at.as_unix_millis()),
             expires_at: d.expires_at.map(Timestamp::as_unix_millis),
             access_mode: Some(d.access.as_str().to_owned()),
             features: d.features.clone(),
             executor_work_dir: d.accept.as_ref().map(|a| a.work_dir.clone()),
-            start_sent: d.start_sent,
-            heard_terminal: d.heard_terminal,
-            ended: d.ended,
+            start_sent: d.phase.start_sent(),
+            heard_terminal: d.phase.heard_terminal(),
+            ended: d.phase.is_ended(),
             stored: d.stored.clone(),
             snapshots: d
                 .snapshot_order
@@ -174,14 +174,41 @@ impl Delegator {
             Vec::new()
         };
         let dialect = r.dialect;
-        let start_sent = r.start_sent;
-        // Anything past ACCEPT (or terminal but not wound down) may hold an export view.
-        let prepared = !ended
-            && (state.is_terminal()
-                || matches!(
-                    state,
-                    DelegationState::Accepted | DelegationState::Started | DelegationState::Running
-                ));
+        // Anything past ACCEPT (or terminal but not wound down) may hold an export view: it is
+        // released (the driver's release is idempotent). A START handle died with the process.
+        let phase = if ended {
+            Phase::Ended {
+                start_sent: r.start_sent,
+                heard_terminal: r.heard_terminal,
+            }
+        } else {
+            match state {
+                DelegationState::Created | DelegationState::Invited => {
+                    Phase::Inviting { invited_at: None }
+                }
+                DelegationState::Accepted => Phase::Accepted {
+                    transport: Preparation::Stale,
+                    stream: Stream::Closed,
+                    stream_failures: 0,
+                },
+                DelegationState::Started | DelegationState::Running => Phase::Started {
+                    stream: Stream::Closed,
+                    stream_failures: 0,
+                    heard_terminal: r.heard_terminal,
+                },
+                DelegationState::Completed
+                | DelegationState::Error
+                | DelegationState::Cancelled
+                | DelegationState::Expired => Phase::Finishing(Finishing {
+                    transport: Release::Held,
+                    close_stream: false,
+                    start_sent: r.start_sent,
+                    heard_terminal: r.heard_terminal,
+                    ack_sent: false,
+                    awaiting: awaiting_snapshot,
+                }),
+            }
+        };
         let req = DelegateRequest {
             id: id.clone(),
             peer: r.peer.clone(),
@@ -216,33 +243,20 @@ impl Delegator {
             Delegation {
                 req,
                 machine: DelegationMachine::restore(state),
+                phase,
                 created_at: ms(r.created_at).unwrap_or(now),
                 updated_at: ms(r.updated_at).unwrap_or(now),
                 expires_at: ms(r.expires_at),
-                invited_at: None,
                 access,
                 features: r.features.clone(),
                 accept: None,
-                transport: if prepared {
-                    TransportPhase::Prepared { handle: None }
-                } else {
-                    TransportPhase::None
-                },
-                stream: Stream::Closed,
-                stream_failures: 0,
-                start_sent,
                 snapshots,
                 snapshot_order: order,
                 stored,
-                ops_in_flight: 0,
-                awaiting_snapshot,
                 applies: Applies::Idle,
-                result_error,
-                heard_terminal: r.heard_terminal,
-                ack_sent: false,
                 result,
                 error,
-                ended,
+                result_error,
                 warnings: r.warnings.clone(),
                 not_shipped,
                 not_shipped_count,
@@ -264,8 +278,8 @@ impl Delegator {
         let Some(d) = self.delegations.get(id) else {
             return;
         };
-        let state = d.machine.state();
-        if d.ended {
+        let state = d.state();
+        if d.phase.is_ended() {
             let at = d.updated_at.saturating_add(self.config.retention).max(now);
             self.core.timers.set(id, Timer::Forget, at);
             return;
@@ -307,8 +321,13 @@ impl Delegator {
                     Some(e) => self.core.timers.set(id, Timer::Lease, e),
                     None => {}
                 }
-                let d = self.delegations.get_mut(id).expect("exists");
-                d.stream = Stream::Opening;
+                if let Some((stream, _)) = self
+                    .delegations
+                    .get_mut(id)
+                    .and_then(|d| d.phase.stream_mut())
+                {
+                    *stream = Stream::Opening;
+                }
                 self.core
                     .outputs
                     .push_back(DelegatorOutput::OpenEventStream {
@@ -318,8 +337,11 @@ impl Delegator {
             }
             // Terminal but not ended: fetch a result whose storing was interrupted, then
             // finish winding down (ack, release).
-            _ => {
-                if d.awaiting_snapshot.is_some() {
+            DelegationState::Completed
+            | DelegationState::Error
+            | DelegationState::Cancelled
+            | DelegationState::Expired => {
+                if d.phase.awaiting().is_some() {
                     let peer = d.req.peer.clone();
                     self.core.outputs.push_back(DelegatorOutput::FetchResult {
                         id: id.clone(),
@@ -329,5 +351,132 @@ impl Delegator {
                 self.wind_down(now, id)
             }
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::wildcard_enum_match_arm)] // tests pick the outputs they look at
+mod tests {
+    use super::*;
+    use crate::engine::delegator::tests::{drain, event, id, running, t};
+
+    fn count(out: &[DelegatorOutput], f: impl Fn(&DelegatorOutput) -> bool) -> usize {
+        out.iter().filter(|o| f(o)).count()
+    }
+
+    /// A delegator restarted from `d`'s record.
+    fn restarted(d: &Delegator) -> (Delegator, Vec<DelegatorOutput>) {
+        let rec = d.record(&id()).unwrap();
+        let mut d2 = Delegator::new(DelegatorConfig::default());
+        assert_eq!(d2.restore(t(10), &[rec]), 1);
+        let out = drain(&mut d2);
+        (d2, out)
+    }
+
+    #[test]
+    fn a_restored_running_delegation_reopens_its_stream_and_keeps_its_lease() {
+        let d = running(SnapshotMode::Auto);
+        let (mut d2, out) = restarted(&d);
+        assert!(matches!(
+            out.as_slice(),
+            [DelegatorOutput::OpenEventStream { .. }]
+        ));
+        assert_eq!(d2.get(&id()).unwrap().state, DelegationState::Running);
+        assert_eq!(d2.poll_timeout().map(|(_, why)| why), Some(Timer::Lease));
+        // START went out before the restart: the executor's events count.
+        let error = TaskEventKind::Error(ErrorInfo::bare(ErrorCode::TaskFailed, "boom"));
+        d2.handle(t(11), event(error)).unwrap();
+        assert_eq!(d2.get(&id()).unwrap().state, DelegationState::Error);
+        assert!(d2.record(&id()).unwrap().heard_terminal);
+    }
+
+    #[test]
+    fn a_restored_delegation_that_had_not_sent_start_is_abandoned_and_released_once() {
+        // Accepted, transport prepared, START held back (the stream never opened).
+        let mut d = Delegator::new(DelegatorConfig::default());
+        d.delegate(
+            t(0),
+            crate::engine::delegator::tests::request(SnapshotMode::Auto),
+        )
+        .unwrap();
+        for input in [
+            DelegatorInput::ScanCompleted {
+                id: id(),
+                result: Ok(WorkspaceStats::default()),
+            },
+            DelegatorInput::Reply {
+                id: id(),
+                to: Outbound::Invite,
+                reply: Reply::Accept(crate::engine::delegator::tests::accept()),
+            },
+            DelegatorInput::TransportPrepared {
+                id: id(),
+                result: Ok(TransportHandle::Archive(crate::wire::ArchiveHandle {
+                    data: ArchiveData {
+                        base64: Some(String::new()),
+                        url: None,
+                    },
+                    checksum: "00".into(),
+                    size_bytes: None,
+                })),
+            },
+        ] {
+            d.handle(t(1), input).unwrap();
+        }
+        drain(&mut d);
+        assert_eq!(d.get(&id()).unwrap().state, DelegationState::Accepted);
+        let (mut d2, out) = restarted(&d);
+        assert_eq!(
+            count(&out, |o| matches!(
+                o,
+                DelegatorOutput::SendMessage {
+                    to: Outbound::Error,
+                    ..
+                }
+            )),
+            1,
+            "the executor is told"
+        );
+        assert!(
+            !out.iter().any(|o| matches!(
+                o,
+                DelegatorOutput::SendMessage {
+                    to: Outbound::Start,
+                    ..
+                }
+            )),
+            "the handle's credentials died with the process: no START"
+        );
+        assert_eq!(
+            count(&out, |o| matches!(
+                o,
+                DelegatorOutput::ReleaseTransport { .. }
+            )),
+            1
+        );
+        assert!(!d2.get(&id()).unwrap().ended);
+        d2.handle(
+            t(12),
+            DelegatorInput::TransportReleased {
+                id: id(),
+                warnings: vec![],
+            },
+        )
+        .unwrap();
+        let out = drain(&mut d2);
+        assert_eq!(
+            count(&out, |o| matches!(
+                o,
+                DelegatorOutput::Event(DelegatorEvent::Ended { .. })
+            )),
+            1
+        );
+        let rec = d2.record(&id()).unwrap();
+        assert!(rec.ended && !rec.start_sent);
+        // An ended record restores as ended: nothing to release, only the retention.
+        let (d3, out) = restarted(&d2);
+        assert!(out.is_empty());
+        assert!(d3.get(&id()).unwrap().ended);
+        assert_eq!(d3.poll_timeout().map(|(_, why)| why), Some(Timer::Forget));
     }
 }

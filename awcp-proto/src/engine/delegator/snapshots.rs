@@ -32,7 +32,6 @@ impl Delegator {
             )));
         }
         rec.status = SnapshotStatus::InFlight;
-        d.ops_in_flight += 1;
         d.updated_at = now;
         self.start_apply(id, snapshot_id.clone());
         self.core
@@ -101,8 +100,8 @@ impl Delegator {
         let Some(d) = self.delegations.get_mut(id) else {
             return;
         };
-        let state = d.machine.state();
-        let awaited = d.awaiting_snapshot.as_ref() == Some(&snap.snapshot_id);
+        let state = d.state();
+        let awaited = d.phase.awaiting() == Some(&snap.snapshot_id);
         if d.snapshots.contains_key(&snap.snapshot_id)
             || !(state == DelegationState::Running
                 || (state == DelegationState::Completed && awaited))
@@ -110,7 +109,7 @@ impl Delegator {
             return; // duplicate (replay) or too late (cancelled/expired: never apply)
         }
         if awaited {
-            d.awaiting_snapshot = None;
+            d.phase.take_awaiting();
         }
         let live = d.req.transport.is_live();
         let ro = d.access == AccessMode::Ro;
@@ -144,7 +143,6 @@ impl Delegator {
             // Stored first in both modes: `auto` applies from the store once it is stored, so
             // a result that cannot be applied is never lost.
             SnapshotMode::Auto | SnapshotMode::Staged => {
-                d.ops_in_flight += 1;
                 self.core.outputs.push_back(DelegatorOutput::StoreSnapshot {
                     id: id.clone(),
                     snapshot: Box::new(snap),
@@ -161,19 +159,21 @@ impl Delegator {
             }));
     }
 
-    /// The snapshot record `sid` of `id`, if it is in flight.
+    /// Delegation `id` and its snapshot `sid`, if that snapshot is in flight (`Ok(None)`: it
+    /// is not, e.g. a duplicate answer).
     pub(super) fn in_flight(
         &mut self,
         id: &DelegationId,
         sid: &SnapshotId,
-    ) -> Result<bool, UsageError> {
+    ) -> Result<Option<&mut Delegation>, UsageError> {
         let d = self.get_mut(id)?;
         match d.snapshots.get(sid) {
             None => Err(UsageError::UnknownSnapshot {
                 delegation: id.clone(),
                 snapshot: sid.to_string(),
             }),
-            Some(rec) => Ok(rec.status == SnapshotStatus::InFlight),
+            Some(rec) if rec.status == SnapshotStatus::InFlight => Ok(Some(d)),
+            Some(_) => Ok(None),
         }
     }
 
@@ -187,20 +187,21 @@ impl Delegator {
         sid: &SnapshotId,
         result: Result<(), ErrorInfo>,
     ) -> Result<(), UsageError> {
-        if !self.in_flight(id, sid)? {
+        let Some(d) = self.in_flight(id, sid)? else {
             return Ok(());
-        }
-        let d = self.delegations.get_mut(id).expect("checked");
-        let state = d.machine.state();
-        let rec = d.snapshots.get_mut(sid).expect("checked");
+        };
+        let state = d.state();
+        let auto = d.req.snapshot_mode == SnapshotMode::Auto
+            && matches!(state, DelegationState::Running | DelegationState::Completed);
         d.updated_at = now;
+        let Some(rec) = d.snapshots.get_mut(sid) else {
+            return Ok(());
+        };
         let status = match result {
             Ok(()) => {
                 if !d.stored.contains(sid) {
                     d.stored.push(sid.clone());
                 }
-                let auto = d.req.snapshot_mode == SnapshotMode::Auto
-                    && matches!(state, DelegationState::Running | DelegationState::Completed);
                 if auto {
                     // Reported (so journalled) as stored before the apply starts: a crash during
                     // the apply then finds the bytes on restart (the snapshot is pending again)
@@ -209,16 +210,14 @@ impl Delegator {
                     self.start_apply(id, sid.clone());
                     return Ok(());
                 }
-                rec.status = SnapshotStatus::Pending;
                 SnapshotStatus::Pending
             }
             Err(e) => {
                 tracing::warn!(delegation = %id, snapshot = %sid, "snapshot store failed: {e}");
-                rec.status = SnapshotStatus::Failed(e.clone());
                 SnapshotStatus::Failed(e)
             }
         };
-        d.ops_in_flight = d.ops_in_flight.saturating_sub(1);
+        rec.status = status.clone();
         self.snapshot_event(id, sid, status);
         self.maybe_end(now, id);
         Ok(())
@@ -245,12 +244,13 @@ impl Delegator {
         sid: &SnapshotId,
         result: Result<(), ErrorInfo>,
     ) -> Result<(), UsageError> {
-        if !self.in_flight(id, sid)? {
+        let Some(d) = self.in_flight(id, sid)? else {
             return Ok(());
-        }
-        let d = self.delegations.get_mut(id).expect("checked");
+        };
         let next = d.applies.finish(sid);
-        let rec = d.snapshots.get_mut(sid).expect("checked");
+        let Some(rec) = d.snapshots.get_mut(sid) else {
+            return Ok(());
+        };
         let status = match result {
             Ok(()) => {
                 rec.applied_at = Some(now);
@@ -266,7 +266,6 @@ impl Delegator {
             }
         };
         rec.status = status.clone();
-        d.ops_in_flight = d.ops_in_flight.saturating_sub(1);
         d.updated_at = now;
         let applied = status == SnapshotStatus::Applied;
         self.snapshot_event(id, sid, status);

@@ -1,5 +1,6 @@
-//! Winding down: after a terminal transition close the stream, acknowledge the result once it
-//! is safe, release the transport, end exactly once, and forget after the retention.
+//! Ending a delegation: cancel (the application) and abandon (this side gives up), then after a
+//! terminal transition close the stream, acknowledge the result once it is safe, release the
+//! transport, end exactly once, and forget after the retention.
 
 use super::*;
 
@@ -8,13 +9,13 @@ impl Delegator {
     pub fn cancel(&mut self, now: Timestamp, id: &DelegationId) -> Result<(), UsageError> {
         self.tick(now);
         let d = self.get_mut(id)?;
-        if d.machine.state().is_terminal() {
+        if d.state().is_terminal() {
             return Err(UsageError::InvalidState(format!(
                 "delegation {id} is already {}",
-                d.machine.state()
+                d.state()
             )));
         }
-        let tell_executor = d.machine.state() != DelegationState::Created;
+        let tell_executor = d.state() != DelegationState::Created;
         let peer = d.req.peer.clone();
         self.transition(
             now,
@@ -35,20 +36,39 @@ impl Delegator {
         Ok(())
     }
 
+    /// Fails a delegation from our side, telling the executor if it may know about it.
+    pub(super) fn abandon(&mut self, now: Timestamp, id: &DelegationId, error: ErrorInfo) {
+        let tell = matches!(
+            self.state(id),
+            Some(
+                DelegationState::Invited
+                    | DelegationState::Accepted
+                    | DelegationState::Started
+                    | DelegationState::Running
+            )
+        );
+        if self.transition(
+            now,
+            id,
+            DelegationTransition::SendError,
+            Some(error.clone()),
+        ) && tell
+        {
+            self.send_error(id, error);
+        }
+        self.wind_down(now, id);
+    }
+
     /// After a terminal transition: close the stream, release the transport, end when idle.
     pub(super) fn wind_down(&mut self, now: Timestamp, id: &DelegationId) {
         let Some(d) = self.delegations.get_mut(id) else {
             return;
         };
-        if !d.machine.state().is_terminal() {
-            return;
-        }
-        // Never keep credentials of a finished delegation.
-        if let TransportPhase::Prepared { handle } = &mut d.transport {
-            *handle = None;
-        }
-        if d.stream != Stream::Closed {
-            d.stream = Stream::Closed;
+        let Phase::Finishing(f) = &mut d.phase else {
+            return; // not terminal, or ended already
+        };
+        if f.close_stream {
+            f.close_stream = false;
             self.core
                 .outputs
                 .push_back(DelegatorOutput::CloseEventStream { id: id.clone() });
@@ -56,51 +76,53 @@ impl Delegator {
         self.maybe_end(now, id);
     }
 
+    /// Ends a finished delegation once nothing is in flight: acknowledges the result when it
+    /// is safe, releases the transport, then emits `Ended` (exactly once) and arms the
+    /// retention.
     pub(super) fn maybe_end(&mut self, now: Timestamp, id: &DelegationId) {
         let Some(d) = self.delegations.get_mut(id) else {
             return;
         };
-        if d.ended
-            || !d.machine.state().is_terminal()
-            || d.ops_in_flight > 0
-            || d.awaiting_snapshot.is_some()
-        {
+        let busy = d.ops_in_flight() > 0;
+        let result_safe = d.result_safe();
+        let Phase::Finishing(f) = &mut d.phase else {
+            return; // not terminal, or ended already
+        };
+        if busy || f.awaiting.is_some() {
             return;
         }
         // The ack lets the executor forget the result: only once every snapshot is stored
         // (or applied, or discarded by policy) and nothing announced is missing.
-        let result_safe = d.result_error.is_none()
-            && !d
-                .snapshots
-                .values()
-                .any(|r| matches!(r.status, SnapshotStatus::Failed(_)));
-        if d.heard_terminal && !d.ack_sent && result_safe {
-            d.ack_sent = true;
+        if f.heard_terminal && !f.ack_sent && result_safe {
+            f.ack_sent = true;
             self.core.outputs.push_back(DelegatorOutput::SendAck {
                 id: id.clone(),
                 peer: d.req.peer.clone(),
             });
         }
-        match d.transport {
-            TransportPhase::Prepared { .. } => {
-                d.transport = TransportPhase::Releasing;
+        match f.transport {
+            Release::Held => {
+                f.transport = Release::Releasing;
                 self.core
                     .outputs
                     .push_back(DelegatorOutput::ReleaseTransport { id: id.clone() });
                 return;
             }
-            TransportPhase::Preparing | TransportPhase::Releasing => return,
-            TransportPhase::None | TransportPhase::Released => {}
+            Release::Preparing | Release::Releasing => return,
+            Release::Free => {}
         }
-        d.ended = true;
+        d.phase = Phase::Ended {
+            start_sent: f.start_sent,
+            heard_terminal: f.heard_terminal,
+        };
         d.updated_at = now;
         let ev = DelegatorEvent::Ended {
             id: id.clone(),
-            state: d.machine.state(),
+            state: d.state(),
             result: d.result.clone(),
             error: d.error.clone(),
         };
-        tracing::debug!(delegation = %id, state = %d.machine.state(), "delegation ended");
+        tracing::debug!(delegation = %id, state = %d.state(), "delegation ended");
         self.core.outputs.push_back(DelegatorOutput::Event(ev));
         self.core
             .timers

@@ -1,5 +1,9 @@
 //! The result-safety rules of the engine, driven by hand: store before apply, ack only
 //! after stored, failed applies stay pending, one apply at a time, restarts mid-apply.
+
+// Tests pick the outputs they look at out of the rest.
+#![allow(clippy::wildcard_enum_match_arm)]
+
 use super::*;
 use crate::wire::{ArchiveHandle, StatusEvent, TaskStatus};
 
@@ -153,8 +157,8 @@ pub(super) fn events(out: &[DelegatorOutput]) -> Vec<&DelegatorEvent> {
         .collect()
 }
 
-/// A delegation in `running`, with `auth` and `mode`.
-pub(super) fn running(mode: SnapshotMode) -> Delegator {
+/// A delegation in `started` (START sent, the executor sets up), with `auth` and `mode`.
+pub(super) fn started(mode: SnapshotMode) -> Delegator {
     let mut d = Delegator::new(DelegatorConfig::default());
     d.delegate(t(0), request(mode)).unwrap();
     let steps = [
@@ -179,15 +183,24 @@ pub(super) fn running(mode: SnapshotMode) -> Delegator {
             })),
         },
         DelegatorInput::EventStreamOpened { id: id() },
-        event(TaskEventKind::Status(StatusEvent {
-            status: TaskStatus::Running,
-            message: None,
-            progress: None,
-        })),
     ];
     for s in steps {
         d.handle(t(1), s).unwrap();
     }
+    drain(&mut d);
+    assert_eq!(d.get(&id()).unwrap().state, DelegationState::Started);
+    d
+}
+
+/// A delegation in `running`, with `auth` and `mode`.
+pub(super) fn running(mode: SnapshotMode) -> Delegator {
+    let mut d = started(mode);
+    let status = event(TaskEventKind::Status(StatusEvent {
+        status: TaskStatus::Running,
+        message: None,
+        progress: None,
+    }));
+    d.handle(t(1), status).unwrap();
     drain(&mut d);
     assert_eq!(d.get(&id()).unwrap().state, DelegationState::Running);
     d

@@ -145,20 +145,30 @@ impl Outcome {
 impl DelegationView {
     /// How the delegation turned out (see [`Outcome`]).
     pub fn outcome(&self) -> Outcome {
-        match self.state {
-            DelegationState::Completed => {}
-            s if !s.is_terminal() => return Outcome::Running,
-            DelegationState::Error
-                if self.error.as_ref().is_some_and(|e| {
-                    matches!(e.code, ErrorCode::Timeout | ErrorCode::SseFailed)
-                }) =>
+        match (self.state, &self.error) {
+            (DelegationState::Completed, _) => {}
+            (
+                DelegationState::Created
+                | DelegationState::Invited
+                | DelegationState::Accepted
+                | DelegationState::Started
+                | DelegationState::Running,
+                _,
+            ) => return Outcome::Running,
+            (DelegationState::Error, Some(e))
+                if matches!(e.code, ErrorCode::Timeout | ErrorCode::SseFailed) =>
             {
-                return Outcome::Unreachable(self.error.clone().expect("checked"))
+                return Outcome::Unreachable(e.clone())
             }
-            state => {
+            (
+                state @ (DelegationState::Error
+                | DelegationState::Cancelled
+                | DelegationState::Expired),
+                error,
+            ) => {
                 return Outcome::Failed {
                     state,
-                    error: self.error.clone(),
+                    error: error.clone(),
                 }
             }
         }
@@ -206,5 +216,103 @@ impl DelegationView {
         } else {
             Outcome::Completed
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::delegator::tests::{request, sid, t};
+
+    fn view(state: DelegationState, error: Option<ErrorInfo>) -> DelegationView {
+        DelegationView {
+            request: request(SnapshotMode::Auto),
+            state,
+            created_at: t(0),
+            updated_at: t(0),
+            expires_at: None,
+            access_mode: AccessMode::Rw,
+            executor_work_dir: None,
+            executor_constraints: None,
+            snapshots: Vec::new(),
+            result: None,
+            error,
+            result_error: None,
+            ended: state.is_terminal(),
+            warnings: Vec::new(),
+            not_shipped: Vec::new(),
+            not_shipped_count: 0,
+        }
+    }
+
+    fn snapshot(status: SnapshotStatus, error: Option<ErrorInfo>) -> SnapshotRecord {
+        SnapshotRecord {
+            id: sid("snap_a"),
+            summary: String::new(),
+            highlights: Vec::new(),
+            recommended: true,
+            metadata: BTreeMap::new(),
+            status,
+            received_at: t(1),
+            applied_at: None,
+            error,
+        }
+    }
+
+    #[test]
+    fn the_outcome_names_what_the_application_must_know() {
+        for s in DelegationState::ALL
+            .into_iter()
+            .filter(|s| !s.is_terminal())
+        {
+            assert_eq!(view(s, None).outcome(), Outcome::Running, "{s}");
+        }
+        let timeout = ErrorInfo::bare(ErrorCode::Timeout, "INVITE failed");
+        assert_eq!(
+            view(DelegationState::Error, Some(timeout.clone())).outcome(),
+            Outcome::Unreachable(timeout)
+        );
+        let failed = ErrorInfo::bare(ErrorCode::TaskFailed, "exit 3");
+        assert_eq!(
+            view(DelegationState::Error, Some(failed))
+                .outcome()
+                .as_str(),
+            "failed"
+        );
+        assert_eq!(
+            view(DelegationState::Cancelled, None).outcome(),
+            Outcome::Failed {
+                state: DelegationState::Cancelled,
+                error: None
+            }
+        );
+        assert_eq!(
+            view(DelegationState::Completed, None).outcome(),
+            Outcome::Completed
+        );
+    }
+
+    #[test]
+    fn a_completed_delegation_whose_result_was_not_applied_says_so() {
+        let mut v = view(DelegationState::Completed, None);
+        v.snapshots = vec![snapshot(SnapshotStatus::Pending, None)];
+        assert!(
+            matches!(v.outcome(), Outcome::NotApplied { snapshot: Some(s), .. } if s == sid("snap_a")),
+            "auto mode: stored but not applied"
+        );
+        v.request.snapshot_mode = SnapshotMode::Staged;
+        assert_eq!(v.outcome(), Outcome::Staged);
+        let why = ErrorInfo::bare(ErrorCode::TransportError, "disk full");
+        v.snapshots = vec![snapshot(SnapshotStatus::Failed(why.clone()), None)];
+        assert_eq!(
+            v.outcome(),
+            Outcome::NotApplied {
+                snapshot: None,
+                reason: why
+            },
+            "not stored: nothing kept to retry"
+        );
+        v.snapshots = vec![snapshot(SnapshotStatus::Applied, None)];
+        assert_eq!(v.outcome(), Outcome::Completed);
     }
 }

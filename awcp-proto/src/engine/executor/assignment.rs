@@ -21,9 +21,13 @@ use crate::wire::{Accept, AccessMode, Dialect, Invite, TaskEvent, TransportKind}
 use super::auth::BoundCredential;
 use super::{Executor, ExecutorEvent, ExecutorOutput};
 
-/// Why the executor wakes up for an assignment (one doc line per reason).
+/// Why the executor wants to be woken: the reason [`Executor::poll_timeout`] reports with its
+/// deadline (log it; the driver does nothing different per reason). One doc line per reason.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
 pub enum ExecutorTimer {
+    /// Outputs are queued: drain [`Executor::poll_output`] now (not an armed timer).
+    Output,
     /// A pending assignment got no START (or no decision) in time: drop it, free its slot.
     StartDeadline,
     /// The lease ran out while the task was running: stop it, fail with `EXPIRED`.
@@ -32,6 +36,19 @@ pub enum ExecutorTimer {
     StopGrace,
     /// A terminal, released assignment was retained long enough: forget it.
     Retention,
+}
+
+impl ExecutorTimer {
+    /// A short name for logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExecutorTimer::Output => "output",
+            ExecutorTimer::StartDeadline => "start deadline",
+            ExecutorTimer::Lease => "lease",
+            ExecutorTimer::StopGrace => "stop grace",
+            ExecutorTimer::Retention => "retention",
+        }
+    }
 }
 
 /// What an assignment holds and what it waits for (at most one operation in flight).

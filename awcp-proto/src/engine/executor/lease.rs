@@ -78,6 +78,8 @@ impl Executor {
                     self.forget(id);
                 }
             }
+            // Never armed: `poll_timeout`'s reason for queued outputs.
+            ExecutorTimer::Output => {}
         }
     }
 }

@@ -223,10 +223,11 @@ impl Executor {
         self.core.poll_output()
     }
 
-    /// When to call [`Executor::handle_timeout`] next (the last `now` while outputs are queued).
+    /// When to call [`Executor::handle_timeout`] next, and why ([`ExecutorTimer`]). While
+    /// outputs are queued this is the last `now` seen ("due now", [`ExecutorTimer::Output`]).
     #[must_use]
-    pub fn poll_timeout(&self) -> Option<Timestamp> {
-        self.core.poll_timeout()
+    pub fn poll_timeout(&self) -> Option<(Timestamp, ExecutorTimer)> {
+        self.core.poll_timeout_reason(ExecutorTimer::Output)
     }
 
     /// When `timer` of `id` fires, if it is armed (for tests and the scenario builder).

@@ -3,7 +3,8 @@
 
 #![allow(clippy::wildcard_enum_match_arm)]
 
-use crate::engine::pair::{Pair, Scenario, TaskScript};
+use crate::engine::pair::{Pair, TaskScript};
+use crate::engine::scenario::Scenario;
 use crate::error::ErrorCode;
 use crate::id::DelegationId;
 use crate::state::{AssignmentState, DelegationState};
@@ -132,6 +133,25 @@ fn the_lease_timer_stops_a_running_task_and_fails_both_sides_with_expired() {
         0,
         "released after the task stopped"
     );
+}
+
+#[test]
+fn poll_timeout_names_queued_output_then_the_timer_that_is_due() {
+    let mut s = Scenario::new().to_running();
+    let lease = s.pair.executor.timer_deadline(&s.id, ExecutorTimer::Lease);
+    assert!(lease.is_some(), "a running task's lease is armed");
+    assert_eq!(
+        s.pair.executor.poll_timeout(),
+        lease.map(|at| (at, ExecutorTimer::Lease)),
+        "running: the lease is the next reason to wake"
+    );
+    s.pair.executor.shutdown(s.pair.now);
+    assert_eq!(
+        s.pair.executor.poll_timeout(),
+        Some((s.pair.now, ExecutorTimer::Output)),
+        "outputs are queued: due now"
+    );
+    s.pair.drive();
 }
 
 #[test]
