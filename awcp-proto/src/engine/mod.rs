@@ -6,6 +6,7 @@
 //! Both follow the same drive contract: feed inputs with `handle(now, input)` or application
 //! calls, call `handle_timeout(now)` when [`poll_timeout`](delegator::Delegator::poll_timeout)'s
 //! deadline is reached, and after every call drain `poll_output()` until it returns `None`.
+//! [`drive`] is that loop, written once for every driver and the simulation.
 
 pub mod admission;
 // TEMPORARY (issue 16, item 11 open): the delegator engine still has 16 `expect`s on ids it
@@ -16,6 +17,7 @@ pub mod admission;
     clippy::wildcard_enum_match_arm
 )]
 pub mod delegator;
+pub mod drive;
 pub mod executor;
 
 #[cfg(any(test, feature = "_internal-pair"))]
