@@ -43,6 +43,16 @@ pub fn ack_url(peer: &str, id: &DelegationId) -> String {
     format!("{}{AWCP_PATH}/tasks/{id}/ack", base_url(peer))
 }
 
+/// Where an executor serves URL-mode snapshots (`{id}`, `{sid}`: the delegation and the
+/// snapshot).
+pub const SNAPSHOT_ROUTE: &str = "/awcp/tasks/{id}/snapshots/{sid}";
+
+/// `GET <base>/awcp/tasks/<id>/snapshots/<sid>`: the URL a snapshot named by URL carries
+/// (`base`: the executor's public URL, or the origin the delegator reached it at).
+pub fn snapshot_url(base: &str, id: &DelegationId, sid: &crate::id::SnapshotId) -> String {
+    format!("{}{AWCP_PATH}/tasks/{id}/snapshots/{sid}", base_url(base))
+}
+
 /// `POST <base>/awcp/cancel/<id>`.
 pub fn cancel_url(peer: &str, id: &DelegationId) -> String {
     format!("{}{AWCP_PATH}/cancel/{id}", base_url(peer))
@@ -481,6 +491,24 @@ mod tests {
         );
         assert_eq!(r(None, None, false, false), None);
         assert_eq!(r(Some("null"), None, false, true), None);
+    }
+
+    #[test]
+    fn snapshot_urls_follow_the_route_under_any_base() {
+        let id = DelegationId::new("d1").unwrap();
+        let sid = crate::id::SnapshotId::new("s1").unwrap();
+        let want = "http://127.0.0.1:8080/awcp/tasks/d1/snapshots/s1";
+        for base in [
+            "http://127.0.0.1:8080",
+            "http://127.0.0.1:8080/",
+            "http://127.0.0.1:8080/awcp",
+        ] {
+            assert_eq!(snapshot_url(base, &id, &sid), want);
+        }
+        assert_eq!(
+            SNAPSHOT_ROUTE.replace("{id}", "d1").replace("{sid}", "s1"),
+            want.trim_start_matches("http://127.0.0.1:8080")
+        );
     }
 
     #[test]

@@ -50,7 +50,7 @@ pub use engine::delegator::{
 };
 pub use engine::executor::{
     AllocationFailure, Executor, ExecutorConfig, ExecutorEvent, ExecutorInput, ExecutorOutput,
-    TaskFailure, WorkspaceLayout,
+    SetupFailure, TaskFailure, WorkspaceLayout,
 };
 pub use engine::*;
 pub use error::{ErrorCode, ErrorInfo};

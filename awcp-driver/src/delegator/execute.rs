@@ -199,8 +199,8 @@ impl<R: Runtime> Loop<R> {
                 let feed = self.feed();
                 let url = wire_http::result_url(&peer, &id);
                 let headers = self.credential_headers(&id, &url);
-                let timeout = self.opts.request_timeout;
-                let limit = self.opts.max_snapshot_bytes * 2;
+                let timeout = self.engine.config().request_timeout;
+                let limit = self.engine.config().max_result_bytes;
                 self.rt.spawn(Box::pin(async move {
                     let hdrs: Vec<(&str, String)> =
                         headers.iter().map(|(k, v)| (*k, v.clone())).collect();
@@ -222,7 +222,7 @@ impl<R: Runtime> Loop<R> {
                 let http = self.http.clone();
                 let feed = self.feed();
                 let dir = self.snapshot_dir(&id);
-                let limit = self.opts.max_snapshot_bytes;
+                let limit = self.engine.config().max_snapshot_bytes;
                 let download_timeout = self.engine.config().snapshot_download_timeout;
                 let headers = snapshot
                     .data

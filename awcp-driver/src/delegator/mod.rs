@@ -50,8 +50,6 @@ pub struct DelegatorOptions {
     pub extra_transports: Vec<Arc<dyn DelegatorTransport>>,
     /// State directory: staged snapshots, archives for URL mode, downloads.
     pub state_dir: PathBuf,
-    /// Timeout of INVITE/START/ERROR/cancel/ack requests (30 s).
-    pub request_timeout: Duration,
     /// Where peers can fetch archives this delegator serves (URL mode), e.g.
     /// `https://delegator.example:3100` (`--public-url`). `None`: archives always travel
     /// inline. An unspecified host (`http://0.0.0.0:3100`, a server bound to every interface)
@@ -59,8 +57,6 @@ pub struct DelegatorOptions {
     pub archive_base_url: Option<String>,
     /// TLS settings for talking to executors (`https` peers: private CA, client certificate).
     pub client_tls: agent_rt::ClientTls,
-    /// Largest snapshot accepted.
-    pub max_snapshot_bytes: u64,
 }
 
 impl DelegatorOptions {
@@ -71,10 +67,8 @@ impl DelegatorOptions {
             transport,
             extra_transports: Vec::new(),
             state_dir: state_dir.into(),
-            request_timeout: Duration::from_secs(30),
             archive_base_url: None,
             client_tls: agent_rt::ClientTls::default(),
-            max_snapshot_bytes: 1024 * 1024 * 1024,
         }
     }
 }
@@ -417,7 +411,7 @@ impl DelegatorHandle {
     /// new [`DelegatorHandle`] on the same state directory resume them (reconnecting to the
     /// executor). Requests already sent that tell an executor something final (the ack that
     /// lets it forget a result, a cancel, an ERROR) are let finish first, for at most
-    /// [`DelegatorOptions::request_timeout`]. In-flight transport work may still finish in the
+    /// [`DelegatorConfig::request_timeout`]. In-flight transport work may still finish in the
     /// background.
     pub async fn stop(&self) {
         let (tx, rx) = oneshot::channel();

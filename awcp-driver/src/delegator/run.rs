@@ -1,20 +1,40 @@
 //! The engine task: one loop owns the [`Delegator`] engine, feeds it commands, inputs and
 //! timeouts, drains its outputs, journals its records and tells subscribers.
 
+use awcp_proto::engine::drive::{self, Wake};
+
 use super::*;
+
+impl<R: Runtime> drive::Host for Loop<R> {
+    type Engine = Delegator;
+    fn engine(&mut self) -> Option<&mut Delegator> {
+        Some(&mut self.engine)
+    }
+    fn execute(&mut self, output: DelegatorOutput) {
+        Loop::execute(self, output);
+    }
+    fn refused(&mut self, error: awcp_proto::UsageError) {
+        tracing::debug!("input ignored: {error}");
+    }
+}
 
 impl<R: Runtime> Loop<R> {
     pub(super) async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Cmd>) {
+        // The canonical loop (awcp_proto::engine::drive): one turn, then wait for a command or
+        // the deadline.
+        let mut wake = Wake::Drained;
         loop {
-            self.drain();
-            let sleep = match self.engine.poll_timeout() {
-                Some((t, why)) => {
-                    tracing::trace!(reason = why.as_str(), "next wake-up");
+            let now = self.rt.now();
+            let sleep = match drive::turn(&mut self, now, wake) {
+                Some(t) => {
+                    if let Some((_, why)) = self.engine.poll_timeout() {
+                        tracing::trace!(reason = why.as_str(), "next wake-up");
+                    }
                     sleep_until(&self.rt, t)
                 }
                 None => self.rt.sleep(Duration::from_secs(3600)),
             };
-            match futures::future::select(rx.next(), sleep).await {
+            wake = match futures::future::select(rx.next(), sleep).await {
                 Either::Left((Some(Cmd::Stop(done)), _)) => {
                     // Leave delegations as they are: the journal lets a new process resume.
                     for (_, h) in std::mem::take(&mut self.streams) {
@@ -25,7 +45,7 @@ impl<R: Runtime> Loop<R> {
                     let farewells = std::mem::take(&mut self.farewells);
                     if !farewells.is_empty() {
                         let all = futures::future::join_all(farewells);
-                        let bound = self.rt.sleep(self.opts.request_timeout);
+                        let bound = self.rt.sleep(self.engine.config().request_timeout);
                         let _ = futures::future::select(all, bound).await;
                     }
                     // Released before `stop` returns, so a new handle can take over at once.
@@ -33,10 +53,14 @@ impl<R: Runtime> Loop<R> {
                     let _ = done.send(());
                     break;
                 }
-                Either::Left((Some(cmd), _)) => self.on_cmd(cmd),
+                Either::Left((Some(Cmd::Input(input)), _)) => Wake::Input(input),
+                Either::Left((Some(cmd), _)) => {
+                    self.on_cmd(cmd);
+                    Wake::Drained
+                }
                 Either::Left((None, _)) => break,
-                Either::Right(_) => self.engine.handle_timeout(self.rt.now()),
-            }
+                Either::Right(_) => Wake::Timeout,
+            };
         }
     }
 
@@ -145,12 +169,6 @@ impl<R: Runtime> Loop<R> {
         }
     }
 
-    pub(super) fn drain(&mut self) {
-        while let Some(out) = self.engine.poll_output() {
-            self.execute(out);
-        }
-    }
-
     /// The headers a request to `url` for `id` carries: the credential, if the engine says
     /// `url` gets it.
     pub(super) fn credential_headers(
@@ -181,7 +199,7 @@ impl<R: Runtime> Loop<R> {
         let http = self.http.clone();
         let feed = self.feed();
         let headers = self.credential_headers(&id, &url);
-        let timeout = self.opts.request_timeout;
+        let timeout = self.engine.config().request_timeout;
         let max_reply = self.engine.config().max_reply_bytes;
         let farewell = if to.is_farewell() {
             self.farewells

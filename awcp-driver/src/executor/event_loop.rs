@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use awcp_proto::engine::drive::{self, Wake};
 use awcp_proto::engine::executor::Response;
 use awcp_proto::engine::{RequestId, StreamId, TaskHandle, TaskOutcome};
 use awcp_proto::{
@@ -43,7 +44,6 @@ pub(super) struct Loop<R: Runtime> {
     /// Origins of requests the engine has not answered yet.
     pub(super) pending_origins: BTreeMap<RequestId, (DelegationId, String)>,
     pub(super) http: agent_rt::HttpClient<R>,
-    pub(super) download_timeout: Duration,
     /// Downloads and captured snapshots of this instance.
     pub(super) scratch: PathBuf,
     pub(super) pending: BTreeMap<RequestId, oneshot::Sender<Response>>,
@@ -56,6 +56,19 @@ pub(super) struct Loop<R: Runtime> {
     pub(super) event_subscribers: Vec<mpsc::UnboundedSender<ExecutorEvent>>,
     /// The work root and state directory stay locked while the loop runs.
     pub(super) _locks: Vec<lock::DirLock>,
+}
+
+impl<R: Runtime> drive::Host for Loop<R> {
+    type Engine = Executor;
+    fn engine(&mut self) -> Option<&mut Executor> {
+        Some(&mut self.engine)
+    }
+    fn execute(&mut self, output: ExecutorOutput) {
+        Loop::execute(self, output);
+    }
+    fn refused(&mut self, error: awcp_proto::UsageError) {
+        tracing::debug!("input ignored: {error}");
+    }
 }
 
 impl<R: Runtime> Loop<R> {
@@ -81,8 +94,12 @@ impl<R: Runtime> Loop<R> {
         for out in deferred {
             self.execute(out);
         }
+        // The canonical loop (awcp_proto::engine::drive): one turn, then wait for a command or
+        // the deadline.
+        let mut wake = Wake::Drained;
         loop {
-            self.drain();
+            let now = self.rt.now();
+            let deadline = drive::turn(&mut self, now, wake);
             if let Some(tx) = shutdown.take() {
                 if self.engine.live_count() == 0 {
                     let _ = tx.send(());
@@ -90,22 +107,24 @@ impl<R: Runtime> Loop<R> {
                     shutdown = Some(tx);
                 }
             }
-            let sleep = match self.engine.poll_timeout() {
-                Some((t, _)) => sleep_until(&self.rt, t),
+            let sleep = match deadline {
+                Some(t) => sleep_until(&self.rt, t),
                 None => self.rt.sleep(Duration::from_secs(3600)),
             };
-            match futures::future::select(rx.next(), sleep).await {
+            wake = match futures::future::select(rx.next(), sleep).await {
+                Either::Left((Some(Cmd::Shutdown(tx)), _)) => {
+                    self.engine.shutdown(self.rt.now());
+                    shutdown = Some(tx);
+                    Wake::Drained
+                }
+                Either::Left((Some(Cmd::Input(input)), _)) => Wake::Input(input),
                 Either::Left((Some(cmd), _)) => {
-                    if let Cmd::Shutdown(tx) = cmd {
-                        self.engine.shutdown(self.rt.now());
-                        shutdown = Some(tx);
-                    } else {
-                        self.on_cmd(cmd);
-                    }
+                    self.on_cmd(cmd);
+                    Wake::Drained
                 }
                 Either::Left((None, _)) => break,
-                Either::Right(_) => self.engine.handle_timeout(self.rt.now()),
-            }
+                Either::Right(_) => Wake::Timeout,
+            };
         }
     }
 
@@ -196,12 +215,6 @@ impl<R: Runtime> Loop<R> {
         }
     }
 
-    fn drain(&mut self) {
-        while let Some(out) = self.engine.poll_output() {
-            self.execute(out);
-        }
-    }
-
     fn execute(&mut self, out: ExecutorOutput) {
         match out {
             ExecutorOutput::Respond { request, response } => {
@@ -260,7 +273,7 @@ impl<R: Runtime> Loop<R> {
                 let cancel = CancelFlag::new();
                 self.cancels.insert(id.clone(), cancel.clone());
                 let downloads = self.scratch.join("downloads");
-                let timeout = self.download_timeout;
+                let timeout = self.engine.config().archive_download_timeout;
                 let http = self.http.clone();
                 self.rt.spawn(Box::pin(async move {
                     let result = setup(

@@ -28,8 +28,7 @@ use http_body_util::BodyExt;
 use super::ExecutorHandle;
 use crate::net::{json_response, ResponseBody};
 
-/// Where URL-mode snapshots are served.
-pub const SNAPSHOT_ROUTE: &str = "/awcp/tasks/{id}/snapshots/{sid}";
+pub use awcp_proto::http_binding::SNAPSHOT_ROUTE;
 
 fn reply((status, body): (u16, String)) -> http::Response<ResponseBody> {
     json_response(status, body)

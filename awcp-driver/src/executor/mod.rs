@@ -64,8 +64,6 @@ pub struct ExecutorOptions {
     /// TLS settings for fetching archives by URL from delegators (`https` archive servers:
     /// private CA, client certificate).
     pub client_tls: agent_rt::ClientTls,
-    /// Timeout for fetching an archive by URL.
-    pub download_timeout: Duration,
     /// The A2A agent card served at `/.well-known/agent-card.json`.
     pub card: AgentCard,
     /// Where assignment records are journalled (None: not durable, and nothing a crashed
@@ -91,7 +89,6 @@ impl ExecutorOptions {
             public_url: None,
             trust_forwarded_headers: false,
             client_tls: agent_rt::ClientTls::default(),
-            download_timeout: Duration::from_secs(600),
             card: AgentCard::default(),
             state_dir: None,
         }
@@ -261,7 +258,6 @@ impl ExecutorHandle {
             origins: BTreeMap::new(),
             pending_origins: BTreeMap::new(),
             http: agent_rt::HttpClient::new(rt.clone(), opts.client_tls),
-            download_timeout: opts.download_timeout,
             scratch,
             pending: BTreeMap::new(),
             streams: BTreeMap::new(),

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use awcp_proto::engine::CapturedSnapshot;
 use awcp_proto::{
-    AllocationFailure, DelegationId, ErrorCode, ErrorInfo, ExecutorEvent, TransportHandle,
+    AllocationFailure, DelegationId, ErrorInfo, ExecutorEvent, SetupFailure, TransportHandle,
     TransportKind, WorkspaceLayout,
 };
 use awcp_transports::archive::{ArchiveOutput, ArchiveSource};
@@ -122,25 +122,21 @@ pub(super) async fn setup<R: Runtime>(
     downloads: PathBuf,
     timeout: Duration,
     cancel: CancelFlag,
-) -> Result<WorkspaceLayout, ErrorInfo> {
+) -> Result<WorkspaceLayout, SetupFailure> {
     let rt = http.runtime();
+    let transport_failed =
+        |e: awcp_transports::TransportError| SetupFailure::Transport(e.to_error_info());
     if handle.kind().is_live() {
         return blocking(rt, move || {
             t.setup_live(Path::new(&work_dir), &handle, access, &cancel)
                 // A live mount shows the delegator's export view: one directory per resource.
                 .map(|()| WorkspaceLayout::PerResource)
-                .map_err(|e| e.to_error_info())
+                .map_err(transport_failed)
         })
         .await;
     }
     let TransportHandle::Archive(h) = handle else {
-        return Err(ErrorInfo::new(
-            ErrorCode::SetupFailed,
-            format!(
-                "transport {} is not served by this executor",
-                handle.kind().as_str()
-            ),
-        ));
+        return Err(SetupFailure::UnsupportedTransport(handle.kind()));
     };
     let names: Vec<_> = resources.into_iter().map(|r| r.name).collect();
     if h.data.base64.is_some() {
@@ -149,30 +145,22 @@ pub(super) async fn setup<R: Runtime>(
                 .expect("inline data checked");
             t.setup(req, &cancel)
                 .map(|r| layout_of(r.layout))
-                .map_err(|e| e.to_error_info())
+                .map_err(transport_failed)
         })
         .await;
     }
     let Some(url) = h.data.url.clone() else {
-        return Err(ErrorInfo::new(
-            ErrorCode::SetupFailed,
-            "archive handle carries no data",
-        ));
+        return Err(SetupFailure::NoArchiveData);
     };
     let d2 = downloads.clone();
     blocking(rt, move || std::fs::create_dir_all(d2))
         .await
-        .map_err(|e| ErrorInfo::new(ErrorCode::SetupFailed, format!("downloads dir: {e}")))?;
+        .map_err(|e| SetupFailure::Staging(e.to_string()))?;
     let file = downloads.join(format!("{id}.zip"));
     let limit = h.size_bytes.unwrap_or(u64::MAX / 2).saturating_add(1);
     http.download(&url, &[], file.clone(), limit, timeout)
         .await
-        .map_err(|e| {
-            ErrorInfo::new(
-                ErrorCode::TransportError,
-                format!("fetching the archive: {e}"),
-            )
-        })?;
+        .map_err(|e| SetupFailure::Fetch(e.to_string()))?;
     blocking(rt, move || {
         let req = SetupRequest {
             work_dir: Path::new(&work_dir),
@@ -184,7 +172,7 @@ pub(super) async fn setup<R: Runtime>(
         let r = t
             .setup(req, &cancel)
             .map(|r| layout_of(r.layout))
-            .map_err(|e| e.to_error_info());
+            .map_err(transport_failed);
         let _ = std::fs::remove_file(&file);
         r
     })
@@ -220,13 +208,7 @@ pub(super) fn to_captured(
             if std::fs::rename(&f.path, &owned).is_ok() {
                 f.path = owned;
             }
-            let url = format!(
-                "{}{}",
-                url_base.unwrap_or("").trim_end_matches('/'),
-                SNAPSHOT_ROUTE
-                    .replace("{id}", id.as_str())
-                    .replace("{sid}", sid.as_str())
-            );
+            let url = awcp_proto::http_binding::snapshot_url(url_base.unwrap_or(""), id, sid);
             files
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())

@@ -6,9 +6,11 @@
 //! Both follow the same drive contract: feed inputs with `handle(now, input)` or application
 //! calls, call `handle_timeout(now)` when [`poll_timeout`](delegator::Delegator::poll_timeout)'s
 //! deadline is reached, and after every call drain `poll_output()` until it returns `None`.
+//! [`drive`] is that loop, written once for every driver and the simulation.
 
 pub mod admission;
 pub mod delegator;
+pub mod drive;
 pub mod executor;
 
 #[cfg(any(test, feature = "_internal-pair"))]

@@ -28,6 +28,14 @@ pub struct DelegatorConfig {
     pub max_reply_bytes: u64,
     /// How long downloading a snapshot from the URL the executor names may take (10 min).
     pub snapshot_download_timeout: Duration,
+    /// How long an INVITE, START, ERROR, cancel, ack or `GET …/result` request may take
+    /// before it is a failed request (30 s); also how long a stopping driver lets the requests
+    /// that tell an executor something final (ack, cancel, ERROR) finish.
+    pub request_timeout: Duration,
+    /// The largest snapshot accepted, inline or downloaded (1 GiB).
+    pub max_snapshot_bytes: u64,
+    /// The largest `GET …/result` body read (2 GiB: it may carry inline snapshots as base64).
+    pub max_result_bytes: u64,
     /// Protocol extensions this delegator offers in INVITE.
     pub features: Vec<String>,
 }
@@ -44,6 +52,9 @@ impl Default for DelegatorConfig {
             event_stream_open_timeout: Duration::from_secs(30),
             max_reply_bytes: 16 * 1024 * 1024,
             snapshot_download_timeout: Duration::from_secs(600),
+            request_timeout: Duration::from_secs(30),
+            max_snapshot_bytes: 1024 * 1024 * 1024,
+            max_result_bytes: 2 * 1024 * 1024 * 1024,
             features: vec![
                 feature::DELTA_SNAPSHOTS.to_owned(),
                 feature::ARCHIVE_URL.to_owned(),

@@ -42,6 +42,9 @@ pub struct ExecutorConfig {
     /// How long a task may take to stop after [`ExecutorOutput::StopTask`] before its
     /// resources are released anyway.
     pub stop_grace: Duration,
+    /// How long fetching START's archive from the URL the delegator names may take (10 min);
+    /// longer is `TRANSPORT_ERROR` ([`SetupFailure::Fetch`](super::SetupFailure::Fetch)).
+    pub archive_download_timeout: Duration,
     /// Seed for snapshot ids.
     pub id_seed: u64,
 }
@@ -70,6 +73,7 @@ impl Default for ExecutorConfig {
                 feature::ARCHIVE_URL.to_owned(),
             ],
             stop_grace: Duration::from_secs(10),
+            archive_download_timeout: Duration::from_secs(600),
             id_seed: 0,
         }
     }

@@ -69,8 +69,9 @@ pub enum ExecutorInput {
         /// The delegation.
         id: DelegationId,
         /// How the workspace is laid out in the work directory (the engine picks the task's
-        /// directory from it), or why setup failed (`SETUP_FAILED`, `CHECKSUM_MISMATCH`, …).
-        result: Result<WorkspaceLayout, ErrorInfo>,
+        /// directory from it), or what went wrong (the engine picks the error code:
+        /// [`SetupFailure::to_error_info`]).
+        result: Result<WorkspaceLayout, SetupFailure>,
     },
     /// The task's OS resources exist (e.g. its process group): journal them (the engine emits
     /// [`ExecutorEvent::RecordChanged`]) so a restarted executor can end them.
@@ -442,6 +443,48 @@ impl AllocationFailure {
                 ErrorCode::WorkdirDenied,
                 format!("cannot create the work directory: {why}"),
             ),
+        }
+    }
+}
+
+/// Why [`ExecutorOutput::SetupTransport`] failed: what the driver found; the engine decides the
+/// error code ([`Self::to_error_info`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SetupFailure {
+    /// START's handle names a transport this executor does not serve.
+    UnsupportedTransport(TransportKind),
+    /// An archive handle with neither inline data nor a URL.
+    NoArchiveData,
+    /// Local staging for the download failed (e.g. the downloads directory).
+    Staging(String),
+    /// Fetching the archive from the URL the delegator named failed (network, status, size).
+    Fetch(String),
+    /// The transport itself failed and said with which protocol error (`CHECKSUM_MISMATCH`,
+    /// `SETUP_FAILED`, …).
+    Transport(ErrorInfo),
+}
+
+impl SetupFailure {
+    /// The protocol error: `TRANSPORT_ERROR` when the archive could not be fetched from the
+    /// delegator, `SETUP_FAILED` for what went wrong here, the transport's own code otherwise.
+    pub fn to_error_info(&self) -> ErrorInfo {
+        match self {
+            SetupFailure::UnsupportedTransport(kind) => ErrorInfo::new(
+                ErrorCode::SetupFailed,
+                format!("transport {} is not served by this executor", kind.as_str()),
+            ),
+            SetupFailure::NoArchiveData => {
+                ErrorInfo::new(ErrorCode::SetupFailed, "archive handle carries no data")
+            }
+            SetupFailure::Staging(why) => {
+                ErrorInfo::new(ErrorCode::SetupFailed, format!("downloads dir: {why}"))
+            }
+            SetupFailure::Fetch(why) => ErrorInfo::new(
+                ErrorCode::TransportError,
+                format!("fetching the archive: {why}"),
+            ),
+            SetupFailure::Transport(e) => e.clone(),
         }
     }
 }

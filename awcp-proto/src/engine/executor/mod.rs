@@ -79,8 +79,8 @@ pub use self::auth::{Credential, RequiredAuth};
 pub use self::config::{work_root_refusal, ExecutorConfig};
 pub use self::io::{
     AllocationFailure, AssignmentView, ExecutorEvent, ExecutorInput, ExecutorOutput,
-    ExecutorStatus, Misbehaviour, Request, Response, ResultBody, ResultStatus, TaskFailure,
-    WorkspaceLayout,
+    ExecutorStatus, Misbehaviour, Request, Response, ResultBody, ResultStatus, SetupFailure,
+    TaskFailure, WorkspaceLayout,
 };
 pub use self::record::{AssignmentRecord, RecordedAuth, RecordedOutcome, RECORD_VERSION};
 

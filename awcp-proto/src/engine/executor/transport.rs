@@ -1,14 +1,13 @@
 //! The workspace's transport: setting it up after START, and where the task then runs.
 
 use crate::engine::UsageError;
-use crate::error::ErrorInfo;
 use crate::id::DelegationId;
 use crate::state::AssignmentTransition;
 use crate::time::Timestamp;
 use crate::wire::{StatusEvent, TaskEventKind, TaskStatus};
 
 use super::assignment::Phase;
-use super::{Executor, ExecutorOutput, WorkspaceLayout};
+use super::{Executor, ExecutorOutput, SetupFailure, WorkspaceLayout};
 use crate::wire::Resource;
 
 impl Executor {
@@ -16,7 +15,7 @@ impl Executor {
         &mut self,
         now: Timestamp,
         id: &DelegationId,
-        result: Result<WorkspaceLayout, ErrorInfo>,
+        result: Result<WorkspaceLayout, SetupFailure>,
     ) -> Result<(), UsageError> {
         let Some((a, _)) = self.finish(id, |p| matches!(p, Phase::SettingUp))? else {
             return Ok(());
@@ -26,7 +25,7 @@ impl Executor {
             return Ok(());
         }
         match result {
-            Err(e) => self.terminate(now, id, AssignmentTransition::TaskFail, e),
+            Err(e) => self.terminate(now, id, AssignmentTransition::TaskFail, e.to_error_info()),
             Ok(layout) => {
                 a.phase = Phase::Running { task: None };
                 let out = ExecutorOutput::RunTask {
@@ -88,5 +87,131 @@ mod tests {
         assert_eq!(task_dir("/w/d", &one, WorkspaceLayout::Flat), "/w/d");
         let two = [res("app"), res("lib")];
         assert_eq!(task_dir("/w/d", &two, WorkspaceLayout::PerResource), "/w/d");
+    }
+}
+
+#[cfg(test)]
+mod setup_failure_tests {
+    #![allow(clippy::wildcard_enum_match_arm)]
+
+    use super::*;
+    use crate::engine::executor::tests::invite;
+    use crate::engine::executor::{ExecutorConfig, ExecutorEvent, ExecutorInput, Request};
+    use crate::engine::RequestId;
+    use crate::error::{ErrorCode, ErrorInfo};
+    use crate::state::AssignmentState;
+    use crate::wire::{
+        ActiveLease, ArchiveData, ArchiveHandle, Dialect, Message, Start, TransportHandle,
+    };
+
+    const T0: Timestamp = Timestamp::from_unix_millis(1_750_000_000_000);
+
+    /// Runs one assignment up to `SetupTransport`, reports `failure`, and returns the error
+    /// the assignment ended with.
+    fn ended_after(failure: SetupFailure) -> ErrorInfo {
+        let mut ex = Executor::new(ExecutorConfig::default());
+        let id = DelegationId::new("setup-fail").unwrap();
+        let mut request = 0;
+        let mut send = |ex: &mut Executor, m: Message| {
+            request += 1;
+            ex.handle(
+                T0,
+                ExecutorInput::Request {
+                    request: RequestId(request),
+                    credential: None,
+                    body: Request::Message(Box::new(m), Dialect::Reference),
+                },
+            )
+            .unwrap();
+        };
+        send(&mut ex, Message::Invite(invite(&id)));
+        ex.handle(
+            T0,
+            ExecutorInput::WorkDirAllocated {
+                id: id.clone(),
+                result: Ok(()),
+            },
+        )
+        .unwrap();
+        send(
+            &mut ex,
+            Message::Start(Start {
+                delegation_id: id.clone(),
+                lease: ActiveLease {
+                    expires_at: T0.saturating_add(std::time::Duration::from_secs(600)),
+                    access_mode: crate::wire::AccessMode::Rw,
+                },
+                handle: TransportHandle::Archive(ArchiveHandle {
+                    data: ArchiveData {
+                        base64: None,
+                        url: Some("http://delegator/archives/t".into()),
+                    },
+                    checksum: "0".repeat(64),
+                    size_bytes: Some(1),
+                }),
+            }),
+        );
+        let outs: Vec<_> = std::iter::from_fn(|| ex.poll_output()).collect();
+        assert!(
+            outs.iter()
+                .any(|o| matches!(o, ExecutorOutput::SetupTransport { .. })),
+            "{outs:?}"
+        );
+        ex.handle(
+            T0,
+            ExecutorInput::SetupCompleted {
+                id: id.clone(),
+                result: Err(failure),
+            },
+        )
+        .unwrap();
+        // The failure releases the work directory; the assignment ends once it is released.
+        let outs: Vec<_> = std::iter::from_fn(|| ex.poll_output()).collect();
+        assert!(
+            outs.iter()
+                .any(|o| matches!(o, ExecutorOutput::Release { .. })),
+            "{outs:?}"
+        );
+        ex.handle(
+            T0,
+            ExecutorInput::Released {
+                id: id.clone(),
+                result: Ok(()),
+            },
+        )
+        .unwrap();
+        outs.into_iter()
+            .chain(std::iter::from_fn(|| ex.poll_output()))
+            .find_map(|o| match o {
+                ExecutorOutput::Event(ExecutorEvent::Ended { state, error, .. }) => {
+                    assert_eq!(state, AssignmentState::Error);
+                    error
+                }
+                _ => None,
+            })
+            .expect("the assignment ends")
+    }
+
+    #[test]
+    fn a_failed_archive_fetch_is_the_delegators_transport_error() {
+        let e = ended_after(SetupFailure::Fetch("HTTP 503".into()));
+        assert_eq!(e.code, ErrorCode::TransportError);
+        assert!(e.message.contains("HTTP 503"), "{e:?}");
+    }
+
+    #[test]
+    fn local_setup_failures_are_setup_failed_and_transport_codes_are_kept() {
+        for f in [
+            SetupFailure::NoArchiveData,
+            SetupFailure::Staging("disk full".into()),
+            SetupFailure::UnsupportedTransport(crate::wire::TransportKind::Archive),
+        ] {
+            assert_eq!(ended_after(f).code, ErrorCode::SetupFailed);
+        }
+        let e = ended_after(SetupFailure::Transport(ErrorInfo::new(
+            ErrorCode::ChecksumMismatch,
+            "bad zip",
+        )));
+        assert_eq!(e.code, ErrorCode::ChecksumMismatch);
     }
 }

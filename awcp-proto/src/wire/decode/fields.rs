@@ -1,0 +1,271 @@
+//! Field helpers: pulling typed fields out of a JSON object and naming the failing field with
+//! its dotted path (`environment.resources[0].name`).
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value};
+
+use super::{DecodeError, DecodeErrorKind};
+use crate::id::{DelegationId, SnapshotId};
+use crate::time::Timestamp;
+use crate::wire::types::*;
+
+pub(super) fn parse(json: &[u8]) -> Result<Value, DecodeError> {
+    serde_json::from_slice(json).map_err(|e| DecodeError {
+        field: String::new(),
+        kind: DecodeErrorKind::Json(e.to_string()),
+    })
+}
+
+pub(super) fn invalid(field: &str, why: impl Into<String>) -> DecodeError {
+    DecodeError {
+        field: field.to_owned(),
+        kind: DecodeErrorKind::Invalid(why.into()),
+    }
+}
+
+pub(super) fn wrong_type(field: &str, expected: &'static str) -> DecodeError {
+    DecodeError {
+        field: field.to_owned(),
+        kind: DecodeErrorKind::WrongType { expected },
+    }
+}
+
+/// Shortens peer-supplied text quoted in error messages.
+pub(super) fn truncate(s: &str) -> String {
+    s.chars().take(64).collect()
+}
+
+/// A JSON object together with its dotted path, for error reporting.
+pub(super) struct Obj<'a> {
+    pub(super) map: &'a Map<String, Value>,
+    pub(super) path: String,
+}
+
+// A JSON value of any other type than the one a field needs is the wrong type: the wildcard
+// arms below mean exactly that, for serde_json's `Value` (not ours to extend).
+#[allow(clippy::wildcard_enum_match_arm)]
+impl<'a> Obj<'a> {
+    pub(super) fn root(value: &'a Value) -> Result<Self, DecodeError> {
+        match value {
+            Value::Object(map) => Ok(Obj {
+                map,
+                path: String::new(),
+            }),
+            _ => Err(DecodeError {
+                field: String::new(),
+                kind: DecodeErrorKind::Json("expected a JSON object".to_owned()),
+            }),
+        }
+    }
+
+    pub(super) fn new(value: &'a Value, path: String) -> Result<Self, DecodeError> {
+        match value {
+            Value::Object(map) => Ok(Obj { map, path }),
+            Value::Null => Err(DecodeError {
+                field: path,
+                kind: DecodeErrorKind::Missing,
+            }),
+            _ => Err(wrong_type(&path, "object")),
+        }
+    }
+
+    pub(super) fn field(&self, key: &str) -> String {
+        if self.path.is_empty() {
+            key.to_owned()
+        } else {
+            format!("{}.{key}", self.path)
+        }
+    }
+
+    pub(super) fn missing(&self, key: &str) -> DecodeError {
+        DecodeError {
+            field: self.field(key),
+            kind: DecodeErrorKind::Missing,
+        }
+    }
+
+    pub(super) fn wrong_type(&self, key: &str, expected: &'static str) -> DecodeError {
+        wrong_type(&self.field(key), expected)
+    }
+
+    pub(super) fn invalid(&self, key: &str, why: impl Into<String>) -> DecodeError {
+        invalid(&self.field(key), why)
+    }
+
+    /// The value under `key`; `null` counts as absent.
+    pub(super) fn get(&self, key: &str) -> Option<&'a Value> {
+        match self.map.get(key) {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(v),
+        }
+    }
+
+    pub(super) fn req(&self, key: &str) -> Result<&'a Value, DecodeError> {
+        self.get(key).ok_or_else(|| self.missing(key))
+    }
+
+    pub(super) fn req_str(&self, key: &str) -> Result<&'a str, DecodeError> {
+        self.req(key)?
+            .as_str()
+            .ok_or_else(|| self.wrong_type(key, "string"))
+    }
+
+    pub(super) fn opt_string(&self, key: &str) -> Result<Option<String>, DecodeError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(_) => Err(self.wrong_type(key, "string")),
+        }
+    }
+
+    pub(super) fn req_obj(&self, key: &str) -> Result<Obj<'a>, DecodeError> {
+        Obj::new(self.req(key)?, self.field(key))
+    }
+
+    pub(super) fn opt_obj(&self, key: &str) -> Result<Option<Obj<'a>>, DecodeError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => Obj::new(v, self.field(key)).map(Some),
+        }
+    }
+
+    pub(super) fn req_array(&self, key: &str) -> Result<&'a Vec<Value>, DecodeError> {
+        self.req(key)?
+            .as_array()
+            .ok_or_else(|| self.wrong_type(key, "array"))
+    }
+
+    pub(super) fn opt_array(&self, key: &str) -> Result<Option<&'a Vec<Value>>, DecodeError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::Array(a)) => Ok(Some(a)),
+            Some(_) => Err(self.wrong_type(key, "array")),
+        }
+    }
+
+    pub(super) fn u64_of(&self, key: &str, v: &Value) -> Result<u64, DecodeError> {
+        match v {
+            Value::Number(n) => n.as_u64().ok_or_else(|| {
+                self.invalid(key, format!("expected a non-negative integer, got {n}"))
+            }),
+            _ => Err(self.wrong_type(key, "non-negative integer")),
+        }
+    }
+
+    pub(super) fn req_u64(&self, key: &str) -> Result<u64, DecodeError> {
+        let v = self.req(key)?;
+        self.u64_of(key, v)
+    }
+
+    pub(super) fn opt_u64(&self, key: &str) -> Result<Option<u64>, DecodeError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => self.u64_of(key, v).map(Some),
+        }
+    }
+
+    pub(super) fn opt_f64(&self, key: &str) -> Result<Option<f64>, DecodeError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::Number(n)) => n
+                .as_f64()
+                .filter(|f| f.is_finite())
+                .map(Some)
+                .ok_or_else(|| self.invalid(key, "expected a finite number")),
+            Some(_) => Err(self.wrong_type(key, "number")),
+        }
+    }
+
+    pub(super) fn opt_bool(&self, key: &str) -> Result<Option<bool>, DecodeError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(_) => Err(self.wrong_type(key, "boolean")),
+        }
+    }
+
+    /// An optional array of strings; absent means empty.
+    pub(super) fn str_array(&self, key: &str) -> Result<Vec<String>, DecodeError> {
+        match self.opt_array(key)? {
+            None => Ok(Vec::new()),
+            Some(items) => items
+                .iter()
+                .enumerate()
+                .map(|(i, v)| {
+                    v.as_str()
+                        .map(str::to_owned)
+                        .ok_or_else(|| wrong_type(&format!("{}[{i}]", self.field(key)), "string"))
+                })
+                .collect(),
+        }
+    }
+
+    /// An optional map string → string; absent means empty.
+    pub(super) fn str_map(&self, key: &str) -> Result<BTreeMap<String, String>, DecodeError> {
+        match self.opt_obj(key)? {
+            None => Ok(BTreeMap::new()),
+            Some(m) => m
+                .map
+                .iter()
+                .map(|(k, v)| {
+                    v.as_str()
+                        .map(|s| (k.clone(), s.to_owned()))
+                        .ok_or_else(|| m.wrong_type(k, "string"))
+                })
+                .collect(),
+        }
+    }
+
+    pub(super) fn access_mode(&self, key: &str) -> Result<AccessMode, DecodeError> {
+        let s = self.req_str(key)?;
+        AccessMode::parse(s).ok_or_else(|| {
+            self.invalid(
+                key,
+                format!(
+                    "access mode must be \"ro\" or \"rw\", got {:?}",
+                    truncate(s)
+                ),
+            )
+        })
+    }
+
+    pub(super) fn req_timestamp(&self, key: &str) -> Result<Timestamp, DecodeError> {
+        let s = self.req_str(key)?;
+        Timestamp::parse_rfc3339(s).map_err(|e| self.invalid(key, e.to_string()))
+    }
+
+    pub(super) fn opt_timestamp(&self, key: &str) -> Result<Option<Timestamp>, DecodeError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(_) => self.req_timestamp(key).map(Some),
+        }
+    }
+
+    pub(super) fn delegation_id(&self) -> Result<DelegationId, DecodeError> {
+        let s = self.req_str("delegationId")?;
+        DelegationId::new(s).map_err(|e| self.invalid("delegationId", e.to_string()))
+    }
+
+    pub(super) fn snapshot_id(&self, key: &str) -> Result<SnapshotId, DecodeError> {
+        let s = self.req_str(key)?;
+        SnapshotId::new(s).map_err(|e| self.invalid(key, e.to_string()))
+    }
+
+    /// Inline base64 under `b64_key` and/or a URL under `url_key`; at least one is required
+    /// (the error names `b64_key`).
+    pub(super) fn archive_data(
+        &self,
+        b64_key: &str,
+        url_key: &str,
+    ) -> Result<ArchiveData, DecodeError> {
+        let data = ArchiveData {
+            base64: self.opt_string(b64_key)?,
+            url: self.opt_string(url_key)?,
+        };
+        if data.base64.is_none() && data.url.is_none() {
+            return Err(self.missing(b64_key));
+        }
+        Ok(data)
+    }
+}

@@ -1,0 +1,156 @@
+//! START's transport handles (WIRE.md §3): which data plane a workspace travels on and what
+//! the executor needs to reach it.
+
+use std::collections::BTreeMap;
+
+use crate::time::Timestamp;
+
+use super::TransportKind;
+
+/// START's transport handle, discriminated by `transport`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TransportHandle {
+    /// `archive`
+    Archive(ArchiveHandle),
+    /// `sshfs`
+    Sshfs(SshfsHandle),
+    /// `storage`
+    Storage(StorageHandle),
+    /// `git`
+    Git(GitHandle),
+}
+
+impl TransportHandle {
+    /// The transport this handle belongs to.
+    pub fn kind(&self) -> TransportKind {
+        match self {
+            TransportHandle::Archive(_) => TransportKind::Archive,
+            TransportHandle::Sshfs(_) => TransportKind::Sshfs,
+            TransportHandle::Storage(_) => TransportKind::Storage,
+            TransportHandle::Git(_) => TransportKind::Git,
+        }
+    }
+}
+
+/// Where archive bytes are: inline base64 ([S]/[R]) or a URL to fetch (our extension,
+/// seed 003 `archiveUrl`). At least one is present after decoding.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct ArchiveData {
+    /// Standard base64 with padding, no line breaks.
+    pub base64: Option<String>,
+    /// A one-time URL the peer GETs the ZIP from.
+    pub url: Option<String>,
+}
+
+impl core::fmt::Debug for ArchiveData {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("ArchiveData")
+            .field("base64_len", &self.base64.as_ref().map(String::len))
+            .field("url", &self.url)
+            .finish()
+    }
+}
+
+/// `archive` handle: `workspaceBase64` (or `archiveUrl`) and `checksum`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ArchiveHandle {
+    /// The ZIP.
+    pub data: ArchiveData,
+    /// SHA-256 of the raw ZIP bytes, lowercase hex.
+    pub checksum: String,
+    /// Size of the raw ZIP in bytes (our extension `sizeBytes`).
+    pub size_bytes: Option<u64>,
+}
+
+/// SSH endpoint of an `sshfs` handle.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SshEndpoint {
+    /// Host name or address.
+    pub host: String,
+    /// Port.
+    pub port: u16,
+    /// Login user.
+    pub user: String,
+}
+
+/// `sshfs` credential. `Debug` never prints the private key.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SshCredential {
+    /// OpenSSH private key text.
+    pub private_key: String,
+    /// One-line OpenSSH user certificate ([L] handles have none).
+    pub certificate: Option<String>,
+}
+
+impl core::fmt::Debug for SshCredential {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("SshCredential")
+            .field("private_key", &"<redacted>")
+            .field("certificate", &self.certificate.as_ref().map(|_| "<cert>"))
+            .finish()
+    }
+}
+
+/// `sshfs` handle.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SshfsHandle {
+    /// SSH server on the delegator side.
+    pub endpoint: SshEndpoint,
+    /// Directory to mount on that host.
+    pub export_locator: String,
+    /// Key and certificate.
+    pub credential: SshCredential,
+    /// Extra `-o key=value` options (`options`, [L] `mountOptions`).
+    pub options: BTreeMap<String, String>,
+    /// The server's host public key in OpenSSH format, for pinning (our extension `hostKey`).
+    pub host_key: Option<String>,
+}
+
+/// `storage` handle.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StorageHandle {
+    /// The executor GETs the workspace ZIP here.
+    pub download_url: String,
+    /// The executor PUTs the result ZIP here.
+    pub upload_url: String,
+    /// SHA-256 hex of the ZIP at `download_url`.
+    pub checksum: String,
+    /// URL validity.
+    pub expires_at: Timestamp,
+    /// Extra request headers.
+    pub headers: BTreeMap<String, String>,
+}
+
+/// `git` handle auth.
+#[derive(Clone, PartialEq, Eq)]
+pub enum GitAuth {
+    /// `{type:"token", token}`
+    Token(String),
+    /// `{type:"ssh", privateKey?}`
+    Ssh(Option<String>),
+    /// `{type:"none"}`
+    None,
+}
+
+impl core::fmt::Debug for GitAuth {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            GitAuth::Token(_) => f.write_str("Token(<redacted>)"),
+            GitAuth::Ssh(k) => write!(f, "Ssh({})", if k.is_some() { "<key>" } else { "-" }),
+            GitAuth::None => f.write_str("None"),
+        }
+    }
+}
+
+/// `git` handle.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GitHandle {
+    /// Remote to clone and push to.
+    pub repo_url: String,
+    /// Branch to clone.
+    pub base_branch: String,
+    /// Commit the delegator pushed.
+    pub base_commit: String,
+    /// Credential.
+    pub auth: Option<GitAuth>,
+}

@@ -1,0 +1,408 @@
+//! The delegator host: executing the delegator engine's outputs (scan, prepare, HTTP,
+//! streams, snapshot store and apply, release) and checking its events.
+
+use super::*;
+
+impl World {
+    pub(super) fn drain_delegator(&mut self) {
+        self.del_turn(Wake::Drained);
+    }
+
+    pub(super) fn on_del_out(&mut self, out: DelegatorOutput) {
+        match out {
+            DelegatorOutput::ScanWorkspace { id } => {
+                let i = self.idx(&id);
+                let ws = &self.dels[i].ws;
+                let mut stats = WorkspaceStats {
+                    total_bytes: ws.values().map(|v| v.len() as u64).sum(),
+                    file_count: ws.len() as u64,
+                    largest_file_bytes: ws.values().map(|v| v.len() as u64).max().unwrap_or(0),
+                    largest_file: ws.keys().next().cloned(),
+                    ..WorkspaceStats::default()
+                };
+                if self.rng.chance(self.cfg.faults.oversize) {
+                    stats.total_bytes = 1 << 40;
+                }
+                self.del_local(DelegatorInput::ScanCompleted {
+                    id,
+                    result: Ok(stats),
+                });
+            }
+            DelegatorOutput::SendMessage {
+                id,
+                to,
+                peer,
+                message,
+                dialect,
+            } => {
+                let i = self.idx(&id);
+                let kind = match &message {
+                    Message::Invite(_) => Outbound::Invite,
+                    Message::Start(start) => {
+                        let (accepted, state) = (self.dels[i].accepted, self.dels[i].state);
+                        if !accepted || state != DelegationState::Started {
+                            self.violate(format!(
+                                "START for {id} (state {state}, accepted {accepted}) carries credentials"
+                            ));
+                        }
+                        if self.dels[i].handle.as_ref() != Some(&start.handle)
+                            || !self.held.contains_key(&ResKey::Export(id.clone()))
+                        {
+                            self.violate(format!(
+                                "START for {id} carries a handle that is not the prepared one"
+                            ));
+                        }
+                        Outbound::Start
+                    }
+                    Message::Error(_) => Outbound::Error,
+                    other => {
+                        self.violate(format!("delegator sent {}", other.type_str()));
+                        return;
+                    }
+                };
+                if kind != to {
+                    self.violate(format!("{id}: {} sent as {to:?}", message.type_str()));
+                }
+                // The engine names the request; its answer goes back under that name.
+                self.send_call(
+                    exec_of(&peer),
+                    id,
+                    CallKind::Out(to),
+                    Request::Message(Box::new(message), dialect),
+                );
+            }
+            DelegatorOutput::SendCancel { id, peer } => {
+                let body = Request::Cancel(id.clone());
+                self.send_call(exec_of(&peer), id, CallKind::Out(Outbound::Cancel), body);
+            }
+            DelegatorOutput::SendAck { id, peer } => {
+                // The ack lets the executor forget the result: every snapshot must be safely
+                // stored (or applied, or discarded by policy) by then.
+                for snap in self
+                    .delegator
+                    .get(&id)
+                    .map(|v| v.snapshots)
+                    .unwrap_or_default()
+                {
+                    let stored = self.store.contains_key(&(id.clone(), snap.id.clone()));
+                    if matches!(snap.status, SnapshotStatus::Failed(_))
+                        || (snap.status == SnapshotStatus::InFlight && !stored)
+                    {
+                        self.violate(format!(
+                            "{id} acknowledged while snapshot {} is {} and not stored",
+                            snap.id,
+                            snap.status.as_str()
+                        ));
+                    }
+                }
+                let body = Request::Ack(id.clone());
+                self.send_call(exec_of(&peer), id, CallKind::Out(Outbound::Ack), body);
+            }
+            DelegatorOutput::FetchResult { id, peer } => {
+                self.bump("result fetched");
+                let body = Request::Result(id.clone());
+                self.send_call(exec_of(&peer), id, CallKind::Fetch, body);
+            }
+            DelegatorOutput::PrepareTransport { id, transport, .. } => {
+                let i = self.idx(&id);
+                if !self.dels[i].accepted || self.dels[i].state != DelegationState::Accepted {
+                    self.violate(format!(
+                        "credentials prepared for {id} before ACCEPT (state {})",
+                        self.dels[i].state
+                    ));
+                }
+                if transport != TransportKind::Archive {
+                    self.violate(format!("unexpected transport {}", transport.as_str()));
+                }
+                let at = self.now + self.local();
+                if self.rng.chance(self.cfg.faults.prepare_fail) {
+                    self.log(|| format!("prepare of {id} fails"));
+                    let inc = self.del_inc;
+                    self.schedule(
+                        at,
+                        Ev::DelIn {
+                            inc,
+                            input: DelegatorInput::TransportPrepared {
+                                id,
+                                result: Err(ErrorInfo::new(ErrorCode::SetupFailed, "sim: prepare")),
+                            },
+                        },
+                    );
+                    return;
+                }
+                let deadline = self.dels[i].deadline;
+                self.acquire(ResKey::Export(id.clone()), deadline);
+                let body = encode_files(&self.dels[i].ws);
+                let handle = TransportHandle::Archive(ArchiveHandle {
+                    checksum: checksum(&body),
+                    size_bytes: Some(body.len() as u64),
+                    data: ArchiveData {
+                        base64: Some(body),
+                        url: None,
+                    },
+                });
+                self.dels[i].handle = Some(handle.clone());
+                let inc = self.del_inc;
+                self.schedule(
+                    at,
+                    Ev::DelIn {
+                        inc,
+                        input: DelegatorInput::TransportPrepared {
+                            id,
+                            result: Ok(handle),
+                        },
+                    },
+                );
+            }
+            DelegatorOutput::OpenEventStream { id, peer } => {
+                if let Some(old) = self.cur_stream.get(&id).copied() {
+                    self.violate(format!(
+                        "stream for {id} opened while stream {old} is current"
+                    ));
+                    self.cut(old);
+                }
+                self.next_stream += 1;
+                let s = self.next_stream;
+                self.streams_opened += 1;
+                self.bump("sse opened");
+                self.log(|| format!("sse {s} opening for {id}"));
+                self.streams.insert(
+                    s,
+                    SimStream {
+                        exec: exec_of(&peer),
+                        id: id.clone(),
+                        subscribed: None,
+                        fifo_at: self.now,
+                    },
+                );
+                self.cur_stream.insert(id, s);
+                let at = self.now + self.latency();
+                self.schedule(at, Ev::StreamArrive(s));
+            }
+            DelegatorOutput::CloseEventStream { id } => {
+                if let Some(s) = self.cur_stream.remove(&id) {
+                    if let Some(st) = self.streams.remove(&s) {
+                        if let Some(inc) = st.subscribed {
+                            let at = self.now + self.latency();
+                            self.schedule(
+                                at,
+                                Ev::ExecIn {
+                                    exec: st.exec,
+                                    inc,
+                                    input: ExecutorInput::StreamClosed {
+                                        stream: StreamId(s),
+                                    },
+                                },
+                            );
+                        }
+                    }
+                }
+            }
+            DelegatorOutput::ApplySnapshot { id, snapshot_id } => {
+                let i = self.idx(&id);
+                if self.dels[i].access == AccessMode::Ro {
+                    self.violate(format!("snapshot applied to read-only {id}"));
+                }
+                // Every apply is from the store: a result is stored before it is applied.
+                let files = self.store.get(&(id.clone(), snapshot_id.clone())).cloned();
+                let Some(files) = files else {
+                    self.violate(format!(
+                        "snapshot {snapshot_id} of {id} applied without being stored"
+                    ));
+                    return;
+                };
+                let ok = !self.rng.chance(self.cfg.faults.apply_fail);
+                self.next_apply += 1;
+                let n = self.next_apply;
+                self.log(|| format!("apply {snapshot_id} to {id} starts (apply {n}, ok={ok})"));
+                self.pending_applies.insert(
+                    n,
+                    PendingApply {
+                        inc: self.del_inc,
+                        id,
+                        snapshot_id,
+                        files: ok.then_some(files),
+                    },
+                );
+                let at = self.now + self.local() + 1;
+                self.schedule(at, Ev::ApplyCommit(n));
+                if std::mem::take(&mut self.crash_on_apply) {
+                    // Before the commit: the crash interrupts this apply.
+                    self.schedule(self.now, Ev::App(Action::CrashDelegator));
+                }
+            }
+            DelegatorOutput::StoreSnapshot { id, snapshot } => {
+                let sid = snapshot.snapshot_id.clone();
+                let ok = !self.rng.chance(self.cfg.faults.store_fail);
+                if ok {
+                    match snapshot.data.base64.as_deref().and_then(decode_files) {
+                        Some(files) => {
+                            let key = ResKey::Stored(id.clone(), sid.clone());
+                            // After a restart the engine may fetch and store again a snapshot
+                            // whose earlier store finished unrecorded (the crash came first):
+                            // the driver writes `.part` and renames over it, so that replaces.
+                            if !(self.restored.contains(&id) && self.held.contains_key(&key)) {
+                                self.acquire(key, u64::MAX);
+                            }
+                            self.store.insert((id.clone(), sid.clone()), files);
+                        }
+                        None => self.violate(format!("snapshot {sid} of {id} has no bytes")),
+                    }
+                }
+                self.del_local(DelegatorInput::SnapshotStored {
+                    id,
+                    snapshot_id: sid,
+                    result: if ok {
+                        Ok(())
+                    } else {
+                        Err(ErrorInfo::new(ErrorCode::SetupFailed, "sim: store"))
+                    },
+                });
+            }
+            DelegatorOutput::DeleteStoredSnapshot { id, snapshot_id } => {
+                self.store.remove(&(id.clone(), snapshot_id.clone()));
+                let key = ResKey::Stored(id.clone(), snapshot_id);
+                // After a restart, deleting what may exist is an idempotent cleanup.
+                if !self.restored.contains(&id) || self.held.contains_key(&key) {
+                    self.release(key);
+                }
+            }
+            DelegatorOutput::ReleaseTransport { id } => {
+                let i = self.idx(&id);
+                self.dels[i].handle = None;
+                let key = ResKey::Export(id.clone());
+                // After a restart the engine releases whatever may be prepared (idempotent).
+                if !self.restored.contains(&id) || self.held.contains_key(&key) {
+                    self.release(key);
+                }
+                self.del_local(DelegatorInput::TransportReleased {
+                    id,
+                    warnings: Vec::new(),
+                });
+            }
+            DelegatorOutput::Event(ev) => self.on_del_event(ev),
+        }
+    }
+
+    pub(super) fn on_del_event(&mut self, ev: DelegatorEvent) {
+        // The journal, as the driver writes it.
+        match &ev {
+            DelegatorEvent::StateChanged { id, .. }
+            | DelegatorEvent::Snapshot { id, .. }
+            | DelegatorEvent::Ended { id, .. } => self.persist_del(id),
+            DelegatorEvent::Forgotten { id } => {
+                self.del_journal.remove(id);
+            }
+            DelegatorEvent::Progress { .. } | DelegatorEvent::PeerMisbehaved { .. } => {}
+        }
+        match ev {
+            DelegatorEvent::PeerMisbehaved { id, reason } => {
+                // The executors here are this project's engine: they never break the protocol.
+                self.violate(format!("{id}: the executor misbehaved: {reason:?}"));
+            }
+            DelegatorEvent::StateChanged { id, from, to } => {
+                let i = self.idx(&id);
+                self.log(|| format!("delegation {id}: {from} -> {to}"));
+                let d = &mut self.dels[i];
+                if d.state != from {
+                    let last = d.state;
+                    self.violate(format!(
+                        "{id}: transition from {from} but the last state was {last}"
+                    ));
+                } else if !from.allowed_targets().contains(&to) {
+                    self.violate(format!("{id}: illegal transition {from} -> {to}"));
+                }
+                self.dels[i].state = to;
+            }
+            DelegatorEvent::Ended {
+                id,
+                state,
+                result,
+                error,
+            } => {
+                let i = self.idx(&id);
+                self.bump(match state {
+                    DelegationState::Completed => "delegation completed",
+                    DelegationState::Cancelled => "delegation cancelled",
+                    DelegationState::Expired => "delegation expired",
+                    _ => "delegation error",
+                });
+                self.log(|| {
+                    format!(
+                        "delegation {id} ended {state} {}",
+                        error
+                            .as_ref()
+                            .map(|e| e.code.as_str().to_owned())
+                            .unwrap_or_default()
+                    )
+                });
+                if error
+                    .as_ref()
+                    .is_some_and(|e| e.code == ErrorCode::AuthFailed)
+                {
+                    // Only a reference-style delegation (no header) can be refused, and only
+                    // by an executor that restarted and forgot the INVITE that bound its id.
+                    let crashed = self
+                        .cfg
+                        .actions
+                        .iter()
+                        .any(|(_, a)| matches!(a, Action::Crash { .. }));
+                    if self.sends_header(&id) || !crashed {
+                        self.violate(format!(
+                            "{id} was refused as unauthenticated although it presented the credential"
+                        ));
+                    } else {
+                        self.bump("reference-style delegation refused by a restarted executor");
+                    }
+                }
+                let d = &mut self.dels[i];
+                if d.ended.is_some() {
+                    self.violate(format!("{id} ended twice"));
+                    return;
+                }
+                d.ended = Some(state);
+                d.result = result;
+                d.error = error;
+                let last = d.state;
+                let has_handle = d.handle.is_some();
+                if state != last || !state.is_terminal() {
+                    self.violate(format!("{id} ended in {state} but its state is {last}"));
+                }
+                if has_handle || self.held.contains_key(&ResKey::Export(id.clone())) {
+                    self.violate(format!("{id} ended with its export still prepared"));
+                }
+            }
+            DelegatorEvent::Snapshot {
+                id,
+                snapshot_id,
+                status,
+            } => {
+                self.log(|| format!("snapshot {snapshot_id} of {id}: {}", status.as_str()));
+                if status == SnapshotStatus::Pending {
+                    let at = self.now + self.rng.range(1_000, 100_000);
+                    self.schedule(at, Ev::StagedDecision(id, snapshot_id));
+                }
+            }
+            DelegatorEvent::Progress { .. } | DelegatorEvent::Forgotten { .. } => {}
+        }
+    }
+
+    // ------------------------------------------------------------------------------------
+    // Executor outputs
+}
+
+/// The delegator host, as the canonical drive loop sees it.
+pub(super) struct DelHost<'a>(pub(super) &'a mut World);
+
+impl drive::Host for DelHost<'_> {
+    type Engine = Delegator;
+    fn engine(&mut self) -> Option<&mut Delegator> {
+        Some(&mut self.0.delegator)
+    }
+    fn execute(&mut self, output: DelegatorOutput) {
+        self.0.on_del_out(output);
+    }
+    fn refused(&mut self, e: awcp_proto::UsageError) {
+        self.0.log(|| format!("delegator refused input: {e}"));
+    }
+}

@@ -1,0 +1,414 @@
+//! The executor hosts: executing each executor engine's outputs (work directories,
+//! transports, tasks, snapshots, responses and streams) and checking its events.
+
+use super::*;
+
+impl World {
+    pub(super) fn drain_exec(&mut self, exec: usize) {
+        self.exec_turn(exec, Wake::Drained);
+    }
+
+    pub(super) fn on_exec_out(&mut self, exec: usize, out: ExecutorOutput) {
+        let inc = self.execs[exec].inc;
+        match out {
+            ExecutorOutput::Respond { request, response } => {
+                let Some(call) = self.execs[exec].reqs.remove(&request.0) else {
+                    self.violate(format!("exec{exec} answered request {} twice", request.0));
+                    return;
+                };
+                if self.rng.chance(self.cfg.faults.resp_loss) {
+                    self.log(|| format!("response to call {call} lost"));
+                    self.bump("response lost");
+                    return;
+                }
+                let at = self.now + self.latency();
+                self.schedule(
+                    at,
+                    Ev::CallReply {
+                        call,
+                        resp: response,
+                    },
+                );
+            }
+            ExecutorOutput::StreamEvent { stream, event, .. } => {
+                let ok = self
+                    .streams
+                    .get(&stream.0)
+                    .is_some_and(|st| st.exec == exec && st.subscribed == Some(inc));
+                if ok {
+                    self.push_stream(stream.0, StreamItem::Event(Box::new((*event).clone())));
+                }
+            }
+            ExecutorOutput::CloseStream { stream } => {
+                let ok = self
+                    .streams
+                    .get(&stream.0)
+                    .is_some_and(|st| st.exec == exec && st.subscribed == Some(inc));
+                if ok {
+                    self.push_stream(stream.0, StreamItem::Closed("end of stream"));
+                }
+            }
+            ExecutorOutput::AllocateWorkDir { id, .. } => {
+                // A new assignment (pending) exists from here on.
+                self.execs[exec].assigns.insert(
+                    id.clone(),
+                    AssignTrack {
+                        state: AssignmentState::Pending,
+                        ended: false,
+                        setup_code: None,
+                    },
+                );
+                if self.rng.chance(self.cfg.faults.alloc_fail) {
+                    self.bump("work dir allocation failed");
+                    let e = AllocationFailure::CannotCreate("sim: allocation".into());
+                    self.exec_local(
+                        exec,
+                        inc,
+                        ExecutorInput::WorkDirAllocated { id, result: Err(e) },
+                    );
+                    return;
+                }
+                let i = self.idx(&id);
+                let deadline = self.now + self.dels[i].ttl_ms + GRACE_MS;
+                self.acquire(ResKey::WorkDir(exec, id.clone()), deadline);
+                let node = &mut self.execs[exec];
+                node.work.insert(id.clone(), Files::new());
+                self.exec_local(
+                    exec,
+                    inc,
+                    ExecutorInput::WorkDirAllocated { id, result: Ok(()) },
+                );
+            }
+            ExecutorOutput::SetupTransport { id, handle, .. } => {
+                if !self.held.contains_key(&ResKey::WorkDir(exec, id.clone())) {
+                    self.violate(format!("exec{exec} sets up {id} without a work dir"));
+                }
+                let files = match *handle {
+                    TransportHandle::Archive(h) => h
+                        .data
+                        .base64
+                        .filter(|b| checksum(b) == h.checksum)
+                        .and_then(|b| decode_files(&b)),
+                    _ => None,
+                };
+                let result = match files {
+                    None => Err(SetupFailure::Transport(ErrorInfo::new(
+                        ErrorCode::ChecksumMismatch,
+                        "sim: bad archive",
+                    ))),
+                    Some(_) if self.rng.chance(self.cfg.faults.setup_fail) => {
+                        // What a driver can find; the engine picks the code, the world knows
+                        // which one each fact must give (fetch: the delegator's side).
+                        let (failure, code) = match self.rng.below(3) {
+                            0 => (
+                                SetupFailure::Fetch("sim: 503".into()),
+                                ErrorCode::TransportError,
+                            ),
+                            1 => (
+                                SetupFailure::Staging("sim: disk full".into()),
+                                ErrorCode::SetupFailed,
+                            ),
+                            _ => (SetupFailure::NoArchiveData, ErrorCode::SetupFailed),
+                        };
+                        self.bump(match code {
+                            ErrorCode::TransportError => "setup failed fetching",
+                            _ => "setup failed locally",
+                        });
+                        if let Some(a) = self.execs[exec].assigns.get_mut(&id) {
+                            a.setup_code = Some(code);
+                        }
+                        Err(failure)
+                    }
+                    Some(f) => {
+                        self.execs[exec].work.insert(id.clone(), f);
+                        Ok(WorkspaceLayout::PerResource)
+                    }
+                };
+                self.exec_local(exec, inc, ExecutorInput::SetupCompleted { id, result });
+            }
+            ExecutorOutput::RunTask { id, .. } => {
+                if !self.held.contains_key(&ResKey::WorkDir(exec, id.clone())) {
+                    self.violate(format!("exec{exec} runs {id} without a work dir"));
+                }
+                self.next_task_gen += 1;
+                let gen = self.next_task_gen;
+                let i = self.idx(&id);
+                self.dels[i].runs += 1;
+                // Once per executor memory: a restarted executor cannot recognise a late
+                // duplicate of INVITE and START.
+                match self.dels[i].ran_on.replace((exec, inc)) {
+                    Some(prev) if prev == (exec, inc) => {
+                        self.violate(format!("the task of {id} runs a second time"));
+                    }
+                    Some(_) => self.bump("task re-run by a restarted executor"),
+                    None => {}
+                }
+                let (steps, step_ms) = (self.dels[i].steps, self.dels[i].step_ms);
+                if self.execs[exec].tasks.contains_key(&id) {
+                    self.violate(format!("exec{exec} runs {id} twice"));
+                }
+                self.execs[exec].tasks.insert(
+                    id.clone(),
+                    SimTask {
+                        gen,
+                        steps_left: steps,
+                    },
+                );
+                let deadline = self.dels[i].deadline;
+                self.acquire(ResKey::Task(exec, id.clone()), deadline);
+                self.log(|| format!("exec{exec} runs {id}"));
+                // The driver reports the task's process group once it exists.
+                self.exec_local(
+                    exec,
+                    inc,
+                    ExecutorInput::TaskSpawned {
+                        id: id.clone(),
+                        handle: task_handle(gen),
+                    },
+                );
+                self.schedule(self.now + step_ms, Ev::TaskStep { exec, inc, id, gen });
+            }
+            ExecutorOutput::StopTask { id } => {
+                if self.execs[exec].tasks.remove(&id).is_some() {
+                    // The runner ends the task's whole process group.
+                    self.release(ResKey::Task(exec, id.clone()));
+                    self.stopped_tasks += 1;
+                    self.bump("task stopped");
+                    let delay = if self.rng.chance(self.cfg.faults.stop_slow) {
+                        self.rng.range(11_000, 30_000)
+                    } else {
+                        self.rng.range(10, 2_000)
+                    };
+                    self.log(|| format!("exec{exec} stops {id} (reports in {delay} ms)"));
+                    self.schedule(
+                        self.now + delay,
+                        Ev::ExecIn {
+                            exec,
+                            inc,
+                            input: ExecutorInput::TaskFinished {
+                                id,
+                                result: Err(TaskFailure::Stopped),
+                            },
+                        },
+                    );
+                }
+            }
+            ExecutorOutput::CaptureSnapshot {
+                id, snapshot_id, ..
+            } => {
+                let Some(files) = self.execs[exec].work.get(&id).cloned() else {
+                    self.violate(format!("exec{exec} captures {id} without a work dir"));
+                    return;
+                };
+                if self.rng.chance(self.cfg.faults.capture_fail) {
+                    self.bump("capture failed");
+                    let e = ErrorInfo::new(ErrorCode::TaskFailed, "sim: capture");
+                    self.exec_local(
+                        exec,
+                        inc,
+                        ExecutorInput::SnapshotCaptured { id, result: Err(e) },
+                    );
+                    return;
+                }
+                let i = self.idx(&id);
+                self.dels[i].captured.push(files.clone());
+                self.acquire(
+                    ResKey::Captured(exec, inc, id.clone(), snapshot_id.clone()),
+                    u64::MAX,
+                );
+                let body = encode_files(&files);
+                let snap = CapturedSnapshot {
+                    checksum: Some(checksum(&body)),
+                    data: ArchiveData {
+                        base64: Some(body),
+                        url: None,
+                    },
+                    metadata: BTreeMap::from([(
+                        "fileCount".to_owned(),
+                        serde_json::Value::from(files.len()),
+                    )]),
+                };
+                self.exec_local(
+                    exec,
+                    inc,
+                    ExecutorInput::SnapshotCaptured {
+                        id,
+                        result: Ok(snap),
+                    },
+                );
+            }
+            ExecutorOutput::Release { id, work_dir, .. } => {
+                if self.execs[exec].tasks.contains_key(&id)
+                    || self.execs[exec].orphans.contains_key(&id)
+                {
+                    self.violate(format!("exec{exec} releases {id} while its task runs"));
+                }
+                if work_dir != format!("/sim/work/{id}") {
+                    self.violate(format!("exec{exec} releases {work_dir}, not its work dir"));
+                }
+                self.execs[exec].work.remove(&id);
+                let key = ResKey::WorkDir(exec, id.clone());
+                let idempotent = self.execs[exec].restored_unreleased.remove(&id);
+                if !idempotent || self.held.contains_key(&key) {
+                    self.release(key);
+                }
+                self.exec_local(exec, inc, ExecutorInput::Released { id, result: Ok(()) });
+            }
+            ExecutorOutput::RemoveEmptyWorkDir { id, .. } => {
+                // An allocation the crash interrupted: the directory exists only if the
+                // allocation had run (and it is empty: setup never started).
+                self.bump("interrupted allocation cleaned up");
+                if self.held.contains_key(&ResKey::WorkDir(exec, id.clone())) {
+                    if self.execs[exec]
+                        .work
+                        .get(&id)
+                        .is_some_and(|f| !f.is_empty())
+                    {
+                        self.violate(format!(
+                            "exec{exec}: {id} was set up but is removed as empty"
+                        ));
+                    }
+                    self.execs[exec].work.remove(&id);
+                    self.release(ResKey::WorkDir(exec, id.clone()));
+                }
+                self.exec_local(exec, inc, ExecutorInput::Released { id, result: Ok(()) });
+            }
+            ExecutorOutput::DropSnapshot { id, snapshot_id } => {
+                self.release(ResKey::Captured(exec, inc, id, snapshot_id));
+            }
+            ExecutorOutput::EndTask { id, handle } => {
+                // The restarted executor ends what its journal recorded.
+                match self.execs[exec].orphans.remove(&id) {
+                    Some(t) if task_handle(t.gen) == handle => {
+                        self.bump("orphaned task ended after a restart");
+                        self.log(|| format!("exec{exec} ends orphaned task {id}"));
+                        self.release(ResKey::Task(exec, id.clone()));
+                    }
+                    Some(t) => {
+                        self.violate(format!(
+                            "exec{exec} ends {id} with a handle of another task"
+                        ));
+                        self.execs[exec].orphans.insert(id.clone(), t);
+                    }
+                    None => self.bump("recorded task already gone"),
+                }
+                self.exec_local(
+                    exec,
+                    inc,
+                    ExecutorInput::TaskFinished {
+                        id,
+                        result: Err(TaskFailure::Stopped),
+                    },
+                );
+            }
+            ExecutorOutput::Event(ev) => self.on_exec_event(exec, ev),
+        }
+    }
+
+    pub(super) fn on_exec_event(&mut self, exec: usize, ev: ExecutorEvent) {
+        // The journal, as the driver writes it.
+        let recorded = match &ev {
+            ExecutorEvent::InviteReceived { id, .. }
+            | ExecutorEvent::StateChanged { id, .. }
+            | ExecutorEvent::RecordChanged { id }
+            | ExecutorEvent::Ended { id, .. }
+            | ExecutorEvent::Forgotten { id }
+            | ExecutorEvent::PeerMisbehaved { id, .. } => id.clone(),
+        };
+        self.persist_exec(exec, &recorded);
+        match ev {
+            ExecutorEvent::StateChanged { id, from, to } => {
+                self.log(|| format!("exec{exec} assignment {id}: {from} -> {to}"));
+                let Some(a) = self.execs[exec].assigns.get_mut(&id) else {
+                    self.violate(format!("exec{exec}: transition of unknown assignment {id}"));
+                    return;
+                };
+                let last = a.state;
+                a.state = to;
+                let legal = AssignmentEvent::ALL
+                    .iter()
+                    .any(|e| e.target(from) == Some(to));
+                if last != from {
+                    self.violate(format!(
+                        "exec{exec} {id}: transition from {from} but the last state was {last}"
+                    ));
+                } else if !legal {
+                    self.violate(format!(
+                        "exec{exec} {id}: illegal transition {from} -> {to}"
+                    ));
+                }
+            }
+            ExecutorEvent::Ended { id, state, error } => {
+                self.log(|| format!("exec{exec} assignment {id} ended {state}"));
+                let Some(a) = self.execs[exec].assigns.get_mut(&id) else {
+                    self.violate(format!("exec{exec}: unknown assignment {id} ended"));
+                    return;
+                };
+                let twice = a.ended;
+                a.ended = true;
+                let last = a.state;
+                let setup_code = a.setup_code.take();
+                if twice {
+                    self.violate(format!("exec{exec}: assignment {id} ended twice"));
+                }
+                if last != state || !state.is_terminal() {
+                    self.violate(format!(
+                        "exec{exec}: assignment {id} ended {state} but its state is {last}"
+                    ));
+                }
+                let code = error.as_ref().map(|e| e.code.clone());
+                if let (
+                    Some(want),
+                    Some(got @ (ErrorCode::SetupFailed | ErrorCode::TransportError)),
+                ) = (setup_code, code)
+                {
+                    if want != got {
+                        self.violate(format!(
+                            "exec{exec}: assignment {id} failed setup with {} but the failure \
+                             calls for {}",
+                            got.as_str(),
+                            want.as_str()
+                        ));
+                    }
+                }
+                self.bump(match (state, error.as_ref().map(|e| &e.code)) {
+                    (AssignmentState::Completed, _) => "assignment completed",
+                    (_, Some(ErrorCode::Expired)) => "assignment expired",
+                    (_, Some(ErrorCode::StartExpired)) => "assignment start expired",
+                    (_, Some(ErrorCode::Cancelled)) => "assignment cancelled",
+                    (_, Some(ErrorCode::TaskFailed)) => "assignment task failed",
+                    _ => "assignment other error",
+                });
+                self.exec_endings
+                    .push((exec, id, state, error.map(|e| e.code)));
+            }
+            ExecutorEvent::PeerMisbehaved { .. } => self.bump("executor saw a misbehaving peer"),
+            ExecutorEvent::InviteReceived { .. }
+            | ExecutorEvent::Forgotten { .. }
+            | ExecutorEvent::RecordChanged { .. } => {}
+        }
+    }
+
+    // ------------------------------------------------------------------------------------
+    // Invariants
+}
+
+/// Executor host `exec`, as the canonical drive loop sees it (no engine while it is down).
+pub(super) struct ExecHost<'a> {
+    pub(super) world: &'a mut World,
+    pub(super) exec: usize,
+}
+
+impl drive::Host for ExecHost<'_> {
+    type Engine = Executor;
+    fn engine(&mut self) -> Option<&mut Executor> {
+        self.world.execs[self.exec].engine.as_mut()
+    }
+    fn execute(&mut self, output: ExecutorOutput) {
+        self.world.on_exec_out(self.exec, output);
+    }
+    fn refused(&mut self, e: awcp_proto::UsageError) {
+        let exec = self.exec;
+        self.world.log(|| format!("exec{exec} refused input: {e}"));
+    }
+}

@@ -1,0 +1,363 @@
+//! The simulated world: clock, network, transports, task runners, and the invariant checks.
+//!
+//! Everything happens through one event queue ordered by `(time, sequence)`. Engines are only
+//! called while an event is processed; their outputs are executed by scheduling further events
+//! (never by calling an engine re-entrantly), so a run is a pure function of its
+//! [`SimConfig`].
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use awcp_proto::engine::delegator::{
+    DelegateRequest, DelegationRecord, FetchedResult, Outbound, Reply, RequestFailure,
+    SnapshotStatus,
+};
+use awcp_proto::engine::drive::{self, Wake};
+use awcp_proto::engine::executor::{Credential, Request, RequiredAuth, Response, ResultStatus};
+use awcp_proto::{
+    AccessMode, AllocationFailure, ArchiveData, ArchiveHandle, AssignmentEvent, AssignmentState,
+    CapturedSnapshot, DelegationId, DelegationState, Delegator, DelegatorConfig, DelegatorEvent,
+    DelegatorInput, DelegatorOutput, ErrorCode, ErrorInfo, Executor, ExecutorConfig, ExecutorEvent,
+    ExecutorInput, ExecutorOutput, Message, RequestId, Resource, ResourceName, SetupFailure,
+    SnapshotId, SnapshotMode, StreamId, TaskEvent, TaskFailure, TaskHandle, TaskOutcome, TaskSpec,
+    Timestamp, TransportHandle, TransportKind, WorkspaceLayout, WorkspaceStats,
+};
+use serde_json::Value;
+
+use super::config::{Action, Faults, SimConfig};
+use super::rng::Rng;
+
+mod application;
+mod delegator;
+mod executor;
+mod hosts;
+mod invariants;
+mod network;
+mod run;
+
+use self::delegator::DelHost;
+use self::executor::ExecHost;
+use self::invariants::response_summary;
+
+/// Files of a directory: path → content.
+pub type Files = BTreeMap<String, String>;
+
+/// Simulated time 0 (ms since the Unix epoch): 2025-06-15.
+const BASE_MS: u64 = 1_750_000_000_000;
+/// The credential executors require when the run has auth on.
+const SIM_TOKEN: &str = "sim-token";
+/// The client-side timeout of every HTTP request.
+pub const HTTP_TIMEOUT_MS: u64 = 10_000;
+/// Slack after `ttl` within which every delegation must end and every executor resource must
+/// be released: setup grace (60 s) + stop grace (10 s) + an HTTP timeout + reconnect back-off
+/// and polling + latencies.
+pub const GRACE_MS: u64 = 150_000;
+/// After a clock jump, time everything gets to wind down from the new now (a delegation in
+/// `started` still gets its setup grace after the jump).
+const JUMP_GRACE_MS: u64 = GRACE_MS;
+/// A run that has not gone quiet after this many steps is livelocked.
+const MAX_STEPS: u64 = 50_000;
+
+/// Serialises a directory (the sim's "archive" format).
+pub fn encode_files(f: &Files) -> String {
+    serde_json::to_string(f).expect("a map of strings serialises")
+}
+
+/// Parses [`encode_files`]' output.
+pub fn decode_files(s: &str) -> Option<Files> {
+    serde_json::from_str(s).ok()
+}
+
+/// FNV-1a of `s`, hex (the sim's checksum).
+pub fn checksum(s: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in s.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum CallKind {
+    Out(Outbound),
+    Fetch,
+}
+
+#[derive(Debug)]
+struct Call {
+    exec: usize,
+    id: DelegationId,
+    kind: CallKind,
+}
+
+#[derive(Clone, Debug)]
+enum StreamItem {
+    Opened,
+    Event(Box<TaskEvent>),
+    Closed(&'static str),
+}
+
+#[derive(Debug)]
+struct SimStream {
+    exec: usize,
+    id: DelegationId,
+    /// Incarnation of the executor that accepted the subscription, once it did.
+    subscribed: Option<u32>,
+    /// Time of the last delivery scheduled on this connection (TCP keeps order).
+    fifo_at: u64,
+}
+
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)]
+enum Ev {
+    Create(usize),
+    App(Action),
+    StagedDecision(DelegationId, SnapshotId),
+    CallArrive {
+        call: u64,
+        exec: usize,
+        body: Request,
+    },
+    CallReply {
+        call: u64,
+        resp: Response,
+    },
+    CallFail {
+        call: u64,
+        why: &'static str,
+    },
+    StreamArrive(u64),
+    StreamDeliver(u64, StreamItem),
+    ExecIn {
+        exec: usize,
+        inc: u32,
+        input: ExecutorInput,
+    },
+    /// A local operation's result for incarnation `inc` of the delegator.
+    DelIn {
+        inc: u32,
+        input: DelegatorInput,
+    },
+    /// An apply reaches its commit (see [`PendingApply`]).
+    ApplyCommit(u64),
+    TaskStep {
+        exec: usize,
+        inc: u32,
+        id: DelegationId,
+        gen: u64,
+    },
+    Restart(usize),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum ResKey {
+    Export(DelegationId),
+    Stored(DelegationId, SnapshotId),
+    /// A work directory (on disk: it survives executor crashes).
+    WorkDir(usize, DelegationId),
+    /// A captured inline snapshot (in the memory of one executor incarnation).
+    Captured(usize, u32, DelegationId, SnapshotId),
+    /// A running task's processes (they survive an executor crash once journalled).
+    Task(usize, DelegationId),
+}
+
+#[derive(Debug)]
+struct SimTask {
+    gen: u64,
+    steps_left: u32,
+}
+
+/// The handle a simulated task's "process group" is journalled with.
+fn task_handle(gen: u64) -> TaskHandle {
+    TaskHandle(format!("sim-task-{gen}"))
+}
+
+/// A snapshot apply between its start and its commit: a delegator crash in between is
+/// recovered all-or-nothing (rolled forward or back).
+#[derive(Debug)]
+struct PendingApply {
+    inc: u32,
+    id: DelegationId,
+    snapshot_id: SnapshotId,
+    /// The result's files, or `None` if the apply fails.
+    files: Option<Files>,
+}
+
+#[derive(Debug)]
+struct AssignTrack {
+    state: AssignmentState,
+    ended: bool,
+    /// The error code a setup failure the world injected must end it with (if it ends on
+    /// that failure rather than on a race such as expiry or cancel).
+    setup_code: Option<ErrorCode>,
+}
+
+struct ExecNode {
+    engine: Option<Executor>,
+    inc: u32,
+    /// Open HTTP requests: request id → call.
+    reqs: BTreeMap<u64, u64>,
+    /// Work directories on disk (they survive a crash until released).
+    work: BTreeMap<DelegationId, Files>,
+    tasks: BTreeMap<DelegationId, SimTask>,
+    /// Tasks of a crashed incarnation whose process group was journalled: they keep running
+    /// until the restarted executor ends them (or they finish by themselves).
+    orphans: BTreeMap<DelegationId, SimTask>,
+    assigns: BTreeMap<DelegationId, AssignTrack>,
+    /// The assignment journal, written as the driver writes it.
+    journal: BTreeMap<DelegationId, Value>,
+    /// Assignments restored unreleased: their first release may find the directory gone
+    /// already (the predecessor removed it but crashed before recording that): idempotent.
+    restored_unreleased: std::collections::BTreeSet<DelegationId>,
+}
+
+/// What the world knows about one delegation (by creation order).
+#[derive(Debug)]
+pub struct DelTrack {
+    /// Its id.
+    pub id: DelegationId,
+    /// The workspace as it was at `delegate`.
+    pub original: Files,
+    /// The workspace now.
+    pub ws: Files,
+    /// Last state reported by the engine.
+    pub state: DelegationState,
+    /// Terminal state reported by `Ended`.
+    pub ended: Option<DelegationState>,
+    /// Error reported by `Ended`.
+    pub error: Option<ErrorInfo>,
+    /// Result reported by `Ended`.
+    pub result: Option<TaskOutcome>,
+    /// Whether the delegator has received an ACCEPT for it.
+    pub accepted: bool,
+    /// The handle `PrepareTransport` produced and not yet released.
+    pub handle: Option<TransportHandle>,
+    /// Every snapshot its executor captured (the executor's final states).
+    pub captured: Vec<Files>,
+    /// Successful applies.
+    pub applied: u32,
+    /// Failed applies.
+    pub apply_failed: u32,
+    /// How often an executor started its task.
+    pub runs: u32,
+    /// Executor and incarnation of the last run.
+    ran_on: Option<(usize, u32)>,
+    /// Must be `Ended` by then.
+    pub deadline: u64,
+    ttl_ms: u64,
+    access: AccessMode,
+    mode: SnapshotMode,
+    steps: u32,
+    step_ms: u64,
+    task_fails: bool,
+}
+
+/// Why a run failed.
+#[derive(Debug, Clone)]
+pub struct Failure {
+    /// The seed.
+    pub seed: u64,
+    /// The violated invariant.
+    pub message: String,
+    /// Simulated time of the failure (ms).
+    pub at_ms: u64,
+    /// The last trace lines (if the run kept a trace).
+    pub trace_tail: Vec<String>,
+}
+
+/// What a finished run reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Summary {
+    /// Steps processed.
+    pub steps: u64,
+    /// Simulated end time (ms).
+    pub end_ms: u64,
+    /// Terminal state of every delegation (by creation order).
+    pub states: Vec<DelegationState>,
+    /// The full trace, if kept.
+    pub trace: String,
+    /// How often each interesting thing happened (coverage of the fault paths).
+    pub stats: BTreeMap<&'static str, u64>,
+}
+
+/// The simulation.
+pub struct World {
+    cfg: SimConfig,
+    rng: Rng,
+    now: u64,
+    seq: u64,
+    queue: BTreeMap<(u64, u64), Ev>,
+    delegator: Delegator,
+    execs: Vec<ExecNode>,
+    /// Delegations by creation order.
+    pub dels: Vec<DelTrack>,
+    by_id: BTreeMap<DelegationId, usize>,
+    calls: BTreeMap<u64, Call>,
+    next_call: u64,
+    next_req: u64,
+    next_stream: u64,
+    streams: BTreeMap<u64, SimStream>,
+    cur_stream: BTreeMap<DelegationId, u64>,
+    held: BTreeMap<ResKey, u64>,
+    store: BTreeMap<(DelegationId, SnapshotId), Files>,
+    /// Incarnation of the delegator (bumped by a crash).
+    del_inc: u32,
+    /// The delegation journal, written as the driver writes it.
+    del_journal: BTreeMap<DelegationId, Value>,
+    /// Delegations a restarted delegator restored: their releases are idempotent cleanups.
+    restored: std::collections::BTreeSet<DelegationId>,
+    pending_applies: BTreeMap<u64, PendingApply>,
+    next_apply: u64,
+    /// Crash the delegator right after its next `ApplySnapshot` starts.
+    crash_on_apply: bool,
+    next_task_gen: u64,
+    trace: Vec<String>,
+    violations: Vec<String>,
+    steps: u64,
+    /// Executor-side assignment endings seen: (exec, delegation, state, error code).
+    pub exec_endings: Vec<(usize, DelegationId, AssignmentState, Option<ErrorCode>)>,
+    /// Most tasks ever running at once on one executor.
+    pub peak_tasks: usize,
+    /// INVITEs answered with `DECLINED`.
+    pub declined: u32,
+    /// Tasks stopped by `StopTask`.
+    pub stopped_tasks: u32,
+    /// Tasks that ran to their last step.
+    pub finished_tasks: u32,
+    /// Event streams opened.
+    pub streams_opened: u32,
+    /// Coverage counters.
+    pub stats: BTreeMap<&'static str, u64>,
+}
+
+fn exec_config(cfg: &SimConfig, id_seed: u64) -> ExecutorConfig {
+    ExecutorConfig {
+        work_root: "/sim/work".to_owned(),
+        max_concurrent: cfg.max_concurrent,
+        max_ttl_seconds: cfg.exec_max_ttl_s,
+        id_seed,
+        auth: cfg.auth.as_ref().map(|_| RequiredAuth {
+            types: Vec::new(),
+            credential: SIM_TOKEN.into(),
+        }),
+        ..ExecutorConfig::default()
+    }
+}
+
+fn peer_of(exec: usize) -> String {
+    format!("http://exec{exec}.sim/awcp")
+}
+
+fn exec_of(peer: &str) -> usize {
+    peer.trim_start_matches("http://exec")
+        .split('.')
+        .next()
+        .and_then(|s| s.parse().ok())
+        .expect("sim peer url")
+}
+
+/// Used by scenario tests: how long a spec's task runs.
+pub fn task_duration(steps: u32, step_ms: u64) -> Duration {
+    Duration::from_millis(u64::from(steps) * step_ms)
+}
