@@ -1,8 +1,8 @@
 //! What both engines share: handles, the named-timer deadline index, the output queue with
 //! the engine clock, and the seeded id source.
 
-use std::sync::Arc;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
 
 use crate::time::Timestamp;
 

@@ -162,7 +162,9 @@ pub fn encode_response(resp: &Response) -> (u16, String) {
             message, dialect, ..
         } => encode_message(&Message::Error(message.clone()), *dialect),
         Response::Ok => crate::wire::encode::to_json(&json!({"ok": true})),
-        Response::Cancelled => crate::wire::encode::to_json(&json!({"ok": true, "cancelled": true})),
+        Response::Cancelled => {
+            crate::wire::encode::to_json(&json!({"ok": true, "cancelled": true}))
+        }
         Response::Result(r) => crate::wire::encode::to_json(&result_to_value(r)),
     };
     (status, body)

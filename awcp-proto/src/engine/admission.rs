@@ -96,7 +96,10 @@ fn glob_units<T: Copy + PartialEq>(p: &[T], n: &[T], any_run: T, any_one: T) -> 
             },
         }
     }
-    p.get(pi..).unwrap_or_default().iter().all(|c| *c == any_run)
+    p.get(pi..)
+        .unwrap_or_default()
+        .iter()
+        .all(|c| *c == any_run)
 }
 
 /// Why an entry of a workspace is not shipped.
