@@ -2,6 +2,7 @@
 //! the engine clock, and the seeded id source.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
 
 use crate::time::Timestamp;
 
@@ -219,8 +220,9 @@ impl IdSource {
 /// time (BENCHMARKS.md).
 #[derive(Debug)]
 pub(crate) struct IdMap<V> {
-    index: BTreeMap<String, usize>,
-    slots: Vec<Option<(String, V)>>,
+    /// Ids and slots; a slot holds the same (shared) id as its index key.
+    index: BTreeMap<Arc<str>, usize>,
+    slots: Vec<Option<(Arc<str>, V)>>,
     free: Vec<usize>,
     last: core::cell::Cell<usize>,
 }
@@ -240,7 +242,7 @@ impl<V> IdMap<V> {
     fn slot(&self, id: &str) -> Option<usize> {
         let last = self.last.get();
         if let Some(Some((k, _))) = self.slots.get(last) {
-            if k == id {
+            if **k == *id {
                 return Some(last);
             }
         }
@@ -263,18 +265,20 @@ impl<V> IdMap<V> {
         self.slot(id).is_some()
     }
 
-    pub(crate) fn insert(&mut self, id: String, v: V) {
+    /// Inserts (or replaces) `v` under `id` (a `String` or an `Arc<str>` the value shares).
+    pub(crate) fn insert(&mut self, id: impl Into<Arc<str>>, v: V) {
+        let id: Arc<str> = id.into();
         if let Some(i) = self.slot(&id) {
             self.slots[i] = Some((id, v));
             return;
         }
         let i = match self.free.pop() {
             Some(i) => {
-                self.slots[i] = Some((id.clone(), v));
+                self.slots[i] = Some((Arc::clone(&id), v));
                 i
             }
             None => {
-                self.slots.push(Some((id.clone(), v)));
+                self.slots.push(Some((Arc::clone(&id), v)));
                 self.slots.len() - 1
             }
         };

@@ -171,9 +171,11 @@ pub fn encode_response(resp: &Response) -> (u16, String) {
         Response::Error {
             message, dialect, ..
         } => encode_message(&Message::Error(message.clone()), *dialect),
-        Response::Ok => json!({"ok": true}).to_string(),
-        Response::Cancelled => json!({"ok": true, "cancelled": true}).to_string(),
-        Response::Result(r) => result_to_value(r).to_string(),
+        Response::Ok => crate::wire::encode::to_json(&json!({"ok": true})),
+        Response::Cancelled => {
+            crate::wire::encode::to_json(&json!({"ok": true, "cancelled": true}))
+        }
+        Response::Result(r) => crate::wire::encode::to_json(&result_to_value(r)),
     };
     (status, body)
 }
@@ -193,7 +195,7 @@ pub fn reject(status: u16, id: Option<&DelegationId>, error: ErrorInfo) -> (u16,
     if let Some(h) = error.hint {
         v["hint"] = Value::String(h);
     }
-    (status, v.to_string())
+    (status, crate::wire::encode::to_json(&v))
 }
 
 /// The refusal for an undecodable `POST /awcp` body: HTTP 400, code `DECLINED`, the decoder's
@@ -390,7 +392,7 @@ pub fn decode_reply(status: u16, body: &[u8]) -> crate::engine::delegator::Reply
         )));
     };
     match v.get("type").and_then(Value::as_str) {
-        Some("ACCEPT") | Some("ERROR") => match crate::wire::decode_message(body) {
+        Some("ACCEPT") | Some("ERROR") => match crate::wire::decode::decode_message_value(&v) {
             Ok((Message::Accept(a), _)) => Reply::Accept(a),
             Ok((Message::Error(ErrorMessage { error, .. }), _)) => Reply::Error(error),
             Ok((m, _)) => Reply::Failed(Unusable(format!("unexpected {} reply", m.type_str()))),

@@ -151,7 +151,23 @@ impl Partner {
                     return self.reject_unstored(r, req, &task_id);
                 }
                 let dialect = req.dialect;
-                self.new_task(&task_id, Arc::new((**c).clone()), dialect);
+                // The task keeps the start command; the held request needs only what routes
+                // its answer (the start is applied as the task is created).
+                let routing = TaskCommand {
+                    id: c.id.clone(),
+                    sent_at: c.sent_at,
+                    sender_role: c.sender_role,
+                    sender_id: String::new(),
+                    mentions: None,
+                    command: c.command.clone(),
+                    command_params: None,
+                    data_items: None,
+                    task_id: c.task_id.clone(),
+                    group_id: None,
+                    session_id: None,
+                };
+                let start = std::mem::replace(&mut **c, routing);
+                self.new_task(&task_id, Arc::new(start), dialect);
                 if let Some(t) = self.tasks.get_mut(&task_id) {
                     t.notify.extend(subscription);
                     t.held.push_back(Held {

@@ -25,8 +25,6 @@ pub(crate) struct PartnerTask {
     pub(crate) status_history: Vec<TaskStatus>,
     /// Commands that changed or could change the task, the start first.
     pub(crate) history: VecDeque<Arc<TaskCommand>>,
-    /// Message ids in `history` (a re-sent command is not applied twice).
-    pub(crate) command_ids: BTreeSet<String>,
     pub(crate) products: Vec<Product>,
     pub(crate) params: StartParams,
     pub(crate) session_id: Option<String>,
@@ -76,16 +74,16 @@ impl PartnerTask {
         }
     }
 
-    /// Records a command; `false` if a command with its id was recorded before.
+    /// Records a command; `false` if a command with its id is in the history (a re-sent
+    /// command is not applied twice). The history is short (`max_history`) and scanning it
+    /// costs less than keeping a second index of its ids.
     pub(crate) fn record(&mut self, c: Arc<TaskCommand>, max: usize) -> bool {
-        if !self.command_ids.insert(c.id.clone()) {
+        if self.history.iter().any(|h| h.id == c.id) {
             return false;
         }
         self.history.push_back(c);
         while self.history.len() > max.max(2) {
-            if let Some(old) = self.history.remove(1) {
-                self.command_ids.remove(&old.id);
-            }
+            self.history.remove(1);
         }
         true
     }
@@ -101,9 +99,35 @@ pub(crate) struct LazyReply {
     pub(crate) get: Option<GetParams>,
 }
 
-/// The JSON size of `products` (what `maxProductsBytes` bounds).
-fn products_bytes(products: &[Product]) -> u64 {
-    serde_json::to_vec(products).map_or(u64::MAX, |v| v.len() as u64)
+/// The JSON size of one product, counted without building the text.
+fn product_bytes(product: &Product) -> u64 {
+    /// A writer that only counts.
+    struct Count(u64);
+    impl std::io::Write for Count {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0 += b.len() as u64;
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut c = Count(0);
+    match serde_json::to_writer(&mut c, product) {
+        Ok(()) => c.0,
+        Err(_) => u64::MAX,
+    }
+}
+
+/// The JSON size of the array `products` (what `maxProductsBytes` bounds): `[`, the products
+/// separated by commas, `]`.
+fn products_bytes<'a>(products: impl Iterator<Item = &'a Product>) -> u64 {
+    let (mut n, mut size) = (0u64, 2u64);
+    for p in products {
+        size = size.saturating_add(product_bytes(p));
+        n += 1;
+    }
+    size.saturating_add(n.saturating_sub(1))
 }
 
 impl Partner {
@@ -129,13 +153,13 @@ impl Partner {
                 (a, b) => a.or(b),
             },
         };
+        let id: Arc<str> = Arc::from(task_id);
         let mut t = PartnerTask {
-            id: Arc::from(task_id),
+            id: Arc::clone(&id),
             machine: TaskMachine::new(),
             status: None,
             status_history: Vec::new(),
             history: VecDeque::new(),
-            command_ids: BTreeSet::new(),
             products: Vec::new(),
             params,
             session_id: start.session_id.clone(),
@@ -147,7 +171,7 @@ impl Partner {
             ended_at: None,
         };
         t.record(start, self.config.max_history);
-        self.tasks.insert(task_id.to_owned(), t);
+        self.tasks.insert(id, t);
     }
 
     /// The command that started the task (the first of its history).
@@ -357,15 +381,16 @@ impl Partner {
         products: Vec<Product>,
     ) -> Option<TaskState> {
         let t = self.tasks.get_mut(task_id)?;
-        let mut next = t.products.clone();
-        for p in products {
-            match next.iter_mut().find(|q| q.id == p.id) {
-                Some(q) => *q = p,
-                None => next.push(p),
-            }
-        }
         if let Some(limit) = t.params.max_products_bytes {
-            let size = products_bytes(&next);
+            // The size the products would have, without building them: the kept ones (not
+            // replaced by a new one with their id), then the new ones (the last of an id wins).
+            let new = |i: usize, p: &Product| !products[i + 1..].iter().any(|q| q.id == p.id);
+            let kept = t
+                .products
+                .iter()
+                .filter(|q| !products.iter().any(|p| p.id == q.id));
+            let added = products.iter().enumerate().filter(|(i, p)| new(*i, p));
+            let size = products_bytes(kept.chain(added.map(|(_, p)| p)));
             if size > limit {
                 let item = DataItem::text(format!(
                     "Products size {size} bytes exceeds maxProductsBytes={limit}."
@@ -375,7 +400,12 @@ impl Partner {
                     .ok();
             }
         }
-        t.products = next;
+        for p in products {
+            match t.products.iter_mut().find(|q| q.id == p.id) {
+                Some(q) => *q = p,
+                None => t.products.push(p),
+            }
+        }
         None
     }
 
@@ -426,10 +456,27 @@ impl Partner {
     }
 
     pub(super) fn render_reply(&mut self, r: LazyReply) -> PartnerOutput {
-        let body = match self.result_of(&r.task_id, r.get.as_ref()) {
-            Some(result) => encode_task_response(&r.id, &result, r.dialect),
-            None => encode_error(&r.id, &RpcError::task_not_found(&r.task_id)),
+        // The reply is encoded from the task's own products, lent to the result for the time
+        // of the encoding (a reply copies no product).
+        let lent = self
+            .tasks
+            .get_mut(&r.task_id)
+            .map(|t| std::mem::take(&mut t.products));
+        let (body, lent) = match (self.result_of(&r.task_id, r.get.as_ref()), lent) {
+            (Some(mut result), Some(products)) => {
+                result.products = Some(products);
+                let body = encode_task_response(&r.id, &result, r.dialect);
+                (body, result.products)
+            }
+            (Some(result), None) => (encode_task_response(&r.id, &result, r.dialect), None),
+            (None, lent) => (
+                encode_error(&r.id, &RpcError::task_not_found(&r.task_id)),
+                lent,
+            ),
         };
+        if let (Some(t), Some(products)) = (self.tasks.get_mut(&r.task_id), lent) {
+            t.products = products;
+        }
         PartnerOutput::Respond {
             request: r.request,
             response: crate::engine::HttpResponse::json(body),

@@ -62,18 +62,27 @@ pub fn is_sensitive_name(path: &str) -> bool {
     SENSITIVE_PATTERNS.iter().any(|p| glob(p, base))
 }
 
-/// Whole-string glob match with `*` (any run) and `?` (one char).
+/// Whole-string glob match with `*` (any run) and `?` (one character). Matches bytes when
+/// the name is ASCII (the patterns are), characters otherwise; allocates only for the latter.
 fn glob(pattern: &str, name: &str) -> bool {
-    let (p, n): (Vec<char>, Vec<char>) = (pattern.chars().collect(), name.chars().collect());
+    if name.is_ascii() && pattern.is_ascii() {
+        glob_units(pattern.as_bytes(), name.as_bytes(), b'*', b'?')
+    } else {
+        let (p, n): (Vec<char>, Vec<char>) = (pattern.chars().collect(), name.chars().collect());
+        glob_units(&p, &n, '*', '?')
+    }
+}
+
+fn glob_units<T: Copy + PartialEq>(p: &[T], n: &[T], any_run: T, any_one: T) -> bool {
     let (mut pi, mut ni) = (0, 0);
     let mut star: Option<(usize, usize)> = None;
-    while ni < n.len() {
+    while let Some(&c) = n.get(ni) {
         match p.get(pi) {
-            Some('*') => {
+            Some(&s) if s == any_run => {
                 star = Some((pi, ni));
                 pi += 1;
             }
-            Some(&c) if c == '?' || c == n[ni] => {
+            Some(&q) if q == any_one || q == c => {
                 pi += 1;
                 ni += 1;
             }
@@ -87,7 +96,10 @@ fn glob(pattern: &str, name: &str) -> bool {
             },
         }
     }
-    p[pi..].iter().all(|c| *c == '*')
+    p.get(pi..)
+        .unwrap_or_default()
+        .iter()
+        .all(|c| *c == any_run)
 }
 
 /// Why an entry of a workspace is not shipped.

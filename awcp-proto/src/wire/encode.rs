@@ -23,12 +23,19 @@ use crate::error::ErrorInfo;
 
 /// Encodes a message as compact JSON in `dialect`.
 pub fn encode_message(msg: &Message, dialect: Dialect) -> String {
-    message_to_value(msg, dialect).to_string()
+    to_json(&message_to_value(msg, dialect))
 }
 
 /// Encodes a task event as compact JSON in `dialect`.
 pub fn encode_event(ev: &TaskEvent, dialect: Dialect) -> String {
-    event_to_value(ev, dialect).to_string()
+    to_json(&event_to_value(ev, dialect))
+}
+
+/// Compact JSON text of `v`, written straight into a byte buffer (`Value`'s `Display` goes
+/// through `core::fmt` and is about twice as slow; the text is the same).
+pub(crate) fn to_json(v: &Value) -> String {
+    // Serialising a `Value` cannot fail: its keys are strings and its numbers finite.
+    serde_json::to_string(v).unwrap_or_default()
 }
 
 /// A message as a JSON value in `dialect`.

@@ -249,3 +249,41 @@ fn products_over_max_products_bytes_fail_the_task() {
         .unwrap();
     assert!(reason.contains("maxProductsBytes=64"), "{reason}");
 }
+
+/// The limit is checked against the JSON of the products as they would be after the merge
+/// (kept ones, replaced ones, the last of a repeated id), counted without building it: a limit
+/// of exactly that size passes, one byte less fails and leaves the products as they were.
+#[test]
+fn the_product_limit_counts_the_json_of_the_merged_products_exactly() {
+    let merged = vec![Product::text("a", "new a"), Product::text("b", "b2")];
+    let exact = serde_json::to_vec(&merged).unwrap().len() as u64;
+    for (limit, fails) in [(exact, false), (exact - 1, true)] {
+        let mut p = partner();
+        send_v2(
+            &mut p,
+            at(0),
+            1,
+            "start",
+            Some("t"),
+            json!({"maxProductsBytes": limit}),
+        );
+        p.start_working(at(1), "t").unwrap();
+        assert_eq!(p.add_products("t", vec![Product::text("a", "old a")]), None);
+        let more = vec![
+            Product::text("b", "b1"),
+            Product::text("a", "new a"),
+            Product::text("b", "b2"),
+        ];
+        assert_eq!(
+            p.add_products("t", more),
+            fails.then_some(TaskState::Failed),
+            "limit {limit}"
+        );
+        let kept = if fails {
+            vec![Product::text("a", "old a")]
+        } else {
+            merged.clone()
+        };
+        assert_eq!(p.task("t").unwrap().products, &kept[..]);
+    }
+}

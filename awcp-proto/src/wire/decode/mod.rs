@@ -78,8 +78,13 @@ fn render(field: &str, kind: &DecodeErrorKind) -> String {
 
 /// Decodes a control-plane message from JSON bytes; returns the dialect it was written in.
 pub fn decode_message(json: &[u8]) -> Result<(Message, Dialect), DecodeError> {
-    let value = parse(json)?;
-    let obj = Obj::root(&value)?;
+    decode_message_value(&parse(json)?)
+}
+
+/// [`decode_message`] of JSON already parsed (a caller that looked at the body first need not
+/// parse it twice).
+pub fn decode_message_value(value: &Value) -> Result<(Message, Dialect), DecodeError> {
+    let obj = Obj::root(value)?;
     if let Some(v) = obj.get("version") {
         match v.as_str() {
             Some(PROTOCOL_VERSION) => {}
