@@ -212,12 +212,12 @@ pub struct Invite {
     pub task: TaskSpec,
     /// The requested lease.
     pub lease: LeaseRequest,
-    /// Exported resources. An [S] INVITE decodes to one resource named `workspace` with the
+    /// Exported resources. An \[S\] INVITE decodes to one resource named `workspace` with the
     /// lease's access mode.
     pub resources: Vec<Resource>,
-    /// [S] `workspace.exportName` (informational).
+    /// \[S\] `workspace.exportName` (informational).
     pub export_name: Option<String>,
-    /// [R] requested retention of the finished assignment, in milliseconds.
+    /// \[R\] requested retention of the finished assignment, in milliseconds.
     pub retention_ms: Option<u64>,
     /// `requirements.transport`.
     pub transport: Option<TransportKind>,
@@ -258,7 +258,7 @@ pub struct Accept {
     pub work_dir: String,
     /// `executorConstraints`.
     pub constraints: Option<ExecutorConstraints>,
-    /// [R] `retentionMs`.
+    /// \[R\] `retentionMs`.
     pub retention_ms: Option<u64>,
     /// Extensions the executor agreed to use (subset of the INVITE's).
     pub features: Vec<String>,
@@ -280,11 +280,11 @@ pub struct Start {
     pub delegation_id: DelegationId,
     /// The lease.
     pub lease: ActiveLease,
-    /// Transport data and credentials (`transportHandle` [R] / `workDir` [S]).
+    /// Transport data and credentials (`transportHandle` \[R\] / `workDir` \[S\]).
     pub handle: TransportHandle,
 }
 
-/// DONE (internal; on the wire only in [L]).
+/// DONE (internal; on the wire only in \[L\]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Done {
     /// The delegation id.
@@ -315,7 +315,7 @@ pub enum Message {
     Accept(Accept),
     /// START
     Start(Start),
-    /// DONE ([L] only on the wire)
+    /// DONE (\[L\] only on the wire)
     Done(Done),
     /// ERROR
     Error(ErrorMessage),
@@ -373,7 +373,7 @@ impl TransportHandle {
     }
 }
 
-/// Where archive bytes are: inline base64 ([S]/[R]) or a URL to fetch (our extension,
+/// Where archive bytes are: inline base64 (\[S\]/\[R\]) or a URL to fetch (our extension,
 /// seed 003 `archiveUrl`). At least one is present after decoding.
 #[derive(Clone, PartialEq, Eq, Default)]
 pub struct ArchiveData {
@@ -419,7 +419,7 @@ pub struct SshEndpoint {
 pub struct SshCredential {
     /// OpenSSH private key text.
     pub private_key: String,
-    /// One-line OpenSSH user certificate ([L] handles have none).
+    /// One-line OpenSSH user certificate (\[L\] handles have none).
     pub certificate: Option<String>,
 }
 
@@ -441,7 +441,7 @@ pub struct SshfsHandle {
     pub export_locator: String,
     /// Key and certificate.
     pub credential: SshCredential,
-    /// Extra `-o key=value` options (`options`, [L] `mountOptions`).
+    /// Extra `-o key=value` options (`options`, \[L\] `mountOptions`).
     pub options: BTreeMap<String, String>,
     /// The server's host public key in OpenSSH format, for pinning (our extension `hostKey`).
     pub host_key: Option<String>,
@@ -515,7 +515,7 @@ pub struct TaskEvent {
 pub enum TaskEventKind {
     /// `status`
     Status(StatusEvent),
-    /// `snapshot` ([R])
+    /// `snapshot` (\[R\])
     Snapshot(SnapshotEvent),
     /// `done`
     Done(DoneEvent),
@@ -608,11 +608,11 @@ pub struct DoneEvent {
     pub summary: String,
     /// Files worth looking at.
     pub highlights: Vec<String>,
-    /// [R] ids of the snapshots sent before.
+    /// \[R\] ids of the snapshots sent before.
     pub snapshot_ids: Vec<SnapshotId>,
-    /// [R] the snapshot the executor recommends.
+    /// \[R\] the snapshot the executor recommends.
     pub recommended_snapshot_id: Option<SnapshotId>,
-    /// [S] base64 ZIP of the executor's work dir (archive transport).
+    /// \[S\] base64 ZIP of the executor's work dir (archive transport).
     pub result_base64: Option<String>,
 }
 
