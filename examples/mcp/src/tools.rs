@@ -1352,7 +1352,7 @@ mod tests {
 
     #[test]
     fn credentials_need_their_type_and_peers_are_normalised() {
-        let e = auth_of(&None, &Some("t".into())).err().expect("refused");
+        let e = auth_of(&None, &Some("t".into())).expect_err("refused");
         assert!(e.message.contains("auth_type"), "{}", e.message);
         assert!(auth_of(&Some("bearer".into()), &None).is_err());
         assert!(auth_of(&Some("basic".into()), &Some("t".into())).is_err());
