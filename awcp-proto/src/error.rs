@@ -43,7 +43,7 @@ pub enum ErrorCode {
     NotFound,
     /// The delegator's event stream broke (\[R\], delegator-local).
     SseFailed,
-    /// An operation timed out ([C] only; never produced by the reference).
+    /// An operation timed out (\[C\] only; never produced by the reference).
     Timeout,
     /// A code this crate does not know, kept verbatim.
     Other(String),

@@ -7,7 +7,7 @@
 //! Leniency rules:
 //! * `null` counts as absent; unknown fields are ignored.
 //! * `version`, when present, must be the string `"1"`; a missing `version` is accepted.
-//! * An event without `timestamp` (the non-normative [C] examples) decodes with
+//! * An event without `timestamp` (the non-normative \[C\] examples) decodes with
 //!   [`Timestamp::EPOCH`](crate::Timestamp::EPOCH).
 //! * START takes its handle from `transportHandle` \[R\], else `transport` (02-11 intermediate
 //!   name), else `workDir` \[S\], else `mount` \[L\]; an \[L\] `sshfs` credential may be a bare

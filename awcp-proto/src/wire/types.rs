@@ -547,7 +547,7 @@ pub enum TaskStatus {
     Running,
     /// `progress`
     Progress,
-    /// Anything else, kept verbatim ([C] `working`).
+    /// Anything else, kept verbatim (\[C\] `working`).
     Other(String),
 }
 
