@@ -516,6 +516,14 @@ async def restarts(mcp_bin, awcp_bin, peer, tmp):
         daemon.wait(timeout=10)
 
 
+def stop(proc):
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
 def main():
     mcp_bin, exe, awcp_bin = sys.argv[1], sys.argv[2], sys.argv[3]
     start = time.monotonic()
@@ -532,18 +540,10 @@ def main():
                 base = url2[: -len("/awcp")]
                 asyncio.run(asyncio.wait_for(protected_executor(mcp_bin, base, tmp), timeout=120))
             finally:
-                proc2.terminate()
-                try:
-                    proc2.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc2.kill()
+                stop(proc2)
             asyncio.run(asyncio.wait_for(restarts(mcp_bin, awcp_bin, url, tmp), timeout=300))
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop(proc)
     log(f"all MCP acceptance checks passed in {time.monotonic() - start:.1f}s")
 
 
