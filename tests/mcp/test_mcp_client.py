@@ -444,7 +444,7 @@ async def protected_executor(mcp_bin, base, tmp):
     # A new server (its own fresh daemon) does not know the delegation: the executor is asked.
     async with open_session(mcp_bin, args) as s:
         r = await s.call_tool("delegate_recover", {"delegation_id": did, "peer_url": base})
-        expect_error("delegate_recover(no credential)", r, "401", "auth_type")
+        expect_error("delegate_recover(no credential)", r, "401", "AUTH_FAILED", "auth_type")
         assert not text_of(r).rstrip().endswith(":"), text_of(r)
         r = expect_ok("delegate_recover(credential)", await s.call_tool(
             "delegate_recover", {"delegation_id": did, "peer_url": base, **auth}))

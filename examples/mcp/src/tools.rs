@@ -460,6 +460,14 @@ fn executor_refusal(status: u16, url: &str, v: &Value, body: &[u8]) -> String {
         })
         .map(str::to_owned)
         .or_else(|| {
+            // An AWCP ERROR message: `code` and `message`.
+            let m = v.get("message").and_then(Value::as_str)?;
+            Some(match v.get("code").and_then(Value::as_str) {
+                Some(c) => format!("{c}: {m}"),
+                None => m.to_owned(),
+            })
+        })
+        .or_else(|| {
             let b = String::from_utf8_lossy(body).trim().to_owned();
             (!b.is_empty()).then(|| b.chars().take(300).collect())
         })
@@ -1381,6 +1389,16 @@ mod tests {
         assert!(m.ends_with("(the executor requires a credential: pass auth_type and auth_credential, as for delegate)"), "{m}");
         assert!(
             m.contains("HTTP 401 for http://x/awcp/tasks/d/result: Unauthorized"),
+            "{m}"
+        );
+        let m = executor_refusal(
+            401,
+            "u",
+            &json!({"type": "ERROR", "code": "AUTH_FAILED", "message": "missing credential"}),
+            b"{}",
+        );
+        assert!(
+            m.contains("u: AUTH_FAILED: missing credential (the executor"),
             "{m}"
         );
         let m = executor_refusal(500, "u", &json!({"error": {"message": "boom"}}), b"{}");
