@@ -19,9 +19,9 @@ pub enum ErrorCode {
     WorkspaceNotFound,
     /// Delegator-local: the workspace path is not a directory.
     WorkspaceInvalid,
-    /// Delegator-local admission: secret-looking files were found ([R]).
+    /// Delegator-local admission: secret-looking files were found (\[R\]).
     SensitiveFiles,
-    /// The executor's work directory policy refused the allocation ([S]).
+    /// The executor's work directory policy refused the allocation (\[S\]).
     WorkdirDenied,
     /// The lease ran out between ACCEPT and START.
     StartExpired,
@@ -35,15 +35,15 @@ pub enum ErrorCode {
     TaskFailed,
     /// The delegation was cancelled.
     Cancelled,
-    /// A transport download/upload/provider error ([R] storage).
+    /// A transport download/upload/provider error (\[R\] storage).
     TransportError,
-    /// An archive's SHA-256 did not match its checksum ([R]).
+    /// An archive's SHA-256 did not match its checksum (\[R\]).
     ChecksumMismatch,
-    /// The executor does not know the delegation ([R], ad hoc).
+    /// The executor does not know the delegation (\[R\], ad hoc).
     NotFound,
-    /// The delegator's event stream broke ([R], delegator-local).
+    /// The delegator's event stream broke (\[R\], delegator-local).
     SseFailed,
-    /// An operation timed out ([C] only; never produced by the reference).
+    /// An operation timed out (\[C\] only; never produced by the reference).
     Timeout,
     /// A code this crate does not know, kept verbatim.
     Other(String),

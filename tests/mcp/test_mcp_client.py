@@ -25,12 +25,17 @@ import tempfile
 import time
 from pathlib import Path
 
+import jsonschema
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 AGENT = """#!/bin/sh
 case "$AWCP_PROMPT" in
   *SLOW*) sleep 300 ;;
+  STEPS*) set -- $AWCP_PROMPT; echo "step one"
+          while [ ! -e "$2" ]; do sleep 0.1; done
+          echo "step two" ;;
+  WAITFILE*) set -- $AWCP_PROMPT; while [ ! -e "$2" ]; do sleep 0.1; done ;;
   CONFLICT*) set -- $AWCP_PROMPT; echo "edited locally" > "$2" ;;
 esac
 echo "written by the agent" > AGENT_RESULT.txt
@@ -61,10 +66,21 @@ def text_of(result):
     return "\n".join(c.text for c in result.content if getattr(c, "type", "") == "text")
 
 
+# Each tool's outputSchema (from list_tools): every successful result is validated against it.
+SCHEMAS = {}
+
+
 def expect_ok(name, result):
     if is_error(result):
         raise AssertionError(f"{name} failed: {text_of(result)}")
+    tool = name.split("(")[0]
+    if tool in SCHEMAS:
+        jsonschema.validate(structured(result), SCHEMAS[tool])
+        CHECKED.add(tool)
     return result
+
+
+CHECKED = set()
 
 
 def expect_error(name, result, *needles):
@@ -77,7 +93,7 @@ def expect_error(name, result, *needles):
     log(f"{name}: tool error as expected: {text.strip()}")
 
 
-def start_executor(exe, tmp):
+def start_executor(exe, tmp, name="executor", extra=()):
     agent = tmp / "agent.sh"
     agent.write_text(AGENT)
     agent.chmod(0o755)
@@ -85,11 +101,12 @@ def start_executor(exe, tmp):
         [
             exe,
             "--listen", "127.0.0.1:0",
-            "--work-root", str(tmp / "executor-work"),
-            "--state-dir", str(tmp / "executor-state"),
+            "--work-root", str(tmp / f"{name}-work"),
+            "--state-dir", str(tmp / f"{name}-state"),
             "--agent-cmd", f"sh {agent}",
             "--name", EXECUTOR_NAME,
             "--quiet",
+            *extra,
         ],
         stdout=subprocess.PIPE,
         text=True,
@@ -112,9 +129,9 @@ def make_workspace(tmp, name):
 
 
 @contextlib.asynccontextmanager
-async def open_session(mcp_bin, args):
+async def open_session(mcp_bin, args, env=None):
     params = StdioServerParameters(
-        command=mcp_bin, args=args, env={**os.environ, "RUST_LOG": "info"})
+        command=mcp_bin, args=args, env={**os.environ, "RUST_LOG": "info", **(env or {})})
     async with stdio_client(params) as (read, write):
         async with ClientSession(read, write) as session:
             init = await session.initialize()
@@ -144,6 +161,28 @@ async def run(mcp_bin, peer, tmp):
             assert p in field(tools["delegate"], "input_schema", "inputSchema")["properties"], p
         log("list_tools: 7 tools, delegate description carries the executor card and the unreachable peer")
 
+        # 1b. test_tool_annotations_and_output_schemas: hints as the tools behave, and an
+        #     outputSchema that every successful structuredContent below is validated against.
+        hints = {
+            "delegate": (False, True), "delegate_output": (True, None),
+            "delegate_cancel": (False, True), "delegate_snapshots": (True, None),
+            "delegate_apply_snapshot": (False, True), "delegate_discard_snapshot": (False, True),
+            "delegate_recover": (True, None),
+        }
+        for name, (ro, destructive) in hints.items():
+            t = tools[name]
+            ann = t.annotations
+            assert ann is not None, f"{name} has no annotations"
+            assert field(ann, "read_only_hint", "readOnlyHint") is ro, (name, ann)
+            if destructive is not None:
+                assert field(ann, "destructive_hint", "destructiveHint") is destructive, (name, ann)
+            out = field(t, "output_schema", "outputSchema")
+            assert out and out.get("type") == "object", f"{name} has no outputSchema"
+            jsonschema.Draft202012Validator.check_schema(out)
+            SCHEMAS[name] = out
+        assert field(tools["delegate_discard_snapshot"].annotations, "idempotent_hint",
+                     "idempotentHint") is True
+
         # 2. Foreground delegate (relative workspace_dir resolved against cwd).
         ws = make_workspace(tmp, "ws-fg")
         r = expect_ok("delegate(fg)", await session.call_tool("delegate", {
@@ -156,6 +195,32 @@ async def run(mcp_bin, peer, tmp):
         assert (ws / "AGENT_RESULT.txt").exists(), "auto snapshot not applied to the workspace"
         log("delegate(background=false): completed, summary returned, result applied")
 
+        # 2b. test_foreground_progress: the executor's lines reach the client as
+        #     notifications/progress while the call runs (the agent waits for the test to see
+        #     "step one" before it goes on), and delegate_output shows the latest progress line.
+        ws = make_workspace(tmp, "ws-steps")
+        go = tmp / "steps-go"
+        seen = []
+
+        async def on_progress(progress, total, message):
+            seen.append(message or "")
+            if message and "step one" in message:
+                go.touch()
+
+        r = expect_ok("delegate(fg, progress)", await session.call_tool("delegate", {
+            "description": "steps", "prompt": f"STEPS {go}", "workspace_dir": str(ws),
+            "peer_url": peer,
+        }, progress_callback=on_progress))
+        assert structured(r)["state"] == "completed", text_of(r)
+        assert any("step one" in m for m in seen), f"no progress with the executor's line: {seen}"
+        did = structured(r)["id"]
+        r = expect_ok("delegate_output(latest progress)", await session.call_tool(
+            "delegate_output", {"delegation_id": did}))
+        assert "Latest progress: executor: " in text_of(r), text_of(r)
+        assert structured(r)["latestProgress"]["message"], structured(r)
+        log(f"test_foreground_progress: {len(seen)} progress notifications ({seen[:3]}...), "
+            f"delegate_output shows the latest line")
+
         # 3. Background delegate, then delegate_output block=true.
         ws = make_workspace(tmp, "ws-bg")
         r = expect_ok("delegate(bg)", await session.call_tool("delegate", {
@@ -164,6 +229,8 @@ async def run(mcp_bin, peer, tmp):
         }))
         did = structured(r)["delegationId"]
         assert did in text_of(r) and "delegate_output" in text_of(r), text_of(r)
+        assert "do NOT survive" in text_of(r), text_of(r)
+        assert structured(r)["survivesServerExit"] is False, structured(r)
         r = expect_ok("delegate_output", await session.call_tool("delegate_output", {
             "delegation_id": did, "block": True, "timeout": 120,
         }))
@@ -208,6 +275,8 @@ async def run(mcp_bin, peer, tmp):
             assert len(snaps) == 1 and snaps[0]["status"] == "pending", snaps
             sid = snaps[0]["id"]
             assert sid in text_of(r)
+            # test_snapshots_list_changed_files: the metadata's changed files are listed.
+            assert "changed (1): workspace/AGENT_RESULT.txt" in text_of(r), text_of(r)
             tool = f"delegate_{action}_snapshot"
             expect_ok(tool, await session.call_tool(
                 tool, {"delegation_id": did, "snapshot_id": sid}))
@@ -238,6 +307,10 @@ async def run(mcp_bin, peer, tmp):
         assert local.read_text() == "edited locally\n", "the local edit was overwritten"
         expect_error("delegate_output(not applied)", await session.call_tool(
             "delegate_output", {"delegation_id": st["id"]}), "NOT applied")
+        r = expect_ok("delegate_snapshots(not applied)", await session.call_tool(
+            "delegate_snapshots", {"delegation_id": st["id"]}))
+        assert "could not be applied: TRANSPORT_ERROR: the result conflicts" in text_of(r), \
+            text_of(r)
         expect_ok("delegate_discard_snapshot(not applied)", await session.call_tool(
             "delegate_discard_snapshot", {"delegation_id": st["id"], "snapshot_id": snap["id"]}))
         log("result not applied: isError from delegate and delegate_output, snapshot kept pending")
@@ -279,6 +352,107 @@ async def run(mcp_bin, peer, tmp):
         tools = (await session.list_tools()).tools
         assert len(tools) >= 7
         log("server alive after tool errors")
+        assert CHECKED == set(SCHEMAS), f"results not validated: {set(SCHEMAS) - CHECKED}"
+        log(f"test_tool_annotations_and_output_schemas: results of {sorted(CHECKED)} match "
+            "their outputSchema")
+
+
+async def foreground_budget(mcp_bin, peer, tmp):
+    """test_foreground_budget: a foreground delegate that outlasts the budget returns in time
+    with the id and state running, telling the model to use delegate_output."""
+    args = ["--peers", peer, "--foreground-budget", "2"]
+    async with open_session(mcp_bin, args) as s:
+        tools = {t.name: t for t in (await s.list_tools()).tools}
+        assert "after 2 seconds" in tools["delegate"].description, tools["delegate"].description
+        ws = make_workspace(tmp, "ws-budget")
+        r = expect_ok("delegate(fg, over budget)", await s.call_tool("delegate", {
+            "description": "slow", "prompt": "SLOW task", "workspace_dir": str(ws),
+            "peer_url": peer}))
+        st = structured(r)
+        assert st["stillRunning"] is True and st["state"] in ("started", "running"), st
+        assert "delegate_output" in text_of(r) and st["delegationId"] in text_of(r), text_of(r)
+        expect_ok("delegate_cancel(over budget)", await s.call_tool(
+            "delegate_cancel", {"delegation_id": st["delegationId"]}))
+        r = expect_ok("delegate_output(cancelled)", await s.call_tool(
+            "delegate_output", {"delegation_id": st["delegationId"], "block": True,
+                                "timeout": 60}))
+        assert structured(r)["state"] == "cancelled", text_of(r)
+    log("test_foreground_budget: returned with the id before the budget ran out")
+
+
+async def own_daemons(mcp_bin, peer, tmp):
+    """test_servers_own_their_daemons: two servers side by side with default flags (and a
+    shared AWCP_HOME); the first quits while the second's delegation runs, which still
+    completes."""
+    env = {"AWCP_HOME": str(tmp / "awcp-home")}
+    args = ["--peers", peer]
+    first_up = asyncio.Event()
+    first_quit = asyncio.Event()
+
+    async def first():
+        async with open_session(mcp_bin, args, env) as s:
+            await s.list_tools()
+            first_up.set()
+            await first_quit.wait()
+
+    task = asyncio.create_task(first())
+    await first_up.wait()
+    async with open_session(mcp_bin, args, env) as s:
+        ws = make_workspace(tmp, "ws-side-by-side")
+        go = tmp / "side-by-side-go"
+        r = expect_ok("delegate(second server)", await s.call_tool("delegate", {
+            "description": "wait", "prompt": f"WAITFILE {go}", "workspace_dir": str(ws),
+            "peer_url": peer, "background": True}))
+        did = structured(r)["delegationId"]
+        first_quit.set()
+        await task
+        go.touch()
+        r = expect_ok("delegate_output(after the first server quit)", await s.call_tool(
+            "delegate_output", {"delegation_id": did, "block": True, "timeout": 120}))
+        assert structured(r)["state"] == "completed", text_of(r)
+        assert (ws / "AGENT_RESULT.txt").exists(), "result not applied"
+    log("test_servers_own_their_daemons: the second server's delegation completed after the "
+        "first quit")
+
+
+async def protected_executor(mcp_bin, base, tmp):
+    """test_recover_with_auth_and_lease: an executor that wants a token and grants at most
+    600 s. The peer is given as its base URL (normalised to …/awcp); auth_credential without
+    auth_type is refused; a shortened lease is reported; delegate_recover from a fresh server
+    asks the executor with the credential, and without it says why (no dangling colon)."""
+    args = ["--peers", base]
+    auth = {"auth_type": "bearer", "auth_credential": "s3cret-token"}
+    go = tmp / "protected-go"
+    async with open_session(mcp_bin, args) as s:
+        ws = make_workspace(tmp, "ws-protected")
+        expect_error("delegate(credential without type)", await s.call_tool("delegate", {
+            "description": "x", "prompt": "y", "workspace_dir": str(ws), "peer_url": base,
+            "auth_credential": "s3cret-token"}), "auth_type")
+        r = expect_ok("delegate(base URL, auth, ttl 3600)", await s.call_tool("delegate", {
+            "description": "x", "prompt": "write AGENT_RESULT.txt", "workspace_dir": str(ws),
+            "peer_url": base, "ttl_seconds": 3600, **auth}))
+        st = structured(r)
+        assert st["state"] == "completed", text_of(r)
+        assert st["executorUrl"] == base + "/awcp", st["executorUrl"]
+        assert "Lease shortened by the executor: 3600 s requested, at most 600 s" in text_of(r), \
+            text_of(r)
+        ws = make_workspace(tmp, "ws-protected-bg")
+        r = expect_ok("delegate(bg, protected)", await s.call_tool("delegate", {
+            "description": "wait", "prompt": f"WAITFILE {go}", "workspace_dir": str(ws),
+            "peer_url": base, "background": True, **auth}))
+        did = structured(r)["delegationId"]
+    # A new server (its own fresh daemon) does not know the delegation: the executor is asked.
+    async with open_session(mcp_bin, args) as s:
+        r = await s.call_tool("delegate_recover", {"delegation_id": did, "peer_url": base})
+        expect_error("delegate_recover(no credential)", r, "401", "AUTH_FAILED", "auth_type")
+        assert not text_of(r).rstrip().endswith(":"), text_of(r)
+        r = expect_ok("delegate_recover(credential)", await s.call_tool(
+            "delegate_recover", {"delegation_id": did, "peer_url": base, **auth}))
+        st = structured(r)
+        assert st["source"] == "executor" and st["state"] == "running", st
+    go.touch()
+    log("test_recover_with_auth_and_lease: base URL normalised, credential checks, shortened "
+        "lease reported, recover with auth")
 
 
 async def restarts(mcp_bin, awcp_bin, peer, tmp):
@@ -322,6 +496,8 @@ async def restarts(mcp_bin, awcp_bin, peer, tmp):
             r = expect_ok("delegate(slow, external daemon)", await s.call_tool(
                 "delegate", {**slow, "workspace_dir": str(ws)}))
             did = structured(r)["delegationId"]
+            assert "survive this MCP server exiting" in text_of(r), text_of(r)
+            assert structured(r)["survivesServerExit"] is True, structured(r)
         async with open_session(mcp_bin, args) as s:
             r = expect_ok("delegate_recover(external daemon)", await s.call_tool(
                 "delegate_recover", {"delegation_id": did}))
@@ -340,6 +516,14 @@ async def restarts(mcp_bin, awcp_bin, peer, tmp):
         daemon.wait(timeout=10)
 
 
+def stop(proc):
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
 def main():
     mcp_bin, exe, awcp_bin = sys.argv[1], sys.argv[2], sys.argv[3]
     start = time.monotonic()
@@ -348,13 +532,18 @@ def main():
         proc, url = start_executor(exe, tmp)
         try:
             asyncio.run(asyncio.wait_for(run(mcp_bin, url, tmp), timeout=300))
+            asyncio.run(asyncio.wait_for(foreground_budget(mcp_bin, url, tmp), timeout=120))
+            asyncio.run(asyncio.wait_for(own_daemons(mcp_bin, url, tmp), timeout=120))
+            proc2, url2 = start_executor(exe, tmp, "protected", [
+                "--auth-token", "s3cret-token", "--max-ttl", "600"])
+            try:
+                base = url2[: -len("/awcp")]
+                asyncio.run(asyncio.wait_for(protected_executor(mcp_bin, base, tmp), timeout=120))
+            finally:
+                stop(proc2)
             asyncio.run(asyncio.wait_for(restarts(mcp_bin, awcp_bin, url, tmp), timeout=300))
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop(proc)
     log(f"all MCP acceptance checks passed in {time.monotonic() - start:.1f}s")
 
 

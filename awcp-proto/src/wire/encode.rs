@@ -6,7 +6,7 @@
 //!
 //! Dialect differences:
 //! * [`Dialect::Reference`]: INVITE writes `environment.resources[]` (plus
-//!   `workspace.exportName` only when an export name is set, which [R] peers ignore); START
+//!   `workspace.exportName` only when an export name is set, which \[R\] peers ignore); START
 //!   writes `transportHandle`; ACCEPT writes `retentionMs` when set; `done` writes
 //!   `snapshotIds`/`recommendedSnapshotId` and `resultBase64` when set.
 //! * [`Dialect::Seed`]: INVITE writes `workspace.exportName` (the export name or

@@ -1,7 +1,7 @@
 //! The AWCP wire format: canonical types, a lenient two-dialect decoder and a per-dialect
 //! encoder (WIRE.md §0–§4).
 //!
-//! Decoding accepts both the seed ([S]) and the reference ([R]) dialects, plus older [L] field
+//! Decoding accepts both the seed (\[S\]) and the reference (\[R\]) dialects, plus older \[L\] field
 //! names where that is cheap. Unknown fields are ignored and `null` counts as absent; a missing
 //! or ill-typed required field is a [`DecodeError`] that names the field (e.g. `task.prompt`).
 //! Encoding writes the dialect the peer speaks, [`Dialect::Reference`] by default, omitting

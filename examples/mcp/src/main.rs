@@ -2,19 +2,23 @@
 //! Cline, …) delegate a local directory to an AWCP executor.
 //!
 //! ```text
-//! awcp-mcp --peers http://127.0.0.1:10200          # in-process daemon on 127.0.0.1:3100
+//! awcp-mcp --peers http://127.0.0.1:10200          # its own in-process daemon
 //! awcp-mcp --daemon-url http://127.0.0.1:3100      # use a running `awcp daemon`
-//! awcp-mcp --port 0 --log-file /tmp/awcp-mcp.log   # daemon on a free port, logs to a file
+//! awcp-mcp --log-file /tmp/awcp-mcp.log            # logs to a file
 //! ```
-//! The daemon API needs the daemon's token: read from `<state-dir>/daemon.token` (created
-//! there at first start of the in-process daemon, or by `awcp daemon` on the same state
-//! directory), or given with `--daemon-token`.
+//! Each server owns its in-process daemon: on a free loopback port, with its own state
+//! directory (a private temporary one, removed on exit, unless `--state-dir` names one whose
+//! journal a later server restores). So two clients' servers never share one, and background
+//! delegations end with the server; only a daemon named by `--daemon-url` keeps them.
+//! The external daemon's token is read from `<state-dir>/daemon.token` (written there by
+//! `awcp daemon` on the same state directory), or given with `--daemon-token`.
 //!
 //! Tools (WIRE.md §12): `delegate`, `delegate_output`, `delegate_cancel`, `delegate_snapshots`,
 //! `delegate_apply_snapshot`, `delegate_discard_snapshot`, `delegate_recover`. Stdout carries
 //! the MCP protocol only; logs go to stderr or `--log-file`.
 
 mod peers;
+mod progress;
 mod tools;
 
 use std::path::PathBuf;
@@ -41,15 +45,17 @@ pub struct Cli {
     /// Use a running delegator daemon (e.g. `awcp daemon`) instead of starting one in-process.
     #[arg(long, env = "AWCP_DAEMON_URL")]
     daemon_url: Option<String>,
-    /// Port of the in-process daemon on 127.0.0.1 (0 picks a free port). If the port is taken
-    /// by a healthy daemon, that daemon is used.
-    #[arg(long, default_value_t = 3100)]
+    /// Port of the in-process daemon on 127.0.0.1 (0, the default, picks a free port). The
+    /// daemon is this server's own; to share one, run `awcp daemon` and pass --daemon-url.
+    #[arg(long, default_value_t = 0)]
     port: u16,
     /// Executors to advertise in the `delegate` tool (comma-separated base or AWCP URLs).
     #[arg(long, value_delimiter = ',')]
     peers: Vec<String>,
-    /// State directory of the daemon: the in-process daemon's, or the running daemon's whose
-    /// `daemon.token` is read (default `$AWCP_HOME/delegator` or `~/.awcp/delegator`).
+    /// State directory of the daemon. In-process daemon: its journal, so a later server on the
+    /// same directory restores its delegations (default: a private temporary directory,
+    /// removed on exit). With --daemon-url: where that daemon's `daemon.token` is read
+    /// (default `$AWCP_HOME/delegator` or `~/.awcp/delegator`).
     #[arg(long, env = "AWCP_STATE_DIR")]
     state_dir: Option<PathBuf>,
     /// The daemon's token, instead of the one in the state directory.
@@ -65,6 +71,11 @@ pub struct Cli {
     /// Default snapshot mode: auto, staged or discard.
     #[arg(long, default_value = "auto", value_parser = ["auto", "staged", "discard"])]
     snapshot_mode: String,
+    /// Longest a foreground `delegate` call waits, in seconds, before it returns the delegation
+    /// id (state running) for `delegate_output`: keep it below the MCP client's request
+    /// timeout (60 s in common clients).
+    #[arg(long, env = "AWCP_MCP_FOREGROUND_BUDGET", default_value_t = 45, value_parser = clap::value_parser!(u64).range(1..))]
+    foreground_budget: u64,
     /// Default lease length in seconds.
     #[arg(long, default_value_t = 3600)]
     default_ttl: u64,
@@ -123,20 +134,28 @@ fn init_logging(file: Option<&PathBuf>) {
     let _ = r;
 }
 
-/// The daemon to talk to: its URL and token, and the in-process delegator if we started one.
-async fn daemon(cli: &Cli, tls: &ClientTls) -> (String, Option<String>, Option<DelegatorHandle>) {
-    let state_dir = cli
-        .state_dir
-        .clone()
-        .unwrap_or_else(|| awcp_examples::default_state_dir("delegator"));
-    let existing_token = || {
-        cli.daemon_token
-            .clone()
-            .or_else(|| awcp_driver::security::read_daemon_token(&state_dir))
-    };
+/// The daemon to talk to.
+struct Daemon {
+    url: String,
+    token: Option<String>,
+    /// The in-process delegator, if this server owns one.
+    in_process: Option<DelegatorHandle>,
+    /// The private state directory of the in-process daemon (removed when dropped).
+    _private_state: Option<tempfile::TempDir>,
+}
+
+/// The daemon to talk to: the one `--daemon-url` names, or this server's own.
+async fn daemon(cli: &Cli, tls: &ClientTls) -> Daemon {
     if let Some(url) = &cli.daemon_url {
+        let state_dir = cli
+            .state_dir
+            .clone()
+            .unwrap_or_else(|| awcp_examples::default_state_dir("delegator"));
         let url = url.trim_end_matches('/').to_owned();
-        let token = existing_token();
+        let token = cli
+            .daemon_token
+            .clone()
+            .or_else(|| awcp_driver::security::read_daemon_token(&state_dir));
         match DaemonClient::new(TokioRuntime, url.clone())
             .with_tls(tls.clone())
             .with_token(token.clone())
@@ -148,32 +167,30 @@ async fn daemon(cli: &Cli, tls: &ClientTls) -> (String, Option<String>, Option<D
                 tracing::warn!(%url, error = %e, "the daemon does not answer (or refuses the token); tools will fail until it does")
             }
         }
-        return (url, token, None);
+        return Daemon {
+            url,
+            token,
+            in_process: None,
+            _private_state: None,
+        };
     }
+    let (state_dir, private) = match &cli.state_dir {
+        Some(d) => (d.clone(), None),
+        None => {
+            let t = tempfile::Builder::new()
+                .prefix("awcp-mcp-")
+                .tempdir()
+                .unwrap_or_else(|e| fail(format!("cannot create a private state directory: {e}")));
+            (t.path().to_path_buf(), Some(t))
+        }
+    };
     let listener = match tokio::net::TcpListener::bind(("127.0.0.1", cli.port)).await {
         Ok(l) => l,
-        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
-            let url = format!("http://127.0.0.1:{}", cli.port);
-            let token = existing_token();
-            match DaemonClient::new(TokioRuntime, url.clone())
-                .with_token(token.clone())
-                .health()
-                .await
-            {
-                Ok(()) => {
-                    tracing::info!(%url, "port taken by a running delegator daemon; using it");
-                    return (url, token, None);
-                }
-                Err(e) if e.status == 401 => fail(format!(
-                    "a delegator daemon on port {} refuses our token: pass its --state-dir or --daemon-token (or use another --port)",
-                    cli.port
-                )),
-                Err(_) => fail(format!(
-                    "port {} is in use by something that is not a delegator daemon (use --port, or --daemon-url)",
-                    cli.port
-                )),
-            }
-        }
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => fail(format!(
+            "port {} is in use; leave --port out (a free port is picked), or to share a running \
+             daemon pass --daemon-url http://127.0.0.1:{}",
+            cli.port, cli.port
+        )),
         Err(e) => fail(format!("cannot listen on 127.0.0.1:{}: {e}", cli.port)),
     };
     let local = listener.local_addr().expect("bound socket has an address");
@@ -228,7 +245,12 @@ async fn daemon(cli: &Cli, tls: &ClientTls) -> (String, Option<String>, Option<D
         }
     });
     tracing::info!(%url, state_dir = %state_dir.display(), "in-process delegator daemon listening");
-    (url, Some(token), Some(d))
+    Daemon {
+        url,
+        token: Some(token),
+        in_process: Some(d),
+        _private_state: private,
+    }
 }
 
 /// Cancels what the in-process daemon still runs (its state dies with this process).
@@ -253,7 +275,8 @@ async fn main() {
     let cli = Cli::parse();
     init_logging(cli.log_file.as_ref());
     let tls = cli.client.client_tls().unwrap_or_else(|e| fail(e));
-    let (daemon_url, token, in_process) = daemon(&cli, &tls).await;
+    let daemon = daemon(&cli, &tls).await;
+    let in_process = daemon.in_process.clone();
     let found = peers::discover(&cli.peers, &tls).await;
     let defaults = tools::Defaults {
         ttl_seconds: cli.default_ttl,
@@ -261,8 +284,18 @@ async fn main() {
         snapshot_mode: cli.snapshot_mode.clone(),
         transport: cli.transport.clone(),
         transports: in_process.as_ref().map(|_| vec!["archive".to_owned()]),
+        foreground_budget: Duration::from_secs(cli.foreground_budget),
+        survives_exit: in_process.is_none(),
     };
-    let server = tools::AwcpMcp::new(&daemon_url, token, defaults, &found, tls);
+    let hub = in_process.as_ref().map(progress::Hub::start);
+    let server = tools::AwcpMcp::new(
+        &daemon.url,
+        daemon.token.clone(),
+        defaults,
+        &found,
+        tls,
+        hub,
+    );
     let client = server.client().clone();
     tracing::info!(peers = found.len(), "awcp-mcp serving MCP on stdio");
     let service = match server.serve(rmcp::transport::stdio()).await {
@@ -271,9 +304,14 @@ async fn main() {
     };
     let quit = service.waiting().await;
     tracing::info!(?quit, "MCP client disconnected");
-    if in_process.is_some() && cli.cancel_on_exit {
-        let _ = tokio::time::timeout(Duration::from_secs(5), cancel_running(&client)).await;
+    if let Some(d) = &in_process {
+        if cli.cancel_on_exit {
+            let _ = tokio::time::timeout(Duration::from_secs(5), cancel_running(&client)).await;
+        }
+        // Flush the journal before the private state directory goes.
+        let _ = tokio::time::timeout(Duration::from_secs(5), d.stop()).await;
     }
+    drop(daemon);
 }
 
 #[cfg(test)]

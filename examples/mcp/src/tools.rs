@@ -14,10 +14,13 @@ use awcp_proto::DelegationId;
 use awcp_tokio::TokioRuntime;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    JsonObject, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
+    ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
 };
-use rmcp::service::RequestContext;
+use rmcp::service::{Peer, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
+
+use crate::progress::Hub;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -34,6 +37,37 @@ pub struct Defaults {
     pub transport: String,
     /// Transports the daemon has (`None`: unknown, an external daemon decides).
     pub transports: Option<Vec<String>>,
+    /// Longest a foreground `delegate` waits before it returns the id (the client's patience).
+    pub foreground_budget: Duration,
+    /// Whether background delegations outlive this server (an external daemon holds them).
+    pub survives_exit: bool,
+}
+
+/// Where a foreground `delegate` sends `notifications/progress`: the client and its token.
+pub struct ProgressSink {
+    peer: Peer<RoleServer>,
+    token: ProgressToken,
+    count: f64,
+}
+
+impl ProgressSink {
+    /// The sink of a request, if the client asked for progress (`_meta.progressToken`).
+    pub fn of(ctx: &RequestContext<RoleServer>) -> Option<ProgressSink> {
+        Some(ProgressSink {
+            peer: ctx.peer.clone(),
+            token: ctx.meta.get_progress_token()?,
+            count: 0.0,
+        })
+    }
+
+    async fn send(&mut self, message: String) {
+        self.count += 1.0;
+        let p =
+            ProgressNotificationParam::new(self.token.clone(), self.count).with_message(message);
+        if let Err(e) = self.peer.notify_progress(p).await {
+            tracing::debug!(error = %e, "progress notification not sent");
+        }
+    }
 }
 
 /// The MCP server: a daemon client, the defaults and the peer section of `delegate`.
@@ -45,6 +79,7 @@ pub struct AwcpMcp {
     defaults: Arc<Defaults>,
     peers_section: Arc<String>,
     single_peer: Option<String>,
+    hub: Option<Arc<Hub>>,
 }
 
 const TERMINAL: [&str; 4] = ["completed", "error", "cancelled", "expired"];
@@ -186,6 +221,50 @@ struct SnapshotArgs {
 struct RecoverArgs {
     delegation_id: String,
     peer_url: Option<String>,
+    auth_type: Option<String>,
+    auth_credential: Option<String>,
+}
+
+/// The executor credential of a call: both parameters or neither. A credential without its
+/// type is refused rather than dropped (it would silently go unsent); a type alone too.
+fn auth_of(
+    auth_type: &Option<String>,
+    credential: &Option<String>,
+) -> Result<Option<awcp_proto::wire::Auth>, ToolError> {
+    match (auth_type, credential) {
+        (Some(t), Some(c)) => {
+            if !["api_key", "bearer", "oauth2"].contains(&t.as_str()) {
+                return Err(ToolError::new(format!(
+                    "auth_type must be api_key, bearer or oauth2, not {t:?}"
+                )));
+            }
+            Ok(Some(awcp_proto::wire::Auth {
+                auth_type: awcp_proto::wire::AuthType::parse(t),
+                credential: c.clone(),
+                metadata: Default::default(),
+            }))
+        }
+        (None, Some(_)) => Err(ToolError::new(
+            "auth_credential needs auth_type (api_key, bearer or oauth2): without it the \
+             credential would not be sent",
+        )),
+        (Some(_), None) => Err(ToolError::new(
+            "auth_type needs auth_credential (the credential to present to the executor)",
+        )),
+        (None, None) => Ok(None),
+    }
+}
+
+/// A peer URL as `--peers` takes it: the executor's base URL or its AWCP URL (`<base>/awcp`),
+/// normalised to the AWCP URL. Only http(s) URLs are accepted.
+fn normalise_peer(peer: &str) -> Result<String, ToolError> {
+    let peer = peer.trim();
+    if !(peer.starts_with("http://") || peer.starts_with("https://")) {
+        return Err(ToolError::new(format!(
+            "peer_url must be an http(s) URL, not {peer:?}"
+        )));
+    }
+    Ok(awcp_proto::http_binding::awcp_url(peer))
 }
 
 /// Resolves `p` against `cwd` (or the process's directory) and checks it is a directory.
@@ -249,9 +328,229 @@ fn snapshot_counts(v: &Value) -> (usize, usize, usize, usize) {
     )
 }
 
+/// A delegation record as the daemon reports it (`GET /delegation/{id}`), with what this
+/// server adds: `latestProgress`, and for a foreground `delegate` that outlasted its budget
+/// `delegationId` + `stillRunning`; or, for `delegate(background=true)`, the start receipt.
+fn record_schema() -> Value {
+    let text = json!({"type": "string"});
+    let opt_obj = json!({"type": ["object", "null"]});
+    json!({
+        "type": "object",
+        "properties": {
+            "id": text, "delegationId": text, "state": text,
+            "executorUrl": text, "peerUrl": text,
+            "snapshots": {"type": "array", "items": snapshot_schema()},
+            "snapshotMode": text,
+            "snapshotPolicy": {"type": "object"},
+            "result": opt_obj, "error": opt_obj, "outcome": {"type": "object"},
+            "activeLease": opt_obj,
+            "leaseConfig": {"type": "object"},
+            "latestProgress": {"type": "object", "properties": {
+                "line": text, "message": {"type": ["string", "null"]},
+                "progress": {"type": ["number", "null"]},
+                "bytesSent": {"type": "integer"}, "bytesReceived": {"type": "integer"}}},
+            "stillRunning": {"type": "boolean"},
+            "background": {"type": "boolean"},
+            "survivesServerExit": {"type": "boolean"},
+            "resources": {"type": "array"},
+            "warnings": {"type": "array", "items": text},
+        },
+        "required": ["state"]
+    })
+}
+
+fn snapshot_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "id": {"type": "string"},
+            "status": {"type": "string", "enum": ["in_flight", "pending", "applied", "discarded", "failed"]},
+            "summary": {"type": ["string", "null"]},
+            "recommended": {"type": ["boolean", "null"]},
+            "metadata": {"type": ["object", "null"]},
+            "changedFiles": {"type": "array", "items": {"type": "string"}},
+            "error": {"type": ["object", "null"]},
+        },
+        "required": ["id", "status"]
+    })
+}
+
+/// Each tool's hints and the schema of the `structuredContent` it returns on success.
+fn tool_contract(name: &str) -> (ToolAnnotations, Value) {
+    let a = ToolAnnotations::new();
+    let text = json!({"type": "string"});
+    let snapshot_done = json!({
+        "type": "object",
+        "properties": {"ok": {"type": "boolean"}, "delegationId": text, "snapshotId": text,
+                       "status": text},
+        "required": ["ok", "delegationId", "snapshotId", "status"]
+    });
+    match name {
+        // Writes the executor's result into the workspace (auto mode): destructive.
+        "delegate" => (
+            a.read_only(false)
+                .destructive(true)
+                .idempotent(false)
+                .open_world(true),
+            record_schema(),
+        ),
+        "delegate_output" => (a.read_only(true).open_world(false), record_schema()),
+        "delegate_cancel" => (
+            a.read_only(false)
+                .destructive(true)
+                .idempotent(true)
+                .open_world(true),
+            json!({
+                "type": "object",
+                "properties": {"cancelled": {"type": "array", "items": text},
+                               "count": {"type": "integer"},
+                               "failed": {"type": "array"}},
+                "required": ["cancelled", "count"]
+            }),
+        ),
+        "delegate_snapshots" => (
+            a.read_only(true).open_world(false),
+            json!({
+                "type": "object",
+                "properties": {"snapshots": {"type": "array", "items": snapshot_schema()}},
+                "required": ["snapshots"]
+            }),
+        ),
+        "delegate_apply_snapshot" => (
+            a.read_only(false)
+                .destructive(true)
+                .idempotent(false)
+                .open_world(false),
+            snapshot_done,
+        ),
+        "delegate_discard_snapshot" => (
+            a.read_only(false)
+                .destructive(true)
+                .idempotent(true)
+                .open_world(false),
+            snapshot_done,
+        ),
+        "delegate_recover" => (
+            a.read_only(true).open_world(true),
+            json!({
+                "type": "object",
+                "properties": {
+                    "source": {"type": "string", "enum": ["daemon", "executor"]},
+                    "delegation": {"type": "object"},
+                    "delegationId": text, "executorUrl": text, "state": text,
+                    "applicable": {"type": "boolean"},
+                    "result": {"type": "object"}, "error": {"type": "object"},
+                    "snapshotId": {"type": ["string", "null"]},
+                },
+                "required": ["source"]
+            }),
+        ),
+        _ => (a, json!({"type": "object"})),
+    }
+}
+
+/// Why the executor refused `GET …/result`: its error text, else the body, else the status's
+/// meaning; with what to do for 401/403. Never ends in an empty `: `.
+fn executor_refusal(status: u16, url: &str, v: &Value, body: &[u8]) -> String {
+    let said = v
+        .get("error")
+        .and_then(|e| {
+            e.as_str()
+                .or_else(|| e.get("message").and_then(Value::as_str))
+        })
+        .map(str::to_owned)
+        .or_else(|| {
+            // An AWCP ERROR message: `code` and `message`.
+            let m = v.get("message").and_then(Value::as_str)?;
+            Some(match v.get("code").and_then(Value::as_str) {
+                Some(c) => format!("{c}: {m}"),
+                None => m.to_owned(),
+            })
+        })
+        .or_else(|| {
+            let b = String::from_utf8_lossy(body).trim().to_owned();
+            (!b.is_empty()).then(|| b.chars().take(300).collect())
+        })
+        .or_else(|| {
+            http::StatusCode::from_u16(status)
+                .ok()
+                .and_then(|s| s.canonical_reason())
+                .map(str::to_owned)
+        })
+        .unwrap_or_else(|| "no explanation".to_owned());
+    let mut m = format!("the executor answered HTTP {status} for {url}: {said}");
+    if status == 401 || status == 403 {
+        m.push_str(
+            " (the executor requires a credential: pass auth_type and auth_credential, as for \
+             delegate)",
+        );
+    }
+    m
+}
+
+/// Most file names `delegate_snapshots` lists per snapshot and kind.
+const MAX_LISTED_FILES: usize = 50;
+
+/// `  changed (3): a, b, c` from a metadata file list; empty when there is none.
+fn file_list(kind: &str, files: &Value) -> String {
+    let names: Vec<&str> = files
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    if names.is_empty() {
+        return String::new();
+    }
+    let mut line = format!(
+        "  {kind} ({}): {}",
+        names.len(),
+        names
+            .iter()
+            .take(MAX_LISTED_FILES)
+            .copied()
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    if names.len() > MAX_LISTED_FILES {
+        line.push_str(&format!(", … and {} more", names.len() - MAX_LISTED_FILES));
+    }
+    line.push('\n');
+    line
+}
+
+/// What the executor changed of the requested lease: a shorter maximum, a downgraded access.
+pub fn lease_note(v: &Value) -> String {
+    let mut s = String::new();
+    let requested = v["leaseConfig"]["ttlSeconds"].as_u64();
+    let max = v["executorConstraints"]["maxTtlSeconds"].as_u64();
+    if let (Some(req), Some(max)) = (requested, max) {
+        if max < req {
+            s.push_str(&format!(
+                "Lease shortened by the executor: {req} s requested, at most {max} s granted{}.\n",
+                v["activeLease"]["expiresAt"]
+                    .as_str()
+                    .map(|e| format!(" (ends {e})"))
+                    .unwrap_or_default()
+            ));
+        }
+    }
+    let asked = v["leaseConfig"]["accessMode"].as_str();
+    let got = v["executorConstraints"]["acceptedAccessMode"].as_str();
+    if let (Some(asked), Some(got)) = (asked, got) {
+        if asked != got {
+            s.push_str(&format!(
+                "Access changed by the executor: {asked} requested, {got} granted.\n"
+            ));
+        }
+    }
+    s
+}
+
 /// The human-readable report of a delegation record (also used for `delegate` foreground).
 pub fn report(v: &Value) -> String {
     let mut s = state_line(v);
+    s.push_str(&lease_note(v));
     let mode = v["snapshotPolicy"]["mode"].as_str().unwrap_or("auto");
     let (total, pending, applied, discarded) = snapshot_counts(v);
     s.push_str(&format!(
@@ -357,6 +656,7 @@ impl AwcpMcp {
         defaults: Defaults,
         peers: &[crate::peers::Peer],
         tls: awcp_driver::net::ClientTls,
+        hub: Option<Arc<Hub>>,
     ) -> Self {
         AwcpMcp {
             client: DaemonClient::new(TokioRuntime, daemon_url)
@@ -370,6 +670,24 @@ impl AwcpMcp {
                 [p] => Some(p.awcp_url.clone()),
                 _ => None,
             },
+            hub,
+        }
+    }
+
+    /// Whether background delegations outlive this server, for the model.
+    fn survival_note(&self) -> String {
+        if self.defaults.survives_exit {
+            format!(
+                "Background delegations survive this MCP server exiting: the daemon at {} \
+                 keeps them (delegate_recover re-attaches in a later session).",
+                self.daemon_url
+            )
+        } else {
+            "Background delegations do NOT survive this MCP server exiting: its in-process \
+             daemon ends with it (the executor may finish the task, but its result is not \
+             applied here; delegate_recover can still read it from the executor). Start the \
+             server with --daemon-url to keep them."
+                .to_owned()
         }
     }
 
@@ -385,13 +703,18 @@ impl AwcpMcp {
              The executor works on a copy of the directory under a time-limited lease; its \
              changes come back as a snapshot that is applied locally (snapshot_mode auto), kept \
              for review (staged: see delegate_snapshots) or dropped (discard). With \
-             background=false (default) the call waits up to 1 hour and returns the summary; \
-             with background=true it returns the delegation id at once (then use \
-             delegate_output).{}",
+             background=false (default) the call waits for the result, sending progress \
+             notifications (the executor's messages, bytes moved) when the client gives a \
+             progressToken; if the delegation is still running after {} seconds (before common \
+             MCP clients give up on a request) it returns the delegation id with state running \
+             instead, and you follow it with delegate_output (block=true). With background=true \
+             it returns the delegation id at once (then use delegate_output). {}{}",
+            self.defaults.foreground_budget.as_secs(),
+            self.survival_note(),
             self.peers_section
         );
         let id = json!({"type": "string", "description": "The delegation id (dlg_…) returned by delegate."});
-        vec![
+        let tools = vec![
             Tool::new(
                 "delegate",
                 delegate_desc,
@@ -407,13 +730,13 @@ impl AwcpMcp {
                                 "mode": {"type": "string", "enum": ["ro", "rw"]}},
                                 "required": ["name", "path"]}},
                         "cwd": {"type": "string", "description": "Base directory for relative paths (default: the server's working directory)."},
-                        "peer_url": {"type": "string", "description": "The executor's AWCP URL, e.g. http://127.0.0.1:10200/awcp (optional when the server knows exactly one peer)."},
+                        "peer_url": {"type": "string", "description": "The executor's base or AWCP URL, e.g. http://127.0.0.1:10200 or http://127.0.0.1:10200/awcp (optional when the server knows exactly one peer)."},
                         "ttl_seconds": {"type": "integer", "minimum": 1, "description": format!("Lease length in seconds (default {}).", self.defaults.ttl_seconds)},
                         "access_mode": {"type": "string", "enum": ["ro", "rw"], "description": format!("Access to the workspace (default {}).", self.defaults.access_mode)},
                         "snapshot_mode": {"type": "string", "enum": ["auto", "staged", "discard"], "description": format!("What to do with the result (default {}).", self.defaults.snapshot_mode)},
                         "transport": {"type": "string", "enum": ["archive", "sshfs", "storage", "git"], "description": format!("Data plane (default {}).", self.defaults.transport)},
-                        "auth_type": {"type": "string", "enum": ["api_key", "bearer", "oauth2"], "description": "Credential type for the executor (sent only with auth_credential)."},
-                        "auth_credential": {"type": "string", "description": "Credential for the executor."},
+                        "auth_type": {"type": "string", "enum": ["api_key", "bearer", "oauth2"], "description": "Credential type for the executor (required with auth_credential)."},
+                        "auth_credential": {"type": "string", "description": "Credential for the executor (requires auth_type)."},
                         "background": {"type": "boolean", "default": false, "description": "Return at once with the delegation id."},
                         "allow_sensitive": {"type": "boolean", "default": false, "description": "Lend secret-looking files (.env, private keys, credentials.json, …). Without it such a workspace is refused with SENSITIVE_FILES listing them; listing them in .awcpignore keeps them home instead."}
                     },
@@ -484,18 +807,33 @@ impl AwcpMcp {
                     "type": "object",
                     "properties": {
                         "delegation_id": id,
-                        "peer_url": {"type": "string", "description": "The executor's AWCP URL the delegation went to."}
+                        "peer_url": {"type": "string", "description": "The executor the delegation went to: its base URL or AWCP URL (…/awcp)."},
+                        "auth_type": {"type": "string", "enum": ["api_key", "bearer", "oauth2"], "description": "Credential type for a token-protected executor (with auth_credential)."},
+                        "auth_credential": {"type": "string", "description": "Credential for the executor (requires auth_type)."}
                     },
                     "required": ["delegation_id"]
                 })),
             ),
-        ]
+        ];
+        tools
+            .into_iter()
+            .map(|t| {
+                let (annotations, output) = tool_contract(&t.name);
+                t.with_annotations(annotations)
+                    .with_raw_output_schema(schema(output))
+            })
+            .collect()
     }
 
-    /// Runs one tool.
-    pub async fn call(&self, name: &str, a: &Option<JsonObject>) -> CallToolResult {
+    /// Runs one tool; `sink` receives a foreground `delegate`'s progress.
+    pub async fn call(
+        &self,
+        name: &str,
+        a: &Option<JsonObject>,
+        sink: Option<ProgressSink>,
+    ) -> CallToolResult {
         let r = match name {
-            "delegate" => self.delegate(a).await,
+            "delegate" => self.delegate(a, sink).await,
             "delegate_output" => self.output(a).await,
             "delegate_cancel" => self.cancel(a).await,
             "delegate_snapshots" => self.snapshots(a).await,
@@ -523,7 +861,7 @@ impl AwcpMcp {
         }
     }
 
-    async fn delegate(&self, a: &Option<JsonObject>) -> ToolResult {
+    async fn delegate(&self, a: &Option<JsonObject>, sink: Option<ProgressSink>) -> ToolResult {
         let a: DelegateArgs = args("delegate", a)?;
         if a.description.trim().is_empty() {
             return Err(ToolError::new("description must not be empty"));
@@ -534,11 +872,8 @@ impl AwcpMcp {
         let peer = a.peer_url.clone().or_else(|| self.single_peer.clone()).ok_or_else(|| {
             ToolError::new("peer_url is required (the executor's AWCP URL, e.g. http://127.0.0.1:10200/awcp)")
         })?;
-        if !(peer.starts_with("http://") || peer.starts_with("https://")) {
-            return Err(ToolError::new(format!(
-                "peer_url must be an http(s) URL, not {peer:?}"
-            )));
-        }
+        let peer = normalise_peer(&peer)?;
+        let auth = auth_of(&a.auth_type, &a.auth_credential)?;
         let access = a
             .access_mode
             .clone()
@@ -593,9 +928,9 @@ impl AwcpMcp {
                 ))
             }
         }
-        let auth = match (&a.auth_type, &a.auth_credential) {
-            (Some(t), Some(c)) => json!({"type": t, "credential": c}),
-            _ => Value::Null,
+        let auth = match &auth {
+            Some(x) => json!({"type": x.auth_type.as_str(), "credential": x.credential}),
+            None => Value::Null,
         };
         let body = json!({
             "executorUrl": peer,
@@ -623,25 +958,92 @@ impl AwcpMcp {
                 text.push_str("Snapshot mode: staged — the result will wait for delegate_apply_snapshot or delegate_discard_snapshot.\n");
             }
             text.push_str(&format!(
-                "Use delegate_output with delegation_id \"{id}\" (block=true to wait) to get the result.\n"
+                "Use delegate_output with delegation_id \"{id}\" (block=true to wait) to get the result.\n{}\n",
+                self.survival_note()
             ));
             return Ok((
                 text,
                 json!({"delegationId": id, "state": "started", "executorUrl": peer,
-                       "resources": names, "snapshotMode": snapshot_mode, "background": true}),
+                       "resources": names, "snapshotMode": snapshot_mode, "background": true,
+                       "survivesServerExit": self.defaults.survives_exit}),
             ));
         }
-        let v = match self.client.wait(&id, Duration::from_secs(3600)).await {
-            Ok(v) => v,
-            Err(e) if e.status == 408 => {
-                return Err(ToolError {
-                    message: format!("delegation {id} is still running after 1 hour; use delegate_output to follow it"),
-                    extra: json!({"delegationId": id}),
-                })
+        self.wait_foreground(&id, &peer, sink).await
+    }
+
+    /// Waits for a foreground delegation within the budget, forwarding its progress to `sink`.
+    async fn wait_foreground(
+        &self,
+        id: &str,
+        peer: &str,
+        mut sink: Option<ProgressSink>,
+    ) -> ToolResult {
+        let budget = self.defaults.foreground_budget;
+        let mut updates = self.hub.as_ref().map(|h| h.subscribe());
+        if let Some(s) = sink.as_mut() {
+            s.send(format!("delegation {id} started with {peer}")).await;
+        }
+        // A whole-second long poll a little past the budget; the budget timer decides.
+        let wait = self.client.wait(id, budget + Duration::from_secs(1));
+        tokio::pin!(wait);
+        let deadline = tokio::time::sleep(budget);
+        tokio::pin!(deadline);
+        loop {
+            let update = async {
+                match updates.as_mut() {
+                    Some(rx) => loop {
+                        match rx.recv().await {
+                            Ok((of, latest)) if of == id => return Some(latest),
+                            Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                            Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+                        }
+                    },
+                    None => None,
+                }
+            };
+            tokio::select! {
+                r = &mut wait => match r {
+                    Ok(v) => return Ok((report(&v), v)),
+                    Err(e) if e.status == 408 => break,
+                    Err(e) => return Err(e.into()),
+                },
+                () = &mut deadline => break,
+                Some(latest) = update, if sink.is_some() => {
+                    if let Some(s) = sink.as_mut() {
+                        s.send(latest.line()).await;
+                    }
+                }
             }
-            Err(e) => return Err(e.into()),
-        };
-        Ok((report(&v), v))
+        }
+        // Still running at the end of the budget: hand the id back before the client gives up.
+        let mut v = self.client.get(id).await?;
+        if is_terminal(&v) {
+            return Ok((report(&v), v));
+        }
+        self.add_progress(&mut v);
+        let text = format!(
+            "Delegation {id} is still running after {} s, so this call returns before the MCP \
+             client's request timeout; the delegation keeps running.\nUse delegate_output with \
+             delegation_id \"{id}\" and block=true to wait for the result.\n{}\n\n{}",
+            budget.as_secs(),
+            self.survival_note(),
+            self.report_with_progress(&v)
+        );
+        v["delegationId"] = json!(id);
+        v["stillRunning"] = json!(true);
+        Ok((text, v))
+    }
+
+    /// [`report`] plus the latest progress line the in-process daemon heard.
+    fn report_with_progress(&self, v: &Value) -> String {
+        let mut text = report(v);
+        if let Some(l) = v["latestProgress"]["line"]
+            .as_str()
+            .filter(|l| !l.is_empty())
+        {
+            text.push_str(&format!("Latest progress: {l}\n"));
+        }
+        text
     }
 
     async fn output(&self, a: &Option<JsonObject>) -> ToolResult {
@@ -650,16 +1052,20 @@ impl AwcpMcp {
         if timeout == 0 {
             return Err(ToolError::new("timeout must be a positive integer"));
         }
-        let v = self.client.get(&a.delegation_id).await?;
+        let mut v = self.client.get(&a.delegation_id).await?;
         if !a.block || is_terminal(&v) {
-            return Ok((report(&v), v));
+            self.add_progress(&mut v);
+            return Ok((self.report_with_progress(&v), v));
         }
         match self
             .client
             .wait(&a.delegation_id, Duration::from_secs(timeout))
             .await
         {
-            Ok(v) => Ok((report(&v), v)),
+            Ok(mut v) => {
+                self.add_progress(&mut v);
+                Ok((self.report_with_progress(&v), v))
+            }
             Err(e) if e.status == 408 => Err(ToolError {
                 message: format!(
                     "timed out after {timeout} s: delegation {} is still running (call delegate_output again to keep waiting)",
@@ -668,6 +1074,17 @@ impl AwcpMcp {
                 extra: json!({"delegationId": a.delegation_id, "state": v["state"], "timedOut": true}),
             }),
             Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Adds `latestProgress` (the in-process daemon's latest progress line) to a record.
+    fn add_progress(&self, v: &mut Value) {
+        let latest = v["id"]
+            .as_str()
+            .and_then(|id| self.hub.as_ref()?.latest(id));
+        if let Some(l) = latest {
+            v["latestProgress"] = json!({"line": l.line(), "message": l.message,
+                "progress": l.progress, "bytesSent": l.bytes_sent, "bytesReceived": l.bytes_received});
         }
     }
 
@@ -740,6 +1157,26 @@ impl AwcpMcp {
                 }
                 text.push('\n');
             }
+            text.push_str(&file_list("changed", &m["changedFiles"]));
+            text.push_str(&file_list("deleted", &m["deletedFiles"]));
+            let e = &s["error"];
+            if e.is_object() {
+                let why = [e["code"].as_str(), e["message"].as_str()]
+                    .into_iter()
+                    .flatten()
+                    .filter(|x| !x.is_empty())
+                    .collect::<Vec<_>>()
+                    .join(": ");
+                let verb = if s["status"] == "failed" {
+                    "failed"
+                } else {
+                    "could not be applied"
+                };
+                text.push_str(&format!("  {verb}: {why}\n"));
+                if let Some(h) = e["hint"].as_str() {
+                    text.push_str(&format!("  hint: {h}\n"));
+                }
+            }
         }
         if list.iter().any(|s| s["status"] == "pending") {
             text.push_str("\nApply one with delegate_apply_snapshot or drop it with delegate_discard_snapshot.\n");
@@ -795,13 +1232,18 @@ impl AwcpMcp {
                 "the daemon does not know delegation {id}; give peer_url to ask the executor"
             )));
         };
+        let peer = normalise_peer(&peer)?;
+        let headers: Vec<(&str, String)> = auth_of(&a.auth_type, &a.auth_credential)?
+            .map(|x| awcp_proto::http_binding::credential_header(&x))
+            .into_iter()
+            .collect();
         let url = awcp_proto::http_binding::result_url(&peer, &id);
         let (status, body) = self
             .http
             .request(
                 http::Method::GET,
                 &url,
-                &[],
+                &headers,
                 None,
                 Duration::from_secs(30),
                 512 * 1024 * 1024,
@@ -810,10 +1252,7 @@ impl AwcpMcp {
             .map_err(|e| ToolError::new(format!("cannot reach the executor at {url}: {e}")))?;
         let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
         if !(200..300).contains(&status) && v.get("status").is_none() {
-            return Err(ToolError::new(format!(
-                "the executor answered HTTP {status} for {url}: {}",
-                v.get("error").and_then(Value::as_str).unwrap_or("")
-            )));
+            return Err(ToolError::new(executor_refusal(status, &url, &v, &body)));
         }
         let fetched = awcp_proto::http_binding::decode_result(&id, &v)
             .map_err(|e| ToolError::new(format!("unreadable result from {url}: {e}")))?;
@@ -905,15 +1344,90 @@ impl ServerHandler for AwcpMcp {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        Ok(self.call(&request.name, &request.arguments).await.into())
+        let sink = ProgressSink::of(&context);
+        Ok(self
+            .call(&request.name, &request.arguments, sink)
+            .await
+            .into())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn credentials_need_their_type_and_peers_are_normalised() {
+        let e = auth_of(&None, &Some("t".into())).expect_err("refused");
+        assert!(e.message.contains("auth_type"), "{}", e.message);
+        assert!(auth_of(&Some("bearer".into()), &None).is_err());
+        assert!(auth_of(&Some("basic".into()), &Some("t".into())).is_err());
+        let a = auth_of(&Some("api_key".into()), &Some("k".into()))
+            .ok()
+            .flatten()
+            .expect("both given");
+        assert_eq!(
+            awcp_proto::http_binding::credential_header(&a),
+            ("x-api-key", "k".to_owned())
+        );
+        for given in [
+            "http://h:1",
+            "http://h:1/",
+            "http://h:1/awcp",
+            "http://h:1/awcp/",
+        ] {
+            assert_eq!(normalise_peer(given).ok().unwrap(), "http://h:1/awcp");
+        }
+        assert!(normalise_peer("h:1").is_err());
+    }
+
+    #[test]
+    fn executor_refusals_always_say_something() {
+        let m = executor_refusal(401, "http://x/awcp/tasks/d/result", &Value::Null, b"");
+        assert!(m.ends_with("(the executor requires a credential: pass auth_type and auth_credential, as for delegate)"), "{m}");
+        assert!(
+            m.contains("HTTP 401 for http://x/awcp/tasks/d/result: Unauthorized"),
+            "{m}"
+        );
+        let m = executor_refusal(
+            401,
+            "u",
+            &json!({"type": "ERROR", "code": "AUTH_FAILED", "message": "missing credential"}),
+            b"{}",
+        );
+        assert!(
+            m.contains("u: AUTH_FAILED: missing credential (the executor"),
+            "{m}"
+        );
+        let m = executor_refusal(500, "u", &json!({"error": {"message": "boom"}}), b"{}");
+        assert!(m.ends_with("u: boom"), "{m}");
+        let m = executor_refusal(502, "u", &Value::Null, b" bad gateway \n");
+        assert!(m.ends_with("u: bad gateway"), "{m}");
+        let m = executor_refusal(599, "u", &Value::Null, b"");
+        assert!(!m.trim_end().ends_with(':'), "{m}");
+    }
+
+    #[test]
+    fn shortened_leases_and_changed_files_are_reported() {
+        let v = json!({"leaseConfig": {"ttlSeconds": 3600, "accessMode": "rw"},
+            "executorConstraints": {"maxTtlSeconds": 600, "acceptedAccessMode": "ro"},
+            "activeLease": {"expiresAt": "2026-11-23T10:10:00Z"}});
+        let n = lease_note(&v);
+        assert!(n.contains("Lease shortened by the executor: 3600 s requested, at most 600 s granted (ends 2026-11-23T10:10:00Z)"), "{n}");
+        assert!(n.contains("rw requested, ro granted"), "{n}");
+        let v = json!({"leaseConfig": {"ttlSeconds": 60, "accessMode": "rw"},
+            "executorConstraints": {"maxTtlSeconds": 600, "acceptedAccessMode": null}});
+        assert_eq!(lease_note(&v), "");
+        let many: Vec<String> = (0..60).map(|i| format!("f{i}")).collect();
+        let l = file_list("changed", &json!(many));
+        assert!(
+            l.starts_with("  changed (60): f0, f1") && l.ends_with(", … and 10 more\n"),
+            "{l}"
+        );
+        assert_eq!(file_list("deleted", &Value::Null), "");
+    }
 
     #[test]
     fn relative_dirs_resolve_against_cwd() {

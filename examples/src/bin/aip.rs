@@ -120,7 +120,7 @@ enum Cmd {
         /// Where the receiver listens (port 0 picks a free one).
         #[arg(long, default_value = "127.0.0.1:0")]
         listen: std::net::SocketAddr,
-        /// The receiver URL the partner is given (default: http://<listen address>/notify).
+        /// The receiver URL the partner is given (default: `http://<listen address>/notify`).
         #[arg(long)]
         receiver_url: Option<String>,
         /// The task id (default: a fresh one).

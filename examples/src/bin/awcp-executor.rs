@@ -38,7 +38,7 @@ struct Args {
     /// Address to listen on (port 0 picks a free port; the URL is printed).
     #[arg(long, env = "AWCP_LISTEN", default_value = "127.0.0.1:10200")]
     listen: SocketAddr,
-    /// Root of the work directories (each delegation gets <root>/<id>); default
+    /// Root of the work directories (each delegation gets `<root>/<id>`); default
     /// `<state-dir>/work`. Locked while the executor runs; only directories the executor
     /// created and recorded are ever removed from it.
     #[arg(long, env = "AWCP_WORK_ROOT")]

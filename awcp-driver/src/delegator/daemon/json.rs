@@ -35,6 +35,10 @@ pub fn view_to_json(v: &DelegationView) -> Value {
         "leaseConfig": {"ttlSeconds": v.request.ttl_seconds, "accessMode": v.request.access_mode.as_str()},
         "activeLease": v.expires_at.map(|e| json!({"expiresAt": e.to_rfc3339(), "accessMode": v.access_mode.as_str()})),
         "executorWorkDir": v.executor_work_dir.as_ref().map(|p| json!({"path": p})),
+        "executorConstraints": v.executor_constraints.as_ref().map(|c| json!({
+            "maxTtlSeconds": c.max_ttl_seconds,
+            "acceptedAccessMode": c.accepted_access_mode.map(|m| m.as_str()),
+        })),
         "snapshotPolicy": {"mode": v.request.snapshot_mode.as_str()},
         "snapshots": v.snapshots.iter().map(|s| snapshot_json(v, s)).collect::<Vec<_>>(),
         "appliedSnapshotId": v.snapshots.iter().rev().find(|s| s.status == SnapshotStatus::Applied).map(|s| s.id.as_str()),

@@ -186,7 +186,7 @@ pub struct NotShippedEntry {
 }
 
 impl DelegationRecord {
-    /// Reads a record of any known version (see the [module docs](self)).
+    /// Reads a record of any known version (see the module docs).
     pub fn from_json(value: &serde_json::Value) -> Result<DelegationRecord, RecordError> {
         let version = value
             .get("version")

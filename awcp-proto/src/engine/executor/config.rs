@@ -26,7 +26,7 @@ pub struct ExecutorConfig {
     /// Declared sandbox (all `true` by default, like the reference).
     pub sandbox: SandboxProfile,
     /// Accept every INVITE that passes policy; otherwise the application decides through
-    /// [`ExecutorEvent::InviteReceived`].
+    /// `ExecutorEvent::InviteReceived`.
     pub auto_accept: bool,
     /// Credential required from delegators (see [`crate::engine::auth`] for which credential
     /// authorises which request).
@@ -39,7 +39,7 @@ pub struct ExecutorConfig {
     pub transports: Vec<TransportKind>,
     /// Protocol extensions this executor supports.
     pub features: Vec<String>,
-    /// How long a task may take to stop after [`ExecutorOutput::StopTask`] before its
+    /// How long a task may take to stop after `ExecutorOutput::StopTask` before its
     /// resources are released anyway.
     pub stop_grace: Duration,
     /// How long fetching START's archive from the URL the delegator names may take (10 min);

@@ -494,7 +494,7 @@ impl SetupFailure {
 pub enum WorkspaceLayout {
     /// One directory per resource, named after it (reference archives, live mounts).
     PerResource,
-    /// The single resource's files at the root ([S] archives).
+    /// The single resource's files at the root (\[S\] archives).
     Flat,
 }
 

@@ -2,7 +2,7 @@
 //!
 //! ## Method groups
 //! * **Inputs from the driver**: [`Executor::handle`] with an [`ExecutorInput`] (HTTP requests
-//!   with a driver-issued [`RequestId`], SSE subscriptions with a [`StreamId`], transport and
+//!   with a driver-issued [`RequestId`], SSE subscriptions with a `StreamId`, transport and
 //!   task results) and [`Executor::handle_timeout`].
 //! * **Application calls**: [`Executor::accept_invite`] / [`Executor::decline_invite`] when
 //!   `auto_accept` is off, [`Executor::shutdown`].
@@ -41,7 +41,7 @@
 //! * `lease`: every timer ([`ExecutorTimer`]).
 //! * `teardown`: failing, stopping, releasing, forgetting.
 //! * `record`: the durable journal record and restart recovery.
-//! * `assignment`: one assignment's data-carrying [`Phase`](assignment) and the only place its
+//! * `assignment`: one assignment's data-carrying `Phase` and the only place its
 //!   spec state changes.
 
 mod assignment;

@@ -1,5 +1,5 @@
 //! Both engines in memory ([`crate::engine::pair`]): whole lifecycles, transcripts of the
-//! [R] and [S] exchanges, and mechanisms reached through the scenario builder.
+//! \[R\] and \[S\] exchanges, and mechanisms reached through the scenario builder.
 
 #![allow(clippy::wildcard_enum_match_arm)]
 
@@ -39,7 +39,7 @@ fn a_whole_lifecycle_completes_on_both_sides_and_the_executor_forgets_after_the_
     assert_eq!(p.executor.live_count(), 0);
 }
 
-/// The order of what both sides do, for one [R] delegation: a change in emission order shows
+/// The order of what both sides do, for one \[R\] delegation: a change in emission order shows
 /// as a readable diff.
 const REFERENCE_TRANSCRIPT: &[&str] = &[
     "d> ScanWorkspace",

@@ -7,17 +7,17 @@
 //! Leniency rules:
 //! * `null` counts as absent; unknown fields are ignored.
 //! * `version`, when present, must be the string `"1"`; a missing `version` is accepted.
-//! * An event without `timestamp` (the non-normative [C] examples) decodes with
+//! * An event without `timestamp` (the non-normative \[C\] examples) decodes with
 //!   [`Timestamp::EPOCH`](crate::Timestamp::EPOCH).
-//! * START takes its handle from `transportHandle` [R], else `transport` (02-11 intermediate
-//!   name), else `workDir` [S], else `mount` [L]; an [L] `sshfs` credential may be a bare
+//! * START takes its handle from `transportHandle` \[R\], else `transport` (02-11 intermediate
+//!   name), else `workDir` \[S\], else `mount` \[L\]; an \[L\] `sshfs` credential may be a bare
 //!   private-key string and `mountOptions` stands in for `options`.
 //!
-//! Dialect detection: INVITE with `environment` is [R], with only `workspace` is [S] (it then
-//! carries one `fs` resource named `workspace` with the lease's access mode). START is [S] iff
-//! the handle came from `workDir`/`mount`. ACCEPT is [R] iff the `retentionMs` key is present
-//! (even as `null`). ERROR and DONE messages are reported as [R]. A `done` event is [S] iff it
-//! carries `resultBase64`; every other event is [R].
+//! Dialect detection: INVITE with `environment` is \[R\], with only `workspace` is \[S\] (it then
+//! carries one `fs` resource named `workspace` with the lease's access mode). START is \[S\] iff
+//! the handle came from `workDir`/`mount`. ACCEPT is \[R\] iff the `retentionMs` key is present
+//! (even as `null`). ERROR and DONE messages are reported as \[R\]. A `done` event is \[S\] iff it
+//! carries `resultBase64`; every other event is \[R\].
 
 use std::collections::BTreeMap;
 

@@ -24,7 +24,7 @@ pub struct TaskEvent {
 pub enum TaskEventKind {
     /// `status`
     Status(StatusEvent),
-    /// `snapshot` ([R])
+    /// `snapshot` (\[R\])
     Snapshot(SnapshotEvent),
     /// `done`
     Done(DoneEvent),
@@ -56,7 +56,7 @@ pub enum TaskStatus {
     Running,
     /// `progress`
     Progress,
-    /// Anything else, kept verbatim ([C] `working`).
+    /// Anything else, kept verbatim (\[C\] `working`).
     Other(String),
 }
 
@@ -117,11 +117,11 @@ pub struct DoneEvent {
     pub summary: String,
     /// Files worth looking at.
     pub highlights: Vec<String>,
-    /// [R] ids of the snapshots sent before.
+    /// \[R\] ids of the snapshots sent before.
     pub snapshot_ids: Vec<SnapshotId>,
-    /// [R] the snapshot the executor recommends.
+    /// \[R\] the snapshot the executor recommends.
     pub recommended_snapshot_id: Option<SnapshotId>,
-    /// [S] base64 ZIP of the executor's work dir (archive transport).
+    /// \[S\] base64 ZIP of the executor's work dir (archive transport).
     pub result_base64: Option<String>,
 }
 

@@ -32,7 +32,7 @@ impl TransportHandle {
     }
 }
 
-/// Where archive bytes are: inline base64 ([S]/[R]) or a URL to fetch (our extension,
+/// Where archive bytes are: inline base64 (\[S\]/\[R\]) or a URL to fetch (our extension,
 /// seed 003 `archiveUrl`). At least one is present after decoding.
 #[derive(Clone, PartialEq, Eq, Default)]
 pub struct ArchiveData {
@@ -78,7 +78,7 @@ pub struct SshEndpoint {
 pub struct SshCredential {
     /// OpenSSH private key text.
     pub private_key: String,
-    /// One-line OpenSSH user certificate ([L] handles have none).
+    /// One-line OpenSSH user certificate (\[L\] handles have none).
     pub certificate: Option<String>,
 }
 
@@ -100,7 +100,7 @@ pub struct SshfsHandle {
     pub export_locator: String,
     /// Key and certificate.
     pub credential: SshCredential,
-    /// Extra `-o key=value` options (`options`, [L] `mountOptions`).
+    /// Extra `-o key=value` options (`options`, \[L\] `mountOptions`).
     pub options: BTreeMap<String, String>,
     /// The server's host public key in OpenSSH format, for pinning (our extension `hostKey`).
     pub host_key: Option<String>,

@@ -218,12 +218,12 @@ pub struct Invite {
     pub task: TaskSpec,
     /// The requested lease.
     pub lease: LeaseRequest,
-    /// Exported resources. An [S] INVITE decodes to one resource named `workspace` with the
+    /// Exported resources. An \[S\] INVITE decodes to one resource named `workspace` with the
     /// lease's access mode.
     pub resources: Vec<Resource>,
-    /// [S] `workspace.exportName` (informational).
+    /// \[S\] `workspace.exportName` (informational).
     pub export_name: Option<String>,
-    /// [R] requested retention of the finished assignment, in milliseconds.
+    /// \[R\] requested retention of the finished assignment, in milliseconds.
     pub retention_ms: Option<u64>,
     /// `requirements.transport`.
     pub transport: Option<TransportKind>,
@@ -264,7 +264,7 @@ pub struct Accept {
     pub work_dir: String,
     /// `executorConstraints`.
     pub constraints: Option<ExecutorConstraints>,
-    /// [R] `retentionMs`.
+    /// \[R\] `retentionMs`.
     pub retention_ms: Option<u64>,
     /// Extensions the executor agreed to use (subset of the INVITE's).
     pub features: Vec<String>,
@@ -286,11 +286,11 @@ pub struct Start {
     pub delegation_id: DelegationId,
     /// The lease.
     pub lease: ActiveLease,
-    /// Transport data and credentials (`transportHandle` [R] / `workDir` [S]).
+    /// Transport data and credentials (`transportHandle` \[R\] / `workDir` \[S\]).
     pub handle: TransportHandle,
 }
 
-/// DONE (internal; on the wire only in [L]).
+/// DONE (internal; on the wire only in \[L\]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Done {
     /// The delegation id.
@@ -321,7 +321,7 @@ pub enum Message {
     Accept(Accept),
     /// START
     Start(Start),
-    /// DONE ([L] only on the wire)
+    /// DONE (\[L\] only on the wire)
     Done(Done),
     /// ERROR
     Error(ErrorMessage),
