@@ -8,6 +8,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use agent_rt::TokioRuntime;
 use agent_rt::{Host, Runtime, ServerOptions};
 use aip_driver::group::{
     GroupLeaderEvent, GroupLeaderEvents, GroupLeaderHandle, GroupLeaderOptions, GroupPartnerEvent,
@@ -18,7 +19,6 @@ use aip_proto::group::{
     Connection, GroupCommand, LeaderConfig, LeaderEvent, LeaveReason, MemberEvent,
 };
 use aip_proto::{CommandKind, DataItem, Mentions, Product, TaskState};
-use agent_rt::TokioRuntime;
 use common::rabbit::{self, Broker};
 use common::sdk;
 use common::wait_for;
@@ -545,11 +545,23 @@ fn the_sdk_group_leader_drives_our_partners_joined_by_rpc_and_inbox() {
         );
         let rt = TokioRuntime;
         wait_for(&rt, &mut pa.seen, "A asked to leave", |e| {
-            matches!(e, GroupPartnerEvent::Left { reason: LeaveReason::Asked, .. })
+            matches!(
+                e,
+                GroupPartnerEvent::Left {
+                    reason: LeaveReason::Asked,
+                    ..
+                }
+            )
         })
         .await;
         wait_for(&rt, &mut pc.seen, "C disbanded", |e| {
-            matches!(e, GroupPartnerEvent::Left { reason: LeaveReason::Disbanded, .. })
+            matches!(
+                e,
+                GroupPartnerEvent::Left {
+                    reason: LeaveReason::Disbanded,
+                    ..
+                }
+            )
         })
         .await;
         assert_eq!(*pa.starts.lock().unwrap(), ["t-all"]);
@@ -631,7 +643,9 @@ fn our_group_leader_drives_sdk_partners_joined_by_rpc_and_inbox() {
             v
         };
 
-        l.send(start("t-all", Mentions::All, "hello")).await.unwrap();
+        l.send(start("t-all", Mentions::All, "hello"))
+            .await
+            .unwrap();
         assert_eq!(
             wait_results(&l, &mut ev, "t-all", TaskState::AwaitingCompletion, 2).await,
             both
@@ -639,7 +653,10 @@ fn our_group_leader_drives_sdk_partners_joined_by_rpc_and_inbox() {
         let results = l.results("t-all").await.unwrap();
         for id in [&a, &c] {
             let p = &results[id].products.as_ref().unwrap()[0];
-            assert_eq!(p.data_items[0].as_text().unwrap(), format!("echo {id}: hello"));
+            assert_eq!(
+                p.data_items[0].as_text().unwrap(),
+                format!("echo {id}: hello")
+            );
         }
         l.send(start("t-one", Mentions::List(vec![c.clone()]), "only you"))
             .await

@@ -17,8 +17,8 @@
 use std::collections::BTreeMap;
 
 use aip_proto::group::{
-    Connection, GroupCommand, GroupLeader, GroupMember, LeaderConfig, LeaderOutput, MemberConfig, MemberEvent,
-    MemberOutput,
+    Connection, GroupCommand, GroupLeader, GroupMember, LeaderConfig, LeaderOutput, MemberConfig,
+    MemberEvent, MemberOutput,
 };
 use aip_proto::state::is_reachable;
 use aip_proto::{CommandKind, Mentions, Product, TaskState, Timestamp};
@@ -324,7 +324,12 @@ fn run(seed: u64) -> (bool, bool) {
         } else {
             Connection::Connected
         };
-        assert_eq!(c, Some(want), "seed {seed}: member {i} (gone: {})", w.gone[i]);
+        assert_eq!(
+            c,
+            Some(want),
+            "seed {seed}: member {i} (gone: {})",
+            w.gone[i]
+        );
     }
     for (task, who) in w.mentioned.clone() {
         let n: usize = task[1..].parse().unwrap();

@@ -1,6 +1,7 @@
 //! Shared helpers for the example binaries: logging, JSON config files, progress display.
 
 pub mod aip_agent;
+pub mod aip_group;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;

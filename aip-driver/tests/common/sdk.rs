@@ -105,4 +105,3 @@ impl Drop for Proc {
         let _ = self.0.wait();
     }
 }
-
