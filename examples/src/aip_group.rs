@@ -74,13 +74,7 @@ struct Out {
 
 impl Out {
     fn line(&self, v: serde_json::Value, text: String) {
-        let mut o = std::io::stdout().lock();
-        let _ = if self.json {
-            writeln!(o, "{v}")
-        } else {
-            writeln!(o, "{text}")
-        };
-        let _ = o.flush();
+        crate::print_line(self.json, &v, &text);
     }
 
     fn event(&self, e: &GroupLeaderEvent) {

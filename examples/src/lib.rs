@@ -440,6 +440,19 @@ pub fn parse_public_url(s: &str) -> Result<String, String> {
     }
 }
 
+/// Prints one stdout line, flushed: `v` as JSON when `json` (the CLIs' `--json`), else
+/// `text`.
+pub fn print_line(json: bool, v: &serde_json::Value, text: &str) {
+    use std::io::Write;
+    let mut o = std::io::stdout().lock();
+    let _ = if json {
+        writeln!(o, "{v}")
+    } else {
+        writeln!(o, "{text}")
+    };
+    let _ = o.flush();
+}
+
 /// 64 random bits from the operating system (engine id seeds: notification tokens and ids
 /// are as unguessable as their seed). Fails closed: without OS randomness the program exits
 /// with an error rather than run on guessable ids.

@@ -28,7 +28,6 @@
 //! start was rejected or failed, or a followed task failed, was rejected or canceled; 2 on bad
 //! usage.
 
-use std::io::Write;
 use std::time::Duration;
 
 use agent_rt::Host;
@@ -188,13 +187,7 @@ struct Out {
 
 impl Out {
     fn line(&self, v: serde_json::Value, text: String) {
-        let mut o = std::io::stdout().lock();
-        let _ = if self.json {
-            writeln!(o, "{v}")
-        } else {
-            writeln!(o, "{text}")
-        };
-        let _ = o.flush();
+        awcp_examples::print_line(self.json, &v, &text);
     }
 
     fn items(items: &[DataItem]) -> String {
