@@ -8,6 +8,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use agent_rt::TokioRuntime;
 use agent_rt::{Host, Runtime, ServerOptions};
 use aip_driver::group::{
     GroupLeaderEvent, GroupLeaderEvents, GroupLeaderHandle, GroupLeaderOptions, GroupPartnerEvent,
@@ -19,13 +20,14 @@ use aip_proto::group::{
 };
 use aip_proto::{CommandKind, DataItem, Mentions, Product, TaskState};
 use common::rabbit::{self, Broker};
+use common::sdk;
 use common::wait_for;
 use futures::channel::mpsc;
 use futures::StreamExt;
 
 fn aic(test: u32, n: u32) -> String {
     format!(
-        "1.2.156.3088.1.1.{test}.{}.1.{n}",
+        "1.2.156.3088.1.1.{test}.{}.1.{n:04}",
         std::process::id() % 100_000
     )
 }
@@ -510,6 +512,227 @@ fn group_partner_child() {
         println!("child ready");
         futures::future::pending::<()>().await;
     });
+}
+
+/// The SDK's group leader (`GroupLeaderMqClient`, `tests/sdk/sdk_group_leader.py`) with two
+/// of our partners: A invited by the `group` RPC (the SDK validates our reply), C through its
+/// inbox; a start to all, a start to C only, complete to A, get-status, mute/unmute C,
+/// leave-group to A, and the SDK's `disband`.
+#[test]
+fn the_sdk_group_leader_drives_our_partners_joined_by_rpc_and_inbox() {
+    let test = "the_sdk_group_leader_drives_our_partners_joined_by_rpc_and_inbox";
+    let Some(python) = sdk::python_or_skip(test) else {
+        return;
+    };
+    let Some(b) = rabbit::shared() else { return };
+    <TokioRuntime as Host>::block_on(async move {
+        let (lid, a, c) = (aic(90, 0), aic(90, 1), aic(90, 2));
+        let group = format!("sdk-leader-{}", std::process::id());
+        let mut pa = partner::<TokioRuntime>(&a, false);
+        let mut pc = partner::<TokioRuntime>(&c, false);
+        pc.handle.listen_inbox(&b.url()).await.unwrap();
+        let o = tokio::process::Command::new(&python)
+            .arg(sdk::script("sdk_group_leader.py"))
+            .args([&b.port.to_string(), &lid, &group, &a, &pa.rpc_url, &c])
+            .kill_on_drop(true)
+            .output()
+            .await
+            .expect("run the SDK group leader");
+        assert!(
+            o.status.success() && String::from_utf8_lossy(&o.stdout).contains("DONE"),
+            "the SDK group leader failed\n{}",
+            sdk::show(&o)
+        );
+        let rt = TokioRuntime;
+        wait_for(&rt, &mut pa.seen, "A asked to leave", |e| {
+            matches!(
+                e,
+                GroupPartnerEvent::Left {
+                    reason: LeaveReason::Asked,
+                    ..
+                }
+            )
+        })
+        .await;
+        wait_for(&rt, &mut pc.seen, "C disbanded", |e| {
+            matches!(
+                e,
+                GroupPartnerEvent::Left {
+                    reason: LeaveReason::Disbanded,
+                    ..
+                }
+            )
+        })
+        .await;
+        assert_eq!(*pa.starts.lock().unwrap(), ["t-all"]);
+        assert_eq!(*pc.starts.lock().unwrap(), ["t-all", "t-one"]);
+    });
+}
+
+/// The lines an SDK script prints, read on a thread.
+fn lines_of(out: std::process::ChildStdout) -> std::sync::mpsc::Receiver<String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in std::io::BufRead::lines(std::io::BufReader::new(out)) {
+            let Ok(l) = l else { break };
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Reads lines until one starts with `prefix`; returns it and every line before it.
+fn line_starting(
+    rx: &std::sync::mpsc::Receiver<String>,
+    prefix: &str,
+    seen: &mut Vec<String>,
+) -> String {
+    loop {
+        match rx.recv_timeout(common::DEADLINE) {
+            Ok(l) if l.starts_with(prefix) => return l,
+            Ok(l) if l.starts_with("FAILED") => panic!("the SDK script failed: {l}\n{seen:#?}"),
+            Ok(l) => seen.push(l),
+            Err(e) => panic!("no {prefix:?} line from the SDK script ({e}); saw {seen:#?}"),
+        }
+    }
+}
+
+/// Our leader with two SDK partners (`GroupPartnerMqClient`, `tests/sdk/sdk_group_partner.py`):
+/// A joins by the `group` RPC (its FastAPI route), C from its inbox; a start to all, a start
+/// to C only (A sees it as not mentioned), complete to A, get-status, mute/unmute C, remove
+/// A, disband (both SDK partners leave; their hanging `close()` is the script's business).
+#[test]
+fn our_group_leader_drives_sdk_partners_joined_by_rpc_and_inbox() {
+    let test = "our_group_leader_drives_sdk_partners_joined_by_rpc_and_inbox";
+    let Some(python) = sdk::python_or_skip(test) else {
+        return;
+    };
+    let Some(b) = rabbit::shared() else { return };
+    let (lid, a, c) = (aic(91, 0), aic(91, 1), aic(91, 2));
+    let group = format!("sdk-partners-{}", std::process::id());
+    let mut child = std::process::Command::new(&python)
+        .arg(sdk::script("sdk_group_partner.py"))
+        .args([&b.port.to_string(), &a, &c])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .expect("start the SDK partners");
+    let lines = lines_of(child.stdout.take().unwrap());
+    let mut proc = sdk::Proc(child);
+    let mut seen = Vec::new();
+    let rpc_url = line_starting(&lines, "LISTENING ", &mut seen)["LISTENING ".len()..].to_owned();
+    line_starting(&lines, "INBOX ready", &mut seen);
+    <TokioRuntime as Host>::block_on(async {
+        let rt = TokioRuntime;
+        let (l, mut ev) = leader::<TokioRuntime>(&b, &lid, &group).await;
+        l.invite_rpc(&a, &rpc_url, server(&b)).await.unwrap();
+        l.invite_inbox(&c).await.unwrap();
+        let mut pending = std::collections::BTreeSet::from([a.clone(), c.clone()]);
+        wait_for(&rt, &mut ev, "both joined", |e| {
+            if let GroupLeaderEvent::Group(LeaderEvent::MemberJoined { partner }) = e {
+                pending.remove(partner);
+            }
+            pending.is_empty()
+        })
+        .await;
+        let both = {
+            let mut v = vec![a.clone(), c.clone()];
+            v.sort();
+            v
+        };
+
+        l.send(start("t-all", Mentions::All, "hello"))
+            .await
+            .unwrap();
+        assert_eq!(
+            wait_results(&l, &mut ev, "t-all", TaskState::AwaitingCompletion, 2).await,
+            both
+        );
+        let results = l.results("t-all").await.unwrap();
+        for id in [&a, &c] {
+            let p = &results[id].products.as_ref().unwrap()[0];
+            assert_eq!(
+                p.data_items[0].as_text().unwrap(),
+                format!("echo {id}: hello")
+            );
+        }
+        l.send(start("t-one", Mentions::List(vec![c.clone()]), "only you"))
+            .await
+            .unwrap();
+        assert_eq!(
+            wait_results(&l, &mut ev, "t-one", TaskState::AwaitingCompletion, 1).await,
+            vec![c.clone()]
+        );
+        l.send(GroupCommand::new(
+            CommandKind::Complete,
+            "t-all",
+            "s-1",
+            Mentions::List(vec![a.clone()]),
+        ))
+        .await
+        .unwrap();
+        assert_eq!(
+            wait_results(&l, &mut ev, "t-all", TaskState::Completed, 1).await,
+            vec![a.clone()]
+        );
+
+        l.get_status(Mentions::All).await.unwrap();
+        // The two answers arrive in any order.
+        let mut pending = std::collections::BTreeSet::from([a.clone(), c.clone()]);
+        wait_for(&rt, &mut ev, "both statuses", |e| {
+            if let GroupLeaderEvent::Group(LeaderEvent::MemberStatus { partner, status }) = e {
+                if status.connected && !status.muted {
+                    pending.remove(partner);
+                }
+            }
+            pending.is_empty()
+        })
+        .await;
+        l.mute(&c).await.unwrap();
+        wait_for(&rt, &mut ev, "muted", |e| {
+            matches!(e, GroupLeaderEvent::Group(LeaderEvent::MemberStatus { partner, status })
+                if *partner == c && status.muted)
+        })
+        .await;
+        l.unmute(&c).await.unwrap();
+        wait_for(&rt, &mut ev, "unmuted", |e| {
+            matches!(e, GroupLeaderEvent::Group(LeaderEvent::MemberStatus { partner, status })
+                if *partner == c && !status.muted)
+        })
+        .await;
+        assert!(!l.members().await.unwrap()[&c].muted);
+
+        l.remove(&a).await.unwrap();
+        wait_for(&rt, &mut ev, "A left", |e| {
+            matches!(e, GroupLeaderEvent::Group(LeaderEvent::MemberLeft { partner }) if *partner == a)
+        })
+        .await;
+        let members = l.members().await.unwrap();
+        assert_eq!(members[&a].connection, Connection::Left);
+        assert_eq!(members[&c].connection, Connection::Connected);
+        l.disband().await.unwrap();
+    });
+    line_starting(&lines, "DONE", &mut seen);
+    let status = proc.0.wait().unwrap();
+    assert!(status.success(), "{status}; {seen:#?}");
+    // The SDK partner holding its inbox consumer on the same connection can hang in its
+    // own cleanup after `disband` (an SDK defect): then it is reported HUNG, in its
+    // `leaving` state, which still proves it took our disband.
+    assert!(
+        seen.contains(&format!("LEFT {c} {group}")) || seen.contains(&format!("HUNG {c} leaving")),
+        "C did not leave: {seen:#?}"
+    );
+    for want in [
+        format!("LEFT {a} {group}"),
+        format!("mgmt {c} disband"),
+        format!("command {a} start t-one not-mentioned"),
+        format!("command {c} start t-one mentioned"),
+        format!("mgmt {c} mute"),
+    ] {
+        assert!(seen.contains(&want), "missing {want:?} in {seen:#?}");
+    }
 }
 
 macro_rules! on_both_runtimes {

@@ -1,19 +1,24 @@
 //! Deterministic simulation of group mode: one `GroupLeader`, three `GroupMember`s and a
 //! fanout "broker" that loses, duplicates and reorders deliveries, and whose queues vanish
-//! when a member's or the leader's connection crashes (as auto-delete queues do). After the
-//! faulty phase the network heals and the drivers' reconnect hooks run.
+//! when a member's or the leader's connection crashes (as auto-delete queues do). Members
+//! also crash as processes: the engine is lost with its queue and either restarts empty (a
+//! fresh `GroupMember::joined`, as a restarted partner rejoins) or is gone for good. After
+//! the faulty phase the network heals and the drivers' reconnect hooks run.
 //!
-//! Invariants, for every seed: no member starts a task twice; a member never acts on a task
-//! it was not mentioned for; the leader's view of a (task, member) only moves forward; after
-//! healing, the leader's view equals every mentioned member's own state.
+//! Invariants, for every seed: no member incarnation starts a task twice; a member never
+//! acts on a task it was not mentioned for; the leader's view of a (task, member) only moves
+//! forward; after healing, the leader's view equals every mentioned member's own state (for
+//! a restarted member: of the tasks sent after its restart; what it had before died with
+//! it), restarted members are connected, and a member gone for good is not-connected once
+//! the status deadline passed.
 //!
 //! `AIP_GROUP_SIM_SEEDS` seeds (10,000 by default).
 
 use std::collections::BTreeMap;
 
 use aip_proto::group::{
-    GroupCommand, GroupLeader, GroupMember, LeaderConfig, LeaderOutput, MemberConfig, MemberEvent,
-    MemberOutput,
+    Connection, GroupCommand, GroupLeader, GroupMember, LeaderConfig, LeaderOutput, MemberConfig,
+    MemberEvent, MemberOutput,
 };
 use aip_proto::state::is_reachable;
 use aip_proto::{CommandKind, Mentions, Product, TaskState, Timestamp};
@@ -52,7 +57,13 @@ struct World {
     /// In-flight deliveries (destination, body).
     net: Vec<(usize, Vec<u8>)>,
     faulty: bool,
-    starts: BTreeMap<(usize, String), u32>,
+    /// Per member: its incarnation (bumped by a process restart), the number of tasks sent
+    /// before its last restart, and whether it is gone for good.
+    incarnation: Vec<u32>,
+    restarted_after: Vec<usize>,
+    gone: Vec<bool>,
+    tasks: usize,
+    starts: BTreeMap<(usize, u32, String), u32>,
     mentioned: BTreeMap<String, Vec<usize>>,
     leader_view: BTreeMap<(String, String), TaskState>,
 }
@@ -64,6 +75,9 @@ impl World {
 
     fn publish(&mut self, body: Vec<u8>) {
         for dest in 0..=MEMBERS.len() {
+            if dest > 0 && self.gone[dest - 1] {
+                continue; // its queue went with it
+            }
             if self.faulty && self.rng.chance(10) {
                 continue; // lost
             }
@@ -83,6 +97,9 @@ impl World {
             }
         }
         for i in 0..self.members.len() {
+            if self.gone[i] {
+                continue;
+            }
             let mut started = Vec::new();
             while let Some(o) = self.members[i].poll_output() {
                 match o {
@@ -94,7 +111,10 @@ impl World {
                 }
             }
             for t in started {
-                let n = self.starts.entry((i, t.clone())).or_default();
+                let n = self
+                    .starts
+                    .entry((i, self.incarnation[i], t.clone()))
+                    .or_default();
                 *n += 1;
                 assert_eq!(*n, 1, "member {i} started {t} twice");
                 assert!(
@@ -161,6 +181,26 @@ impl World {
         self.collect();
     }
 
+    /// A member process crash: its engine and queue are lost; it restarts empty and
+    /// rejoins, or (`gone`) never comes back.
+    fn process_crash(&mut self, i: usize, gone: bool, seed: u64) {
+        self.net.retain(|(d, _)| *d != i + 1);
+        if gone {
+            self.gone[i] = true;
+            return;
+        }
+        self.incarnation[i] += 1;
+        self.restarted_after[i] = self.tasks;
+        let mut c = MemberConfig::new(MEMBERS[i], L, G);
+        c.id_seed = seed
+            .wrapping_mul(31)
+            .wrapping_add(i as u64)
+            .wrapping_add(u64::from(self.incarnation[i]) << 40);
+        let now = self.ts();
+        self.members[i] = GroupMember::joined(now, c);
+        self.collect();
+    }
+
     fn quiesce(&mut self) {
         let mut guard = 0;
         while !self.net.is_empty() {
@@ -171,7 +211,8 @@ impl World {
     }
 }
 
-fn run(seed: u64) {
+/// Runs one seed; returns (some member restarted, some member gone for good).
+fn run(seed: u64) -> (bool, bool) {
     let t0 = Timestamp::from_unix_millis(1_800_000_000_000);
     let mut cfg = LeaderConfig::new(L, G);
     cfg.id_seed = seed;
@@ -190,6 +231,10 @@ fn run(seed: u64) {
         members,
         net: Vec::new(),
         faulty: false,
+        incarnation: vec![0; MEMBERS.len()],
+        restarted_after: vec![0; MEMBERS.len()],
+        gone: vec![false; MEMBERS.len()],
+        tasks: 0,
         starts: BTreeMap::new(),
         mentioned: BTreeMap::new(),
         leader_view: BTreeMap::new(),
@@ -202,6 +247,7 @@ fn run(seed: u64) {
         match w.rng.below(10) {
             0..=1 if tasks < 4 => {
                 tasks += 1;
+                w.tasks = tasks as usize;
                 let task = format!("t{tasks}");
                 let (mentions, who): (Mentions, Vec<usize>) = match w.rng.below(3) {
                     0 => (Mentions::All, vec![1, 2, 3]),
@@ -238,7 +284,18 @@ fn run(seed: u64) {
             }
             3 => {
                 let who = w.rng.below(4) as usize;
+                if who > 0 && w.gone[who - 1] {
+                    continue;
+                }
                 w.crash(who);
+            }
+            4 if w.rng.chance(25) => {
+                let i = w.rng.below(3) as usize;
+                if !w.gone[i] {
+                    // At most one member leaves for good.
+                    let gone = !w.gone.contains(&true) && w.rng.chance(30);
+                    w.process_crash(i, gone, seed);
+                }
             }
             _ => {
                 for _ in 0..w.rng.below(6) {
@@ -256,8 +313,30 @@ fn run(seed: u64) {
         w.collect();
         w.quiesce();
     }
+    // The status deadline passes: whoever did not answer is not-connected.
+    w.now += 60_000;
+    let now = w.ts();
+    w.leader.handle_timeout(now);
+    for (i, m) in MEMBERS.iter().enumerate() {
+        let c = w.leader.member(m).map(|v| v.connection);
+        let want = if w.gone[i] {
+            Connection::NotConnected
+        } else {
+            Connection::Connected
+        };
+        assert_eq!(
+            c,
+            Some(want),
+            "seed {seed}: member {i} (gone: {})",
+            w.gone[i]
+        );
+    }
     for (task, who) in w.mentioned.clone() {
+        let n: usize = task[1..].parse().unwrap();
         for i in who {
+            if w.gone[i] || n <= w.restarted_after[i] {
+                continue; // died with the process
+            }
             let mine = w.members[i].task_state(&task);
             let seen = w.leader.result(&task, MEMBERS[i]).map(|r| r.state());
             assert!(mine.is_some(), "seed {seed}: member {i} never got {task}");
@@ -267,6 +346,7 @@ fn run(seed: u64) {
             );
         }
     }
+    (w.incarnation.iter().any(|&n| n > 0), w.gone.contains(&true))
 }
 
 #[test]
@@ -275,13 +355,24 @@ fn group_mode_survives_loss_duplication_reordering_and_crashes() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(10_000);
+    let (mut restarted, mut gone) = (0u64, 0u64);
     for seed in 0..seeds {
-        let r = std::panic::catch_unwind(|| run(seed));
-        if r.is_err() {
-            panic!(
+        match std::panic::catch_unwind(|| run(seed)) {
+            Ok((r, g)) => {
+                restarted += u64::from(r);
+                gone += u64::from(g);
+            }
+            Err(_) => panic!(
                 "seed {seed} failed (rerun: AIP_GROUP_SIM_SEEDS={} and look at seed {seed})",
                 seed + 1
-            );
+            ),
         }
+    }
+    eprintln!("{seeds} seeds: {restarted} with a member process restarted, {gone} with one gone");
+    if seeds >= 1000 {
+        assert!(
+            restarted > seeds / 10 && gone > seeds / 50,
+            "process crashes too rare to mean anything: {restarted} restarted, {gone} gone"
+        );
     }
 }

@@ -119,7 +119,7 @@ fn text_of(items: &[DataItem]) -> String {
 
 /// A task id as a directory name (other characters become `_`, plus a hash of the id so two
 /// ids never share a directory).
-fn dir_name(task_id: &str) -> String {
+pub(crate) fn dir_name(task_id: &str) -> String {
     let clean: String = task_id
         .chars()
         .take(64)
@@ -154,7 +154,7 @@ impl Drop for Running {
 }
 
 /// SIGKILL to a process group (what an agent left running: `sh -c 'tool &'`, pipelines).
-fn kill_group(pgid: rustix::process::Pid) {
+pub(crate) fn kill_group(pgid: rustix::process::Pid) {
     let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
 }
 
@@ -330,7 +330,7 @@ async fn fail(p: &PartnerHandle, task_id: &str, why: String) {
 }
 
 /// Every regular file directly in `dir` as a product (inline base64 up to `max` bytes).
-fn file_products(dir: &Path, max: u64) -> Vec<Product> {
+pub(crate) fn file_products(dir: &Path, max: u64) -> Vec<Product> {
     let Ok(rd) = std::fs::read_dir(dir) else {
         return Vec::new();
     };

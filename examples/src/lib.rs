@@ -1,6 +1,7 @@
 //! Shared helpers for the example binaries: logging, JSON config files, progress display.
 
 pub mod aip_agent;
+pub mod aip_group;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -437,6 +438,19 @@ pub fn parse_public_url(s: &str) -> Result<String, String> {
         (Some("http" | "https"), Some(_)) => Ok(s.trim_end_matches('/').to_owned()),
         _ => Err(format!("{s:?} is not an http(s)://host[:port] URL")),
     }
+}
+
+/// Prints one stdout line, flushed: `v` as JSON when `json` (the CLIs' `--json`), else
+/// `text`.
+pub fn print_line(json: bool, v: &serde_json::Value, text: &str) {
+    use std::io::Write;
+    let mut o = std::io::stdout().lock();
+    let _ = if json {
+        writeln!(o, "{v}")
+    } else {
+        writeln!(o, "{text}")
+    };
+    let _ = o.flush();
 }
 
 /// 64 random bits from the operating system (engine id seeds: notification tokens and ids

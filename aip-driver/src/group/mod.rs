@@ -24,7 +24,7 @@ pub use leader::{
     GroupLeaderEvent, GroupLeaderEvents, GroupLeaderHandle, GroupLeaderOptions, MemberSnapshot,
 };
 pub use partner::{
-    amqp_url, server_url, GroupPartnerEvent, GroupPartnerEvents, GroupPartnerHandle,
+    amqp_url, server_config, server_url, GroupPartnerEvent, GroupPartnerEvents, GroupPartnerHandle,
     GroupPartnerOptions, InvitationPolicy,
 };
 

@@ -624,6 +624,22 @@ impl<R: Runtime> GroupPartnerHandle<R> {
     }
 }
 
+/// The `server` of a `group` RPC invitation telling partners to reach the broker at `url`
+/// (`amqp://user:password@host:port/vhost`): its user and password become the
+/// `accessToken` `"user:password"` (PLAIN).
+pub fn server_config(url: &str) -> Result<ServerConfig, String> {
+    let u: lapin::uri::AMQPUri = url.parse()?;
+    Ok(ServerConfig {
+        host: u.authority.host,
+        port: u.authority.port,
+        vhost: u.vhost,
+        access_token: Some(format!(
+            "{}:{}",
+            u.authority.userinfo.username, u.authority.userinfo.password
+        )),
+    })
+}
+
 /// The broker URL of an RPC invitation's `server` (PLAIN with `accessToken`
 /// `"user:password"`). No token means TLS + SASL EXTERNAL, which this driver does not do yet.
 pub fn server_url(s: &ServerConfig) -> Result<String, String> {
@@ -633,5 +649,23 @@ pub fn server_url(s: &ServerConfig) -> Result<String, String> {
             "no accessToken: TLS with SASL EXTERNAL is required, which this partner does not support yet"
                 .into(),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_config_and_server_url_round_trip() {
+        let s = server_config("amqp://guest:p%40ss@127.0.0.1:5999/%2f").unwrap();
+        assert_eq!(
+            (s.host.as_str(), s.port, s.vhost.as_str()),
+            ("127.0.0.1", 5999, "/")
+        );
+        assert_eq!(s.access_token.as_deref(), Some("guest:p@ss"));
+        let s = server_config(&amqp_url("h", 5672, "acps", "u", "p")).unwrap();
+        assert_eq!(server_url(&s).unwrap(), "amqp://u:p@h:5672/acps");
+        assert!(server_config("http://nope").is_err());
     }
 }

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod rabbit;
+pub mod sdk;
 
 use std::time::Duration;
 

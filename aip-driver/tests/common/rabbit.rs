@@ -178,6 +178,15 @@ impl Broker {
         format!("amqp://guest:guest@127.0.0.1:{}/%2f", self.port)
     }
 
+    /// The broker's Erlang VM PID (from its pid file) while it runs.
+    pub fn beam_pid(&self) -> Option<u32> {
+        std::fs::read_to_string(self._dir.path().join("rabbit.pid"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+
     /// Stops the broker gracefully (its data stays).
     pub fn stop(&self) {
         self.command("stop", "stopped");

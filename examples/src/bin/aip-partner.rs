@@ -10,6 +10,18 @@
 //! (the answer arrives as the next stdin line), and when the command exits its stdout and
 //! the files it wrote to `$AIP_OUTPUT_DIR` are the task's products (see `aip_agent`).
 //! The first stdout line is `aip-partner listening on <rpc URL>`.
+//!
+//! Group mode (RabbitMQ): `--group` serves the `group` JSON-RPC invitation instead of the
+//! direct-mode endpoints, and `--inbox-broker URL` also takes invitations from the
+//! partner's inbox on that broker. Each group task mentioning this partner runs the command
+//! once with the request on stdin (see `awcp_examples::aip_group`):
+//!
+//! ```text
+//! aip-partner --group --id 1.2.156.3088.1.1.1.1.1.1 --listen 127.0.0.1:10301 -- my-agent
+//! aip-partner --group --id 1.2.156.3088.1.1.1.1.1.2 --listen 127.0.0.1:0 \
+//!     --inbox-broker amqp://guest:guest@127.0.0.1:5672/%2f -- my-agent
+//! ```
+//! The first stdout line is then `aip-partner group rpc on <URL>`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -62,6 +74,14 @@ struct Args {
     /// TLS for notification POSTs to https receivers.
     #[command(flatten)]
     client: ClientTlsArgs,
+    /// Group mode: take `group` invitations (JSON-RPC on --listen, and the inbox with
+    /// --inbox-broker) and run the command for each group task that mentions this partner.
+    #[arg(long)]
+    group: bool,
+    /// Group mode: also listen on this partner's inbox (inbox_{id}) on this broker,
+    /// amqp://user:password@host:port/vhost.
+    #[arg(long, env = "AIP_INBOX_BROKER", requires = "group")]
+    inbox_broker: Option<String>,
     /// Less logging.
     #[arg(long, short)]
     quiet: bool,
@@ -94,6 +114,26 @@ async fn run<R: Host>(args: Args) {
     });
     if let Err(e) = std::fs::create_dir_all(&work_root) {
         fatal(format!("cannot create {}: {e}", work_root.display()));
+    }
+    if args.group {
+        let listener = std::net::TcpListener::bind(args.listen)
+            .unwrap_or_else(|e| fatal(format!("cannot listen on {}: {e}", args.listen)));
+        let cli = awcp_examples::aip_group::PartnerCli {
+            id: args.id.clone(),
+            listener,
+            inbox_broker: args.inbox_broker.clone(),
+            cmd: Arc::new(AgentCommand {
+                argv,
+                work_root: work_root.clone(),
+                ask_marker: args.ask_marker.clone(),
+                max_file_bytes: args.max_file_bytes,
+            }),
+        };
+        let code = awcp_examples::aip_group::partner::<R>(cli).await;
+        if args.work_root.is_none() {
+            let _ = std::fs::remove_dir_all(&work_root);
+        }
+        std::process::exit(code);
     }
     let server = args.server.server_options().unwrap_or_else(|e| fatal(e));
     let client_tls = args.client.client_tls().unwrap_or_else(|e| fatal(e));

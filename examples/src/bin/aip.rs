@@ -12,13 +12,22 @@
 //! aip stream --attach t-1                   # replay and follow an existing task's stream
 //! aip notify --listen 127.0.0.1:0 "hello"   # a notification receiver; print what it receives
 //! aip --json get t-1                        # one JSON object per line
+//!
+//! # group mode (RabbitMQ): create a group, then one command per stdin line (see below)
+//! aip group --broker amqp://guest:guest@127.0.0.1:5672/%2f --group g-1 --leader-id 1.2.156.3088.1.1.1.1.1.0
+//!   invite 1.2.156.3088.1.1.1.1.1.1 http://127.0.0.1:10301/group/rpc
+//!   invite-inbox 1.2.156.3088.1.1.1.1.1.2
+//!   start t-1 all summarize the report         # mentions: all, or AIC[,AIC...]
+//!   complete t-1 1.2.156.3088.1.1.1.1.1.1
+//!   status | mute AIC | unmute AIC | remove AIC | members | disband
 //! ```
+//! `aip group` prints the group's events live (joins, status, every member's results);
+//! the console's commands are documented in `awcp_examples::aip_group`.
 //! Exit status: 0 when the partner answered (following a task: when it reached
 //! awaiting-input, awaiting-completion or completed); 1 when the partner answered an error, a
 //! start was rejected or failed, or a followed task failed, was rejected or canceled; 2 on bad
 //! usage.
 
-use std::io::Write;
 use std::time::Duration;
 
 use agent_rt::Host;
@@ -66,6 +75,21 @@ struct Args {
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
+    /// Lead a group over RabbitMQ: create it, then read commands from stdin (invite,
+    /// invite-inbox, start/continue/complete/cancel TASK MENTIONS TEXT, status, mute,
+    /// unmute, remove, members, disband) and print its events live. End of input disbands.
+    Group {
+        /// The broker: amqp://user:password@host:port/vhost (partners invited by RPC are
+        /// given the same credentials).
+        #[arg(long, env = "AIP_BROKER")]
+        broker: String,
+        /// The group id ([A-Za-z0-9-], at most 128).
+        #[arg(long)]
+        group: String,
+        /// Seconds `status` waits before a silent member counts as lost.
+        #[arg(long, default_value_t = 5)]
+        status_timeout: u64,
+    },
     /// Start a task and print the partner's first answer.
     Start {
         /// The task id (default: a fresh one).
@@ -163,13 +187,7 @@ struct Out {
 
 impl Out {
     fn line(&self, v: serde_json::Value, text: String) {
-        let mut o = std::io::stdout().lock();
-        let _ = if self.json {
-            writeln!(o, "{v}")
-        } else {
-            writeln!(o, "{text}")
-        };
-        let _ = o.flush();
+        awcp_examples::print_line(self.json, &v, &text);
     }
 
     fn items(items: &[DataItem]) -> String {
@@ -300,6 +318,21 @@ fn exit_code(state: TaskState) -> i32 {
 }
 
 async fn run<R: Host>(args: Args) -> i32 {
+    if let Cmd::Group {
+        broker,
+        group,
+        status_timeout,
+    } = &args.cmd
+    {
+        let cli = awcp_examples::aip_group::LeaderCli {
+            broker: broker.clone(),
+            group: group.clone(),
+            leader_id: args.leader_id.clone(),
+            json: args.json,
+            status_timeout: Duration::from_secs((*status_timeout).max(1)),
+        };
+        return awcp_examples::aip_group::leader::<R>(cli).await;
+    }
     let Some(partner) = args.partner.clone() else {
         return usage("no partner: give --partner URL or set AIP_PARTNER");
     };
@@ -342,6 +375,7 @@ async fn run<R: Host>(args: Args) -> i32 {
         deadline: None,
     };
     match args.cmd {
+        Cmd::Group { .. } => usage("group is handled above"),
         Cmd::Start { task, wait, text } => {
             let task = task.unwrap_or_else(|| fresh("task"));
             let start = StartTask::new("p", task.clone(), session.clone(), text.join(" "));

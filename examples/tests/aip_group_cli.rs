@@ -1,0 +1,205 @@
+//! The real `aip group` leader console and two real `aip-partner --group` processes against
+//! a real RabbitMQ node (the test's own, `aip-driver/tests/common/rabbit.rs`): partner A
+//! joins by the `group` JSON-RPC method, B through its inbox; a task to all, a task
+//! mentioning only B, complete to A, get-status, mute/unmute, remove A, disband. Waits are
+//! on the binaries' output lines. Skips without `rabbitmq-server` unless
+//! `AIP_REQUIRE_RABBITMQ_TEST=1`.
+
+#[path = "../../aip-driver/tests/common/rabbit.rs"]
+mod rabbit;
+
+use std::io::{BufRead, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// A child's stdout lines, read on a thread; every line seen is kept for failure messages.
+struct Lines {
+    rx: mpsc::Receiver<String>,
+    seen: Vec<String>,
+    name: &'static str,
+}
+
+impl Lines {
+    fn of(child: &mut Child, name: &'static str) -> Lines {
+        let out = child.stdout.take().expect("piped stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for l in std::io::BufReader::new(out).lines() {
+                let Ok(l) = l else { break };
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        Lines {
+            rx,
+            seen: Vec::new(),
+            name,
+        }
+    }
+
+    /// The next line for which `want` holds (earlier lines are kept in `seen`).
+    fn wait(&mut self, what: &str, want: impl Fn(&str) -> bool) -> String {
+        let until = Instant::now() + DEADLINE;
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            match self.rx.recv_timeout(left) {
+                Ok(l) => {
+                    self.seen.push(l.clone());
+                    if want(&l) {
+                        return l;
+                    }
+                }
+                Err(e) => panic!(
+                    "{}: no line {what} ({e}); saw:\n{}",
+                    self.name,
+                    self.seen.join("\n")
+                ),
+            }
+        }
+    }
+
+    fn wait_line(&mut self, line: &str) {
+        self.wait(&format!("{line:?}"), |l| l == line);
+    }
+
+    /// Waits until every one of `lines` came (in any order) after the lines already read.
+    fn wait_all(&mut self, lines: &[String]) {
+        let mut left: Vec<&String> = lines.iter().collect();
+        while !left.is_empty() {
+            let got = self.wait(&format!("any of {left:?}"), |l| {
+                left.iter().any(|w| *w == l)
+            });
+            left.retain(|w| **w != got);
+        }
+    }
+}
+
+/// A child process: SIGTERM when dropped (so a partner stops its agents), then SIGKILL if
+/// it has not exited after the deadline.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let pid = rustix::process::Pid::from_child(&self.0);
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        let start = Instant::now();
+        while matches!(self.0.try_wait(), Ok(None)) && start.elapsed() < DEADLINE {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn aic(n: u32) -> String {
+    format!(
+        "1.2.156.3088.1.1.7.{}.1.{n:04}",
+        std::process::id() % 100_000
+    )
+}
+
+fn partner(id: &str, work: &std::path::Path, inbox: Option<&str>) -> (Proc, Lines, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_aip-partner"));
+    cmd.args(["--group", "--quiet", "--listen", "127.0.0.1:0", "--id", id])
+        .arg("--work-root")
+        .arg(work);
+    if let Some(url) = inbox {
+        cmd.args(["--inbox-broker", url]);
+    }
+    let mut child = cmd
+        .args(["--", "sh", "-c", r#"read q; echo "$AIP_TASK_ID says: $q""#])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("aip-partner starts");
+    let mut lines = Lines::of(&mut child, "aip-partner");
+    let first = lines.wait("with the URL", |_| true);
+    let url = first
+        .strip_prefix("aip-partner group rpc on ")
+        .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
+        .to_owned();
+    if inbox.is_some() {
+        lines.wait("inbox ready", |l| l.ends_with(" ready"));
+    }
+    (Proc(child), lines, url)
+}
+
+fn send(stdin: &mut ChildStdin, line: &str) {
+    writeln!(stdin, "{line}")
+        .and_then(|_| stdin.flush())
+        .unwrap();
+}
+
+#[test]
+fn aip_group_leads_two_aip_partners_over_a_real_broker() {
+    let Some(b) = rabbit::Broker::start() else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let (l, a, c) = (aic(0), aic(1), aic(2));
+    let group = format!("cli-{}", std::process::id());
+    let (_pa, mut la, url_a) = partner(&a, work.path(), None);
+    let (_pc, mut lc, _) = partner(&c, work.path(), Some(&b.url()));
+
+    let mut leader = Command::new(env!("CARGO_BIN_EXE_aip"))
+        .args(["group", "--broker", &b.url(), "--group", &group])
+        .args(["--leader-id", &l, "--status-timeout", "10"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("aip group starts");
+    let mut ll = Lines::of(&mut leader, "aip group");
+    let mut stdin = leader.stdin.take().unwrap();
+    let leader = Proc(leader);
+    ll.wait("created", |l| {
+        l.starts_with(&format!("group {group} created"))
+    });
+
+    send(&mut stdin, &format!("invite {a} {url_a}"));
+    ll.wait_line(&format!("ok invite {a}"));
+    send(&mut stdin, &format!("invite-inbox {c}"));
+    ll.wait_line(&format!("joined {c}"));
+
+    send(&mut stdin, "start t-1 all hello");
+    ll.wait_all(
+        &[a.clone(), c.clone()]
+            .map(|who| format!("result {who} t-1 awaiting-completion: t-1 says: hello")),
+    );
+    send(&mut stdin, &format!("start t-2 {c} only you"));
+    ll.wait_line(&format!(
+        "result {c} t-2 awaiting-completion: t-2 says: only you"
+    ));
+    send(&mut stdin, &format!("complete t-1 {a}"));
+    ll.wait_line(&format!("result {a} t-1 completed: t-1 says: hello"));
+
+    send(&mut stdin, "status");
+    ll.wait_all(&[a.clone(), c.clone()].map(|who| format!("status {who} connected unmuted")));
+    send(&mut stdin, &format!("mute {c}"));
+    ll.wait_line(&format!("status {c} connected muted"));
+    send(&mut stdin, &format!("unmute {c}"));
+    ll.wait_line(&format!("status {c} connected unmuted"));
+    send(&mut stdin, &format!("remove {a}"));
+    ll.wait_line(&format!("left {a}"));
+    send(&mut stdin, "members");
+    ll.wait_line(&format!("member {a} Left unmuted"));
+    send(&mut stdin, "disband");
+    ll.wait_line("ok disband");
+    let mut leader = leader;
+    let status = leader.0.wait().unwrap();
+    assert!(status.success(), "aip group exited with {status}");
+
+    la.wait_line(&format!("left {group} (Asked)"));
+    lc.wait_line(&format!("left {group} (Disbanded)"));
+    // A was never mentioned on t-2; C ran both.
+    assert!(
+        !la.seen.iter().any(|l| l.contains("t-2")),
+        "A saw t-2: {:?}",
+        la.seen
+    );
+    assert!(lc.seen.contains(&format!("task {group} t-2 started")));
+}
