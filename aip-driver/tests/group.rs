@@ -724,8 +724,16 @@ fn our_group_leader_drives_sdk_partners_joined_by_rpc_and_inbox() {
         seen.contains(&format!("LEFT {c} {group}")) || seen.contains(&format!("HUNG {c} leaving")),
         "C did not leave: {seen:#?}"
     );
+    // The same SDK cleanup can hang for the partner joined by RPC after `leave-group` (seen
+    // in CI-like runs); our leader already saw it leave (the `MemberLeft` wait above, from
+    // the partner's own connected:false), so a HUNG report after it was told is accepted.
+    assert!(
+        seen.contains(&format!("LEFT {a} {group}"))
+            || (seen.contains(&format!("mgmt {a} leave-group"))
+                && seen.contains(&format!("HUNG {a} leaving"))),
+        "A did not leave: {seen:#?}"
+    );
     for want in [
-        format!("LEFT {a} {group}"),
         format!("mgmt {c} disband"),
         format!("command {a} start t-one not-mentioned"),
         format!("command {c} start t-one mentioned"),

@@ -13,9 +13,9 @@ partner has left its group. When both have left: "DONE" and exit 0.
 
 SDK defect worked around here: after a `disband`/`leave-group` the SDK partner publishes
 connected:false and then cleans up (cancel consumer, delete queue, close channel and
-connection) before it calls its disconnect handler; for the partner whose connection also
-carries its inbox consumer that cleanup can hang (seen: in the queue delete), as can
-`close()`. So a partner that was told to leave and has not called the handler 10 s later is
+connection) before it calls its disconnect handler; that cleanup can hang (seen: in the
+queue delete; mostly for the partner whose connection also carries its inbox consumer, once
+for the RPC-joined one after leave-group), as can `close()`. So a partner that was told to leave and has not called the handler 10 s later is
 reported as "HUNG AIC STATE" (its SDK state, `leaving`) and counted as gone; `close()` gets
 5 s; and the process ends with os._exit so a hung SDK task cannot keep it alive.
 """
