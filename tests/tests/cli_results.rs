@@ -119,6 +119,24 @@ fn dead_peer() -> String {
     format!("http://127.0.0.1:{port}/awcp")
 }
 
+/// A delegation whose result conflicts with a local edit of `a.txt` made during the task:
+/// `awcp delegate` exits 4 with the result staged. Returns the executor, the state dir, the
+/// workspace and the CLI's output.
+fn conflicting_delegation() -> (Executor, tempfile::TempDir, tempfile::TempDir, Output) {
+    let ex = Executor::start();
+    let state = tempfile::tempdir().unwrap();
+    let ws = workspace();
+    let a = ws.path().join("a.txt");
+    let o = delegate(
+        ws.path(),
+        &ex.url,
+        &format!("conflict {}", a.display()),
+        state.path(),
+    );
+    assert_eq!(o.status.code(), Some(4), "{}", show(&o));
+    (ex, state, ws, o)
+}
+
 /// The retry command `awcp delegate` printed (`awcp apply ID SID …`), as arguments after `awcp`.
 fn retry_command(o: &Output) -> Vec<String> {
     let err = String::from_utf8_lossy(&o.stderr);
@@ -186,17 +204,8 @@ fn delegate_exit_codes_are_distinct_and_documented() {
 /// applies it once the local edit is undone.
 #[test]
 fn result_not_applied_exits_4_stays_staged_and_the_printed_retry_applies_it() {
-    let ex = Executor::start();
-    let state = tempfile::tempdir().unwrap();
-    let ws = workspace();
+    let (ex, _state, ws, o) = conflicting_delegation();
     let a = ws.path().join("a.txt");
-    let o = delegate(
-        ws.path(),
-        &ex.url,
-        &format!("conflict {}", a.display()),
-        state.path(),
-    );
-    assert_eq!(o.status.code(), Some(4), "{}", show(&o));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("NOT applied"), "{}", show(&o));
     let v = record(&o);
@@ -309,17 +318,8 @@ fn daemon_record_says_the_result_was_not_applied() {
 /// (a downgrade never eats the result).
 #[test]
 fn a_result_staged_by_an_older_release_applies_after_the_upgrade() {
-    let ex = Executor::start();
-    let state = tempfile::tempdir().unwrap();
-    let ws = workspace();
+    let (_ex, state, ws, o) = conflicting_delegation();
     let a = ws.path().join("a.txt");
-    let o = delegate(
-        ws.path(),
-        &ex.url,
-        &format!("conflict {}", a.display()),
-        state.path(),
-    );
-    assert_eq!(o.status.code(), Some(4), "{}", show(&o));
     let id = record(&o)["id"].as_str().unwrap().to_owned();
     let path = state.path().join("delegations").join(format!("{id}.json"));
     let mut rec: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
