@@ -21,6 +21,7 @@ use clap::Parser;
 #[derive(Parser, Debug)]
 #[command(
     name = "awcp-quickstart",
+    version,
     about = "A complete AWCP delegation on this machine, with built-in defaults"
 )]
 struct Args {

@@ -1,0 +1,25 @@
+//! Every binary of this package answers `--version` with its name and the package version
+//! (issue 15, item 8), exit 0, on stdout.
+
+use std::process::Command;
+
+#[test]
+fn every_binary_answers_version() {
+    let bins = [
+        ("awcp", env!("CARGO_BIN_EXE_awcp")),
+        ("awcp-executor", env!("CARGO_BIN_EXE_awcp-executor")),
+        ("awcp-quickstart", env!("CARGO_BIN_EXE_awcp-quickstart")),
+        ("aip", env!("CARGO_BIN_EXE_aip")),
+        ("aip-partner", env!("CARGO_BIN_EXE_aip-partner")),
+    ];
+    for (name, path) in bins {
+        let o = Command::new(path).arg("--version").output().unwrap();
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(o.status.success(), "{name} --version failed: {o:?}");
+        assert_eq!(
+            out.trim(),
+            format!("{name} {}", env!("CARGO_PKG_VERSION")),
+            "{name} --version"
+        );
+    }
+}
