@@ -181,6 +181,19 @@ async fn joined<R: Host>(events: &mut GroupLeaderEvents, who: &str) {
     .await;
 }
 
+/// Waits until every one of `who` has joined, in any order (joins of partners invited
+/// together may arrive in any order; a wait per partner would consume the others' events).
+async fn joined_all<R: Host>(events: &mut GroupLeaderEvents, who: &[String]) {
+    let mut pending: std::collections::BTreeSet<&str> = who.iter().map(String::as_str).collect();
+    wait_for(&R::default(), events, "all joined", |e| {
+        if let GroupLeaderEvent::Group(LeaderEvent::MemberJoined { partner }) = e {
+            pending.remove(partner.as_str());
+        }
+        pending.is_empty()
+    })
+    .await;
+}
+
 /// A leader and three partners (two invited by RPC, one through its inbox); tasks with
 /// mentions to one, to several, to all; results collected; completion to one.
 async fn three_partners_and_mentions<R: Host>(test: u32) {
@@ -197,9 +210,7 @@ async fn three_partners_and_mentions<R: Host>(test: u32) {
         .unwrap();
     ps[2].handle.listen_inbox(&b.url()).await.unwrap();
     l.invite_inbox(&ids[2]).await.unwrap();
-    for id in &ids {
-        joined::<R>(&mut ev, id).await;
-    }
+    joined_all::<R>(&mut ev, &ids).await;
 
     l.send(start("t-one", Mentions::List(vec![ids[1].clone()]), "one"))
         .await
