@@ -215,6 +215,9 @@ pub struct DelegatorHandle {
     archives: ArchiveTable,
     now: Arc<dyn Fn() -> Timestamp + Send + Sync>,
     sleep: Arc<dyn Fn(Duration) -> crate::runtime::BoxFuture<()> + Send + Sync>,
+    /// Journal records found at start but not loaded (id → why), e.g. written by a newer
+    /// release. Their files are left untouched.
+    unloaded: Arc<BTreeMap<String, String>>,
 }
 
 /// Takes the exclusive lock of a delegator state directory (`<dir>/lock`, flock(2); released
@@ -299,12 +302,16 @@ impl DelegatorHandle {
             }
         }
         recover_interrupted_applies(&specs);
+        let mut unloaded = BTreeMap::new();
         let records: Vec<DelegationRecord> = records
             .iter()
             .filter_map(|r| match DelegationRecord::from_json(r) {
                 Ok(r) => Some(r),
                 Err(e) => {
                     tracing::warn!("journal record skipped: {e}");
+                    if let Some(id) = r.get("id").and_then(|v| v.as_str()) {
+                        unloaded.insert(id.to_owned(), e.to_string());
+                    }
                     None
                 }
             })
@@ -338,7 +345,15 @@ impl DelegatorHandle {
             archives,
             now: Arc::new(move || rt2.now()),
             sleep: Arc::new(move |d| rt3.sleep(d)),
+            unloaded: Arc::new(unloaded),
         })
+    }
+
+    /// Why the journal record of `id` in the state directory was not loaded at start (for
+    /// example, it was written by a newer release), if it was found and skipped. The file is
+    /// kept as it is; a delegator that understands it can load it.
+    pub fn unloaded_record(&self, id: &DelegationId) -> Option<&str> {
+        self.unloaded.get(id.as_str()).map(String::as_str)
     }
 
     /// A future that completes after `d` on the handle's runtime.

@@ -794,15 +794,17 @@ async fn run<R: Driver>(cli: Cli) {
             let applied = match state_dir {
                 Some(dir) => {
                     let d = delegator::<R>(dir, None, None, admission.limits(), client_tls);
+                    let did = parse_id(&id);
                     let r = d
-                        .apply_snapshot_and_wait(&parse_id(&id), &parse_snapshot(&snapshot))
+                        .apply_snapshot_and_wait(&did, &parse_snapshot(&snapshot))
                         .await;
+                    let note = unloaded_note(&d, &did);
                     d.stop().await;
                     r.map_err(|e| match e {
                         awcp_driver::DelegatorError::Protocol(info) => {
                             (exit::NOT_APPLIED, info.to_string())
                         }
-                        other => (exit::USAGE, other.to_string()),
+                        other => (exit::USAGE, format!("{other}{note}")),
                     })
                 }
                 None => client.apply(&id, &snapshot).await.map_err(|e| {
@@ -834,11 +836,16 @@ async fn run<R: Driver>(cli: Cli) {
             match state_dir {
                 Some(dir) => {
                     let d = delegator::<R>(dir, None, None, AdmissionLimits::default(), client_tls);
-                    let r = d
-                        .discard_snapshot(&parse_id(&id), &parse_snapshot(&snapshot))
-                        .await;
+                    let did = parse_id(&id);
+                    let r = d.discard_snapshot(&did, &parse_snapshot(&snapshot)).await;
+                    let note = unloaded_note(&d, &did);
                     d.stop().await;
-                    r.unwrap_or_else(|e| fail_delegator(e));
+                    if let Err(e) = r {
+                        if note.is_empty() {
+                            fail_delegator(e);
+                        }
+                        usage(format!("{e}{note}"));
+                    }
                 }
                 None => client
                     .discard(&id, &snapshot)
@@ -856,9 +863,23 @@ async fn run<R: Driver>(cli: Cli) {
 /// start-up recovery of interrupted applies).
 async fn local_record<R: Driver>(dir: PathBuf, id: &str, tls: agent_rt::ClientTls) -> Value {
     let d = delegator::<R>(dir, None, None, AdmissionLimits::default(), tls);
-    let v = d.get(&parse_id(id)).await.map(|v| view_to_json(&v));
+    let did = parse_id(id);
+    let v = d.get(&did).await.map(|v| view_to_json(&v));
+    let note = unloaded_note(&d, &did);
     d.stop().await;
-    v.unwrap_or_else(|| usage(format!("unknown delegation {id}")))
+    v.unwrap_or_else(|| usage(format!("unknown delegation {id}{note}")))
+}
+
+/// Why the state directory's record of `id` was not loaded, as a suffix for an "unknown
+/// delegation" error (empty when there is no such record).
+fn unloaded_note(d: &DelegatorHandle, id: &awcp_proto::DelegationId) -> String {
+    d.unloaded_record(id)
+        .map(|why| {
+            format!(
+                ": its journal record was found but not loaded ({why}); the file is kept for the release that wrote it"
+            )
+        })
+        .unwrap_or_default()
 }
 
 fn parse_id(s: &str) -> awcp_proto::DelegationId {
