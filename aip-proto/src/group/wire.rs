@@ -188,16 +188,7 @@ struct RawMgmt {
 
 impl RawMgmt {
     fn header(&mut self) -> Header {
-        Header {
-            id: self.id.take(),
-            sent_at: self.sent_at.take(),
-            sender_role: self.sender_role.take(),
-            sender_id: self.sender_id.take(),
-            mentions: self.mentions.take(),
-            data_items: self.data_items.take(),
-            group_id: self.group_id.take(),
-            session_id: self.session_id.take(),
-        }
+        crate::wire::take_header!(self)
     }
 }
 

@@ -113,18 +113,27 @@ impl RawCommand {
     }
 }
 
+/// Takes the [`Header`] fields out of a raw decoded object (direct-mode objects and the group
+/// management message carry the same eight, under the same names).
+macro_rules! take_header {
+    ($raw:expr) => {
+        $crate::wire::Header {
+            id: $raw.id.take(),
+            sent_at: $raw.sent_at.take(),
+            sender_role: $raw.sender_role.take(),
+            sender_id: $raw.sender_id.take(),
+            mentions: $raw.mentions.take(),
+            data_items: $raw.data_items.take(),
+            group_id: $raw.group_id.take(),
+            session_id: $raw.session_id.take(),
+        }
+    };
+}
+pub(crate) use take_header;
+
 impl RawObject {
     fn header(&mut self) -> Header {
-        Header {
-            id: self.id.take(),
-            sent_at: self.sent_at.take(),
-            sender_role: self.sender_role.take(),
-            sender_id: self.sender_id.take(),
-            mentions: self.mentions.take(),
-            data_items: self.data_items.take(),
-            group_id: self.group_id.take(),
-            session_id: self.session_id.take(),
-        }
+        take_header!(self)
     }
 
     fn into_command(self, context: Dialect) -> Result<(TaskCommand, Dialect), DecodeError> {

@@ -22,6 +22,7 @@ pub use command::{
     CommandKind, GetParams, NotificationStartParams, ReStreamParams, StartParams, TaskCommand,
 };
 pub use data::{DataItem, JsonObject, Mentions, Product, SenderRole, TaskState, TaskStatus};
+pub(crate) use decode::take_header;
 pub use decode::{
     decode_command, decode_event_data, decode_request, decode_response, decode_rpc_response,
     decode_stream_event, decode_task, is_json, RequestError,

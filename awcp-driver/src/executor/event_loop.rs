@@ -66,9 +66,6 @@ impl<R: Runtime> drive::Host for Loop<R> {
     fn execute(&mut self, output: ExecutorOutput) {
         Loop::execute(self, output);
     }
-    fn refused(&mut self, error: awcp_proto::UsageError) {
-        tracing::debug!("input ignored: {error}");
-    }
 }
 
 impl<R: Runtime> Loop<R> {

@@ -98,7 +98,10 @@ pub trait Host {
     /// Carries out one output (step 2).
     fn execute(&mut self, output: <Self::Engine as Engine>::Output);
     /// The engine refused an input (a driver bug or a stale completion): reported, not fatal.
-    fn refused(&mut self, error: UsageError);
+    /// By default logged at debug level.
+    fn refused(&mut self, error: UsageError) {
+        tracing::debug!("input ignored: {error}");
+    }
 }
 
 /// One turn of the loop (steps 1–3): feeds `wake` at `now`, executes every output, and returns
