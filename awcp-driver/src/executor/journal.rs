@@ -44,7 +44,10 @@ impl Journal {
         let _ = std::fs::remove_file(self.dir.join(format!("{id}.json")));
     }
 
-    /// Every record left by a previous run (undecodable files are skipped and removed).
+    /// Every record left by a previous run. Temp files of a write a crash interrupted are
+    /// removed; a record that is not JSON is moved aside to `<name>.unreadable` (never
+    /// deleted: it may be the only trace of a workspace) and skipped; other files are left
+    /// alone.
     pub fn load(&self) -> Vec<serde_json::Value> {
         let Ok(rd) = std::fs::read_dir(&self.dir) else {
             return Vec::new();
@@ -52,9 +55,13 @@ impl Journal {
         let mut out = Vec::new();
         for e in rd.flatten() {
             let p = e.path();
-            if p.extension().and_then(|x| x.to_str()) != Some("json") {
-                // A temp file from a write interrupted by a crash.
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with(".tmp") {
+                // A temp file from a write interrupted by a crash (see `write_atomic`).
                 let _ = std::fs::remove_file(&p);
+                continue;
+            }
+            if p.extension().and_then(|x| x.to_str()) != Some("json") {
                 continue;
             }
             match std::fs::read(&p)
@@ -63,8 +70,13 @@ impl Journal {
             {
                 Some(v) => out.push(v),
                 None => {
-                    tracing::warn!(path = %p.display(), "unreadable journal record removed");
-                    let _ = std::fs::remove_file(&p);
+                    let aside = self.dir.join(format!("{name}.unreadable"));
+                    tracing::warn!(
+                        path = %p.display(),
+                        "unreadable journal record skipped and moved to {}",
+                        aside.display()
+                    );
+                    let _ = std::fs::rename(&p, &aside);
                 }
             }
         }
@@ -72,10 +84,11 @@ impl Journal {
     }
 }
 
-/// Writes `name` in `dir` atomically: temp file, fsync, rename.
+/// Writes `name` in `dir` atomically: temp file (`.tmp…`, see [`Journal::load`]), fsync,
+/// rename.
 pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    let mut tmp = tempfile::Builder::new().prefix(".tmp").tempfile_in(dir)?;
     tmp.write_all(bytes)?;
     tmp.as_file().sync_all()?;
     tmp.persist(dir.join(name)).map_err(|e| e.error)?;

@@ -228,22 +228,30 @@ impl ExecutorHandle {
         let mut deferred = Vec::new();
         if let Some(j) = &journal {
             let records = j.load();
-            let n = engine.restore(rt.now(), &records);
-            if n > 0 {
-                tracing::info!(restored = n, "assignments restored from the journal");
-            }
-            // Persist what restoring changed (in-flight work is now failed).
-            for r in &records {
-                if let Some(id) = r
-                    .get("id")
-                    .and_then(|v| v.as_str())
-                    .and_then(|s| DelegationId::new(s).ok())
-                {
-                    match engine.record(&id) {
-                        Some(rec) => j.write(&id, &rec),
-                        None => j.remove(&id),
+            let restored = engine.restore_records(rt.now(), &records);
+            let mut n = 0;
+            // Persist what restoring changed (in-flight work is now failed). A record that was
+            // not restored is the only copy of what it describes: it stays as it is.
+            for (r, result) in records.iter().zip(restored) {
+                match result {
+                    Ok(id) => {
+                        n += 1;
+                        match engine.record(&id) {
+                            Some(rec) => j.write(&id, &rec),
+                            None => j.remove(&id),
+                        }
+                    }
+                    Err(e) => {
+                        let id = r.get("id").and_then(|v| v.as_str()).unwrap_or("?");
+                        tracing::warn!(
+                            delegation = id,
+                            "journal record skipped and kept as it is: {e}"
+                        );
                     }
                 }
+            }
+            if n > 0 {
+                tracing::info!(restored = n, "assignments restored from the journal");
             }
             deferred = recover(&rt, &mut engine, j, &transports);
         }

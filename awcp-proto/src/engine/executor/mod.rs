@@ -82,7 +82,9 @@ pub use self::io::{
     ExecutorStatus, Misbehaviour, Request, Response, ResultBody, ResultStatus, SetupFailure,
     TaskFailure, WorkspaceLayout,
 };
-pub use self::record::{AssignmentRecord, RecordedAuth, RecordedOutcome, RECORD_VERSION};
+pub use self::record::{
+    AssignmentRecord, AssignmentRecordError, RecordedAuth, RecordedOutcome, RECORD_VERSION,
+};
 
 use self::assignment::Assignment;
 

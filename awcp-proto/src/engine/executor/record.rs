@@ -8,7 +8,9 @@
 //!   `credential` (bound to headers).
 //! * **1** ([`RECORD_VERSION`]): `version` added; the fields are otherwise those of 0.
 //!
-//! A record of a newer version than this build understands is skipped (never half-read).
+//! A record of a newer version than this build understands is skipped (never half-read) and
+//! reported as [`AssignmentRecordError::TooNew`], so the driver can leave it on disk for the
+//! release that wrote it.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -32,6 +34,18 @@ pub const RECORD_VERSION: u32 = 1;
 
 fn yes() -> bool {
     true
+}
+
+/// Why a journal record was not restored ([`Executor::restore_records`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AssignmentRecordError {
+    /// Not an assignment record this build can read (a required field is missing, has the
+    /// wrong type, or names an unknown state or an undecodable INVITE).
+    #[error("malformed assignment record: {0}")]
+    Malformed(String),
+    /// Written by a newer executor: left alone, never half-read.
+    #[error("assignment record version {0} is newer than this executor understands")]
+    TooNew(u32),
 }
 
 /// One assignment's journal record (JSON; field names as written since version 0).
@@ -110,17 +124,19 @@ pub struct RecordedOutcome {
 }
 
 impl AssignmentRecord {
-    /// Reads a record of any known version (migrating older ones); `None` if it does not
-    /// decode or is of a newer version.
-    pub fn from_value(v: &serde_json::Value) -> Option<AssignmentRecord> {
-        let mut r: AssignmentRecord = serde_json::from_value(v.clone()).ok()?;
-        if r.version > RECORD_VERSION {
-            tracing::warn!(
-                version = r.version,
-                "journal record of a newer version skipped"
-            );
-            return None;
+    /// Reads a record of any known version (migrating older ones, see the module docs).
+    pub fn from_json(v: &serde_json::Value) -> Result<AssignmentRecord, AssignmentRecordError> {
+        let version = v
+            .get("version")
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(0);
+        if version > u64::from(RECORD_VERSION) {
+            return Err(AssignmentRecordError::TooNew(
+                u32::try_from(version).unwrap_or(u32::MAX),
+            ));
         }
+        let mut r: AssignmentRecord = serde_json::from_value(v.clone())
+            .map_err(|e| AssignmentRecordError::Malformed(e.to_string()))?;
         // 0 → 1: a clear-text credential becomes its digest, bound to headers (as version 0
         // required one on every request).
         if r.auth.is_none() {
@@ -133,7 +149,13 @@ impl AssignmentRecord {
         }
         r.credential = None;
         r.version = RECORD_VERSION;
-        Some(r)
+        Ok(r)
+    }
+
+    /// [`AssignmentRecord::from_json`] without the reason: `None` if the record does not
+    /// decode or is of a newer version.
+    pub fn from_value(v: &serde_json::Value) -> Option<AssignmentRecord> {
+        AssignmentRecord::from_json(v).ok()
     }
 
     fn bound(&self) -> Option<BoundCredential> {
@@ -204,30 +226,48 @@ impl Executor {
     /// ([`ExecutorOutput::EndTask`], answered with `TaskFinished`), then a recorded work
     /// directory (`{work_root}/{id}` of this configuration only) is released
     /// ([`ExecutorOutput::Release`]); each ends with [`super::ExecutorEvent::Ended`]. Returns
-    /// how many records were restored; records that do not decode (see [`AssignmentRecord`])
-    /// are skipped.
+    /// how many records were restored; see [`Executor::restore_records`] for which.
     pub fn restore(&mut self, now: Timestamp, records: &[serde_json::Value]) -> usize {
-        self.tick(now);
-        let mut n = 0;
-        for r in records {
-            if AssignmentRecord::from_value(r)
-                .and_then(|r| self.restore_one(now, &r))
-                .is_some()
-            {
-                n += 1;
-            }
-        }
-        n
+        self.restore_records(now, records)
+            .iter()
+            .filter(|r| r.is_ok())
+            .count()
     }
 
-    fn restore_one(&mut self, now: Timestamp, r: &AssignmentRecord) -> Option<()> {
-        let id = DelegationId::new(&r.id).ok()?;
-        let invite_json = serde_json::to_vec(&r.invite).ok()?;
-        let (Message::Invite(invite), dialect) = crate::wire::decode_message(&invite_json).ok()?
+    /// [`Executor::restore`], answering for each record (in order) the id it restored or why
+    /// it did not. A driver journals back only the restored ones: a record that was not
+    /// restored (say, written by a newer release after a downgrade) is the only copy of what
+    /// it describes, so it stays on disk as it is.
+    pub fn restore_records(
+        &mut self,
+        now: Timestamp,
+        records: &[serde_json::Value],
+    ) -> Vec<Result<DelegationId, AssignmentRecordError>> {
+        self.tick(now);
+        records
+            .iter()
+            .map(|v| {
+                let r = AssignmentRecord::from_json(v)?;
+                self.restore_one(now, &r)
+            })
+            .collect()
+    }
+
+    fn restore_one(
+        &mut self,
+        now: Timestamp,
+        r: &AssignmentRecord,
+    ) -> Result<DelegationId, AssignmentRecordError> {
+        let bad = |what: String| AssignmentRecordError::Malformed(what);
+        let id = DelegationId::new(&r.id).map_err(|e| bad(format!("id {:?}: {e}", r.id)))?;
+        let invite_json = serde_json::to_vec(&r.invite).map_err(|e| bad(format!("invite: {e}")))?;
+        let (Message::Invite(invite), dialect) =
+            crate::wire::decode_message(&invite_json).map_err(|e| bad(format!("invite: {e}")))?
         else {
-            return None;
+            return Err(bad("invite: not an INVITE".to_owned()));
         };
-        let state = AssignmentState::parse(&r.state)?;
+        let state =
+            AssignmentState::parse(&r.state).ok_or_else(|| bad(format!("state {:?}", r.state)))?;
         let outcome = r.outcome.clone().map(|o| TaskOutcome {
             summary: o.summary,
             highlights: o.highlights,
@@ -249,7 +289,9 @@ impl Executor {
             } else {
                 AssignmentTransition::Cancel
             };
-            machine.apply(event).ok()?;
+            machine
+                .apply(event)
+                .map_err(|e| bad(format!("state {:?}: {e}", r.state)))?;
             error = Some(ErrorInfo::new(
                 ErrorCode::TaskFailed,
                 "the executor restarted while the delegation was in flight; its work is lost",
@@ -358,17 +400,17 @@ impl Executor {
                 id: id.clone(),
                 work_dir,
             });
-            return Some(());
+            return Ok(id);
         }
         if !released {
             // The retention starts once the release is done (see `Released`).
-            return Some(());
+            return Ok(id);
         }
         let until = completed_at
             .unwrap_or(now)
             .saturating_add(retention)
             .max(now);
         self.core.timers.set(&id, Timer::Retention, until);
-        Some(())
+        Ok(id)
     }
 }

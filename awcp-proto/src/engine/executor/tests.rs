@@ -253,3 +253,41 @@ fn a_version_0_clear_text_credential_becomes_a_digest_and_newer_versions_are_ski
     let mut ex = Executor::new(ExecutorConfig::default());
     assert_eq!(ex.restore(T0, &[future]), 0);
 }
+
+#[test]
+fn restore_says_which_records_were_not_restored_and_why() {
+    let mut ex = Executor::new(ExecutorConfig {
+        work_root: "/w".into(),
+        ..ExecutorConfig::default()
+    });
+    let ok_id = DelegationId::new("dlg_ok").unwrap();
+    let ok = running_record(&ex, &ok_id, None);
+    let mut newer = running_record(&ex, &DelegationId::new("dlg_newer").unwrap(), None);
+    newer["version"] = (RECORD_VERSION + 1).into();
+    // A newer release may have changed anything, even the fields this one needs.
+    newer.as_object_mut().unwrap().remove("invite");
+    let mut bad_state = running_record(&ex, &DelegationId::new("dlg_state").unwrap(), None);
+    bad_state["state"] = "paused".into();
+    let not_a_record = serde_json::json!({"hello": "world"});
+    let got = ex.restore_records(T0, &[ok, newer, bad_state, not_a_record]);
+    assert_eq!(got.len(), 4);
+    assert_eq!(got[0], Ok(ok_id.clone()));
+    assert_eq!(
+        got[1],
+        Err(AssignmentRecordError::TooNew(RECORD_VERSION + 1))
+    );
+    assert!(
+        matches!(&got[2], Err(AssignmentRecordError::Malformed(m)) if m.contains("paused")),
+        "{:?}",
+        got[2]
+    );
+    assert!(matches!(&got[3], Err(AssignmentRecordError::Malformed(_))));
+    assert!(ex.assignment(&ok_id).is_some());
+    assert!(ex
+        .assignment(&DelegationId::new("dlg_newer").unwrap())
+        .is_none());
+    assert!(
+        got[1].as_ref().unwrap_err().to_string().contains("newer"),
+        "the error says why"
+    );
+}
