@@ -421,6 +421,178 @@ pub async fn executor_start_up_leaves_foreign_files_in_its_work_root<R: TestRunt
     assert_eq!(tree(&work), before, "the refused start-up touched the home");
 }
 
+// ---------------------------------------------------------------------------------------------
+// Journal records across releases: an upgrade finishes what the older release left, a
+// downgrade leaves what the newer release wrote alone.
+
+/// An assignment id for the record tests.
+const RECORD_ID: &str = "dlg_0a1b2c3d4e5f60718293a4b5c6d7e8f9";
+
+/// A journal record as the release before versioned records wrote it (no `version` field;
+/// with authentication, the clear-text credential those releases kept) of an assignment that
+/// was running `task` in `work/RECORD_ID` when its executor died.
+fn version_0_running_record<R: TestRuntime>(work: &Path, task: &str) -> serde_json::Value {
+    let invite = serde_json::json!({
+        "version": "1",
+        "type": "INVITE",
+        "delegationId": RECORD_ID,
+        "task": {"description": "d", "prompt": "p"},
+        "lease": {"ttlSeconds": 600, "accessMode": "rw"},
+        "environment": {"resources": [{"name": "workspace", "type": "fs", "mode": "rw"}]},
+    });
+    let mut r = serde_json::json!({
+        "id": RECORD_ID,
+        "invite": invite,
+        "dialect": "reference",
+        "state": "active",
+        "workDir": s(&work.join(RECORD_ID)),
+        "allocated": true,
+        "released": false,
+        "transport": "archive",
+        "task": task,
+        "retentionMs": 60_000,
+    });
+    if let Some(token) = R::TOKEN {
+        r["credential"] = token.into();
+    }
+    r
+}
+
+/// Polls `done` (every 10 ms, up to 20 s); `true` once it holds.
+async fn eventually<R: TestRuntime>(mut done: impl FnMut() -> bool) -> bool {
+    for _ in 0..2000 {
+        if done() {
+            return true;
+        }
+        R::default().sleep(Duration::from_millis(10)).await;
+    }
+    done()
+}
+
+/// The executor after an upgrade (records without a `version`, from the release before): it
+/// ends the task the record names, removes the recorded work directory, and journals the
+/// assignment back in today's format as failed, with the credential digested.
+pub async fn an_upgraded_executor_ends_the_task_an_older_release_journaled<R: TestRuntime>() {
+    let rt = R::default();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let work = d.join("work");
+    std::fs::create_dir_all(work.join(RECORD_ID).join("workspace")).unwrap();
+    std::fs::write(work.join(RECORD_ID).join("workspace/a.txt"), "a\n").unwrap();
+    // The older release's task: a process group of its own, marked with the delegation id,
+    // as the executor starts tasks.
+    let mut task = {
+        use std::os::unix::process::CommandExt;
+        Command::new("sleep")
+            .arg("600")
+            .env("AWCP_DELEGATION_ID", RECORD_ID)
+            .process_group(0)
+            .spawn()
+            .expect("sleep starts")
+    };
+    let proc_ = Proc::of(task.id()).expect("the task runs");
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    let handle = format!("{}:{}:{}", proc_.pid, proc_.start, boot.trim());
+    let record = version_0_running_record::<R>(&work, &handle);
+    let journal = d.join("exec/assignments");
+    std::fs::create_dir_all(&journal).unwrap();
+    let file = journal.join(format!("{RECORD_ID}.json"));
+    std::fs::write(&file, record.to_string()).unwrap();
+
+    let args = vec![
+        "--work-root".into(),
+        s(&work),
+        "--state-dir".into(),
+        s(&d.join("exec")),
+    ];
+    let log = d.join("executor.log");
+    let ex = blocking(&rt, move || spawn_executor::<R>(&args, &[], &log).running()).await;
+    let ended = eventually::<R>(|| !proc_.alive()).await;
+    proc_.kill_if_alive();
+    let _ = task.wait();
+    assert!(
+        ended,
+        "the recorded task outlived the upgrade\n{}",
+        ex.log_text()
+    );
+    assert!(
+        eventually::<R>(|| !work.join(RECORD_ID).exists()).await,
+        "the recorded work directory is removed\n{}",
+        ex.log_text()
+    );
+    let back: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&file).expect("the record is kept")).unwrap();
+    assert_eq!(back["version"], 1, "written back in today's format: {back}");
+    assert_eq!(back["state"], "error", "{back}");
+    assert_eq!(back["error"]["code"], "TASK_FAILED", "{back}");
+    assert_eq!(back["invite"], record["invite"], "{back}");
+    if let Some(token) = R::TOKEN {
+        let text = back.to_string();
+        assert!(!text.contains(token), "the credential is digested: {text}");
+        assert_eq!(back["auth"]["binding"], "header", "{back}");
+    }
+}
+
+/// The executor after a downgrade (a record from a newer release, which this one cannot
+/// read): the record is the only copy of what it describes, so start-up leaves it, and the
+/// work directory it names, exactly as they were; the executor serves, and says why it skipped
+/// the record. It used to delete the record (and with it the newer release's result).
+pub async fn a_downgraded_executor_leaves_a_newer_releases_record_alone<R: TestRuntime>() {
+    let rt = R::default();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let work = d.join("work");
+    std::fs::create_dir_all(work.join(RECORD_ID)).unwrap();
+    std::fs::write(
+        work.join(RECORD_ID).join("result.txt"),
+        "the newer release's\n",
+    )
+    .unwrap();
+    let mut record = version_0_running_record::<R>(&work, "1:2:not-a-boot");
+    record["version"] = 99.into();
+    record["state"] = "completed".into();
+    record["somethingNew"] = serde_json::json!({"only": "the newer release knows"});
+    let journal = d.join("exec/assignments");
+    std::fs::create_dir_all(&journal).unwrap();
+    let file = journal.join(format!("{RECORD_ID}.json"));
+    let bytes = serde_json::to_vec_pretty(&record).unwrap();
+    std::fs::write(&file, &bytes).unwrap();
+    // And a record that is not JSON at all: moved aside, not deleted.
+    std::fs::write(journal.join("dlg_torn.json"), b"{\"id\": \"dlg_t").unwrap();
+    let before = tree(&work);
+
+    let args = vec![
+        "--work-root".into(),
+        s(&work),
+        "--state-dir".into(),
+        s(&d.join("exec")),
+    ];
+    let log = d.join("executor.log");
+    // Running: it printed its URL, so start-up (and the restore) is over.
+    let mut ex = blocking(&rt, move || spawn_executor::<R>(&args, &[], &log).running()).await;
+    let st = blocking(&rt, move || {
+        let st = ex.terminate();
+        (st, ex.log_text())
+    })
+    .await;
+    let (st, text) = st;
+    assert!(st.success(), "{st:?}\n{text}");
+    assert_eq!(
+        std::fs::read(&file).expect("the newer record is kept"),
+        bytes,
+        "the newer record is left exactly as it was\n{text}"
+    );
+    assert_eq!(tree(&work), before, "its work directory is left alone");
+    assert!(
+        text.contains("kept as it is") && text.contains("newer"),
+        "the log says why the record was skipped: {text}"
+    );
+    assert!(
+        journal.join("dlg_torn.json.unreadable").exists(),
+        "an unreadable record is moved aside, not deleted"
+    );
+}
+
 /// Two executors on one work root or one state directory: the second refuses to start with a
 /// message naming the directory, and the first keeps serving.
 pub async fn a_second_executor_on_the_same_work_root_or_state_dir_refuses<R: TestRuntime>() {

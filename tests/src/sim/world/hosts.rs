@@ -76,8 +76,12 @@ impl World {
         self.log(|| format!("exec{exec} restarts"));
         let mut engine = Executor::new(exec_config(&self.cfg, seed));
         let records: Vec<Value> = self.execs[exec].journal.values().cloned().collect();
-        let n = engine.restore(self.ts(), &records);
-        if n > 0 {
+        let restored: Vec<DelegationId> = engine
+            .restore_records(self.ts(), &records)
+            .into_iter()
+            .filter_map(Result::ok)
+            .collect();
+        if !restored.is_empty() {
             self.bump("executor restored from its journal");
         }
         let node = &mut self.execs[exec];
@@ -90,9 +94,8 @@ impl World {
             }
         }
         node.engine = Some(engine);
-        // What restoring changed is journalled, as the driver does.
-        let ids: Vec<DelegationId> = self.execs[exec].journal.keys().cloned().collect();
-        for id in ids {
+        // What restoring changed is journalled, as the driver does: only restored records.
+        for id in restored {
             self.persist_exec(exec, &id);
         }
         self.drain_exec(exec);
