@@ -88,6 +88,13 @@ fn is_terminal(v: &Value) -> bool {
     v["state"].as_str().is_some_and(|s| TERMINAL.contains(&s))
 }
 
+/// Whether a delegation is over: terminal, its result applied (or not) and everything
+/// released. A completed delegation still applying its result is not over yet; reading it as
+/// over would report "stored but not applied" for a result about to be applied.
+fn is_over(v: &Value) -> bool {
+    v["ended"] == true
+}
+
 /// Whether a delegation record ended without success for the caller: its result was not
 /// applied, it failed or expired, or the executor was unreachable (a cancel is not a failure).
 fn unsuccessful(v: &Value) -> bool {
@@ -1017,7 +1024,7 @@ impl AwcpMcp {
         }
         // Still running at the end of the budget: hand the id back before the client gives up.
         let mut v = self.client.get(id).await?;
-        if is_terminal(&v) {
+        if is_over(&v) {
             return Ok((report(&v), v));
         }
         self.add_progress(&mut v);
@@ -1053,7 +1060,7 @@ impl AwcpMcp {
             return Err(ToolError::new("timeout must be a positive integer"));
         }
         let mut v = self.client.get(&a.delegation_id).await?;
-        if !a.block || is_terminal(&v) {
+        if !a.block || is_over(&v) {
             self.add_progress(&mut v);
             return Ok((self.report_with_progress(&v), v));
         }

@@ -143,7 +143,9 @@ impl Outcome {
 }
 
 impl DelegationView {
-    /// How the delegation turned out (see [`Outcome`]).
+    /// How the delegation turned out (see [`Outcome`]). A completed delegation whose result
+    /// the engine is still storing or applying (`auto` mode, not [`DelegationView::ended`])
+    /// is [`Outcome::Running`]: reading it as "stored but not applied" would be a race.
     pub fn outcome(&self) -> Outcome {
         match (self.state, &self.error) {
             (DelegationState::Completed, _) => {}
@@ -199,6 +201,8 @@ impl DelegationView {
                         reason: e.clone(),
                     }
                 }
+                // The engine is still storing or applying it: not over yet.
+                None if auto && !self.ended => return Outcome::Running,
                 None if auto => {
                     return Outcome::NotApplied {
                         snapshot: Some(snap.id.clone()),
@@ -314,5 +318,20 @@ mod tests {
         );
         v.snapshots = vec![snapshot(SnapshotStatus::Applied, None)];
         assert_eq!(v.outcome(), Outcome::Completed);
+    }
+
+    #[test]
+    fn a_completed_delegation_still_applying_is_running() {
+        for status in [SnapshotStatus::InFlight, SnapshotStatus::Pending] {
+            let mut v = view(DelegationState::Completed, None);
+            v.ended = false;
+            v.snapshots = vec![snapshot(status.clone(), None)];
+            assert_eq!(v.outcome(), Outcome::Running, "{status:?}, not ended");
+            v.ended = true;
+            assert!(
+                matches!(v.outcome(), Outcome::NotApplied { .. }),
+                "{status:?}, ended: not applied"
+            );
+        }
     }
 }
