@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
 
-/// The binaries [`path`] builds (one `cargo build -p awcp-examples` for all of them).
+/// The binaries [`path`] builds (one `cargo build -p awcp-aip-cli` for all of them).
 const BINARIES: [&str; 2] = ["awcp", "awcp-executor"];
 
 /// `target/<profile>` of the running test executable (`target/<profile>/deps/<test>`).
@@ -36,7 +36,7 @@ pub fn path(name: &str) -> PathBuf {
             .expect("workspace root");
         let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
         cmd.current_dir(root)
-            .args(["build", "-q", "--profile", profile, "-p", "awcp-examples"])
+            .args(["build", "-q", "--profile", profile, "-p", "awcp-aip-cli"])
             .env("CARGO_TARGET_DIR", &target);
         for bin in BINARIES {
             cmd.args(["--bin", bin]);

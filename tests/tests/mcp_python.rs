@@ -98,7 +98,7 @@ fn official_python_mcp_client_drives_awcp_mcp() {
         return;
     };
 
-    // Build the two binaries with the profile of this test run (reusing its dependencies).
+    // Build the binaries with the profile of this test run (reusing its dependencies).
     let profile = if bins.file_name().is_some_and(|n| n == "release") {
         "release"
     } else {
@@ -112,9 +112,7 @@ fn official_python_mcp_client_drives_awcp_mcp() {
             "--profile",
             profile,
             "-p",
-            "awcp-mcp",
-            "-p",
-            "awcp-examples",
+            "awcp-aip-cli",
             "--bin",
             "awcp-mcp",
             "--bin",

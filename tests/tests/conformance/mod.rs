@@ -1035,7 +1035,7 @@ fn executor_binary() -> PathBuf {
     example_binary("awcp-executor")
 }
 
-/// Binary `bin` of awcp-examples (`awcp` or `awcp-executor`), built once per test process
+/// Binary `bin` of awcp-aip-cli (`awcp` or `awcp-executor`), built once per test process
 /// with the running test's profile (see `awcp_tests::bins`).
 pub fn example_binary(bin: &str) -> PathBuf {
     awcp_tests::bins::path(bin)

@@ -101,7 +101,7 @@ pub struct Cli {
     max_file_bytes: u64,
     /// How to trust https executors and daemons (and identify to them).
     #[command(flatten)]
-    client: awcp_examples::ClientTlsArgs,
+    client: awcp_aip_cli::ClientTlsArgs,
 }
 
 fn fail(msg: impl std::fmt::Display) -> ! {
@@ -150,7 +150,7 @@ async fn daemon(cli: &Cli, tls: &ClientTls) -> Daemon {
         let state_dir = cli
             .state_dir
             .clone()
-            .unwrap_or_else(|| awcp_examples::default_state_dir("delegator"));
+            .unwrap_or_else(|| awcp_aip_cli::default_state_dir("delegator"));
         let url = url.trim_end_matches('/').to_owned();
         let token = cli
             .daemon_token
@@ -321,7 +321,7 @@ mod tests {
     /// README's MCP client configuration parses and its args are accepted by this CLI.
     #[test]
     fn readme_mcp_config_is_valid() {
-        let readme = include_str!("../../../README.md");
+        let readme = include_str!("../../../../README.md");
         let start = readme
             .find("<!-- mcp-config -->")
             .expect("README has the <!-- mcp-config --> marker before the MCP snippet");

@@ -16,7 +16,7 @@
 //! `status`, `snapshots`, `apply` and `discard` with `--state-dir DIR` work in-process on that
 //! state directory instead of asking the daemon.
 //!
-//! Exit codes (see [`awcp_examples::exit`]): 0 completed (applied, staged, or nothing to
+//! Exit codes (see [`awcp_aip_cli::exit`]): 0 completed (applied, staged, or nothing to
 //! apply), 1 other error, 2 usage error, 3 delegation failed, 4 result NOT applied, 5 executor
 //! or daemon unreachable.
 
@@ -25,9 +25,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use awcp_aip_cli::{exit, ClientTlsArgs, RuntimeChoice, ServerArgs};
 use awcp_driver::delegator::daemon::{view_to_json, DaemonAccess, DaemonApi, DaemonClient};
 use awcp_driver::{DelegateParams, DelegatorHandle, DelegatorOptions, Driver};
-use awcp_examples::{exit, ClientTlsArgs, RuntimeChoice, ServerArgs};
 use awcp_proto::engine::SnapshotMode;
 use awcp_proto::{AccessMode, AdmissionLimits, Auth, AuthType, TransportKind};
 use awcp_transports::{
@@ -147,7 +147,7 @@ enum Cmd {
         /// With --serve-archives: the base URL the executor reaches the archive server at
         /// (behind NAT or a proxy). Default: its address (the route's source address if it
         /// listens on 0.0.0.0).
-        #[arg(long, value_parser = awcp_examples::parse_public_url, requires = "serve_archives")]
+        #[arg(long, value_parser = awcp_aip_cli::parse_public_url, requires = "serve_archives")]
         public_url: Option<String>,
         /// TLS and limits of the archive server.
         #[command(flatten)]
@@ -192,7 +192,7 @@ enum Cmd {
         /// With --serve-archives: the base URL executors reach the archive URLs at (behind NAT
         /// or a proxy). Default: its address (the route's source address if it listens on
         /// 0.0.0.0).
-        #[arg(long, env = "AWCP_PUBLIC_URL", value_parser = awcp_examples::parse_public_url)]
+        #[arg(long, env = "AWCP_PUBLIC_URL", value_parser = awcp_aip_cli::parse_public_url)]
         public_url: Option<String>,
         /// Further host names clients reach the API by (the Host header check refuses others).
         #[arg(
@@ -458,16 +458,16 @@ fn print_value(json: bool, v: &Value, human: impl FnOnce(&Value) -> String) {
 }
 
 fn main() {
-    let cli = Cli::parse_from(awcp_examples::args_with_config("--config"));
-    awcp_examples::init_logging(cli.quiet || cli.json);
-    awcp_examples::run_on!(cli.runtime, run(cli));
+    let cli = Cli::parse_from(awcp_aip_cli::args_with_config("--config"));
+    awcp_aip_cli::init_logging(cli.quiet || cli.json);
+    awcp_aip_cli::run_on!(cli.runtime, run(cli));
 }
 
 async fn run<R: Driver>(cli: Cli) {
     let state_dir = cli
         .state_dir
         .clone()
-        .unwrap_or_else(|| awcp_examples::default_state_dir("delegator"));
+        .unwrap_or_else(|| awcp_aip_cli::default_state_dir("delegator"));
     let client_tls = cli.client.client_tls().unwrap_or_else(|e| fail(e));
     let client = DaemonClient::new(R::default(), cli.daemon_url.clone())
         .with_tls(client_tls.clone())
@@ -914,7 +914,7 @@ async fn run_delegate<R: Driver>(
     params.resources[0].mode = access;
     params.snapshot_mode = mode;
     params.auth = auth;
-    let follow = awcp_examples::Follow::subscribe(&d);
+    let follow = awcp_aip_cli::Follow::subscribe(&d);
     let id = d
         .delegate(params)
         .await
@@ -929,7 +929,7 @@ async fn run_delegate<R: Driver>(
     if json {
         println!("{v}");
     } else {
-        print!("{}", awcp_examples::describe(&view));
+        print!("{}", awcp_aip_cli::describe(&view));
     }
     explain(
         &v,
@@ -1002,7 +1002,7 @@ fn human_record(v: &Value) -> String {
             (f("path"), f("reason"))
         })
         .collect();
-    s.push_str(&awcp_examples::not_shipped_lines(
+    s.push_str(&awcp_aip_cli::not_shipped_lines(
         &not_shipped,
         v["notShippedCount"].as_u64().unwrap_or(0),
     ));

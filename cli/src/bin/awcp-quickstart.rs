@@ -4,16 +4,16 @@
 //! directory given), delegates it over real HTTP, applies the result and shows what changed.
 //!
 //! ```text
-//! cargo run -p awcp-examples --bin awcp-quickstart [-- DIR] [--runtime smol]
+//! cargo run -p awcp-aip-cli --bin awcp-quickstart [-- DIR] [--runtime smol]
 //! ```
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use awcp_aip_cli::RuntimeChoice;
 use awcp_driver::{
     DelegateParams, DelegatorHandle, DelegatorOptions, Driver, ExecutorHandle, ExecutorOptions,
 };
-use awcp_examples::RuntimeChoice;
 use awcp_proto::ExecutorConfig;
 use awcp_transports::{ArchiveDelegator, ArchiveDelegatorConfig, ArchiveExecutor, DemoRunner};
 use clap::Parser;
@@ -34,8 +34,8 @@ struct Args {
 
 fn main() {
     let args = Args::parse();
-    awcp_examples::init_logging(true);
-    awcp_examples::run_on!(args.runtime, run(args.dir));
+    awcp_aip_cli::init_logging(true);
+    awcp_aip_cli::run_on!(args.runtime, run(args.dir));
 }
 
 async fn run<R: Driver>(dir: Option<PathBuf>) {
@@ -82,7 +82,7 @@ async fn run<R: Driver>(dir: Option<PathBuf>) {
     );
 
     // 3. Delegate, follow progress, wait for the applied result.
-    let follow = awcp_examples::Follow::subscribe(&delegator);
+    let follow = awcp_aip_cli::Follow::subscribe(&delegator);
     let params = DelegateParams::new(
         peer,
         dir.clone(),
@@ -103,7 +103,7 @@ async fn run<R: Driver>(dir: Option<PathBuf>) {
         eprintln!("error: the delegation disappeared");
         std::process::exit(1);
     };
-    print!("{}", awcp_examples::describe(&view));
+    print!("{}", awcp_aip_cli::describe(&view));
     let notes = dir.join(awcp_transports::runner::NOTES_FILE);
     match std::fs::read_to_string(&notes) {
         Ok(text) => println!(

@@ -22,7 +22,7 @@
 //!   status | mute AIC | unmute AIC | remove AIC | members | disband
 //! ```
 //! `aip group` prints the group's events live (joins, status, every member's results);
-//! the console's commands are documented in `awcp_examples::aip_group`.
+//! the console's commands are documented in `awcp_aip_cli::aip_group`.
 //! Exit status: 0 when the partner answered (following a task: when it reached
 //! awaiting-input, awaiting-completion or completed); 1 when the partner answered an error, a
 //! start was rejected or failed, or a followed task failed, was rejected or canceled; 2 on bad
@@ -38,7 +38,7 @@ use aip_driver::aip_proto::{
     encode_task, DataItem, Dialect, Product, TaskResult, TaskState, Timestamp,
 };
 use aip_driver::{LeaderError, LeaderEvents, LeaderHandle, LeaderOptions};
-use awcp_examples::{ClientTlsArgs, RuntimeChoice};
+use awcp_aip_cli::{ClientTlsArgs, RuntimeChoice};
 use clap::{Parser, Subcommand};
 use futures::StreamExt;
 use serde_json::json;
@@ -166,8 +166,8 @@ fn parse_dialect(s: &str) -> Result<Dialect, String> {
 
 fn main() {
     let args = Args::parse();
-    awcp_examples::init_logging(true);
-    let code = awcp_examples::run_on!(args.runtime, run(args));
+    awcp_aip_cli::init_logging(true);
+    let code = awcp_aip_cli::run_on!(args.runtime, run(args));
     std::process::exit(code);
 }
 
@@ -177,7 +177,7 @@ fn usage(msg: &str) -> i32 {
 }
 
 fn fresh(kind: &str) -> String {
-    format!("{kind}-{:016x}", awcp_examples::random_seed())
+    format!("{kind}-{:016x}", awcp_aip_cli::random_seed())
 }
 
 /// How the CLI prints.
@@ -187,7 +187,7 @@ struct Out {
 
 impl Out {
     fn line(&self, v: serde_json::Value, text: String) {
-        awcp_examples::print_line(self.json, &v, &text);
+        awcp_aip_cli::print_line(self.json, &v, &text);
     }
 
     fn items(items: &[DataItem]) -> String {
@@ -324,14 +324,14 @@ async fn run<R: Host>(args: Args) -> i32 {
         status_timeout,
     } = &args.cmd
     {
-        let cli = awcp_examples::aip_group::LeaderCli {
+        let cli = awcp_aip_cli::aip_group::LeaderCli {
             broker: broker.clone(),
             group: group.clone(),
             leader_id: args.leader_id.clone(),
             json: args.json,
             status_timeout: Duration::from_secs((*status_timeout).max(1)),
         };
-        return awcp_examples::aip_group::leader::<R>(cli).await;
+        return awcp_aip_cli::aip_group::leader::<R>(cli).await;
     }
     let Some(partner) = args.partner.clone() else {
         return usage("no partner: give --partner URL or set AIP_PARTNER");
@@ -346,7 +346,7 @@ async fn run<R: Host>(args: Args) -> i32 {
         leader_id: args.leader_id.clone(),
         poll_interval: follows.then(|| Duration::from_millis(500)),
         task_timeout: None,
-        id_seed: awcp_examples::random_seed(),
+        id_seed: awcp_aip_cli::random_seed(),
         ..LeaderConfig::default()
     };
     engine.calls.attempt_timeout = Duration::from_secs(args.timeout.max(1));

@@ -20,9 +20,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use awcp_aip_cli::{ClientTlsArgs, RuntimeChoice, ServerArgs};
 use awcp_driver::security::ExecutorExposure;
 use awcp_driver::{AgentCard, Driver, ExecutorHandle, ExecutorOptions};
-use awcp_examples::{ClientTlsArgs, RuntimeChoice, ServerArgs};
 use awcp_proto::engine::executor::RequiredAuth;
 use awcp_proto::{AuthType, ExecutorConfig};
 use awcp_transports::{ArchiveExecutor, CommandRunner, DemoRunner, TaskRunner};
@@ -99,7 +99,7 @@ struct Args {
     runtime: RuntimeChoice,
     /// The base URL delegators reach this executor at (behind a proxy, a TLS terminator or
     /// NAT), used in snapshot URLs and the agent card. Default: the origin each delegator used.
-    #[arg(long, env = "AWCP_PUBLIC_URL", value_parser = awcp_examples::parse_public_url)]
+    #[arg(long, env = "AWCP_PUBLIC_URL", value_parser = awcp_aip_cli::parse_public_url)]
     public_url: Option<String>,
     /// Derive snapshot URLs from Forwarded / X-Forwarded-Proto / X-Forwarded-Host (only behind
     /// a reverse proxy that sets them; any client can send them).
@@ -115,9 +115,9 @@ struct Args {
 }
 
 fn main() {
-    let args = Args::parse_from(awcp_examples::args_with_config("--config"));
-    awcp_examples::init_logging(args.quiet);
-    awcp_examples::run_on!(args.runtime, run(args));
+    let args = Args::parse_from(awcp_aip_cli::args_with_config("--config"));
+    awcp_aip_cli::init_logging(args.quiet);
+    awcp_aip_cli::run_on!(args.runtime, run(args));
 }
 
 async fn run<R: Driver>(args: Args) {
@@ -144,7 +144,7 @@ async fn run<R: Driver>(args: Args) {
     let state_dir = args
         .state_dir
         .clone()
-        .unwrap_or_else(|| awcp_examples::default_state_dir("executor"));
+        .unwrap_or_else(|| awcp_aip_cli::default_state_dir("executor"));
     // Private to this instance: the state directory is locked.
     let work_root = args
         .work_root

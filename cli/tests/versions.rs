@@ -8,6 +8,7 @@ fn every_binary_answers_version() {
     let bins = [
         ("awcp", env!("CARGO_BIN_EXE_awcp")),
         ("awcp-executor", env!("CARGO_BIN_EXE_awcp-executor")),
+        ("awcp-mcp", env!("CARGO_BIN_EXE_awcp-mcp")),
         ("awcp-quickstart", env!("CARGO_BIN_EXE_awcp-quickstart")),
         ("aip", env!("CARGO_BIN_EXE_aip")),
         ("aip-partner", env!("CARGO_BIN_EXE_aip-partner")),

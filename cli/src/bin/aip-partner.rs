@@ -14,7 +14,7 @@
 //! Group mode (RabbitMQ): `--group` serves the `group` JSON-RPC invitation instead of the
 //! direct-mode endpoints, and `--inbox-broker URL` also takes invitations from the
 //! partner's inbox on that broker. Each group task mentioning this partner runs the command
-//! once with the request on stdin (see `awcp_examples::aip_group`):
+//! once with the request on stdin (see `awcp_aip_cli::aip_group`):
 //!
 //! ```text
 //! aip-partner --group --id 1.2.156.3088.1.1.1.1.1.1 --listen 127.0.0.1:10301 -- my-agent
@@ -31,8 +31,8 @@ use std::time::Duration;
 use agent_rt::Host;
 use aip_driver::aip_proto::partner::PartnerConfig;
 use aip_driver::{PartnerHandle, PartnerOptions};
-use awcp_examples::aip_agent::{self, AgentCommand};
-use awcp_examples::{ClientTlsArgs, RuntimeChoice, ServerArgs};
+use awcp_aip_cli::aip_agent::{self, AgentCommand};
+use awcp_aip_cli::{ClientTlsArgs, RuntimeChoice, ServerArgs};
 use clap::Parser;
 
 #[derive(Parser, Debug)]
@@ -92,8 +92,8 @@ struct Args {
 
 fn main() {
     let args = Args::parse();
-    awcp_examples::init_logging(args.quiet);
-    awcp_examples::run_on!(args.runtime, run(args));
+    awcp_aip_cli::init_logging(args.quiet);
+    awcp_aip_cli::run_on!(args.runtime, run(args));
 }
 
 fn fatal(msg: String) -> ! {
@@ -118,7 +118,7 @@ async fn run<R: Host>(args: Args) {
     if args.group {
         let listener = std::net::TcpListener::bind(args.listen)
             .unwrap_or_else(|e| fatal(format!("cannot listen on {}: {e}", args.listen)));
-        let cli = awcp_examples::aip_group::PartnerCli {
+        let cli = awcp_aip_cli::aip_group::PartnerCli {
             id: args.id.clone(),
             listener,
             inbox_broker: args.inbox_broker.clone(),
@@ -129,7 +129,7 @@ async fn run<R: Host>(args: Args) {
                 max_file_bytes: args.max_file_bytes,
             }),
         };
-        let code = awcp_examples::aip_group::partner::<R>(cli).await;
+        let code = awcp_aip_cli::aip_group::partner::<R>(cli).await;
         if args.work_root.is_none() {
             let _ = std::fs::remove_dir_all(&work_root);
         }
@@ -141,7 +141,7 @@ async fn run<R: Host>(args: Args) {
         partner_id: args.id.clone(),
         default_awaiting_input_timeout: Some(Duration::from_secs(args.input_timeout)),
         default_awaiting_completion_timeout: Some(Duration::from_secs(args.completion_timeout)),
-        id_seed: awcp_examples::random_seed(),
+        id_seed: awcp_aip_cli::random_seed(),
         ..PartnerConfig::default()
     };
     let base_path = args.base_path.trim_end_matches('/').to_owned();
