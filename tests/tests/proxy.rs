@@ -234,3 +234,66 @@ fn delegation_through_a_tls_terminating_proxy() {
         .await;
     });
 }
+
+/// A one-time archive URL (URL delivery) opens once: the executor (the real `awcp-executor`)
+/// fetches the workspace through a recording proxy in front of the delegator's archive
+/// listener; replaying the very URL it used afterwards is refused (used, and revoked when
+/// the transport was released), and the archive file is gone from the state directory. The
+/// engine decides each fetch (`Delegator::redeem_archive_url`); this shows the driver obeys.
+#[test]
+fn an_archive_url_opens_once_and_is_gone_after_release() {
+    <TokioRuntime as awcp_driver::Driver>::block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let ex = executor("tokio", dir.path(), &[], None);
+        let (archives, archives_addr) = bind();
+        let (front, front_addr) = bind();
+        let seen = start_proxy(
+            front,
+            format!("http://{archives_addr}"),
+            ServerOptions::default(),
+            Mode::PreserveHost,
+        );
+        let state = dir.path().join("delegator");
+        let transport = ArchiveDelegator::new(ArchiveDelegatorConfig::new(state.join("exports")));
+        let mut opts = DelegatorOptions::new(Arc::new(transport), state.clone());
+        opts.archive_base_url = Some(format!("http://{front_addr}"));
+        let dg = DelegatorHandle::start(TokioRuntime, opts);
+        awcp_driver::Driver::spawn_archive_server(&TokioRuntime, archives, dg.clone());
+
+        let ws = workspace();
+        let v = run_to_end::<TokioRuntime>(&dg, params::<TokioRuntime>(&ex.url, ws.path())).await;
+        assert_eq!(v.state, DelegationState::Completed, "{v:?}");
+        assert!(ws.path().join("AWCP_NOTES.md").exists());
+
+        let fetched: Vec<String> = seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|l| {
+                l.strip_prefix("GET ")
+                    .filter(|p| p.starts_with("/archives/"))
+            })
+            .map(str::to_owned)
+            .collect();
+        assert_eq!(fetched.len(), 1, "one archive fetch: {fetched:?}");
+        let client = HttpClient::new(TokioRuntime, ClientTls::default());
+        let replay = client
+            .send(
+                http::Method::GET,
+                &format!("http://{archives_addr}{}", fetched[0]),
+                &[],
+                None,
+            )
+            .await
+            .unwrap();
+        assert_eq!(replay.status(), 404, "a used archive URL opened again");
+        let left: Vec<_> = std::fs::read_dir(state.join("archives"))
+            .map(|d| d.flatten().map(|e| e.file_name()).collect())
+            .unwrap_or_default();
+        assert!(
+            left.is_empty(),
+            "archive files left after release: {left:?}"
+        );
+        dg.stop().await;
+    });
+}

@@ -44,8 +44,18 @@ fn simulation_seeds() {
         "{count} seeds from {base} passed in {:.1?}",
         started.elapsed()
     );
-    for (k, v) in total {
+    for (k, v) in &total {
         println!("  {k:>28}: {v}");
+    }
+    if count >= 1_000 {
+        // The engine decides archive URLs: the sweep reaches both of its answers (a grant
+        // lost with a crashed delegator is refused).
+        for k in ["archive fetched by URL", "archive URL refused"] {
+            assert!(
+                total.get(k).copied().unwrap_or(0) > 0,
+                "no seed reached {k:?}"
+            );
+        }
     }
 }
 
@@ -114,6 +124,19 @@ fn happy_path_auto_applies_the_executors_final_state() {
     );
     assert_eq!(exec_ending(&w, 0), (AssignmentState::Completed, None));
     assert_eq!(stat(&w, "sse opened"), 1);
+}
+
+#[test]
+fn an_archive_served_by_url_is_fetched_once_and_the_delegation_completes() {
+    let mut cfg = SimConfig::quiet(7, 1, 2);
+    cfg.serve_archives = true;
+    cfg.delegations.push(DelegationSpec::simple(0, 0, 300));
+    let w = run(cfg);
+    let d = &w.dels[0];
+    assert_eq!(d.ended, Some(DelegationState::Completed));
+    assert_eq!(&d.ws, d.captured.last().unwrap());
+    assert_eq!(stat(&w, "archive fetched by URL"), 1);
+    assert_eq!(stat(&w, "archive URL refused"), 0);
 }
 
 #[test]

@@ -38,8 +38,8 @@ impl<R: Runtime> Loop<R> {
                 transport,
                 access_mode,
                 expires_at,
-                dialect,
-                features,
+                layout,
+                delivery: _,
             } if transport.is_live() => {
                 let specs = self.specs.get(&id).cloned().unwrap_or_default();
                 let (admission, allow_sensitive) = self.admission_of(&id);
@@ -66,41 +66,38 @@ impl<R: Runtime> Loop<R> {
                             access_mode,
                             export: ExportViewKind::default(),
                             delivery: Delivery::Inline,
-                            layout: if dialect == Dialect::Seed {
-                                Layout::Flat
-                            } else {
-                                Layout::PerResource
-                            },
+                            layout,
                             admission: Some(admission),
                             allow_sensitive,
                         };
-                        let _ = features;
                         t.prepare_live(&req, expires_at, &CancelFlag::new())
                             .map_err(|e| e.to_error_info())
                     })
                     .await;
-                    feed(DelegatorInput::TransportPrepared { id, result });
+                    feed(DelegatorInput::TransportPrepared {
+                        id,
+                        result,
+                        archive_token: None,
+                    });
                 }));
             }
             DelegatorOutput::PrepareTransport {
                 id,
                 transport: _,
                 access_mode,
-                expires_at,
-                dialect,
-                features,
+                expires_at: _,
+                layout,
+                delivery,
             } => {
                 let specs = self.specs.get(&id).cloned().unwrap_or_default();
                 let (admission, allow_sensitive) = self.admission_of(&id);
                 let t = self.opts.transport.clone();
                 let feed = self.feed();
                 let rt = self.rt.clone();
-                let by_url = features.iter().any(|f| f == feature::ARCHIVE_URL)
-                    && self.opts.archive_base_url.is_some();
+                let by_url = delivery == ArchiveDelivery::ByUrl;
                 let base = self.opts.archive_base_url.clone();
                 let peer = self.engine.get(&id).map(|v| v.request.peer);
                 let dir = self.opts.state_dir.join("archives");
-                let archives = self.archives.clone();
                 let baselines = self.baselines.clone();
                 let baseline_file = self.baseline_file(&id);
                 let note = self.tx.clone();
@@ -124,11 +121,7 @@ impl<R: Runtime> Loop<R> {
                             access_mode,
                             export: ExportViewKind::default(),
                             delivery,
-                            layout: if dialect == Dialect::Seed {
-                                Layout::Flat
-                            } else {
-                                Layout::PerResource
-                            },
+                            layout,
                             admission: Some(admission),
                             allow_sensitive,
                         };
@@ -165,7 +158,7 @@ impl<R: Runtime> Loop<R> {
                             .unwrap_or_else(|p| p.into_inner())
                             .insert(did.clone(), prepared.baseline.clone());
                         Ok::<_, ErrorInfo>(match prepared.archive {
-                            ArchiveOutput::Inline(h) => TransportHandle::Archive(h),
+                            ArchiveOutput::Inline(h) => (TransportHandle::Archive(h), None),
                             ArchiveOutput::File(f) => {
                                 let token = crate::security::random_token().map_err(|e| {
                                     ErrorInfo::new(ErrorCode::TransportError, e.to_string())
@@ -176,16 +169,26 @@ impl<R: Runtime> Loop<R> {
                                 };
                                 let url =
                                     format!("{}/archives/{token}", base.trim_end_matches('/'));
-                                archives.lock().unwrap_or_else(|p| p.into_inner()).insert(
-                                    token_key(&token),
-                                    (did.clone(), f.path.clone(), expires_at),
-                                );
-                                TransportHandle::Archive(f.handle_for_url(url))
+                                // Known to the loop before the engine grants the URL.
+                                let _ = note
+                                    .unbounded_send(Cmd::ArchiveFile(did.clone(), f.path.clone()));
+                                (
+                                    TransportHandle::Archive(f.handle_for_url(url)),
+                                    Some(SecretDigest::of(&token)),
+                                )
                             }
                         })
                     })
                     .await;
-                    feed(DelegatorInput::TransportPrepared { id, result });
+                    let (result, archive_token) = match result {
+                        Ok((handle, token)) => (Ok(handle), token),
+                        Err(e) => (Err(e), None),
+                    };
+                    feed(DelegatorInput::TransportPrepared {
+                        id,
+                        result,
+                        archive_token,
+                    });
                 }));
             }
             DelegatorOutput::OpenEventStream { id, peer } => self.open_stream(id, peer),
@@ -263,17 +266,10 @@ impl<R: Runtime> Loop<R> {
                 ts.extend(self.opts.extra_transports.iter().cloned());
                 let feed = self.feed();
                 let rt = self.rt.clone();
-                self.archives
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .retain(|_, (d, path, _)| {
-                        if *d == id {
-                            let _ = std::fs::remove_file(path);
-                            false
-                        } else {
-                            true
-                        }
-                    });
+                // The engine revoked the archive's URL with this output; its file goes too.
+                if let Some(path) = self.archive_files.remove(&id) {
+                    let _ = std::fs::remove_file(path);
+                }
                 self.rt.spawn(Box::pin(async move {
                     let did = id.clone();
                     let warnings = blocking(&rt, move || {

@@ -14,16 +14,16 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use awcp_proto::engine::auth::SecretDigest;
 use awcp_proto::engine::delegator::{
-    DelegateRequest, DelegationRecord, DelegationView, Outbound, RequestFailure,
+    ArchiveDelivery, DelegateRequest, DelegationRecord, DelegationView, Outbound, RequestFailure,
 };
 use awcp_proto::engine::{SnapshotMode, WorkspaceStats};
 use awcp_proto::http_binding as wire_http;
 use awcp_proto::{
-    decode_event, encode_message, feature, sse, AccessMode, Auth, DelegationId, Delegator,
-    DelegatorConfig, DelegatorEvent, DelegatorInput, DelegatorOutput, Dialect, ErrorCode,
-    ErrorInfo, Resource, SnapshotEvent, SnapshotId, TaskSpec, Timestamp, TransportHandle,
-    TransportKind,
+    decode_event, encode_message, sse, AccessMode, Auth, DelegationId, Delegator, DelegatorConfig,
+    DelegatorEvent, DelegatorInput, DelegatorOutput, Dialect, ErrorCode, ErrorInfo, Resource,
+    SnapshotEvent, SnapshotId, TaskSpec, Timestamp, TransportHandle, TransportKind,
 };
 use awcp_transports::archive::{ArchiveOutput, ArchiveSource, Delivery, Layout};
 use awcp_transports::{
@@ -187,6 +187,12 @@ enum Cmd {
     Stop(oneshot::Sender<()>),
     Transferred(Transfer),
     SubscribeTransfers(mpsc::UnboundedSender<Transfer>),
+    /// A prepare wrote `id`'s archive for URL delivery to this file (sent before its
+    /// `TransportPrepared`, so the file is known when the engine grants the URL).
+    ArchiveFile(DelegationId, PathBuf),
+    /// The archive server asks for the archive whose URL token has this digest: the engine
+    /// decides ([`Delegator::redeem_archive_url`]); the answer is the file to send.
+    RedeemArchive(SecretDigest, oneshot::Sender<Option<PathBuf>>),
 }
 
 /// Bytes moved for a delegation, for progress displays.
@@ -200,20 +206,10 @@ pub struct Transfer {
     pub bytes: u64,
 }
 
-/// Archives served by URL: SHA-256 of the URL's token (hex) → (delegation, file, expiry).
-/// Keyed by digest so a lookup's timing says nothing about the tokens.
-type ArchiveTable = Arc<Mutex<BTreeMap<String, (DelegationId, PathBuf, Timestamp)>>>;
-
-fn token_key(token: &str) -> String {
-    awcp_proto::engine::auth::SecretDigest::of(token).to_hex()
-}
-
 /// A cheap handle to a running delegator.
 #[derive(Clone)]
 pub struct DelegatorHandle {
     tx: mpsc::UnboundedSender<Cmd>,
-    archives: ArchiveTable,
-    now: Arc<dyn Fn() -> Timestamp + Send + Sync>,
     sleep: Arc<dyn Fn(Duration) -> crate::runtime::BoxFuture<()> + Send + Sync>,
     /// Journal records found at start but not loaded (id → why), e.g. written by a newer
     /// release. Their files are left untouched.
@@ -275,10 +271,12 @@ impl DelegatorHandle {
         opts: DelegatorOptions,
     ) -> Result<DelegatorHandle, DelegatorError> {
         let (tx, rx) = mpsc::unbounded();
-        let archives: ArchiveTable = Arc::default();
         let lock = lock_state_dir(&opts.state_dir)?;
         let journal = crate::executor::journal::Journal::at(opts.state_dir.join("delegations"));
-        let mut engine = Delegator::new(opts.engine.clone());
+        // URL delivery needs somewhere executors can fetch from.
+        let mut config = opts.engine.clone();
+        config.serve_archives = opts.archive_base_url.is_some();
+        let mut engine = Delegator::new(config);
         let records = journal.load();
         let mut specs = BTreeMap::new();
         for r in &records {
@@ -333,18 +331,15 @@ impl DelegatorHandle {
             waiters: BTreeMap::new(),
             subscribers: Vec::new(),
             transfer_subscribers: Vec::new(),
-            archives: archives.clone(),
+            archive_files: BTreeMap::new(),
             lock: Some(lock),
             farewells: Vec::new(),
         };
         rt.spawn(Box::pin(lp.run(rx)));
         let rt2 = rt.clone();
-        let rt3 = rt.clone();
         Ok(DelegatorHandle {
             tx,
-            archives,
-            now: Arc::new(move || rt2.now()),
-            sleep: Arc::new(move |d| rt3.sleep(d)),
+            sleep: Arc::new(move |d| rt2.sleep(d)),
             unloaded: Arc::new(unloaded),
         })
     }
@@ -453,38 +448,45 @@ impl DelegatorHandle {
     /// [`agent_rt::Handler`] ([`Self::handle_archive_http`]).
     pub fn archive_handler(&self) -> agent_rt::Handler {
         let d = self.clone();
-        agent_rt::Handler::new(move |req| {
-            let r = d.handle_archive_http(&req);
-            async move { r }
-        })
+        agent_rt::Handler::new(move |req| d.handle_archive_http(&req))
     }
 
     /// Answers one request to the delegator's archive listener: `GET /archives/{token}`, a
     /// one-time, delegation-bound, expiring archive URL (executors fetch URL-mode workspaces
     /// there). Everything else is 404: the daemon API is never served here (it has its own
-    /// listener, [`daemon::DaemonApi`]). Every driver's archive server calls this.
-    pub fn handle_archive_http<B>(&self, req: &http::Request<B>) -> http::Response<ResponseBody> {
-        let not_found = |what: &str| {
+    /// listener, [`daemon::DaemonApi`]). Every driver's archive server calls this. Whether a
+    /// token opens an archive is the engine's decision ([`Delegator::redeem_archive_url`]:
+    /// once, before the lease ends, never after release); a stopped delegator answers 404.
+    pub fn handle_archive_http<B>(
+        &self,
+        req: &http::Request<B>,
+    ) -> impl std::future::Future<Output = http::Response<ResponseBody>> + Send + 'static {
+        fn not_found(what: &str) -> http::Response<ResponseBody> {
             net::json_response(
                 404,
                 wire_http::reject(404, None, ErrorInfo::new(ErrorCode::NotFound, what)).1,
             )
-        };
-        let Some(token) = req.uri().path().strip_prefix("/archives/") else {
-            return not_found("this listener serves one-time archive URLs only");
-        };
-        if req.method() != Method::GET {
-            return not_found("unknown, used or expired archive URL");
         }
-        let entry = self
-            .archives
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&token_key(token));
-        let now = (self.now)();
-        match entry {
-            Some((_, path, expires)) if now < expires => crate::executor::file_response_pub(path),
-            _ => not_found("unknown, used or expired archive URL"),
+        const REFUSED: &str = "unknown, used or expired archive URL";
+        let asked = match req.uri().path().strip_prefix("/archives/") {
+            None => Err("this listener serves one-time archive URLs only"),
+            Some(_) if req.method() != Method::GET => Err(REFUSED),
+            Some(token) => {
+                let (tx, rx) = oneshot::channel();
+                let _ = self
+                    .tx
+                    .unbounded_send(Cmd::RedeemArchive(SecretDigest::of(token), tx));
+                Ok(rx)
+            }
+        };
+        async move {
+            match asked {
+                Err(what) => not_found(what),
+                Ok(rx) => match rx.await {
+                    Ok(Some(path)) => crate::executor::file_response_pub(path),
+                    Ok(None) | Err(_) => not_found(REFUSED),
+                },
+            }
         }
     }
 }
@@ -502,7 +504,8 @@ struct Loop<R: Runtime> {
     waiters: BTreeMap<DelegationId, Vec<oneshot::Sender<Option<DelegationView>>>>,
     subscribers: Vec<mpsc::UnboundedSender<DelegatorEvent>>,
     transfer_subscribers: Vec<mpsc::UnboundedSender<Transfer>>,
-    archives: ArchiveTable,
+    /// Archive files written for URL delivery, by delegation (removed at release).
+    archive_files: BTreeMap<DelegationId, PathBuf>,
     /// The state directory's lock, held while the engine runs.
     lock: Option<std::fs::File>,
     /// Requests that tell an executor something final (ack, cancel, ERROR) still in flight:

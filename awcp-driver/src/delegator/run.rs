@@ -151,6 +151,19 @@ impl<R: Runtime> Loop<R> {
                 .transfer_subscribers
                 .retain(|s| s.unbounded_send(t.clone()).is_ok()),
             Cmd::SubscribeTransfers(tx) => self.transfer_subscribers.push(tx),
+            Cmd::ArchiveFile(id, path) => {
+                self.archive_files.insert(id, path);
+            }
+            Cmd::RedeemArchive(token, reply) => {
+                let file = match self.engine.redeem_archive_url(now, &token) {
+                    Ok(id) => self.archive_files.get(&id).cloned(),
+                    Err(why) => {
+                        tracing::debug!("archive URL refused: {why}");
+                        None
+                    }
+                };
+                let _ = reply.send(file);
+            }
             Cmd::Input(i) => {
                 if let Err(e) = self.engine.handle(now, i) {
                     tracing::debug!("input ignored: {e}");

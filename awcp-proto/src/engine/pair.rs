@@ -337,6 +337,7 @@ impl Pair {
                             checksum: "0".repeat(64),
                             size_bytes: Some(22),
                         })),
+                        archive_token: None,
                     });
             }
             DelegatorOutput::OpenEventStream { id, .. } => {

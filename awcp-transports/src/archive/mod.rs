@@ -307,14 +307,10 @@ pub(crate) fn produce(
 pub trait WriteSeek: Write + Seek {}
 impl<T: Write + Seek> WriteSeek for T {}
 
-/// ZIP root layout.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Layout {
-    /// \[S\]: the single resource's files at the root.
-    Flat,
-    /// \[R\]: one top-level directory per resource.
-    PerResource,
-}
+/// ZIP root layout: the engine's [`ArchiveLayout`](awcp_proto::engine::delegator::ArchiveLayout)
+/// (`Flat` for \[S\] executors, `PerResource` for \[R\]), which
+/// [`DelegatorOutput::PrepareTransport`](awcp_proto::DelegatorOutput::PrepareTransport) names.
+pub use awcp_proto::engine::delegator::ArchiveLayout as Layout;
 
 /// Detects the layout: top-level entries exactly matching resource names → per-resource,
 /// otherwise flat.

@@ -129,6 +129,9 @@ pub struct SimConfig {
     pub exec_max_ttl_s: u64,
     /// Whether executors require a credential, and how each delegation presents it.
     pub auth: Option<SimAuth>,
+    /// Whether the delegator serves archives by one-time URL (`--serve-archives`): executors
+    /// then fetch each workspace archive from it, and the engine decides every fetch.
+    pub serve_archives: bool,
 }
 
 impl SimConfig {
@@ -145,6 +148,7 @@ impl SimConfig {
             staged_apply: 1000,
             exec_max_ttl_s: 3600,
             auth: None,
+            serve_archives: false,
         }
     }
 
@@ -254,6 +258,8 @@ impl SimConfig {
         let auth = r.chance(300).then(|| SimAuth {
             header: (0..n).map(|_| r.chance(500)).collect(),
         });
+        // Drawn after everything else, for the same reason.
+        let serve_archives = r.chance(500);
         SimConfig {
             seed,
             executors,
@@ -265,6 +271,7 @@ impl SimConfig {
             staged_apply: 600,
             exec_max_ttl_s,
             auth,
+            serve_archives,
         }
     }
 }

@@ -38,6 +38,11 @@ pub struct DelegatorConfig {
     pub max_result_bytes: u64,
     /// Protocol extensions this delegator offers in INVITE.
     pub features: Vec<String>,
+    /// This delegator runs an archive server executors can reach, so an executor that agrees
+    /// to the `archive-url` extension gets its archive by a one-time URL
+    /// ([`ArchiveDelivery::ByUrl`]) instead of inline. The drivers set it from whether an
+    /// archive base URL is configured (`--serve-archives`). Default: false.
+    pub serve_archives: bool,
 }
 
 impl Default for DelegatorConfig {
@@ -59,6 +64,7 @@ impl Default for DelegatorConfig {
                 feature::DELTA_SNAPSHOTS.to_owned(),
                 feature::ARCHIVE_URL.to_owned(),
             ],
+            serve_archives: false,
         }
     }
 }

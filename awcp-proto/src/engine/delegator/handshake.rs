@@ -229,8 +229,14 @@ impl Delegator {
             transport: d.req.transport.clone(),
             access_mode: d.access,
             expires_at,
-            dialect: d.req.dialect,
-            features: d.features.clone(),
+            layout: ArchiveLayout::for_dialect(d.req.dialect),
+            delivery: if self.config.serve_archives
+                && d.features.iter().any(|f| f == feature::ARCHIVE_URL)
+            {
+                ArchiveDelivery::ByUrl
+            } else {
+                ArchiveDelivery::Inline
+            },
         };
         let out_stream = DelegatorOutput::OpenEventStream {
             id: id.clone(),
@@ -247,7 +253,14 @@ impl Delegator {
         now: Timestamp,
         id: &DelegationId,
         result: Result<TransportHandle, ErrorInfo>,
+        archive_token: Option<crate::engine::auth::SecretDigest>,
     ) -> Result<(), UsageError> {
+        let expires_at = self.get_mut(id)?.expires_at;
+        if let (Ok(_), Some(token), Some(expires_at)) = (&result, archive_token, expires_at) {
+            // Revoked when the transport is released (also right away, below, if the
+            // delegation already finished).
+            self.archive_grants.grant(&token, id, expires_at);
+        }
         let d = self.get_mut(id)?;
         match (&mut d.phase, result) {
             (
@@ -462,6 +475,7 @@ mod tests {
             DelegatorInput::TransportPrepared {
                 id: id(),
                 result: Ok(handle.clone()),
+                archive_token: None,
             },
         )
         .unwrap();

@@ -141,6 +141,10 @@ pub enum DelegatorInput {
         id: DelegationId,
         /// The handle for START.
         result: Result<TransportHandle, ErrorInfo>,
+        /// With [`ArchiveDelivery::ByUrl`]: the digest of the secret token in the handle's
+        /// archive URL, which the engine then grants once, until the lease ends
+        /// ([`Delegator::redeem_archive_url`]). `None` for every other delivery.
+        archive_token: Option<crate::engine::auth::SecretDigest>,
     },
     /// The SSE response headers arrived (2xx).
     EventStreamOpened {
@@ -241,10 +245,11 @@ pub enum DelegatorOutput {
         access_mode: AccessMode,
         /// Lease end (certificates must not outlive it).
         expires_at: Timestamp,
-        /// Dialect of the executor (archive layout).
-        dialect: Dialect,
-        /// Extensions agreed in ACCEPT (e.g. archive by URL).
-        features: Vec<String>,
+        /// How an archive's root is laid out (by the executor's dialect).
+        layout: ArchiveLayout,
+        /// How an archive reaches the executor: inline, or by a one-time URL when the
+        /// executor agreed to the `archive-url` extension and this delegator serves archives.
+        delivery: ArchiveDelivery,
     },
     /// Open `GET …/tasks/{id}/events`; answer with `EventStreamOpened`, then `TaskEvent`s, then
     /// `EventStreamClosed`.

@@ -48,6 +48,7 @@ use crate::wire::{
     TaskEventKind, TaskSpec, TransportHandle, TransportKind,
 };
 
+mod archive_grants;
 mod config;
 mod delegation;
 mod event_stream;
@@ -62,6 +63,8 @@ mod teardown;
 mod tests;
 mod view;
 
+use archive_grants::ArchiveGrants;
+pub use archive_grants::{ArchiveDelivery, ArchiveLayout, ArchiveUrlRefused};
 pub use config::{DelegateRequest, DelegatorConfig};
 use delegation::*;
 pub use io::{
@@ -81,6 +84,8 @@ pub struct Delegator {
     config: DelegatorConfig,
     delegations: BTreeMap<DelegationId, Delegation>,
     core: Core<Timer, DelegatorOutput>,
+    /// One-time archive URLs (URL delivery).
+    archive_grants: ArchiveGrants,
 }
 
 /// The id of the result archive an [S] executor sends on `done`.
@@ -95,6 +100,7 @@ impl Delegator {
             config,
             delegations: BTreeMap::new(),
             core: Core::default(),
+            archive_grants: ArchiveGrants::default(),
         }
     }
 
@@ -159,7 +165,11 @@ impl Delegator {
         match input {
             DelegatorInput::ScanCompleted { id, result } => self.on_scan(now, &id, result),
             DelegatorInput::Reply { id, to, reply } => self.on_reply(now, &id, to, reply),
-            DelegatorInput::TransportPrepared { id, result } => self.on_prepared(now, &id, result),
+            DelegatorInput::TransportPrepared {
+                id,
+                result,
+                archive_token,
+            } => self.on_prepared(now, &id, result, archive_token),
             DelegatorInput::EventStreamOpened { id } => {
                 let d = self.get_mut(&id)?;
                 if let Some((stream @ Stream::Opening, _)) = d.phase.stream_mut() {

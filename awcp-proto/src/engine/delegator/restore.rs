@@ -419,6 +419,7 @@ mod tests {
                     checksum: "00".into(),
                     size_bytes: None,
                 })),
+                archive_token: None,
             },
         ] {
             d.handle(t(1), input).unwrap();

@@ -103,6 +103,7 @@ impl Delegator {
         match f.transport {
             Release::Held => {
                 f.transport = Release::Releasing;
+                self.archive_grants.revoke(id);
                 self.core
                     .outputs
                     .push_back(DelegatorOutput::ReleaseTransport { id: id.clone() });

@@ -181,6 +181,7 @@ pub(super) fn started(mode: SnapshotMode) -> Delegator {
                 checksum: "00".into(),
                 size_bytes: None,
             })),
+            archive_token: None,
         },
         DelegatorInput::EventStreamOpened { id: id() },
     ];

@@ -103,7 +103,23 @@ impl World {
                 let body = Request::Result(id.clone());
                 self.send_call(exec_of(&peer), id, CallKind::Fetch, body);
             }
-            DelegatorOutput::PrepareTransport { id, transport, .. } => {
+            DelegatorOutput::PrepareTransport {
+                id,
+                transport,
+                delivery,
+                layout,
+                ..
+            } => {
+                let dialect = self.delegator.get(&id).map(|v| v.request.dialect);
+                if Some(layout) != dialect.map(ArchiveLayout::for_dialect) {
+                    self.violate(format!("{id}: archive layout {layout:?} for its dialect"));
+                }
+                if (delivery == ArchiveDelivery::ByUrl) != self.cfg.serve_archives {
+                    self.violate(format!(
+                        "{id}: {delivery:?} delivery with serve_archives {}",
+                        self.cfg.serve_archives
+                    ));
+                }
                 let i = self.idx(&id);
                 if !self.dels[i].accepted || self.dels[i].state != DelegationState::Accepted {
                     self.violate(format!(
@@ -125,6 +141,7 @@ impl World {
                             input: DelegatorInput::TransportPrepared {
                                 id,
                                 result: Err(ErrorInfo::new(ErrorCode::SetupFailed, "sim: prepare")),
+                                archive_token: None,
                             },
                         },
                     );
@@ -133,13 +150,33 @@ impl World {
                 let deadline = self.dels[i].deadline;
                 self.acquire(ResKey::Export(id.clone()), deadline);
                 let body = encode_files(&self.dels[i].ws);
+                let (data, archive_token) = match delivery {
+                    ArchiveDelivery::Inline => (
+                        ArchiveData {
+                            base64: Some(body.clone()),
+                            url: None,
+                        },
+                        None,
+                    ),
+                    ArchiveDelivery::ByUrl => {
+                        // The driver mints a token per prepare and hands back its digest.
+                        let token = format!("tok{}-{}", self.del_inc, self.archive_urls.len());
+                        let digest = SecretDigest::of(&token);
+                        let url = format!("sim://delegator/archives/{token}");
+                        self.archive_urls.insert(token, (id.clone(), body.clone()));
+                        (
+                            ArchiveData {
+                                base64: None,
+                                url: Some(url),
+                            },
+                            Some(digest),
+                        )
+                    }
+                };
                 let handle = TransportHandle::Archive(ArchiveHandle {
                     checksum: checksum(&body),
                     size_bytes: Some(body.len() as u64),
-                    data: ArchiveData {
-                        base64: Some(body),
-                        url: None,
-                    },
+                    data,
                 });
                 self.dels[i].handle = Some(handle.clone());
                 let inc = self.del_inc;
@@ -150,6 +187,7 @@ impl World {
                         input: DelegatorInput::TransportPrepared {
                             id,
                             result: Ok(handle),
+                            archive_token,
                         },
                     },
                 );

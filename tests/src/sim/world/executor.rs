@@ -83,20 +83,31 @@ impl World {
                 if !self.held.contains_key(&ResKey::WorkDir(exec, id.clone())) {
                     self.violate(format!("exec{exec} sets up {id} without a work dir"));
                 }
-                let files = match *handle {
-                    TransportHandle::Archive(h) => h
-                        .data
-                        .base64
-                        .filter(|b| checksum(b) == h.checksum)
-                        .and_then(|b| decode_files(&b)),
-                    _ => None,
+                let (body, checksum_wanted) = match *handle {
+                    TransportHandle::Archive(h) => match (h.data.base64, h.data.url) {
+                        (Some(b), _) => (Ok(Some(b)), h.checksum),
+                        (None, Some(url)) => (self.fetch_archive(exec, &id, &url), h.checksum),
+                        (None, None) => (Ok(None), h.checksum),
+                    },
+                    _ => (Ok(None), String::new()),
                 };
+                let files = body.map(|b| {
+                    b.filter(|b| checksum(b) == checksum_wanted)
+                        .and_then(|b| decode_files(&b))
+                });
                 let result = match files {
-                    None => Err(SetupFailure::Transport(ErrorInfo::new(
+                    Err(failure) => {
+                        self.bump("setup failed fetching");
+                        if let Some(a) = self.execs[exec].assigns.get_mut(&id) {
+                            a.setup_code = Some(ErrorCode::TransportError);
+                        }
+                        Err(failure)
+                    }
+                    Ok(None) => Err(SetupFailure::Transport(ErrorInfo::new(
                         ErrorCode::ChecksumMismatch,
                         "sim: bad archive",
                     ))),
-                    Some(_) if self.rng.chance(self.cfg.faults.setup_fail) => {
+                    Ok(Some(_)) if self.rng.chance(self.cfg.faults.setup_fail) => {
                         // What a driver can find; the engine picks the code, the world knows
                         // which one each fact must give (fetch: the delegator's side).
                         let (failure, code) = match self.rng.below(3) {
@@ -119,7 +130,7 @@ impl World {
                         }
                         Err(failure)
                     }
-                    Some(f) => {
+                    Ok(Some(f)) => {
                         self.execs[exec].work.insert(id.clone(), f);
                         Ok(WorkspaceLayout::PerResource)
                     }
@@ -391,6 +402,49 @@ impl World {
 
     // ------------------------------------------------------------------------------------
     // Invariants
+
+    /// Executor `exec` fetches `id`'s archive from the delegator's archive server at `url`:
+    /// the delegator's engine decides ([`Delegator::redeem_archive_url`]). A refusal is a
+    /// failed fetch (the delegator's side: `TRANSPORT_ERROR`). Checks that a granted fetch
+    /// opens this delegation's archive, while its export is still held, and only once.
+    fn fetch_archive(
+        &mut self,
+        exec: usize,
+        id: &DelegationId,
+        url: &str,
+    ) -> Result<Option<String>, SetupFailure> {
+        let token = url.rsplit('/').next().unwrap_or_default().to_owned();
+        let now = self.ts();
+        match self
+            .delegator
+            .redeem_archive_url(now, &SecretDigest::of(&token))
+        {
+            Ok(granted) => {
+                self.bump("archive fetched by URL");
+                let Some((owner, body)) = self.archive_urls.get(&token).cloned() else {
+                    self.violate(format!("exec{exec}: a token never issued opened {granted}"));
+                    return Ok(None);
+                };
+                if granted != owner || granted != *id {
+                    self.violate(format!(
+                        "exec{exec}: {id}'s archive URL opened {granted}'s archive (issued for {owner})"
+                    ));
+                }
+                if !self.held.contains_key(&ResKey::Export(granted.clone())) {
+                    self.violate(format!("{granted}'s archive URL opened after its release"));
+                }
+                if !self.archive_fetched.insert(token) {
+                    self.violate(format!("{granted}'s one-time archive URL opened twice"));
+                }
+                Ok(Some(body))
+            }
+            Err(why) => {
+                self.bump("archive URL refused");
+                self.log(|| format!("exec{exec} fetching {id}'s archive: {why}"));
+                Err(SetupFailure::Fetch(format!("sim: 404 ({why})")))
+            }
+        }
+    }
 }
 
 /// Executor host `exec`, as the canonical drive loop sees it (no engine while it is down).

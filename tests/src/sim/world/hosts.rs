@@ -142,7 +142,7 @@ impl World {
             let sid = p.snapshot_id;
             self.log(|| format!("apply {sid} of {} interrupted by the crash", p.id));
         }
-        let mut d = Delegator::new(DelegatorConfig::default());
+        let mut d = Delegator::new(del_config(&self.cfg));
         // Read back as the driver does: from the JSON the journal holds.
         let records: Vec<DelegationRecord> = self
             .del_journal

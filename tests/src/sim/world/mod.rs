@@ -8,9 +8,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use awcp_proto::engine::auth::SecretDigest;
 use awcp_proto::engine::delegator::{
-    DelegateRequest, DelegationRecord, FetchedResult, Outbound, Reply, RequestFailure,
-    SnapshotStatus,
+    ArchiveDelivery, ArchiveLayout, DelegateRequest, DelegationRecord, FetchedResult, Outbound,
+    Reply, RequestFailure, SnapshotStatus,
 };
 use awcp_proto::engine::drive::{self, Wake};
 use awcp_proto::engine::executor::{Credential, Request, RequiredAuth, Response, ResultStatus};
@@ -329,6 +330,18 @@ pub struct World {
     pub streams_opened: u32,
     /// Coverage counters.
     pub stats: BTreeMap<&'static str, u64>,
+    /// Archives the delegator serves by URL: token → (delegation, archive body).
+    archive_urls: BTreeMap<String, (DelegationId, String)>,
+    /// Tokens an executor fetched with: a second successful fetch is a violation.
+    archive_fetched: std::collections::BTreeSet<String>,
+}
+
+/// The delegator's engine settings in a run.
+fn del_config(cfg: &SimConfig) -> DelegatorConfig {
+    DelegatorConfig {
+        serve_archives: cfg.serve_archives,
+        ..DelegatorConfig::default()
+    }
 }
 
 fn exec_config(cfg: &SimConfig, id_seed: u64) -> ExecutorConfig {

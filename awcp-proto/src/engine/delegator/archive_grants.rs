@@ -1,0 +1,346 @@
+//! One-time archive URLs: which delegation's archive a token may fetch, once, before when.
+//!
+//! In URL delivery ([`ArchiveDelivery::ByUrl`]) the executor downloads the workspace archive
+//! from the delegator's archive server instead of receiving it inline in START. The driver
+//! mints the URL's secret token while executing [`DelegatorOutput::PrepareTransport`] and hands
+//! its digest back with [`DelegatorInput::TransportPrepared`]; from then on the engine decides
+//! every request: [`Delegator::redeem_archive_url`] grants a token once, only before the
+//! delegation's lease ends, and never after its transport was released (firezone's expiring
+//! map, keyed by the token's SHA-256 so a lookup's timing says nothing about live tokens).
+
+use super::*;
+use crate::engine::auth::SecretDigest;
+
+/// How the workspace archive reaches the executor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArchiveDelivery {
+    /// Base64 inside START (what every peer, the reference included, takes).
+    Inline,
+    /// As a file the delegator serves at a one-time URL named in START (the `archive-url`
+    /// extension, agreed in ACCEPT, with an archive server configured:
+    /// [`DelegatorConfig::serve_archives`]). Answer with the token's digest in
+    /// [`DelegatorInput::TransportPrepared::archive_token`].
+    ByUrl,
+}
+
+/// How the archive's root is laid out, by the executor's dialect.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArchiveLayout {
+    /// \[S\] executors: the single resource's files at the root.
+    Flat,
+    /// \[R\] executors: one top-level directory per resource.
+    PerResource,
+}
+
+impl ArchiveLayout {
+    /// The layout an executor speaking `dialect` expects.
+    pub fn for_dialect(dialect: Dialect) -> Self {
+        match dialect {
+            Dialect::Seed => ArchiveLayout::Flat,
+            Dialect::Reference => ArchiveLayout::PerResource,
+        }
+    }
+}
+
+/// Why [`Delegator::redeem_archive_url`] refused a token. The archive server answers 404
+/// either way, so a prober learns nothing; the reason is for logs and tests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ArchiveUrlRefused {
+    /// No live grant has this token: never issued, already used, or revoked when the
+    /// delegation's transport was released.
+    #[error("unknown, used or revoked archive URL")]
+    Unknown,
+    /// The grant outlived its delegation's lease.
+    #[error("expired archive URL")]
+    Expired,
+}
+
+/// One live grant.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Grant {
+    id: DelegationId,
+    expires_at: Timestamp,
+}
+
+/// The live one-time grants, by the token's digest (hex).
+#[derive(Clone, Debug, Default)]
+pub(super) struct ArchiveGrants {
+    by_token: BTreeMap<String, Grant>,
+}
+
+impl ArchiveGrants {
+    /// `token` may fetch `id`'s archive once, before `expires_at`.
+    pub(super) fn grant(&mut self, token: &SecretDigest, id: &DelegationId, expires_at: Timestamp) {
+        self.by_token.insert(
+            token.to_hex(),
+            Grant {
+                id: id.clone(),
+                expires_at,
+            },
+        );
+    }
+
+    /// Uses up `token`'s grant: whose archive it opens, if it is live at `now`. A token is
+    /// gone after its first redemption, whatever the answer.
+    pub(super) fn redeem(
+        &mut self,
+        now: Timestamp,
+        token: &SecretDigest,
+    ) -> Result<DelegationId, ArchiveUrlRefused> {
+        let grant = self
+            .by_token
+            .remove(&token.to_hex())
+            .ok_or(ArchiveUrlRefused::Unknown)?;
+        if now < grant.expires_at {
+            Ok(grant.id)
+        } else {
+            Err(ArchiveUrlRefused::Expired)
+        }
+    }
+
+    /// Forgets every grant of `id` (its transport is being released).
+    pub(super) fn revoke(&mut self, id: &DelegationId) {
+        self.by_token.retain(|_, g| g.id != *id);
+    }
+
+    /// How many grants are live (tests, invariants).
+    pub(super) fn len(&self) -> usize {
+        self.by_token.len()
+    }
+}
+
+impl Delegator {
+    /// An archive server received a request for the archive URL whose token has `token` as
+    /// digest: the delegation whose archive file to send, or why not. Each token is granted
+    /// at most once, only before its delegation's lease ends, and never after its transport
+    /// was released ([`DelegatorOutput::ReleaseTransport`] revokes it).
+    pub fn redeem_archive_url(
+        &mut self,
+        now: Timestamp,
+        token: &SecretDigest,
+    ) -> Result<DelegationId, ArchiveUrlRefused> {
+        self.archive_grants.redeem(now, token)
+    }
+
+    /// How many one-time archive URLs are live.
+    pub fn live_archive_urls(&self) -> usize {
+        self.archive_grants.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(s: u64) -> Timestamp {
+        Timestamp::from_unix_millis(1_700_000_000_000 + s * 1000)
+    }
+
+    fn did(s: &str) -> DelegationId {
+        DelegationId::new(s).unwrap()
+    }
+
+    #[test]
+    fn a_token_is_granted_once_and_only_before_its_expiry() {
+        let mut g = ArchiveGrants::default();
+        let (a, b) = (SecretDigest::of("token-a"), SecretDigest::of("token-b"));
+        g.grant(&a, &did("dlg_a"), at(10));
+        g.grant(&b, &did("dlg_b"), at(10));
+        assert_eq!(g.redeem(at(9), &a), Ok(did("dlg_a")));
+        assert_eq!(g.redeem(at(9), &a), Err(ArchiveUrlRefused::Unknown));
+        assert_eq!(g.redeem(at(10), &b), Err(ArchiveUrlRefused::Expired));
+        assert_eq!(g.redeem(at(1), &b), Err(ArchiveUrlRefused::Unknown));
+        assert_eq!(
+            g.redeem(at(1), &SecretDigest::of("never")),
+            Err(ArchiveUrlRefused::Unknown)
+        );
+        assert_eq!(g.len(), 0);
+    }
+
+    #[test]
+    fn revoking_forgets_only_that_delegations_grants() {
+        let mut g = ArchiveGrants::default();
+        let (a, b) = (SecretDigest::of("token-a"), SecretDigest::of("token-b"));
+        g.grant(&a, &did("dlg_a"), at(10));
+        g.grant(&b, &did("dlg_b"), at(10));
+        g.revoke(&did("dlg_a"));
+        assert_eq!(g.redeem(at(1), &a), Err(ArchiveUrlRefused::Unknown));
+        assert_eq!(g.redeem(at(1), &b), Ok(did("dlg_b")));
+    }
+
+    #[test]
+    fn the_layout_follows_the_dialect() {
+        assert_eq!(
+            ArchiveLayout::for_dialect(Dialect::Seed),
+            ArchiveLayout::Flat
+        );
+        assert_eq!(
+            ArchiveLayout::for_dialect(Dialect::Reference),
+            ArchiveLayout::PerResource
+        );
+    }
+
+    /// Through the engine: a delegator serving archives, an executor agreeing to
+    /// `archive-url`, the delegation cancelled at `cancel_at` (before or after the prepare).
+    mod engine {
+        #![allow(clippy::wildcard_enum_match_arm)] // tests pick the outputs they look at
+        use super::super::*;
+        use crate::engine::auth::SecretDigest;
+        use crate::engine::delegator::tests::{accept, drain, id, request, t};
+        use crate::wire::{ArchiveData, ArchiveHandle};
+
+        fn url_handle() -> TransportHandle {
+            TransportHandle::Archive(ArchiveHandle {
+                data: ArchiveData {
+                    base64: None,
+                    url: Some("http://127.0.0.1:1/archives/secret".into()),
+                },
+                checksum: "00".into(),
+                size_bytes: None,
+            })
+        }
+
+        /// A delegator (serving archives or not) up to ACCEPT with `features`; returns the
+        /// `PrepareTransport` it asked for.
+        fn accepted(serve: bool, features: &[&str]) -> (Delegator, DelegatorOutput) {
+            let mut d = Delegator::new(DelegatorConfig {
+                serve_archives: serve,
+                ..DelegatorConfig::default()
+            });
+            d.delegate(t(0), request(SnapshotMode::Auto)).unwrap();
+            d.handle(
+                t(1),
+                DelegatorInput::ScanCompleted {
+                    id: id(),
+                    result: Ok(WorkspaceStats::default()),
+                },
+            )
+            .unwrap();
+            drain(&mut d);
+            let mut a = accept();
+            a.features = features.iter().map(|f| (*f).to_owned()).collect();
+            d.handle(
+                t(2),
+                DelegatorInput::Reply {
+                    id: id(),
+                    to: Outbound::Invite,
+                    reply: Reply::Accept(a),
+                },
+            )
+            .unwrap();
+            let prepare = drain(&mut d)
+                .into_iter()
+                .find(|o| matches!(o, DelegatorOutput::PrepareTransport { .. }))
+                .unwrap();
+            (d, prepare)
+        }
+
+        fn delivery(o: &DelegatorOutput) -> ArchiveDelivery {
+            match o {
+                DelegatorOutput::PrepareTransport { delivery, .. } => *delivery,
+                _ => unreachable!(),
+            }
+        }
+
+        #[test]
+        fn by_url_only_when_this_delegator_serves_archives_and_the_executor_agreed() {
+            let url = [feature::ARCHIVE_URL];
+            assert_eq!(delivery(&accepted(true, &url).1), ArchiveDelivery::ByUrl);
+            assert_eq!(delivery(&accepted(false, &url).1), ArchiveDelivery::Inline);
+            assert_eq!(delivery(&accepted(true, &[]).1), ArchiveDelivery::Inline);
+            assert!(matches!(
+                accepted(true, &url).1,
+                DelegatorOutput::PrepareTransport {
+                    layout: ArchiveLayout::PerResource,
+                    ..
+                }
+            ));
+        }
+
+        #[test]
+        fn a_prepared_archive_url_is_granted_once_until_the_lease_ends() {
+            let (mut d, _) = accepted(true, &[feature::ARCHIVE_URL]);
+            let token = SecretDigest::of("secret");
+            d.handle(
+                t(3),
+                DelegatorInput::TransportPrepared {
+                    id: id(),
+                    result: Ok(url_handle()),
+                    archive_token: Some(token),
+                },
+            )
+            .unwrap();
+            assert_eq!(d.live_archive_urls(), 1);
+            let other = SecretDigest::of("guess");
+            assert_eq!(
+                d.redeem_archive_url(t(4), &other),
+                Err(ArchiveUrlRefused::Unknown)
+            );
+            assert_eq!(d.redeem_archive_url(t(4), &token), Ok(id()));
+            assert_eq!(
+                d.redeem_archive_url(t(5), &token),
+                Err(ArchiveUrlRefused::Unknown),
+                "one-time"
+            );
+
+            // A fresh delegation: the same grant, asked for after its lease (600 s) ended.
+            let (mut d, _) = accepted(true, &[feature::ARCHIVE_URL]);
+            d.handle(
+                t(3),
+                DelegatorInput::TransportPrepared {
+                    id: id(),
+                    result: Ok(url_handle()),
+                    archive_token: Some(token),
+                },
+            )
+            .unwrap();
+            assert_eq!(
+                d.redeem_archive_url(t(600_001), &token),
+                Err(ArchiveUrlRefused::Expired)
+            );
+        }
+
+        #[test]
+        fn a_released_transport_takes_its_archive_url_with_it() {
+            // Cancelled while preparing: the prepared archive is released at once, and its
+            // URL never opens.
+            let (mut d, _) = accepted(true, &[feature::ARCHIVE_URL]);
+            d.cancel(t(3), &id()).unwrap();
+            drain(&mut d);
+            let token = SecretDigest::of("secret");
+            d.handle(
+                t(4),
+                DelegatorInput::TransportPrepared {
+                    id: id(),
+                    result: Ok(url_handle()),
+                    archive_token: Some(token),
+                },
+            )
+            .unwrap();
+            let out = drain(&mut d);
+            assert!(out
+                .iter()
+                .any(|o| matches!(o, DelegatorOutput::ReleaseTransport { .. })));
+            assert_eq!(d.live_archive_urls(), 0);
+            assert_eq!(
+                d.redeem_archive_url(t(5), &token),
+                Err(ArchiveUrlRefused::Unknown)
+            );
+        }
+
+        #[test]
+        fn a_failed_prepare_grants_nothing() {
+            let (mut d, _) = accepted(true, &[feature::ARCHIVE_URL]);
+            d.handle(
+                t(3),
+                DelegatorInput::TransportPrepared {
+                    id: id(),
+                    result: Err(ErrorInfo::new(ErrorCode::TransportError, "disk full")),
+                    archive_token: Some(SecretDigest::of("secret")),
+                },
+            )
+            .unwrap();
+            assert_eq!(d.live_archive_urls(), 0);
+        }
+    }
+}
