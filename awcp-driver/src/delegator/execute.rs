@@ -54,12 +54,7 @@ impl<R: Runtime> Loop<R> {
                 self.rt.spawn(Box::pin(async move {
                     let did = id.clone();
                     let result = blocking(&rt, move || {
-                        let t = t.ok_or_else(|| {
-                            ErrorInfo::new(
-                                ErrorCode::TransportError,
-                                format!("transport {} is not configured", transport.as_str()),
-                            )
-                        })?;
+                        let t = t.ok_or(PrepareFailure::NotConfigured(transport))?;
                         let req = PrepareRequest {
                             delegation_id: &did,
                             resources: &specs,
@@ -71,7 +66,7 @@ impl<R: Runtime> Loop<R> {
                             allow_sensitive,
                         };
                         t.prepare_live(&req, expires_at, &CancelFlag::new())
-                            .map_err(|e| e.to_error_info())
+                            .map_err(|e| PrepareFailure::Transport(e.to_error_info()))
                     })
                     .await;
                     feed(DelegatorInput::TransportPrepared {
@@ -105,12 +100,8 @@ impl<R: Runtime> Loop<R> {
                     let did = id.clone();
                     let result = blocking(&rt, move || {
                         let delivery = if by_url {
-                            std::fs::create_dir_all(&dir).map_err(|e| {
-                                ErrorInfo::new(
-                                    ErrorCode::TransportError,
-                                    format!("archive dir: {e}"),
-                                )
-                            })?;
+                            std::fs::create_dir_all(&dir)
+                                .map_err(|e| PrepareFailure::Local(format!("archive dir: {e}")))?;
                             Delivery::File(dir)
                         } else {
                             Delivery::Inline
@@ -127,7 +118,7 @@ impl<R: Runtime> Loop<R> {
                         };
                         let prepared = t
                             .prepare(&req, &CancelFlag::new())
-                            .map_err(|e| e.to_error_info())?;
+                            .map_err(|e| PrepareFailure::Transport(e.to_error_info()))?;
                         let _ = note.unbounded_send(Cmd::Transferred(Transfer {
                             id: did.clone(),
                             what: "workspace archive",
@@ -147,21 +138,18 @@ impl<R: Runtime> Loop<R> {
                             .map_err(|e| {
                                 // Nothing prepared may outlive a failed prepare.
                                 let _ = t.release(&did);
-                                ErrorInfo::new(
-                                    ErrorCode::TransportError,
-                                    format!("persisting the baseline: {e}"),
-                                )
+                                PrepareFailure::Local(format!("persisting the baseline: {e}"))
                             })?;
                         }
                         baselines
                             .lock()
                             .unwrap_or_else(|p| p.into_inner())
                             .insert(did.clone(), prepared.baseline.clone());
-                        Ok::<_, ErrorInfo>(match prepared.archive {
+                        Ok::<_, PrepareFailure>(match prepared.archive {
                             ArchiveOutput::Inline(h) => (TransportHandle::Archive(h), None),
                             ArchiveOutput::File(f) => {
                                 let token = crate::security::random_token().map_err(|e| {
-                                    ErrorInfo::new(ErrorCode::TransportError, e.to_string())
+                                    PrepareFailure::Local(format!("archive URL token: {e}"))
                                 })?;
                                 let base = match (base.as_deref(), peer.as_deref()) {
                                     (Some(b), Some(p)) => agent_rt::origin::concrete_base_for(b, p),

@@ -16,7 +16,8 @@ use std::time::Duration;
 
 use awcp_proto::engine::auth::SecretDigest;
 use awcp_proto::engine::delegator::{
-    ArchiveDelivery, DelegateRequest, DelegationRecord, DelegationView, Outbound, RequestFailure,
+    ArchiveDelivery, DelegateRequest, DelegationRecord, DelegationView, Outbound, PrepareFailure,
+    RequestFailure, ScanFailure, StoreFailure,
 };
 use awcp_proto::engine::{SnapshotMode, WorkspaceStats};
 use awcp_proto::http_binding as wire_http;

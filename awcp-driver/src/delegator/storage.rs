@@ -2,26 +2,17 @@
 
 use super::*;
 
-pub(super) fn scan(specs: &[ResourceSpec]) -> Result<WorkspaceStats, ErrorInfo> {
+pub(super) fn scan(specs: &[ResourceSpec]) -> Result<WorkspaceStats, ScanFailure> {
     for s in specs {
+        let path = || s.source_path.display().to_string();
         match std::fs::metadata(&s.source_path) {
-            Err(_) => {
-                return Err(ErrorInfo::new(
-                    ErrorCode::WorkspaceNotFound,
-                    format!("workspace {} does not exist", s.source_path.display()),
-                ))
-            }
-            Ok(m) if !m.is_dir() => {
-                return Err(ErrorInfo::new(
-                    ErrorCode::WorkspaceInvalid,
-                    format!("workspace {} is not a directory", s.source_path.display()),
-                ))
-            }
+            Err(_) => return Err(ScanFailure::NotFound(path())),
+            Ok(m) if !m.is_dir() => return Err(ScanFailure::NotADirectory(path())),
             Ok(_) => {}
         }
     }
     awcp_transports::scan(specs, &Default::default(), &CancelFlag::new())
-        .map_err(|e| e.to_error_info())
+        .map_err(|e| ScanFailure::Scan(e.to_error_info()))
 }
 
 /// Stores a snapshot durably under `dir`: `<sid>.zip` (written to a temporary name, fsynced,
@@ -33,19 +24,9 @@ pub(super) async fn store_snapshot<R: Runtime>(
     headers: &[(&'static str, String)],
     limit: u64,
     download_timeout: Duration,
-) -> Result<u64, ErrorInfo> {
+) -> Result<u64, StoreFailure> {
     let rt = http.runtime();
-    let fail = |m: String| ErrorInfo {
-        code: ErrorCode::TransportError,
-        message: m,
-        hint: Some(
-            "The result could not be stored locally, so it was not applied and the executor was \
-             not acknowledged (it keeps the result until its retention ends): check the \
-             delegator's state directory (disk space, permissions) and its connection to the \
-             executor."
-                .into(),
-        ),
-    };
+    let fail = StoreFailure::Local;
     let d = dir.to_path_buf();
     blocking(rt, move || std::fs::create_dir_all(d))
         .await
@@ -59,8 +40,8 @@ pub(super) async fn store_snapshot<R: Runtime>(
     let part = dir.join(format!("{}.zip.part", snap.snapshot_id));
     let size = match (&snap.data.base64, &snap.data.url) {
         (Some(b), _) => {
-            let bytes =
-                awcp_transports::archive::decode_base64(b).map_err(|e| e.to_error_info())?;
+            let bytes = awcp_transports::archive::decode_base64(b)
+                .map_err(|e| StoreFailure::Archive(e.to_error_info()))?;
             let n = bytes.len() as u64;
             let p = part.clone();
             blocking(rt, move || {
@@ -76,8 +57,8 @@ pub(super) async fn store_snapshot<R: Runtime>(
         (None, Some(url)) => http
             .download(url, headers, part.clone(), limit, download_timeout)
             .await
-            .map_err(|e| fail(format!("fetching the snapshot: {e}")))?,
-        (None, None) => return Err(fail("snapshot carries no data".into())),
+            .map_err(|e| StoreFailure::Fetch(e.to_string()))?,
+        (None, None) => return Err(StoreFailure::NoData),
     };
     let meta = serde_json::json!({
         "snapshotId": snap.snapshot_id.as_str(),

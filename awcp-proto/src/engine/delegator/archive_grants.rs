@@ -335,7 +335,7 @@ mod tests {
                 t(3),
                 DelegatorInput::TransportPrepared {
                     id: id(),
-                    result: Err(ErrorInfo::new(ErrorCode::TransportError, "disk full")),
+                    result: Err(PrepareFailure::Local("disk full".into())),
                     archive_token: Some(SecretDigest::of("secret")),
                 },
             )

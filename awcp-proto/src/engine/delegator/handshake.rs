@@ -46,8 +46,9 @@ impl Delegator {
         &mut self,
         now: Timestamp,
         id: &DelegationId,
-        result: Result<WorkspaceStats, ErrorInfo>,
+        result: Result<WorkspaceStats, ScanFailure>,
     ) -> Result<(), UsageError> {
+        let result = result.map_err(|f| f.to_error_info());
         let d = self.get_mut(id)?;
         if d.state() != DelegationState::Created {
             return Ok(());
@@ -252,7 +253,7 @@ impl Delegator {
         &mut self,
         now: Timestamp,
         id: &DelegationId,
-        result: Result<TransportHandle, ErrorInfo>,
+        result: Result<TransportHandle, PrepareFailure>,
         archive_token: Option<crate::engine::auth::SecretDigest>,
     ) -> Result<(), UsageError> {
         let expires_at = self.get_mut(id)?.expires_at;
@@ -261,6 +262,7 @@ impl Delegator {
             // delegation already finished).
             self.archive_grants.grant(&token, id, expires_at);
         }
+        let result = result.map_err(|f| f.to_error_info());
         let d = self.get_mut(id)?;
         match (&mut d.phase, result) {
             (

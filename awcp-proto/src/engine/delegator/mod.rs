@@ -69,7 +69,7 @@ pub use config::{DelegateRequest, DelegatorConfig};
 use delegation::*;
 pub use io::{
     DelegatorEvent, DelegatorInput, DelegatorOutput, FetchedResult, Outbound, PeerMisbehavior,
-    Reply, RequestFailure,
+    PrepareFailure, Reply, RequestFailure, ScanFailure, StoreFailure,
 };
 pub use lease::Timer;
 pub use record::{

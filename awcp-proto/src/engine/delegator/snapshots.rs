@@ -185,8 +185,9 @@ impl Delegator {
         now: Timestamp,
         id: &DelegationId,
         sid: &SnapshotId,
-        result: Result<(), ErrorInfo>,
+        result: Result<(), StoreFailure>,
     ) -> Result<(), UsageError> {
+        let result = result.map_err(|f| f.to_error_info());
         let Some(d) = self.in_flight(id, sid)? else {
             return Ok(());
         };

@@ -68,7 +68,7 @@ fn is_apply(o: &DelegatorOutput) -> bool {
     matches!(o, DelegatorOutput::ApplySnapshot { .. })
 }
 
-pub(super) fn stored(s: &str, result: Result<(), ErrorInfo>) -> DelegatorInput {
+pub(super) fn stored(s: &str, result: Result<(), StoreFailure>) -> DelegatorInput {
     DelegatorInput::SnapshotStored {
         id: id(),
         snapshot_id: sid(s),
@@ -289,10 +289,7 @@ fn a_snapshot_that_cannot_be_stored_is_never_acknowledged() {
     let mut d = done_with_snapshot();
     d.handle(
         t(3),
-        stored(
-            "snap_a",
-            Err(ErrorInfo::new(ErrorCode::TransportError, "disk full")),
-        ),
+        stored("snap_a", Err(StoreFailure::Local("disk full".into()))),
     )
     .unwrap();
     d.handle(

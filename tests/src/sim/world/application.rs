@@ -28,6 +28,7 @@ impl World {
             apply_failed: 0,
             runs: 0,
             ran_on: None,
+            prepare_failure: None,
             deadline: self.now + spec.ttl_s * 1000 + GRACE_MS,
             ttl_ms: spec.ttl_s * 1000,
             access: spec.access,

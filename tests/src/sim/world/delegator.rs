@@ -133,6 +133,21 @@ impl World {
                 let at = self.now + self.local();
                 if self.rng.chance(self.cfg.faults.prepare_fail) {
                     self.log(|| format!("prepare of {id} fails"));
+                    // What a driver can find; the engine picks the code.
+                    let (failure, message, code) = if self.rng.chance(500) {
+                        let m = "sim: archive dir: disk full".to_owned();
+                        (
+                            PrepareFailure::Local(m.clone()),
+                            m,
+                            ErrorCode::TransportError,
+                        )
+                    } else {
+                        let m = "sim: prepare".to_owned();
+                        let e = ErrorInfo::new(ErrorCode::SetupFailed, m.clone());
+                        (PrepareFailure::Transport(e), m, ErrorCode::SetupFailed)
+                    };
+                    let i = self.idx(&id);
+                    self.dels[i].prepare_failure = Some((message, code));
                     let inc = self.del_inc;
                     self.schedule(
                         at,
@@ -140,7 +155,7 @@ impl World {
                             inc,
                             input: DelegatorInput::TransportPrepared {
                                 id,
-                                result: Err(ErrorInfo::new(ErrorCode::SetupFailed, "sim: prepare")),
+                                result: Err(failure),
                                 archive_token: None,
                             },
                         },
@@ -293,7 +308,7 @@ impl World {
                     result: if ok {
                         Ok(())
                     } else {
-                        Err(ErrorInfo::new(ErrorCode::SetupFailed, "sim: store"))
+                        Err(StoreFailure::Local("sim: store".into()))
                     },
                 });
             }
@@ -391,6 +406,17 @@ impl World {
                         ));
                     } else {
                         self.bump("reference-style delegation refused by a restarted executor");
+                    }
+                }
+                if let (Some(e), Some((message, code))) =
+                    (&error, self.dels[i].prepare_failure.clone())
+                {
+                    if e.message == message && e.code != code {
+                        self.violate(format!(
+                            "{id}: failed prepare ended with {} but the failure calls for {}",
+                            e.code.as_str(),
+                            code.as_str()
+                        ));
                     }
                 }
                 let d = &mut self.dels[i];

@@ -11,7 +11,7 @@ use std::time::Duration;
 use awcp_proto::engine::auth::SecretDigest;
 use awcp_proto::engine::delegator::{
     ArchiveDelivery, ArchiveLayout, DelegateRequest, DelegationRecord, FetchedResult, Outbound,
-    Reply, RequestFailure, SnapshotStatus,
+    PrepareFailure, Reply, RequestFailure, SnapshotStatus, StoreFailure,
 };
 use awcp_proto::engine::drive::{self, Wake};
 use awcp_proto::engine::executor::{Credential, Request, RequiredAuth, Response, ResultStatus};
@@ -244,6 +244,9 @@ pub struct DelTrack {
     pub runs: u32,
     /// Executor and incarnation of the last run.
     ran_on: Option<(usize, u32)>,
+    /// A failed prepare's message and the code the engine must give it (`TRANSPORT_ERROR`
+    /// for a local failure, the transport's own code otherwise).
+    prepare_failure: Option<(String, ErrorCode)>,
     /// Must be `Ended` by then.
     pub deadline: u64,
     ttl_ms: u64,
