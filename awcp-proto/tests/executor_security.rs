@@ -87,6 +87,7 @@ fn ask_with(
         ExecutorInput::Request {
             request: RequestId(n),
             credential,
+            origin: None,
             body,
         },
     )

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use awcp_proto::engine::drive::{self, Wake};
-use awcp_proto::engine::executor::Response;
+use awcp_proto::engine::executor::{Response, SnapshotDelivery};
 use awcp_proto::engine::{RequestId, StreamId, TaskHandle, TaskOutcome};
 use awcp_proto::{
     encode_event, sse, DelegationId, ErrorCode, ErrorInfo, Executor, ExecutorEvent, ExecutorInput,
@@ -38,11 +38,6 @@ pub(super) struct Loop<R: Runtime> {
     /// Which transport each assignment uses (from allocation to release).
     pub(super) kinds: BTreeMap<DelegationId, TransportKind>,
     pub(super) runner: Arc<dyn TaskRunner>,
-    pub(super) public_url: Option<String>,
-    /// The origin each delegation's delegator reached us at (when no public URL is set).
-    pub(super) origins: BTreeMap<DelegationId, String>,
-    /// Origins of requests the engine has not answered yet.
-    pub(super) pending_origins: BTreeMap<RequestId, (DelegationId, String)>,
     pub(super) http: agent_rt::HttpClient<R>,
     /// Downloads and captured snapshots of this instance.
     pub(super) scratch: PathBuf,
@@ -142,12 +137,10 @@ impl<R: Runtime> Loop<R> {
                 let request = RequestId(self.next_id);
                 self.next_id += 1;
                 self.pending.insert(request, reply);
-                if let Some(o) = origin {
-                    self.pending_origins.insert(request, o);
-                }
                 self.input(ExecutorInput::Request {
                     request,
                     credential,
+                    origin,
                     body,
                 });
             }
@@ -192,7 +185,7 @@ impl<R: Runtime> Loop<R> {
                 ));
             }
             Cmd::Shutdown(_) => {}
-            Cmd::SetPublicUrl(u) => self.public_url = Some(u),
+            Cmd::SetPublicUrl(u) => self.engine.set_public_url(u),
             Cmd::Decide { id, decline, reply } => {
                 let now = self.rt.now();
                 let r = match decline {
@@ -215,13 +208,6 @@ impl<R: Runtime> Loop<R> {
     fn execute(&mut self, out: ExecutorOutput) {
         match out {
             ExecutorOutput::Respond { request, response } => {
-                if let Some((id, origin)) = self.pending_origins.remove(&request) {
-                    if !matches!(response, Response::Error { .. })
-                        && self.engine.record(&id).is_some()
-                    {
-                        self.origins.insert(id, origin);
-                    }
-                }
                 if let Some(tx) = self.pending.remove(&request) {
                     let _ = tx.send(response);
                 }
@@ -355,18 +341,15 @@ impl<R: Runtime> Loop<R> {
                 work_dir,
                 snapshot_id,
                 kind,
-                inline,
+                delivery,
             } => {
                 let t = self.transport_of(&id);
                 let feed = self.feed();
                 let rt = self.rt.clone();
                 let dir = self.scratch.join("snapshots");
-                let url_base = if inline {
-                    None
-                } else {
-                    self.public_url
-                        .clone()
-                        .or_else(|| self.origins.get(&id).cloned())
+                let url_base = match delivery {
+                    SnapshotDelivery::Inline => None,
+                    SnapshotDelivery::ByUrl { base } => Some(base),
                 };
                 let files = self.snapshots.clone();
                 let kind = match kind {
@@ -410,7 +393,6 @@ impl<R: Runtime> Loop<R> {
                 work_dir,
                 transport,
             } => {
-                self.origins.remove(&id);
                 self.cancels.remove(&id);
                 self.kinds.remove(&id);
                 let t = self.transport_for(&transport);

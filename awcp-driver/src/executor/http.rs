@@ -230,12 +230,8 @@ impl ExecutorHandle {
                 return reply(wire_http::reject_malformed(&e, id.as_ref()));
             }
         };
-        // Snapshot URLs of this delegation follow the origin its delegator used (unless a public
-        // URL is configured): bound when the engine accepts the message, so a request that
-        // fails authentication changes nothing.
-        let origin = origin
-            .filter(|_| self.public_url().is_none())
-            .map(|o| (msg.delegation_id().clone(), o));
+        // The engine binds the origin to the delegation if it accepts the message (a request
+        // that fails authentication changes nothing) and prefers a configured public URL.
         match self
             .request_from(credential, Request::Message(Box::new(msg), dialect), origin)
             .await

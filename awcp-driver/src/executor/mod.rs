@@ -100,8 +100,8 @@ pub(crate) enum Cmd {
         credential: Option<Credential>,
         body: Request,
         reply: oneshot::Sender<Response>,
-        /// The origin the peer used, remembered for the delegation if the request succeeds.
-        origin: Option<(DelegationId, String)>,
+        /// The origin the peer used ([`ExecutorInput::Request::origin`](awcp_proto::ExecutorInput)).
+        origin: Option<String>,
     },
     Subscribe {
         id: DelegationId,
@@ -224,7 +224,11 @@ impl ExecutorHandle {
             trust_forwarded_headers: opts.trust_forwarded_headers,
         });
         let journal = opts.state_dir.map(journal::Journal::new);
-        let mut engine = Executor::new(opts.engine.clone());
+        let mut config = opts.engine.clone();
+        if opts.public_url.is_some() {
+            config.public_url = opts.public_url.clone();
+        }
+        let mut engine = Executor::new(config);
         let mut deferred = Vec::new();
         if let Some(j) = &journal {
             let records = j.load();
@@ -262,9 +266,6 @@ impl ExecutorHandle {
             transports,
             kinds: BTreeMap::new(),
             runner: opts.runner,
-            public_url: opts.public_url,
-            origins: BTreeMap::new(),
-            pending_origins: BTreeMap::new(),
             http: agent_rt::HttpClient::new(rt.clone(), opts.client_tls),
             scratch,
             pending: BTreeMap::new(),
@@ -369,12 +370,13 @@ impl ExecutorHandle {
         self.request_from(credential, body, None).await
     }
 
-    /// A request whose success binds `origin` (the URL its sender used) to the delegation.
+    /// A request from a peer that used `origin` (the engine binds it to the delegation of an
+    /// INVITE or START it accepts).
     pub(crate) async fn request_from(
         &self,
         credential: Option<Credential>,
         body: Request,
-        origin: Option<(DelegationId, String)>,
+        origin: Option<String>,
     ) -> Option<Response> {
         let (tx, rx) = oneshot::channel();
         self.tx

@@ -15,8 +15,8 @@ use crate::engine::delegator::{
     Outbound,
 };
 use crate::engine::executor::{
-    Executor, ExecutorConfig, ExecutorEvent, ExecutorInput, ExecutorOutput, Request, TaskFailure,
-    WorkspaceLayout,
+    Executor, ExecutorConfig, ExecutorEvent, ExecutorInput, ExecutorOutput, Request,
+    SnapshotDelivery, TaskFailure, WorkspaceLayout,
 };
 use crate::engine::WorkspaceStats;
 use crate::engine::{CapturedSnapshot, RequestId, SnapshotMode, StreamId, TaskOutcome};
@@ -30,6 +30,9 @@ use crate::wire::{
 
 /// The executor's URL as the delegator knows it.
 pub const PEER: &str = "http://executor.invalid/awcp";
+
+/// The origin the delegator uses to reach the executor at [`PEER`].
+const ORIGIN: &str = "http://executor.invalid";
 
 /// When the pair starts.
 pub const T0: Timestamp = Timestamp::from_unix_millis(1_750_000_000_000);
@@ -78,6 +81,8 @@ pub struct Pair {
     /// Open SSE streams.
     streams: BTreeMap<StreamId, DelegationId>,
     next_handle: u64,
+    /// How each snapshot the executor captured was to be delivered, in order.
+    pub captures: Vec<SnapshotDelivery>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -104,6 +109,7 @@ impl Pair {
             requests: BTreeMap::new(),
             streams: BTreeMap::new(),
             next_handle: 1,
+            captures: Vec::new(),
         }
     }
 
@@ -282,6 +288,8 @@ impl Pair {
         self.to_executor.push_back(ExecutorInput::Request {
             request,
             credential: None,
+            // The delegator reaches the executor at PEER: snapshot URLs start there.
+            origin: Some(ORIGIN.to_owned()),
             body,
         });
     }
@@ -373,6 +381,7 @@ impl Pair {
                 self.to_executor.push_back(ExecutorInput::Request {
                     request,
                     credential: None,
+                    origin: Some(ORIGIN.to_owned()),
                     body: Request::Result(id),
                 });
             }
@@ -495,22 +504,20 @@ impl Pair {
             ExecutorOutput::CaptureSnapshot {
                 id,
                 snapshot_id,
-                inline,
+                delivery,
                 ..
             } => {
                 self.note("e", || "CaptureSnapshot".into());
-                let data = if inline {
-                    ArchiveData {
+                self.captures.push(delivery.clone());
+                let data = match delivery {
+                    SnapshotDelivery::Inline => ArchiveData {
                         base64: Some(EMPTY_ZIP.into()),
                         url: None,
-                    }
-                } else {
-                    ArchiveData {
+                    },
+                    SnapshotDelivery::ByUrl { base } => ArchiveData {
                         base64: None,
-                        url: Some(format!(
-                            "http://executor.invalid/awcp/tasks/{id}/snapshots/{snapshot_id}"
-                        )),
-                    }
+                        url: Some(crate::http_binding::snapshot_url(&base, &id, &snapshot_id)),
+                    },
                 };
                 self.to_executor.push_back(ExecutorInput::SnapshotCaptured {
                     id,

@@ -155,6 +155,10 @@ pub(crate) struct Assignment {
     pub(crate) acked: bool,
     pub(crate) terminal_event: Option<Arc<TaskEvent>>,
     pub(crate) completed_at: Option<Timestamp>,
+    /// The origin the delegator used for its accepted INVITE or START: where this
+    /// delegation's snapshot URLs start when no public URL is configured. Not journaled (a
+    /// restarted executor learns it again, or sends snapshots inline).
+    pub(crate) origin: Option<String>,
 }
 
 /// The snapshot an event carries, if it is a `snapshot` event.

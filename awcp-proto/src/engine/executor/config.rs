@@ -47,6 +47,12 @@ pub struct ExecutorConfig {
     pub archive_download_timeout: Duration,
     /// Seed for snapshot ids.
     pub id_seed: u64,
+    /// The base URL delegators reach this executor at (`--public-url`, e.g. behind a proxy):
+    /// snapshot URLs start there. `None`: each delegation's snapshot URLs start at the origin
+    /// its delegator used (see [`ExecutorInput::Request::origin`](super::ExecutorInput)).
+    /// [`Executor::set_public_url`](super::Executor::set_public_url) sets it later (after
+    /// binding port 0).
+    pub public_url: Option<String>,
 }
 
 impl Default for ExecutorConfig {
@@ -75,6 +81,7 @@ impl Default for ExecutorConfig {
             stop_grace: Duration::from_secs(10),
             archive_download_timeout: Duration::from_secs(600),
             id_seed: 0,
+            public_url: None,
         }
     }
 }

@@ -162,6 +162,7 @@ impl Executor {
                 acked: false,
                 terminal_event: None,
                 completed_at: None,
+                origin: None,
             },
         );
         // Journalled before the directory exists: after a crash mid-allocation the restarted

@@ -39,6 +39,11 @@ pub enum ExecutorInput {
         request: RequestId,
         /// The credential presented in a header (bearer token or API key), if any.
         credential: Option<Credential>,
+        /// The origin (`scheme://host[:port]`) the client used, as the HTTP layer derives it
+        /// (the connection's scheme and `Host`, or forwarded headers where trusted). When an
+        /// INVITE or START is answered without an error, its delegation's snapshot URLs start
+        /// there (unless [`ExecutorConfig::public_url`] is set).
+        origin: Option<String>,
         /// What is asked.
         body: Request,
     },
@@ -266,8 +271,8 @@ pub enum ExecutorOutput {
         snapshot_id: SnapshotId,
         /// Full or delta.
         kind: SnapshotKind,
-        /// Whether the bytes must be inline base64 (peer cannot fetch by URL).
-        inline: bool,
+        /// Inline, or as a file served at a URL under a base.
+        delivery: SnapshotDelivery,
     },
     /// Detach the transport and remove the work directory; answer with `Released`.
     Release {
@@ -535,4 +540,19 @@ impl From<&str> for TaskFailure {
     fn from(m: &str) -> Self {
         TaskFailure::Failed(m.to_owned())
     }
+}
+
+/// How a captured snapshot reaches the delegator.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SnapshotDelivery {
+    /// Base64 in the event (\[S\] peers, peers without the `archive-url` extension, or no
+    /// base URL known).
+    Inline,
+    /// A file the executor serves at
+    /// [`snapshot_url`](crate::http_binding::snapshot_url)`(base, id, snapshot)`.
+    ByUrl {
+        /// The executor's base URL as the delegator reaches it (the public URL, or the origin
+        /// the delegator used), `…/awcp` route not included.
+        base: String,
+    },
 }

@@ -80,7 +80,7 @@ pub use self::config::{work_root_refusal, ExecutorConfig};
 pub use self::io::{
     AllocationFailure, AssignmentView, ExecutorEvent, ExecutorInput, ExecutorOutput,
     ExecutorStatus, Misbehaviour, Request, Response, ResultBody, ResultStatus, SetupFailure,
-    TaskFailure, WorkspaceLayout,
+    SnapshotDelivery, TaskFailure, WorkspaceLayout,
 };
 pub use self::record::{
     AssignmentRecord, AssignmentRecordError, RecordedAuth, RecordedOutcome, RECORD_VERSION,
@@ -99,6 +99,9 @@ pub struct Executor {
     /// Acknowledged (forgotten) assignments and when their lease ends: until then a late,
     /// duplicated INVITE for the id is refused instead of starting the task again.
     tombstones: BTreeMap<DelegationId, Timestamp>,
+    /// INVITE/START requests not answered yet and the origin they came from: bound to the
+    /// delegation once answered without an error.
+    pending_origins: BTreeMap<RequestId, (DelegationId, String)>,
 }
 
 impl Executor {
@@ -112,7 +115,13 @@ impl Executor {
             core: Core::default(),
             ids,
             tombstones: BTreeMap::new(),
+            pending_origins: BTreeMap::new(),
         }
+    }
+
+    /// Sets [`ExecutorConfig::public_url`] (e.g. once the listener's port is known).
+    pub fn set_public_url(&mut self, url: impl Into<String>) {
+        self.config.public_url = Some(url.into());
     }
 
     /// The configuration.
@@ -180,8 +189,15 @@ impl Executor {
             ExecutorInput::Request {
                 request,
                 credential,
+                origin,
                 body,
             } => {
+                if let (Some(origin), Request::Message(msg, _)) = (origin, &body) {
+                    if matches!(**msg, crate::Message::Invite(_) | crate::Message::Start(_)) {
+                        self.pending_origins
+                            .insert(request, (msg.delegation_id().clone(), origin));
+                    }
+                }
                 self.on_request(now, request, credential, body);
                 Ok(())
             }
@@ -264,6 +280,15 @@ impl Executor {
     }
 
     fn respond(&mut self, request: RequestId, response: Response) {
+        // Only the delegator itself, with an INVITE or START it got an answer to, says where
+        // its snapshot URLs start.
+        if let Some((id, origin)) = self.pending_origins.remove(&request) {
+            if !matches!(response, Response::Error { .. }) {
+                if let Some(a) = self.assignments.get_mut(&id) {
+                    a.origin = Some(origin);
+                }
+            }
+        }
         self.push(ExecutorOutput::Respond { request, response });
     }
 

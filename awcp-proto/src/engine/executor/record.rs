@@ -381,6 +381,7 @@ impl Executor {
                 acked: false,
                 terminal_event: Some(terminal_event),
                 completed_at,
+                origin: None,
             },
         );
         if let Some(handle) = task {

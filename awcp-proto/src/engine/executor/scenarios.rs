@@ -281,6 +281,7 @@ fn protocol_violations_by_the_delegator_are_events_the_application_can_count() {
                 ExecutorInput::Request {
                     request: RequestId(9_000),
                     credential: None,
+                    origin: None,
                     body: Request::Message(Box::new(m), Dialect::Reference),
                 },
             )
@@ -335,4 +336,50 @@ fn protocol_violations_by_the_delegator_are_events_the_application_can_count() {
             &Misbehaviour::StartBeforeAccept
         ]
     );
+}
+
+/// Where snapshot URLs start is the engine's decision: the origin the delegator used for its
+/// accepted INVITE/START, a configured public URL before that, inline for \[S\] peers.
+mod snapshot_delivery {
+    use super::*;
+    use crate::engine::executor::SnapshotDelivery;
+    use crate::engine::pair::Pair;
+
+    #[test]
+    fn snapshot_urls_start_at_the_origin_the_delegator_used() {
+        let s = Scenario::new().to_end();
+        assert_eq!(
+            s.pair.captures,
+            vec![SnapshotDelivery::ByUrl {
+                base: "http://executor.invalid".into()
+            }]
+        );
+    }
+
+    #[test]
+    fn a_public_url_wins_over_the_origin() {
+        let executor = ExecutorConfig {
+            public_url: Some("https://exec.example".into()),
+            ..ExecutorConfig::default()
+        };
+        let s = Scenario::with(Pair::new(Default::default(), executor)).to_end();
+        assert_eq!(
+            s.pair.captures,
+            vec![SnapshotDelivery::ByUrl {
+                base: "https://exec.example".into()
+            }]
+        );
+        assert_eq!(
+            ended(&s.pair, &s.id),
+            Some((AssignmentState::Completed, None))
+        );
+    }
+
+    #[test]
+    fn seed_peers_get_their_result_inline() {
+        let mut s = Scenario::new();
+        s.pair.delegate(&s.id, Dialect::Seed);
+        s.pair.run(1_000);
+        assert_eq!(s.pair.captures, vec![SnapshotDelivery::Inline]);
+    }
 }

@@ -52,6 +52,7 @@ impl Executor {
         id: &DelegationId,
         result: Result<TaskOutcome, TaskFailure>,
     ) -> Result<(), UsageError> {
+        let public_url = self.config.public_url.clone();
         let a = self.get_mut(id)?;
         match &a.phase {
             Phase::Stopping { holds_work_dir, .. } => {
@@ -87,8 +88,13 @@ impl Executor {
                     } else {
                         SnapshotKind::Full
                     };
-                    let inline = a.dialect == Dialect::Seed
-                        || !a.features.iter().any(|f| f == feature::ARCHIVE_URL);
+                    let by_url = a.dialect != Dialect::Seed
+                        && a.features.iter().any(|f| f == feature::ARCHIVE_URL);
+                    let base = public_url.or_else(|| a.origin.clone());
+                    let delivery = match base {
+                        Some(base) if by_url => super::SnapshotDelivery::ByUrl { base },
+                        Some(_) | None => super::SnapshotDelivery::Inline,
+                    };
                     let work_dir = a.work_dir.clone();
                     let snapshot_id = self.ids.snapshot_id();
                     if let Some(a) = self.assignments.get_mut(id) {
@@ -103,7 +109,7 @@ impl Executor {
                             work_dir,
                             snapshot_id,
                             kind,
-                            inline,
+                            delivery,
                         });
                 } else {
                     self.complete(now, id, None);

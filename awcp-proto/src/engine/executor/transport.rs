@@ -119,6 +119,7 @@ mod setup_failure_tests {
                 ExecutorInput::Request {
                     request: RequestId(request),
                     credential: None,
+                    origin: None,
                     body: Request::Message(Box::new(m), Dialect::Reference),
                 },
             )

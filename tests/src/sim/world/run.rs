@@ -327,6 +327,7 @@ impl World {
                     ExecutorInput::Request {
                         request: RequestId(rid),
                         credential,
+                        origin: None,
                         body,
                     },
                 );
