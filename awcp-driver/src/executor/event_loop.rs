@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use awcp_proto::engine::drive::{self, Wake};
-use awcp_proto::engine::executor::{Response, SnapshotDelivery};
+use awcp_proto::engine::executor::{CaptureFailure, Response, SnapshotDelivery};
 use awcp_proto::engine::{RequestId, StreamId, TaskHandle, TaskOutcome};
 use awcp_proto::{
-    encode_event, sse, DelegationId, ErrorCode, ErrorInfo, Executor, ExecutorEvent, ExecutorInput,
-    ExecutorOutput, TaskFailure, TransportKind,
+    encode_event, sse, DelegationId, Executor, ExecutorEvent, ExecutorInput, ExecutorOutput,
+    TaskFailure, TransportKind,
 };
 use awcp_transports::archive::Delivery;
 use awcp_transports::{CancelFlag, ExecutorTransport, TaskContext, TaskGroup, TaskRunner};
@@ -364,10 +364,7 @@ impl<R: Runtime> Loop<R> {
                             Some(_) => {
                                 let d = dir.join(did.as_str());
                                 std::fs::create_dir_all(&d).map_err(|e| {
-                                    ErrorInfo::new(
-                                        ErrorCode::TaskFailed,
-                                        format!("snapshot dir: {e}"),
-                                    )
+                                    CaptureFailure::Local(format!("snapshot dir: {e}"))
                                 })?;
                                 Delivery::File(d)
                             }
@@ -375,8 +372,8 @@ impl<R: Runtime> Loop<R> {
                         };
                         let snap = t
                             .capture(Path::new(&work_dir), kind, &delivery, &CancelFlag::new())
-                            .map_err(|e| e.to_error_info())?;
-                        Ok::<_, ErrorInfo>(to_captured(
+                            .map_err(|e| CaptureFailure::Transport(e.to_error_info()))?;
+                        Ok::<_, CaptureFailure>(to_captured(
                             snap,
                             &did,
                             &sid,

@@ -106,8 +106,8 @@ pub enum ExecutorInput {
     SnapshotCaptured {
         /// The delegation.
         id: DelegationId,
-        /// The snapshot.
-        result: Result<CapturedSnapshot, ErrorInfo>,
+        /// The snapshot, or what went wrong.
+        result: Result<CapturedSnapshot, CaptureFailure>,
     },
     /// [`ExecutorOutput::Release`] finished (everything is removed either way).
     Released {
@@ -542,6 +542,27 @@ impl From<&str> for TaskFailure {
     }
 }
 
+/// What went wrong capturing a snapshot: a fact the driver found. The protocol error is the
+/// engine's choice ([`CaptureFailure::to_error_info`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CaptureFailure {
+    /// A local step around the capture failed (e.g. the snapshot directory).
+    Local(String),
+    /// The transport's capture failed and said with which protocol error.
+    Transport(ErrorInfo),
+}
+
+impl CaptureFailure {
+    /// `TASK_FAILED` for what failed here (the task's result cannot be delivered), the
+    /// transport's own code otherwise.
+    pub fn to_error_info(&self) -> ErrorInfo {
+        match self {
+            CaptureFailure::Local(why) => ErrorInfo::new(ErrorCode::TaskFailed, why.clone()),
+            CaptureFailure::Transport(e) => e.clone(),
+        }
+    }
+}
+
 /// How a captured snapshot reaches the delegator.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SnapshotDelivery {
@@ -555,4 +576,18 @@ pub enum SnapshotDelivery {
         /// the delegator used), `…/awcp` route not included.
         base: String,
     },
+}
+
+#[cfg(test)]
+mod capture_failure_tests {
+    use super::*;
+
+    #[test]
+    fn a_local_capture_failure_fails_the_task_and_transport_codes_are_kept() {
+        let local = CaptureFailure::Local("snapshot dir: EACCES".into()).to_error_info();
+        assert_eq!(local.code, ErrorCode::TaskFailed);
+        assert!(local.message.contains("EACCES"));
+        let own = ErrorInfo::new(ErrorCode::WorkspaceTooLarge, "too big");
+        assert_eq!(CaptureFailure::Transport(own.clone()).to_error_info(), own);
+    }
 }

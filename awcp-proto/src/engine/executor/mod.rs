@@ -78,9 +78,9 @@ pub use self::assignment::ExecutorTimer;
 pub use self::auth::{Credential, RequiredAuth};
 pub use self::config::{work_root_refusal, ExecutorConfig};
 pub use self::io::{
-    AllocationFailure, AssignmentView, ExecutorEvent, ExecutorInput, ExecutorOutput,
-    ExecutorStatus, Misbehaviour, Request, Response, ResultBody, ResultStatus, SetupFailure,
-    SnapshotDelivery, TaskFailure, WorkspaceLayout,
+    AllocationFailure, AssignmentView, CaptureFailure, ExecutorEvent, ExecutorInput,
+    ExecutorOutput, ExecutorStatus, Misbehaviour, Request, Response, ResultBody, ResultStatus,
+    SetupFailure, SnapshotDelivery, TaskFailure, WorkspaceLayout,
 };
 pub use self::record::{
     AssignmentRecord, AssignmentRecordError, RecordedAuth, RecordedOutcome, RECORD_VERSION,

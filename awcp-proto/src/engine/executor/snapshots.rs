@@ -15,8 +15,9 @@ impl Executor {
         &mut self,
         now: Timestamp,
         id: &DelegationId,
-        result: Result<CapturedSnapshot, ErrorInfo>,
+        result: Result<CapturedSnapshot, super::CaptureFailure>,
     ) -> Result<(), UsageError> {
+        let result = result.map_err(|f| f.to_error_info());
         let Some((a, Phase::Capturing { snapshot_id })) =
             self.finish(id, |p| matches!(p, Phase::Capturing { .. }))?
         else {

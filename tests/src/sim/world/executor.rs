@@ -213,7 +213,14 @@ impl World {
                 };
                 if self.rng.chance(self.cfg.faults.capture_fail) {
                     self.bump("capture failed");
-                    let e = ErrorInfo::new(ErrorCode::TaskFailed, "sim: capture");
+                    let e = if self.rng.chance(500) {
+                        CaptureFailure::Local("sim: snapshot dir".into())
+                    } else {
+                        CaptureFailure::Transport(ErrorInfo::new(
+                            ErrorCode::TaskFailed,
+                            "sim: capture",
+                        ))
+                    };
                     self.exec_local(
                         exec,
                         inc,

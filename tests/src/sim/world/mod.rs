@@ -14,7 +14,9 @@ use awcp_proto::engine::delegator::{
     PrepareFailure, Reply, RequestFailure, SnapshotStatus, StoreFailure,
 };
 use awcp_proto::engine::drive::{self, Wake};
-use awcp_proto::engine::executor::{Credential, Request, RequiredAuth, Response, ResultStatus};
+use awcp_proto::engine::executor::{
+    CaptureFailure, Credential, Request, RequiredAuth, Response, ResultStatus,
+};
 use awcp_proto::{
     AccessMode, AllocationFailure, ArchiveData, ArchiveHandle, AssignmentEvent, AssignmentState,
     CapturedSnapshot, DelegationId, DelegationState, Delegator, DelegatorConfig, DelegatorEvent,
