@@ -493,3 +493,114 @@ fn delegate_serve_archives_listener_answers_only_archive_urls() {
     assert!(status.success(), "the delegation completed: {err}");
     drop(executor);
 }
+
+/// Issue 15, item 9: `GET /` on the daemon says what it is, its version and its routes, even
+/// without the token (and nothing about any delegation); every other route still needs the
+/// token, and the Host/Origin checks apply to `GET /` too.
+#[test]
+fn daemon_root_says_what_it_is_and_opens_nothing_else() {
+    let d = Daemon::start();
+    let host = &d.addr;
+    let (s, body) = raw(host, &format!("GET / HTTP/1.1\r\nHost: {host}"), "");
+    assert_eq!(s, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["name"], "awcp delegator daemon");
+    assert_eq!(v["version"], env!("CARGO_PKG_VERSION"));
+    assert!(v["routes"]["POST /delegate"].is_string(), "{v}");
+    assert!(v["cli"].to_string().contains("awcp list"), "{v}");
+    assert!(!body.contains("dlg_"), "no delegation is named: {body}");
+    let (s, _) = raw(
+        host,
+        &format!("GET /delegations HTTP/1.1\r\nHost: {host}"),
+        "",
+    );
+    assert_eq!(s, 401, "the API still needs the token");
+    let (s, _) = raw(host, "GET / HTTP/1.1\r\nHost: evil.example", "");
+    assert_eq!(s, 403, "DNS rebinding: a foreign Host is refused on / too");
+    let (s, _) = raw(
+        host,
+        &format!("GET / HTTP/1.1\r\nHost: {host}\r\nOrigin: http://evil.example"),
+        "",
+    );
+    assert_eq!(s, 403, "a web page's request is refused on / too");
+    // With the token, / answers the same.
+    let (s, _) = raw(
+        host,
+        &format!(
+            "GET / HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {}",
+            d.token()
+        ),
+        "",
+    );
+    assert_eq!(s, 200);
+}
+
+/// Issue 15, item 9: the executor's `GET /` and agent card say what it is for
+/// (`--card-description`, `--card-skill`) and that it needs a credential (`--auth-token`),
+/// without a credential; its AWCP endpoints still refuse requests without one.
+#[test]
+fn executor_root_and_card_say_what_it_is_for_and_that_it_needs_a_credential() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = bins::executor_command(dir.path(), "true");
+    cmd.args([
+        "--auth-token",
+        "s3cret-token-for-the-card-test",
+        "--card-description",
+        "Runs a linter over Python repositories",
+        "--card-skill",
+        "Python lint: Finds and fixes lint errors",
+        "--card-skill",
+        "Type check: Runs mypy",
+    ]);
+    let (child, url) = bins::spawn_announcing(&mut cmd, bins::EXECUTOR_ANNOUNCES);
+    let _child = KillOnDrop(child);
+    let base = url.trim_end_matches("/awcp");
+    let addr = base.trim_start_matches("http://");
+    let (s, body) = raw(addr, &format!("GET / HTTP/1.1\r\nHost: {addr}"), "");
+    assert_eq!(s, 200, "{body}");
+    let root: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(root["service"], "awcp executor");
+    assert_eq!(root["version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(
+        root["description"],
+        "Runs a linter over Python repositories"
+    );
+    assert_eq!(root["authRequired"], true);
+    assert_eq!(root["endpoints"]["awcp"], format!("{base}/awcp"));
+    let (s, body) = raw(
+        addr,
+        &format!("GET /.well-known/agent-card.json HTTP/1.1\r\nHost: {addr}"),
+        "",
+    );
+    assert_eq!(s, 200, "{body}");
+    let card: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        card["description"],
+        "Runs a linter over Python repositories"
+    );
+    let skills: Vec<(&str, &str)> = card["skills"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["id"].as_str().unwrap(),
+                s["description"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        skills,
+        [
+            ("python-lint", "Finds and fixes lint errors"),
+            ("type-check", "Runs mypy")
+        ]
+    );
+    assert_eq!(card["securitySchemes"]["bearer"]["scheme"], "bearer");
+    let (s, _) = raw(
+        addr,
+        &format!("GET /awcp/status HTTP/1.1\r\nHost: {addr}"),
+        "",
+    );
+    assert_eq!(s, 401, "the AWCP endpoints still need the credential");
+}

@@ -118,9 +118,20 @@ impl ExecutorHandle {
         };
         let credential = presented.into_credential();
         match (method.clone(), segs.as_slice()) {
-            (Method::GET, [".well-known", "agent-card.json" | "agent.json"]) => {
-                json_response(200, self.opts.card.to_json(origin.as_deref()).to_string())
-            }
+            (Method::GET, [".well-known", "agent-card.json" | "agent.json"]) => json_response(
+                200,
+                self.opts
+                    .card
+                    .to_json(origin.as_deref(), self.opts.auth.is_some())
+                    .to_string(),
+            ),
+            (Method::GET, []) => json_response(
+                200,
+                self.opts
+                    .card
+                    .root_document(origin.as_deref(), self.opts.auth.is_some())
+                    .to_string(),
+            ),
             (Method::POST, ["awcp"]) => {
                 self.post_message(req, credential, origin, body_limit).await
             }

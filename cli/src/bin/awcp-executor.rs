@@ -21,6 +21,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use awcp_aip_cli::{ClientTlsArgs, RuntimeChoice, ServerArgs};
+use awcp_driver::card::Skill;
 use awcp_driver::security::ExecutorExposure;
 use awcp_driver::{AgentCard, Driver, ExecutorHandle, ExecutorOptions};
 use awcp_proto::engine::executor::RequiredAuth;
@@ -88,6 +89,14 @@ struct Args {
     /// Agent name on the A2A card.
     #[arg(long, env = "AWCP_NAME", default_value = "awcp-rs executor")]
     name: String,
+    /// What this executor is for, on its agent card and `GET /` (e.g. "Runs Claude Code on
+    /// Python repositories"), so a delegator or an LLM reading the card can pick it.
+    #[arg(long, env = "AWCP_CARD_DESCRIPTION")]
+    card_description: Option<String>,
+    /// A skill on the agent card, as 'NAME: DESCRIPTION' (repeatable). Default: one generic
+    /// "Workspace task" skill.
+    #[arg(long = "card-skill", value_parser = parse_skill)]
+    card_skills: Vec<Skill>,
     /// JSON config file whose keys are flag names.
     #[arg(long)]
     config: Option<PathBuf>,
@@ -214,9 +223,19 @@ async fn run<R: Driver>(args: Args) {
         opts.extra_transports.push(Arc::new(sshfs));
     }
     opts.state_dir = Some(state_dir.clone());
+    let default_card = AgentCard::default();
     opts.card = AgentCard {
         name: args.name.clone(),
-        ..AgentCard::default()
+        description: args
+            .card_description
+            .clone()
+            .unwrap_or(default_card.description),
+        skills: if args.card_skills.is_empty() {
+            default_card.skills
+        } else {
+            args.card_skills.clone()
+        },
+        url: None,
     };
     let executor = match ExecutorHandle::try_start(R::default(), opts) {
         Ok(e) => e,
@@ -251,4 +270,9 @@ async fn run<R: Driver>(args: Args) {
         eprintln!("error: server failed: {e}");
         std::process::exit(1);
     }
+}
+
+/// `--card-skill 'NAME: DESCRIPTION'`.
+fn parse_skill(s: &str) -> Result<Skill, String> {
+    Skill::parse(s)
 }

@@ -166,7 +166,10 @@ impl DaemonApi {
             .map(str::trim);
         let ok = presented
             .is_some_and(|t| awcp_proto::engine::auth::SecretDigest::of(&a.token).matches(t));
-        if !ok {
+        // `GET /` says what this is and how to use it, token or not (nothing about any
+        // delegation); the Host and Origin checks above still apply.
+        let root = req.method() == Method::GET && req.uri().path() == "/";
+        if !ok && !root {
             return Some(refuse(
                 401,
                 "missing or invalid daemon token",
@@ -219,6 +222,7 @@ where
     let sid_of = |s: &str| SnapshotId::new(s).map_err(|e| bad(format!("snapshot id: {e}")));
     let id_of = |s: &str| DelegationId::new(s).map_err(|e| bad(format!("delegation id: {e}")));
     match (method, segs.as_slice()) {
+        (Method::GET, []) => json_response(200, root_document().to_string()),
         (Method::GET, ["health"]) => json_response(200, json!({"status": "ok"}).to_string()),
         (Method::POST, ["delegate"]) => {
             let body = match http_body_util::Limited::new(req.into_body(), 1024 * 1024)
@@ -331,6 +335,29 @@ where
             json!({"error": format!("no route {path}")}).to_string(),
         ),
     }
+}
+
+/// What `GET /` answers: what this server is, its version, its routes and how to
+/// authenticate, and the CLI commands that use them.
+pub fn root_document() -> Value {
+    json!({
+        "name": "awcp delegator daemon",
+        "version": env!("CARGO_PKG_VERSION"),
+        "description": "Delegates local directories to AWCP executors (the reference daemon's HTTP API).",
+        "authentication": "Authorization: Bearer <token> on every route but this one; the token is in <state-dir>/daemon.token (the awcp CLI and awcp-mcp read it).",
+        "routes": {
+            "POST /delegate": "start a delegation (JSON: executorUrl, environment, task, …)",
+            "GET /delegations": "list delegations",
+            "GET /delegation/{id}": "one delegation",
+            "GET /delegation/{id}/wait?timeout=SECONDS": "wait until it ends",
+            "DELETE /delegation/{id}": "cancel",
+            "GET /delegation/{id}/snapshots": "its snapshots",
+            "POST /delegation/{id}/snapshots/{snapshotId}/apply": "apply a staged snapshot",
+            "POST /delegation/{id}/snapshots/{snapshotId}/discard": "discard a staged snapshot",
+            "GET /health": "liveness",
+        },
+        "cli": ["awcp delegate DIR --daemon --peer URL --prompt TEXT", "awcp list", "awcp status ID", "awcp wait ID", "awcp cancel ID", "awcp snapshots ID", "awcp apply ID SNAPSHOT", "awcp discard ID SNAPSHOT"],
+    })
 }
 
 fn not_found(id: &DelegationId) -> http::Response<ResponseBody> {
