@@ -24,7 +24,10 @@ pub enum NetError {
     /// The URL is not `http(s)://host[:port]/path`.
     #[error("bad URL {0:?}: {1}")]
     BadUrl(String, String),
-    /// Connecting or talking failed.
+    /// No connection could be made (refused, unknown host, no route).
+    #[error("{0}")]
+    Connect(String),
+    /// Talking failed after connecting (reset, closed early, a local file error).
     #[error("{0}")]
     Io(String),
     /// The TLS handshake failed (untrusted, expired or mismatched certificate, refused client
@@ -130,7 +133,7 @@ impl<R: Runtime> HttpClient<R> {
             .rt
             .connect(t.host.clone(), t.port)
             .await
-            .map_err(|e| NetError::Io(format!("connect {}: {e}", t.authority())))?;
+            .map_err(|e| NetError::Connect(format!("connect {}: {e}", t.authority())))?;
         if !t.tls {
             return Ok(MaybeTls::Plain(io));
         }

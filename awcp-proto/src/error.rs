@@ -45,13 +45,17 @@ pub enum ErrorCode {
     SseFailed,
     /// An operation timed out (\[C\] only; never produced by the reference).
     Timeout,
+    /// Delegator-local (this implementation; never sent to an executor in an ERROR it can
+    /// read): the executor could not be reached at all (connection refused, unknown host, no
+    /// route, TLS refused).
+    Unreachable,
     /// A code this crate does not know, kept verbatim.
     Other(String),
 }
 
 impl ErrorCode {
     /// Every code this crate knows, in table order.
-    pub const KNOWN: [ErrorCode; 18] = [
+    pub const KNOWN: [ErrorCode; 19] = [
         ErrorCode::Declined,
         ErrorCode::DepMissing,
         ErrorCode::WorkspaceTooLarge,
@@ -70,6 +74,7 @@ impl ErrorCode {
         ErrorCode::NotFound,
         ErrorCode::SseFailed,
         ErrorCode::Timeout,
+        ErrorCode::Unreachable,
     ];
 
     /// The wire string, e.g. `"WORKSPACE_TOO_LARGE"`.
@@ -93,6 +98,7 @@ impl ErrorCode {
             ErrorCode::NotFound => "NOT_FOUND",
             ErrorCode::SseFailed => "SSE_FAILED",
             ErrorCode::Timeout => "TIMEOUT",
+            ErrorCode::Unreachable => "UNREACHABLE",
             ErrorCode::Other(s) => s,
         }
     }
@@ -154,7 +160,12 @@ impl ErrorCode {
             ErrorCode::SseFailed => {
                 "The event stream to the executor broke: check the executor is reachable; the result can be fetched later."
             }
-            ErrorCode::Timeout => "The operation timed out: retry, or check the peer is reachable.",
+            ErrorCode::Timeout => {
+                "The executor did not answer in time: retry; if it keeps happening, check the executor's load and the network between you."
+            }
+            ErrorCode::Unreachable => {
+                "The executor could not be reached: check the --peer URL (awcp-executor prints it when it starts, ending in /awcp) and that the executor is running."
+            }
             ErrorCode::Other(_) => "See the message for details.",
         }
     }

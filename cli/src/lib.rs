@@ -36,7 +36,7 @@ pub mod exit {
     pub fn for_code(code: &str) -> i32 {
         match code {
             "WORKSPACE_NOT_FOUND" | "WORKSPACE_INVALID" => USAGE,
-            "TIMEOUT" | "SSE_FAILED" => UNREACHABLE,
+            "TIMEOUT" | "UNREACHABLE" | "SSE_FAILED" => UNREACHABLE,
             _ => FAILED,
         }
     }
@@ -57,7 +57,7 @@ pub mod exit {
         match (e.status, e.code.as_deref()) {
             (0, _) => UNREACHABLE,
             (_, Some(code)) => for_code(code),
-            (400 | 404 | 409, None) => USAGE,
+            (400 | 404 | 405 | 409, None) => USAGE,
             _ => OTHER,
         }
     }
@@ -433,11 +433,25 @@ impl ServerArgs {
 
 /// A `--public-url` value: an `http(s)://host[:port]` base without a trailing slash.
 pub fn parse_public_url(s: &str) -> Result<String, String> {
+    if s.trim() != s || s.is_empty() {
+        return Err(format!("{s:?} is not an http(s)://host[:port] URL"));
+    }
     let u: http::Uri = s.parse().map_err(|e| format!("{s:?}: {e}"))?;
     match (u.scheme_str(), u.host()) {
         (Some("http" | "https"), Some(_)) => Ok(s.trim_end_matches('/').to_owned()),
         _ => Err(format!("{s:?} is not an http(s)://host[:port] URL")),
     }
+}
+
+/// A `--peer` value: an executor's `http(s)://host[:port]` URL, checked while the flags are
+/// parsed; its AWCP path (`/awcp`) is added when only the base URL is given.
+pub fn parse_peer_url(s: &str) -> Result<String, String> {
+    let base = parse_public_url(s).map_err(|_| {
+        format!(
+            "{s:?} is not an executor URL: expected http(s)://host[:port]/awcp (awcp-executor prints it when it starts)"
+        )
+    })?;
+    Ok(awcp_proto::http_binding::awcp_url(&base))
 }
 
 /// Prints one stdout line, flushed: `v` as JSON when `json` (the CLIs' `--json`), else

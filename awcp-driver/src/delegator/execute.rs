@@ -203,7 +203,7 @@ impl<R: Runtime> Loop<R> {
                             .map_err(|e| format!("bad result body: {e}"))
                             .and_then(|v| wire_http::decode_result(&id, &v))
                             .map_err(RequestFailure::Unusable),
-                        Err(e) => Err(RequestFailure::Network(e.to_string())),
+                        Err(e) => Err(net::request_failure(&e)),
                     };
                     feed(DelegatorInput::ResultFetched { id, result });
                 }));

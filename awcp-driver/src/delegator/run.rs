@@ -234,9 +234,7 @@ impl<R: Runtime> Loop<R> {
                 .await
             {
                 Ok((status, body)) => wire_http::decode_reply(status, &body),
-                Err(e) => awcp_proto::engine::delegator::Reply::Failed(RequestFailure::Network(
-                    e.to_string(),
-                )),
+                Err(e) => awcp_proto::engine::delegator::Reply::Failed(net::request_failure(&e)),
             };
             feed(DelegatorInput::Reply { id, to, reply });
             if let Some(tx) = farewell {

@@ -110,8 +110,8 @@ enum Cmd {
     Delegate {
         /// The directory to lend.
         dir: PathBuf,
-        /// The executor's AWCP URL.
-        #[arg(long, env = "AWCP_PEER")]
+        /// The executor's AWCP URL (`http://host:port/awcp`; the base URL works too).
+        #[arg(long, env = "AWCP_PEER", value_parser = awcp_aip_cli::parse_peer_url)]
         peer: String,
         /// What the executor should do.
         #[arg(long)]
@@ -371,11 +371,17 @@ fn explain(v: &Value, retry: &str) {
                 ),
             }
         }
-        Some("unreachable") => eprintln!(
-            "error: the executor at {} could not be reached: {}",
-            v["executorUrl"].as_str().unwrap_or("?"),
-            err["message"].as_str().unwrap_or("")
-        ),
+        Some("unreachable") => {
+            eprintln!(
+                "error: the executor at {} could not be reached ({}): {}",
+                v["executorUrl"].as_str().unwrap_or("?"),
+                err["code"].as_str().unwrap_or("?"),
+                err["message"].as_str().unwrap_or("")
+            );
+            if let Some(h) = err["hint"].as_str() {
+                eprintln!("hint: {h}");
+            }
+        }
         _ => {}
     }
 }

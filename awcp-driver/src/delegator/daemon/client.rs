@@ -87,6 +87,8 @@ impl<R: Runtime> DaemonClient<R> {
         let v: Value = serde_json::from_slice(&r.1).unwrap_or(Value::Null);
         if (200..300).contains(&r.0) {
             Ok(v)
+        } else if let Some(e) = self.not_a_daemon(r.0, timeout).await {
+            Err(e)
         } else {
             Err(DaemonError {
                 status: r.0,
@@ -103,6 +105,43 @@ impl<R: Runtime> DaemonClient<R> {
                 },
             })
         }
+    }
+
+    /// After a refusal a daemon would not give: whether `base` is something else, an AWCP
+    /// executor (its `GET /` says so, or the URL ends in `/awcp`), and the error that says so.
+    async fn not_a_daemon(&self, status: u16, timeout: Duration) -> Option<DaemonError> {
+        if !matches!(status, 401 | 403 | 404 | 405) {
+            return None;
+        }
+        let executor = self.base.ends_with("/awcp")
+            || match self
+                .http
+                .request(
+                    Method::GET,
+                    &format!("{}/", self.base),
+                    &[],
+                    None,
+                    timeout,
+                    64 * 1024,
+                )
+                .await
+            {
+                Ok((200, body)) => serde_json::from_slice::<Value>(&body)
+                    .is_ok_and(|v| v["service"] == "awcp executor"),
+                Ok(_) | Err(_) => false,
+            };
+        executor.then(|| DaemonError {
+            status,
+            message: format!(
+                "{} is an AWCP executor, not a delegator daemon",
+                self.base
+            ),
+            code: None,
+            hint: Some(
+                "Give an executor to `awcp delegate --peer URL`; --daemon-url names a running `awcp daemon` (e.g. http://127.0.0.1:3100)."
+                    .into(),
+            ),
+        })
     }
 
     /// `POST /delegate` with a request body in the daemon's shape; returns the id.

@@ -363,7 +363,7 @@ pub fn root_document() -> Value {
 fn not_found(id: &DelegationId) -> http::Response<ResponseBody> {
     json_response(
         404,
-        json!({"error": format!("unknown delegation {id}"), "hint": "List delegations with GET /delegations."}).to_string(),
+        json!({"error": format!("unknown delegation {id}"), "hint": "List delegations with `awcp list` (GET /delegations)."}).to_string(),
     )
 }
 

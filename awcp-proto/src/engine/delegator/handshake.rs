@@ -166,6 +166,17 @@ impl Delegator {
             Outbound::Cancel => "cancel",
             Outbound::Ack => "ack",
         };
+        // Said as it happened: a timeout is TIMEOUT, not reaching the executor is UNREACHABLE.
+        let code = match &reply {
+            Reply::Failed(RequestFailure::TimedOut(_)) => ErrorCode::Timeout,
+            Reply::Failed(RequestFailure::Unreachable(_) | RequestFailure::Network(_)) => {
+                ErrorCode::Unreachable
+            }
+            Reply::Failed(RequestFailure::Unusable(_))
+            | Reply::Accept(_)
+            | Reply::Error(_)
+            | Reply::Ok => ErrorCode::Timeout,
+        };
         let why = match reply {
             Reply::Failed(RequestFailure::Unusable(detail)) => {
                 self.peer_misbehaved(
@@ -186,7 +197,7 @@ impl Delegator {
         self.abandon(
             now,
             id,
-            ErrorInfo::new(ErrorCode::Timeout, format!("{what} failed: {why}")),
+            ErrorInfo::new(code, format!("{what} failed: {why}")),
         );
     }
 
@@ -452,6 +463,32 @@ mod tests {
         let out = answer(&mut d, Outbound::Invite, Reply::Failed(failure));
         assert!(misbehaviours(&out).is_empty());
         assert_eq!(d.get(&id()).unwrap().state, DelegationState::Error);
+    }
+
+    #[test]
+    fn failures_are_named_as_they_happened() {
+        for (failure, code) in [
+            (
+                RequestFailure::Unreachable("connect 127.0.0.1:1: refused".into()),
+                ErrorCode::Unreachable,
+            ),
+            (
+                RequestFailure::TimedOut("timed out after 30s".into()),
+                ErrorCode::Timeout,
+            ),
+            (
+                RequestFailure::Network("reset".into()),
+                ErrorCode::Unreachable,
+            ),
+        ] {
+            let mut d = invited();
+            answer(&mut d, Outbound::Invite, Reply::Failed(failure));
+            let err = d.get(&id()).unwrap().error.unwrap();
+            assert_eq!(err.code, code, "{err:?}");
+            assert!(
+                !err.hint.unwrap_or_default().contains("timed out") || code == ErrorCode::Timeout
+            );
+        }
     }
 
     #[test]

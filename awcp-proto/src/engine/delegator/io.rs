@@ -46,8 +46,15 @@ pub enum Reply {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum RequestFailure {
-    /// The request did not complete: connection refused or reset, timeout, TLS failure, an
-    /// answer over the size cap. Nobody's fault the engine can tell.
+    /// No connection could be made: refused, unknown host, no route, a URL that names no
+    /// reachable host. Nobody's fault the engine can tell.
+    #[error("{0}")]
+    Unreachable(String),
+    /// Connected, but no complete answer in time.
+    #[error("{0}")]
+    TimedOut(String),
+    /// The exchange broke another way: reset mid-way, TLS failure, an answer over the size
+    /// cap. Nobody's fault the engine can tell.
     #[error("{0}")]
     Network(String),
     /// The executor answered, but not with a usable AWCP answer: not JSON, an HTTP error

@@ -158,7 +158,10 @@ impl DelegationView {
                 _,
             ) => return Outcome::Running,
             (DelegationState::Error, Some(e))
-                if matches!(e.code, ErrorCode::Timeout | ErrorCode::SseFailed) =>
+                if matches!(
+                    e.code,
+                    ErrorCode::Timeout | ErrorCode::Unreachable | ErrorCode::SseFailed
+                ) =>
             {
                 return Outcome::Unreachable(e.clone())
             }

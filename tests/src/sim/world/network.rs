@@ -70,7 +70,7 @@ impl World {
                     Ok(Response::Result(_)) => {
                         Reply::Failed(RequestFailure::Unusable("unexpected result body".into()))
                     }
-                    Err(w) => Reply::Failed(RequestFailure::Network(w.into())),
+                    Err(w) => Reply::Failed(request_failure(w)),
                 };
                 if let Reply::Error(e) = &reply {
                     if e.code == ErrorCode::Declined && to == Outbound::Invite {
@@ -107,7 +107,7 @@ impl World {
                         "unexpected answer {}",
                         response_summary(&r)
                     ))),
-                    Err(w) => Err(RequestFailure::Network(w.to_owned())),
+                    Err(w) => Err(request_failure(w)),
                 };
                 self.del_input(DelegatorInput::ResultFetched { id: c.id, result });
             }
@@ -208,4 +208,13 @@ impl World {
 
     // ------------------------------------------------------------------------------------
     // Executor crash
+}
+
+/// A failed call as a driver reports it: a timeout, a refused connection, or another breakage.
+fn request_failure(why: &str) -> RequestFailure {
+    match why {
+        "timeout" => RequestFailure::TimedOut(why.to_owned()),
+        "connection refused" => RequestFailure::Unreachable(why.to_owned()),
+        _ => RequestFailure::Network(why.to_owned()),
+    }
 }

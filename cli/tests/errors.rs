@@ -1,0 +1,210 @@
+//! Issue 15, item 5: the errors a user meets, said as they happened and with what to do, run
+//! through the real `awcp` binary. Each row: the command, its exit code, what stderr must say
+//! and what it must not say.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+
+struct Kill(Child);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `bin args…` and returns it with what its first stdout line says after `prefix`.
+fn announced(bin: &str, args: &[&str], prefix: &str) -> (Kill, String) {
+    let mut child = Command::new(bin)
+        .args(args)
+        .env_remove("AWCP_DAEMON_TOKEN")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line
+        .trim()
+        .strip_prefix(prefix)
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_owned();
+    (Kill(child), url)
+}
+
+fn awcp(home: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_awcp"))
+        .arg("--quiet")
+        .args(args)
+        .env("AWCP_HOME", home)
+        .env_remove("AWCP_DAEMON_TOKEN")
+        .env_remove("AWCP_DAEMON_URL")
+        .env_remove("AWCP_PEER")
+        .output()
+        .unwrap()
+}
+
+/// A port nothing listens on (bound, then released).
+fn closed_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Row<'a> {
+    what: &'a str,
+    args: Vec<String>,
+    exit: i32,
+    says: &'a [&'a str],
+    never: &'a [&'a str],
+}
+
+#[test]
+fn every_user_facing_error_says_what_happened_and_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(ws.join("a.txt"), "a\n").unwrap();
+    let ws = ws.to_str().unwrap().to_owned();
+    let work = dir.path().join("work");
+    let state = dir.path().join("exec-state");
+    let (_executor, exec_url) = announced(
+        env!("CARGO_BIN_EXE_awcp-executor"),
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--quiet",
+            "--work-root",
+            work.to_str().unwrap(),
+            "--state-dir",
+            state.to_str().unwrap(),
+        ],
+        "awcp-executor listening on ",
+    );
+    let exec_base = exec_url.trim_end_matches("/awcp").to_owned();
+    let dstate = dir.path().join("daemon-state");
+    let (_daemon, daemon_url) = announced(
+        env!("CARGO_BIN_EXE_awcp"),
+        &[
+            "--quiet",
+            "daemon",
+            "--listen",
+            "127.0.0.1:0",
+            "--state-dir",
+            dstate.to_str().unwrap(),
+        ],
+        "awcp daemon listening on ",
+    );
+    let token = std::fs::read_to_string(dstate.join("daemon.token"))
+        .unwrap()
+        .trim()
+        .to_owned();
+    let refused = format!("http://127.0.0.1:{}/awcp", closed_port());
+    let s = |v: &[&str]| v.iter().map(|x| (*x).to_owned()).collect::<Vec<_>>();
+    let rows = [
+        Row {
+            what: "a malformed --peer is refused while parsing the flags",
+            args: s(&["delegate", &ws, "--peer", "not a url", "--prompt", "x"]),
+            exit: 2,
+            says: &[
+                "--peer",
+                "is not an executor URL",
+                "http(s)://host[:port]/awcp",
+            ],
+            never: &["INVITE", "TIMEOUT"],
+        },
+        Row {
+            what: "connection refused is UNREACHABLE, not a timeout",
+            args: s(&["delegate", &ws, "--peer", &refused, "--prompt", "x"]),
+            exit: 5,
+            says: &[
+                "UNREACHABLE",
+                "Connection refused",
+                "could not be reached",
+                "--peer",
+            ],
+            never: &["TIMEOUT", "timed out"],
+        },
+        Row {
+            what: "an executor given as --daemon-url is named as one",
+            args: s(&["--daemon-url", &exec_base, "--daemon-token", "t", "list"]),
+            exit: 2,
+            says: &["is an AWCP executor, not a delegator daemon", "--peer"],
+            never: &["request failed"],
+        },
+        Row {
+            what: "an executor's /awcp URL given as --daemon-url is named as one",
+            args: s(&["--daemon-url", &exec_url, "--daemon-token", "t", "list"]),
+            exit: 2,
+            says: &["is an AWCP executor, not a delegator daemon"],
+            never: &["request failed"],
+        },
+        Row {
+            what: "an unknown delegation's hint names the CLI command",
+            args: s(&[
+                "--daemon-url",
+                &daemon_url,
+                "--daemon-token",
+                &token,
+                "status",
+                "dlg_00000000000000000000000000000000",
+            ]),
+            exit: 2,
+            says: &["unknown delegation", "awcp list"],
+            never: &[],
+        },
+        Row {
+            what: "a missing workspace is a usage error",
+            args: s(&[
+                "delegate",
+                "/nonexistent/workspace",
+                "--peer",
+                &exec_url,
+                "--prompt",
+                "x",
+            ]),
+            exit: 2,
+            says: &[
+                "WORKSPACE_NOT_FOUND",
+                "/nonexistent/workspace",
+                "No such file",
+            ],
+            never: &["TIMEOUT"],
+        },
+    ];
+    let mut failures = Vec::new();
+    for row in &rows {
+        let args: Vec<&str> = row.args.iter().map(String::as_str).collect();
+        let o = awcp(&home, &args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        let mut wrong = Vec::new();
+        if o.status.code() != Some(row.exit) {
+            wrong.push(format!("exit {:?}, want {}", o.status.code(), row.exit));
+        }
+        for s in row.says {
+            if !err.contains(s) {
+                wrong.push(format!("does not say {s:?}"));
+            }
+        }
+        for s in row.never {
+            if err.contains(s) {
+                wrong.push(format!("says {s:?}"));
+            }
+        }
+        if !wrong.is_empty() {
+            failures.push(format!(
+                "{}: {}\n  stderr: {err}",
+                row.what,
+                wrong.join("; ")
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
