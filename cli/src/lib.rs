@@ -92,15 +92,31 @@ macro_rules! run_on {
 
 /// Logs to stderr through `tracing`, filtered by `RUST_LOG` (default `info`, or `warn` if
 /// `quiet`).
-pub fn init_logging(quiet: bool) {
+pub fn init_logging(quiet: bool, format: LogFormat) {
+    use std::io::IsTerminal;
     let default = if quiet { "warn" } else { "info" };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt()
+    let b = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_target(false)
-        .try_init();
+        .with_target(false);
+    let _ = match format {
+        // Colour only for a person at a terminal; never escape codes in a file or a pipe.
+        LogFormat::Text => b.with_ansi(std::io::stderr().is_terminal()).try_init(),
+        // One JSON object per line, span fields (e.g. the delegation id) included.
+        LogFormat::Json => b.json().with_current_span(true).try_init(),
+    };
+}
+
+/// How log lines on stderr are written (`--log-format`, `AWCP_LOG_FORMAT`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines (coloured only when stderr is a terminal).
+    #[default]
+    Text,
+    /// One JSON object per line, for log collectors.
+    Json,
 }
 
 /// Reads a JSON config file and turns its keys into `--key value` arguments placed before the

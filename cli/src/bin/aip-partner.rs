@@ -92,7 +92,7 @@ struct Args {
 
 fn main() {
     let args = Args::parse();
-    awcp_aip_cli::init_logging(args.quiet);
+    awcp_aip_cli::init_logging(args.quiet, awcp_aip_cli::LogFormat::Text);
     awcp_aip_cli::run_on!(args.runtime, run(args));
 }
 

@@ -166,7 +166,7 @@ fn parse_dialect(s: &str) -> Result<Dialect, String> {
 
 fn main() {
     let args = Args::parse();
-    awcp_aip_cli::init_logging(true);
+    awcp_aip_cli::init_logging(true, awcp_aip_cli::LogFormat::Text);
     let code = awcp_aip_cli::run_on!(args.runtime, run(args));
     std::process::exit(code);
 }

@@ -121,11 +121,14 @@ struct Args {
     /// Less logging.
     #[arg(long, short)]
     quiet: bool,
+    /// Log line format on stderr.
+    #[arg(long, env = "AWCP_LOG_FORMAT", value_enum, default_value_t)]
+    log_format: awcp_aip_cli::LogFormat,
 }
 
 fn main() {
     let args = Args::parse_from(awcp_aip_cli::args_with_config("--config"));
-    awcp_aip_cli::init_logging(args.quiet);
+    awcp_aip_cli::init_logging(args.quiet, args.log_format);
     awcp_aip_cli::run_on!(args.runtime, run(args));
 }
 

@@ -34,7 +34,7 @@ struct Args {
 
 fn main() {
     let args = Args::parse();
-    awcp_aip_cli::init_logging(true);
+    awcp_aip_cli::init_logging(true, awcp_aip_cli::LogFormat::Text);
     awcp_aip_cli::run_on!(args.runtime, run(args.dir));
 }
 

@@ -70,6 +70,15 @@ struct Cli {
     /// Less logging.
     #[arg(long, short, global = true)]
     quiet: bool,
+    /// Log line format on stderr.
+    #[arg(
+        long,
+        global = true,
+        env = "AWCP_LOG_FORMAT",
+        value_enum,
+        default_value_t
+    )]
+    log_format: awcp_aip_cli::LogFormat,
     /// Async runtime to run on.
     #[arg(long, global = true, env = "AWCP_RUNTIME", value_enum, default_value_t)]
     runtime: RuntimeChoice,
@@ -465,7 +474,7 @@ fn print_value(json: bool, v: &Value, human: impl FnOnce(&Value) -> String) {
 
 fn main() {
     let cli = Cli::parse_from(awcp_aip_cli::args_with_config("--config"));
-    awcp_aip_cli::init_logging(cli.quiet || cli.json);
+    awcp_aip_cli::init_logging(cli.quiet || cli.json, cli.log_format);
     awcp_aip_cli::run_on!(cli.runtime, run(cli));
 }
 

@@ -1,0 +1,65 @@
+//! Issue 15, item 8 (part): log lines on stderr carry no ANSI escape codes when stderr is not
+//! a terminal, and `--log-format json` writes one JSON object per log line with the
+//! delegation id as a field. Runs the real `awcp` against a port nothing listens on.
+
+use std::process::Command;
+
+fn delegate_to_nowhere(extra: &[&str]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(ws.join("a.txt"), "a\n").unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let o = Command::new(env!("CARGO_BIN_EXE_awcp"))
+        .args(extra)
+        .arg("delegate")
+        .arg(&ws)
+        .args([
+            "--peer",
+            &format!("http://127.0.0.1:{port}/awcp"),
+            "--prompt",
+            "x",
+        ])
+        .env("AWCP_HOME", dir.path().join("home"))
+        .env_remove("AWCP_LOG_FORMAT")
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(5), "{o:?}");
+    String::from_utf8(o.stderr).unwrap()
+}
+
+#[test]
+fn logs_to_a_pipe_have_no_colour_codes() {
+    let err = delegate_to_nowhere(&[]);
+    assert!(err.contains("delegation ended"), "{err}");
+    assert!(
+        !err.contains('\u{1b}'),
+        "ANSI escape in piped stderr: {err:?}"
+    );
+}
+
+#[test]
+fn json_logs_are_one_object_per_line_with_the_delegation_id() {
+    let err = delegate_to_nowhere(&["--log-format", "json"]);
+    let logs: Vec<serde_json::Value> = err
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+        .collect();
+    let ended = logs
+        .iter()
+        .find(|v| v["fields"]["message"] == "delegation ended")
+        .unwrap_or_else(|| panic!("no 'delegation ended' log line: {err}"));
+    assert!(
+        ended["fields"]["delegation"]
+            .as_str()
+            .is_some_and(|d| d.starts_with("dlg_")),
+        "{ended}"
+    );
+    assert_eq!(ended["level"], "INFO");
+}
