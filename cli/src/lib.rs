@@ -119,62 +119,170 @@ pub enum LogFormat {
     Json,
 }
 
-/// Reads a JSON config file and turns its keys into `--key value` arguments placed before the
-/// command line's own (so flags and environment win over the file).
-pub fn args_with_config(config_flag: &str) -> Vec<String> {
+/// The process's arguments with the JSON config file named by `config_flag` (`--config FILE`
+/// or `--config=FILE`) merged in, for `C`'s parser: precedence is flags, then environment,
+/// then the file. Exits with status 2 and a message naming the file and the key when the
+/// file is unreadable, not a JSON object, or has a key that is not a flag of the command.
+pub fn args_with_config<C: clap::CommandFactory>(config_flag: &str) -> Vec<String> {
     let args: Vec<String> = std::env::args().collect();
-    let Some(pos) = args.iter().position(|a| a == config_flag) else {
-        return args;
-    };
-    let Some(path) = args.get(pos + 1) else {
-        return args;
-    };
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
+    match merge_config(
+        &C::command(),
+        args,
+        config_flag,
+        |name| std::env::var_os(name).is_some(),
+        |path| std::fs::read_to_string(path).map_err(|e| e.to_string()),
+    ) {
+        Ok(a) => a,
         Err(e) => {
-            eprintln!("error: cannot read config file {path}: {e}");
+            eprintln!("error: {e}");
             std::process::exit(2);
-        }
-    };
-    let v: serde_json::Value = match serde_json::from_str(&text) {
-        Ok(v) => v,
-        Err(e) => {
-            eprintln!("error: config file {path} is not valid JSON: {e}");
-            std::process::exit(2);
-        }
-    };
-    let mut out = vec![args[0].clone()];
-    // Subcommand (if any) must stay first.
-    let rest: Vec<String> = args[1..]
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| *i + 1 != pos && *i + 1 != pos + 1)
-        .map(|(_, a)| a.clone())
-        .collect();
-    let (head, tail) = match rest.first() {
-        Some(first) if !first.starts_with('-') => (vec![first.clone()], rest[1..].to_vec()),
-        _ => (Vec::new(), rest),
-    };
-    out.extend(head);
-    if let Some(obj) = v.as_object() {
-        for (k, val) in obj {
-            let flag = format!("--{}", k.replace('_', "-"));
-            if tail
-                .iter()
-                .any(|a| a == &flag || a.starts_with(&format!("{flag}=")))
-            {
-                continue;
-            }
-            match val {
-                serde_json::Value::Bool(true) => out.push(flag),
-                serde_json::Value::Bool(false) | serde_json::Value::Null => {}
-                serde_json::Value::String(s) => out.extend([flag, s.clone()]),
-                other => out.extend([flag, other.to_string()]),
-            }
         }
     }
-    out.extend(tail);
-    out
+}
+
+/// [`args_with_config`] without the process: `env_set` says whether an environment variable
+/// is set, `read` reads the file.
+pub fn merge_config(
+    cmd: &clap::Command,
+    args: Vec<String>,
+    config_flag: &str,
+    env_set: impl Fn(&str) -> bool,
+    read: impl Fn(&str) -> Result<String, String>,
+) -> Result<Vec<String>, String> {
+    // Where the file is named, and the arguments without it.
+    let mut path = None;
+    let mut rest = Vec::new();
+    let mut it = args.into_iter();
+    let argv0 = it.next().unwrap_or_default();
+    while let Some(a) = it.next() {
+        if a == config_flag {
+            path = Some(
+                it.next()
+                    .ok_or_else(|| format!("{config_flag} needs a file"))?,
+            );
+        } else if let Some(p) = a.strip_prefix(&format!("{config_flag}=")) {
+            path = Some(p.to_owned());
+        } else {
+            rest.push(a);
+        }
+    }
+    let Some(path) = path else {
+        return Ok(std::iter::once(argv0).chain(rest).collect());
+    };
+    let text = read(&path).map_err(|e| format!("cannot read config file {path}: {e}"))?;
+    let v: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| format!("config file {path} is not valid JSON: {e}"))?;
+    let obj = v
+        .as_object()
+        .ok_or_else(|| format!("config file {path} must be a JSON object of flag names"))?;
+    // The subcommand, if any, stays first; the file's flags go right after it.
+    let sub_at = rest
+        .iter()
+        .position(|a| !a.starts_with('-'))
+        .filter(|&i| cmd.find_subcommand(&rest[i]).is_some());
+    let sub = sub_at.and_then(|i| cmd.find_subcommand(&rest[i]));
+    let mut from_file = Vec::new();
+    for (key, val) in obj {
+        let long = key.replace('_', "-");
+        let arg = sub
+            .into_iter()
+            .flat_map(|s| s.get_arguments())
+            .chain(cmd.get_arguments())
+            .find(|a| a.get_long() == Some(long.as_str()))
+            .ok_or_else(|| {
+                format!("config file {path}: unknown key {key:?} (keys are the command's long flag names)")
+            })?;
+        let flag = format!("--{long}");
+        let on_command_line = rest
+            .iter()
+            .any(|a| *a == flag || a.starts_with(&format!("{flag}=")));
+        let in_environment = arg.get_env().and_then(|e| e.to_str()).is_some_and(&env_set);
+        if on_command_line || in_environment {
+            continue;
+        }
+        match val {
+            serde_json::Value::Bool(true) => from_file.push(flag),
+            serde_json::Value::Bool(false) | serde_json::Value::Null => {}
+            serde_json::Value::String(s) => from_file.extend([flag, s.clone()]),
+            serde_json::Value::Array(items) => {
+                for item in items {
+                    let item = item
+                        .as_str()
+                        .map_or_else(|| item.to_string(), str::to_owned);
+                    from_file.extend([flag.clone(), item]);
+                }
+            }
+            other => from_file.extend([flag, other.to_string()]),
+        }
+    }
+    let split = sub_at.map_or(0, |i| i + 1);
+    let mut out = vec![argv0];
+    out.extend(rest[..split].iter().cloned());
+    out.extend(from_file);
+    out.extend(rest[split..].iter().cloned());
+    Ok(out)
+}
+
+#[cfg(test)]
+mod config_tests {
+    use super::*;
+    use clap::{CommandFactory, Parser};
+
+    #[derive(Parser, Debug)]
+    struct Cli {
+        #[arg(long, env = "T_PEER")]
+        peer: Option<String>,
+        #[arg(long)]
+        quiet: bool,
+        #[arg(long)]
+        config: Option<String>,
+    }
+
+    fn merged(args: &[&str], file: &str, env: &[&str]) -> Result<Cli, String> {
+        let args = args.iter().map(|a| (*a).to_owned()).collect();
+        let file = file.to_owned();
+        let a = merge_config(
+            &Cli::command(),
+            args,
+            "--config",
+            |n| env.contains(&n),
+            move |_| Ok(file.clone()),
+        )?;
+        Cli::try_parse_from(a).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn flags_beat_the_environment_which_beats_the_file() {
+        let file = r#"{"peer": "http://file", "quiet": true}"#;
+        let c = merged(&["x", "--config", "f.json"], file, &[]).unwrap();
+        assert_eq!(c.peer.as_deref(), Some("http://file"));
+        assert!(c.quiet);
+        // The environment wins over the file: the file's value is not passed at all.
+        let a = merge_config(
+            &Cli::command(),
+            vec!["x".into(), "--config=f.json".into()],
+            "--config",
+            |n| n == "T_PEER",
+            |_| Ok(file.to_owned()),
+        )
+        .unwrap();
+        assert!(!a.contains(&"http://file".to_owned()), "{a:?}");
+        let c = merged(
+            &["x", "--config=f.json", "--peer", "http://flag"],
+            file,
+            &["T_PEER"],
+        )
+        .unwrap();
+        assert_eq!(c.peer.as_deref(), Some("http://flag"));
+    }
+
+    #[test]
+    fn an_unknown_key_names_the_file_and_the_key() {
+        let e = merged(&["x", "--config", "conf.json"], r#"{"peers": "x"}"#, &[]).unwrap_err();
+        assert!(e.contains("conf.json") && e.contains("\"peers\""), "{e}");
+        let e = merged(&["x", "--config", "c.json"], "[1]", &[]).unwrap_err();
+        assert!(e.contains("JSON object"), "{e}");
+    }
 }
 
 /// Prints live progress of one delegation on stderr (a single updating line on a terminal).

@@ -107,6 +107,12 @@ fn every_user_facing_error_says_what_happened_and_what_to_do() {
         .trim()
         .to_owned();
     let refused = format!("http://127.0.0.1:{}/awcp", closed_port());
+    let bad_config = dir.path().join("awcp.json");
+    std::fs::write(&bad_config, r#"{"peers": "http://x"}"#).unwrap();
+    let bad_config = bad_config.to_str().unwrap().to_owned();
+    let peer_config = dir.path().join("peer.json");
+    std::fs::write(&peer_config, format!(r#"{{"peer": "{refused}"}}"#)).unwrap();
+    let peer_config = peer_config.to_str().unwrap().to_owned();
     let s = |v: &[&str]| v.iter().map(|x| (*x).to_owned()).collect::<Vec<_>>();
     let rows = [
         Row {
@@ -159,6 +165,26 @@ fn every_user_facing_error_says_what_happened_and_what_to_do() {
             exit: 2,
             says: &["unknown delegation", "awcp list"],
             never: &[],
+        },
+        Row {
+            what: "an unknown config key names the file and the key",
+            args: s(&[
+                "delegate",
+                &ws,
+                &format!("--config={bad_config}"),
+                "--prompt",
+                "x",
+            ]),
+            exit: 2,
+            says: &["awcp.json", "unknown key \"peers\""],
+            never: &[],
+        },
+        Row {
+            what: "a config file's flag is used (here: its unreachable peer)",
+            args: s(&["delegate", &ws, "--config", &peer_config, "--prompt", "x"]),
+            exit: 5,
+            says: &["could not be reached", &refused],
+            never: &["unknown key"],
         },
         Row {
             what: "a missing workspace is a usage error",

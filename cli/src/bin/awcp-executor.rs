@@ -127,7 +127,7 @@ struct Args {
 }
 
 fn main() {
-    let args = Args::parse_from(awcp_aip_cli::args_with_config("--config"));
+    let args = Args::parse_from(awcp_aip_cli::args_with_config::<Args>("--config"));
     awcp_aip_cli::init_logging(args.quiet, args.log_format);
     awcp_aip_cli::run_on!(args.runtime, run(args));
 }

@@ -473,7 +473,7 @@ fn print_value(json: bool, v: &Value, human: impl FnOnce(&Value) -> String) {
 }
 
 fn main() {
-    let cli = Cli::parse_from(awcp_aip_cli::args_with_config("--config"));
+    let cli = Cli::parse_from(awcp_aip_cli::args_with_config::<Cli>("--config"));
     awcp_aip_cli::init_logging(cli.quiet || cli.json, cli.log_format);
     awcp_aip_cli::run_on!(cli.runtime, run(cli));
 }
