@@ -234,3 +234,101 @@ fn every_user_facing_error_says_what_happened_and_what_to_do() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// Issue 15, item 8 (part): the prompt comes from `--prompt`, a file, or standard input
+/// (`--prompt-file -`); an empty prompt and an unknown `--snapshot-mode` are refused before
+/// anything is delegated.
+#[test]
+fn the_prompt_comes_from_a_flag_a_file_or_stdin() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(ws.join("a.txt"), "a\n").unwrap();
+    let (work, state) = (dir.path().join("work"), dir.path().join("state"));
+    let (_executor, url) = announced(
+        env!("CARGO_BIN_EXE_awcp-executor"),
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--quiet",
+            "--work-root",
+            work.to_str().unwrap(),
+            "--state-dir",
+            state.to_str().unwrap(),
+        ],
+        "awcp-executor listening on ",
+    );
+    let ws_s = ws.to_str().unwrap();
+    // From standard input.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_awcp"))
+        .args([
+            "--quiet",
+            "--json",
+            "delegate",
+            ws_s,
+            "--peer",
+            &url,
+            "--prompt-file",
+            "-",
+        ])
+        .env("AWCP_HOME", &home)
+        .env_remove("AWCP_PEER")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"List the files\nand write notes\n")
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    let v: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&o.stdout).lines().last().unwrap()).unwrap();
+    assert_eq!(v["state"], "completed", "{v}");
+    assert_eq!(v["task"]["description"], "List the files", "{v}");
+    // From a file; an empty one is refused.
+    let empty = dir.path().join("empty.txt");
+    std::fs::write(&empty, "  \n").unwrap();
+    let o = awcp(
+        &home,
+        &[
+            "delegate",
+            ws_s,
+            "--peer",
+            &url,
+            "--prompt-file",
+            empty.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("the prompt is empty"));
+    // Neither, or both: refused while parsing.
+    let o = awcp(&home, &["delegate", ws_s, "--peer", &url]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--prompt"));
+    let o = awcp(
+        &home,
+        &[
+            "delegate",
+            ws_s,
+            "--peer",
+            &url,
+            "--prompt",
+            "x",
+            "--snapshot-mode",
+            "later",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("--snapshot-mode") && err.contains("staged"),
+        "{err}"
+    );
+}

@@ -123,8 +123,15 @@ enum Cmd {
         #[arg(long, env = "AWCP_PEER", value_parser = awcp_aip_cli::parse_peer_url)]
         peer: String,
         /// What the executor should do.
-        #[arg(long)]
-        prompt: String,
+        #[arg(
+            long,
+            required_unless_present = "prompt_file",
+            conflicts_with = "prompt_file"
+        )]
+        prompt: Option<String>,
+        /// Read the prompt from this file (`-`: standard input).
+        #[arg(long, value_name = "FILE")]
+        prompt_file: Option<PathBuf>,
         /// Short label (defaults to the prompt's first line).
         #[arg(long)]
         description: Option<String>,
@@ -134,8 +141,9 @@ enum Cmd {
         /// Lend read-only.
         #[arg(long)]
         ro: bool,
-        /// auto, staged or discard.
-        #[arg(long, default_value = "auto")]
+        /// What to do with the result: apply it (`auto`), keep it for `awcp apply` (`staged`),
+        /// or drop it (`discard`).
+        #[arg(long, default_value = "auto", value_parser = ["auto", "staged", "discard"])]
         snapshot_mode: String,
         /// Credential for the executor (bearer token).
         #[arg(long, env = "AWCP_TOKEN")]
@@ -325,6 +333,29 @@ fn usage(msg: impl std::fmt::Display) -> ! {
     fail_with(exit::USAGE, msg)
 }
 
+/// The prompt from `--prompt`, or from `--prompt-file` (`-`: standard input); an empty one is
+/// a usage error.
+fn read_prompt(prompt: Option<String>, file: Option<&std::path::Path>) -> String {
+    let text = match (prompt, file) {
+        (Some(p), _) => p,
+        (None, Some(f)) if f == std::path::Path::new("-") => {
+            let mut s = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)
+                .unwrap_or_else(|e| usage(format!("reading the prompt from standard input: {e}")));
+            s
+        }
+        (None, Some(f)) => std::fs::read_to_string(f)
+            .unwrap_or_else(|e| usage(format!("--prompt-file {}: {e}", f.display()))),
+        (None, None) => {
+            usage("give the task with --prompt TEXT or --prompt-file FILE (- for stdin)")
+        }
+    };
+    if text.trim().is_empty() {
+        usage("the prompt is empty");
+    }
+    text
+}
+
 fn fail_daemon(e: awcp_driver::delegator::daemon::DaemonError) -> ! {
     fail_with(exit::for_daemon_error(&e), e)
 }
@@ -496,6 +527,7 @@ async fn run<R: Driver>(cli: Cli) {
             dir,
             peer,
             prompt,
+            prompt_file,
             description,
             ttl,
             ro,
@@ -512,6 +544,7 @@ async fn run<R: Driver>(cli: Cli) {
             allow_sensitive,
             admission,
         } => {
+            let prompt = read_prompt(prompt, prompt_file.as_deref());
             let dir = std::fs::canonicalize(&dir)
                 .unwrap_or_else(|e| usage(format!("{}: {e} (WORKSPACE_NOT_FOUND)", dir.display())));
             let description = description.unwrap_or_else(|| {
