@@ -24,3 +24,20 @@ pub use delegator::{DelegateParams, DelegatorError, DelegatorHandle, DelegatorOp
 pub use executor::{ExecutorHandle, ExecutorOptions};
 pub use host::Driver;
 pub use runtime::Runtime;
+
+/// Logs the end of a delegation or assignment: a failure (any error but a cancel) at WARN
+/// with its code and message, anything else at INFO.
+pub(crate) fn log_ended(
+    id: &awcp_proto::DelegationId,
+    state: impl std::fmt::Display,
+    error: Option<&awcp_proto::ErrorInfo>,
+    what: &'static str,
+) {
+    match error {
+        Some(e) if e.code != awcp_proto::ErrorCode::Cancelled => {
+            tracing::warn!(delegation = %id, %state, error = e.code.as_str(), reason = %e.message, "{what}");
+        }
+        Some(e) => tracing::info!(delegation = %id, %state, error = e.code.as_str(), "{what}"),
+        None => tracing::info!(delegation = %id, %state, "{what}"),
+    }
+}

@@ -1,6 +1,6 @@
 //! Issue 15, item 8 (part): log lines on stderr carry no ANSI escape codes when stderr is not
 //! a terminal, and `--log-format json` writes one JSON object per log line with the
-//! delegation id as a field. Runs the real `awcp` against a port nothing listens on.
+//! delegation id as a field; a failed delegation is logged at WARN. Runs the real `awcp` against a port nothing listens on.
 
 use std::process::Command;
 
@@ -61,5 +61,13 @@ fn json_logs_are_one_object_per_line_with_the_delegation_id() {
             .is_some_and(|d| d.starts_with("dlg_")),
         "{ended}"
     );
-    assert_eq!(ended["level"], "INFO");
+    // A failure is logged at WARN, with its code and why.
+    assert_eq!(ended["level"], "WARN", "{ended}");
+    assert_eq!(ended["fields"]["error"], "UNREACHABLE", "{ended}");
+    assert!(
+        ended["fields"]["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("INVITE failed")),
+        "{ended}"
+    );
 }

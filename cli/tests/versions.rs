@@ -24,3 +24,23 @@ fn every_binary_answers_version() {
         );
     }
 }
+
+/// Issue 15, item 8: `awcp-executor --help` states the `--agent-cmd` contract.
+#[test]
+fn executor_help_states_the_agent_command_contract() {
+    let o = Command::new(env!("CARGO_BIN_EXE_awcp-executor"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&o.stdout);
+    for needle in [
+        "{prompt_file}",
+        "{work_dir}",
+        "AWCP_DELEGATION_ID",
+        "AWCP_PROMPT_FILE",
+        "last stdout line is the summary",
+        "TASK_FAILED",
+    ] {
+        assert!(help.contains(needle), "--help does not mention {needle:?}");
+    }
+}

@@ -291,7 +291,7 @@ impl<R: Runtime> Loop<R> {
             id, state, error, ..
         } = &ev
         {
-            tracing::info!(delegation = %id, %state, error = ?error.as_ref().map(|e| e.code.as_str()), "delegation ended");
+            crate::log_ended(id, *state, error.as_ref(), "delegation ended");
             self.baselines
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())

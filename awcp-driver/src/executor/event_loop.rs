@@ -458,7 +458,7 @@ impl<R: Runtime> Loop<R> {
                 tracing::info!(delegation = %id, %from, %to, "assignment state");
             }
             ExecutorEvent::Ended { id, state, error } => {
-                tracing::info!(delegation = %id, %state, error = ?error.as_ref().map(|e| e.code.as_str()), "assignment ended");
+                crate::log_ended(id, *state, error.as_ref(), "assignment ended");
             }
             ExecutorEvent::Forgotten { id } => {
                 tracing::debug!(delegation = %id, "assignment forgotten");

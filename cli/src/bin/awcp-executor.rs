@@ -49,6 +49,16 @@ struct Args {
     #[arg(long, env = "AWCP_STATE_DIR")]
     state_dir: Option<PathBuf>,
     /// Command that does the work, e.g. 'my-agent --prompt-file {prompt_file}'.
+    ///
+    /// Split like a shell line but run without a shell, in the task's work directory, in its
+    /// own process group. Placeholders: {prompt_file} (a file holding the prompt), {work_dir},
+    /// {description}, {delegation_id}. Environment: AWCP_PROMPT, AWCP_PROMPT_FILE,
+    /// AWCP_WORK_DIR, AWCP_DELEGATION_ID, AWCP_ACCESS_MODE (ro|rw), AWCP_EXPIRES_AT (RFC 3339);
+    /// the prompt is also on standard input. Each stdout line is a progress message for the
+    /// delegator; exit status 0 is success and the last stdout line is the summary; any other
+    /// status fails the task (TASK_FAILED) with the tail of stderr. The whole process group is
+    /// killed on cancel, at lease end, at shutdown and as soon as the command exits. What the
+    /// command leaves in the work directory is the result.
     #[arg(long, env = "AWCP_AGENT_CMD")]
     agent_cmd: Option<String>,
     /// Use the built-in demo runner (lists files into AWCP_NOTES.md); the default without --agent-cmd.
