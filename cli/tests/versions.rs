@@ -44,3 +44,25 @@ fn executor_help_states_the_agent_command_contract() {
         assert!(help.contains(needle), "--help does not mention {needle:?}");
     }
 }
+
+/// Issue 15, item 8: shell completions for the two main binaries.
+#[test]
+fn completions_are_printed_for_awcp_and_awcp_executor() {
+    let o = Command::new(env!("CARGO_BIN_EXE_awcp"))
+        .args(["completions", "bash"])
+        .output()
+        .unwrap();
+    let script = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{o:?}");
+    assert!(
+        script.contains("_awcp()") && script.contains("delegate"),
+        "{script}"
+    );
+    let o = Command::new(env!("CARGO_BIN_EXE_awcp-executor"))
+        .args(["--completions", "zsh"])
+        .output()
+        .unwrap();
+    let script = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{o:?}");
+    assert!(script.contains("#compdef awcp-executor") && script.contains("--agent-cmd"));
+}

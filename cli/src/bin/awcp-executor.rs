@@ -134,10 +134,20 @@ struct Args {
     /// Log line format on stderr.
     #[arg(long, env = "AWCP_LOG_FORMAT", value_enum, default_value_t)]
     log_format: awcp_aip_cli::LogFormat,
+    /// Print a shell completion script for awcp-executor (bash, zsh, fish, elvish,
+    /// powershell) and exit.
+    #[arg(long, value_name = "SHELL")]
+    completions: Option<clap_complete::Shell>,
 }
 
 fn main() {
     let args = Args::parse_from(awcp_aip_cli::args_with_config::<Args>("--config"));
+    if let Some(shell) = args.completions {
+        use clap::CommandFactory;
+        let mut cmd = Args::command();
+        clap_complete::generate(shell, &mut cmd, "awcp-executor", &mut std::io::stdout());
+        return;
+    }
     awcp_aip_cli::init_logging(args.quiet, args.log_format);
     awcp_aip_cli::run_on!(args.runtime, run(args));
 }

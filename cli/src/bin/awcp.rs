@@ -282,6 +282,12 @@ enum Cmd {
         #[arg(long)]
         state_dir: Option<PathBuf>,
     },
+    /// Print a shell completion script for awcp, e.g. `awcp completions bash >
+    /// ~/.local/share/bash-completion/completions/awcp`.
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
     /// SSHFS transport administration.
     Sshfs {
         #[command(subcommand)]
@@ -505,6 +511,11 @@ fn print_value(json: bool, v: &Value, human: impl FnOnce(&Value) -> String) {
 
 fn main() {
     let cli = Cli::parse_from(awcp_aip_cli::args_with_config::<Cli>("--config"));
+    if let Cmd::Completions { shell } = cli.cmd {
+        use clap::CommandFactory;
+        clap_complete::generate(shell, &mut Cli::command(), "awcp", &mut std::io::stdout());
+        return;
+    }
     awcp_aip_cli::init_logging(cli.quiet || cli.json, cli.log_format);
     awcp_aip_cli::run_on!(cli.runtime, run(cli));
 }
@@ -876,6 +887,7 @@ async fn run<R: Driver>(cli: Cli) {
                 format!("applied {snapshot}\n")
             });
         }
+        Cmd::Completions { .. } => {}
         Cmd::Discard {
             id,
             snapshot,
