@@ -208,7 +208,12 @@ impl<R: Runtime> Loop<R> {
                     feed(DelegatorInput::ResultFetched { id, result });
                 }));
             }
-            DelegatorOutput::ApplySnapshot { id, snapshot_id } => self.apply(id, snapshot_id),
+            DelegatorOutput::ApplySnapshot {
+                id,
+                snapshot_id,
+                layout,
+                access_mode,
+            } => self.apply(id, snapshot_id, layout, access_mode),
             DelegatorOutput::StoreSnapshot { id, snapshot } => {
                 let http = self.http.clone();
                 let feed = self.feed();
@@ -359,20 +364,17 @@ impl<R: Runtime> Loop<R> {
     }
 
     /// Applies the stored snapshot `sid` (see [`DelegatorOutput::ApplySnapshot`]).
-    pub(super) fn apply(&mut self, id: DelegationId, sid: SnapshotId) {
+    pub(super) fn apply(
+        &mut self,
+        id: DelegationId,
+        sid: SnapshotId,
+        layout: Layout,
+        access: AccessMode,
+    ) {
         let rt = self.rt.clone();
         let feed = self.feed();
         let t = self.opts.transport.clone();
         let specs = self.specs.get(&id).cloned().unwrap_or_default();
-        let view = self.engine.get(&id);
-        let access = view
-            .as_ref()
-            .map(|v| v.access_mode)
-            .unwrap_or(AccessMode::Ro);
-        let layout = match view.as_ref().map(|v| v.request.dialect) {
-            Some(Dialect::Seed) => Layout::Flat,
-            _ => Layout::PerResource,
-        };
         let baselines = self.baselines.clone();
         let baseline_file = self.baseline_file(&id);
         let dir = self.snapshot_dir(&id);

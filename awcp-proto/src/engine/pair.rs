@@ -385,7 +385,9 @@ impl Pair {
                     body: Request::Result(id),
                 });
             }
-            DelegatorOutput::ApplySnapshot { id, snapshot_id } => {
+            DelegatorOutput::ApplySnapshot {
+                id, snapshot_id, ..
+            } => {
                 self.note("d", || "ApplySnapshot".into());
                 self.to_delegator
                     .push_back(DelegatorInput::SnapshotApplied {

@@ -286,6 +286,10 @@ pub enum DelegatorOutput {
         id: DelegationId,
         /// The snapshot.
         snapshot_id: SnapshotId,
+        /// How the snapshot's root is laid out (by the executor's dialect).
+        layout: ArchiveLayout,
+        /// The delegation's effective access: nothing is written to a read-only resource.
+        access_mode: AccessMode,
     },
     /// Store a snapshot durably (its bytes, inline or fetched from its URL); answer with
     /// `SnapshotStored`. Every snapshot that is to be applied or staged is stored first.

@@ -232,10 +232,8 @@ impl Delegator {
         let Some(sid) = d.applies.push(sid) else {
             return;
         };
-        self.core.outputs.push_back(DelegatorOutput::ApplySnapshot {
-            id: id.clone(),
-            snapshot_id: sid,
-        });
+        let apply = apply_output(d, id, sid);
+        self.core.outputs.push_back(apply);
     }
 
     pub(super) fn on_applied(
@@ -248,7 +246,7 @@ impl Delegator {
         let Some(d) = self.in_flight(id, sid)? else {
             return Ok(());
         };
-        let next = d.applies.finish(sid);
+        let next = d.applies.finish(sid).map(|next| apply_output(d, id, next));
         let Some(rec) = d.snapshots.get_mut(sid) else {
             return Ok(());
         };
@@ -282,10 +280,7 @@ impl Delegator {
                 });
         }
         if let Some(next) = next {
-            self.core.outputs.push_back(DelegatorOutput::ApplySnapshot {
-                id: id.clone(),
-                snapshot_id: next,
-            });
+            self.core.outputs.push_back(next);
         }
         self.maybe_end(now, id);
         Ok(())
@@ -304,6 +299,16 @@ impl Delegator {
                 snapshot_id: sid.clone(),
                 status,
             }));
+    }
+}
+
+/// The output that applies `sid` of `d`: its layout by the executor's dialect, its access.
+fn apply_output(d: &Delegation, id: &DelegationId, sid: SnapshotId) -> DelegatorOutput {
+    DelegatorOutput::ApplySnapshot {
+        id: id.clone(),
+        snapshot_id: sid,
+        layout: ArchiveLayout::for_dialect(d.req.dialect),
+        access_mode: d.access,
     }
 }
 

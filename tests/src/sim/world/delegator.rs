@@ -251,10 +251,23 @@ impl World {
                     }
                 }
             }
-            DelegatorOutput::ApplySnapshot { id, snapshot_id } => {
+            DelegatorOutput::ApplySnapshot {
+                id,
+                snapshot_id,
+                layout,
+                access_mode,
+            } => {
                 let i = self.idx(&id);
-                if self.dels[i].access == AccessMode::Ro {
-                    self.violate(format!("snapshot applied to read-only {id}"));
+                if self.dels[i].access == AccessMode::Ro || access_mode != self.dels[i].access {
+                    self.violate(format!(
+                        "snapshot of {id} applied with access {} (delegated {})",
+                        access_mode.as_str(),
+                        self.dels[i].access.as_str()
+                    ));
+                }
+                let dialect = self.delegator.get(&id).map(|v| v.request.dialect);
+                if Some(layout) != dialect.map(ArchiveLayout::for_dialect) {
+                    self.violate(format!("{id}: snapshot applied with layout {layout:?}"));
                 }
                 // Every apply is from the store: a result is stored before it is applied.
                 let files = self.store.get(&(id.clone(), snapshot_id.clone())).cloned();
