@@ -42,7 +42,7 @@ pub enum ExecutorInput {
         /// The origin (`scheme://host[:port]`) the client used, as the HTTP layer derives it
         /// (the connection's scheme and `Host`, or forwarded headers where trusted). When an
         /// INVITE or START is answered without an error, its delegation's snapshot URLs start
-        /// there (unless [`ExecutorConfig::public_url`] is set).
+        /// there (unless [`ExecutorConfig::public_url`](super::ExecutorConfig::public_url) is set).
         origin: Option<String>,
         /// What is asked.
         body: Request,
