@@ -68,7 +68,9 @@ pub trait Host: Runtime + Default {
     /// when `main` returns (or panics) is abandoned, not waited for.
     fn block_on<F: Future>(main: F) -> F::Output;
 
-    /// Resolves on SIGINT or SIGTERM (never, where the platform has neither).
+    /// Resolves on SIGINT or SIGTERM (never, where the platform has neither). Call it inside
+    /// the runtime and before announcing readiness: the handlers are installed by the call,
+    /// so a signal that arrives before the future is polled still ends it.
     fn shutdown_signal() -> BoxFuture<()>;
 }
 

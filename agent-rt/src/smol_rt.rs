@@ -72,23 +72,28 @@ impl Host for SmolRuntime {
     }
 
     fn shutdown_signal() -> BoxFuture<()> {
-        Box::pin(shutdown_signal())
+        shutdown_signal()
     }
 }
 
-/// Resolves on SIGINT or SIGTERM (on non-Unix platforms, never).
-pub async fn shutdown_signal() {
+/// Resolves on SIGINT or SIGTERM (on non-Unix platforms, never). The handlers are installed
+/// when this is called, not when the future is first polled: a signal that arrives in between
+/// is not lost.
+pub fn shutdown_signal() -> BoxFuture<()> {
     #[cfg(unix)]
     {
         use async_signal::{Signal, Signals};
         use smol::stream::StreamExt as _;
-        match Signals::new([Signal::Int, Signal::Term]) {
-            Ok(mut s) => {
-                s.next().await;
+        let signals = Signals::new([Signal::Int, Signal::Term]).ok();
+        Box::pin(async move {
+            match signals {
+                Some(mut s) => {
+                    s.next().await;
+                }
+                None => std::future::pending::<()>().await,
             }
-            Err(_) => std::future::pending::<()>().await,
-        }
+        })
     }
     #[cfg(not(unix))]
-    std::future::pending::<()>().await
+    Box::pin(std::future::pending::<()>())
 }

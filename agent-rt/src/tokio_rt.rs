@@ -85,28 +85,36 @@ impl Host for TokioRuntime {
     }
 
     fn shutdown_signal() -> BoxFuture<()> {
-        Box::pin(shutdown_signal())
+        shutdown_signal()
     }
 }
 
-/// Resolves on SIGINT or SIGTERM.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// Resolves on SIGINT or SIGTERM. The handlers are installed when this is called (inside the
+/// runtime), not when the future is first polled: a signal that arrives in between is not lost
+/// (nor does it kill the process with the default action).
+pub fn shutdown_signal() -> BoxFuture<()> {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let term = signal(SignalKind::terminate()).ok();
+        let int = signal(SignalKind::interrupt()).ok();
+        Box::pin(async move {
+            let wait = |s: Option<tokio::signal::unix::Signal>| async move {
+                match s {
+                    Some(mut s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                _ = wait(term) => {},
+                _ = wait(int) => {},
             }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = term => {},
+        })
     }
+    #[cfg(not(unix))]
+    Box::pin(async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
 }

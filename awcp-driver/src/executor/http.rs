@@ -197,7 +197,6 @@ impl ExecutorHandle {
         B: http_body::Body<Data = Bytes> + Send + 'static,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
-        let anonymous = credential.is_none() && self.opts.auth.is_some();
         let body = http_body_util::Limited::new(
             req.into_body(),
             usize::try_from(limit).unwrap_or(usize::MAX),
@@ -208,21 +207,12 @@ impl ExecutorHandle {
                 if e.downcast_ref::<http_body_util::LengthLimitError>()
                     .is_some()
                 {
-                    if anonymous {
-                        // Over the unauthenticated limit (a chunked body had no length).
-                        return reply(wire_http::reject(
-                            401,
-                            None,
-                            ErrorInfo {
-                                code: ErrorCode::AuthFailed,
-                                message: format!(
-                                    "without a credential header at most {limit} bytes are read"
-                                ),
-                                hint: Some("Send `Authorization: Bearer <token>` or `X-API-Key: <key>` with the request.".into()),
-                            },
-                        ));
-                    }
-                    return reply(wire_http::reject_too_large(limit));
+                    let (status, error) = awcp_proto::engine::auth::body_over_limit(
+                        self.opts.auth.as_ref(),
+                        credential.is_some(),
+                        limit,
+                    );
+                    return reply(wire_http::reject(status, None, error));
                 }
                 return reply(wire_http::reject(
                     400,

@@ -157,6 +157,8 @@ async fn run<R: Host>(args: Args) {
     let listener = std::net::TcpListener::bind(args.listen)
         .unwrap_or_else(|e| fatal(format!("cannot listen on {}: {e}", args.listen)));
     let local = listener.local_addr().expect("bound socket has an address");
+    // Before the URL is printed: whoever reads it may send SIGTERM at once.
+    let signal = R::shutdown_signal();
     // The first stdout line is the URL, so scripts and tests can read it.
     println!(
         "aip-partner listening on {}://{local}{base_path}/rpc",
@@ -173,7 +175,7 @@ async fn run<R: Host>(args: Args) {
     let serve = aip_driver::serve_partner(R::default(), listener, &partner, server, async move {
         let _ = stop_rx.await;
     });
-    let app = aip_agent::run(R::default(), partner, events, cmd, R::shutdown_signal());
+    let app = aip_agent::run(R::default(), partner, events, cmd, signal);
     let server_task = async move {
         let r = serve.await;
         if let Err(e) = &r {

@@ -275,6 +275,8 @@ async fn run<R: Driver>(args: Args) {
         }
     };
     let local = listener.local_addr().expect("bound socket has an address");
+    // Before the URL is printed: whoever reads it may send SIGTERM at once.
+    let signal = R::shutdown_signal();
     // The first stdout line is the URL, so scripts and tests can read it.
     println!(
         "awcp-executor listening on {}://{local}/awcp",
@@ -283,7 +285,7 @@ async fn run<R: Driver>(args: Args) {
     tracing::info!(work_root = %work_root.display(), state_dir = %state_dir.display(), runtime = R::NAME, "executor ready");
     let ex2 = executor.clone();
     let shutdown = Box::pin(async move {
-        R::shutdown_signal().await;
+        signal.await;
         tracing::info!(
             "shutting down: failing in-flight delegations and releasing their resources"
         );

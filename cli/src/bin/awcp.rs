@@ -743,13 +743,14 @@ async fn run<R: Driver>(cli: Cli) {
                     allowed_hosts,
                 },
             );
+            // Before the URL is printed: whoever reads it may send SIGTERM at once.
+            let signal = R::shutdown_signal();
             println!("awcp daemon listening on {}://{local}", server.scheme());
             tracing::info!(
                 token_file = %awcp_driver::security::daemon_token_path(&state_dir).display(),
                 "clients authenticate with the daemon token"
             );
-            if let Err(e) = R::serve_daemon_with(listener, api, server, R::shutdown_signal()).await
-            {
+            if let Err(e) = R::serve_daemon_with(listener, api, server, signal).await {
                 fail(e);
             }
         }

@@ -319,6 +319,62 @@ pub fn check_headers(
     }
 }
 
+/// A body turned out longer than its `limit` while it was read (it announced no length, or a
+/// wrong one): without a credential where one is required it is the credential's fault (401,
+/// the unauthenticated limit applied), else the body is too large (413).
+pub fn body_over_limit(
+    auth: Option<&RequiredAuth>,
+    credential_presented: bool,
+    limit: u64,
+) -> (u16, ErrorInfo) {
+    if auth.is_some() && !credential_presented {
+        return (
+            401,
+            ErrorInfo {
+                code: ErrorCode::AuthFailed,
+                message: format!("without a credential header at most {limit} bytes are read"),
+                hint: Some(
+                    "Send `Authorization: Bearer <token>` or `X-API-Key: <key>` with the request."
+                        .into(),
+                ),
+            },
+        );
+    }
+    (
+        413,
+        ErrorInfo {
+            code: ErrorCode::WorkspaceTooLarge,
+            message: format!("request body exceeds the executor's limit of {limit} bytes"),
+            hint: Some(
+                "Delegate a smaller workspace, or use the archive URL mode so the archive is fetched instead of inlined.".into(),
+            ),
+        },
+    )
+}
+
+#[cfg(test)]
+mod body_limit_tests {
+    use super::*;
+
+    #[test]
+    fn an_overlong_body_is_the_missing_credentials_fault_only_where_one_is_required() {
+        let req = RequiredAuth {
+            types: Vec::new(),
+            credential: "t".into(),
+        };
+        assert_eq!(body_over_limit(Some(&req), false, 10).0, 401);
+        assert_eq!(
+            body_over_limit(Some(&req), false, 10).1.code,
+            ErrorCode::AuthFailed
+        );
+        assert_eq!(body_over_limit(Some(&req), true, 10).0, 413);
+        assert_eq!(
+            body_over_limit(None, false, 10).1.code,
+            ErrorCode::WorkspaceTooLarge
+        );
+    }
+}
+
 /// Decides whether `presented` may act on a delegation whose INVITE bound `bound` (`None`: the
 /// delegation is unknown or was accepted without auth). `Ok` if auth is off.
 pub fn authorize(
