@@ -2,39 +2,12 @@
 //! through the real `awcp` binary. Each row: the command, its exit code, what stderr must say
 //! and what it must not say.
 
-use std::io::{BufRead, BufReader};
+mod support;
+
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 
-struct Kill(Child);
-
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Starts `bin args…` and returns it with what its first stdout line says after `prefix`.
-fn announced(bin: &str, args: &[&str], prefix: &str) -> (Kill, String) {
-    let mut child = Command::new(bin)
-        .args(args)
-        .env_remove("AWCP_DAEMON_TOKEN")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let url = line
-        .trim()
-        .strip_prefix(prefix)
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-        .to_owned();
-    (Kill(child), url)
-}
+use support::{announced, start_executor, workspace};
 
 fn awcp(home: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_awcp"))
@@ -69,25 +42,8 @@ struct Row<'a> {
 fn every_user_facing_error_says_what_happened_and_what_to_do() {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("home");
-    let ws = dir.path().join("ws");
-    std::fs::create_dir_all(&ws).unwrap();
-    std::fs::write(ws.join("a.txt"), "a\n").unwrap();
-    let ws = ws.to_str().unwrap().to_owned();
-    let work = dir.path().join("work");
-    let state = dir.path().join("exec-state");
-    let (_executor, exec_url) = announced(
-        env!("CARGO_BIN_EXE_awcp-executor"),
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--quiet",
-            "--work-root",
-            work.to_str().unwrap(),
-            "--state-dir",
-            state.to_str().unwrap(),
-        ],
-        "awcp-executor listening on ",
-    );
+    let ws = workspace(dir.path()).to_str().unwrap().to_owned();
+    let (_executor, exec_url) = start_executor(dir.path());
     let exec_base = exec_url.trim_end_matches("/awcp").to_owned();
     let dstate = dir.path().join("daemon-state");
     let (_daemon, daemon_url) = announced(
@@ -243,23 +199,8 @@ fn the_prompt_comes_from_a_flag_a_file_or_stdin() {
     use std::io::Write;
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("home");
-    let ws = dir.path().join("ws");
-    std::fs::create_dir_all(&ws).unwrap();
-    std::fs::write(ws.join("a.txt"), "a\n").unwrap();
-    let (work, state) = (dir.path().join("work"), dir.path().join("state"));
-    let (_executor, url) = announced(
-        env!("CARGO_BIN_EXE_awcp-executor"),
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--quiet",
-            "--work-root",
-            work.to_str().unwrap(),
-            "--state-dir",
-            state.to_str().unwrap(),
-        ],
-        "awcp-executor listening on ",
-    );
+    let ws = workspace(dir.path());
+    let (_executor, url) = start_executor(dir.path());
     let ws_s = ws.to_str().unwrap();
     // From standard input.
     let mut child = Command::new(env!("CARGO_BIN_EXE_awcp"))

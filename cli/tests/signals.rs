@@ -2,27 +2,21 @@
 //! shutdown path), never by the signal's default action: the handlers are installed before
 //! the URL is printed. Before the fix, about one `awcp-executor` in three died of the signal.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+mod support;
+
+use std::process::Command;
 
 fn term_right_after_start(bin: &str, args: &[&str], prefix: &str) {
     for round in 0..20 {
         let dir = tempfile::tempdir().unwrap();
-        let mut child = Command::new(bin)
-            .args(args)
-            .args(["--state-dir", dir.path().join("state").to_str().unwrap()])
-            .env("AWCP_HOME", dir.path())
-            .env_remove("AWCP_DAEMON_TOKEN")
-            .current_dir(dir.path())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert!(line.starts_with(prefix), "{line:?}");
+        let (mut child, _url) = support::spawn_announcing(
+            Command::new(bin)
+                .args(args)
+                .args(["--state-dir", dir.path().join("state").to_str().unwrap()])
+                .env("AWCP_HOME", dir.path())
+                .current_dir(dir.path()),
+            prefix,
+        );
         let st = Command::new("kill")
             .args(["-TERM", &child.id().to_string()])
             .status()

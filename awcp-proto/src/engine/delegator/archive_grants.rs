@@ -186,7 +186,7 @@ mod tests {
         #![allow(clippy::wildcard_enum_match_arm)] // tests pick the outputs they look at
         use super::super::*;
         use crate::engine::auth::SecretDigest;
-        use crate::engine::delegator::tests::{accept, drain, id, request, t};
+        use crate::engine::delegator::tests::{accept, drain, id, invited_with, t};
         use crate::wire::{ArchiveData, ArchiveHandle};
 
         fn url_handle() -> TransportHandle {
@@ -203,20 +203,10 @@ mod tests {
         /// A delegator (serving archives or not) up to ACCEPT with `features`; returns the
         /// `PrepareTransport` it asked for.
         fn accepted(serve: bool, features: &[&str]) -> (Delegator, DelegatorOutput) {
-            let mut d = Delegator::new(DelegatorConfig {
+            let mut d = invited_with(DelegatorConfig {
                 serve_archives: serve,
                 ..DelegatorConfig::default()
             });
-            d.delegate(t(0), request(SnapshotMode::Auto)).unwrap();
-            d.handle(
-                t(1),
-                DelegatorInput::ScanCompleted {
-                    id: id(),
-                    result: Ok(WorkspaceStats::default()),
-                },
-            )
-            .unwrap();
-            drain(&mut d);
             let mut a = accept();
             a.features = features.iter().map(|f| (*f).to_owned()).collect();
             d.handle(
@@ -233,6 +223,24 @@ mod tests {
                 .find(|o| matches!(o, DelegatorOutput::PrepareTransport { .. }))
                 .unwrap();
             (d, prepare)
+        }
+
+        /// Answers the delegation's `PrepareTransport` at `t(ms)`.
+        fn prepared(
+            d: &mut Delegator,
+            ms: u64,
+            result: Result<TransportHandle, PrepareFailure>,
+            archive_token: Option<SecretDigest>,
+        ) {
+            d.handle(
+                t(ms),
+                DelegatorInput::TransportPrepared {
+                    id: id(),
+                    result,
+                    archive_token,
+                },
+            )
+            .unwrap();
         }
 
         fn delivery(o: &DelegatorOutput) -> ArchiveDelivery {
@@ -261,15 +269,7 @@ mod tests {
         fn a_prepared_archive_url_is_granted_once_until_the_lease_ends() {
             let (mut d, _) = accepted(true, &[feature::ARCHIVE_URL]);
             let token = SecretDigest::of("secret");
-            d.handle(
-                t(3),
-                DelegatorInput::TransportPrepared {
-                    id: id(),
-                    result: Ok(url_handle()),
-                    archive_token: Some(token),
-                },
-            )
-            .unwrap();
+            prepared(&mut d, 3, Ok(url_handle()), Some(token));
             assert_eq!(d.live_archive_urls(), 1);
             let other = SecretDigest::of("guess");
             assert_eq!(
@@ -285,15 +285,7 @@ mod tests {
 
             // A fresh delegation: the same grant, asked for after its lease (600 s) ended.
             let (mut d, _) = accepted(true, &[feature::ARCHIVE_URL]);
-            d.handle(
-                t(3),
-                DelegatorInput::TransportPrepared {
-                    id: id(),
-                    result: Ok(url_handle()),
-                    archive_token: Some(token),
-                },
-            )
-            .unwrap();
+            prepared(&mut d, 3, Ok(url_handle()), Some(token));
             assert_eq!(
                 d.redeem_archive_url(t(600_001), &token),
                 Err(ArchiveUrlRefused::Expired)
@@ -308,15 +300,7 @@ mod tests {
             d.cancel(t(3), &id()).unwrap();
             drain(&mut d);
             let token = SecretDigest::of("secret");
-            d.handle(
-                t(4),
-                DelegatorInput::TransportPrepared {
-                    id: id(),
-                    result: Ok(url_handle()),
-                    archive_token: Some(token),
-                },
-            )
-            .unwrap();
+            prepared(&mut d, 4, Ok(url_handle()), Some(token));
             let out = drain(&mut d);
             assert!(out
                 .iter()
@@ -331,15 +315,12 @@ mod tests {
         #[test]
         fn a_failed_prepare_grants_nothing() {
             let (mut d, _) = accepted(true, &[feature::ARCHIVE_URL]);
-            d.handle(
-                t(3),
-                DelegatorInput::TransportPrepared {
-                    id: id(),
-                    result: Err(PrepareFailure::Local("disk full".into())),
-                    archive_token: Some(SecretDigest::of("secret")),
-                },
-            )
-            .unwrap();
+            prepared(
+                &mut d,
+                3,
+                Err(PrepareFailure::Local("disk full".into())),
+                Some(SecretDigest::of("secret")),
+            );
             assert_eq!(d.live_archive_urls(), 0);
         }
     }

@@ -132,7 +132,12 @@ pub(super) fn accept() -> Accept {
 
 /// A delegation in `invited` (INVITE sent, no answer yet), outputs drained.
 pub(super) fn invited() -> Delegator {
-    let mut d = Delegator::new(DelegatorConfig::default());
+    invited_with(DelegatorConfig::default())
+}
+
+/// [`invited`] on a delegator with `config`.
+pub(super) fn invited_with(config: DelegatorConfig) -> Delegator {
+    let mut d = Delegator::new(config);
     d.delegate(t(0), request(SnapshotMode::Auto)).unwrap();
     d.handle(
         t(1),
