@@ -300,3 +300,82 @@ fn legacy_clear_text_records_are_restored_as_digests() {
     let again = ex2.record(&id).unwrap().to_string();
     assert!(!again.contains(TOKEN), "{again}");
 }
+
+/// Where a delegation's snapshot URLs start is bound by the delegator's own accepted INVITE
+/// or START: a START from someone else (wrong credential) naming another origin is refused
+/// and changes nothing, so the snapshot still goes to the origin the delegator used.
+#[test]
+fn a_refused_request_cannot_redirect_snapshot_urls() {
+    use awcp_proto::engine::executor::{SnapshotDelivery, WorkspaceLayout};
+    use awcp_proto::engine::TaskOutcome;
+    let id = "dlg_5a1b2c3d4e5f60718293a4b5c6d7e8f9";
+    let mut ex = auth_executor();
+    let good = || Some(Credential::bearer(TOKEN));
+    let features = r#","features":["archive-url"]"#;
+    let send = |ex: &mut Executor, n: u64, cred, origin: &str, body| {
+        ex.handle(
+            t(n),
+            ExecutorInput::Request {
+                request: RequestId(n),
+                credential: cred,
+                origin: Some(origin.to_owned()),
+                body,
+            },
+        )
+        .unwrap();
+        drain(ex, t(n))
+            .into_iter()
+            .find(|(r, _)| *r == RequestId(n))
+            .map(|(_, resp)| resp)
+    };
+    let r = send(
+        &mut ex,
+        1,
+        good(),
+        "http://delegator-view:10200",
+        invite_with_auth(id, 600, features),
+    );
+    assert!(r.as_ref().is_some_and(is_accept), "{r:?}");
+    send(&mut ex, 2, good(), "http://delegator-view:10200", start(id));
+    let r = send(
+        &mut ex,
+        3,
+        Some(Credential::bearer("nope")),
+        "http://evil.example",
+        start(id),
+    );
+    assert_eq!(r.as_ref().map(status), Some(401), "{r:?}");
+    // Set up, run and finish the task; the capture says where the snapshot goes.
+    let did = DelegationId::new(id).unwrap();
+    ex.handle(
+        t(4),
+        ExecutorInput::SetupCompleted {
+            id: did.clone(),
+            result: Ok(WorkspaceLayout::PerResource),
+        },
+    )
+    .unwrap();
+    ex.handle(
+        t(5),
+        ExecutorInput::TaskFinished {
+            id: did.clone(),
+            result: Ok(TaskOutcome {
+                summary: "done".into(),
+                highlights: Vec::new(),
+            }),
+        },
+    )
+    .unwrap();
+    let delivery = std::iter::from_fn(|| ex.poll_output())
+        .find_map(|o| match o {
+            ExecutorOutput::CaptureSnapshot { delivery, .. } => Some(delivery),
+            _ => None,
+        })
+        .expect("the finished task's snapshot is captured");
+    assert_eq!(
+        delivery,
+        SnapshotDelivery::ByUrl {
+            base: "http://delegator-view:10200".into()
+        }
+    );
+}
