@@ -11,6 +11,8 @@
 //! - [`server`]: one hyper server loop for every runtime with TLS and mTLS
 //!   ([`tls::ServerTls`]) and the limits a server on a network needs (header-read, idle and
 //!   body-read timeouts, a connection cap);
+//! - [`clock`]: the protocol clock drivers hand their engines (wall time that never runs
+//!   backwards or stalls when the wall clock is set back);
 //! - [`body`]: body types and helpers; [`origin`]: which URL a client used to reach us.
 //!
 //! Nothing here knows a protocol: protocol crates build their handlers on [`server::Handler`]
@@ -20,6 +22,7 @@
 
 pub mod body;
 pub mod client;
+pub mod clock;
 pub mod io;
 pub mod origin;
 pub mod runtime;

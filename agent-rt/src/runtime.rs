@@ -51,8 +51,8 @@ pub trait Runtime: Clone + Send + Sync + 'static {
     /// The address a listener is bound to.
     fn listener_addr(listener: &Self::Listener) -> io::Result<SocketAddr>;
 
-    /// The wall clock. Overridable for simulated time; protocol layers convert it to their
-    /// own timestamp type.
+    /// The wall clock. Protocol drivers do not read it directly: they read the protocol clock
+    /// ([`crate::clock::protocol_time`]), which follows this clock forward but not backward.
     fn wall_clock(&self) -> SystemTime {
         SystemTime::now()
     }

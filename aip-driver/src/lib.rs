@@ -62,10 +62,11 @@ use aip_proto::Timestamp;
 pub use leader::{LeaderError, LeaderEvents, LeaderHandle, LeaderOptions};
 pub use partner::{PartnerError, PartnerEvents, PartnerHandle, PartnerOptions};
 
-/// The runtime's wall clock as a protocol timestamp (microseconds, UTC).
+/// The protocol clock as a protocol timestamp (microseconds, UTC):
+/// [`agent_rt::clock::protocol_time`], the wall clock followed forward but never backward, so
+/// a clock set back stalls no timer.
 pub fn now<R: agent_rt::Runtime>(rt: &R) -> Timestamp {
-    let us = rt
-        .wall_clock()
+    let us = agent_rt::clock::protocol_time(rt)
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_micros() as u64)
         .unwrap_or(0);

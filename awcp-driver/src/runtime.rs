@@ -1,5 +1,5 @@
 //! The runtime trait the driver core is generic over: [`agent_rt::Runtime`] (spawn, blocking
-//! pool, sleep, TCP, wall clock) plus the AWCP view of its clock. Every `agent_rt::Runtime`
+//! pool, sleep, TCP, wall clock) plus the AWCP view of the protocol clock. Every `agent_rt::Runtime`
 //! (tokio, smol) is an AWCP [`Runtime`].
 
 use std::time::UNIX_EPOCH;
@@ -11,10 +11,10 @@ pub use agent_rt::runtime::{blocking, BorrowedFuture, BoxFuture};
 /// What the driver core needs from an async runtime: [`agent_rt::Runtime`], with the wall
 /// clock as a protocol timestamp.
 pub trait Runtime: agent_rt::Runtime {
-    /// The wall clock as a protocol timestamp ([`agent_rt::Runtime::wall_clock`]).
+    /// The protocol clock as a protocol timestamp ([`agent_rt::clock::protocol_time`]: the
+    /// wall clock followed forward, never backward, so a clock set back stalls no timer).
     fn now(&self) -> Timestamp {
-        let ms = self
-            .wall_clock()
+        let ms = agent_rt::clock::protocol_time(self)
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis() as u64)
             .unwrap_or(0);

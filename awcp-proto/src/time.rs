@@ -1,7 +1,11 @@
 //! Wall-clock time as a value.
 //!
 //! The engine never reads a clock: every input carries `now` as a [`Timestamp`], and leases are
-//! absolute [`Timestamp`]s. On the wire, time is an ISO-8601/RFC 3339 string in UTC with
+//! absolute [`Timestamp`]s. `now` must never go backwards and must keep advancing in real time
+//! even when the host's wall clock is set back, or every deadline (retry backoff, retention,
+//! leases) would wait out the difference: the drivers feed the protocol clock
+//! (`agent_rt::clock::protocol_time`, the wall clock followed forward but not backward), so a
+//! lease a peer wrote as wall-clock time is compared once and then runs on monotonic time. On the wire, time is an ISO-8601/RFC 3339 string in UTC with
 //! milliseconds and `Z` (`2026-03-04T05:06:07.089Z`); decoding also accepts no or more
 //! fractional digits and numeric offsets (`+08:00`).
 //!

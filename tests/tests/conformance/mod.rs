@@ -37,72 +37,8 @@ pub mod security;
 pub use security::*;
 
 // ---------------------------------------------------------------------------------------------
-// Runtimes: every scenario is generic over the driver's [`Driver`] (block_on, serve_*_on).
-
-/// A driver the suite runs on, and whether every executor of the run requires a credential.
-pub trait TestRuntime: awcp_driver::Driver {
-    /// The credential every executor a scenario starts requires and every delegation (and raw
-    /// request) presents; `None` runs the scenarios without authentication.
-    const TOKEN: Option<&'static str> = None;
-}
-
-impl TestRuntime for awcp_tokio::TokioRuntime {}
-impl TestRuntime for awcp_smol::SmolRuntime {}
-
-/// Runtime `R` with authentication on: every scenario runs against executors that require
-/// [`WithAuth::TOKEN`], so every request the delegator makes must carry it.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct WithAuth<R>(R);
-
-impl<R: TestRuntime + agent_rt::Host> TestRuntime for WithAuth<R> {
-    const TOKEN: Option<&'static str> = Some("conformance-token-7d1c");
-}
-
-impl<R: TestRuntime + agent_rt::Host> agent_rt::Runtime for WithAuth<R> {
-    type Io = R::Io;
-    type Listener = R::Listener;
-    fn spawn(&self, fut: awcp_driver::runtime::BoxFuture<()>) {
-        self.0.spawn(fut)
-    }
-    fn spawn_blocking<T: Send + 'static>(
-        &self,
-        f: Box<dyn FnOnce() -> T + Send + 'static>,
-    ) -> awcp_driver::runtime::BoxFuture<T> {
-        self.0.spawn_blocking(f)
-    }
-    fn sleep(&self, d: Duration) -> awcp_driver::runtime::BoxFuture<()> {
-        self.0.sleep(d)
-    }
-    fn connect(
-        &self,
-        host: String,
-        port: u16,
-    ) -> awcp_driver::runtime::BoxFuture<std::io::Result<Self::Io>> {
-        self.0.connect(host, port)
-    }
-    fn listen(&self, listener: std::net::TcpListener) -> std::io::Result<Self::Listener> {
-        self.0.listen(listener)
-    }
-    fn accept<'a>(
-        &self,
-        listener: &'a Self::Listener,
-    ) -> agent_rt::runtime::BorrowedFuture<'a, std::io::Result<(Self::Io, SocketAddr)>> {
-        self.0.accept(listener)
-    }
-    fn listener_addr(listener: &Self::Listener) -> std::io::Result<SocketAddr> {
-        R::listener_addr(listener)
-    }
-}
-
-impl<R: TestRuntime + agent_rt::Host> agent_rt::Host for WithAuth<R> {
-    const NAME: &'static str = <R as agent_rt::Host>::NAME;
-    fn block_on<F: Future>(main: F) -> F::Output {
-        <R as agent_rt::Host>::block_on(main)
-    }
-    fn shutdown_signal() -> awcp_driver::runtime::BoxFuture<()> {
-        <R as agent_rt::Host>::shutdown_signal()
-    }
-}
+mod runtimes;
+pub use runtimes::*;
 
 /// The credential headers of `R`'s run (empty without authentication).
 pub fn auth_headers<R: TestRuntime>() -> Vec<(&'static str, String)> {
@@ -155,6 +91,7 @@ macro_rules! conformance_suite {
             executor_declines_at_its_concurrency_limit,
             cancel_from_the_delegator_stops_the_runner,
             lease_expiry_mid_task_expires_both_sides_and_cleans_up,
+            a_wall_clock_set_back_mid_task_does_not_hold_the_lease,
             auth_is_required_when_configured,
             malformed_requests_get_documented_errors,
             reference_dialect_exchange_from_wire_md,
@@ -827,6 +764,36 @@ pub async fn lease_expiry_mid_task_expires_both_sides_and_cleans_up<R: TestRunti
         .unwrap();
     assert_eq!(v.state, DelegationState::Expired, "{v:?}");
     wait_released::<R>(&ex).await;
+    assert!(
+        gate.saw_cancel.load(std::sync::atomic::Ordering::SeqCst),
+        "the executor stopped the task"
+    );
+}
+
+/// The wall clock set back by an hour mid-task (on both sides) holds no deadline: the lease
+/// still ends on time, because drivers hand their engines the protocol clock
+/// (`agent_rt::clock`), which does not follow a clock set back. Fed the wall clock, both
+/// sides would wait an hour and two seconds.
+pub async fn a_wall_clock_set_back_mid_task_does_not_hold_the_lease<
+    R: TestRuntime + agent_rt::Host,
+>() {
+    type SetBack<R> = Variant<R, ClockSetBack>;
+    let gate = GateRunner::default();
+    let ex = start_executor::<SetBack<R>>(Arc::new(gate.clone()), |_| {}).await;
+    let dg = start_delegator::<SetBack<R>>(false, |_| {}).await;
+    let ws = workspace();
+    let mut p = params::<R>(&ex.peer, ws.path());
+    p.ttl_seconds = 2;
+    let id = dg.handle.delegate(p).await.unwrap();
+    gate.started().await;
+    // Both sides now hold a lease deadline and the executor a running task.
+    ClockSetBack::set_back();
+    let v = timeout::<R, _>(Duration::from_secs(30), dg.handle.wait(&id))
+        .await
+        .expect("the lease did not end within 30 s of a 2 s lease: the clock set back held it")
+        .unwrap();
+    assert_eq!(v.state, DelegationState::Expired, "{v:?}");
+    wait_released::<SetBack<R>>(&ex).await;
     assert!(
         gate.saw_cancel.load(std::sync::atomic::Ordering::SeqCst),
         "the executor stopped the task"
