@@ -9,7 +9,7 @@
 )] // test code
 
 use awcp_proto::engine::delegator::{
-    DelegationRecord, RecordError, SnapshotStatus, StatusEntry, RECORD_VERSION,
+    DelegationRecord, RecordError, SnapshotStatus, SourceEntry, StatusEntry, RECORD_VERSION,
 };
 use awcp_proto::{
     DelegationId, DelegationState, Delegator, DelegatorConfig, DelegatorOutput, Timestamp,
@@ -66,11 +66,10 @@ fn version_0_records_load_and_keep_every_field() {
     for (name, v0) in all_fixtures() {
         let rec = DelegationRecord::from_json(&v0).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_eq!(rec.version, RECORD_VERSION);
-        // Written back, the record is today's object plus `version` (the driver's own
-        // `sources` list is the driver's to keep).
+        // Written back, the record is today's object plus `version`, the driver's `sources`
+        // list included.
         let mut expected = v0.clone();
         let obj = expected.as_object_mut().unwrap();
-        obj.remove("sources");
         obj.insert("version".into(), RECORD_VERSION.into());
         assert_eq!(rec.to_json(), expected, "{name}");
     }
@@ -85,6 +84,53 @@ fn records_written_now_read_back_equal() {
         let again = d.record(&id()).unwrap();
         let back = DelegationRecord::from_json(&again.to_json()).unwrap();
         assert_eq!(back, again, "{name}");
+    }
+}
+
+#[test]
+fn sources_are_read_from_every_record_even_one_that_is_refused() {
+    let with_sources: Vec<_> = all_fixtures()
+        .into_iter()
+        .filter(|(_, v)| v.get("sources").is_some())
+        .collect();
+    assert!(!with_sources.is_empty(), "no fixture has sources");
+    for (name, v0) in with_sources {
+        let (rid, sources) = DelegationRecord::sources_of(&v0).unwrap();
+        assert_eq!(rid, id(), "{name}");
+        assert_eq!(
+            DelegationRecord::from_json(&v0).unwrap().sources,
+            sources,
+            "{name}"
+        );
+        let want: Vec<SourceEntry> = serde_json::from_value(v0["sources"].clone()).unwrap();
+        assert_eq!(sources, want, "{name}");
+        assert!(!sources.is_empty(), "{name}");
+        // A newer delegator's record is refused, but its sources still read.
+        let mut newer = v0.clone();
+        newer["version"] = (RECORD_VERSION + 1).into();
+        newer["state"] = "flying".into();
+        assert!(DelegationRecord::from_json(&newer).is_err());
+        assert_eq!(
+            DelegationRecord::sources_of(&newer).unwrap().1,
+            sources,
+            "{name}"
+        );
+        // An unreadable entry is skipped, the others kept.
+        let mut damaged = v0.clone();
+        damaged["sources"]
+            .as_array_mut()
+            .unwrap()
+            .push(serde_json::json!({"name": "x", "path": "/x", "mode": "sideways"}));
+        assert_eq!(
+            DelegationRecord::sources_of(&damaged).unwrap().1,
+            sources,
+            "{name}"
+        );
+        assert_eq!(
+            DelegationRecord::from_json(&damaged).unwrap().sources,
+            sources,
+            "{name}"
+        );
     }
 }
 

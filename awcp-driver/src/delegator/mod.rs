@@ -20,11 +20,11 @@ use awcp_proto::engine::delegator::{
     RequestFailure, ScanFailure, StoreFailure,
 };
 use awcp_proto::engine::{SnapshotMode, WorkspaceStats};
-use awcp_proto::http_binding as wire_http;
+use awcp_proto::http_binding::{self as wire_http, ArchiveUrlRefusal};
 use awcp_proto::{
     decode_event, encode_message, sse, AccessMode, Auth, DelegationId, Delegator, DelegatorConfig,
-    DelegatorEvent, DelegatorInput, DelegatorOutput, Dialect, ErrorCode, ErrorInfo, Resource,
-    SnapshotEvent, SnapshotId, TaskSpec, Timestamp, TransportHandle, TransportKind,
+    DelegatorEvent, DelegatorInput, DelegatorOutput, Dialect, ErrorInfo, Resource, SnapshotEvent,
+    SnapshotId, TaskSpec, Timestamp, TransportHandle, TransportKind,
 };
 use awcp_transports::archive::{ArchiveOutput, ArchiveSource, Delivery, Layout};
 use awcp_transports::{
@@ -281,20 +281,13 @@ impl DelegatorHandle {
         let records = journal.load();
         let mut specs = BTreeMap::new();
         for r in &records {
-            if let (Some(id), Some(sources)) = (
-                r.get("id")
-                    .and_then(|v| v.as_str())
-                    .and_then(|s| DelegationId::new(s).ok()),
-                r.get("sources").and_then(|v| v.as_array()),
-            ) {
+            if let Some((id, sources)) = DelegationRecord::sources_of(r) {
                 let list: Vec<ResourceSpec> = sources
-                    .iter()
-                    .filter_map(|x| {
-                        Some(ResourceSpec {
-                            name: awcp_proto::ResourceName::new(x.get("name")?.as_str()?).ok()?,
-                            source_path: PathBuf::from(x.get("path")?.as_str()?),
-                            mode: AccessMode::parse(x.get("mode")?.as_str()?)?,
-                        })
+                    .into_iter()
+                    .map(|x| ResourceSpec {
+                        name: x.name,
+                        source_path: PathBuf::from(x.path),
+                        mode: x.mode,
                     })
                     .collect();
                 specs.insert(id, list);
@@ -462,16 +455,13 @@ impl DelegatorHandle {
         &self,
         req: &http::Request<B>,
     ) -> impl std::future::Future<Output = http::Response<ResponseBody>> + Send + 'static {
-        fn not_found(what: &str) -> http::Response<ResponseBody> {
-            net::json_response(
-                404,
-                wire_http::reject(404, None, ErrorInfo::new(ErrorCode::NotFound, what)).1,
-            )
+        fn not_found(why: ArchiveUrlRefusal) -> http::Response<ResponseBody> {
+            let (status, body) = wire_http::reject_archive_url(why);
+            net::json_response(status, body)
         }
-        const REFUSED: &str = "unknown, used or expired archive URL";
         let asked = match req.uri().path().strip_prefix("/archives/") {
-            None => Err("this listener serves one-time archive URLs only"),
-            Some(_) if req.method() != Method::GET => Err(REFUSED),
+            None => Err(ArchiveUrlRefusal::NotAnArchiveUrl),
+            Some(_) if req.method() != Method::GET => Err(ArchiveUrlRefusal::Refused),
             Some(token) => {
                 let (tx, rx) = oneshot::channel();
                 let _ = self
@@ -485,7 +475,7 @@ impl DelegatorHandle {
                 Err(what) => not_found(what),
                 Ok(rx) => match rx.await {
                     Ok(Some(path)) => crate::executor::file_response_pub(path),
-                    Ok(None) | Err(_) => not_found(REFUSED),
+                    Ok(None) | Err(_) => not_found(ArchiveUrlRefusal::Refused),
                 },
             }
         }

@@ -1,6 +1,7 @@
 //! The engine task: one loop owns the [`Delegator`] engine, feeds it commands, inputs and
 //! timeouts, drains its outputs, journals its records and tells subscribers.
 
+use awcp_proto::engine::delegator::SourceEntry;
 use awcp_proto::engine::drive::{self, Wake};
 
 use super::*;
@@ -253,23 +254,20 @@ impl<R: Runtime> Loop<R> {
     }
 
     pub(super) fn persist(&self, id: &DelegationId) {
-        match self.engine.record(id).map(|r| r.to_json()) {
+        match self.engine.record(id) {
             Some(mut rec) => {
+                // The engine never sees paths: the sources are the driver's to keep.
                 if let Some(specs) = self.specs.get(id) {
-                    rec["sources"] = serde_json::Value::Array(
-                        specs
-                            .iter()
-                            .map(|s| {
-                                serde_json::json!({
-                                    "name": s.name.as_str(),
-                                    "path": s.source_path.to_string_lossy(),
-                                    "mode": s.mode.as_str(),
-                                })
-                            })
-                            .collect(),
-                    );
+                    rec.sources = specs
+                        .iter()
+                        .map(|s| SourceEntry {
+                            name: s.name.clone(),
+                            path: s.source_path.to_string_lossy().into_owned(),
+                            mode: s.mode,
+                        })
+                        .collect();
                 }
-                self.journal.write(id, &rec);
+                self.journal.write(id, &rec.to_json());
             }
             None => self.journal.remove(id),
         }

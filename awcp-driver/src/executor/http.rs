@@ -19,7 +19,7 @@ use std::io::Read;
 use awcp_proto::engine::auth::{check_headers, Credential, Endpoint, HeaderVerdict, Presented};
 use awcp_proto::engine::executor::Request;
 use awcp_proto::http_binding as wire_http;
-use awcp_proto::{decode_message, sse, DelegationId, ErrorCode, ErrorInfo};
+use awcp_proto::{decode_message, sse, DelegationId};
 use bytes::Bytes;
 use futures::StreamExt;
 use http::{Method, StatusCode};
@@ -55,20 +55,7 @@ fn content_length<B>(req: &http::Request<B>) -> Option<u64> {
 }
 
 fn parse_id(s: &str) -> Result<DelegationId, http::Response<ResponseBody>> {
-    DelegationId::new(s).map_err(|e| {
-        reply(wire_http::reject(
-            400,
-            None,
-            ErrorInfo {
-                code: ErrorCode::Declined,
-                message: format!("invalid delegation id: {e}"),
-                hint: Some(
-                    "Delegation ids are 1-128 characters of A-Z a-z 0-9 _ - . (e.g. dlg_<32 hex>)."
-                        .into(),
-                ),
-            },
-        ))
-    })
+    DelegationId::new(s).map_err(|e| reply(wire_http::reject_invalid_id(e)))
 }
 
 impl ExecutorHandle {
@@ -214,22 +201,12 @@ impl ExecutorHandle {
                     );
                     return reply(wire_http::reject(status, None, error));
                 }
-                return reply(wire_http::reject(
-                    400,
-                    None,
-                    ErrorInfo::new(ErrorCode::Declined, "could not read the request body"),
-                ));
+                return reply(wire_http::reject_unreadable_body());
             }
         };
         let (msg, dialect) = match decode_message(&bytes) {
             Ok(m) => m,
-            Err(e) => {
-                let id = serde_json::from_slice::<serde_json::Value>(&bytes)
-                    .ok()
-                    .and_then(|v| v.get("delegationId")?.as_str().map(str::to_owned))
-                    .and_then(|s| DelegationId::new(s).ok());
-                return reply(wire_http::reject_malformed(&e, id.as_ref()));
-            }
+            Err(e) => return reply(wire_http::reject_malformed_body(&bytes, &e)),
         };
         // The engine binds the origin to the delegation if it accepts the message (a request
         // that fails authentication changes nothing) and prefers a configured public URL.
@@ -310,11 +287,7 @@ impl ExecutorHandle {
             .get(&(id.to_string(), sid.to_owned()))
             .cloned();
         let Some(path) = path else {
-            return reply(wire_http::reject(
-                404,
-                Some(&id),
-                ErrorInfo::new(ErrorCode::NotFound, format!("no snapshot {sid}")),
-            ));
+            return reply(wire_http::reject_no_snapshot(&id, sid));
         };
         file_response(path)
     }
@@ -323,11 +296,7 @@ impl ExecutorHandle {
 /// Streams a file with flat memory: a thread reads chunks into a bounded channel.
 pub(crate) fn file_response(path: std::path::PathBuf) -> http::Response<ResponseBody> {
     let Ok(mut f) = std::fs::File::open(&path) else {
-        return reply(wire_http::reject(
-            404,
-            None,
-            ErrorInfo::new(ErrorCode::NotFound, "the file is gone"),
-        ));
+        return reply(wire_http::reject_file_gone());
     };
     let len = f.metadata().map(|m| m.len()).ok();
     let (mut tx, rx) = futures::channel::mpsc::channel::<Bytes>(4);
@@ -357,9 +326,5 @@ pub(crate) fn file_response(path: std::path::PathBuf) -> http::Response<Response
 }
 
 fn unavailable() -> http::Response<ResponseBody> {
-    reply(wire_http::reject(
-        503,
-        None,
-        ErrorInfo::new(ErrorCode::Declined, "the executor is shutting down"),
-    ))
+    reply(wire_http::reject_shutting_down())
 }

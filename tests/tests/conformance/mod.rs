@@ -1390,6 +1390,15 @@ pub async fn malformed_requests_get_documented_errors<R: TestRuntime>() {
         v["capabilities"]["extensions"][0]["uri"],
         awcp_driver::card::AWCP_EXTENSION_URI
     );
+    // An executor shutting down declines new invitations and says why.
+    ex.handle.shutdown().await;
+    let ws = workspace();
+    let p = params::<R>(&ex.peer, ws.path());
+    let dg = start_delegator::<R>(false, |_| {}).await;
+    let v = run_to_end::<R>(&dg.handle, p).await;
+    let e = v.error.expect("declined");
+    assert_eq!(e.code, ErrorCode::Declined, "{e:?}");
+    assert!(e.message.contains("shutting down"), "{e:?}");
 }
 
 pub async fn reference_dialect_exchange_from_wire_md<R: TestRuntime>() {

@@ -73,8 +73,8 @@ pub use io::{
 };
 pub use lease::Timer;
 pub use record::{
-    DelegationRecord, NotShippedEntry, OutcomeEntry, RecordError, SnapshotEntry, StatusEntry,
-    RECORD_VERSION,
+    DelegationRecord, NotShippedEntry, OutcomeEntry, RecordError, SnapshotEntry, SourceEntry,
+    StatusEntry, RECORD_VERSION,
 };
 pub use view::{DelegationView, Outcome, SnapshotRecord, SnapshotStatus};
 

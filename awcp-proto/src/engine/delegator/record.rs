@@ -109,6 +109,39 @@ pub struct DelegationRecord {
     /// What releasing the transport found.
     #[serde(default)]
     pub warnings: Vec<String>,
+    /// Where the lent resources live on the delegator's disk. The engine never sees paths and
+    /// leaves this empty; the driver fills it before writing the record and reads it back
+    /// with [`DelegationRecord::sources_of`] (also from a record it cannot otherwise read),
+    /// so a restarted delegator can finish an interrupted apply. An entry it cannot read is
+    /// skipped, not fatal.
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "lenient_sources"
+    )]
+    pub sources: Vec<SourceEntry>,
+}
+
+/// One lent resource's place on the delegator's disk, in a [`DelegationRecord`]:
+/// `{"name": "workspace", "path": "/home/me/project", "mode": "rw"}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceEntry {
+    /// The resource's name in the INVITE.
+    pub name: crate::id::ResourceName,
+    /// Its source directory (written lossily if the path is not UTF-8).
+    pub path: String,
+    /// How it was lent.
+    #[serde(with = "access_mode")]
+    pub mode: AccessMode,
+}
+
+/// The readable entries of a `sources` list.
+fn lenient_sources<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<SourceEntry>, D::Error> {
+    let raw = Option::<Vec<serde_json::Value>>::deserialize(d)?.unwrap_or_default();
+    Ok(raw
+        .into_iter()
+        .filter_map(|v| serde_json::from_value(v).ok())
+        .collect())
 }
 
 /// One snapshot in a [`DelegationRecord`].
@@ -204,6 +237,21 @@ impl DelegationRecord {
         Ok(record)
     }
 
+    /// The delegation id and the [`sources`](DelegationRecord::sources) of a journal record,
+    /// also when the rest of it cannot be read (written by a newer delegator, or damaged):
+    /// what a restarted driver needs to finish an interrupted apply. `None` without a valid
+    /// id.
+    pub fn sources_of(value: &serde_json::Value) -> Option<(DelegationId, Vec<SourceEntry>)> {
+        #[derive(Deserialize)]
+        struct Partial {
+            id: DelegationId,
+            #[serde(default, deserialize_with = "lenient_sources")]
+            sources: Vec<SourceEntry>,
+        }
+        let p = Partial::deserialize(value).ok()?;
+        Some((p.id, p.sources))
+    }
+
     /// The record as JSON (what a journal stores).
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
@@ -249,6 +297,22 @@ pub(super) fn interrupted_apply() -> ErrorInfo {
         hint: Some(
             "Apply the snapshot again (a no-op if it had been finished) or discard it.".into(),
         ),
+    }
+}
+
+/// `"ro"` or `"rw"`.
+mod access_mode {
+    use super::AccessMode;
+
+    pub(super) fn serialize<S: serde::Serializer>(m: &AccessMode, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(m.as_str())
+    }
+
+    pub(super) fn deserialize<'de, D: serde::Deserializer<'de>>(
+        d: D,
+    ) -> Result<AccessMode, D::Error> {
+        let s: String = serde::Deserialize::deserialize(d)?;
+        AccessMode::parse(&s).ok_or_else(|| serde::de::Error::custom("mode is not ro or rw"))
     }
 }
 

@@ -65,6 +65,7 @@ impl Delegator {
             not_shipped_count: Some(d.not_shipped_count),
             result_error: d.result_error.clone(),
             warnings: d.warnings.clone(),
+            sources: Vec::new(),
         })
     }
 

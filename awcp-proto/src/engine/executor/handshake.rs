@@ -129,6 +129,9 @@ impl Executor {
                 }
             }
         }
+        if self.shutting_down {
+            return self.respond_error(request, &id, super::policy::shutting_down(), dialect, 200);
+        }
         let admitted = match super::policy::admit(&invite, &self.config, self.live_count()) {
             Ok(a) => a,
             Err(e) => return self.respond_error(request, &id, e, dialect, 200),

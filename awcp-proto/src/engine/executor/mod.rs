@@ -102,6 +102,8 @@ pub struct Executor {
     /// INVITE/START requests not answered yet and the origin they came from: bound to the
     /// delegation once answered without an error.
     pending_origins: BTreeMap<RequestId, (DelegationId, String)>,
+    /// Set by [`Executor::shutdown`]: new invitations are declined from then on.
+    shutting_down: bool,
 }
 
 impl Executor {
@@ -116,6 +118,7 @@ impl Executor {
             ids,
             tombstones: BTreeMap::new(),
             pending_origins: BTreeMap::new(),
+            shutting_down: false,
         }
     }
 

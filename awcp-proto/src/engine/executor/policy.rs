@@ -24,6 +24,16 @@ pub struct Admitted {
     pub features: Vec<String>,
 }
 
+/// Why an executor that is shutting down ([`Executor::shutdown`](super::Executor::shutdown))
+/// declines every new invitation: the work would be cancelled at once.
+pub fn shutting_down() -> ErrorInfo {
+    ErrorInfo {
+        code: ErrorCode::Declined,
+        message: "the executor is shutting down".into(),
+        hint: Some("Delegate to another executor, or again once this one has restarted.".into()),
+    }
+}
+
 /// Admits `invite` under `config` with `live` assignments holding resources, or says why not
 /// (`DECLINED`; the reference's wording for a full executor).
 pub fn admit(invite: &Invite, config: &ExecutorConfig, live: usize) -> Result<Admitted, ErrorInfo> {

@@ -251,6 +251,29 @@ fn without_auto_accept_the_application_accepts_or_declines() {
 }
 
 #[test]
+fn a_shutting_down_executor_declines_new_invitations_and_allocates_nothing() {
+    let mut p = Pair::default_pair();
+    p.executor.shutdown(p.now);
+    let id = DelegationId::new("dlg_late").unwrap();
+    p.delegate(&id, Dialect::Reference);
+    p.run(100);
+    assert_eq!(p.delegation_state(&id), Some(DelegationState::Error));
+    assert!(p.executor.assignment(&id).is_none(), "nothing allocated");
+    let error = p
+        .delegator_events
+        .iter()
+        .find_map(|e| match e {
+            crate::engine::delegator::DelegatorEvent::Ended { id: i, error, .. } if *i == id => {
+                error.clone()
+            }
+            _ => None,
+        })
+        .expect("the delegation ended with an error");
+    assert_eq!(error.code, ErrorCode::Declined);
+    assert!(error.message.contains("shutting down"), "{error:?}");
+}
+
+#[test]
 fn an_unreachable_executor_fails_the_delegation_and_holds_nothing() {
     let mut s = Scenario::new();
     s.pair.unreachable = true;

@@ -14,9 +14,11 @@ use super::{Executor, ExecutorEvent, ExecutorOutput};
 
 impl Executor {
     /// Fails every live assignment (e.g. on SIGTERM): subscribers get an error event, tasks are
-    /// stopped, resources released.
+    /// stopped, resources released. From then on new invitations are declined
+    /// ([`policy::shutting_down`](super::policy::shutting_down)).
     pub fn shutdown(&mut self, now: Timestamp) {
         self.tick(now);
+        self.shutting_down = true;
         let ids: Vec<_> = self
             .assignments
             .iter()

@@ -1,6 +1,7 @@
 //! Runtime-neutral HTTP shapes of AWCP (WIRE.md §1, §5): URL layout, response bodies and the
 //! mapping of engine responses to status codes. Pure functions over strings and JSON values, so
-//! every driver (tokio, smol, a test) answers byte-for-byte the same way.
+//! every driver (tokio, smol, a test) answers byte-for-byte the same way. What an HTTP layer
+//! answers to a request it refuses before the engine sees it is decided in `refusals.rs`.
 
 use serde_json::{json, Map, Value};
 
@@ -10,9 +11,10 @@ use crate::engine::executor::{ExecutorStatus, Response, ResultBody, ResultStatus
 use crate::engine::TaskOutcome;
 use crate::error::{ErrorCode, ErrorInfo};
 use crate::id::DelegationId;
-use crate::wire::{
-    decode::DecodeError, encode_message, ArchiveData, ErrorMessage, Message, SnapshotEvent,
-};
+use crate::wire::{encode_message, ArchiveData, ErrorMessage, Message, SnapshotEvent};
+
+mod refusals;
+pub use refusals::*;
 
 /// Where the executor router is mounted.
 pub const AWCP_PATH: &str = "/awcp";
@@ -120,49 +122,6 @@ pub fn presented_credential(authorization: Option<&str>, api_key: Option<&str>) 
     }
 }
 
-/// Refuses what only a web browser sends to an executor: a request with an `Origin` header
-/// (browsers add one to every cross-site request; delegators are programs and send none) or a
-/// body that is not `application/json` (a page can POST `text/plain` without a CORS preflight;
-/// both AWCP dialects send JSON, and the reference executor ignores other bodies). This keeps
-/// web pages from driving an executor that listens on a loopback address without a credential.
-/// The public agent card (`public`) is exempt. Returns `(status, error)` to answer with.
-pub fn refuse_browser_request(
-    origin: Option<&str>,
-    content_type: Option<&str>,
-    has_body: bool,
-    public: bool,
-) -> Option<(u16, ErrorInfo)> {
-    if public {
-        return None;
-    }
-    if let Some(o) = origin {
-        return Some((
-            403,
-            ErrorInfo {
-                code: ErrorCode::Declined,
-                message: format!("requests from web origin {o:?} are not accepted"),
-                hint: Some("AWCP endpoints are for delegators, not web pages.".into()),
-            },
-        ));
-    }
-    let json = content_type.is_some_and(|t| {
-        t.split(';')
-            .next()
-            .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"))
-    });
-    if has_body && !json {
-        return Some((
-            415,
-            ErrorInfo {
-                code: ErrorCode::Declined,
-                message: "request bodies must be application/json".into(),
-                hint: Some("Send `Content-Type: application/json`.".into()),
-            },
-        ));
-    }
-    None
-}
-
 /// An engine [`Response`] as `(status, JSON body)`.
 pub fn encode_response(resp: &Response) -> (u16, String) {
     let status = resp.http_status();
@@ -178,68 +137,6 @@ pub fn encode_response(resp: &Response) -> (u16, String) {
         Response::Result(r) => crate::wire::encode::to_json(&result_to_value(r)),
     };
     (status, body)
-}
-
-/// An ERROR message body for a request the executor refuses before the engine sees it
-/// (malformed JSON, bad id, wrong version, body too large). `id` is used when known.
-pub fn reject(status: u16, id: Option<&DelegationId>, error: ErrorInfo) -> (u16, String) {
-    let mut v = json!({
-        "version": "1",
-        "type": "ERROR",
-        "code": error.code.as_str(),
-        "message": error.message,
-    });
-    if let Some(id) = id {
-        v["delegationId"] = Value::String(id.to_string());
-    }
-    if let Some(h) = error.hint {
-        v["hint"] = Value::String(h);
-    }
-    (status, crate::wire::encode::to_json(&v))
-}
-
-/// The refusal for an undecodable `POST /awcp` body: HTTP 400, code `DECLINED`, the decoder's
-/// field-naming message and a hint.
-pub fn reject_malformed(err: &DecodeError, id: Option<&DelegationId>) -> (u16, String) {
-    reject(
-        400,
-        id,
-        ErrorInfo {
-            code: ErrorCode::Declined,
-            message: format!("malformed AWCP message: {err}"),
-            hint: Some(
-                "Send a JSON AWCP v1 message (version \"1\", type INVITE/START/ERROR) as WIRE.md describes.".into(),
-            ),
-        },
-    )
-}
-
-/// The refusal for a body over the limit: HTTP 413, code `WORKSPACE_TOO_LARGE`.
-pub fn reject_too_large(limit: u64) -> (u16, String) {
-    reject(
-        413,
-        None,
-        ErrorInfo {
-            code: ErrorCode::WorkspaceTooLarge,
-            message: format!("request body exceeds the executor's limit of {limit} bytes"),
-            hint: Some(
-                "Delegate a smaller workspace, or use the archive URL mode so the archive is fetched instead of inlined.".into(),
-            ),
-        },
-    )
-}
-
-/// The refusal for an unknown path or method: HTTP 404/405 with a hint.
-pub fn reject_route(status: u16, method: &str, path: &str) -> (u16, String) {
-    reject(
-        status,
-        None,
-        ErrorInfo {
-            code: ErrorCode::NotFound,
-            message: format!("no AWCP endpoint for {method} {path}"),
-            hint: Some("Endpoints: POST /awcp, GET /awcp/tasks/{id}/events, GET /awcp/tasks/{id}/result, POST /awcp/tasks/{id}/ack, POST /awcp/cancel/{id}, GET /awcp/status.".into()),
-        },
-    )
 }
 
 /// `GET …/result` body (WIRE.md §5).
