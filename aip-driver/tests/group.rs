@@ -8,11 +8,13 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use agent_rt::test_util::TestPki;
 use agent_rt::TokioRuntime;
 use agent_rt::{Host, Runtime, ServerOptions};
 use aip_driver::group::{
-    GroupLeaderEvent, GroupLeaderEvents, GroupLeaderHandle, GroupLeaderOptions, GroupPartnerEvent,
-    GroupPartnerEvents, GroupPartnerHandle, GroupPartnerOptions,
+    server_config, AmqpTls, GroupLeaderEvent, GroupLeaderEvents, GroupLeaderHandle,
+    GroupLeaderOptions, GroupPartnerEvent, GroupPartnerEvents, GroupPartnerHandle,
+    GroupPartnerOptions,
 };
 use aip_proto::group::wire::ServerConfig;
 use aip_proto::group::{
@@ -93,11 +95,18 @@ struct Partner<R: Runtime> {
 
 /// A partner with its `group` RPC endpoint served on a free loopback port.
 fn partner<R: Host>(id: &str, refuse: bool) -> Partner<R> {
+    partner_with::<R>(id, |o| {
+        if refuse {
+            o.policy = Arc::new(|_| false);
+        }
+    })
+}
+
+/// [`partner`] with its options as `tweak` sets them.
+fn partner_with<R: Host>(id: &str, tweak: impl FnOnce(&mut GroupPartnerOptions)) -> Partner<R> {
     let rt = R::default();
     let mut opts = GroupPartnerOptions::new(id);
-    if refuse {
-        opts.policy = Arc::new(|_| false);
-    }
+    tweak(&mut opts);
     let (handle, events) = GroupPartnerHandle::new(rt.clone(), opts);
     let (seen_tx, seen) = mpsc::unbounded();
     let starts = Starts::default();
@@ -754,6 +763,114 @@ fn our_group_leader_drives_sdk_partners_joined_by_rpc_and_inbox() {
     }
 }
 
+/// The broker of the TLS scenarios (one per test process): AMQPS requiring a client
+/// certificate from `pki`'s CA, SASL EXTERNAL with the CN as the user.
+fn tls_broker() -> Option<&'static (Broker, TestPki)> {
+    static NODE: std::sync::OnceLock<Option<(Broker, TestPki)>> = std::sync::OnceLock::new();
+    NODE.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("aip-amqps-pki-{}", std::process::id()));
+        let pki = TestPki::new(&dir, "amqps");
+        let server = pki.server("broker", &["127.0.0.1", "localhost"]);
+        let b = Broker::start_tls(&rabbit::TlsListener {
+            ca: pki.ca_file(),
+            cert: server.cert,
+            key: server.key,
+        })?;
+        Some((b, pki))
+    })
+    .as_ref()
+}
+
+/// This side's TLS for the broker: `pki`'s CA, and a client certificate for `cn` if given.
+fn broker_tls(pki: &TestPki, cn: Option<&str>) -> AmqpTls {
+    let cert = cn.map(|cn| pki.client(cn, cn));
+    AmqpTls::from_files(
+        Some(&pki.ca_file()),
+        cert.as_ref().map(|c| c.cert.as_path()),
+        cert.as_ref().map(|c| c.key.as_path()),
+    )
+    .unwrap()
+}
+
+/// The v02.01 production path: a broker that takes only certificate holders on AMQPS and
+/// logs them in with SASL EXTERNAL (CN = AIC). The leader logs in with its certificate and
+/// invites without an `accessToken`; a partner joins by RPC and one through its inbox, each
+/// with its own certificate; a task reaches both. A partner without a certificate cannot
+/// join and says why; one whose certificate another CA signed is refused by the broker.
+async fn sasl_external_over_tls<R: Host>(test: u32) {
+    let Some((b, pki)) = tls_broker() else { return };
+    let lid = aic(test, 0);
+    let ids: Vec<String> = (1..=4).map(|n| aic(test, n)).collect();
+    for id in std::iter::once(&lid).chain(&ids) {
+        b.add_user(id);
+    }
+    let mut cfg = LeaderConfig::new(&lid, &format!("amqps-{test}"));
+    cfg.status_timeout = Duration::from_secs(3);
+    let mut opts = GroupLeaderOptions::new(&b.tls_url(), cfg);
+    opts.broker_tls = broker_tls(pki, Some(&lid));
+    let (l, mut ev) = GroupLeaderHandle::spawn(R::default(), opts)
+        .await
+        .expect("the leader logs in with its certificate");
+    let server = server_config(&b.tls_url()).unwrap();
+    assert_eq!(server.access_token, None, "no token: partners use EXTERNAL");
+
+    let by_rpc = partner_with::<R>(&ids[0], |o| {
+        o.broker_tls = broker_tls(pki, Some(&ids[0]));
+    });
+    l.invite_rpc(&ids[0], &by_rpc.rpc_url, server.clone())
+        .await
+        .expect("joined with its certificate");
+    let by_inbox = partner_with::<R>(&ids[1], |o| {
+        o.broker_tls = broker_tls(pki, Some(&ids[1]));
+    });
+    by_inbox.handle.listen_inbox(&b.tls_url()).await.unwrap();
+    l.invite_inbox(&ids[1]).await.unwrap();
+    joined_all::<R>(&mut ev, &ids[..2]).await;
+    l.send(start("t-tls", Mentions::All, "over tls"))
+        .await
+        .unwrap();
+    assert_eq!(
+        wait_results(&l, &mut ev, "t-tls", TaskState::AwaitingCompletion, 2).await,
+        ids[..2].to_vec()
+    );
+
+    // No certificate: the partner cannot log in and says what it lacks.
+    let bare = partner_with::<R>(&ids[2], |o| o.broker_tls = broker_tls(pki, None));
+    let e = l
+        .invite_rpc(&ids[2], &bare.rpc_url, server.clone())
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("client certificate"), "{e}");
+    // A certificate from another CA (for a user the broker knows): refused by the broker.
+    let rogue_dir = std::env::temp_dir().join(format!("aip-amqps-rogue-{}", std::process::id()));
+    let rogue = TestPki::new(&rogue_dir, "rogue");
+    let forged = partner_with::<R>(&ids[3], |o| {
+        let mut t = broker_tls(&rogue, Some(&ids[3]));
+        t.ca_pem = broker_tls(pki, None).ca_pem;
+        o.broker_tls = t;
+    });
+    let e = l
+        .invite_rpc(&ids[3], &forged.rpc_url, server.clone())
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("-32021"), "{e}");
+    let connected: Vec<String> = l
+        .members()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|(_, m)| m.connection == Connection::Connected)
+        .map(|(id, _)| id)
+        .collect();
+    assert_eq!(
+        connected,
+        ids[..2].to_vec(),
+        "only the certified partners joined"
+    );
+    l.disband().await.unwrap();
+    let _ = std::fs::remove_dir_all(rogue_dir);
+}
+
 macro_rules! on_both_runtimes {
     ($($name:ident => $body:ident($n:expr)),* $(,)?) => {
         mod tokio_rt {
@@ -772,4 +889,5 @@ on_both_runtimes! {
     leave_mute_unmute_reject_and_refused_invitations => leave_mute_reject(2),
     a_broker_restart_mid_task_loses_nothing_and_starts_nothing_twice => broker_restart(3),
     a_partner_killed_with_sigkill_becomes_not_connected => partner_killed(4),
+    sasl_external_with_client_certificates_over_tls => sasl_external_over_tls(5),
 }

@@ -18,6 +18,96 @@ use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, Exchange
 pub use lapin::message::Delivery;
 pub use lapin::Consumer;
 
+/// TLS for the broker connection (`amqps://`), and the client certificate that logs in with
+/// SASL EXTERNAL (the AIP v02.01 production path: the broker verifies the certificate and
+/// takes the user name from it, e.g. its CN is the AIC).
+///
+/// The system's trusted roots are used, plus [`AmqpTls::ca_pem`]. With a client certificate
+/// and no user in the broker URL, the connection logs in with EXTERNAL
+/// ([`AmqpTls::login_url`]); with a user and password in the URL, it logs in with PLAIN over
+/// TLS and still presents the certificate if the broker asks for one.
+#[derive(Clone, Default)]
+pub struct AmqpTls {
+    /// Extra CA certificates to trust (PEM), e.g. the broker's private CA.
+    pub ca_pem: Option<String>,
+    /// This side's certificate chain (PEM) and its private key (PEM, PKCS#8, SEC1 or PKCS#1).
+    pub identity: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl std::fmt::Debug for AmqpTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AmqpTls")
+            .field("ca_pem", &self.ca_pem.as_ref().map(|_| "…"))
+            .field(
+                "identity",
+                &self.identity.as_ref().map(|_| "(certificate, key)"),
+            )
+            .finish()
+    }
+}
+
+impl AmqpTls {
+    /// Reads the CA file and the client certificate and key files (all PEM). Each is optional;
+    /// a certificate needs its key.
+    pub fn from_files(
+        ca: Option<&std::path::Path>,
+        cert: Option<&std::path::Path>,
+        key: Option<&std::path::Path>,
+    ) -> Result<AmqpTls, String> {
+        let read = |p: &std::path::Path| {
+            std::fs::read(p).map_err(|e| format!("cannot read {}: {e}", p.display()))
+        };
+        let ca_pem = match ca {
+            Some(p) => Some(
+                String::from_utf8(read(p)?)
+                    .map_err(|_| format!("{} is not a PEM file", p.display()))?,
+            ),
+            None => None,
+        };
+        let identity = match (cert, key) {
+            (Some(c), Some(k)) => Some((read(c)?, read(k)?)),
+            (None, None) => None,
+            (Some(_), None) | (None, Some(_)) => {
+                return Err("a client certificate needs its key, and a key its certificate".into())
+            }
+        };
+        Ok(AmqpTls { ca_pem, identity })
+    }
+
+    /// Whether a client certificate is configured (SASL EXTERNAL is possible).
+    pub fn has_identity(&self) -> bool {
+        self.identity.is_some()
+    }
+
+    /// The URL to connect with: `url` itself, or, for an `amqps://` URL without a user while a
+    /// client certificate is configured, `url` with `auth_mechanism=external` (a URL without a
+    /// user would otherwise log in as guest).
+    pub fn login_url(&self, url: &str) -> String {
+        let Some(rest) = url.strip_prefix("amqps://") else {
+            return url.to_owned();
+        };
+        let authority = rest.split(['/', '?']).next().unwrap_or("");
+        if !self.has_identity() || authority.contains('@') || url.contains("auth_mechanism=") {
+            return url.to_owned();
+        }
+        let sep = if url.contains('?') { '&' } else { '?' };
+        format!("{url}{sep}auth_mechanism=external")
+    }
+
+    fn owned(&self) -> lapin::tcp::OwnedTLSConfig {
+        lapin::tcp::OwnedTLSConfig {
+            identity: self
+                .identity
+                .as_ref()
+                .map(|(pem, key)| lapin::tcp::OwnedIdentity::PKCS8 {
+                    pem: pem.clone(),
+                    key: key.clone(),
+                }),
+            cert_chain: self.ca_pem.clone(),
+        }
+    }
+}
+
 /// Why a broker operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum AmqpError {
@@ -63,12 +153,18 @@ pub struct Link {
 }
 
 impl Link {
-    /// Connects to `url` (`amqp://user:password@host:port/vhost`), opens a channel in confirm
-    /// mode with `prefetch` unacked deliveries.
-    pub async fn connect(url: &str, name: &str, prefetch: u16) -> Result<Link, AmqpError> {
+    /// Connects to `url` (`amqp://user:password@host:port/vhost`, or `amqps://…` with `tls`;
+    /// see [`AmqpTls::login_url`] for SASL EXTERNAL), opens a channel in confirm mode with
+    /// `prefetch` unacked deliveries.
+    pub async fn connect(
+        url: &str,
+        name: &str,
+        prefetch: u16,
+        tls: &AmqpTls,
+    ) -> Result<Link, AmqpError> {
         let props =
             ConnectionProperties::default().with_connection_name(LongString::from(name.to_owned()));
-        let conn = Connection::connect(url, props).await?;
+        let conn = Connection::connect_with_config(&tls.login_url(url), props, tls.owned()).await?;
         let chan = conn.create_channel().await?;
         chan.confirm_select(ConfirmSelectOptions::default()).await?;
         chan.basic_qos(prefetch, BasicQosOptions::default()).await?;

@@ -12,7 +12,7 @@ use aip_proto::{Mentions, TaskResult, TaskState, Timestamp, UsageError};
 use bytes::Bytes;
 use futures::channel::{mpsc, oneshot};
 
-use crate::group::amqp::Declare;
+use crate::group::amqp::{AmqpTls, Declare};
 use crate::group::run::{Call, Out, Runner, Side};
 use crate::group::GroupError;
 use crate::now;
@@ -20,8 +20,11 @@ use crate::now;
 /// Everything a group leader needs.
 #[derive(Clone, Debug)]
 pub struct GroupLeaderOptions {
-    /// The broker: `amqp://user:password@host:port/vhost`.
+    /// The broker: `amqp://user:password@host:port/vhost`, or `amqps://host:port/vhost` with a
+    /// client certificate in [`Self::broker_tls`] (SASL EXTERNAL).
     pub broker_url: String,
+    /// TLS for an `amqps://` broker: trusted CA and this leader's client certificate.
+    pub broker_tls: AmqpTls,
     /// The group (leader id, group id, dialect, status deadline, invitation lifetime).
     pub engine: LeaderConfig,
     /// Unacked deliveries the broker may push at once.
@@ -37,6 +40,7 @@ impl GroupLeaderOptions {
     pub fn new(broker_url: &str, engine: LeaderConfig) -> Self {
         GroupLeaderOptions {
             broker_url: broker_url.into(),
+            broker_tls: AmqpTls::default(),
             engine,
             prefetch: 256,
             client_tls: ClientTls::default(),
@@ -161,6 +165,7 @@ impl<R: Runtime> GroupLeaderHandle<R> {
         let runner = Runner {
             rt: rt.clone(),
             url: opts.broker_url,
+            tls: opts.broker_tls,
             name: format!("leader-{}", engine.config().leader_id),
             prefetch: opts.prefetch,
             side: LeaderSide {

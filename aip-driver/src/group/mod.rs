@@ -16,6 +16,7 @@
 //! the engines' state.
 
 pub mod amqp;
+pub use amqp::AmqpTls;
 mod leader;
 mod partner;
 mod run;

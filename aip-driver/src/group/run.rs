@@ -50,6 +50,7 @@ pub(crate) type Call<S> = Box<dyn FnOnce(&mut S, Timestamp) + Send>;
 pub(crate) struct Runner<R, S: Side> {
     pub rt: R,
     pub url: String,
+    pub tls: crate::group::amqp::AmqpTls,
     pub name: String,
     pub prefetch: u16,
     pub side: S,
@@ -70,7 +71,7 @@ type Deliveries = SelectAll<BoxStream<'static, (String, lapin::Result<Delivery>)
 impl<R: Runtime, S: Side> Runner<R, S> {
     /// Connects and declares.
     pub async fn open(&self) -> Result<(Link, Deliveries), crate::group::amqp::AmqpError> {
-        let link = Link::connect(&self.url, &self.name, self.prefetch).await?;
+        let link = Link::connect(&self.url, &self.name, self.prefetch, &self.tls).await?;
         let mut all = SelectAll::new();
         for (i, d) in self.side.declarations().iter().enumerate() {
             link.declare(d).await?;

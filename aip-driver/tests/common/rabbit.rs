@@ -53,6 +53,14 @@ while read -r cmd; do
     stop) stop_broker; echo stopped ;;
     start) start_broker "$1" ;;
     kill) kill -9 "$beam" 2> /dev/null; wait "$beam" 2> /dev/null; rm -f "$RABBITMQ_PID_FILE"; beam=""; echo killed ;;
+    adduser\ *)
+      name="${cmd#adduser }"
+      if "$CTL" add_user "$name" "$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')" > "$1/ctl.log" 2>&1 &&
+         "$CTL" set_permissions -p / "$name" '.*' '.*' '.*' >> "$1/ctl.log" 2>&1; then
+        echo added
+      else
+        echo "failed: $(tail -n 5 "$1/ctl.log" | tr '\n' ' ')"
+      fi ;;
     *) echo "unknown $cmd" ;;
   esac
 done
@@ -89,13 +97,37 @@ pub struct Broker {
     guard: Mutex<Guard>,
     /// The AMQP port on 127.0.0.1.
     pub port: u16,
+    /// The AMQPS port on 127.0.0.1 of a node started with [`Broker::start_tls`].
+    pub tls_port: Option<u16>,
     _dir: tempfile::TempDir,
+}
+
+/// The AMQPS listener of [`Broker::start_tls`]: the broker's certificate and key (PEM) and
+/// the CA that client certificates must chain to. The listener requires a client
+/// certificate (`verify_peer`, `fail_if_no_peer_cert`), and the node offers SASL EXTERNAL
+/// only, with the certificate's CN as the user name (`ssl_cert_login_from = common_name`, the
+/// AIP v02.01 production setup): no user/password login works on it.
+pub struct TlsListener {
+    pub ca: std::path::PathBuf,
+    pub cert: std::path::PathBuf,
+    pub key: std::path::PathBuf,
 }
 
 impl Broker {
     /// Starts a node and waits until it runs. `None` (after a notice) where RabbitMQ is not
     /// installed and not [`required`].
     pub fn start() -> Option<Broker> {
+        Self::start_with(None)
+    }
+
+    /// [`Broker::start`] with an AMQPS listener as `tls` says, on a free port
+    /// ([`Broker::tls_port`]); users for certificate logins are added with
+    /// [`Broker::add_user`].
+    pub fn start_tls(tls: &TlsListener) -> Option<Broker> {
+        Self::start_with(Some(tls))
+    }
+
+    fn start_with(tls: Option<&TlsListener>) -> Option<Broker> {
         if !available() {
             assert!(
                 !required(),
@@ -117,12 +149,28 @@ impl Broker {
             N.fetch_add(1, Ordering::Relaxed)
         );
         std::fs::create_dir_all(d.join("home")).unwrap();
-        std::fs::write(
-            d.join("rabbitmq.conf"),
-            format!("listeners.tcp.default = 127.0.0.1:{port}\nloopback_users = none\n"),
-        )
-        .unwrap();
-        std::fs::write(d.join("enabled_plugins"), "[].\n").unwrap();
+        let mut conf = format!("listeners.tcp.default = 127.0.0.1:{port}\nloopback_users = none\n");
+        let mut plugins = "[].\n";
+        let tls_port = tls.map(|t| {
+            let tls_port = free_port();
+            conf.push_str(&format!(
+                "listeners.ssl.default = 127.0.0.1:{tls_port}\n\
+                 ssl_options.cacertfile = {}\n\
+                 ssl_options.certfile = {}\n\
+                 ssl_options.keyfile = {}\n\
+                 ssl_options.verify = verify_peer\n\
+                 ssl_options.fail_if_no_peer_cert = true\n\
+                 auth_mechanisms.1 = EXTERNAL\n\
+                 ssl_cert_login_from = common_name\n",
+                t.ca.display(),
+                t.cert.display(),
+                t.key.display()
+            ));
+            plugins = "[rabbitmq_auth_mechanism_ssl].\n";
+            tls_port
+        });
+        std::fs::write(d.join("rabbitmq.conf"), conf).unwrap();
+        std::fs::write(d.join("enabled_plugins"), plugins).unwrap();
         std::fs::write(d.join("rabbitmq-env.conf"), "").unwrap();
         let p = d.display();
         let env = format!(
@@ -149,6 +197,7 @@ impl Broker {
         let b = Broker {
             guard: Mutex::new(Guard { child, stdin, out }),
             port,
+            tls_port,
             _dir: dir,
         };
         b.expect_line("ready");
@@ -195,6 +244,21 @@ impl Broker {
     /// Starts it again on the same ports and data, and waits until it runs.
     pub fn restart(&self) {
         self.command("start", "ready");
+    }
+
+    /// Adds user `name` (a random password nobody knows: it logs in with its certificate)
+    /// with every permission on vhost `/`.
+    pub fn add_user(&self, name: &str) {
+        assert!(!name.contains(['\n', '\'']), "user name {name:?}");
+        self.command(&format!("adduser {name}"), "added");
+    }
+
+    /// `amqps://127.0.0.1:TLS_PORT/%2f`: no user, so a client certificate logs in (EXTERNAL).
+    pub fn tls_url(&self) -> String {
+        format!(
+            "amqps://127.0.0.1:{}/%2f",
+            self.tls_port.expect("a node started with start_tls")
+        )
     }
 
     /// SIGKILLs the broker (its data stays).
