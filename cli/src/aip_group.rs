@@ -44,8 +44,8 @@ use aip_driver::aip_proto::group::{
 };
 use aip_driver::aip_proto::{CommandKind, DataItem, Mentions, Product, TaskResult};
 use aip_driver::group::{
-    server_config, GroupLeaderEvent, GroupLeaderHandle, GroupLeaderOptions, GroupPartnerEvent,
-    GroupPartnerHandle, GroupPartnerOptions,
+    server_config, AmqpTls, GroupLeaderEvent, GroupLeaderHandle, GroupLeaderOptions,
+    GroupPartnerEvent, GroupPartnerHandle, GroupPartnerOptions,
 };
 use futures::channel::mpsc;
 use futures::{FutureExt, StreamExt};
@@ -56,8 +56,14 @@ use crate::aip_agent::{dir_name, file_products, kill_group, AgentCommand};
 /// What `aip group` needs.
 #[derive(Clone, Debug)]
 pub struct LeaderCli {
-    /// `amqp://user:password@host:port/vhost`.
+    /// `amqp://user:password@host:port/vhost`, or `amqps://host:port/vhost` with a client
+    /// certificate in `broker_tls` (SASL EXTERNAL; partners invited by RPC then log in with
+    /// their own certificates).
     pub broker: String,
+    /// TLS for an `amqps://` broker.
+    pub broker_tls: AmqpTls,
+    /// TLS for `group` RPC invitations to https partners (`--ca-file`, client certificate).
+    pub client_tls: agent_rt::ClientTls,
     /// The group id (`[A-Za-z0-9-]{1,128}`).
     pub group: String,
     /// The leader's AIC.
@@ -199,16 +205,16 @@ pub async fn leader<R: Host>(cli: LeaderCli) -> i32 {
     let mut cfg = LeaderConfig::new(&cli.leader_id, &cli.group);
     cfg.status_timeout = cli.status_timeout;
     cfg.id_seed = crate::random_seed();
-    let (l, mut events) =
-        match GroupLeaderHandle::spawn(R::default(), GroupLeaderOptions::new(&cli.broker, cfg))
-            .await
-        {
-            Ok(x) => x,
-            Err(e) => {
-                eprintln!("error: cannot create the group: {e}");
-                return 1;
-            }
-        };
+    let mut opts = GroupLeaderOptions::new(&cli.broker, cfg);
+    opts.broker_tls = cli.broker_tls.clone();
+    opts.client_tls = cli.client_tls.clone();
+    let (l, mut events) = match GroupLeaderHandle::spawn(R::default(), opts).await {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("error: cannot create the group: {e}");
+            return 1;
+        }
+    };
     out.line(
         json!({"event":"created","groupId":cli.group,"exchange":l.exchange()}),
         format!("group {} created (exchange {})", cli.group, l.exchange()),
@@ -340,6 +346,10 @@ pub struct PartnerCli {
     pub id: String,
     /// Where the `group` JSON-RPC method is served.
     pub listener: std::net::TcpListener,
+    /// How it is served (TLS, mTLS, limits).
+    pub server: agent_rt::ServerOptions,
+    /// TLS for `amqps://` brokers and the client certificate for SASL EXTERNAL.
+    pub broker_tls: AmqpTls,
     /// The broker whose inbox to listen on (`None`: RPC invitations only).
     pub inbox_broker: Option<String>,
     /// The agent command.
@@ -351,7 +361,10 @@ type Running = Arc<Mutex<BTreeMap<(String, String), rustix::process::Pid>>>;
 /// Runs the group partner until SIGINT/SIGTERM; every command still running is killed.
 pub async fn partner<R: Host>(cli: PartnerCli) -> i32 {
     let rt = R::default();
-    let (p, mut events) = GroupPartnerHandle::new(rt.clone(), GroupPartnerOptions::new(&cli.id));
+    let mut opts = GroupPartnerOptions::new(&cli.id);
+    opts.broker_tls = cli.broker_tls.clone();
+    let (p, mut events) = GroupPartnerHandle::new(rt.clone(), opts);
+    let scheme = cli.server.scheme();
     let local = match cli.listener.local_addr() {
         Ok(a) => a,
         Err(e) => {
@@ -364,7 +377,7 @@ pub async fn partner<R: Host>(cli: PartnerCli) -> i32 {
         rt.clone(),
         cli.listener,
         p.join_handler(),
-        agent_rt::ServerOptions::default(),
+        cli.server,
         async move {
             let _ = stop_rx.await;
         },
@@ -374,7 +387,7 @@ pub async fn partner<R: Host>(cli: PartnerCli) -> i32 {
             eprintln!("error: server failed: {e}");
         }
     }));
-    println!("aip-partner group rpc on http://{local}/group/rpc");
+    println!("aip-partner group rpc on {scheme}://{local}/group/rpc");
     if let Some(url) = &cli.inbox_broker {
         if let Err(e) = p.listen_inbox(url).await {
             eprintln!("error: cannot listen on the inbox: {e}");

@@ -502,6 +502,36 @@ impl ClientTlsArgs {
     }
 }
 
+/// `--amqp-ca`, `--amqp-cert`, `--amqp-key`: TLS to an `amqps://` broker in group mode, and
+/// the client certificate that logs in with SASL EXTERNAL (AIP v02.01: the broker takes the
+/// user from the certificate, e.g. its CN is the AIC).
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct AmqpTlsArgs {
+    /// Group mode: trust this CA certificate (PEM) for the amqps:// broker, in addition to
+    /// the system's roots.
+    #[arg(long, env = "AIP_AMQP_CA")]
+    pub amqp_ca: Option<std::path::PathBuf>,
+    /// Group mode: present this client certificate (PEM) to the broker. With an amqps:// URL
+    /// without a user (and for RPC invitations without an accessToken) it is the login: SASL
+    /// EXTERNAL.
+    #[arg(long, env = "AIP_AMQP_CERT", requires = "amqp_key")]
+    pub amqp_cert: Option<std::path::PathBuf>,
+    /// The broker client certificate's private key (PEM).
+    #[arg(long, env = "AIP_AMQP_KEY", requires = "amqp_cert")]
+    pub amqp_key: Option<std::path::PathBuf>,
+}
+
+impl AmqpTlsArgs {
+    /// The broker TLS settings, or why the files are unusable.
+    pub fn amqp_tls(&self) -> Result<aip_driver::group::AmqpTls, String> {
+        aip_driver::group::AmqpTls::from_files(
+            self.amqp_ca.as_deref(),
+            self.amqp_cert.as_deref(),
+            self.amqp_key.as_deref(),
+        )
+    }
+}
+
 /// `--tls-cert`, `--tls-key`, `--client-ca` and the server limits: how a binary's server
 /// (executor, daemon, archive server) serves.
 #[derive(clap::Args, Clone, Debug)]

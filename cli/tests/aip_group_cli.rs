@@ -103,10 +103,21 @@ fn aic(n: u32) -> String {
 }
 
 fn partner(id: &str, work: &std::path::Path, inbox: Option<&str>) -> (Proc, Lines, String) {
+    partner_with(id, work, inbox, &[])
+}
+
+/// [`partner`] with `extra` flags (TLS).
+fn partner_with(
+    id: &str,
+    work: &std::path::Path,
+    inbox: Option<&str>,
+    extra: &[&std::ffi::OsStr],
+) -> (Proc, Lines, String) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_aip-partner"));
     cmd.args(["--group", "--quiet", "--listen", "127.0.0.1:0", "--id", id])
         .arg("--work-root")
-        .arg(work);
+        .arg(work)
+        .args(extra);
     if let Some(url) = inbox {
         cmd.args(["--inbox-broker", url]);
     }
@@ -128,6 +139,31 @@ fn partner(id: &str, work: &std::path::Path, inbox: Option<&str>) -> (Proc, Line
     (Proc(child), lines, url)
 }
 
+/// `aip group` on `broker` with `extra` flags, once it said the group was created: the
+/// process, its stdout lines and its stdin.
+fn leader(
+    broker: &str,
+    group: &str,
+    leader_id: &str,
+    extra: &[&std::ffi::OsStr],
+) -> (Proc, Lines, ChildStdin) {
+    let mut leader = Command::new(env!("CARGO_BIN_EXE_aip"))
+        .args(["group", "--broker", broker, "--group", group])
+        .args(["--leader-id", leader_id, "--status-timeout", "10"])
+        .args(extra)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("aip group starts");
+    let mut ll = Lines::of(&mut leader, "aip group");
+    let stdin = leader.stdin.take().unwrap();
+    ll.wait("created", |l| {
+        l.starts_with(&format!("group {group} created"))
+    });
+    (Proc(leader), ll, stdin)
+}
+
 fn send(stdin: &mut ChildStdin, line: &str) {
     writeln!(stdin, "{line}")
         .and_then(|_| stdin.flush())
@@ -145,20 +181,7 @@ fn aip_group_leads_two_aip_partners_over_a_real_broker() {
     let (_pa, mut la, url_a) = partner(&a, work.path(), None);
     let (_pc, mut lc, _) = partner(&c, work.path(), Some(&b.url()));
 
-    let mut leader = Command::new(env!("CARGO_BIN_EXE_aip"))
-        .args(["group", "--broker", &b.url(), "--group", &group])
-        .args(["--leader-id", &l, "--status-timeout", "10"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("aip group starts");
-    let mut ll = Lines::of(&mut leader, "aip group");
-    let mut stdin = leader.stdin.take().unwrap();
-    let leader = Proc(leader);
-    ll.wait("created", |l| {
-        l.starts_with(&format!("group {group} created"))
-    });
+    let (leader, mut ll, mut stdin) = leader(&b.url(), &group, &l, &[]);
 
     send(&mut stdin, &format!("invite {a} {url_a}"));
     ll.wait_line(&format!("ok invite {a}"));
@@ -202,4 +225,67 @@ fn aip_group_leads_two_aip_partners_over_a_real_broker() {
         la.seen
     );
     assert!(lc.seen.contains(&format!("task {group} t-2 started")));
+}
+
+/// The AIP v02.01 production path on the command line: `aip group` on an `amqps://` broker
+/// that takes only client certificates and logs them in with SASL EXTERNAL (CN = AIC), and
+/// an `aip-partner --group` that serves its `group` RPC over https and joins with its own
+/// certificate (the invitation carries no `accessToken`).
+#[test]
+fn aip_group_and_aip_partner_log_in_with_client_certificates_over_amqps() {
+    let pki_dir = tempfile::tempdir().unwrap();
+    let pki = agent_rt::test_util::TestPki::new(pki_dir.path(), "amqps");
+    let broker_cert = pki.server("broker", &["127.0.0.1", "localhost"]);
+    let Some(b) = rabbit::Broker::start_tls(&rabbit::TlsListener {
+        ca: pki.ca_file(),
+        cert: broker_cert.cert,
+        key: broker_cert.key,
+    }) else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let (l, a) = (aic(10), aic(11));
+    b.add_user(&l);
+    b.add_user(&a);
+    let ca = pki.ca_file();
+    let amqp_flags = |cn: &str| {
+        let c = pki.client(cn, cn);
+        [
+            "--amqp-ca".into(),
+            ca.clone().into_os_string(),
+            "--amqp-cert".into(),
+            c.cert.into_os_string(),
+            "--amqp-key".into(),
+            c.key.into_os_string(),
+        ]
+    };
+    let rpc_cert = pki.server("rpc", &["127.0.0.1"]);
+    let mut partner_flags = amqp_flags(&a).to_vec();
+    partner_flags.extend([
+        "--tls-cert".into(),
+        rpc_cert.cert.into_os_string(),
+        "--tls-key".into(),
+        rpc_cert.key.into_os_string(),
+    ]);
+    let flags: Vec<&std::ffi::OsStr> = partner_flags.iter().map(|s| s.as_os_str()).collect();
+    let (_pa, mut la, url_a) = partner_with(&a, work.path(), None, &flags);
+    assert!(url_a.starts_with("https://"), "{url_a}");
+
+    let group = format!("cli-tls-{}", std::process::id());
+    let mut leader_flags = amqp_flags(&l).to_vec();
+    leader_flags.extend(["--ca-file".into(), ca.clone().into_os_string()]);
+    let flags: Vec<&std::ffi::OsStr> = leader_flags.iter().map(|s| s.as_os_str()).collect();
+    let (leader, mut ll, mut stdin) = leader(&b.tls_url(), &group, &l, &flags);
+    send(&mut stdin, &format!("invite {a} {url_a}"));
+    ll.wait_line(&format!("ok invite {a}"));
+    send(&mut stdin, "start t-1 all over amqps");
+    ll.wait_line(&format!(
+        "result {a} t-1 awaiting-completion: t-1 says: over amqps"
+    ));
+    send(&mut stdin, "disband");
+    ll.wait_line("ok disband");
+    let mut leader = leader;
+    let status = leader.0.wait().unwrap();
+    assert!(status.success(), "aip group exited with {status}");
+    la.wait_line(&format!("left {group} (Disbanded)"));
 }

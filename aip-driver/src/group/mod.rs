@@ -10,6 +10,9 @@
 //!
 //! The AMQP client is lapin 3.7 (AMQP 0-9-1, its own I/O thread, so it works under tokio,
 //! smol or async-std); the engine loops use [`agent_rt::Runtime`] for timers and tasks.
+//! Brokers are reached with `amqp://user:password@…` (PLAIN) or `amqps://` with
+//! [`AmqpTls`]: a client certificate logs in with SASL EXTERNAL when the URL names no user
+//! (and partners invited without an `accessToken` do the same, see [`server_url`]).
 //! Every publish waits for the broker's confirm, every delivery is acked after the engine
 //! took it and its answers were confirmed, and a lost connection is re-opened with every
 //! exchange, queue and binding declared again (with backoff up to 2 s), without touching

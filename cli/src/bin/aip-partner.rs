@@ -21,7 +21,9 @@
 //! aip-partner --group --id 1.2.156.3088.1.1.1.1.1.2 --listen 127.0.0.1:0 \
 //!     --inbox-broker amqp://guest:guest@127.0.0.1:5672/%2f -- my-agent
 //! ```
-//! The first stdout line is then `aip-partner group rpc on <URL>`.
+//! The first stdout line is then `aip-partner group rpc on <URL>` (https with `--tls-cert`).
+//! With `--amqp-cert`/`--amqp-key` (and `--amqp-ca`) it reaches `amqps://` brokers and logs
+//! in with its certificate (SASL EXTERNAL) when an invitation carries no `accessToken`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -82,6 +84,9 @@ struct Args {
     /// amqp://user:password@host:port/vhost.
     #[arg(long, env = "AIP_INBOX_BROKER", requires = "group")]
     inbox_broker: Option<String>,
+    /// Group mode: TLS to amqps:// brokers and the client certificate for SASL EXTERNAL.
+    #[command(flatten)]
+    amqp: awcp_aip_cli::AmqpTlsArgs,
     /// Less logging.
     #[arg(long, short)]
     quiet: bool,
@@ -121,6 +126,8 @@ async fn run<R: Host>(args: Args) {
         let cli = awcp_aip_cli::aip_group::PartnerCli {
             id: args.id.clone(),
             listener,
+            server: args.server.server_options().unwrap_or_else(|e| fatal(e)),
+            broker_tls: args.amqp.amqp_tls().unwrap_or_else(|e| fatal(e)),
             inbox_broker: args.inbox_broker.clone(),
             cmd: Arc::new(AgentCommand {
                 argv,

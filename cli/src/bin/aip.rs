@@ -89,6 +89,9 @@ enum Cmd {
         /// Seconds `status` waits before a silent member counts as lost.
         #[arg(long, default_value_t = 5)]
         status_timeout: u64,
+        /// TLS to an amqps:// broker and the client certificate for SASL EXTERNAL.
+        #[command(flatten)]
+        amqp: awcp_aip_cli::AmqpTlsArgs,
     },
     /// Start a task and print the partner's first answer.
     Start {
@@ -322,10 +325,27 @@ async fn run<R: Host>(args: Args) -> i32 {
         broker,
         group,
         status_timeout,
+        amqp,
     } = &args.cmd
     {
+        let broker_tls = match amqp.amqp_tls() {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return 2;
+            }
+        };
+        let client_tls = match args.tls.client_tls() {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return 2;
+            }
+        };
         let cli = awcp_aip_cli::aip_group::LeaderCli {
             broker: broker.clone(),
+            broker_tls,
+            client_tls,
             group: group.clone(),
             leader_id: args.leader_id.clone(),
             json: args.json,
