@@ -88,6 +88,20 @@ pub trait DelegatorTransport: Send + Sync {
         req: ApplyRequest<'_>,
         cancel: &CancelFlag,
     ) -> Result<ApplyReport, TransportError>;
+    /// What [`Self::apply_snapshot`] would do with `req`, without changing the workspace
+    /// (review before apply, see [`crate::snapshot::preview`]). Transports without
+    /// snapshots keep the default, which refuses.
+    fn preview_snapshot(
+        &self,
+        req: ApplyRequest<'_>,
+        limits: crate::snapshot::PreviewLimits,
+        cancel: &CancelFlag,
+    ) -> Result<crate::snapshot::Preview, TransportError> {
+        let _ = (req, limits, cancel);
+        Err(TransportError::Unsupported(
+            "this transport has no snapshots to preview".into(),
+        ))
+    }
     /// Removes the export view and temporary archives, ends every access the delegation
     /// granted, and says what the user should know. Idempotent.
     fn release(&self, delegation_id: &DelegationId) -> Result<ReleaseReport, TransportError>;

@@ -111,6 +111,19 @@ fn apply(
     opts: &ApplyOptions,
     access: AccessMode,
 ) -> Result<ApplyReport, TransportError> {
+    with_request(f, p, snap, access, |req| {
+        apply_snapshot(req, opts, &CancelFlag::new())
+    })
+}
+
+/// Runs `go` with the apply request of `snap` (what [`apply`] and a preview take).
+fn with_request<T>(
+    f: &Fixture,
+    p: &Prepared,
+    snap: &CapturedSnapshot,
+    access: AccessMode,
+    go: impl FnOnce(ApplyRequest<'_>) -> T,
+) -> T {
     let owned_bytes;
     let source = match &snap.archive {
         ArchiveOutput::Inline(h) => ArchiveSource::Base64(h.data.base64.as_deref().unwrap()),
@@ -119,20 +132,16 @@ fn apply(
             ArchiveSource::File(&owned_bytes)
         }
     };
-    apply_snapshot(
-        ApplyRequest {
-            delegation_id: "d1",
-            source,
-            expected_checksum: Some(snap.archive.checksum()),
-            resources: &f.resources,
-            access_mode: access,
-            baseline: Some(&p.baseline),
-            layout: None,
-            limits: None,
-        },
-        opts,
-        &CancelFlag::new(),
-    )
+    go(ApplyRequest {
+        delegation_id: "d1",
+        source,
+        expected_checksum: Some(snap.archive.checksum()),
+        resources: &f.resources,
+        access_mode: access,
+        baseline: Some(&p.baseline),
+        layout: None,
+        limits: None,
+    })
 }
 
 /// The executor's changes since setup, as an inline delta snapshot.
@@ -705,4 +714,78 @@ fn read_only_files_stay_read_only_both_ways() {
     assert_eq!(fs::read(f.ws.join("README.md")).unwrap(), b"# edited\n");
     assert_eq!(mode(&f.ws.join("README.md")), 0o444);
     assert_eq!(mode(&f.ws.join("run.sh")), 0o700, "a chmod alone travels");
+}
+
+/// Review before apply: the preview lists exactly what the apply then does (added, modified,
+/// deleted, with unified diffs of the text files), names local edits as conflicts, respects
+/// its size budget, and changes nothing (no file, no staging beside the workspace).
+#[test]
+fn a_preview_shows_what_the_apply_will_do_and_changes_nothing() {
+    use awcp_transports::snapshot::{preview_snapshot, ChangeKind, PreviewLimits};
+    let f = fixture(AccessMode::Rw);
+    let p = prepare(&f, Layout::PerResource, Delivery::Inline, AccessMode::Rw);
+    setup(&f, &p, AccessMode::Rw);
+    edit(&f.work.join("project"));
+    let snap = capture_inline_delta(&f);
+    let before = tree(&f.ws);
+    let preview = |limits| {
+        with_request(&f, &p, &snap, AccessMode::Rw, |req| {
+            preview_snapshot(req, &ApplyOptions::default(), limits, &CancelFlag::new())
+        })
+        .unwrap()
+    };
+    let pv = preview(PreviewLimits::default());
+    assert_eq!(tree(&f.ws), before, "a preview writes nothing");
+    assert_no_staging(&f.ws);
+    let kinds: Vec<(&str, ChangeKind)> = pv
+        .files
+        .iter()
+        .map(|c| (c.path.as_str(), c.change))
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![
+            ("project/README.md", ChangeKind::Modified),
+            ("project/docs/guide.md", ChangeKind::Modified),
+            ("project/old.txt", ChangeKind::Deleted),
+            ("project/src/main.rs", ChangeKind::Modified),
+            ("project/src/new.rs", ChangeKind::Added),
+        ]
+    );
+    let diff_of = |path: &str| {
+        pv.files
+            .iter()
+            .find(|c| c.path == path)
+            .and_then(|c| c.diff.clone())
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        diff_of("project/docs/guide.md"),
+        "--- a/project/docs/guide.md\n+++ b/project/docs/guide.md\n@@ -1 +1 @@\n-guide\n+guide v2\n"
+    );
+    assert!(diff_of("project/src/new.rs").starts_with("--- /dev/null\n+++ b/project/src/new.rs"));
+    assert!(diff_of("project/old.txt").contains("-to be deleted"));
+    assert!(pv.conflicts.is_empty() && !pv.truncated);
+    // A local edit where the snapshot writes: named as a conflict, still nothing written.
+    write(&f.ws, "README.md", b"local change\n");
+    let pv = preview(PreviewLimits::default());
+    assert_eq!(pv.conflicts, vec!["project/README.md".to_owned()]);
+    assert_eq!(fs::read(f.ws.join("README.md")).unwrap(), b"local change\n");
+    write(&f.ws, "README.md", b"# project\n");
+    // A small budget: every change listed, the diffs past it left out and said so.
+    let pv = preview(PreviewLimits {
+        max_diff_bytes: 80,
+        ..PreviewLimits::default()
+    });
+    assert!(pv.truncated);
+    assert_eq!(pv.files.len(), 5);
+    assert!(pv
+        .files
+        .iter()
+        .any(|c| c.diff.is_none() && c.note.is_some()));
+    // And the apply does what the preview said.
+    let report = apply(&f, &p, &snap, &ApplyOptions::default(), AccessMode::Rw).unwrap();
+    assert_eq!(report.deleted, vec!["project/old.txt".to_owned()]);
+    assert_eq!(report.written.len(), 4);
+    assert_edited(&f.ws);
 }

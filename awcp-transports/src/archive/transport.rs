@@ -192,6 +192,15 @@ impl DelegatorTransport for ArchiveDelegator {
         apply_snapshot(req, &self.config.apply, cancel)
     }
 
+    fn preview_snapshot(
+        &self,
+        req: ApplyRequest<'_>,
+        limits: crate::snapshot::PreviewLimits,
+        cancel: &CancelFlag,
+    ) -> Result<crate::snapshot::Preview, TransportError> {
+        crate::snapshot::preview_snapshot(req, &self.config.apply, limits, cancel)
+    }
+
     fn release(&self, delegation_id: &DelegationId) -> Result<ReleaseReport, TransportError> {
         let st = self.lock().remove(delegation_id.as_str());
         if let Some(st) = st {

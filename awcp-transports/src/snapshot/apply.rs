@@ -100,6 +100,10 @@ pub struct ApplyReport {
     pub skipped_resources: Vec<String>,
     /// `resource/path` of entries refused (inside `.git/`, `node_modules/`, never shipped…).
     pub refused: Vec<String>,
+    /// `resource/path` of local edits the snapshot would overwrite or delete (filled by a
+    /// preview, [`super::preview_snapshot`]; an apply refuses them with
+    /// [`TransportError::Conflict`] instead, unless told to overwrite).
+    pub conflicts: Vec<String>,
 }
 
 /// The apply directory for a delegation next to a resource directory.
@@ -156,28 +160,9 @@ pub fn apply_snapshot(
 ) -> Result<ApplyReport, TransportError> {
     let source = std::mem::replace(&mut req.source, ArchiveSource::Bytes(&[]));
     let mut report = ApplyReport::default();
-    let writable: Vec<&ResourceSpec> = req
-        .resources
-        .iter()
-        .filter(|r| is_writable(r, req.access_mode))
-        .collect();
-    for r in req.resources {
-        if !is_writable(r, req.access_mode) {
-            report.skipped_resources.push(r.name.to_string());
-        }
-    }
-    if writable.is_empty() {
+    let Some((writable, roots)) = writable_roots(&req, &mut report)? else {
         return Ok(report);
-    }
-    if crate::id_is_unsafe(req.delegation_id) {
-        return Err(TransportError::Unsupported("invalid delegation id".into()));
-    }
-    let mut roots = BTreeMap::new();
-    for r in &writable {
-        let root = fs::canonicalize(&r.source_path)
-            .map_err(|_| TransportError::WorkspaceNotFound(r.name.to_string()))?;
-        roots.insert(r.name.to_string(), root);
-    }
+    };
     let first_root = roots[writable[0].name.as_str()].clone();
     let dir = apply_dir(&first_root, req.delegation_id);
     // A leftover from a crash: finish it first.
@@ -211,9 +196,10 @@ pub fn apply_snapshot(
         &writable,
         &roots,
         &mut report,
+        false,
     );
     match result {
-        Ok(()) => Ok(report),
+        Ok(_) => Ok(report),
         Err(TransportError::InjectedCrash(p)) => Err(TransportError::InjectedCrash(p)),
         Err(e) => {
             // Only reached before the swap began or if a rename failed; in the latter case
@@ -233,6 +219,59 @@ pub fn apply_snapshot(
             Err(e)
         }
     }
+}
+
+/// The resources an apply writes (`rw` in an `rw` delegation) and their canonical roots;
+/// `None` when there are none (the others are listed as skipped in `report`).
+#[allow(clippy::type_complexity)]
+fn writable_roots<'r>(
+    req: &ApplyRequest<'r>,
+    report: &mut ApplyReport,
+) -> Result<Option<(Vec<&'r ResourceSpec>, BTreeMap<String, PathBuf>)>, TransportError> {
+    let writable: Vec<&ResourceSpec> = req
+        .resources
+        .iter()
+        .filter(|r| is_writable(r, req.access_mode))
+        .collect();
+    for r in req.resources {
+        if !is_writable(r, req.access_mode) {
+            report.skipped_resources.push(r.name.to_string());
+        }
+    }
+    if writable.is_empty() {
+        return Ok(None);
+    }
+    if crate::id_is_unsafe(req.delegation_id) {
+        return Err(TransportError::Unsupported("invalid delegation id".into()));
+    }
+    let mut roots = BTreeMap::new();
+    for r in &writable {
+        let root = fs::canonicalize(&r.source_path)
+            .map_err(|_| TransportError::WorkspaceNotFound(r.name.to_string()))?;
+        roots.insert(r.name.to_string(), root);
+    }
+    Ok(Some((writable, roots)))
+}
+
+/// Stages `req`'s snapshot in `dir` (a directory of the caller's, anywhere) and plans the
+/// apply without changing the workspace: `report` says what would be written, deleted,
+/// refused and which local edits conflict. Returns the layout, to find the staged files
+/// (`dir/new[/resource]/path`).
+pub(super) fn stage_for_preview(
+    mut req: ApplyRequest<'_>,
+    opts: &ApplyOptions,
+    cancel: &CancelFlag,
+    dir: &Path,
+    report: &mut ApplyReport,
+) -> Result<(Layout, BTreeMap<String, PathBuf>), TransportError> {
+    let source = std::mem::replace(&mut req.source, ArchiveSource::Bytes(&[]));
+    let Some((writable, roots)) = writable_roots(&req, report)? else {
+        return Ok((Layout::PerResource, BTreeMap::new()));
+    };
+    let layout = stage_and_commit(
+        &req, source, opts, cancel, dir, &writable, &roots, report, true,
+    )?;
+    Ok((layout, roots))
 }
 
 fn side_dir(root: &Path, id: &str) -> PathBuf {
@@ -309,7 +348,8 @@ fn stage_and_commit(
     writable: &[&ResourceSpec],
     roots: &BTreeMap<String, PathBuf>,
     report: &mut ApplyReport,
-) -> Result<(), TransportError> {
+    preview: bool,
+) -> Result<Layout, TransportError> {
     let staged_root = dir.join("new");
     fs::create_dir(&staged_root)
         .map_err(|e| TransportError::io("creating staging directory", e))?;
@@ -379,7 +419,7 @@ fn stage_and_commit(
             } else {
                 staged_root.join(name)
             };
-            if root.parent() == first_parent(roots, writable) {
+            if preview || root.parent() == first_parent(roots, writable) {
                 (rel_stage, dir.join("backup").join(name))
             } else {
                 let sd = side_dir(root, req.delegation_id);
@@ -619,6 +659,12 @@ fn stage_and_commit(
     }
     del_ops.append(&mut ops);
     let ops = del_ops;
+    if preview {
+        conflicts.sort();
+        conflicts.dedup();
+        report.conflicts = conflicts;
+        return Ok(layout);
+    }
     if !conflicts.is_empty() && (opts.on_conflict == ConflictPolicy::Refuse || hard_conflicts) {
         conflicts.sort();
         conflicts.dedup();
@@ -637,7 +683,7 @@ fn stage_and_commit(
         // Nothing to swap (an empty delta, or only unchanged files): drop the staging as the
         // recovery of a prepared journal would, without the commit's journal writes.
         super::journal::cleanup(dir, &journal);
-        return Ok(());
+        return Ok(layout);
     }
     journal.save(dir)?;
     if opts.crash == Some(CrashPoint::AfterStaging) {
@@ -660,7 +706,7 @@ fn stage_and_commit(
             cur = d.parent().map(Path::to_path_buf);
         }
     }
-    Ok(())
+    Ok(layout)
 }
 
 /// Whether a staged file has the permission bits of `mode` (always, when the archive carried

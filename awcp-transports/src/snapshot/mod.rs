@@ -1,10 +1,12 @@
-//! Snapshots: capture on the executor, all-or-nothing apply on the delegator, and the apply
-//! journal that makes a crash mid-apply recoverable.
+//! Snapshots: capture on the executor, all-or-nothing apply on the delegator, the apply
+//! journal that makes a crash mid-apply recoverable, and the preview of an apply (review
+//! before apply).
 
 pub mod apply;
 pub mod capture;
 pub mod journal;
 mod limits;
+pub mod preview;
 
 pub use apply::{
     apply_dir, apply_snapshot, recover_interrupted, ApplyOptions, ApplyReport, ApplyRequest,
@@ -15,3 +17,4 @@ pub use capture::{
     CapturedSnapshot, SnapshotKind,
 };
 pub use journal::{recover, recover_all, Journal, JournalState, Recovery};
+pub use preview::{preview_snapshot, ChangeKind, FileChange, Preview, PreviewLimits};
