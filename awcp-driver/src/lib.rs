@@ -20,7 +20,10 @@ pub mod runtime;
 pub mod security;
 
 pub use card::AgentCard;
-pub use delegator::{DelegateParams, DelegatorError, DelegatorHandle, DelegatorOptions};
+pub use delegator::{
+    ChangeKind, DelegateParams, DelegatorError, DelegatorHandle, DelegatorOptions, FileChange,
+    Preview, PreviewLimits,
+};
 pub use executor::{ExecutorHandle, ExecutorOptions};
 pub use host::Driver;
 pub use runtime::Runtime;

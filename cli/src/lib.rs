@@ -2,6 +2,7 @@
 
 pub mod aip_agent;
 pub mod aip_group;
+pub mod diff_view;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;

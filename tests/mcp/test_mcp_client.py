@@ -275,8 +275,12 @@ async def run(mcp_bin, peer, tmp):
             assert len(snaps) == 1 and snaps[0]["status"] == "pending", snaps
             sid = snaps[0]["id"]
             assert sid in text_of(r)
-            # test_snapshots_list_changed_files: the metadata's changed files are listed.
-            assert "changed (1): workspace/AGENT_RESULT.txt" in text_of(r), text_of(r)
+            # Review before apply: a pending snapshot comes with what applying it would do.
+            assert "A workspace/AGENT_RESULT.txt" in text_of(r), text_of(r)
+            files = snaps[0]["preview"]["files"]
+            assert [f["path"] for f in files] == ["workspace/AGENT_RESULT.txt"], files
+            assert files[0]["change"] == "added" and files[0]["diff"].startswith("--- /dev/null"), files
+            assert not (ws / "AGENT_RESULT.txt").exists(), "a preview wrote to the workspace"
             tool = f"delegate_{action}_snapshot"
             expect_ok(tool, await session.call_tool(
                 tool, {"delegation_id": did, "snapshot_id": sid}))
@@ -311,6 +315,9 @@ async def run(mcp_bin, peer, tmp):
             "delegate_snapshots", {"delegation_id": st["id"]}))
         assert "could not be applied: TRANSPORT_ERROR: the result conflicts" in text_of(r), \
             text_of(r)
+        conflicts = structured(r)["snapshots"][0]["preview"]["conflicts"]
+        assert conflicts == ["workspace/AGENT_RESULT.txt"], conflicts
+        assert "conflict" in text_of(r) and local.read_text() == "edited locally\n", text_of(r)
         expect_ok("delegate_discard_snapshot(not applied)", await session.call_tool(
             "delegate_discard_snapshot", {"delegation_id": st["id"], "snapshot_id": snap["id"]}))
         log("result not applied: isError from delegate and delegate_output, snapshot kept pending")

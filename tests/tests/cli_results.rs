@@ -364,3 +364,80 @@ fn a_result_staged_by_an_older_release_applies_after_the_upgrade() {
         assert_eq!(after["version"], 1, "written back as the current version");
     }
 }
+
+/// Review before apply: `awcp diff ID` shows what applying the staged result would do (files
+/// added and modified with their diffs, the local edit it conflicts with) and writes nothing;
+/// once the local edit is undone the diff shows the clean change, and the apply does exactly
+/// that.
+#[test]
+fn awcp_diff_shows_what_a_staged_result_would_change_and_writes_nothing() {
+    let (_ex, state, ws, o) = conflicting_delegation();
+    let id = record(&o)["id"].as_str().unwrap().to_owned();
+    let a = ws.path().join("a.txt");
+    let tree = |d: &Path| {
+        let mut v: Vec<(String, String)> = std::fs::read_dir(d)
+            .unwrap()
+            .flatten()
+            .map(|e| {
+                (
+                    e.file_name().to_string_lossy().into_owned(),
+                    std::fs::read_to_string(e.path()).unwrap_or_default(),
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let before = tree(ws.path());
+    let state_dir = state.path().to_str().unwrap();
+    let d = awcp(&["--json", "diff", &id, "--state-dir", state_dir]);
+    assert_eq!(d.status.code(), Some(0), "{}", show(&d));
+    let v: Value =
+        serde_json::from_slice(&d.stdout).unwrap_or_else(|e| panic!("{e}: {}", show(&d)));
+    assert!(
+        v["conflicts"][0]
+            .as_str()
+            .is_some_and(|p| p.ends_with("/a.txt")),
+        "the local edit is named: {v}"
+    );
+    let added = v["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| {
+            f["path"]
+                .as_str()
+                .is_some_and(|p| p.ends_with("/RESULT.txt"))
+        })
+        .unwrap_or_else(|| panic!("RESULT.txt listed: {v}"));
+    assert_eq!(added["change"], "added");
+    assert!(added["diff"].as_str().unwrap().contains("+agent was here"));
+    assert_eq!(tree(ws.path()), before, "a diff writes nothing");
+
+    // The local edit undone: a clean change, shown as text.
+    std::fs::write(&a, "A\n").unwrap();
+    let d = awcp(&["diff", &id, "--state-dir", state_dir]);
+    assert_eq!(d.status.code(), Some(0), "{}", show(&d));
+    let text = String::from_utf8_lossy(&d.stdout);
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("A ") && l.ends_with("/RESULT.txt")),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("M ") && l.ends_with("/a.txt")),
+        "{text}"
+    );
+    assert!(text.contains("-A\n+A by the agent\n"), "{text}");
+    assert!(!text.contains("conflict"), "{text}");
+    assert!(!ws.path().join("RESULT.txt").exists());
+    let retry = retry_command(&o);
+    let args: Vec<&str> = retry.iter().map(String::as_str).collect();
+    let o2 = awcp(&args);
+    assert_eq!(o2.status.code(), Some(0), "{}", show(&o2));
+    assert_eq!(std::fs::read_to_string(&a).unwrap(), "A by the agent\n");
+    // Nothing left to preview once applied.
+    let d = awcp(&["diff", &id, "--state-dir", state_dir]);
+    assert_ne!(d.status.code(), Some(0), "{}", show(&d));
+}

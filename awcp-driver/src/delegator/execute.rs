@@ -363,6 +363,17 @@ impl<R: Runtime> Loop<R> {
         }));
     }
 
+    /// What applying or previewing a stored snapshot of `id` reads.
+    fn stored_snapshot(&self, id: &DelegationId) -> StoredSnapshot {
+        StoredSnapshot {
+            specs: self.specs.get(id).cloned().unwrap_or_default(),
+            baselines: self.baselines.clone(),
+            baseline_file: self.baseline_file(id),
+            dir: self.snapshot_dir(id),
+            limits: self.opts.engine.admission,
+        }
+    }
+
     /// Applies the stored snapshot `sid` (see [`DelegatorOutput::ApplySnapshot`]).
     pub(super) fn apply(
         &mut self,
@@ -374,42 +385,18 @@ impl<R: Runtime> Loop<R> {
         let rt = self.rt.clone();
         let feed = self.feed();
         let t = self.opts.transport.clone();
-        let specs = self.specs.get(&id).cloned().unwrap_or_default();
-        let baselines = self.baselines.clone();
-        let baseline_file = self.baseline_file(&id);
-        let dir = self.snapshot_dir(&id);
-        let limits = self.opts.engine.admission;
+        let stored = self.stored_snapshot(&id);
         self.rt.spawn(Box::pin(async move {
             let did = id.clone();
             let s = sid.clone();
             let result = blocking(&rt, move || {
-                // The base the delegator sent: in memory, or persisted at prepare.
-                let baseline = baselines
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .get(&did)
-                    .cloned()
-                    .or_else(|| load_baseline(&baseline_file));
-                let file = dir.join(format!("{s}.zip"));
-                let checksum = std::fs::read(dir.join(format!("{s}.json")))
-                    .ok()
-                    .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-                    .and_then(|m| m.get("checksum")?.as_str().map(str::to_owned));
-                let req = ApplyRequest {
-                    delegation_id: did.as_str(),
-                    source: ArchiveSource::File(&file),
-                    expected_checksum: checksum.as_deref(),
-                    resources: &specs,
-                    access_mode: access,
-                    baseline: baseline.as_ref(),
-                    layout: Some(layout),
-                    limits: Some(limits),
-                };
-                t.apply_snapshot(req, &CancelFlag::new())
-                    .map(|report| {
-                        tracing::info!(delegation = %did, snapshot = %s, written = report.written.len(), deleted = report.deleted.len(), "snapshot applied");
-                    })
-                    .map_err(|e| e.apply_error_info())
+                stored.with_request(&did, &s, layout, access, |req| {
+                    t.apply_snapshot(req, &CancelFlag::new())
+                        .map(|report| {
+                            tracing::info!(delegation = %did, snapshot = %s, written = report.written.len(), deleted = report.deleted.len(), "snapshot applied");
+                        })
+                        .map_err(|e| e.apply_error_info())
+                })
             })
             .await;
             feed(DelegatorInput::SnapshotApplied {
@@ -418,5 +405,76 @@ impl<R: Runtime> Loop<R> {
                 result,
             });
         }));
+    }
+
+    /// Previews the stored snapshot `sid` as `plan` says (the engine's
+    /// [`Delegator::preview_snapshot`]): what applying it would do, the workspace untouched.
+    pub(super) fn preview(
+        &mut self,
+        id: DelegationId,
+        sid: SnapshotId,
+        plan: awcp_proto::engine::delegator::ApplyPlan,
+        limits: PreviewLimits,
+        reply: Reply<Preview>,
+    ) {
+        let rt = self.rt.clone();
+        let t = self.opts.transport.clone();
+        let stored = self.stored_snapshot(&id);
+        self.rt.spawn(Box::pin(async move {
+            let result = blocking(&rt, move || {
+                stored.with_request(&id, &sid, plan.layout, plan.access_mode, |req| {
+                    t.preview_snapshot(req, limits, &CancelFlag::new())
+                        .map_err(|e| DelegatorError::Protocol(e.apply_error_info()))
+                })
+            })
+            .await;
+            let _ = reply.send(result);
+        }));
+    }
+}
+
+/// A stored snapshot's surroundings: the delegation's resources, the baseline it was sent
+/// with, the store directory, the admission limits.
+struct StoredSnapshot {
+    specs: Vec<ResourceSpec>,
+    baselines: Arc<Mutex<BTreeMap<DelegationId, Baseline>>>,
+    baseline_file: PathBuf,
+    dir: PathBuf,
+    limits: awcp_proto::AdmissionLimits,
+}
+
+impl StoredSnapshot {
+    /// Runs `go` (on the blocking pool) with the apply request of snapshot `sid`.
+    fn with_request<T>(
+        &self,
+        id: &DelegationId,
+        sid: &SnapshotId,
+        layout: Layout,
+        access: AccessMode,
+        go: impl FnOnce(ApplyRequest<'_>) -> T,
+    ) -> T {
+        // The base the delegator sent: in memory, or persisted at prepare.
+        let baseline = self
+            .baselines
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(id)
+            .cloned()
+            .or_else(|| load_baseline(&self.baseline_file));
+        let file = self.dir.join(format!("{sid}.zip"));
+        let checksum = std::fs::read(self.dir.join(format!("{sid}.json")))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .and_then(|m| m.get("checksum")?.as_str().map(str::to_owned));
+        go(ApplyRequest {
+            delegation_id: id.as_str(),
+            source: ArchiveSource::File(&file),
+            expected_checksum: checksum.as_deref(),
+            resources: &self.specs,
+            access_mode: access,
+            baseline: baseline.as_ref(),
+            layout: Some(layout),
+            limits: Some(self.limits),
+        })
     }
 }

@@ -27,6 +27,7 @@ use awcp_proto::{
     SnapshotId, TaskSpec, Timestamp, TransportHandle, TransportKind,
 };
 use awcp_transports::archive::{ArchiveOutput, ArchiveSource, Delivery, Layout};
+pub use awcp_transports::snapshot::{ChangeKind, FileChange, Preview, PreviewLimits};
 use awcp_transports::{
     ApplyRequest, Baseline, CancelFlag, DelegatorTransport, ExportViewKind, PrepareRequest,
     ResourceSpec,
@@ -179,6 +180,7 @@ enum Cmd {
     Delegate(DelegateParams, Reply<DelegationId>),
     Cancel(DelegationId, Reply<()>),
     Apply(DelegationId, SnapshotId, Reply<()>),
+    Preview(DelegationId, SnapshotId, PreviewLimits, Reply<Preview>),
     Discard(DelegationId, SnapshotId, Reply<()>),
     Get(DelegationId, oneshot::Sender<Option<DelegationView>>),
     List(oneshot::Sender<Vec<DelegationView>>),
@@ -376,6 +378,20 @@ impl DelegatorHandle {
         sid: &SnapshotId,
     ) -> Result<(), DelegatorError> {
         self.call(|r| Cmd::Apply(id.clone(), sid.clone(), r)).await
+    }
+
+    /// What applying a staged snapshot would do, without doing it: the files it would add,
+    /// modify and delete (with unified diffs of text files, within `limits`), the local edits
+    /// it would conflict with, and what it would refuse. Only a pending snapshot of a
+    /// read-write delegation can be previewed; the workspace is only read.
+    pub async fn preview_snapshot(
+        &self,
+        id: &DelegationId,
+        sid: &SnapshotId,
+        limits: PreviewLimits,
+    ) -> Result<Preview, DelegatorError> {
+        self.call(|r| Cmd::Preview(id.clone(), sid.clone(), limits, r))
+            .await
     }
 
     /// Discards a staged snapshot.

@@ -118,6 +118,12 @@ impl<R: Runtime> Loop<R> {
                         .map_err(Into::into),
                 );
             }
+            Cmd::Preview(id, sid, limits, reply) => match self.engine.preview_snapshot(&id, &sid) {
+                Ok(plan) => self.preview(id, sid, plan, limits, reply),
+                Err(e) => {
+                    let _ = reply.send(Err(e.into()));
+                }
+            },
             Cmd::Discard(id, sid, reply) => {
                 let _ = reply.send(
                     self.engine

@@ -258,6 +258,22 @@ enum Cmd {
         #[arg(long)]
         state_dir: Option<PathBuf>,
     },
+    /// Review before apply: what applying a pending snapshot would do (files added, modified
+    /// and deleted, unified diffs of text files, local edits it conflicts with). Nothing is
+    /// written.
+    Diff {
+        /// Delegation id.
+        id: String,
+        /// Snapshot id (default: the pending one, the recommended one if several).
+        snapshot: Option<String>,
+        /// Read it in-process from this state directory instead of through the daemon.
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+        /// At most this many bytes of diff text (files past it are listed without their
+        /// diff).
+        #[arg(long, default_value_t = 256 * 1024)]
+        max_bytes: usize,
+    },
     /// Apply a staged (pending) snapshot: one staged on purpose, or one whose apply failed.
     Apply {
         /// Delegation id.
@@ -844,6 +860,52 @@ async fn run<R: Driver>(cli: Cli) {
             print_value(cli.json, &v, |v| {
                 table(&v["snapshots"], ["id", "status", "summary"], "no snapshots")
             });
+        }
+        Cmd::Diff {
+            id,
+            snapshot,
+            state_dir,
+            max_bytes,
+        } => {
+            let local = state_dir
+                .map(|dir| delegator::<R>(dir, None, None, AdmissionLimits::default(), client_tls));
+            let sid = match snapshot {
+                Some(s) => s,
+                None => {
+                    let list = match &local {
+                        Some(d) => d
+                            .get(&parse_id(&id))
+                            .await
+                            .map(|v| view_to_json(&v)["snapshots"].clone())
+                            .unwrap_or_else(|| usage(format!("unknown delegation {id}"))),
+                        None => client
+                            .snapshots(&id)
+                            .await
+                            .unwrap_or_else(|e| fail_daemon(e))["snapshots"]
+                            .clone(),
+                    };
+                    awcp_aip_cli::diff_view::pick_pending(&list).unwrap_or_else(|e| usage(e))
+                }
+            };
+            let v = match local {
+                Some(d) => {
+                    let limits = awcp_driver::PreviewLimits {
+                        max_diff_bytes: max_bytes,
+                        ..Default::default()
+                    };
+                    let r = d
+                        .preview_snapshot(&parse_id(&id), &parse_snapshot(&sid), limits)
+                        .await;
+                    d.stop().await;
+                    r.map(|p| serde_json::to_value(p).unwrap_or_default())
+                        .unwrap_or_else(|e| usage(e.to_string()))
+                }
+                None => client
+                    .diff(&id, &sid, max_bytes)
+                    .await
+                    .unwrap_or_else(|e| fail_daemon(e)),
+            };
+            print_value(cli.json, &v, awcp_aip_cli::diff_view::render);
         }
         Cmd::Apply {
             id,

@@ -219,6 +219,18 @@ impl<R: Runtime> DaemonClient<R> {
         .map(|_| ())
     }
 
+    /// `GET /delegation/{id}/snapshots/{sid}/diff?max_bytes=N`: what applying the snapshot
+    /// would do (files added, modified, deleted with unified diffs; conflicts; refusals).
+    pub async fn diff(&self, id: &str, sid: &str, max_bytes: usize) -> Result<Value, DaemonError> {
+        self.call(
+            Method::GET,
+            &format!("/delegation/{id}/snapshots/{sid}/diff?max_bytes={max_bytes}"),
+            None,
+            Duration::from_secs(600),
+        )
+        .await
+    }
+
     /// `POST /delegation/{id}/snapshots/{sid}/discard`.
     pub async fn discard(&self, id: &str, sid: &str) -> Result<(), DaemonError> {
         self.call(

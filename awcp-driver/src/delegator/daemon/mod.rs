@@ -8,6 +8,7 @@
 //! | `GET /delegation/{id}/wait?timeout=S` | the record once ended (or 408 after S seconds) |
 //! | `DELETE /delegation/{id}` | `{ok:true}` (cancel) |
 //! | `GET /delegation/{id}/snapshots` | `{snapshots:[…]}` |
+//! | `GET /delegation/{id}/snapshots/{sid}/diff?max_bytes=N` | what applying it would do: `{files:[{path,change,diff?,note?}], conflicts, refused, skipped_resources, unchanged, truncated}` (nothing is written) |
 //! | `POST /delegation/{id}/snapshots/{sid}/apply` / `…/discard` | `{ok:true}` |
 //! | `GET /health` | `{status:"ok"}` |
 //!
@@ -317,6 +318,20 @@ where
                         Err(e) => usage(e),
                     }
                 }
+                (Method::GET, ["snapshots", sid, "diff"]) => {
+                    let sid = match sid_of(sid) {
+                        Ok(s) => s,
+                        Err(r) => return r,
+                    };
+                    let limits = diff_limits(Some(&query));
+                    match d.preview_snapshot(&id, &sid, limits).await {
+                        Ok(p) => json_response(
+                            200,
+                            serde_json::to_string(&p).unwrap_or_else(|_| "{}".into()),
+                        ),
+                        Err(e) => usage(e),
+                    }
+                }
                 (Method::POST, ["snapshots", sid, "discard"]) => {
                     let sid = match sid_of(sid) {
                         Ok(s) => s,
@@ -337,6 +352,21 @@ where
     }
 }
 
+/// The preview limits of `GET …/snapshots/{sid}/diff?max_bytes=N` (default
+/// [`PreviewLimits::default`], at most 8 MiB of diff text).
+fn diff_limits(query: Option<&str>) -> crate::delegator::PreviewLimits {
+    let mut limits = crate::delegator::PreviewLimits::default();
+    if let Some(n) = query
+        .unwrap_or("")
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("max_bytes="))
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        limits.max_diff_bytes = n.min(8 << 20);
+    }
+    limits
+}
+
 /// What `GET /` answers: what this server is, its version, its routes and how to
 /// authenticate, and the CLI commands that use them.
 pub fn root_document() -> Value {
@@ -352,11 +382,12 @@ pub fn root_document() -> Value {
             "GET /delegation/{id}/wait?timeout=SECONDS": "wait until it ends",
             "DELETE /delegation/{id}": "cancel",
             "GET /delegation/{id}/snapshots": "its snapshots",
+            "GET /delegation/{id}/snapshots/{snapshotId}/diff?max_bytes=N": "what applying a staged snapshot would do (files added, modified, deleted, unified diffs); nothing is written",
             "POST /delegation/{id}/snapshots/{snapshotId}/apply": "apply a staged snapshot",
             "POST /delegation/{id}/snapshots/{snapshotId}/discard": "discard a staged snapshot",
             "GET /health": "liveness",
         },
-        "cli": ["awcp delegate DIR --daemon --peer URL --prompt TEXT", "awcp list", "awcp status ID", "awcp wait ID", "awcp cancel ID", "awcp snapshots ID", "awcp apply ID SNAPSHOT", "awcp discard ID SNAPSHOT"],
+        "cli": ["awcp delegate DIR --daemon --peer URL --prompt TEXT", "awcp list", "awcp status ID", "awcp wait ID", "awcp cancel ID", "awcp snapshots ID", "awcp diff ID [SNAPSHOT]", "awcp apply ID SNAPSHOT", "awcp discard ID SNAPSHOT"],
     })
 }
 

@@ -58,6 +58,7 @@ mod lease;
 mod record;
 mod restore;
 mod snapshots;
+pub use snapshots::ApplyPlan;
 mod teardown;
 #[cfg(test)]
 mod tests;

@@ -44,6 +44,44 @@ impl Delegator {
         Ok(())
     }
 
+    /// What a preview of `snapshot_id` (what applying it would do, without doing it) needs:
+    /// the same layout and access an apply would get. Only a pending snapshot (stored, not
+    /// applied or discarded) of a read-write delegation can be previewed; this changes
+    /// nothing.
+    pub fn preview_snapshot(
+        &self,
+        id: &DelegationId,
+        snapshot_id: &SnapshotId,
+    ) -> Result<ApplyPlan, UsageError> {
+        let d = self
+            .delegations
+            .get(id)
+            .ok_or_else(|| UsageError::UnknownDelegation(id.clone()))?;
+        if d.req.access_mode == AccessMode::Ro || d.access == AccessMode::Ro {
+            return Err(UsageError::InvalidState(
+                "read-only delegations never write to the workspace: nothing to preview".into(),
+            ));
+        }
+        let rec = d
+            .snapshots
+            .get(snapshot_id)
+            .ok_or_else(|| UsageError::UnknownSnapshot {
+                delegation: id.clone(),
+                snapshot: snapshot_id.to_string(),
+            })?;
+        if rec.status != SnapshotStatus::Pending {
+            return Err(UsageError::InvalidState(format!(
+                "snapshot {snapshot_id} is {}, not pending: only a stored snapshot waiting to \
+                 be applied can be previewed",
+                rec.status.as_str()
+            )));
+        }
+        Ok(ApplyPlan {
+            layout: ArchiveLayout::for_dialect(d.req.dialect),
+            access_mode: d.access,
+        })
+    }
+
     /// Discards a stored snapshot.
     pub fn discard_snapshot(
         &mut self,
@@ -303,6 +341,15 @@ impl Delegator {
 }
 
 /// The output that applies `sid` of `d`: its layout by the executor's dialect, its access.
+/// How a snapshot is applied (or previewed): what [`DelegatorOutput::ApplySnapshot`] says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ApplyPlan {
+    /// How the snapshot's root is laid out.
+    pub layout: ArchiveLayout,
+    /// The delegation's effective access.
+    pub access_mode: AccessMode,
+}
+
 fn apply_output(d: &Delegation, id: &DelegationId, sid: SnapshotId) -> DelegatorOutput {
     DelegatorOutput::ApplySnapshot {
         id: id.clone(),
@@ -344,6 +391,30 @@ mod tests {
         assert!(
             position(&out, |o| is_status(o, &SnapshotStatus::Applied)) < position(&out, is_delete)
         );
+    }
+
+    #[test]
+    fn only_a_pending_snapshot_can_be_previewed_and_a_preview_changes_nothing() {
+        let mut d = running(SnapshotMode::Staged);
+        d.handle(t(2), snapshot("snap_a")).unwrap();
+        // Not stored yet: in flight.
+        assert!(d.preview_snapshot(&id(), &sid("snap_a")).is_err());
+        d.handle(t(3), stored("snap_a", Ok(()))).unwrap();
+        drain(&mut d);
+        let plan = d.preview_snapshot(&id(), &sid("snap_a")).unwrap();
+        assert_eq!(plan.access_mode, AccessMode::Rw);
+        assert!(drain(&mut d).is_empty(), "a preview emits nothing");
+        assert_eq!(
+            d.get(&id()).unwrap().snapshots[0].status,
+            SnapshotStatus::Pending
+        );
+        assert!(matches!(
+            d.preview_snapshot(&id(), &sid("snap_nope")),
+            Err(UsageError::UnknownSnapshot { .. })
+        ));
+        // Once applying (or applied, or discarded) there is nothing to preview.
+        d.apply_snapshot(t(4), &id(), &sid("snap_a")).unwrap();
+        assert!(d.preview_snapshot(&id(), &sid("snap_a")).is_err());
     }
 
     #[test]

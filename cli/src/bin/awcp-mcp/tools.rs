@@ -377,6 +377,20 @@ fn snapshot_schema() -> Value {
             "metadata": {"type": ["object", "null"]},
             "changedFiles": {"type": "array", "items": {"type": "string"}},
             "error": {"type": ["object", "null"]},
+            "preview": {
+                "type": "object",
+                "description": "For a pending snapshot: what applying it would do (nothing written yet).",
+                "properties": {
+                    "files": {"type": "array", "items": {"type": "object", "properties": {
+                        "path": {"type": "string"},
+                        "change": {"type": "string", "enum": ["added", "modified", "deleted"]},
+                        "diff": {"type": "string"},
+                        "note": {"type": "string"}
+                    }, "required": ["path", "change"]}},
+                    "conflicts": {"type": "array", "items": {"type": "string"}},
+                    "truncated": {"type": "boolean"}
+                }
+            },
         },
         "required": ["id", "status"]
     })
@@ -494,6 +508,9 @@ fn executor_refusal(status: u16, url: &str, v: &Value, body: &[u8]) -> String {
     }
     m
 }
+
+/// Most bytes of unified diff `delegate_snapshots` shows per pending snapshot.
+const MCP_DIFF_BYTES: usize = 16 * 1024;
 
 /// Most file names `delegate_snapshots` lists per snapshot and kind.
 const MAX_LISTED_FILES: usize = 50;
@@ -777,7 +794,7 @@ impl AwcpMcp {
             ),
             Tool::new(
                 "delegate_snapshots",
-                "List a delegation's result snapshots (id, summary, status, recommended flag, size).",
+                "List a delegation's result snapshots (id, summary, status, recommended flag, size); for a pending one, what applying it would do: files added, modified and deleted with unified diffs (at most 16 KiB), and local edits it conflicts with. Review it before delegate_apply_snapshot.",
                 schema(json!({
                     "type": "object",
                     "properties": {"delegation_id": id},
@@ -1137,7 +1154,23 @@ impl AwcpMcp {
 
     async fn snapshots(&self, a: &Option<JsonObject>) -> ToolResult {
         let a: IdArgs = args("delegate_snapshots", a)?;
-        let v = self.client.snapshots(&a.delegation_id).await?;
+        let mut v = self.client.snapshots(&a.delegation_id).await?;
+        // A pending snapshot comes with what applying it would do (bounded: the model reads
+        // it), so it can be reviewed before delegate_apply_snapshot.
+        if let Some(list) = v["snapshots"].as_array_mut() {
+            for s in list.iter_mut().filter(|s| s["status"] == "pending") {
+                let Some(sid) = s["id"].as_str().map(str::to_owned) else {
+                    continue;
+                };
+                if let Ok(p) = self
+                    .client
+                    .diff(&a.delegation_id, &sid, MCP_DIFF_BYTES)
+                    .await
+                {
+                    s["preview"] = p;
+                }
+            }
+        }
         let list = v["snapshots"].as_array().cloned().unwrap_or_default();
         let mut text = format!(
             "Delegation {}: {} snapshot(s)\n",
@@ -1164,8 +1197,15 @@ impl AwcpMcp {
                 }
                 text.push('\n');
             }
-            text.push_str(&file_list("changed", &m["changedFiles"]));
-            text.push_str(&file_list("deleted", &m["deletedFiles"]));
+            if s["preview"].is_object() {
+                text.push_str("  applying it would do:\n");
+                for line in awcp_aip_cli::diff_view::render(&s["preview"]).lines() {
+                    text.push_str(&format!("    {line}\n"));
+                }
+            } else {
+                text.push_str(&file_list("changed", &m["changedFiles"]));
+                text.push_str(&file_list("deleted", &m["deletedFiles"]));
+            }
             let e = &s["error"];
             if e.is_object() {
                 let why = [e["code"].as_str(), e["message"].as_str()]
