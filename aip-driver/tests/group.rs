@@ -775,6 +775,7 @@ fn tls_broker() -> Option<&'static (Broker, TestPki)> {
             ca: pki.ca_file(),
             cert: server.cert,
             key: server.key,
+            remove_with_node: Some(dir.clone()),
         })?;
         Some((b, pki))
     })
@@ -842,8 +843,8 @@ async fn sasl_external_over_tls<R: Host>(test: u32) {
         .unwrap_err();
     assert!(e.to_string().contains("client certificate"), "{e}");
     // A certificate from another CA (for a user the broker knows): refused by the broker.
-    let rogue_dir = std::env::temp_dir().join(format!("aip-amqps-rogue-{}", std::process::id()));
-    let rogue = TestPki::new(&rogue_dir, "rogue");
+    let rogue_dir = tempfile::tempdir().unwrap();
+    let rogue = TestPki::new(rogue_dir.path(), "rogue");
     let forged = partner_with::<R>(&ids[3], |o| {
         let mut t = broker_tls(&rogue, Some(&ids[3]));
         t.ca_pem = broker_tls(pki, None).ca_pem;
@@ -868,7 +869,6 @@ async fn sasl_external_over_tls<R: Host>(test: u32) {
         "only the certified partners joined"
     );
     l.disband().await.unwrap();
-    let _ = std::fs::remove_dir_all(rogue_dir);
 }
 
 macro_rules! on_both_runtimes {

@@ -396,7 +396,7 @@ impl Follow {
             }
         };
         progress.finish();
-        view
+        view.ok()
     }
 }
 

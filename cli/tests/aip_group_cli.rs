@@ -240,6 +240,7 @@ fn aip_group_and_aip_partner_log_in_with_client_certificates_over_amqps() {
         ca: pki.ca_file(),
         cert: broker_cert.cert,
         key: broker_cert.key,
+        remove_with_node: None,
     }) else {
         return;
     };

@@ -67,6 +67,10 @@ done
 stop_broker
 kill "$epmd_pid" 2> /dev/null
 wait "$epmd_pid" 2> /dev/null
+# The node's directory (and what the test gave it to remove): a node kept in a static is never
+# dropped, so its guard cleans up after it.
+[ -n "${EXTRA_DIR:-}" ] && rm -rf "$EXTRA_DIR"
+rm -rf "$1"
 "#;
 
 /// Whether the broker tests must run (CI) rather than skip.
@@ -111,6 +115,8 @@ pub struct TlsListener {
     pub ca: std::path::PathBuf,
     pub cert: std::path::PathBuf,
     pub key: std::path::PathBuf,
+    /// A directory (e.g. the test PKI's) the guard removes with the node's own.
+    pub remove_with_node: Option<std::path::PathBuf>,
 }
 
 impl Broker {
@@ -180,7 +186,11 @@ impl Broker {
              RABBITMQ_CONFIG_FILE='{p}/rabbitmq.conf' RABBITMQ_ENABLED_PLUGINS_FILE='{p}/enabled_plugins' \
              RABBITMQ_CONF_ENV_FILE='{p}/rabbitmq-env.conf' RABBITMQ_ADVANCED_CONFIG_FILE='{p}/advanced.config' \
              RABBITMQ_PID_FILE='{p}/rabbit.pid' RUNNING_UNDER_SYSTEMD=true \
-             ERL_AFLAGS='-kernel inet_dist_use_interface {{127,0,0,1}}' SERVER='{SERVER}' CTL='{CTL}'\n"
+             ERL_AFLAGS='-kernel inet_dist_use_interface {{127,0,0,1}}' SERVER='{SERVER}' CTL='{CTL}' \
+             EXTRA_DIR='{}'\n",
+            tls.and_then(|t| t.remove_with_node.as_ref())
+                .map(|x| x.display().to_string())
+                .unwrap_or_default()
         );
         std::fs::write(d.join("env.sh"), env).unwrap();
         std::fs::write(d.join("guard.sh"), GUARD).unwrap();

@@ -420,11 +420,23 @@ impl DelegatorHandle {
         rx.await.unwrap_or_default()
     }
 
-    /// Waits until the delegation has ended (terminal and everything released).
-    pub async fn wait(&self, id: &DelegationId) -> Option<DelegationView> {
+    /// Waits until the delegation has ended (terminal and everything released) and returns
+    /// its final view. Errors: [`DelegatorError::Usage`] with
+    /// [`UsageError::UnknownDelegation`](awcp_proto::engine::UsageError::UnknownDelegation)
+    /// for an id this delegator does not know, [`DelegatorError::Closed`] if the delegator
+    /// stopped before it ended (its journal lets a new handle resume and wait again).
+    pub async fn wait(&self, id: &DelegationId) -> Result<DelegationView, DelegatorError> {
         let (tx, rx) = oneshot::channel();
-        self.tx.unbounded_send(Cmd::Wait(id.clone(), tx)).ok()?;
-        rx.await.ok()?
+        self.tx
+            .unbounded_send(Cmd::Wait(id.clone(), tx))
+            .map_err(|_| DelegatorError::Closed)?;
+        match rx.await {
+            Ok(Some(v)) => Ok(v),
+            Ok(None) => Err(DelegatorError::Usage(
+                awcp_proto::engine::UsageError::UnknownDelegation(id.clone()),
+            )),
+            Err(_) => Err(DelegatorError::Closed),
+        }
     }
 
     /// Stops the engine task without touching the delegations: their journal records let a

@@ -92,6 +92,7 @@ macro_rules! conformance_suite {
             cancel_from_the_delegator_stops_the_runner,
             lease_expiry_mid_task_expires_both_sides_and_cleans_up,
             a_wall_clock_set_back_mid_task_does_not_hold_the_lease,
+            wait_tells_an_unknown_id_from_a_stopped_delegator,
             auth_is_required_when_configured,
             malformed_requests_get_documented_errors,
             reference_dialect_exchange_from_wire_md,
@@ -798,6 +799,40 @@ pub async fn a_wall_clock_set_back_mid_task_does_not_hold_the_lease<
         gate.saw_cancel.load(std::sync::atomic::Ordering::SeqCst),
         "the executor stopped the task"
     );
+}
+
+/// `wait` tells an id the delegator does not know from a delegator that stopped while the
+/// delegation ran (which a new handle resumes).
+pub async fn wait_tells_an_unknown_id_from_a_stopped_delegator<R: TestRuntime>() {
+    let gate = GateRunner::default();
+    let ex = start_executor::<R>(Arc::new(gate.clone()), |_| {}).await;
+    let dg = start_delegator::<R>(false, |_| {}).await;
+    let unknown = awcp_proto::DelegationId::new("dlg_nobody").unwrap();
+    assert!(matches!(
+        dg.handle.wait(&unknown).await,
+        Err(awcp_driver::DelegatorError::Usage(
+            awcp_proto::engine::UsageError::UnknownDelegation(_)
+        ))
+    ));
+    let ws = workspace();
+    let id = dg
+        .handle
+        .delegate(params::<R>(&ex.peer, ws.path()))
+        .await
+        .unwrap();
+    gate.started().await;
+    let waiting = spawn::<R, _>({
+        let h = dg.handle.clone();
+        let id = id.clone();
+        async move { h.wait(&id).await }
+    });
+    dg.handle.stop().await;
+    assert!(matches!(
+        waiting.await,
+        Err(awcp_driver::DelegatorError::Closed)
+    ));
+    gate.release
+        .store(true, std::sync::atomic::Ordering::SeqCst);
 }
 
 pub async fn auth_is_required_when_configured<R: TestRuntime>() {

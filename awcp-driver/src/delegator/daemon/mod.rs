@@ -293,8 +293,12 @@ where
                         }
                     };
                     match waited {
-                        Some(v) => json_response(200, view_to_json(&v).to_string()),
-                        None => not_found(&id),
+                        Ok(v) => json_response(200, view_to_json(&v).to_string()),
+                        Err(DelegatorError::Usage(_)) => not_found(&id),
+                        Err(e) => json_response(
+                            503,
+                            json!({"error": e.to_string(), "hint": "The daemon is stopping; the delegation resumes when it starts again."}).to_string(),
+                        ),
                     }
                 }
                 (Method::DELETE, []) => match d.cancel(&id).await {
