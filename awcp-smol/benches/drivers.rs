@@ -91,7 +91,7 @@ async fn delegate_once(s: &Setup, dir: &Path) -> Duration {
     let t = Instant::now();
     let id = s
         .delegator
-        .delegate(DelegateParams::new(&s.peer, dir, "bench", "note the files"))
+        .delegate(DelegateParams::new(&s.peer, dir, "note the files").description("bench"))
         .await
         .unwrap();
     let v = s.delegator.wait(&id).await.unwrap();

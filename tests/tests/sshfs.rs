@@ -430,7 +430,7 @@ impl Stack {
 
     /// An sshfs delegation of `ws` whose task is `prompt` (the [`Gates`] key).
     fn params(&self, ws: &Path, prompt: &str) -> DelegateParams {
-        let mut p = DelegateParams::new(&self.peer, ws, prompt, prompt);
+        let mut p = DelegateParams::new(&self.peer, ws, prompt);
         p.transport = TransportKind::Sshfs;
         p.ttl_seconds = 600;
         p

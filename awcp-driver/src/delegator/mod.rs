@@ -104,18 +104,21 @@ pub struct DelegateParams {
 }
 
 impl DelegateParams {
-    /// A single-directory delegation with defaults (1 h, `rw`, auto snapshots, archive).
+    /// A single-directory delegation of `prompt` (the task's full instructions) with defaults
+    /// (1 h, `rw`, auto snapshots, archive). Its description, the short label lists and logs
+    /// show, is the prompt's first line (at most 80 characters) until [`Self::description`]
+    /// sets one: the two are never positional, so they cannot be swapped by accident.
     pub fn new(
         peer: impl Into<String>,
         dir: impl Into<PathBuf>,
-        description: &str,
-        prompt: &str,
+        prompt: impl Into<String>,
     ) -> Self {
+        let prompt = prompt.into();
         DelegateParams {
             peer: peer.into(),
             task: TaskSpec {
-                description: description.into(),
-                prompt: prompt.into(),
+                description: first_line(&prompt, 80),
+                prompt,
             },
             resources: vec![ResourceSpec {
                 name: awcp_proto::ResourceName::new("workspace").expect("valid"),
@@ -131,6 +134,48 @@ impl DelegateParams {
             id: None,
             allow_sensitive: false,
         }
+    }
+
+    /// Sets the task's description: the short label lists, logs and the executor's agent see
+    /// beside the prompt.
+    pub fn description(mut self, description: impl Into<String>) -> Self {
+        self.task.description = description.into();
+        self
+    }
+}
+
+/// The first non-empty line of `text`, trimmed, at most `max` characters (`…` when cut).
+fn first_line(text: &str, max: usize) -> String {
+    let line = text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("");
+    if line.chars().count() <= max {
+        return line.to_owned();
+    }
+    let mut cut: String = line.chars().take(max.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
+}
+
+#[cfg(test)]
+mod params_tests {
+    use super::*;
+
+    #[test]
+    fn the_description_is_named_and_defaults_to_the_prompts_first_line() {
+        let p = DelegateParams::new("http://e/awcp", "/w", "\n  Fix the loader.  \nDetails…");
+        assert_eq!(p.task.description, "Fix the loader.");
+        assert_eq!(p.task.prompt, "\n  Fix the loader.  \nDetails…");
+        let p = p.description("Tidy CSV loader");
+        assert_eq!(p.task.description, "Tidy CSV loader");
+        let long = "x".repeat(200);
+        let d = DelegateParams::new("http://e/awcp", "/w", long)
+            .task
+            .description;
+        assert_eq!(d.chars().count(), 80);
+        assert!(d.ends_with('…'));
     }
 }
 

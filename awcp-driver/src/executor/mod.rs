@@ -228,6 +228,21 @@ impl ExecutorHandle {
         if opts.public_url.is_some() {
             config.public_url = opts.public_url.clone();
         }
+        if config.id_seed == 0 {
+            // The engine draws no randomness: a seed of 0 (the default) would give every
+            // executor the same snapshot ids. Draw one here.
+            match crate::security::random_bytes::<8>() {
+                Ok(b) => config.id_seed = u64::from_le_bytes(b).max(1),
+                Err(e) => tracing::warn!("snapshot ids use a fixed seed: {e}"),
+            }
+        }
+        if config.auth.is_none() {
+            tracing::warn!(
+                "this executor requires no credential (ExecutorConfig::auth is None): anyone \
+                 who can reach its listener can delegate to it; keep it on a loopback address \
+                 or set auth"
+            );
+        }
         let mut engine = Executor::new(config);
         let mut deferred = Vec::new();
         if let Some(j) = &journal {

@@ -86,9 +86,9 @@ async fn run<R: Driver>(dir: Option<PathBuf>) {
     let params = DelegateParams::new(
         peer,
         dir.clone(),
-        "List the project",
         "Write an inventory of the files into AWCP_NOTES.md.",
-    );
+    )
+    .description("List the project");
     let id = match delegator.delegate(params).await {
         Ok(id) => id,
         Err(e) => {

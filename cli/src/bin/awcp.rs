@@ -1029,7 +1029,7 @@ async fn run_delegate<R: Driver>(
     json: bool,
     state_dir: &std::path::Path,
 ) {
-    let mut params = DelegateParams::new(peer, dir, &description, &prompt);
+    let mut params = DelegateParams::new(peer, dir, prompt).description(description);
     params.allow_sensitive = allow_sensitive;
     params.transport = transport;
     params.ttl_seconds = ttl;

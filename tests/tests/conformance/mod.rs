@@ -93,6 +93,7 @@ macro_rules! conformance_suite {
             lease_expiry_mid_task_expires_both_sides_and_cleans_up,
             a_wall_clock_set_back_mid_task_does_not_hold_the_lease,
             wait_tells_an_unknown_id_from_a_stopped_delegator,
+            executors_with_the_default_seed_draw_their_own_snapshot_ids,
             auth_is_required_when_configured,
             malformed_requests_get_documented_errors,
             reference_dialect_exchange_from_wire_md,
@@ -433,7 +434,7 @@ pub fn tree(root: &Path) -> BTreeMap<String, String> {
 
 /// A delegation of `dir` to `peer`, presenting `R`'s credential if the run has one.
 pub fn params<R: TestRuntime>(peer: &str, dir: &Path) -> DelegateParams {
-    let mut p = DelegateParams::new(peer, dir, "e2e", "edit files");
+    let mut p = DelegateParams::new(peer, dir, "edit files").description("e2e");
     p.auth = R::TOKEN.map(bearer);
     p
 }
@@ -833,6 +834,21 @@ pub async fn wait_tells_an_unknown_id_from_a_stopped_delegator<R: TestRuntime>()
     ));
     gate.release
         .store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Two executors left at the default `id_seed` (0) name their snapshots differently: the
+/// driver draws a seed at start (the engine draws no randomness).
+pub async fn executors_with_the_default_seed_draw_their_own_snapshot_ids<R: TestRuntime>() {
+    let dg = start_delegator::<R>(false, |_| {}).await;
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let ex = start_executor::<R>(Arc::new(EditRunner), |c| c.id_seed = 0).await;
+        let ws = workspace();
+        let v = run_to_end::<R>(&dg.handle, params::<R>(&ex.peer, ws.path())).await;
+        assert_eq!(v.state, DelegationState::Completed, "{v:?}");
+        ids.push(v.snapshots[0].id.clone());
+    }
+    assert_ne!(ids[0], ids[1], "both executors drew the same snapshot id");
 }
 
 pub async fn auth_is_required_when_configured<R: TestRuntime>() {

@@ -7,6 +7,19 @@ use crate::wire::{feature, SandboxProfile, TransportKind};
 use super::auth::RequiredAuth;
 
 /// Executor policy. `Default` gives the reference's defaults (WIRE.md §9).
+///
+/// # Before production
+///
+/// The defaults are for trying it out on one machine, and say so:
+/// - **`auth: None`**: any process that reaches the listener can delegate (the driver logs a
+///   warning at start). Set [`RequiredAuth`] for anything beyond a loopback address.
+/// - **`work_root: /tmp/awcp/workspaces`**: shared by every executor started with the
+///   default; the driver locks it, so a second default executor on the machine refuses to
+///   start. Give each executor its own directory (not a system directory or `$HOME`: those
+///   are refused).
+/// - **`id_seed: 0`**: the engine draws no randomness; `0` means "the driver draws a random
+///   seed at start" (`awcp_driver::ExecutorHandle::start` does), so snapshot ids differ
+///   between executors. Set one only for reproducible tests.
 #[derive(Clone, Debug)]
 pub struct ExecutorConfig {
     /// Root of all work directories; an assignment's is `{work_root}/{delegationId}`.
@@ -46,6 +59,7 @@ pub struct ExecutorConfig {
     /// longer is `TRANSPORT_ERROR` ([`SetupFailure::Fetch`](super::SetupFailure::Fetch)).
     pub archive_download_timeout: Duration,
     /// Seed for snapshot ids.
+    /// (`0`: the driver draws a random one at start.)
     pub id_seed: u64,
     /// The base URL delegators reach this executor at (`--public-url`, e.g. behind a proxy):
     /// snapshot URLs start there. `None`: each delegation's snapshot URLs start at the origin
