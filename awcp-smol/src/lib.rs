@@ -24,11 +24,6 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
-// The README's embedding examples (tokio, smol, async-std) are compiled as doc-tests here.
-#[cfg(doctest)]
-#[doc = include_str!("../../README.md")]
-struct ReadmeDoctests;
-
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
