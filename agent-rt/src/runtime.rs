@@ -74,12 +74,14 @@ pub trait Host: Runtime + Default {
     fn shutdown_signal() -> BoxFuture<()>;
 }
 
-/// Runs a closure on the runtime's blocking pool.
+/// Runs a closure on the runtime's blocking pool, inside the caller's current tracing span
+/// (so what it logs carries the same fields, e.g. the delegation id).
 pub fn blocking<R: Runtime, T: Send + 'static>(
     rt: &R,
     f: impl FnOnce() -> T + Send + 'static,
 ) -> BoxFuture<T> {
-    rt.spawn_blocking(Box::new(f))
+    let span = tracing::Span::current();
+    rt.spawn_blocking(Box::new(move || span.in_scope(f)))
 }
 
 /// `Some(output)` if `fut` finishes within `d`, else `None` (and `fut` is dropped).

@@ -28,6 +28,13 @@ pub use executor::{ExecutorHandle, ExecutorOptions};
 pub use host::Driver;
 pub use runtime::Runtime;
 
+/// The span every log line about one delegation is emitted in (`delegation{id=…}`): the
+/// drivers run each delegation's background work (transport, task, requests, streams)
+/// inside it, and blocking work inherits it ([`agent_rt::runtime::blocking`]).
+pub(crate) fn delegation_span(id: &awcp_proto::DelegationId) -> tracing::Span {
+    tracing::info_span!("delegation", id = %id)
+}
+
 /// Logs the end of a delegation or assignment: a failure (any error but a cancel) at WARN
 /// with its code and message, anything else at INFO.
 pub(crate) fn log_ended(

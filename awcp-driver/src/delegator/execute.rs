@@ -10,10 +10,10 @@ impl<R: Runtime> Loop<R> {
                 let specs = self.specs.get(&id).cloned().unwrap_or_default();
                 let feed = self.feed();
                 let rt = self.rt.clone();
-                self.rt.spawn(Box::pin(async move {
+                self.spawn_in(crate::delegation_span(&id), async move {
                     let result = blocking(&rt, move || scan(&specs)).await;
                     feed(DelegatorInput::ScanCompleted { id, result });
-                }));
+                });
             }
             DelegatorOutput::SendMessage {
                 id,
@@ -51,7 +51,7 @@ impl<R: Runtime> Loop<R> {
                     .cloned();
                 let feed = self.feed();
                 let rt = self.rt.clone();
-                self.rt.spawn(Box::pin(async move {
+                self.spawn_in(crate::delegation_span(&id), async move {
                     let did = id.clone();
                     let result = blocking(&rt, move || {
                         let t = t.ok_or(PrepareFailure::NotConfigured(transport))?;
@@ -74,7 +74,7 @@ impl<R: Runtime> Loop<R> {
                         result,
                         archive_token: None,
                     });
-                }));
+                });
             }
             DelegatorOutput::PrepareTransport {
                 id,
@@ -96,7 +96,7 @@ impl<R: Runtime> Loop<R> {
                 let baselines = self.baselines.clone();
                 let baseline_file = self.baseline_file(&id);
                 let note = self.tx.clone();
-                self.rt.spawn(Box::pin(async move {
+                self.spawn_in(crate::delegation_span(&id), async move {
                     let did = id.clone();
                     let result = blocking(&rt, move || {
                         let delivery = if by_url {
@@ -177,7 +177,7 @@ impl<R: Runtime> Loop<R> {
                         result,
                         archive_token,
                     });
-                }));
+                });
             }
             DelegatorOutput::OpenEventStream { id, peer } => self.open_stream(id, peer),
             DelegatorOutput::CloseEventStream { id } => {
@@ -192,7 +192,7 @@ impl<R: Runtime> Loop<R> {
                 let headers = self.credential_headers(&id, &url);
                 let timeout = self.engine.config().request_timeout;
                 let limit = self.engine.config().max_result_bytes;
-                self.rt.spawn(Box::pin(async move {
+                self.spawn_in(crate::delegation_span(&id), async move {
                     let hdrs: Vec<(&str, String)> =
                         headers.iter().map(|(k, v)| (*k, v.clone())).collect();
                     let result = match http
@@ -206,7 +206,7 @@ impl<R: Runtime> Loop<R> {
                         Err(e) => Err(net::request_failure(&e)),
                     };
                     feed(DelegatorInput::ResultFetched { id, result });
-                }));
+                });
             }
             DelegatorOutput::ApplySnapshot {
                 id,
@@ -227,7 +227,7 @@ impl<R: Runtime> Loop<R> {
                     .map(|u| self.credential_headers(&id, u))
                     .unwrap_or_default();
                 let note = self.tx.clone();
-                self.rt.spawn(Box::pin(async move {
+                self.spawn_in(crate::delegation_span(&id), async move {
                     let sid = snapshot.snapshot_id.clone();
                     let result =
                         store_snapshot(&http, &dir, &snapshot, &headers, limit, download_timeout)
@@ -244,7 +244,7 @@ impl<R: Runtime> Loop<R> {
                         snapshot_id: sid,
                         result,
                     });
-                }));
+                });
             }
             DelegatorOutput::DeleteStoredSnapshot { id, snapshot_id } => {
                 let dir = self.snapshot_dir(&id);
@@ -263,7 +263,7 @@ impl<R: Runtime> Loop<R> {
                 if let Some(path) = self.archive_files.remove(&id) {
                     let _ = std::fs::remove_file(path);
                 }
-                self.rt.spawn(Box::pin(async move {
+                self.spawn_in(crate::delegation_span(&id), async move {
                     let did = id.clone();
                     let warnings = blocking(&rt, move || {
                         let mut warnings = Vec::new();
@@ -283,7 +283,7 @@ impl<R: Runtime> Loop<R> {
                     })
                     .await;
                     feed(DelegatorInput::TransportReleased { id, warnings });
-                }));
+                });
             }
             DelegatorOutput::Event(ev) => self.on_event(ev),
         }
@@ -300,6 +300,7 @@ impl<R: Runtime> Loop<R> {
         let url = wire_http::events_url(&peer, &id);
         let headers = self.credential_headers(&id, &url);
         let open_timeout = self.engine.config().event_stream_open_timeout;
+        let span = crate::delegation_span(&id);
         let fut = async move {
             let mut hdrs: Vec<(&str, String)> =
                 headers.iter().map(|(k, v)| (*k, v.clone())).collect();
@@ -358,9 +359,9 @@ impl<R: Runtime> Loop<R> {
             };
             feed(DelegatorInput::EventStreamClosed { id, reason });
         };
-        self.rt.spawn(Box::pin(async move {
+        self.spawn_in(span, async move {
             let _ = Abortable::new(fut, reg).await;
-        }));
+        });
     }
 
     /// What applying or previewing a stored snapshot of `id` reads.
@@ -386,7 +387,7 @@ impl<R: Runtime> Loop<R> {
         let feed = self.feed();
         let t = self.opts.transport.clone();
         let stored = self.stored_snapshot(&id);
-        self.rt.spawn(Box::pin(async move {
+        self.spawn_in(crate::delegation_span(&id), async move {
             let did = id.clone();
             let s = sid.clone();
             let result = blocking(&rt, move || {
@@ -404,7 +405,7 @@ impl<R: Runtime> Loop<R> {
                 snapshot_id: sid,
                 result,
             });
-        }));
+        });
     }
 
     /// Previews the stored snapshot `sid` as `plan` says (the engine's
@@ -420,7 +421,7 @@ impl<R: Runtime> Loop<R> {
         let rt = self.rt.clone();
         let t = self.opts.transport.clone();
         let stored = self.stored_snapshot(&id);
-        self.rt.spawn(Box::pin(async move {
+        self.spawn_in(crate::delegation_span(&id), async move {
             let result = blocking(&rt, move || {
                 stored.with_request(&id, &sid, plan.layout, plan.access_mode, |req| {
                     t.preview_snapshot(req, limits, &CancelFlag::new())
@@ -429,7 +430,7 @@ impl<R: Runtime> Loop<R> {
             })
             .await;
             let _ = reply.send(result);
-        }));
+        });
     }
 }
 

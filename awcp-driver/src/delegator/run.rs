@@ -17,6 +17,17 @@ impl<R: Runtime> drive::Host for Loop<R> {
 }
 
 impl<R: Runtime> Loop<R> {
+    /// Runs `fut` in the background inside `span` (a delegation's, [`crate::delegation_span`]):
+    /// every log line it and its blocking work emit carry the delegation id.
+    pub(super) fn spawn_in(
+        &self,
+        span: tracing::Span,
+        fut: impl std::future::Future<Output = ()> + Send + 'static,
+    ) {
+        use tracing::Instrument;
+        self.rt.spawn(Box::pin(fut.instrument(span)));
+    }
+
     pub(super) async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Cmd>) {
         // The canonical loop (awcp_proto::engine::drive): one turn, then wait for a command or
         // the deadline.
@@ -227,7 +238,7 @@ impl<R: Runtime> Loop<R> {
         } else {
             None
         };
-        self.rt.spawn(Box::pin(async move {
+        self.spawn_in(crate::delegation_span(&id), async move {
             let hdrs: Vec<(&str, String)> = headers.iter().map(|(k, v)| (*k, v.clone())).collect();
             let reply = match http
                 .request(
@@ -247,7 +258,7 @@ impl<R: Runtime> Loop<R> {
             if let Some(tx) = farewell {
                 let _ = tx.send(());
             }
-        }));
+        });
     }
 
     pub(super) fn snapshot_dir(&self, id: &DelegationId) -> PathBuf {

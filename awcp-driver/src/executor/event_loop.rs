@@ -64,6 +64,17 @@ impl<R: Runtime> drive::Host for Loop<R> {
 }
 
 impl<R: Runtime> Loop<R> {
+    /// Runs `fut` in the background inside `span` (a delegation's, [`crate::delegation_span`]):
+    /// every log line it and its blocking work emit carry the delegation id.
+    fn spawn_in(
+        &self,
+        span: tracing::Span,
+        fut: impl std::future::Future<Output = ()> + Send + 'static,
+    ) {
+        use tracing::Instrument;
+        self.rt.spawn(Box::pin(fut.instrument(span)));
+    }
+
     /// The transport serving `kind` (the primary one if none does: it refuses the handle).
     fn transport_for(&self, kind: &TransportKind) -> Arc<dyn ExecutorTransport> {
         transport_for(&self.transports, kind)
@@ -239,10 +250,10 @@ impl<R: Runtime> Loop<R> {
                 self.kinds.insert(id.clone(), transport);
                 let feed = self.feed();
                 let rt = self.rt.clone();
-                self.rt.spawn(Box::pin(async move {
+                self.spawn_in(crate::delegation_span(&id), async move {
                     let result = blocking(&rt, move || allocate(&*t, Path::new(&work_dir))).await;
                     feed(ExecutorInput::WorkDirAllocated { id, result });
-                }));
+                });
             }
             ExecutorOutput::SetupTransport {
                 id,
@@ -258,7 +269,7 @@ impl<R: Runtime> Loop<R> {
                 let downloads = self.scratch.join("downloads");
                 let timeout = self.engine.config().archive_download_timeout;
                 let http = self.http.clone();
-                self.rt.spawn(Box::pin(async move {
+                self.spawn_in(crate::delegation_span(&id), async move {
                     let result = setup(
                         &http,
                         t,
@@ -273,7 +284,7 @@ impl<R: Runtime> Loop<R> {
                     )
                     .await;
                     feed(ExecutorInput::SetupCompleted { id, result });
-                }));
+                });
             }
             ExecutorOutput::RunTask {
                 id,
@@ -295,7 +306,7 @@ impl<R: Runtime> Loop<R> {
                     expires_at,
                     access_mode,
                 };
-                self.rt.spawn(Box::pin(async move {
+                self.spawn_in(crate::delegation_span(&id), async move {
                     let pf = feed.clone();
                     let sf = feed.clone();
                     let pid = id.clone();
@@ -329,7 +340,7 @@ impl<R: Runtime> Loop<R> {
                         Err(f) => Err(f),
                     };
                     feed(ExecutorInput::TaskFinished { id, result });
-                }));
+                });
             }
             ExecutorOutput::StopTask { id } => {
                 if let Some(c) = self.cancels.get(&id) {
@@ -356,7 +367,7 @@ impl<R: Runtime> Loop<R> {
                     awcp_proto::engine::SnapshotKind::Full => awcp_transports::SnapshotKind::Full,
                     awcp_proto::engine::SnapshotKind::Delta => awcp_transports::SnapshotKind::Delta,
                 };
-                self.rt.spawn(Box::pin(async move {
+                self.spawn_in(crate::delegation_span(&id), async move {
                     let sid = snapshot_id.clone();
                     let did = id.clone();
                     let result = blocking(&rt, move || {
@@ -383,7 +394,7 @@ impl<R: Runtime> Loop<R> {
                     })
                     .await;
                     feed(ExecutorInput::SnapshotCaptured { id, result });
-                }));
+                });
             }
             ExecutorOutput::Release {
                 id,
@@ -395,11 +406,11 @@ impl<R: Runtime> Loop<R> {
                 let t = self.transport_for(&transport);
                 let feed = self.feed();
                 let rt = self.rt.clone();
-                self.rt.spawn(Box::pin(async move {
+                self.spawn_in(crate::delegation_span(&id), async move {
                     let result =
                         blocking(&rt, move || release_work_dir(&*t, &transport, &work_dir)).await;
                     feed(ExecutorInput::Released { id, result });
-                }));
+                });
             }
             ExecutorOutput::RemoveEmptyWorkDir { id, work_dir } => {
                 // Never anything inside: it may be someone else's directory.
@@ -411,14 +422,14 @@ impl<R: Runtime> Loop<R> {
             ExecutorOutput::EndTask { id, handle } => {
                 let feed = self.feed();
                 let rt = self.rt.clone();
-                self.rt.spawn(Box::pin(async move {
+                self.spawn_in(crate::delegation_span(&id), async move {
                     let did = id.clone();
                     blocking(&rt, move || end_task(&did, &handle)).await;
                     feed(ExecutorInput::TaskFinished {
                         id,
                         result: Err(TaskFailure::Stopped),
                     });
-                }));
+                });
             }
             ExecutorOutput::DropSnapshot { id, snapshot_id } => {
                 let key = (id.to_string(), snapshot_id.to_string());
