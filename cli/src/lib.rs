@@ -305,37 +305,31 @@ impl Progress {
         }
     }
 
-    /// Shows one engine event if it is about this delegation.
+    /// Shows one engine event if it is about this delegation (in-process).
     pub fn show(&self, ev: &DelegatorEvent) {
-        if self.json {
-            return;
-        }
-        let line = match ev {
-            DelegatorEvent::StateChanged { id, to, .. } if *id == self.id => format!("state: {to}"),
-            DelegatorEvent::Progress { id, message, .. } if *id == self.id => {
-                format!("executor: {}", message.as_deref().unwrap_or("working"))
+        if let Some((id, v)) = awcp_driver::delegator::daemon::event_json(ev) {
+            if *id == self.id {
+                self.show_value(&v);
             }
-            DelegatorEvent::Snapshot {
-                id,
-                snapshot_id,
-                status,
-            } if *id == self.id => format!("snapshot {snapshot_id}: {}", status.as_str()),
-            _ => return,
-        };
-        let elapsed = self.started.elapsed().as_secs_f32();
-        if self.tty {
-            eprint!("\r\x1b[2K[{elapsed:6.1}s] {line}");
-        } else {
-            eprintln!("[{elapsed:6.1}s] {line}");
         }
     }
 
-    /// Shows a transfer size.
+    /// Shows a transfer size (in-process).
     pub fn transfer(&self, t: &awcp_driver::delegator::Transfer) {
-        if self.json || t.id != self.id {
+        if t.id == self.id {
+            self.show_value(&awcp_driver::delegator::daemon::transfer_json(t));
+        }
+    }
+
+    /// Shows one live event as the daemon streams it (`GET /delegation/{id}/events`); the
+    /// in-process path goes through the same JSON, so both show the same lines.
+    pub fn show_value(&self, v: &serde_json::Value) {
+        if self.json {
             return;
         }
-        let line = format!("{}: {}", t.what, human_bytes(t.bytes));
+        let Some(line) = progress_line(v) else {
+            return;
+        };
         let elapsed = self.started.elapsed().as_secs_f32();
         if self.tty {
             eprint!("\r\x1b[2K[{elapsed:6.1}s] {line}");
@@ -350,6 +344,62 @@ impl Progress {
             eprintln!();
         }
     }
+}
+
+/// The progress line of one live event (`None`: nothing to show, e.g. the end, which the
+/// final record reports).
+pub fn progress_line(v: &serde_json::Value) -> Option<String> {
+    let s = |k: &str| v[k].as_str().unwrap_or("");
+    Some(match s("type") {
+        "state" => format!("state: {}", s("state")),
+        "progress" => format!("executor: {}", v["message"].as_str().unwrap_or("working")),
+        "snapshot" => format!("snapshot {}: {}", s("snapshotId"), s("status")),
+        "transfer" => format!(
+            "{}: {}",
+            s("what"),
+            human_bytes(v["bytes"].as_u64().unwrap_or(0))
+        ),
+        "connection_lost" => format!(
+            "connection to the executor lost{}; reconnecting in {:.0} s…",
+            v["reason"]
+                .as_str()
+                .map(|r| format!(" ({r})"))
+                .unwrap_or_default(),
+            v["retryInMs"].as_u64().unwrap_or(0) as f64 / 1000.0
+        ),
+        "peer_misbehaved" => format!("the executor broke the protocol: {}", s("reason")),
+        _ => return None,
+    })
+}
+
+/// Shows `id`'s live progress from the daemon until `done` resolves (the caller's wait for
+/// the final record), then returns its output. Progress stops quietly if the stream cannot be
+/// opened or drops: the wait decides the outcome.
+pub async fn follow_daemon<R: awcp_driver::Runtime, T>(
+    client: &awcp_driver::delegator::daemon::DaemonClient<R>,
+    id: &str,
+    json: bool,
+    done: impl std::future::Future<Output = T>,
+) -> T {
+    use futures::{FutureExt, StreamExt};
+    let progress = DelegationId::new(id)
+        .ok()
+        .map(|did| Progress::new(did, json));
+    let mut done = std::pin::pin!(done.fuse());
+    let mut events = match (&progress, client.events(id).await) {
+        (Some(_), Ok(s)) => s.fuse(),
+        _ => futures::stream::empty().boxed().fuse(),
+    };
+    let out = loop {
+        futures::select! {
+            out = done => break out,
+            v = events.next() => if let (Some(v), Some(p)) = (v, &progress) { p.show_value(&v) },
+        }
+    };
+    if let Some(p) = &progress {
+        p.finish();
+    }
+    out
 }
 
 /// Follows one delegation to its end with a [`Progress`] display. Subscribe before delegating

@@ -300,7 +300,9 @@ impl<R: Runtime> Loop<R> {
                 self.specs.remove(id);
                 let _ = std::fs::remove_file(self.baseline_file(id));
             }
-            DelegatorEvent::Progress { .. } | DelegatorEvent::PeerMisbehaved { .. } => {}
+            DelegatorEvent::Progress { .. }
+            | DelegatorEvent::PeerMisbehaved { .. }
+            | DelegatorEvent::ConnectionLost { .. } => {}
         }
         if let DelegatorEvent::Ended {
             id, state, error, ..

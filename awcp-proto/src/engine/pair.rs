@@ -259,6 +259,7 @@ impl Pair {
             | DelegatorEvent::Snapshot { .. }
             | DelegatorEvent::Forgotten { .. }
             | DelegatorEvent::PeerMisbehaved { .. }
+            | DelegatorEvent::ConnectionLost { .. }
             | DelegatorEvent::Ended { .. } => None,
         })
     }
@@ -564,6 +565,7 @@ fn delegator_event_kind(ev: &DelegatorEvent) -> String {
         DelegatorEvent::Snapshot { .. } => "Snapshot".into(),
         DelegatorEvent::Forgotten { .. } => "Forgotten".into(),
         DelegatorEvent::PeerMisbehaved { .. } => "PeerMisbehaved".into(),
+        DelegatorEvent::ConnectionLost { .. } => "ConnectionLost".into(),
     }
 }
 

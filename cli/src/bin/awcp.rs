@@ -632,10 +632,14 @@ async fn run<R: Driver>(cli: Cli) {
                     });
                     return;
                 }
-                let v = client
-                    .wait(&id, Duration::from_secs(ttl + 120))
-                    .await
-                    .unwrap_or_else(|e| fail_daemon(e));
+                let v = awcp_aip_cli::follow_daemon(
+                    &client,
+                    &id,
+                    cli.json,
+                    client.wait(&id, Duration::from_secs(ttl + 120)),
+                )
+                .await
+                .unwrap_or_else(|e| fail_daemon(e));
                 print_value(cli.json, &v, human_record);
                 explain(&v, &format!("--daemon-url {}", sh(&cli.daemon_url)));
                 exit_for(&v);
@@ -833,10 +837,14 @@ async fn run<R: Driver>(cli: Cli) {
             print_value(cli.json, &v, human_record);
         }
         Cmd::Wait { id, timeout } => {
-            let v = client
-                .wait(&id, Duration::from_secs(timeout))
-                .await
-                .unwrap_or_else(|e| fail_daemon(e));
+            let v = awcp_aip_cli::follow_daemon(
+                &client,
+                &id,
+                cli.json,
+                client.wait(&id, Duration::from_secs(timeout)),
+            )
+            .await
+            .unwrap_or_else(|e| fail_daemon(e));
             print_value(cli.json, &v, human_record);
             explain(&v, &format!("--daemon-url {}", sh(&cli.daemon_url)));
             exit_for(&v);

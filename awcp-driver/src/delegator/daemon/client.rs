@@ -196,6 +196,81 @@ impl<R: Runtime> DaemonClient<R> {
         .map(|_| ())
     }
 
+    /// `GET /delegation/{id}/events`: the delegation's live events (see
+    /// [`super::event_json`]), the current state first, ending after `ended` (or when the
+    /// connection to the daemon drops).
+    pub async fn events(
+        &self,
+        id: &str,
+    ) -> Result<futures::stream::BoxStream<'static, Value>, DaemonError> {
+        let url = format!("{}/delegation/{id}/events", self.base);
+        let mut headers: Vec<(&str, String)> = self
+            .token
+            .iter()
+            .map(|t| ("authorization", format!("Bearer {t}")))
+            .collect();
+        headers.push(("accept", "text/event-stream".into()));
+        let resp = net::with_timeout(
+            self.http.runtime(),
+            self.timeout,
+            self.http.send(Method::GET, &url, &headers, None),
+        )
+        .await
+        .map_err(|e| DaemonError {
+            status: 0,
+            message: e.to_string(),
+            code: None,
+            hint: Some(format!("is the daemon running at {}?", self.base)),
+        })?;
+        if !resp.status().is_success() {
+            // Answer with the daemon's own error for this route.
+            return Err(self
+                .call(
+                    Method::GET,
+                    &format!("/delegation/{id}"),
+                    None,
+                    self.timeout,
+                )
+                .await
+                .err()
+                .unwrap_or(DaemonError {
+                    status: resp.status().as_u16(),
+                    message: format!(
+                        "the daemon refused the event stream (HTTP {})",
+                        resp.status()
+                    ),
+                    code: None,
+                    hint: None,
+                }));
+        }
+        let body = resp.into_body();
+        let events = futures::stream::unfold(
+            (
+                body,
+                awcp_proto::sse::SseDecoder::default(),
+                std::collections::VecDeque::new(),
+            ),
+            |(mut body, mut dec, mut ready)| async move {
+                loop {
+                    if let Some(v) = ready.pop_front() {
+                        return Some((v, (body, dec, ready)));
+                    }
+                    let frame = body.frame().await?.ok()?;
+                    let Ok(data) = frame.into_data() else {
+                        continue;
+                    };
+                    dec.push(&data);
+                    while let Some(ev) = dec.next_event() {
+                        if let Some(v) = ev.ok().and_then(|e| serde_json::from_str(&e.data).ok()) {
+                            ready.push_back(v);
+                        }
+                    }
+                }
+            },
+        );
+        Ok(Box::pin(events))
+    }
+
     /// `GET /delegation/{id}/snapshots`.
     pub async fn snapshots(&self, id: &str) -> Result<Value, DaemonError> {
         self.call(

@@ -226,3 +226,58 @@ pub(super) fn parse_delegate(v: &Value) -> Result<DelegateParams, String> {
         allow_sensitive,
     })
 }
+
+/// One live event of a delegation as the daemon streams it (`GET /delegation/{id}/events`,
+/// one `data:` JSON object per event) and as `awcp` shows it, with the delegation it is about:
+/// `{"type": "state", "state"}`, `{"type": "progress", "message", "progress"}`,
+/// `{"type": "snapshot", "snapshotId", "status"}`, `{"type": "connection_lost", "reason",
+/// "retryInMs"}` (the executor's stream broke; the delegator reconnects),
+/// `{"type": "peer_misbehaved", "reason"}`, `{"type": "ended", "state", "error"}`. `None` for
+/// what is not news to a person (a forgotten record).
+pub fn event_json(ev: &DelegatorEvent) -> Option<(&DelegationId, Value)> {
+    Some(match ev {
+        DelegatorEvent::StateChanged { id, to, .. } => {
+            (id, json!({"type": "state", "state": to.as_str()}))
+        }
+        DelegatorEvent::Progress {
+            id,
+            message,
+            progress,
+        } => (
+            id,
+            json!({"type": "progress", "message": message, "progress": progress}),
+        ),
+        DelegatorEvent::Snapshot {
+            id,
+            snapshot_id,
+            status,
+        } => (
+            id,
+            json!({"type": "snapshot", "snapshotId": snapshot_id.as_str(), "status": status.as_str()}),
+        ),
+        DelegatorEvent::ConnectionLost {
+            id,
+            reason,
+            retry_in,
+        } => (
+            id,
+            json!({"type": "connection_lost", "reason": reason, "retryInMs": u64::try_from(retry_in.as_millis()).unwrap_or(u64::MAX)}),
+        ),
+        DelegatorEvent::PeerMisbehaved { id, reason } => (
+            id,
+            json!({"type": "peer_misbehaved", "reason": format!("{reason:?}")}),
+        ),
+        DelegatorEvent::Ended {
+            id, state, error, ..
+        } => (
+            id,
+            json!({"type": "ended", "state": state.as_str(), "error": error.as_ref().map(|e| json!({"code": e.code.as_str(), "message": e.message}))}),
+        ),
+        DelegatorEvent::Forgotten { .. } => return None,
+    })
+}
+
+/// A transfer as a live event: `{"type": "transfer", "what", "bytes"}`.
+pub fn transfer_json(t: &crate::delegator::Transfer) -> Value {
+    json!({"type": "transfer", "what": t.what, "bytes": t.bytes})
+}

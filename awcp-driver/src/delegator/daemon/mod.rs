@@ -7,6 +7,7 @@
 //! | `GET /delegation/{id}` | the record |
 //! | `GET /delegation/{id}/wait?timeout=S` | the record once ended (or 408 after S seconds) |
 //! | `DELETE /delegation/{id}` | `{ok:true}` (cancel) |
+//! | `GET /delegation/{id}/events` | its live events as SSE (`data: {type: state\|progress\|snapshot\|transfer\|connection_lost\|ended, …}`), ending after `ended` |
 //! | `GET /delegation/{id}/snapshots` | `{snapshots:[…]}` |
 //! | `GET /delegation/{id}/snapshots/{sid}/diff?max_bytes=N` | what applying it would do: `{files:[{path,change,diff?,note?}], conflicts, refused, skipped_resources, unchanged, truncated}` (nothing is written) |
 //! | `POST /delegation/{id}/snapshots/{sid}/apply` / `…/discard` | `{ok:true}` |
@@ -46,11 +47,12 @@ use crate::runtime::Runtime;
 use crate::security;
 
 mod client;
+mod events;
 mod json;
 
 pub use client::{DaemonClient, DaemonError};
 use json::{bad, parse_delegate, snapshot_json, usage};
-pub use json::{outcome_json, view_to_json};
+pub use json::{event_json, outcome_json, transfer_json, view_to_json};
 
 /// Delegates and waits until the delegation is started (or ended), like the reference daemon.
 pub async fn delegate_started(
@@ -305,6 +307,7 @@ where
                     Ok(()) => json_response(200, json!({"ok": true}).to_string()),
                     Err(e) => usage(e),
                 },
+                (Method::GET, ["events"]) => events::stream(d, id).await,
                 (Method::GET, ["snapshots"]) => match d.get(&id).await {
                     Some(v) => json_response(
                         200,
@@ -384,6 +387,7 @@ pub fn root_document() -> Value {
             "GET /delegations": "list delegations",
             "GET /delegation/{id}": "one delegation",
             "GET /delegation/{id}/wait?timeout=SECONDS": "wait until it ends",
+            "GET /delegation/{id}/events": "its live events (server-sent events), until it ends",
             "DELETE /delegation/{id}": "cancel",
             "GET /delegation/{id}/snapshots": "its snapshots",
             "GET /delegation/{id}/snapshots/{snapshotId}/diff?max_bytes=N": "what applying a staged snapshot would do (files added, modified, deleted, unified diffs); nothing is written",

@@ -35,6 +35,13 @@ impl Delegator {
             self.core
                 .timers
                 .set(id, Timer::Reconnect, now.saturating_add(wait));
+            self.core
+                .outputs
+                .push_back(DelegatorOutput::Event(DelegatorEvent::ConnectionLost {
+                    id: id.clone(),
+                    reason,
+                    retry_in: wait,
+                }));
         } else if state == DelegationState::Accepted {
             self.abandon(
                 now,

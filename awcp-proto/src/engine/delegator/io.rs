@@ -355,6 +355,17 @@ pub enum DelegatorEvent {
         /// What the executor did.
         reason: PeerMisbehavior,
     },
+    /// The executor's event stream broke (the executor went away, or the network did); the
+    /// engine reconnects in `retry_in`. Tell the user: nothing is lost, the task may still be
+    /// running on the executor.
+    ConnectionLost {
+        /// The delegation.
+        id: DelegationId,
+        /// Why, if known.
+        reason: Option<String>,
+        /// When the next attempt starts.
+        retry_in: std::time::Duration,
+    },
     /// The delegation was forgotten after its retention: drop it from any journal.
     Forgotten {
         /// The delegation.
@@ -401,6 +412,7 @@ impl DelegatorEvent {
             | DelegatorEvent::Progress { .. }
             | DelegatorEvent::Snapshot { .. }
             | DelegatorEvent::PeerMisbehaved { .. }
+            | DelegatorEvent::ConnectionLost { .. }
             | DelegatorEvent::Forgotten { .. } => None,
         }
     }

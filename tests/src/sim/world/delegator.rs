@@ -359,7 +359,9 @@ impl World {
             DelegatorEvent::Forgotten { id } => {
                 self.del_journal.remove(id);
             }
-            DelegatorEvent::Progress { .. } | DelegatorEvent::PeerMisbehaved { .. } => {}
+            DelegatorEvent::Progress { .. }
+            | DelegatorEvent::PeerMisbehaved { .. }
+            | DelegatorEvent::ConnectionLost { .. } => {}
         }
         match ev {
             DelegatorEvent::PeerMisbehaved { id, reason } => {
@@ -459,6 +461,17 @@ impl World {
                     let at = self.now + self.rng.range(1_000, 100_000);
                     self.schedule(at, Ev::StagedDecision(id, snapshot_id));
                 }
+            }
+            DelegatorEvent::ConnectionLost { id, .. } => {
+                // Reported only while the delegation still listens to its executor.
+                let i = self.idx(&id);
+                let st = self.dels[i].state;
+                if st.is_terminal() {
+                    self.violate(format!(
+                        "{id}: connection loss reported after it ended ({st})"
+                    ));
+                }
+                self.bump("connection loss reported");
             }
             DelegatorEvent::Progress { .. } | DelegatorEvent::Forgotten { .. } => {}
         }
