@@ -83,11 +83,11 @@ impl AmqpTls {
     /// client certificate is configured, `url` with `auth_mechanism=external` (a URL without a
     /// user would otherwise log in as guest).
     pub fn login_url(&self, url: &str) -> String {
-        let Some(rest) = url.strip_prefix("amqps://") else {
-            return url.to_owned();
-        };
-        let authority = rest.split(['/', '?']).next().unwrap_or("");
-        if !self.has_identity() || authority.contains('@') || url.contains("auth_mechanism=") {
+        if !url.starts_with("amqps://")
+            || !self.has_identity()
+            || names_user(url)
+            || url.contains("auth_mechanism=")
+        {
             return url.to_owned();
         }
         let sep = if url.contains('?') { '&' } else { '?' };
@@ -106,6 +106,13 @@ impl AmqpTls {
             cert_chain: self.ca_pem.clone(),
         }
     }
+}
+
+/// Whether a broker URL names a user (`scheme://user[:password]@host…`).
+pub(crate) fn names_user(url: &str) -> bool {
+    url.split_once("://")
+        .and_then(|(_, rest)| rest.split(['/', '?']).next())
+        .is_some_and(|authority| authority.contains('@'))
 }
 
 /// Why a broker operation failed.

@@ -640,11 +640,8 @@ impl<R: Runtime> GroupPartnerHandle<R> {
 pub fn server_config(url: &str) -> Result<ServerConfig, String> {
     let u: lapin::uri::AMQPUri = url.parse()?;
     let tls = url.starts_with("amqps://");
-    let authority = url
-        .split_once("://")
-        .map(|(_, r)| r.split(['/', '?']).next().unwrap_or(""))
-        .unwrap_or("");
-    let external = tls && (!authority.contains('@') || url.contains("auth_mechanism=external"));
+    let external =
+        tls && (!crate::group::amqp::names_user(url) || url.contains("auth_mechanism=external"));
     Ok(ServerConfig {
         host: u.authority.host,
         port: u.authority.port,

@@ -236,13 +236,6 @@ impl ExecutorHandle {
                 Err(e) => tracing::warn!("snapshot ids use a fixed seed: {e}"),
             }
         }
-        if config.auth.is_none() {
-            tracing::warn!(
-                "this executor requires no credential (ExecutorConfig::auth is None): anyone \
-                 who can reach its listener can delegate to it; keep it on a loopback address \
-                 or set auth"
-            );
-        }
         let mut engine = Executor::new(config);
         let mut deferred = Vec::new();
         if let Some(j) = &journal {

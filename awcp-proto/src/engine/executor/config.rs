@@ -11,8 +11,10 @@ use super::auth::RequiredAuth;
 /// # Before production
 ///
 /// The defaults are for trying it out on one machine, and say so:
-/// - **`auth: None`**: any process that reaches the listener can delegate (the driver logs a
-///   warning at start). Set [`RequiredAuth`] for anything beyond a loopback address.
+/// - **`auth: None`**: any process that reaches the listener can delegate. Set
+///   [`RequiredAuth`] for anything beyond a loopback address (`awcp-executor` refuses to listen
+///   elsewhere without a token, and warns on loopback: `awcp_driver::security::executor_exposure`
+///   is that check, for an embedding to call with its own listen address).
 /// - **`work_root: /tmp/awcp/workspaces`**: shared by every executor started with the
 ///   default; the driver locks it, so a second default executor on the machine refuses to
 ///   start. Give each executor its own directory (not a system directory or `$HOME`: those
