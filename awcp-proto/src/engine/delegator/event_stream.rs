@@ -344,7 +344,15 @@ mod tests {
         let mut now = t(10);
         for attempt in 1..=cfg.sse_reconnect_attempts {
             d.handle(now, closed()).unwrap();
-            assert!(drain(&mut d).is_empty());
+            // The application is told, with the delay of the next attempt.
+            assert_eq!(
+                drain(&mut d),
+                vec![DelegatorOutput::Event(DelegatorEvent::ConnectionLost {
+                    id: id(),
+                    reason: Some("reset".into()),
+                    retry_in: cfg.sse_backoff * attempt,
+                })]
+            );
             let (at, why) = d.poll_timeout().unwrap();
             assert_eq!(why, Timer::Reconnect);
             assert_eq!(at, now.saturating_add(cfg.sse_backoff * attempt));
