@@ -45,8 +45,20 @@ fn wait_for(rx: &mpsc::Receiver<String>, seen: &mut Vec<String>, want: &str) {
     }
 }
 
-#[test]
-fn delegate_through_the_daemon_shows_live_progress_and_a_lost_executor() {
+/// A held-task executor and a daemon, real processes: killed when dropped.
+struct Setup {
+    dir: tempfile::TempDir,
+    /// Created to let the agent finish.
+    flag: std::path::PathBuf,
+    ex: KillOnDrop,
+    peer: String,
+    _daemon: KillOnDrop,
+    url: String,
+    state: std::path::PathBuf,
+    ws: std::path::PathBuf,
+}
+
+fn setup() -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let agent = dir.path().join("agent.sh");
     std::fs::write(&agent, AGENT).unwrap();
@@ -56,13 +68,35 @@ fn delegate_through_the_daemon_shows_live_progress_and_a_lost_executor() {
             .env("HOLD_FLAG", &flag),
         bins::EXECUTOR_ANNOUNCES,
     );
-    let mut ex = KillOnDrop(ex);
     let state = dir.path().join("daemon");
     let (daemon, url) = bins::spawn_daemon(&state);
-    let _daemon = KillOnDrop(daemon);
     let ws = dir.path().join("ws");
     std::fs::create_dir_all(&ws).unwrap();
     std::fs::write(ws.join("a.txt"), "a\n").unwrap();
+    Setup {
+        flag,
+        ex: KillOnDrop(ex),
+        peer,
+        _daemon: KillOnDrop(daemon),
+        url,
+        state,
+        ws,
+        dir,
+    }
+}
+
+#[test]
+fn delegate_through_the_daemon_shows_live_progress_and_a_lost_executor() {
+    let Setup {
+        dir: _dir,
+        flag,
+        mut ex,
+        peer,
+        _daemon,
+        url,
+        state,
+        ws,
+    } = setup();
     let token = bins::daemon_token(&state);
     let mut cli = Command::new(bins::path("awcp"))
         .args(["--quiet", "--daemon-url", &url, "--daemon-token", &token])
@@ -98,22 +132,16 @@ fn delegate_through_the_daemon_shows_live_progress_and_a_lost_executor() {
 
 #[test]
 fn awcp_wait_follows_a_daemon_delegation_to_its_end() {
-    let dir = tempfile::tempdir().unwrap();
-    let agent = dir.path().join("agent.sh");
-    std::fs::write(&agent, AGENT).unwrap();
-    let flag = dir.path().join("release");
-    let (ex, peer) = bins::spawn_announcing(
-        bins::executor_command(&dir.path().join("ex"), &format!("sh {}", agent.display()))
-            .env("HOLD_FLAG", &flag),
-        bins::EXECUTOR_ANNOUNCES,
-    );
-    let _ex = KillOnDrop(ex);
-    let state = dir.path().join("daemon");
-    let (daemon, url) = bins::spawn_daemon(&state);
-    let _daemon = KillOnDrop(daemon);
-    let ws = dir.path().join("ws");
-    std::fs::create_dir_all(&ws).unwrap();
-    std::fs::write(ws.join("a.txt"), "a\n").unwrap();
+    let Setup {
+        dir: _dir,
+        flag,
+        ex: _ex,
+        peer,
+        _daemon,
+        url,
+        state,
+        ws,
+    } = setup();
     let o = bins::awcp_on_daemon(
         &url,
         &state,

@@ -54,6 +54,14 @@ impl<R: Runtime> DaemonClient<R> {
         self
     }
 
+    /// `Authorization: Bearer <token>`, if the client has a token.
+    fn auth_headers(&self) -> Vec<(&'static str, String)> {
+        self.token
+            .iter()
+            .map(|t| ("authorization", format!("Bearer {t}")))
+            .collect()
+    }
+
     async fn call(
         &self,
         method: Method,
@@ -62,11 +70,7 @@ impl<R: Runtime> DaemonClient<R> {
         timeout: Duration,
     ) -> Result<Value, DaemonError> {
         let url = format!("{}{path}", self.base);
-        let auth: Vec<(&str, String)> = self
-            .token
-            .iter()
-            .map(|t| ("authorization", format!("Bearer {t}")))
-            .collect();
+        let auth = self.auth_headers();
         let r = self
             .http
             .request(
@@ -204,11 +208,7 @@ impl<R: Runtime> DaemonClient<R> {
         id: &str,
     ) -> Result<futures::stream::BoxStream<'static, Value>, DaemonError> {
         let url = format!("{}/delegation/{id}/events", self.base);
-        let mut headers: Vec<(&str, String)> = self
-            .token
-            .iter()
-            .map(|t| ("authorization", format!("Bearer {t}")))
-            .collect();
+        let mut headers = self.auth_headers();
         headers.push(("accept", "text/event-stream".into()));
         let resp = net::with_timeout(
             self.http.runtime(),

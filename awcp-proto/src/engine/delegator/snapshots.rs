@@ -12,25 +12,12 @@ impl Delegator {
         snapshot_id: &SnapshotId,
     ) -> Result<(), UsageError> {
         self.tick(now);
+        // The same conditions as a preview: a pending snapshot of a read-write delegation.
+        self.preview_snapshot(id, snapshot_id)?;
         let d = self.get_mut(id)?;
-        if d.req.access_mode == AccessMode::Ro || d.access == AccessMode::Ro {
-            return Err(UsageError::InvalidState(
-                "read-only delegations never write to the workspace".into(),
-            ));
-        }
-        let rec = d
-            .snapshots
-            .get_mut(snapshot_id)
-            .ok_or_else(|| UsageError::UnknownSnapshot {
-                delegation: id.clone(),
-                snapshot: snapshot_id.to_string(),
-            })?;
-        if rec.status != SnapshotStatus::Pending {
-            return Err(UsageError::InvalidState(format!(
-                "snapshot {snapshot_id} is {}, not pending",
-                rec.status.as_str()
-            )));
-        }
+        let Some(rec) = d.snapshots.get_mut(snapshot_id) else {
+            return Ok(());
+        };
         rec.status = SnapshotStatus::InFlight;
         d.updated_at = now;
         self.start_apply(id, snapshot_id.clone());
@@ -59,7 +46,7 @@ impl Delegator {
             .ok_or_else(|| UsageError::UnknownDelegation(id.clone()))?;
         if d.req.access_mode == AccessMode::Ro || d.access == AccessMode::Ro {
             return Err(UsageError::InvalidState(
-                "read-only delegations never write to the workspace: nothing to preview".into(),
+                "read-only delegations never write to the workspace".into(),
             ));
         }
         let rec = d
@@ -71,8 +58,7 @@ impl Delegator {
             })?;
         if rec.status != SnapshotStatus::Pending {
             return Err(UsageError::InvalidState(format!(
-                "snapshot {snapshot_id} is {}, not pending: only a stored snapshot waiting to \
-                 be applied can be previewed",
+                "snapshot {snapshot_id} is {}, not pending",
                 rec.status.as_str()
             )));
         }
