@@ -138,6 +138,22 @@ pub(crate) fn dir_name(task_id: &str) -> String {
     format!("{clean}-{h:016x}")
 }
 
+/// Makes a new work directory for one task under `root`, with an `out` directory inside.
+/// Its name starts with [`dir_name`] of `key` and ends with a random suffix, and it is
+/// created exclusively: two partners sharing a work root, or one task id arriving from two
+/// leaders, never share a directory, so one task's clean-up never removes another's files.
+pub(crate) fn make_task_dir(root: &Path, key: &str) -> std::io::Result<PathBuf> {
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("{}.", dir_name(key)))
+        .tempdir_in(root)?
+        .keep();
+    if let Err(e) = std::fs::create_dir(dir.join("out")) {
+        let _ = std::fs::remove_dir_all(&dir);
+        return Err(e);
+    }
+    Ok(dir)
+}
+
 /// A child (the leader of its own process group) killed with its whole group and reaped
 /// if dropped while running.
 struct Running(Option<Child>);
@@ -182,17 +198,19 @@ async fn task_loop<R: Runtime>(
     prompt: String,
     mut inbox: mpsc::UnboundedReceiver<Msg>,
 ) {
-    let dir = cmd.work_root.join(dir_name(&task_id));
+    let dir = match make_task_dir(&cmd.work_root, &task_id) {
+        Ok(dir) => dir,
+        Err(e) => {
+            fail(
+                &p,
+                &task_id,
+                format!("cannot create the work directory: {e}"),
+            )
+            .await;
+            return;
+        }
+    };
     let out_dir = dir.join("out");
-    if let Err(e) = std::fs::create_dir_all(&out_dir) {
-        fail(
-            &p,
-            &task_id,
-            format!("cannot create the work directory: {e}"),
-        )
-        .await;
-        return;
-    }
     if p.start_working(&task_id).await.is_err() {
         let _ = std::fs::remove_dir_all(&dir);
         return;
@@ -395,5 +413,24 @@ mod tests {
         assert!(!a.contains('/') && !a.contains(".."), "{a}");
         assert_ne!(dir_name("a/b"), dir_name("a_b"));
         assert!(dir_name(&"x".repeat(500)).len() < 100);
+    }
+
+    /// Two partners on one work root both get task `t-1` (the CI failure of stop 26: one
+    /// removed the shared directory while the other was starting its command in it).
+    #[test]
+    fn one_task_id_twice_gets_two_directories_and_one_removal_spares_the_other() {
+        let root = tempfile::tempdir().unwrap();
+        let a = make_task_dir(root.path(), "g/t-1").unwrap();
+        let b = make_task_dir(root.path(), "g/t-1").unwrap();
+        assert_ne!(a, b);
+        assert!(a.join("out").is_dir() && b.join("out").is_dir());
+        assert!(a
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .starts_with(&dir_name("g/t-1")));
+        std::fs::remove_dir_all(&a).unwrap();
+        assert!(b.join("out").is_dir());
     }
 }

@@ -51,7 +51,7 @@ use futures::channel::mpsc;
 use futures::{FutureExt, StreamExt};
 use serde_json::json;
 
-use crate::aip_agent::{dir_name, file_products, kill_group, AgentCommand};
+use crate::aip_agent::{file_products, kill_group, make_task_dir, AgentCommand};
 
 /// What `aip group` needs.
 #[derive(Clone, Debug)]
@@ -482,7 +482,19 @@ async fn run_task<R: Runtime>(
         return;
     }
     let _ = p.start_working(&group, &task).await;
-    let dir = cmd.work_root.join(dir_name(&format!("{group}/{task}")));
+    let dir = match make_task_dir(&cmd.work_root, &format!("{group}/{task}")) {
+        Ok(dir) => dir,
+        Err(e) => {
+            let _ = p
+                .fail(
+                    &group,
+                    &task,
+                    &format!("cannot create the work directory: {e}"),
+                )
+                .await;
+            return;
+        }
+    };
     let out_dir = dir.join("out");
     let key = (group.clone(), task.clone());
     let (c2, d2, od2, r2, k2) = (
@@ -494,8 +506,6 @@ async fn run_task<R: Runtime>(
     );
     let (g2, t2) = (group.clone(), task.clone());
     let outcome = blocking(&rt, move || -> Result<(String, bool, String), String> {
-        std::fs::create_dir_all(&od2)
-            .map_err(|e| format!("cannot create the work directory: {e}"))?;
         let mut child = Command::new(&c2.argv[0])
             .args(&c2.argv[1..])
             .current_dir(&d2)
