@@ -1,24 +1,17 @@
 //! `awcp diff` and MCP `delegate_snapshots`: a snapshot preview (what applying it would do,
 //! `GET /delegation/{id}/snapshots/{sid}/diff`) as text for a person or a model.
 
-use serde_json::Value;
+use awcp_driver::delegator::daemon::api::Snapshot;
+use awcp_driver::delegator::{ChangeKind, Preview};
 
 /// The snapshot `awcp diff ID` previews when none is named: the only pending one, or the
 /// pending one the executor recommended, or else the last pending one. `Err` says why there
 /// is none.
-pub fn pick_pending(snapshots: &Value) -> Result<String, String> {
-    let pending: Vec<&Value> = snapshots
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|s| s["status"] == "pending")
-        .collect();
-    let pick = pending
-        .iter()
-        .find(|s| s["recommended"] == true)
-        .or(pending.last());
-    match pick.and_then(|s| s["id"].as_str()) {
-        Some(id) => Ok(id.to_owned()),
+pub fn pick_pending(snapshots: &[Snapshot]) -> Result<String, String> {
+    let pending: Vec<&Snapshot> = snapshots.iter().filter(|s| s.status == "pending").collect();
+    let pick = pending.iter().find(|s| s.recommended).or(pending.last());
+    match pick {
+        Some(s) => Ok(s.id.clone()),
         None => Err(
             "no pending snapshot to preview (applied and discarded snapshots leave nothing to \
              diff; list them with `awcp snapshots ID`)"
@@ -29,43 +22,40 @@ pub fn pick_pending(snapshots: &Value) -> Result<String, String> {
 
 /// The preview as text: a summary line per file (`A`dded, `M`odified, `D`eleted), the local
 /// edits it conflicts with and what it refuses, then the unified diffs.
-pub fn render(v: &Value) -> String {
+pub fn render(v: &Preview) -> String {
     let mut out = String::new();
-    let files = v["files"].as_array().cloned().unwrap_or_default();
-    if files.is_empty() {
+    if v.files.is_empty() {
         out.push_str("no changes to apply\n");
     }
-    for f in &files {
-        let mark = match f["change"].as_str() {
-            Some("added") => 'A',
-            Some("deleted") => 'D',
-            _ => 'M',
+    for f in &v.files {
+        let mark = match f.change {
+            ChangeKind::Added => 'A',
+            ChangeKind::Deleted => 'D',
+            ChangeKind::Modified => 'M',
         };
-        out.push_str(&format!("{mark} {}", f["path"].as_str().unwrap_or("?")));
-        if let Some(n) = f["note"].as_str() {
+        out.push_str(&format!("{mark} {}", f.path));
+        if let Some(n) = &f.note {
             out.push_str(&format!("  ({n})"));
         }
         out.push('\n');
     }
-    for (key, what) in [
+    for (list, what) in [
         (
-            "conflicts",
+            &v.conflicts,
             "conflict (edited locally; the apply refuses until resolved)",
         ),
-        ("refused", "refused (never written)"),
+        (&v.refused, "refused (never written)"),
     ] {
-        for p in v[key].as_array().into_iter().flatten() {
-            out.push_str(&format!("! {what}: {}\n", p.as_str().unwrap_or("?")));
+        for p in list {
+            out.push_str(&format!("! {what}: {p}\n"));
         }
     }
-    if v["truncated"] == true {
+    if v.truncated {
         out.push_str("(some diffs left out: raise --max-bytes to see them)\n");
     }
-    for f in &files {
-        if let Some(d) = f["diff"].as_str() {
-            out.push('\n');
-            out.push_str(d);
-        }
+    for d in v.files.iter().filter_map(|f| f.diff.as_deref()) {
+        out.push('\n');
+        out.push_str(d);
     }
     out
 }
@@ -73,32 +63,55 @@ pub fn render(v: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use awcp_driver::delegator::FileChange;
+
+    fn snap(id: &str, status: &str, recommended: bool) -> Snapshot {
+        Snapshot {
+            id: id.into(),
+            status: status.into(),
+            recommended,
+            ..Default::default()
+        }
+    }
 
     #[test]
     fn the_pending_snapshot_is_picked_recommended_first() {
-        let s = json!([
-            {"id": "snap_1", "status": "applied"},
-            {"id": "snap_2", "status": "pending", "recommended": true},
-            {"id": "snap_3", "status": "pending"},
-        ]);
+        let s = [
+            snap("snap_1", "applied", false),
+            snap("snap_2", "pending", true),
+            snap("snap_3", "pending", false),
+        ];
         assert_eq!(pick_pending(&s).unwrap(), "snap_2");
-        let s =
-            json!([{"id": "snap_1", "status": "pending"}, {"id": "snap_3", "status": "pending"}]);
+        let s = [
+            snap("snap_1", "pending", false),
+            snap("snap_3", "pending", false),
+        ];
         assert_eq!(pick_pending(&s).unwrap(), "snap_3");
-        assert!(pick_pending(&json!([{"id": "snap_1", "status": "applied"}])).is_err());
+        assert!(pick_pending(&[snap("snap_1", "applied", false)]).is_err());
     }
 
     #[test]
     fn a_preview_renders_as_a_file_list_then_the_diffs() {
-        let v = json!({
-            "files": [
-                {"path": "w/a.txt", "change": "modified", "diff": "--- a/w/a.txt\n+++ b/w/a.txt\n@@ -1 +1 @@\n-x\n+y\n"},
-                {"path": "w/b.bin", "change": "added", "note": "binary, 3 bytes"},
-                {"path": "w/c.txt", "change": "deleted"},
+        let file = |path: &str, change, diff: Option<&str>, note: Option<&str>| FileChange {
+            path: path.into(),
+            change,
+            diff: diff.map(Into::into),
+            note: note.map(Into::into),
+        };
+        let v = Preview {
+            files: vec![
+                file(
+                    "w/a.txt",
+                    ChangeKind::Modified,
+                    Some("--- a/w/a.txt\n+++ b/w/a.txt\n@@ -1 +1 @@\n-x\n+y\n"),
+                    None,
+                ),
+                file("w/b.bin", ChangeKind::Added, None, Some("binary, 3 bytes")),
+                file("w/c.txt", ChangeKind::Deleted, None, None),
             ],
-            "conflicts": ["w/d.txt"], "refused": [], "truncated": false,
-        });
+            conflicts: vec!["w/d.txt".into()],
+            ..Default::default()
+        };
         let t = render(&v);
         assert!(t.starts_with("M w/a.txt\nA w/b.bin  (binary, 3 bytes)\nD w/c.txt\n! conflict"));
         assert!(t.ends_with("-x\n+y\n"));

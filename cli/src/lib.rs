@@ -8,13 +8,13 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::Instant;
 
+use awcp_driver::delegator::daemon::api::LiveEvent;
 use awcp_proto::engine::delegator::{DelegationView, SnapshotStatus};
 use awcp_proto::{DelegationId, DelegatorEvent};
 
 /// Exit codes of the `awcp` CLI (README "Exit codes"). Scripts can tell apart a task that
 /// failed from a result that was not applied from a peer that could not be reached.
 pub mod exit {
-    use serde_json::Value;
 
     /// The delegation completed; its result was applied (or staged on purpose, or there was
     /// nothing to apply). Also: any other command succeeded.
@@ -43,12 +43,15 @@ pub mod exit {
     }
 
     /// The exit code for a delegation record (its `outcome`, see the daemon's record).
-    pub fn for_record(v: &Value) -> i32 {
-        match v["outcome"]["status"].as_str() {
-            Some("completed" | "staged") => OK,
-            Some("not_applied") => NOT_APPLIED,
-            Some("unreachable") => UNREACHABLE,
-            Some("failed") => v["error"]["code"].as_str().map_or(FAILED, for_code),
+    pub fn for_record(v: &awcp_driver::delegator::daemon::api::Record) -> i32 {
+        match v.outcome.status.as_str() {
+            "completed" | "staged" => OK,
+            "not_applied" => NOT_APPLIED,
+            "unreachable" => UNREACHABLE,
+            "failed" => v
+                .error
+                .as_ref()
+                .map_or(FAILED, |e| for_code(e.code.as_str())),
             _ => OTHER,
         }
     }
@@ -307,9 +310,9 @@ impl Progress {
 
     /// Shows one engine event if it is about this delegation (in-process).
     pub fn show(&self, ev: &DelegatorEvent) {
-        if let Some((id, v)) = awcp_driver::delegator::daemon::event_json(ev) {
+        if let Some((id, v)) = LiveEvent::of(ev) {
             if *id == self.id {
-                self.show_value(&v);
+                self.show_event(&v);
             }
         }
     }
@@ -317,13 +320,13 @@ impl Progress {
     /// Shows a transfer size (in-process).
     pub fn transfer(&self, t: &awcp_driver::delegator::Transfer) {
         if t.id == self.id {
-            self.show_value(&awcp_driver::delegator::daemon::transfer_json(t));
+            self.show_event(&LiveEvent::transfer(t));
         }
     }
 
     /// Shows one live event as the daemon streams it (`GET /delegation/{id}/events`); the
-    /// in-process path goes through the same JSON, so both show the same lines.
-    pub fn show_value(&self, v: &serde_json::Value) {
+    /// in-process path goes through the same type, so both show the same lines.
+    pub fn show_event(&self, v: &LiveEvent) {
         if self.json {
             return;
         }
@@ -348,27 +351,32 @@ impl Progress {
 
 /// The progress line of one live event (`None`: nothing to show, e.g. the end, which the
 /// final record reports).
-pub fn progress_line(v: &serde_json::Value) -> Option<String> {
-    let s = |k: &str| v[k].as_str().unwrap_or("");
-    Some(match s("type") {
-        "state" => format!("state: {}", s("state")),
-        "progress" => format!("executor: {}", v["message"].as_str().unwrap_or("working")),
-        "snapshot" => format!("snapshot {}: {}", s("snapshotId"), s("status")),
-        "transfer" => format!(
-            "{}: {}",
-            s("what"),
-            human_bytes(v["bytes"].as_u64().unwrap_or(0))
-        ),
-        "connection_lost" => format!(
+pub fn progress_line(v: &LiveEvent) -> Option<String> {
+    Some(match v {
+        LiveEvent::State { state } => format!("state: {state}"),
+        LiveEvent::Progress { message, .. } => {
+            format!("executor: {}", message.as_deref().unwrap_or("working"))
+        }
+        LiveEvent::Snapshot {
+            snapshot_id,
+            status,
+        } => format!("snapshot {snapshot_id}: {status}"),
+        LiveEvent::Transfer { what, bytes } => format!("{what}: {}", human_bytes(*bytes)),
+        LiveEvent::ConnectionLost {
+            reason,
+            retry_in_ms,
+        } => format!(
             "connection to the executor lost{}; reconnecting in {:.0} s…",
-            v["reason"]
-                .as_str()
+            reason
+                .as_deref()
                 .map(|r| format!(" ({r})"))
                 .unwrap_or_default(),
-            v["retryInMs"].as_u64().unwrap_or(0) as f64 / 1000.0
+            *retry_in_ms as f64 / 1000.0
         ),
-        "peer_misbehaved" => format!("the executor broke the protocol: {}", s("reason")),
-        _ => return None,
+        LiveEvent::PeerMisbehaved { reason } => {
+            format!("the executor broke the protocol: {reason}")
+        }
+        LiveEvent::Ended { .. } | LiveEvent::Unknown => return None,
     })
 }
 
@@ -393,7 +401,7 @@ pub async fn follow_daemon<R: awcp_driver::Runtime, T>(
     let out = loop {
         futures::select! {
             out = done => break out,
-            v = events.next() => if let (Some(v), Some(p)) = (v, &progress) { p.show_value(&v) },
+            v = events.next() => if let (Some(v), Some(p)) = (v, &progress) { p.show_event(&v) },
         }
     };
     if let Some(p) = &progress {

@@ -916,13 +916,13 @@ async fn delegations_from_a_daemon_and_cli_processes_share_one_jail() {
     );
     let ws_a = fx.workspace("ws-a");
     let a_id = client
-        .delegate(serde_json::json!({
-            "executorUrl": st.peer,
-            "environment": {"resources": [{"name": "workspace", "type": "fs", "source": ws_a, "mode": "rw"}]},
-            "task": {"description": "a", "prompt": "task-a"},
-            "ttlSeconds": 600,
-            "transport": "sshfs",
-        }))
+        .delegate(&{
+            let mut p = awcp_driver::DelegateParams::new(st.peer.clone(), ws_a.clone(), "task-a")
+                .description("a");
+            p.ttl_seconds = 600;
+            p.transport = awcp_proto::TransportKind::Sshfs;
+            awcp_driver::delegator::daemon::api::DelegateBody::from_params(&p).unwrap()
+        })
         .await
         .unwrap_or_else(|e| panic!("daemon delegate: {e}"));
     let g = gates.clone();
@@ -931,10 +931,7 @@ async fn delegations_from_a_daemon_and_cli_processes_share_one_jail() {
         .unwrap();
     let a = match a {
         Some(a) => a,
-        None => panic!(
-            "task-a never started: {:?}",
-            client.get(&a_id).await.map(|v| v.to_string())
-        ),
+        None => panic!("task-a never started: {:?}", client.get(&a_id).await),
     };
     assert_eq!(a.id.as_str(), a_id);
 
@@ -981,7 +978,7 @@ async fn delegations_from_a_daemon_and_cli_processes_share_one_jail() {
 
     client.cancel(a_id.as_str()).await.unwrap();
     let v = client.wait(&a_id, Duration::from_secs(60)).await.unwrap();
-    assert_eq!(v["state"], "cancelled", "{v}");
+    assert_eq!(v.state, "cancelled", "{v:?}");
     assert_eq!(principals_of(&fx), [principal(&c)].into());
     assert_live(&[(&c, &ws_c)], 4);
 

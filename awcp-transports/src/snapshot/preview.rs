@@ -33,7 +33,9 @@ impl Default for PreviewLimits {
 }
 
 /// What applying a snapshot would do to one file.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum ChangeKind {
     /// A file that does not exist in the workspace.
@@ -45,22 +47,22 @@ pub enum ChangeKind {
 }
 
 /// One file a snapshot would write or delete.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct FileChange {
     /// `resource/path`.
     pub path: String,
     /// Added, modified or deleted.
     pub change: ChangeKind,
     /// A unified diff (`--- a/…`, `+++ b/…`), for text files within the limits.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub diff: Option<String>,
     /// Why there is no diff (binary, too large, over the preview's budget, mode only).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
 }
 
 /// What applying a snapshot would do.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Preview {
     /// Files added, modified and deleted, by path.
     pub files: Vec<FileChange>,

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use awcp_aip_cli::{exit, ClientTlsArgs, RuntimeChoice, ServerArgs};
-use awcp_driver::delegator::daemon::{view_to_json, DaemonAccess, DaemonApi, DaemonClient};
+use awcp_driver::delegator::daemon::{api, DaemonAccess, DaemonApi, DaemonClient};
 use awcp_driver::{DelegateParams, DelegatorHandle, DelegatorOptions, Driver};
 use awcp_proto::engine::SnapshotMode;
 use awcp_proto::{AccessMode, AdmissionLimits, Auth, AuthType, TransportKind};
@@ -409,40 +409,46 @@ fn sh(s: &str) -> String {
 
 /// Tells the user (on stderr) how a delegation that did not fully succeed turned out and what
 /// to do; `retry` is what selects the same delegator (`--state-dir DIR` or `--daemon-url URL`).
-fn explain(v: &Value, retry: &str) {
-    let o = &v["outcome"];
-    let id = v["id"].as_str().unwrap_or("?");
-    let err = &o["error"];
-    match o["status"].as_str() {
-        Some("not_applied") => {
+fn explain(v: &api::Record, retry: &str) {
+    let o = &v.outcome;
+    let id = &v.id;
+    let code = |e: Option<&awcp_proto::ErrorInfo>| {
+        e.map(|e| e.code.as_str().to_owned()).unwrap_or_default()
+    };
+    let message =
+        |e: Option<&awcp_proto::ErrorInfo>| e.map(|e| e.message.clone()).unwrap_or_default();
+    let hint = |e: Option<&awcp_proto::ErrorInfo>| {
+        if let Some(h) = e.and_then(|e| e.hint.as_deref()) {
+            eprintln!("hint: {h}");
+        }
+    };
+    let err = o.error.as_ref();
+    match o.status.as_str() {
+        "not_applied" => {
             eprintln!(
                 "error: the result was NOT applied: {} {}",
-                err["code"].as_str().unwrap_or(""),
-                err["message"].as_str().unwrap_or("")
+                code(err),
+                message(err)
             );
-            if let Some(h) = err["hint"].as_str() {
-                eprintln!("hint: {h}");
-            }
-            match o["snapshotId"].as_str() {
+            hint(err);
+            match &o.snapshot_id {
                 Some(sid) => eprintln!(
                     "Nothing of it was written. The snapshot is kept. Fix the cause, then apply it:\n    awcp apply {id} {sid} {retry}\nor discard it:\n    awcp discard {id} {sid} {retry}"
                 ),
                 None => eprintln!(
                     "Nothing of it was written, and the executor was not acknowledged: it keeps the result until its retention ends ({}/tasks/{id}/result).",
-                    v["executorUrl"].as_str().unwrap_or("?").trim_end_matches('/')
+                    v.executor_url.trim_end_matches('/')
                 ),
             }
         }
-        Some("unreachable") => {
+        "unreachable" => {
             eprintln!(
                 "error: the executor at {} could not be reached ({}): {}",
-                v["executorUrl"].as_str().unwrap_or("?"),
-                err["code"].as_str().unwrap_or("?"),
-                err["message"].as_str().unwrap_or("")
+                v.executor_url,
+                code(err),
+                message(err)
             );
-            if let Some(h) = err["hint"].as_str() {
-                eprintln!("hint: {h}");
-            }
+            hint(err);
         }
         _ => {}
     }
@@ -517,9 +523,10 @@ fn delegator<R: Driver>(
     })
 }
 
-fn print_value(json: bool, v: &Value, human: impl FnOnce(&Value) -> String) {
+/// `v` as one line of JSON (`--json`) or as `human` renders it.
+fn print_value<T: serde::Serialize>(json: bool, v: &T, human: impl FnOnce(&T) -> String) {
     if json {
-        println!("{v}");
+        println!("{}", serde_json::to_string(v).unwrap_or_default());
     } else {
         print!("{}", human(v));
     }
@@ -611,19 +618,17 @@ async fn run<R: Driver>(cli: Cli) {
                 usage("--transport sshfs needs --sshfs-config (or --daemon)");
             }
             if daemon {
-                let body = json!({
-                    "executorUrl": peer,
-                    "environment": {"resources": [{"name": "workspace", "type": "fs", "source": dir, "mode": access.as_str()}]},
-                    "task": {"description": description, "prompt": prompt},
-                    "ttlSeconds": ttl,
-                    "accessMode": access.as_str(),
-                    "snapshotMode": mode.as_str(),
-                    "transport": transport.as_str(),
-                    "auth": auth.as_ref().map(|a| json!({"type": a.auth_type.as_str(), "credential": a.credential})),
-                    "allowSensitive": allow_sensitive,
-                });
+                let mut params = DelegateParams::new(peer, dir, prompt).description(description);
+                params.allow_sensitive = allow_sensitive;
+                params.transport = transport;
+                params.ttl_seconds = ttl;
+                params.access_mode = access;
+                params.resources[0].mode = access;
+                params.snapshot_mode = mode;
+                params.auth = auth;
+                let body = api::DelegateBody::from_params(&params).unwrap_or_else(|e| usage(e));
                 let id = client
-                    .delegate(body)
+                    .delegate(&body)
                     .await
                     .unwrap_or_else(|e| fail_daemon(e));
                 if background {
@@ -823,8 +828,9 @@ async fn run<R: Driver>(cli: Cli) {
             let v = client.list().await.unwrap_or_else(|e| fail_daemon(e));
             print_value(cli.json, &v, |v| {
                 table(
-                    &v["delegations"],
-                    ["id", "state", "description"],
+                    v.delegations
+                        .iter()
+                        .map(|d| [d.id.as_str(), &d.state, &d.description]),
                     "no delegations",
                 )
             });
@@ -857,16 +863,21 @@ async fn run<R: Driver>(cli: Cli) {
         }
         Cmd::Snapshots { id, state_dir } => {
             let v = match state_dir {
-                Some(dir) => {
-                    json!({"snapshots": local_record::<R>(dir, &id, client_tls).await["snapshots"]})
-                }
+                Some(dir) => api::Snapshots {
+                    snapshots: local_record::<R>(dir, &id, client_tls).await.snapshots,
+                },
                 None => client
                     .snapshots(&id)
                     .await
                     .unwrap_or_else(|e| fail_daemon(e)),
             };
             print_value(cli.json, &v, |v| {
-                table(&v["snapshots"], ["id", "status", "summary"], "no snapshots")
+                table(
+                    v.snapshots
+                        .iter()
+                        .map(|s| [s.id.as_str(), &s.status, &s.summary]),
+                    "no snapshots",
+                )
             });
         }
         Cmd::Diff {
@@ -884,13 +895,15 @@ async fn run<R: Driver>(cli: Cli) {
                         Some(d) => d
                             .get(&parse_id(&id))
                             .await
-                            .map(|v| view_to_json(&v)["snapshots"].clone())
+                            .map(|v| api::Record::of(&v).snapshots)
                             .unwrap_or_else(|| usage(format!("unknown delegation {id}"))),
-                        None => client
-                            .snapshots(&id)
-                            .await
-                            .unwrap_or_else(|e| fail_daemon(e))["snapshots"]
-                            .clone(),
+                        None => {
+                            client
+                                .snapshots(&id)
+                                .await
+                                .unwrap_or_else(|e| fail_daemon(e))
+                                .snapshots
+                        }
                     };
                     awcp_aip_cli::diff_view::pick_pending(&list).unwrap_or_else(|e| usage(e))
                 }
@@ -905,8 +918,7 @@ async fn run<R: Driver>(cli: Cli) {
                         .preview_snapshot(&parse_id(&id), &parse_snapshot(&sid), limits)
                         .await;
                     d.stop().await;
-                    r.map(|p| serde_json::to_value(p).unwrap_or_default())
-                        .unwrap_or_else(|e| usage(e.to_string()))
+                    r.unwrap_or_else(|e| usage(e.to_string()))
                 }
                 None => client
                     .diff(&id, &sid, max_bytes)
@@ -992,10 +1004,10 @@ async fn run<R: Driver>(cli: Cli) {
 
 /// The record of delegation `id` from the state directory `dir`, in-process (after the
 /// start-up recovery of interrupted applies).
-async fn local_record<R: Driver>(dir: PathBuf, id: &str, tls: agent_rt::ClientTls) -> Value {
+async fn local_record<R: Driver>(dir: PathBuf, id: &str, tls: agent_rt::ClientTls) -> api::Record {
     let d = delegator::<R>(dir, None, None, AdmissionLimits::default(), tls);
     let did = parse_id(id);
-    let v = d.get(&did).await.map(|v| view_to_json(&v));
+    let v = d.get(&did).await.map(|v| api::Record::of(&v));
     let note = unloaded_note(&d, &did);
     d.stop().await;
     v.unwrap_or_else(|| usage(format!("unknown delegation {id}{note}")))
@@ -1056,9 +1068,9 @@ async fn run_delegate<R: Driver>(
     let Some(view) = view else {
         fail("the delegation disappeared");
     };
-    let v = view_to_json(&view);
+    let v = api::Record::of(&view);
     if json {
-        println!("{v}");
+        println!("{}", serde_json::to_string(&v).unwrap_or_default());
     } else {
         print!("{}", awcp_aip_cli::describe(&view));
     }
@@ -1069,17 +1081,11 @@ async fn run_delegate<R: Driver>(
     exit_for(&v);
 }
 
-/// One line per row of a JSON array: three columns, or `empty` when there are no rows.
-fn table(rows: &Value, cols: [&str; 3], empty: &str) -> String {
+/// One line per row, three columns, or `empty` when there are no rows.
+fn table<'a>(rows: impl IntoIterator<Item = [&'a str; 3]>, empty: &str) -> String {
     let mut s = String::new();
-    for r in rows.as_array().into_iter().flatten() {
-        let c = |k: &str| r[k].as_str().unwrap_or("").to_owned();
-        s.push_str(&format!(
-            "{}  {:10}  {}\n",
-            c(cols[0]),
-            c(cols[1]),
-            c(cols[2])
-        ));
+    for [a, b, c] in rows {
+        s.push_str(&format!("{a}  {b:10}  {c}\n"));
     }
     if s.is_empty() {
         s = format!("{empty}\n");
@@ -1087,64 +1093,45 @@ fn table(rows: &Value, cols: [&str; 3], empty: &str) -> String {
     s
 }
 
-fn human_record(v: &Value) -> String {
-    let mut s = format!(
-        "delegation {} {}\n",
-        v["id"].as_str().unwrap_or("?"),
-        v["state"].as_str().unwrap_or("?")
-    );
-    if let Some(r) = v.get("result").filter(|r| !r.is_null()) {
-        s.push_str(&format!(
-            "summary: {}\n",
-            r["summary"].as_str().unwrap_or("")
-        ));
+fn human_record(v: &api::Record) -> String {
+    let mut s = format!("delegation {} {}\n", v.id, v.state);
+    if let Some(r) = &v.result {
+        s.push_str(&format!("summary: {}\n", r.summary));
     }
-    if let Some(e) = v.get("error").filter(|e| !e.is_null()) {
-        s.push_str(&format!(
-            "error: {} {}\n",
-            e["code"].as_str().unwrap_or(""),
-            e["message"].as_str().unwrap_or("")
-        ));
-        if let Some(h) = e["hint"].as_str() {
+    if let Some(e) = &v.error {
+        s.push_str(&format!("error: {} {}\n", e.code.as_str(), e.message));
+        if let Some(h) = &e.hint {
             s.push_str(&format!("hint: {h}\n"));
         }
     }
-    for w in v["warnings"].as_array().into_iter().flatten() {
-        s.push_str(&format!("warning: {}\n", w.as_str().unwrap_or("")));
+    for w in &v.warnings {
+        s.push_str(&format!("warning: {w}\n"));
     }
-    for x in v["snapshots"].as_array().into_iter().flatten() {
-        let why = match (x["status"].as_str(), x["error"]["message"].as_str()) {
-            (Some("failed"), Some(m)) => format!(" (not stored: {m})"),
-            (_, Some(m)) => format!(" (not applied: {m})"),
+    for x in &v.snapshots {
+        let why = match (x.status.as_str(), &x.error) {
+            ("failed", Some(e)) => format!(" (not stored: {})", e.message),
+            (_, Some(e)) => format!(" (not applied: {})", e.message),
             _ => String::new(),
         };
-        s.push_str(&format!(
-            "snapshot {}: {}{why}\n",
-            x["id"].as_str().unwrap_or(""),
-            x["status"].as_str().unwrap_or("")
-        ));
+        s.push_str(&format!("snapshot {}: {}{why}\n", x.id, x.status));
     }
-    let not_shipped: Vec<(String, String)> = v["notShipped"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|x| {
-            let f = |k: &str| x[k].as_str().unwrap_or("").to_owned();
-            (f("path"), f("reason"))
-        })
+    let not_shipped: Vec<(String, String)> = v
+        .not_shipped
+        .iter()
+        .map(|x| (x.path.clone(), x.reason.clone()))
         .collect();
     s.push_str(&awcp_aip_cli::not_shipped_lines(
         &not_shipped,
-        v["notShippedCount"].as_u64().unwrap_or(0),
+        v.not_shipped_count,
     ));
-    if let Some(m) = v["outcome"]["message"].as_str() {
-        s.push_str(&format!("outcome: {m}\n"));
+    if !v.outcome.message.is_empty() {
+        s.push_str(&format!("outcome: {}\n", v.outcome.message));
     }
     s
 }
 
 /// Exits with the code of a delegation record's outcome, unless it is 0.
-fn exit_for(v: &Value) {
+fn exit_for(v: &api::Record) {
     let code = exit::for_record(v);
     if code != exit::OK {
         std::process::exit(code);

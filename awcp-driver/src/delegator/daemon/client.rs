@@ -62,25 +62,19 @@ impl<R: Runtime> DaemonClient<R> {
             .collect()
     }
 
-    async fn call(
+    /// Calls the daemon and reads its answer as a `T`.
+    async fn call<T: serde::de::DeserializeOwned>(
         &self,
         method: Method,
         path: &str,
-        body: Option<Value>,
+        body: Option<Bytes>,
         timeout: Duration,
-    ) -> Result<Value, DaemonError> {
+    ) -> Result<T, DaemonError> {
         let url = format!("{}{path}", self.base);
         let auth = self.auth_headers();
         let r = self
             .http
-            .request(
-                method,
-                &url,
-                &auth,
-                body.map(|b| Bytes::from(b.to_string())),
-                timeout,
-                64 * 1024 * 1024,
-            )
+            .request(method, &url, &auth, body, timeout, 64 * 1024 * 1024)
             .await
             .map_err(|e| DaemonError {
                 status: 0,
@@ -88,10 +82,16 @@ impl<R: Runtime> DaemonClient<R> {
                 code: None,
                 hint: Some(format!("is the daemon running at {}?", self.base)),
             })?;
-        let v: Value = serde_json::from_slice(&r.1).unwrap_or(Value::Null);
         if (200..300).contains(&r.0) {
-            Ok(v)
-        } else if let Some(e) = self.not_a_daemon(r.0, timeout).await {
+            return serde_json::from_slice(&r.1).map_err(|e| DaemonError {
+                status: r.0,
+                message: format!("unexpected answer from the daemon at {}: {e}", self.base),
+                code: None,
+                hint: Some("Is --daemon-url an `awcp daemon` of this version?".into()),
+            });
+        }
+        let v: Value = serde_json::from_slice(&r.1).unwrap_or(Value::Null);
+        if let Some(e) = self.not_a_daemon(r.0, timeout).await {
             Err(e)
         } else {
             Err(DaemonError {
@@ -148,24 +148,28 @@ impl<R: Runtime> DaemonClient<R> {
         })
     }
 
-    /// `POST /delegate` with a request body in the daemon's shape; returns the id.
-    pub async fn delegate(&self, body: Value) -> Result<String, DaemonError> {
-        let v = self
+    /// `POST /delegate`: starts a delegation (answers once it has started); returns its id.
+    /// [`api::DelegateBody::from_params`] builds the body from [`DelegateParams`].
+    pub async fn delegate(&self, body: &api::DelegateBody) -> Result<String, DaemonError> {
+        let body = serde_json::to_vec(body).map_err(|e| DaemonError {
+            status: 0,
+            message: format!("encoding the request: {e}"),
+            code: None,
+            hint: None,
+        })?;
+        let v: api::Delegated = self
             .call(
                 Method::POST,
                 "/delegate",
-                Some(body),
+                Some(Bytes::from(body)),
                 Duration::from_secs(600),
             )
             .await?;
-        Ok(v.get("delegationId")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned())
+        Ok(v.delegation_id)
     }
 
-    /// `GET /delegation/{id}`.
-    pub async fn get(&self, id: &str) -> Result<Value, DaemonError> {
+    /// `GET /delegation/{id}`: the delegation's record.
+    pub async fn get(&self, id: &str) -> Result<api::Record, DaemonError> {
         self.call(
             Method::GET,
             &format!("/delegation/{id}"),
@@ -175,22 +179,23 @@ impl<R: Runtime> DaemonClient<R> {
         .await
     }
 
-    /// `GET /delegation/{id}/wait?timeout=S`.
-    pub async fn wait(&self, id: &str, timeout: Duration) -> Result<Value, DaemonError> {
+    /// `GET /delegation/{id}/wait?timeout=S`: the record once the delegation has ended (an
+    /// error with status 408 if it is still running after `timeout`).
+    pub async fn wait(&self, id: &str, timeout: Duration) -> Result<api::Record, DaemonError> {
         let path = format!("/delegation/{id}/wait?timeout={}", timeout.as_secs());
         self.call(Method::GET, &path, None, timeout + Duration::from_secs(5))
             .await
     }
 
-    /// `GET /delegations`.
-    pub async fn list(&self) -> Result<Value, DaemonError> {
+    /// `GET /delegations`: every delegation the daemon knows.
+    pub async fn list(&self) -> Result<api::Delegations, DaemonError> {
         self.call(Method::GET, "/delegations", None, self.timeout)
             .await
     }
 
     /// `DELETE /delegation/{id}`.
     pub async fn cancel(&self, id: &str) -> Result<(), DaemonError> {
-        self.call(
+        self.call::<serde::de::IgnoredAny>(
             Method::DELETE,
             &format!("/delegation/{id}"),
             None,
@@ -200,13 +205,12 @@ impl<R: Runtime> DaemonClient<R> {
         .map(|_| ())
     }
 
-    /// `GET /delegation/{id}/events`: the delegation's live events (see
-    /// [`super::event_json`]), the current state first, ending after `ended` (or when the
-    /// connection to the daemon drops).
+    /// `GET /delegation/{id}/events`: the delegation's live events, the current state first,
+    /// ending after [`api::LiveEvent::Ended`] (or when the connection to the daemon drops).
     pub async fn events(
         &self,
         id: &str,
-    ) -> Result<futures::stream::BoxStream<'static, Value>, DaemonError> {
+    ) -> Result<futures::stream::BoxStream<'static, api::LiveEvent>, DaemonError> {
         let url = format!("{}/delegation/{id}/events", self.base);
         let mut headers = self.auth_headers();
         headers.push(("accept", "text/event-stream".into()));
@@ -225,7 +229,7 @@ impl<R: Runtime> DaemonClient<R> {
         if !resp.status().is_success() {
             // Answer with the daemon's own error for this route.
             return Err(self
-                .call(
+                .call::<serde::de::IgnoredAny>(
                     Method::GET,
                     &format!("/delegation/{id}"),
                     None,
@@ -271,8 +275,8 @@ impl<R: Runtime> DaemonClient<R> {
         Ok(Box::pin(events))
     }
 
-    /// `GET /delegation/{id}/snapshots`.
-    pub async fn snapshots(&self, id: &str) -> Result<Value, DaemonError> {
+    /// `GET /delegation/{id}/snapshots`: its snapshots, oldest first.
+    pub async fn snapshots(&self, id: &str) -> Result<api::Snapshots, DaemonError> {
         self.call(
             Method::GET,
             &format!("/delegation/{id}/snapshots"),
@@ -284,7 +288,7 @@ impl<R: Runtime> DaemonClient<R> {
 
     /// `POST /delegation/{id}/snapshots/{sid}/apply`.
     pub async fn apply(&self, id: &str, sid: &str) -> Result<(), DaemonError> {
-        self.call(
+        self.call::<serde::de::IgnoredAny>(
             Method::POST,
             &format!("/delegation/{id}/snapshots/{sid}/apply"),
             None,
@@ -296,7 +300,12 @@ impl<R: Runtime> DaemonClient<R> {
 
     /// `GET /delegation/{id}/snapshots/{sid}/diff?max_bytes=N`: what applying the snapshot
     /// would do (files added, modified, deleted with unified diffs; conflicts; refusals).
-    pub async fn diff(&self, id: &str, sid: &str, max_bytes: usize) -> Result<Value, DaemonError> {
+    pub async fn diff(
+        &self,
+        id: &str,
+        sid: &str,
+        max_bytes: usize,
+    ) -> Result<crate::delegator::Preview, DaemonError> {
         self.call(
             Method::GET,
             &format!("/delegation/{id}/snapshots/{sid}/diff?max_bytes={max_bytes}"),
@@ -308,7 +317,7 @@ impl<R: Runtime> DaemonClient<R> {
 
     /// `POST /delegation/{id}/snapshots/{sid}/discard`.
     pub async fn discard(&self, id: &str, sid: &str) -> Result<(), DaemonError> {
-        self.call(
+        self.call::<serde::de::IgnoredAny>(
             Method::POST,
             &format!("/delegation/{id}/snapshots/{sid}/discard"),
             None,
@@ -320,7 +329,7 @@ impl<R: Runtime> DaemonClient<R> {
 
     /// `GET /health`.
     pub async fn health(&self) -> Result<(), DaemonError> {
-        self.call(Method::GET, "/health", None, Duration::from_secs(5))
+        self.call::<serde::de::IgnoredAny>(Method::GET, "/health", None, Duration::from_secs(5))
             .await
             .map(|_| ())
     }

@@ -4,10 +4,10 @@
 
 use futures::stream::{self, StreamExt};
 
-use super::json::{event_json, transfer_json};
+use super::api::LiveEvent;
 use super::*;
 
-/// Streams `id`'s events (see [`event_json`]), or 404.
+/// Streams `id`'s events (see [`LiveEvent`]), or 404.
 pub(super) async fn stream(d: &DelegatorHandle, id: DelegationId) -> http::Response<ResponseBody> {
     // Subscribe first, then look: nothing that happens in between is missed.
     let events = d.events();
@@ -15,20 +15,21 @@ pub(super) async fn stream(d: &DelegatorHandle, id: DelegationId) -> http::Respo
     let Some(v) = d.get(&id).await else {
         return super::not_found(&id);
     };
-    let mut first = vec![json!({"type": "state", "state": v.state.as_str()})];
+    let mut first = vec![LiveEvent::State {
+        state: v.state.as_str().into(),
+    }];
     if v.ended {
-        first.push(json!({"type": "ended", "state": v.state.as_str(),
-            "error": v.error.as_ref().map(|e| json!({"code": e.code.as_str(), "message": e.message}))}));
+        first.push(LiveEvent::ended(v.state, v.error.as_ref()));
     }
     let (a, b) = (id.clone(), id);
     let live = stream::select(
         events.filter_map(move |e| {
-            let v = event_json(&e).filter(|(i, _)| **i == a).map(|(_, v)| v);
+            let v = LiveEvent::of(&e).filter(|(i, _)| **i == a).map(|(_, v)| v);
             futures::future::ready(v)
         }),
         transfers
             .filter(move |t| futures::future::ready(t.id == b))
-            .map(|t| transfer_json(&t)),
+            .map(|t| LiveEvent::transfer(&t)),
     );
     let body = stream::iter(first)
         .chain(live)
@@ -36,12 +37,12 @@ pub(super) async fn stream(d: &DelegatorHandle, id: DelegationId) -> http::Respo
             if *done {
                 return futures::future::ready(None);
             }
-            *done = v["type"] == "ended";
+            *done = matches!(v, LiveEvent::Ended { .. });
             futures::future::ready(Some(v))
         })
         .map(|v| {
             Ok::<_, std::convert::Infallible>(hyper::body::Frame::data(Bytes::from(
-                awcp_proto::sse::encode_data(&v.to_string()),
+                awcp_proto::sse::encode_data(&serde_json::to_string(&v).unwrap_or_default()),
             )))
         });
     http::Response::builder()

@@ -25,16 +25,10 @@
 //! 4. A request body must be `application/json` (a page can send `text/plain` without a CORS
 //!    preflight; JSON needs one, which this API never grants), 415.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
-use awcp_proto::engine::delegator::{DelegationView, Outcome, SnapshotStatus};
-use awcp_proto::engine::SnapshotMode;
-use awcp_proto::{
-    AccessMode, Auth, AuthType, DelegationId, DelegationState, DelegatorEvent, Dialect, ErrorCode,
-    ErrorInfo, ResourceName, SnapshotId, TaskSpec, TransportKind,
-};
-use awcp_transports::ResourceSpec;
+use awcp_proto::engine::delegator::SnapshotStatus;
+use awcp_proto::{DelegationId, DelegatorEvent, ErrorCode, ErrorInfo, SnapshotId};
 use bytes::Bytes;
 use futures::StreamExt;
 use http::Method;
@@ -46,13 +40,13 @@ use crate::net::{self, json_response, ResponseBody};
 use crate::runtime::Runtime;
 use crate::security;
 
+pub mod api;
 mod client;
 mod events;
 mod json;
 
 pub use client::{DaemonClient, DaemonError};
-use json::{bad, parse_delegate, snapshot_json, usage};
-pub use json::{event_json, outcome_json, transfer_json, view_to_json};
+use json::{bad, ok_json, parse_delegate, usage};
 
 /// Delegates and waits until the delegation is started (or ended), like the reference daemon.
 pub async fn delegate_started(
@@ -235,36 +229,32 @@ where
                 Ok(b) => b.to_bytes(),
                 Err(_) => return bad("request body too large or unreadable"),
             };
-            let v: Value = match serde_json::from_slice(&body) {
-                Ok(v) => v,
-                Err(e) => return bad(format!("malformed JSON: {e}")),
-            };
-            let params = match parse_delegate(&v) {
+            let params = match parse_delegate(&body) {
                 Ok(p) => p,
                 Err(e) => return bad(e),
             };
             match delegate_started(d, params).await {
-                Ok(id) => json_response(200, json!({"delegationId": id.as_str()}).to_string()),
+                Ok(id) => ok_json(&api::Delegated {
+                    delegation_id: id.as_str().into(),
+                }),
                 Err(e) => usage(e),
             }
         }
         (Method::GET, ["delegations"]) => {
             let all = d.list().await;
-            let active = all.iter().filter(|v| !v.state.is_terminal()).count();
-            json_response(
-                200,
-                json!({
-                    "activeDelegations": active,
-                    "delegations": all.iter().map(|v| json!({
-                        "id": v.request.id.as_str(),
-                        "state": v.state.as_str(),
-                        "executorUrl": v.request.peer,
-                        "createdAt": v.created_at.to_rfc3339(),
-                        "description": v.request.task.description,
-                    })).collect::<Vec<_>>(),
-                })
-                .to_string(),
-            )
+            ok_json(&api::Delegations {
+                active_delegations: all.iter().filter(|v| !v.state.is_terminal()).count(),
+                delegations: all
+                    .iter()
+                    .map(|v| api::Summary {
+                        id: v.request.id.as_str().into(),
+                        state: v.state.as_str().into(),
+                        executor_url: v.request.peer.clone(),
+                        created_at: v.created_at.to_rfc3339(),
+                        description: v.request.task.description.clone(),
+                    })
+                    .collect(),
+            })
         }
         (m, ["delegation", id, rest @ ..]) => {
             let id = match id_of(id) {
@@ -273,7 +263,7 @@ where
             };
             match (m, rest) {
                 (Method::GET, []) => match d.get(&id).await {
-                    Some(v) => json_response(200, view_to_json(&v).to_string()),
+                    Some(v) => ok_json(&api::Record::of(&v)),
                     None => not_found(&id),
                 },
                 (Method::GET, ["wait"]) => {
@@ -289,13 +279,16 @@ where
                             match futures::future::select(w, t).await {
                                 futures::future::Either::Left((v, _)) => v,
                                 futures::future::Either::Right(_) => {
-                                    return json_response(408, json!({"error": "still running", "timeout": s}).to_string())
+                                    return json_response(
+                                        408,
+                                        json!({"error": "still running", "timeout": s}).to_string(),
+                                    )
                                 }
                             }
                         }
                     };
                     match waited {
-                        Ok(v) => json_response(200, view_to_json(&v).to_string()),
+                        Ok(v) => ok_json(&api::Record::of(&v)),
                         Err(DelegatorError::Usage(_)) => not_found(&id),
                         Err(e) => json_response(
                             503,
@@ -309,10 +302,13 @@ where
                 },
                 (Method::GET, ["events"]) => events::stream(d, id).await,
                 (Method::GET, ["snapshots"]) => match d.get(&id).await {
-                    Some(v) => json_response(
-                        200,
-                        json!({"snapshots": v.snapshots.iter().map(|s| snapshot_json(&v, s)).collect::<Vec<_>>()}).to_string(),
-                    ),
+                    Some(v) => ok_json(&api::Snapshots {
+                        snapshots: v
+                            .snapshots
+                            .iter()
+                            .map(|s| api::Snapshot::of(&v, s))
+                            .collect(),
+                    }),
                     None => not_found(&id),
                 },
                 (Method::POST, ["snapshots", sid, "apply"]) => {
@@ -332,10 +328,7 @@ where
                     };
                     let limits = diff_limits(Some(&query));
                     match d.preview_snapshot(&id, &sid, limits).await {
-                        Ok(p) => json_response(
-                            200,
-                            serde_json::to_string(&p).unwrap_or_else(|_| "{}".into()),
-                        ),
+                        Ok(p) => ok_json(&p),
                         Err(e) => usage(e),
                     }
                 }
@@ -349,7 +342,10 @@ where
                         Err(e) => usage(e),
                     }
                 }
-                _ => json_response(404, json!({"error": format!("no route {path}")}).to_string()),
+                _ => json_response(
+                    404,
+                    json!({"error": format!("no route {path}")}).to_string(),
+                ),
             }
         }
         _ => json_response(

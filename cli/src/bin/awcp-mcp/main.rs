@@ -32,7 +32,6 @@ use awcp_tokio::TokioRuntime;
 use awcp_transports::{ArchiveDelegator, ArchiveDelegatorConfig};
 use clap::Parser;
 use rmcp::ServiceExt;
-use serde_json::Value;
 
 /// Command line of `awcp-mcp`.
 #[derive(Parser, Debug)]
@@ -258,15 +257,12 @@ async fn cancel_running(client: &DaemonClient<TokioRuntime>) {
     let Ok(list) = client.list().await else {
         return;
     };
-    for d in list["delegations"].as_array().into_iter().flatten() {
-        let state = d["state"].as_str().unwrap_or("");
-        if ["completed", "error", "cancelled", "expired"].contains(&state) {
+    for d in list.delegations {
+        if ["completed", "error", "cancelled", "expired"].contains(&d.state.as_str()) {
             continue;
         }
-        if let Some(id) = d.get("id").and_then(Value::as_str) {
-            tracing::info!(%id, "cancelling on exit");
-            let _ = client.cancel(id).await;
-        }
+        tracing::info!(id = %d.id, "cancelling on exit");
+        let _ = client.cancel(&d.id).await;
     }
 }
 
@@ -331,7 +327,8 @@ mod tests {
             .expect("a ```json block after the marker")
             + 7;
         let close = rest[open..].find("```").expect("closing fence") + open;
-        let v: Value = serde_json::from_str(&rest[open..close]).expect("the snippet is JSON");
+        let v: serde_json::Value =
+            serde_json::from_str(&rest[open..close]).expect("the snippet is JSON");
         let server = &v["mcpServers"]["awcp"];
         assert_eq!(server["command"], "awcp-mcp");
         let mut argv = vec!["awcp-mcp".to_owned()];

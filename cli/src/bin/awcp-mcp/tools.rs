@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use awcp_driver::delegator::daemon::{DaemonClient, DaemonError};
+use awcp_driver::delegator::daemon::{api, DaemonClient, DaemonError};
 use awcp_proto::engine::delegator::FetchedResult;
 use awcp_proto::DelegationId;
 use awcp_tokio::TokioRuntime;
@@ -234,6 +234,25 @@ struct RecoverArgs {
 
 /// The executor credential of a call: both parameters or neither. A credential without its
 /// type is refused rather than dropped (it would silently go unsent); a type alone too.
+/// A daemon answer as the JSON the tools report (their text is rendered from it, and it is
+/// their `structuredContent`).
+fn json_of<T: serde::Serialize>(answer: T) -> Value {
+    serde_json::to_value(answer).unwrap_or(Value::Null)
+}
+
+/// A resource of a `POST /delegate` body.
+fn resource(name: &str, dir: &Path, mode: &str) -> Result<api::DelegateResource, ToolError> {
+    let source = dir
+        .to_str()
+        .ok_or_else(|| ToolError::new(format!("{}: not a UTF-8 path", dir.display())))?;
+    Ok(api::DelegateResource {
+        name: Some(name.to_owned()),
+        kind: "fs".into(),
+        source: Some(source.to_owned()),
+        mode: Some(mode.to_owned()),
+    })
+}
+
 fn auth_of(
     auth_type: &Option<String>,
     credential: &Option<String>,
@@ -936,15 +955,12 @@ impl AwcpMcp {
                     let mode = r.mode.clone().unwrap_or_else(|| access.clone());
                     check_mode(&format!("resources[{}].mode", r.name), &mode)?;
                     let dir = resolve_dir(&r.path, cwd).map_err(ToolError::new)?;
-                    resources
-                        .push(json!({"name": r.name, "type": "fs", "source": dir, "mode": mode}));
+                    resources.push(resource(&r.name, &dir, &mode)?);
                 }
             }
             (_, Some(w)) => {
                 let dir = resolve_dir(w, cwd).map_err(ToolError::new)?;
-                resources.push(
-                    json!({"name": "workspace", "type": "fs", "source": dir, "mode": access}),
-                );
+                resources.push(resource("workspace", &dir, &access)?);
             }
             _ => {
                 return Err(ToolError::new(
@@ -952,27 +968,27 @@ impl AwcpMcp {
                 ))
             }
         }
-        let auth = match &auth {
-            Some(x) => json!({"type": x.auth_type.as_str(), "credential": x.credential}),
-            None => Value::Null,
+        let names: Vec<String> = resources.iter().filter_map(|r| r.name.clone()).collect();
+        let body = api::DelegateBody {
+            executor_url: Some(peer.clone()),
+            environment: Some(api::DelegateEnvironment { resources }),
+            task: Some(api::Task {
+                description: a.description.clone(),
+                prompt: a.prompt.clone(),
+            }),
+            ttl_seconds: Some(ttl),
+            access_mode: Some(access),
+            snapshot_mode: Some(snapshot_mode.clone()),
+            transport: Some(transport),
+            auth: auth.map(|x| api::DelegateAuth {
+                auth_type: Some(x.auth_type.as_str().to_owned()),
+                credential: Some(x.credential),
+            }),
+            allow_sensitive: Some(a.allow_sensitive),
+            ..Default::default()
         };
-        let body = json!({
-            "executorUrl": peer,
-            "environment": {"resources": resources},
-            "task": {"description": a.description, "prompt": a.prompt},
-            "ttlSeconds": ttl,
-            "accessMode": access,
-            "snapshotMode": snapshot_mode,
-            "transport": transport,
-            "auth": auth,
-            "allowSensitive": a.allow_sensitive,
-        });
-        let id = self.client.delegate(body).await?;
+        let id = self.client.delegate(&body).await?;
         tracing::info!(%id, %peer, background = a.background, "delegation started");
-        let names: Vec<&str> = resources
-            .iter()
-            .filter_map(|r| r["name"].as_str())
-            .collect();
         if a.background {
             let mut text = format!(
                 "Delegation started in the background.\nDelegation: {id}\nExecutor: {peer}\nResources: {}\n",
@@ -1008,7 +1024,12 @@ impl AwcpMcp {
             s.send(format!("delegation {id} started with {peer}")).await;
         }
         // A whole-second long poll a little past the budget; the budget timer decides.
-        let wait = self.client.wait(id, budget + Duration::from_secs(1));
+        let wait = async {
+            self.client
+                .wait(id, budget + Duration::from_secs(1))
+                .await
+                .map(json_of)
+        };
         tokio::pin!(wait);
         let deadline = tokio::time::sleep(budget);
         tokio::pin!(deadline);
@@ -1040,7 +1061,7 @@ impl AwcpMcp {
             }
         }
         // Still running at the end of the budget: hand the id back before the client gives up.
-        let mut v = self.client.get(id).await?;
+        let mut v = self.client.get(id).await.map(json_of)?;
         if is_over(&v) {
             return Ok((report(&v), v));
         }
@@ -1076,7 +1097,7 @@ impl AwcpMcp {
         if timeout == 0 {
             return Err(ToolError::new("timeout must be a positive integer"));
         }
-        let mut v = self.client.get(&a.delegation_id).await?;
+        let mut v = self.client.get(&a.delegation_id).await.map(json_of)?;
         if !a.block || is_over(&v) {
             self.add_progress(&mut v);
             return Ok((self.report_with_progress(&v), v));
@@ -1085,6 +1106,7 @@ impl AwcpMcp {
             .client
             .wait(&a.delegation_id, Duration::from_secs(timeout))
             .await
+            .map(json_of)
         {
             Ok(mut v) => {
                 self.add_progress(&mut v);
@@ -1115,7 +1137,7 @@ impl AwcpMcp {
     async fn cancel(&self, a: &Option<JsonObject>) -> ToolResult {
         let a: CancelArgs = args("delegate_cancel", a)?;
         if a.all {
-            let list = self.client.list().await?;
+            let list = self.client.list().await.map(json_of)?;
             let mut cancelled = Vec::new();
             let mut failed = Vec::new();
             for d in list["delegations"].as_array().into_iter().flatten() {
@@ -1154,78 +1176,80 @@ impl AwcpMcp {
 
     async fn snapshots(&self, a: &Option<JsonObject>) -> ToolResult {
         let a: IdArgs = args("delegate_snapshots", a)?;
-        let mut v = self.client.snapshots(&a.delegation_id).await?;
+        let list = self.client.snapshots(&a.delegation_id).await?.snapshots;
         // A pending snapshot comes with what applying it would do (bounded: the model reads
         // it), so it can be reviewed before delegate_apply_snapshot.
-        if let Some(list) = v["snapshots"].as_array_mut() {
-            for s in list.iter_mut().filter(|s| s["status"] == "pending") {
-                let Some(sid) = s["id"].as_str().map(str::to_owned) else {
-                    continue;
-                };
-                if let Ok(p) = self
+        let mut previews = Vec::with_capacity(list.len());
+        for s in &list {
+            previews.push(match s.status.as_str() {
+                "pending" => self
                     .client
-                    .diff(&a.delegation_id, &sid, MCP_DIFF_BYTES)
+                    .diff(&a.delegation_id, &s.id, MCP_DIFF_BYTES)
                     .await
-                {
-                    s["preview"] = p;
-                }
-            }
+                    .ok(),
+                _ => None,
+            });
         }
-        let list = v["snapshots"].as_array().cloned().unwrap_or_default();
         let mut text = format!(
             "Delegation {}: {} snapshot(s)\n",
             a.delegation_id,
             list.len()
         );
-        for s in &list {
+        for (s, preview) in list.iter().zip(&previews) {
             text.push_str(&format!(
                 "\n- {} [{}]{}\n  {}\n",
-                s["id"].as_str().unwrap_or("?"),
-                s["status"].as_str().unwrap_or("?"),
-                if s["recommended"].as_bool() == Some(true) {
-                    " (recommended)"
-                } else {
-                    ""
-                },
-                s["summary"].as_str().unwrap_or("")
+                s.id,
+                s.status,
+                if s.recommended { " (recommended)" } else { "" },
+                s.summary
             ));
-            let m = &s["metadata"];
-            if let Some(n) = m.get("fileCount").and_then(Value::as_u64) {
+            let m = |k: &str| s.metadata.get(k).cloned().unwrap_or(Value::Null);
+            if let Some(n) = m("fileCount").as_u64() {
                 text.push_str(&format!("  files: {n}"));
-                if let Some(b) = m.get("totalBytes").and_then(Value::as_u64) {
+                if let Some(b) = m("totalBytes").as_u64() {
                     text.push_str(&format!(", {b} bytes"));
                 }
                 text.push('\n');
             }
-            if s["preview"].is_object() {
-                text.push_str("  applying it would do:\n");
-                for line in awcp_aip_cli::diff_view::render(&s["preview"]).lines() {
-                    text.push_str(&format!("    {line}\n"));
+            match preview {
+                Some(p) => {
+                    text.push_str("  applying it would do:\n");
+                    for line in awcp_aip_cli::diff_view::render(p).lines() {
+                        text.push_str(&format!("    {line}\n"));
+                    }
                 }
-            } else {
-                text.push_str(&file_list("changed", &m["changedFiles"]));
-                text.push_str(&file_list("deleted", &m["deletedFiles"]));
+                None => {
+                    text.push_str(&file_list("changed", &m("changedFiles")));
+                    text.push_str(&file_list("deleted", &m("deletedFiles")));
+                }
             }
-            let e = &s["error"];
-            if e.is_object() {
-                let why = [e["code"].as_str(), e["message"].as_str()]
+            if let Some(e) = &s.error {
+                let why = [e.code.as_str(), e.message.as_str()]
                     .into_iter()
-                    .flatten()
                     .filter(|x| !x.is_empty())
                     .collect::<Vec<_>>()
                     .join(": ");
-                let verb = if s["status"] == "failed" {
+                let verb = if s.status == "failed" {
                     "failed"
                 } else {
                     "could not be applied"
                 };
                 text.push_str(&format!("  {verb}: {why}\n"));
-                if let Some(h) = e["hint"].as_str() {
+                if let Some(h) = &e.hint {
                     text.push_str(&format!("  hint: {h}\n"));
                 }
             }
         }
-        if list.iter().any(|s| s["status"] == "pending") {
+        let any_pending = list.iter().any(|s| s.status == "pending");
+        let mut v = json!({"snapshots": list});
+        if let Some(entries) = v["snapshots"].as_array_mut() {
+            for (e, p) in entries.iter_mut().zip(previews) {
+                if let Some(p) = p {
+                    e["preview"] = json_of(p);
+                }
+            }
+        }
+        if any_pending {
             text.push_str("\nApply one with delegate_apply_snapshot or drop it with delegate_discard_snapshot.\n");
         }
         Ok((text, v))
@@ -1261,7 +1285,7 @@ impl AwcpMcp {
         let a: RecoverArgs = args("delegate_recover", a)?;
         let id = DelegationId::new(a.delegation_id.as_str())
             .map_err(|e| ToolError::new(format!("delegation_id: {e}")))?;
-        match self.client.get(id.as_str()).await {
+        match self.client.get(id.as_str()).await.map(json_of) {
             Ok(v) => {
                 let text = format!(
                     "Re-attached: the daemon at {} still tracks this delegation; delegate_output, \
