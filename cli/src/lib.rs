@@ -3,6 +3,7 @@
 pub mod aip_agent;
 pub mod aip_group;
 pub mod diff_view;
+mod term;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -103,7 +104,7 @@ pub fn init_logging(quiet: bool, format: LogFormat) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let b = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(term::LogWriter::default)
         .with_target(false);
     let _ = match format {
         // Colour only for a person at a terminal; never escape codes in a file or a pipe.
@@ -335,7 +336,7 @@ impl Progress {
         };
         let elapsed = self.started.elapsed().as_secs_f32();
         if self.tty {
-            eprint!("\r\x1b[2K[{elapsed:6.1}s] {line}");
+            term::draw_progress(&format!("[{elapsed:6.1}s] {line}"));
         } else {
             eprintln!("[{elapsed:6.1}s] {line}");
         }
@@ -344,7 +345,7 @@ impl Progress {
     /// Ends the progress line.
     pub fn finish(&self) {
         if self.tty && !self.json {
-            eprintln!();
+            term::end_progress();
         }
     }
 }

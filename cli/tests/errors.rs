@@ -1,6 +1,6 @@
 //! Issue 15, item 5: the errors a user meets, said as they happened and with what to do, run
-//! through the real `awcp` binary. Each row: the command, its exit code, what stderr must say
-//! and what it must not say.
+//! through the real `awcp` binary. Each row: the command, its exit code, what the user must be
+//! told (stdout and stderr) and what must not be said.
 
 mod support;
 
@@ -63,6 +63,29 @@ fn every_user_facing_error_says_what_happened_and_what_to_do() {
         .trim()
         .to_owned();
     let refused = format!("http://127.0.0.1:{}/awcp", closed_port());
+    let no_daemon = format!("http://127.0.0.1:{}", closed_port());
+    let (_guarded, guarded_url) = announced(
+        env!("CARGO_BIN_EXE_awcp-executor"),
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--quiet",
+            "--work-root",
+            dir.path().join("gwork").to_str().unwrap(),
+            "--state-dir",
+            dir.path().join("gstate").to_str().unwrap(),
+            "--auth-token",
+            "s3cret",
+        ],
+        "awcp-executor listening on ",
+    );
+    let secret_ws = dir.path().join("secret-ws");
+    std::fs::create_dir_all(&secret_ws).unwrap();
+    std::fs::write(secret_ws.join(".env"), "KEY=1\n").unwrap();
+    std::fs::write(secret_ws.join("b.txt"), "b\n").unwrap();
+    let secret_ws = secret_ws.to_str().unwrap().to_owned();
+    let empty_state = dir.path().join("empty-state").to_str().unwrap().to_owned();
+    let unknown_id = "dlg_00000000000000000000000000000000";
     let bad_config = dir.path().join("awcp.json");
     std::fs::write(&bad_config, r#"{"peers": "http://x"}"#).unwrap();
     let bad_config = bad_config.to_str().unwrap().to_owned();
@@ -160,12 +183,168 @@ fn every_user_facing_error_says_what_happened_and_what_to_do() {
             ],
             never: &["TIMEOUT"],
         },
+        Row {
+            what: "no daemon at --daemon-url: unreachable, and how to start one",
+            args: s(&["--daemon-url", &no_daemon, "--daemon-token", "t", "list"]),
+            exit: 5,
+            says: &[
+                "Connection refused",
+                "is the daemon running at",
+                "awcp daemon",
+            ],
+            never: &["TIMEOUT"],
+        },
+        Row {
+            what: "no daemon token: where the token comes from",
+            args: s(&["--daemon-url", &daemon_url, "list"]),
+            exit: 1,
+            says: &[
+                "missing or invalid daemon token",
+                "--daemon-token",
+                "--state-dir",
+            ],
+            never: &[],
+        },
+        Row {
+            what: "a wrong daemon token is named as refused",
+            args: s(&[
+                "--daemon-url",
+                &daemon_url,
+                "--daemon-token",
+                "wrong",
+                "list",
+            ]),
+            exit: 1,
+            says: &["the daemon token was refused"],
+            never: &[],
+        },
+        Row {
+            what: "an executor that wants a credential: AUTH_FAILED and the flag that gives it",
+            args: s(&["delegate", &ws, "--peer", &guarded_url, "--prompt", "x"]),
+            exit: 3,
+            says: &["AUTH_FAILED", "--token"],
+            never: &["TIMEOUT", "UNREACHABLE"],
+        },
+        Row {
+            what: "secret-looking files are named, with the ways out",
+            args: s(&[
+                "delegate",
+                &secret_ws,
+                "--peer",
+                &guarded_url,
+                "--token",
+                "s3cret",
+                "--prompt",
+                "x",
+            ]),
+            exit: 3,
+            says: &[
+                "SENSITIVE_FILES",
+                "workspace/.env",
+                ".awcpignore",
+                "--allow-sensitive",
+            ],
+            never: &[],
+        },
+        Row {
+            what: "a workspace over a limit names the limit's flag",
+            args: s(&[
+                "delegate",
+                &ws,
+                "--peer",
+                &exec_url,
+                "--max-file-count",
+                "0",
+                "--prompt",
+                "x",
+            ]),
+            exit: 3,
+            says: &["WORKSPACE_TOO_LARGE", "too many files", "--max-file-count"],
+            never: &[],
+        },
+        Row {
+            what: "--transport sshfs without its configuration",
+            args: s(&[
+                "delegate",
+                &ws,
+                "--peer",
+                &exec_url,
+                "--transport",
+                "sshfs",
+                "--prompt",
+                "x",
+            ]),
+            exit: 2,
+            says: &["--sshfs-config"],
+            never: &[],
+        },
+        Row {
+            what: "a zero lease is refused while parsing the flags, naming the flag",
+            args: s(&[
+                "delegate", &ws, "--peer", &exec_url, "--ttl", "0", "--prompt", "x",
+            ]),
+            exit: 2,
+            says: &["--ttl"],
+            never: &["ttl_seconds"],
+        },
+        Row {
+            what:
+                "an unknown delegation through the daemon (apply): the CLI command that lists them",
+            args: s(&[
+                "--daemon-url",
+                &daemon_url,
+                "--daemon-token",
+                &token,
+                "apply",
+                unknown_id,
+                "snap_1",
+            ]),
+            exit: 2,
+            says: &["unknown delegation", "awcp list"],
+            never: &[],
+        },
+        Row {
+            what: "an unknown delegation in a state directory: which directory, and what to give",
+            args: s(&["status", unknown_id, "--state-dir", &empty_state]),
+            exit: 2,
+            says: &[
+                "unknown delegation",
+                &empty_state,
+                "--state-dir the delegation ran with",
+            ],
+            never: &[],
+        },
+        Row {
+            what: "the daemon cannot reach the executor: UNREACHABLE, naming --peer",
+            args: s(&[
+                "--daemon-url",
+                &daemon_url,
+                "--daemon-token",
+                &token,
+                "delegate",
+                &ws,
+                "--daemon",
+                "--peer",
+                &refused,
+                "--prompt",
+                "x",
+            ]),
+            exit: 5,
+            says: &["UNREACHABLE", "Connection refused", "--peer"],
+            never: &["TIMEOUT"],
+        },
     ];
     let mut failures = Vec::new();
     for row in &rows {
         let args: Vec<&str> = row.args.iter().map(String::as_str).collect();
         let o = awcp(&home, &args);
-        let err = String::from_utf8_lossy(&o.stderr);
+        // What the user sees: the record on stdout (a failed delegation's error and hint are
+        // part of it) and the errors on stderr.
+        let err = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
         let mut wrong = Vec::new();
         if o.status.code() != Some(row.exit) {
             wrong.push(format!("exit {:?}, want {}", o.status.code(), row.exit));

@@ -71,3 +71,54 @@ fn json_logs_are_one_object_per_line_with_the_delegation_id() {
         "{ended}"
     );
 }
+
+/// Issue 15, item 6 (part): on a terminal, a log line never lands on the progress line. The
+/// real `awcp` runs under `script` (util-linux, a pseudo-terminal), so stderr is a terminal
+/// and progress is one line redrawn in place; the delegation fails, which is logged at WARN
+/// while that line is shown. The log record must start on a cleared line (not after
+/// `state: …`), and the progress line must be drawn again after it.
+#[test]
+fn on_a_terminal_log_lines_never_break_the_progress_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(ws.join("a.txt"), "a\n").unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let cmd = format!(
+        "{} --quiet delegate {} --peer http://127.0.0.1:{port}/awcp --prompt x",
+        env!("CARGO_BIN_EXE_awcp"),
+        ws.display()
+    );
+    let o = Command::new("script")
+        .args(["-q", "-e", "-f", "-c", &cmd, "/dev/null"])
+        .env("AWCP_HOME", dir.path().join("home"))
+        .env_remove("AWCP_LOG_FORMAT")
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("script (util-linux) runs");
+    let screen = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert_eq!(o.status.code(), Some(5), "{screen:?}");
+    let clear = "\r\x1b[2K";
+    let at = screen
+        .find("delegation ended")
+        .unwrap_or_else(|| panic!("no WARN record: {screen:?}"));
+    // From the last line break (or clear) before the record to the record: no progress text.
+    let line_start = screen[..at].rfind('\n').map_or(0, |i| i + 1);
+    let before = &screen[line_start..at];
+    let after_clear = before.rsplit(clear).next().unwrap_or(before);
+    assert!(
+        before.contains(clear) && !after_clear.contains("state:"),
+        "the log record shares a line with the progress text: {before:?}"
+    );
+    // The progress line comes back below the record.
+    let rest = &screen[at..];
+    let next_line = &rest[rest.find('\n').expect("the record ends its line") + 1..];
+    assert!(
+        next_line.starts_with("[") && next_line.contains("state:"),
+        "the progress line is not drawn again after the record: {rest:?}"
+    );
+}

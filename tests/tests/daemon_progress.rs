@@ -2,7 +2,8 @@
 //! `awcp-executor` processes on loopback: `awcp delegate --daemon` shows the executor's
 //! progress lines as the in-process path does (the daemon streams them,
 //! `GET /delegation/{id}/events`), the user is told within seconds when the executor
-//! vanishes ("connection to the executor lost … reconnecting"), and `awcp wait` shows the
+//! vanishes ("connection to the executor lost … reconnecting"), `awcp status` shows the latest
+//! progress line, and `awcp wait` shows the
 //! state of a delegation it follows.
 
 use std::io::{BufRead, BufReader};
@@ -179,6 +180,15 @@ fn awcp_wait_follows_a_daemon_delegation_to_its_end() {
     let mut seen = Vec::new();
     // It joins a running delegation: the current state first, then what happens live.
     wait_for(&rx, &mut seen, "state: running");
+    wait_for(&rx, &mut seen, "executor: working on it");
+    // `awcp status` (one shot) shows the same latest progress line.
+    let o = bins::awcp_on_daemon(&url, &state, &["status", &id]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success() && out.contains("running") && out.contains("executor: working on it"),
+        "{}",
+        bins::show(&o)
+    );
     std::fs::write(&flag, "").unwrap();
     wait_for(&rx, &mut seen, "snapshot snap_");
     wait_for(&rx, &mut seen, "state: completed");

@@ -136,7 +136,7 @@ enum Cmd {
         #[arg(long)]
         description: Option<String>,
         /// Lease length in seconds.
-        #[arg(long, default_value_t = 3600)]
+        #[arg(long, default_value_t = 3600, value_parser = clap::value_parser!(u64).range(1..))]
         ttl: u64,
         /// Lend read-only.
         #[arg(long)]
@@ -449,6 +449,15 @@ fn explain(v: &api::Record, retry: &str) {
                 message(err)
             );
             hint(err);
+        }
+        "failed"
+            if v.error
+                .as_ref()
+                .is_some_and(|e| e.code.as_str() == "AUTH_FAILED") =>
+        {
+            eprintln!(
+                "to pass it: `awcp delegate --token TOKEN` (add --api-key if the executor expects an API key)"
+            );
         }
         _ => {}
     }
@@ -1005,12 +1014,17 @@ async fn run<R: Driver>(cli: Cli) {
 /// The record of delegation `id` from the state directory `dir`, in-process (after the
 /// start-up recovery of interrupted applies).
 async fn local_record<R: Driver>(dir: PathBuf, id: &str, tls: agent_rt::ClientTls) -> api::Record {
+    let shown = dir.display().to_string();
     let d = delegator::<R>(dir, None, None, AdmissionLimits::default(), tls);
     let did = parse_id(id);
     let v = d.get(&did).await.map(|v| api::Record::of(&v));
     let note = unloaded_note(&d, &did);
     d.stop().await;
-    v.unwrap_or_else(|| usage(format!("unknown delegation {id}{note}")))
+    v.unwrap_or_else(|| {
+        usage(format!(
+            "unknown delegation {id} in state directory {shown}{note} (hint: give the --state-dir the delegation ran with; without --state-dir, the daemon's delegations are asked for)"
+        ))
+    })
 }
 
 /// Why the state directory's record of `id` was not loaded, as a suffix for an "unknown
@@ -1095,6 +1109,9 @@ fn table<'a>(rows: impl IntoIterator<Item = [&'a str; 3]>, empty: &str) -> Strin
 
 fn human_record(v: &api::Record) -> String {
     let mut s = format!("delegation {} {}\n", v.id, v.state);
+    if let (Some(p), false) = (&v.last_progress, v.ended) {
+        s.push_str(&format!("executor: {p}\n"));
+    }
     if let Some(r) = &v.result {
         s.push_str(&format!("summary: {}\n", r.summary));
     }

@@ -54,6 +54,14 @@ impl<R: Runtime> DaemonClient<R> {
         self
     }
 
+    /// What to do when the daemon cannot be reached.
+    fn unreachable_hint(&self) -> String {
+        format!(
+            "is the daemon running at {}? Start one with `awcp daemon`, or delegate without --daemon (in this process)",
+            self.base
+        )
+    }
+
     /// `Authorization: Bearer <token>`, if the client has a token.
     fn auth_headers(&self) -> Vec<(&'static str, String)> {
         self.token
@@ -80,7 +88,7 @@ impl<R: Runtime> DaemonClient<R> {
                 status: 0,
                 message: e.to_string(),
                 code: None,
-                hint: Some(format!("is the daemon running at {}?", self.base)),
+                hint: Some(self.unreachable_hint()),
             })?;
         if (200..300).contains(&r.0) {
             return serde_json::from_slice(&r.1).map_err(|e| DaemonError {
@@ -224,7 +232,7 @@ impl<R: Runtime> DaemonClient<R> {
             status: 0,
             message: e.to_string(),
             code: None,
-            hint: Some(format!("is the daemon running at {}?", self.base)),
+            hint: Some(self.unreachable_hint()),
         })?;
         if !resp.status().is_success() {
             // Answer with the daemon's own error for this route.

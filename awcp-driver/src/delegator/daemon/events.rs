@@ -18,6 +18,12 @@ pub(super) async fn stream(d: &DelegatorHandle, id: DelegationId) -> http::Respo
     let mut first = vec![LiveEvent::State {
         state: v.state.as_str().into(),
     }];
+    if let (Some(m), false) = (&v.last_progress, v.ended) {
+        first.push(LiveEvent::Progress {
+            message: Some(m.clone()),
+            progress: None,
+        });
+    }
     if v.ended {
         first.push(LiveEvent::ended(v.state, v.error.as_ref()));
     }

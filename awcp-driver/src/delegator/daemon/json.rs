@@ -15,8 +15,19 @@ pub(super) fn bad(msg: impl Into<String>) -> http::Response<ResponseBody> {
 }
 
 pub(super) fn usage(e: DelegatorError) -> http::Response<ResponseBody> {
+    use awcp_proto::engine::UsageError;
     match e {
         DelegatorError::Protocol(info) => err(400, &info),
+        DelegatorError::Usage(UsageError::UnknownDelegation(id)) => super::not_found(&id),
+        DelegatorError::Usage(UsageError::UnknownSnapshot {
+            delegation,
+            snapshot,
+        }) => json_response(
+            404,
+            json!({"error": format!("unknown snapshot {snapshot} in delegation {delegation}"),
+                   "hint": format!("List its snapshots with `awcp snapshots {delegation}`.")})
+            .to_string(),
+        ),
         other => bad(other.to_string()),
     }
 }

@@ -395,7 +395,7 @@ pub fn root_document() -> Value {
     })
 }
 
-fn not_found(id: &DelegationId) -> http::Response<ResponseBody> {
+pub(super) fn not_found(id: &DelegationId) -> http::Response<ResponseBody> {
     json_response(
         404,
         json!({"error": format!("unknown delegation {id}"), "hint": "List delegations with `awcp list` (GET /delegations)."}).to_string(),

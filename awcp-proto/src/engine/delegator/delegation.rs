@@ -325,6 +325,8 @@ pub(super) struct Delegation {
     /// What the admission scan did not ship (the first few, and how many in all).
     pub(super) not_shipped: Vec<NotShipped>,
     pub(super) not_shipped_count: u64,
+    /// The executor's latest progress message (not journaled: a status line, not state).
+    pub(super) last_progress: Option<String>,
 }
 
 impl Delegation {
@@ -350,6 +352,7 @@ impl Delegation {
             warnings: Vec::new(),
             not_shipped: Vec::new(),
             not_shipped_count: 0,
+            last_progress: None,
         }
     }
 

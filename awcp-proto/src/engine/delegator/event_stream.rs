@@ -83,6 +83,9 @@ impl Delegator {
                 if let Some((_, failures)) = d.phase.stream_mut() {
                     *failures = 0;
                 }
+                if let Some(m) = &s.message {
+                    d.last_progress = Some(clip(m, MAX_PROGRESS_BYTES).to_owned());
+                }
                 if state == DelegationState::Started {
                     self.setup_complete(now, &id);
                 }
@@ -404,4 +407,16 @@ mod tests {
         assert_eq!(v.state, DelegationState::Error);
         assert_eq!(v.error.unwrap().code, ErrorCode::NotFound);
     }
+}
+
+/// The longest progress message a delegation keeps for its view.
+const MAX_PROGRESS_BYTES: usize = 1024;
+
+/// `s` cut to at most `max` bytes, on a character boundary.
+fn clip(s: &str, max: usize) -> &str {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
 }

@@ -133,6 +133,7 @@ impl Delegator {
             warnings: d.warnings.clone(),
             not_shipped: d.not_shipped.clone(),
             not_shipped_count: d.not_shipped_count,
+            last_progress: d.last_progress.clone(),
         })
     }
 

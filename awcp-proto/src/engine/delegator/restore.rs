@@ -261,6 +261,7 @@ impl Delegator {
                 warnings: r.warnings.clone(),
                 not_shipped,
                 not_shipped_count,
+                last_progress: None,
             },
         );
         for snapshot_id in interrupted_stores {

@@ -212,6 +212,32 @@ pub(super) fn running(mode: SnapshotMode) -> Delegator {
     d
 }
 
+/// The view keeps the executor's latest progress message, cut to 1 KiB on a character
+/// boundary; a status without a message keeps the previous one.
+#[test]
+fn the_view_keeps_the_latest_progress_message_bounded() {
+    let mut d = running(SnapshotMode::Auto);
+    assert_eq!(d.get(&id()).unwrap().last_progress, None);
+    let say = |d: &mut Delegator, message: Option<String>| {
+        let status = event(TaskEventKind::Status(StatusEvent {
+            status: TaskStatus::Running,
+            message,
+            progress: None,
+        }));
+        d.handle(t(2), status).unwrap();
+        drain(d);
+    };
+    say(&mut d, Some("reading files".into()));
+    say(&mut d, None);
+    assert_eq!(
+        d.get(&id()).unwrap().last_progress.as_deref(),
+        Some("reading files")
+    );
+    say(&mut d, Some("é".repeat(600)));
+    let kept = d.get(&id()).unwrap().last_progress.unwrap();
+    assert_eq!(kept, "é".repeat(512));
+}
+
 fn status_of(d: &Delegator, s: &str) -> SnapshotRecord {
     d.get(&id())
         .unwrap()

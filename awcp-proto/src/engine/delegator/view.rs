@@ -94,6 +94,8 @@ pub struct DelegationView {
     pub not_shipped: Vec<NotShipped>,
     /// How many entries are not shipped in all.
     pub not_shipped_count: u64,
+    /// The executor's latest progress message (at most 1 KiB), if it sent one.
+    pub last_progress: Option<String>,
 }
 
 /// How a delegation turned out, for the application: what a CLI's exit code, an MCP tool's
@@ -249,6 +251,7 @@ mod tests {
             warnings: Vec::new(),
             not_shipped: Vec::new(),
             not_shipped_count: 0,
+            last_progress: None,
         }
     }
 

@@ -61,6 +61,8 @@ pub struct Record {
     pub not_shipped: Vec<NotShipped>,
     /// How many files were not lent in all.
     pub not_shipped_count: u64,
+    /// The executor's latest progress message, if it sent one.
+    pub last_progress: Option<String>,
     /// RFC 3339.
     pub created_at: String,
     /// RFC 3339.
@@ -303,6 +305,7 @@ impl Record {
                 })
                 .collect(),
             not_shipped_count: v.not_shipped_count,
+            last_progress: v.last_progress.clone(),
             created_at: v.created_at.to_rfc3339(),
             updated_at: v.updated_at.to_rfc3339(),
         }
