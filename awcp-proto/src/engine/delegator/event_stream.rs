@@ -328,6 +328,18 @@ impl Delegator {
     }
 }
 
+/// The longest progress message a delegation keeps for its view.
+const MAX_PROGRESS_BYTES: usize = 1024;
+
+/// `s` cut to at most `max` bytes, on a character boundary.
+fn clip(s: &str, max: usize) -> &str {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -407,16 +419,4 @@ mod tests {
         assert_eq!(v.state, DelegationState::Error);
         assert_eq!(v.error.unwrap().code, ErrorCode::NotFound);
     }
-}
-
-/// The longest progress message a delegation keeps for its view.
-const MAX_PROGRESS_BYTES: usize = 1024;
-
-/// `s` cut to at most `max` bytes, on a character boundary.
-fn clip(s: &str, max: usize) -> &str {
-    let mut end = s.len().min(max);
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
 }
