@@ -31,7 +31,7 @@ from mcp.client.stdio import stdio_client
 
 AGENT = """#!/bin/sh
 case "$AWCP_PROMPT" in
-  *SLOW*) sleep 300 ;;
+  *SLOW*) echo "sleeping a while"; sleep 300 ;;
   STEPS*) set -- $AWCP_PROMPT; echo "step one"
           while [ ! -e "$2" ]; do sleep 0.1; done
           echo "step two" ;;
@@ -511,6 +511,18 @@ async def restarts(mcp_bin, awcp_bin, peer, tmp):
             st = structured(r)
             assert st["source"] == "daemon", st
             assert st["delegation"]["state"] in ("started", "running"), st
+            # A shared daemon's record carries the executor's latest line: delegate_output
+            # shows it (the in-process progress hub is not there).
+            deadline = time.monotonic() + 30
+            while True:
+                r = expect_ok("delegate_output(external daemon, running)", await s.call_tool(
+                    "delegate_output", {"delegation_id": did}))
+                latest = structured(r).get("latestProgress")
+                if latest or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.2)
+            assert latest and latest["message"] == "sleeping a while", structured(r)
+            assert "Latest progress: executor: sleeping a while" in text_of(r), text_of(r)
             expect_ok("delegate_cancel", await s.call_tool(
                 "delegate_cancel", {"all": True}))
             r = expect_ok("delegate_output", await s.call_tool(

@@ -1123,7 +1123,8 @@ impl AwcpMcp {
         }
     }
 
-    /// Adds `latestProgress` (the in-process daemon's latest progress line) to a record.
+    /// Adds `latestProgress` to a record: the in-process daemon's latest progress line, or
+    /// (a shared daemon, `--daemon-url`) the executor's latest message from the record.
     fn add_progress(&self, v: &mut Value) {
         let latest = v["id"]
             .as_str()
@@ -1131,6 +1132,8 @@ impl AwcpMcp {
         if let Some(l) = latest {
             v["latestProgress"] = json!({"line": l.line(), "message": l.message,
                 "progress": l.progress, "bytesSent": l.bytes_sent, "bytesReceived": l.bytes_received});
+        } else if let (Some(m), false) = (v["lastProgress"].as_str(), v["ended"] == true) {
+            v["latestProgress"] = json!({"line": format!("executor: {m}"), "message": m});
         }
     }
 
