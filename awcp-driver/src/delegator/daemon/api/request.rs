@@ -17,9 +17,13 @@ use crate::delegator::DelegateParams;
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DelegateBody {
-    /// The executor's AWCP URL (the reference also says `peerUrl`).
-    #[serde(alias = "peerUrl", default)]
+    /// The executor's AWCP URL.
+    #[serde(default)]
     pub executor_url: Option<String>,
+    /// The executor's AWCP URL under the reference's other name, read when `executorUrl` is
+    /// absent (never written).
+    #[serde(default, skip_serializing)]
+    pub peer_url: Option<String>,
     /// The directories lent.
     #[serde(default)]
     pub environment: Option<DelegateEnvironment>,
@@ -123,6 +127,7 @@ impl DelegateBody {
         }
         Ok(DelegateBody {
             executor_url: Some(p.peer.clone()),
+            peer_url: None,
             environment: Some(DelegateEnvironment { resources }),
             task: Some(Task {
                 description: p.task.description.clone(),
@@ -144,7 +149,10 @@ impl DelegateBody {
 
     /// The delegation this body asks for, or what is wrong with it (naming the field).
     pub fn into_params(self) -> Result<DelegateParams, String> {
-        let peer = self.executor_url.ok_or("executorUrl is required")?;
+        let peer = self
+            .executor_url
+            .or(self.peer_url)
+            .ok_or("executorUrl is required")?;
         let task = self.task.ok_or("task is required")?;
         if task.description.is_empty() {
             return Err("task.description is required".into());
