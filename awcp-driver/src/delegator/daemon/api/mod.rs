@@ -19,3 +19,12 @@ pub use record::{
     Outcome, Record, Resource, Snapshot, SnapshotPolicy, Snapshots, Summary, TaskResult, WorkDir,
 };
 pub use request::{DelegateAuth, DelegateBody, DelegateEnvironment, DelegateResource, Task};
+
+/// Reads `null` as the type's default, as a missing field (the API's rule: null = absent).
+fn nullable<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Default + serde::Deserialize<'de>,
+{
+    <Option<T> as serde::Deserialize>::deserialize(d).map(Option::unwrap_or_default)
+}

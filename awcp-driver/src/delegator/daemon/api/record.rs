@@ -6,13 +6,14 @@ use awcp_proto::engine::delegator::{self as engine, DelegationView, SnapshotStat
 use awcp_proto::{DelegationState, ErrorInfo};
 use serde::{Deserialize, Serialize};
 
-use super::Task;
+use super::{nullable, Task};
 
 /// `POST /delegate`'s answer.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct Delegated {
     /// The new delegation's id.
+    #[serde(deserialize_with = "nullable")]
     pub delegation_id: String,
 }
 
@@ -22,18 +23,25 @@ pub struct Delegated {
 #[serde(rename_all = "camelCase", default)]
 pub struct Record {
     /// The delegation id.
+    #[serde(deserialize_with = "nullable")]
     pub id: String,
     /// Its state (WIRE.md §8.1: `created` … `completed`, `error`, `cancelled`, `expired`).
+    #[serde(deserialize_with = "nullable")]
     pub state: String,
     /// The executor (the reference's name).
+    #[serde(deserialize_with = "nullable")]
     pub peer_url: String,
     /// The executor.
+    #[serde(deserialize_with = "nullable")]
     pub executor_url: String,
     /// What was lent.
+    #[serde(deserialize_with = "nullable")]
     pub environment: Environment,
     /// The task.
+    #[serde(deserialize_with = "nullable")]
     pub task: Task,
     /// The lease asked for.
+    #[serde(deserialize_with = "nullable")]
     pub lease_config: LeaseConfig,
     /// The lease granted, once there is one.
     pub active_lease: Option<ActiveLease>,
@@ -42,8 +50,10 @@ pub struct Record {
     /// What the executor allowed, if it said.
     pub executor_constraints: Option<Constraints>,
     /// What happens to a snapshot when it arrives.
+    #[serde(deserialize_with = "nullable")]
     pub snapshot_policy: SnapshotPolicy,
     /// The snapshots received.
+    #[serde(deserialize_with = "nullable")]
     pub snapshots: Vec<Snapshot>,
     /// The snapshot written into the workspace, if one was.
     pub applied_snapshot_id: Option<String>,
@@ -52,20 +62,27 @@ pub struct Record {
     /// Why it failed, if it did.
     pub error: Option<ErrorInfo>,
     /// How it turned out, in one place.
+    #[serde(deserialize_with = "nullable")]
     pub outcome: Outcome,
     /// Whether it has ended (the record no longer changes but through apply/discard).
+    #[serde(deserialize_with = "nullable")]
     pub ended: bool,
     /// Warnings for the user (a shortened lease, files not lent).
+    #[serde(deserialize_with = "nullable")]
     pub warnings: Vec<String>,
     /// Files that were not lent, and why (at most 100 listed).
+    #[serde(deserialize_with = "nullable")]
     pub not_shipped: Vec<NotShipped>,
     /// How many files were not lent in all.
+    #[serde(deserialize_with = "nullable")]
     pub not_shipped_count: u64,
     /// The executor's latest progress message, if it sent one.
     pub last_progress: Option<String>,
     /// RFC 3339.
+    #[serde(deserialize_with = "nullable")]
     pub created_at: String,
     /// RFC 3339.
+    #[serde(deserialize_with = "nullable")]
     pub updated_at: String,
 }
 
@@ -74,6 +91,7 @@ pub struct Record {
 #[serde(default)]
 pub struct Environment {
     /// The resources lent.
+    #[serde(deserialize_with = "nullable")]
     pub resources: Vec<Resource>,
 }
 
@@ -82,11 +100,14 @@ pub struct Environment {
 #[serde(default)]
 pub struct Resource {
     /// Its name at the executor.
+    #[serde(deserialize_with = "nullable")]
     pub name: String,
     /// `fs`.
     #[serde(rename = "type")]
+    #[serde(deserialize_with = "nullable")]
     pub kind: String,
     /// `ro` or `rw`.
+    #[serde(deserialize_with = "nullable")]
     pub mode: String,
 }
 
@@ -95,8 +116,10 @@ pub struct Resource {
 #[serde(rename_all = "camelCase", default)]
 pub struct LeaseConfig {
     /// The lease asked for, in seconds.
+    #[serde(deserialize_with = "nullable")]
     pub ttl_seconds: u64,
     /// `ro` or `rw`.
+    #[serde(deserialize_with = "nullable")]
     pub access_mode: String,
 }
 
@@ -105,8 +128,10 @@ pub struct LeaseConfig {
 #[serde(rename_all = "camelCase", default)]
 pub struct ActiveLease {
     /// RFC 3339.
+    #[serde(deserialize_with = "nullable")]
     pub expires_at: String,
     /// `ro` or `rw`.
+    #[serde(deserialize_with = "nullable")]
     pub access_mode: String,
 }
 
@@ -115,6 +140,7 @@ pub struct ActiveLease {
 #[serde(default)]
 pub struct WorkDir {
     /// The executor's path.
+    #[serde(deserialize_with = "nullable")]
     pub path: String,
 }
 
@@ -133,6 +159,7 @@ pub struct Constraints {
 #[serde(default)]
 pub struct SnapshotPolicy {
     /// `auto`, `staged` or `discard`.
+    #[serde(deserialize_with = "nullable")]
     pub mode: String,
 }
 
@@ -141,8 +168,10 @@ pub struct SnapshotPolicy {
 #[serde(default)]
 pub struct TaskResult {
     /// The executor's summary.
+    #[serde(deserialize_with = "nullable")]
     pub summary: String,
     /// Points it highlighted.
+    #[serde(deserialize_with = "nullable")]
     pub highlights: Vec<String>,
 }
 
@@ -151,8 +180,10 @@ pub struct TaskResult {
 #[serde(default)]
 pub struct NotShipped {
     /// `resource/path`.
+    #[serde(deserialize_with = "nullable")]
     pub path: String,
     /// Why (`symlink`, `special file`, `ignored`, `skipped directory`).
+    #[serde(deserialize_with = "nullable")]
     pub reason: String,
 }
 
@@ -161,8 +192,10 @@ pub struct NotShipped {
 #[serde(rename_all = "camelCase", default)]
 pub struct Outcome {
     /// `completed`, `staged`, `not_applied`, `unreachable`, `failed` or `running`.
+    #[serde(deserialize_with = "nullable")]
     pub status: String,
     /// One sentence for a person.
+    #[serde(deserialize_with = "nullable")]
     pub message: String,
     /// The snapshot kept when the result was not applied.
     pub snapshot_id: Option<String>,
@@ -182,22 +215,30 @@ impl Outcome {
 #[serde(rename_all = "camelCase", default)]
 pub struct Snapshot {
     /// The snapshot id.
+    #[serde(deserialize_with = "nullable")]
     pub id: String,
     /// The delegation it belongs to.
+    #[serde(deserialize_with = "nullable")]
     pub delegation_id: String,
     /// The executor's summary.
+    #[serde(deserialize_with = "nullable")]
     pub summary: String,
     /// Points it highlighted.
+    #[serde(deserialize_with = "nullable")]
     pub highlights: Vec<String>,
     /// `pending`, `in_flight`, `applied`, `discarded` or `failed`.
+    #[serde(deserialize_with = "nullable")]
     pub status: String,
     /// Why it failed or was not applied.
     pub error: Option<ErrorInfo>,
     /// Whether the executor recommends it.
+    #[serde(deserialize_with = "nullable")]
     pub recommended: bool,
     /// The executor's metadata (`changedFiles`, sizes…).
+    #[serde(deserialize_with = "nullable")]
     pub metadata: BTreeMap<String, serde_json::Value>,
     /// RFC 3339.
+    #[serde(deserialize_with = "nullable")]
     pub created_at: String,
     /// RFC 3339, once applied.
     pub applied_at: Option<String>,
@@ -208,6 +249,7 @@ pub struct Snapshot {
 #[serde(default)]
 pub struct Snapshots {
     /// Oldest first.
+    #[serde(deserialize_with = "nullable")]
     pub snapshots: Vec<Snapshot>,
 }
 
@@ -216,8 +258,10 @@ pub struct Snapshots {
 #[serde(rename_all = "camelCase", default)]
 pub struct Delegations {
     /// How many have not reached a terminal state.
+    #[serde(deserialize_with = "nullable")]
     pub active_delegations: usize,
     /// All the daemon knows.
+    #[serde(deserialize_with = "nullable")]
     pub delegations: Vec<Summary>,
 }
 
@@ -226,14 +270,19 @@ pub struct Delegations {
 #[serde(rename_all = "camelCase", default)]
 pub struct Summary {
     /// The delegation id.
+    #[serde(deserialize_with = "nullable")]
     pub id: String,
     /// Its state.
+    #[serde(deserialize_with = "nullable")]
     pub state: String,
     /// The executor.
+    #[serde(deserialize_with = "nullable")]
     pub executor_url: String,
     /// RFC 3339.
+    #[serde(deserialize_with = "nullable")]
     pub created_at: String,
     /// The task's description.
+    #[serde(deserialize_with = "nullable")]
     pub description: String,
 }
 

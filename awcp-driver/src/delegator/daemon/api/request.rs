@@ -101,8 +101,10 @@ pub struct DelegateAuth {
 #[serde(default)]
 pub struct Task {
     /// One line for people and logs.
+    #[serde(deserialize_with = "super::nullable")]
     pub description: String,
     /// The full instructions.
+    #[serde(deserialize_with = "super::nullable")]
     pub prompt: String,
 }
 

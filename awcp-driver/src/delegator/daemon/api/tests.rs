@@ -94,6 +94,22 @@ fn answers_of_another_daemon_version_still_read() {
     .unwrap();
     assert_eq!(r.delegation_state(), Some(DelegationState::Running));
     assert!(!r.outcome.is_success() && r.snapshots.is_empty());
+    // null reads as absent, in every field of every answer.
+    let r: Record = serde_json::from_value(json!({"id": "dlg_1", "state": null, "warnings": null,
+        "task": {"description": null, "prompt": "p"}, "snapshots": [{"id": "snap_1",
+        "metadata": null, "highlights": null, "recommended": null}], "outcome": null}))
+    .unwrap();
+    assert_eq!(
+        (
+            r.state.as_str(),
+            r.task.prompt.as_str(),
+            r.snapshots[0].id.as_str()
+        ),
+        ("", "p", "snap_1")
+    );
+    let l: Delegations =
+        serde_json::from_value(json!({"activeDelegations": null, "delegations": null})).unwrap();
+    assert!(l.delegations.is_empty());
     let e: LiveEvent = serde_json::from_value(json!({"type": "teleported", "x": 1})).unwrap();
     assert_eq!(e, LiveEvent::Unknown);
     let e: LiveEvent =
