@@ -53,11 +53,6 @@ pub struct ExecutorOptions {
     pub max_unauthenticated_body_bytes: u64,
     /// SSE keepalive interval (≤ 30 s).
     pub keepalive: Duration,
-    /// Base URL peers reach this executor at (`https://host:port`), for snapshot URLs
-    /// (`--public-url`). `None`: each delegation's snapshot URLs are built from the origin its
-    /// delegator used (the connection's scheme and the `Host` header of its INVITE/START; see
-    /// [`agent_rt::origin`]).
-    pub public_url: Option<String>,
     /// Honour `Forwarded` / `X-Forwarded-Proto` / `X-Forwarded-Host` when deriving a
     /// delegation's origin (set this behind a reverse proxy that sets them).
     pub trust_forwarded_headers: bool,
@@ -86,7 +81,6 @@ impl ExecutorOptions {
             max_body_bytes: 256 * 1024 * 1024,
             max_unauthenticated_body_bytes: 1024 * 1024,
             keepalive: Duration::from_secs(15),
-            public_url: None,
             trust_forwarded_headers: false,
             client_tls: agent_rt::ClientTls::default(),
             card: AgentCard::default(),
@@ -220,14 +214,11 @@ impl ExecutorHandle {
             },
             keepalive: opts.keepalive,
             card: opts.card.clone(),
-            public_url: std::sync::RwLock::new(opts.public_url.clone()),
+            public_url: std::sync::RwLock::new(opts.engine.public_url.clone()),
             trust_forwarded_headers: opts.trust_forwarded_headers,
         });
         let journal = opts.state_dir.map(journal::Journal::new);
         let mut config = opts.engine.clone();
-        if opts.public_url.is_some() {
-            config.public_url = opts.public_url.clone();
-        }
         if config.id_seed == 0 {
             // The engine draws no randomness: a seed of 0 (the default) would give every
             // executor the same snapshot ids. Draw one here.

@@ -225,7 +225,7 @@ async fn run<R: Driver>(args: Args) {
     let mut opts = ExecutorOptions::new(engine, Arc::new(ArchiveExecutor::default()), runner);
     opts.max_body_bytes = args.max_body_bytes;
     opts.max_unauthenticated_body_bytes = args.max_unauthenticated_body;
-    opts.public_url = args.public_url.clone();
+    opts.engine.public_url = args.public_url.clone();
     opts.trust_forwarded_headers = args.trust_forwarded_headers;
     opts.client_tls = args.client.client_tls().unwrap_or_else(|e| {
         eprintln!("error: {e}");
