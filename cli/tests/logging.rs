@@ -4,7 +4,8 @@
 
 use std::process::Command;
 
-fn delegate_to_nowhere(extra: &[&str]) -> String {
+/// A temporary directory with a one-file workspace `ws` in it, and a port nothing listens on.
+fn workspace_and_closed_port() -> (tempfile::TempDir, std::path::PathBuf, u16) {
     let dir = tempfile::tempdir().unwrap();
     let ws = dir.path().join("ws");
     std::fs::create_dir_all(&ws).unwrap();
@@ -14,6 +15,11 @@ fn delegate_to_nowhere(extra: &[&str]) -> String {
         .local_addr()
         .unwrap()
         .port();
+    (dir, ws, port)
+}
+
+fn delegate_to_nowhere(extra: &[&str]) -> String {
+    let (dir, ws, port) = workspace_and_closed_port();
     let o = Command::new(env!("CARGO_BIN_EXE_awcp"))
         .args(extra)
         .arg("delegate")
@@ -79,15 +85,7 @@ fn json_logs_are_one_object_per_line_with_the_delegation_id() {
 /// `state: …`), and the progress line must be drawn again after it.
 #[test]
 fn on_a_terminal_log_lines_never_break_the_progress_line() {
-    let dir = tempfile::tempdir().unwrap();
-    let ws = dir.path().join("ws");
-    std::fs::create_dir_all(&ws).unwrap();
-    std::fs::write(ws.join("a.txt"), "a\n").unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let (dir, ws, port) = workspace_and_closed_port();
     let cmd = format!(
         "{} --quiet delegate {} --peer http://127.0.0.1:{port}/awcp --prompt x",
         env!("CARGO_BIN_EXE_awcp"),

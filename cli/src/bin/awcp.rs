@@ -626,15 +626,15 @@ async fn run<R: Driver>(cli: Cli) {
             if !daemon && transport == TransportKind::Sshfs && sshfs_config.is_none() {
                 usage("--transport sshfs needs --sshfs-config (or --daemon)");
             }
+            let mut params = DelegateParams::new(peer, dir, prompt).description(description);
+            params.allow_sensitive = allow_sensitive;
+            params.transport = transport;
+            params.ttl_seconds = ttl;
+            params.access_mode = access;
+            params.resources[0].mode = access;
+            params.snapshot_mode = mode;
+            params.auth = auth;
             if daemon {
-                let mut params = DelegateParams::new(peer, dir, prompt).description(description);
-                params.allow_sensitive = allow_sensitive;
-                params.transport = transport;
-                params.ttl_seconds = ttl;
-                params.access_mode = access;
-                params.resources[0].mode = access;
-                params.snapshot_mode = mode;
-                params.auth = auth;
                 let body = api::DelegateBody::from_params(&params).unwrap_or_else(|e| usage(e));
                 let id = client
                     .delegate(&body)
@@ -676,22 +676,7 @@ async fn run<R: Driver>(cli: Cli) {
                     client_tls,
                 );
                 R::default().spawn_archive_server_with(listener, d.clone(), server);
-                run_delegate::<R>(
-                    d,
-                    peer,
-                    dir,
-                    description,
-                    prompt,
-                    ttl,
-                    access,
-                    mode,
-                    auth,
-                    transport.clone(),
-                    allow_sensitive,
-                    cli.json,
-                    &state_dir,
-                )
-                .await;
+                run_delegate::<R>(d, params, cli.json, &state_dir).await;
                 return;
             }
             let d = delegator::<R>(
@@ -701,22 +686,7 @@ async fn run<R: Driver>(cli: Cli) {
                 admission.limits(),
                 client_tls,
             );
-            run_delegate::<R>(
-                d,
-                peer,
-                dir,
-                description,
-                prompt,
-                ttl,
-                access,
-                mode,
-                auth,
-                transport,
-                allow_sensitive,
-                cli.json,
-                &state_dir,
-            )
-            .await;
+            run_delegate::<R>(d, params, cli.json, &state_dir).await;
         }
         Cmd::Daemon {
             listen,
@@ -1047,30 +1017,12 @@ fn parse_snapshot(s: &str) -> awcp_proto::SnapshotId {
     awcp_proto::SnapshotId::new(s).unwrap_or_else(|e| usage(format!("snapshot id: {e}")))
 }
 
-#[allow(clippy::too_many_arguments)]
 async fn run_delegate<R: Driver>(
     d: DelegatorHandle,
-    peer: String,
-    dir: PathBuf,
-    description: String,
-    prompt: String,
-    ttl: u64,
-    access: AccessMode,
-    mode: SnapshotMode,
-    auth: Option<Auth>,
-    transport: TransportKind,
-    allow_sensitive: bool,
+    params: DelegateParams,
     json: bool,
     state_dir: &std::path::Path,
 ) {
-    let mut params = DelegateParams::new(peer, dir, prompt).description(description);
-    params.allow_sensitive = allow_sensitive;
-    params.transport = transport;
-    params.ttl_seconds = ttl;
-    params.access_mode = access;
-    params.resources[0].mode = access;
-    params.snapshot_mode = mode;
-    params.auth = auth;
     let follow = awcp_aip_cli::Follow::subscribe(&d);
     let id = d
         .delegate(params)

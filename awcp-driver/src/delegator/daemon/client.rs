@@ -54,12 +54,17 @@ impl<R: Runtime> DaemonClient<R> {
         self
     }
 
-    /// What to do when the daemon cannot be reached.
-    fn unreachable_hint(&self) -> String {
-        format!(
-            "is the daemon running at {}? Start one with `awcp daemon`, or delegate without --daemon (in this process)",
-            self.base
-        )
+    /// The daemon could not be reached (`e`), and what to do.
+    fn unreachable(&self, e: impl std::fmt::Display) -> DaemonError {
+        DaemonError {
+            status: 0,
+            message: e.to_string(),
+            code: None,
+            hint: Some(format!(
+                "is the daemon running at {}? Start one with `awcp daemon`, or delegate without --daemon (in this process)",
+                self.base
+            )),
+        }
     }
 
     /// `Authorization: Bearer <token>`, if the client has a token.
@@ -84,12 +89,7 @@ impl<R: Runtime> DaemonClient<R> {
             .http
             .request(method, &url, &auth, body, timeout, 64 * 1024 * 1024)
             .await
-            .map_err(|e| DaemonError {
-                status: 0,
-                message: e.to_string(),
-                code: None,
-                hint: Some(self.unreachable_hint()),
-            })?;
+            .map_err(|e| self.unreachable(e))?;
         if (200..300).contains(&r.0) {
             return serde_json::from_slice(&r.1).map_err(|e| DaemonError {
                 status: r.0,
@@ -228,12 +228,7 @@ impl<R: Runtime> DaemonClient<R> {
             self.http.send(Method::GET, &url, &headers, None),
         )
         .await
-        .map_err(|e| DaemonError {
-            status: 0,
-            message: e.to_string(),
-            code: None,
-            hint: Some(self.unreachable_hint()),
-        })?;
+        .map_err(|e| self.unreachable(e))?;
         if !resp.status().is_success() {
             // Answer with the daemon's own error for this route.
             return Err(self
