@@ -7,6 +7,7 @@
 //! separator.
 
 use core::fmt;
+use std::sync::Arc;
 
 /// Longest id accepted, in bytes.
 pub const MAX_ID_LEN: usize = 128;
@@ -52,15 +53,18 @@ pub fn validate_id(s: &str) -> Result<(), IdError> {
 macro_rules! id_type {
     ($(#[$doc:meta])* $name:ident) => {
         $(#[$doc])*
+        //
+        // Shared, immutable text: ids are cloned into timers, outputs, events and records
+        // many times per delegation, and a clone is a reference count, not an allocation.
         #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-        pub struct $name(String);
+        pub struct $name(Arc<str>);
 
         impl $name {
             /// Validates and wraps `s`.
             pub fn new(s: impl Into<String>) -> Result<Self, IdError> {
                 let s = s.into();
                 validate_id(&s)?;
-                Ok($name(s))
+                Ok($name(s.into()))
             }
 
             /// The id as a string slice (safe to use as one path component).
@@ -125,7 +129,7 @@ id_type!(
 impl DelegationId {
     /// Builds the reference-style id `dlg_<32 hex>` from 16 caller-supplied random bytes.
     pub fn from_random(bytes: [u8; 16]) -> Self {
-        DelegationId(format!("dlg_{}", hex(&bytes)))
+        DelegationId(format!("dlg_{}", hex(&bytes)).into())
     }
 
     /// Whether the id carries at least 128 bits' worth of random-looking digits: after an
@@ -143,13 +147,13 @@ impl DelegationId {
 impl SnapshotId {
     /// Builds the reference-style id `snap_<12 hex>` from 6 caller-supplied random bytes.
     pub fn from_random(bytes: [u8; 6]) -> Self {
-        SnapshotId(format!("snap_{}", hex(&bytes)))
+        SnapshotId(format!("snap_{}", hex(&bytes)).into())
     }
 
     /// `snap_result`: the id the delegator gives the result archive an [S] executor sends on
     /// `done` (it has no snapshot id of its own). A valid id (tested).
     pub(crate) fn of_done_result() -> Self {
-        SnapshotId("snap_result".to_owned())
+        SnapshotId("snap_result".into())
     }
 }
 

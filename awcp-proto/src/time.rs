@@ -59,7 +59,39 @@ impl Timestamp {
 
     /// Formats as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
     pub fn to_rfc3339(self) -> String {
-        self.to_string()
+        match self.rfc3339_ascii() {
+            Some(b) => String::from_utf8_lossy(&b).into_owned(),
+            None => self.to_string(),
+        }
+    }
+
+    /// The RFC 3339 text as fixed-width ASCII, for years 0–9999 (every other year goes through
+    /// `fmt`); written digit by digit, as timestamps are on every event the engines encode.
+    fn rfc3339_ascii(self) -> Option<[u8; 24]> {
+        let ms = self.0 % 1000;
+        let secs = self.0 / 1000;
+        let days = i64::try_from(secs / 86_400).ok()?;
+        let sod = secs % 86_400;
+        let (y, m, d) = civil_from_days(days);
+        let y = u64::try_from(y).ok().filter(|y| *y <= 9999)?;
+        let mut b = *b"0000-00-00T00:00:00.000Z";
+        let fields: [(usize, usize, u64); 7] = [
+            (0, 4, y),
+            (5, 7, u64::from(m)),
+            (8, 10, u64::from(d)),
+            (11, 13, sod / 3600),
+            (14, 16, (sod / 60) % 60),
+            (17, 19, sod % 60),
+            (20, 23, ms),
+        ];
+        for (start, end, mut n) in fields {
+            for slot in b.get_mut(start..end)?.iter_mut().rev() {
+                // `n % 10` is a single digit.
+                *slot = b'0' + (n % 10) as u8;
+                n /= 10;
+            }
+        }
+        Some(b)
     }
 
     /// Parses an RFC 3339 date-time (`Z` or a numeric offset, optional fraction).
@@ -76,6 +108,9 @@ impl fmt::Debug for Timestamp {
 
 impl fmt::Display for Timestamp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(b) = self.rfc3339_ascii() {
+            return f.write_str(core::str::from_utf8(&b).map_err(|_| fmt::Error)?);
+        }
         let ms = self.0 % 1000;
         let secs = self.0 / 1000;
         let days = (secs / 86_400) as i64;
@@ -239,6 +274,16 @@ mod tests {
         let t = Timestamp::parse_rfc3339("2026-03-04T05:06:07.089Z").unwrap();
         assert_eq!(t.to_rfc3339(), "2026-03-04T05:06:07.089Z");
         assert_eq!(t.as_unix_millis(), 1_772_600_767_089);
+    }
+
+    #[test]
+    fn years_past_9999_are_written_in_full() {
+        let t = Timestamp::from_unix_millis(253_402_300_800_000);
+        assert_eq!(t.to_rfc3339(), "10000-01-01T00:00:00.000Z");
+        assert_eq!(t.to_string(), t.to_rfc3339());
+        let last = Timestamp::from_unix_millis(253_402_300_799_999);
+        assert_eq!(last.to_rfc3339(), "9999-12-31T23:59:59.999Z");
+        assert_eq!(Timestamp::EPOCH.to_rfc3339(), "1970-01-01T00:00:00.000Z");
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! every driver (tokio, smol, a test) answers byte-for-byte the same way. What an HTTP layer
 //! answers to a request it refuses before the engine sees it is decided in `refusals.rs`.
 
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use crate::engine::auth::{Credential, Presented};
 use crate::engine::delegator::FetchedResult;
@@ -11,6 +11,8 @@ use crate::engine::executor::{ExecutorStatus, Response, ResultBody, ResultStatus
 use crate::engine::TaskOutcome;
 use crate::error::{ErrorCode, ErrorInfo};
 use crate::id::DelegationId;
+use crate::wire::encode::write_error_info;
+use crate::wire::writer::ObjectWriter;
 use crate::wire::{encode_message, ArchiveData, ErrorMessage, Message, SnapshotEvent};
 
 mod refusals;
@@ -130,56 +132,42 @@ pub fn encode_response(resp: &Response) -> (u16, String) {
         Response::Error {
             message, dialect, ..
         } => encode_message(&Message::Error(message.clone()), *dialect),
-        Response::Ok => crate::wire::encode::to_json(&json!({"ok": true})),
-        Response::Cancelled => {
-            crate::wire::encode::to_json(&json!({"ok": true, "cancelled": true}))
-        }
-        Response::Result(r) => crate::wire::encode::to_json(&result_to_value(r)),
+        Response::Ok => r#"{"ok":true}"#.to_owned(),
+        Response::Cancelled => r#"{"ok":true,"cancelled":true}"#.to_owned(),
+        Response::Result(r) => ObjectWriter::text(|w| write_result(w, r)),
     };
     (status, body)
 }
 
 /// `GET …/result` body (WIRE.md §5).
 pub fn result_to_value(r: &ResultBody) -> Value {
-    let mut m = Map::new();
-    m.insert("status".into(), r.status.as_str().into());
+    ObjectWriter::value(|w| write_result(w, r))
+}
+
+fn write_result(m: &mut ObjectWriter<'_>, r: &ResultBody) {
+    m.str("status", r.status.as_str());
     if let Some(t) = r.completed_at {
-        m.insert("completedAt".into(), t.to_rfc3339().into());
+        m.str("completedAt", &t.to_rfc3339());
     }
     if let Some(o) = &r.outcome {
-        m.insert("summary".into(), o.summary.clone().into());
-        if !o.highlights.is_empty() {
-            m.insert("highlights".into(), o.highlights.clone().into());
-        }
+        m.str("summary", &o.summary);
+        m.strings("highlights", &o.highlights);
     }
     if let Some(s) = &r.snapshot {
-        if let Some(b) = &s.data.base64 {
-            m.insert("snapshotBase64".into(), b.clone().into());
-        }
-        if let Some(u) = &s.data.url {
-            m.insert("snapshotUrl".into(), u.clone().into());
-        }
-        m.insert("snapshotId".into(), s.snapshot_id.to_string().into());
-        if let Some(c) = &s.checksum {
-            m.insert("checksum".into(), c.clone().into());
-        }
+        m.opt_str("snapshotBase64", s.data.base64.as_deref());
+        m.opt_str("snapshotUrl", s.data.url.as_deref());
+        m.str("snapshotId", s.snapshot_id.as_str());
+        m.opt_str("checksum", s.checksum.as_deref());
         if !s.metadata.is_empty() {
-            m.insert(
-                "metadata".into(),
-                Value::Object(s.metadata.clone().into_iter().collect()),
-            );
+            m.serialize("metadata", &s.metadata);
         }
     }
     if let Some(e) = &r.error {
-        m.insert(
-            "error".into(),
-            serde_json::to_value(e).unwrap_or(Value::Null),
-        );
+        m.object("error", |w| write_error_info(w, e));
     }
     if r.status == ResultStatus::NotFound {
-        m.insert("reason".into(), "unknown delegation".into());
+        m.str("reason", "unknown delegation");
     }
-    Value::Object(m)
 }
 
 /// Decodes a `GET …/result` body (ours or the reference's) for the delegator engine.
@@ -282,40 +270,38 @@ pub fn status_to_value(s: &ExecutorStatus) -> Value {
 /// `{"ok":true}`, or the reference's `{"error": "..."}` (HTTP 500).
 pub fn decode_reply(status: u16, body: &[u8]) -> crate::engine::delegator::Reply {
     use crate::engine::delegator::{Reply, RequestFailure::Unusable};
-    let Ok(v) = serde_json::from_slice::<Value>(body) else {
+    use crate::wire::tree::Json;
+    let Ok(v) = Json::parse(body) else {
         return Reply::Failed(Unusable(format!(
             "HTTP {status}: {}",
             String::from_utf8_lossy(&body[..body.len().min(200)])
         )));
     };
-    match v.get("type").and_then(Value::as_str) {
-        Some("ACCEPT") | Some("ERROR") => match crate::wire::decode::decode_message_value(&v) {
+    let text = |k: &str| v.get(k).and_then(Json::as_str);
+    match text("type") {
+        Some("ACCEPT") | Some("ERROR") => match crate::wire::decode::decode_message_json(&v) {
             Ok((Message::Accept(a), _)) => Reply::Accept(a),
             Ok((Message::Error(ErrorMessage { error, .. }), _)) => Reply::Error(error),
             Ok((m, _)) => Reply::Failed(Unusable(format!("unexpected {} reply", m.type_str()))),
             Err(e) => {
                 // An ERROR without a valid delegationId (e.g. a pre-engine refusal).
-                if let (Some(code), Some(message)) = (
-                    v.get("code").and_then(Value::as_str),
-                    v.get("message").and_then(Value::as_str),
-                ) {
+                if let (Some(code), Some(message)) = (text("code"), text("message")) {
                     Reply::Error(ErrorInfo {
                         code: ErrorCode::parse(code),
                         message: message.to_owned(),
-                        hint: v.get("hint").and_then(Value::as_str).map(str::to_owned),
+                        hint: text("hint").map(str::to_owned),
                     })
                 } else {
                     Reply::Failed(Unusable(format!("undecodable reply: {e}")))
                 }
             }
         },
-        _ if (200..300).contains(&status) && v.get("ok").and_then(Value::as_bool) == Some(true) => {
+        _ if (200..300).contains(&status) && v.get("ok").and_then(Json::as_bool) == Some(true) => {
             Reply::Ok
         }
         _ => Reply::Failed(Unusable(format!(
             "HTTP {status}: {}",
-            v.get("error")
-                .and_then(Value::as_str)
+            text("error")
                 .map(str::to_owned)
                 .unwrap_or_else(|| v.to_string())
         ))),

@@ -14,21 +14,20 @@
 //!   never writes `retentionMs`; `done` writes `resultBase64` when set and omits the snapshot
 //!   fields.
 
-use std::collections::BTreeMap;
-
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use super::types::*;
+use super::writer::ObjectWriter;
 use crate::error::ErrorInfo;
 
 /// Encodes a message as compact JSON in `dialect`.
 pub fn encode_message(msg: &Message, dialect: Dialect) -> String {
-    to_json(&message_to_value(msg, dialect))
+    ObjectWriter::text(|w| write_message(w, msg, dialect))
 }
 
 /// Encodes a task event as compact JSON in `dialect`.
 pub fn encode_event(ev: &TaskEvent, dialect: Dialect) -> String {
-    to_json(&event_to_value(ev, dialect))
+    ObjectWriter::text(|w| write_event(w, ev, dialect))
 }
 
 /// Compact JSON text of `v`, written straight into a byte buffer (`Value`'s `Display` goes
@@ -38,280 +37,218 @@ pub(crate) fn to_json(v: &Value) -> String {
     serde_json::to_string(v).unwrap_or_default()
 }
 
-/// A message as a JSON value in `dialect`.
+/// A message as a JSON value in `dialect` (the same JSON as [`encode_message`]).
 pub fn message_to_value(msg: &Message, dialect: Dialect) -> Value {
-    let mut m = Map::new();
-    m.insert("version".into(), PROTOCOL_VERSION.into());
-    m.insert("type".into(), msg.type_str().into());
-    m.insert("delegationId".into(), msg.delegation_id().as_str().into());
-    match msg {
-        Message::Invite(inv) => encode_invite(&mut m, inv, dialect),
-        Message::Accept(acc) => {
-            if dialect == Dialect::Reference {
-                put_opt(&mut m, "retentionMs", acc.retention_ms);
-            }
-            m.insert(
-                "executorWorkDir".into(),
-                obj([("path", acc.work_dir.as_str().into())]),
-            );
-            if let Some(c) = &acc.constraints {
-                let mut cm = Map::new();
-                put_opt(
-                    &mut cm,
-                    "acceptedAccessMode",
-                    c.accepted_access_mode.map(AccessMode::as_str),
-                );
-                put_opt(&mut cm, "maxTtlSeconds", c.max_ttl_seconds);
-                if let Some(s) = &c.sandbox_profile {
-                    let mut sm = Map::new();
-                    put_opt(&mut sm, "cwdOnly", s.cwd_only);
-                    put_opt(&mut sm, "allowNetwork", s.allow_network);
-                    put_opt(&mut sm, "allowExec", s.allow_exec);
-                    cm.insert("sandboxProfile".into(), Value::Object(sm));
-                }
-                m.insert("executorConstraints".into(), Value::Object(cm));
-            }
-            put_strings(&mut m, "features", &acc.features);
-        }
-        Message::Start(st) => {
-            m.insert(
-                "lease".into(),
-                obj([
-                    ("expiresAt", st.lease.expires_at.to_rfc3339().into()),
-                    ("accessMode", st.lease.access_mode.as_str().into()),
-                ]),
-            );
-            let key = match dialect {
-                Dialect::Reference => "transportHandle",
-                Dialect::Seed => "workDir",
-            };
-            m.insert(key.into(), encode_handle(&st.handle));
-        }
-        Message::Done(d) => {
-            m.insert("finalSummary".into(), d.final_summary.as_str().into());
-            put_strings(&mut m, "highlights", &d.highlights);
-            put_opt(&mut m, "notes", d.notes.as_deref());
-        }
-        Message::Error(e) => put_error_info(&mut m, &e.error),
-    }
-    Value::Object(m)
+    ObjectWriter::value(|w| write_message(w, msg, dialect))
 }
 
-fn encode_invite(m: &mut Map<String, Value>, inv: &Invite, dialect: Dialect) {
-    m.insert(
-        "task".into(),
-        obj([
-            ("description", inv.task.description.as_str().into()),
-            ("prompt", inv.task.prompt.as_str().into()),
-        ]),
-    );
-    m.insert(
-        "lease".into(),
-        obj([
-            ("ttlSeconds", inv.lease.ttl_seconds.into()),
-            ("accessMode", inv.lease.access_mode.as_str().into()),
-        ]),
-    );
-    match dialect {
-        Dialect::Reference => {
-            put_opt(m, "retentionMs", inv.retention_ms);
-            let resources: Vec<Value> = inv
-                .resources
-                .iter()
-                .map(|r| {
-                    obj([
-                        ("name", r.name.as_str().into()),
-                        ("type", r.kind.as_str().into()),
-                        ("mode", r.mode.as_str().into()),
-                    ])
-                })
-                .collect();
-            m.insert(
-                "environment".into(),
-                obj([("resources", Value::Array(resources))]),
-            );
-            if let Some(name) = &inv.export_name {
-                m.insert(
-                    "workspace".into(),
-                    obj([("exportName", name.as_str().into())]),
-                );
-            }
-        }
-        Dialect::Seed => {
-            let name = inv
-                .export_name
-                .clone()
-                .unwrap_or_else(|| format!("awcp/{}", inv.delegation_id));
-            m.insert("workspace".into(), obj([("exportName", name.into())]));
-        }
-    }
-    if let Some(t) = &inv.transport {
-        m.insert(
-            "requirements".into(),
-            obj([("transport", t.as_str().into())]),
-        );
-    }
-    if let Some(a) = &inv.auth {
-        let mut am = Map::new();
-        am.insert("type".into(), a.auth_type.as_str().into());
-        am.insert("credential".into(), a.credential.as_str().into());
-        put_str_map(&mut am, "metadata", &a.metadata);
-        m.insert("auth".into(), Value::Object(am));
-    }
-    put_strings(m, "features", &inv.features);
-}
-
-/// A task event as a JSON value in `dialect`.
+/// A task event as a JSON value in `dialect` (the same JSON as [`encode_event`]).
 pub fn event_to_value(ev: &TaskEvent, dialect: Dialect) -> Value {
-    let mut m = Map::new();
-    m.insert("delegationId".into(), ev.delegation_id.as_str().into());
-    m.insert("type".into(), ev.kind.type_str().into());
-    m.insert("timestamp".into(), ev.timestamp.to_rfc3339().into());
-    match &ev.kind {
-        TaskEventKind::Status(s) => {
-            m.insert("status".into(), s.status.as_str().into());
-            put_opt(&mut m, "message", s.message.as_deref());
-            if let Some(p) = s.progress {
-                // Non-finite numbers cannot be written as JSON; they are dropped.
-                if let Some(n) = serde_json::Number::from_f64(p) {
-                    m.insert("progress".into(), Value::Number(n));
-                }
-            }
-        }
-        TaskEventKind::Snapshot(s) => {
-            m.insert("snapshotId".into(), s.snapshot_id.as_str().into());
-            m.insert("summary".into(), s.summary.as_str().into());
-            put_strings(&mut m, "highlights", &s.highlights);
-            put_opt(&mut m, "snapshotBase64", s.data.base64.as_deref());
-            put_opt(&mut m, "snapshotUrl", s.data.url.as_deref());
-            put_opt(&mut m, "checksum", s.checksum.as_deref());
-            put_opt(&mut m, "recommended", s.recommended);
-            if !s.metadata.is_empty() {
-                let md: Map<String, Value> = s
-                    .metadata
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect();
-                m.insert("metadata".into(), Value::Object(md));
-            }
-        }
-        TaskEventKind::Done(d) => {
-            m.insert("summary".into(), d.summary.as_str().into());
-            put_strings(&mut m, "highlights", &d.highlights);
-            if dialect == Dialect::Reference {
-                if !d.snapshot_ids.is_empty() {
-                    let ids = d.snapshot_ids.iter().map(|s| s.as_str().into()).collect();
-                    m.insert("snapshotIds".into(), Value::Array(ids));
-                }
-                put_opt(
-                    &mut m,
-                    "recommendedSnapshotId",
-                    d.recommended_snapshot_id.as_ref().map(|s| s.as_str()),
-                );
-            }
-            put_opt(&mut m, "resultBase64", d.result_base64.as_deref());
-        }
-        TaskEventKind::Error(e) => put_error_info(&mut m, e),
-    }
-    Value::Object(m)
+    ObjectWriter::value(|w| write_event(w, ev, dialect))
 }
 
 /// A transport handle as a JSON value.
 pub fn encode_handle(handle: &TransportHandle) -> Value {
-    let mut m = Map::new();
-    m.insert("transport".into(), handle.kind().as_str().into());
+    ObjectWriter::value(|w| write_handle(w, handle))
+}
+
+fn write_message(m: &mut ObjectWriter<'_>, msg: &Message, dialect: Dialect) {
+    m.str("version", PROTOCOL_VERSION);
+    m.str("type", msg.type_str());
+    m.str("delegationId", msg.delegation_id().as_str());
+    match msg {
+        Message::Invite(inv) => write_invite(m, inv, dialect),
+        Message::Accept(acc) => {
+            if dialect == Dialect::Reference {
+                m.opt_u64("retentionMs", acc.retention_ms);
+            }
+            m.object("executorWorkDir", |w| w.str("path", &acc.work_dir));
+            if let Some(c) = &acc.constraints {
+                m.object("executorConstraints", |cm| {
+                    cm.opt_str(
+                        "acceptedAccessMode",
+                        c.accepted_access_mode.map(AccessMode::as_str),
+                    );
+                    cm.opt_u64("maxTtlSeconds", c.max_ttl_seconds);
+                    if let Some(s) = &c.sandbox_profile {
+                        cm.object("sandboxProfile", |sm| {
+                            sm.opt_bool("cwdOnly", s.cwd_only);
+                            sm.opt_bool("allowNetwork", s.allow_network);
+                            sm.opt_bool("allowExec", s.allow_exec);
+                        });
+                    }
+                });
+            }
+            m.strings("features", &acc.features);
+        }
+        Message::Start(st) => {
+            m.object("lease", |w| {
+                w.str("expiresAt", &st.lease.expires_at.to_rfc3339());
+                w.str("accessMode", st.lease.access_mode.as_str());
+            });
+            let key = match dialect {
+                Dialect::Reference => "transportHandle",
+                Dialect::Seed => "workDir",
+            };
+            m.object(key, |w| write_handle(w, &st.handle));
+        }
+        Message::Done(d) => {
+            m.str("finalSummary", &d.final_summary);
+            m.strings("highlights", &d.highlights);
+            m.opt_str("notes", d.notes.as_deref());
+        }
+        Message::Error(e) => write_error_info(m, &e.error),
+    }
+}
+
+fn write_invite(m: &mut ObjectWriter<'_>, inv: &Invite, dialect: Dialect) {
+    m.object("task", |w| {
+        w.str("description", &inv.task.description);
+        w.str("prompt", &inv.task.prompt);
+    });
+    m.object("lease", |w| {
+        w.u64("ttlSeconds", inv.lease.ttl_seconds);
+        w.str("accessMode", inv.lease.access_mode.as_str());
+    });
+    match dialect {
+        Dialect::Reference => {
+            m.opt_u64("retentionMs", inv.retention_ms);
+            m.object("environment", |w| {
+                w.array("resources", |a| {
+                    for r in &inv.resources {
+                        a.object(|o| {
+                            o.str("name", r.name.as_str());
+                            o.str("type", r.kind.as_str());
+                            o.str("mode", r.mode.as_str());
+                        });
+                    }
+                });
+            });
+            if let Some(name) = &inv.export_name {
+                m.object("workspace", |w| w.str("exportName", name));
+            }
+        }
+        Dialect::Seed => match &inv.export_name {
+            Some(name) => m.object("workspace", |w| w.str("exportName", name)),
+            None => m.object("workspace", |w| {
+                w.str("exportName", &format!("awcp/{}", inv.delegation_id));
+            }),
+        },
+    }
+    if let Some(t) = &inv.transport {
+        m.object("requirements", |w| w.str("transport", t.as_str()));
+    }
+    if let Some(a) = &inv.auth {
+        m.object("auth", |w| {
+            w.str("type", a.auth_type.as_str());
+            w.str("credential", &a.credential);
+            w.str_map("metadata", &a.metadata);
+        });
+    }
+    m.strings("features", &inv.features);
+}
+
+fn write_event(m: &mut ObjectWriter<'_>, ev: &TaskEvent, dialect: Dialect) {
+    m.str("delegationId", ev.delegation_id.as_str());
+    m.str("type", ev.kind.type_str());
+    m.str("timestamp", &ev.timestamp.to_rfc3339());
+    match &ev.kind {
+        TaskEventKind::Status(s) => {
+            m.str("status", s.status.as_str());
+            m.opt_str("message", s.message.as_deref());
+            if let Some(p) = s.progress {
+                // Non-finite numbers cannot be written as JSON; they are dropped.
+                m.finite_f64("progress", p);
+            }
+        }
+        TaskEventKind::Snapshot(s) => {
+            m.str("snapshotId", s.snapshot_id.as_str());
+            m.str("summary", &s.summary);
+            m.strings("highlights", &s.highlights);
+            m.opt_str("snapshotBase64", s.data.base64.as_deref());
+            m.opt_str("snapshotUrl", s.data.url.as_deref());
+            m.opt_str("checksum", s.checksum.as_deref());
+            m.opt_bool("recommended", s.recommended);
+            if !s.metadata.is_empty() {
+                m.serialize("metadata", &s.metadata);
+            }
+        }
+        TaskEventKind::Done(d) => {
+            m.str("summary", &d.summary);
+            m.strings("highlights", &d.highlights);
+            if dialect == Dialect::Reference {
+                if !d.snapshot_ids.is_empty() {
+                    m.array("snapshotIds", |a| {
+                        for id in &d.snapshot_ids {
+                            a.str(id.as_str());
+                        }
+                    });
+                }
+                m.opt_str(
+                    "recommendedSnapshotId",
+                    d.recommended_snapshot_id.as_ref().map(|s| s.as_str()),
+                );
+            }
+            m.opt_str("resultBase64", d.result_base64.as_deref());
+        }
+        TaskEventKind::Error(e) => write_error_info(m, e),
+    }
+}
+
+fn write_handle(m: &mut ObjectWriter<'_>, handle: &TransportHandle) {
+    m.str("transport", handle.kind().as_str());
     match handle {
         TransportHandle::Archive(a) => {
-            put_opt(&mut m, "workspaceBase64", a.data.base64.as_deref());
-            put_opt(&mut m, "archiveUrl", a.data.url.as_deref());
-            m.insert("checksum".into(), a.checksum.as_str().into());
-            put_opt(&mut m, "sizeBytes", a.size_bytes);
+            m.opt_str("workspaceBase64", a.data.base64.as_deref());
+            m.opt_str("archiveUrl", a.data.url.as_deref());
+            m.str("checksum", &a.checksum);
+            m.opt_u64("sizeBytes", a.size_bytes);
         }
         TransportHandle::Sshfs(s) => {
-            m.insert(
-                "endpoint".into(),
-                obj([
-                    ("host", s.endpoint.host.as_str().into()),
-                    ("port", s.endpoint.port.into()),
-                    ("user", s.endpoint.user.as_str().into()),
-                ]),
-            );
-            m.insert("exportLocator".into(), s.export_locator.as_str().into());
-            let mut cm = Map::new();
-            cm.insert(
-                "privateKey".into(),
-                s.credential.private_key.as_str().into(),
-            );
-            put_opt(&mut cm, "certificate", s.credential.certificate.as_deref());
-            m.insert("credential".into(), Value::Object(cm));
-            put_str_map(&mut m, "options", &s.options);
-            put_opt(&mut m, "hostKey", s.host_key.as_deref());
+            m.object("endpoint", |w| {
+                w.str("host", &s.endpoint.host);
+                w.u64("port", u64::from(s.endpoint.port));
+                w.str("user", &s.endpoint.user);
+            });
+            m.str("exportLocator", &s.export_locator);
+            m.object("credential", |w| {
+                w.str("privateKey", &s.credential.private_key);
+                w.opt_str("certificate", s.credential.certificate.as_deref());
+            });
+            m.str_map("options", &s.options);
+            m.opt_str("hostKey", s.host_key.as_deref());
         }
         TransportHandle::Storage(s) => {
-            m.insert("downloadUrl".into(), s.download_url.as_str().into());
-            m.insert("uploadUrl".into(), s.upload_url.as_str().into());
-            m.insert("checksum".into(), s.checksum.as_str().into());
-            m.insert("expiresAt".into(), s.expires_at.to_rfc3339().into());
-            put_str_map(&mut m, "headers", &s.headers);
+            m.str("downloadUrl", &s.download_url);
+            m.str("uploadUrl", &s.upload_url);
+            m.str("checksum", &s.checksum);
+            m.str("expiresAt", &s.expires_at.to_rfc3339());
+            m.str_map("headers", &s.headers);
         }
         TransportHandle::Git(g) => {
-            m.insert("repoUrl".into(), g.repo_url.as_str().into());
-            m.insert("baseBranch".into(), g.base_branch.as_str().into());
-            m.insert("baseCommit".into(), g.base_commit.as_str().into());
+            m.str("repoUrl", &g.repo_url);
+            m.str("baseBranch", &g.base_branch);
+            m.str("baseCommit", &g.base_commit);
             if let Some(auth) = &g.auth {
-                let a = match auth {
+                m.object("auth", |w| match auth {
                     GitAuth::Token(t) => {
-                        obj([("type", "token".into()), ("token", t.as_str().into())])
+                        w.str("type", "token");
+                        w.str("token", t);
                     }
                     GitAuth::Ssh(key) => {
-                        let mut am = Map::new();
-                        am.insert("type".into(), "ssh".into());
-                        put_opt(&mut am, "privateKey", key.as_deref());
-                        Value::Object(am)
+                        w.str("type", "ssh");
+                        w.opt_str("privateKey", key.as_deref());
                     }
-                    GitAuth::None => obj([("type", "none".into())]),
-                };
-                m.insert("auth".into(), a);
+                    GitAuth::None => w.str("type", "none"),
+                });
             }
         }
     }
-    Value::Object(m)
 }
 
-// ---------------------------------------------------------------------------------------------
-// Helpers
-
-fn obj<const N: usize>(fields: [(&str, Value); N]) -> Value {
-    Value::Object(fields.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
-}
-
-fn put_opt<T: Into<Value>>(m: &mut Map<String, Value>, key: &str, v: Option<T>) {
-    if let Some(v) = v {
-        m.insert(key.to_owned(), v.into());
-    }
-}
-
-fn put_strings(m: &mut Map<String, Value>, key: &str, items: &[String]) {
-    if !items.is_empty() {
-        m.insert(
-            key.to_owned(),
-            Value::Array(items.iter().map(|s| s.as_str().into()).collect()),
-        );
-    }
-}
-
-fn put_str_map(m: &mut Map<String, Value>, key: &str, map: &BTreeMap<String, String>) {
-    if !map.is_empty() {
-        let o = map
-            .iter()
-            .map(|(k, v)| (k.clone(), Value::from(v.as_str())))
-            .collect();
-        m.insert(key.to_owned(), Value::Object(o));
-    }
-}
-
-fn put_error_info(m: &mut Map<String, Value>, e: &ErrorInfo) {
-    m.insert("code".into(), e.code.as_str().into());
-    m.insert("message".into(), e.message.as_str().into());
-    put_opt(m, "hint", e.hint.as_deref());
+/// `code`, `message` and `hint` of an ERROR message or `error` event.
+pub(crate) fn write_error_info(m: &mut ObjectWriter<'_>, e: &ErrorInfo) {
+    m.str("code", e.code.as_str());
+    m.str("message", &e.message);
+    m.opt_str("hint", e.hint.as_deref());
 }

@@ -9,7 +9,9 @@
 
 pub mod decode;
 pub mod encode;
+pub(crate) mod tree;
 pub mod types;
+pub(crate) mod writer;
 
 pub use decode::{decode_event, decode_handle, decode_message, DecodeError, DecodeErrorKind};
 pub use encode::{encode_event, encode_handle, encode_message, event_to_value, message_to_value};

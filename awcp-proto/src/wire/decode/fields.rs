@@ -3,15 +3,16 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::{Map, Value};
+use std::borrow::Cow;
 
 use super::{DecodeError, DecodeErrorKind};
 use crate::id::{DelegationId, SnapshotId};
 use crate::time::Timestamp;
+use crate::wire::tree::Json;
 use crate::wire::types::*;
 
-pub(super) fn parse(json: &[u8]) -> Result<Value, DecodeError> {
-    serde_json::from_slice(json).map_err(|e| DecodeError {
+pub(super) fn parse(json: &[u8]) -> Result<Json<'_>, DecodeError> {
+    Json::parse(json).map_err(|e| DecodeError {
         field: String::new(),
         kind: DecodeErrorKind::Json(e.to_string()),
     })
@@ -38,17 +39,17 @@ pub(super) fn truncate(s: &str) -> String {
 
 /// A JSON object together with its dotted path, for error reporting.
 pub(super) struct Obj<'a> {
-    pub(super) map: &'a Map<String, Value>,
+    pub(super) map: &'a [(Cow<'a, str>, Json<'a>)],
     pub(super) path: String,
 }
 
 // A JSON value of any other type than the one a field needs is the wrong type: the wildcard
-// arms below mean exactly that, for serde_json's `Value` (not ours to extend).
+// arms below mean exactly that.
 #[allow(clippy::wildcard_enum_match_arm)]
 impl<'a> Obj<'a> {
-    pub(super) fn root(value: &'a Value) -> Result<Self, DecodeError> {
+    pub(super) fn root(value: &'a Json<'a>) -> Result<Self, DecodeError> {
         match value {
-            Value::Object(map) => Ok(Obj {
+            Json::Object(map) => Ok(Obj {
                 map,
                 path: String::new(),
             }),
@@ -59,10 +60,10 @@ impl<'a> Obj<'a> {
         }
     }
 
-    pub(super) fn new(value: &'a Value, path: String) -> Result<Self, DecodeError> {
+    pub(super) fn new(value: &'a Json<'a>, path: String) -> Result<Self, DecodeError> {
         match value {
-            Value::Object(map) => Ok(Obj { map, path }),
-            Value::Null => Err(DecodeError {
+            Json::Object(map) => Ok(Obj { map, path }),
+            Json::Null => Err(DecodeError {
                 field: path,
                 kind: DecodeErrorKind::Missing,
             }),
@@ -94,14 +95,19 @@ impl<'a> Obj<'a> {
     }
 
     /// The value under `key`; `null` counts as absent.
-    pub(super) fn get(&self, key: &str) -> Option<&'a Value> {
-        match self.map.get(key) {
-            None | Some(Value::Null) => None,
-            Some(v) => Some(v),
+    pub(super) fn get(&self, key: &str) -> Option<&'a Json<'a>> {
+        match self.map.iter().rev().find(|(k, _)| k == key) {
+            None | Some((_, Json::Null)) => None,
+            Some((_, v)) => Some(v),
         }
     }
 
-    pub(super) fn req(&self, key: &str) -> Result<&'a Value, DecodeError> {
+    /// Whether `key` is present at all (even as `null`).
+    pub(super) fn has_key(&self, key: &str) -> bool {
+        self.map.iter().any(|(k, _)| k == key)
+    }
+
+    pub(super) fn req(&self, key: &str) -> Result<&'a Json<'a>, DecodeError> {
         self.get(key).ok_or_else(|| self.missing(key))
     }
 
@@ -114,7 +120,7 @@ impl<'a> Obj<'a> {
     pub(super) fn opt_string(&self, key: &str) -> Result<Option<String>, DecodeError> {
         match self.get(key) {
             None => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(Json::Str(s)) => Ok(Some(s.clone().into_owned())),
             Some(_) => Err(self.wrong_type(key, "string")),
         }
     }
@@ -130,23 +136,24 @@ impl<'a> Obj<'a> {
         }
     }
 
-    pub(super) fn req_array(&self, key: &str) -> Result<&'a Vec<Value>, DecodeError> {
-        self.req(key)?
-            .as_array()
-            .ok_or_else(|| self.wrong_type(key, "array"))
+    pub(super) fn req_array(&self, key: &str) -> Result<&'a [Json<'a>], DecodeError> {
+        match self.req(key)? {
+            Json::Array(a) => Ok(a),
+            _ => Err(self.wrong_type(key, "array")),
+        }
     }
 
-    pub(super) fn opt_array(&self, key: &str) -> Result<Option<&'a Vec<Value>>, DecodeError> {
+    pub(super) fn opt_array(&self, key: &str) -> Result<Option<&'a [Json<'a>]>, DecodeError> {
         match self.get(key) {
             None => Ok(None),
-            Some(Value::Array(a)) => Ok(Some(a)),
+            Some(Json::Array(a)) => Ok(Some(a)),
             Some(_) => Err(self.wrong_type(key, "array")),
         }
     }
 
-    pub(super) fn u64_of(&self, key: &str, v: &Value) -> Result<u64, DecodeError> {
+    pub(super) fn u64_of(&self, key: &str, v: &Json<'_>) -> Result<u64, DecodeError> {
         match v {
-            Value::Number(n) => n.as_u64().ok_or_else(|| {
+            Json::Number(n) => n.as_u64().ok_or_else(|| {
                 self.invalid(key, format!("expected a non-negative integer, got {n}"))
             }),
             _ => Err(self.wrong_type(key, "non-negative integer")),
@@ -168,7 +175,7 @@ impl<'a> Obj<'a> {
     pub(super) fn opt_f64(&self, key: &str) -> Result<Option<f64>, DecodeError> {
         match self.get(key) {
             None => Ok(None),
-            Some(Value::Number(n)) => n
+            Some(Json::Number(n)) => n
                 .as_f64()
                 .filter(|f| f.is_finite())
                 .map(Some)
@@ -180,7 +187,7 @@ impl<'a> Obj<'a> {
     pub(super) fn opt_bool(&self, key: &str) -> Result<Option<bool>, DecodeError> {
         match self.get(key) {
             None => Ok(None),
-            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(Json::Bool(b)) => Ok(Some(*b)),
             Some(_) => Err(self.wrong_type(key, "boolean")),
         }
     }
@@ -210,7 +217,7 @@ impl<'a> Obj<'a> {
                 .iter()
                 .map(|(k, v)| {
                     v.as_str()
-                        .map(|s| (k.clone(), s.to_owned()))
+                        .map(|s| (k.clone().into_owned(), s.to_owned()))
                         .ok_or_else(|| m.wrong_type(k, "string"))
                 })
                 .collect(),

@@ -4,11 +4,20 @@ use serde_json::Value;
 
 use super::fields::{truncate, Obj};
 use super::DecodeError;
+use crate::wire::tree::Json;
 use crate::wire::types::*;
 
 /// Decodes a transport handle object; `path` prefixes field names in errors.
 pub fn decode_handle(value: &Value, path: &str) -> Result<TransportHandle, DecodeError> {
-    let obj = Obj::new(value, path.to_owned())?;
+    decode_handle_json(&Json::from_value(value), path.to_owned())
+}
+
+/// [`decode_handle`] of the decoder's own tree.
+pub(super) fn decode_handle_json(
+    value: &Json<'_>,
+    path: String,
+) -> Result<TransportHandle, DecodeError> {
+    let obj = Obj::new(value, path)?;
     let transport = obj.req_str("transport")?;
     match transport {
         "archive" => Ok(TransportHandle::Archive(ArchiveHandle {
@@ -28,11 +37,11 @@ pub fn decode_handle(value: &Value, path: &str) -> Result<TransportHandle, Decod
             };
             let credential = match obj.get("credential") {
                 None => return Err(obj.missing("credential")),
-                Some(Value::String(key)) => SshCredential {
-                    private_key: key.clone(),
+                Some(Json::Str(key)) => SshCredential {
+                    private_key: key.clone().into_owned(),
                     certificate: None,
                 },
-                Some(Value::Object(_)) => {
+                Some(Json::Object(_)) => {
                     let c = obj.req_obj("credential")?;
                     SshCredential {
                         private_key: c.req_str("privateKey")?.to_owned(),

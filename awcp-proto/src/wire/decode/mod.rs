@@ -1,7 +1,7 @@
 //! Two-dialect decoder (WIRE.md §0–§4, §15).
 //!
-//! The input is parsed into a [`serde_json::Value`] first; small helpers then pull fields out
-//! and report failures with a dotted path (`task.prompt`, `environment.resources[0].name`,
+//! The input is parsed into a tree that borrows its strings from the input (`wire::tree`)
+//! first; small helpers then pull fields out and report failures with a dotted path (`task.prompt`, `environment.resources[0].name`,
 //! `transportHandle.checksum`).
 //!
 //! Leniency rules:
@@ -23,6 +23,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
+use super::tree::{Json, NULL};
 use super::types::*;
 use crate::error::{ErrorCode, ErrorInfo};
 use crate::id::{DelegationId, ResourceName, SnapshotId};
@@ -78,12 +79,17 @@ fn render(field: &str, kind: &DecodeErrorKind) -> String {
 
 /// Decodes a control-plane message from JSON bytes; returns the dialect it was written in.
 pub fn decode_message(json: &[u8]) -> Result<(Message, Dialect), DecodeError> {
-    decode_message_value(&parse(json)?)
+    decode_message_json(&parse(json)?)
+}
+
+/// [`decode_message`] of JSON already parsed into a [`Value`].
+pub fn decode_message_value(value: &Value) -> Result<(Message, Dialect), DecodeError> {
+    decode_message_json(&Json::from_value(value))
 }
 
 /// [`decode_message`] of JSON already parsed (a caller that looked at the body first need not
 /// parse it twice).
-pub fn decode_message_value(value: &Value) -> Result<(Message, Dialect), DecodeError> {
+pub(crate) fn decode_message_json(value: &Json<'_>) -> Result<(Message, Dialect), DecodeError> {
     let obj = Obj::root(value)?;
     if let Some(v) = obj.get("version") {
         match v.as_str() {
@@ -151,7 +157,11 @@ pub fn decode_event(json: &[u8]) -> Result<(TaskEvent, Dialect), DecodeError> {
             checksum: obj.opt_string("checksum")?,
             recommended: obj.opt_bool("recommended")?,
             metadata: match obj.opt_obj("metadata")? {
-                Some(m) => m.map.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                Some(m) => m
+                    .map
+                    .iter()
+                    .map(|(k, v)| (k.clone().into_owned(), v.to_value()))
+                    .collect(),
                 None => BTreeMap::new(),
             },
         }),
@@ -280,7 +290,7 @@ fn decode_accept(
     obj: &Obj<'_>,
     delegation_id: DelegationId,
 ) -> Result<(Message, Dialect), DecodeError> {
-    let dialect = if obj.map.contains_key("retentionMs") {
+    let dialect = if obj.has_key("retentionMs") {
         Dialect::Reference
     } else {
         Dialect::Seed
@@ -334,8 +344,8 @@ fn decode_start(
     .into_iter()
     .find(|(k, _)| obj.get(k).is_some())
     .ok_or_else(|| obj.missing("transportHandle"))?;
-    let handle_value = obj.get(key).unwrap_or(&Value::Null);
-    let handle = decode_handle(handle_value, &obj.field(key))?;
+    let handle_value = obj.get(key).unwrap_or(&NULL);
+    let handle = handle::decode_handle_json(handle_value, obj.field(key))?;
     Ok((
         Message::Start(Start {
             delegation_id,
