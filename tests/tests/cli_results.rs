@@ -322,7 +322,7 @@ fn a_result_staged_by_an_older_release_applies_after_the_upgrade() {
     let a = ws.path().join("a.txt");
     let id = record(&o)["id"].as_str().unwrap().to_owned();
     let path = state.path().join("delegations").join(format!("{id}.json"));
-    let mut rec: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let mut rec: Value = awcp_driver::executor::journal::read_record_file(&path).unwrap();
     assert_eq!(rec["version"], 1, "this release writes version 1: {rec}");
     std::fs::write(&a, "A\n").unwrap();
     let retry = retry_command(&o);
@@ -360,7 +360,7 @@ fn a_result_staged_by_an_older_release_applies_after_the_upgrade() {
         "agent was here\n"
     );
     if let Ok(bytes) = std::fs::read(&path) {
-        let after: Value = serde_json::from_slice(&bytes).unwrap();
+        let after = awcp_driver::executor::journal::read_record(&bytes).unwrap();
         assert_eq!(after["version"], 1, "written back as the current version");
     }
 }

@@ -1,14 +1,27 @@
-//! Durable assignment records: one JSON file per assignment under
-//! `<state_dir>/assignments/<id>.json`, written atomically (temp file, fsync, rename) whenever
-//! the engine reports a change, removed when the engine forgets the assignment. At start-up
-//! the records are handed to [`awcp_proto::Executor::restore`].
+//! Durable records, one file per delegation: the executor's assignments under
+//! `<state_dir>/assignments/<id>.json`, the delegator's delegations under
+//! `<state_dir>/delegations/<id>.json`. A record is written whenever the engine reports a
+//! change and the file is removed when the engine forgets the delegation. At start-up the
+//! records are handed to the engine's `restore`.
+//!
+//! The file is a log of JSON lines, the last complete one being the record: the first record
+//! creates the file atomically (temp file, fsync, rename), later ones are appended and synced
+//! (`fdatasync`). Each append starts with a newline, so the torn tail a crash may leave ends
+//! its own line and is skipped by the reader, which falls back to the record before it. A file
+//! past [`COMPACT_AT`] bytes is rewritten atomically with only the newest record. Appending
+//! instead of replacing the file avoids creating, renaming and evicting an inode per write,
+//! which was most of a tiny delegation's CPU time (`BENCHMARKS.md`). A file holding one JSON
+//! document (what older releases wrote, or an operator's pretty-printed edit) reads as that
+//! document.
 //!
 //! Why files and not an embedded store: records are small, written a few times per
-//! delegation, and never queried; one file per id with write-then-rename is crash-safe
-//! without a dependency, and an operator can read it.
+//! delegation, and never queried; one file per id is crash-safe without a dependency, and an
+//! operator can read it.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
+
+use serde_json::Value;
 
 use awcp_proto::DelegationId;
 
@@ -28,13 +41,10 @@ impl Journal {
         Journal { dir }
     }
 
-    /// Writes (or replaces) the record of `id`.
-    pub fn write(&self, id: &DelegationId, record: &serde_json::Value) {
-        if let Err(e) = write_atomic(
-            &self.dir,
-            &format!("{id}.json"),
-            record.to_string().as_bytes(),
-        ) {
+    /// Writes (or replaces) the record of `id`; durable when this returns (a failure is
+    /// logged).
+    pub fn write(&self, id: &DelegationId, record: &Value) {
+        if let Err(e) = append_record(&self.dir, &format!("{id}.json"), &record.to_string()) {
             tracing::warn!(delegation = %id, "journal write failed: {e}");
         }
     }
@@ -64,10 +74,7 @@ impl Journal {
             if p.extension().and_then(|x| x.to_str()) != Some("json") {
                 continue;
             }
-            match std::fs::read(&p)
-                .ok()
-                .and_then(|b| serde_json::from_slice(&b).ok())
-            {
+            match std::fs::read(&p).ok().and_then(|b| read_record(&b)) {
                 Some(v) => out.push(v),
                 None => {
                     let aside = self.dir.join(format!("{name}.unreadable"));
@@ -84,6 +91,52 @@ impl Journal {
     }
 }
 
+/// A record file past this size is rewritten with only its newest record.
+pub const COMPACT_AT: u64 = 64 * 1024;
+
+/// Makes `record` (one line of compact JSON) the record in `dir/name`: appended and synced,
+/// or written atomically when the file is new or due for compaction.
+fn append_record(dir: &Path, name: &str, record: &str) -> std::io::Result<()> {
+    let path = dir.join(name);
+    let file = match std::fs::OpenOptions::new().append(true).open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return write_atomic(dir, name, format!("{record}\n").as_bytes());
+        }
+        Err(e) => return Err(e),
+    };
+    if file.metadata()?.len() > COMPACT_AT {
+        drop(file);
+        return write_atomic(dir, name, format!("{record}\n").as_bytes());
+    }
+    let mut line = Vec::with_capacity(record.len() + 2);
+    line.push(b'\n');
+    line.extend_from_slice(record.as_bytes());
+    line.push(b'\n');
+    let mut file = file;
+    file.write_all(&line)?;
+    file.sync_data()
+}
+
+/// The record a journal file holds: the whole file if it is one JSON document, else its last
+/// line that is a complete JSON object (a crash may have torn the line after it). `None` when
+/// there is none.
+pub fn read_record(bytes: &[u8]) -> Option<Value> {
+    if let Ok(v) = serde_json::from_slice::<Value>(bytes) {
+        return v.is_object().then_some(v);
+    }
+    bytes.split(|b| *b == b'\n').rev().find_map(|line| {
+        serde_json::from_slice::<Value>(line)
+            .ok()
+            .filter(|v| v.as_object().is_some_and(|o| !o.is_empty()))
+    })
+}
+
+/// [`read_record`] of the file at `path` (`None` if it cannot be read).
+pub fn read_record_file(path: &Path) -> Option<Value> {
+    read_record(&std::fs::read(path).ok()?)
+}
+
 /// Writes `name` in `dir` atomically: temp file (`.tmp…`, see [`Journal::load`]), fsync,
 /// rename.
 pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
@@ -93,4 +146,104 @@ pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()>
     tmp.as_file().sync_all()?;
     tmp.persist(dir.join(name)).map_err(|e| e.error)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn id() -> DelegationId {
+        DelegationId::new("dlg_journal").unwrap()
+    }
+
+    fn state(n: usize) -> Value {
+        json!({"id": "dlg_journal", "version": 1, "state": format!("s{n}"), "pad": "x".repeat(n)})
+    }
+
+    #[test]
+    fn the_last_record_written_is_the_one_loaded_and_one_file_holds_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = Journal::at(dir.path().to_path_buf());
+        for n in 0..5 {
+            j.write(&id(), &state(n));
+        }
+        assert_eq!(j.load(), vec![state(4)]);
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().collect();
+        assert_eq!(names.len(), 1, "no temp files left: {names:?}");
+        j.remove(&id());
+        assert!(j.load().is_empty());
+    }
+
+    /// A crash may cut the last append anywhere (or leave zeros where its data should be):
+    /// the reader then sees the record before it, and the next write after the restart is the
+    /// one read back.
+    #[test]
+    fn a_torn_append_at_any_byte_falls_back_to_the_previous_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = Journal::at(dir.path().to_path_buf());
+        j.write(&id(), &state(1));
+        j.write(&id(), &state(2));
+        let file = dir.path().join("dlg_journal.json");
+        let whole = std::fs::read(&file).unwrap();
+        j.write(&id(), &state(3));
+        let with_third = std::fs::read(&file).unwrap();
+        for cut in whole.len()..with_third.len() {
+            let torn = &with_third[..cut];
+            let expect = if cut + 1 >= with_third.len() {
+                state(3) // only the final newline is missing: the record is whole
+            } else {
+                state(2)
+            };
+            assert_eq!(read_record(torn), Some(expect.clone()), "cut at {cut}");
+            let mut zeroed = torn.to_vec();
+            zeroed.resize(with_third.len(), 0);
+            if cut + 1 < with_third.len() {
+                assert_eq!(read_record(&zeroed), Some(state(2)), "zeros from {cut}");
+            }
+            // Restart after the crash: the next record is appended after the torn tail.
+            std::fs::write(&file, torn).unwrap();
+            j.write(&id(), &state(4));
+            assert_eq!(j.load(), vec![state(4)], "write after a cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn a_single_document_of_an_older_release_reads_and_takes_appends() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = Journal::at(dir.path().to_path_buf());
+        let file = dir.path().join("dlg_journal.json");
+        // Older releases wrote one compact document without a newline; operators may pretty-print.
+        std::fs::write(&file, state(1).to_string()).unwrap();
+        assert_eq!(j.load(), vec![state(1)]);
+        std::fs::write(&file, serde_json::to_vec_pretty(&state(2)).unwrap()).unwrap();
+        assert_eq!(j.load(), vec![state(2)]);
+        j.write(&id(), &state(3));
+        assert_eq!(j.load(), vec![state(3)]);
+        assert_eq!(read_record_file(&file), Some(state(3)));
+    }
+
+    #[test]
+    fn a_long_log_is_compacted_to_its_newest_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = Journal::at(dir.path().to_path_buf());
+        let file = dir.path().join("dlg_journal.json");
+        for n in 0..200 {
+            j.write(&id(), &state(1000 + n));
+            assert!(
+                std::fs::metadata(&file).unwrap().len() <= COMPACT_AT + 4096,
+                "bounded at write {n}"
+            );
+        }
+        assert_eq!(j.load(), vec![state(1199)]);
+    }
+
+    #[test]
+    fn a_file_with_no_whole_record_is_moved_aside() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = Journal::at(dir.path().to_path_buf());
+        std::fs::write(dir.path().join("dlg_torn.json"), b"{\"id\": \"dlg_t").unwrap();
+        assert!(j.load().is_empty());
+        assert!(dir.path().join("dlg_torn.json.unreadable").exists());
+    }
 }

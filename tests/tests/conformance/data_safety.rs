@@ -520,8 +520,7 @@ pub async fn an_upgraded_executor_ends_the_task_an_older_release_journaled<R: Te
         "the recorded work directory is removed\n{}",
         ex.log_text()
     );
-    let back: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&file).expect("the record is kept")).unwrap();
+    let back = awcp_driver::executor::journal::read_record_file(&file).expect("the record is kept");
     assert_eq!(back["version"], 1, "written back in today's format: {back}");
     assert_eq!(back["state"], "error", "{back}");
     assert_eq!(back["error"]["code"], "TASK_FAILED", "{back}");
