@@ -20,10 +20,14 @@ pub fn profile_dir() -> PathBuf {
 }
 
 /// The path of binary `name` (one of `awcp`, `awcp-executor`), built on first use. Panics with
-/// cargo's output if the build fails.
+/// cargo's output if the build fails. With `AWCP_BIN_DIR` set, the binaries of that directory
+/// are used as they are (e.g. an older release's, for a benchmark side by side).
 pub fn path(name: &str) -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     let dir = BUILT.get_or_init(|| {
+        if let Some(dir) = std::env::var_os("AWCP_BIN_DIR") {
+            return PathBuf::from(dir);
+        }
         let bins = profile_dir();
         let target = bins.parent().expect("target dir").to_path_buf();
         let profile = if bins.file_name().is_some_and(|n| n == "release") {
