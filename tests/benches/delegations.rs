@@ -180,8 +180,12 @@ struct Bench {
 }
 
 impl Bench {
+    /// Whether the row (or group of rows) `name` runs: every one without a filter, else those
+    /// whose name contains the filter, and the groups they belong to.
     fn wants(&self, name: &str) -> bool {
-        self.filter.as_deref().is_none_or(|f| name.contains(f))
+        self.filter
+            .as_deref()
+            .is_none_or(|f| name.contains(f) || f.starts_with(name))
     }
 
     fn row(&mut self, line: String) {
