@@ -35,14 +35,18 @@ pub fn decode_base64(text: &str) -> Result<Vec<u8>, TransportError> {
     } else {
         text
     };
-    let engine = base64::engine::GeneralPurpose::new(
+    lenient_base64()
+        .decode(t)
+        .map_err(|e| TransportError::BadBase64(e.to_string()))
+}
+
+/// Standard base64 that accepts missing padding.
+fn lenient_base64() -> base64::engine::GeneralPurpose {
+    base64::engine::GeneralPurpose::new(
         &base64::alphabet::STANDARD,
         base64::engine::GeneralPurposeConfig::new()
             .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
-    );
-    engine
-        .decode(t)
-        .map_err(|e| TransportError::BadBase64(e.to_string()))
+    )
 }
 
 /// Compares checksums case-insensitively.
@@ -81,12 +85,21 @@ impl ArchiveFile {
         }
     }
 
-    /// Reads the file and builds an inline handle (for peers without URL support).
+    /// Reads the file and builds an inline handle (for peers without URL support). The file
+    /// is encoded as it is read: only the base64 text is held, never the archive's bytes too.
     pub fn to_inline_handle(&self) -> Result<ArchiveHandle, TransportError> {
-        let data = fs::read(&self.path).map_err(|e| TransportError::io("reading archive", e))?;
+        let mut file =
+            fs::File::open(&self.path).map_err(|e| TransportError::io("reading archive", e))?;
+        let len = file.metadata().map(|m| m.len()).unwrap_or(self.size_bytes);
+        let cap = usize::try_from(len.div_ceil(3).saturating_mul(4)).unwrap_or(0);
+        let mut enc = base64::write::EncoderStringWriter::from_consumer(
+            String::with_capacity(cap),
+            &base64::engine::general_purpose::STANDARD,
+        );
+        std::io::copy(&mut file, &mut enc).map_err(|e| TransportError::io("reading archive", e))?;
         Ok(ArchiveHandle {
             data: ArchiveData {
-                base64: Some(encode_base64(&data)),
+                base64: Some(enc.into_inner()),
                 url: None,
             },
             checksum: self.checksum.clone(),
@@ -192,6 +205,24 @@ pub(crate) fn open_verified(
     cancel: &CancelFlag,
 ) -> Result<Opened, TransportError> {
     let (opened, actual) = match src {
+        // A large inline archive is decoded piece by piece into a spool file: never held
+        // decoded in memory beside its text. (Text with whitespace in it, which no encoder we
+        // know writes, is cleaned and decoded whole.)
+        ArchiveSource::Base64(t)
+            if t.len() > SPOOL_IN_MEMORY && !t.bytes().any(|b| b.is_ascii_whitespace()) =>
+        {
+            let engine = lenient_base64();
+            let mut r = base64::read::DecoderReader::new(t.as_bytes(), &engine);
+            // Its size was bounded when the text was received (as the in-memory path's is);
+            // extraction applies the content limits.
+            spool(&mut r, spool_dir, u64::MAX, cancel, |e| {
+                if e.kind() == io::ErrorKind::InvalidData {
+                    TransportError::BadBase64(e.to_string())
+                } else {
+                    TransportError::io("decoding archive", e)
+                }
+            })?
+        }
         ArchiveSource::Base64(t) => {
             let data = decode_base64(t)?;
             let sum = hex(&Sha256::digest(&data));
@@ -209,43 +240,81 @@ pub(crate) fn open_verified(
                 .map_err(|e| TransportError::io("rewinding archive", e))?;
             (Opened::File(f), sum)
         }
-        ArchiveSource::Reader(r) => {
-            let mut t = tempfile::Builder::new()
-                .prefix(".awcp-spool-")
-                .tempfile_in(spool_dir)
-                .map_err(|e| TransportError::io("creating spool file", e))?;
-            let mut h = Sha256::new();
-            let mut buf = vec![0u8; 64 * 1024];
-            let mut total = 0u64;
-            loop {
-                cancel.check()?;
-                let n = match r.read(&mut buf) {
-                    Ok(n) => n,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(e) => return Err(TransportError::io("receiving archive", e)),
-                };
-                if n == 0 {
-                    break;
-                }
-                total += n as u64;
-                if total > max_bytes {
-                    return Err(TransportError::BadArchive(format!(
-                        "archive larger than {max_bytes} bytes"
-                    )));
-                }
-                h.update(&buf[..n]);
-                t.write_all(&buf[..n])
-                    .map_err(|e| TransportError::io("spooling archive", e))?;
-            }
-            t.rewind()
-                .map_err(|e| TransportError::io("rewinding spool", e))?;
-            (Opened::Spooled(t), hex(&h.finalize()))
-        }
+        ArchiveSource::Reader(r) => spool(r, spool_dir, max_bytes, cancel, |e| {
+            TransportError::io("receiving archive", e)
+        })?,
     };
     if let Some(exp) = expected {
         verify_checksum(exp, &actual)?;
     }
     Ok(opened)
+}
+
+/// Copies `r` into a spool file in `spool_dir` while hashing it (at most `max_bytes`);
+/// `read_error` says what a failed read means.
+fn spool(
+    r: &mut dyn Read,
+    spool_dir: &Path,
+    max_bytes: u64,
+    cancel: &CancelFlag,
+    read_error: impl Fn(io::Error) -> TransportError,
+) -> Result<(Opened, String), TransportError> {
+    let mut t = tempfile::Builder::new()
+        .prefix(".awcp-spool-")
+        .tempfile_in(spool_dir)
+        .map_err(|e| TransportError::io("creating spool file", e))?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut total = 0u64;
+    loop {
+        cancel.check()?;
+        let n = match r.read(&mut buf) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(read_error(e)),
+        };
+        if n == 0 {
+            break;
+        }
+        total += n as u64;
+        if total > max_bytes {
+            return Err(TransportError::BadArchive(format!(
+                "archive larger than {max_bytes} bytes"
+            )));
+        }
+        h.update(&buf[..n]);
+        t.write_all(&buf[..n])
+            .map_err(|e| TransportError::io("spooling archive", e))?;
+    }
+    t.rewind()
+        .map_err(|e| TransportError::io("rewinding spool", e))?;
+    Ok((Opened::Spooled(t), hex(&h.finalize())))
+}
+
+/// Inline archives up to this size are built in memory; larger ones in a temporary file.
+const SPOOL_IN_MEMORY: usize = 1 << 20;
+
+/// SHA-256 (lowercase hex) and base64 of everything `r` yields (`len` bytes expected, to size
+/// the text once), read in 64 KiB pieces.
+fn hash_and_encode(r: &mut impl Read, len: u64) -> io::Result<(String, String)> {
+    let cap = usize::try_from(len.div_ceil(3).saturating_mul(4)).unwrap_or(0);
+    let mut enc = base64::write::EncoderStringWriter::from_consumer(
+        String::with_capacity(cap),
+        &base64::engine::general_purpose::STANDARD,
+    );
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match r.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        hasher.update(&buf[..n]);
+        enc.write_all(&buf[..n])?;
+    }
+    Ok((hex(&hasher.finalize()), enc.into_inner()))
 }
 
 /// Produces an archive per `delivery` by running `write` on a seekable sink.
@@ -256,14 +325,19 @@ pub(crate) fn produce(
 ) -> Result<ArchiveOutput, TransportError> {
     match delivery {
         Delivery::Inline => {
-            let mut cur = Cursor::new(Vec::new());
-            write(&mut cur)?;
-            let data = cur.into_inner();
+            // Small archives stay in memory; a large one goes to an unnamed temporary file, so
+            // that only its base64 text is ever held, not the archive's bytes as well.
+            let mut spool = tempfile::SpooledTempFile::new(SPOOL_IN_MEMORY);
+            write(&mut spool)?;
+            let io_err = |e| TransportError::io("encoding archive", e);
+            let len = spool.seek(io::SeekFrom::End(0)).map_err(io_err)?;
+            spool.seek(io::SeekFrom::Start(0)).map_err(io_err)?;
+            let (checksum, base64) = hash_and_encode(&mut spool, len).map_err(io_err)?;
             Ok(ArchiveOutput::Inline(ArchiveHandle {
-                checksum: hex(&Sha256::digest(&data)),
-                size_bytes: Some(data.len() as u64),
+                checksum,
+                size_bytes: Some(len),
                 data: ArchiveData {
-                    base64: Some(encode_base64(&data)),
+                    base64: Some(base64),
                     url: None,
                 },
             }))
@@ -326,5 +400,82 @@ pub fn detect_layout<S: AsRef<str>>(
         Layout::PerResource
     } else {
         Layout::Flat
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Inline archives below and above the in-memory limit: the handle's base64 decodes to
+    /// exactly what was written, and its checksum and size are that data's.
+    #[test]
+    fn inline_archives_of_any_size_carry_their_bytes_checksum_and_size() {
+        for len in [
+            0usize,
+            5,
+            SPOOL_IN_MEMORY - 1,
+            SPOOL_IN_MEMORY + 7,
+            3 * SPOOL_IN_MEMORY,
+        ] {
+            let data: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
+            let out = produce(&Delivery::Inline, "t", |w| {
+                w.write_all(&data)
+                    .map_err(|e| TransportError::io("writing", e))
+            })
+            .unwrap();
+            let ArchiveOutput::Inline(h) = out else {
+                panic!("inline delivery gives an inline handle");
+            };
+            let text = h.data.base64.as_deref().unwrap();
+            assert_eq!(decode_base64(text).unwrap(), data, "len {len}");
+            assert_eq!(h.checksum, hex(&Sha256::digest(&data)), "len {len}");
+            assert_eq!(h.size_bytes, Some(len as u64));
+            assert_eq!(
+                text.len(),
+                len.div_ceil(3) * 4,
+                "sized once, no slack: len {len}"
+            );
+        }
+    }
+
+    /// Large inline text is decoded piece by piece into a spool file: same bytes and checksum
+    /// as decoding it whole, missing padding accepted, a bad character refused as bad base64.
+    #[test]
+    fn large_inline_text_is_decoded_into_a_spool_with_the_same_result() {
+        let dir = tempfile::tempdir().unwrap();
+        let data: Vec<u8> = (0..3 * SPOOL_IN_MEMORY + 1)
+            .map(|i| (i * 7 % 253) as u8)
+            .collect();
+        let text = encode_base64(&data);
+        let sum = hex(&Sha256::digest(&data));
+        for t in [text.as_str(), text.trim_end_matches('=')] {
+            let mut opened = open_verified(
+                ArchiveSource::Base64(t),
+                Some(&sum),
+                dir.path(),
+                0,
+                &CancelFlag::new(),
+            )
+            .unwrap();
+            assert!(matches!(opened, Opened::Spooled(_)));
+            let mut back = Vec::new();
+            opened.read_to_end(&mut back).unwrap();
+            assert_eq!(back, data);
+        }
+        let mut bad = text.clone();
+        bad.replace_range(1000..1001, "*");
+        let e = open_verified(
+            ArchiveSource::Base64(&bad),
+            None,
+            dir.path(),
+            u64::MAX,
+            &CancelFlag::new(),
+        )
+        .err()
+        .unwrap();
+        assert!(matches!(e, TransportError::BadBase64(_)), "{e:?}");
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert!(left.is_empty(), "spool files are removed: {left:?}");
     }
 }
