@@ -495,6 +495,16 @@ proptest! {
     }
 
     #[test]
+    fn encoding_an_owned_message_writes_the_same_text(msg in reference_message()) {
+        for d in [Dialect::Reference, Dialect::Seed] {
+            let text = encode_message_owned(msg.clone(), d);
+            prop_assert_eq!(&text, &encode_message(&msg, d));
+            let owned = decode_message_owned(text.clone().into_bytes()).map_err(|(e, _)| e);
+            prop_assert_eq!(owned, decode_message(text.as_bytes()));
+        }
+    }
+
+    #[test]
     fn decoders_never_panic_on_bytes(bytes in vec(any::<u8>(), 0..256)) {
         let _ = decode_message(&bytes);
         let _ = decode_event(&bytes);
@@ -537,6 +547,54 @@ proptest! {
             let bytes = v.to_string();
             let _ = decode_message(bytes.as_bytes());
             let _ = decode_event(bytes.as_bytes());
+        }
+    }
+}
+
+/// A refused body comes back whole, to be quoted.
+#[test]
+fn an_undecodable_owned_body_is_handed_back() {
+    let body = br#"{"type":"START","delegationId":"dlg_x"}"#.to_vec();
+    let (e, back) = decode_message_owned(body.clone()).unwrap_err();
+    assert_eq!(back, body);
+    assert_eq!(Err(e), decode_message(&body).map(|_| ()));
+}
+
+/// A START with a large inline archive: the owned encoding reuses the archive's text and
+/// writes exactly what the borrowing one writes, also when the task's text mimics the field,
+/// and falls back for text that would need escaping.
+#[test]
+fn an_owned_start_with_a_large_inline_archive_encodes_the_same() {
+    let id = DelegationId::new("dlg_owned").unwrap();
+    let b64 = "QUJD+/9=".repeat(20_000);
+    for text in [b64.clone(), format!("{b64}\"quote")] {
+        let start = Message::Start(Start {
+            delegation_id: id.clone(),
+            lease: ActiveLease {
+                expires_at: Timestamp::from_unix_millis(1_700_000_000_000),
+                access_mode: AccessMode::Rw,
+            },
+            handle: TransportHandle::Archive(ArchiveHandle {
+                data: ArchiveData {
+                    base64: Some(text.clone()),
+                    url: None,
+                },
+                checksum: "c".repeat(64),
+                size_bytes: Some(1),
+            }),
+        });
+        for d in [Dialect::Reference, Dialect::Seed] {
+            let owned = encode_message_owned(start.clone(), d);
+            assert_eq!(owned, encode_message(&start, d));
+            let (back, _) = decode_message(owned.as_bytes()).unwrap();
+            assert_eq!(back, start);
+            let (back, _) = decode_message_owned(owned.clone().into_bytes()).unwrap();
+            assert_eq!(back, start, "decoded in the body's buffer");
+            // The same archive with JSON escapes (`\/`), as another encoder may write it:
+            // copied out instead, same message.
+            let escaped = owned.replace('/', "\\/");
+            let (back, _) = decode_message_owned(escaped.into_bytes()).unwrap();
+            assert_eq!(back, start, "escaped");
         }
     }
 }

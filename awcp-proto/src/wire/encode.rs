@@ -25,6 +25,64 @@ pub fn encode_message(msg: &Message, dialect: Dialect) -> String {
     ObjectWriter::text(|w| write_message(w, msg, dialect))
 }
 
+/// [`encode_message`] of a message the caller gives up: when it is a START carrying an inline
+/// archive, the archive's base64 text becomes the output's buffer (the JSON around it is
+/// written into that buffer), so a large archive is never held twice. The text is the same
+/// as [`encode_message`]'s.
+pub fn encode_message_owned(mut msg: Message, dialect: Dialect) -> String {
+    /// Below this, copying costs less than moving the text to make room for the JSON.
+    const REUSE_FROM: usize = 64 * 1024;
+    // Base64 needs no JSON escaping; anything else goes the ordinary way.
+    let plain = |t: &str| {
+        t.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'+' || b == b'/' || b == b'=')
+    };
+    let text = match inline_archive(&mut msg).map(Option::take) {
+        Some(Some(t)) if t.len() >= REUSE_FROM && plain(&t) => t,
+        Some(other) => {
+            if let Some(slot) = inline_archive(&mut msg) {
+                *slot = other;
+            }
+            return encode_message(&msg, dialect);
+        }
+        None => return encode_message(&msg, dialect),
+    };
+    if let Some(slot) = inline_archive(&mut msg) {
+        *slot = Some(String::new());
+    }
+    let around = encode_message(&msg, dialect);
+    // The handle is written after every peer-supplied text, and a quote inside such text is
+    // escaped, so the last occurrence is the handle's (now empty) field.
+    const FIELD: &str = r#""workspaceBase64":"""#;
+    let Some(at) = around.rfind(FIELD) else {
+        // Unreachable: the writer always writes the field when it is set.
+        if let Some(slot) = inline_archive(&mut msg) {
+            *slot = Some(text);
+        }
+        return encode_message(&msg, dialect);
+    };
+    let split = at + FIELD.len() - 1; // just after the opening quote
+    let (before, after) = around.split_at(split);
+    let mut out = text;
+    out.reserve_exact(around.len());
+    out.insert_str(0, before);
+    out.push_str(after);
+    out
+}
+
+/// START's inline archive text, if the message is a START with an archive handle.
+fn inline_archive(msg: &mut Message) -> Option<&mut Option<String>> {
+    match msg {
+        Message::Start(st) => match &mut st.handle {
+            TransportHandle::Archive(a) => Some(&mut a.data.base64),
+            TransportHandle::Sshfs(_) | TransportHandle::Storage(_) | TransportHandle::Git(_) => {
+                None
+            }
+        },
+        Message::Invite(_) | Message::Accept(_) | Message::Done(_) | Message::Error(_) => None,
+    }
+}
+
 /// Encodes a task event as compact JSON in `dialect`.
 pub fn encode_event(ev: &TaskEvent, dialect: Dialect) -> String {
     ObjectWriter::text(|w| write_event(w, ev, dialect))

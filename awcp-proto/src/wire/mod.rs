@@ -13,6 +13,11 @@ pub(crate) mod tree;
 pub mod types;
 pub(crate) mod writer;
 
-pub use decode::{decode_event, decode_handle, decode_message, DecodeError, DecodeErrorKind};
-pub use encode::{encode_event, encode_handle, encode_message, event_to_value, message_to_value};
+pub use decode::{
+    decode_event, decode_handle, decode_message, decode_message_owned, DecodeError, DecodeErrorKind,
+};
+pub use encode::{
+    encode_event, encode_handle, encode_message, encode_message_owned, event_to_value,
+    message_to_value,
+};
 pub use types::*;

@@ -82,6 +82,80 @@ pub fn decode_message(json: &[u8]) -> Result<(Message, Dialect), DecodeError> {
     decode_message_json(&parse(json)?)
 }
 
+/// [`decode_message`] of a body the caller gives up. A START's inline archive, which can be
+/// nearly all of the body, becomes the message's `String` in the body's own buffer instead of
+/// being copied out of it, so a large archive is not held twice. The result is the same as
+/// [`decode_message`]'s; on error the body is handed back (to quote it in the refusal).
+#[allow(clippy::result_large_err)]
+pub fn decode_message_owned(body: Vec<u8>) -> Result<(Message, Dialect), (DecodeError, Vec<u8>)> {
+    /// Below this, copying costs less than moving the text to the front of the buffer.
+    const REUSE_FROM: usize = 64 * 1024;
+    let decoded = match parse(&body) {
+        Ok(mut tree) => {
+            let range = take_inline_archive(&mut tree, &body, REUSE_FROM);
+            decode_message_json(&tree).map(|m| (m, range))
+        }
+        Err(e) => Err(e),
+    };
+    let ((mut msg, dialect), range) = match decoded {
+        Ok(d) => d,
+        Err(e) => return Err((e, body)),
+    };
+    if let Some((start, end)) = range {
+        let mut buf = body;
+        buf.truncate(end);
+        buf.drain(..start);
+        // The range is a JSON string without escapes, inside a body the parser accepted as
+        // UTF-8: always valid.
+        if let (Ok(text), Message::Start(st)) = (String::from_utf8(buf), &mut msg) {
+            if let TransportHandle::Archive(a) = &mut st.handle {
+                a.data.base64 = Some(text);
+            }
+        }
+    }
+    Ok((msg, dialect))
+}
+
+/// In a START, the inline archive text of the handle START's decoder will read (the first
+/// present of its keys, as [`decode_start`] picks it), if it is borrowed from `body` and at
+/// least `min` bytes long: replaced by `""` in the tree, and its byte range in `body` returned.
+fn take_inline_archive(tree: &mut Json<'_>, body: &[u8], min: usize) -> Option<(usize, usize)> {
+    let Json::Object(fields) = tree else {
+        return None;
+    };
+    let is_start = fields
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "type")
+        .is_some_and(|(_, v)| v.as_str() == Some("START"));
+    if !is_start {
+        return None;
+    }
+    let handle = ["transportHandle", "transport", "workDir", "mount"]
+        .into_iter()
+        .find_map(|key| {
+            let at = fields.iter().rposition(|(k, _)| k == key)?;
+            (!matches!(fields[at].1, Json::Null)).then_some(at)
+        })?;
+    let Json::Object(handle) = &mut fields[handle].1 else {
+        return None;
+    };
+    let (_, value) = handle
+        .iter_mut()
+        .rev()
+        .find(|(k, _)| k == "workspaceBase64")?;
+    let Json::Str(std::borrow::Cow::Borrowed(text)) = value else {
+        return None;
+    };
+    let start = (text.as_ptr() as usize).checked_sub(body.as_ptr() as usize)?;
+    let end = start + text.len();
+    if text.len() < min || end > body.len() {
+        return None;
+    }
+    *value = Json::Str(std::borrow::Cow::Borrowed(""));
+    Some((start, end))
+}
+
 /// [`decode_message`] of JSON already parsed into a [`Value`].
 pub fn decode_message_value(value: &Value) -> Result<(Message, Dialect), DecodeError> {
     decode_message_json(&Json::from_value(value))
