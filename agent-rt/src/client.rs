@@ -159,10 +159,14 @@ impl<R: Runtime> HttpClient<R> {
         let t = split_url(url)?;
         let io = self.connect(&t).await?;
         let tls = io.is_tls();
-        let (mut sender, conn) =
-            hyper::client::conn::http1::handshake(smol_hyper::rt::FuturesIo::new(io))
-                .await
-                .map_err(|e| NetError::Io(format!("handshake: {e}")))?;
+        // Vectored writes: the body is queued and written from its own buffer. Without this,
+        // hyper sees an I/O type that does not announce vectored writes and copies every body
+        // into its write buffer first (a second copy of an inline archive).
+        let (mut sender, conn) = hyper::client::conn::http1::Builder::new()
+            .writev(true)
+            .handshake(smol_hyper::rt::FuturesIo::new(io))
+            .await
+            .map_err(|e| NetError::Io(format!("handshake: {e}")))?;
         // The connection's own error says why a request failed (e.g. the TLS alert of a server
         // refusing our certificate); hand it over if the request fails.
         let (cause_tx, cause_rx) = futures::channel::oneshot::channel::<String>();

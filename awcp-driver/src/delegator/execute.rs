@@ -22,7 +22,8 @@ impl<R: Runtime> Loop<R> {
                 message,
                 dialect,
             } => {
-                let body = encode_message(&message, dialect);
+                // START's inline archive becomes the body's buffer: never held twice.
+                let body = encode_message_owned(message, dialect);
                 self.post(id, to, peer, Some(body));
             }
             DelegatorOutput::SendCancel { id, peer } => {

@@ -22,9 +22,9 @@ use awcp_proto::engine::delegator::{
 use awcp_proto::engine::{SnapshotMode, WorkspaceStats};
 use awcp_proto::http_binding::{self as wire_http, ArchiveUrlRefusal};
 use awcp_proto::{
-    decode_event, encode_message, sse, AccessMode, Auth, DelegationId, Delegator, DelegatorConfig,
-    DelegatorEvent, DelegatorInput, DelegatorOutput, Dialect, ErrorInfo, Resource, SnapshotEvent,
-    SnapshotId, TaskSpec, Timestamp, TransportHandle, TransportKind,
+    decode_event, encode_message_owned, sse, AccessMode, Auth, DelegationId, Delegator,
+    DelegatorConfig, DelegatorEvent, DelegatorInput, DelegatorOutput, Dialect, ErrorInfo, Resource,
+    SnapshotEvent, SnapshotId, TaskSpec, Timestamp, TransportHandle, TransportKind,
 };
 use awcp_transports::archive::{ArchiveOutput, ArchiveSource, Delivery, Layout};
 pub use awcp_transports::snapshot::{ChangeKind, FileChange, Preview, PreviewLimits};

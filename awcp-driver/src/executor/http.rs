@@ -19,7 +19,7 @@ use std::io::Read;
 use awcp_proto::engine::auth::{check_headers, Credential, Endpoint, HeaderVerdict, Presented};
 use awcp_proto::engine::executor::Request;
 use awcp_proto::http_binding as wire_http;
-use awcp_proto::{decode_message, sse, DelegationId};
+use awcp_proto::{decode_message_owned, sse, DelegationId};
 use bytes::Bytes;
 use futures::StreamExt;
 use http::{Method, StatusCode};
@@ -52,6 +52,29 @@ fn presented<B>(req: &http::Request<B>) -> Presented {
 /// reading).
 fn content_length<B>(req: &http::Request<B>) -> Option<u64> {
     header(req, "content-length").and_then(|v| v.trim().parse().ok())
+}
+
+/// Reads a whole request body into one buffer, sized from `Content-Length` when announced
+/// (within `limit`): a large body is copied once, as it arrives, instead of being gathered in
+/// pieces and then joined (which held it twice).
+async fn collect_body<B>(
+    body: B,
+    announced: Option<u64>,
+    limit: u64,
+) -> Result<Vec<u8>, Box<dyn std::error::Error + Send + Sync>>
+where
+    B: http_body::Body<Data = Bytes>,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let mut body = std::pin::pin!(body);
+    let cap = announced.unwrap_or(0).min(limit);
+    let mut out = Vec::with_capacity(usize::try_from(cap).unwrap_or(0));
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame.map_err(Into::into)?.into_data() {
+            out.extend_from_slice(&data);
+        }
+    }
+    Ok(out)
 }
 
 fn parse_id(s: &str) -> Result<DelegationId, http::Response<ResponseBody>> {
@@ -184,12 +207,13 @@ impl ExecutorHandle {
         B: http_body::Body<Data = Bytes> + Send + 'static,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
+        let announced = content_length(&req);
         let body = http_body_util::Limited::new(
             req.into_body(),
             usize::try_from(limit).unwrap_or(usize::MAX),
         );
-        let bytes = match body.collect().await {
-            Ok(c) => c.to_bytes(),
+        let bytes = match collect_body(body, announced, limit).await {
+            Ok(b) => b,
             Err(e) => {
                 if e.downcast_ref::<http_body_util::LengthLimitError>()
                     .is_some()
@@ -204,9 +228,11 @@ impl ExecutorHandle {
                 return reply(wire_http::reject_unreadable_body());
             }
         };
-        let (msg, dialect) = match decode_message(&bytes) {
+        // The body can be as large as an inline archive: START's archive text is decoded in
+        // the body's own buffer, not copied out of it.
+        let (msg, dialect) = match decode_message_owned(bytes) {
             Ok(m) => m,
-            Err(e) => return reply(wire_http::reject_malformed_body(&bytes, &e)),
+            Err((e, bytes)) => return reply(wire_http::reject_malformed_body(&bytes, &e)),
         };
         // The engine binds the origin to the delegation if it accepts the message (a request
         // that fails authentication changes nothing) and prefers a configured public URL.
