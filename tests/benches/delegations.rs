@@ -149,6 +149,8 @@ fn start_executor(dir: &Path) -> (KillOnDrop, String) {
     let mut cmd = Command::new(bins::path("awcp-executor"));
     cmd.args(["--listen", "127.0.0.1:0", "--quiet", "--demo"])
         .args(["--max-concurrent", "128"])
+        // Inline bodies of the largest row (200 MiB of archive, as base64).
+        .args(["--max-body-bytes", "1000000000"])
         .arg("--work-root")
         .arg(dir.join("work"))
         .arg("--state-dir")
