@@ -159,11 +159,13 @@ impl<R: Runtime> HttpClient<R> {
         let t = split_url(url)?;
         let io = self.connect(&t).await?;
         let tls = io.is_tls();
-        // Vectored writes: the body is queued and written from its own buffer. Without this,
-        // hyper sees an I/O type that does not announce vectored writes and copies every body
-        // into its write buffer first (a second copy of an inline archive).
+        // A large body is queued and written from its own buffer (vectored writes). Otherwise
+        // hyper, seeing an I/O type that does not announce vectored writes, copies the body
+        // into its write buffer first: a second copy of an inline archive. Small bodies are
+        // still joined with the head, one write for both.
+        let large_body = body.as_ref().is_some_and(|b| b.len() > 64 * 1024);
         let (mut sender, conn) = hyper::client::conn::http1::Builder::new()
-            .writev(true)
+            .writev(large_body)
             .handshake(smol_hyper::rt::FuturesIo::new(io))
             .await
             .map_err(|e| NetError::Io(format!("handshake: {e}")))?;
