@@ -28,6 +28,7 @@ use awcp_driver::delegator::daemon::api::DelegateBody;
 use awcp_driver::delegator::daemon::DaemonClient;
 use awcp_driver::DelegateParams;
 use awcp_tests::bins::{self, KillOnDrop};
+use awcp_tests::rng::Rng;
 use awcp_tokio::TokioRuntime;
 
 /// Runs to completion, measuring wall time and the child's peak RSS.
@@ -102,25 +103,10 @@ fn p95(v: &mut [Duration]) -> Duration {
     v[(v.len() * 95 / 100).min(v.len() - 1)]
 }
 
-/// A small deterministic generator of incompressible bytes.
-struct XorShift(u64);
-
-impl XorShift {
-    fn fill(&mut self, buf: &mut [u8]) {
-        for chunk in buf.chunks_mut(8) {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            let b = self.0.to_le_bytes();
-            chunk.copy_from_slice(&b[..chunk.len()]);
-        }
-    }
-}
-
 /// `files` files of incompressible data, `bytes` in all, in subdirectories of 100.
 fn workspace(root: &Path, name: &str, bytes: usize, files: usize) -> PathBuf {
     let ws = root.join(name);
-    let mut rng = XorShift(0x9E37_79B9_7F4A_7C15 ^ bytes as u64);
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ bytes as u64);
     let each = bytes / files.max(1);
     let mut buf = vec![0u8; each];
     for i in 0..files {

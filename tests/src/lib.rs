@@ -11,3 +11,4 @@ pub mod sim;
 pub mod sweep;
 
 pub mod bins;
+pub mod rng;

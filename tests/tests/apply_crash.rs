@@ -16,6 +16,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use awcp_tests::bins::{self, awcp, show, KillOnDrop as Proc};
+use awcp_tests::rng::Rng;
 use serde_json::Value;
 
 /// Tries (each a kill and a restart).
@@ -110,19 +111,6 @@ fn journal_state(parent: &Path, id: &str) -> Option<String> {
     v["state"].as_str().map(str::to_owned)
 }
 
-/// A small deterministic generator (xorshift), seeded from the clock and printed, so a failing
-/// run can be told apart; the assertions do not depend on it.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n.max(1)
-    }
-}
-
 #[test]
 fn sigkill_during_a_large_apply_then_restart_leaves_all_old_or_all_new() {
     let base = tempfile::tempdir().unwrap();
@@ -190,11 +178,7 @@ fn sigkill_during_a_large_apply_then_restart_leaves_all_old_or_all_new() {
     assert_eq!(new.len(), FILES, "300 - 10 deleted + 10 added");
     assert!(staging(&parent).is_empty());
 
-    let mut rng = Rng(std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64
-        | 1);
+    let mut rng = Rng::from_clock();
     eprintln!("apply takes {apply_ms} ms; rng seed {}", rng.0);
     let (mut mid_swap, mut ended_old, mut ended_new) = (0, 0, 0);
     for attempt in 0..TRIES {

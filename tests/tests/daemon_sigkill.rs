@@ -19,6 +19,7 @@ use awcp_driver::delegator::daemon::api::DelegateBody;
 use awcp_driver::delegator::daemon::DaemonClient;
 use awcp_driver::DelegateParams;
 use awcp_tests::bins::{self, KillOnDrop};
+use awcp_tests::rng::Rng;
 use awcp_tokio::TokioRuntime;
 
 const TRIES: u64 = 12;
@@ -29,17 +30,6 @@ sleep 0.$(( ($$ % 10) + 2 ))
 printf '%s\n' "$AWCP_DELEGATION_ID" > result.txt
 echo "wrote result.txt"
 "#;
-
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n.max(1)
-    }
-}
 
 fn client(url: String, state: &Path) -> DaemonClient<TokioRuntime> {
     DaemonClient::new(TokioRuntime, url).with_token(Some(bins::daemon_token(state)))
@@ -79,11 +69,7 @@ fn sigkill_at_any_moment_then_restart_keeps_every_record_readable_and_every_dele
     );
     let _ex = KillOnDrop(ex);
 
-    let mut rng = Rng(std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64
-        | 1);
+    let mut rng = Rng::from_clock();
     eprintln!("rng seed {}", rng.0);
     let (mut never_recorded, mut resumed, mut applied, mut not_applied) = (0, 0, 0, 0);
     for attempt in 0..TRIES {
