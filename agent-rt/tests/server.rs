@@ -224,29 +224,93 @@ async fn refused_upload_is_not_read<R: Host>() {
 }
 
 async fn connection_flood_does_not_block_new_requests<R: Host>() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = TestPki::new(dir.path(), "flood");
+    let cert = pki.server("server", &["localhost"]);
+    for tls in [false, true] {
+        let base = if tls {
+            pki.server_options(&cert, false)
+        } else {
+            ServerOptions::default()
+        };
+        let opts = ServerOptions {
+            max_connections: 16,
+            header_read_timeout: Some(Duration::from_secs(3600)),
+            idle_timeout: Some(Duration::from_secs(3600)),
+            ..base
+        };
+        let s = start::<R>(opts, hello());
+        let addr = s.addr;
+        // Silent connections, and connections stuck in a request head.
+        let idle: Vec<TcpStream> = blocking(&R::default(), move || {
+            (0..100)
+                .map(|i| {
+                    let mut c = TcpStream::connect(addr).unwrap();
+                    if i % 2 == 0 {
+                        c.write_all(b"GET / HTTP/1.1\r\nHost:").unwrap();
+                    }
+                    c
+                })
+                .collect()
+        })
+        .await;
+        let (url, client) = if tls {
+            (
+                format!("https://localhost:{}/", addr.port()),
+                pki.client_tls(None),
+            )
+        } else {
+            (format!("http://{addr}/"), ClientTls::default())
+        };
+        let r = agent_rt::runtime::timeout(&R::default(), DEADLINE, get::<R>(client, &url))
+            .await
+            .expect("served while 100 idle connections are open");
+        assert_eq!(r.unwrap().0, 200, "tls: {tls}");
+        drop(idle);
+    }
+}
+
+/// Answers 200 after a short pause, so requests pile up behind the connection cap.
+fn slow_hello<R: Host>() -> Handler {
+    Handler::new(|_req: http::Request<RequestBody>| async move {
+        R::default().sleep(Duration::from_millis(20)).await;
+        agent_rt::body::json_response(200, "ok".into())
+    })
+}
+
+/// More clients than `max_connections`, each sending its request at once: the cap makes them
+/// wait, but none of them is closed with its request unread (eviction is for idle
+/// connections only).
+async fn requests_over_the_connection_cap_are_all_answered<R: Host>() {
     let opts = ServerOptions {
-        max_connections: 16,
-        header_read_timeout: Some(Duration::from_secs(3600)),
-        idle_timeout: Some(Duration::from_secs(3600)),
+        max_connections: 4,
         ..ServerOptions::default()
     };
-    let s = start::<R>(opts, hello());
+    let s = start::<R>(opts, slow_hello::<R>());
     let addr = s.addr;
-    let idle: Vec<TcpStream> = blocking(&R::default(), move || {
-        (0..100)
-            .map(|_| TcpStream::connect(addr).unwrap())
-            .collect()
+    let answers: Vec<String> = blocking(&R::default(), move || {
+        let clients: Vec<_> = (0..64)
+            .map(|_| {
+                std::thread::spawn(move || {
+                    let mut c = TcpStream::connect(addr).unwrap();
+                    c.set_read_timeout(Some(DEADLINE)).unwrap();
+                    c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                        .unwrap();
+                    let mut out = Vec::new();
+                    let _ = c.read_to_end(&mut out);
+                    String::from_utf8_lossy(&out).into_owned()
+                })
+            })
+            .collect();
+        clients.into_iter().map(|t| t.join().unwrap()).collect()
     })
     .await;
-    let r = agent_rt::runtime::timeout(
-        &R::default(),
-        DEADLINE,
-        get::<R>(ClientTls::default(), &format!("http://{addr}/")),
-    )
-    .await
-    .expect("served while 100 idle connections are open");
-    assert_eq!(r.unwrap().0, 200);
-    drop(idle);
+    let lost = answers
+        .iter()
+        .filter(|a| !a.starts_with("HTTP/1.1 200"))
+        .count();
+    assert_eq!(lost, 0, "{lost} of 64 requests got no answer");
+    drop(s);
 }
 
 macro_rules! on_both_runtimes {
@@ -266,4 +330,5 @@ on_both_runtimes!(
     slow_body_is_cut_off,
     refused_upload_is_not_read,
     connection_flood_does_not_block_new_requests,
+    requests_over_the_connection_cap_are_all_answered,
 );

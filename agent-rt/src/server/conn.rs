@@ -1,9 +1,10 @@
 //! One accepted connection: TLS handshake, hyper, and the timers that close it.
 
 use std::convert::Infallible;
+use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -11,13 +12,14 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use futures::channel::oneshot;
 use futures::future::{select, Either};
+use futures::io::{AsyncRead, AsyncWrite};
 use futures::FutureExt;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
 use super::{Handler, ServerBody, ServerOptions};
 use crate::body::{BodyAllowance, BoxError, RequestBody};
-use crate::io::{MaybeTls, Watched};
+use crate::io::MaybeTls;
 use crate::runtime::Runtime;
 
 /// Where a request came from; in every request's extensions.
@@ -43,6 +45,11 @@ pub(crate) struct ConnState {
     idle_since: AtomicU64,
     /// When the first byte after that arrived (+1; 0: none yet).
     first_byte: AtomicU64,
+    /// The last read found nothing: hyper is waiting for the peer's next bytes (false until
+    /// the connection is first polled).
+    read_waiting: AtomicBool,
+    /// A write or flush is waiting for the peer to read (a response may still be on its way).
+    write_waiting: AtomicBool,
 }
 
 impl ConnState {
@@ -53,6 +60,36 @@ impl ConnState {
             requests: AtomicU64::new(0),
             idle_since: AtomicU64::new(0),
             first_byte: AtomicU64::new(0),
+            read_waiting: AtomicBool::new(false),
+            write_waiting: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether the connection may be closed to make room: no request in flight, nothing
+    /// waiting in the socket as far as the last read saw, no response still being written,
+    /// and for at least `grace` either quiet since connecting or since the last answer, or
+    /// stuck in a request head (or TLS handshake) begun that long ago. A client that sends its
+    /// request at once is never cut off. `Err` holds how long until the grace has passed,
+    /// when only the grace stands in the way.
+    pub fn evictable(&self, grace: Duration) -> Result<(), Option<Duration>> {
+        if self.in_flight.load(Ordering::SeqCst) > 0
+            || !self.read_waiting.load(Ordering::SeqCst)
+            || self.write_waiting.load(Ordering::SeqCst)
+        {
+            return Err(None);
+        }
+        let first = self.first_byte.load(Ordering::SeqCst);
+        let since = if first != 0 {
+            first - 1
+        } else if self.requests.load(Ordering::SeqCst) == 0 {
+            0
+        } else {
+            self.idle_since.load(Ordering::SeqCst)
+        };
+        let quiet = Duration::from_nanos(self.now().saturating_sub(since));
+        match grace.checked_sub(quiet) {
+            Some(left) if !left.is_zero() => Err(Some(left)),
+            _ => Ok(()),
         }
     }
 
@@ -61,6 +98,7 @@ impl ConnState {
     }
 
     fn on_read(&self) {
+        self.read_waiting.store(false, Ordering::SeqCst);
         if self.in_flight.load(Ordering::SeqCst) == 0 && self.first_byte.load(Ordering::SeqCst) == 0
         {
             self.first_byte.store(self.now() + 1, Ordering::SeqCst);
@@ -136,6 +174,71 @@ impl Body for Tracked {
     }
 }
 
+/// The connection's stream, reporting to its [`ConnState`]: bytes read (the idle and header
+/// timers), and whether reads and writes are waiting for the peer (eviction).
+struct Watched<S> {
+    inner: S,
+    state: Arc<ConnState>,
+}
+
+impl<S> Watched<S> {
+    fn wrote<T>(&self, r: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+        self.state
+            .write_waiting
+            .store(r.is_pending(), Ordering::SeqCst);
+        r
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut [u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.inner).poll_read(cx, buf);
+        match &r {
+            Poll::Ready(Ok(n)) if *n > 0 => this.state.on_read(),
+            Poll::Pending => this.state.read_waiting.store(true, Ordering::SeqCst),
+            Poll::Ready(_) => this.state.read_waiting.store(false, Ordering::SeqCst),
+        }
+        r
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.inner).poll_write(cx, buf);
+        this.wrote(r)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        this.wrote(r)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.inner).poll_flush(cx);
+        this.wrote(r)
+    }
+
+    fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_close(cx)
+    }
+}
+
 /// Resolves when the connection has outlived its header-read or idle allowance.
 async fn expired<R: Runtime>(rt: &R, state: &ConnState, opts: &ServerOptions) {
     let Some(tick) = [opts.header_read_timeout, opts.idle_timeout]
@@ -176,6 +279,10 @@ pub(crate) async fn serve_connection<R: Runtime>(
         }
     };
     let mut closed = std::pin::pin!(closed.fuse());
+    let io = Watched {
+        inner: io,
+        state: state.clone(),
+    };
     let io = match &opts.tls {
         None => MaybeTls::Plain(io),
         Some(tls) => {
@@ -192,11 +299,6 @@ pub(crate) async fn serve_connection<R: Runtime>(
                 }
             }
         }
-    };
-    let st = state.clone();
-    let watched = Watched {
-        inner: io,
-        on_read: move || st.on_read(),
     };
     let allowance = opts.body_read_timeout.map(|timeout| {
         let rt = rt.clone();
@@ -221,7 +323,7 @@ pub(crate) async fn serve_connection<R: Runtime>(
         }
     });
     let conn = hyper::server::conn::http1::Builder::new()
-        .serve_connection(smol_hyper::rt::FuturesIo::new(watched), svc);
+        .serve_connection(smol_hyper::rt::FuturesIo::new(io), svc);
     let mut conn = std::pin::pin!(conn);
     let r = match select(conn.as_mut(), select(closed.as_mut(), stop)).await {
         Either::Left((r, _)) => r,

@@ -10,8 +10,11 @@
 //! - **body-read allowance**: a request body must arrive within `body_read_timeout` plus one
 //!   second per `body_min_rate` bytes received, or the handler's read fails;
 //! - **connection cap**: at `max_connections` open connections (or when the process runs out
-//!   of file descriptors) the oldest connection without a request in flight is closed to
-//!   make room; if every connection is busy, accepting waits until one ends.
+//!   of file descriptors) the oldest idle connection is closed to make room: one with no
+//!   request in flight, no response still being written and nothing unread in its socket,
+//!   that has been quiet for a second or stuck that long in a request head or TLS handshake.
+//!   A client that sends its request at once is never cut off by the cap; if no connection
+//!   is idle, accepting waits.
 //!
 //! A handler that answers without reading the request body (e.g. to refuse a credential
 //! before a large upload) leaves the body unread: hyper drains what is already buffered or
@@ -168,9 +171,15 @@ pub async fn serve_on<R: Runtime>(
             open.remove(&id);
         }
         if open.len() >= cap {
-            evict_idle(&mut open);
+            // Wait for a connection to end, or for one to become idle (the flags it is judged
+            // by change without telling this loop, hence the tick).
+            let wait = match evict_idle(&mut open) {
+                Ok(()) => EVICTION_TICK,
+                Err(left) => left.unwrap_or(EVICTION_TICK).min(EVICTION_TICK),
+            };
             futures::select! {
                 id = done_rx.next() => { if let Some(id) = id { open.remove(&id); } }
+                _ = rt.sleep(wait).fuse() => {}
                 _ = shutdown => break,
             }
             continue;
@@ -187,7 +196,7 @@ pub async fn serve_on<R: Runtime>(
                 // back off instead of spinning.
                 let out_of_fds = matches!(e.raw_os_error(), Some(23 | 24));
                 tracing::warn!(error = %e, "accept failed");
-                if !(out_of_fds && evict_idle(&mut open)) {
+                if !(out_of_fds && evict_idle(&mut open).is_ok()) {
                     rt.sleep(Duration::from_millis(50)).await;
                 }
                 continue;
@@ -247,17 +256,25 @@ pub async fn serve_on<R: Runtime>(
     Ok(())
 }
 
-/// Closes the oldest connection that has no request in flight; whether there was one.
-fn evict_idle(open: &mut BTreeMap<u64, Entry>) -> bool {
-    let victim = open
-        .iter_mut()
-        .find(|(_, e)| e.kill.is_some() && e.state.in_flight.load(Ordering::SeqCst) == 0);
-    match victim {
-        Some((id, e)) => {
-            tracing::debug!(connection = id, "closing an idle connection to make room");
-            e.kill.take();
-            true
+/// How long a connection must have been quiet before the cap may close it.
+const EVICTION_GRACE: Duration = Duration::from_secs(1);
+/// How often a server at its cap looks for an idle connection again.
+const EVICTION_TICK: Duration = Duration::from_millis(100);
+
+/// Closes the oldest idle connection ([`conn::ConnState::evictable`]). `Err` when there is
+/// none, with the shortest wait until one may become idle, if known.
+fn evict_idle(open: &mut BTreeMap<u64, Entry>) -> Result<(), Option<Duration>> {
+    let mut soonest: Option<Duration> = None;
+    for (id, e) in open.iter_mut().filter(|(_, e)| e.kill.is_some()) {
+        match e.state.evictable(EVICTION_GRACE) {
+            Ok(()) => {
+                tracing::debug!(connection = id, "closing an idle connection to make room");
+                e.kill.take();
+                return Ok(());
+            }
+            Err(Some(left)) => soonest = Some(soonest.map_or(left, |s| s.min(left))),
+            Err(None) => {}
         }
-        None => false,
     }
+    Err(soonest)
 }
