@@ -32,13 +32,23 @@ pub trait Driver: Runtime + Default {
     /// Serves the executor's endpoints on `listener` with `opts` (TLS, limits) until
     /// `shutdown` resolves, then finishes the requests in flight. Without a public URL
     /// ([`ExecutorHandle::set_public_url`]) snapshot URLs follow the origin each delegator
-    /// used.
+    /// used. A connection cap below [`ExecutorHandle::connections_needed`] is raised to it,
+    /// so admitted delegations cannot lock each other out.
     fn serve_executor_with(
         listener: std::net::TcpListener,
         executor: ExecutorHandle,
-        opts: ServerOptions,
+        mut opts: ServerOptions,
         shutdown: BoxFuture<()>,
     ) -> BoxFuture<io::Result<()>> {
+        let needed = executor.connections_needed();
+        if opts.max_connections < needed {
+            tracing::info!(
+                from = opts.max_connections,
+                to = needed,
+                "connection cap raised to fit the executor's concurrency limit"
+            );
+            opts.max_connections = needed;
+        }
         serve::<Self>(listener, executor.http_handler(), opts, shutdown)
     }
 

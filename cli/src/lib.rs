@@ -614,7 +614,8 @@ pub struct ServerArgs {
     /// Base seconds allowed for a request body (plus one second per 16 KiB received).
     #[arg(long, env = "AWCP_BODY_READ_TIMEOUT", default_value_t = 60)]
     pub body_read_timeout: u64,
-    /// Most connections open at once (the oldest idle one is closed to make room).
+    /// Most connections open at once (the oldest idle one is closed to make room). An
+    /// executor raises it to 2 × --max-concurrent + 64 if lower.
     #[arg(long, env = "AWCP_MAX_CONNECTIONS", default_value_t = 512)]
     pub max_connections: usize,
 }

@@ -149,6 +149,7 @@ pub(crate) struct SharedOpts {
     /// The configured public URL (also set by [`ExecutorHandle::set_public_url`]).
     pub public_url: std::sync::RwLock<Option<String>>,
     pub trust_forwarded_headers: bool,
+    pub connections_needed: usize,
 }
 
 impl ExecutorHandle {
@@ -216,6 +217,7 @@ impl ExecutorHandle {
             card: opts.card.clone(),
             public_url: std::sync::RwLock::new(opts.engine.public_url.clone()),
             trust_forwarded_headers: opts.trust_forwarded_headers,
+            connections_needed: opts.engine.connections_needed(),
         });
         let journal = opts.state_dir.map(journal::Journal::new);
         let mut config = opts.engine.clone();
@@ -293,6 +295,13 @@ impl ExecutorHandle {
             .write()
             .unwrap_or_else(|p| p.into_inner()) = Some(url.clone());
         let _ = self.tx.unbounded_send(Cmd::SetPublicUrl(url));
+    }
+
+    /// The fewest connections a server in front of this executor must accept at once
+    /// ([`awcp_proto::engine::executor::ExecutorConfig::connections_needed`]);
+    /// `Driver::serve_executor_with` raises a lower `max_connections` to it.
+    pub fn connections_needed(&self) -> usize {
+        self.opts.connections_needed
     }
 
     /// The executor's endpoints as an [`agent_rt::Handler`] for agent-rt's server (or any

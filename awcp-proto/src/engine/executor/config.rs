@@ -102,6 +102,17 @@ impl Default for ExecutorConfig {
     }
 }
 
+impl ExecutorConfig {
+    /// The fewest connections the executor's server must accept at once so that every
+    /// delegation it admits can reach it: a delegation holds its event stream open while it
+    /// sends START (and later downloads and acknowledges snapshots), so up to two each, plus
+    /// room for INVITEs and status requests. A server capped lower can deadlock: streams fill
+    /// it while the STARTs they wait for queue behind them.
+    pub fn connections_needed(&self) -> usize {
+        self.max_concurrent.saturating_mul(2).saturating_add(64)
+    }
+}
+
 /// Directories that must never be an executor's work root (AWCP v1 §7.1: "never accept a
 /// system-sensitive path such as /home, /etc or ~").
 const SYSTEM_DIRS: &[&str] = &[
