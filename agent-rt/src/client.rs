@@ -9,7 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::future::Either;
 use http::{Method, Request, Uri};
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use rustls::pki_types::ServerName;
 
@@ -156,6 +156,21 @@ impl<R: Runtime> HttpClient<R> {
         headers: &[(&str, String)],
         body: Option<Bytes>,
     ) -> Result<http::Response<Incoming>, NetError> {
+        let body = match body {
+            Some(b) => ClientBody::full(b),
+            None => ClientBody::empty(),
+        };
+        self.send_body(method, url, headers, body).await
+    }
+
+    /// [`HttpClient::send`] with any [`ClientBody`] (e.g. one streamed from a file).
+    pub async fn send_body(
+        &self,
+        method: Method,
+        url: &str,
+        headers: &[(&str, String)],
+        body: ClientBody,
+    ) -> Result<http::Response<Incoming>, NetError> {
         let t = split_url(url)?;
         let io = self.connect(&t).await?;
         let tls = io.is_tls();
@@ -163,7 +178,8 @@ impl<R: Runtime> HttpClient<R> {
         // hyper, seeing an I/O type that does not announce vectored writes, copies the body
         // into its write buffer first: a second copy of an inline archive. Small bodies are
         // still joined with the head, one write for both.
-        let large_body = body.as_ref().is_some_and(|b| b.len() > 64 * 1024);
+        let large_body = body.len() > 64 * 1024;
+        let has_body = body.len() > 0 || matches!(body.0, BodyInner::Stream { .. });
         let (mut sender, conn) = hyper::client::conn::http1::Builder::new()
             .writev(large_body)
             .handshake(smol_hyper::rt::FuturesIo::new(io))
@@ -185,12 +201,10 @@ impl<R: Runtime> HttpClient<R> {
         for (k, v) in headers {
             req = req.header(*k, v);
         }
-        if body.is_some() && !given("content-type") {
+        if has_body && !given("content-type") {
             req = req.header("content-type", "application/json");
         }
-        let req = req
-            .body(Full::new(body.unwrap_or_default()))
-            .map_err(|e| NetError::Io(e.to_string()))?;
+        let req = req.body(body).map_err(|e| NetError::Io(e.to_string()))?;
         match sender.send_request(req).await {
             Ok(resp) => Ok(resp),
             Err(e) => {
@@ -221,8 +235,26 @@ impl<R: Runtime> HttpClient<R> {
         timeout: Duration,
         limit: u64,
     ) -> Result<(u16, Bytes), NetError> {
+        let body = match body {
+            Some(b) => ClientBody::full(b),
+            None => ClientBody::empty(),
+        };
+        self.request_body(method, url, headers, body, timeout, limit)
+            .await
+    }
+
+    /// [`HttpClient::request`] with any [`ClientBody`].
+    pub async fn request_body(
+        &self,
+        method: Method,
+        url: &str,
+        headers: &[(&str, String)],
+        body: ClientBody,
+        timeout: Duration,
+        limit: u64,
+    ) -> Result<(u16, Bytes), NetError> {
         with_timeout(&self.rt, timeout, async {
-            let resp = self.send(method, url, headers, body).await?;
+            let resp = self.send_body(method, url, headers, body).await?;
             let status = resp.status().as_u16();
             let body = crate::body::read_body(resp.into_body(), limit).await?;
             Ok((status, body))
@@ -271,6 +303,105 @@ impl<R: Runtime> HttpClient<R> {
             Ok(total)
         })
         .await
+    }
+}
+
+/// A request body: whole, or streamed through a channel with its length known up front
+/// (sent with `Content-Length`; memory stays bounded by the channel).
+pub struct ClientBody(BodyInner);
+
+enum BodyInner {
+    Full(Option<Bytes>, u64),
+    Stream {
+        rx: futures::channel::mpsc::Receiver<std::io::Result<Bytes>>,
+        len: u64,
+        left: u64,
+    },
+}
+
+impl ClientBody {
+    /// No body.
+    pub fn empty() -> Self {
+        ClientBody(BodyInner::Full(None, 0))
+    }
+
+    /// A whole body.
+    pub fn full(b: Bytes) -> Self {
+        let len = b.len() as u64;
+        ClientBody(BodyInner::Full(Some(b).filter(|b| !b.is_empty()), len))
+    }
+
+    /// Exactly `len` bytes, as the chunks `rx` yields. Fewer or more, or an error from the
+    /// channel, fail the request (the server sees a truncated body, never a wrong one).
+    pub fn streamed(
+        len: u64,
+        rx: futures::channel::mpsc::Receiver<std::io::Result<Bytes>>,
+    ) -> Self {
+        ClientBody(BodyInner::Stream { rx, len, left: len })
+    }
+
+    /// The body's length in bytes.
+    pub fn len(&self) -> u64 {
+        match &self.0 {
+            BodyInner::Full(_, len) | BodyInner::Stream { len, .. } => *len,
+        }
+    }
+
+    /// Whether the body is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl std::fmt::Debug for ClientBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ClientBody(len {})", self.len())
+    }
+}
+
+impl http_body::Body for ClientBody {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, std::io::Error>>> {
+        use futures::StreamExt;
+        use std::task::Poll;
+        match &mut self.get_mut().0 {
+            BodyInner::Full(b, _) => Poll::Ready(b.take().map(|b| Ok(http_body::Frame::data(b)))),
+            BodyInner::Stream { rx, left, .. } => match rx.poll_next_unpin(cx) {
+                Poll::Pending => Poll::Pending,
+                Poll::Ready(Some(Ok(b))) => {
+                    let n = b.len() as u64;
+                    if n > *left {
+                        *left = 0;
+                        return Poll::Ready(Some(Err(std::io::Error::other(
+                            "request body longer than announced",
+                        ))));
+                    }
+                    *left -= n;
+                    Poll::Ready(Some(Ok(http_body::Frame::data(b))))
+                }
+                Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e))),
+                Poll::Ready(None) if *left > 0 => Poll::Ready(Some(Err(std::io::Error::other(
+                    "request body shorter than announced",
+                )))),
+                Poll::Ready(None) => Poll::Ready(None),
+            },
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.0 {
+            BodyInner::Full(b, _) => b.is_none(),
+            BodyInner::Stream { .. } => false,
+        }
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        http_body::SizeHint::with_exact(self.len())
     }
 }
 

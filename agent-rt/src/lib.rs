@@ -36,7 +36,7 @@ mod smol_rt;
 #[cfg(feature = "tokio")]
 mod tokio_rt;
 
-pub use client::{HttpClient, NetError};
+pub use client::{ClientBody, HttpClient, NetError};
 pub use runtime::{blocking, BoxFuture, Host, Runtime};
 pub use server::{serve, ConnInfo, Handler, ServerOptions};
 pub use tls::{ClientTls, ClientTlsOptions, ServerTls, ServerTlsOptions, TlsError};

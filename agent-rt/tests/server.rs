@@ -270,6 +270,54 @@ async fn connection_flood_does_not_block_new_requests<R: Host>() {
     }
 }
 
+/// A streamed request body arrives whole, announced by its length; a stream that ends
+/// early fails the request instead of sending a short body as if it were complete.
+async fn streamed_request_bodies<R: Host>() {
+    let s = start::<R>(ServerOptions::default(), reader());
+    let url = format!("http://{}/", s.addr);
+    let c = HttpClient::new(R::default(), ClientTls::default());
+    let (mut tx, rx) = futures::channel::mpsc::channel(2);
+    let feed = async move {
+        use futures::SinkExt;
+        for _ in 0..64 {
+            tx.send(Ok(bytes::Bytes::from(vec![b'x'; 16 * 1024])))
+                .await
+                .unwrap();
+        }
+    };
+    let req = c.request_body(
+        http::Method::POST,
+        &url,
+        &[],
+        agent_rt::ClientBody::streamed(64 * 16 * 1024, rx),
+        DEADLINE,
+        1 << 20,
+    );
+    let (r, ()) = futures::join!(req, feed);
+    assert_eq!(
+        r.unwrap(),
+        (200, bytes::Bytes::from((64 * 16 * 1024).to_string()))
+    );
+
+    let (mut tx, rx) = futures::channel::mpsc::channel(2);
+    let feed = async move {
+        use futures::SinkExt;
+        tx.send(Ok(bytes::Bytes::from_static(b"short")))
+            .await
+            .unwrap();
+    };
+    let req = c.request_body(
+        http::Method::POST,
+        &url,
+        &[],
+        agent_rt::ClientBody::streamed(100, rx),
+        DEADLINE,
+        1 << 20,
+    );
+    let (r, ()) = futures::join!(req, feed);
+    assert!(r.is_err(), "{r:?}");
+}
+
 /// Answers 200 after a short pause, so requests pile up behind the connection cap.
 fn slow_hello<R: Host>() -> Handler {
     Handler::new(|_req: http::Request<RequestBody>| async move {
@@ -331,4 +379,5 @@ on_both_runtimes!(
     refused_upload_is_not_read,
     connection_flood_does_not_block_new_requests,
     requests_over_the_connection_cap_are_all_answered,
+    streamed_request_bodies,
 );

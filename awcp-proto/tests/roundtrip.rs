@@ -104,14 +104,17 @@ fn archive_data() -> impl Strategy<Value = ArchiveData> {
         text().prop_map(|b| ArchiveData {
             base64: Some(b),
             url: None
+            local_file: None,
         }),
         text().prop_map(|u| ArchiveData {
             base64: None,
             url: Some(u)
+            local_file: None,
         }),
         (text(), text()).prop_map(|(b, u)| ArchiveData {
             base64: Some(b),
             url: Some(u)
+            local_file: None,
         }),
     ]
 }
@@ -578,6 +581,7 @@ fn an_owned_start_with_a_large_inline_archive_encodes_the_same() {
                 data: ArchiveData {
                     base64: Some(text.clone()),
                     url: None,
+                    local_file: None,
                 },
                 checksum: "c".repeat(64),
                 size_bytes: Some(1),

@@ -217,6 +217,7 @@ pub(super) fn to_captured(
                 data: awcp_proto::ArchiveData {
                     base64: None,
                     url: Some(url),
+                    local_file: None,
                 },
                 checksum: Some(f.checksum),
                 metadata,

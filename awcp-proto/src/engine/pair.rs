@@ -342,6 +342,7 @@ impl Pair {
                             data: ArchiveData {
                                 base64: Some(EMPTY_ZIP.into()),
                                 url: None,
+                                local_file: None,
                             },
                             checksum: "0".repeat(64),
                             size_bytes: Some(22),
@@ -516,10 +517,12 @@ impl Pair {
                     SnapshotDelivery::Inline => ArchiveData {
                         base64: Some(EMPTY_ZIP.into()),
                         url: None,
+                        local_file: None,
                     },
                     SnapshotDelivery::ByUrl { base } => ArchiveData {
                         base64: None,
                         url: Some(crate::http_binding::snapshot_url(&base, &id, &snapshot_id)),
+                        local_file: None,
                     },
                 };
                 self.to_executor.push_back(ExecutorInput::SnapshotCaptured {

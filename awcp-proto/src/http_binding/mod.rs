@@ -219,6 +219,7 @@ pub fn decode_result(id: &DelegationId, v: &Value) -> Result<FetchedResult, Stri
             let data = ArchiveData {
                 base64: str_field("snapshotBase64"),
                 url: str_field("snapshotUrl"),
+                local_file: None,
             };
             let snapshot = if data.base64.is_some() || data.url.is_some() {
                 let sid = str_field("snapshotId")

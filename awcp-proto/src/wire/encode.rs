@@ -70,6 +70,61 @@ pub fn encode_message_owned(mut msg: Message, dialect: Dialect) -> String {
     out
 }
 
+/// A START whose inline archive is in a local file ([`ArchiveData::local_file`]), encoded
+/// around it: the body is `head`, the file's bytes as standard base64, then `tail`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SplitMessage {
+    /// The JSON up to and including the opening quote of `workspaceBase64`.
+    pub head: String,
+    /// The ZIP file whose base64 goes between `head` and `tail`.
+    pub file: String,
+    /// The JSON from the closing quote of `workspaceBase64` to the end.
+    pub tail: String,
+}
+
+impl SplitMessage {
+    /// The body's length in bytes when the file holds `file_len` bytes.
+    pub fn body_len(&self, file_len: u64) -> u64 {
+        let b64 = file_len.div_ceil(3).saturating_mul(4);
+        (self.head.len() as u64)
+            .saturating_add(b64)
+            .saturating_add(self.tail.len() as u64)
+    }
+}
+
+/// [`encode_message`] for a START whose archive is a local file and not inline text: the
+/// JSON before and after the `workspaceBase64` text, which the caller writes from the file
+/// (the same bytes [`encode_message`] would give with the file's base64 in `base64`).
+/// `None` for any other message.
+pub fn encode_message_split(msg: &Message, dialect: Dialect) -> Option<SplitMessage> {
+    let Message::Start(st) = msg else {
+        return None;
+    };
+    let TransportHandle::Archive(a) = &st.handle else {
+        return None;
+    };
+    if a.data.base64.is_some() {
+        return None;
+    }
+    let file = a.data.local_file.clone()?;
+    let mut st = st.clone();
+    if let TransportHandle::Archive(a) = &mut st.handle {
+        a.data.base64 = Some(String::new());
+        a.data.local_file = None;
+    }
+    let around = encode_message(&Message::Start(st), dialect);
+    // As in `encode_message_owned`: the last occurrence is the handle's empty field.
+    const FIELD: &str = r#""workspaceBase64":"""#;
+    let at = around.rfind(FIELD)?;
+    let split = at + FIELD.len() - 1;
+    let (head, tail) = around.split_at(split);
+    Some(SplitMessage {
+        head: head.to_owned(),
+        file,
+        tail: tail.to_owned(),
+    })
+}
+
 /// START's inline archive text, if the message is a START with an archive handle.
 fn inline_archive(msg: &mut Message) -> Option<&mut Option<String>> {
     match msg {

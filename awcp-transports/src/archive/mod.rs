@@ -79,6 +79,7 @@ impl ArchiveFile {
             data: ArchiveData {
                 base64: None,
                 url: Some(url.into()),
+                local_file: None,
             },
             checksum: self.checksum.clone(),
             size_bytes: Some(self.size_bytes),
@@ -101,6 +102,7 @@ impl ArchiveFile {
             data: ArchiveData {
                 base64: Some(enc.into_inner()),
                 url: None,
+                local_file: None,
             },
             checksum: self.checksum.clone(),
             size_bytes: Some(self.size_bytes),
@@ -115,6 +117,11 @@ pub enum Delivery {
     Inline,
     /// As a file in this directory, for the driver to serve by URL.
     File(PathBuf),
+    /// Inline, but an archive over 1 MiB is left as a file in this directory
+    /// ([`ArchiveData::local_file`](awcp_proto::wire::ArchiveData::local_file)) for the driver
+    /// to stream as base64 while it sends START: memory stays flat in the workspace's size.
+    /// The driver deletes the file once the delegation has ended.
+    InlineOrFile(PathBuf),
 }
 
 /// A produced archive.
@@ -339,40 +346,128 @@ pub(crate) fn produce(
                 data: ArchiveData {
                     base64: Some(base64),
                     url: None,
+                    local_file: None,
                 },
             }))
         }
         Delivery::File(dir) => {
-            fs::create_dir_all(dir).map_err(|e| TransportError::io("creating archive dir", e))?;
-            let mut t = tempfile::Builder::new()
-                .prefix(".awcp-pack-")
-                .tempfile_in(dir)
-                .map_err(|e| TransportError::io("creating archive file", e))?;
+            let mut t = pack_file(dir)?;
             write(t.as_file_mut())?;
-            let f = t.as_file_mut();
-            f.rewind()
-                .map_err(|e| TransportError::io("rewinding archive", e))?;
-            let checksum = crate::manifest::hash_reader(f)
-                .map_err(|e| TransportError::io("hashing archive", e))?;
-            let size_bytes = f
-                .metadata()
-                .map_err(|e| TransportError::io("sizing archive", e))?
-                .len();
-            let suffix = t
-                .path()
-                .file_name()
-                .and_then(|n| n.to_str())
-                .and_then(|n| n.strip_prefix(".awcp-pack-"))
-                .unwrap_or("x")
-                .to_owned();
-            let path = dir.join(format!("{file_stem}-{suffix}.zip"));
-            t.persist(&path)
-                .map_err(|e| TransportError::io("saving archive", e.error))?;
-            Ok(ArchiveOutput::File(ArchiveFile {
-                path,
-                checksum,
-                size_bytes,
-            }))
+            Ok(ArchiveOutput::File(persist_pack(t, dir, file_stem)?))
+        }
+        Delivery::InlineOrFile(dir) => {
+            let mut sink = Spill::Mem(Cursor::new(Vec::new()), dir.clone());
+            write(&mut sink)?;
+            match sink {
+                Spill::Mem(c, _) => {
+                    let data = c.into_inner();
+                    Ok(ArchiveOutput::Inline(ArchiveHandle {
+                        checksum: hex(&Sha256::digest(&data)),
+                        size_bytes: Some(data.len() as u64),
+                        data: ArchiveData {
+                            base64: Some(encode_base64(&data)),
+                            url: None,
+                            local_file: None,
+                        },
+                    }))
+                }
+                Spill::File(t) => {
+                    let f = persist_pack(t, dir, file_stem)?;
+                    Ok(ArchiveOutput::Inline(ArchiveHandle {
+                        checksum: f.checksum,
+                        size_bytes: Some(f.size_bytes),
+                        data: ArchiveData {
+                            base64: None,
+                            url: None,
+                            local_file: Some(f.path.to_string_lossy().into_owned()),
+                        },
+                    }))
+                }
+            }
+        }
+    }
+}
+
+/// A new hidden temporary file for an archive in `dir` (created if missing).
+fn pack_file(dir: &Path) -> Result<tempfile::NamedTempFile, TransportError> {
+    fs::create_dir_all(dir).map_err(|e| TransportError::io("creating archive dir", e))?;
+    tempfile::Builder::new()
+        .prefix(".awcp-pack-")
+        .tempfile_in(dir)
+        .map_err(|e| TransportError::io("creating archive file", e))
+}
+
+/// Hashes a written archive and gives it its name, `{file_stem}-{random}.zip` in `dir`.
+fn persist_pack(
+    mut t: tempfile::NamedTempFile,
+    dir: &Path,
+    file_stem: &str,
+) -> Result<ArchiveFile, TransportError> {
+    let f = t.as_file_mut();
+    f.rewind()
+        .map_err(|e| TransportError::io("rewinding archive", e))?;
+    let checksum =
+        crate::manifest::hash_reader(f).map_err(|e| TransportError::io("hashing archive", e))?;
+    let size_bytes = f
+        .metadata()
+        .map_err(|e| TransportError::io("sizing archive", e))?
+        .len();
+    let suffix = t
+        .path()
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.strip_prefix(".awcp-pack-"))
+        .unwrap_or("x")
+        .to_owned();
+    let path = dir.join(format!("{file_stem}-{suffix}.zip"));
+    t.persist(&path)
+        .map_err(|e| TransportError::io("saving archive", e.error))?;
+    Ok(ArchiveFile {
+        path,
+        checksum,
+        size_bytes,
+    })
+}
+
+/// An archive being written: in memory up to [`SPOOL_IN_MEMORY`], then in a file in the
+/// directory it holds.
+enum Spill {
+    Mem(Cursor<Vec<u8>>, PathBuf),
+    File(tempfile::NamedTempFile),
+}
+
+impl Write for Spill {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if let Spill::Mem(c, dir) = self {
+            let end = usize::try_from(c.position())
+                .unwrap_or(usize::MAX)
+                .saturating_add(buf.len());
+            if end > SPOOL_IN_MEMORY {
+                let mut t = pack_file(dir).map_err(io::Error::other)?;
+                t.write_all(c.get_ref())?;
+                t.seek(io::SeekFrom::Start(c.position()))?;
+                *self = Spill::File(t);
+            }
+        }
+        match self {
+            Spill::Mem(c, _) => c.write(buf),
+            Spill::File(t) => t.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Spill::Mem(c, _) => c.flush(),
+            Spill::File(t) => t.flush(),
+        }
+    }
+}
+
+impl Seek for Spill {
+    fn seek(&mut self, pos: io::SeekFrom) -> io::Result<u64> {
+        match self {
+            Spill::Mem(c, _) => c.seek(pos),
+            Spill::File(t) => t.seek(pos),
         }
     }
 }
@@ -437,6 +532,53 @@ mod tests {
                 "sized once, no slack: len {len}"
             );
         }
+    }
+
+    /// `InlineOrFile`: up to the in-memory limit the archive is inline text; above it, a file
+    /// in the directory (with seeks back into what was already written honoured), holding
+    /// exactly the bytes written, with their checksum and size.
+    #[test]
+    fn inline_or_file_keeps_small_archives_inline_and_large_ones_in_a_file() {
+        let dir = tempfile::tempdir().unwrap();
+        for len in [
+            0usize,
+            5,
+            SPOOL_IN_MEMORY,
+            SPOOL_IN_MEMORY + 1,
+            3 * SPOOL_IN_MEMORY,
+        ] {
+            let data: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
+            let out = produce(&Delivery::InlineOrFile(dir.path().into()), "t", |w| {
+                let e = |e| TransportError::io("writing", e);
+                // Write a placeholder first and patch it after, as ZIP writers do.
+                w.write_all(&[0u8; 4][..len.min(4)]).map_err(e)?;
+                w.write_all(data.get(4..).unwrap_or(&[])).map_err(e)?;
+                w.seek(io::SeekFrom::Start(0)).map_err(e)?;
+                w.write_all(&data[..len.min(4)]).map_err(e)?;
+                w.seek(io::SeekFrom::End(0)).map(|_| ()).map_err(e)
+            })
+            .unwrap();
+            let ArchiveOutput::Inline(h) = out else {
+                panic!("inline delivery gives an inline handle");
+            };
+            let bytes = match (&h.data.base64, &h.data.local_file) {
+                (Some(t), None) => {
+                    assert!(len <= SPOOL_IN_MEMORY, "len {len} inline");
+                    decode_base64(t).unwrap()
+                }
+                (None, Some(f)) => {
+                    assert!(len > SPOOL_IN_MEMORY, "len {len} in a file");
+                    assert!(Path::new(f).starts_with(dir.path()));
+                    fs::read(f).unwrap()
+                }
+                other => panic!("len {len}: {other:?}"),
+            };
+            assert_eq!(bytes, data, "len {len}");
+            assert_eq!(h.checksum, hex(&Sha256::digest(&data)), "len {len}");
+            assert_eq!(h.size_bytes, Some(len as u64));
+        }
+        let left: Vec<_> = fs::read_dir(dir.path()).unwrap().flatten().collect();
+        assert_eq!(left.len(), 2, "the two large archives, no temporary file");
     }
 
     /// Large inline text is decoded piece by piece into a spool file: same bytes and checksum

@@ -635,6 +635,7 @@ impl awcp_transports::ExecutorTransport for HostileResult {
             data: awcp_proto::ArchiveData {
                 base64: Some(awcp_transports::archive::encode_base64(&zip)),
                 url: None,
+                local_file: None,
             },
             checksum,
             size_bytes: Some(zip.len() as u64),

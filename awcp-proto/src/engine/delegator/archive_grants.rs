@@ -194,6 +194,7 @@ mod tests {
                 data: ArchiveData {
                     base64: None,
                     url: Some("http://127.0.0.1:1/archives/secret".into()),
+                    local_file: None,
                 },
                 checksum: "00".into(),
                 size_bytes: None,

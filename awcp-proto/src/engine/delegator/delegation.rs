@@ -417,6 +417,7 @@ mod tests {
             data: ArchiveData {
                 base64: Some(String::new()),
                 url: None,
+                local_file: None,
             },
             checksum: "00".into(),
             size_bytes: None,

@@ -169,6 +169,7 @@ impl Delegator {
                     data: ArchiveData {
                         base64: Some(b64),
                         url: None,
+                        local_file: None,
                     },
                     checksum: None,
                     recommended: Some(true),

@@ -43,6 +43,7 @@ pub(super) fn snapshot(s: &str) -> DelegatorInput {
         data: ArchiveData {
             base64: Some("UEsFBgAAAAAAAAAAAAAAAAAAAAAAAA==".into()),
             url: None,
+            local_file: None,
         },
         checksum: None,
         recommended: Some(true),
@@ -182,6 +183,7 @@ pub(super) fn started(mode: SnapshotMode) -> Delegator {
                 data: ArchiveData {
                     base64: Some(String::new()),
                     url: None,
+                    local_file: None,
                 },
                 checksum: "00".into(),
                 size_bytes: None,

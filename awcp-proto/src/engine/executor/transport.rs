@@ -146,6 +146,7 @@ mod setup_failure_tests {
                     data: ArchiveData {
                         base64: None,
                         url: Some("http://delegator/archives/t".into()),
+                        local_file: None,
                     },
                     checksum: "0".repeat(64),
                     size_bytes: Some(1),

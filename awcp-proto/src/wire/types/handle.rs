@@ -40,6 +40,13 @@ pub struct ArchiveData {
     pub base64: Option<String>,
     /// A one-time URL the peer GETs the ZIP from.
     pub url: Option<String>,
+    /// Never on the wire itself: the raw ZIP in a file on this machine, standing in for
+    /// `base64` so that a large inline archive is never held in memory. A driver sending a
+    /// START with it writes the file as `workspaceBase64` piece by piece
+    /// ([`crate::wire::encode_message_split`]); a driver receiving a large START may decode
+    /// `workspaceBase64` into a file and set this instead of `base64`. The plain encoders
+    /// ignore it (they write `workspaceBase64` only from `base64`).
+    pub local_file: Option<String>,
 }
 
 impl core::fmt::Debug for ArchiveData {
@@ -47,6 +54,7 @@ impl core::fmt::Debug for ArchiveData {
         f.debug_struct("ArchiveData")
             .field("base64_len", &self.base64.as_ref().map(String::len))
             .field("url", &self.url)
+            .field("local_file", &self.local_file)
             .finish()
     }
 }

@@ -170,6 +170,7 @@ impl World {
                         ArchiveData {
                             base64: Some(body.clone()),
                             url: None,
+                            local_file: None,
                         },
                         None,
                     ),
@@ -183,6 +184,7 @@ impl World {
                             ArchiveData {
                                 base64: None,
                                 url: Some(url),
+                                local_file: None,
                             },
                             Some(digest),
                         )

@@ -240,6 +240,7 @@ impl World {
                     data: ArchiveData {
                         base64: Some(body),
                         url: None,
+                        local_file: None,
                     },
                     metadata: BTreeMap::from([(
                         "fileCount".to_owned(),

@@ -111,6 +111,7 @@ fn start_waits_for_both_the_transport_and_the_event_stream() {
         data: ArchiveData {
             base64: Some(String::new()),
             url: None,
+            local_file: None,
         },
         checksum: "00".into(),
         size_bytes: None,
