@@ -22,17 +22,21 @@ impl<R: Runtime> Loop<R> {
                 message,
                 dialect,
             } => {
-                // START's inline archive becomes the body's buffer: never held twice.
-                let body = encode_message_owned(message, dialect);
-                self.post(id, to, peer, Some(body));
+                // A large archive is streamed from its file; otherwise START's inline
+                // archive becomes the body's buffer: never held twice.
+                let body = match encode_message_split(&message, dialect) {
+                    Some(split) => OutBody::Split(split),
+                    None => OutBody::Text(encode_message_owned(message, dialect)),
+                };
+                self.post(id, to, peer, body);
             }
             DelegatorOutput::SendCancel { id, peer } => {
                 let url = wire_http::cancel_url(&peer, &id);
-                self.post(id, Outbound::Cancel, url, None);
+                self.post(id, Outbound::Cancel, url, OutBody::None);
             }
             DelegatorOutput::SendAck { id, peer } => {
                 let url = wire_http::ack_url(&peer, &id);
-                self.post(id, Outbound::Ack, url, None);
+                self.post(id, Outbound::Ack, url, OutBody::None);
             }
             DelegatorOutput::PrepareTransport {
                 id,
@@ -94,6 +98,7 @@ impl<R: Runtime> Loop<R> {
                 let base = self.opts.archive_base_url.clone();
                 let peer = self.engine.get(&id).map(|v| v.request.peer);
                 let dir = self.opts.state_dir.join("archives");
+                let dir2 = dir.clone();
                 let baselines = self.baselines.clone();
                 let baseline_file = self.baseline_file(&id);
                 let note = self.tx.clone();
@@ -105,7 +110,7 @@ impl<R: Runtime> Loop<R> {
                                 .map_err(|e| PrepareFailure::Local(format!("archive dir: {e}")))?;
                             Delivery::File(dir)
                         } else {
-                            Delivery::Inline
+                            Delivery::InlineOrFile(dir2)
                         };
                         let req = PrepareRequest {
                             delegation_id: &did,
@@ -147,7 +152,14 @@ impl<R: Runtime> Loop<R> {
                             .unwrap_or_else(|p| p.into_inner())
                             .insert(did.clone(), prepared.baseline.clone());
                         Ok::<_, PrepareFailure>(match prepared.archive {
-                            ArchiveOutput::Inline(h) => (TransportHandle::Archive(h), None),
+                            ArchiveOutput::Inline(h) => {
+                                if let Some(f) = &h.data.local_file {
+                                    // Deleted when the transport is released.
+                                    let _ = note
+                                        .unbounded_send(Cmd::ArchiveFile(did.clone(), f.into()));
+                                }
+                                (TransportHandle::Archive(h), None)
+                            }
                             ArchiveOutput::File(f) => {
                                 let token = crate::security::random_token().map_err(|e| {
                                     PrepareFailure::Local(format!("archive URL token: {e}"))

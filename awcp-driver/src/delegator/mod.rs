@@ -7,6 +7,7 @@ mod execute;
 mod run;
 mod storage;
 
+use run::OutBody;
 use storage::{baseline_file, load_baseline, random_id, scan, store_snapshot};
 
 use std::collections::BTreeMap;
@@ -22,9 +23,10 @@ use awcp_proto::engine::delegator::{
 use awcp_proto::engine::{SnapshotMode, WorkspaceStats};
 use awcp_proto::http_binding::{self as wire_http, ArchiveUrlRefusal};
 use awcp_proto::{
-    decode_event, encode_message_owned, sse, AccessMode, Auth, DelegationId, Delegator,
-    DelegatorConfig, DelegatorEvent, DelegatorInput, DelegatorOutput, Dialect, ErrorInfo, Resource,
-    SnapshotEvent, SnapshotId, TaskSpec, Timestamp, TransportHandle, TransportKind,
+    decode_event, encode_message_owned, encode_message_split, sse, AccessMode, Auth, DelegationId,
+    Delegator, DelegatorConfig, DelegatorEvent, DelegatorInput, DelegatorOutput, Dialect,
+    ErrorInfo, Resource, SnapshotEvent, SnapshotId, TaskSpec, Timestamp, TransportHandle,
+    TransportKind,
 };
 use awcp_transports::archive::{ArchiveOutput, ArchiveSource, Delivery, Layout};
 pub use awcp_transports::snapshot::{ChangeKind, FileChange, Preview, PreviewLimits};
@@ -312,14 +314,17 @@ impl DelegatorHandle {
     /// Starts the engine task on `rt`, owning the state directory: it takes the directory's
     /// exclusive lock (refusing with [`DelegatorError::StateDirInUse`] while another delegator
     /// holds it), then, before anything else, recovers every apply a previous process left
-    /// interrupted (see `awcp_transports::snapshot::recover_interrupted`), then restores the
-    /// journal's delegations.
+    /// interrupted (see `awcp_transports::snapshot::recover_interrupted`), removes the archives
+    /// a previous process left, then restores the journal's delegations.
     pub fn try_start<R: Runtime>(
         rt: R,
         opts: DelegatorOptions,
     ) -> Result<DelegatorHandle, DelegatorError> {
         let (tx, rx) = mpsc::unbounded();
         let lock = lock_state_dir(&opts.state_dir)?;
+        // Archives are never recorded: whatever a previous process left here (served by URL
+        // or waiting to be streamed) can no longer be sent.
+        let _ = std::fs::remove_dir_all(opts.state_dir.join("archives"));
         let journal = crate::executor::journal::Journal::at(opts.state_dir.join("delegations"));
         // URL delivery needs somewhere executors can fetch from.
         let mut config = opts.engine.clone();

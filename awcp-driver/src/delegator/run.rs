@@ -217,13 +217,7 @@ impl<R: Runtime> Loop<R> {
         (self.engine.config().admission, allow)
     }
 
-    pub(super) fn post(
-        &mut self,
-        id: DelegationId,
-        to: Outbound,
-        url: String,
-        body: Option<String>,
-    ) {
+    pub(super) fn post(&mut self, id: DelegationId, to: Outbound, url: String, body: OutBody) {
         let http = self.http.clone();
         let feed = self.feed();
         let headers = self.credential_headers(&id, &url);
@@ -238,21 +232,20 @@ impl<R: Runtime> Loop<R> {
         } else {
             None
         };
+        let rt = self.rt.clone();
         self.spawn_in(crate::delegation_span(&id), async move {
             let hdrs: Vec<(&str, String)> = headers.iter().map(|(k, v)| (*k, v.clone())).collect();
-            let reply = match http
-                .request(
-                    Method::POST,
-                    &url,
-                    &hdrs,
-                    body.map(Bytes::from),
-                    timeout,
-                    max_reply,
-                )
-                .await
-            {
-                Ok((status, body)) => wire_http::decode_reply(status, &body),
-                Err(e) => awcp_proto::engine::delegator::Reply::Failed(net::request_failure(&e)),
+            let reply = match body.into_client_body(&rt).await {
+                Err(e) => awcp_proto::engine::delegator::Reply::Failed(e),
+                Ok(body) => match http
+                    .request_body(Method::POST, &url, &hdrs, body, timeout, max_reply)
+                    .await
+                {
+                    Ok((status, body)) => wire_http::decode_reply(status, &body),
+                    Err(e) => {
+                        awcp_proto::engine::delegator::Reply::Failed(net::request_failure(&e))
+                    }
+                },
             };
             feed(DelegatorInput::Reply { id, to, reply });
             if let Some(tx) = farewell {
@@ -321,4 +314,87 @@ impl<R: Runtime> Loop<R> {
         self.subscribers
             .retain(|s| s.unbounded_send(ev.clone()).is_ok());
     }
+}
+
+/// What a POST to the executor carries.
+pub(super) enum OutBody {
+    None,
+    Text(String),
+    /// START around an archive file, streamed as base64.
+    Split(awcp_proto::SplitMessage),
+}
+
+impl OutBody {
+    /// The request body; a split message's file is read and encoded on the blocking pool
+    /// while the request is sent, a few pieces at a time.
+    async fn into_client_body<R: Runtime>(
+        self,
+        rt: &R,
+    ) -> Result<agent_rt::ClientBody, awcp_proto::engine::delegator::RequestFailure> {
+        let split = match self {
+            OutBody::None => return Ok(agent_rt::ClientBody::empty()),
+            OutBody::Text(t) => return Ok(agent_rt::ClientBody::full(Bytes::from(t))),
+            OutBody::Split(s) => s,
+        };
+        let path = split.file.clone();
+        let opened = blocking(rt, move || {
+            let f = std::fs::File::open(&path)?;
+            let len = f.metadata()?.len();
+            Ok::<_, std::io::Error>((f, len))
+        })
+        .await;
+        let (file, len) = opened.map_err(|e| {
+            awcp_proto::engine::delegator::RequestFailure::Local(format!(
+                "reading the workspace archive: {e}"
+            ))
+        })?;
+        let (tx, rx) = mpsc::channel(4);
+        let body = agent_rt::ClientBody::streamed(split.body_len(len), rx);
+        rt.spawn(Box::pin(blocking(rt, move || {
+            stream_split(split, file, tx);
+        })));
+        Ok(body)
+    }
+}
+
+/// Feeds `head`, the file as base64 (64 KiB of text per piece) and `tail` into `tx`, waiting
+/// while the channel is full; stops when the request is gone.
+fn stream_split(
+    split: awcp_proto::SplitMessage,
+    mut file: std::fs::File,
+    mut tx: mpsc::Sender<std::io::Result<Bytes>>,
+) {
+    use futures::SinkExt;
+    use std::io::Read;
+    let mut send = |b: std::io::Result<Bytes>| futures::executor::block_on(tx.send(b)).is_ok();
+    if !send(Ok(Bytes::from(split.head))) {
+        return;
+    }
+    let mut buf = vec![0u8; 48 * 1024];
+    loop {
+        // Whole multiples of 3 bytes, so the pieces' base64 joins without padding.
+        let mut n = 0;
+        while n < buf.len() {
+            match file.read(&mut buf[n..]) {
+                Ok(0) => break,
+                Ok(k) => n += k,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    send(Err(e));
+                    return;
+                }
+            }
+        }
+        if n == 0 {
+            break;
+        }
+        let text = awcp_transports::archive::encode_base64(&buf[..n]);
+        if !send(Ok(Bytes::from(text))) {
+            return;
+        }
+        if n < buf.len() {
+            break;
+        }
+    }
+    send(Ok(Bytes::from(split.tail)));
 }

@@ -8,6 +8,7 @@
 //! absent optional fields (never writing `null`).
 
 pub mod decode;
+pub mod divert;
 pub mod encode;
 pub(crate) mod tree;
 pub mod types;

@@ -172,6 +172,7 @@ impl Delegator {
             Reply::Failed(RequestFailure::Unreachable(_) | RequestFailure::Network(_)) => {
                 ErrorCode::Unreachable
             }
+            Reply::Failed(RequestFailure::Local(_)) => ErrorCode::TransportError,
             Reply::Failed(RequestFailure::Unusable(_))
             | Reply::Accept(_)
             | Reply::Error(_)

@@ -62,6 +62,10 @@ pub enum RequestFailure {
     /// executor's fault ([`DelegatorEvent::PeerMisbehaved`]).
     #[error("{0}")]
     Unusable(String),
+    /// This side could not send the request (e.g. the workspace archive it streams from
+    /// became unreadable). Not the executor's fault.
+    #[error("{0}")]
+    Local(String),
 }
 
 impl RequestFailure {

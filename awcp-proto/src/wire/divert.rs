@@ -1,0 +1,287 @@
+//! Receiving a large START without holding its archive: [`ArchiveTextDiverter`] reads a
+//! message body piece by piece, passes the text of START's `workspaceBase64` out as it
+//! arrives (for the caller to decode into a file) and keeps the rest of the JSON, with that
+//! field left as `""`, for the ordinary decoder.
+
+/// The keys START's transport handle may sit under (as the decoder looks for it).
+const HANDLE_KEYS: [&[u8]; 4] = [b"transportHandle", b"transport", b"workDir", b"mount"];
+/// The field diverted.
+const FIELD: &[u8] = b"workspaceBase64";
+/// Keys longer than any of the above are not remembered.
+const KEY_CAP: usize = 32;
+
+/// Why a body could not be split.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DivertError {
+    /// The JSON besides the archive text is larger than allowed.
+    #[error("message body larger than {0} bytes")]
+    TooLarge(usize),
+    /// The archive text holds an escape base64 cannot contain.
+    #[error("workspaceBase64 holds an escape sequence base64 cannot contain")]
+    BadEscape,
+    /// Two `workspaceBase64` fields in START's handle.
+    #[error("workspaceBase64 appears twice in the transport handle")]
+    Duplicate,
+}
+
+#[derive(Debug)]
+enum Container {
+    Object {
+        /// The key whose value is being read (or was last read); `None` if longer than
+        /// `KEY_CAP`.
+        key: Option<Vec<u8>>,
+        expecting_key: bool,
+    },
+    Array,
+}
+
+#[derive(Debug)]
+enum State {
+    /// Between tokens (or inside a number or literal).
+    Structural,
+    /// Inside a string; `key` collects an object key's text.
+    Str {
+        key: Option<Vec<u8>>,
+        is_key: bool,
+        escape: bool,
+    },
+    /// Inside the diverted string.
+    Divert { escape: bool },
+}
+
+/// Splits a JSON message body as it arrives: the text of the transport handle's
+/// `workspaceBase64` (unescaped; JSON allows `\/` and whitespace escapes in it) is passed out,
+/// everything else is kept. Works on any JSON; only a string value of `workspaceBase64`
+/// directly inside a top-level `transportHandle`, `transport`, `workDir` or `mount` object is
+/// diverted, so the kept text decodes to the same message with that field empty. A body that
+/// is not JSON is kept as it is (within the limit) for the decoder to refuse.
+#[derive(Debug)]
+pub struct ArchiveTextDiverter {
+    stack: Vec<Container>,
+    state: State,
+    kept: Vec<u8>,
+    max_kept: usize,
+    diverted: bool,
+}
+
+impl ArchiveTextDiverter {
+    /// A diverter keeping at most `max_kept` bytes of JSON besides the archive text.
+    pub fn new(max_kept: usize) -> Self {
+        ArchiveTextDiverter {
+            stack: Vec::new(),
+            state: State::Structural,
+            kept: Vec::new(),
+            max_kept,
+            diverted: false,
+        }
+    }
+
+    /// Whether a `workspaceBase64` text was diverted (completely).
+    pub fn diverted(&self) -> bool {
+        self.diverted
+    }
+
+    /// Reads the next piece of the body: archive text is appended to `text`, the rest kept.
+    pub fn push(&mut self, mut chunk: &[u8], text: &mut Vec<u8>) -> Result<(), DivertError> {
+        while !chunk.is_empty() {
+            if let State::Divert { escape } = &mut self.state {
+                if *escape {
+                    *escape = false;
+                    match chunk[0] {
+                        b'/' => text.push(b'/'),
+                        b'n' | b'r' | b't' => {}
+                        _ => return Err(DivertError::BadEscape),
+                    }
+                    chunk = &chunk[1..];
+                    continue;
+                }
+                let end = chunk
+                    .iter()
+                    .position(|&b| b == b'"' || b == b'\\')
+                    .unwrap_or(chunk.len());
+                text.extend_from_slice(&chunk[..end]);
+                chunk = &chunk[end..];
+                match chunk.first() {
+                    Some(b'\\') => *escape = true,
+                    Some(_) => {
+                        self.keep(b'"')?;
+                        self.state = State::Structural;
+                        self.diverted = true;
+                    }
+                    None => break,
+                }
+                chunk = &chunk[1..];
+                continue;
+            }
+            let b = chunk[0];
+            chunk = &chunk[1..];
+            self.keep(b)?;
+            self.step(b)?;
+        }
+        Ok(())
+    }
+
+    /// The kept JSON (the whole body when nothing was diverted).
+    pub fn finish(self) -> Vec<u8> {
+        self.kept
+    }
+
+    fn keep(&mut self, b: u8) -> Result<(), DivertError> {
+        if self.kept.len() >= self.max_kept {
+            return Err(DivertError::TooLarge(self.max_kept));
+        }
+        self.kept.push(b);
+        Ok(())
+    }
+
+    fn step(&mut self, b: u8) -> Result<(), DivertError> {
+        match &mut self.state {
+            State::Divert { .. } => {}
+            State::Str {
+                key,
+                is_key,
+                escape,
+            } => {
+                if *escape {
+                    *escape = false;
+                    key.take();
+                } else if b == b'\\' {
+                    *escape = true;
+                } else if b == b'"' {
+                    let done = key.take();
+                    let is_key = *is_key;
+                    self.state = State::Structural;
+                    if is_key {
+                        if let Some(Container::Object { key, .. }) = self.stack.last_mut() {
+                            *key = done;
+                        }
+                    }
+                } else if let Some(k) = key {
+                    if k.len() < KEY_CAP {
+                        k.push(b);
+                    } else {
+                        *key = None;
+                    }
+                }
+            }
+            State::Structural => match b {
+                b'{' => self.stack.push(Container::Object {
+                    key: None,
+                    expecting_key: true,
+                }),
+                b'[' => self.stack.push(Container::Array),
+                b'}' | b']' => {
+                    self.stack.pop();
+                }
+                b':' => {
+                    if let Some(Container::Object { expecting_key, .. }) = self.stack.last_mut() {
+                        *expecting_key = false;
+                    }
+                }
+                b',' => {
+                    if let Some(Container::Object { expecting_key, .. }) = self.stack.last_mut() {
+                        *expecting_key = true;
+                    }
+                }
+                b'"' => {
+                    let is_key = matches!(
+                        self.stack.last(),
+                        Some(Container::Object {
+                            expecting_key: true,
+                            ..
+                        })
+                    );
+                    if !is_key && self.at_archive_text() {
+                        if self.diverted {
+                            return Err(DivertError::Duplicate);
+                        }
+                        self.state = State::Divert { escape: false };
+                    } else {
+                        self.state = State::Str {
+                            key: is_key.then(Vec::new),
+                            is_key,
+                            escape: false,
+                        };
+                    }
+                }
+                _ => {}
+            },
+        }
+        Ok(())
+    }
+
+    /// Whether a string value starting now is the handle's `workspaceBase64`.
+    fn at_archive_text(&self) -> bool {
+        let [Container::Object {
+            key: Some(outer), ..
+        }, Container::Object {
+            key: Some(inner), ..
+        }] = self.stack.as_slice()
+        else {
+            return false;
+        };
+        inner.as_slice() == FIELD && HANDLE_KEYS.contains(&outer.as_slice())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn split(body: &[u8], piece: usize) -> Result<(Vec<u8>, Vec<u8>, bool), DivertError> {
+        let mut d = ArchiveTextDiverter::new(1 << 20);
+        let mut text = Vec::new();
+        for c in body.chunks(piece.max(1)) {
+            d.push(c, &mut text)?;
+        }
+        let diverted = d.diverted();
+        Ok((d.finish(), text, diverted))
+    }
+
+    #[test]
+    fn the_handles_archive_text_is_diverted_in_any_piece_sizes() {
+        let body = br#"{"version":"1","type":"START","delegationId":"d","lease":{"expiresAt":"x"},"transportHandle":{"transport":"archive","workspaceBase64":"QUJD\/REVG\n","checksum":"00"}}"#;
+        for piece in 1..body.len() {
+            let (kept, text, diverted) = split(body, piece).unwrap();
+            assert!(diverted, "piece {piece}");
+            assert_eq!(text, b"QUJD/REVG", "piece {piece}");
+            assert_eq!(
+                kept,
+                br#"{"version":"1","type":"START","delegationId":"d","lease":{"expiresAt":"x"},"transportHandle":{"transport":"archive","workspaceBase64":"","checksum":"00"}}"#,
+                "piece {piece}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_field_elsewhere_or_as_text_is_kept() {
+        for body in [
+            &br#"{"task":{"workspaceBase64":"AAAA"},"transportHandle":{"x":"workspaceBase64"}}"#[..],
+            br#"{"transportHandle":{"a":{"workspaceBase64":"AAAA"}}}"#,
+            br#"{"transportHandle":["workspaceBase64","AAAA"]}"#,
+            br#"{"transportHandle":{"workspace\u0042ase64":"AAAA"}}"#,
+            br#"{"transportHandle":{"workspaceBase64":12}}"#,
+            b"not json at all \"",
+        ] {
+            let (kept, text, diverted) = split(body, 3).unwrap();
+            assert!(!diverted, "{}", String::from_utf8_lossy(body));
+            assert!(text.is_empty());
+            assert_eq!(kept, body);
+        }
+    }
+
+    #[test]
+    fn bad_escapes_duplicates_and_oversize_are_refused() {
+        let bad = br#"{"transportHandle":{"workspaceBase64":"QU\u0042"}}"#;
+        assert_eq!(split(bad, 4).unwrap_err(), DivertError::BadEscape);
+        let twice = br#"{"transportHandle":{"workspaceBase64":"QQ==","workspaceBase64":"QQ=="}}"#;
+        assert_eq!(split(twice, 4).unwrap_err(), DivertError::Duplicate);
+        let mut d = ArchiveTextDiverter::new(8);
+        let mut text = Vec::new();
+        let big = br#"{"transportHandle":{"workspaceBase64":"QQ=="}}"#;
+        assert_eq!(
+            d.push(big, &mut text).unwrap_err(),
+            DivertError::TooLarge(8)
+        );
+    }
+}
