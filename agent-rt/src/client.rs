@@ -179,7 +179,7 @@ impl<R: Runtime> HttpClient<R> {
         // into its write buffer first: a second copy of an inline archive. Small bodies are
         // still joined with the head, one write for both.
         let large_body = body.len() > 64 * 1024;
-        let has_body = body.len() > 0 || matches!(body.0, BodyInner::Stream { .. });
+        let has_body = !body.is_empty() || matches!(body.0, BodyInner::Stream { .. });
         let (mut sender, conn) = hyper::client::conn::http1::Builder::new()
             .writev(large_body)
             .handshake(smol_hyper::rt::FuturesIo::new(io))

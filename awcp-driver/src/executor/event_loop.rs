@@ -49,6 +49,9 @@ pub(super) struct Loop<R: Runtime> {
     pub(super) journal: Option<journal::Journal>,
     /// Application subscribers of engine events ([`ExecutorHandle::events`]).
     pub(super) event_subscribers: Vec<mpsc::UnboundedSender<ExecutorEvent>>,
+    /// Archive files received with a START and not yet handed to a setup: deleted after the
+    /// turn that handled the START if the engine did not set up from them.
+    pub(super) unclaimed_archives: Vec<String>,
     /// The work root and state directory stay locked while the loop runs.
     pub(super) _locks: Vec<lock::DirLock>,
 }
@@ -103,6 +106,9 @@ impl<R: Runtime> Loop<R> {
         loop {
             let now = self.rt.now();
             let deadline = drive::turn(&mut self, now, wake);
+            for f in self.unclaimed_archives.drain(..) {
+                let _ = std::fs::remove_file(f);
+            }
             if let Some(tx) = shutdown.take() {
                 if self.engine.live_count() == 0 {
                     let _ = tx.send(());
@@ -148,6 +154,11 @@ impl<R: Runtime> Loop<R> {
                 let request = RequestId(self.next_id);
                 self.next_id += 1;
                 self.pending.insert(request, reply);
+                if let Request::Message(m, _) = &body {
+                    if let Some(f) = received_archive_file(m) {
+                        self.unclaimed_archives.push(f.to_owned());
+                    }
+                }
                 self.input(ExecutorInput::Request {
                     request,
                     credential,
@@ -262,6 +273,11 @@ impl<R: Runtime> Loop<R> {
                 access_mode,
                 resources,
             } => {
+                if let awcp_proto::TransportHandle::Archive(a) = &*handle {
+                    if let Some(f) = &a.data.local_file {
+                        self.unclaimed_archives.retain(|u| u != f);
+                    }
+                }
                 let t = self.transport_for(&handle.kind());
                 let feed = self.feed();
                 let cancel = CancelFlag::new();
@@ -485,5 +501,16 @@ impl<R: Runtime> Loop<R> {
                 None => j.remove(id),
             }
         }
+    }
+}
+
+/// The file START's inline archive was received into, if it was.
+fn received_archive_file(m: &awcp_proto::Message) -> Option<&str> {
+    match m {
+        awcp_proto::Message::Start(st) => match &st.handle {
+            awcp_proto::TransportHandle::Archive(a) => a.data.local_file.as_deref(),
+            _ => None,
+        },
+        _ => None,
     }
 }

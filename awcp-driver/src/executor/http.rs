@@ -19,6 +19,7 @@ use std::io::Read;
 use awcp_proto::engine::auth::{check_headers, Credential, Endpoint, HeaderVerdict, Presented};
 use awcp_proto::engine::executor::Request;
 use awcp_proto::http_binding as wire_http;
+use awcp_proto::wire::divert::ArchiveTextDiverter;
 use awcp_proto::{decode_message_owned, sse, DelegationId};
 use bytes::Bytes;
 use futures::StreamExt;
@@ -75,6 +76,127 @@ where
         }
     }
     Ok(out)
+}
+
+/// Bodies announced larger than this (or of unknown length) are read through an
+/// [`ArchiveTextDiverter`]: START's inline archive goes to a file as it arrives.
+const DIVERT_FROM: u64 = 1 << 20;
+
+/// Why a diverted body could not be received.
+enum ReceiveError {
+    /// Reading the body failed (or went over the limit: the `Limited` wrapper's error).
+    Body(Box<dyn std::error::Error + Send + Sync>),
+    /// The archive text is not base64, or the JSON is malformed around it.
+    Archive(String),
+    /// The archive file could not be written.
+    Local(String),
+}
+
+/// Reads a body, decoding START's `workspaceBase64` into a new file in `dir` as it arrives
+/// (memory stays bounded by a few pieces, whatever the archive's size): the rest of the
+/// JSON, with that field `""`, and the file if there was one. Nothing is left on disk when it
+/// fails.
+async fn receive_diverted<B>(
+    body: B,
+    limit: u64,
+    dir: std::path::PathBuf,
+) -> Result<(Vec<u8>, Option<std::path::PathBuf>), ReceiveError>
+where
+    B: http_body::Body<Data = Bytes>,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    use futures::SinkExt;
+    let mut body = std::pin::pin!(body);
+    let mut div = ArchiveTextDiverter::new(usize::try_from(limit).unwrap_or(usize::MAX));
+    let mut pieces = awcp_transports::archive::Base64Pieces::default();
+    let mut text = Vec::new();
+    let mut writer: Option<ArchiveWriter> = None;
+    let result = async {
+        while let Some(frame) = body.frame().await {
+            let Ok(data) = frame.map_err(|e| ReceiveError::Body(e.into()))?.into_data() else {
+                continue;
+            };
+            div.push(&data, &mut text)
+                .map_err(|e| ReceiveError::Archive(e.to_string()))?;
+            if text.is_empty() {
+                continue;
+            }
+            let mut decoded = Vec::with_capacity(text.len() / 4 * 3 + 3);
+            pieces
+                .push(&text, &mut decoded)
+                .map_err(|e| ReceiveError::Archive(e.to_string()))?;
+            text.clear();
+            if writer.is_none() {
+                writer = Some(ArchiveWriter::start(dir.clone()));
+            }
+            if let Some(w) = &mut writer {
+                if w.tx.send(decoded).await.is_err() {
+                    break; // the writer failed: its error is collected below
+                }
+            }
+        }
+        if div.diverted() {
+            let mut rest = Vec::new();
+            pieces
+                .finish(&mut rest)
+                .map_err(|e| ReceiveError::Archive(e.to_string()))?;
+            let w = writer.get_or_insert_with(|| ArchiveWriter::start(dir.clone()));
+            let _ = w.tx.send(rest).await;
+        }
+        Ok::<_, ReceiveError>(())
+    }
+    .await;
+    let file = match writer {
+        None => None,
+        Some(w) => {
+            drop(w.tx);
+            match w.done.await {
+                Ok(Ok(path)) => Some(path),
+                Ok(Err(e)) => return Err(ReceiveError::Local(e)),
+                Err(_) => return Err(ReceiveError::Local("archive writer stopped".into())),
+            }
+        }
+    };
+    match result {
+        Ok(()) => Ok((div.finish(), file)),
+        Err(e) => {
+            if let Some(f) = file {
+                let _ = std::fs::remove_file(f);
+            }
+            Err(e)
+        }
+    }
+}
+
+/// A thread writing decoded archive pieces to a new file (bounded channel: memory stays a few
+/// pieces); `done` gives its path, or why it failed (then nothing is left on disk).
+struct ArchiveWriter {
+    tx: futures::channel::mpsc::Sender<Vec<u8>>,
+    done: futures::channel::oneshot::Receiver<Result<std::path::PathBuf, String>>,
+}
+
+impl ArchiveWriter {
+    fn start(dir: std::path::PathBuf) -> Self {
+        use std::io::Write;
+        let (tx, mut rx) = futures::channel::mpsc::channel::<Vec<u8>>(4);
+        let (done_tx, done) = futures::channel::oneshot::channel();
+        std::thread::spawn(move || {
+            let r = (|| {
+                std::fs::create_dir_all(&dir)?;
+                let mut t = tempfile::Builder::new()
+                    .prefix(".awcp-start-")
+                    .suffix(".zip")
+                    .tempfile_in(&dir)?;
+                while let Some(piece) = futures::executor::block_on(rx.next()) {
+                    t.write_all(&piece)?;
+                }
+                t.as_file().sync_data()?;
+                t.into_temp_path().keep().map_err(|e| e.error)
+            })();
+            let _ = done_tx.send(r.map_err(|e: std::io::Error| e.to_string()));
+        });
+        ArchiveWriter { tx, done }
+    }
 }
 
 fn parse_id(s: &str) -> Result<DelegationId, http::Response<ResponseBody>> {
@@ -212,36 +334,78 @@ impl ExecutorHandle {
             req.into_body(),
             usize::try_from(limit).unwrap_or(usize::MAX),
         );
-        let bytes = match collect_body(body, announced, limit).await {
-            Ok(b) => b,
-            Err(e) => {
-                if e.downcast_ref::<http_body_util::LengthLimitError>()
-                    .is_some()
-                {
-                    let (status, error) = awcp_proto::engine::auth::body_over_limit(
-                        self.opts.auth.as_ref(),
-                        credential.is_some(),
-                        limit,
-                    );
-                    return reply(wire_http::reject(status, None, error));
+        let over_limit = |e: &(dyn std::error::Error + 'static)| {
+            e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some()
+        };
+        let refuse_size = || {
+            let (status, error) = awcp_proto::engine::auth::body_over_limit(
+                self.opts.auth.as_ref(),
+                credential.is_some(),
+                limit,
+            );
+            reply(wire_http::reject(status, None, error))
+        };
+        // A large body (an inline archive) is split as it arrives: the archive to a file, the
+        // rest kept. A small one is read whole.
+        let (bytes, archive_file) = if announced.is_none_or(|n| n > DIVERT_FROM) {
+            match receive_diverted(body, limit, self.opts.downloads.clone()).await {
+                Ok(r) => r,
+                Err(ReceiveError::Body(e)) if over_limit(&*e) => return refuse_size(),
+                Err(ReceiveError::Body(_)) => return reply(wire_http::reject_unreadable_body()),
+                Err(ReceiveError::Archive(why)) => {
+                    return reply(wire_http::reject_bad_inline_archive(&why))
                 }
-                return reply(wire_http::reject_unreadable_body());
+                Err(ReceiveError::Local(why)) => {
+                    tracing::warn!("receiving an inline archive: {why}");
+                    return unavailable();
+                }
+            }
+        } else {
+            match collect_body(body, announced, limit).await {
+                Ok(b) => (b, None),
+                Err(e) if over_limit(&*e) => return refuse_size(),
+                Err(_) => return reply(wire_http::reject_unreadable_body()),
+            }
+        };
+        let discard = |f: &Option<std::path::PathBuf>| {
+            if let Some(f) = f {
+                let _ = std::fs::remove_file(f);
             }
         };
         // The body can be as large as an inline archive: START's archive text is decoded in
         // the body's own buffer, not copied out of it.
-        let (msg, dialect) = match decode_message_owned(bytes) {
+        let (mut msg, dialect) = match decode_message_owned(bytes) {
             Ok(m) => m,
-            Err((e, bytes)) => return reply(wire_http::reject_malformed_body(&bytes, &e)),
+            Err((e, bytes)) => {
+                discard(&archive_file);
+                return reply(wire_http::reject_malformed_body(&bytes, &e));
+            }
         };
+        if let Some(f) = &archive_file {
+            match &mut msg {
+                awcp_proto::Message::Start(st) => match &mut st.handle {
+                    awcp_proto::TransportHandle::Archive(a) => {
+                        a.data.base64 = None;
+                        a.data.local_file = Some(f.to_string_lossy().into_owned());
+                    }
+                    _ => discard(&archive_file),
+                },
+                _ => discard(&archive_file),
+            }
+        }
         // The engine binds the origin to the delegation if it accepts the message (a request
-        // that fails authentication changes nothing) and prefers a configured public URL.
+        // that fails authentication changes nothing) and prefers a configured public URL. The
+        // executor's loop deletes an archive file the engine does not set up from.
         match self
             .request_from(credential, Request::Message(Box::new(msg), dialect), origin)
             .await
         {
             Some(resp) => reply(wire_http::encode_response(&resp)),
-            None => unavailable(),
+            None => {
+                discard(&archive_file);
+                unavailable()
+            }
         }
     }
 

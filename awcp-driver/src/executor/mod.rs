@@ -150,6 +150,8 @@ pub(crate) struct SharedOpts {
     pub public_url: std::sync::RwLock<Option<String>>,
     pub trust_forwarded_headers: bool,
     pub connections_needed: usize,
+    /// Where received archives are written (`{scratch}/downloads`).
+    pub downloads: PathBuf,
 }
 
 impl ExecutorHandle {
@@ -201,10 +203,9 @@ impl ExecutorHandle {
             Some(s) => s.clone(),
             None => work_root.join(".awcp"),
         };
-        if opts.state_dir.is_some() {
-            // Only ever ours: a download interrupted by a crash.
-            let _ = std::fs::remove_dir_all(scratch.join("downloads"));
-        }
+        // Only ever ours (the work root and state directory are locked): downloads and
+        // received archives a crash interrupted.
+        let _ = std::fs::remove_dir_all(scratch.join("downloads"));
         let rt2 = rt.clone();
         let shared = Arc::new(SharedOpts {
             sleep: Arc::new(move |d| rt2.sleep(d)),
@@ -218,6 +219,7 @@ impl ExecutorHandle {
             public_url: std::sync::RwLock::new(opts.engine.public_url.clone()),
             trust_forwarded_headers: opts.trust_forwarded_headers,
             connections_needed: opts.engine.connections_needed(),
+            downloads: scratch.join("downloads"),
         });
         let journal = opts.state_dir.map(journal::Journal::new);
         let mut config = opts.engine.clone();
@@ -276,6 +278,7 @@ impl ExecutorHandle {
             next_id: 1,
             journal,
             event_subscribers: Vec::new(),
+            unclaimed_archives: Vec::new(),
             _locks: locks,
         };
         rt.spawn(Box::pin(lp.run(rx, deferred)));

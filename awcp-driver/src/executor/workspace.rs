@@ -139,6 +139,26 @@ pub(super) async fn setup<R: Runtime>(
         return Err(SetupFailure::UnsupportedTransport(handle.kind()));
     };
     let names: Vec<_> = resources.into_iter().map(|r| r.name).collect();
+    if let Some(file) = h.data.local_file.clone() {
+        // Received inline and written to this file as it arrived; ours to delete.
+        return blocking(rt, move || {
+            let file = PathBuf::from(file);
+            let req = SetupRequest {
+                work_dir: Path::new(&work_dir),
+                source: ArchiveSource::File(&file),
+                expected_checksum: Some(&h.checksum),
+                access_mode: access,
+                resources: &names,
+            };
+            let r = t
+                .setup(req, &cancel)
+                .map(|r| layout_of(r.layout))
+                .map_err(transport_failed);
+            let _ = std::fs::remove_file(&file);
+            r
+        })
+        .await;
+    }
     if h.data.base64.is_some() {
         return blocking(rt, move || {
             let req = SetupRequest::from_inline_handle(Path::new(&work_dir), &h, access, &names)

@@ -150,6 +150,20 @@ pub fn reject_unreadable_body() -> (u16, String) {
     )
 }
 
+/// The refusal of a START whose inline archive is not base64 (found while it was received,
+/// before anything was set up): HTTP 400, `TRANSPORT_ERROR`.
+pub fn reject_bad_inline_archive(why: &str) -> (u16, String) {
+    reject(
+        400,
+        None,
+        ErrorInfo {
+            code: ErrorCode::TransportError,
+            message: format!("the inline archive (workspaceBase64) is unusable: {why}"),
+            hint: Some("Send the workspace archive as standard base64, or by URL.".into()),
+        },
+    )
+}
+
 /// The answer of an executor whose engine has stopped (it is shutting down): HTTP 503,
 /// `DECLINED`, so a delegator retries elsewhere or later.
 pub fn reject_shutting_down() -> (u16, String) {

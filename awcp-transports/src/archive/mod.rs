@@ -40,6 +40,52 @@ pub fn decode_base64(text: &str) -> Result<Vec<u8>, TransportError> {
         .map_err(|e| TransportError::BadBase64(e.to_string()))
 }
 
+/// Decodes base64 text that arrives in pieces of any size (as [`decode_base64`] would decode
+/// it whole, without whitespace): whole groups of four characters are decoded as they come,
+/// the rest waits for the next piece or [`Base64Pieces::finish`].
+#[derive(Debug, Default)]
+pub struct Base64Pieces {
+    carry: Vec<u8>,
+    /// Padding was seen: the text has ended.
+    padded: bool,
+}
+
+impl Base64Pieces {
+    /// Decodes what it can of `text` (after what was left over), appending to `out`.
+    pub fn push(&mut self, text: &[u8], out: &mut Vec<u8>) -> Result<(), TransportError> {
+        self.carry.extend_from_slice(text);
+        let whole = self.carry.len() / 4 * 4;
+        if whole > 0 {
+            self.decode(whole, out)?;
+        }
+        Ok(())
+    }
+
+    /// Decodes what is left (missing padding accepted).
+    pub fn finish(mut self, out: &mut Vec<u8>) -> Result<(), TransportError> {
+        let n = self.carry.len();
+        self.decode(n, out)
+    }
+
+    fn decode(&mut self, n: usize, out: &mut Vec<u8>) -> Result<(), TransportError> {
+        if n == 0 {
+            return Ok(());
+        }
+        if self.padded {
+            return Err(TransportError::BadBase64("text after padding".into()));
+        }
+        let at = out.len();
+        out.resize(at + n / 4 * 3 + 3, 0);
+        let got = lenient_base64()
+            .decode_slice(&self.carry[..n], &mut out[at..])
+            .map_err(|e| TransportError::BadBase64(e.to_string()))?;
+        out.truncate(at + got);
+        self.padded = self.carry[..n].ends_with(b"=");
+        self.carry.drain(..n);
+        Ok(())
+    }
+}
+
 /// Standard base64 that accepts missing padding.
 fn lenient_base64() -> base64::engine::GeneralPurpose {
     base64::engine::GeneralPurpose::new(
@@ -579,6 +625,40 @@ mod tests {
         }
         let left: Vec<_> = fs::read_dir(dir.path()).unwrap().flatten().collect();
         assert_eq!(left.len(), 2, "the two large archives, no temporary file");
+    }
+
+    /// Base64 in pieces of any size decodes as the whole text does; text after padding and
+    /// bad characters are refused.
+    #[test]
+    fn base64_in_pieces_decodes_as_a_whole() {
+        let data: Vec<u8> = (0..1000u32).map(|i| (i * 7 % 256) as u8).collect();
+        for len in [0usize, 1, 2, 3, 4, 5, 998, 1000] {
+            let text = encode_base64(&data[..len]);
+            for t in [text.as_str(), text.trim_end_matches('=')] {
+                for piece in [1, 2, 3, 5, 7, 64] {
+                    let mut d = Base64Pieces::default();
+                    let mut out = Vec::new();
+                    for c in t.as_bytes().chunks(piece) {
+                        d.push(c, &mut out).unwrap();
+                    }
+                    d.finish(&mut out).unwrap();
+                    assert_eq!(out, &data[..len], "len {len} piece {piece}");
+                }
+            }
+        }
+        for bad in ["QQ==QUJD", "QUJ!", "QQ==Q"] {
+            let mut d = Base64Pieces::default();
+            let mut out = Vec::new();
+            let r = bad
+                .as_bytes()
+                .chunks(4)
+                .try_for_each(|c| d.push(c, &mut out))
+                .and_then(|()| d.finish(&mut out));
+            assert!(
+                matches!(r, Err(TransportError::BadBase64(_))),
+                "{bad}: {r:?}"
+            );
+        }
     }
 
     /// Large inline text is decoded piece by piece into a spool file: same bytes and checksum

@@ -126,6 +126,7 @@ macro_rules! conformance_suite {
             type_change_over_local_edits_is_a_conflict_named_as_such,
             file_modes_round_trip_and_unchanged_files_keep_their_mtime,
             the_application_accepts_or_declines_through_the_handle,
+            a_large_inline_archive_is_streamed_and_leaves_no_file,
         );
     };
     (@ $rt:ty: $($name:ident),* $(,)?) => {
@@ -542,6 +543,48 @@ pub async fn archive_inline_delegation_applies_edits_new_files_and_deletions<R: 
     );
     assert_edited(ws.path());
     wait_released::<R>(&ex).await;
+}
+
+/// A workspace whose inline archive is well over the 1 MiB in-memory limit (incompressible):
+/// the delegator streams START from its archive file, the executor decodes the text into a
+/// file as it arrives; the result is applied as with a small one, and neither side keeps an
+/// archive file afterwards. A large START whose text is not base64 is refused while it is
+/// received, leaving nothing on disk.
+pub async fn a_large_inline_archive_is_streamed_and_leaves_no_file<R: TestRuntime>() {
+    let ex = start_executor::<R>(Arc::new(EditRunner), |_| {}).await;
+    let dg = start_delegator::<R>(false, |c| {
+        c.features.retain(|f| f != awcp_proto::feature::ARCHIVE_URL)
+    })
+    .await;
+    let ws = workspace();
+    let mut rng = awcp_tests::rng::Rng(7);
+    let big: Vec<u8> = (0..3 << 20).map(|_| rng.next_u64() as u8).collect();
+    std::fs::write(ws.path().join("big.bin"), &big).unwrap();
+    let v = run_to_end::<R>(&dg.handle, params::<R>(&ex.peer, ws.path())).await;
+    assert_eq!(v.state, DelegationState::Completed, "{v:?}");
+    assert_edited(ws.path());
+    assert_eq!(std::fs::read(ws.path().join("big.bin")).unwrap(), big);
+    wait_released::<R>(&ex).await;
+    let files_in = |d: &Path| {
+        std::fs::read_dir(d)
+            .map(|r| r.flatten().map(|e| e.path()).collect::<Vec<_>>())
+            .unwrap_or_default()
+    };
+    let downloads = ex.work_root.join(".awcp/downloads");
+    assert_eq!(files_in(&downloads), Vec::<std::path::PathBuf>::new());
+    let archives = dg.dir.path().join("state/archives");
+    assert_eq!(files_in(&archives), Vec::<std::path::PathBuf>::new());
+
+    let id = "dlg_0123456789abcdef0123456789abcdef";
+    let body = format!(
+        r#"{{"version":"1","type":"START","delegationId":"{id}","lease":{{"expiresAt":"2030-01-01T00:00:00Z","accessMode":"rw"}},"transportHandle":{{"transport":"archive","workspaceBase64":"{}!","checksum":"{}"}}}}"#,
+        "QUJD".repeat(1 << 19),
+        "0".repeat(64)
+    );
+    let (status, err) = http_post::<R>(&ex.peer, &body).await;
+    assert_eq!(status, 400, "{err}");
+    assert_eq!(err["code"], "TRANSPORT_ERROR", "{err}");
+    assert_eq!(files_in(&downloads), Vec::<std::path::PathBuf>::new());
 }
 
 pub async fn archive_url_mode_delegation_applies_the_result<R: TestRuntime>() {
