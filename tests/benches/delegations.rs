@@ -135,7 +135,7 @@ fn start_executor(dir: &Path) -> (KillOnDrop, String) {
     let mut cmd = Command::new(bins::path("awcp-executor"));
     cmd.args(["--listen", "127.0.0.1:0", "--quiet", "--demo"])
         .args(["--max-concurrent", "128"])
-        // Inline bodies of the largest row (200 MiB of archive, as base64).
+        // Inline bodies of the largest row (500 MiB of archive, as base64).
         .args(["--max-body-bytes", "1000000000"])
         .arg("--work-root")
         .arg(dir.join("work"))
@@ -387,12 +387,13 @@ fn main() {
     if b.wants("tiny-daemon") {
         b.tiny_daemon(&rt);
     }
-    let e2e: [(&str, usize, usize, bool, bool); 5] = [
+    let e2e: [(&str, usize, usize, bool, bool); 6] = [
         ("e2e-1mb", 1, 100, false, false),
         ("e2e-10mb", 10, 1000, false, true),
         ("e2e-51mb-inline", 51, 550, false, false),
         ("e2e-51mb-url", 51, 550, true, false),
         ("e2e-200mb-inline", 200, 550, false, false),
+        ("e2e-500mb-inline", 500, 1100, false, false),
     ];
     for (name, mib, files, url, cp) in e2e {
         if b.wants(name) && (b.filter.is_some() || mib <= 51) {
