@@ -190,7 +190,8 @@ impl ArchiveWriter {
                 while let Some(piece) = futures::executor::block_on(rx.next()) {
                     t.write_all(&piece)?;
                 }
-                t.as_file().sync_data()?;
+                // Not synced: a crash loses the assignment anyway, and the next start
+                // removes the file.
                 t.into_temp_path().keep().map_err(|e| e.error)
             })();
             let _ = done_tx.send(r.map_err(|e: std::io::Error| e.to_string()));
