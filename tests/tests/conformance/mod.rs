@@ -549,7 +549,7 @@ pub async fn archive_inline_delegation_applies_edits_new_files_and_deletions<R: 
 /// the delegator streams START from its archive file, the executor decodes the text into a
 /// file as it arrives; the result is applied as with a small one, and neither side keeps an
 /// archive file afterwards. A large START whose text is not base64 is refused while it is
-/// received, leaving nothing on disk.
+/// received, and one the engine refuses has its file deleted: nothing is left on disk.
 pub async fn a_large_inline_archive_is_streamed_and_leaves_no_file<R: TestRuntime>() {
     let ex = start_executor::<R>(Arc::new(EditRunner), |_| {}).await;
     let dg = start_delegator::<R>(false, |c| {
@@ -585,6 +585,26 @@ pub async fn a_large_inline_archive_is_streamed_and_leaves_no_file<R: TestRuntim
     assert_eq!(status, 400, "{err}");
     assert_eq!(err["code"], "TRANSPORT_ERROR", "{err}");
     assert_eq!(files_in(&downloads), Vec::<std::path::PathBuf>::new());
+
+    // Valid text for a delegation the executor does not know: refused by the engine, and the
+    // file it was received into is deleted by the executor's loop right after.
+    let body = body.replace("QUJD!", "QUJD");
+    let (status, err) = http_post::<R>(&ex.peer, &body).await;
+    assert_eq!(
+        (status, err["code"].as_str()),
+        (404, Some("NOT_FOUND")),
+        "{err}"
+    );
+    for _ in 0..2000 {
+        if files_in(&downloads).is_empty() {
+            return;
+        }
+        R::default().sleep(Duration::from_millis(5)).await;
+    }
+    panic!(
+        "the unclaimed archive file stayed: {:?}",
+        files_in(&downloads)
+    );
 }
 
 pub async fn archive_url_mode_delegation_applies_the_result<R: TestRuntime>() {
