@@ -359,7 +359,7 @@ impl ExecutorHandle {
                 }
                 Err(ReceiveError::Local(why)) => {
                     tracing::warn!("receiving an inline archive: {why}");
-                    return unavailable();
+                    return reply(wire_http::reject_archive_not_stored(&why));
                 }
             }
         } else {

@@ -164,6 +164,24 @@ pub fn reject_bad_inline_archive(why: &str) -> (u16, String) {
     )
 }
 
+/// The answer of an executor that could not store a START's inline archive on its own disk
+/// while receiving it (`why`: the local error): HTTP 503, `TRANSPORT_ERROR`, so a delegator
+/// may retry later or elsewhere.
+pub fn reject_archive_not_stored(why: &str) -> (u16, String) {
+    reject(
+        503,
+        None,
+        ErrorInfo {
+            code: ErrorCode::TransportError,
+            message: format!("the executor could not store the inline archive: {why}"),
+            hint: Some(
+                "Retry later or on another executor; its operator should check its disk space."
+                    .into(),
+            ),
+        },
+    )
+}
+
 /// The answer of an executor whose engine has stopped (it is shutting down): HTTP 503,
 /// `DECLINED`, so a delegator retries elsewhere or later.
 pub fn reject_shutting_down() -> (u16, String) {

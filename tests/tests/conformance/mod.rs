@@ -549,7 +549,8 @@ pub async fn archive_inline_delegation_applies_edits_new_files_and_deletions<R: 
 /// the delegator streams START from its archive file, the executor decodes the text into a
 /// file as it arrives; the result is applied as with a small one, and neither side keeps an
 /// archive file afterwards. A large START whose text is not base64 is refused while it is
-/// received, and one the engine refuses has its file deleted: nothing is left on disk.
+/// received, and one the engine refuses has its file deleted: nothing is left on disk. One the
+/// executor cannot store is answered as such.
 pub async fn a_large_inline_archive_is_streamed_and_leaves_no_file<R: TestRuntime>() {
     let ex = start_executor::<R>(Arc::new(EditRunner), |_| {}).await;
     let dg = start_delegator::<R>(false, |c| {
@@ -595,15 +596,36 @@ pub async fn a_large_inline_archive_is_streamed_and_leaves_no_file<R: TestRuntim
         (404, Some("NOT_FOUND")),
         "{err}"
     );
+    let mut gone = false;
     for _ in 0..2000 {
         if files_in(&downloads).is_empty() {
-            return;
+            gone = true;
+            break;
         }
         R::default().sleep(Duration::from_millis(5)).await;
     }
-    panic!(
+    assert!(
+        gone,
         "the unclaimed archive file stayed: {:?}",
         files_in(&downloads)
+    );
+
+    // The executor cannot store the archive (its downloads directory is a file here, as a
+    // full disk would fail it): 503 TRANSPORT_ERROR saying so, not "shutting down".
+    let _ = std::fs::remove_dir_all(&downloads);
+    std::fs::write(&downloads, b"").unwrap();
+    let (status, err) = http_post::<R>(&ex.peer, &body).await;
+    assert_eq!(
+        (status, err["code"].as_str()),
+        (503, Some("TRANSPORT_ERROR")),
+        "{err}"
+    );
+    assert!(
+        err["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("could not store"),
+        "{err}"
     );
 }
 
