@@ -276,45 +276,32 @@ async fn streamed_request_bodies<R: Host>() {
     let s = start::<R>(ServerOptions::default(), reader());
     let url = format!("http://{}/", s.addr);
     let c = HttpClient::new(R::default(), ClientTls::default());
-    let (mut tx, rx) = futures::channel::mpsc::channel(2);
-    let feed = async move {
-        use futures::SinkExt;
-        for _ in 0..64 {
-            tx.send(Ok(bytes::Bytes::from(vec![b'x'; 16 * 1024])))
-                .await
-                .unwrap();
-        }
+    // POSTs `pieces` as a body announced as `len` bytes.
+    let post = |pieces: Vec<bytes::Bytes>, len: u64| {
+        let (mut tx, rx) = futures::channel::mpsc::channel(2);
+        let feed = async move {
+            use futures::SinkExt;
+            for p in pieces {
+                tx.send(Ok(p)).await.unwrap();
+            }
+        };
+        let req = c.request_body(
+            http::Method::POST,
+            &url,
+            &[],
+            agent_rt::ClientBody::streamed(len, rx),
+            DEADLINE,
+            1 << 20,
+        );
+        async move { futures::join!(req, feed).0 }
     };
-    let req = c.request_body(
-        http::Method::POST,
-        &url,
-        &[],
-        agent_rt::ClientBody::streamed(64 * 16 * 1024, rx),
-        DEADLINE,
-        1 << 20,
-    );
-    let (r, ()) = futures::join!(req, feed);
+    let whole = vec![bytes::Bytes::from(vec![b'x'; 16 * 1024]); 64];
+    let r = post(whole, 64 * 16 * 1024).await;
     assert_eq!(
         r.unwrap(),
         (200, bytes::Bytes::from((64 * 16 * 1024).to_string()))
     );
-
-    let (mut tx, rx) = futures::channel::mpsc::channel(2);
-    let feed = async move {
-        use futures::SinkExt;
-        tx.send(Ok(bytes::Bytes::from_static(b"short")))
-            .await
-            .unwrap();
-    };
-    let req = c.request_body(
-        http::Method::POST,
-        &url,
-        &[],
-        agent_rt::ClientBody::streamed(100, rx),
-        DEADLINE,
-        1 << 20,
-    );
-    let (r, ()) = futures::join!(req, feed);
+    let r = post(vec![bytes::Bytes::from_static(b"short")], 100).await;
     assert!(r.is_err(), "{r:?}");
 }
 

@@ -139,14 +139,18 @@ pub(super) async fn setup<R: Runtime>(
         return Err(SetupFailure::UnsupportedTransport(handle.kind()));
     };
     let names: Vec<_> = resources.into_iter().map(|r| r.name).collect();
-    if let Some(file) = h.data.local_file.clone() {
-        // Received inline and written to this file as it arrived; ours to delete.
-        return blocking(rt, move || {
-            let file = PathBuf::from(file);
+    // Set up from an archive file that is ours to delete afterwards (received or downloaded).
+    let from_file = |t: Arc<dyn ExecutorTransport>,
+                     cancel: CancelFlag,
+                     file: PathBuf,
+                     work_dir: String,
+                     checksum: String,
+                     names: Vec<_>| {
+        blocking(rt, move || {
             let req = SetupRequest {
                 work_dir: Path::new(&work_dir),
                 source: ArchiveSource::File(&file),
-                expected_checksum: Some(&h.checksum),
+                expected_checksum: Some(&checksum),
                 access_mode: access,
                 resources: &names,
             };
@@ -157,7 +161,11 @@ pub(super) async fn setup<R: Runtime>(
             let _ = std::fs::remove_file(&file);
             r
         })
-        .await;
+    };
+    if let Some(file) = h.data.local_file.clone() {
+        // Received inline and written to this file as it arrived.
+        let file = PathBuf::from(file);
+        return from_file(t, cancel, file, work_dir, h.checksum, names).await;
     }
     if h.data.base64.is_some() {
         return blocking(rt, move || {
@@ -181,22 +189,7 @@ pub(super) async fn setup<R: Runtime>(
     http.download(&url, &[], file.clone(), limit, timeout)
         .await
         .map_err(|e| SetupFailure::Fetch(e.to_string()))?;
-    blocking(rt, move || {
-        let req = SetupRequest {
-            work_dir: Path::new(&work_dir),
-            source: ArchiveSource::File(&file),
-            expected_checksum: Some(&h.checksum),
-            access_mode: access,
-            resources: &names,
-        };
-        let r = t
-            .setup(req, &cancel)
-            .map(|r| layout_of(r.layout))
-            .map_err(transport_failed);
-        let _ = std::fs::remove_file(&file);
-        r
-    })
-    .await
+    from_file(t, cancel, file, work_dir, h.checksum, names).await
 }
 
 pub(super) fn to_captured(
