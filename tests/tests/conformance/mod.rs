@@ -127,6 +127,7 @@ macro_rules! conformance_suite {
             file_modes_round_trip_and_unchanged_files_keep_their_mtime,
             the_application_accepts_or_declines_through_the_handle,
             a_large_inline_archive_is_streamed_and_leaves_no_file,
+            more_delegations_than_half_the_connection_cap_all_complete,
         );
     };
     (@ $rt:ty: $($name:ident),* $(,)?) => {
@@ -627,6 +628,65 @@ pub async fn a_large_inline_archive_is_streamed_and_leaves_no_file<R: TestRuntim
             .contains("could not store"),
         "{err}"
     );
+}
+
+/// More delegations at once than half the executor server's connection cap: each holds its
+/// event stream open while it sends START, so a cap that were not raised to what the
+/// executor's concurrency needs would lock them out (streams fill it, their STARTs wait behind
+/// them until they time out). All complete.
+pub async fn more_delegations_than_half_the_connection_cap_all_complete<R: TestRuntime>() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut engine = ExecutorConfig {
+        work_root: dir.path().join("work").to_string_lossy().into_owned(),
+        max_concurrent: 12,
+        ..ExecutorConfig::default()
+    };
+    engine.auth = R::TOKEN.map(|t| RequiredAuth {
+        types: vec![],
+        credential: t.into(),
+    });
+    let opts = ExecutorOptions::new(
+        engine,
+        Arc::new(ArchiveExecutor::default()),
+        Arc::new(EditRunner),
+    );
+    let handle = ExecutorHandle::start(R::default(), opts);
+    let (listener, addr) = bind();
+    handle.set_public_url(format!("http://{addr}"));
+    let server = R::serve_executor_with(
+        listener,
+        handle.clone(),
+        agent_rt::ServerOptions {
+            max_connections: 4,
+            ..agent_rt::ServerOptions::default()
+        },
+        Box::pin(std::future::pending()),
+    );
+    R::default().spawn(Box::pin(async move {
+        let _ = server.await;
+    }));
+    let peer = format!("http://{addr}/awcp");
+    let dg = start_delegator::<R>(false, |_| {}).await;
+    let spaces: Vec<_> = (0..12).map(|_| workspace()).collect();
+    let mut ids = Vec::new();
+    for ws in &spaces {
+        ids.push(
+            dg.handle
+                .delegate(params::<R>(&peer, ws.path()))
+                .await
+                .unwrap(),
+        );
+    }
+    for id in &ids {
+        let v = timeout::<R, _>(Duration::from_secs(60), dg.handle.wait(id))
+            .await
+            .expect("delegation ended in time")
+            .expect("delegation known");
+        assert_eq!(v.state, DelegationState::Completed, "{v:?}");
+    }
+    for ws in &spaces {
+        assert_edited(ws.path());
+    }
 }
 
 pub async fn archive_url_mode_delegation_applies_the_result<R: TestRuntime>() {
