@@ -37,17 +37,20 @@ pub fn validate_id(s: &str) -> Result<(), IdError> {
     if s.len() > MAX_ID_LEN {
         return Err(IdError::TooLong(s.len()));
     }
-    if let Some(c) = s
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')))
+    // Byte-wise: every allowed character is ASCII, so the first byte outside the set starts
+    // the offending character.
+    if let Some(i) = s
+        .bytes()
+        .position(|b| !(b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.')))
     {
-        return Err(IdError::BadChar(c));
+        return Err(IdError::BadChar(
+            s[i..].chars().next().unwrap_or('\u{fffd}'),
+        ));
     }
-    let first = s.chars().next().unwrap_or('.');
-    if first == '.' || first == '-' {
-        return Err(IdError::BadStart(first));
+    match s.as_bytes().first() {
+        Some(&b @ (b'.' | b'-')) => Err(IdError::BadStart(char::from(b))),
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 macro_rules! id_type {
@@ -60,11 +63,11 @@ macro_rules! id_type {
         pub struct $name(Arc<str>);
 
         impl $name {
-            /// Validates and wraps `s`.
-            pub fn new(s: impl Into<String>) -> Result<Self, IdError> {
-                let s = s.into();
-                validate_id(&s)?;
-                Ok($name(s.into()))
+            /// Validates and wraps `s` (one allocation: the shared text).
+            pub fn new(s: impl AsRef<str>) -> Result<Self, IdError> {
+                let s = s.as_ref();
+                validate_id(s)?;
+                Ok($name(Arc::from(s)))
             }
 
             /// The id as a string slice (safe to use as one path component).
@@ -129,7 +132,7 @@ id_type!(
 impl DelegationId {
     /// Builds the reference-style id `dlg_<32 hex>` from 16 caller-supplied random bytes.
     pub fn from_random(bytes: [u8; 16]) -> Self {
-        DelegationId(format!("dlg_{}", hex(&bytes)).into())
+        DelegationId(hex("dlg_", &bytes).into())
     }
 
     /// Whether the id carries at least 128 bits' worth of random-looking digits: after an
@@ -147,7 +150,7 @@ impl DelegationId {
 impl SnapshotId {
     /// Builds the reference-style id `snap_<12 hex>` from 6 caller-supplied random bytes.
     pub fn from_random(bytes: [u8; 6]) -> Self {
-        SnapshotId(format!("snap_{}", hex(&bytes)).into())
+        SnapshotId(hex("snap_", &bytes).into())
     }
 
     /// `snap_result`: the id the delegator gives the result archive an [S] executor sends on
@@ -157,9 +160,11 @@ impl SnapshotId {
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
+/// `prefix` followed by `bytes` in lowercase hex.
+fn hex(prefix: &str, bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
+    let mut s = String::with_capacity(prefix.len() + bytes.len() * 2);
+    s.push_str(prefix);
     for b in bytes {
         s.push(DIGITS[(b >> 4) as usize] as char);
         s.push(DIGITS[(b & 15) as usize] as char);

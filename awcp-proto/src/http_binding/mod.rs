@@ -11,9 +11,9 @@ use crate::engine::executor::{ExecutorStatus, Response, ResultBody, ResultStatus
 use crate::engine::TaskOutcome;
 use crate::error::{ErrorCode, ErrorInfo};
 use crate::id::DelegationId;
-use crate::wire::encode::write_error_info;
+use crate::wire::encode::{encode_message_ref, write_error_info, MessageRef};
 use crate::wire::writer::ObjectWriter;
-use crate::wire::{encode_message, ArchiveData, ErrorMessage, Message, SnapshotEvent};
+use crate::wire::{ArchiveData, ErrorMessage, Message, SnapshotEvent};
 
 mod refusals;
 pub use refusals::*;
@@ -128,10 +128,10 @@ pub fn presented_credential(authorization: Option<&str>, api_key: Option<&str>) 
 pub fn encode_response(resp: &Response) -> (u16, String) {
     let status = resp.http_status();
     let body = match resp {
-        Response::Accept(a, d) => encode_message(&Message::Accept(a.clone()), *d),
+        Response::Accept(a, d) => encode_message_ref(MessageRef::Accept(a), *d),
         Response::Error {
             message, dialect, ..
-        } => encode_message(&Message::Error(message.clone()), *dialect),
+        } => encode_message_ref(MessageRef::Error(message), *dialect),
         Response::Ok => r#"{"ok":true}"#.to_owned(),
         Response::Cancelled => r#"{"ok":true,"cancelled":true}"#.to_owned(),
         Response::Result(r) => ObjectWriter::text(|w| write_result(w, r)),

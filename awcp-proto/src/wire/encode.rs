@@ -22,6 +22,34 @@ use crate::error::ErrorInfo;
 
 /// Encodes a message as compact JSON in `dialect`.
 pub fn encode_message(msg: &Message, dialect: Dialect) -> String {
+    encode_message_ref(msg.into(), dialect)
+}
+
+/// A message lent rather than owned: what the encoder reads, so that a reply can be written
+/// from the ACCEPT or ERROR an engine keeps without copying it into a [`Message`] first.
+#[derive(Clone, Copy)]
+pub(crate) enum MessageRef<'m> {
+    Invite(&'m Invite),
+    Accept(&'m Accept),
+    Start(&'m Start),
+    Done(&'m Done),
+    Error(&'m ErrorMessage),
+}
+
+impl<'m> From<&'m Message> for MessageRef<'m> {
+    fn from(msg: &'m Message) -> Self {
+        match msg {
+            Message::Invite(m) => MessageRef::Invite(m),
+            Message::Accept(m) => MessageRef::Accept(m),
+            Message::Start(m) => MessageRef::Start(m),
+            Message::Done(m) => MessageRef::Done(m),
+            Message::Error(m) => MessageRef::Error(m),
+        }
+    }
+}
+
+/// [`encode_message`] of a lent message.
+pub(crate) fn encode_message_ref(msg: MessageRef<'_>, dialect: Dialect) -> String {
     ObjectWriter::text(|w| write_message(w, msg, dialect))
 }
 
@@ -152,7 +180,7 @@ pub(crate) fn to_json(v: &Value) -> String {
 
 /// A message as a JSON value in `dialect` (the same JSON as [`encode_message`]).
 pub fn message_to_value(msg: &Message, dialect: Dialect) -> Value {
-    ObjectWriter::value(|w| write_message(w, msg, dialect))
+    ObjectWriter::value(|w| write_message(w, msg.into(), dialect))
 }
 
 /// A task event as a JSON value in `dialect` (the same JSON as [`encode_event`]).
@@ -165,13 +193,20 @@ pub fn encode_handle(handle: &TransportHandle) -> Value {
     ObjectWriter::value(|w| write_handle(w, handle))
 }
 
-fn write_message(m: &mut ObjectWriter<'_>, msg: &Message, dialect: Dialect) {
+fn write_message(m: &mut ObjectWriter<'_>, msg: MessageRef<'_>, dialect: Dialect) {
+    let (kind, id) = match msg {
+        MessageRef::Invite(x) => ("INVITE", &x.delegation_id),
+        MessageRef::Accept(x) => ("ACCEPT", &x.delegation_id),
+        MessageRef::Start(x) => ("START", &x.delegation_id),
+        MessageRef::Done(x) => ("DONE", &x.delegation_id),
+        MessageRef::Error(x) => ("ERROR", &x.delegation_id),
+    };
     m.str("version", PROTOCOL_VERSION);
-    m.str("type", msg.type_str());
-    m.str("delegationId", msg.delegation_id().as_str());
+    m.str("type", kind);
+    m.str("delegationId", id.as_str());
     match msg {
-        Message::Invite(inv) => write_invite(m, inv, dialect),
-        Message::Accept(acc) => {
+        MessageRef::Invite(inv) => write_invite(m, inv, dialect),
+        MessageRef::Accept(acc) => {
             if dialect == Dialect::Reference {
                 m.opt_u64("retentionMs", acc.retention_ms);
             }
@@ -194,7 +229,7 @@ fn write_message(m: &mut ObjectWriter<'_>, msg: &Message, dialect: Dialect) {
             }
             m.strings("features", &acc.features);
         }
-        Message::Start(st) => {
+        MessageRef::Start(st) => {
             m.object("lease", |w| {
                 w.str("expiresAt", &st.lease.expires_at.to_rfc3339());
                 w.str("accessMode", st.lease.access_mode.as_str());
@@ -205,12 +240,12 @@ fn write_message(m: &mut ObjectWriter<'_>, msg: &Message, dialect: Dialect) {
             };
             m.object(key, |w| write_handle(w, &st.handle));
         }
-        Message::Done(d) => {
+        MessageRef::Done(d) => {
             m.str("finalSummary", &d.final_summary);
             m.strings("highlights", &d.highlights);
             m.opt_str("notes", d.notes.as_deref());
         }
-        Message::Error(e) => write_error_info(m, &e.error),
+        MessageRef::Error(e) => write_error_info(m, &e.error),
     }
 }
 

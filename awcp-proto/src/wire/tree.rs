@@ -31,7 +31,13 @@ pub(crate) static NULL: Json<'static> = Json::Null;
 impl<'a> Json<'a> {
     /// Parses JSON text.
     pub(crate) fn parse(bytes: &'a [u8]) -> Result<Json<'a>, serde_json::Error> {
-        serde_json::from_slice(bytes)
+        // UTF-8 checked once for the whole text (`serde_json` then trusts it), instead of once
+        // per string as it does on bytes; invalid UTF-8 still gets `serde_json`'s error, with
+        // its position.
+        match std::str::from_utf8(bytes) {
+            Ok(text) => serde_json::from_str(text),
+            Err(_) => serde_json::from_slice(bytes),
+        }
     }
 
     /// The value under `key` of an object (the last one if the key repeats); `None` for a

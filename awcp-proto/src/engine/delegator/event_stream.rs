@@ -144,7 +144,7 @@ impl Delegator {
 
     /// The executor's `done` (or a result fetched instead): the outcome, then the announced
     /// snapshot if it is still missing, then winding down.
-    pub(super) fn on_done(&mut self, now: Timestamp, id: &DelegationId, done: DoneEvent) {
+    pub(super) fn on_done(&mut self, now: Timestamp, id: &DelegationId, mut done: DoneEvent) {
         let Some(d) = self.delegations.get_mut(id) else {
             return;
         };
@@ -158,7 +158,8 @@ impl Delegator {
             return;
         }
         // [S]: the result archive rides on `done`; treat it as a recommended snapshot.
-        if let Some(b64) = done.result_base64.clone() {
+        // Taken, not copied: an inline result can be the size of the workspace.
+        if let Some(b64) = done.result_base64.take() {
             self.on_snapshot(
                 now,
                 id,
@@ -181,13 +182,13 @@ impl Delegator {
             return;
         };
         d.result = Some(TaskOutcome {
-            summary: done.summary.clone(),
-            highlights: done.highlights.clone(),
+            summary: std::mem::take(&mut done.summary),
+            highlights: std::mem::take(&mut done.highlights),
         });
         let wanted = done
             .recommended_snapshot_id
-            .clone()
-            .or_else(|| done.snapshot_ids.last().cloned());
+            .take()
+            .or_else(|| done.snapshot_ids.pop());
         let live = d.req.transport.is_live();
         let need_fetch = match &wanted {
             Some(s) => {

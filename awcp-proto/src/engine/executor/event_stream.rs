@@ -94,16 +94,14 @@ impl Executor {
             kind,
         });
         let dialect = a.dialect;
-        let subs: Vec<StreamId> = a.subscribers.iter().copied().collect();
         if is_snapshot {
             a.snapshot = Some(ev.clone());
         }
         if terminal {
             a.terminal_event = Some(ev.clone());
-            a.subscribers.clear();
         }
         let send = !(is_snapshot && dialect == Dialect::Seed);
-        for s in subs {
+        for &s in &a.subscribers {
             if send {
                 self.core.outputs.push_back(ExecutorOutput::StreamEvent {
                     stream: s,
@@ -117,6 +115,9 @@ impl Executor {
                     .push_back(ExecutorOutput::CloseStream { stream: s });
                 self.streams.remove(&s);
             }
+        }
+        if terminal {
+            a.subscribers.clear();
         }
     }
 }

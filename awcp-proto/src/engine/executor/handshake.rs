@@ -275,13 +275,17 @@ impl Executor {
                 .then(|| u64::try_from(a.retention.as_millis()).unwrap_or(u64::MAX)),
             features: a.features.clone(),
         };
-        a.accept = Some(accept.clone());
         let requests = std::mem::take(&mut a.invite_requests);
         let dialect = a.dialect;
         // START must come soon: a pending assignment holds a slot (and a work directory).
         let at = now.saturating_add(a.ttl.min(self.config.start_timeout));
-        for r in requests {
-            self.respond(r, Response::Accept(accept.clone(), dialect));
+        let replies: Vec<_> = requests
+            .into_iter()
+            .map(|r| (r, Response::Accept(accept.clone(), dialect)))
+            .collect();
+        a.accept = Some(accept);
+        for (r, reply) in replies {
+            self.respond(r, reply);
         }
         self.core.timers.set(id, Timer::StartDeadline, at);
     }

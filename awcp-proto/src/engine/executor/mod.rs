@@ -135,7 +135,12 @@ impl Executor {
     /// The work directory an assignment gets: `{work_root}/{id}` (the id is validated, so this
     /// never leaves the root).
     pub fn work_dir_for(&self, id: &DelegationId) -> String {
-        format!("{}/{}", self.config.work_root.trim_end_matches('/'), id)
+        let root = self.config.work_root.trim_end_matches('/');
+        let mut dir = String::with_capacity(root.len() + 1 + id.as_str().len());
+        dir.push_str(root);
+        dir.push('/');
+        dir.push_str(id.as_str());
+        dir
     }
 
     // ----------------------------------------------------------------------------------------

@@ -50,11 +50,15 @@ impl Executor {
         let Some(a) = self.assignments.get_mut(id) else {
             return;
         };
-        let outcome = a.outcome.clone().unwrap_or_default();
+        let (summary, highlights) = a
+            .outcome
+            .as_ref()
+            .map(|o| (o.summary.clone(), o.highlights.clone()))
+            .unwrap_or_default();
         let dialect = a.dialect;
         let mut done = DoneEvent {
-            summary: outcome.summary.clone(),
-            highlights: outcome.highlights.clone(),
+            summary,
+            highlights,
             snapshot_ids: Vec::new(),
             recommended_snapshot_id: None,
             result_base64: None,
@@ -71,8 +75,8 @@ impl Executor {
                 id,
                 TaskEventKind::Snapshot(SnapshotEvent {
                     snapshot_id: sid,
-                    summary: outcome.summary.clone(),
-                    highlights: outcome.highlights.clone(),
+                    summary: done.summary.clone(),
+                    highlights: done.highlights.clone(),
                     data: snap.data,
                     checksum: snap.checksum,
                     recommended: Some(true),

@@ -57,7 +57,12 @@ impl Executor {
 pub(crate) fn task_dir(work_dir: &str, resources: &[Resource], layout: WorkspaceLayout) -> String {
     match (resources, layout) {
         ([only], WorkspaceLayout::PerResource) => {
-            format!("{}/{}", work_dir.trim_end_matches('/'), only.name)
+            let root = work_dir.trim_end_matches('/');
+            let mut dir = String::with_capacity(root.len() + 1 + only.name.as_str().len());
+            dir.push_str(root);
+            dir.push('/');
+            dir.push_str(only.name.as_str());
+            dir
         }
         (_, WorkspaceLayout::PerResource | WorkspaceLayout::Flat) => work_dir.to_owned(),
     }
