@@ -10,6 +10,7 @@
 pub mod decode;
 pub mod divert;
 pub mod encode;
+mod parse;
 pub(crate) mod tree;
 pub mod types;
 pub(crate) mod writer;

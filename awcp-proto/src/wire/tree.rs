@@ -31,11 +31,15 @@ pub(crate) static NULL: Json<'static> = Json::Null;
 impl<'a> Json<'a> {
     /// Parses JSON text.
     pub(crate) fn parse(bytes: &'a [u8]) -> Result<Json<'a>, serde_json::Error> {
-        // UTF-8 checked once for the whole text (`serde_json` then trusts it), instead of once
-        // per string as it does on bytes; invalid UTF-8 still gets `serde_json`'s error, with
-        // its position.
+        // UTF-8 checked once for the whole text, then the parser of `super::parse`; invalid
+        // UTF-8 gets `serde_json`'s error, with its position.
         match std::str::from_utf8(bytes) {
-            Ok(text) => serde_json::from_str(text),
+            Ok(text) => match super::parse::parse(text) {
+                Some(tree) => Ok(tree),
+                // Refused: `serde_json` says why (with line and column), or, were it ever to
+                // accept what the fast parser refused, its tree stands.
+                None => serde_json::from_str(text),
+            },
             Err(_) => serde_json::from_slice(bytes),
         }
     }

@@ -60,7 +60,7 @@ fn write_str(out: &mut Vec<u8>, s: &str) {
 
 /// The index of the first byte at or after `from` that JSON needs escaped (`"`, `\\`, below
 /// 0x20), looking at eight bytes per step.
-fn next_to_escape(bytes: &[u8], from: usize) -> Option<usize> {
+pub(super) fn next_to_escape(bytes: &[u8], from: usize) -> Option<usize> {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGHS: u64 = 0x8080_8080_8080_8080;
     let needs_escape = |b: &u8| *b < 0x20 || *b == b'"' || *b == b'\\';
