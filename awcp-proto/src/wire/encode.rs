@@ -79,23 +79,28 @@ pub fn encode_message_owned(mut msg: Message, dialect: Dialect) -> String {
         *slot = Some(String::new());
     }
     let around = encode_message(&msg, dialect);
-    // The handle is written after every peer-supplied text, and a quote inside such text is
-    // escaped, so the last occurrence is the handle's (now empty) field.
-    const FIELD: &str = r#""workspaceBase64":"""#;
-    let Some(at) = around.rfind(FIELD) else {
+    let Some((before, after)) = split_at_empty_archive(&around) else {
         // Unreachable: the writer always writes the field when it is set.
         if let Some(slot) = inline_archive(&mut msg) {
             *slot = Some(text);
         }
         return encode_message(&msg, dialect);
     };
-    let split = at + FIELD.len() - 1; // just after the opening quote
-    let (before, after) = around.split_at(split);
     let mut out = text;
     out.reserve_exact(around.len());
     out.insert_str(0, before);
     out.push_str(after);
     out
+}
+
+/// A START encoded with an empty `workspaceBase64`, split just after that field's opening
+/// quote: where the archive's text goes. The handle is written after every peer-supplied
+/// text, and a quote inside such text is escaped, so the last occurrence of the empty field
+/// is the handle's.
+fn split_at_empty_archive(around: &str) -> Option<(&str, &str)> {
+    const FIELD: &str = r#""workspaceBase64":"""#;
+    let at = around.rfind(FIELD)?;
+    Some(around.split_at(at + FIELD.len() - 1))
 }
 
 /// A START whose inline archive is in a local file ([`ArchiveData::local_file`]), encoded
@@ -141,11 +146,7 @@ pub fn encode_message_split(msg: &Message, dialect: Dialect) -> Option<SplitMess
         a.data.local_file = None;
     }
     let around = encode_message(&Message::Start(st), dialect);
-    // As in `encode_message_owned`: the last occurrence is the handle's empty field.
-    const FIELD: &str = r#""workspaceBase64":"""#;
-    let at = around.rfind(FIELD)?;
-    let split = at + FIELD.len() - 1;
-    let (head, tail) = around.split_at(split);
+    let (head, tail) = split_at_empty_archive(&around)?;
     Some(SplitMessage {
         head: head.to_owned(),
         file,
