@@ -40,7 +40,8 @@ pub(super) fn truncate(s: &str) -> String {
 /// A JSON object together with its dotted path, for error reporting.
 pub(super) struct Obj<'a> {
     pub(super) map: &'a [(Cow<'a, str>, Json<'a>)],
-    pub(super) path: String,
+    /// Borrowed for the fields of the top-level object (no allocation per nested object).
+    pub(super) path: Cow<'static, str>,
 }
 
 // A JSON value of any other type than the one a field needs is the wrong type: the wildcard
@@ -51,7 +52,7 @@ impl<'a> Obj<'a> {
         match value {
             Json::Object(map) => Ok(Obj {
                 map,
-                path: String::new(),
+                path: Cow::Borrowed(""),
             }),
             _ => Err(DecodeError {
                 field: String::new(),
@@ -60,14 +61,27 @@ impl<'a> Obj<'a> {
         }
     }
 
-    pub(super) fn new(value: &'a Json<'a>, path: String) -> Result<Self, DecodeError> {
+    pub(super) fn new(
+        value: &'a Json<'a>,
+        path: impl Into<Cow<'static, str>>,
+    ) -> Result<Self, DecodeError> {
+        let path = path.into();
         match value {
             Json::Object(map) => Ok(Obj { map, path }),
             Json::Null => Err(DecodeError {
-                field: path,
+                field: path.into_owned(),
                 kind: DecodeErrorKind::Missing,
             }),
             _ => Err(wrong_type(&path, "object")),
+        }
+    }
+
+    /// The path of a nested object under `key`: the key itself at the top level.
+    pub(super) fn child_path(&self, key: &'static str) -> Cow<'static, str> {
+        if self.path.is_empty() {
+            Cow::Borrowed(key)
+        } else {
+            Cow::Owned(self.field(key))
         }
     }
 
@@ -125,14 +139,14 @@ impl<'a> Obj<'a> {
         }
     }
 
-    pub(super) fn req_obj(&self, key: &str) -> Result<Obj<'a>, DecodeError> {
-        Obj::new(self.req(key)?, self.field(key))
+    pub(super) fn req_obj(&self, key: &'static str) -> Result<Obj<'a>, DecodeError> {
+        Obj::new(self.req(key)?, self.child_path(key))
     }
 
-    pub(super) fn opt_obj(&self, key: &str) -> Result<Option<Obj<'a>>, DecodeError> {
+    pub(super) fn opt_obj(&self, key: &'static str) -> Result<Option<Obj<'a>>, DecodeError> {
         match self.get(key) {
             None => Ok(None),
-            Some(v) => Obj::new(v, self.field(key)).map(Some),
+            Some(v) => Obj::new(v, self.child_path(key)).map(Some),
         }
     }
 
@@ -209,7 +223,10 @@ impl<'a> Obj<'a> {
     }
 
     /// An optional map string → string; absent means empty.
-    pub(super) fn str_map(&self, key: &str) -> Result<BTreeMap<String, String>, DecodeError> {
+    pub(super) fn str_map(
+        &self,
+        key: &'static str,
+    ) -> Result<BTreeMap<String, String>, DecodeError> {
         match self.opt_obj(key)? {
             None => Ok(BTreeMap::new()),
             Some(m) => m

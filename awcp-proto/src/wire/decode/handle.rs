@@ -15,7 +15,7 @@ pub fn decode_handle(value: &Value, path: &str) -> Result<TransportHandle, Decod
 /// [`decode_handle`] of the decoder's own tree.
 pub(super) fn decode_handle_json(
     value: &Json<'_>,
-    path: String,
+    path: impl Into<std::borrow::Cow<'static, str>>,
 ) -> Result<TransportHandle, DecodeError> {
     let obj = Obj::new(value, path)?;
     let transport = obj.req_str("transport")?;

@@ -249,9 +249,10 @@ pub fn decode_event(json: &[u8]) -> Result<(TaskEvent, Dialect), DecodeError> {
                     .iter()
                     .enumerate()
                     .map(|(i, v)| {
-                        let field = format!("{}[{i}]", obj.field("snapshotIds"));
-                        let s = v.as_str().ok_or_else(|| wrong_type(&field, "string"))?;
-                        SnapshotId::new(s).map_err(|e| invalid(&field, e.to_string()))
+                        // The field's name is only built for an error.
+                        let field = || format!("{}[{i}]", obj.field("snapshotIds"));
+                        let s = v.as_str().ok_or_else(|| wrong_type(&field(), "string"))?;
+                        SnapshotId::new(s).map_err(|e| invalid(&field(), e.to_string()))
                     })
                     .collect::<Result<Vec<_>, _>>()?,
                 None => Vec::new(),
@@ -419,7 +420,7 @@ fn decode_start(
     .find(|(k, _)| obj.get(k).is_some())
     .ok_or_else(|| obj.missing("transportHandle"))?;
     let handle_value = obj.get(key).unwrap_or(&NULL);
-    let handle = handle::decode_handle_json(handle_value, obj.field(key))?;
+    let handle = handle::decode_handle_json(handle_value, obj.child_path(key))?;
     Ok((
         Message::Start(Start {
             delegation_id,
