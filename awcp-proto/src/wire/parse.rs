@@ -70,36 +70,28 @@ impl<'a> Parser<'a> {
         }
     }
 
-    fn enter(&mut self) -> Option<()> {
+    /// The members of an array or object whose opening bracket is next: `member` reads one,
+    /// this reads the separators up to `close`. Nesting is counted here.
+    fn members(
+        &mut self,
+        close: u8,
+        mut member: impl FnMut(&mut Self) -> Option<()>,
+    ) -> Option<()> {
         self.depth_left -= 1;
-        (self.depth_left > 0).then_some(())
-    }
-
-    fn object(&mut self) -> Option<Json<'a>> {
-        self.enter()?;
-        self.pos += 1; // '{'
-        let mut fields = Vec::with_capacity(8);
+        if self.depth_left == 0 {
+            return None;
+        }
+        self.pos += 1; // '[' or '{'
         self.skip_ws();
-        if self.peek() == Some(b'}') {
+        if self.peek() == Some(close) {
             self.pos += 1;
         } else {
             loop {
-                self.skip_ws();
-                if self.peek() != Some(b'"') {
-                    return None;
-                }
-                let key = self.string()?;
-                self.skip_ws();
-                if self.peek() != Some(b':') {
-                    return None;
-                }
-                self.pos += 1;
-                let v = self.value()?;
-                fields.push((key, v));
+                member(self)?;
                 self.skip_ws();
                 match self.peek()? {
                     b',' => self.pos += 1,
-                    b'}' => {
+                    b if b == close => {
                         self.pos += 1;
                         break;
                     }
@@ -108,31 +100,34 @@ impl<'a> Parser<'a> {
             }
         }
         self.depth_left += 1;
+        Some(())
+    }
+
+    fn object(&mut self) -> Option<Json<'a>> {
+        let mut fields = Vec::with_capacity(8);
+        self.members(b'}', |p| {
+            p.skip_ws();
+            if p.peek() != Some(b'"') {
+                return None;
+            }
+            let key = p.string()?;
+            p.skip_ws();
+            if p.peek() != Some(b':') {
+                return None;
+            }
+            p.pos += 1;
+            fields.push((key, p.value()?));
+            Some(())
+        })?;
         Some(Json::Object(fields))
     }
 
     fn array(&mut self) -> Option<Json<'a>> {
-        self.enter()?;
-        self.pos += 1; // '['
         let mut items = Vec::new();
-        self.skip_ws();
-        if self.peek() == Some(b']') {
-            self.pos += 1;
-        } else {
-            loop {
-                items.push(self.value()?);
-                self.skip_ws();
-                match self.peek()? {
-                    b',' => self.pos += 1,
-                    b']' => {
-                        self.pos += 1;
-                        break;
-                    }
-                    _ => return None,
-                }
-            }
-        }
-        self.depth_left += 1;
+        self.members(b']', |p| {
+            items.push(p.value()?);
+            Some(())
+        })?;
         Some(Json::Array(items))
     }
 
