@@ -372,6 +372,17 @@ pub async fn start_delegator<R: TestRuntime>(
     start_delegator_in::<R>(tempfile::tempdir().unwrap(), url_mode, tweak)
 }
 
+/// An executor running [`EditRunner`] and a delegator that sends archives inline (it does not
+/// offer the `archive-url` feature).
+async fn start_inline_pair<R: TestRuntime>() -> (Exec, Deleg) {
+    let ex = start_executor::<R>(Arc::new(EditRunner), |_| {}).await;
+    let dg = start_delegator::<R>(false, |c| {
+        c.features.retain(|f| f != awcp_proto::feature::ARCHIVE_URL)
+    })
+    .await;
+    (ex, dg)
+}
+
 /// A delegator whose state (journal, exports) lives under `dir`.
 fn start_delegator_in<R: TestRuntime>(
     dir: tempfile::TempDir,
@@ -525,11 +536,7 @@ pub async fn wait_idle<R: Runtime + Default>(handle: &ExecutorHandle, work_root:
 // Scenarios
 
 pub async fn archive_inline_delegation_applies_edits_new_files_and_deletions<R: TestRuntime>() {
-    let ex = start_executor::<R>(Arc::new(EditRunner), |_| {}).await;
-    let dg = start_delegator::<R>(false, |c| {
-        c.features.retain(|f| f != awcp_proto::feature::ARCHIVE_URL)
-    })
-    .await;
+    let (ex, dg) = start_inline_pair::<R>().await;
     let ws = workspace();
     let v = run_to_end::<R>(&dg.handle, params::<R>(&ex.peer, ws.path())).await;
     assert_eq!(v.state, DelegationState::Completed, "{v:?}");
@@ -553,11 +560,7 @@ pub async fn archive_inline_delegation_applies_edits_new_files_and_deletions<R: 
 /// received, and one the engine refuses has its file deleted: nothing is left on disk. One the
 /// executor cannot store is answered as such.
 pub async fn a_large_inline_archive_is_streamed_and_leaves_no_file<R: TestRuntime>() {
-    let ex = start_executor::<R>(Arc::new(EditRunner), |_| {}).await;
-    let dg = start_delegator::<R>(false, |c| {
-        c.features.retain(|f| f != awcp_proto::feature::ARCHIVE_URL)
-    })
-    .await;
+    let (ex, dg) = start_inline_pair::<R>().await;
     let ws = workspace();
     let mut rng = awcp_tests::rng::Rng(7);
     let big: Vec<u8> = (0..3 << 20).map(|_| rng.next_u64() as u8).collect();
