@@ -19,7 +19,7 @@ use std::io::Read;
 use awcp_proto::engine::auth::{check_headers, Credential, Endpoint, HeaderVerdict, Presented};
 use awcp_proto::engine::executor::Request;
 use awcp_proto::http_binding as wire_http;
-use awcp_proto::wire::divert::ArchiveTextDiverter;
+use awcp_proto::wire::divert::{attach_diverted_archive, ArchiveTextDiverter};
 use awcp_proto::{decode_message_owned, sse, DelegationId};
 use bytes::Bytes;
 use futures::StreamExt;
@@ -384,15 +384,8 @@ impl ExecutorHandle {
             }
         };
         if let Some(f) = &archive_file {
-            match &mut msg {
-                awcp_proto::Message::Start(st) => match &mut st.handle {
-                    awcp_proto::TransportHandle::Archive(a) => {
-                        a.data.base64 = None;
-                        a.data.local_file = Some(f.to_string_lossy().into_owned());
-                    }
-                    _ => discard(&archive_file),
-                },
-                _ => discard(&archive_file),
+            if !attach_diverted_archive(&mut msg, &f.to_string_lossy()) {
+                discard(&archive_file);
             }
         }
         // The engine binds the origin to the delegation if it accepts the message (a request

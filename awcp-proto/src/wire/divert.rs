@@ -224,6 +224,26 @@ impl ArchiveTextDiverter {
     }
 }
 
+/// Puts the file a diverted archive was decoded into in place of START's (now empty) inline
+/// text, as [`ArchiveData::local_file`](super::ArchiveData::local_file). `false` when `msg`
+/// is not a START with an archive handle: nothing was diverted from it, and the caller
+/// deletes the file.
+pub fn attach_diverted_archive(msg: &mut super::Message, file: &str) -> bool {
+    // Anything but START's archive handle has no inline archive to stand in for.
+    #[allow(clippy::wildcard_enum_match_arm)]
+    match msg {
+        super::Message::Start(st) => match &mut st.handle {
+            super::TransportHandle::Archive(a) => {
+                a.data.base64 = None;
+                a.data.local_file = Some(file.to_owned());
+                true
+            }
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -251,6 +271,28 @@ mod tests {
                 "piece {piece}"
             );
         }
+    }
+
+    #[test]
+    #[allow(clippy::unwrap_used)]
+    fn only_a_start_with_an_archive_handle_takes_the_diverted_file() {
+        let body = br#"{"version":"1","type":"START","delegationId":"d","lease":{"expiresAt":"2026-01-01T00:00:00.000Z","accessMode":"rw"},"transportHandle":{"transport":"archive","workspaceBase64":"QUJD","checksum":"00"}}"#;
+        let (kept, _, _) = split(body, 7).unwrap();
+        let (mut start, _) = crate::wire::decode_message(&kept).unwrap();
+        assert!(attach_diverted_archive(&mut start, "/tmp/a.zip"));
+        let crate::wire::Message::Start(st) = &start else {
+            panic!("{start:?}")
+        };
+        let crate::wire::TransportHandle::Archive(a) = &st.handle else {
+            panic!("{st:?}")
+        };
+        assert_eq!(a.data.base64, None);
+        assert_eq!(a.data.local_file.as_deref(), Some("/tmp/a.zip"));
+        let ack = br#"{"version":"1","type":"ERROR","delegationId":"d","code":"CANCELLED","message":"x"}"#;
+        let (mut other, _) = crate::wire::decode_message(ack).unwrap();
+        let before = other.clone();
+        assert!(!attach_diverted_archive(&mut other, "/tmp/a.zip"));
+        assert_eq!(other, before);
     }
 
     #[test]
