@@ -155,7 +155,7 @@ impl<R: Runtime> Loop<R> {
                 self.next_id += 1;
                 self.pending.insert(request, reply);
                 if let Request::Message(m, _) = &body {
-                    if let Some(f) = received_archive_file(m) {
+                    if let Some(f) = m.start_archive().and_then(|a| a.local_file.as_deref()) {
                         self.unclaimed_archives.push(f.to_owned());
                     }
                 }
@@ -501,16 +501,5 @@ impl<R: Runtime> Loop<R> {
                 None => j.remove(id),
             }
         }
-    }
-}
-
-/// The file START's inline archive was received into, if it was.
-fn received_archive_file(m: &awcp_proto::Message) -> Option<&str> {
-    match m {
-        awcp_proto::Message::Start(st) => match &st.handle {
-            awcp_proto::TransportHandle::Archive(a) => a.data.local_file.as_deref(),
-            _ => None,
-        },
-        _ => None,
     }
 }

@@ -229,18 +229,13 @@ impl ArchiveTextDiverter {
 /// is not a START with an archive handle: nothing was diverted from it, and the caller
 /// deletes the file.
 pub fn attach_diverted_archive(msg: &mut super::Message, file: &str) -> bool {
-    // Anything but START's archive handle has no inline archive to stand in for.
-    #[allow(clippy::wildcard_enum_match_arm)]
-    match msg {
-        super::Message::Start(st) => match &mut st.handle {
-            super::TransportHandle::Archive(a) => {
-                a.data.base64 = None;
-                a.data.local_file = Some(file.to_owned());
-                true
-            }
-            _ => false,
-        },
-        _ => false,
+    match msg.start_archive_mut() {
+        Some(a) => {
+            a.base64 = None;
+            a.local_file = Some(file.to_owned());
+            true
+        }
+        None => false,
     }
 }
 

@@ -156,15 +156,7 @@ pub fn encode_message_split(msg: &Message, dialect: Dialect) -> Option<SplitMess
 
 /// START's inline archive text, if the message is a START with an archive handle.
 fn inline_archive(msg: &mut Message) -> Option<&mut Option<String>> {
-    match msg {
-        Message::Start(st) => match &mut st.handle {
-            TransportHandle::Archive(a) => Some(&mut a.data.base64),
-            TransportHandle::Sshfs(_) | TransportHandle::Storage(_) | TransportHandle::Git(_) => {
-                None
-            }
-        },
-        Message::Invite(_) | Message::Accept(_) | Message::Done(_) | Message::Error(_) => None,
-    }
+    msg.start_archive_mut().map(|a| &mut a.base64)
 }
 
 /// Encodes a task event as compact JSON in `dialect`.

@@ -107,10 +107,8 @@ pub fn decode_message_owned(body: Vec<u8>) -> Result<(Message, Dialect), (Decode
         buf.drain(..start);
         // The range is a JSON string without escapes, inside a body the parser accepted as
         // UTF-8: always valid.
-        if let (Ok(text), Message::Start(st)) = (String::from_utf8(buf), &mut msg) {
-            if let TransportHandle::Archive(a) = &mut st.handle {
-                a.data.base64 = Some(text);
-            }
+        if let (Ok(text), Some(a)) = (String::from_utf8(buf), msg.start_archive_mut()) {
+            a.base64 = Some(text);
         }
     }
     Ok((msg, dialect))

@@ -328,6 +328,33 @@ pub enum Message {
 }
 
 impl Message {
+    /// The archive a START carries (inline text, URL or local file), if it is a START with
+    /// an archive handle.
+    pub fn start_archive(&self) -> Option<&ArchiveData> {
+        match self {
+            Message::Start(st) => match &st.handle {
+                TransportHandle::Archive(a) => Some(&a.data),
+                TransportHandle::Sshfs(_)
+                | TransportHandle::Storage(_)
+                | TransportHandle::Git(_) => None,
+            },
+            Message::Invite(_) | Message::Accept(_) | Message::Done(_) | Message::Error(_) => None,
+        }
+    }
+
+    /// [`Message::start_archive`], to change.
+    pub fn start_archive_mut(&mut self) -> Option<&mut ArchiveData> {
+        match self {
+            Message::Start(st) => match &mut st.handle {
+                TransportHandle::Archive(a) => Some(&mut a.data),
+                TransportHandle::Sshfs(_)
+                | TransportHandle::Storage(_)
+                | TransportHandle::Git(_) => None,
+            },
+            Message::Invite(_) | Message::Accept(_) | Message::Done(_) | Message::Error(_) => None,
+        }
+    }
+
     /// The delegation the message is about.
     pub fn delegation_id(&self) -> &DelegationId {
         match self {
