@@ -59,7 +59,24 @@ pub const SENSITIVE_PATTERNS: &[&str] = &[
 /// Whether the base name of `path` (`/`-separated) matches one of [`SENSITIVE_PATTERNS`].
 pub fn is_sensitive_name(path: &str) -> bool {
     let base = path.rsplit('/').next().unwrap_or(path);
-    SENSITIVE_PATTERNS.iter().any(|p| glob(p, base))
+    SENSITIVE_PATTERNS
+        .iter()
+        .any(|p| ends_can_match(p, base) && glob(p, base))
+}
+
+/// A cheap necessary condition for `glob(pattern, name)` with an ASCII `pattern`: where the
+/// pattern begins or ends with a literal character, the name begins or ends with that byte.
+/// (A name's first or last byte that is not ASCII belongs to a character no ASCII literal
+/// matches.) Most names fail here for most patterns, without the matcher.
+fn ends_can_match(pattern: &str, name: &str) -> bool {
+    let (p, n) = (pattern.as_bytes(), name.as_bytes());
+    let literal = |c: &u8| *c != b'*' && *c != b'?';
+    let agrees = |pc: Option<&u8>, nc: Option<&u8>| match (pc.filter(|c| literal(c)), nc) {
+        (Some(pc), Some(nc)) => pc == nc,
+        (Some(_), None) => false,
+        (None, _) => true,
+    };
+    agrees(p.first(), n.first()) && agrees(p.last(), n.last())
 }
 
 /// Whole-string glob match with `*` (any run) and `?` (one character). Matches bytes when
@@ -348,6 +365,44 @@ fn human(bytes: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest::proptest! {
+        /// The quick test on the ends never refuses a name the matcher would take.
+        #[test]
+        fn the_quick_end_test_agrees_with_the_matcher(
+            name in "(id_|\\.|service-|credentials|é|)[a-z_.é\\-]{0,12}(\\.pem|\\.json|\\.key|é|)",
+        ) {
+            let slow = SENSITIVE_PATTERNS.iter().any(|p| glob(p, &name));
+            proptest::prop_assert_eq!(is_sensitive_name(&name), slow);
+        }
+    }
+
+    #[test]
+    fn sensitive_names_are_found_by_their_base_name() {
+        for name in [
+            ".env",
+            "a/.env.local",
+            "k.pem",
+            "x/id_rsa",
+            "id_ed25519.pub",
+            "service-account-1.json",
+            ".npmrc",
+        ] {
+            assert!(is_sensitive_name(name), "{name}");
+        }
+        for name in [
+            "",
+            "src/main.rs",
+            "env",
+            ".envy",
+            "pem",
+            "id_rsa2",
+            "é.pem.bak",
+            "a.pem/b",
+        ] {
+            assert!(!is_sensitive_name(name), "{name}");
+        }
+    }
 
     fn stats(total: u64, count: u64, largest: u64) -> WorkspaceStats {
         WorkspaceStats {

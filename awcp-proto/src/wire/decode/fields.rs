@@ -40,8 +40,85 @@ pub(super) fn truncate(s: &str) -> String {
 /// A JSON object together with its dotted path, for error reporting.
 pub(super) struct Obj<'a> {
     pub(super) map: &'a [(Cow<'a, str>, Json<'a>)],
-    /// Borrowed for the fields of the top-level object (no allocation per nested object).
-    pub(super) path: Cow<'static, str>,
+    /// Where the object sits, written out only for an error.
+    pub(super) path: FieldPath,
+}
+
+/// How deep a [`FieldPath`] names its segments; deeper ones are written as `…`.
+const MAX_SEGMENTS: usize = 6;
+
+/// The dotted path of an object inside a message (`environment.resources[0]`), kept as
+/// segments and formatted only when a field under it is reported in an error.
+#[derive(Clone, Debug, Default)]
+pub(super) struct FieldPath {
+    /// A prefix given by the caller (empty for a message's top level).
+    root: Cow<'static, str>,
+    segments: [Segment; MAX_SEGMENTS],
+    len: usize,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+enum Segment {
+    #[default]
+    Deeper,
+    Key(&'static str),
+    Index(usize),
+}
+
+impl FieldPath {
+    /// A path starting at `root` (`""` for a message's top level).
+    pub(super) fn root(root: impl Into<Cow<'static, str>>) -> FieldPath {
+        FieldPath {
+            root: root.into(),
+            ..FieldPath::default()
+        }
+    }
+
+    fn push(&self, segment: Segment) -> FieldPath {
+        let mut p = self.clone();
+        if let Some(slot) = p.segments.get_mut(p.len) {
+            *slot = segment;
+        }
+        p.len = p.len.saturating_add(1);
+        p
+    }
+
+    /// The object under `key` of this one.
+    pub(super) fn key(&self, key: &'static str) -> FieldPath {
+        self.push(Segment::Key(key))
+    }
+
+    /// Item `i` of the array this path names.
+    pub(super) fn index(&self, i: usize) -> FieldPath {
+        self.push(Segment::Index(i))
+    }
+
+    /// The path written out, then `.key` when `key` is given.
+    pub(super) fn with(&self, key: Option<&str>) -> String {
+        let mut out = self.root.clone().into_owned();
+        let named = self.len.min(MAX_SEGMENTS);
+        let segments = self.segments.iter().take(named).copied();
+        let deeper = (self.len > named).then_some(Segment::Deeper);
+        for segment in segments.chain(deeper) {
+            match segment {
+                Segment::Key(k) => dotted(&mut out, k),
+                Segment::Index(i) => out.push_str(&format!("[{i}]")),
+                Segment::Deeper => dotted(&mut out, "…"),
+            }
+        }
+        if let Some(key) = key {
+            dotted(&mut out, key);
+        }
+        out
+    }
+}
+
+/// Appends `.name` (just `name` to an empty path).
+fn dotted(out: &mut String, name: &str) {
+    if !out.is_empty() {
+        out.push('.');
+    }
+    out.push_str(name);
 }
 
 // A JSON value of any other type than the one a field needs is the wrong type: the wildcard
@@ -52,7 +129,7 @@ impl<'a> Obj<'a> {
         match value {
             Json::Object(map) => Ok(Obj {
                 map,
-                path: Cow::Borrowed(""),
+                path: FieldPath::default(),
             }),
             _ => Err(DecodeError {
                 field: String::new(),
@@ -61,36 +138,25 @@ impl<'a> Obj<'a> {
         }
     }
 
-    pub(super) fn new(
-        value: &'a Json<'a>,
-        path: impl Into<Cow<'static, str>>,
-    ) -> Result<Self, DecodeError> {
-        let path = path.into();
+    pub(super) fn new(value: &'a Json<'a>, path: FieldPath) -> Result<Self, DecodeError> {
         match value {
             Json::Object(map) => Ok(Obj { map, path }),
             Json::Null => Err(DecodeError {
-                field: path.into_owned(),
+                field: path.with(None),
                 kind: DecodeErrorKind::Missing,
             }),
-            _ => Err(wrong_type(&path, "object")),
+            _ => Err(wrong_type(&path.with(None), "object")),
         }
     }
 
-    /// The path of a nested object under `key`: the key itself at the top level.
-    pub(super) fn child_path(&self, key: &'static str) -> Cow<'static, str> {
-        if self.path.is_empty() {
-            Cow::Borrowed(key)
-        } else {
-            Cow::Owned(self.field(key))
-        }
+    /// The path of a nested object under `key`.
+    pub(super) fn child_path(&self, key: &'static str) -> FieldPath {
+        self.path.key(key)
     }
 
+    /// The dotted name of the field `key` of this object.
     pub(super) fn field(&self, key: &str) -> String {
-        if self.path.is_empty() {
-            key.to_owned()
-        } else {
-            format!("{}.{key}", self.path)
-        }
+        self.path.with(Some(key))
     }
 
     pub(super) fn missing(&self, key: &str) -> DecodeError {
@@ -292,5 +358,30 @@ impl<'a> Obj<'a> {
             return Err(self.missing(b64_key));
         }
         Ok(data)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::FieldPath;
+
+    #[test]
+    fn a_field_path_is_written_as_the_dotted_name_of_the_field() {
+        let top = FieldPath::default();
+        assert_eq!(top.with(Some("delegationId")), "delegationId");
+        let item = top.key("environment").key("resources").index(3);
+        assert_eq!(item.with(Some("name")), "environment.resources[3].name");
+        assert_eq!(item.with(None), "environment.resources[3]");
+        let handle = FieldPath::root("start.transportHandle").key("auth");
+        assert_eq!(handle.with(Some("type")), "start.transportHandle.auth.type");
+    }
+
+    #[test]
+    fn a_path_deeper_than_its_segments_says_so_instead_of_lying() {
+        let mut p = FieldPath::default();
+        for _ in 0..9 {
+            p = p.key("a");
+        }
+        assert_eq!(p.with(Some("b")), "a.a.a.a.a.a.….b");
     }
 }

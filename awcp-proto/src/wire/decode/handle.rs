@@ -2,20 +2,20 @@
 
 use serde_json::Value;
 
-use super::fields::{truncate, Obj};
+use super::fields::{truncate, FieldPath, Obj};
 use super::DecodeError;
 use crate::wire::tree::Json;
 use crate::wire::types::*;
 
 /// Decodes a transport handle object; `path` prefixes field names in errors.
 pub fn decode_handle(value: &Value, path: &str) -> Result<TransportHandle, DecodeError> {
-    decode_handle_json(&Json::from_value(value), path.to_owned())
+    decode_handle_json(&Json::from_value(value), FieldPath::root(path.to_owned()))
 }
 
 /// [`decode_handle`] of the decoder's own tree.
 pub(super) fn decode_handle_json(
     value: &Json<'_>,
-    path: impl Into<std::borrow::Cow<'static, str>>,
+    path: FieldPath,
 ) -> Result<TransportHandle, DecodeError> {
     let obj = Obj::new(value, path)?;
     let transport = obj.req_str("transport")?;

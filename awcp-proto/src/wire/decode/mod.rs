@@ -308,7 +308,7 @@ fn decode_invite(
         let items = env.req_array("resources")?;
         let mut resources = Vec::with_capacity(items.len());
         for (i, item) in items.iter().enumerate() {
-            let r = Obj::new(item, format!("{}[{i}]", env.field("resources")))?;
+            let r = Obj::new(item, env.child_path("resources").index(i))?;
             let name = r.req_str("name")?;
             resources.push(Resource {
                 name: ResourceName::new(name).map_err(|e| r.invalid("name", e.to_string()))?,
