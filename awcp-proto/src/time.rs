@@ -67,7 +67,7 @@ impl Timestamp {
 
     /// The RFC 3339 text as fixed-width ASCII, for years 0–9999 (every other year goes through
     /// `fmt`); written digit by digit, as timestamps are on every event the engines encode.
-    fn rfc3339_ascii(self) -> Option<[u8; 24]> {
+    pub(crate) fn rfc3339_ascii(self) -> Option<[u8; 24]> {
         let ms = self.0 % 1000;
         let secs = self.0 / 1000;
         let days = i64::try_from(secs / 86_400).ok()?;

@@ -147,7 +147,7 @@ pub fn result_to_value(r: &ResultBody) -> Value {
 fn write_result(m: &mut ObjectWriter<'_>, r: &ResultBody) {
     m.str("status", r.status.as_str());
     if let Some(t) = r.completed_at {
-        m.str("completedAt", &t.to_rfc3339());
+        m.timestamp("completedAt", t);
     }
     if let Some(o) = &r.outcome {
         m.str("summary", &o.summary);

@@ -224,7 +224,7 @@ fn write_message(m: &mut ObjectWriter<'_>, msg: MessageRef<'_>, dialect: Dialect
         }
         MessageRef::Start(st) => {
             m.object("lease", |w| {
-                w.str("expiresAt", &st.lease.expires_at.to_rfc3339());
+                w.timestamp("expiresAt", st.lease.expires_at);
                 w.str("accessMode", st.lease.access_mode.as_str());
             });
             let key = match dialect {
@@ -292,7 +292,7 @@ fn write_invite(m: &mut ObjectWriter<'_>, inv: &Invite, dialect: Dialect) {
 fn write_event(m: &mut ObjectWriter<'_>, ev: &TaskEvent, dialect: Dialect) {
     m.str("delegationId", ev.delegation_id.as_str());
     m.str("type", ev.kind.type_str());
-    m.str("timestamp", &ev.timestamp.to_rfc3339());
+    m.timestamp("timestamp", ev.timestamp);
     match &ev.kind {
         TaskEventKind::Status(s) => {
             m.str("status", s.status.as_str());
@@ -363,7 +363,7 @@ fn write_handle(m: &mut ObjectWriter<'_>, handle: &TransportHandle) {
             m.str("downloadUrl", &s.download_url);
             m.str("uploadUrl", &s.upload_url);
             m.str("checksum", &s.checksum);
-            m.str("expiresAt", &s.expires_at.to_rfc3339());
+            m.timestamp("expiresAt", s.expires_at);
             m.str_map("headers", &s.headers);
         }
         TransportHandle::Git(g) => {

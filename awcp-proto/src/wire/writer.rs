@@ -148,6 +148,18 @@ impl<'b> ObjectWriter<'b> {
         }
     }
 
+    /// `"key": "YYYY-MM-DDTHH:MM:SS.mmmZ"`, written in place.
+    pub(crate) fn timestamp(&mut self, key: &'static str, t: crate::time::Timestamp) {
+        self.key(key);
+        self.out.push(b'"');
+        match t.rfc3339_ascii() {
+            Some(text) => self.out.extend_from_slice(&text),
+            // Digits, `-`, `:`, `.`, `T`, `Z` and a sign: nothing to escape.
+            None => self.out.extend_from_slice(t.to_string().as_bytes()),
+        }
+        self.out.push(b'"');
+    }
+
     /// `"key": n`.
     pub(crate) fn u64(&mut self, key: &'static str, n: u64) {
         self.key(key);
@@ -267,6 +279,23 @@ impl ArrayWriter<'_> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn timestamps_are_written_in_place_as_their_rfc3339_text() {
+        use crate::time::Timestamp;
+        let late = Timestamp::from_unix_millis(253_402_300_800_000); // 10000-01-01
+        for t in [
+            Timestamp::EPOCH,
+            Timestamp::from_unix_millis(1_750_000_000_123),
+            late,
+        ] {
+            let text = ObjectWriter::text(|w| w.timestamp("at", t));
+            assert_eq!(
+                text,
+                serde_json::json!({ "at": t.to_rfc3339() }).to_string()
+            );
+        }
+    }
 
     #[test]
     fn strings_are_escaped_byte_for_byte_as_serde_json_escapes_them() {
