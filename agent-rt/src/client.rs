@@ -1,6 +1,5 @@
 //! A minimal HTTP/1.1 client over hyper and [`Runtime::connect`], with `https` through rustls.
-//! One connection per request: protocol traffic is a handful of requests per task, and it
-//! keeps the client runtime-neutral.
+//! Connections are kept alive between requests to the same peer (see [`HttpClient`]).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -106,16 +105,104 @@ pub(crate) fn split_url(url: &str) -> Result<Target, NetError> {
 }
 
 /// An HTTP/1.1 client on runtime `R` with TLS settings for `https` URLs.
+///
+/// A connection whose response has been read to its end is kept for the next request to the
+/// same scheme, host and port ([`MAX_IDLE_PER_PEER`] of them, reused for
+/// [`IDLE_FOR_AT_MOST`]); clones of a client share them. A request a kept connection could not
+/// take (the peer had closed it) goes out on a new one; a request that was sent and then lost
+/// its connection fails as on a fresh connection: nothing is sent twice. Bodies over 64 KiB
+/// always get a connection of their own, written without copying (vectored writes).
 #[derive(Clone, Debug)]
 pub struct HttpClient<R> {
     rt: R,
     tls: ClientTls,
+    pool: std::sync::Arc<Pool>,
+}
+
+/// Idle connections kept per peer (scheme, host and port).
+pub const MAX_IDLE_PER_PEER: usize = 8;
+
+/// How long a connection is reused after its last request was sent: below the 5 s a Node.js
+/// server (the TypeScript reference) keeps an idle connection open, so a kept connection is
+/// hardly ever one the peer is closing as the next request goes out.
+pub const IDLE_FOR_AT_MOST: Duration = Duration::from_secs(2);
+
+/// Which connections may serve a request.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Peer {
+    tls: bool,
+    host: String,
+    port: u16,
+}
+
+/// Kept connections, newest last per peer.
+#[derive(Default)]
+struct Pool {
+    peers: std::sync::Mutex<std::collections::HashMap<Peer, Vec<Kept>>>,
+}
+
+struct Kept {
+    sender: hyper::client::conn::http1::SendRequest<ClientBody>,
+    since: std::time::Instant,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kept: usize = self.lock().values().map(Vec::len).sum();
+        write!(f, "Pool({kept} kept)")
+    }
+}
+
+impl Pool {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<Peer, Vec<Kept>>> {
+        self.peers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The newest kept connection to `peer` that is idle now; closed and expired ones are
+    /// dropped on the way, busy ones (a response still being read) stay.
+    fn checkout(&self, peer: &Peer) -> Option<hyper::client::conn::http1::SendRequest<ClientBody>> {
+        let mut peers = self.lock();
+        let kept = peers.get_mut(peer)?;
+        kept.retain(|k| !k.sender.is_closed() && k.since.elapsed() <= IDLE_FOR_AT_MOST);
+        let i = kept.iter().rposition(|k| k.sender.is_ready())?;
+        let k = kept.remove(i);
+        if kept.is_empty() {
+            peers.remove(peer);
+        }
+        Some(k.sender)
+    }
+
+    /// Keeps `sender` for later requests to `peer` (it serves one once its response is read).
+    fn checkin(&self, peer: Peer, sender: hyper::client::conn::http1::SendRequest<ClientBody>) {
+        let mut peers = self.lock();
+        let kept = peers.entry(peer).or_default();
+        if kept.len() >= MAX_IDLE_PER_PEER {
+            kept.remove(0);
+        }
+        kept.push(Kept {
+            sender,
+            since: std::time::Instant::now(),
+        });
+    }
 }
 
 impl<R: Runtime> HttpClient<R> {
     /// A client trusting what `tls` says.
     pub fn new(rt: R, tls: ClientTls) -> Self {
-        HttpClient { rt, tls }
+        HttpClient {
+            rt,
+            tls,
+            pool: std::sync::Arc::default(),
+        }
+    }
+
+    /// How many kept connections could take a request now (open, idle, not expired).
+    pub fn idle_connections(&self) -> usize {
+        let peers = self.pool.lock();
+        let idle = |k: &&Kept| {
+            k.sender.is_ready() && !k.sender.is_closed() && k.since.elapsed() <= IDLE_FOR_AT_MOST
+        };
+        peers.values().map(|kept| kept.iter().filter(idle).count()).sum()
     }
 
     /// The runtime the client runs on.
@@ -172,14 +259,47 @@ impl<R: Runtime> HttpClient<R> {
         body: ClientBody,
     ) -> Result<http::Response<Incoming>, NetError> {
         let t = split_url(url)?;
-        let io = self.connect(&t).await?;
-        let tls = io.is_tls();
-        // A large body is queued and written from its own buffer (vectored writes). Otherwise
-        // hyper, seeing an I/O type that does not announce vectored writes, copies the body
-        // into its write buffer first: a second copy of an inline archive. Small bodies are
-        // still joined with the head, one write for both.
+        // A large body is queued and written from its own buffer (vectored writes) on a
+        // connection of its own. Otherwise hyper, seeing an I/O type that does not announce
+        // vectored writes, copies the body into its write buffer first: a second copy of an
+        // inline archive. Small bodies are still joined with the head, one write for both.
         let large_body = body.len() > 64 * 1024;
         let has_body = !body.is_empty() || matches!(body.0, BodyInner::Stream { .. });
+        let given = |name: &str| headers.iter().any(|(k, _)| k.eq_ignore_ascii_case(name));
+        let mut req = Request::builder().method(method).uri(&t.path);
+        if !given("host") {
+            req = req.header("host", t.authority());
+        }
+        for (k, v) in headers {
+            req = req.header(*k, v);
+        }
+        if has_body && !given("content-type") {
+            req = req.header("content-type", "application/json");
+        }
+        let mut req = req.body(body).map_err(|e| NetError::Io(e.to_string()))?;
+        let peer = Peer {
+            tls: t.tls,
+            host: t.host.clone(),
+            port: t.port,
+        };
+        while let Some(mut sender) = (!large_body).then(|| self.pool.checkout(&peer)).flatten() {
+            match sender.try_send_request(req).await {
+                Ok(resp) => {
+                    self.pool.checkin(peer, sender);
+                    return Ok(resp);
+                }
+                Err(mut e) => match e.take_message() {
+                    // Not sent: the peer had closed that connection. Try the next one.
+                    Some(back) => req = back,
+                    None => {
+                        let msg = error_chain(e.error());
+                        return Err(request_failed(t.tls, &t, msg));
+                    }
+                },
+            }
+        }
+        let io = self.connect(&t).await?;
+        let tls = io.is_tls();
         let (mut sender, conn) = hyper::client::conn::http1::Builder::new()
             .writev(large_body)
             .handshake(smol_hyper::rt::FuturesIo::new(io))
@@ -193,20 +313,13 @@ impl<R: Runtime> HttpClient<R> {
                 let _ = cause_tx.send(error_chain(&e));
             }
         }));
-        let given = |name: &str| headers.iter().any(|(k, _)| k.eq_ignore_ascii_case(name));
-        let mut req = Request::builder().method(method).uri(&t.path);
-        if !given("host") {
-            req = req.header("host", t.authority());
-        }
-        for (k, v) in headers {
-            req = req.header(*k, v);
-        }
-        if has_body && !given("content-type") {
-            req = req.header("content-type", "application/json");
-        }
-        let req = req.body(body).map_err(|e| NetError::Io(e.to_string()))?;
         match sender.send_request(req).await {
-            Ok(resp) => Ok(resp),
+            Ok(resp) => {
+                if !large_body {
+                    self.pool.checkin(peer, sender);
+                }
+                Ok(resp)
+            }
             Err(e) => {
                 let mut msg = error_chain(&e);
                 if let Ok(cause) = cause_rx.await {
@@ -214,13 +327,7 @@ impl<R: Runtime> HttpClient<R> {
                         msg = format!("{msg}: {cause}");
                     }
                 }
-                // A server refusing our certificate (mTLS) says so in an alert after the
-                // handshake.
-                Err(if tls {
-                    NetError::Tls(format!("request to {}: {msg}", t.authority()))
-                } else {
-                    NetError::Io(format!("request to {}: {msg}", t.authority()))
-                })
+                Err(request_failed(tls, &t, msg))
             }
         }
     }
@@ -303,6 +410,17 @@ impl<R: Runtime> HttpClient<R> {
             Ok(total)
         })
         .await
+    }
+}
+
+/// A request to `t` that failed after its connection was made. A server refusing our
+/// certificate (mTLS) says so in an alert after the handshake: over TLS, the failure is a TLS
+/// one.
+fn request_failed(tls: bool, t: &Target, msg: String) -> NetError {
+    if tls {
+        NetError::Tls(format!("request to {}: {msg}", t.authority()))
+    } else {
+        NetError::Io(format!("request to {}: {msg}", t.authority()))
     }
 }
 

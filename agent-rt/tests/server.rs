@@ -348,6 +348,71 @@ async fn requests_over_the_connection_cap_are_all_answered<R: Host>() {
     drop(s);
 }
 
+/// Answers 200 with the client's port: one port, one connection.
+fn port_echo() -> Handler {
+    Handler::new(|req: http::Request<RequestBody>| async move {
+        let port = req.extensions().get::<ConnInfo>().map(|c| c.remote_addr.port());
+        agent_rt::body::json_response(200, format!("{port:?}"))
+    })
+}
+
+/// Waits (bounded by [`DEADLINE`]) until `c` has `n` idle kept connections.
+async fn until_idle<R: Host>(c: &HttpClient<R>, n: usize) {
+    let rt = R::default();
+    let start = std::time::Instant::now();
+    while c.idle_connections() != n {
+        assert!(start.elapsed() < DEADLINE, "never {n} idle connections");
+        rt.sleep(Duration::from_millis(2)).await;
+    }
+}
+
+async fn requests_to_one_peer_share_a_kept_connection<R: Host>() {
+    let s = start::<R>(ServerOptions::default(), port_echo());
+    let url = format!("http://{}/", s.addr);
+    let c = HttpClient::new(R::default(), ClientTls::default());
+    let mut ports = Vec::new();
+    for _ in 0..3 {
+        let (status, body) = c
+            .request(http::Method::GET, &url, &[], None, DEADLINE, 1 << 20)
+            .await
+            .unwrap();
+        assert_eq!(status, 200);
+        ports.push(body);
+        until_idle(&c, 1).await;
+    }
+    assert!(ports.iter().all(|p| *p == ports[0]), "{ports:?}");
+    // A clone shares the kept connection.
+    let (_, again) = c
+        .clone()
+        .request(http::Method::GET, &url, &[], None, DEADLINE, 1 << 20)
+        .await
+        .unwrap();
+    assert_eq!(again, ports[0]);
+}
+
+async fn a_kept_connection_the_server_closed_is_not_used<R: Host>() {
+    let opts = ServerOptions {
+        idle_timeout: Some(Duration::from_millis(300)),
+        ..ServerOptions::default()
+    };
+    let s = start::<R>(opts, port_echo());
+    let url = format!("http://{}/", s.addr);
+    let c = HttpClient::new(R::default(), ClientTls::default());
+    let first = c
+        .request(http::Method::GET, &url, &[], None, DEADLINE, 1 << 20)
+        .await
+        .unwrap();
+    until_idle(&c, 1).await;
+    // The server closes the idle connection; the client notices and does not offer it again.
+    until_idle(&c, 0).await;
+    let second = c
+        .request(http::Method::GET, &url, &[], None, DEADLINE, 1 << 20)
+        .await
+        .unwrap();
+    assert_eq!((first.0, second.0), (200, 200));
+    assert_ne!(first.1, second.1, "a new connection");
+}
+
 macro_rules! on_both_runtimes {
     ($($name:ident),* $(,)?) => {
         mod tokio_runtime {
@@ -367,4 +432,6 @@ on_both_runtimes!(
     connection_flood_does_not_block_new_requests,
     requests_over_the_connection_cap_are_all_answered,
     streamed_request_bodies,
+    requests_to_one_peer_share_a_kept_connection,
+    a_kept_connection_the_server_closed_is_not_used,
 );
