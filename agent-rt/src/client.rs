@@ -202,7 +202,10 @@ impl<R: Runtime> HttpClient<R> {
         let idle = |k: &&Kept| {
             k.sender.is_ready() && !k.sender.is_closed() && k.since.elapsed() <= IDLE_FOR_AT_MOST
         };
-        peers.values().map(|kept| kept.iter().filter(idle).count()).sum()
+        peers
+            .values()
+            .map(|kept| kept.iter().filter(idle).count())
+            .sum()
     }
 
     /// The runtime the client runs on.

@@ -351,7 +351,10 @@ async fn requests_over_the_connection_cap_are_all_answered<R: Host>() {
 /// Answers 200 with the client's port: one port, one connection.
 fn port_echo() -> Handler {
     Handler::new(|req: http::Request<RequestBody>| async move {
-        let port = req.extensions().get::<ConnInfo>().map(|c| c.remote_addr.port());
+        let port = req
+            .extensions()
+            .get::<ConnInfo>()
+            .map(|c| c.remote_addr.port());
         agent_rt::body::json_response(200, format!("{port:?}"))
     })
 }

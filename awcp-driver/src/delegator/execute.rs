@@ -5,6 +5,7 @@ use super::*;
 
 impl<R: Runtime> Loop<R> {
     pub(super) fn execute(&mut self, out: DelegatorOutput) {
+        self.journal_for(&out);
         match out {
             DelegatorOutput::ScanWorkspace { id } => {
                 let specs = self.specs.get(&id).cloned().unwrap_or_default();

@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use awcp_proto::engine::auth::SecretDigest;
 use awcp_proto::engine::delegator::{
-    ArchiveDelivery, DelegateRequest, DelegationRecord, DelegationView, Outbound, PrepareFailure,
-    RequestFailure, ScanFailure, StoreFailure,
+    ArchiveDelivery, DelegateRequest, DelegationRecord, DelegationView, Journaling, Outbound,
+    PrepareFailure, RequestFailure, ScanFailure, StoreFailure,
 };
 use awcp_proto::engine::{SnapshotMode, WorkspaceStats};
 use awcp_proto::http_binding::{self as wire_http, ArchiveUrlRefusal};
@@ -380,6 +380,8 @@ impl DelegatorHandle {
             archive_files: BTreeMap::new(),
             lock: Some(lock),
             farewells: Vec::new(),
+            unsynced: std::collections::BTreeSet::new(),
+            written: BTreeMap::new(),
         };
         rt.spawn(Box::pin(lp.run(rx)));
         let rt2 = rt.clone();
@@ -580,4 +582,9 @@ struct Loop<R: Runtime> {
     /// Requests that tell an executor something final (ack, cancel, ERROR) still in flight:
     /// [`DelegatorHandle::stop`] lets them finish.
     farewells: Vec<oneshot::Receiver<()>>,
+    /// Delegations whose journal record was written since its last sync (see
+    /// [`awcp_proto::engine::delegator::Journaling`]).
+    unsynced: std::collections::BTreeSet<DelegationId>,
+    /// The record last written of each delegation (not written again when unchanged).
+    written: BTreeMap<DelegationId, String>,
 }

@@ -57,6 +57,7 @@ impl<R: Runtime> Loop<R> {
                         let bound = self.rt.sleep(self.engine.config().request_timeout);
                         let _ = futures::future::select(all, bound).await;
                     }
+                    self.sync_journal();
                     // Released before `stop` returns, so a new handle can take over at once.
                     drop(self.lock.take());
                     let _ = done.send(());
@@ -113,9 +114,9 @@ impl<R: Runtime> Loop<R> {
                 let r = self.engine.delegate(now, req).map(|_| id.clone());
                 if r.is_ok() {
                     self.specs.insert(id.clone(), p.resources);
-                    // Journalled at once: a crash never loses a delegation the caller has an
-                    // id for (a restarted delegator ends it cleanly).
-                    self.persist(&id);
+                    // Journalled durably at once: a crash never loses a delegation the
+                    // caller has an id for (a restarted delegator ends it cleanly).
+                    self.persist(&id, true);
                 }
                 let _ = reply.send(r.map_err(Into::into));
             }
@@ -263,7 +264,24 @@ impl<R: Runtime> Loop<R> {
         baseline_file(&self.opts.state_dir, id)
     }
 
-    pub(super) fn persist(&self, id: &DelegationId) {
+    /// What the journal does for `out` before it is executed, as the engine says.
+    pub(super) fn journal_for(&mut self, out: &DelegatorOutput) {
+        let id = out.delegation_id();
+        match out.journaling() {
+            Journaling::Write => self.persist(&id.clone(), false),
+            Journaling::Sync => self.persist(&id.clone(), true),
+            Journaling::Remove => {
+                self.unsynced.remove(id);
+                self.written.remove(id);
+                self.journal.remove(id);
+            }
+            Journaling::None => {}
+        }
+    }
+
+    /// Writes the current record of `id` unless it is the one last written, and makes it
+    /// durable if `durable`.
+    pub(super) fn persist(&mut self, id: &DelegationId, durable: bool) {
         match self.engine.record(id) {
             Some(mut rec) => {
                 // The engine never sees paths: the sources are the driver's to keep.
@@ -277,25 +295,39 @@ impl<R: Runtime> Loop<R> {
                         })
                         .collect();
                 }
-                self.journal.write(id, &rec.to_json());
+                let text = rec.to_json().to_string();
+                if self.written.get(id) == Some(&text) {
+                    if durable && self.unsynced.remove(id) {
+                        self.journal.sync(id);
+                    }
+                    return;
+                }
+                if self.journal.write_record(id, &text, durable) {
+                    self.unsynced.remove(id);
+                } else {
+                    self.unsynced.insert(id.clone());
+                }
+                self.written.insert(id.clone(), text);
             }
-            None => self.journal.remove(id),
+            None => {
+                self.unsynced.remove(id);
+                self.written.remove(id);
+                self.journal.remove(id);
+            }
+        }
+    }
+
+    /// Makes every record written since its last sync durable (before the process stops).
+    pub(super) fn sync_journal(&mut self) {
+        for id in std::mem::take(&mut self.unsynced) {
+            self.journal.sync(&id);
         }
     }
 
     pub(super) fn on_event(&mut self, ev: DelegatorEvent) {
-        match &ev {
-            DelegatorEvent::StateChanged { id, .. }
-            | DelegatorEvent::Snapshot { id, .. }
-            | DelegatorEvent::Ended { id, .. } => self.persist(id),
-            DelegatorEvent::Forgotten { id } => {
-                self.journal.remove(id);
-                self.specs.remove(id);
-                let _ = std::fs::remove_file(self.baseline_file(id));
-            }
-            DelegatorEvent::Progress { .. }
-            | DelegatorEvent::PeerMisbehaved { .. }
-            | DelegatorEvent::ConnectionLost { .. } => {}
+        if let DelegatorEvent::Forgotten { id } = &ev {
+            self.specs.remove(id);
+            let _ = std::fs::remove_file(self.baseline_file(id));
         }
         if let DelegatorEvent::Ended {
             id, state, error, ..

@@ -44,8 +44,28 @@ impl Journal {
     /// Writes (or replaces) the record of `id`; durable when this returns (a failure is
     /// logged).
     pub fn write(&self, id: &DelegationId, record: &Value) {
-        if let Err(e) = append_record(&self.dir, &format!("{id}.json"), &record.to_string()) {
-            tracing::warn!(delegation = %id, "journal write failed: {e}");
+        self.write_record(id, &record.to_string(), true);
+    }
+
+    /// Writes (or replaces) the record of `id` (one line of compact JSON), synced only if
+    /// `durable` or the file is new (or compacted). Returns whether it is durable; if not, [`Journal::sync`] makes it so. A
+    /// failure is logged (and reported as durable: there is nothing left to sync).
+    pub fn write_record(&self, id: &DelegationId, record: &str, durable: bool) -> bool {
+        match append_record(&self.dir, &format!("{id}.json"), record, durable) {
+            Ok(synced) => synced,
+            Err(e) => {
+                tracing::warn!(delegation = %id, "journal write failed: {e}");
+                true
+            }
+        }
+    }
+
+    /// Makes what was written of the record of `id` durable (a failure is logged).
+    pub fn sync(&self, id: &DelegationId) {
+        let path = self.dir.join(format!("{id}.json"));
+        let synced = std::fs::File::open(&path).and_then(|f| f.sync_data());
+        if let Err(e) = synced {
+            tracing::warn!(delegation = %id, "journal sync failed: {e}");
         }
     }
 
@@ -75,7 +95,12 @@ impl Journal {
                 continue;
             }
             match std::fs::read(&p).ok().and_then(|b| read_record(&b)) {
-                Some(v) => out.push(v),
+                Some(v) => {
+                    // What a process that crashed wrote without a sync is still only in the
+                    // page cache: durable before this process acts on it.
+                    let _ = std::fs::File::open(&p).and_then(|f| f.sync_data());
+                    out.push(v);
+                }
                 None => {
                     let aside = self.dir.join(format!("{name}.unreadable"));
                     tracing::warn!(
@@ -94,20 +119,23 @@ impl Journal {
 /// A record file past this size is rewritten with only its newest record.
 pub const COMPACT_AT: u64 = 64 * 1024;
 
-/// Makes `record` (one line of compact JSON) the record in `dir/name`: appended and synced,
-/// or written atomically when the file is new or due for compaction.
-fn append_record(dir: &Path, name: &str, record: &str) -> std::io::Result<()> {
+/// Makes `record` (one line of compact JSON) the record in `dir/name`: appended (and synced
+/// if `sync`), or written atomically (always durable) when the file is new or due for
+/// compaction. Returns whether the record is durable.
+fn append_record(dir: &Path, name: &str, record: &str, sync: bool) -> std::io::Result<bool> {
     let path = dir.join(name);
     let file = match std::fs::OpenOptions::new().append(true).open(&path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return write_atomic(dir, name, format!("{record}\n").as_bytes());
+            write_atomic(dir, name, format!("{record}\n").as_bytes())?;
+            return Ok(true);
         }
         Err(e) => return Err(e),
     };
     if file.metadata()?.len() > COMPACT_AT {
         drop(file);
-        return write_atomic(dir, name, format!("{record}\n").as_bytes());
+        write_atomic(dir, name, format!("{record}\n").as_bytes())?;
+        return Ok(true);
     }
     let mut line = Vec::with_capacity(record.len() + 2);
     line.push(b'\n');
@@ -115,7 +143,10 @@ fn append_record(dir: &Path, name: &str, record: &str) -> std::io::Result<()> {
     line.push(b'\n');
     let mut file = file;
     file.write_all(&line)?;
-    file.sync_data()
+    if sync {
+        file.sync_data()?;
+    }
+    Ok(sync)
 }
 
 /// The record a journal file holds: the whole file if it is one JSON document, else its last
@@ -159,6 +190,19 @@ mod tests {
 
     fn state(n: usize) -> Value {
         json!({"id": "dlg_journal", "version": 1, "state": format!("s{n}"), "pad": "x".repeat(n)})
+    }
+
+    #[test]
+    fn a_first_record_is_durable_later_ones_only_when_asked() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = Journal::at(dir.path().to_path_buf());
+        let text = |n| state(n).to_string();
+        assert!(j.write_record(&id(), &text(0), false), "a new file is written atomically");
+        assert!(!j.write_record(&id(), &text(1), false), "an append without a sync");
+        assert!(j.write_record(&id(), &text(2), true));
+        assert!(!j.write_record(&id(), &text(3), false));
+        j.sync(&id());
+        assert_eq!(j.load(), vec![state(3)]);
     }
 
     #[test]

@@ -74,8 +74,8 @@ pub use io::{
 };
 pub use lease::Timer;
 pub use record::{
-    DelegationRecord, NotShippedEntry, OutcomeEntry, RecordError, SnapshotEntry, SourceEntry,
-    StatusEntry, RECORD_VERSION,
+    DelegationRecord, Journaling, NotShippedEntry, OutcomeEntry, RecordError, SnapshotEntry,
+    SourceEntry, StatusEntry, RECORD_VERSION,
 };
 pub use view::{DelegationView, Outcome, SnapshotRecord, SnapshotStatus};
 

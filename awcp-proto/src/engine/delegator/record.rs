@@ -19,6 +19,94 @@ use super::*;
 /// The record version this engine writes.
 pub const RECORD_VERSION: u32 = 1;
 
+/// What the journal does for one output of the delegator, before the output is executed
+/// ([`DelegatorOutput::journaling`]). The rule is write-ahead: a record may be written without
+/// a sync, as long as it is made durable before anything the outside world can see or the
+/// user's files change, so that after a power loss the record read back is never older than
+/// what the executor, the workspace or the state directory already went through. (A process
+/// crash loses nothing written: the kernel still holds it.)
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Journaling {
+    /// Nothing to journal.
+    None,
+    /// Write the delegation's record ([`Delegator::record`](super::Delegator::record)); no
+    /// sync needed yet. The first record of a delegation is the exception: it is written
+    /// durably (a delegation the caller has an id for is never lost).
+    Write,
+    /// Make what was written of the delegation's record durable first (a sync, if anything
+    /// was written since the last one): this output talks to the executor or changes files.
+    Sync,
+    /// Remove the delegation's record: it is forgotten.
+    Remove,
+}
+
+impl DelegatorOutput {
+    /// What the journal does for this output before it is executed (see [`Journaling`]).
+    pub fn journaling(&self) -> Journaling {
+        match self {
+            DelegatorOutput::Event(DelegatorEvent::StateChanged { .. })
+            | DelegatorOutput::Event(DelegatorEvent::Snapshot { .. })
+            | DelegatorOutput::Event(DelegatorEvent::Ended { .. }) => Journaling::Write,
+            DelegatorOutput::Event(DelegatorEvent::Forgotten { .. }) => Journaling::Remove,
+            // Seen by the executor.
+            DelegatorOutput::SendMessage { .. }
+            | DelegatorOutput::SendCancel { .. }
+            | DelegatorOutput::SendAck { .. }
+            // Changes the user's files.
+            | DelegatorOutput::ApplySnapshot { .. }
+            // Creates what a restarted delegator finds and releases only through the record
+            // that led to it (an export, credentials, a stored snapshot), or deletes what an
+            // older record still names.
+            | DelegatorOutput::PrepareTransport { .. }
+            | DelegatorOutput::StoreSnapshot { .. }
+            | DelegatorOutput::DeleteStoredSnapshot { .. }
+            | DelegatorOutput::ReleaseTransport { .. } => Journaling::Sync,
+            // Reads, and what only this process holds (a stream, the fetched result).
+            DelegatorOutput::ScanWorkspace { .. }
+            | DelegatorOutput::OpenEventStream { .. }
+            | DelegatorOutput::CloseEventStream { .. }
+            | DelegatorOutput::FetchResult { .. }
+            | DelegatorOutput::Event(DelegatorEvent::Progress { .. })
+            | DelegatorOutput::Event(DelegatorEvent::PeerMisbehaved { .. })
+            | DelegatorOutput::Event(DelegatorEvent::ConnectionLost { .. }) => Journaling::None,
+        }
+    }
+
+    /// The delegation this output is about.
+    pub fn delegation_id(&self) -> &DelegationId {
+        match self {
+            DelegatorOutput::ScanWorkspace { id }
+            | DelegatorOutput::SendMessage { id, .. }
+            | DelegatorOutput::SendCancel { id, .. }
+            | DelegatorOutput::SendAck { id, .. }
+            | DelegatorOutput::PrepareTransport { id, .. }
+            | DelegatorOutput::OpenEventStream { id, .. }
+            | DelegatorOutput::CloseEventStream { id }
+            | DelegatorOutput::FetchResult { id, .. }
+            | DelegatorOutput::ApplySnapshot { id, .. }
+            | DelegatorOutput::StoreSnapshot { id, .. }
+            | DelegatorOutput::DeleteStoredSnapshot { id, .. }
+            | DelegatorOutput::ReleaseTransport { id } => id,
+            DelegatorOutput::Event(ev) => ev.delegation_id(),
+        }
+    }
+}
+
+impl DelegatorEvent {
+    /// The delegation this event is about.
+    pub fn delegation_id(&self) -> &DelegationId {
+        match self {
+            DelegatorEvent::StateChanged { id, .. }
+            | DelegatorEvent::Progress { id, .. }
+            | DelegatorEvent::Snapshot { id, .. }
+            | DelegatorEvent::PeerMisbehaved { id, .. }
+            | DelegatorEvent::ConnectionLost { id, .. }
+            | DelegatorEvent::Forgotten { id }
+            | DelegatorEvent::Ended { id, .. } => id,
+        }
+    }
+}
+
 /// Why a journal record cannot be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -31,8 +119,8 @@ pub enum RecordError {
     TooNew(u32),
 }
 
-/// The journal record of one delegation. The driver writes it atomically on every event and
-/// removes it on [`DelegatorEvent::Forgotten`]. It holds the INVITE with the credential, so
+/// The journal record of one delegation. The driver writes it and syncs it as
+/// [`DelegatorOutput::journaling`] says, and removes it on [`DelegatorEvent::Forgotten`]. It holds the INVITE with the credential, so
 /// the state directory must be private.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

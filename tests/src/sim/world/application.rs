@@ -81,7 +81,7 @@ impl World {
         }
         // Journalled at once, as the driver does: a crash never loses a delegation whose id
         // the application has.
-        self.persist_del(&id);
+        self.persist_del(&id, true);
         self.drain_delegator();
     }
 

@@ -9,6 +9,17 @@ impl World {
     }
 
     pub(super) fn on_del_out(&mut self, out: DelegatorOutput) {
+        // The journal, as the driver keeps it, before the output is executed.
+        let id = out.delegation_id().clone();
+        match out.journaling() {
+            Journaling::Write => self.persist_del(&id, false),
+            Journaling::Sync => self.persist_del(&id, true),
+            Journaling::Remove => {
+                self.del_journal.remove(&id);
+                self.del_durable.remove(&id);
+            }
+            Journaling::None => {}
+        }
         match out {
             DelegatorOutput::ScanWorkspace { id } => {
                 let i = self.idx(&id);
@@ -353,18 +364,6 @@ impl World {
     }
 
     pub(super) fn on_del_event(&mut self, ev: DelegatorEvent) {
-        // The journal, as the driver writes it.
-        match &ev {
-            DelegatorEvent::StateChanged { id, .. }
-            | DelegatorEvent::Snapshot { id, .. }
-            | DelegatorEvent::Ended { id, .. } => self.persist_del(id),
-            DelegatorEvent::Forgotten { id } => {
-                self.del_journal.remove(id);
-            }
-            DelegatorEvent::Progress { .. }
-            | DelegatorEvent::PeerMisbehaved { .. }
-            | DelegatorEvent::ConnectionLost { .. } => {}
-        }
         match ev {
             DelegatorEvent::PeerMisbehaved { id, reason } => {
                 // The executors here are this project's engine: they never break the protocol.

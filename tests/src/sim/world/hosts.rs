@@ -142,6 +142,12 @@ impl World {
             let sid = p.snapshot_id;
             self.log(|| format!("apply {sid} of {} interrupted by the crash", p.id));
         }
+        let power_lost = self.rng.chance(500);
+        if power_lost {
+            // The machine lost power: what was written and not yet synced is gone.
+            self.bump("delegator power loss");
+            self.del_journal = self.del_durable.clone();
+        }
         let mut d = Delegator::new(del_config(&self.cfg));
         // Read back as the driver does: from the JSON the journal holds.
         let records: Vec<DelegationRecord> = self
@@ -154,21 +160,53 @@ impl World {
             self.bump("delegator restored from its journal");
         }
         self.delegator = d;
+        if power_lost {
+            // The application died with the machine: what it knows of each delegation is
+            // what the journal kept (the states after the last sync are undone).
+            for r in &records {
+                let i = self.idx(&r.id);
+                let d = &mut self.dels[i];
+                if d.state != r.state {
+                    self.bump("power loss undid a state the application saw");
+                }
+                let d = &mut self.dels[i];
+                d.state = r.state;
+                if !r.ended {
+                    d.ended = None;
+                    d.result = None;
+                    d.error = None;
+                    // Ending it again (the undone steps redone) takes from now.
+                    d.deadline = d.deadline.max(self.now + GRACE_MS);
+                }
+            }
+            let floor = self.now + GRACE_MS;
+            for v in self.held.values_mut() {
+                *v = (*v).max(floor);
+            }
+        }
         self.restored.extend(self.del_journal.keys().cloned());
         let ids: Vec<DelegationId> = self.del_journal.keys().cloned().collect();
+        // Records read back are synced before the new process acts on them.
+        self.del_durable = self.del_journal.clone();
         for id in ids {
-            self.persist_del(&id);
+            self.persist_del(&id, true);
         }
         self.drain_delegator();
     }
 
-    pub(super) fn persist_del(&mut self, id: &DelegationId) {
+    /// Writes the record of `id` as the driver does: synced if `durable` or the first one.
+    pub(super) fn persist_del(&mut self, id: &DelegationId, durable: bool) {
         match self.delegator.record(id) {
             Some(r) => {
-                self.del_journal.insert(id.clone(), r.to_json());
+                let r = r.to_json();
+                if durable || !self.del_journal.contains_key(id) {
+                    self.del_durable.insert(id.clone(), r.clone());
+                }
+                self.del_journal.insert(id.clone(), r);
             }
             None => {
                 self.del_journal.remove(id);
+                self.del_durable.remove(id);
             }
         }
     }

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use awcp_proto::engine::auth::SecretDigest;
 use awcp_proto::engine::delegator::{
-    ArchiveDelivery, ArchiveLayout, DelegateRequest, DelegationRecord, FetchedResult, Outbound,
-    PrepareFailure, Reply, RequestFailure, SnapshotStatus, StoreFailure,
+    ArchiveDelivery, ArchiveLayout, DelegateRequest, DelegationRecord, FetchedResult, Journaling,
+    Outbound, PrepareFailure, Reply, RequestFailure, SnapshotStatus, StoreFailure,
 };
 use awcp_proto::engine::drive::{self, Wake};
 use awcp_proto::engine::executor::{
@@ -311,6 +311,9 @@ pub struct World {
     del_inc: u32,
     /// The delegation journal, written as the driver writes it.
     del_journal: BTreeMap<DelegationId, Value>,
+    /// What of it a power loss leaves: the records as last synced (the engine says when,
+    /// `DelegatorOutput::journaling`).
+    del_durable: BTreeMap<DelegationId, Value>,
     /// Delegations a restarted delegator restored: their releases are idempotent cleanups.
     restored: std::collections::BTreeSet<DelegationId>,
     pending_applies: BTreeMap<u64, PendingApply>,

@@ -43,6 +43,7 @@ impl World {
             store: BTreeMap::new(),
             del_inc: 0,
             del_journal: BTreeMap::new(),
+            del_durable: BTreeMap::new(),
             archive_urls: BTreeMap::new(),
             archive_fetched: Default::default(),
             restored: Default::default(),
