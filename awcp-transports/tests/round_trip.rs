@@ -601,8 +601,9 @@ fn assert_types_changed(ws: &Path) {
 }
 
 /// Type changes apply three-way (the base sent, the local tree, the result) in one journalled
-/// swap: a crash after any number of its renames is rolled forward by the start-up recovery
-/// to exactly the new tree, and applying again afterwards is a no-op success.
+/// swap: a crash after any number of its renames (all of them included, before the apply
+/// directory is removed) is rolled forward by the start-up recovery to exactly the new tree,
+/// and applying again afterwards is a no-op success.
 #[test]
 fn type_changes_survive_a_crash_at_every_step_of_the_swap() {
     for kind in [SnapshotKind::Delta, SnapshotKind::Full] {

@@ -197,8 +197,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let j = Journal::at(dir.path().to_path_buf());
         let text = |n| state(n).to_string();
-        assert!(j.write_record(&id(), &text(0), false), "a new file is written atomically");
-        assert!(!j.write_record(&id(), &text(1), false), "an append without a sync");
+        assert!(
+            j.write_record(&id(), &text(0), false),
+            "a new file is written atomically"
+        );
+        assert!(
+            !j.write_record(&id(), &text(1), false),
+            "an append without a sync"
+        );
         assert!(j.write_record(&id(), &text(2), true));
         assert!(!j.write_record(&id(), &text(3), false));
         j.sync(&id());

@@ -7,7 +7,9 @@
 //! 2. the state becomes `committing` (atomic rename of the journal), then each op moves the
 //!    current file (if any) to `backup/` and the staged file into place. A crash now is rolled
 //!    forward: every op is idempotent, so recovery simply redoes the remaining ones.
-//! 3. the state becomes `committed` and the directory is removed.
+//! 3. the directory is removed. (No `committed` journal is written first: a crash between the
+//!    last op and the removal finds `committing` and redoes the ops, which are all done
+//!    already, then removes it; a `committed` journal of an older release is still read.)
 
 use std::fs;
 use std::io::Write;
@@ -146,8 +148,11 @@ pub(crate) fn commit(
         }
         run_op(op)?;
     }
+    if crash_after_ops == Some(j.ops.len()) {
+        return Err(TransportError::InjectedCrash("after the last op"));
+    }
+    // Not saved: recovery of `committing` after this point redoes ops that are all done.
     j.state = JournalState::Committed;
-    j.save(dir)?;
     cleanup(dir, j);
     Ok(())
 }
