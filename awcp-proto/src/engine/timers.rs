@@ -24,9 +24,17 @@ impl<K: Ord + Copy> Default for TimerIndex<K> {
 impl<K: Ord + Copy> TimerIndex<K> {
     /// Arms (or re-arms) timer `kind` of `id` at `at`.
     pub(crate) fn set(&mut self, id: &DelegationId, kind: K, at: Timestamp) {
-        self.cancel(id, kind);
-        self.by_deadline.insert((at, id.clone(), kind));
-        self.by_key.insert((id.clone(), kind), at);
+        // One lookup for the key: the old deadline (if any) comes back from the insert.
+        match self.by_key.insert((id.clone(), kind), at) {
+            Some(old) if old == at => {}
+            Some(old) => {
+                self.by_deadline.remove(&(old, id.clone(), kind));
+                self.by_deadline.insert((at, id.clone(), kind));
+            }
+            None => {
+                self.by_deadline.insert((at, id.clone(), kind));
+            }
+        }
     }
 
     /// Disarms timer `kind` of `id`.

@@ -128,7 +128,7 @@ impl Phase {
 /// One assignment of the executor.
 #[derive(Debug)]
 pub(crate) struct Assignment {
-    pub(crate) invite: Invite,
+    pub(crate) invite: std::sync::Arc<Invite>,
     pub(crate) dialect: Dialect,
     /// The spec state; changes only through [`Executor::transition`].
     pub(crate) machine: AssignmentMachine,

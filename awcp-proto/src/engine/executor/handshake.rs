@@ -95,7 +95,7 @@ impl Executor {
         }
         // A repeated INVITE (retry, duplicate delivery) is answered idempotently.
         if let Some(a) = self.assignments.get_mut(&id) {
-            if a.invite != invite {
+            if *a.invite != invite {
                 self.event(ExecutorEvent::PeerMisbehaved {
                     id: id.clone(),
                     reason: Misbehaviour::ConflictingInvite,
@@ -142,7 +142,7 @@ impl Executor {
         self.assignments.insert(
             id.clone(),
             Assignment {
-                invite,
+                invite: std::sync::Arc::new(invite),
                 dialect,
                 machine: AssignmentMachine::new(),
                 phase: Phase::Allocating,
@@ -229,7 +229,7 @@ impl Executor {
                     }));
             }
             Ok(()) => {
-                let invite = Box::new(a.invite.clone());
+                let invite = std::sync::Arc::clone(&a.invite);
                 if self.config.auto_accept {
                     self.core.outputs.push_back(ExecutorOutput::Event(
                         ExecutorEvent::InviteReceived {

@@ -321,8 +321,8 @@ pub enum ExecutorEvent {
     InviteReceived {
         /// The delegation.
         id: DelegationId,
-        /// The invitation.
-        invite: Box<Invite>,
+        /// The invitation (shared with the engine's copy: no clone per event).
+        invite: std::sync::Arc<Invite>,
         /// Whether the application must decide.
         needs_decision: bool,
     },

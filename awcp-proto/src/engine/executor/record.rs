@@ -182,7 +182,7 @@ impl Executor {
         Some(AssignmentRecord {
             version: RECORD_VERSION,
             id: id.as_str().to_owned(),
-            invite: crate::wire::message_to_value(&Message::Invite(a.invite.clone()), a.dialect),
+            invite: crate::wire::message_to_value(&Message::Invite((*a.invite).clone()), a.dialect),
             dialect: if a.dialect == Dialect::Seed {
                 "seed"
             } else {
@@ -359,7 +359,7 @@ impl Executor {
             id.clone(),
             Assignment {
                 features: invite.features.clone(),
-                invite,
+                invite: std::sync::Arc::new(invite),
                 dialect,
                 machine,
                 phase,
