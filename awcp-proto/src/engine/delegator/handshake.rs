@@ -75,7 +75,7 @@ impl Delegator {
             invited_at: Some(now),
         };
         let invite = Invite {
-            export_name: (d.req.dialect == Dialect::Seed).then(|| format!("awcp/{id}")),
+            export_name: (d.req.dialect == Dialect::Seed).then(|| export_name(id)),
             retention_ms: Some(
                 u64::try_from(self.config.retention.as_millis()).unwrap_or(u64::MAX),
             ),
@@ -372,6 +372,15 @@ impl Delegator {
         self.transition(now, id, DelegationTransition::SendStart, None);
         self.core.outputs.push_back(out);
     }
+}
+
+/// The seed dialect's export name of `id` (`awcp/<id>`), built without `format!` (one
+/// allocation).
+fn export_name(id: &DelegationId) -> String {
+    let mut name = String::with_capacity(5 + id.as_str().len());
+    name.push_str("awcp/");
+    name.push_str(id.as_str());
+    name
 }
 
 /// The INVITE of a delegation as its request defines it (what the journal keeps); the wire
