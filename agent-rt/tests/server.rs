@@ -372,7 +372,7 @@ async fn until_idle<R: Host>(c: &HttpClient<R>, n: usize) {
 async fn requests_to_one_peer_share_a_kept_connection<R: Host>() {
     let s = start::<R>(ServerOptions::default(), port_echo());
     let url = format!("http://{}/", s.addr);
-    let c = HttpClient::new(R::default(), ClientTls::default());
+    let c = HttpClient::new(R::default(), ClientTls::default()).keep_alive(true);
     let mut ports = Vec::new();
     for _ in 0..3 {
         let (status, body) = c
@@ -400,7 +400,7 @@ async fn a_kept_connection_the_server_closed_is_not_used<R: Host>() {
     };
     let s = start::<R>(opts, port_echo());
     let url = format!("http://{}/", s.addr);
-    let c = HttpClient::new(R::default(), ClientTls::default());
+    let c = HttpClient::new(R::default(), ClientTls::default()).keep_alive(true);
     let first = c
         .request(http::Method::GET, &url, &[], None, DEADLINE, 1 << 20)
         .await
@@ -414,6 +414,22 @@ async fn a_kept_connection_the_server_closed_is_not_used<R: Host>() {
         .unwrap();
     assert_eq!((first.0, second.0), (200, 200));
     assert_ne!(first.1, second.1, "a new connection");
+}
+
+async fn without_keep_alive_every_request_has_its_own_connection<R: Host>() {
+    let s = start::<R>(ServerOptions::default(), port_echo());
+    let url = format!("http://{}/", s.addr);
+    let c = HttpClient::new(R::default(), ClientTls::default());
+    let mut ports = Vec::new();
+    for _ in 0..2 {
+        let (_, port) = c
+            .request(http::Method::GET, &url, &[], None, DEADLINE, 1 << 20)
+            .await
+            .unwrap();
+        ports.push(port);
+    }
+    assert_ne!(ports[0], ports[1]);
+    assert_eq!(c.idle_connections(), 0);
 }
 
 macro_rules! on_both_runtimes {
@@ -437,4 +453,5 @@ on_both_runtimes!(
     streamed_request_bodies,
     requests_to_one_peer_share_a_kept_connection,
     a_kept_connection_the_server_closed_is_not_used,
+    without_keep_alive_every_request_has_its_own_connection,
 );

@@ -366,7 +366,9 @@ impl DelegatorHandle {
         }
         let lp = Loop {
             rt: rt.clone(),
-            http: agent_rt::HttpClient::new(rt.clone(), opts.client_tls.clone()),
+            // Executors answer without Nagle delays (this project's; the reference on Node.js
+            // 18+): the requests of a delegation share connections.
+            http: agent_rt::HttpClient::new(rt.clone(), opts.client_tls.clone()).keep_alive(true),
             engine,
             tx: tx.clone(),
             opts: Arc::new(opts),
