@@ -302,10 +302,18 @@ impl<R: Runtime> Loop<R> {
                     }
                     return;
                 }
-                if self.journal.write_record(id, &text, durable) {
-                    self.unsynced.remove(id);
-                } else {
-                    self.unsynced.insert(id.clone());
+                match self.journal.write_record(id, &text, durable) {
+                    Ok(true) => {
+                        self.unsynced.remove(id);
+                    }
+                    Ok(false) => {
+                        self.unsynced.insert(id.clone());
+                    }
+                    Err(e) => {
+                        // Not remembered as written: the next change writes it again.
+                        tracing::warn!(delegation = %id, "journal write failed: {e}");
+                        return;
+                    }
                 }
                 self.written.insert(id.clone(), text);
             }

@@ -46,20 +46,21 @@ impl Journal {
     /// Writes (or replaces) the record of `id`; durable when this returns (a failure is
     /// logged).
     pub fn write(&self, id: &DelegationId, record: &Value) {
-        self.write_record(id, &record.to_string(), true);
+        if let Err(e) = self.write_record(id, &record.to_string(), true) {
+            tracing::warn!(delegation = %id, "journal write failed: {e}");
+        }
     }
 
     /// Writes (or replaces) the record of `id` (one line of compact JSON), synced only if
-    /// `durable` or the file is new (or compacted). Returns whether it is durable; if not, [`Journal::sync`] makes it so. A
-    /// failure is logged (and reported as durable: there is nothing left to sync).
-    pub fn write_record(&self, id: &DelegationId, record: &str, durable: bool) -> bool {
-        match append_record(&self.dir, &format!("{id}.json"), record, durable) {
-            Ok(synced) => synced,
-            Err(e) => {
-                tracing::warn!(delegation = %id, "journal write failed: {e}");
-                true
-            }
-        }
+    /// `durable` or the file is new (or compacted). Returns whether it is durable; if not,
+    /// [`Journal::sync`] makes it so.
+    pub fn write_record(
+        &self,
+        id: &DelegationId,
+        record: &str,
+        durable: bool,
+    ) -> std::io::Result<bool> {
+        append_record(&self.dir, &format!("{id}.json"), record, durable)
     }
 
     /// Makes what was written of the record of `id` durable (a failure is logged).
@@ -199,16 +200,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let j = Journal::at(dir.path().to_path_buf());
         let text = |n| state(n).to_string();
-        assert!(
-            j.write_record(&id(), &text(0), false),
-            "a new file is written atomically"
-        );
-        assert!(
-            !j.write_record(&id(), &text(1), false),
-            "an append without a sync"
-        );
-        assert!(j.write_record(&id(), &text(2), true));
-        assert!(!j.write_record(&id(), &text(3), false));
+        let write = |n, durable| j.write_record(&id(), &text(n), durable).unwrap();
+        assert!(write(0, false), "a new file is written atomically");
+        assert!(!write(1, false), "an append without a sync");
+        assert!(write(2, true));
+        assert!(!write(3, false));
         j.sync(&id());
         assert_eq!(j.load(), vec![state(3)]);
     }
