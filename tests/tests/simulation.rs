@@ -49,8 +49,14 @@ fn simulation_seeds() {
     }
     if count >= 1_000 {
         // The engine decides archive URLs: the sweep reaches both of its answers (a grant
-        // lost with a crashed delegator is refused).
-        for k in ["archive fetched by URL", "archive URL refused"] {
+        // lost with a crashed delegator is refused). The write-ahead journal is tried: power
+        // losses that undo states the application had seen.
+        for k in [
+            "archive fetched by URL",
+            "archive URL refused",
+            "delegator power loss",
+            "power loss undid a state the application saw",
+        ] {
             assert!(
                 total.get(k).copied().unwrap_or(0) > 0,
                 "no seed reached {k:?}"

@@ -15,8 +15,10 @@ impl World {
             Journaling::Write => self.persist_del(&id, false),
             Journaling::Sync => self.persist_del(&id, true),
             Journaling::Remove => {
+                // The driver unlinks the file without syncing the directory: after a power
+                // loss the record may come back as last synced (kept in `del_durable`), and
+                // the restored delegator must end that delegation again, harmlessly.
                 self.del_journal.remove(&id);
-                self.del_durable.remove(&id);
             }
             Journaling::None => {}
         }
