@@ -382,7 +382,6 @@ impl DelegatorHandle {
             archive_files: BTreeMap::new(),
             lock: Some(lock),
             farewells: Vec::new(),
-            unsynced: std::collections::BTreeSet::new(),
             written: BTreeMap::new(),
         };
         rt.spawn(Box::pin(lp.run(rx)));
@@ -584,9 +583,13 @@ struct Loop<R: Runtime> {
     /// Requests that tell an executor something final (ack, cancel, ERROR) still in flight:
     /// [`DelegatorHandle::stop`] lets them finish.
     farewells: Vec<oneshot::Receiver<()>>,
-    /// Delegations whose journal record was written since its last sync (see
-    /// [`awcp_proto::engine::delegator::Journaling`]).
-    unsynced: std::collections::BTreeSet<DelegationId>,
-    /// The record last written of each delegation (not written again when unchanged).
-    written: BTreeMap<DelegationId, String>,
+    /// The record last written of each delegation (not written again when unchanged), and
+    /// whether it was synced since (see [`awcp_proto::engine::delegator::Journaling`]).
+    written: BTreeMap<DelegationId, Written>,
+}
+
+/// A journal record as last written.
+struct Written {
+    text: String,
+    durable: bool,
 }

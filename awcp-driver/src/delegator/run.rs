@@ -270,11 +270,7 @@ impl<R: Runtime> Loop<R> {
         match out.journaling() {
             Journaling::Write => self.persist(&id.clone(), false),
             Journaling::Sync => self.persist(&id.clone(), true),
-            Journaling::Remove => {
-                self.unsynced.remove(id);
-                self.written.remove(id);
-                self.journal.remove(id);
-            }
+            Journaling::Remove => self.remove_record(&id.clone()),
             Journaling::None => {}
         }
     }
@@ -296,39 +292,35 @@ impl<R: Runtime> Loop<R> {
                         .collect();
                 }
                 let text = rec.to_json().to_string();
-                if self.written.get(id) == Some(&text) {
-                    if durable && self.unsynced.remove(id) {
+                if let Some(w) = self.written.get_mut(id).filter(|w| w.text == text) {
+                    if durable && !w.durable {
                         self.journal.sync(id);
+                        w.durable = true;
                     }
                     return;
                 }
                 match self.journal.write_record(id, &text, durable) {
-                    Ok(true) => {
-                        self.unsynced.remove(id);
+                    Ok(durable) => {
+                        self.written.insert(id.clone(), Written { text, durable });
                     }
-                    Ok(false) => {
-                        self.unsynced.insert(id.clone());
-                    }
-                    Err(e) => {
-                        // Not remembered as written: the next change writes it again.
-                        tracing::warn!(delegation = %id, "journal write failed: {e}");
-                        return;
-                    }
+                    // Not remembered as written: the next change writes it again.
+                    Err(e) => tracing::warn!(delegation = %id, "journal write failed: {e}"),
                 }
-                self.written.insert(id.clone(), text);
             }
-            None => {
-                self.unsynced.remove(id);
-                self.written.remove(id);
-                self.journal.remove(id);
-            }
+            None => self.remove_record(id),
         }
+    }
+
+    fn remove_record(&mut self, id: &DelegationId) {
+        self.written.remove(id);
+        self.journal.remove(id);
     }
 
     /// Makes every record written since its last sync durable (before the process stops).
     pub(super) fn sync_journal(&mut self) {
-        for id in std::mem::take(&mut self.unsynced) {
-            self.journal.sync(&id);
+        for (id, w) in self.written.iter_mut().filter(|(_, w)| !w.durable) {
+            self.journal.sync(id);
+            w.durable = true;
         }
     }
 
