@@ -165,8 +165,7 @@ impl World {
             // what the journal kept (the states after the last sync are undone).
             for r in &records {
                 let i = self.idx(&r.id);
-                let d = &mut self.dels[i];
-                if d.state != r.state {
+                if self.dels[i].state != r.state {
                     self.bump("power loss undid a state the application saw");
                 }
                 let d = &mut self.dels[i];
@@ -204,9 +203,9 @@ impl World {
                 }
                 self.del_journal.insert(id.clone(), r);
             }
+            // Unlinked, not durably (see `Journaling::Remove` in `on_del_out`).
             None => {
                 self.del_journal.remove(id);
-                self.del_durable.remove(id);
             }
         }
     }
