@@ -359,6 +359,15 @@ fn port_echo() -> Handler {
     })
 }
 
+/// `GET url` through `c`: status and body (the client's port, from [`port_echo`]).
+async fn get_on<R: Host>(c: &HttpClient<R>, url: &str) -> (u16, String) {
+    let (status, body) = c
+        .request(http::Method::GET, url, &[], None, DEADLINE, 1 << 20)
+        .await
+        .unwrap();
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
 /// Waits (bounded by [`DEADLINE`]) until `c` has `n` idle kept connections.
 async fn until_idle<R: Host>(c: &HttpClient<R>, n: usize) {
     let rt = R::default();
@@ -375,21 +384,14 @@ async fn requests_to_one_peer_share_a_kept_connection<R: Host>() {
     let c = HttpClient::new(R::default(), ClientTls::default()).keep_alive(true);
     let mut ports = Vec::new();
     for _ in 0..3 {
-        let (status, body) = c
-            .request(http::Method::GET, &url, &[], None, DEADLINE, 1 << 20)
-            .await
-            .unwrap();
+        let (status, port) = get_on(&c, &url).await;
         assert_eq!(status, 200);
-        ports.push(body);
+        ports.push(port);
         until_idle(&c, 1).await;
     }
     assert!(ports.iter().all(|p| *p == ports[0]), "{ports:?}");
     // A clone shares the kept connection.
-    let (_, again) = c
-        .clone()
-        .request(http::Method::GET, &url, &[], None, DEADLINE, 1 << 20)
-        .await
-        .unwrap();
+    let (_, again) = get_on(&c.clone(), &url).await;
     assert_eq!(again, ports[0]);
 }
 
@@ -401,17 +403,11 @@ async fn a_kept_connection_the_server_closed_is_not_used<R: Host>() {
     let s = start::<R>(opts, port_echo());
     let url = format!("http://{}/", s.addr);
     let c = HttpClient::new(R::default(), ClientTls::default()).keep_alive(true);
-    let first = c
-        .request(http::Method::GET, &url, &[], None, DEADLINE, 1 << 20)
-        .await
-        .unwrap();
+    let first = get_on(&c, &url).await;
     until_idle(&c, 1).await;
     // The server closes the idle connection; the client notices and does not offer it again.
     until_idle(&c, 0).await;
-    let second = c
-        .request(http::Method::GET, &url, &[], None, DEADLINE, 1 << 20)
-        .await
-        .unwrap();
+    let second = get_on(&c, &url).await;
     assert_eq!((first.0, second.0), (200, 200));
     assert_ne!(first.1, second.1, "a new connection");
 }
@@ -422,11 +418,7 @@ async fn without_keep_alive_every_request_has_its_own_connection<R: Host>() {
     let c = HttpClient::new(R::default(), ClientTls::default());
     let mut ports = Vec::new();
     for _ in 0..2 {
-        let (_, port) = c
-            .request(http::Method::GET, &url, &[], None, DEADLINE, 1 << 20)
-            .await
-            .unwrap();
-        ports.push(port);
+        ports.push(get_on(&c, &url).await.1);
     }
     assert_ne!(ports[0], ports[1]);
     assert_eq!(c.idle_connections(), 0);
