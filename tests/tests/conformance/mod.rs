@@ -1067,19 +1067,41 @@ impl CutProxy {
                         g.push(down.try_clone().unwrap());
                         g.push(up.try_clone().unwrap());
                     }
-                    // Peek at the request line.
-                    let mut first = [0u8; 512];
-                    let n = down.read(&mut first).unwrap_or(0);
-                    let line = String::from_utf8_lossy(&first[..n]);
-                    let line = line.lines().next().unwrap_or("").to_string();
-                    requests.lock().unwrap().push(line);
-                    let _ = tx.try_send(());
-                    if up.write_all(&first[..n]).is_err() {
-                        return;
-                    }
                     let (mut d2, mut u2) = (down.try_clone().unwrap(), up.try_clone().unwrap());
                     std::thread::spawn(move || std::io::copy(&mut u2, &mut d2));
-                    let _ = std::io::copy(&mut down, &mut up);
+                    // Forward the client's bytes, noting every request line on the way (a
+                    // kept-alive connection carries several requests).
+                    let mut buf = vec![0u8; 64 * 1024];
+                    let mut partial = Vec::new();
+                    loop {
+                        let n = match down.read(&mut buf) {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => n,
+                        };
+                        if up.write_all(&buf[..n]).is_err() {
+                            return;
+                        }
+                        partial.extend_from_slice(&buf[..n]);
+                        while let Some(end) = partial.windows(2).position(|w| w == b"\r\n") {
+                            let line = String::from_utf8_lossy(&partial[..end]).into_owned();
+                            partial.drain(..end + 2);
+                            // A request line may follow the previous body on the same line
+                            // (bodies end without a line break).
+                            let start = ["GET /", "POST /", "PUT /", "DELETE /"]
+                                .iter()
+                                .filter_map(|m| line.rfind(m))
+                                .max();
+                            if let (Some(start), true) = (start, line.ends_with(" HTTP/1.1")) {
+                                requests.lock().unwrap().push(line[start..].to_owned());
+                                let _ = tx.try_send(());
+                            }
+                        }
+                        // A body without line breaks (an archive) is not kept whole.
+                        if partial.len() > 4096 {
+                            let keep = partial.len() - 512;
+                            partial.drain(..keep);
+                        }
+                    }
                 });
             }
         });
