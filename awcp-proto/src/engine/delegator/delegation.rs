@@ -289,6 +289,58 @@ pub(super) enum Stream {
     Open,
 }
 
+/// A delegation's snapshots, in arrival order.
+///
+/// A vector searched by id: a delegation has one snapshot, or a few with delta snapshots, and
+/// a map's first node (about 3 KiB, one allocation too large for the allocator's fast path)
+/// cost more than the scan. No more than [`Snapshots::MAX`] are kept, so a peer that sends
+/// snapshot events without end can make neither the scan quadratic nor the record unbounded.
+#[derive(Debug, Default)]
+pub(super) struct Snapshots(Vec<SnapshotRecord>);
+
+impl Snapshots {
+    /// Snapshots one delegation keeps; later ones are refused (a peer that sends more is
+    /// misbehaving: one snapshot per task, a few with delta snapshots).
+    pub(super) const MAX: usize = 1024;
+
+    /// The snapshot `id`.
+    pub(super) fn get(&self, id: &SnapshotId) -> Option<&SnapshotRecord> {
+        self.0.iter().find(|r| r.id == *id)
+    }
+
+    /// The snapshot `id`, to change it.
+    pub(super) fn get_mut(&mut self, id: &SnapshotId) -> Option<&mut SnapshotRecord> {
+        self.0.iter_mut().find(|r| r.id == *id)
+    }
+
+    /// Whether `id` is known.
+    pub(super) fn contains(&self, id: &SnapshotId) -> bool {
+        self.get(id).is_some()
+    }
+
+    /// Whether [`Snapshots::MAX`] are kept (no more may be pushed).
+    pub(super) fn is_full(&self) -> bool {
+        self.0.len() >= Self::MAX
+    }
+
+    /// Adds a snapshot the caller checked is not known yet (and, for one the executor
+    /// announces, not one too many: records read back are all kept).
+    pub(super) fn push(&mut self, rec: SnapshotRecord) {
+        debug_assert!(!self.contains(&rec.id));
+        self.0.push(rec);
+    }
+
+    /// Keeps the snapshots `keep` says to keep (and lets it change them), in order.
+    pub(super) fn retain_mut(&mut self, keep: impl FnMut(&mut SnapshotRecord) -> bool) {
+        self.0.retain_mut(keep);
+    }
+
+    /// All of them, in arrival order.
+    pub(super) fn iter(&self) -> std::slice::Iter<'_, SnapshotRecord> {
+        self.0.iter()
+    }
+}
+
 /// One delegation of the delegator.
 #[derive(Debug)]
 pub(super) struct Delegation {
@@ -308,9 +360,8 @@ pub(super) struct Delegation {
     pub(super) features: Vec<String>,
     /// The executor's ACCEPT, for the view (absent before it, and after a restart).
     pub(super) accept: Option<Accept>,
-    /// Snapshots by id; `snapshot_order` keeps their arrival order.
-    pub(super) snapshots: BTreeMap<SnapshotId, SnapshotRecord>,
-    pub(super) snapshot_order: Vec<SnapshotId>,
+    /// Snapshots, in arrival order.
+    pub(super) snapshots: Snapshots,
     /// Snapshots whose bytes are in the driver's store (stored, not yet deleted).
     pub(super) stored: Vec<SnapshotId>,
     /// The apply in flight and the stored snapshots waiting behind it (one at a time).
@@ -342,8 +393,7 @@ impl Delegation {
             expires_at: None,
             features: Vec::new(),
             accept: None,
-            snapshots: BTreeMap::new(),
-            snapshot_order: Vec::new(),
+            snapshots: Snapshots::default(),
             stored: Vec::new(),
             applies: Applies::Idle,
             result: None,
@@ -366,7 +416,7 @@ impl Delegation {
     /// and from an apply's start until it answers).
     pub(super) fn ops_in_flight(&self) -> usize {
         self.snapshots
-            .values()
+            .iter()
             .filter(|r| r.status == SnapshotStatus::InFlight)
             .count()
     }
@@ -377,7 +427,7 @@ impl Delegation {
         self.result_error.is_none()
             && !self
                 .snapshots
-                .values()
+                .iter()
                 .any(|r| matches!(r.status, SnapshotStatus::Failed(_)))
     }
 }

@@ -195,7 +195,7 @@ impl Delegator {
                 !live
                     && d.access == AccessMode::Rw
                     && d.req.snapshot_mode != SnapshotMode::Discard
-                    && !d.snapshots.contains_key(s)
+                    && !d.snapshots.contains(s)
             }
             None => false,
         };

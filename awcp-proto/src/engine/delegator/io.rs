@@ -97,6 +97,12 @@ pub enum PeerMisbehavior {
         /// What was wrong with it.
         detail: String,
     },
+    /// It announced more snapshots for one delegation than the delegator keeps: the later
+    /// ones are ignored.
+    TooManySnapshots {
+        /// How many are kept.
+        kept: usize,
+    },
     /// A message it sent asked for a transition the spec table does not allow now.
     IllegalTransition {
         /// The delegation's state.

@@ -121,11 +121,7 @@ impl Delegator {
             access_mode: d.access,
             executor_work_dir: d.accept.as_ref().map(|a| a.work_dir.clone()),
             executor_constraints: d.accept.as_ref().and_then(|a| a.constraints),
-            snapshots: d
-                .snapshot_order
-                .iter()
-                .filter_map(|s| d.snapshots.get(s).cloned())
-                .collect(),
+            snapshots: d.snapshots.iter().cloned().collect(),
             result: d.result.clone(),
             error: d.error.clone(),
             result_error: d.result_error.clone(),

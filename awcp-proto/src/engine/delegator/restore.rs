@@ -33,9 +33,8 @@ impl Delegator {
             ended: d.phase.is_ended(),
             stored: d.stored.clone(),
             snapshots: d
-                .snapshot_order
+                .snapshots
                 .iter()
-                .filter_map(|sid| d.snapshots.get(sid))
                 .map(|r| SnapshotEntry {
                     id: r.id.clone(),
                     summary: r.summary.clone(),
@@ -103,25 +102,22 @@ impl Delegator {
         let ms = |v: Option<u64>| v.map(Timestamp::from_unix_millis);
         let state = r.state;
         let ended = r.ended;
-        let mut snapshots = BTreeMap::new();
-        let mut order = Vec::new();
+        let mut snapshots = Snapshots::default();
         for s in &r.snapshots {
-            let sid = s.id.clone();
-            order.push(sid.clone());
-            snapshots.insert(
-                sid.clone(),
-                SnapshotRecord {
-                    id: sid,
-                    summary: s.summary.clone(),
-                    highlights: s.highlights.clone(),
-                    recommended: s.recommended,
-                    metadata: s.metadata.clone(),
-                    status: SnapshotStatus::from(s.status.clone()),
-                    received_at: ms(s.received_at).unwrap_or(now),
-                    applied_at: ms(s.applied_at),
-                    error: s.error.clone(),
-                },
-            );
+            if snapshots.contains(&s.id) {
+                continue; // a record this engine never writes
+            }
+            snapshots.push(SnapshotRecord {
+                id: s.id.clone(),
+                summary: s.summary.clone(),
+                highlights: s.highlights.clone(),
+                recommended: s.recommended,
+                metadata: s.metadata.clone(),
+                status: SnapshotStatus::from(s.status.clone()),
+                received_at: ms(s.received_at).unwrap_or(now),
+                applied_at: ms(s.applied_at),
+                error: s.error.clone(),
+            });
         }
         let stored = r.stored.clone();
         // Snapshots in flight when the process stopped: one whose bytes are stored was being
@@ -130,24 +126,20 @@ impl Delegator {
         // received again (the executor was not acknowledged): replayed on the reconnected
         // event stream, or fetched if `done` had been heard.
         let mut awaiting_snapshot = None;
-        for sid in order.clone() {
-            let Some(rec) = snapshots.get_mut(&sid) else {
-                continue;
-            };
+        snapshots.retain_mut(|rec| {
             if rec.status != SnapshotStatus::InFlight {
-                continue;
-            }
-            if stored.contains(&sid) {
+                true
+            } else if stored.contains(&rec.id) {
                 rec.status = SnapshotStatus::Pending;
                 rec.error = Some(interrupted_apply());
+                true
             } else {
-                snapshots.remove(&sid);
-                order.retain(|s| s != &sid);
                 if state == DelegationState::Completed {
-                    awaiting_snapshot = Some(sid);
+                    awaiting_snapshot = Some(rec.id.clone());
                 }
+                false
             }
-        }
+        });
         let result = r.result.as_ref().map(|o| TaskOutcome {
             summary: o.summary.clone(),
             highlights: o.highlights.clone(),
@@ -252,7 +244,6 @@ impl Delegator {
                 features: r.features.clone(),
                 accept: None,
                 snapshots,
-                snapshot_order: order,
                 stored,
                 applies: Applies::Idle,
                 result,

@@ -126,11 +126,20 @@ impl Delegator {
         };
         let state = d.state();
         let awaited = d.phase.awaiting() == Some(&snap.snapshot_id);
-        if d.snapshots.contains_key(&snap.snapshot_id)
+        if d.snapshots.contains(&snap.snapshot_id)
             || !(state == DelegationState::Running
                 || (state == DelegationState::Completed && awaited))
         {
             return; // duplicate (replay) or too late (cancelled/expired: never apply)
+        }
+        if d.snapshots.is_full() {
+            self.peer_misbehaved(
+                id,
+                PeerMisbehavior::TooManySnapshots {
+                    kept: Snapshots::MAX,
+                },
+            );
+            return;
         }
         if awaited {
             d.phase.take_awaiting();
@@ -146,21 +155,17 @@ impl Delegator {
             SnapshotMode::Discard => SnapshotStatus::Discarded,
             SnapshotMode::Auto | SnapshotMode::Staged => SnapshotStatus::InFlight,
         };
-        d.snapshot_order.push(snap.snapshot_id.clone());
-        d.snapshots.insert(
-            snap.snapshot_id.clone(),
-            SnapshotRecord {
-                id: snap.snapshot_id.clone(),
-                summary: snap.summary.clone(),
-                highlights: snap.highlights.clone(),
-                recommended: snap.recommended.unwrap_or(false),
-                metadata: snap.metadata.clone(),
-                status: status.clone(),
-                received_at: now,
-                applied_at: None,
-                error: None,
-            },
-        );
+        d.snapshots.push(SnapshotRecord {
+            id: snap.snapshot_id.clone(),
+            summary: snap.summary.clone(),
+            highlights: snap.highlights.clone(),
+            recommended: snap.recommended.unwrap_or(false),
+            metadata: snap.metadata.clone(),
+            status: status.clone(),
+            received_at: now,
+            applied_at: None,
+            error: None,
+        });
         d.updated_at = now;
         let sid = snap.snapshot_id.clone();
         match mode {
@@ -349,7 +354,7 @@ fn apply_output(d: &Delegation, id: &DelegationId, sid: SnapshotId) -> Delegator
 mod tests {
     use super::*;
     use crate::engine::delegator::tests::{
-        applied, done_with_snapshot, drain, id, running, sid, snapshot, stored, t,
+        applied, done_with_snapshot, drain, events, id, running, sid, snapshot, stored, t,
     };
 
     /// The position of the first output matching `f`.
@@ -401,6 +406,36 @@ mod tests {
         // Once applying (or applied, or discarded) there is nothing to preview.
         d.apply_snapshot(t(4), &id(), &sid("snap_a")).unwrap();
         assert!(d.preview_snapshot(&id(), &sid("snap_a")).is_err());
+    }
+
+    #[test]
+    fn snapshots_beyond_the_cap_are_refused_as_the_executors_fault() {
+        let mut d = running(SnapshotMode::Discard);
+        let name = |i: usize| format!("snap_{i:06}");
+        for i in 0..Snapshots::MAX {
+            d.handle(t(2), snapshot(&name(i))).unwrap();
+        }
+        let kept = drain(&mut d);
+        assert!(!events(&kept)
+            .iter()
+            .any(|e| matches!(e, DelegatorEvent::PeerMisbehaved { .. })));
+        // One more: ignored and reported; a replay of a kept one is still only a duplicate.
+        d.handle(t(3), snapshot(&name(Snapshots::MAX))).unwrap();
+        d.handle(t(3), snapshot(&name(0))).unwrap();
+        let out = drain(&mut d);
+        assert_eq!(
+            events(&out),
+            [&DelegatorEvent::PeerMisbehaved {
+                id: id(),
+                reason: PeerMisbehavior::TooManySnapshots {
+                    kept: Snapshots::MAX
+                },
+            }]
+        );
+        let view = d.get(&id()).unwrap();
+        assert_eq!(view.snapshots.len(), Snapshots::MAX);
+        assert_eq!(view.snapshots[0].id, sid(&name(0)), "arrival order");
+        assert_eq!(view.state, DelegationState::Running);
     }
 
     #[test]
