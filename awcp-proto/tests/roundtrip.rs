@@ -416,6 +416,7 @@ fn reference_event_kind() -> impl Strategy<Value = TaskEventKind> {
                     snapshot_ids,
                     recommended_snapshot_id,
                     result_base64: None,
+                    result_local_file: None,
                 })
             },
         );
@@ -435,6 +436,7 @@ fn seed_event_kind() -> impl Strategy<Value = TaskEventKind> {
             snapshot_ids: Vec::new(),
             recommended_snapshot_id: None,
             result_base64: Some(result),
+            result_local_file: None,
         })
     })
 }

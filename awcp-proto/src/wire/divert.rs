@@ -1,12 +1,17 @@
-//! Receiving a large START without holding its archive: [`ArchiveTextDiverter`] reads a
-//! message body piece by piece, passes the text of START's `workspaceBase64` out as it
-//! arrives (for the caller to decode into a file) and keeps the rest of the JSON, with that
-//! field left as `""`, for the ordinary decoder.
+//! Receiving a large inline archive without holding it: [`ArchiveTextDiverter`] reads a JSON
+//! body piece by piece, passes the text of its archive field out as it arrives (for the caller
+//! to decode into a file) and keeps the rest of the JSON, with that field left as `""`, for the
+//! ordinary decoder. Two fields are diverted: START's `workspaceBase64` (an executor receiving
+//! a workspace, [`ArchiveTextDiverter::new`]) and the result a delegator receives, a `snapshot`
+//! event's or a `GET …/result` body's `snapshotBase64` or a `done` event's `resultBase64`
+//! ([`ArchiveTextDiverter::for_results`]).
 
 /// The keys START's transport handle may sit under (as the decoder looks for it).
 const HANDLE_KEYS: [&[u8]; 4] = [b"transportHandle", b"transport", b"workDir", b"mount"];
-/// The field diverted.
+/// START's diverted field.
 const FIELD: &[u8] = b"workspaceBase64";
+/// The top-level fields that carry a result archive.
+const RESULT_KEYS: [&[u8]; 2] = [b"snapshotBase64", b"resultBase64"];
 /// Keys longer than any of the above are not remembered.
 const KEY_CAP: usize = 32;
 
@@ -17,10 +22,10 @@ pub enum DivertError {
     #[error("message body larger than {0} bytes")]
     TooLarge(usize),
     /// The archive text holds an escape base64 cannot contain.
-    #[error("workspaceBase64 holds an escape sequence base64 cannot contain")]
+    #[error("the inline archive holds an escape sequence base64 cannot contain")]
     BadEscape,
-    /// Two `workspaceBase64` fields in START's handle.
-    #[error("workspaceBase64 appears twice in the transport handle")]
+    /// The archive field appears twice.
+    #[error("the inline archive field appears twice")]
     Duplicate,
 }
 
@@ -49,14 +54,15 @@ enum State {
     Divert { escape: bool },
 }
 
-/// Splits a JSON message body as it arrives: the text of the transport handle's
-/// `workspaceBase64` (unescaped; JSON allows `\/` and whitespace escapes in it) is passed out,
-/// everything else is kept. Works on any JSON; only a string value of `workspaceBase64`
-/// directly inside a top-level `transportHandle`, `transport`, `workDir` or `mount` object is
-/// diverted, so the kept text decodes to the same message with that field empty. A body that
-/// is not JSON is kept as it is (within the limit) for the decoder to refuse.
+/// Splits a JSON body as it arrives: the text of its archive field (unescaped; JSON allows
+/// `\/` and whitespace escapes in it) is passed out, everything else is kept. Works on any
+/// JSON; only a string value of the field, where its message has it, is diverted (see
+/// [`ArchiveTextDiverter::new`] and [`ArchiveTextDiverter::for_results`]), so the kept text
+/// decodes to the same message with that field empty. A body that is not JSON is kept as it is
+/// (within the limit) for the decoder to refuse.
 #[derive(Debug)]
 pub struct ArchiveTextDiverter {
+    target: Target,
     stack: Vec<Container>,
     state: State,
     kept: Vec<u8>,
@@ -64,10 +70,33 @@ pub struct ArchiveTextDiverter {
     diverted: bool,
 }
 
+/// Which field a diverter takes out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Target {
+    /// `workspaceBase64` directly inside START's top-level transport handle.
+    Start,
+    /// A top-level `snapshotBase64` or `resultBase64`.
+    Result,
+}
+
 impl ArchiveTextDiverter {
-    /// A diverter keeping at most `max_kept` bytes of JSON besides the archive text.
+    /// A diverter of START's `workspaceBase64` (directly inside a top-level `transportHandle`,
+    /// `transport`, `workDir` or `mount` object), keeping at most `max_kept` bytes of JSON
+    /// besides the archive text.
     pub fn new(max_kept: usize) -> Self {
+        ArchiveTextDiverter::with_target(Target::Start, max_kept)
+    }
+
+    /// A diverter of a result archive: a top-level `snapshotBase64` (a `snapshot` event, a
+    /// `GET …/result` body) or `resultBase64` (a `done` event), keeping at most `max_kept`
+    /// bytes of JSON besides the archive text.
+    pub fn for_results(max_kept: usize) -> Self {
+        ArchiveTextDiverter::with_target(Target::Result, max_kept)
+    }
+
+    fn with_target(target: Target, max_kept: usize) -> Self {
         ArchiveTextDiverter {
+            target,
             stack: Vec::new(),
             state: State::Structural,
             kept: Vec::new(),
@@ -76,7 +105,7 @@ impl ArchiveTextDiverter {
         }
     }
 
-    /// Whether a `workspaceBase64` text was diverted (completely).
+    /// Whether an archive text was diverted (completely).
     pub fn diverted(&self) -> bool {
         self.diverted
     }
@@ -210,8 +239,14 @@ impl ArchiveTextDiverter {
         Ok(())
     }
 
-    /// Whether a string value starting now is the handle's `workspaceBase64`.
+    /// Whether a string value starting now is the archive text.
     fn at_archive_text(&self) -> bool {
+        if self.target == Target::Result {
+            return matches!(
+                self.stack.as_slice(),
+                [Container::Object { key: Some(k), .. }] if RESULT_KEYS.contains(&k.as_slice())
+            );
+        }
         let [Container::Object {
             key: Some(outer), ..
         }, Container::Object {
@@ -236,6 +271,30 @@ pub fn attach_diverted_archive(msg: &mut super::Message, file: &str) -> bool {
             true
         }
         None => false,
+    }
+}
+
+/// Puts the file a diverted result archive was decoded into in place of the event's (now
+/// empty) inline text: a `snapshot` event's [`ArchiveData::local_file`](super::ArchiveData::local_file)
+/// or a `done` event's [`DoneEvent::result_local_file`](super::DoneEvent::result_local_file).
+/// `false` when `event` carries no inline result: nothing was diverted from it, and the caller
+/// deletes the file.
+pub fn attach_diverted_result(event: &mut super::TaskEvent, file: &str) -> bool {
+    match &mut event.kind {
+        super::TaskEventKind::Snapshot(s) if s.data.base64.is_some() => {
+            s.data.base64 = None;
+            s.data.local_file = Some(file.to_owned());
+            true
+        }
+        super::TaskEventKind::Done(d) if d.result_base64.is_some() => {
+            d.result_base64 = None;
+            d.result_local_file = Some(file.to_owned());
+            true
+        }
+        super::TaskEventKind::Snapshot(_)
+        | super::TaskEventKind::Done(_)
+        | super::TaskEventKind::Status(_)
+        | super::TaskEventKind::Error(_) => false,
     }
 }
 
@@ -305,6 +364,52 @@ mod tests {
             assert!(text.is_empty());
             assert_eq!(kept, body);
         }
+    }
+
+    #[test]
+    #[allow(clippy::unwrap_used, clippy::wildcard_enum_match_arm)]
+    fn a_result_is_diverted_only_at_the_top_level_and_attached_to_its_event() {
+        let split_results = |body: &[u8]| {
+            let mut d = ArchiveTextDiverter::for_results(1 << 20);
+            let mut text = Vec::new();
+            for c in body.chunks(3) {
+                d.push(c, &mut text).unwrap();
+            }
+            let diverted = d.diverted();
+            (d.finish(), text, diverted)
+        };
+        for body in [
+            &br#"{"metadata":{"snapshotBase64":"AAAA"},"x":"resultBase64"}"#[..],
+            br#"{"transportHandle":{"workspaceBase64":"AAAA"}}"#,
+            br#"["snapshotBase64","AAAA"]"#,
+        ] {
+            let (kept, text, diverted) = split_results(body);
+            assert!(
+                !diverted && text.is_empty(),
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+            assert_eq!(kept, body);
+        }
+        let snapshot = br#"{"delegationId":"dlg_1","type":"snapshot","snapshotId":"snap_000000000001","summary":"s","snapshotBase64":"QUJD"}"#;
+        let done = br#"{"delegationId":"dlg_1","type":"done","summary":"s","resultBase64":"QUJD"}"#;
+        let status = br#"{"delegationId":"dlg_1","type":"status","status":"running"}"#;
+        for body in [&snapshot[..], done] {
+            let (kept, text, diverted) = split_results(body);
+            assert!(diverted);
+            assert_eq!(text, b"QUJD");
+            let (mut ev, _) = crate::wire::decode_event(&kept).unwrap();
+            assert!(attach_diverted_result(&mut ev, "/tmp/r.zip"));
+            assert_eq!(ev.local_file(), Some("/tmp/r.zip"));
+            match &ev.kind {
+                crate::wire::TaskEventKind::Snapshot(s) => assert_eq!(s.data.base64, None),
+                crate::wire::TaskEventKind::Done(d) => assert_eq!(d.result_base64, None),
+                other => panic!("{other:?}"),
+            }
+        }
+        let (mut ev, _) = crate::wire::decode_event(status).unwrap();
+        assert!(!attach_diverted_result(&mut ev, "/tmp/r.zip"));
+        assert_eq!(ev.local_file(), None);
     }
 
     #[test]

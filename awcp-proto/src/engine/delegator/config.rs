@@ -45,6 +45,15 @@ pub struct DelegatorConfig {
     pub serve_archives: bool,
 }
 
+impl DelegatorConfig {
+    /// The most base64 text an inline result (a `snapshot` event's `snapshotBase64`, a
+    /// `done` event's `resultBase64`) may have: [`max_snapshot_bytes`](Self::max_snapshot_bytes)
+    /// encoded. A driver reading an event stream drops an event with more.
+    pub fn max_inline_result_text(&self) -> u64 {
+        self.max_snapshot_bytes.div_ceil(3).saturating_mul(4)
+    }
+}
+
 impl Default for DelegatorConfig {
     fn default() -> Self {
         DelegatorConfig {

@@ -158,8 +158,11 @@ impl Delegator {
             return;
         }
         // [S]: the result archive rides on `done`; treat it as a recommended snapshot.
-        // Taken, not copied: an inline result can be the size of the workspace.
-        if let Some(b64) = done.result_base64.take() {
+        // Taken, not copied: an inline result can be the size of the workspace (the driver
+        // may have received it into a file instead).
+        let inline = done.result_base64.take();
+        let file = done.result_local_file.take();
+        if inline.is_some() || file.is_some() {
             self.on_snapshot(
                 now,
                 id,
@@ -168,9 +171,9 @@ impl Delegator {
                     summary: done.summary.clone(),
                     highlights: done.highlights.clone(),
                     data: ArchiveData {
-                        base64: Some(b64),
+                        base64: if file.is_some() { None } else { inline },
                         url: None,
-                        local_file: None,
+                        local_file: file,
                     },
                     checksum: None,
                     recommended: Some(true),
@@ -254,6 +257,7 @@ impl Delegator {
                             snapshot_ids: Vec::new(),
                             recommended_snapshot_id: None,
                             result_base64: None,
+                            result_local_file: None,
                         },
                     );
                 } else {

@@ -58,6 +58,7 @@ pub(super) fn done(s: &str) -> DelegatorInput {
         snapshot_ids: vec![sid(s)],
         recommended_snapshot_id: Some(sid(s)),
         result_base64: None,
+        result_local_file: None,
     }))
 }
 

@@ -312,6 +312,7 @@ impl Executor {
                         snapshot_ids: sid.iter().cloned().collect(),
                         recommended_snapshot_id: sid,
                         result_base64: None,
+                        result_local_file: None,
                     })
                 }
                 AssignmentState::Pending | AssignmentState::Active | AssignmentState::Error => {

@@ -62,6 +62,7 @@ impl Executor {
             snapshot_ids: Vec::new(),
             recommended_snapshot_id: None,
             result_base64: None,
+            result_local_file: None,
         };
         if let Some((sid, snap)) = snapshot {
             if dialect == Dialect::Seed {

@@ -265,6 +265,7 @@ pub fn decode_event(json: &[u8]) -> Result<(TaskEvent, Dialect), DecodeError> {
                 snapshot_ids,
                 recommended_snapshot_id,
                 result_base64,
+                result_local_file: None,
             })
         }
         "error" => TaskEventKind::Error(decode_error_info(&obj)?),

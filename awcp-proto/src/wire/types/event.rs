@@ -19,6 +19,19 @@ pub struct TaskEvent {
     pub kind: TaskEventKind,
 }
 
+impl TaskEvent {
+    /// The file on this machine holding the event's result archive (see
+    /// [`ArchiveData::local_file`] and [`DoneEvent::result_local_file`]), if a driver received
+    /// it into one.
+    pub fn local_file(&self) -> Option<&str> {
+        match &self.kind {
+            TaskEventKind::Snapshot(s) => s.data.local_file.as_deref(),
+            TaskEventKind::Done(d) => d.result_local_file.as_deref(),
+            TaskEventKind::Status(_) | TaskEventKind::Error(_) => None,
+        }
+    }
+}
+
 /// The `type`-specific part of a [`TaskEvent`].
 #[derive(Clone, Debug, PartialEq)]
 pub enum TaskEventKind {
@@ -123,6 +136,11 @@ pub struct DoneEvent {
     pub recommended_snapshot_id: Option<SnapshotId>,
     /// \[S\] base64 ZIP of the executor's work dir (archive transport).
     pub result_base64: Option<String>,
+    /// Never on the wire itself: the raw ZIP of `resultBase64` in a file on this machine,
+    /// standing in for `result_base64` so that a large result is never held in memory (a
+    /// driver receiving `done` may decode `resultBase64` into a file as it arrives and set
+    /// this instead, see [`crate::wire::divert`]). The encoders ignore it.
+    pub result_local_file: Option<String>,
 }
 
 /// Marker so `ErrorInfo` can be used as an event payload.

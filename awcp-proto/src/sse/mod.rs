@@ -19,8 +19,15 @@
 //! * A stream that ends without a final blank line drops the partial event (there is no
 //!   `finish`; this matches browsers).
 //!
+//! A delegator reading results uses [`DivertingSseDecoder`] instead, which passes a result
+//! archive out piece by piece rather than buffering its line.
+//!
 //! Scanning is linear in the input: the decoder remembers how far it looked for a line end, so
 //! a multi-megabyte line fed in small chunks is scanned once.
+
+mod diverting;
+
+pub use diverting::{DivertingSseDecoder, DropReason, SsePiece};
 
 /// The keepalive comment (plus the blank line that ends it).
 pub const KEEPALIVE: &str = ": keepalive\n\n";
