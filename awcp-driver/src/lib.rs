@@ -14,6 +14,7 @@ pub mod card;
 pub mod delegator;
 pub mod executor;
 pub mod host;
+mod incoming;
 mod lockfile;
 pub mod net;
 pub mod runtime;

@@ -229,6 +229,10 @@ impl<R: Runtime> Loop<R> {
                 access_mode,
             } => self.apply(id, snapshot_id, layout, access_mode),
             DelegatorOutput::StoreSnapshot { id, snapshot } => {
+                // A result received into a file is the store's now.
+                if let Some(f) = &snapshot.data.local_file {
+                    self.unclaimed_results.retain(|u| u != f);
+                }
                 let http = self.http.clone();
                 let feed = self.feed();
                 let dir = self.snapshot_dir(&id);
@@ -253,6 +257,10 @@ impl<R: Runtime> Loop<R> {
                                     bytes,
                                 }));
                             });
+                    if let (Err(_), Some(f)) = (&result, &snapshot.data.local_file) {
+                        // Not stored: the received file goes (the event is received again).
+                        let _ = std::fs::remove_file(f);
+                    }
                     feed(DelegatorInput::SnapshotStored {
                         id,
                         snapshot_id: sid,
@@ -314,6 +322,10 @@ impl<R: Runtime> Loop<R> {
         let url = wire_http::events_url(&peer, &id);
         let headers = self.credential_headers(&id, &url);
         let open_timeout = self.engine.config().event_stream_open_timeout;
+        let max_event_json =
+            usize::try_from(self.engine.config().max_reply_bytes).unwrap_or(usize::MAX);
+        let max_result_text = self.engine.config().max_inline_result_text();
+        let incoming = self.incoming_dir();
         let span = crate::delegation_span(&id);
         let fut = async move {
             let mut hdrs: Vec<(&str, String)> =
@@ -342,7 +354,12 @@ impl<R: Runtime> Loop<R> {
             };
             feed(DelegatorInput::EventStreamOpened { id: id.clone() });
             let mut body = resp.into_body();
-            let mut dec = sse::SseDecoder::default();
+            // A result archive inline in an event (`snapshotBase64`, `resultBase64`) goes to a
+            // file in `incoming` as it arrives; the rest of the event is decoded as usual.
+            let mut dec = sse::DivertingSseDecoder::new(max_event_json, max_result_text);
+            let mut pieces = Vec::new();
+            let mut archive: Option<InlineArchive> = None;
+            let mut archive_failed = false;
             let reason = loop {
                 match body.frame().await {
                     None => break None,
@@ -351,26 +368,60 @@ impl<R: Runtime> Loop<R> {
                         let Ok(data) = frame.into_data() else {
                             continue;
                         };
-                        dec.push(&data);
-                        while let Some(ev) = dec.next_event() {
-                            match ev {
-                                Ok(ev) => match decode_event(ev.data.as_bytes()) {
-                                    Ok((event, _)) if event.delegation_id == id => {
-                                        feed(DelegatorInput::TaskEvent { event })
+                        dec.push(&data, &mut pieces);
+                        for piece in pieces.drain(..) {
+                            match piece {
+                                sse::SsePiece::ArchiveText(text) => {
+                                    if archive_failed {
+                                        continue;
                                     }
-                                    Ok(_) => {
-                                        tracing::warn!(delegation = %id, "event for another delegation ignored")
+                                    let a = archive.get_or_insert_with(|| {
+                                        InlineArchive::new(incoming.clone(), ".awcp-result-")
+                                    });
+                                    if let Err(e) = a.text(&text).await {
+                                        tracing::warn!(delegation = %id, "inline result not received: {e}");
+                                        archive_failed = true;
+                                        if let Some(a) = archive.take() {
+                                            a.abandon().await;
+                                        }
                                     }
-                                    Err(e) => {
-                                        tracing::warn!(delegation = %id, "undecodable event skipped: {e}")
+                                }
+                                sse::SsePiece::Event { data, diverted } => {
+                                    let file = match archive.take() {
+                                        Some(a) if diverted && !archive_failed => {
+                                            match a.finish().await {
+                                                Ok(f) => Some(f),
+                                                Err(e) => {
+                                                    tracing::warn!(delegation = %id, "inline result not received: {e}");
+                                                    archive_failed = true;
+                                                    None
+                                                }
+                                            }
+                                        }
+                                        Some(a) => {
+                                            a.abandon().await;
+                                            None
+                                        }
+                                        None => None,
+                                    };
+                                    let failed = std::mem::take(&mut archive_failed);
+                                    on_event(&id, data.as_bytes(), file, failed, &feed);
+                                }
+                                sse::SsePiece::Dropped(why) => {
+                                    archive_failed = false;
+                                    if let Some(a) = archive.take() {
+                                        a.abandon().await;
                                     }
-                                },
-                                Err(e) => tracing::warn!(delegation = %id, "SSE framing: {e}"),
+                                    tracing::warn!(delegation = %id, "event dropped: {why}");
+                                }
                             }
                         }
                     }
                 }
             };
+            if let Some(a) = archive.take() {
+                a.abandon().await;
+            }
             feed(DelegatorInput::EventStreamClosed { id, reason });
         };
         self.spawn_in(span, async move {
@@ -492,4 +543,44 @@ impl StoredSnapshot {
             limits: Some(self.limits),
         })
     }
+}
+
+/// One event read from `id`'s stream, its inline result (if it had one) already in `file`:
+/// decoded and fed to the engine, or dropped (the file with it). An event whose result could
+/// not be received is dropped whole: fed without it, a `done` would look like one without a
+/// result.
+fn on_event(
+    id: &DelegationId,
+    data: &[u8],
+    file: Option<PathBuf>,
+    failed: bool,
+    feed: &impl Fn(DelegatorInput),
+) {
+    let discard = |file: &Option<PathBuf>| {
+        if let Some(f) = file {
+            let _ = std::fs::remove_file(f);
+        }
+    };
+    if failed {
+        tracing::warn!(delegation = %id, "event dropped: its inline result could not be received");
+        return discard(&file);
+    }
+    let mut event = match decode_event(data) {
+        Ok((event, _)) => event,
+        Err(e) => {
+            tracing::warn!(delegation = %id, "undecodable event skipped: {e}");
+            return discard(&file);
+        }
+    };
+    if event.delegation_id != *id {
+        tracing::warn!(delegation = %id, "event for another delegation ignored");
+        return discard(&file);
+    }
+    if let Some(f) = &file {
+        if !attach_diverted_result(&mut event, &f.to_string_lossy()) {
+            discard(&file);
+        }
+    }
+    // The loop deletes a result file the engine does not store.
+    feed(DelegatorInput::TaskEvent { event });
 }

@@ -22,6 +22,7 @@ use awcp_proto::engine::delegator::{
 };
 use awcp_proto::engine::{SnapshotMode, WorkspaceStats};
 use awcp_proto::http_binding::{self as wire_http, ArchiveUrlRefusal};
+use awcp_proto::wire::divert::attach_diverted_result;
 use awcp_proto::{
     decode_event, encode_message_owned, encode_message_split, sse, AccessMode, Auth, DelegationId,
     Delegator, DelegatorConfig, DelegatorEvent, DelegatorInput, DelegatorOutput, Dialect,
@@ -41,6 +42,7 @@ use futures::StreamExt;
 use http::Method;
 use http_body_util::BodyExt;
 
+use crate::incoming::InlineArchive;
 use crate::net::{self, ResponseBody};
 use crate::runtime::{blocking, sleep_until, Runtime};
 
@@ -325,6 +327,8 @@ impl DelegatorHandle {
         // Archives are never recorded: whatever a previous process left here (served by URL
         // or waiting to be streamed) can no longer be sent.
         let _ = std::fs::remove_dir_all(opts.state_dir.join("archives"));
+        // Nor are results being received: an event stream cut by the stop is replayed.
+        let _ = std::fs::remove_dir_all(opts.state_dir.join(INCOMING));
         let journal = crate::executor::journal::Journal::at(opts.state_dir.join("delegations"));
         // URL delivery needs somewhere executors can fetch from.
         let mut config = opts.engine.clone();
@@ -380,6 +384,7 @@ impl DelegatorHandle {
             subscribers: Vec::new(),
             transfer_subscribers: Vec::new(),
             archive_files: BTreeMap::new(),
+            unclaimed_results: Vec::new(),
             lock: Some(lock),
             farewells: Vec::new(),
             written: BTreeMap::new(),
@@ -563,6 +568,10 @@ impl DelegatorHandle {
     }
 }
 
+/// Under the state directory: inline results being received (never recorded; removed at
+/// start).
+const INCOMING: &str = "incoming";
+
 struct Loop<R: Runtime> {
     rt: R,
     http: agent_rt::HttpClient<R>,
@@ -578,6 +587,9 @@ struct Loop<R: Runtime> {
     transfer_subscribers: Vec<mpsc::UnboundedSender<Transfer>>,
     /// Archive files written for URL delivery, by delegation (removed at release).
     archive_files: BTreeMap<DelegationId, PathBuf>,
+    /// Inline results received into files (in [`INCOMING`]) and fed to the engine in the
+    /// current turn: those the engine does not store are deleted after the turn.
+    unclaimed_results: Vec<String>,
     /// The state directory's lock, held while the engine runs.
     lock: Option<std::fs::File>,
     /// Requests that tell an executor something final (ack, cancel, ERROR) still in flight:

@@ -34,7 +34,11 @@ impl<R: Runtime> Loop<R> {
         let mut wake = Wake::Drained;
         loop {
             let now = self.rt.now();
-            let sleep = match drive::turn(&mut self, now, wake) {
+            let deadline = drive::turn(&mut self, now, wake);
+            for f in self.unclaimed_results.drain(..) {
+                let _ = std::fs::remove_file(f);
+            }
+            let sleep = match deadline {
                 Some(t) => {
                     if let Some((_, why)) = self.engine.poll_timeout() {
                         tracing::trace!(reason = why.as_str(), "next wake-up");
@@ -63,7 +67,14 @@ impl<R: Runtime> Loop<R> {
                     let _ = done.send(());
                     break;
                 }
-                Either::Left((Some(Cmd::Input(input)), _)) => Wake::Input(input),
+                Either::Left((Some(Cmd::Input(input)), _)) => {
+                    if let DelegatorInput::TaskEvent { event } = &input {
+                        if let Some(f) = event.local_file() {
+                            self.unclaimed_results.push(f.to_owned());
+                        }
+                    }
+                    Wake::Input(input)
+                }
                 Either::Left((Some(cmd), _)) => {
                     self.on_cmd(cmd);
                     Wake::Drained
@@ -253,6 +264,11 @@ impl<R: Runtime> Loop<R> {
                 let _ = tx.send(());
             }
         });
+    }
+
+    /// Where inline results are received (see [`INCOMING`]).
+    pub(super) fn incoming_dir(&self) -> PathBuf {
+        self.opts.state_dir.join(INCOMING)
     }
 
     pub(super) fn snapshot_dir(&self, id: &DelegationId) -> PathBuf {

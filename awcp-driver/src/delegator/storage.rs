@@ -58,7 +58,22 @@ pub(super) async fn store_snapshot<R: Runtime>(
             .download(url, headers, part.clone(), limit, download_timeout)
             .await
             .map_err(|e| StoreFailure::Fetch(e.to_string()))?,
-        (None, None) => return Err(StoreFailure::NoData),
+        (None, None) => match &snap.data.local_file {
+            // Received into a file as it arrived (under the state directory, as the store):
+            // moved, then synced.
+            Some(f) => {
+                let (from, p) = (PathBuf::from(f), part.clone());
+                blocking(rt, move || {
+                    std::fs::rename(&from, &p)?;
+                    let f = std::fs::File::open(&p)?;
+                    f.sync_all()?;
+                    Ok::<_, std::io::Error>(f.metadata()?.len())
+                })
+                .await
+                .map_err(|e| fail(format!("storing the received snapshot: {e}")))?
+            }
+            None => return Err(StoreFailure::NoData),
+        },
     };
     let meta = serde_json::json!({
         "snapshotId": snap.snapshot_id.as_str(),

@@ -27,6 +27,7 @@ use http::{Method, StatusCode};
 use http_body_util::BodyExt;
 
 use super::ExecutorHandle;
+use crate::incoming::{InlineArchive, InlineError};
 use crate::net::{json_response, ResponseBody};
 
 pub use awcp_proto::http_binding::SNAPSHOT_ROUTE;
@@ -105,12 +106,10 @@ where
     B: http_body::Body<Data = Bytes>,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    use futures::SinkExt;
     let mut body = std::pin::pin!(body);
     let mut div = ArchiveTextDiverter::new(usize::try_from(limit).unwrap_or(usize::MAX));
-    let mut pieces = awcp_transports::archive::Base64Pieces::default();
+    let mut archive = InlineArchive::new(dir, ".awcp-start-");
     let mut text = Vec::new();
-    let mut writer: Option<ArchiveWriter> = None;
     let result = async {
         while let Some(frame) = body.frame().await {
             let Ok(data) = frame.map_err(|e| ReceiveError::Body(e.into()))?.into_data() else {
@@ -118,85 +117,33 @@ where
             };
             div.push(&data, &mut text)
                 .map_err(|e| ReceiveError::Archive(e.to_string()))?;
-            if text.is_empty() {
-                continue;
+            if !text.is_empty() {
+                archive.text(&text).await.map_err(ReceiveError::from)?;
+                text.clear();
             }
-            let mut decoded = Vec::with_capacity(text.len() / 4 * 3 + 3);
-            pieces
-                .push(&text, &mut decoded)
-                .map_err(|e| ReceiveError::Archive(e.to_string()))?;
-            text.clear();
-            if writer.is_none() {
-                writer = Some(ArchiveWriter::start(dir.clone()));
-            }
-            if let Some(w) = &mut writer {
-                if w.tx.send(decoded).await.is_err() {
-                    break; // the writer failed: its error is collected below
-                }
-            }
-        }
-        if div.diverted() {
-            let mut rest = Vec::new();
-            pieces
-                .finish(&mut rest)
-                .map_err(|e| ReceiveError::Archive(e.to_string()))?;
-            let w = writer.get_or_insert_with(|| ArchiveWriter::start(dir.clone()));
-            let _ = w.tx.send(rest).await;
         }
         Ok::<_, ReceiveError>(())
     }
     .await;
-    let file = match writer {
-        None => None,
-        Some(w) => {
-            drop(w.tx);
-            match w.done.await {
-                Ok(Ok(path)) => Some(path),
-                Ok(Err(e)) => return Err(ReceiveError::Local(e)),
-                Err(_) => return Err(ReceiveError::Local("archive writer stopped".into())),
-            }
-        }
-    };
-    match result {
-        Ok(()) => Ok((div.finish(), file)),
-        Err(e) => {
-            if let Some(f) = file {
-                let _ = std::fs::remove_file(f);
-            }
-            Err(e)
-        }
+    if let Err(e) = result {
+        archive.abandon().await;
+        return Err(e);
     }
+    if !div.diverted() {
+        archive.abandon().await;
+        return Ok((div.finish(), None));
+    }
+    // Not synced: a crash loses the assignment anyway, and the next start removes the file.
+    let file = archive.finish().await.map_err(ReceiveError::from)?;
+    Ok((div.finish(), Some(file)))
 }
 
-/// A thread writing decoded archive pieces to a new file (bounded channel: memory stays a few
-/// pieces); `done` gives its path, or why it failed (then nothing is left on disk).
-struct ArchiveWriter {
-    tx: futures::channel::mpsc::Sender<Vec<u8>>,
-    done: futures::channel::oneshot::Receiver<Result<std::path::PathBuf, String>>,
-}
-
-impl ArchiveWriter {
-    fn start(dir: std::path::PathBuf) -> Self {
-        use std::io::Write;
-        let (tx, mut rx) = futures::channel::mpsc::channel::<Vec<u8>>(4);
-        let (done_tx, done) = futures::channel::oneshot::channel();
-        std::thread::spawn(move || {
-            let r = (|| {
-                std::fs::create_dir_all(&dir)?;
-                let mut t = tempfile::Builder::new()
-                    .prefix(".awcp-start-")
-                    .suffix(".zip")
-                    .tempfile_in(&dir)?;
-                while let Some(piece) = futures::executor::block_on(rx.next()) {
-                    t.write_all(&piece)?;
-                }
-                // Not synced: a crash loses the assignment anyway, and the next start
-                // removes the file.
-                t.into_temp_path().keep().map_err(|e| e.error)
-            })();
-            let _ = done_tx.send(r.map_err(|e: std::io::Error| e.to_string()));
-        });
-        ArchiveWriter { tx, done }
+impl From<InlineError> for ReceiveError {
+    fn from(e: InlineError) -> Self {
+        match e {
+            InlineError::Text(why) => ReceiveError::Archive(why),
+            InlineError::Local(why) => ReceiveError::Local(why),
+        }
     }
 }
 

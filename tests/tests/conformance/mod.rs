@@ -17,8 +17,8 @@ use awcp_driver::{
 use awcp_proto::engine::executor::RequiredAuth;
 use awcp_proto::engine::SnapshotMode;
 use awcp_proto::{
-    AccessMode, AdmissionLimits, Auth, AuthType, DelegationState, DelegatorConfig, ErrorCode,
-    ErrorInfo, ExecutorConfig,
+    AccessMode, AdmissionLimits, Auth, AuthType, DelegationState, DelegatorConfig, Dialect,
+    ErrorCode, ErrorInfo, ExecutorConfig,
 };
 use awcp_transports::{
     ArchiveDelegator, ArchiveDelegatorConfig, ArchiveExecutor, CancelFlag, TaskContext,
@@ -127,6 +127,7 @@ macro_rules! conformance_suite {
             file_modes_round_trip_and_unchanged_files_keep_their_mtime,
             the_application_accepts_or_declines_through_the_handle,
             a_large_inline_archive_is_streamed_and_leaves_no_file,
+            a_large_inline_result_is_received_into_a_file_in_both_dialects,
             more_delegations_than_half_the_connection_cap_all_complete,
         );
     };
@@ -631,6 +632,66 @@ pub async fn a_large_inline_archive_is_streamed_and_leaves_no_file<R: TestRuntim
             .contains("could not store"),
         "{err}"
     );
+}
+
+/// A runner that writes `out.bin` (3 MiB of random bytes) into the work dir, so the result
+/// archive is large.
+pub struct BigResultRunner;
+
+/// What [`BigResultRunner`] writes.
+fn big_result() -> Vec<u8> {
+    let mut rng = awcp_tests::rng::Rng(11);
+    (0..3 << 20).map(|_| rng.next_u64() as u8).collect()
+}
+
+impl TaskRunner for BigResultRunner {
+    fn run(
+        &self,
+        ctx: &TaskContext,
+        _progress: &dyn Fn(String),
+        _c: &CancelFlag,
+    ) -> Result<TaskOutcome, awcp_proto::TaskFailure> {
+        std::fs::write(ctx.work_dir.join("out.bin"), big_result()).map_err(|e| e.to_string())?;
+        Ok(TaskOutcome {
+            summary: "wrote out.bin".into(),
+            highlights: vec!["out.bin".into()],
+        })
+    }
+}
+
+/// A result sent inline (`snapshotBase64` in a `snapshot` event for the reference dialect,
+/// `resultBase64` in `done` for the seed dialect) far larger than the largest event the
+/// delegator keeps in memory: received into a file as it arrives, stored, applied, and no
+/// received file is left.
+pub async fn a_large_inline_result_is_received_into_a_file_in_both_dialects<R: TestRuntime>() {
+    let ex = start_executor::<R>(Arc::new(BigResultRunner), |_| {}).await;
+    let dg = start_delegator::<R>(false, |c| {
+        c.features.retain(|f| f != awcp_proto::feature::ARCHIVE_URL);
+        // An event's JSON besides its archive: 64 KiB at most (the result is 4 MiB of text);
+        // the `GET …/result` fallback cannot carry it either.
+        c.max_reply_bytes = 64 << 10;
+        c.max_result_bytes = 64 << 10;
+        c.sse_reconnect_attempts = 1;
+    })
+    .await;
+    for dialect in [Dialect::Reference, Dialect::Seed] {
+        let ws = workspace();
+        let mut p = params::<R>(&ex.peer, ws.path());
+        p.dialect = dialect;
+        let v = run_to_end::<R>(&dg.handle, p).await;
+        assert_eq!(v.state, DelegationState::Completed, "{dialect:?}: {v:?}");
+        assert_eq!(
+            std::fs::read(ws.path().join("out.bin")).unwrap(),
+            big_result(),
+            "{dialect:?}"
+        );
+        wait_released::<R>(&ex).await;
+    }
+    let incoming = dg.dir.path().join("state/incoming");
+    let left: Vec<_> = std::fs::read_dir(&incoming)
+        .map(|r| r.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert_eq!(left, Vec::<PathBuf>::new());
 }
 
 /// More delegations at once than half the executor server's connection cap: each holds its

@@ -1,0 +1,213 @@
+//! Inline archives received into files as they arrive, never held in memory: START's
+//! `workspaceBase64` on the executor, a result's `snapshotBase64`/`resultBase64` on the
+//! delegator. The text comes out of a diverter ([`awcp_proto::wire::divert`],
+//! [`awcp_proto::sse::DivertingSseDecoder`]) piece by piece; [`InlineArchive`] decodes it and a
+//! writer thread puts it in a new file (a bounded channel between them: memory stays a few
+//! pieces, whatever the archive's size).
+
+use std::path::PathBuf;
+
+use awcp_transports::archive::Base64Pieces;
+use futures::{SinkExt, StreamExt};
+
+/// One inline archive being received into a new file in a directory.
+pub(crate) struct InlineArchive {
+    dir: PathBuf,
+    prefix: &'static str,
+    pieces: Base64Pieces,
+    writer: Option<ArchiveWriter>,
+}
+
+impl InlineArchive {
+    /// An archive to be written into `dir` (created if missing), in a file named
+    /// `<prefix>…zip`.
+    pub(crate) fn new(dir: PathBuf, prefix: &'static str) -> Self {
+        InlineArchive {
+            dir,
+            prefix,
+            pieces: Base64Pieces::default(),
+            writer: None,
+        }
+    }
+
+    /// Decodes the next piece of base64 text and writes it. An error is the text's (not
+    /// base64) or the file's; the archive is then to be abandoned.
+    pub(crate) async fn text(&mut self, text: &[u8]) -> Result<(), InlineError> {
+        let mut decoded = Vec::with_capacity(text.len() / 4 * 3 + 3);
+        self.pieces
+            .push(text, &mut decoded)
+            .map_err(|e| InlineError::Text(e.to_string()))?;
+        self.write(decoded).await
+    }
+
+    async fn write(&mut self, bytes: Vec<u8>) -> Result<(), InlineError> {
+        let (dir, prefix) = (&self.dir, self.prefix);
+        let w = self
+            .writer
+            .get_or_insert_with(|| ArchiveWriter::start(dir.clone(), prefix));
+        if w.tx.send(Piece::Bytes(bytes)).await.is_ok() {
+            return Ok(());
+        }
+        // The writer stopped: it says why.
+        match self.writer.take() {
+            Some(w) => Err(w
+                .end()
+                .await
+                .err()
+                .unwrap_or_else(|| InlineError::Local("the archive writer stopped".into()))),
+            None => Err(InlineError::Local("the archive writer stopped".into())),
+        }
+    }
+
+    /// The text is complete: decodes what is left and returns the file (made even for empty
+    /// text), which the caller now owns.
+    pub(crate) async fn finish(mut self) -> Result<PathBuf, InlineError> {
+        let mut rest = Vec::new();
+        let pieces = std::mem::take(&mut self.pieces);
+        if let Err(e) = pieces.finish(&mut rest) {
+            self.abandon().await;
+            return Err(InlineError::Text(e.to_string()));
+        }
+        self.write(rest).await?;
+        match self.writer.take() {
+            Some(mut w) => {
+                // Refused only if the writer stopped; `end` then says why.
+                let _ = w.tx.send(Piece::End).await;
+                w.end().await
+            }
+            None => Err(InlineError::Local("no archive writer".into())),
+        }
+    }
+
+    /// Gives the archive up: its file, if one was started, is deleted before this returns.
+    pub(crate) async fn abandon(mut self) {
+        if let Some(w) = self.writer.take() {
+            let _ = w.end().await;
+        }
+    }
+}
+
+/// Why an inline archive could not be received.
+#[derive(Debug)]
+pub(crate) enum InlineError {
+    /// The text is not base64.
+    Text(String),
+    /// The file could not be written.
+    Local(String),
+}
+
+impl std::fmt::Display for InlineError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            InlineError::Text(e) | InlineError::Local(e) => f.write_str(e),
+        }
+    }
+}
+
+enum Piece {
+    Bytes(Vec<u8>),
+    /// The archive is complete: keep the file.
+    End,
+}
+
+/// A thread writing decoded pieces to a new file; the file is kept only after [`Piece::End`]
+/// (a writer dropped or ended without it deletes its file).
+struct ArchiveWriter {
+    tx: futures::channel::mpsc::Sender<Piece>,
+    done: futures::channel::oneshot::Receiver<Result<PathBuf, String>>,
+}
+
+impl ArchiveWriter {
+    fn start(dir: PathBuf, prefix: &'static str) -> Self {
+        use std::io::Write;
+        let (tx, mut rx) = futures::channel::mpsc::channel::<Piece>(4);
+        let (done_tx, done) = futures::channel::oneshot::channel();
+        std::thread::spawn(move || {
+            let r = (|| {
+                std::fs::create_dir_all(&dir)?;
+                let mut t = tempfile::Builder::new()
+                    .prefix(prefix)
+                    .suffix(".zip")
+                    .tempfile_in(&dir)?;
+                loop {
+                    match futures::executor::block_on(rx.next()) {
+                        Some(Piece::Bytes(b)) => t.write_all(&b)?,
+                        // Not synced: whoever keeps the file syncs it when it must be durable.
+                        Some(Piece::End) => return t.into_temp_path().keep().map_err(|e| e.error),
+                        // Given up: the temporary file is deleted as `t` drops.
+                        None => return Err(std::io::Error::other("abandoned")),
+                    }
+                }
+            })();
+            let _ = done_tx.send(r.map_err(|e: std::io::Error| e.to_string()));
+        });
+        ArchiveWriter { tx, done }
+    }
+
+    /// Closes the channel and waits for the thread: the kept file, or why there is none (then
+    /// nothing is left on disk).
+    async fn end(self) -> Result<PathBuf, InlineError> {
+        drop(self.tx);
+        match self.done.await {
+            Ok(Ok(path)) => Ok(path),
+            Ok(Err(e)) => Err(InlineError::Local(e)),
+            Err(_) => Err(InlineError::Local("the archive writer stopped".into())),
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn files(dir: &std::path::Path) -> usize {
+        std::fs::read_dir(dir).map(|r| r.count()).unwrap_or(0)
+    }
+
+    #[test]
+    fn text_in_pieces_becomes_one_file_and_an_abandoned_one_leaves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        futures::executor::block_on(async {
+            let mut a = InlineArchive::new(dir.path().into(), ".t-");
+            for piece in [&b"QU"[..], b"JDRE", b"VG", b"SA="] {
+                a.text(piece).await.unwrap();
+            }
+            let f = a.finish().await.unwrap();
+            assert_eq!(std::fs::read(&f).unwrap(), b"ABCDEFH");
+            std::fs::remove_file(f).unwrap();
+
+            let mut a = InlineArchive::new(dir.path().into(), ".t-");
+            a.text(b"QUJD").await.unwrap();
+            // The writer thread makes the file on its own time.
+            while files(dir.path()) == 0 {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            a.abandon().await;
+            assert_eq!(files(dir.path()), 0);
+
+            let mut a = InlineArchive::new(dir.path().into(), ".t-");
+            a.text(b"QUJD").await.unwrap();
+            assert!(matches!(a.text(b"!!!!").await, Err(InlineError::Text(_))));
+            a.abandon().await;
+            assert_eq!(files(dir.path()), 0);
+        });
+    }
+
+    #[test]
+    fn a_dropped_archive_deletes_its_file() {
+        let dir = tempfile::tempdir().unwrap();
+        futures::executor::block_on(async {
+            let mut a = InlineArchive::new(dir.path().into(), ".t-");
+            a.text(b"QUJD").await.unwrap();
+            drop(a);
+        });
+        for _ in 0..2000 {
+            if files(dir.path()) == 0 {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        panic!("the file of a dropped archive stayed");
+    }
+}
