@@ -7,8 +7,84 @@
 
 use std::path::PathBuf;
 
+use awcp_proto::wire::divert::ArchiveTextDiverter;
 use awcp_transports::archive::Base64Pieces;
+use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
+use http_body_util::BodyExt;
+
+/// Why a diverted body could not be received.
+pub(crate) enum ReceiveError {
+    /// Reading the body failed (or went over a limit of the body's own).
+    Body(Box<dyn std::error::Error + Send + Sync>),
+    /// The archive text is not base64 or over its limit, or the JSON around it is malformed
+    /// or over the diverter's limit.
+    Archive(String),
+    /// The archive file could not be written.
+    Local(String),
+}
+
+impl From<InlineError> for ReceiveError {
+    fn from(e: InlineError) -> Self {
+        match e {
+            InlineError::Text(why) => ReceiveError::Archive(why),
+            InlineError::Local(why) => ReceiveError::Local(why),
+        }
+    }
+}
+
+/// Reads a body through `div`, decoding the archive text it diverts into a new file in `dir`
+/// (named `<prefix>…zip`) as it arrives, at most `max_text` bytes of text: memory stays
+/// bounded by a few pieces, whatever the archive's size. Returns the rest of the JSON (the
+/// archive field `""`) and the file if a field was diverted. Nothing is left on disk when it
+/// fails, or when the future is dropped.
+pub(crate) async fn receive_diverted<B>(
+    body: B,
+    mut div: ArchiveTextDiverter,
+    max_text: u64,
+    dir: PathBuf,
+    prefix: &'static str,
+) -> Result<(Vec<u8>, Option<PathBuf>), ReceiveError>
+where
+    B: http_body::Body<Data = Bytes>,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let mut body = std::pin::pin!(body);
+    let mut archive = InlineArchive::new(dir, prefix);
+    let mut text = Vec::new();
+    let mut text_len = 0u64;
+    let result = async {
+        while let Some(frame) = body.frame().await {
+            let Ok(data) = frame.map_err(|e| ReceiveError::Body(e.into()))?.into_data() else {
+                continue;
+            };
+            div.push(&data, &mut text)
+                .map_err(|e| ReceiveError::Archive(e.to_string()))?;
+            if !text.is_empty() {
+                text_len += text.len() as u64;
+                if text_len > max_text {
+                    return Err(ReceiveError::Archive(format!(
+                        "inline archive larger than {max_text} bytes of text"
+                    )));
+                }
+                archive.text(&text).await?;
+                text.clear();
+            }
+        }
+        Ok::<_, ReceiveError>(())
+    }
+    .await;
+    if let Err(e) = result {
+        archive.abandon().await;
+        return Err(e);
+    }
+    if !div.diverted() {
+        archive.abandon().await;
+        return Ok((div.finish(), None));
+    }
+    let file = archive.finish().await?;
+    Ok((div.finish(), Some(file)))
+}
 
 /// One inline archive being received into a new file in a directory.
 pub(crate) struct InlineArchive {
@@ -190,6 +266,45 @@ mod tests {
             a.text(b"QUJD").await.unwrap();
             assert!(matches!(a.text(b"!!!!").await, Err(InlineError::Text(_))));
             a.abandon().await;
+            assert_eq!(files(dir.path()), 0);
+        });
+    }
+
+    #[test]
+    fn a_result_body_in_pieces_keeps_its_json_small_and_its_archive_in_a_file() {
+        use http_body::Frame;
+        let dir = tempfile::tempdir().unwrap();
+        let archive: Vec<u8> = (0..300_000u32).map(|i| (i * 7) as u8).collect();
+        let text = awcp_transports::archive::encode_base64(&archive);
+        let body = format!(
+            r#"{{"status":"completed","summary":"s","snapshotBase64":"{text}","checksum":"00"}}"#
+        );
+        let frames = |body: &str| {
+            let pieces: Vec<Result<Frame<Bytes>, std::convert::Infallible>> = body
+                .as_bytes()
+                .chunks(7_001)
+                .map(|c| Ok(Frame::data(Bytes::copy_from_slice(c))))
+                .collect();
+            http_body_util::StreamBody::new(futures::stream::iter(pieces))
+        };
+        futures::executor::block_on(async {
+            let div = ArchiveTextDiverter::for_results(1024);
+            let (json, file) =
+                receive_diverted(frames(&body), div, 1 << 20, dir.path().into(), ".r-")
+                    .await
+                    .map_err(|_| "receive")
+                    .unwrap();
+            assert_eq!(
+                json,
+                br#"{"status":"completed","summary":"s","snapshotBase64":"","checksum":"00"}"#
+            );
+            let file = file.unwrap();
+            assert_eq!(std::fs::read(&file).unwrap(), archive);
+            std::fs::remove_file(file).unwrap();
+            // Over the text limit: refused, nothing left.
+            let div = ArchiveTextDiverter::for_results(1024);
+            let r = receive_diverted(frames(&body), div, 1000, dir.path().into(), ".r-").await;
+            assert!(matches!(r, Err(ReceiveError::Archive(_))));
             assert_eq!(files(dir.path()), 0);
         });
     }

@@ -204,21 +204,20 @@ impl<R: Runtime> Loop<R> {
                 let feed = self.feed();
                 let url = wire_http::result_url(&peer, &id);
                 let headers = self.credential_headers(&id, &url);
-                let timeout = self.engine.config().request_timeout;
-                let limit = self.engine.config().max_result_bytes;
+                let config = self.engine.config();
+                let limits = ResultLimits {
+                    answer_within: config.request_timeout,
+                    body_within: config.snapshot_download_timeout,
+                    body: config.max_result_bytes,
+                    json: usize::try_from(config.max_reply_bytes).unwrap_or(usize::MAX),
+                    archive_text: config.max_inline_result_text(),
+                };
+                let incoming = self.incoming_dir();
                 self.spawn_in(crate::delegation_span(&id), async move {
                     let hdrs: Vec<(&str, String)> =
                         headers.iter().map(|(k, v)| (*k, v.clone())).collect();
-                    let result = match http
-                        .request(Method::GET, &url, &hdrs, None, timeout, limit)
-                        .await
-                    {
-                        Ok((_, body)) => serde_json::from_slice::<serde_json::Value>(&body)
-                            .map_err(|e| format!("bad result body: {e}"))
-                            .and_then(|v| wire_http::decode_result(&id, &v))
-                            .map_err(RequestFailure::Unusable),
-                        Err(e) => Err(net::request_failure(&e)),
-                    };
+                    let result = fetch_result(&http, &url, &hdrs, &id, limits, incoming).await;
+                    // The loop deletes a result file the engine does not store.
                     feed(DelegatorInput::ResultFetched { id, result });
                 });
             }
@@ -583,4 +582,83 @@ fn on_event(
     }
     // The loop deletes a result file the engine does not store.
     feed(DelegatorInput::TaskEvent { event });
+}
+
+/// The bounds of one `GET …/result`.
+#[derive(Clone, Copy)]
+struct ResultLimits {
+    /// For the response head.
+    answer_within: Duration,
+    /// For the whole body.
+    body_within: Duration,
+    /// Bytes of body in all.
+    body: u64,
+    /// Bytes of JSON besides an inline snapshot.
+    json: usize,
+    /// Bytes of the inline snapshot's base64 text.
+    archive_text: u64,
+}
+
+/// `GET …/result` of `id`: an inline `snapshotBase64` is decoded into a new file in
+/// `incoming` as it arrives (never held in memory), the rest decoded as usual.
+async fn fetch_result<R: Runtime>(
+    http: &agent_rt::HttpClient<R>,
+    url: &str,
+    headers: &[(&str, String)],
+    id: &DelegationId,
+    limits: ResultLimits,
+    incoming: PathBuf,
+) -> Result<FetchedResult, RequestFailure> {
+    let rt = http.runtime();
+    let resp = net::with_timeout(
+        rt,
+        limits.answer_within,
+        http.send(Method::GET, url, headers, None),
+    )
+    .await
+    .map_err(|e| net::request_failure(&e))?;
+    let body = http_body_util::Limited::new(
+        resp.into_body(),
+        usize::try_from(limits.body).unwrap_or(usize::MAX),
+    );
+    let div = awcp_proto::wire::divert::ArchiveTextDiverter::for_results(limits.json);
+    let read = receive_diverted(body, div, limits.archive_text, incoming, ".awcp-result-");
+    let received = net::with_timeout(rt, limits.body_within, async { Ok(read.await) })
+        .await
+        .map_err(|e| net::request_failure(&e))?;
+    let (json, file) = match received {
+        Ok(r) => r,
+        Err(ReceiveError::Body(e)) => {
+            return Err(RequestFailure::Network(format!("reading the result: {e}")))
+        }
+        Err(ReceiveError::Archive(why)) => {
+            return Err(RequestFailure::Unusable(format!("bad result body: {why}")))
+        }
+        Err(ReceiveError::Local(why)) => {
+            return Err(RequestFailure::Local(format!(
+                "receiving the result: {why}"
+            )))
+        }
+    };
+    let discard = |file: &Option<PathBuf>| {
+        if let Some(f) = file {
+            let _ = std::fs::remove_file(f);
+        }
+    };
+    let mut result = match serde_json::from_slice::<serde_json::Value>(&json)
+        .map_err(|e| format!("bad result body: {e}"))
+        .and_then(|v| wire_http::decode_result(id, &v))
+    {
+        Ok(r) => r,
+        Err(why) => {
+            discard(&file);
+            return Err(RequestFailure::Unusable(why));
+        }
+    };
+    if let Some(f) = &file {
+        if !wire_http::attach_diverted_result_body(&mut result, &f.to_string_lossy()) {
+            discard(&file);
+        }
+    }
+    Ok(result)
 }

@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use awcp_proto::engine::auth::SecretDigest;
 use awcp_proto::engine::delegator::{
-    ArchiveDelivery, DelegateRequest, DelegationRecord, DelegationView, Journaling, Outbound,
-    PrepareFailure, RequestFailure, ScanFailure, StoreFailure,
+    ArchiveDelivery, DelegateRequest, DelegationRecord, DelegationView, FetchedResult, Journaling,
+    Outbound, PrepareFailure, RequestFailure, ScanFailure, StoreFailure,
 };
 use awcp_proto::engine::{SnapshotMode, WorkspaceStats};
 use awcp_proto::http_binding::{self as wire_http, ArchiveUrlRefusal};
@@ -42,7 +42,7 @@ use futures::StreamExt;
 use http::Method;
 use http_body_util::BodyExt;
 
-use crate::incoming::InlineArchive;
+use crate::incoming::{receive_diverted, InlineArchive, ReceiveError};
 use crate::net::{self, ResponseBody};
 use crate::runtime::{blocking, sleep_until, Runtime};
 

@@ -68,10 +68,8 @@ impl<R: Runtime> Loop<R> {
                     break;
                 }
                 Either::Left((Some(Cmd::Input(input)), _)) => {
-                    if let DelegatorInput::TaskEvent { event } = &input {
-                        if let Some(f) = event.local_file() {
-                            self.unclaimed_results.push(f.to_owned());
-                        }
+                    if let Some(f) = input.received_file() {
+                        self.unclaimed_results.push(f.to_owned());
                     }
                     Wake::Input(input)
                 }

@@ -27,7 +27,7 @@ use http::{Method, StatusCode};
 use http_body_util::BodyExt;
 
 use super::ExecutorHandle;
-use crate::incoming::{InlineArchive, InlineError};
+use crate::incoming::{receive_diverted, ReceiveError};
 use crate::net::{json_response, ResponseBody};
 
 pub use awcp_proto::http_binding::SNAPSHOT_ROUTE;
@@ -82,70 +82,6 @@ where
 /// Bodies announced larger than this (or of unknown length) are read through an
 /// [`ArchiveTextDiverter`]: START's inline archive goes to a file as it arrives.
 const DIVERT_FROM: u64 = 1 << 20;
-
-/// Why a diverted body could not be received.
-enum ReceiveError {
-    /// Reading the body failed (or went over the limit: the `Limited` wrapper's error).
-    Body(Box<dyn std::error::Error + Send + Sync>),
-    /// The archive text is not base64, or the JSON is malformed around it.
-    Archive(String),
-    /// The archive file could not be written.
-    Local(String),
-}
-
-/// Reads a body, decoding START's `workspaceBase64` into a new file in `dir` as it arrives
-/// (memory stays bounded by a few pieces, whatever the archive's size): the rest of the
-/// JSON, with that field `""`, and the file if there was one. Nothing is left on disk when it
-/// fails.
-async fn receive_diverted<B>(
-    body: B,
-    limit: u64,
-    dir: std::path::PathBuf,
-) -> Result<(Vec<u8>, Option<std::path::PathBuf>), ReceiveError>
-where
-    B: http_body::Body<Data = Bytes>,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    let mut body = std::pin::pin!(body);
-    let mut div = ArchiveTextDiverter::new(usize::try_from(limit).unwrap_or(usize::MAX));
-    let mut archive = InlineArchive::new(dir, ".awcp-start-");
-    let mut text = Vec::new();
-    let result = async {
-        while let Some(frame) = body.frame().await {
-            let Ok(data) = frame.map_err(|e| ReceiveError::Body(e.into()))?.into_data() else {
-                continue;
-            };
-            div.push(&data, &mut text)
-                .map_err(|e| ReceiveError::Archive(e.to_string()))?;
-            if !text.is_empty() {
-                archive.text(&text).await.map_err(ReceiveError::from)?;
-                text.clear();
-            }
-        }
-        Ok::<_, ReceiveError>(())
-    }
-    .await;
-    if let Err(e) = result {
-        archive.abandon().await;
-        return Err(e);
-    }
-    if !div.diverted() {
-        archive.abandon().await;
-        return Ok((div.finish(), None));
-    }
-    // Not synced: a crash loses the assignment anyway, and the next start removes the file.
-    let file = archive.finish().await.map_err(ReceiveError::from)?;
-    Ok((div.finish(), Some(file)))
-}
-
-impl From<InlineError> for ReceiveError {
-    fn from(e: InlineError) -> Self {
-        match e {
-            InlineError::Text(why) => ReceiveError::Archive(why),
-            InlineError::Local(why) => ReceiveError::Local(why),
-        }
-    }
-}
 
 fn parse_id(s: &str) -> Result<DelegationId, http::Response<ResponseBody>> {
     DelegationId::new(s).map_err(|e| reply(wire_http::reject_invalid_id(e)))
@@ -297,7 +233,10 @@ impl ExecutorHandle {
         // A large body (an inline archive) is split as it arrives: the archive to a file, the
         // rest kept. A small one is read whole.
         let (bytes, archive_file) = if announced.is_none_or(|n| n > DIVERT_FROM) {
-            match receive_diverted(body, limit, self.opts.downloads.clone()).await {
+            let div = ArchiveTextDiverter::new(usize::try_from(limit).unwrap_or(usize::MAX));
+            // The body's limit (archive text included) is the `Limited` wrapper's.
+            let dir = self.opts.downloads.clone();
+            match receive_diverted(body, div, u64::MAX, dir, ".awcp-start-").await {
                 Ok(r) => r,
                 Err(ReceiveError::Body(e)) if over_limit(&*e) => return refuse_size(),
                 Err(ReceiveError::Body(_)) => return reply(wire_http::reject_unreadable_body()),

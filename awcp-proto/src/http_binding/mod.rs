@@ -253,6 +253,27 @@ pub fn decode_result(id: &DelegationId, v: &Value) -> Result<FetchedResult, Stri
     }
 }
 
+/// Puts the file a diverted `snapshotBase64` of a `GET …/result` body was decoded into (see
+/// [`crate::wire::divert::ArchiveTextDiverter::for_results`]) in place of the result's (now
+/// empty) inline text, as [`ArchiveData::local_file`]. `false` when `result` carries no inline
+/// snapshot: nothing was diverted from it, and the caller deletes the file.
+pub fn attach_diverted_result_body(result: &mut FetchedResult, file: &str) -> bool {
+    match result {
+        FetchedResult::Completed {
+            snapshot: Some(s), ..
+        } if s.data.base64.is_some() => {
+            s.data.base64 = None;
+            s.data.local_file = Some(file.to_owned());
+            true
+        }
+        FetchedResult::Completed { .. }
+        | FetchedResult::Running
+        | FetchedResult::Error(_)
+        | FetchedResult::NotFound
+        | FetchedResult::NotApplicable => false,
+    }
+}
+
 /// `GET /awcp/status` body.
 pub fn status_to_value(s: &ExecutorStatus) -> Value {
     json!({

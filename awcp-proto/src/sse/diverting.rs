@@ -77,7 +77,7 @@ enum Line {
     Skip,
 }
 
-/// The incremental decoder (see the [module](self)).
+/// The incremental decoder (see [`crate::sse`] and the rules there).
 #[derive(Debug)]
 pub struct DivertingSseDecoder {
     max_kept: usize,

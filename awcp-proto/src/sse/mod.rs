@@ -20,7 +20,10 @@
 //!   `finish`; this matches browsers).
 //!
 //! A delegator reading results uses [`DivertingSseDecoder`] instead, which passes a result
-//! archive out piece by piece rather than buffering its line.
+//! archive out piece by piece rather than buffering its line: it follows the rules above,
+//! except that `event:` and `id:` values are not kept (nothing reads them on that path) and no
+//! line is ever buffered, so no line is too long; what is bounded is an event's JSON besides
+//! its archive and the archive text, each with its own limit.
 //!
 //! Scanning is linear in the input: the decoder remembers how far it looked for a line end, so
 //! a multi-megabyte line fed in small chunks is scanned once.

@@ -128,6 +128,7 @@ macro_rules! conformance_suite {
             the_application_accepts_or_declines_through_the_handle,
             a_large_inline_archive_is_streamed_and_leaves_no_file,
             a_large_inline_result_is_received_into_a_file_in_both_dialects,
+            a_large_inline_result_fetched_by_polling_is_received_into_a_file,
             more_delegations_than_half_the_connection_cap_all_complete,
         );
     };
@@ -694,6 +695,38 @@ pub async fn a_large_inline_result_is_received_into_a_file_in_both_dialects<R: T
     assert_eq!(left, Vec::<PathBuf>::new());
 }
 
+/// The event stream never gets through (a proxy cuts every one just after it opens): the
+/// delegator falls back to `GET …/result`, whose large inline `snapshotBase64` is received
+/// into a file as it arrives (the body is far over the largest JSON the delegator keeps),
+/// stored and applied; no received file is left.
+pub async fn a_large_inline_result_fetched_by_polling_is_received_into_a_file<R: TestRuntime>() {
+    let ex = start_executor::<R>(Arc::new(BigResultRunner), |_| {}).await;
+    let proxy = CutProxy::start(ex.base.trim_start_matches("http://").parse().unwrap());
+    proxy.refuse_event_streams();
+    ex.handle.set_public_url(format!("http://{}", proxy.addr));
+    let dg = start_delegator::<R>(false, |c| {
+        c.features.retain(|f| f != awcp_proto::feature::ARCHIVE_URL);
+        c.max_reply_bytes = 64 << 10;
+        c.sse_reconnect_attempts = 1;
+    })
+    .await;
+    let ws = workspace();
+    let peer = format!("http://{}/awcp", proxy.addr);
+    let v = run_to_end::<R>(&dg.handle, params::<R>(&peer, ws.path())).await;
+    assert_eq!(v.state, DelegationState::Completed, "{v:?}");
+    assert_eq!(
+        std::fs::read(ws.path().join("out.bin")).unwrap(),
+        big_result()
+    );
+    assert!(proxy.count("/result ") >= 1, "the result was polled for");
+    let incoming = dg.dir.path().join("state/incoming");
+    let left: Vec<_> = std::fs::read_dir(&incoming)
+        .map(|r| r.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert_eq!(left, Vec::<PathBuf>::new());
+    wait_released::<R>(&ex).await;
+}
+
 /// More delegations at once than half the executor server's connection cap: each holds its
 /// event stream open while it sends START, so a cap that were not raised to what the
 /// executor's concurrency needs would lock them out (streams fill it, their STARTs wait behind
@@ -1103,6 +1136,7 @@ pub struct CutProxy {
     conns: Arc<std::sync::Mutex<Vec<std::net::TcpStream>>>,
     requests: Arc<std::sync::Mutex<Vec<String>>>,
     seen: async_channel::Receiver<()>,
+    refuse_events: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl CutProxy {
@@ -1114,10 +1148,12 @@ impl CutProxy {
         let conns: Arc<std::sync::Mutex<Vec<std::net::TcpStream>>> = Default::default();
         let requests: Arc<std::sync::Mutex<Vec<String>>> = Default::default();
         let (tx, seen) = async_channel::unbounded();
-        let (c, r) = (conns.clone(), requests.clone());
+        let refuse_events: Arc<std::sync::atomic::AtomicBool> = Default::default();
+        let (c, r, f) = (conns.clone(), requests.clone(), refuse_events.clone());
         std::thread::spawn(move || {
             for down in l.incoming().flatten() {
                 let (conns, requests, tx) = (c.clone(), r.clone(), tx.clone());
+                let refuse_events = f.clone();
                 std::thread::spawn(move || {
                     let Ok(mut up) = std::net::TcpStream::connect(upstream) else {
                         return;
@@ -1129,7 +1165,27 @@ impl CutProxy {
                         g.push(up.try_clone().unwrap());
                     }
                     let (mut d2, mut u2) = (down.try_clone().unwrap(), up.try_clone().unwrap());
-                    std::thread::spawn(move || std::io::copy(&mut u2, &mut d2));
+                    // Set once this connection asked for an event stream the proxy refuses:
+                    // the answer's first piece (its head) gets through, then it is cut.
+                    let cut_after_head: Arc<std::sync::atomic::AtomicBool> = Default::default();
+                    let cut = cut_after_head.clone();
+                    std::thread::spawn(move || {
+                        let mut buf = vec![0u8; 64 * 1024];
+                        loop {
+                            let n = match u2.read(&mut buf) {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => n,
+                            };
+                            if d2.write_all(&buf[..n]).is_err() {
+                                return;
+                            }
+                            if cut.load(std::sync::atomic::Ordering::SeqCst) {
+                                let _ = d2.shutdown(std::net::Shutdown::Both);
+                                let _ = u2.shutdown(std::net::Shutdown::Both);
+                                return;
+                            }
+                        }
+                    });
                     // Forward the client's bytes, noting every request line on the way (a
                     // kept-alive connection carries several requests).
                     let mut buf = vec![0u8; 64 * 1024];
@@ -1155,6 +1211,11 @@ impl CutProxy {
                             if let (Some(start), true) = (start, line.ends_with(" HTTP/1.1")) {
                                 requests.lock().unwrap().push(line[start..].to_owned());
                                 let _ = tx.try_send(());
+                                if line.contains("/events ")
+                                    && refuse_events.load(std::sync::atomic::Ordering::SeqCst)
+                                {
+                                    cut_after_head.store(true, std::sync::atomic::Ordering::SeqCst);
+                                }
                             }
                         }
                         // A body without line breaks (an archive) is not kept whole.
@@ -1171,7 +1232,15 @@ impl CutProxy {
             conns,
             requests,
             seen,
+            refuse_events,
         }
+    }
+
+    /// From now on, cuts every connection that asks for an event stream once the first piece
+    /// of its answer (the head) went through: each stream opens, then breaks.
+    pub fn refuse_event_streams(&self) {
+        self.refuse_events
+            .store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Requests seen so far whose request line contains `needle`.

@@ -26,15 +26,19 @@ pub struct DelegatorConfig {
     /// The largest answer body to INVITE, START, ERROR, cancel or ack the driver reads
     /// (16 MiB); a larger one is a failed request.
     pub max_reply_bytes: u64,
-    /// How long downloading a snapshot from the URL the executor names may take (10 min).
+    /// How long downloading a snapshot from the URL the executor names may take, and reading
+    /// a `GET …/result` body, which may carry the snapshot inline (10 min).
     pub snapshot_download_timeout: Duration,
     /// How long an INVITE, START, ERROR, cancel, ack or `GET …/result` request may take
-    /// before it is a failed request (30 s); also how long a stopping driver lets the requests
+    /// before it is a failed request (30 s; for `GET …/result`, until the head of its answer);
+    /// also how long a stopping driver lets the requests
     /// that tell an executor something final (ack, cancel, ERROR) finish.
     pub request_timeout: Duration,
     /// The largest snapshot accepted, inline or downloaded (1 GiB).
     pub max_snapshot_bytes: u64,
-    /// The largest `GET …/result` body read (2 GiB: it may carry inline snapshots as base64).
+    /// The largest `GET …/result` body read (2 GiB: it may carry inline snapshots as base64;
+    /// the snapshot's text is decoded into a file as it arrives, the rest of the JSON may be
+    /// [`max_reply_bytes`](Self::max_reply_bytes)).
     pub max_result_bytes: u64,
     /// Protocol extensions this delegator offers in INVITE.
     pub features: Vec<String>,

@@ -216,6 +216,35 @@ pub enum DelegatorInput {
     },
 }
 
+impl DelegatorInput {
+    /// The file on this machine holding a result archive this input carries, if the driver
+    /// received an inline result into one (a task event's, see [`TaskEvent::local_file`], or a
+    /// `GET …/result` snapshot's [`ArchiveData::local_file`](crate::wire::ArchiveData::local_file)).
+    /// The engine takes it over only through a [`DelegatorOutput::StoreSnapshot`] naming it;
+    /// otherwise the driver deletes it once the input is handled.
+    pub fn received_file(&self) -> Option<&str> {
+        match self {
+            DelegatorInput::TaskEvent { event } => event.local_file(),
+            DelegatorInput::ResultFetched {
+                result:
+                    Ok(FetchedResult::Completed {
+                        snapshot: Some(s), ..
+                    }),
+                ..
+            } => s.data.local_file.as_deref(),
+            DelegatorInput::ScanCompleted { .. }
+            | DelegatorInput::Reply { .. }
+            | DelegatorInput::TransportPrepared { .. }
+            | DelegatorInput::EventStreamOpened { .. }
+            | DelegatorInput::EventStreamClosed { .. }
+            | DelegatorInput::ResultFetched { .. }
+            | DelegatorInput::SnapshotApplied { .. }
+            | DelegatorInput::SnapshotStored { .. }
+            | DelegatorInput::TransportReleased { .. } => None,
+        }
+    }
+}
+
 /// An output of [`Delegator::poll_output`]: something for the driver to do or to tell.
 #[derive(Clone, Debug, PartialEq)]
 pub enum DelegatorOutput {
