@@ -17,6 +17,7 @@ pub mod host;
 mod incoming;
 mod lockfile;
 pub mod net;
+mod outgoing;
 pub mod runtime;
 pub mod security;
 

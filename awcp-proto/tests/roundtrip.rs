@@ -666,3 +666,111 @@ fn a_start_split_around_its_archive_file_travels_and_is_diverted_whole() {
         }
     }
 }
+
+/// A `snapshot` event ([R]), a `done` event ([S]) and a `GET …/result` body whose result is a
+/// local file: the split encoding with the file's base64 between head and tail is exactly the
+/// plain encoding with the archive inline; read back through the delegator's diverting SSE
+/// decoder in pieces of any size, the archive text comes out whole and the rest decodes to the
+/// same event with the field empty.
+#[test]
+fn results_split_around_their_archive_file_travel_and_are_diverted_whole() {
+    use awcp_proto::engine::executor::{ResultBody, ResultStatus};
+    use awcp_proto::http_binding::{encode_response, encode_response_split};
+    use awcp_proto::sse::{encode_data, DivertingSseDecoder, SsePiece};
+    let id = DelegationId::new("dlg_split").unwrap();
+    let b64 = "QUJD+/9a".repeat(5_000);
+    let data = |base64: Option<&str>, file: Option<&str>| ArchiveData {
+        base64: base64.map(str::to_owned),
+        url: None,
+        local_file: file.map(str::to_owned),
+    };
+    let snapshot = |data: ArchiveData| SnapshotEvent {
+        snapshot_id: SnapshotId::new("snap_0123456789ab").unwrap(),
+        summary: r#"wrote "snapshotBase64":"" as text"#.into(),
+        highlights: vec!["out.bin".into()],
+        data,
+        checksum: Some("c".repeat(64)),
+        recommended: Some(true),
+        metadata: BTreeMap::from([("fileCount".to_owned(), serde_json::json!(3))]),
+    };
+    let event = |kind| TaskEvent {
+        delegation_id: id.clone(),
+        timestamp: Timestamp::from_unix_millis(1_700_000_000_000),
+        kind,
+    };
+    let done = |inline: Option<&str>, file: Option<&str>| {
+        TaskEventKind::Done(DoneEvent {
+            summary: "s".into(),
+            highlights: vec![],
+            snapshot_ids: vec![],
+            recommended_snapshot_id: None,
+            result_base64: inline.map(str::to_owned),
+            result_local_file: file.map(str::to_owned),
+        })
+    };
+    let cases = [
+        (
+            Dialect::Reference,
+            event(TaskEventKind::Snapshot(snapshot(data(Some(&b64), None)))),
+            event(TaskEventKind::Snapshot(snapshot(data(
+                None,
+                Some("/tmp/r.zip"),
+            )))),
+            event(TaskEventKind::Snapshot(snapshot(data(Some(""), None)))),
+        ),
+        (
+            Dialect::Seed,
+            event(done(Some(&b64), None)),
+            event(done(None, Some("/tmp/r.zip"))),
+            event(done(Some(""), None)),
+        ),
+    ];
+    for (d, inline, from_file, emptied) in cases {
+        assert_eq!(encode_event_split(&inline, d), None);
+        let split = encode_event_split(&from_file, d).unwrap();
+        assert_eq!(split.file, "/tmp/r.zip");
+        let whole = format!("{}{b64}{}", split.head, split.tail);
+        assert_eq!(whole, encode_event(&inline, d), "{d:?}");
+        let frame = encode_data(&whole);
+        for piece in [1, 7, 4096, frame.len()] {
+            let mut dec = DivertingSseDecoder::new(1 << 12, 1 << 20);
+            let mut pieces = Vec::new();
+            for c in frame.as_bytes().chunks(piece) {
+                dec.push(c, &mut pieces);
+            }
+            let mut text = Vec::new();
+            let mut kept = None;
+            for p in pieces {
+                match p {
+                    SsePiece::ArchiveText(t) => text.extend_from_slice(&t),
+                    SsePiece::Event { data, diverted } => {
+                        assert!(diverted);
+                        kept = Some(data);
+                    }
+                    SsePiece::Dropped(r) => panic!("{r}"),
+                }
+            }
+            assert_eq!(text, b64.as_bytes(), "{d:?} piece {piece}");
+            let (back, _) = decode_event(kept.unwrap().as_bytes()).unwrap();
+            assert_eq!(back, emptied, "{d:?} piece {piece}");
+        }
+    }
+    // The same for a `GET …/result` answer.
+    let result = |data: ArchiveData| {
+        awcp_proto::engine::executor::Response::Result(Box::new(ResultBody {
+            status: ResultStatus::Completed,
+            completed_at: Some(Timestamp::from_unix_millis(1_700_000_000_000)),
+            outcome: Some(TaskOutcome {
+                summary: "s".into(),
+                highlights: vec![],
+            }),
+            snapshot: Some(snapshot(data)),
+            error: None,
+        }))
+    };
+    assert_eq!(encode_response_split(&result(data(Some(&b64), None))), None);
+    let (status, split) = encode_response_split(&result(data(None, Some("/tmp/r.zip")))).unwrap();
+    let (want_status, want) = encode_response(&result(data(Some(&b64), None)));
+    assert_eq!(status, want_status);
+    assert_eq!(format!("{}{b64}{}", split.head, split.tail), want);
+}

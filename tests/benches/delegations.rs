@@ -1,7 +1,9 @@
 //! Whole delegations through the real release binaries, one row per line of the performance
 //! table (`BENCHMARKS.md` at the workspace root): a tiny delegation as one `awcp delegate`
 //! process and through one `awcp daemon`, the CPU it costs each side, 1 MB / 10 MB / 51 MB
-//! workspaces inline and by URL beside `cp -a` of the same tree, and 50 delegations at once.
+//! workspaces inline and by URL beside `cp -a` of the same tree, 50 delegations at once, and
+//! (given a filter) 200 and 500 MB workspaces, also with the whole workspace coming back
+//! inline as the result (`results-inline` rows).
 //!
 //! ```sh
 //! cargo bench -p awcp-tests --bench delegations              # every row
@@ -130,10 +132,31 @@ fn forget_notes(ws: &Path) {
     let _ = std::fs::remove_file(ws.join("AWCP_NOTES.md"));
 }
 
-/// The executor under test: demo task, raised concurrency, its own dirs under `dir`.
+/// The executor under test: demo task (lists files into AWCP_NOTES.md).
 fn start_executor(dir: &Path) -> (KillOnDrop, String) {
+    start_executor_running(dir, &["--demo"])
+}
+
+/// An executor whose task appends a byte to every file of the work dir (so the whole
+/// workspace comes back as the result).
+fn start_rewriting_executor(dir: &Path) -> (KillOnDrop, String) {
+    std::fs::create_dir_all(dir).unwrap();
+    let script = dir.join("touch-all.sh");
+    std::fs::write(
+        &script,
+        "find . -type f -exec sh -c 'for f; do printf x >> \"$f\"; done' _ {} +\necho done\n",
+    )
+    .unwrap();
+    let cmd = format!("sh {}", script.display());
+    start_executor_running(dir, &["--agent-cmd", &cmd])
+}
+
+/// The executor under test running `task` (its flags), raised concurrency, its own dirs
+/// under `dir`.
+fn start_executor_running(dir: &Path, task: &[&str]) -> (KillOnDrop, String) {
     let mut cmd = Command::new(bins::path("awcp-executor"));
-    cmd.args(["--listen", "127.0.0.1:0", "--quiet", "--demo"])
+    cmd.args(["--listen", "127.0.0.1:0", "--quiet"])
+        .args(task)
         .args(["--max-concurrent", "128"])
         // Inline bodies of the largest row (500 MiB of archive, as base64).
         .args(["--max-body-bytes", "1000000000"])
@@ -158,6 +181,28 @@ fn delegate_cmd(state: &Path, ws: &Path, peer: &str) -> Command {
         ])
         .arg(state);
     cmd
+}
+
+/// How an e2e row's archives travel.
+#[derive(Clone, Copy)]
+enum Mode {
+    /// The default: both ways inline (the demo task's result is one small file).
+    Inline,
+    /// The workspace by URL (`--serve-archives`).
+    Url,
+    /// The task changes every file and the whole result comes back inline in the event
+    /// stream (`--inline-results`), as from a reference executor.
+    WholeResultInline,
+}
+
+impl Mode {
+    fn describe(self) -> &'static str {
+        match self {
+            Mode::Inline => "inline (default)",
+            Mode::Url => "URL mode (`--serve-archives`)",
+            Mode::WholeResultInline => "whole workspace back inline (`--inline-results`)",
+        }
+    }
 }
 
 struct Bench {
@@ -288,19 +333,28 @@ impl Bench {
         }
     }
 
-    /// A workspace of `mib` MiB in `files` files, as one `awcp delegate` process, inline or by
-    /// URL; beside `cp -a` of the same tree twice (`cp_twice`).
-    fn e2e(&mut self, name: &str, mib: usize, files: usize, url_mode: bool, cp_twice: bool) {
+    /// A workspace of `mib` MiB in `files` files, as one `awcp delegate` process, sent as
+    /// `mode` says; beside `cp -a` of the same tree twice (`cp_twice`).
+    fn e2e(&mut self, name: &str, mib: usize, files: usize, mode: Mode, cp_twice: bool) {
         let dir = self.root.path().join(name);
-        let (ex, url) = start_executor(&dir);
+        let (ex, url) = match mode {
+            Mode::Inline | Mode::Url => start_executor(&dir),
+            Mode::WholeResultInline => start_rewriting_executor(&dir),
+        };
         let (mib, files) = if self.quick { (1, 10) } else { (mib, files) };
         let ws = workspace(&dir, "ws", mib << 20, files);
         let state = dir.join("delegator");
         let runs = if self.quick { 1 } else { 5 };
         let cmd = |ws: &Path| {
             let mut c = delegate_cmd(&state, ws, &url);
-            if url_mode {
-                c.args(["--serve-archives", "127.0.0.1:0"]);
+            match mode {
+                Mode::Inline => {}
+                Mode::Url => {
+                    c.args(["--serve-archives", "127.0.0.1:0"]);
+                }
+                Mode::WholeResultInline => {
+                    c.arg("--inline-results");
+                }
             }
             c.args(["--max-total-bytes", "1000000000"]);
             c
@@ -348,7 +402,7 @@ impl Bench {
         }
         self.row(format!(
             "| {name}: {mib} MiB, {files} files, {} | {:.0} ms | {:.0} ms | {:.1} MiB | {:.1} MiB | {cp} |",
-            if url_mode { "URL mode (`--serve-archives`)" } else { "inline (default)" },
+            mode.describe(),
             ms(median(&mut times)),
             ms(p95(&mut times)),
             rss as f64 / 1024.0,
@@ -387,13 +441,34 @@ fn main() {
     if b.wants("tiny-daemon") {
         b.tiny_daemon(&rt);
     }
-    let e2e: [(&str, usize, usize, bool, bool); 6] = [
-        ("e2e-1mb", 1, 100, false, false),
-        ("e2e-10mb", 10, 1000, false, true),
-        ("e2e-51mb-inline", 51, 550, false, false),
-        ("e2e-51mb-url", 51, 550, true, false),
-        ("e2e-200mb-inline", 200, 550, false, false),
-        ("e2e-500mb-inline", 500, 1100, false, false),
+    let e2e: [(&str, usize, usize, Mode, bool); 9] = [
+        ("e2e-1mb", 1, 100, Mode::Inline, false),
+        ("e2e-10mb", 10, 1000, Mode::Inline, true),
+        ("e2e-51mb-inline", 51, 550, Mode::Inline, false),
+        ("e2e-51mb-url", 51, 550, Mode::Url, false),
+        (
+            "e2e-51mb-results-inline",
+            51,
+            550,
+            Mode::WholeResultInline,
+            false,
+        ),
+        ("e2e-200mb-inline", 200, 550, Mode::Inline, false),
+        ("e2e-500mb-inline", 500, 1100, Mode::Inline, false),
+        (
+            "e2e-200mb-results-inline",
+            200,
+            550,
+            Mode::WholeResultInline,
+            false,
+        ),
+        (
+            "e2e-500mb-results-inline",
+            500,
+            1100,
+            Mode::WholeResultInline,
+            false,
+        ),
     ];
     for (name, mib, files, url, cp) in e2e {
         if b.wants(name) && (b.filter.is_some() || mib <= 51) {

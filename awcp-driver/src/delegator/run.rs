@@ -397,50 +397,8 @@ impl OutBody {
         let (tx, rx) = mpsc::channel(4);
         let body = agent_rt::ClientBody::streamed(split.body_len(len), rx);
         rt.spawn(Box::pin(blocking(rt, move || {
-            stream_split(split, file, tx);
+            crate::outgoing::stream_split(split, file, tx);
         })));
         Ok(body)
     }
-}
-
-/// Feeds `head`, the file as base64 (64 KiB of text per piece) and `tail` into `tx`, waiting
-/// while the channel is full; stops when the request is gone.
-fn stream_split(
-    split: awcp_proto::SplitMessage,
-    mut file: std::fs::File,
-    mut tx: mpsc::Sender<std::io::Result<Bytes>>,
-) {
-    use futures::SinkExt;
-    use std::io::Read;
-    let mut send = |b: std::io::Result<Bytes>| futures::executor::block_on(tx.send(b)).is_ok();
-    if !send(Ok(Bytes::from(split.head))) {
-        return;
-    }
-    let mut buf = vec![0u8; 48 * 1024];
-    loop {
-        // Whole multiples of 3 bytes, so the pieces' base64 joins without padding.
-        let mut n = 0;
-        while n < buf.len() {
-            match file.read(&mut buf[n..]) {
-                Ok(0) => break,
-                Ok(k) => n += k,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    send(Err(e));
-                    return;
-                }
-            }
-        }
-        if n == 0 {
-            break;
-        }
-        let text = awcp_transports::archive::encode_base64(&buf[..n]);
-        if !send(Ok(Bytes::from(text))) {
-            return;
-        }
-        if n < buf.len() {
-            break;
-        }
-    }
-    send(Ok(Bytes::from(split.tail)));
 }

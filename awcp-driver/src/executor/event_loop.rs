@@ -42,7 +42,7 @@ pub(super) struct Loop<R: Runtime> {
     /// Downloads and captured snapshots of this instance.
     pub(super) scratch: PathBuf,
     pub(super) pending: BTreeMap<RequestId, oneshot::Sender<Response>>,
-    pub(super) streams: BTreeMap<StreamId, mpsc::UnboundedSender<Bytes>>,
+    pub(super) streams: BTreeMap<StreamId, mpsc::UnboundedSender<StreamChunk>>,
     pub(super) cancels: BTreeMap<DelegationId, CancelFlag>,
     pub(super) snapshots: SnapshotFiles,
     pub(super) next_id: u64,
@@ -239,9 +239,15 @@ impl<R: Runtime> Loop<R> {
                 event,
                 dialect,
             } => {
-                let bytes = Bytes::from(sse::encode_data(&encode_event(&event, dialect)));
+                // A result in a file is sent from it by the response, in order.
+                let chunk = match awcp_proto::encode_event_split(&event, dialect) {
+                    Some(split) => StreamChunk::Split(split),
+                    None => StreamChunk::Text(Bytes::from(sse::encode_data(&encode_event(
+                        &event, dialect,
+                    )))),
+                };
                 let gone = match self.streams.get(&stream) {
-                    Some(tx) => tx.unbounded_send(bytes).is_err(),
+                    Some(tx) => tx.unbounded_send(chunk).is_err(),
                     None => false,
                 };
                 if gone {
@@ -387,16 +393,12 @@ impl<R: Runtime> Loop<R> {
                     let sid = snapshot_id.clone();
                     let did = id.clone();
                     let result = blocking(&rt, move || {
-                        let delivery = match &url_base {
-                            Some(_) => {
-                                let d = dir.join(did.as_str());
-                                std::fs::create_dir_all(&d).map_err(|e| {
-                                    CaptureFailure::Local(format!("snapshot dir: {e}"))
-                                })?;
-                                Delivery::File(d)
-                            }
-                            None => Delivery::Inline,
-                        };
+                        // A file in both deliveries: by URL it is served, inline its text is
+                        // written from it as the event or result body is sent.
+                        let d = dir.join(did.as_str());
+                        std::fs::create_dir_all(&d)
+                            .map_err(|e| CaptureFailure::Local(format!("snapshot dir: {e}")))?;
+                        let delivery = Delivery::File(d);
                         let snap = t
                             .capture(Path::new(&work_dir), kind, &delivery, &CancelFlag::new())
                             .map_err(|e| CaptureFailure::Transport(e.to_error_info()))?;

@@ -197,7 +197,11 @@ impl ExecutorHandle {
             Err(r) => return r,
         };
         match self.request(credential, make(id)).await {
-            Some(resp) => reply(wire_http::encode_response(&resp)),
+            Some(resp) => match wire_http::encode_response_split(&resp) {
+                // A result whose snapshot is a file: written from it as the body is sent.
+                Some((status, split)) => split_response(status, split),
+                None => reply(wire_http::encode_response(&resp)),
+            },
             None => unavailable(),
         }
     }
@@ -312,12 +316,23 @@ impl ExecutorHandle {
                         futures::future::Either::Left((Some(b), t)) => Some((b, (rx, Some(t)))),
                         futures::future::Either::Left((None, _)) => None,
                         futures::future::Either::Right((_, _)) => Some((
-                            Bytes::from_static(sse::KEEPALIVE.as_bytes()),
+                            super::StreamChunk::Text(Bytes::from_static(sse::KEEPALIVE.as_bytes())),
                             (rx, Some(ticker(keepalive))),
                         )),
                     }
                 }
             });
+        // An event whose result is a file is written from it, in its place in the stream.
+        let stream = stream.flat_map(|chunk| match chunk {
+            super::StreamChunk::Text(b) => futures::stream::once(std::future::ready(b)).boxed(),
+            super::StreamChunk::Split(split) => {
+                match crate::outgoing::split_stream(split, "data: ", "\n\n") {
+                    Some(s) => s.boxed(),
+                    // The file is gone (dropped after ack or retention): nothing to send.
+                    None => futures::stream::empty().boxed(),
+                }
+            }
+        });
         let body = stream.map(|b| Ok::<_, std::convert::Infallible>(hyper::body::Frame::data(b)));
         http::Response::builder()
             .status(StatusCode::OK)
@@ -364,6 +379,24 @@ impl ExecutorHandle {
 }
 
 /// Streams a file with flat memory: a thread reads chunks into a bounded channel.
+/// A JSON answer around a file's base64 (see [`crate::outgoing::split_stream`]).
+fn split_response(status: u16, split: awcp_proto::SplitMessage) -> http::Response<ResponseBody> {
+    let Ok(len) = std::fs::metadata(&split.file).map(|m| m.len()) else {
+        return reply(wire_http::reject_file_gone());
+    };
+    let length = split.body_len(len);
+    let Some(stream) = crate::outgoing::split_stream(split, "", "") else {
+        return reply(wire_http::reject_file_gone());
+    };
+    let body = stream.map(|b| Ok::<_, std::convert::Infallible>(hyper::body::Frame::data(b)));
+    http::Response::builder()
+        .status(status)
+        .header("content-type", "application/json")
+        .header("content-length", length)
+        .body(BodyExt::boxed_unsync(http_body_util::StreamBody::new(body)))
+        .expect("static headers are valid")
+}
+
 pub(crate) fn file_response(path: std::path::PathBuf) -> http::Response<ResponseBody> {
     let Ok(mut f) = std::fs::File::open(&path) else {
         return reply(wire_http::reject_file_gone());

@@ -100,7 +100,7 @@ pub(crate) enum Cmd {
     Subscribe {
         id: DelegationId,
         credential: Option<Credential>,
-        tx: mpsc::UnboundedSender<Bytes>,
+        tx: mpsc::UnboundedSender<StreamChunk>,
         /// Whether the subscription was authorised (before the response status is chosen).
         verdict: oneshot::Sender<Result<(), ErrorInfo>>,
     },
@@ -426,7 +426,7 @@ impl ExecutorHandle {
         &self,
         id: DelegationId,
         credential: Option<Credential>,
-    ) -> Option<Result<mpsc::UnboundedReceiver<Bytes>, ErrorInfo>> {
+    ) -> Option<Result<mpsc::UnboundedReceiver<StreamChunk>, ErrorInfo>> {
         let (tx, rx) = mpsc::unbounded();
         let (verdict, answer) = oneshot::channel();
         self.tx
@@ -439,6 +439,15 @@ impl ExecutorHandle {
             .ok()?;
         Some(answer.await.ok()?.map(|()| rx))
     }
+}
+
+/// What an event stream's response sends next: SSE text, or an event whose inline result is
+/// a file (its text is written from the file as the response is sent, never held).
+pub(crate) enum StreamChunk {
+    /// Framed SSE text.
+    Text(Bytes),
+    /// One event around its result file (`data: ` and the blank line not included).
+    Split(awcp_proto::SplitMessage),
 }
 
 use self::event_loop::Loop;

@@ -221,16 +221,23 @@ pub(super) fn to_captured(
             if std::fs::rename(&f.path, &owned).is_ok() {
                 f.path = owned;
             }
-            let url = awcp_proto::http_binding::snapshot_url(url_base.unwrap_or(""), id, sid);
             files
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .insert((id.to_string(), sid.to_string()), f.path.clone());
+            // By URL, or inline from the file (see `ArchiveData::local_file`).
+            let (url, local_file) = match url_base {
+                Some(base) => (
+                    Some(awcp_proto::http_binding::snapshot_url(base, id, sid)),
+                    None,
+                ),
+                None => (None, Some(f.path.to_string_lossy().into_owned())),
+            };
             CapturedSnapshot {
                 data: awcp_proto::ArchiveData {
                     base64: None,
-                    url: Some(url),
-                    local_file: None,
+                    url,
+                    local_file,
                 },
                 checksum: Some(f.checksum),
                 metadata,

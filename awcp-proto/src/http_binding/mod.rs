@@ -139,6 +139,28 @@ pub fn encode_response(resp: &Response) -> (u16, String) {
     (status, body)
 }
 
+/// [`encode_response`] for a `GET …/result` answer whose inline snapshot is a local file
+/// ([`ArchiveData::local_file`]): the status and the JSON before and after the
+/// `snapshotBase64` text, which the caller writes from the file. `None` for any other answer.
+pub fn encode_response_split(resp: &Response) -> Option<(u16, crate::wire::SplitMessage)> {
+    let Response::Result(r) = resp else {
+        return None;
+    };
+    let s = r.snapshot.as_ref()?;
+    if s.data.base64.is_some() {
+        return None;
+    }
+    let file = s.data.local_file.clone()?;
+    let mut r = r.clone();
+    if let Some(s) = &mut r.snapshot {
+        s.data.base64 = Some(String::new());
+        s.data.local_file = None;
+    }
+    let around = ObjectWriter::text(|w| write_result(w, &r));
+    let split = crate::wire::encode::split_at_field(&around, r#""snapshotBase64":"""#, file)?;
+    Some((resp.http_status(), split))
+}
+
 /// `GET …/result` body (WIRE.md §5).
 pub fn result_to_value(r: &ResultBody) -> Value {
     ObjectWriter::value(|w| write_result(w, r))

@@ -103,15 +103,17 @@ fn split_at_empty_archive(around: &str) -> Option<(&str, &str)> {
     Some(around.split_at(at + FIELD.len() - 1))
 }
 
-/// A START whose inline archive is in a local file ([`ArchiveData::local_file`]), encoded
-/// around it: the body is `head`, the file's bytes as standard base64, then `tail`.
+/// A START, event or `GET …/result` body whose inline archive is in a local file
+/// ([`ArchiveData::local_file`]), encoded around it: the text is `head`, the file's bytes as
+/// standard base64, then `tail`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SplitMessage {
-    /// The JSON up to and including the opening quote of `workspaceBase64`.
+    /// The JSON up to and including the opening quote of the archive field
+    /// (`workspaceBase64`, `snapshotBase64` or `resultBase64`).
     pub head: String,
     /// The ZIP file whose base64 goes between `head` and `tail`.
     pub file: String,
-    /// The JSON from the closing quote of `workspaceBase64` to the end.
+    /// The JSON from the closing quote of the archive field to the end.
     pub tail: String,
 }
 
@@ -162,6 +164,45 @@ fn inline_archive(msg: &mut Message) -> Option<&mut Option<String>> {
 /// Encodes a task event as compact JSON in `dialect`.
 pub fn encode_event(ev: &TaskEvent, dialect: Dialect) -> String {
     ObjectWriter::text(|w| write_event(w, ev, dialect))
+}
+
+/// [`encode_event`] for a `snapshot` or `done` event whose result archive is a local file
+/// ([`ArchiveData::local_file`], [`DoneEvent::result_local_file`](super::DoneEvent::result_local_file))
+/// and not inline text: the JSON before and after the `snapshotBase64` or `resultBase64` text,
+/// which the caller writes from the file (the same bytes [`encode_event`] would give with the
+/// file's base64 inline). `None` for any other event, or if `dialect` writes no such field.
+pub fn encode_event_split(ev: &TaskEvent, dialect: Dialect) -> Option<SplitMessage> {
+    let mut ev = ev.clone();
+    let (file, field) = match &mut ev.kind {
+        TaskEventKind::Snapshot(s) if s.data.base64.is_none() => {
+            let file = s.data.local_file.take()?;
+            s.data.base64 = Some(String::new());
+            (file, r#""snapshotBase64":"""#)
+        }
+        TaskEventKind::Done(d) if d.result_base64.is_none() => {
+            let file = d.result_local_file.take()?;
+            d.result_base64 = Some(String::new());
+            (file, r#""resultBase64":"""#)
+        }
+        TaskEventKind::Snapshot(_)
+        | TaskEventKind::Done(_)
+        | TaskEventKind::Status(_)
+        | TaskEventKind::Error(_) => return None,
+    };
+    split_at_field(&encode_event(&ev, dialect), field, file)
+}
+
+/// `around` split just after the opening quote of the empty `field` (written as
+/// `"name":""`): its first occurrence, as every text written before it is an escaped string
+/// value (a quote inside one is `\"`) and `field` comes before any key that data could name.
+pub(crate) fn split_at_field(around: &str, field: &str, file: String) -> Option<SplitMessage> {
+    let at = around.find(field)?;
+    let (head, tail) = around.split_at(at + field.len() - 1);
+    Some(SplitMessage {
+        head: head.to_owned(),
+        file,
+        tail: tail.to_owned(),
+    })
 }
 
 /// Compact JSON text of `v`, written straight into a byte buffer (`Value`'s `Display` goes

@@ -19,7 +19,7 @@ pub use decode::{
     decode_event, decode_handle, decode_message, decode_message_owned, DecodeError, DecodeErrorKind,
 };
 pub use encode::{
-    encode_event, encode_handle, encode_message, encode_message_owned, encode_message_split,
-    event_to_value, message_to_value, SplitMessage,
+    encode_event, encode_event_split, encode_handle, encode_message, encode_message_owned,
+    encode_message_split, event_to_value, message_to_value, SplitMessage,
 };
 pub use types::*;

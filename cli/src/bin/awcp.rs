@@ -184,6 +184,11 @@ enum Cmd {
         /// refusing with SENSITIVE_FILES. Listing them in .awcpignore keeps them home instead.
         #[arg(long)]
         allow_sensitive: bool,
+        /// Ask for the result inline in the event stream, as a reference executor sends it
+        /// (this delegator does not offer the `archive-url` extension, so the executor does
+        /// not serve the result by URL). For interoperability checks and measurements.
+        #[arg(long)]
+        inline_results: bool,
         /// Admission limits of the in-process delegator (with --daemon, the daemon's own
         /// flags apply).
         #[command(flatten)]
@@ -513,9 +518,26 @@ fn delegator<R: Driver>(
     admission: AdmissionLimits,
     client_tls: agent_rt::ClientTls,
 ) -> DelegatorHandle {
+    delegator_with::<R>(state_dir, archive_base, sshfs, admission, client_tls, false)
+}
+
+/// [`delegator`], asking for results inline (`--inline-results`) if `inline_results`.
+fn delegator_with<R: Driver>(
+    state_dir: PathBuf,
+    archive_base: Option<String>,
+    sshfs: Option<SshfsDelegator>,
+    admission: AdmissionLimits,
+    client_tls: agent_rt::ClientTls,
+    inline_results: bool,
+) -> DelegatorHandle {
     let transport = ArchiveDelegator::new(ArchiveDelegatorConfig::new(state_dir.join("exports")));
     let mut opts = DelegatorOptions::new(Arc::new(transport), state_dir);
     opts.engine.admission = admission;
+    if inline_results {
+        opts.engine
+            .features
+            .retain(|f| f != awcp_proto::feature::ARCHIVE_URL);
+    }
     opts.archive_base_url = archive_base;
     opts.client_tls = client_tls;
     if let Some(t) = sshfs {
@@ -585,6 +607,7 @@ async fn run<R: Driver>(cli: Cli) {
             sshfs_config,
             transport,
             allow_sensitive,
+            inline_results,
             admission,
         } => {
             let prompt = read_prompt(prompt, prompt_file.as_deref());
@@ -668,23 +691,25 @@ async fn run<R: Driver>(cli: Cli) {
                 let local = listener.local_addr().expect("bound");
                 archive_base =
                     Some(public_url.unwrap_or_else(|| format!("{}://{local}", server.scheme())));
-                let d = delegator::<R>(
+                let d = delegator_with::<R>(
                     state_dir.clone(),
                     archive_base.clone(),
                     sshfs,
                     admission.limits(),
                     client_tls,
+                    inline_results,
                 );
                 R::default().spawn_archive_server_with(listener, d.clone(), server);
                 run_delegate::<R>(d, params, cli.json, &state_dir).await;
                 return;
             }
-            let d = delegator::<R>(
+            let d = delegator_with::<R>(
                 state_dir.clone(),
                 archive_base,
                 sshfs,
                 admission.limits(),
                 client_tls,
+                inline_results,
             );
             run_delegate::<R>(d, params, cli.json, &state_dir).await;
         }

@@ -168,15 +168,17 @@ impl AssignmentRecord {
 }
 
 impl Executor {
-    /// The typed journal record of one assignment; `None` for unknown ids. Inline snapshot
-    /// bytes are not recorded (they can be many MB); URL-mode snapshot events are.
+    /// The typed journal record of one assignment; `None` for unknown ids. Inline snapshots
+    /// are not recorded (their bytes can be many MB; a file the driver streams them from is
+    /// not kept across a restart); URL-mode snapshot events are.
     pub fn assignment_record(&self, id: &DelegationId) -> Option<AssignmentRecord> {
         let a = self.assignments.get(id)?;
         let snapshot_event = a
             .snapshot
             .as_ref()
             .filter(|ev| {
-                super::assignment::snapshot_of(ev).is_some_and(|s| s.data.base64.is_none())
+                super::assignment::snapshot_of(ev)
+                    .is_some_and(|s| s.data.base64.is_none() && s.data.local_file.is_none())
             })
             .map(|ev| crate::wire::event_to_value(ev, Dialect::Reference));
         Some(AssignmentRecord {

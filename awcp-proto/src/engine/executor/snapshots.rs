@@ -66,7 +66,9 @@ impl Executor {
         };
         if let Some((sid, snap)) = snapshot {
             if dialect == Dialect::Seed {
+                // The archive inline, or the file the driver streams it from.
                 done.result_base64 = snap.data.base64.clone();
+                done.result_local_file = snap.data.local_file.clone();
             } else {
                 done.snapshot_ids = vec![sid.clone()];
                 done.recommended_snapshot_id = Some(sid.clone());
