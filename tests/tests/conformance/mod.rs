@@ -1142,7 +1142,6 @@ pub struct CutProxy {
 impl CutProxy {
     /// Forwards connections on a new loopback port to `upstream`.
     pub fn start(upstream: SocketAddr) -> CutProxy {
-        use std::io::{Read, Write};
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap();
         let conns: Arc<std::sync::Mutex<Vec<std::net::TcpStream>>> = Default::default();
@@ -1155,50 +1154,35 @@ impl CutProxy {
                 let (conns, requests, tx) = (c.clone(), r.clone(), tx.clone());
                 let refuse_events = f.clone();
                 std::thread::spawn(move || {
-                    let Ok(mut up) = std::net::TcpStream::connect(upstream) else {
+                    let Ok(up) = std::net::TcpStream::connect(upstream) else {
                         return;
                     };
-                    let mut down = down;
                     {
                         let mut g = conns.lock().unwrap();
                         g.push(down.try_clone().unwrap());
                         g.push(up.try_clone().unwrap());
                     }
-                    let (mut d2, mut u2) = (down.try_clone().unwrap(), up.try_clone().unwrap());
+                    let (d2, u2) = (down.try_clone().unwrap(), up.try_clone().unwrap());
                     // Set once this connection asked for an event stream the proxy refuses:
                     // the answer's first piece (its head) gets through, then it is cut.
                     let cut_after_head: Arc<std::sync::atomic::AtomicBool> = Default::default();
                     let cut = cut_after_head.clone();
                     std::thread::spawn(move || {
-                        let mut buf = vec![0u8; 64 * 1024];
-                        loop {
-                            let n = match u2.read(&mut buf) {
-                                Ok(0) | Err(_) => return,
-                                Ok(n) => n,
-                            };
-                            if d2.write_all(&buf[..n]).is_err() {
-                                return;
+                        let (d3, u3) = (d2.try_clone().unwrap(), u2.try_clone().unwrap());
+                        forward(u2, d2, |_| {
+                            let go_on = !cut.load(std::sync::atomic::Ordering::SeqCst);
+                            if !go_on {
+                                let _ = d3.shutdown(std::net::Shutdown::Both);
+                                let _ = u3.shutdown(std::net::Shutdown::Both);
                             }
-                            if cut.load(std::sync::atomic::Ordering::SeqCst) {
-                                let _ = d2.shutdown(std::net::Shutdown::Both);
-                                let _ = u2.shutdown(std::net::Shutdown::Both);
-                                return;
-                            }
-                        }
+                            go_on
+                        })
                     });
                     // Forward the client's bytes, noting every request line on the way (a
                     // kept-alive connection carries several requests).
-                    let mut buf = vec![0u8; 64 * 1024];
                     let mut partial = Vec::new();
-                    loop {
-                        let n = match down.read(&mut buf) {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => n,
-                        };
-                        if up.write_all(&buf[..n]).is_err() {
-                            return;
-                        }
-                        partial.extend_from_slice(&buf[..n]);
+                    forward(down, up, |piece| {
+                        partial.extend_from_slice(piece);
                         while let Some(end) = partial.windows(2).position(|w| w == b"\r\n") {
                             let line = String::from_utf8_lossy(&partial[..end]).into_owned();
                             partial.drain(..end + 2);
@@ -1223,7 +1207,8 @@ impl CutProxy {
                             let keep = partial.len() - 512;
                             partial.drain(..keep);
                         }
-                    }
+                        true
+                    });
                 });
             }
         });
@@ -1260,6 +1245,26 @@ impl CutProxy {
     pub fn cut_all(&self) {
         for s in self.conns.lock().unwrap().drain(..) {
             let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+/// Copies `from` to `to` in pieces of up to 64 KiB, calling `each` with every piece once it
+/// is written; stops at the end, on an error, or when `each` says no.
+fn forward(
+    mut from: std::net::TcpStream,
+    mut to: std::net::TcpStream,
+    mut each: impl FnMut(&[u8]) -> bool,
+) {
+    use std::io::{Read, Write};
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        if to.write_all(&buf[..n]).is_err() || !each(&buf[..n]) {
+            return;
         }
     }
 }
