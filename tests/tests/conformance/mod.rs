@@ -693,6 +693,33 @@ pub async fn a_large_inline_result_is_received_into_a_file_in_both_dialects<R: T
         .map(|r| r.flatten().map(|e| e.path()).collect())
         .unwrap_or_default();
     assert_eq!(left, Vec::<PathBuf>::new());
+    // The executor sent each result from a file, dropped once acknowledged.
+    assert_no_snapshot_files::<R>(&ex).await;
+}
+
+/// Waits until the executor holds no captured snapshot file (they go at ack or retention).
+async fn assert_no_snapshot_files<R: TestRuntime>(ex: &Exec) {
+    let snapshots = ex.work_root.join(".awcp/snapshots");
+    let files = || {
+        let mut out = Vec::new();
+        for d in std::fs::read_dir(&snapshots)
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            for f in std::fs::read_dir(d.path()).into_iter().flatten().flatten() {
+                out.push(f.path());
+            }
+        }
+        out
+    };
+    for _ in 0..2000 {
+        if files().is_empty() {
+            return;
+        }
+        R::default().sleep(Duration::from_millis(5)).await;
+    }
+    panic!("snapshot files left: {:?}", files());
 }
 
 /// The event stream never gets through (a proxy cuts every one just after it opens): the
