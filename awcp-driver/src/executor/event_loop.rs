@@ -379,10 +379,15 @@ impl<R: Runtime> Loop<R> {
                 let t = self.transport_of(&id);
                 let feed = self.feed();
                 let rt = self.rt.clone();
-                let dir = self.scratch.join("snapshots");
-                let url_base = match delivery {
+                let url_base = match &delivery {
                     SnapshotDelivery::Inline => None,
-                    SnapshotDelivery::ByUrl { base } => Some(base),
+                    SnapshotDelivery::ByUrl { base } => Some(base.clone()),
+                };
+                // Served by URL: kept (and journaled) across a restart. Sent inline: not
+                // journaled, so what a restart leaves there is removed at start.
+                let dir = match delivery {
+                    SnapshotDelivery::Inline => self.scratch.join(INLINE_RESULTS),
+                    SnapshotDelivery::ByUrl { .. } => self.scratch.join("snapshots"),
                 };
                 let files = self.snapshots.clone();
                 let kind = match kind {

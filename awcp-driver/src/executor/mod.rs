@@ -127,7 +127,12 @@ pub(crate) enum Cmd {
     Events(mpsc::UnboundedSender<ExecutorEvent>),
 }
 
-/// Files of captured snapshots served by URL, keyed by (delegation, snapshot).
+/// Under the executor's scratch directory: captured results sent inline (from the file),
+/// removed at start.
+const INLINE_RESULTS: &str = "inline-results";
+
+/// Files of captured snapshots (served by URL or sent inline), keyed by (delegation,
+/// snapshot).
 pub(crate) type SnapshotFiles = Arc<Mutex<BTreeMap<(String, String), PathBuf>>>;
 
 /// A cheap handle to a running executor: mount [`ExecutorHandle::handle_http`] in any HTTP
@@ -206,6 +211,9 @@ impl ExecutorHandle {
         // Only ever ours (the work root and state directory are locked): downloads and
         // received archives a crash interrupted.
         let _ = std::fs::remove_dir_all(scratch.join("downloads"));
+        // Results captured to be sent inline, never journaled: no assignment a restart
+        // restores still names one.
+        let _ = std::fs::remove_dir_all(scratch.join(INLINE_RESULTS));
         let rt2 = rt.clone();
         let shared = Arc::new(SharedOpts {
             sleep: Arc::new(move |d| rt2.sleep(d)),

@@ -129,6 +129,7 @@ macro_rules! conformance_suite {
             a_large_inline_archive_is_streamed_and_leaves_no_file,
             a_large_inline_result_is_received_into_a_file_in_both_dialects,
             a_large_inline_result_fetched_by_polling_is_received_into_a_file,
+            inline_results_a_stopped_executor_left_are_removed_at_start,
             more_delegations_than_half_the_connection_cap_all_complete,
         );
     };
@@ -697,18 +698,36 @@ pub async fn a_large_inline_result_is_received_into_a_file_in_both_dialects<R: T
     assert_no_snapshot_files::<R>(&ex).await;
 }
 
+/// A result captured to be sent inline is never journaled: what a stopped executor left of
+/// one is removed when the next one starts (URL-mode snapshots, which are journaled, stay).
+pub async fn inline_results_a_stopped_executor_left_are_removed_at_start<R: TestRuntime>() {
+    let dir = tempfile::tempdir().unwrap();
+    let work_root = dir.path().join("work");
+    let scratch = work_root.join(".awcp");
+    let left = scratch.join("inline-results/dlg_gone/snap_0123456789ab.zip");
+    let kept = scratch.join("snapshots/dlg_kept/snap_0123456789ab.zip");
+    for f in [&left, &kept] {
+        std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+        std::fs::write(f, b"PK\x05\x06").unwrap();
+    }
+    let _ex = start_executor::<R>(Arc::new(EditRunner), |c| {
+        c.work_root = work_root.to_string_lossy().into_owned();
+    })
+    .await;
+    assert!(!left.exists(), "{} stayed", left.display());
+    assert!(kept.exists(), "{} was removed", kept.display());
+}
+
 /// Waits until the executor holds no captured snapshot file (they go at ack or retention).
 async fn assert_no_snapshot_files<R: TestRuntime>(ex: &Exec) {
-    let snapshots = ex.work_root.join(".awcp/snapshots");
     let files = || {
         let mut out = Vec::new();
-        for d in std::fs::read_dir(&snapshots)
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            for f in std::fs::read_dir(d.path()).into_iter().flatten().flatten() {
-                out.push(f.path());
+        for dir in ["snapshots", "inline-results"] {
+            let dir = ex.work_root.join(".awcp").join(dir);
+            for d in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                for f in std::fs::read_dir(d.path()).into_iter().flatten().flatten() {
+                    out.push(f.path());
+                }
             }
         }
         out
