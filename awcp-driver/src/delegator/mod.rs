@@ -4,6 +4,7 @@
 
 pub mod daemon;
 mod execute;
+mod receive;
 mod run;
 mod storage;
 
@@ -328,7 +329,7 @@ impl DelegatorHandle {
         // or waiting to be streamed) can no longer be sent.
         let _ = std::fs::remove_dir_all(opts.state_dir.join("archives"));
         // Nor are results being received: an event stream cut by the stop is replayed.
-        let _ = std::fs::remove_dir_all(opts.state_dir.join(INCOMING));
+        let _ = std::fs::remove_dir_all(opts.state_dir.join(receive::INCOMING));
         let journal = crate::executor::journal::Journal::at(opts.state_dir.join("delegations"));
         // URL delivery needs somewhere executors can fetch from.
         let mut config = opts.engine.clone();
@@ -568,10 +569,6 @@ impl DelegatorHandle {
     }
 }
 
-/// Under the state directory: inline results being received (never recorded; removed at
-/// start).
-const INCOMING: &str = "incoming";
-
 struct Loop<R: Runtime> {
     rt: R,
     http: agent_rt::HttpClient<R>,
@@ -587,7 +584,7 @@ struct Loop<R: Runtime> {
     transfer_subscribers: Vec<mpsc::UnboundedSender<Transfer>>,
     /// Archive files written for URL delivery, by delegation (removed at release).
     archive_files: BTreeMap<DelegationId, PathBuf>,
-    /// Inline results received into files (in [`INCOMING`]) and fed to the engine in the
+    /// Inline results received into files (in [`receive::INCOMING`]) and fed to the engine in the
     /// current turn: those the engine does not store are deleted after the turn.
     unclaimed_results: Vec<String>,
     /// The state directory's lock, held while the engine runs.

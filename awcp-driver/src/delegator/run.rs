@@ -264,9 +264,9 @@ impl<R: Runtime> Loop<R> {
         });
     }
 
-    /// Where inline results are received (see [`INCOMING`]).
+    /// Where inline results are received (see [`super::receive::INCOMING`]).
     pub(super) fn incoming_dir(&self) -> PathBuf {
-        self.opts.state_dir.join(INCOMING)
+        self.opts.state_dir.join(super::receive::INCOMING)
     }
 
     pub(super) fn snapshot_dir(&self, id: &DelegationId) -> PathBuf {

@@ -1,0 +1,272 @@
+//! Receiving results: the executor's event stream and `GET …/result`. A result archive inline
+//! in either (`snapshotBase64`, `resultBase64`) is decoded into a file in the state
+//! directory's `incoming` as it arrives, never held in memory; the loop hands it to the store
+//! if the engine stores it, and deletes it otherwise.
+
+use super::*;
+
+/// Under the state directory: inline results being received (never recorded; removed at
+/// start).
+pub(super) const INCOMING: &str = "incoming";
+
+impl<R: Runtime> Loop<R> {
+    pub(super) fn open_stream(&mut self, id: DelegationId, peer: String) {
+        if let Some(h) = self.streams.remove(&id) {
+            h.abort();
+        }
+        let (handle, reg) = AbortHandle::new_pair();
+        self.streams.insert(id.clone(), handle);
+        let http = self.http.clone();
+        let feed = self.feed();
+        let url = wire_http::events_url(&peer, &id);
+        let headers = self.credential_headers(&id, &url);
+        let open_timeout = self.engine.config().event_stream_open_timeout;
+        let max_event_json =
+            usize::try_from(self.engine.config().max_reply_bytes).unwrap_or(usize::MAX);
+        let max_result_text = self.engine.config().max_inline_result_text();
+        let incoming = self.incoming_dir();
+        let span = crate::delegation_span(&id);
+        let fut = async move {
+            let mut hdrs: Vec<(&str, String)> =
+                headers.iter().map(|(k, v)| (*k, v.clone())).collect();
+            hdrs.push(("accept", "text/event-stream".into()));
+            let resp = net::with_timeout(
+                http.runtime(),
+                open_timeout,
+                http.send(Method::GET, &url, &hdrs, None),
+            )
+            .await;
+            let resp = match resp {
+                Ok(r) if r.status().is_success() => r,
+                Ok(r) => {
+                    return feed(DelegatorInput::EventStreamClosed {
+                        id,
+                        reason: Some(format!("HTTP {}", r.status())),
+                    })
+                }
+                Err(e) => {
+                    return feed(DelegatorInput::EventStreamClosed {
+                        id,
+                        reason: Some(e.to_string()),
+                    })
+                }
+            };
+            feed(DelegatorInput::EventStreamOpened { id: id.clone() });
+            let mut body = resp.into_body();
+            // A result archive inline in an event (`snapshotBase64`, `resultBase64`) goes to a
+            // file in `incoming` as it arrives; the rest of the event is decoded as usual.
+            let mut dec = sse::DivertingSseDecoder::new(max_event_json, max_result_text);
+            let mut pieces = Vec::new();
+            let mut archive: Option<InlineArchive> = None;
+            let mut archive_failed = false;
+            let reason = loop {
+                match body.frame().await {
+                    None => break None,
+                    Some(Err(e)) => break Some(e.to_string()),
+                    Some(Ok(frame)) => {
+                        let Ok(data) = frame.into_data() else {
+                            continue;
+                        };
+                        dec.push(&data, &mut pieces);
+                        for piece in pieces.drain(..) {
+                            match piece {
+                                sse::SsePiece::ArchiveText(text) => {
+                                    if archive_failed {
+                                        continue;
+                                    }
+                                    let a = archive.get_or_insert_with(|| {
+                                        InlineArchive::new(incoming.clone(), ".awcp-result-")
+                                    });
+                                    if let Err(e) = a.text(&text).await {
+                                        tracing::warn!(delegation = %id, "inline result not received: {e}");
+                                        archive_failed = true;
+                                        if let Some(a) = archive.take() {
+                                            a.abandon().await;
+                                        }
+                                    }
+                                }
+                                sse::SsePiece::Event { data, diverted } => {
+                                    let file = match archive.take() {
+                                        Some(a) if diverted && !archive_failed => {
+                                            match a.finish().await {
+                                                Ok(f) => Some(f),
+                                                Err(e) => {
+                                                    tracing::warn!(delegation = %id, "inline result not received: {e}");
+                                                    archive_failed = true;
+                                                    None
+                                                }
+                                            }
+                                        }
+                                        Some(a) => {
+                                            a.abandon().await;
+                                            None
+                                        }
+                                        None => None,
+                                    };
+                                    let failed = std::mem::take(&mut archive_failed);
+                                    on_event(&id, data.as_bytes(), file, failed, &feed);
+                                }
+                                sse::SsePiece::Dropped(why) => {
+                                    archive_failed = false;
+                                    if let Some(a) = archive.take() {
+                                        a.abandon().await;
+                                    }
+                                    tracing::warn!(delegation = %id, "event dropped: {why}");
+                                }
+                            }
+                        }
+                    }
+                }
+            };
+            if let Some(a) = archive.take() {
+                a.abandon().await;
+            }
+            feed(DelegatorInput::EventStreamClosed { id, reason });
+        };
+        self.spawn_in(span, async move {
+            let _ = Abortable::new(fut, reg).await;
+        });
+    }
+
+    /// `GET …/result` of `id` (see [`DelegatorOutput::FetchResult`]).
+    pub(super) fn fetch_result(&mut self, id: DelegationId, peer: String) {
+        let http = self.http.clone();
+        let feed = self.feed();
+        let url = wire_http::result_url(&peer, &id);
+        let headers = self.credential_headers(&id, &url);
+        let config = self.engine.config();
+        let limits = ResultLimits {
+            answer_within: config.request_timeout,
+            body_within: config.snapshot_download_timeout,
+            body: config.max_result_bytes,
+            json: usize::try_from(config.max_reply_bytes).unwrap_or(usize::MAX),
+            archive_text: config.max_inline_result_text(),
+        };
+        let incoming = self.incoming_dir();
+        self.spawn_in(crate::delegation_span(&id), async move {
+            let hdrs: Vec<(&str, String)> = headers.iter().map(|(k, v)| (*k, v.clone())).collect();
+            let result = fetch(&http, &url, &hdrs, &id, limits, incoming).await;
+            // The loop deletes a result file the engine does not store.
+            feed(DelegatorInput::ResultFetched { id, result });
+        });
+    }
+}
+
+/// One event read from `id`'s stream, its inline result (if it had one) already in `file`:
+/// decoded and fed to the engine, or dropped (the file with it). An event whose result could
+/// not be received is dropped whole: fed without it, a `done` would look like one without a
+/// result.
+fn on_event(
+    id: &DelegationId,
+    data: &[u8],
+    file: Option<PathBuf>,
+    failed: bool,
+    feed: &impl Fn(DelegatorInput),
+) {
+    let discard = |file: &Option<PathBuf>| {
+        if let Some(f) = file {
+            let _ = std::fs::remove_file(f);
+        }
+    };
+    if failed {
+        tracing::warn!(delegation = %id, "event dropped: its inline result could not be received");
+        return discard(&file);
+    }
+    let mut event = match decode_event(data) {
+        Ok((event, _)) => event,
+        Err(e) => {
+            tracing::warn!(delegation = %id, "undecodable event skipped: {e}");
+            return discard(&file);
+        }
+    };
+    if event.delegation_id != *id {
+        tracing::warn!(delegation = %id, "event for another delegation ignored");
+        return discard(&file);
+    }
+    if let Some(f) = &file {
+        if !attach_diverted_result(&mut event, &f.to_string_lossy()) {
+            discard(&file);
+        }
+    }
+    // The loop deletes a result file the engine does not store.
+    feed(DelegatorInput::TaskEvent { event });
+}
+
+/// The bounds of one `GET …/result`.
+#[derive(Clone, Copy)]
+struct ResultLimits {
+    /// For the response head.
+    answer_within: Duration,
+    /// For the whole body.
+    body_within: Duration,
+    /// Bytes of body in all.
+    body: u64,
+    /// Bytes of JSON besides an inline snapshot.
+    json: usize,
+    /// Bytes of the inline snapshot's base64 text.
+    archive_text: u64,
+}
+
+/// `GET …/result` of `id`: an inline `snapshotBase64` is decoded into a new file in
+/// `incoming` as it arrives (never held in memory), the rest decoded as usual.
+async fn fetch<R: Runtime>(
+    http: &agent_rt::HttpClient<R>,
+    url: &str,
+    headers: &[(&str, String)],
+    id: &DelegationId,
+    limits: ResultLimits,
+    incoming: PathBuf,
+) -> Result<FetchedResult, RequestFailure> {
+    let rt = http.runtime();
+    let resp = net::with_timeout(
+        rt,
+        limits.answer_within,
+        http.send(Method::GET, url, headers, None),
+    )
+    .await
+    .map_err(|e| net::request_failure(&e))?;
+    let body = http_body_util::Limited::new(
+        resp.into_body(),
+        usize::try_from(limits.body).unwrap_or(usize::MAX),
+    );
+    let div = awcp_proto::wire::divert::ArchiveTextDiverter::for_results(limits.json);
+    let read = receive_diverted(body, div, limits.archive_text, incoming, ".awcp-result-");
+    let received = net::with_timeout(rt, limits.body_within, async { Ok(read.await) })
+        .await
+        .map_err(|e| net::request_failure(&e))?;
+    let (json, file) = match received {
+        Ok(r) => r,
+        Err(ReceiveError::Body(e)) => {
+            return Err(RequestFailure::Network(format!("reading the result: {e}")))
+        }
+        Err(ReceiveError::Archive(why)) => {
+            return Err(RequestFailure::Unusable(format!("bad result body: {why}")))
+        }
+        Err(ReceiveError::Local(why)) => {
+            return Err(RequestFailure::Local(format!(
+                "receiving the result: {why}"
+            )))
+        }
+    };
+    let discard = |file: &Option<PathBuf>| {
+        if let Some(f) = file {
+            let _ = std::fs::remove_file(f);
+        }
+    };
+    let mut result = match serde_json::from_slice::<serde_json::Value>(&json)
+        .map_err(|e| format!("bad result body: {e}"))
+        .and_then(|v| wire_http::decode_result(id, &v))
+    {
+        Ok(r) => r,
+        Err(why) => {
+            discard(&file);
+            return Err(RequestFailure::Unusable(why));
+        }
+    };
+    if let Some(f) = &file {
+        if !wire_http::attach_diverted_result_body(&mut result, &f.to_string_lossy()) {
+            discard(&file);
+        }
+    }
+    Ok(result)
+}
