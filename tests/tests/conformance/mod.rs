@@ -689,11 +689,7 @@ pub async fn a_large_inline_result_is_received_into_a_file_in_both_dialects<R: T
         );
         wait_released::<R>(&ex).await;
     }
-    let incoming = dg.dir.path().join("state/incoming");
-    let left: Vec<_> = std::fs::read_dir(&incoming)
-        .map(|r| r.flatten().map(|e| e.path()).collect())
-        .unwrap_or_default();
-    assert_eq!(left, Vec::<PathBuf>::new());
+    assert_nothing_incoming(&dg);
     // The executor sent each result from a file, dropped once acknowledged.
     assert_no_snapshot_files::<R>(&ex).await;
 }
@@ -716,6 +712,15 @@ pub async fn inline_results_a_stopped_executor_left_are_removed_at_start<R: Test
     .await;
     assert!(!left.exists(), "{} stayed", left.display());
     assert!(kept.exists(), "{} was removed", kept.display());
+}
+
+/// The delegator holds no result file it received and did not store.
+fn assert_nothing_incoming(dg: &Deleg) {
+    let incoming = dg.dir.path().join("state/incoming");
+    let left: Vec<_> = std::fs::read_dir(&incoming)
+        .map(|r| r.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert_eq!(left, Vec::<PathBuf>::new());
 }
 
 /// Waits until the executor holds no captured snapshot file (they go at ack or retention).
@@ -765,11 +770,7 @@ pub async fn a_large_inline_result_fetched_by_polling_is_received_into_a_file<R:
         big_result()
     );
     assert!(proxy.count("/result ") >= 1, "the result was polled for");
-    let incoming = dg.dir.path().join("state/incoming");
-    let left: Vec<_> = std::fs::read_dir(&incoming)
-        .map(|r| r.flatten().map(|e| e.path()).collect())
-        .unwrap_or_default();
-    assert_eq!(left, Vec::<PathBuf>::new());
+    assert_nothing_incoming(&dg);
     wait_released::<R>(&ex).await;
 }
 
