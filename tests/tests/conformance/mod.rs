@@ -130,6 +130,7 @@ macro_rules! conformance_suite {
             a_large_inline_result_is_received_into_a_file_in_both_dialects,
             a_large_inline_result_fetched_by_polling_is_received_into_a_file,
             inline_results_a_stopped_executor_left_are_removed_at_start,
+            results_a_stopped_delegator_was_receiving_are_removed_at_start,
             more_delegations_than_half_the_connection_cap_all_complete,
         );
     };
@@ -712,6 +713,18 @@ pub async fn inline_results_a_stopped_executor_left_are_removed_at_start<R: Test
     .await;
     assert!(!left.exists(), "{} stayed", left.display());
     assert!(kept.exists(), "{} was removed", kept.display());
+}
+
+/// What a stopped delegator was receiving (a result cut by the stop, or by a crash) is removed
+/// when the next one starts on the same state directory: the stream is replayed.
+pub async fn results_a_stopped_delegator_was_receiving_are_removed_at_start<R: TestRuntime>() {
+    let dir = tempfile::tempdir().unwrap();
+    let partial = dir.path().join("state/incoming/.awcp-result-x.zip");
+    std::fs::create_dir_all(partial.parent().unwrap()).unwrap();
+    std::fs::write(&partial, b"PK").unwrap();
+    let dg = start_delegator_in::<R>(dir, false, |_| {});
+    assert!(!partial.exists(), "{} stayed", partial.display());
+    assert_nothing_incoming(&dg);
 }
 
 /// The delegator holds no result file it received and did not store.
