@@ -79,7 +79,7 @@ pub fn encode_message_owned(mut msg: Message, dialect: Dialect) -> String {
         *slot = Some(String::new());
     }
     let around = encode_message(&msg, dialect);
-    let Some((before, after)) = split_at_empty_archive(&around) else {
+    let Some((before, after)) = split_at_empty(&around, START_ARCHIVE) else {
         // Unreachable: the writer always writes the field when it is set.
         if let Some(slot) = inline_archive(&mut msg) {
             *slot = Some(text);
@@ -91,16 +91,6 @@ pub fn encode_message_owned(mut msg: Message, dialect: Dialect) -> String {
     out.insert_str(0, before);
     out.push_str(after);
     out
-}
-
-/// A START encoded with an empty `workspaceBase64`, split just after that field's opening
-/// quote: where the archive's text goes. The handle is written after every peer-supplied
-/// text, and a quote inside such text is escaped, so the last occurrence of the empty field
-/// is the handle's.
-fn split_at_empty_archive(around: &str) -> Option<(&str, &str)> {
-    const FIELD: &str = r#""workspaceBase64":"""#;
-    let at = around.rfind(FIELD)?;
-    Some(around.split_at(at + FIELD.len() - 1))
 }
 
 /// A START, event or `GET …/result` body whose inline archive is in a local file
@@ -147,13 +137,11 @@ pub fn encode_message_split(msg: &Message, dialect: Dialect) -> Option<SplitMess
         a.data.base64 = Some(String::new());
         a.data.local_file = None;
     }
-    let around = encode_message(&Message::Start(st), dialect);
-    let (head, tail) = split_at_empty_archive(&around)?;
-    Some(SplitMessage {
-        head: head.to_owned(),
+    split_at_field(
+        &encode_message(&Message::Start(st), dialect),
+        START_ARCHIVE,
         file,
-        tail: tail.to_owned(),
-    })
+    )
 }
 
 /// START's inline archive text, if the message is a START with an archive handle.
@@ -192,12 +180,21 @@ pub fn encode_event_split(ev: &TaskEvent, dialect: Dialect) -> Option<SplitMessa
     split_at_field(&encode_event(&ev, dialect), field, file)
 }
 
-/// `around` split just after the opening quote of the empty `field` (written as
+/// START's archive field as written empty.
+const START_ARCHIVE: &str = r#""workspaceBase64":"""#;
+
+/// `around` split just after the opening quote of the empty archive `field` (written as
 /// `"name":""`): its first occurrence, as every text written before it is an escaped string
-/// value (a quote inside one is `\"`) and `field` comes before any key that data could name.
-pub(crate) fn split_at_field(around: &str, field: &str, file: String) -> Option<SplitMessage> {
+/// value (a quote inside one is `\"`) and the field comes before any key data could name (in
+/// START the handle follows only the lease; in events and result bodies `metadata` follows).
+fn split_at_empty<'a>(around: &'a str, field: &str) -> Option<(&'a str, &'a str)> {
     let at = around.find(field)?;
-    let (head, tail) = around.split_at(at + field.len() - 1);
+    Some(around.split_at(at + field.len() - 1))
+}
+
+/// [`split_at_empty`] as a [`SplitMessage`] around `file`.
+pub(crate) fn split_at_field(around: &str, field: &str, file: String) -> Option<SplitMessage> {
+    let (head, tail) = split_at_empty(around, field)?;
     Some(SplitMessage {
         head: head.to_owned(),
         file,
