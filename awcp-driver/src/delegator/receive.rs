@@ -57,70 +57,33 @@ impl<R: Runtime> Loop<R> {
             // file in `incoming` as it arrives; the rest of the event is decoded as usual.
             let mut dec = sse::DivertingSseDecoder::new(max_event_json, max_result_text);
             let mut pieces = Vec::new();
-            let mut archive: Option<InlineArchive> = None;
-            let mut archive_failed = false;
+            let mut result = EventResult::new(incoming);
             let reason = loop {
-                match body.frame().await {
+                let data = match body.frame().await {
                     None => break None,
                     Some(Err(e)) => break Some(e.to_string()),
-                    Some(Ok(frame)) => {
-                        let Ok(data) = frame.into_data() else {
-                            continue;
-                        };
-                        dec.push(&data, &mut pieces);
-                        for piece in pieces.drain(..) {
-                            match piece {
-                                sse::SsePiece::ArchiveText(text) => {
-                                    if archive_failed {
-                                        continue;
-                                    }
-                                    let a = archive.get_or_insert_with(|| {
-                                        InlineArchive::new(incoming.clone(), ".awcp-result-")
-                                    });
-                                    if let Err(e) = a.text(&text).await {
-                                        tracing::warn!(delegation = %id, "inline result not received: {e}");
-                                        archive_failed = true;
-                                        if let Some(a) = archive.take() {
-                                            a.abandon().await;
-                                        }
-                                    }
-                                }
-                                sse::SsePiece::Event { data, diverted } => {
-                                    let file = match archive.take() {
-                                        Some(a) if diverted && !archive_failed => {
-                                            match a.finish().await {
-                                                Ok(f) => Some(f),
-                                                Err(e) => {
-                                                    tracing::warn!(delegation = %id, "inline result not received: {e}");
-                                                    archive_failed = true;
-                                                    None
-                                                }
-                                            }
-                                        }
-                                        Some(a) => {
-                                            a.abandon().await;
-                                            None
-                                        }
-                                        None => None,
-                                    };
-                                    let failed = std::mem::take(&mut archive_failed);
-                                    on_event(&id, data.as_bytes(), file, failed, &feed);
-                                }
-                                sse::SsePiece::Dropped(why) => {
-                                    archive_failed = false;
-                                    if let Some(a) = archive.take() {
-                                        a.abandon().await;
-                                    }
-                                    tracing::warn!(delegation = %id, "event dropped: {why}");
-                                }
-                            }
+                    Some(Ok(frame)) => match frame.into_data() {
+                        Ok(data) => data,
+                        Err(_) => continue,
+                    },
+                };
+                dec.push(&data, &mut pieces);
+                for piece in pieces.drain(..) {
+                    match piece {
+                        sse::SsePiece::ArchiveText(text) => result.text(&id, &text).await,
+                        sse::SsePiece::Event { data, diverted } => {
+                            let (file, failed) = result.end(&id, diverted).await;
+                            on_event(&id, data.as_bytes(), file, failed, &feed);
+                        }
+                        sse::SsePiece::Dropped(why) => {
+                            // Ends the event: its partial file goes.
+                            let _ = result.end(&id, false).await;
+                            tracing::warn!(delegation = %id, "event dropped: {why}");
                         }
                     }
                 }
             };
-            if let Some(a) = archive.take() {
-                a.abandon().await;
-            }
+            result.give_up().await;
             feed(DelegatorInput::EventStreamClosed { id, reason });
         };
         self.spawn_in(span, async move {
@@ -152,7 +115,70 @@ impl<R: Runtime> Loop<R> {
     }
 }
 
-/// One event read from `id`'s stream, its inline result (if it had one) already in `file`:
+/// The inline result of the event being read from a stream, received into a file in
+/// `incoming` as its text arrives.
+struct EventResult {
+    incoming: PathBuf,
+    archive: Option<InlineArchive>,
+    /// Receiving it failed: the event is dropped when it ends.
+    failed: bool,
+}
+
+impl EventResult {
+    fn new(incoming: PathBuf) -> Self {
+        EventResult {
+            incoming,
+            archive: None,
+            failed: false,
+        }
+    }
+
+    /// More of the current event's archive text.
+    async fn text(&mut self, id: &DelegationId, text: &[u8]) {
+        if self.failed {
+            return;
+        }
+        let incoming = &self.incoming;
+        let a = self
+            .archive
+            .get_or_insert_with(|| InlineArchive::new(incoming.clone(), ".awcp-result-"));
+        if let Err(e) = a.text(text).await {
+            tracing::warn!(delegation = %id, "inline result not received: {e}");
+            self.failed = true;
+            self.give_up().await;
+        }
+    }
+
+    /// The current event ended: its result file, if it had one (`diverted`), and whether
+    /// receiving it failed. Ready for the next event.
+    async fn end(&mut self, id: &DelegationId, diverted: bool) -> (Option<PathBuf>, bool) {
+        let file = match self.archive.take() {
+            Some(a) if diverted && !self.failed => match a.finish().await {
+                Ok(f) => Some(f),
+                Err(e) => {
+                    tracing::warn!(delegation = %id, "inline result not received: {e}");
+                    self.failed = true;
+                    None
+                }
+            },
+            Some(a) => {
+                a.abandon().await;
+                None
+            }
+            None => None,
+        };
+        (file, std::mem::take(&mut self.failed))
+    }
+
+    /// Deletes the current event's partial file (it failed, or the stream ended).
+    async fn give_up(&mut self) {
+        if let Some(a) = self.archive.take() {
+            a.abandon().await;
+        }
+    }
+}
+
+/// One event read from `id`'s stream/// One event read from `id`'s stream, its inline result (if it had one) already in `file`:
 /// decoded and fed to the engine, or dropped (the file with it). An event whose result could
 /// not be received is dropped whole: fed without it, a `done` would look like one without a
 /// result.
