@@ -566,8 +566,7 @@ pub async fn archive_inline_delegation_applies_edits_new_files_and_deletions<R: 
 pub async fn a_large_inline_archive_is_streamed_and_leaves_no_file<R: TestRuntime>() {
     let (ex, dg) = start_inline_pair::<R>().await;
     let ws = workspace();
-    let mut rng = awcp_tests::rng::Rng(7);
-    let big: Vec<u8> = (0..3 << 20).map(|_| rng.next_u64() as u8).collect();
+    let big = random_bytes(7);
     std::fs::write(ws.path().join("big.bin"), &big).unwrap();
     let v = run_to_end::<R>(&dg.handle, params::<R>(&ex.peer, ws.path())).await;
     assert_eq!(v.state, DelegationState::Completed, "{v:?}");
@@ -643,7 +642,12 @@ pub struct BigResultRunner;
 
 /// What [`BigResultRunner`] writes.
 fn big_result() -> Vec<u8> {
-    let mut rng = awcp_tests::rng::Rng(11);
+    random_bytes(11)
+}
+
+/// 3 MiB of bytes drawn from `seed` (an archive of them is as large: they do not compress).
+fn random_bytes(seed: u64) -> Vec<u8> {
+    let mut rng = awcp_tests::rng::Rng(seed);
     (0..3 << 20).map(|_| rng.next_u64() as u8).collect()
 }
 
