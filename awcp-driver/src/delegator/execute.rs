@@ -27,7 +27,7 @@ impl<R: Runtime> Loop<R> {
                 // archive becomes the body's buffer: never held twice.
                 let body = match encode_message_split(&message, dialect) {
                     Some(split) => OutBody::Split(split),
-                    None => OutBody::Text(encode_message_owned(message, dialect)),
+                    None => OutBody::Text(encode_message_owned(*message, dialect)),
                 };
                 self.post(id, to, peer, body);
             }

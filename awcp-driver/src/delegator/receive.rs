@@ -215,7 +215,9 @@ fn on_event(
         }
     }
     // The loop deletes a result file the engine does not store.
-    feed(DelegatorInput::TaskEvent { event });
+    feed(DelegatorInput::TaskEvent {
+        event: Box::new(event),
+    });
 }
 
 /// The bounds of one `GET …/result`.

@@ -313,7 +313,7 @@ impl Pair {
                 ..
             } => {
                 self.note("d", || format!("Send {}", message.type_str()));
-                let asked = match &message {
+                let asked = match &*message {
                     Message::Invite(_) => Outbound::Invite,
                     Message::Start(_) => Outbound::Start,
                     Message::Accept(_) | Message::Error(_) | Message::Done(_) => Outbound::Error,
@@ -460,9 +460,9 @@ impl Pair {
                 }
                 let bytes = crate::wire::encode_event(&event, dialect);
                 match crate::wire::decode_event(bytes.as_bytes()) {
-                    Ok((event, _)) => self
-                        .to_delegator
-                        .push_back(DelegatorInput::TaskEvent { event }),
+                    Ok((event, _)) => self.to_delegator.push_back(DelegatorInput::TaskEvent {
+                        event: Box::new(event),
+                    }),
                     Err(e) => panic!("the delegator cannot decode what the executor sent: {e}"),
                 }
             }

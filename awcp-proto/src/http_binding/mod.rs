@@ -252,7 +252,7 @@ pub fn decode_result(id: &DelegationId, v: &Value) -> Result<FetchedResult, Stri
                         #[allow(clippy::expect_used)]
                         crate::id::SnapshotId::new("snap_result").expect("valid constant")
                     });
-                Some(SnapshotEvent {
+                Some(Box::new(SnapshotEvent {
                     snapshot_id: sid,
                     summary: outcome.summary.clone(),
                     highlights: outcome.highlights.clone(),
@@ -264,7 +264,7 @@ pub fn decode_result(id: &DelegationId, v: &Value) -> Result<FetchedResult, Stri
                         .and_then(Value::as_object)
                         .map(|m| m.clone().into_iter().collect())
                         .unwrap_or_default(),
-                })
+                }))
             } else {
                 None
             };
@@ -314,16 +314,17 @@ pub fn status_to_value(s: &ExecutorStatus) -> Value {
 /// `{"ok":true}`, or the reference's `{"error": "..."}` (HTTP 500).
 pub fn decode_reply(status: u16, body: &[u8]) -> crate::engine::delegator::Reply {
     use crate::engine::delegator::{Reply, RequestFailure::Unusable};
-    use crate::wire::tree::Json;
-    let Ok(v) = Json::parse(body) else {
+    use crate::wire::tree::{Doc, Json};
+    let Ok(doc) = Doc::parse(body) else {
         return Reply::Failed(Unusable(format!(
             "HTTP {status}: {}",
             String::from_utf8_lossy(&body[..body.len().min(200)])
         )));
     };
+    let v = doc.root();
     let text = |k: &str| v.get(k).and_then(Json::as_str);
     match text("type") {
-        Some("ACCEPT") | Some("ERROR") => match crate::wire::decode::decode_message_json(&v) {
+        Some("ACCEPT") | Some("ERROR") => match crate::wire::decode::decode_message_json(v) {
             Ok((Message::Accept(a), _)) => Reply::Accept(a),
             Ok((Message::Error(ErrorMessage { error, .. }), _)) => Reply::Error(error),
             Ok((m, _)) => Reply::Failed(Unusable(format!("unexpected {} reply", m.type_str()))),

@@ -1,10 +1,10 @@
-//! The JSON parser behind [`Json::parse`]: a recursive descent over text already known to be
-//! UTF-8, building the borrowing tree directly.
+//! The JSON parser behind [`Doc::parse`](super::tree::Doc::parse): a recursive descent over
+//! text already known to be UTF-8, writing the flat nodes of [`super::tree`] directly.
 //!
 //! Going through `serde_json`'s `Deserializer` and a visitor cost about 20 instructions per
 //! byte of every message, reply and event (a fifth of an engine lifecycle); this parser does
 //! the same work without the per-value dispatch. It accepts exactly RFC 8259 JSON, never more
-//! than `serde_json` does: whenever it refuses a text, [`Json::parse`] hands the text to
+//! than `serde_json` does: whenever it refuses a text, `Doc::parse` hands the text to
 //! `serde_json`, whose error (with its line and column) is the one reported, so the two can
 //! differ only in how fast a valid text is read. Differential tests below hold it to
 //! `serde_json` on valid, invalid and random texts.
@@ -13,23 +13,47 @@ use std::borrow::Cow;
 
 use serde_json::Number;
 
-use super::tree::Json;
+use super::tree::{node_buffer, set, Json, Node};
 use super::writer::next_to_escape;
 
 /// Nesting allowed, as `serde_json`'s recursion limit (127 levels of arrays and objects).
 const MAX_DEPTH: usize = 128;
 
-/// The tree of `text`, or `None` if it is not one JSON value (surrounded by whitespace only).
-pub(super) fn parse(text: &str) -> Option<Json<'_>> {
+/// Nodes reserved up front, at most: about one per 12 bytes of text covers a message, a reply
+/// or an event, while a text that is mostly one long string does not reserve for its length.
+const MAX_RESERVED: usize = 256;
+
+/// The nodes of `text`, or `None` if it is not one JSON value (surrounded by whitespace only).
+pub(super) fn parse(text: &str) -> Option<Vec<Node<'_>>> {
     let mut p = Parser {
         text,
         bytes: text.as_bytes(),
         pos: 0,
         depth_left: MAX_DEPTH,
+        nodes: node_buffer((text.len() / 12 + 4).min(MAX_RESERVED)),
     };
-    let v = p.value()?;
+    p.value()?;
     p.skip_ws();
-    (p.pos == p.bytes.len()).then_some(v)
+    (p.pos == p.bytes.len()).then_some(p.nodes)
+}
+
+/// The keys of an object being read, to tell whether one repeats: a 64-bit filter, checked
+/// against the keys themselves only when it says "maybe".
+#[derive(Default)]
+struct KeySet {
+    filter: u64,
+    repeats: bool,
+}
+
+impl KeySet {
+    /// Notes `key`, read after the members `object` holds so far (its header first).
+    fn add(&mut self, key: &str, object: &[Node<'_>]) {
+        let bit = 1u64 << ((key.len() * 31 + usize::from(key.bytes().last().unwrap_or(0))) % 64);
+        if self.filter & bit != 0 && !self.repeats {
+            self.repeats = Json::object_members(object).any(|(k, _)| k == key);
+        }
+        self.filter |= bit;
+    }
 }
 
 struct Parser<'a> {
@@ -37,6 +61,8 @@ struct Parser<'a> {
     bytes: &'a [u8],
     pos: usize,
     depth_left: usize,
+    /// What was read so far, in document order.
+    nodes: Vec<Node<'a>>,
 }
 
 impl<'a> Parser<'a> {
@@ -56,38 +82,44 @@ impl<'a> Parser<'a> {
         (self.bytes.get(self.pos..end)? == word).then(|| self.pos = end)
     }
 
-    fn value(&mut self) -> Option<Json<'a>> {
+    /// Reads one value and appends its nodes.
+    fn value(&mut self) -> Option<()> {
         self.skip_ws();
-        match self.peek()? {
-            b'{' => self.object(),
-            b'[' => self.array(),
-            b'"' => self.string().map(Json::Str),
-            b't' => self.literal(b"true").map(|()| Json::Bool(true)),
-            b'f' => self.literal(b"false").map(|()| Json::Bool(false)),
-            b'n' => self.literal(b"null").map(|()| Json::Null),
-            b'-' | b'0'..=b'9' => self.number().map(Json::Number),
-            _ => None,
-        }
+        let node = match self.peek()? {
+            b'{' => return self.object(),
+            b'[' => return self.array(),
+            b'"' => Node::Str(self.string()?),
+            b't' => self.literal(b"true").map(|()| Node::Bool(true))?,
+            b'f' => self.literal(b"false").map(|()| Node::Bool(false))?,
+            b'n' => self.literal(b"null").map(|()| Node::Null)?,
+            b'-' | b'0'..=b'9' => Node::Number(self.number()?),
+            _ => return None,
+        };
+        self.nodes.push(node);
+        Some(())
     }
 
     /// The members of an array or object whose opening bracket is next: `member` reads one,
-    /// this reads the separators up to `close`. Nesting is counted here.
+    /// this reads the separators up to `close`, and returns how many members there were.
+    /// Nesting is counted here.
     fn members(
         &mut self,
         close: u8,
         mut member: impl FnMut(&mut Self) -> Option<()>,
-    ) -> Option<()> {
+    ) -> Option<usize> {
         self.depth_left -= 1;
         if self.depth_left == 0 {
             return None;
         }
         self.pos += 1; // '[' or '{'
         self.skip_ws();
+        let mut len = 0;
         if self.peek() == Some(close) {
             self.pos += 1;
         } else {
             loop {
                 member(self)?;
+                len += 1;
                 self.skip_ws();
                 match self.peek()? {
                     b',' => self.pos += 1,
@@ -100,35 +132,45 @@ impl<'a> Parser<'a> {
             }
         }
         self.depth_left += 1;
-        Some(())
+        Some(len)
     }
 
-    fn object(&mut self) -> Option<Json<'a>> {
-        let mut fields = Vec::with_capacity(8);
-        self.members(b'}', |p| {
+    fn object(&mut self) -> Option<()> {
+        let at = self.nodes.len();
+        self.nodes.push(Node::Null); // the header, once its size is known
+        let mut keys = KeySet::default();
+        let len = self.members(b'}', |p| {
             p.skip_ws();
             if p.peek() != Some(b'"') {
                 return None;
             }
             let key = p.string()?;
+            keys.add(&key, p.nodes.get(at..).unwrap_or_default());
+            p.nodes.push(Node::Str(key));
             p.skip_ws();
             if p.peek() != Some(b':') {
                 return None;
             }
             p.pos += 1;
-            fields.push((key, p.value()?));
-            Some(())
+            p.value()
         })?;
-        Some(Json::Object(fields))
+        let nodes = self.nodes.len() - at;
+        let header = Node::Object {
+            len,
+            nodes,
+            repeats: keys.repeats,
+        };
+        set(&mut self.nodes, at, header);
+        Some(())
     }
 
-    fn array(&mut self) -> Option<Json<'a>> {
-        let mut items = Vec::new();
-        self.members(b']', |p| {
-            items.push(p.value()?);
-            Some(())
-        })?;
-        Some(Json::Array(items))
+    fn array(&mut self) -> Option<()> {
+        let at = self.nodes.len();
+        self.nodes.push(Node::Null); // the header, once its size is known
+        let len = self.members(b']', Self::value)?;
+        let nodes = self.nodes.len() - at;
+        set(&mut self.nodes, at, Node::Array { len, nodes });
+        Some(())
     }
 
     /// A string starting at its opening quote: borrowed from the text unless it has escapes.
@@ -271,9 +313,14 @@ mod tests {
     use proptest::prelude::*;
     use serde_json::Value;
 
+    /// The value of parsed nodes.
+    fn to_value(nodes: &[Node<'_>]) -> Value {
+        super::super::tree::Json::of(nodes).to_value()
+    }
+
     /// Both parsers agree: the same tree, or both refuse.
     fn agrees(text: &str) {
-        let ours = parse(text).map(|j| j.to_value());
+        let ours = parse(text).map(|n| to_value(&n));
         let theirs = serde_json::from_str::<Value>(text).ok();
         assert_eq!(ours, theirs, "{text:?}");
     }
@@ -371,7 +418,7 @@ mod tests {
         /// `serde_json` refuses them.
         #[test]
         fn random_texts_agree(t in "[\\[\\]{}\":,0-9.eE+\\-a-z\\\\ \t\n]{0,24}") {
-            let ours = parse(&t).map(|j| j.to_value());
+            let ours = parse(&t).map(|n| to_value(&n));
             let theirs = serde_json::from_str::<Value>(&t).ok();
             prop_assert_eq!(ours.is_some(), theirs.is_some(), "{:?}", t);
             // Floats aside (this parser rounds correctly; `serde_json`'s fast path may differ
@@ -385,7 +432,7 @@ mod tests {
         #[test]
         fn written_values_agree(v in arb_value()) {
             let text = serde_json::to_string(&v).unwrap();
-            prop_assert_eq!(parse(&text).map(|j| j.to_value()), Some(v));
+            prop_assert_eq!(parse(&text).map(|n| to_value(&n)), Some(v));
         }
     }
 

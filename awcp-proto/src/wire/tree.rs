@@ -1,102 +1,381 @@
-//! A JSON tree that borrows from the bytes it was parsed from: what the decoders read fields
-//! out of.
+//! A parsed JSON text the decoders read fields out of: its values laid out flat, in document
+//! order, borrowing strings from the bytes they were parsed from.
 //!
 //! [`serde_json::Value`] owns every key and string (one allocation each) and keeps objects in
-//! `BTreeMap`s; building and dropping those trees was the largest part of an engine lifecycle's
-//! CPU time. Here strings without escapes borrow the input, objects are short vectors (a
-//! message has a dozen keys; lookup is a linear scan), and the last of duplicate keys wins, as
-//! in `Value`. Nesting is bounded by `serde_json`'s recursion limit (128), so hostile input can
-//! neither overflow the stack here nor when the tree is dropped.
+//! `BTreeMap`s; a tree of nested vectors still allocates per object and moves every value as it
+//! is built. Here a whole text is one vector of [`Node`]s (an array or object is a header saying
+//! how many nodes it spans, followed by its items, or its keys and values), strings without
+//! escapes borrow the input, and a [`Json`] is a view of one value's nodes. Object lookup is a
+//! scan (a message has a dozen keys), and the last of duplicate keys wins, as in `Value`.
+//! Nesting is bounded by `serde_json`'s recursion limit (128), so hostile input cannot overflow
+//! the stack here.
 
 use std::borrow::Cow;
+use std::cell::Cell;
 use std::fmt;
 
-use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
 
-/// One JSON value, borrowing its strings from the input where it can.
+/// One node of a parsed text: a scalar, or the header of an array or object whose contents
+/// follow it.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Json<'a> {
+pub(crate) enum Node<'a> {
     Null,
     Bool(bool),
     Number(Number),
     Str(Cow<'a, str>),
-    Array(Vec<Json<'a>>),
-    Object(Vec<(Cow<'a, str>, Json<'a>)>),
+    /// An array of `len` items, which follow; `nodes` counts this header and all of them.
+    Array {
+        len: usize,
+        nodes: usize,
+    },
+    /// An object of `len` members, which follow as a key (a [`Node::Str`]) then its value;
+    /// `nodes` counts this header and all of them. `repeats` if a key appears more than once
+    /// (then the last one counts, and a lookup reads every member).
+    Object {
+        len: usize,
+        nodes: usize,
+        repeats: bool,
+    },
 }
 
-/// `null`, for "absent" lookups that need a reference.
-pub(crate) static NULL: Json<'static> = Json::Null;
+impl Node<'_> {
+    /// How many nodes the value starting with this node spans.
+    pub(super) fn span(&self) -> usize {
+        match self {
+            Node::Array { nodes, .. } | Node::Object { nodes, .. } => *nodes,
+            Node::Null | Node::Bool(_) | Node::Number(_) | Node::Str(_) => 1,
+        }
+    }
 
-impl<'a> Json<'a> {
+    /// The same node owning its string.
+    fn into_owned(self) -> Node<'static> {
+        match self {
+            Node::Null => Node::Null,
+            Node::Bool(b) => Node::Bool(b),
+            Node::Number(n) => Node::Number(n),
+            Node::Str(s) => Node::Str(Cow::Owned(s.into_owned())),
+            Node::Array { len, nodes } => Node::Array { len, nodes },
+            Node::Object {
+                len,
+                nodes,
+                repeats,
+            } => Node::Object {
+                len,
+                nodes,
+                repeats,
+            },
+        }
+    }
+}
+
+thread_local! {
+    /// The node buffer of the last document dropped on this thread, empty, for the next parse:
+    /// a message, reply or event is parsed and dropped again and again, and a buffer of a few
+    /// dozen nodes is just too large for the allocator's fast path.
+    static SPARE: Cell<Vec<Node<'static>>> = const { Cell::new(Vec::new()) };
+}
+
+/// The largest buffer kept for reuse, in nodes (one grown for a large text is freed instead).
+const MAX_KEPT: usize = 1024;
+
+/// An empty node buffer with room for `reserve` nodes, reusing this thread's spare one.
+pub(super) fn node_buffer<'a>(reserve: usize) -> Vec<Node<'a>> {
+    // `Vec<Node<'static>>` is a `Vec<Node<'a>>` for any `'a`.
+    let mut nodes: Vec<Node<'a>> = SPARE.try_with(Cell::take).unwrap_or_default();
+    nodes.reserve(reserve);
+    nodes
+}
+
+impl Drop for Doc<'_> {
+    fn drop(&mut self) {
+        let mut nodes = std::mem::take(&mut self.nodes);
+        if nodes.capacity() > MAX_KEPT {
+            return;
+        }
+        nodes.clear();
+        // Empty, it borrows nothing; collected in place (the same type but for its lifetime),
+        // its allocation is kept.
+        let spare: Vec<Node<'static>> = nodes.into_iter().map(Node::into_owned).collect();
+        // During thread teardown there is nowhere to keep it: it is freed.
+        let _ = SPARE.try_with(|s| s.set(spare));
+    }
+}
+
+/// A parsed JSON text: never empty, its first node is the text's value.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Doc<'a> {
+    nodes: Vec<Node<'a>>,
+}
+
+static NULL_NODE: [Node<'static>; 1] = [Node::Null];
+
+/// `null`, for "absent" lookups that need a value.
+pub(crate) static NULL: Json<'static> = Json { nodes: &NULL_NODE };
+
+impl<'a> Doc<'a> {
     /// Parses JSON text.
-    pub(crate) fn parse(bytes: &'a [u8]) -> Result<Json<'a>, serde_json::Error> {
+    pub(crate) fn parse(bytes: &'a [u8]) -> Result<Doc<'a>, serde_json::Error> {
         // UTF-8 checked once for the whole text, then the parser of `super::parse`; invalid
         // UTF-8 gets `serde_json`'s error, with its position.
         match std::str::from_utf8(bytes) {
             Ok(text) => match super::parse::parse(text) {
-                Some(tree) => Ok(tree),
+                Some(nodes) => Ok(Doc { nodes }),
                 // Refused: `serde_json` says why (with line and column), or, were it ever to
-                // accept what the fast parser refused, its tree stands.
-                None => serde_json::from_str(text),
+                // accept what the fast parser refused, its value stands.
+                None => {
+                    serde_json::from_str::<Value>(text).map(|v| Doc::from_value(&v).into_owned())
+                }
             },
-            Err(_) => serde_json::from_slice(bytes),
+            Err(_) => {
+                serde_json::from_slice::<Value>(bytes).map(|v| Doc::from_value(&v).into_owned())
+            }
+        }
+    }
+
+    /// A borrowed view of an owned [`Value`] (for the public decoders that take one).
+    pub(crate) fn from_value(v: &'a Value) -> Doc<'a> {
+        fn push<'v>(nodes: &mut Vec<Node<'v>>, v: &'v Value) {
+            match v {
+                Value::Null => nodes.push(Node::Null),
+                Value::Bool(b) => nodes.push(Node::Bool(*b)),
+                Value::Number(n) => nodes.push(Node::Number(n.clone())),
+                Value::String(s) => nodes.push(Node::Str(Cow::Borrowed(s))),
+                Value::Array(items) => {
+                    let at = nodes.len();
+                    nodes.push(Node::Null);
+                    for item in items {
+                        push(nodes, item);
+                    }
+                    let header = Node::Array {
+                        len: items.len(),
+                        nodes: nodes.len() - at,
+                    };
+                    set(nodes, at, header);
+                }
+                Value::Object(members) => {
+                    let at = nodes.len();
+                    nodes.push(Node::Null);
+                    for (k, v) in members {
+                        nodes.push(Node::Str(Cow::Borrowed(k)));
+                        push(nodes, v);
+                    }
+                    // A `Map` has no repeated keys.
+                    let header = Node::Object {
+                        len: members.len(),
+                        nodes: nodes.len() - at,
+                        repeats: false,
+                    };
+                    set(nodes, at, header);
+                }
+            }
+        }
+        let mut nodes = Vec::new();
+        push(&mut nodes, v);
+        Doc { nodes }
+    }
+
+    /// The same document owning all its strings.
+    fn into_owned(mut self) -> Doc<'static> {
+        let nodes = std::mem::take(&mut self.nodes);
+        Doc {
+            nodes: nodes.into_iter().map(Node::into_owned).collect(),
+        }
+    }
+
+    /// The text's value.
+    pub(crate) fn root(&self) -> Json<'_> {
+        Json { nodes: &self.nodes }
+    }
+
+    /// Where the value under `key` of the object starting at node `at` is (the last one if the
+    /// key repeats, `null` included).
+    pub(crate) fn member_at(&self, at: usize, key: &str) -> Option<usize> {
+        let object = Json {
+            nodes: self.nodes.get(at..)?,
+        };
+        let (offset, _) = object.member(key)?;
+        Some(at + offset)
+    }
+
+    /// The node at `at`, to change a value in place.
+    pub(crate) fn node_mut(&mut self, at: usize) -> Option<&mut Node<'a>> {
+        self.nodes.get_mut(at)
+    }
+}
+
+/// Replaces the placeholder at `at` by the header it stands for.
+pub(super) fn set<'a>(nodes: &mut [Node<'a>], at: usize, header: Node<'a>) {
+    if let Some(slot) = nodes.get_mut(at) {
+        *slot = header;
+    }
+}
+
+/// One value of a [`Doc`]: its nodes (the first is the value itself).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Json<'a> {
+    nodes: &'a [Node<'a>],
+}
+
+impl<'a> Json<'a> {
+    /// The value whose nodes these are (for the parser's tests).
+    #[cfg(test)]
+    pub(super) fn of(nodes: &'a [Node<'a>]) -> Json<'a> {
+        Json { nodes }
+    }
+
+    /// The members read so far of an object being parsed: `nodes` starts with the object's
+    /// (placeholder) header, followed by whole members.
+    pub(super) fn object_members(nodes: &'a [Node<'a>]) -> Members<'a> {
+        Members {
+            items: Items {
+                rest: nodes.get(1..).unwrap_or_default(),
+                len: usize::MAX,
+            },
+        }
+    }
+
+    fn node(self) -> &'a Node<'a> {
+        self.nodes.first().unwrap_or(&NULL_NODE[0])
+    }
+
+    /// Whether this is `null`.
+    pub(crate) fn is_null(self) -> bool {
+        matches!(self.node(), Node::Null)
+    }
+
+    /// The string, if this is one.
+    pub(crate) fn as_str(self) -> Option<&'a str> {
+        match self.node() {
+            Node::Str(s) => Some(s),
+            Node::Null
+            | Node::Bool(_)
+            | Node::Number(_)
+            | Node::Array { .. }
+            | Node::Object { .. } => None,
+        }
+    }
+
+    /// The string as the node holds it (borrowed from the text unless it had escapes).
+    #[cfg(test)]
+    pub(crate) fn as_cow(self) -> Option<&'a Cow<'a, str>> {
+        match self.node() {
+            Node::Str(s) => Some(s),
+            Node::Null
+            | Node::Bool(_)
+            | Node::Number(_)
+            | Node::Array { .. }
+            | Node::Object { .. } => None,
+        }
+    }
+
+    /// The boolean, if this is one.
+    pub(crate) fn as_bool(self) -> Option<bool> {
+        match self.node() {
+            Node::Bool(b) => Some(*b),
+            Node::Null
+            | Node::Number(_)
+            | Node::Str(_)
+            | Node::Array { .. }
+            | Node::Object { .. } => None,
+        }
+    }
+
+    /// The number, if this is one.
+    pub(crate) fn as_number(self) -> Option<&'a Number> {
+        match self.node() {
+            Node::Number(n) => Some(n),
+            Node::Null
+            | Node::Bool(_)
+            | Node::Str(_)
+            | Node::Array { .. }
+            | Node::Object { .. } => None,
+        }
+    }
+
+    /// The items, if this is an array.
+    pub(crate) fn as_array(self) -> Option<Items<'a>> {
+        match self.node() {
+            Node::Array { len, .. } => Some(Items {
+                rest: self.nodes.get(1..).unwrap_or_default(),
+                len: *len,
+            }),
+            Node::Null | Node::Bool(_) | Node::Number(_) | Node::Str(_) | Node::Object { .. } => {
+                None
+            }
+        }
+    }
+
+    /// The members, if this is an object.
+    pub(crate) fn as_object(self) -> Option<Members<'a>> {
+        match self.node() {
+            Node::Object { len, .. } => Some(Members {
+                items: Items {
+                    rest: self.nodes.get(1..).unwrap_or_default(),
+                    len: len.saturating_mul(2),
+                },
+            }),
+            Node::Null | Node::Bool(_) | Node::Number(_) | Node::Str(_) | Node::Array { .. } => {
+                None
+            }
         }
     }
 
     /// The value under `key` of an object (the last one if the key repeats); `None` for a
     /// missing key or a non-object.
-    pub(crate) fn get(&self, key: &str) -> Option<&Json<'a>> {
-        match self {
-            Json::Object(fields) => fields.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v),
-            Json::Null | Json::Bool(_) | Json::Number(_) | Json::Str(_) | Json::Array(_) => None,
-        }
+    pub(crate) fn get(self, key: &str) -> Option<Json<'a>> {
+        self.member(key).map(|(_, v)| v)
     }
 
-    /// The string, if this is one.
-    pub(crate) fn as_str(&self) -> Option<&str> {
-        match self {
-            Json::Str(s) => Some(s),
-            Json::Null | Json::Bool(_) | Json::Number(_) | Json::Array(_) | Json::Object(_) => None,
+    /// [`Json::get`], with where the value's nodes start among this object's.
+    fn member(self, key: &str) -> Option<(usize, Json<'a>)> {
+        let repeats = match self.node() {
+            Node::Object { repeats, .. } => *repeats,
+            Node::Null | Node::Bool(_) | Node::Number(_) | Node::Str(_) | Node::Array { .. } => {
+                return None
+            }
+        };
+        let nodes = self.nodes;
+        let mut found = None;
+        // Members are a key node then the value's nodes; the object's nodes end after the last.
+        let mut at = 1;
+        while let Some(Node::Str(k)) = nodes.get(at) {
+            let value = at + 1;
+            let end = value + nodes.get(value)?.span();
+            if k == key {
+                found = Some((
+                    value,
+                    Json {
+                        nodes: nodes.get(value..end)?,
+                    },
+                ));
+                if !repeats {
+                    break;
+                }
+            }
+            at = end;
         }
-    }
-
-    /// The boolean, if this is one.
-    pub(crate) fn as_bool(&self) -> Option<bool> {
-        match self {
-            Json::Bool(b) => Some(*b),
-            Json::Null | Json::Number(_) | Json::Str(_) | Json::Array(_) | Json::Object(_) => None,
-        }
-    }
-
-    /// A borrowed view of an owned [`Value`] (for the public decoders that take one).
-    pub(crate) fn from_value(v: &'a Value) -> Json<'a> {
-        match v {
-            Value::Null => Json::Null,
-            Value::Bool(b) => Json::Bool(*b),
-            Value::Number(n) => Json::Number(n.clone()),
-            Value::String(s) => Json::Str(Cow::Borrowed(s)),
-            Value::Array(a) => Json::Array(a.iter().map(Json::from_value).collect()),
-            Value::Object(m) => Json::Object(
-                m.iter()
-                    .map(|(k, v)| (Cow::Borrowed(k.as_str()), Json::from_value(v)))
-                    .collect(),
-            ),
-        }
+        found
     }
 
     /// An owned [`Value`] of the same JSON (for free-form fields such as snapshot metadata).
-    pub(crate) fn to_value(&self) -> Value {
-        match self {
-            Json::Null => Value::Null,
-            Json::Bool(b) => Value::Bool(*b),
-            Json::Number(n) => Value::Number(n.clone()),
-            Json::Str(s) => Value::String(s.clone().into_owned()),
-            Json::Array(a) => Value::Array(a.iter().map(Json::to_value).collect()),
-            Json::Object(fields) => {
+    pub(crate) fn to_value(self) -> Value {
+        match self.node() {
+            Node::Null => Value::Null,
+            Node::Bool(b) => Value::Bool(*b),
+            Node::Number(n) => Value::Number(n.clone()),
+            Node::Str(s) => Value::String(s.clone().into_owned()),
+            Node::Array { .. } => Value::Array(
+                self.as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(Json::to_value)
+                    .collect(),
+            ),
+            Node::Object { .. } => {
                 let mut m = Map::new();
-                for (k, v) in fields {
-                    m.insert(k.clone().into_owned(), v.to_value());
+                for (k, v) in self.as_object().into_iter().flatten() {
+                    m.insert(k.to_owned(), v.to_value());
                 }
                 Value::Object(m)
             }
@@ -111,109 +390,49 @@ impl fmt::Display for Json<'_> {
     }
 }
 
-impl<'de> Deserialize<'de> for Json<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(JsonVisitor)
-    }
+/// The items of an array, in order.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Items<'a> {
+    /// The nodes after the array's header (or after the items already read).
+    rest: &'a [Node<'a>],
+    /// Items not read yet.
+    len: usize,
 }
 
-struct JsonVisitor;
+impl<'a> Iterator for Items<'a> {
+    type Item = Json<'a>;
 
-impl<'de> Visitor<'de> for JsonVisitor {
-    type Value = Json<'de>;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("any JSON value")
-    }
-
-    fn visit_bool<E>(self, b: bool) -> Result<Json<'de>, E> {
-        Ok(Json::Bool(b))
-    }
-
-    fn visit_i64<E>(self, n: i64) -> Result<Json<'de>, E> {
-        Ok(Json::Number(n.into()))
-    }
-
-    fn visit_u64<E>(self, n: u64) -> Result<Json<'de>, E> {
-        Ok(Json::Number(n.into()))
-    }
-
-    fn visit_f64<E>(self, n: f64) -> Result<Json<'de>, E> {
-        // As `Value` does: JSON text never holds a non-finite number, so this is only reached
-        // by other deserializers.
-        Ok(Number::from_f64(n).map_or(Json::Null, Json::Number))
-    }
-
-    fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Json<'de>, E> {
-        Ok(Json::Str(Cow::Borrowed(s)))
-    }
-
-    fn visit_str<E>(self, s: &str) -> Result<Json<'de>, E> {
-        Ok(Json::Str(Cow::Owned(s.to_owned())))
-    }
-
-    fn visit_string<E>(self, s: String) -> Result<Json<'de>, E> {
-        Ok(Json::Str(Cow::Owned(s)))
-    }
-
-    fn visit_none<E>(self) -> Result<Json<'de>, E> {
-        Ok(Json::Null)
-    }
-
-    fn visit_unit<E>(self) -> Result<Json<'de>, E> {
-        Ok(Json::Null)
-    }
-
-    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Json<'de>, D::Error> {
-        Json::deserialize(d)
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Json<'de>, A::Error> {
-        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(64));
-        while let Some(item) = seq.next_element()? {
-            items.push(item);
+    fn next(&mut self) -> Option<Json<'a>> {
+        if self.len == 0 {
+            return None;
         }
-        Ok(Json::Array(items))
+        let span = self.rest.first()?.span();
+        let (nodes, rest) = self.rest.split_at_checked(span)?;
+        self.rest = rest;
+        self.len -= 1;
+        Some(Json { nodes })
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Json<'de>, A::Error> {
-        let mut fields = Vec::with_capacity(map.size_hint().unwrap_or(8).min(64));
-        while let Some(Key(k)) = map.next_key()? {
-            let v = map.next_value()?;
-            fields.push((k, v));
-        }
-        Ok(Json::Object(fields))
-    }
-}
-
-/// An object key, borrowed when it has no escapes.
-struct Key<'a>(Cow<'a, str>);
-
-impl<'de> Deserialize<'de> for Key<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_str(KeyVisitor)
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.len, Some(self.len))
     }
 }
 
-struct KeyVisitor;
+impl ExactSizeIterator for Items<'_> {}
 
-impl<'de> Visitor<'de> for KeyVisitor {
-    type Value = Key<'de>;
+/// The members of an object, in order: key and value.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Members<'a> {
+    /// Keys and values, alternating.
+    items: Items<'a>,
+}
 
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("an object key")
-    }
+impl<'a> Iterator for Members<'a> {
+    type Item = (&'a str, Json<'a>);
 
-    fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Key<'de>, E> {
-        Ok(Key(Cow::Borrowed(s)))
-    }
-
-    fn visit_str<E>(self, s: &str) -> Result<Key<'de>, E> {
-        Ok(Key(Cow::Owned(s.to_owned())))
-    }
-
-    fn visit_string<E>(self, s: String) -> Result<Key<'de>, E> {
-        Ok(Key(Cow::Owned(s)))
+    fn next(&mut self) -> Option<(&'a str, Json<'a>)> {
+        let key = self.items.next()?.as_str().unwrap_or_default();
+        Some((key, self.items.next()?))
     }
 }
 
@@ -225,23 +444,76 @@ mod tests {
     #[test]
     fn strings_borrow_unless_escaped_and_the_last_duplicate_key_wins() {
         let text = br#"{"a":"plain","b":"esc\"aped","a":"again","n":[1,-2,1.5,null,true]}"#;
-        let j = Json::parse(text).unwrap();
-        assert!(matches!(j.get("b"), Some(Json::Str(Cow::Owned(s))) if s == "esc\"aped"));
+        let doc = Doc::parse(text).unwrap();
+        let j = doc.root();
+        assert!(matches!(j.get("b").unwrap().as_cow(), Some(Cow::Owned(s)) if s == "esc\"aped"));
         assert!(matches!(
-            j.get("a"),
-            Some(Json::Str(Cow::Borrowed("again")))
+            j.get("a").unwrap().as_cow(),
+            Some(Cow::Borrowed("again"))
         ));
         let v: Value = serde_json::from_slice(text).unwrap();
         assert_eq!(j.to_value(), v);
-        assert_eq!(Json::from_value(&v).to_value(), v);
-        assert_eq!(j.get("missing"), None);
+        assert_eq!(Doc::from_value(&v).root().to_value(), v);
+        assert!(j.get("missing").is_none());
+        assert_eq!(j.get("n").unwrap().as_array().unwrap().len(), 5);
+        assert_eq!(doc.member_at(0, "a"), Some(6));
+        assert_eq!(doc.member_at(0, "n"), Some(8));
+    }
+
+    #[test]
+    fn nested_values_are_skipped_whole() {
+        let text = br#"{"x":{"y":[1,{"z":[]},[2,3]],"w":{}},"k":"v","e":[]}"#;
+        let doc = Doc::parse(text).unwrap();
+        let j = doc.root();
+        assert_eq!(j.get("k").and_then(Json::as_str), Some("v"));
+        assert_eq!(j.get("e").unwrap().as_array().unwrap().len(), 0);
+        let y: Vec<Value> = j
+            .get("x")
+            .unwrap()
+            .get("y")
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .map(Json::to_value)
+            .collect();
+        assert_eq!(
+            y,
+            vec![
+                serde_json::json!(1),
+                serde_json::json!({"z": []}),
+                serde_json::json!([2, 3])
+            ]
+        );
+        assert!(j.get("x").unwrap().get("w").unwrap().as_object().is_some());
+    }
+
+    #[test]
+    fn a_repeated_key_is_found_wherever_it_repeats_and_its_last_value_counts() {
+        for n in 1..40 {
+            for repeated in 0..n {
+                let mut text = String::from("{");
+                for i in 0..n {
+                    text.push_str(&format!("\"k{i}\":{{\"v\":{i}}},"));
+                }
+                text.push_str(&format!("\"k{repeated}\":\"last\"}}"));
+                let doc = Doc::parse(text.as_bytes()).unwrap();
+                let v: Value = serde_json::from_str(&text).unwrap();
+                for i in 0..n {
+                    let key = format!("k{i}");
+                    assert_eq!(
+                        doc.root().get(&key).map(Json::to_value).as_ref(),
+                        v.get(&key)
+                    );
+                }
+            }
+        }
     }
 
     #[test]
     fn hostile_nesting_is_refused_not_overflowed() {
         let deep = "[".repeat(100_000);
-        assert!(Json::parse(deep.as_bytes()).is_err());
+        assert!(Doc::parse(deep.as_bytes()).is_err());
         let deep_obj = "{\"a\":".repeat(100_000);
-        assert!(Json::parse(deep_obj.as_bytes()).is_err());
+        assert!(Doc::parse(deep_obj.as_bytes()).is_err());
     }
 }

@@ -238,7 +238,7 @@ impl Delegator {
                         self.setup_complete(now, id);
                     }
                     // When re-fetching an announced snapshot, adopt the announced id.
-                    let mut snap = snap;
+                    let mut snap = *snap;
                     if let Some(awaited) = self.get_mut(id)?.phase.awaiting() {
                         snap.snapshot_id = awaited.clone();
                     }

@@ -90,7 +90,7 @@ impl Delegator {
             id: id.clone(),
             to: Outbound::Invite,
             peer,
-            message: Message::Invite(invite),
+            message: Box::new(Message::Invite(invite)),
             dialect,
         });
         Ok(())
@@ -359,14 +359,14 @@ impl Delegator {
             id: id.clone(),
             to: Outbound::Start,
             peer: d.req.peer.clone(),
-            message: Message::Start(Start {
+            message: Box::new(Message::Start(Start {
                 delegation_id: id.clone(),
                 lease: ActiveLease {
                     expires_at,
                     access_mode: d.access,
                 },
                 handle,
-            }),
+            })),
             dialect: d.req.dialect,
         };
         self.transition(now, id, DelegationTransition::SendStart, None);

@@ -121,8 +121,9 @@ pub enum FetchedResult {
     Completed {
         /// Summary and highlights.
         outcome: TaskOutcome,
-        /// The snapshot (`snapshotBase64`) if present.
-        snapshot: Option<SnapshotEvent>,
+        /// The snapshot (`snapshotBase64`) if present (boxed: it is the largest payload, and
+        /// every input moves as big as the largest).
+        snapshot: Option<Box<SnapshotEvent>>,
     },
     /// Failed.
     Error(ErrorInfo),
@@ -177,8 +178,9 @@ pub enum DelegatorInput {
     },
     /// One decoded SSE task event.
     TaskEvent {
-        /// The event (its `delegation_id` routes it).
-        event: TaskEvent,
+        /// The event (its `delegation_id` routes it; boxed: it is the largest payload, and
+        /// every input moves as big as the largest).
+        event: Box<TaskEvent>,
     },
     /// [`DelegatorOutput::FetchResult`] finished.
     ResultFetched {
@@ -261,8 +263,9 @@ pub enum DelegatorOutput {
         to: Outbound,
         /// The executor URL.
         peer: String,
-        /// The message.
-        message: Message,
+        /// The message (boxed: it is the largest payload, and every output moves as big as the
+        /// largest).
+        message: Box<Message>,
         /// The dialect to encode it in.
         dialect: Dialect,
     },

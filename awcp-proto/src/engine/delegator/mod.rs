@@ -179,7 +179,7 @@ impl Delegator {
             DelegatorInput::EventStreamClosed { id, reason } => {
                 self.on_stream_closed(now, &id, reason)
             }
-            DelegatorInput::TaskEvent { event } => self.on_task_event(now, event),
+            DelegatorInput::TaskEvent { event } => self.on_task_event(now, *event),
             DelegatorInput::ResultFetched { id, result } => self.on_result(now, &id, result),
             DelegatorInput::SnapshotApplied {
                 id,
@@ -317,10 +317,10 @@ impl Delegator {
             id: id.clone(),
             to: Outbound::Error,
             peer: d.req.peer.clone(),
-            message: Message::Error(ErrorMessage {
+            message: Box::new(Message::Error(ErrorMessage {
                 delegation_id: id.clone(),
                 error,
-            }),
+            })),
             dialect: d.req.dialect,
         });
     }

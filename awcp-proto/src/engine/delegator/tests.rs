@@ -27,11 +27,11 @@ pub(super) fn drain(d: &mut Delegator) -> Vec<DelegatorOutput> {
 
 pub(super) fn event(kind: TaskEventKind) -> DelegatorInput {
     DelegatorInput::TaskEvent {
-        event: TaskEvent {
+        event: Box::new(TaskEvent {
             delegation_id: id(),
             timestamp: t(0),
             kind,
-        },
+        }),
     }
 }
 
@@ -413,7 +413,7 @@ fn a_restart_while_storing_fetches_the_result_again_before_any_ack() {
             id: id(),
             result: Ok(FetchedResult::Completed {
                 outcome: TaskOutcome::default(),
-                snapshot: Some(snap),
+                snapshot: Some(Box::new(snap)),
             }),
         },
     )

@@ -1,18 +1,17 @@
 //! Field helpers: pulling typed fields out of a JSON object and naming the failing field with
 //! its dotted path (`environment.resources[0].name`).
 
-use std::collections::BTreeMap;
-
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 
 use super::{DecodeError, DecodeErrorKind};
 use crate::id::{DelegationId, SnapshotId};
 use crate::time::Timestamp;
-use crate::wire::tree::Json;
+use crate::wire::tree::{Doc, Items, Json, Members};
 use crate::wire::types::*;
 
-pub(super) fn parse(json: &[u8]) -> Result<Json<'_>, DecodeError> {
-    Json::parse(json).map_err(|e| DecodeError {
+pub(super) fn parse(json: &[u8]) -> Result<Doc<'_>, DecodeError> {
+    Doc::parse(json).map_err(|e| DecodeError {
         field: String::new(),
         kind: DecodeErrorKind::Json(e.to_string()),
     })
@@ -39,7 +38,7 @@ pub(super) fn truncate(s: &str) -> String {
 
 /// A JSON object together with its dotted path, for error reporting.
 pub(super) struct Obj<'a> {
-    pub(super) map: &'a [(Cow<'a, str>, Json<'a>)],
+    value: Json<'a>,
     /// Where the object sits, written out only for an error.
     pub(super) path: FieldPath,
 }
@@ -125,27 +124,27 @@ fn dotted(out: &mut String, name: &str) {
 // arms below mean exactly that.
 #[allow(clippy::wildcard_enum_match_arm)]
 impl<'a> Obj<'a> {
-    pub(super) fn root(value: &'a Json<'a>) -> Result<Self, DecodeError> {
-        match value {
-            Json::Object(map) => Ok(Obj {
-                map,
+    pub(super) fn root(value: Json<'a>) -> Result<Self, DecodeError> {
+        match value.as_object() {
+            Some(_) => Ok(Obj {
+                value,
                 path: FieldPath::default(),
             }),
-            _ => Err(DecodeError {
+            None => Err(DecodeError {
                 field: String::new(),
                 kind: DecodeErrorKind::Json("expected a JSON object".to_owned()),
             }),
         }
     }
 
-    pub(super) fn new(value: &'a Json<'a>, path: FieldPath) -> Result<Self, DecodeError> {
-        match value {
-            Json::Object(map) => Ok(Obj { map, path }),
-            Json::Null => Err(DecodeError {
+    pub(super) fn new(value: Json<'a>, path: FieldPath) -> Result<Self, DecodeError> {
+        match value.as_object() {
+            Some(_) => Ok(Obj { value, path }),
+            None if value.is_null() => Err(DecodeError {
                 field: path.with(None),
                 kind: DecodeErrorKind::Missing,
             }),
-            _ => Err(wrong_type(&path.with(None), "object")),
+            None => Err(wrong_type(&path.with(None), "object")),
         }
     }
 
@@ -175,19 +174,21 @@ impl<'a> Obj<'a> {
     }
 
     /// The value under `key`; `null` counts as absent.
-    pub(super) fn get(&self, key: &str) -> Option<&'a Json<'a>> {
-        match self.map.iter().rev().find(|(k, _)| k == key) {
-            None | Some((_, Json::Null)) => None,
-            Some((_, v)) => Some(v),
-        }
+    pub(super) fn get(&self, key: &str) -> Option<Json<'a>> {
+        self.value.get(key).filter(|v| !v.is_null())
     }
 
     /// Whether `key` is present at all (even as `null`).
     pub(super) fn has_key(&self, key: &str) -> bool {
-        self.map.iter().any(|(k, _)| k == key)
+        self.value.get(key).is_some()
     }
 
-    pub(super) fn req(&self, key: &str) -> Result<&'a Json<'a>, DecodeError> {
+    /// The members, in order (repeated keys included).
+    pub(super) fn members(&self) -> Members<'a> {
+        self.value.as_object().unwrap_or(Json::object_members(&[]))
+    }
+
+    pub(super) fn req(&self, key: &str) -> Result<Json<'a>, DecodeError> {
         self.get(key).ok_or_else(|| self.missing(key))
     }
 
@@ -200,8 +201,10 @@ impl<'a> Obj<'a> {
     pub(super) fn opt_string(&self, key: &str) -> Result<Option<String>, DecodeError> {
         match self.get(key) {
             None => Ok(None),
-            Some(Json::Str(s)) => Ok(Some(s.clone().into_owned())),
-            Some(_) => Err(self.wrong_type(key, "string")),
+            Some(v) => match v.as_str() {
+                Some(s) => Ok(Some(s.to_owned())),
+                None => Err(self.wrong_type(key, "string")),
+            },
         }
     }
 
@@ -216,27 +219,28 @@ impl<'a> Obj<'a> {
         }
     }
 
-    pub(super) fn req_array(&self, key: &str) -> Result<&'a [Json<'a>], DecodeError> {
-        match self.req(key)? {
-            Json::Array(a) => Ok(a),
-            _ => Err(self.wrong_type(key, "array")),
-        }
+    pub(super) fn req_array(&self, key: &str) -> Result<Items<'a>, DecodeError> {
+        self.req(key)?
+            .as_array()
+            .ok_or_else(|| self.wrong_type(key, "array"))
     }
 
-    pub(super) fn opt_array(&self, key: &str) -> Result<Option<&'a [Json<'a>]>, DecodeError> {
+    pub(super) fn opt_array(&self, key: &str) -> Result<Option<Items<'a>>, DecodeError> {
         match self.get(key) {
             None => Ok(None),
-            Some(Json::Array(a)) => Ok(Some(a)),
-            Some(_) => Err(self.wrong_type(key, "array")),
+            Some(v) => v
+                .as_array()
+                .map(Some)
+                .ok_or_else(|| self.wrong_type(key, "array")),
         }
     }
 
-    pub(super) fn u64_of(&self, key: &str, v: &Json<'_>) -> Result<u64, DecodeError> {
-        match v {
-            Json::Number(n) => n.as_u64().ok_or_else(|| {
+    pub(super) fn u64_of(&self, key: &str, v: Json<'_>) -> Result<u64, DecodeError> {
+        match v.as_number() {
+            Some(n) => n.as_u64().ok_or_else(|| {
                 self.invalid(key, format!("expected a non-negative integer, got {n}"))
             }),
-            _ => Err(self.wrong_type(key, "non-negative integer")),
+            None => Err(self.wrong_type(key, "non-negative integer")),
         }
     }
 
@@ -255,20 +259,24 @@ impl<'a> Obj<'a> {
     pub(super) fn opt_f64(&self, key: &str) -> Result<Option<f64>, DecodeError> {
         match self.get(key) {
             None => Ok(None),
-            Some(Json::Number(n)) => n
-                .as_f64()
-                .filter(|f| f.is_finite())
-                .map(Some)
-                .ok_or_else(|| self.invalid(key, "expected a finite number")),
-            Some(_) => Err(self.wrong_type(key, "number")),
+            Some(v) => match v.as_number() {
+                Some(n) => n
+                    .as_f64()
+                    .filter(|f| f.is_finite())
+                    .map(Some)
+                    .ok_or_else(|| self.invalid(key, "expected a finite number")),
+                None => Err(self.wrong_type(key, "number")),
+            },
         }
     }
 
     pub(super) fn opt_bool(&self, key: &str) -> Result<Option<bool>, DecodeError> {
         match self.get(key) {
             None => Ok(None),
-            Some(Json::Bool(b)) => Ok(Some(*b)),
-            Some(_) => Err(self.wrong_type(key, "boolean")),
+            Some(v) => match v.as_bool() {
+                Some(b) => Ok(Some(b)),
+                None => Err(self.wrong_type(key, "boolean")),
+            },
         }
     }
 
@@ -277,7 +285,6 @@ impl<'a> Obj<'a> {
         match self.opt_array(key)? {
             None => Ok(Vec::new()),
             Some(items) => items
-                .iter()
                 .enumerate()
                 .map(|(i, v)| {
                     v.as_str()
@@ -296,11 +303,10 @@ impl<'a> Obj<'a> {
         match self.opt_obj(key)? {
             None => Ok(BTreeMap::new()),
             Some(m) => m
-                .map
-                .iter()
+                .members()
                 .map(|(k, v)| {
                     v.as_str()
-                        .map(|s| (k.clone().into_owned(), s.to_owned()))
+                        .map(|s| (k.to_owned(), s.to_owned()))
                         .ok_or_else(|| m.wrong_type(k, "string"))
                 })
                 .collect(),

@@ -4,17 +4,20 @@ use serde_json::Value;
 
 use super::fields::{truncate, FieldPath, Obj};
 use super::DecodeError;
-use crate::wire::tree::Json;
+use crate::wire::tree::{Doc, Json};
 use crate::wire::types::*;
 
 /// Decodes a transport handle object; `path` prefixes field names in errors.
 pub fn decode_handle(value: &Value, path: &str) -> Result<TransportHandle, DecodeError> {
-    decode_handle_json(&Json::from_value(value), FieldPath::root(path.to_owned()))
+    decode_handle_json(
+        Doc::from_value(value).root(),
+        FieldPath::root(path.to_owned()),
+    )
 }
 
 /// [`decode_handle`] of the decoder's own tree.
 pub(super) fn decode_handle_json(
-    value: &Json<'_>,
+    value: Json<'_>,
     path: FieldPath,
 ) -> Result<TransportHandle, DecodeError> {
     let obj = Obj::new(value, path)?;
@@ -37,11 +40,11 @@ pub(super) fn decode_handle_json(
             };
             let credential = match obj.get("credential") {
                 None => return Err(obj.missing("credential")),
-                Some(Json::Str(key)) => SshCredential {
-                    private_key: key.clone().into_owned(),
+                Some(v) if v.as_str().is_some() => SshCredential {
+                    private_key: v.as_str().unwrap_or_default().to_owned(),
                     certificate: None,
                 },
-                Some(Json::Object(_)) => {
+                Some(v) if v.as_object().is_some() => {
                     let c = obj.req_obj("credential")?;
                     SshCredential {
                         private_key: c.req_str("privateKey")?.to_owned(),

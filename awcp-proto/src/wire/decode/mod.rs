@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::tree::{Json, NULL};
+use super::tree::{Doc, Json, Node, NULL};
 use super::types::*;
 use crate::error::{ErrorCode, ErrorInfo};
 use crate::id::{DelegationId, ResourceName, SnapshotId};
@@ -79,7 +79,7 @@ fn render(field: &str, kind: &DecodeErrorKind) -> String {
 
 /// Decodes a control-plane message from JSON bytes; returns the dialect it was written in.
 pub fn decode_message(json: &[u8]) -> Result<(Message, Dialect), DecodeError> {
-    decode_message_json(&parse(json)?)
+    decode_message_json(parse(json)?.root())
 }
 
 /// [`decode_message`] of a body the caller gives up. A START's inline archive, which can be
@@ -91,9 +91,9 @@ pub fn decode_message_owned(body: Vec<u8>) -> Result<(Message, Dialect), (Decode
     /// Below this, copying costs less than moving the text to the front of the buffer.
     const REUSE_FROM: usize = 64 * 1024;
     let decoded = match parse(&body) {
-        Ok(mut tree) => {
-            let range = take_inline_archive(&mut tree, &body, REUSE_FROM);
-            decode_message_json(&tree).map(|m| (m, range))
+        Ok(mut doc) => {
+            let range = take_inline_archive(&mut doc, &body, REUSE_FROM);
+            decode_message_json(doc.root()).map(|m| (m, range))
         }
         Err(e) => Err(e),
     };
@@ -116,33 +116,18 @@ pub fn decode_message_owned(body: Vec<u8>) -> Result<(Message, Dialect), (Decode
 
 /// In a START, the inline archive text of the handle START's decoder will read (the first
 /// present of its keys, as [`decode_start`] picks it), if it is borrowed from `body` and at
-/// least `min` bytes long: replaced by `""` in the tree, and its byte range in `body` returned.
-fn take_inline_archive(tree: &mut Json<'_>, body: &[u8], min: usize) -> Option<(usize, usize)> {
-    let Json::Object(fields) = tree else {
-        return None;
-    };
-    let is_start = fields
-        .iter()
-        .rev()
-        .find(|(k, _)| k == "type")
-        .is_some_and(|(_, v)| v.as_str() == Some("START"));
-    if !is_start {
+/// least `min` bytes long: replaced by `""` in the document, and its byte range in `body`
+/// returned.
+fn take_inline_archive(doc: &mut Doc<'_>, body: &[u8], min: usize) -> Option<(usize, usize)> {
+    let root = doc.root();
+    if root.get("type")?.as_str() != Some("START") {
         return None;
     }
     let handle = ["transportHandle", "transport", "workDir", "mount"]
         .into_iter()
-        .find_map(|key| {
-            let at = fields.iter().rposition(|(k, _)| k == key)?;
-            (!matches!(fields[at].1, Json::Null)).then_some(at)
-        })?;
-    let Json::Object(handle) = &mut fields[handle].1 else {
-        return None;
-    };
-    let (_, value) = handle
-        .iter_mut()
-        .rev()
-        .find(|(k, _)| k == "workspaceBase64")?;
-    let Json::Str(std::borrow::Cow::Borrowed(text)) = value else {
+        .find_map(|key| doc.member_at(0, key).filter(|&at| !is_null_at(doc, at)))?;
+    let at = doc.member_at(handle, "workspaceBase64")?;
+    let Some(Node::Str(std::borrow::Cow::Borrowed(text))) = doc.node_mut(at) else {
         return None;
     };
     let start = (text.as_ptr() as usize).checked_sub(body.as_ptr() as usize)?;
@@ -150,18 +135,23 @@ fn take_inline_archive(tree: &mut Json<'_>, body: &[u8], min: usize) -> Option<(
     if text.len() < min || end > body.len() {
         return None;
     }
-    *value = Json::Str(std::borrow::Cow::Borrowed(""));
+    *text = "";
     Some((start, end))
+}
+
+/// Whether the node at `at` is `null`.
+fn is_null_at(doc: &mut Doc<'_>, at: usize) -> bool {
+    matches!(doc.node_mut(at), Some(Node::Null))
 }
 
 /// [`decode_message`] of JSON already parsed into a [`Value`].
 pub fn decode_message_value(value: &Value) -> Result<(Message, Dialect), DecodeError> {
-    decode_message_json(&Json::from_value(value))
+    decode_message_json(Doc::from_value(value).root())
 }
 
 /// [`decode_message`] of JSON already parsed (a caller that looked at the body first need not
 /// parse it twice).
-pub(crate) fn decode_message_json(value: &Json<'_>) -> Result<(Message, Dialect), DecodeError> {
+pub(crate) fn decode_message_json(value: Json<'_>) -> Result<(Message, Dialect), DecodeError> {
     let obj = Obj::root(value)?;
     if let Some(v) = obj.get("version") {
         match v.as_str() {
@@ -209,8 +199,8 @@ pub(crate) fn decode_message_json(value: &Json<'_>) -> Result<(Message, Dialect)
 
 /// Decodes an SSE task event (the JSON of one `data:` payload); returns its dialect.
 pub fn decode_event(json: &[u8]) -> Result<(TaskEvent, Dialect), DecodeError> {
-    let value = parse(json)?;
-    let obj = Obj::root(&value)?;
+    let doc = parse(json)?;
+    let obj = Obj::root(doc.root())?;
     let ty = obj.req_str("type")?;
     let delegation_id = obj.delegation_id()?;
     let timestamp = obj.opt_timestamp("timestamp")?.unwrap_or(Timestamp::EPOCH);
@@ -230,9 +220,8 @@ pub fn decode_event(json: &[u8]) -> Result<(TaskEvent, Dialect), DecodeError> {
             recommended: obj.opt_bool("recommended")?,
             metadata: match obj.opt_obj("metadata")? {
                 Some(m) => m
-                    .map
-                    .iter()
-                    .map(|(k, v)| (k.clone().into_owned(), v.to_value()))
+                    .members()
+                    .map(|(k, v)| (k.to_owned(), v.to_value()))
                     .collect(),
                 None => BTreeMap::new(),
             },
@@ -244,7 +233,6 @@ pub fn decode_event(json: &[u8]) -> Result<(TaskEvent, Dialect), DecodeError> {
             }
             let snapshot_ids = match obj.opt_array("snapshotIds")? {
                 Some(items) => items
-                    .iter()
                     .enumerate()
                     .map(|(i, v)| {
                         // The field's name is only built for an error.
@@ -308,7 +296,7 @@ fn decode_invite(
     let (resources, dialect) = if let Some(env) = obj.opt_obj("environment")? {
         let items = env.req_array("resources")?;
         let mut resources = Vec::with_capacity(items.len());
-        for (i, item) in items.iter().enumerate() {
+        for (i, item) in items.enumerate() {
             let r = Obj::new(item, env.child_path("resources").index(i))?;
             let name = r.req_str("name")?;
             resources.push(Resource {
@@ -418,7 +406,7 @@ fn decode_start(
     .into_iter()
     .find(|(k, _)| obj.get(k).is_some())
     .ok_or_else(|| obj.missing("transportHandle"))?;
-    let handle_value = obj.get(key).unwrap_or(&NULL);
+    let handle_value = obj.get(key).unwrap_or(NULL);
     let handle = handle::decode_handle_json(handle_value, obj.child_path(key))?;
     Ok((
         Message::Start(Start {

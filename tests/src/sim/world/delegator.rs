@@ -49,7 +49,7 @@ impl World {
                 dialect,
             } => {
                 let i = self.idx(&id);
-                let kind = match &message {
+                let kind = match &*message {
                     Message::Invite(_) => Outbound::Invite,
                     Message::Start(start) => {
                         let (accepted, state) = (self.dels[i].accepted, self.dels[i].state);
@@ -81,7 +81,7 @@ impl World {
                     exec_of(&peer),
                     id,
                     CallKind::Out(to),
-                    Request::Message(Box::new(message), dialect),
+                    Request::Message(message, dialect),
                 );
             }
             DelegatorOutput::SendCancel { id, peer } => {

@@ -94,7 +94,7 @@ impl World {
                         ResultStatus::Running => FetchedResult::Running,
                         ResultStatus::Completed => FetchedResult::Completed {
                             outcome: b.outcome.unwrap_or_default(),
-                            snapshot: b.snapshot,
+                            snapshot: b.snapshot.map(Box::new),
                         },
                         ResultStatus::Error => FetchedResult::Error(
                             b.error
@@ -162,7 +162,7 @@ impl World {
             StreamItem::Opened => self.del_input(DelegatorInput::EventStreamOpened { id }),
             StreamItem::Event(ev) => {
                 self.log(|| format!("sse {s} {} for {id}", ev.kind.type_str()));
-                self.del_input(DelegatorInput::TaskEvent { event: *ev });
+                self.del_input(DelegatorInput::TaskEvent { event: ev });
             }
             StreamItem::Closed(why) => {
                 self.cur_stream.remove(&id);
