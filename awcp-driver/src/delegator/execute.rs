@@ -77,7 +77,7 @@ impl<R: Runtime> Loop<R> {
                     .await;
                     feed(DelegatorInput::TransportPrepared {
                         id,
-                        result,
+                        result: result.map(Box::new),
                         archive_token: None,
                     });
                 });
@@ -183,7 +183,7 @@ impl<R: Runtime> Loop<R> {
                     })
                     .await;
                     let (result, archive_token) = match result {
-                        Ok((handle, token)) => (Ok(handle), token),
+                        Ok((handle, token)) => (Ok(Box::new(handle)), token),
                         Err(e) => (Err(e), None),
                     };
                     feed(DelegatorInput::TransportPrepared {

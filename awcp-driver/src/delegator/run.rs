@@ -347,7 +347,7 @@ impl<R: Runtime> Loop<R> {
             id, state, error, ..
         } = &ev
         {
-            crate::log_ended(id, *state, error.as_ref(), "delegation ended");
+            crate::log_ended(id, *state, error.as_deref(), "delegation ended");
             self.baselines
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())

@@ -338,7 +338,7 @@ impl Pair {
                 self.to_delegator
                     .push_back(DelegatorInput::TransportPrepared {
                         id,
-                        result: Ok(TransportHandle::Archive(ArchiveHandle {
+                        result: Ok(Box::new(TransportHandle::Archive(ArchiveHandle {
                             data: ArchiveData {
                                 base64: Some(EMPTY_ZIP.into()),
                                 url: None,
@@ -346,7 +346,7 @@ impl Pair {
                             },
                             checksum: "0".repeat(64),
                             size_bytes: Some(22),
-                        })),
+                        }))),
                         archive_token: None,
                     });
             }

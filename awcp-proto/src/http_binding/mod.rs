@@ -325,7 +325,7 @@ pub fn decode_reply(status: u16, body: &[u8]) -> crate::engine::delegator::Reply
     let text = |k: &str| v.get(k).and_then(Json::as_str);
     match text("type") {
         Some("ACCEPT") | Some("ERROR") => match crate::wire::decode::decode_message_json(v) {
-            Ok((Message::Accept(a), _)) => Reply::Accept(a),
+            Ok((Message::Accept(a), _)) => Reply::Accept(Box::new(a)),
             Ok((Message::Error(ErrorMessage { error, .. }), _)) => Reply::Error(error),
             Ok((m, _)) => Reply::Failed(Unusable(format!("unexpected {} reply", m.type_str()))),
             Err(e) => {

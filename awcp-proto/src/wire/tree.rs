@@ -306,6 +306,11 @@ impl<'a> Json<'a> {
         }
     }
 
+    /// How many nodes this value spans.
+    pub(crate) fn span(self) -> usize {
+        self.nodes.len()
+    }
+
     /// The members, if this is an object.
     pub(crate) fn as_object(self) -> Option<Members<'a>> {
         match self.node() {
@@ -329,16 +334,35 @@ impl<'a> Json<'a> {
 
     /// [`Json::get`], with where the value's nodes start among this object's.
     fn member(self, key: &str) -> Option<(usize, Json<'a>)> {
+        self.member_from(key, 1)
+    }
+
+    /// [`Json::member`], looking first from node `hint` on: where the previous lookup in this
+    /// object ended (decoders mostly read fields in the order peers write them, so the next
+    /// key is usually the next member). `hint` must be where a member starts, or the end.
+    pub(crate) fn member_from(self, key: &str, hint: usize) -> Option<(usize, Json<'a>)> {
         let repeats = match self.node() {
             Node::Object { repeats, .. } => *repeats,
             Node::Null | Node::Bool(_) | Node::Number(_) | Node::Str(_) | Node::Array { .. } => {
                 return None
             }
         };
-        let nodes = self.nodes;
+        let end = self.nodes.len();
+        if repeats || hint <= 1 {
+            // The last of repeated keys counts: every member is read.
+            return self.scan(key, 1, end, repeats);
+        }
+        self.scan(key, hint, end, false)
+            .or_else(|| self.scan(key, 1, hint, false))
+    }
+
+    /// The member `key` among those starting from node `from` up to node `to`: the first one,
+    /// or the last one if `last`.
+    fn scan(self, key: &str, from: usize, to: usize, last: bool) -> Option<(usize, Json<'a>)> {
+        let nodes = self.nodes.get(..to)?;
         let mut found = None;
         // Members are a key node then the value's nodes; the object's nodes end after the last.
-        let mut at = 1;
+        let mut at = from;
         while let Some(Node::Str(k)) = nodes.get(at) {
             let value = at + 1;
             let end = value + nodes.get(value)?.span();
@@ -349,7 +373,7 @@ impl<'a> Json<'a> {
                         nodes: nodes.get(value..end)?,
                     },
                 ));
-                if !repeats {
+                if !last {
                     break;
                 }
             }
@@ -504,6 +528,33 @@ mod tests {
                         doc.root().get(&key).map(Json::to_value).as_ref(),
                         v.get(&key)
                     );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_lookup_started_at_any_member_finds_what_one_from_the_start_finds() {
+        for text in [
+            r#"{"a":1,"bb":{"x":[1,2]},"c":[{"d":1}],"dd":null,"e":"s"}"#,
+            r#"{"a":1,"bb":2,"a":3,"c":4}"#,
+            r#"{}"#,
+        ] {
+            let doc = Doc::parse(text.as_bytes()).unwrap();
+            let root = doc.root();
+            // Every member's start, and the end.
+            let mut starts = Vec::new();
+            let mut at = 1;
+            for (_, v) in root.as_object().unwrap() {
+                starts.push(at);
+                at += 1 + v.span();
+            }
+            starts.push(at);
+            for key in ["a", "bb", "c", "dd", "e", "missing", ""] {
+                let plain = root.get(key).map(Json::to_value);
+                for &hint in &starts {
+                    let hinted = root.member_from(key, hint).map(|(_, v)| v.to_value());
+                    assert_eq!(hinted, plain, "{text} {key} from {hint}");
                 }
             }
         }

@@ -215,7 +215,7 @@ mod tests {
                 DelegatorInput::Reply {
                     id: id(),
                     to: Outbound::Invite,
-                    reply: Reply::Accept(a),
+                    reply: Reply::Accept(Box::new(a)),
                 },
             )
             .unwrap();
@@ -237,7 +237,7 @@ mod tests {
                 t(ms),
                 DelegatorInput::TransportPrepared {
                     id: id(),
-                    result,
+                    result: result.map(Box::new),
                     archive_token,
                 },
             )

@@ -120,7 +120,7 @@ impl Delegator {
                     }
                     return Ok(());
                 }
-                self.on_accept(now, id, accept);
+                self.on_accept(now, id, *accept);
             }
             (Outbound::Invite, Reply::Error(e)) => {
                 if state == DelegationState::Invited {

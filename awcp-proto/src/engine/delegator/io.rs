@@ -33,7 +33,7 @@ impl Outbound {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Reply {
     /// An ACCEPT body.
-    Accept(Accept),
+    Accept(Box<Accept>),
     /// An ERROR body (or an error status with code).
     Error(ErrorInfo),
     /// `{"ok":true}` or another success without content.
@@ -157,8 +157,9 @@ pub enum DelegatorInput {
     TransportPrepared {
         /// The delegation.
         id: DelegationId,
-        /// The handle for START, or what went wrong.
-        result: Result<TransportHandle, PrepareFailure>,
+        /// The handle for START, or what went wrong (boxed: it is the largest payload, and
+        /// every input moves as big as the largest).
+        result: Result<Box<TransportHandle>, PrepareFailure>,
         /// With [`ArchiveDelivery::ByUrl`]: the digest of the secret token in the handle's
         /// archive URL, which the engine then grants once, until the lease ends
         /// ([`Delegator::redeem_archive_url`]). `None` for every other delivery.
@@ -421,8 +422,9 @@ pub enum DelegatorEvent {
         state: DelegationState,
         /// The executor's summary, if it completed.
         result: Option<TaskOutcome>,
-        /// What went wrong, if it did not.
-        error: Option<ErrorInfo>,
+        /// What went wrong, if it did not (boxed: every output moves as big as the largest
+        /// event).
+        error: Option<Box<ErrorInfo>>,
     },
 }
 
@@ -446,7 +448,7 @@ impl DelegatorEvent {
                 Some(Ok(()))
             }
             DelegatorEvent::Ended { id: eid, error, .. } if eid == id => match error {
-                Some(e) if e.code != ErrorCode::Cancelled => Some(Err(e.clone())),
+                Some(e) if e.code != ErrorCode::Cancelled => Some(Err((**e).clone())),
                 Some(_) | None => Some(Ok(())),
             },
             DelegatorEvent::StateChanged { .. }

@@ -167,7 +167,7 @@ impl Delegator {
                 id,
                 result,
                 archive_token,
-            } => self.on_prepared(now, &id, result, archive_token),
+            } => self.on_prepared(now, &id, result.map(|h| *h), archive_token),
             DelegatorInput::EventStreamOpened { id } => {
                 let d = self.get_mut(&id)?;
                 if let Some((stream @ Stream::Opening, _)) = d.phase.stream_mut() {

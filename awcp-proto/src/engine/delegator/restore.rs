@@ -400,19 +400,21 @@ mod tests {
             DelegatorInput::Reply {
                 id: id(),
                 to: Outbound::Invite,
-                reply: Reply::Accept(crate::engine::delegator::tests::accept()),
+                reply: Reply::Accept(Box::new(crate::engine::delegator::tests::accept())),
             },
             DelegatorInput::TransportPrepared {
                 id: id(),
-                result: Ok(TransportHandle::Archive(crate::wire::ArchiveHandle {
-                    data: ArchiveData {
-                        base64: Some(String::new()),
-                        url: None,
-                        local_file: None,
+                result: Ok(Box::new(TransportHandle::Archive(
+                    crate::wire::ArchiveHandle {
+                        data: ArchiveData {
+                            base64: Some(String::new()),
+                            url: None,
+                            local_file: None,
+                        },
+                        checksum: "00".into(),
+                        size_bytes: None,
                     },
-                    checksum: "00".into(),
-                    size_bytes: None,
-                })),
+                ))),
                 archive_token: None,
             },
         ] {

@@ -121,7 +121,7 @@ impl Delegator {
             id: id.clone(),
             state: d.state(),
             result: d.result.clone(),
-            error: d.error.clone(),
+            error: d.error.clone().map(Box::new),
         };
         tracing::debug!(delegation = %id, state = %d.state(), "delegation ended");
         self.core.outputs.push_back(DelegatorOutput::Event(ev));

@@ -176,11 +176,11 @@ pub(super) fn started(mode: SnapshotMode) -> Delegator {
         DelegatorInput::Reply {
             id: id(),
             to: Outbound::Invite,
-            reply: Reply::Accept(accept()),
+            reply: Reply::Accept(Box::new(accept())),
         },
         DelegatorInput::TransportPrepared {
             id: id(),
-            result: Ok(TransportHandle::Archive(ArchiveHandle {
+            result: Ok(Box::new(TransportHandle::Archive(ArchiveHandle {
                 data: ArchiveData {
                     base64: Some(String::new()),
                     url: None,
@@ -188,7 +188,7 @@ pub(super) fn started(mode: SnapshotMode) -> Delegator {
                 },
                 checksum: "00".into(),
                 size_bytes: None,
-            })),
+            }))),
             archive_token: None,
         },
         DelegatorInput::EventStreamOpened { id: id() },

@@ -2,6 +2,7 @@
 //! its dotted path (`environment.resources[0].name`).
 
 use std::borrow::Cow;
+use std::cell::Cell;
 use std::collections::BTreeMap;
 
 use super::{DecodeError, DecodeErrorKind};
@@ -39,6 +40,8 @@ pub(super) fn truncate(s: &str) -> String {
 /// A JSON object together with its dotted path, for error reporting.
 pub(super) struct Obj<'a> {
     value: Json<'a>,
+    /// Where the member after the last one looked up starts: where the next lookup begins.
+    next: Cell<usize>,
     /// Where the object sits, written out only for an error.
     pub(super) path: FieldPath,
 }
@@ -128,6 +131,7 @@ impl<'a> Obj<'a> {
         match value.as_object() {
             Some(_) => Ok(Obj {
                 value,
+                next: Cell::new(1),
                 path: FieldPath::default(),
             }),
             None => Err(DecodeError {
@@ -139,7 +143,11 @@ impl<'a> Obj<'a> {
 
     pub(super) fn new(value: Json<'a>, path: FieldPath) -> Result<Self, DecodeError> {
         match value.as_object() {
-            Some(_) => Ok(Obj { value, path }),
+            Some(_) => Ok(Obj {
+                value,
+                next: Cell::new(1),
+                path,
+            }),
             None if value.is_null() => Err(DecodeError {
                 field: path.with(None),
                 kind: DecodeErrorKind::Missing,
@@ -175,7 +183,9 @@ impl<'a> Obj<'a> {
 
     /// The value under `key`; `null` counts as absent.
     pub(super) fn get(&self, key: &str) -> Option<Json<'a>> {
-        self.value.get(key).filter(|v| !v.is_null())
+        let (at, value) = self.value.member_from(key, self.next.get())?;
+        self.next.set(at + value.span());
+        Some(value).filter(|v| !v.is_null())
     }
 
     /// Whether `key` is present at all (even as `null`).

@@ -216,7 +216,7 @@ impl World {
                         inc,
                         input: DelegatorInput::TransportPrepared {
                             id,
-                            result: Ok(handle),
+                            result: Ok(Box::new(handle)),
                             archive_token,
                         },
                     },
@@ -444,7 +444,7 @@ impl World {
                 }
                 d.ended = Some(state);
                 d.result = result;
-                d.error = error;
+                d.error = error.map(|e| *e);
                 let last = d.state;
                 let has_handle = d.handle.is_some();
                 if state != last || !state.is_terminal() {

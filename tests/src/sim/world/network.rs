@@ -64,7 +64,7 @@ impl World {
         match c.kind {
             CallKind::Out(to) => {
                 let reply = match resp {
-                    Ok(Response::Accept(a, _)) => Reply::Accept(a),
+                    Ok(Response::Accept(a, _)) => Reply::Accept(Box::new(a)),
                     Ok(Response::Error { message, .. }) => Reply::Error(message.error),
                     Ok(Response::Ok | Response::Cancelled) => Reply::Ok,
                     Ok(Response::Result(_)) => {

@@ -118,7 +118,7 @@ impl LiveEvent {
             ),
             DelegatorEvent::Ended {
                 id, state, error, ..
-            } => (id, LiveEvent::ended(*state, error.as_ref())),
+            } => (id, LiveEvent::ended(*state, error.as_deref())),
             DelegatorEvent::Forgotten { .. } => return None,
         })
     }

@@ -97,7 +97,7 @@ fn failures_are_named_as_they_happened() {
 #[test]
 fn start_waits_for_both_the_transport_and_the_event_stream() {
     let mut d = invited();
-    let out = answer(&mut d, Outbound::Invite, Reply::Accept(accept()));
+    let out = answer(&mut d, Outbound::Invite, Reply::Accept(Box::new(accept())));
     assert!(out
         .iter()
         .any(|o| matches!(o, DelegatorOutput::PrepareTransport { .. })));
@@ -117,7 +117,7 @@ fn start_waits_for_both_the_transport_and_the_event_stream() {
         t(3),
         DelegatorInput::TransportPrepared {
             id: id(),
-            result: Ok(handle.clone()),
+            result: Ok(Box::new(handle.clone())),
             archive_token: None,
         },
     )
@@ -152,7 +152,7 @@ fn an_accept_after_a_cancel_frees_the_executors_assignment() {
     let mut d = invited();
     d.cancel(t(2), &id()).unwrap();
     drain(&mut d);
-    let out = answer(&mut d, Outbound::Invite, Reply::Accept(accept()));
+    let out = answer(&mut d, Outbound::Invite, Reply::Accept(Box::new(accept())));
     assert!(out.iter().any(|o| matches!(
         o,
         DelegatorOutput::SendMessage { message, .. } if matches!(**message, Message::Error(_))
@@ -167,7 +167,7 @@ fn an_accept_after_a_cancel_frees_the_executors_assignment() {
 fn a_late_odd_answer_to_start_changes_nothing() {
     let mut d = running(SnapshotMode::Auto);
     // Running already: a late odd answer to START changes nothing.
-    let out = answer(&mut d, Outbound::Start, Reply::Accept(accept()));
+    let out = answer(&mut d, Outbound::Start, Reply::Accept(Box::new(accept())));
     assert!(out.is_empty());
     assert_eq!(d.get(&id()).unwrap().state, DelegationState::Running);
 }
@@ -233,11 +233,11 @@ fn started_means_start_went_out_or_the_delegation_ended_without_error() {
         changed(DelegationState::Started).start_outcome(&other),
         None
     );
-    let ended = |error| DelegatorEvent::Ended {
+    let ended = |error: Option<ErrorInfo>| DelegatorEvent::Ended {
         id: id(),
         state: DelegationState::Error,
         result: None,
-        error,
+        error: error.map(Box::new),
     };
     let declined = ErrorInfo::bare(ErrorCode::Declined, "no");
     assert_eq!(
