@@ -29,6 +29,18 @@ pub enum IdError {
     BadStart(char),
 }
 
+/// Which bytes an id may hold (`A-Z a-z 0-9 _ - .`), by value.
+static ID_BYTES: [bool; 256] = {
+    let mut ok = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        ok[b] = c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-' | b'.');
+        b += 1;
+    }
+    ok
+};
+
 /// Checks the id rules shared by every id type.
 pub fn validate_id(s: &str) -> Result<(), IdError> {
     if s.is_empty() {
@@ -39,10 +51,7 @@ pub fn validate_id(s: &str) -> Result<(), IdError> {
     }
     // Byte-wise: every allowed character is ASCII, so the first byte outside the set starts
     // the offending character.
-    if let Some(i) = s
-        .bytes()
-        .position(|b| !(b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.')))
-    {
+    if let Some(i) = s.bytes().position(|b| !ID_BYTES[usize::from(b)]) {
         return Err(IdError::BadChar(
             s[i..].chars().next().unwrap_or('\u{fffd}'),
         ));
@@ -209,6 +218,20 @@ mod tests {
             validate_id(&"a".repeat(MAX_ID_LEN + 1)),
             Err(IdError::TooLong(MAX_ID_LEN + 1))
         );
+    }
+
+    #[test]
+    fn exactly_letters_digits_underscore_dash_and_dot_are_allowed_after_the_first_character() {
+        for c in (0..=0x24ffu32).filter_map(char::from_u32) {
+            let allowed = c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.');
+            let id = format!("a{c}");
+            let expected = if allowed {
+                Ok(())
+            } else {
+                Err(IdError::BadChar(c))
+            };
+            assert_eq!(validate_id(&id), expected, "{c:?}");
+        }
     }
 
     #[test]

@@ -29,7 +29,7 @@ impl<R: Runtime> Loop<R> {
                     Some(split) => OutBody::Split(split),
                     None => OutBody::Text(encode_message_owned(*message, dialect)),
                 };
-                self.post(id, to, peer, body);
+                self.post(id, to, peer.to_string(), body);
             }
             DelegatorOutput::SendCancel { id, peer } => {
                 let url = wire_http::cancel_url(&peer, &id);

@@ -10,7 +10,7 @@ use super::*;
 pub(super) const INCOMING: &str = "incoming";
 
 impl<R: Runtime> Loop<R> {
-    pub(super) fn open_stream(&mut self, id: DelegationId, peer: String) {
+    pub(super) fn open_stream(&mut self, id: DelegationId, peer: std::sync::Arc<str>) {
         if let Some(h) = self.streams.remove(&id) {
             h.abort();
         }
@@ -92,7 +92,7 @@ impl<R: Runtime> Loop<R> {
     }
 
     /// `GET …/result` of `id` (see [`DelegatorOutput::FetchResult`]).
-    pub(super) fn fetch_result(&mut self, id: DelegationId, peer: String) {
+    pub(super) fn fetch_result(&mut self, id: DelegationId, peer: std::sync::Arc<str>) {
         let http = self.http.clone();
         let feed = self.feed();
         let url = wire_http::result_url(&peer, &id);

@@ -346,6 +346,8 @@ impl Snapshots {
 pub(super) struct Delegation {
     /// What the application asked for.
     pub(super) req: DelegateRequest,
+    /// `req.peer`, shared by every output that names the executor.
+    pub(super) peer: std::sync::Arc<str>,
     /// The spec state; changes only through [`Delegator::transition`].
     pub(super) machine: DelegationMachine,
     /// What the delegation holds and waits for (follows the spec state, see [`Phase`]).
@@ -385,6 +387,7 @@ impl Delegation {
     pub(super) fn new(now: Timestamp, req: DelegateRequest) -> Delegation {
         Delegation {
             access: req.access_mode,
+            peer: req.peer.as_str().into(),
             req,
             machine: DelegationMachine::new(),
             phase: Phase::Inviting { invited_at: None },

@@ -55,7 +55,7 @@ impl Delegator {
                 ),
             );
         } else {
-            let peer = d.req.peer.clone();
+            let peer = d.peer.clone();
             self.core.outputs.push_back(DelegatorOutput::FetchResult {
                 id: id.clone(),
                 peer,
@@ -202,7 +202,7 @@ impl Delegator {
             }
             None => false,
         };
-        let peer = d.req.peer.clone();
+        let peer = d.peer.clone();
         self.transition(now, id, DelegationTransition::ReceiveDone, None);
         if need_fetch {
             if let Some(Phase::Finishing(f)) = self.delegations.get_mut(id).map(|d| &mut d.phase) {

@@ -82,7 +82,7 @@ impl Delegator {
             features: self.config.features.clone(),
             ..invite_of(id, &d.req)
         };
-        let peer = d.req.peer.clone();
+        let peer = d.peer.clone();
         let dialect = d.req.dialect;
         self.transition(now, id, DelegationTransition::SendInvite, None);
         self.core.timers.set(id, Timer::Lease, expires_at);
@@ -253,7 +253,7 @@ impl Delegator {
         };
         let out_stream = DelegatorOutput::OpenEventStream {
             id: id.clone(),
-            peer: d.req.peer.clone(),
+            peer: d.peer.clone(),
         };
         self.transition(now, id, DelegationTransition::ReceiveAccept, None);
         self.core.timers.set(id, Timer::Lease, expires_at);
@@ -358,7 +358,7 @@ impl Delegator {
         let out = DelegatorOutput::SendMessage {
             id: id.clone(),
             to: Outbound::Start,
-            peer: d.req.peer.clone(),
+            peer: d.peer.clone(),
             message: Box::new(Message::Start(Start {
                 delegation_id: id.clone(),
                 lease: ActiveLease {

@@ -263,7 +263,7 @@ pub enum DelegatorOutput {
         /// Which request this is (`Invite`, `Start` or `Error`): what the answer names.
         to: Outbound,
         /// The executor URL.
-        peer: String,
+        peer: std::sync::Arc<str>,
         /// The message (boxed: it is the largest payload, and every output moves as big as the
         /// largest).
         message: Box<Message>,
@@ -275,14 +275,14 @@ pub enum DelegatorOutput {
         /// The delegation.
         id: DelegationId,
         /// The executor URL.
-        peer: String,
+        peer: std::sync::Arc<str>,
     },
     /// POST `…/tasks/{id}/ack`; answer with `Reply { to: Ack }` (optional).
     SendAck {
         /// The delegation.
         id: DelegationId,
         /// The executor URL.
-        peer: String,
+        peer: std::sync::Arc<str>,
     },
     /// Build the export view and the transport handle (credentials); answer with
     /// `TransportPrepared`.
@@ -307,7 +307,7 @@ pub enum DelegatorOutput {
         /// The delegation.
         id: DelegationId,
         /// The executor URL.
-        peer: String,
+        peer: std::sync::Arc<str>,
     },
     /// Close the event stream (no `EventStreamClosed` needed).
     CloseEventStream {
@@ -319,7 +319,7 @@ pub enum DelegatorOutput {
         /// The delegation.
         id: DelegationId,
         /// The executor URL.
-        peer: String,
+        peer: std::sync::Arc<str>,
     },
     /// Apply a stored snapshot (from [`DelegatorOutput::StoreSnapshot`]) to the `rw`
     /// resources, all-or-nothing; answer with `SnapshotApplied`. At most one apply per

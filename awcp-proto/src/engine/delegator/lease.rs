@@ -92,7 +92,7 @@ impl Delegator {
                 let heard = d.phase.heard_terminal();
                 if let (Some((stream @ Stream::Closed, _)), false) = (d.phase.stream_mut(), heard) {
                     *stream = Stream::Opening;
-                    let peer = d.req.peer.clone();
+                    let peer = d.peer.clone();
                     self.core
                         .outputs
                         .push_back(DelegatorOutput::OpenEventStream {

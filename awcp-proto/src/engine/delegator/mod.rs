@@ -316,7 +316,7 @@ impl Delegator {
         self.core.outputs.push_back(DelegatorOutput::SendMessage {
             id: id.clone(),
             to: Outbound::Error,
-            peer: d.req.peer.clone(),
+            peer: d.peer.clone(),
             message: Box::new(Message::Error(ErrorMessage {
                 delegation_id: id.clone(),
                 error,

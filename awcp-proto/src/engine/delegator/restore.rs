@@ -234,6 +234,7 @@ impl Delegator {
         self.delegations.insert(
             id.clone(),
             Delegation {
+                peer: req.peer.as_str().into(),
                 req,
                 machine: DelegationMachine::restore(state),
                 phase,
@@ -298,7 +299,7 @@ impl Delegator {
             }
             DelegationState::Started | DelegationState::Running => {
                 let exp = d.expires_at;
-                let peer = d.req.peer.clone();
+                let peer = d.peer.clone();
                 match exp {
                     Some(e) if now >= e && state == DelegationState::Running => {
                         self.expire(now, id);
@@ -335,7 +336,7 @@ impl Delegator {
             | DelegationState::Cancelled
             | DelegationState::Expired => {
                 if d.phase.awaiting().is_some() {
-                    let peer = d.req.peer.clone();
+                    let peer = d.peer.clone();
                     self.core.outputs.push_back(DelegatorOutput::FetchResult {
                         id: id.clone(),
                         peer,

@@ -16,7 +16,7 @@ impl Delegator {
             )));
         }
         let tell_executor = d.state() != DelegationState::Created;
-        let peer = d.req.peer.clone();
+        let peer = d.peer.clone();
         self.transition(
             now,
             id,
@@ -97,7 +97,7 @@ impl Delegator {
             f.ack_sent = true;
             self.core.outputs.push_back(DelegatorOutput::SendAck {
                 id: id.clone(),
-                peer: d.req.peer.clone(),
+                peer: d.peer.clone(),
             });
         }
         match f.transport {

@@ -81,10 +81,13 @@ pub fn admit(invite: &Invite, config: &ExecutorConfig, live: usize) -> Result<Ad
     if invite.resources.is_empty() {
         return Err(declined("the invitation exports no resource".into()));
     }
-    let mut names: Vec<_> = invite.resources.iter().map(|r| &r.name).collect();
-    names.sort();
-    if names.windows(2).any(|w| w[0] == w[1]) {
-        return Err(declined("resource names must be unique".into()));
+    // (One resource, the usual case, needs no list.)
+    if invite.resources.len() > 1 {
+        let mut names: Vec<_> = invite.resources.iter().map(|r| &r.name).collect();
+        names.sort();
+        if names.windows(2).any(|w| w[0] == w[1]) {
+            return Err(declined("resource names must be unique".into()));
+        }
     }
     let ttl = Duration::from_secs(invite.lease.ttl_seconds.min(config.max_ttl_seconds));
     let retention = invite
