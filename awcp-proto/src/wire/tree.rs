@@ -211,26 +211,6 @@ pub(super) fn set<'a>(nodes: &mut [Node<'a>], at: usize, header: Node<'a>) {
     }
 }
 
-/// Whether two keys are equal: compared in place, eight bytes at a time (keys are short, and a
-/// call to `memcmp` per lookup cost more than the comparison).
-fn same_key(a: &str, b: &str) -> bool {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
-    if a.len() != b.len() {
-        return false;
-    }
-    let mut a8 = a.chunks_exact(8);
-    let mut b8 = b.chunks_exact(8);
-    for (x, y) in a8.by_ref().zip(b8.by_ref()) {
-        if x != y {
-            return false;
-        }
-    }
-    a8.remainder()
-        .iter()
-        .zip(b8.remainder())
-        .all(|(x, y)| x == y)
-}
-
 /// One value of a [`Doc`]: its nodes (the first is the value itself).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Json<'a> {
@@ -386,7 +366,7 @@ impl<'a> Json<'a> {
         while let Some(Node::Str(k)) = nodes.get(at) {
             let value = at + 1;
             let end = value + nodes.get(value)?.span();
-            if same_key(k, key) {
+            if k == key {
                 found = Some((
                     value,
                     Json {

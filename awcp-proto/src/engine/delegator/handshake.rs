@@ -35,7 +35,7 @@ impl Delegator {
         let id = req.id.clone();
         tracing::debug!(delegation = %id, "delegation created");
         self.delegations
-            .insert(id.clone(), Delegation::new(now, req));
+            .insert(id.clone(), Box::new(Delegation::new(now, req)));
         self.core
             .outputs
             .push_back(DelegatorOutput::ScanWorkspace { id });

@@ -83,7 +83,7 @@ pub use view::{DelegationView, Outcome, SnapshotRecord, SnapshotStatus};
 #[derive(Debug)]
 pub struct Delegator {
     config: DelegatorConfig,
-    delegations: BTreeMap<DelegationId, Delegation>,
+    delegations: BTreeMap<DelegationId, Box<Delegation>>,
     core: Core<Timer, DelegatorOutput>,
     /// One-time archive URLs (URL delivery).
     archive_grants: ArchiveGrants,
@@ -233,11 +233,12 @@ impl Delegator {
     fn get_mut(&mut self, id: &DelegationId) -> Result<&mut Delegation, UsageError> {
         self.delegations
             .get_mut(id)
+            .map(|d| &mut **d)
             .ok_or_else(|| UsageError::UnknownDelegation(id.clone()))
     }
 
     fn state(&self, id: &DelegationId) -> Option<DelegationState> {
-        self.delegations.get(id).map(Delegation::state)
+        self.delegations.get(id).map(|d| d.state())
     }
 
     /// The only place a delegation's spec state changes (through the spec table). A terminal

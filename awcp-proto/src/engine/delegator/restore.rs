@@ -233,7 +233,7 @@ impl Delegator {
             .unwrap_or(req.access_mode);
         self.delegations.insert(
             id.clone(),
-            Delegation {
+            Box::new(Delegation {
                 peer: req.peer.as_str().into(),
                 req,
                 machine: DelegationMachine::restore(state),
@@ -254,7 +254,7 @@ impl Delegator {
                 not_shipped,
                 not_shipped_count,
                 last_progress: None,
-            },
+            }),
         );
         for snapshot_id in interrupted_stores {
             self.core

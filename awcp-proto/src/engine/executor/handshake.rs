@@ -141,7 +141,7 @@ impl Executor {
         let transport = admitted.transport.clone();
         self.assignments.insert(
             id.clone(),
-            Assignment {
+            Box::new(Assignment {
                 invite: std::sync::Arc::new(invite),
                 dialect,
                 machine: AssignmentMachine::new(),
@@ -166,7 +166,7 @@ impl Executor {
                 terminal_event: None,
                 completed_at: None,
                 origin: None,
-            },
+            }),
         );
         // Journalled before the directory exists: after a crash mid-allocation the restarted
         // executor knows the directory may be its own.

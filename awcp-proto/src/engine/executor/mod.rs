@@ -92,7 +92,7 @@ use self::assignment::Assignment;
 #[derive(Debug)]
 pub struct Executor {
     config: ExecutorConfig,
-    assignments: BTreeMap<DelegationId, Assignment>,
+    assignments: BTreeMap<DelegationId, Box<Assignment>>,
     streams: BTreeMap<crate::engine::StreamId, DelegationId>,
     core: Core<ExecutorTimer, ExecutorOutput>,
     ids: IdSource,
@@ -276,6 +276,7 @@ impl Executor {
     fn get_mut(&mut self, id: &DelegationId) -> Result<&mut Assignment, UsageError> {
         self.assignments
             .get_mut(id)
+            .map(|a| &mut **a)
             .ok_or_else(|| UsageError::UnknownDelegation(id.clone()))
     }
 

@@ -360,7 +360,7 @@ impl Executor {
         };
         self.assignments.insert(
             id.clone(),
-            Assignment {
+            Box::new(Assignment {
                 features: invite.features.clone(),
                 invite: std::sync::Arc::new(invite),
                 dialect,
@@ -385,7 +385,7 @@ impl Executor {
                 terminal_event: Some(terminal_event),
                 completed_at,
                 origin: None,
-            },
+            }),
         );
         if let Some(handle) = task {
             self.push(ExecutorOutput::EndTask {

@@ -40,7 +40,7 @@ pub(super) fn truncate(s: &str) -> String {
 /// A JSON object together with its dotted path, for error reporting.
 pub(super) struct Obj<'a> {
     value: Json<'a>,
-    /// Where the member after the last one looked up starts: where the next lookup begins.
+    /// Where the member last found starts: where the next lookup begins.
     next: Cell<usize>,
     /// Where the object sits, written out only for an error.
     pub(super) path: FieldPath,
@@ -184,7 +184,9 @@ impl<'a> Obj<'a> {
     /// The value under `key`; `null` counts as absent.
     pub(super) fn get(&self, key: &str) -> Option<Json<'a>> {
         let (at, value) = self.value.member_from(key, self.next.get())?;
-        self.next.set(at + value.span());
+        // The member found starts just before its value: the next lookup tries it again (a
+        // field is often read twice: present? then its value), then the one after it.
+        self.next.set(at - 1);
         Some(value).filter(|v| !v.is_null())
     }
 
