@@ -307,6 +307,7 @@ impl<'a> Json<'a> {
     }
 
     /// How many nodes this value spans.
+    #[cfg(test)]
     pub(crate) fn span(self) -> usize {
         self.nodes.len()
     }
