@@ -1,8 +1,8 @@
 //! Field helpers: pulling typed fields out of a JSON object and naming the failing field with
 //! its dotted path (`environment.resources[0].name`).
 
-use std::borrow::Cow;
 use std::cell::Cell;
+use std::sync::Arc;
 use std::collections::BTreeMap;
 
 use super::{DecodeError, DecodeErrorKind};
@@ -41,45 +41,44 @@ pub(super) fn truncate(s: &str) -> String {
 pub(super) struct Obj<'a> {
     value: Json<'a>,
     /// Where the member last found starts: where the next lookup begins.
-    next: Cell<usize>,
+    next: Cell<u32>,
     /// Where the object sits, written out only for an error.
     pub(super) path: FieldPath,
 }
 
-/// How deep a [`FieldPath`] names its segments; deeper ones are written as `…`.
-const MAX_SEGMENTS: usize = 6;
+/// How deep a [`FieldPath`] names its segments; deeper ones are written as `…`. (The deepest
+/// object a message has is `environment.resources[i]`: three. Four keep [`Obj`] small enough
+/// to move without a `memcpy` call.)
+const MAX_SEGMENTS: usize = 4;
 
 /// The dotted path of an object inside a message (`environment.resources[0]`), kept as
 /// segments and formatted only when a field under it is reported in an error.
 #[derive(Clone, Debug, Default)]
 pub(super) struct FieldPath {
-    /// A prefix given by the caller (empty for a message's top level).
-    root: Cow<'static, str>,
-    segments: [Segment; MAX_SEGMENTS],
-    len: usize,
-}
-
-#[derive(Clone, Copy, Debug, Default)]
-enum Segment {
-    #[default]
-    Deeper,
-    Key(&'static str),
-    Index(usize),
+    /// A prefix given by the caller (none for a message's top level).
+    root: Option<Arc<str>>,
+    /// Each segment's key, or `""` for an array item, whose index is in `indices`.
+    keys: [&'static str; MAX_SEGMENTS],
+    indices: [u32; MAX_SEGMENTS],
+    /// How many segments there are (only the first [`MAX_SEGMENTS`] are kept).
+    len: u8,
 }
 
 impl FieldPath {
     /// A path starting at `root` (`""` for a message's top level).
-    pub(super) fn root(root: impl Into<Cow<'static, str>>) -> FieldPath {
+    pub(super) fn root(root: &str) -> FieldPath {
         FieldPath {
-            root: root.into(),
+            root: (!root.is_empty()).then(|| root.into()),
             ..FieldPath::default()
         }
     }
 
-    fn push(&self, segment: Segment) -> FieldPath {
+    fn push(&self, key: &'static str, index: u32) -> FieldPath {
         let mut p = self.clone();
-        if let Some(slot) = p.segments.get_mut(p.len) {
-            *slot = segment;
+        let at = usize::from(p.len);
+        if let (Some(k), Some(i)) = (p.keys.get_mut(at), p.indices.get_mut(at)) {
+            *k = key;
+            *i = index;
         }
         p.len = p.len.saturating_add(1);
         p
@@ -87,26 +86,29 @@ impl FieldPath {
 
     /// The object under `key` of this one.
     pub(super) fn key(&self, key: &'static str) -> FieldPath {
-        self.push(Segment::Key(key))
+        self.push(key, 0)
     }
 
     /// Item `i` of the array this path names.
     pub(super) fn index(&self, i: usize) -> FieldPath {
-        self.push(Segment::Index(i))
+        // (Items are counted in a body of bounded size: never near `u32::MAX`.)
+        self.push("", u32::try_from(i).unwrap_or(u32::MAX))
     }
 
     /// The path written out, then `.key` when `key` is given.
     pub(super) fn with(&self, key: Option<&str>) -> String {
-        let mut out = self.root.clone().into_owned();
-        let named = self.len.min(MAX_SEGMENTS);
-        let segments = self.segments.iter().take(named).copied();
-        let deeper = (self.len > named).then_some(Segment::Deeper);
-        for segment in segments.chain(deeper) {
-            match segment {
-                Segment::Key(k) => dotted(&mut out, k),
-                Segment::Index(i) => out.push_str(&format!("[{i}]")),
-                Segment::Deeper => dotted(&mut out, "…"),
+        let mut out = self.root.as_deref().unwrap_or_default().to_owned();
+        let len = usize::from(self.len);
+        let named = len.min(MAX_SEGMENTS);
+        for (k, i) in self.keys.iter().zip(&self.indices).take(named) {
+            if k.is_empty() {
+                out.push_str(&format!("[{i}]"));
+            } else {
+                dotted(&mut out, k);
             }
+        }
+        if len > named {
+            dotted(&mut out, "…");
         }
         if let Some(key) = key {
             dotted(&mut out, key);
@@ -183,10 +185,10 @@ impl<'a> Obj<'a> {
 
     /// The value under `key`; `null` counts as absent.
     pub(super) fn get(&self, key: &str) -> Option<Json<'a>> {
-        let (at, value) = self.value.member_from(key, self.next.get())?;
+        let (at, value) = self.value.member_from(key, self.next.get() as usize)?;
         // The member found starts just before its value: the next lookup tries it again (a
         // field is often read twice: present? then its value), then the one after it.
-        self.next.set(at - 1);
+        self.next.set(u32::try_from(at - 1).unwrap_or(1));
         Some(value).filter(|v| !v.is_null())
     }
 
@@ -395,11 +397,18 @@ mod tests {
     }
 
     #[test]
+    fn an_object_being_read_moves_without_a_memcpy_call() {
+        // Decoders pass `Obj`s around by value (in `Result`s): at most 128 bytes is moved
+        // inline.
+        assert!(std::mem::size_of::<super::Obj<'_>>() <= 128);
+    }
+
+    #[test]
     fn a_path_deeper_than_its_segments_says_so_instead_of_lying() {
         let mut p = FieldPath::default();
         for _ in 0..9 {
             p = p.key("a");
         }
-        assert_eq!(p.with(Some("b")), "a.a.a.a.a.a.….b");
+        assert_eq!(p.with(Some("b")), "a.a.a.a.….b");
     }
 }

@@ -11,7 +11,7 @@ use crate::wire::types::*;
 pub fn decode_handle(value: &Value, path: &str) -> Result<TransportHandle, DecodeError> {
     decode_handle_json(
         Doc::from_value(value).root(),
-        FieldPath::root(path.to_owned()),
+        FieldPath::root(path),
     )
 }
 
