@@ -2,8 +2,8 @@
 //! its dotted path (`environment.resources[0].name`).
 
 use std::cell::Cell;
-use std::sync::Arc;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use super::{DecodeError, DecodeErrorKind};
 use crate::id::{DelegationId, SnapshotId};

@@ -9,10 +9,7 @@ use crate::wire::types::*;
 
 /// Decodes a transport handle object; `path` prefixes field names in errors.
 pub fn decode_handle(value: &Value, path: &str) -> Result<TransportHandle, DecodeError> {
-    decode_handle_json(
-        Doc::from_value(value).root(),
-        FieldPath::root(path),
-    )
+    decode_handle_json(Doc::from_value(value).root(), FieldPath::root(path))
 }
 
 /// [`decode_handle`] of the decoder's own tree.
