@@ -416,7 +416,10 @@ impl<R: Runtime> Loop<R> {
                         ))
                     })
                     .await;
-                    feed(ExecutorInput::SnapshotCaptured { id, result });
+                    feed(ExecutorInput::SnapshotCaptured {
+                        id,
+                        result: result.map(Box::new),
+                    });
                 });
             }
             ExecutorOutput::Release {

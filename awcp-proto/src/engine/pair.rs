@@ -527,11 +527,11 @@ impl Pair {
                 };
                 self.to_executor.push_back(ExecutorInput::SnapshotCaptured {
                     id,
-                    result: Ok(CapturedSnapshot {
+                    result: Ok(Box::new(CapturedSnapshot {
                         data,
                         checksum: Some("0".repeat(64)),
                         metadata: BTreeMap::new(),
-                    }),
+                    })),
                 });
             }
             ExecutorOutput::Release { id, .. } => {

@@ -106,8 +106,9 @@ pub enum ExecutorInput {
     SnapshotCaptured {
         /// The delegation.
         id: DelegationId,
-        /// The snapshot, or what went wrong.
-        result: Result<CapturedSnapshot, CaptureFailure>,
+        /// The snapshot, or what went wrong (boxed: it is the largest payload, and every
+        /// input moves as big as the largest).
+        result: Result<Box<CapturedSnapshot>, CaptureFailure>,
     },
     /// [`ExecutorOutput::Release`] finished (everything is removed either way).
     Released {

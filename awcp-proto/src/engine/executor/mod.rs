@@ -230,7 +230,9 @@ impl Executor {
             } => self.on_progress(now, &id, message, progress),
             ExecutorInput::TaskSpawned { id, handle } => self.on_spawned(id, handle),
             ExecutorInput::TaskFinished { id, result } => self.on_task_finished(now, &id, result),
-            ExecutorInput::SnapshotCaptured { id, result } => self.on_captured(now, &id, result),
+            ExecutorInput::SnapshotCaptured { id, result } => {
+                self.on_captured(now, &id, result.map(|s| *s))
+            }
             ExecutorInput::Released { id, result } => self.on_released(now, &id, result),
         }
     }

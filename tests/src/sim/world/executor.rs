@@ -252,7 +252,7 @@ impl World {
                     inc,
                     ExecutorInput::SnapshotCaptured {
                         id,
-                        result: Ok(snap),
+                        result: Ok(Box::new(snap)),
                     },
                 );
             }
