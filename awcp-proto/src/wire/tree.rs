@@ -246,18 +246,10 @@ impl<'a> Json<'a> {
 
     /// The string, if this is one.
     pub(crate) fn as_str(self) -> Option<&'a str> {
-        match self.node() {
-            Node::Str(s) => Some(s),
-            Node::Null
-            | Node::Bool(_)
-            | Node::Number(_)
-            | Node::Array { .. }
-            | Node::Object { .. } => None,
-        }
+        self.as_cow().map(|s| &**s)
     }
 
     /// The string as the node holds it (borrowed from the text unless it had escapes).
-    #[cfg(test)]
     pub(crate) fn as_cow(self) -> Option<&'a Cow<'a, str>> {
         match self.node() {
             Node::Str(s) => Some(s),

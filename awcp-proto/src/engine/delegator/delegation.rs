@@ -466,15 +466,7 @@ mod tests {
 
     #[test]
     fn a_terminal_transition_keeps_what_is_held_and_drops_the_start_handle() {
-        let handle = TransportHandle::Archive(crate::wire::ArchiveHandle {
-            data: ArchiveData {
-                base64: Some(String::new()),
-                url: None,
-                local_file: None,
-            },
-            checksum: "00".into(),
-            size_bytes: None,
-        });
+        let handle = crate::engine::delegator::tests::archive_handle();
         let accepted = |transport| Phase::Accepted {
             transport,
             stream: Stream::Open,

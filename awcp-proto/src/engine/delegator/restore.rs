@@ -405,17 +405,7 @@ mod tests {
             },
             DelegatorInput::TransportPrepared {
                 id: id(),
-                result: Ok(Box::new(TransportHandle::Archive(
-                    crate::wire::ArchiveHandle {
-                        data: ArchiveData {
-                            base64: Some(String::new()),
-                            url: None,
-                            local_file: None,
-                        },
-                        checksum: "00".into(),
-                        size_bytes: None,
-                    },
-                ))),
+                result: Ok(Box::new(crate::engine::delegator::tests::archive_handle())),
                 archive_token: None,
             },
         ] {

@@ -122,6 +122,19 @@ pub(super) fn request(mode: SnapshotMode) -> DelegateRequest {
 }
 
 /// The executor's ACCEPT of [`id`].
+/// An inline archive handle with an empty archive.
+pub(super) fn archive_handle() -> TransportHandle {
+    TransportHandle::Archive(ArchiveHandle {
+        data: ArchiveData {
+            base64: Some(String::new()),
+            url: None,
+            local_file: None,
+        },
+        checksum: "00".into(),
+        size_bytes: None,
+    })
+}
+
 pub(super) fn accept() -> Accept {
     Accept {
         delegation_id: id(),
@@ -180,15 +193,7 @@ pub(super) fn started(mode: SnapshotMode) -> Delegator {
         },
         DelegatorInput::TransportPrepared {
             id: id(),
-            result: Ok(Box::new(TransportHandle::Archive(ArchiveHandle {
-                data: ArchiveData {
-                    base64: Some(String::new()),
-                    url: None,
-                    local_file: None,
-                },
-                checksum: "00".into(),
-                size_bytes: None,
-            }))),
+            result: Ok(Box::new(archive_handle())),
             archive_token: None,
         },
         DelegatorInput::EventStreamOpened { id: id() },

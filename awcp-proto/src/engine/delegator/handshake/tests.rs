@@ -4,8 +4,9 @@
 #![allow(clippy::wildcard_enum_match_arm)] // tests pick the outputs they look at
 
 use super::*;
-use crate::engine::delegator::tests::{accept, drain, events, id, invited, running, t};
-use crate::wire::ArchiveHandle;
+use crate::engine::delegator::tests::{
+    accept, archive_handle, drain, events, id, invited, running, t,
+};
 
 fn answer(d: &mut Delegator, to: Outbound, reply: Reply) -> Vec<DelegatorOutput> {
     d.handle(
@@ -104,15 +105,7 @@ fn start_waits_for_both_the_transport_and_the_event_stream() {
     assert!(out
         .iter()
         .any(|o| matches!(o, DelegatorOutput::OpenEventStream { .. })));
-    let handle = TransportHandle::Archive(ArchiveHandle {
-        data: ArchiveData {
-            base64: Some(String::new()),
-            url: None,
-            local_file: None,
-        },
-        checksum: "00".into(),
-        size_bytes: None,
-    });
+    let handle = archive_handle();
     d.handle(
         t(3),
         DelegatorInput::TransportPrepared {
