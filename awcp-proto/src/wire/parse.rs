@@ -37,19 +37,34 @@ pub(super) fn parse(text: &str) -> Option<Vec<Node<'_>>> {
     (p.pos == p.bytes.len()).then_some(p.nodes)
 }
 
+/// Members up to which an object is checked for a repeated key. A larger object is taken as
+/// repeating (every lookup then reads all its members, as before this check existed): checking
+/// each key against all earlier ones would make a hostile object of many similar keys cost
+/// quadratic time.
+const MAX_CHECKED_MEMBERS: usize = 32;
+
 /// The keys of an object being read, to tell whether one repeats: a 64-bit filter, checked
 /// against the keys themselves only when it says "maybe".
 #[derive(Default)]
 struct KeySet {
     filter: u64,
+    count: usize,
     repeats: bool,
 }
 
 impl KeySet {
     /// Notes `key`, read after the members `object` holds so far (its header first).
     fn add(&mut self, key: &str, object: &[Node<'_>]) {
+        if self.repeats {
+            return;
+        }
+        self.count += 1;
+        if self.count > MAX_CHECKED_MEMBERS {
+            self.repeats = true;
+            return;
+        }
         let bit = 1u64 << ((key.len() * 31 + usize::from(key.bytes().last().unwrap_or(0))) % 64);
-        if self.filter & bit != 0 && !self.repeats {
+        if self.filter & bit != 0 {
             self.repeats = Json::object_members(object).any(|(k, _)| k == key);
         }
         self.filter |= bit;

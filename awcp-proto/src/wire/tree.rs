@@ -554,6 +554,25 @@ mod tests {
     }
 
     #[test]
+    fn a_large_object_of_similar_keys_is_read_whole_and_its_last_repeat_counts() {
+        // 100,000 keys of one length and last byte (each a "maybe" for the repeat filter):
+        // checking each against all earlier ones would be 5 billion comparisons.
+        let mut text = String::from("{");
+        for i in 0..100_000 {
+            text.push_str(&format!("\"k{i:06}x\":{i},"));
+        }
+        text.push_str("\"k000007x\":\"last\"}");
+        let doc = Doc::parse(text.as_bytes()).unwrap();
+        let root = doc.root();
+        assert_eq!(root.as_object().unwrap().count(), 100_001);
+        assert_eq!(root.get("k000007x").and_then(Json::as_str), Some("last"));
+        assert_eq!(
+            root.get("k099999x").map(Json::to_value),
+            Some(serde_json::json!(99_999))
+        );
+    }
+
+    #[test]
     fn hostile_nesting_is_refused_not_overflowed() {
         let deep = "[".repeat(100_000);
         assert!(Doc::parse(deep.as_bytes()).is_err());
