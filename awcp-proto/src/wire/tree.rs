@@ -191,8 +191,10 @@ impl<'a> Doc<'a> {
     /// Where the value under `key` of the object starting at node `at` is (the last one if the
     /// key repeats, `null` included).
     pub(crate) fn member_at(&self, at: usize, key: &str) -> Option<usize> {
+        // The object's own nodes only: what follows it belongs to its parent.
+        let span = self.nodes.get(at)?.span();
         let object = Json {
-            nodes: self.nodes.get(at..)?,
+            nodes: self.nodes.get(at..at + span)?,
         };
         let (offset, _) = object.member(key)?;
         Some(at + offset)
@@ -475,6 +477,17 @@ mod tests {
         assert_eq!(j.get("n").unwrap().as_array().unwrap().len(), 5);
         assert_eq!(doc.member_at(0, "a"), Some(6));
         assert_eq!(doc.member_at(0, "n"), Some(8));
+    }
+
+    #[test]
+    fn a_member_of_a_nested_object_is_looked_up_in_that_object_only() {
+        // The parent's next key has the name looked up in the nested object.
+        let text = br#"{"h":{"transport":"archive"},"workspaceBase64":"parent's"}"#;
+        let doc = Doc::parse(text).unwrap();
+        let h = doc.member_at(0, "h").unwrap();
+        assert_eq!(doc.member_at(h, "workspaceBase64"), None);
+        assert_eq!(doc.member_at(h, "transport"), Some(h + 2));
+        assert_eq!(doc.member_at(0, "workspaceBase64"), Some(6));
     }
 
     #[test]
