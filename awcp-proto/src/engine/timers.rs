@@ -81,6 +81,7 @@ impl<K: Ord + Copy> TimerIndex<K> {
         }
     }
 
+    /// When timer `kind` of `id` fires, if armed.
     #[cfg_attr(not(any(test, feature = "_internal-pair")), allow(dead_code))]
     pub(crate) fn deadline(&self, id: &DelegationId, kind: K) -> Option<Timestamp> {
         self.by_key
@@ -90,12 +91,14 @@ impl<K: Ord + Copy> TimerIndex<K> {
             .map(|(_, at, _)| *at)
     }
 
+    /// The earliest deadline and its timer.
     pub(crate) fn next_with_kind(&self) -> Option<(Timestamp, K)> {
         self.by_deadline
             .first_key_value()
             .map(|((at, _), (_, k))| (*at, *k))
     }
 
+    /// Removes and returns one timer due at or before `now`.
     pub(crate) fn pop_due(&mut self, now: Timestamp) -> Option<(DelegationId, K)> {
         let ((at, _), _) = self.by_deadline.first_key_value()?;
         if *at > now {
@@ -112,6 +115,8 @@ impl<K: Ord + Copy> TimerIndex<K> {
     }
 }
 
+/// What both engines share for the drive contract: the output queue, the named timers and the
+/// last `now` seen.
 #[derive(Debug)]
 pub(crate) struct Core<K: Ord + Copy, O> {
     pub(crate) timers: TimerIndex<K>,
