@@ -13,7 +13,7 @@ use std::borrow::Cow;
 
 use serde_json::Number;
 
-use super::tree::{node_buffer, set, Json, Node};
+use super::tree::{key_bit, node_buffer, set, Json, Node};
 use super::writer::next_to_escape;
 
 /// Nesting allowed, as `serde_json`'s recursion limit (127 levels of arrays and objects).
@@ -43,8 +43,9 @@ pub(super) fn parse(text: &str) -> Option<Vec<Node<'_>>> {
 /// quadratic time.
 const MAX_CHECKED_MEMBERS: usize = 32;
 
-/// The keys of an object being read, to tell whether one repeats: a 64-bit filter, checked
-/// against the keys themselves only when it says "maybe".
+/// The keys of an object being read: a 64-bit filter of them all (kept in the object's header
+/// for lookups), and whether one repeats (checked against the keys themselves only when the
+/// filter says "maybe").
 #[derive(Default)]
 struct KeySet {
     filter: u64,
@@ -55,19 +56,18 @@ struct KeySet {
 impl KeySet {
     /// Notes `key`, read after the members `object` holds so far (its header first).
     fn add(&mut self, key: &str, object: &[Node<'_>]) {
+        let bit = key_bit(key);
+        let maybe_seen = self.filter & bit != 0;
+        self.filter |= bit;
         if self.repeats {
             return;
         }
         self.count += 1;
         if self.count > MAX_CHECKED_MEMBERS {
             self.repeats = true;
-            return;
-        }
-        let bit = 1u64 << ((key.len() * 31 + usize::from(key.bytes().last().unwrap_or(0))) % 64);
-        if self.filter & bit != 0 {
+        } else if maybe_seen {
             self.repeats = Json::object_members(object).any(|(k, _)| k == key);
         }
-        self.filter |= bit;
     }
 }
 
@@ -174,6 +174,7 @@ impl<'a> Parser<'a> {
             len,
             nodes,
             repeats: keys.repeats,
+            keys: keys.filter,
         };
         set(&mut self.nodes, at, header);
         Some(())
@@ -189,13 +190,24 @@ impl<'a> Parser<'a> {
     }
 
     /// A string starting at its opening quote: borrowed from the text unless it has escapes.
+    /// Inlined where strings are read (keys and values): most have no escape, and the call
+    /// cost more than the scan.
+    #[inline(always)]
     fn string(&mut self) -> Option<Cow<'a, str>> {
         let start = self.pos + 1;
         let i = next_to_escape(self.bytes, start)?;
-        if self.bytes[i] == b'"' {
+        if self.bytes.get(i) == Some(&b'"') {
             self.pos = i + 1;
-            return Some(Cow::Borrowed(self.text.get(start..i)?));
+            return self.text.get(start..i).map(Cow::Borrowed);
         }
+        self.escaped_string(start, i)
+    }
+
+    /// The rest of [`Parser::string`] from `i`, the first byte at or after `start` that is an
+    /// escape or a raw control character.
+    #[cold]
+    #[inline(never)]
+    fn escaped_string(&mut self, start: usize, i: usize) -> Option<Cow<'a, str>> {
         let mut owned = String::with_capacity(i - start + 16);
         let mut from = start;
         let mut i = i;
