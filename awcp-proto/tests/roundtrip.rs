@@ -228,7 +228,7 @@ fn reference_invite() -> impl Strategy<Value = Message> {
                     retention_ms,
                     transport,
                     auth,
-                    features,
+                    features: features.into_iter().map(Feature::from).collect(),
                 })
             },
         )
@@ -257,7 +257,7 @@ fn seed_invite() -> impl Strategy<Value = Message> {
                     retention_ms: None,
                     transport,
                     auth,
-                    features,
+                    features: features.into_iter().map(Feature::from).collect(),
                 })
             },
         )
@@ -295,7 +295,7 @@ fn accept(retention: BoxedStrategy<Option<u64>>) -> impl Strategy<Value = Messag
                     work_dir,
                     constraints,
                     retention_ms,
-                    features,
+                    features: features.into_iter().map(Feature::from).collect(),
                 })
             },
         )

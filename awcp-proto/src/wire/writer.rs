@@ -201,11 +201,11 @@ impl<'b> ObjectWriter<'b> {
     }
 
     /// `"key": [...]` of strings, omitted when empty.
-    pub(crate) fn strings(&mut self, key: &'static str, items: &[String]) {
+    pub(crate) fn strings<S: AsRef<str>>(&mut self, key: &'static str, items: &[S]) {
         if !items.is_empty() {
             self.array(key, |a| {
                 for s in items {
-                    a.str(s);
+                    a.str(s.as_ref());
                 }
             });
         }
@@ -358,7 +358,7 @@ mod tests {
             w.opt_bool("t", Some(true));
             w.finite_f64("x", 0.25);
             w.finite_f64("nan", f64::NAN);
-            w.strings("empty", &[]);
+            w.strings::<String>("empty", &[]);
             w.strings("list", &["x".to_owned(), "y".to_owned()]);
             w.str_map("map", &md);
             w.object("o", |o| o.opt_bool("f", Some(false)));

@@ -209,7 +209,7 @@ mod tests {
                 ..DelegatorConfig::default()
             });
             let mut a = accept();
-            a.features = features.iter().map(|f| (*f).to_owned()).collect();
+            a.features = features.iter().map(|f| Feature::new(f)).collect();
             d.handle(
                 t(2),
                 DelegatorInput::Reply {
@@ -253,7 +253,7 @@ mod tests {
 
         #[test]
         fn by_url_only_when_this_delegator_serves_archives_and_the_executor_agreed() {
-            let url = [feature::ARCHIVE_URL];
+            let url = [crate::wire::feature::ARCHIVE_URL];
             assert_eq!(delivery(&accepted(true, &url).1), ArchiveDelivery::ByUrl);
             assert_eq!(delivery(&accepted(false, &url).1), ArchiveDelivery::Inline);
             assert_eq!(delivery(&accepted(true, &[]).1), ArchiveDelivery::Inline);
@@ -268,7 +268,7 @@ mod tests {
 
         #[test]
         fn a_prepared_archive_url_is_granted_once_until_the_lease_ends() {
-            let (mut d, _) = accepted(true, &[feature::ARCHIVE_URL]);
+            let (mut d, _) = accepted(true, &[crate::wire::feature::ARCHIVE_URL]);
             let token = SecretDigest::of("secret");
             prepared(&mut d, 3, Ok(url_handle()), Some(token));
             assert_eq!(d.live_archive_urls(), 1);
@@ -285,7 +285,7 @@ mod tests {
             );
 
             // A fresh delegation: the same grant, asked for after its lease (600 s) ended.
-            let (mut d, _) = accepted(true, &[feature::ARCHIVE_URL]);
+            let (mut d, _) = accepted(true, &[crate::wire::feature::ARCHIVE_URL]);
             prepared(&mut d, 3, Ok(url_handle()), Some(token));
             assert_eq!(
                 d.redeem_archive_url(t(600_001), &token),
@@ -297,7 +297,7 @@ mod tests {
         fn a_released_transport_takes_its_archive_url_with_it() {
             // Cancelled while preparing: the prepared archive is released at once, and its
             // URL never opens.
-            let (mut d, _) = accepted(true, &[feature::ARCHIVE_URL]);
+            let (mut d, _) = accepted(true, &[crate::wire::feature::ARCHIVE_URL]);
             d.cancel(t(3), &id()).unwrap();
             drain(&mut d);
             let token = SecretDigest::of("secret");
@@ -315,7 +315,7 @@ mod tests {
 
         #[test]
         fn a_failed_prepare_grants_nothing() {
-            let (mut d, _) = accepted(true, &[feature::ARCHIVE_URL]);
+            let (mut d, _) = accepted(true, &[crate::wire::feature::ARCHIVE_URL]);
             prepared(
                 &mut d,
                 3,

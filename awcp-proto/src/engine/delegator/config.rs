@@ -41,7 +41,7 @@ pub struct DelegatorConfig {
     /// [`max_reply_bytes`](Self::max_reply_bytes)).
     pub max_result_bytes: u64,
     /// Protocol extensions this delegator offers in INVITE.
-    pub features: Vec<String>,
+    pub features: Vec<Feature>,
     /// This delegator runs an archive server executors can reach, so an executor that agrees
     /// to the `archive-url` extension gets its archive by a one-time URL
     /// ([`ArchiveDelivery::ByUrl`]) instead of inline. The drivers set it from whether an
@@ -73,10 +73,7 @@ impl Default for DelegatorConfig {
             request_timeout: Duration::from_secs(30),
             max_snapshot_bytes: 1024 * 1024 * 1024,
             max_result_bytes: 2 * 1024 * 1024 * 1024,
-            features: vec![
-                feature::DELTA_SNAPSHOTS.to_owned(),
-                feature::ARCHIVE_URL.to_owned(),
-            ],
+            features: vec![Feature::DeltaSnapshots, Feature::ArchiveUrl],
             serve_archives: false,
         }
     }

@@ -359,7 +359,7 @@ pub(super) struct Delegation {
     /// The effective access (the executor may lower it in ACCEPT).
     pub(super) access: AccessMode,
     /// Extensions agreed in ACCEPT.
-    pub(super) features: Vec<String>,
+    pub(super) features: Vec<Feature>,
     /// The executor's ACCEPT, for the view (absent before it, and after a restart).
     pub(super) accept: Option<Accept>,
     /// Snapshots, in arrival order.

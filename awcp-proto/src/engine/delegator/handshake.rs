@@ -243,9 +243,7 @@ impl Delegator {
             access_mode: d.access,
             expires_at,
             layout: ArchiveLayout::for_dialect(d.req.dialect),
-            delivery: if self.config.serve_archives
-                && d.features.iter().any(|f| f == feature::ARCHIVE_URL)
-            {
+            delivery: if self.config.serve_archives && d.features.contains(&Feature::ArchiveUrl) {
                 ArchiveDelivery::ByUrl
             } else {
                 ArchiveDelivery::Inline

@@ -43,9 +43,9 @@ use crate::id::{DelegationId, SnapshotId};
 use crate::state::{DelegationMachine, DelegationState, DelegationTransition};
 use crate::time::Timestamp;
 use crate::wire::{
-    feature, Accept, AccessMode, ActiveLease, ArchiveData, Auth, Dialect, DoneEvent, ErrorMessage,
-    ExecutorConstraints, Invite, LeaseRequest, Message, Resource, SnapshotEvent, Start, TaskEvent,
-    TaskEventKind, TaskSpec, TransportHandle, TransportKind,
+    Accept, AccessMode, ActiveLease, ArchiveData, Auth, Dialect, DoneEvent, ErrorMessage,
+    ExecutorConstraints, Feature, Invite, LeaseRequest, Message, Resource, SnapshotEvent, Start,
+    TaskEvent, TaskEventKind, TaskSpec, TransportHandle, TransportKind,
 };
 
 mod archive_grants;

@@ -157,7 +157,7 @@ pub struct DelegationRecord {
     pub access_mode: Option<String>,
     /// Extensions agreed in ACCEPT.
     #[serde(default)]
-    pub features: Vec<String>,
+    pub features: Vec<Feature>,
     /// The executor's work directory (informational).
     #[serde(default)]
     pub executor_work_dir: Option<String>,

@@ -16,7 +16,7 @@ use crate::error::ErrorInfo;
 use crate::id::{DelegationId, SnapshotId};
 use crate::state::{AssignmentMachine, AssignmentState, AssignmentTransition};
 use crate::time::Timestamp;
-use crate::wire::{Accept, AccessMode, Dialect, Invite, TaskEvent, TransportKind};
+use crate::wire::{Accept, AccessMode, Dialect, Feature, Invite, TaskEvent, TransportKind};
 
 use super::auth::BoundCredential;
 use super::{Executor, ExecutorEvent, ExecutorOutput};
@@ -139,7 +139,7 @@ pub(crate) struct Assignment {
     pub(crate) transport: TransportKind,
     pub(crate) access: AccessMode,
     pub(crate) ttl: Duration,
-    pub(crate) features: Vec<String>,
+    pub(crate) features: Vec<Feature>,
     pub(crate) retention: Duration,
     /// INVITE requests (the first and any duplicates) waiting for ACCEPT or an error.
     pub(crate) invite_requests: Vec<RequestId>,

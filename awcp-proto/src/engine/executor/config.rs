@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::wire::{feature, SandboxProfile, TransportKind};
+use crate::wire::{Feature, SandboxProfile, TransportKind};
 
 use super::auth::RequiredAuth;
 
@@ -53,7 +53,7 @@ pub struct ExecutorConfig {
     /// Transports this executor serves; the first is used when INVITE names none.
     pub transports: Vec<TransportKind>,
     /// Protocol extensions this executor supports.
-    pub features: Vec<String>,
+    pub features: Vec<Feature>,
     /// How long a task may take to stop after `ExecutorOutput::StopTask` before its
     /// resources are released anyway.
     pub stop_grace: Duration,
@@ -90,10 +90,7 @@ impl Default for ExecutorConfig {
             auth: None,
             start_timeout: Duration::from_secs(60),
             transports: vec![TransportKind::Archive],
-            features: vec![
-                feature::DELTA_SNAPSHOTS.to_owned(),
-                feature::ARCHIVE_URL.to_owned(),
-            ],
+            features: vec![Feature::DeltaSnapshots, Feature::ArchiveUrl],
             stop_grace: Duration::from_secs(10),
             archive_download_timeout: Duration::from_secs(600),
             id_seed: 0,

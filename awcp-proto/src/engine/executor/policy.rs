@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use crate::error::{ErrorCode, ErrorInfo};
-use crate::wire::{AccessMode, Invite, TransportKind};
+use crate::wire::{AccessMode, Feature, Invite, TransportKind};
 
 use super::ExecutorConfig;
 
@@ -21,7 +21,7 @@ pub struct Admitted {
     /// How long the result is retained (INVITE's, capped, or the default).
     pub retention: Duration,
     /// The protocol extensions both sides support.
-    pub features: Vec<String>,
+    pub features: Vec<Feature>,
 }
 
 /// Why an executor that is shutting down ([`Executor::shutdown`](super::Executor::shutdown))
@@ -95,12 +95,7 @@ pub fn admit(invite: &Invite, config: &ExecutorConfig, live: usize) -> Result<Ad
         .map(Duration::from_millis)
         .unwrap_or(config.default_retention)
         .min(config.max_retention);
-    let features = invite
-        .features
-        .iter()
-        .filter(|f| config.features.contains(f))
-        .cloned()
-        .collect();
+    let features = agreed_features(&invite.features, config);
     Ok(Admitted {
         transport,
         access,
@@ -108,6 +103,15 @@ pub fn admit(invite: &Invite, config: &ExecutorConfig, live: usize) -> Result<Ad
         retention,
         features,
     })
+}
+
+/// The extensions of an INVITE this executor takes part in: those both sides support.
+pub(super) fn agreed_features(offered: &[Feature], config: &ExecutorConfig) -> Vec<Feature> {
+    offered
+        .iter()
+        .filter(|f| config.features.contains(f))
+        .cloned()
+        .collect()
 }
 
 #[cfg(test)]

@@ -361,7 +361,8 @@ impl Executor {
         self.assignments.insert(
             id.clone(),
             Box::new(Assignment {
-                features: invite.features.clone(),
+                // As admission agreed them.
+                features: super::policy::agreed_features(&invite.features, &self.config),
                 invite: std::sync::Arc::new(invite),
                 dialect,
                 machine,

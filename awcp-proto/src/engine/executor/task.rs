@@ -5,7 +5,7 @@ use crate::engine::{SnapshotKind, TaskHandle, TaskOutcome, UsageError};
 use crate::id::DelegationId;
 use crate::state::{AssignmentState, AssignmentTransition};
 use crate::time::Timestamp;
-use crate::wire::{feature, AccessMode, Dialect, StatusEvent, TaskEventKind, TaskStatus};
+use crate::wire::{AccessMode, Dialect, Feature, StatusEvent, TaskEventKind, TaskStatus};
 
 use super::assignment::Phase;
 use super::{Executor, ExecutorEvent, ExecutorOutput, TaskFailure};
@@ -83,13 +83,13 @@ impl Executor {
                     // Detach before `done` (see `ExecutorInput::Released`).
                     self.release(id);
                 } else if needs_snapshot {
-                    let kind = if a.features.iter().any(|f| f == feature::DELTA_SNAPSHOTS) {
+                    let kind = if a.features.contains(&Feature::DeltaSnapshots) {
                         SnapshotKind::Delta
                     } else {
                         SnapshotKind::Full
                     };
-                    let by_url = a.dialect != Dialect::Seed
-                        && a.features.iter().any(|f| f == feature::ARCHIVE_URL);
+                    let by_url =
+                        a.dialect != Dialect::Seed && a.features.contains(&Feature::ArchiveUrl);
                     let base = public_url.or_else(|| a.origin.clone());
                     let delivery = match base {
                         Some(base) if by_url => super::SnapshotDelivery::ByUrl { base },

@@ -7,7 +7,9 @@ use super::*;
 use crate::engine::TaskHandle;
 use crate::error::ErrorCode;
 use crate::id::ResourceName;
-use crate::wire::{AccessMode, Invite, LeaseRequest, Message, Resource, TaskSpec, TransportKind};
+use crate::wire::{
+    AccessMode, Feature, Invite, LeaseRequest, Message, Resource, TaskSpec, TransportKind,
+};
 
 /// A plain archive INVITE for `id` (rw, 600 s, one resource `workspace`).
 pub(crate) fn invite(id: &DelegationId) -> Invite {
@@ -104,6 +106,27 @@ fn a_restart_ends_the_recorded_task_then_releases_the_recorded_work_dir() {
     let rec = ex.record(&id).unwrap();
     assert_eq!(rec["released"], true);
     assert!(rec["task"].is_null());
+}
+
+#[test]
+fn a_restored_assignment_uses_only_the_extensions_this_executor_supports() {
+    // The INVITE offered both; this executor (restarted with a narrower configuration) takes
+    // part in delta snapshots only, as admission would have agreed.
+    let mut ex = Executor::new(ExecutorConfig {
+        work_root: "/w".into(),
+        features: vec![Feature::DeltaSnapshots],
+        ..ExecutorConfig::default()
+    });
+    let id = DelegationId::new("dlg_f").unwrap();
+    let mut offered = invite(&id);
+    offered.features = vec![Feature::ArchiveUrl, Feature::DeltaSnapshots];
+    let mut rec = running_record(&ex, &id, None);
+    rec["invite"] = crate::wire::message_to_value(&Message::Invite(offered), Dialect::Reference);
+    assert_eq!(ex.restore(T0, &[rec]), 1);
+    assert_eq!(
+        ex.assignments.get(&id).map(|a| a.features.clone()),
+        Some(vec![Feature::DeltaSnapshots])
+    );
 }
 
 #[test]

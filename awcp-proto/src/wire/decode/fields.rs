@@ -296,13 +296,22 @@ impl<'a> Obj<'a> {
 
     /// An optional array of strings; absent means empty.
     pub(super) fn str_array(&self, key: &str) -> Result<Vec<String>, DecodeError> {
+        self.str_array_of(key, str::to_owned)
+    }
+
+    /// An optional array of strings, each made into a `T` by `make`; absent means empty.
+    pub(super) fn str_array_of<T>(
+        &self,
+        key: &str,
+        make: impl Fn(&str) -> T,
+    ) -> Result<Vec<T>, DecodeError> {
         match self.opt_array(key)? {
             None => Ok(Vec::new()),
             Some(items) => items
                 .enumerate()
                 .map(|(i, v)| {
                     v.as_str()
-                        .map(str::to_owned)
+                        .map(&make)
                         .ok_or_else(|| wrong_type(&format!("{}[{i}]", self.field(key)), "string"))
                 })
                 .collect(),

@@ -342,7 +342,7 @@ fn decode_invite(
             retention_ms: obj.opt_u64("retentionMs")?,
             transport,
             auth,
-            features: obj.str_array("features")?,
+            features: obj.str_array_of("features", Feature::new)?,
         }),
         dialect,
     ))
@@ -382,7 +382,7 @@ fn decode_accept(
             work_dir,
             constraints,
             retention_ms: obj.opt_u64("retentionMs")?,
-            features: obj.str_array("features")?,
+            features: obj.str_array_of("features", Feature::new)?,
         }),
         dialect,
     ))

@@ -201,12 +201,104 @@ impl core::fmt::Debug for Auth {
 }
 
 /// Protocol extensions this implementation understands, announced in INVITE and agreed in
-/// ACCEPT under the extra key `features` (ignored by reference peers).
+/// ACCEPT under the extra key `features` (ignored by reference peers), by their wire names
+/// (see [`Feature`] for the typed form).
 pub mod feature {
     /// Snapshots may carry only changed files plus a list of deleted paths.
     pub const DELTA_SNAPSHOTS: &str = "delta-snapshots";
     /// Archives and snapshots may be fetched by URL instead of inline base64.
     pub const ARCHIVE_URL: &str = "archive-url";
+}
+
+/// One protocol extension of the `features` lists of INVITE and ACCEPT: one this
+/// implementation knows, or any other name a peer sent (kept as it came, so a list survives a
+/// decode and encode unchanged). Compares equal to its wire name (`f == "archive-url"`), and
+/// is written and read as that name (also in records).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Feature {
+    /// [`feature::DELTA_SNAPSHOTS`]: snapshots may carry only changed files plus a list of
+    /// deleted paths.
+    DeltaSnapshots,
+    /// [`feature::ARCHIVE_URL`]: archives and snapshots may be fetched by URL instead of
+    /// inline base64.
+    ArchiveUrl,
+    /// An extension this implementation does not know, by its wire name.
+    Other(String),
+}
+
+impl Feature {
+    /// The feature of this wire name.
+    pub fn new(name: &str) -> Feature {
+        Feature::new_known(name).unwrap_or_else(|| Feature::Other(name.to_owned()))
+    }
+
+    fn new_known(name: &str) -> Option<Feature> {
+        match name {
+            feature::DELTA_SNAPSHOTS => Some(Feature::DeltaSnapshots),
+            feature::ARCHIVE_URL => Some(Feature::ArchiveUrl),
+            _ => None,
+        }
+    }
+
+    /// The wire name.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Feature::DeltaSnapshots => feature::DELTA_SNAPSHOTS,
+            Feature::ArchiveUrl => feature::ARCHIVE_URL,
+            Feature::Other(name) => name,
+        }
+    }
+}
+
+impl From<&str> for Feature {
+    fn from(name: &str) -> Feature {
+        Feature::new(name)
+    }
+}
+
+impl From<String> for Feature {
+    fn from(name: String) -> Feature {
+        match Feature::new_known(&name) {
+            Some(known) => known,
+            None => Feature::Other(name),
+        }
+    }
+}
+
+impl PartialEq<str> for Feature {
+    fn eq(&self, name: &str) -> bool {
+        self.as_str() == name
+    }
+}
+
+impl PartialEq<&str> for Feature {
+    fn eq(&self, name: &&str) -> bool {
+        self.as_str() == *name
+    }
+}
+
+impl AsRef<str> for Feature {
+    fn as_ref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl std::fmt::Display for Feature {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl serde::Serialize for Feature {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Feature {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Feature, D::Error> {
+        String::deserialize(d).map(Feature::from)
+    }
 }
 
 /// INVITE (delegator → executor).
@@ -229,8 +321,8 @@ pub struct Invite {
     pub transport: Option<TransportKind>,
     /// `auth`.
     pub auth: Option<Auth>,
-    /// Protocol extensions the delegator supports (see [`feature`]).
-    pub features: Vec<String>,
+    /// Protocol extensions the delegator supports.
+    pub features: Vec<Feature>,
 }
 
 /// `executorConstraints.sandboxProfile`: self-declared limits.
@@ -267,7 +359,7 @@ pub struct Accept {
     /// \[R\] `retentionMs`.
     pub retention_ms: Option<u64>,
     /// Extensions the executor agreed to use (subset of the INVITE's).
-    pub features: Vec<String>,
+    pub features: Vec<Feature>,
 }
 
 /// START `lease`.
@@ -375,5 +467,32 @@ impl Message {
             Message::Done(_) => "DONE",
             Message::Error(_) => "ERROR",
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_feature_is_its_wire_name_known_or_not() {
+        for (name, typed) in [
+            ("delta-snapshots", Feature::DeltaSnapshots),
+            ("archive-url", Feature::ArchiveUrl),
+            ("zstd-archives", Feature::Other("zstd-archives".into())),
+            ("", Feature::Other(String::new())),
+        ] {
+            assert_eq!(Feature::new(name), typed);
+            assert_eq!(Feature::from(name.to_owned()), typed);
+            assert_eq!(typed.as_str(), name);
+            assert_eq!(typed, name);
+            assert_eq!(typed.to_string(), name);
+            // Records write and read it as the bare name.
+            let json = serde_json::to_string(&typed).unwrap();
+            assert_eq!(json, serde_json::to_string(name).unwrap());
+            assert_eq!(serde_json::from_str::<Feature>(&json).unwrap(), typed);
+        }
+        assert!(serde_json::from_str::<Feature>("1").is_err());
     }
 }
