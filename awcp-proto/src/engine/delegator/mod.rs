@@ -52,6 +52,7 @@ mod archive_grants;
 mod config;
 mod delegation;
 mod event_stream;
+mod failures;
 mod handshake;
 mod io;
 mod lease;
@@ -68,9 +69,10 @@ use archive_grants::ArchiveGrants;
 pub use archive_grants::{ArchiveDelivery, ArchiveLayout, ArchiveUrlRefused};
 pub use config::{DelegateRequest, DelegatorConfig};
 use delegation::*;
+pub use failures::{PrepareFailure, ScanFailure, StoreFailure};
 pub use io::{
     DelegatorEvent, DelegatorInput, DelegatorOutput, FetchedResult, Outbound, PeerMisbehavior,
-    PrepareFailure, Reply, RequestFailure, ScanFailure, StoreFailure,
+    Reply, RequestFailure,
 };
 pub use lease::Timer;
 pub use record::{
