@@ -385,3 +385,71 @@ impl Executor {
         self.core.outputs.push_back(out);
     }
 }
+
+#[cfg(test)]
+mod allocation_failure_tests {
+    #![allow(clippy::wildcard_enum_match_arm)]
+
+    use super::*;
+    use crate::engine::executor::tests::invite;
+    use crate::engine::executor::{
+        AllocationFailure, ExecutorConfig, ExecutorInput, ExecutorOutput, Request, Response,
+    };
+    use crate::engine::RequestId;
+    use crate::error::ErrorCode;
+    use crate::wire::Message;
+
+    const T0: Timestamp = Timestamp::from_unix_millis(1_750_000_000_000);
+
+    /// The code the INVITE is answered with when allocating its work directory fails so.
+    fn answered_with(failure: AllocationFailure) -> (ErrorCode, Option<String>) {
+        let mut ex = Executor::new(ExecutorConfig::default());
+        let id = DelegationId::new("alloc-fail").unwrap();
+        ex.handle(
+            T0,
+            ExecutorInput::Request {
+                request: RequestId(1),
+                credential: None,
+                origin: None,
+                body: Request::Message(Box::new(Message::Invite(invite(&id))), Dialect::Reference),
+            },
+        )
+        .unwrap();
+        ex.handle(
+            T0,
+            ExecutorInput::WorkDirAllocated {
+                id: id.clone(),
+                result: Err(failure),
+            },
+        )
+        .unwrap();
+        let answer = std::iter::from_fn(|| ex.poll_output()).find_map(|o| match o {
+            ExecutorOutput::Respond {
+                request: RequestId(1),
+                response: Response::Error { message, .. },
+            } => Some((message.error.code, message.error.hint)),
+            _ => None,
+        });
+        assert!(ex.assignment(&id).is_none(), "nothing is kept");
+        answer.unwrap()
+    }
+
+    #[test]
+    fn a_work_directory_that_cannot_be_had_declines_the_invite_with_the_spec_code() {
+        assert_eq!(
+            answered_with(AllocationFailure::DependencyMissing {
+                message: "sshfs is not installed".into(),
+                hint: "apt install sshfs".into(),
+            }),
+            (ErrorCode::DepMissing, Some("apt install sshfs".into()))
+        );
+        assert_eq!(
+            answered_with(AllocationFailure::NotEmpty).0,
+            ErrorCode::WorkdirDenied
+        );
+        assert_eq!(
+            answered_with(AllocationFailure::CannotCreate("read-only".into())).0,
+            ErrorCode::WorkdirDenied
+        );
+    }
+}
