@@ -159,6 +159,17 @@ fn the_stop_grace_timer_releases_a_task_that_does_not_stop() {
     let mut s = Scenario::new().to_running();
     // The task ignores StopTask: nothing answers it.
     s.pair.task = TaskScript::Hang;
+    let handle = crate::engine::TaskHandle("4242:4242:boot".into());
+    s.pair
+        .executor
+        .handle(
+            s.pair.now,
+            super::ExecutorInput::TaskSpawned {
+                id: s.id.clone(),
+                handle: handle.clone(),
+            },
+        )
+        .unwrap();
     s.pair.executor.shutdown(s.pair.now);
     // Swallow the StopTask answer the pair would give: drive only the delegator side.
     while let Some(out) = s.pair.executor.poll_output() {
@@ -172,6 +183,18 @@ fn the_stop_grace_timer_releases_a_task_that_does_not_stop() {
     assert_eq!(
         ended(&s.pair, &s.id),
         Some((AssignmentState::Error, Some(ErrorCode::Cancelled)))
+    );
+    // Released, but the task that did not stop stays journalled: an executor restarted from
+    // this record ends it.
+    let record = s.pair.executor.record(&s.id).unwrap();
+    assert_eq!(record["task"], handle.0.as_str());
+    let mut restarted = super::Executor::new(super::ExecutorConfig::default());
+    assert_eq!(restarted.restore(s.pair.now, &[record]), 1);
+    let outputs: Vec<_> = std::iter::from_fn(|| restarted.poll_output()).collect();
+    assert!(
+        outputs.iter().any(|o| matches!(o,
+            super::ExecutorOutput::EndTask { id, handle: h } if *id == s.id && *h == handle)),
+        "{outputs:?}"
     );
 }
 
