@@ -26,6 +26,7 @@ impl World {
             captured: Vec::new(),
             applied: 0,
             apply_failed: 0,
+            acked: false,
             runs: 0,
             ran_on: None,
             prepare_failure: None,

@@ -108,6 +108,8 @@ impl World {
                         ));
                     }
                 }
+                let i = self.idx(&id);
+                self.dels[i].acked = true;
                 let body = Request::Ack(id.clone());
                 self.send_call(exec_of(&peer), id, CallKind::Out(Outbound::Ack), body);
             }

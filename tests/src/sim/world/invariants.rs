@@ -95,6 +95,14 @@ impl World {
         let clean = self.cfg.faults == Faults::default() && self.cfg.actions.is_empty();
         for d in &self.dels {
             let auto_rw = d.mode == SnapshotMode::Auto && d.access == AccessMode::Rw;
+            // Without faults, every completed delegation lets its executor go (ACK): else the
+            // executor keeps the result and its files until its retention runs out.
+            if clean && d.ended == Some(DelegationState::Completed) && !d.acked {
+                v.push(format!(
+                    "{} completed without a fault but was never acknowledged",
+                    d.id
+                ));
+            }
             if auto_rw && d.ended == Some(DelegationState::Completed) {
                 let got = d.captured.last() == Some(&d.ws) && d.applied == 1;
                 if clean && !got {

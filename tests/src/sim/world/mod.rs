@@ -242,6 +242,8 @@ pub struct DelTrack {
     pub applied: u32,
     /// Failed applies.
     pub apply_failed: u32,
+    /// Whether the delegator sent ACK (letting the executor forget the result).
+    pub acked: bool,
     /// How often an executor started its task.
     pub runs: u32,
     /// Executor and incarnation of the last run.
