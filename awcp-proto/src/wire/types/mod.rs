@@ -212,9 +212,10 @@ pub mod feature {
 
 /// One protocol extension of the `features` lists of INVITE and ACCEPT: one this
 /// implementation knows, or any other name a peer sent (kept as it came, so a list survives a
-/// decode and encode unchanged). Compares equal to its wire name (`f == "archive-url"`), and
-/// is written and read as that name (also in records).
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// decode and encode unchanged). Two features are equal, ordered and hashed by their wire
+/// names (so `Feature::Other("archive-url".into()) == Feature::ArchiveUrl`), compare equal to
+/// that name (`f == "archive-url"`), and are written and read as it (also in records).
+#[derive(Clone, Debug)]
 pub enum Feature {
     /// [`feature::DELTA_SNAPSHOTS`]: snapshots may carry only changed files plus a list of
     /// deleted paths.
@@ -274,6 +275,32 @@ impl PartialEq<str> for Feature {
 impl PartialEq<&str> for Feature {
     fn eq(&self, name: &&str) -> bool {
         self.as_str() == *name
+    }
+}
+
+impl PartialEq for Feature {
+    fn eq(&self, other: &Feature) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for Feature {}
+
+impl std::hash::Hash for Feature {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_str().hash(state);
+    }
+}
+
+impl PartialOrd for Feature {
+    fn partial_cmp(&self, other: &Feature) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Feature {
+    fn cmp(&self, other: &Feature) -> std::cmp::Ordering {
+        self.as_str().cmp(other.as_str())
     }
 }
 
@@ -494,5 +521,8 @@ mod tests {
             assert_eq!(serde_json::from_str::<Feature>(&json).unwrap(), typed);
         }
         assert!(serde_json::from_str::<Feature>("1").is_err());
+        // Built around `new`, a known name is still that feature.
+        assert_eq!(Feature::Other("archive-url".into()), Feature::ArchiveUrl);
+        assert!(Feature::ArchiveUrl < Feature::DeltaSnapshots);
     }
 }
