@@ -121,7 +121,6 @@ pub(super) fn request(mode: SnapshotMode) -> DelegateRequest {
     }
 }
 
-/// The executor's ACCEPT of [`id`].
 /// An inline archive handle with an empty archive.
 pub(super) fn archive_handle() -> TransportHandle {
     TransportHandle::Archive(ArchiveHandle {
@@ -135,6 +134,7 @@ pub(super) fn archive_handle() -> TransportHandle {
     })
 }
 
+/// The executor's ACCEPT of [`id`].
 pub(super) fn accept() -> Accept {
     Accept {
         delegation_id: id(),
