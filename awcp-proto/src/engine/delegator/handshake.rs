@@ -224,12 +224,7 @@ impl Delegator {
                 }
             }
         }
-        d.features = accept
-            .features
-            .iter()
-            .filter(|f| self.config.features.contains(f))
-            .cloned()
-            .collect();
+        d.features = Feature::agreed(&accept.features, &self.config.features);
         let expires_at = d.expires_at.unwrap_or(now);
         d.accept = Some(accept);
         d.phase = Phase::Accepted {

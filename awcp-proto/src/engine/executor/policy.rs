@@ -95,7 +95,7 @@ pub fn admit(invite: &Invite, config: &ExecutorConfig, live: usize) -> Result<Ad
         .map(Duration::from_millis)
         .unwrap_or(config.default_retention)
         .min(config.max_retention);
-    let features = agreed_features(&invite.features, config);
+    let features = Feature::agreed(&invite.features, &config.features);
     Ok(Admitted {
         transport,
         access,
@@ -103,15 +103,6 @@ pub fn admit(invite: &Invite, config: &ExecutorConfig, live: usize) -> Result<Ad
         retention,
         features,
     })
-}
-
-/// The extensions of an INVITE this executor takes part in: those both sides support.
-pub(super) fn agreed_features(offered: &[Feature], config: &ExecutorConfig) -> Vec<Feature> {
-    offered
-        .iter()
-        .filter(|f| config.features.contains(f))
-        .cloned()
-        .collect()
 }
 
 #[cfg(test)]

@@ -362,7 +362,7 @@ impl Executor {
             id.clone(),
             Box::new(Assignment {
                 // As admission agreed them.
-                features: super::policy::agreed_features(&invite.features, &self.config),
+                features: crate::wire::Feature::agreed(&invite.features, &self.config.features),
                 invite: std::sync::Arc::new(invite),
                 dialect,
                 machine,

@@ -233,6 +233,17 @@ impl Feature {
         Feature::new_known(name).unwrap_or_else(|| Feature::Other(name.to_owned()))
     }
 
+    /// The features of `offered` that are also in `supported`, in `offered`'s order: what
+    /// the two sides agree to use (the executor's admission of an INVITE, the delegator's
+    /// reading of an ACCEPT).
+    pub fn agreed(offered: &[Feature], supported: &[Feature]) -> Vec<Feature> {
+        offered
+            .iter()
+            .filter(|f| supported.contains(f))
+            .cloned()
+            .collect()
+    }
+
     fn new_known(name: &str) -> Option<Feature> {
         match name {
             feature::DELTA_SNAPSHOTS => Some(Feature::DeltaSnapshots),
