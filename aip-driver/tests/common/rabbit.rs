@@ -30,9 +30,19 @@ cd "$1"
 start_broker() {
   "$SERVER" > "$1/server.log" 2>&1 < /dev/null &
   beam=$!
-  if "$CTL" wait "$RABBITMQ_PID_FILE" --timeout 120 > "$1/wait.log" 2>&1; then
+  "$CTL" wait "$RABBITMQ_PID_FILE" --timeout 120 > "$1/wait.log" 2>&1 &
+  waiter=$!
+  # Whichever ends first: the check (ready or timed out), or the broker (it failed to start,
+  # e.g. a port taken meanwhile), so a broker that dies is reported at once, not after 120 s.
+  wait -n -p first "$beam" "$waiter"
+  status=$?
+  if [ "$first" = "$waiter" ] && [ "$status" = 0 ]; then
     echo ready
   else
+    # A broker that ended was reaped by `wait -n`: forget its PID (it may be reused).
+    [ "$first" = "$beam" ] && beam=""
+    kill "$waiter" 2> /dev/null
+    wait "$waiter" 2> /dev/null
     echo "failed: $(tail -n 20 "$1/server.log" "$1/wait.log" | tr '\n' ' ')"
   fi
 }
@@ -52,6 +62,7 @@ while read -r cmd; do
   case "$cmd" in
     stop) stop_broker; echo stopped ;;
     start) start_broker "$1" ;;
+    forget-extra) EXTRA_DIR=""; echo forgotten ;;
     kill) kill -9 "$beam" 2> /dev/null; wait "$beam" 2> /dev/null; rm -f "$RABBITMQ_PID_FILE"; beam=""; echo killed ;;
     adduser\ *)
       name="${cmd#adduser }"
@@ -83,11 +94,21 @@ pub fn available() -> bool {
     Path::new(SERVER).exists() && Path::new(CTL).exists()
 }
 
+/// The ports `rabbitmqctl` binds for its own Erlang distribution (RabbitMQ's default
+/// `RABBITMQ_CTL_DIST_PORT_MIN..=MAX`, 25672 + 10000 ..= + 10010): another node's `rabbitmqctl
+/// wait` or `stop` may hold one at any time, so a node must not be given one.
+const CTL_DIST_PORTS: std::ops::RangeInclusive<u16> = 35672..=35682;
+
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free loopback port");
+        if !CTL_DIST_PORTS.contains(&port) {
+            return port;
+        }
+    }
 }
 
 struct Guard {
@@ -142,6 +163,25 @@ impl Broker {
             eprintln!("NOTICE: rabbitmq-server is not installed; skipping the broker test");
             return None;
         }
+        // Free ports are picked by binding port 0 and letting go, so another process may take
+        // one before the broker binds it (seen in CI: `dist_port_already_used`). A node that
+        // fails to start is stopped and a new one tried on new ports.
+        const ATTEMPTS: u32 = 3;
+        for attempt in 1..=ATTEMPTS {
+            let (broker, said) = Self::launch(tls);
+            if said == "ready" {
+                return Some(broker);
+            }
+            assert!(attempt < ATTEMPTS, "RabbitMQ guard said: {said}");
+            eprintln!("NOTICE: RabbitMQ node failed to start (attempt {attempt}), trying new ports: {said}");
+            // The directory the test gave the node to remove is still the next node's.
+            broker.command("forget-extra", "forgotten");
+        }
+        unreachable!("the last attempt returns or panics")
+    }
+
+    /// Starts one node's guard and returns what it said of the start ("ready" or why not).
+    fn launch(tls: Option<&TlsListener>) -> (Broker, String) {
         static N: AtomicU32 = AtomicU32::new(0);
         let dir = tempfile::Builder::new()
             .prefix("aip-rabbit-")
@@ -194,7 +234,7 @@ impl Broker {
         );
         std::fs::write(d.join("env.sh"), env).unwrap();
         std::fs::write(d.join("guard.sh"), GUARD).unwrap();
-        let mut child = Command::new("sh")
+        let mut child = Command::new("bash")
             .arg(d.join("guard.sh"))
             .arg(d)
             .stdin(Stdio::piped())
@@ -210,15 +250,20 @@ impl Broker {
             tls_port,
             _dir: dir,
         };
-        b.expect_line("ready");
-        Some(b)
+        let said = b.read_line();
+        (b, said)
     }
 
-    fn expect_line(&self, want: &str) {
+    fn read_line(&self) -> String {
         let mut g = self.guard.lock().unwrap();
         let mut line = String::new();
         g.out.read_line(&mut line).expect("guard output");
-        assert_eq!(line.trim(), want, "RabbitMQ guard said: {line}");
+        line.trim().to_string()
+    }
+
+    fn expect_line(&self, want: &str) {
+        let line = self.read_line();
+        assert_eq!(line, want, "RabbitMQ guard said: {line}");
     }
 
     fn command(&self, cmd: &str, want: &str) {
