@@ -213,6 +213,7 @@ fn checksum_mismatch_is_refused_before_extraction() {
             baseline: None,
             layout: None,
             limits: None,
+            keep_proof: false,
         },
         &ApplyOptions::default(),
         &CancelFlag::new(),

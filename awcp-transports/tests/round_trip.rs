@@ -116,6 +116,35 @@ fn apply(
     })
 }
 
+/// [`apply`] as the delegator's driver does it: the apply directory stays as the proof of a
+/// finished swap until `close_apply`.
+fn apply_keeping_proof(
+    f: &Fixture,
+    p: &Prepared,
+    snap: &CapturedSnapshot,
+    opts: &ApplyOptions,
+) -> Result<ApplyReport, TransportError> {
+    with_request(f, p, snap, AccessMode::Rw, |mut req| {
+        req.keep_proof = true;
+        apply_snapshot(req, opts, &CancelFlag::new())
+    })
+}
+
+/// What is beside the workspace under `.awcp-` names, and in each such directory.
+fn staging(ws: &Path) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for e in fs::read_dir(ws.parent().unwrap()).unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with(".awcp-") {
+            for inner in fs::read_dir(e.path()).unwrap().flatten() {
+                out.push(format!("{name}/{}", inner.file_name().to_string_lossy()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
 /// Runs `go` with the apply request of `snap` (what [`apply`] and a preview take).
 fn with_request<T>(
     f: &Fixture,
@@ -141,6 +170,7 @@ fn with_request<T>(
         baseline: Some(&p.baseline),
         layout: None,
         limits: None,
+        keep_proof: false,
     })
 }
 
@@ -344,6 +374,76 @@ fn crash_mid_swap_is_rolled_forward() {
     );
     assert_edited(&f.ws);
     assert!(!parent.join(".awcp-apply-d1").exists());
+}
+
+/// An apply that keeps its proof (as the delegator's driver asks) leaves only its `committed`
+/// journal beside the workspace; a restart that finds it learns the swap finished — again
+/// after a second restart — and nothing is applied twice; `close_apply` removes it, and a
+/// restart after that finds nothing. A proof left over is no obstacle to the next apply.
+#[test]
+fn a_finished_swap_is_recovered_as_finished_until_the_apply_is_closed() {
+    let f = fixture(AccessMode::Rw);
+    let p = prepare(&f, Layout::PerResource, Delivery::Inline, AccessMode::Rw);
+    setup(&f, &p, AccessMode::Rw);
+    edit(&f.work.join("project"));
+    let snap = capture_inline_delta(&f);
+    apply_keeping_proof(&f, &p, &snap, &ApplyOptions::default()).unwrap();
+    assert_edited(&f.ws);
+    assert_eq!(staging(&f.ws), vec![".awcp-apply-d1/journal.json"]);
+    let roots = std::slice::from_ref(&f.ws);
+    let after = tree(&f.ws);
+    for _restart in 0..2 {
+        let r = awcp_transports::snapshot::recover_interrupted(roots, "d1").unwrap();
+        assert_eq!(r, Recovery::RolledForward);
+        assert_eq!(tree(&f.ws), after);
+        assert_eq!(staging(&f.ws), vec![".awcp-apply-d1/journal.json"]);
+    }
+    awcp_transports::snapshot::close_apply(roots, "d1").unwrap();
+    assert_no_staging(&f.ws);
+    let r = awcp_transports::snapshot::recover_interrupted(roots, "d1").unwrap();
+    assert_eq!(r, Recovery::Nothing);
+    awcp_transports::snapshot::close_apply(roots, "d1").unwrap();
+
+    // Killed mid-swap, then recovered: the same proof, until closed.
+    let f = fixture(AccessMode::Rw);
+    let p = prepare(&f, Layout::PerResource, Delivery::Inline, AccessMode::Rw);
+    setup(&f, &p, AccessMode::Rw);
+    edit(&f.work.join("project"));
+    let snap = capture_inline_delta(&f);
+    let opts = ApplyOptions {
+        crash: Some(CrashPoint::AfterOps(1)),
+        ..Default::default()
+    };
+    assert!(apply_keeping_proof(&f, &p, &snap, &opts).is_err());
+    let roots = std::slice::from_ref(&f.ws);
+    let r = awcp_transports::snapshot::recover_interrupted(roots, "d1").unwrap();
+    assert_eq!(r, Recovery::RolledForward);
+    assert_edited(&f.ws);
+    assert_eq!(staging(&f.ws), vec![".awcp-apply-d1/journal.json"]);
+    // The next apply finds the proof and goes ahead; a no-op here, it swaps nothing and so
+    // leaves no proof of its own (the workspace is the same whether it ran or not).
+    let again = apply_keeping_proof(&f, &p, &snap, &ApplyOptions::default()).unwrap();
+    assert!(again.written.is_empty(), "{again:?}");
+    assert_edited(&f.ws);
+    assert_no_staging(&f.ws);
+
+    // Killed before the swap: rolled back, no proof.
+    let f = fixture(AccessMode::Rw);
+    let p = prepare(&f, Layout::PerResource, Delivery::Inline, AccessMode::Rw);
+    setup(&f, &p, AccessMode::Rw);
+    edit(&f.work.join("project"));
+    let snap = capture_inline_delta(&f);
+    let before = tree(&f.ws);
+    let opts = ApplyOptions {
+        crash: Some(CrashPoint::AfterStaging),
+        ..Default::default()
+    };
+    assert!(apply_keeping_proof(&f, &p, &snap, &opts).is_err());
+    let roots = std::slice::from_ref(&f.ws);
+    let r = awcp_transports::snapshot::recover_interrupted(roots, "d1").unwrap();
+    assert_eq!(r, Recovery::RolledBack);
+    assert_eq!(tree(&f.ws), before);
+    assert_no_staging(&f.ws);
 }
 
 #[test]
@@ -636,6 +736,9 @@ fn type_changes_survive_a_crash_at_every_step_of_the_swap() {
                     .unwrap();
             assert_eq!(r, Recovery::RolledForward, "{kind:?} after {n} renames");
             assert_types_changed(&f.ws);
+            // The proof that the swap finished stays until the apply is recorded.
+            assert_eq!(staging(&f.ws), vec![".awcp-apply-d1/journal.json"]);
+            awcp_transports::snapshot::close_apply(std::slice::from_ref(&f.ws), "d1").unwrap();
             assert_no_staging(&f.ws);
             let again = apply(&f, &p, &snap, &ApplyOptions::default(), AccessMode::Rw).unwrap();
             assert!(again.written.is_empty(), "{kind:?}: {again:?}");

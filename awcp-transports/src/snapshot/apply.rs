@@ -17,7 +17,8 @@ use awcp_proto::AccessMode;
 
 use super::capture::SnapshotKind;
 use super::journal::{
-    commit, recover, Journal, JournalOp, JournalState, Recovery, APPLY_DIR_PREFIX,
+    close, commit, recover, recover_in, Journal, JournalOp, JournalState, Recovery,
+    APPLY_DIR_PREFIX,
 };
 use crate::archive::{detect_layout, extract, open_verified, ArchiveSource, ExtractLimits, Layout};
 use crate::cancel::CancelFlag;
@@ -83,6 +84,13 @@ pub struct ApplyRequest<'a> {
     /// The delegator's admission limits: a snapshot that would leave the workspace over them
     /// is refused with [`TransportError::Refused`] before anything is written. `None`: no check.
     pub limits: Option<awcp_proto::AdmissionLimits>,
+    /// Keep the apply directory ([`apply_dir`]) with its `committed` journal after a
+    /// successful swap, as the proof for [`recover_interrupted`] that the swap finished,
+    /// until [`close_apply`] removes it. A caller that records the apply elsewhere after this
+    /// returns (the delegator's journal) sets it: a crash between the swap and that record is
+    /// then recovered as finished, instead of looking like an apply that never ran while the
+    /// workspace holds its result. `false`: the directory goes with the apply.
+    pub keep_proof: bool,
 }
 
 /// What an apply did.
@@ -115,10 +123,15 @@ pub fn apply_dir(resource_root: &Path, delegation_id: &str) -> PathBuf {
 /// Recovers whatever apply of `delegation_id` a previous process left interrupted, for a
 /// delegation whose resources are at `roots`: a swap that was `committing` is rolled forward,
 /// anything earlier is rolled back, and every staging directory of the delegation beside the
-/// roots (`.awcp-apply-<id>`, `.awcp-stage-<id>`) is removed. Afterwards each resource is
-/// entirely as before the apply or entirely as after it. Call it at start-up for every
-/// delegation the process knows, before any apply runs; roots that no longer exist are
+/// roots (`.awcp-stage-<id>`, and what `.awcp-apply-<id>` staged) is removed. Afterwards each
+/// resource is entirely as before the apply or entirely as after it. Call it at start-up for
+/// every delegation the process knows, before any apply runs; roots that no longer exist are
 /// skipped.
+///
+/// [`Recovery::RolledForward`] says the swap finished (now or before the restart, with
+/// [`ApplyRequest::keep_proof`]): the apply directory then stays, holding only its
+/// `committed` journal, so that a second restart learns the same, until the caller has
+/// recorded the apply and calls [`close_apply`].
 pub fn recover_interrupted(
     roots: &[PathBuf],
     delegation_id: &str,
@@ -131,7 +144,7 @@ pub fn recover_interrupted(
         let Ok(root) = fs::canonicalize(root) else {
             continue;
         };
-        match recover(&apply_dir(&root, delegation_id))? {
+        match recover_in(&apply_dir(&root, delegation_id), true)? {
             Recovery::Nothing => {}
             r => done = r,
         }
@@ -145,6 +158,21 @@ pub fn recover_interrupted(
         }
     }
     Ok(done)
+}
+
+/// Removes the apply directories of `delegation_id` beside `roots` that an apply with
+/// [`ApplyRequest::keep_proof`] or [`recover_interrupted`] left as proof of a finished swap:
+/// call it once the apply is recorded. Idempotent; roots that no longer exist are skipped.
+pub fn close_apply(roots: &[PathBuf], delegation_id: &str) -> Result<(), TransportError> {
+    if crate::id_is_unsafe(delegation_id) {
+        return Err(TransportError::Unsupported("invalid delegation id".into()));
+    }
+    for root in roots {
+        if let Ok(root) = fs::canonicalize(root) {
+            close(&apply_dir(&root, delegation_id))?;
+        }
+    }
+    Ok(())
 }
 
 fn is_writable(r: &ResourceSpec, mode: AccessMode) -> bool {
@@ -693,7 +721,7 @@ fn stage_and_commit(
         Some(CrashPoint::AfterOps(n)) => Some(n),
         _ => None,
     };
-    commit(dir, &mut journal, crash_after)?;
+    commit(dir, &mut journal, crash_after, req.keep_proof)?;
 
     // Best effort: remove directories left empty by deletions.
     let stop: BTreeSet<&PathBuf> = roots.values().collect();

@@ -7,9 +7,14 @@
 //! 2. the state becomes `committing` (atomic rename of the journal), then each op moves the
 //!    current file (if any) to `backup/` and the staged file into place. A crash now is rolled
 //!    forward: every op is idempotent, so recovery simply redoes the remaining ones.
-//! 3. the directory is removed. (No `committed` journal is written first: a crash between the
-//!    last op and the removal finds `committing` and redoes the ops, which are all done
-//!    already, then removes it; a `committed` journal of an older release is still read.)
+//! 3. the state becomes `committed` and the staging (`new/`, `backup/`, side directories) is
+//!    removed. A crash before the `committed` journal is written finds `committing` and redoes
+//!    the ops, which are all done already.
+//! 4. the directory is removed: at once by a plain apply, or, when the caller asked to keep
+//!    the proof ([`super::ApplyRequest::keep_proof`]), only by [`close`] once the caller has
+//!    recorded the apply elsewhere (the delegator's journal). Until then a restart finds the
+//!    `committed` journal and learns that the swap finished ([`Recovery::RolledForward`])
+//!    although the caller's record may not say so yet.
 
 use std::fs;
 use std::io::Write;
@@ -132,11 +137,13 @@ pub(crate) fn run_op(op: &JournalOp) -> Result<(), TransportError> {
     Ok(())
 }
 
-/// Runs all ops from `committing` to `committed` and cleans up.
+/// Runs all ops from `committing` to `committed`, then removes the staging and, unless
+/// `keep_proof`, the directory (else it stays with its `committed` journal until [`close`]).
 pub(crate) fn commit(
     dir: &Path,
     j: &mut Journal,
     crash_after_ops: Option<usize>,
+    keep_proof: bool,
 ) -> Result<(), TransportError> {
     if j.state == JournalState::Prepared {
         j.state = JournalState::Committing;
@@ -151,9 +158,15 @@ pub(crate) fn commit(
     if crash_after_ops == Some(j.ops.len()) {
         return Err(TransportError::InjectedCrash("after the last op"));
     }
-    // Not saved: recovery of `committing` after this point redoes ops that are all done.
     j.state = JournalState::Committed;
-    cleanup(dir, j);
+    if keep_proof {
+        // The proof must outlive the staging: written before anything is removed.
+        j.save(dir)?;
+        remove_staging(dir, j);
+    } else {
+        // Not saved: recovery of `committing` after this point redoes ops that are all done.
+        cleanup(dir, j);
+    }
     Ok(())
 }
 
@@ -165,9 +178,50 @@ pub(crate) fn cleanup(dir: &Path, j: &Journal) {
     let _ = fs::remove_dir_all(dir);
 }
 
+/// Removes the staging directories a journal lists and everything in its apply directory but
+/// the journal itself (the proof that the swap finished).
+fn remove_staging(dir: &Path, j: &Journal) {
+    for c in &j.cleanup {
+        let _ = fs::remove_dir_all(c);
+    }
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        if e.file_name() == JOURNAL_FILE {
+            continue;
+        }
+        let path = e.path();
+        match e.file_type() {
+            Ok(t) if t.is_dir() => {
+                let _ = fs::remove_dir_all(&path);
+            }
+            _ => {
+                let _ = fs::remove_file(&path);
+            }
+        }
+    }
+}
+
+/// Removes an apply directory (the proof an apply with [`super::ApplyRequest::keep_proof`]
+/// left), once the apply is recorded elsewhere. Idempotent.
+pub fn close(dir: &Path) -> Result<(), TransportError> {
+    match fs::remove_dir_all(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(TransportError::io("removing an apply directory", e)),
+    }
+}
+
 /// Finishes or rolls back an interrupted apply whose directory is `dir`
-/// (`<parent>/.awcp-apply-<delegation>`).
+/// (`<parent>/.awcp-apply-<delegation>`), and removes the directory.
 pub fn recover(dir: &Path) -> Result<Recovery, TransportError> {
+    recover_in(dir, false)
+}
+
+/// [`recover`], keeping the directory of a swap that finished (rolled forward) with its
+/// `committed` journal as the proof of it, until [`close`].
+pub(crate) fn recover_in(dir: &Path, keep_proof: bool) -> Result<Recovery, TransportError> {
     let Some(mut j) = Journal::load(dir)? else {
         if exists(dir) {
             // Crashed while staging, before the journal existed.
@@ -182,11 +236,15 @@ pub fn recover(dir: &Path) -> Result<Recovery, TransportError> {
             Ok(Recovery::RolledBack)
         }
         JournalState::Committing => {
-            commit(dir, &mut j, None)?;
+            commit(dir, &mut j, None, keep_proof)?;
             Ok(Recovery::RolledForward)
         }
         JournalState::Committed => {
-            cleanup(dir, &j);
+            if keep_proof {
+                remove_staging(dir, &j);
+            } else {
+                cleanup(dir, &j);
+            }
             Ok(Recovery::RolledForward)
         }
     }

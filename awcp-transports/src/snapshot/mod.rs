@@ -9,12 +9,12 @@ mod limits;
 pub mod preview;
 
 pub use apply::{
-    apply_dir, apply_snapshot, recover_interrupted, ApplyOptions, ApplyReport, ApplyRequest,
-    ConflictPolicy, CrashPoint,
+    apply_dir, apply_snapshot, close_apply, recover_interrupted, ApplyOptions, ApplyReport,
+    ApplyRequest, ConflictPolicy, CrashPoint,
 };
 pub use capture::{
     baseline_path, capture, executor_walk_options, full_walk_options, load_baseline, save_baseline,
     CapturedSnapshot, SnapshotKind,
 };
-pub use journal::{recover, recover_all, Journal, JournalState, Recovery};
+pub use journal::{close, recover, recover_all, Journal, JournalState, Recovery};
 pub use preview::{preview_snapshot, ChangeKind, FileChange, Preview, PreviewLimits};
