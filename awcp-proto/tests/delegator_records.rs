@@ -56,7 +56,7 @@ fn id() -> DelegationId {
 fn restored(name: &str) -> (Delegator, Vec<DelegatorOutput>) {
     let rec = DelegationRecord::from_json(&fixture(name)).unwrap();
     let mut d = Delegator::new(DelegatorConfig::default());
-    assert_eq!(d.restore(now(), &[rec]), 1, "{name}");
+    assert_eq!(d.restore(now(), &[rec], &Default::default()), 1, "{name}");
     let out = std::iter::from_fn(|| d.poll_output()).collect();
     (d, out)
 }
@@ -80,7 +80,7 @@ fn records_written_now_read_back_equal() {
     for (name, v0) in all_fixtures() {
         let rec = DelegationRecord::from_json(&v0).unwrap();
         let mut d = Delegator::new(DelegatorConfig::default());
-        d.restore(now(), std::slice::from_ref(&rec));
+        d.restore(now(), std::slice::from_ref(&rec), &Default::default());
         let again = d.record(&id()).unwrap();
         let back = DelegationRecord::from_json(&again.to_json()).unwrap();
         assert_eq!(back, again, "{name}");

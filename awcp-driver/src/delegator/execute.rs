@@ -246,6 +246,17 @@ impl<R: Runtime> Loop<R> {
                     });
                 });
             }
+            DelegatorOutput::CloseApply { id } => {
+                let roots: Vec<PathBuf> = self
+                    .specs
+                    .get(&id)
+                    .map(|specs| specs.iter().map(|r| r.source_path.clone()).collect())
+                    .unwrap_or_default();
+                if let Err(e) = awcp_transports::snapshot::close_apply(&roots, id.as_str()) {
+                    // Harmless: the next start-up finds the apply finished and closes it.
+                    tracing::warn!(delegation = %id, "removing a finished apply's directory: {e}");
+                }
+            }
             DelegatorOutput::DeleteStoredSnapshot { id, snapshot_id } => {
                 let dir = self.snapshot_dir(&id);
                 let _ = std::fs::remove_file(dir.join(format!("{snapshot_id}.zip")));
@@ -401,6 +412,10 @@ impl StoredSnapshot {
             baseline: baseline.as_ref(),
             layout: Some(layout),
             limits: Some(self.limits),
+            // The engine journals the apply after it returns; the proof of a finished swap
+            // stays until then (`DelegatorOutput::CloseApply`), so a crash in between is
+            // recovered as applied.
+            keep_proof: true,
         })
     }
 }

@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use awcp_proto::engine::auth::SecretDigest;
 use awcp_proto::engine::delegator::{
-    ArchiveDelivery, DelegateRequest, DelegationRecord, DelegationView, FetchedResult, Journaling,
-    Outbound, PrepareFailure, RequestFailure, ScanFailure, StoreFailure,
+    ApplyRecovery, ArchiveDelivery, DelegateRequest, DelegationRecord, DelegationView,
+    FetchedResult, Journaling, Outbound, PrepareFailure, RequestFailure, ScanFailure, StoreFailure,
 };
 use awcp_proto::engine::{SnapshotMode, WorkspaceStats};
 use awcp_proto::http_binding::{self as wire_http, ArchiveUrlRefusal};
@@ -290,19 +290,31 @@ fn lock_state_dir(dir: &Path) -> Result<std::fs::File, DelegatorError> {
 /// delegation in the journal (`specs`: their resources), and removes their staging; see
 /// [`awcp_transports::snapshot::recover_interrupted`]. Runs before the engine restores
 /// anything, so each workspace is entirely old or entirely new when delegations resume.
-fn recover_interrupted_applies(specs: &BTreeMap<DelegationId, Vec<ResourceSpec>>) {
+/// Returns what it did, for the engine to record ([`Delegator::restore`]).
+fn recover_interrupted_applies(
+    specs: &BTreeMap<DelegationId, Vec<ResourceSpec>>,
+) -> BTreeMap<DelegationId, ApplyRecovery> {
+    use awcp_transports::snapshot::Recovery;
+    let mut recovered = BTreeMap::new();
     for (id, resources) in specs {
         let roots: Vec<PathBuf> = resources.iter().map(|r| r.source_path.clone()).collect();
-        match awcp_transports::snapshot::recover_interrupted(&roots, id.as_str()) {
-            Ok(awcp_transports::snapshot::Recovery::Nothing) => {}
-            Ok(r) => tracing::info!(delegation = %id, recovery = ?r, "interrupted apply recovered"),
-            Err(e) => tracing::error!(
-                delegation = %id,
-                "recovering an interrupted apply failed (the workspace may be half applied; \
-                 applying the snapshot again retries the recovery): {e}"
-            ),
-        }
+        let r = match awcp_transports::snapshot::recover_interrupted(&roots, id.as_str()) {
+            Ok(Recovery::Nothing) => continue,
+            Ok(Recovery::RolledBack) => ApplyRecovery::RolledBack,
+            Ok(Recovery::RolledForward) => ApplyRecovery::Finished,
+            Err(e) => {
+                tracing::error!(
+                    delegation = %id,
+                    "recovering an interrupted apply failed (the workspace may be half applied; \
+                     applying the snapshot again retries the recovery): {e}"
+                );
+                ApplyRecovery::Failed(e.to_error_info())
+            }
+        };
+        tracing::info!(delegation = %id, recovery = ?r, "interrupted apply recovered");
+        recovered.insert(id.clone(), r);
     }
+    recovered
 }
 
 impl DelegatorHandle {
@@ -350,7 +362,7 @@ impl DelegatorHandle {
                 specs.insert(id, list);
             }
         }
-        recover_interrupted_applies(&specs);
+        let recovered = recover_interrupted_applies(&specs);
         let mut unloaded = BTreeMap::new();
         let records: Vec<DelegationRecord> = records
             .iter()
@@ -365,7 +377,7 @@ impl DelegatorHandle {
                 }
             })
             .collect();
-        let n = engine.restore(rt.now(), &records);
+        let n = engine.restore(rt.now(), &records, &recovered);
         if n > 0 {
             tracing::info!(restored = n, "delegations restored from the journal");
         }

@@ -409,6 +409,9 @@ impl Pair {
             DelegatorOutput::DeleteStoredSnapshot { .. } => {
                 self.note("d", || "DeleteStoredSnapshot".into());
             }
+            DelegatorOutput::CloseApply { .. } => {
+                self.note("d", || "CloseApply".into());
+            }
             DelegatorOutput::ReleaseTransport { id } => {
                 self.note("d", || "ReleaseTransport".into());
                 self.to_delegator

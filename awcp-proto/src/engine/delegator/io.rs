@@ -342,6 +342,18 @@ pub enum DelegatorOutput {
         /// The snapshot event (bytes inline or by URL).
         snapshot: Box<SnapshotEvent>,
     },
+    /// The apply of the delegation's snapshot is journalled as applied: remove what the apply
+    /// left beside the workspace as the proof that its swap finished (the apply directory;
+    /// see `awcp_transports::snapshot::close_apply`). Idempotent. No answer needed.
+    ///
+    /// Until this runs, a restarted driver that finds the proof reports
+    /// [`ApplyRecovery::Finished`](super::ApplyRecovery::Finished) to
+    /// [`Delegator::restore`](super::Delegator::restore), so an apply that finished just
+    /// before a crash is recorded as applied, not as pending.
+    CloseApply {
+        /// The delegation.
+        id: DelegationId,
+    },
     /// Delete a stored snapshot (discard or forget). No answer needed.
     DeleteStoredSnapshot {
         /// The delegation.

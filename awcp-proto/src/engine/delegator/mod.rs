@@ -79,6 +79,7 @@ pub use record::{
     DelegationRecord, Journaling, NotShippedEntry, OutcomeEntry, RecordError, SnapshotEntry,
     SourceEntry, StatusEntry, RECORD_VERSION,
 };
+pub use restore::ApplyRecovery;
 pub use view::{DelegationView, Outcome, SnapshotRecord, SnapshotStatus};
 
 /// The delegator engine. See the [module docs](self).

@@ -60,6 +60,8 @@ impl DelegatorOutput {
             | DelegatorOutput::PrepareTransport { .. }
             | DelegatorOutput::StoreSnapshot { .. }
             | DelegatorOutput::DeleteStoredSnapshot { .. }
+            // Removes the proof of a finished apply: only once the record says applied.
+            | DelegatorOutput::CloseApply { .. }
             | DelegatorOutput::ReleaseTransport { .. } => Journaling::Sync,
             // Reads, and what only this process holds (a stream, the fetched result).
             DelegatorOutput::ScanWorkspace { .. }
@@ -86,6 +88,7 @@ impl DelegatorOutput {
             | DelegatorOutput::ApplySnapshot { id, .. }
             | DelegatorOutput::StoreSnapshot { id, .. }
             | DelegatorOutput::DeleteStoredSnapshot { id, .. }
+            | DelegatorOutput::CloseApply { id }
             | DelegatorOutput::ReleaseTransport { id } => id,
             DelegatorOutput::Event(ev) => ev.delegation_id(),
         }
@@ -374,17 +377,27 @@ impl From<StatusEntry> for SnapshotStatus {
     }
 }
 
-/// Why a snapshot whose apply was interrupted by a restart is pending again.
-pub(super) fn interrupted_apply() -> ErrorInfo {
-    ErrorInfo {
-        code: ErrorCode::TransportError,
-        message: "the delegator stopped while applying this snapshot; at start-up the \
-                  interrupted apply was rolled back or finished, so the workspace is entirely \
-                  old or entirely new"
-            .into(),
-        hint: Some(
-            "Apply the snapshot again (a no-op if it had been finished) or discard it.".into(),
-        ),
+/// Why a snapshot whose apply was interrupted by a restart is pending again: the start-up
+/// recovery rolled it back (`None`), or could not recover it (`Some(why)`).
+pub(super) fn interrupted_apply(unrecovered: Option<&ErrorInfo>) -> ErrorInfo {
+    match unrecovered {
+        None => ErrorInfo {
+            code: ErrorCode::TransportError,
+            message: "the delegator stopped while applying this snapshot; the interrupted \
+                      apply was rolled back at start-up, so the workspace is as it was before"
+                .into(),
+            hint: Some("Apply the snapshot again, or discard it.".into()),
+        },
+        Some(e) => ErrorInfo {
+            code: ErrorCode::TransportError,
+            message: format!(
+                "the delegator stopped while applying this snapshot, and at start-up the \
+                 interrupted apply could be neither finished nor rolled back ({}); the \
+                 workspace may be partly applied",
+                e.message
+            ),
+            hint: Some("Apply the snapshot again: the apply first retries the recovery.".into()),
+        },
     }
 }
 

@@ -8,6 +8,20 @@ use super::record::{
 };
 use super::*;
 
+/// What the driver's start-up recovery did with an apply a previous process left
+/// interrupted, for one delegation (`awcp_transports::snapshot::recover_interrupted` answers
+/// it); given to [`Delegator::restore`] for every delegation where it found one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ApplyRecovery {
+    /// The swap had not begun: the staging was removed, the workspace is as before.
+    RolledBack,
+    /// The swap finished, before the restart or by the recovery: the workspace holds the
+    /// snapshot (and the proof of it stays until [`DelegatorOutput::CloseApply`]).
+    Finished,
+    /// The recovery failed: the workspace may be partly applied.
+    Failed(ErrorInfo),
+}
+
 impl Delegator {
     /// The journal record of one delegation (see [`DelegationRecord`]). `None` for unknown
     /// ids.
@@ -75,11 +89,23 @@ impl Delegator {
     /// executor) because their transport credentials died with the process. Every restored
     /// delegation that was not ended releases its transport (the driver's release is
     /// idempotent and removes leftovers). Returns how many records were restored.
-    pub fn restore(&mut self, now: Timestamp, records: &[DelegationRecord]) -> usize {
+    ///
+    /// `recovered` says, per delegation, what the start-up recovery did with an apply the
+    /// previous process left interrupted (none listed: nothing was found). A snapshot the
+    /// record shows being applied is then recorded as applied if the swap
+    /// [finished](ApplyRecovery::Finished) (the workspace holds it), else it is pending again
+    /// with an error saying why. The proof of a finished apply is closed
+    /// ([`DelegatorOutput::CloseApply`]) once the record says applied.
+    pub fn restore(
+        &mut self,
+        now: Timestamp,
+        records: &[DelegationRecord],
+        recovered: &BTreeMap<DelegationId, ApplyRecovery>,
+    ) -> usize {
         self.tick(now);
         let mut ids = Vec::new();
         for r in records {
-            if let Some(id) = self.restore_one(now, r) {
+            if let Some(id) = self.restore_one(now, r, recovered.get(&r.id)) {
                 ids.push(id);
             }
         }
@@ -90,7 +116,12 @@ impl Delegator {
         n
     }
 
-    fn restore_one(&mut self, now: Timestamp, r: &DelegationRecord) -> Option<DelegationId> {
+    fn restore_one(
+        &mut self,
+        now: Timestamp,
+        r: &DelegationRecord,
+        recovered: Option<&ApplyRecovery>,
+    ) -> Option<DelegationId> {
         let id = r.id.clone();
         if self.delegations.contains_key(&id) {
             return None;
@@ -119,19 +150,36 @@ impl Delegator {
                 error: s.error.clone(),
             });
         }
-        let stored = r.stored.clone();
+        let mut stored = r.stored.clone();
         // Snapshots in flight when the process stopped: one whose bytes are stored was being
         // applied (the driver recovered that apply before restoring: the workspace is all old
-        // or all new), so it is pending again; one that was being stored is forgotten and
-        // received again (the executor was not acknowledged): replayed on the reconnected
-        // event stream, or fetched if `done` had been heard.
+        // or all new, as `recovered` says), so it is applied if the swap finished, else
+        // pending again; one that was being stored is forgotten and received again (the
+        // executor was not acknowledged): replayed on the reconnected event stream, or
+        // fetched if `done` had been heard.
         let mut awaiting_snapshot = None;
+        let mut finished = None;
         snapshots.retain_mut(|rec| {
             if rec.status != SnapshotStatus::InFlight {
                 true
             } else if stored.contains(&rec.id) {
-                rec.status = SnapshotStatus::Pending;
-                rec.error = Some(interrupted_apply());
+                match recovered {
+                    // At most one apply per delegation is in flight: this one finished.
+                    Some(ApplyRecovery::Finished) if finished.is_none() => {
+                        rec.status = SnapshotStatus::Applied;
+                        rec.applied_at = Some(now);
+                        rec.error = None;
+                        finished = Some(rec.id.clone());
+                    }
+                    Some(ApplyRecovery::Failed(e)) => {
+                        rec.status = SnapshotStatus::Pending;
+                        rec.error = Some(interrupted_apply(Some(e)));
+                    }
+                    Some(ApplyRecovery::Finished | ApplyRecovery::RolledBack) | None => {
+                        rec.status = SnapshotStatus::Pending;
+                        rec.error = Some(interrupted_apply(None));
+                    }
+                }
                 true
             } else {
                 if state == DelegationState::Completed {
@@ -166,6 +214,10 @@ impl Delegator {
         } else {
             Vec::new()
         };
+        // Applied: its stored bytes have served their purpose (deleted once journalled).
+        if let Some(sid) = &finished {
+            stored.retain(|s| s != sid);
+        }
         let dialect = r.dialect;
         // Anything past ACCEPT (or terminal but not wound down) may hold an export view: it is
         // released (the driver's release is idempotent). A START handle died with the process.
@@ -263,6 +315,21 @@ impl Delegator {
                     id: id.clone(),
                     snapshot_id,
                 });
+        }
+        match finished {
+            // Journalled as applied by the event, then as after any apply.
+            Some(sid) => {
+                self.snapshot_event(&id, &sid, SnapshotStatus::Applied);
+                self.after_applied(&id, &sid);
+            }
+            // A proof whose apply the record already shows applied (the crash came before
+            // the proof was closed): close it now.
+            None if recovered == Some(&ApplyRecovery::Finished) => {
+                self.core
+                    .outputs
+                    .push_back(DelegatorOutput::CloseApply { id: id.clone() });
+            }
+            None => {}
         }
         Some(id)
     }
@@ -362,7 +429,7 @@ mod tests {
     fn restarted(d: &Delegator) -> (Delegator, Vec<DelegatorOutput>) {
         let rec = d.record(&id()).unwrap();
         let mut d2 = Delegator::new(DelegatorConfig::default());
-        assert_eq!(d2.restore(t(10), &[rec]), 1);
+        assert_eq!(d2.restore(t(10), &[rec], &Default::default()), 1);
         let out = drain(&mut d2);
         (d2, out)
     }

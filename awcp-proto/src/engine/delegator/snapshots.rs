@@ -298,21 +298,30 @@ impl Delegator {
         let applied = status == SnapshotStatus::Applied;
         self.snapshot_event(id, sid, status);
         if applied {
-            // After the event (so journalled as applied first): a crash in between leaves
-            // bytes the record no longer lists (deleted at restore), never a snapshot recorded
-            // as re-appliable whose bytes are gone.
-            self.core
-                .outputs
-                .push_back(DelegatorOutput::DeleteStoredSnapshot {
-                    id: id.clone(),
-                    snapshot_id: sid.clone(),
-                });
+            self.after_applied(id, sid);
         }
         if let Some(next) = next {
             self.core.outputs.push_back(next);
         }
         self.maybe_end(now, id);
         Ok(())
+    }
+
+    /// What follows the journalling of `sid` as applied (the event that writes the record
+    /// comes first): the proof of the finished swap and the stored bytes go. A crash in
+    /// between leaves a proof the next start-up reports as finished (the record already says
+    /// so) and bytes the record no longer lists (deleted at restore), never a snapshot
+    /// recorded as re-appliable whose bytes are gone.
+    pub(super) fn after_applied(&mut self, id: &DelegationId, sid: &SnapshotId) {
+        self.core
+            .outputs
+            .push_back(DelegatorOutput::CloseApply { id: id.clone() });
+        self.core
+            .outputs
+            .push_back(DelegatorOutput::DeleteStoredSnapshot {
+                id: id.clone(),
+                snapshot_id: sid.clone(),
+            });
     }
 
     pub(super) fn snapshot_event(
@@ -462,7 +471,7 @@ mod tests {
         let rec = d.record(&id()).unwrap();
         assert!(rec.stored.is_empty());
         let mut d2 = Delegator::new(DelegatorConfig::default());
-        d2.restore(t(10), &[rec]);
+        d2.restore(t(10), &[rec], &Default::default());
         let out = drain(&mut d2);
         assert!(out.iter().any(|o| matches!(
             o,

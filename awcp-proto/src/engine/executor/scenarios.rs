@@ -75,6 +75,7 @@ const REFERENCE_TRANSCRIPT: &[&str] = &[
     "d> Event Snapshot",
     "d> ApplySnapshot",
     "d> Event Snapshot",
+    "d> CloseApply",
     "d> DeleteStoredSnapshot",
     "d> SendAck",
     "d> ReleaseTransport",

@@ -294,6 +294,8 @@ impl World {
                     ));
                     return;
                 };
+                // An apply first recovers and closes what an earlier one left.
+                self.apply_proofs.remove(&id);
                 let ok = !self.rng.chance(self.cfg.faults.apply_fail);
                 self.next_apply += 1;
                 let n = self.next_apply;
@@ -341,6 +343,26 @@ impl World {
                         Err(StoreFailure::Local("sim: store".into()))
                     },
                 });
+            }
+            DelegatorOutput::CloseApply { id } => {
+                // Journaling::Sync: the synced record must already say the apply happened (no
+                // stored snapshot still being applied), or a crash now would lose it.
+                let unrecorded = self.del_durable.get(&id).is_some_and(|v| {
+                    DelegationRecord::from_json(v).is_ok_and(|r| {
+                        r.snapshots.iter().any(|s| {
+                            matches!(
+                                s.status,
+                                awcp_proto::engine::delegator::StatusEntry::InFlight
+                            ) && r.stored.contains(&s.id)
+                        })
+                    })
+                });
+                if unrecorded {
+                    self.violate(format!(
+                        "{id}: the proof of a finished apply closed before the record says applied"
+                    ));
+                }
+                self.apply_proofs.remove(&id);
             }
             DelegatorOutput::DeleteStoredSnapshot { id, snapshot_id } => {
                 self.store.remove(&(id.clone(), snapshot_id.clone()));

@@ -129,6 +129,7 @@ impl World {
             self.exec_notices_cut(s, &st);
         }
         self.cur_stream.clear();
+        let mut rolled_back = Vec::new();
         for (_, p) in std::mem::take(&mut self.pending_applies) {
             let Some(files) = p.files else { continue };
             let i = self.idx(&p.id);
@@ -136,8 +137,10 @@ impl World {
                 self.bump("interrupted apply rolled forward");
                 self.dels[i].ws = files;
                 self.dels[i].applied += 1;
+                self.apply_proofs.insert(p.id.clone());
             } else {
                 self.bump("interrupted apply rolled back");
+                rolled_back.push(p.id.clone());
             }
             let sid = p.snapshot_id;
             self.log(|| format!("apply {sid} of {} interrupted by the crash", p.id));
@@ -155,8 +158,20 @@ impl World {
             .values()
             .map(|v| DelegationRecord::from_json(v).expect("the delegator reads its own records"))
             .collect();
+        // What the start-up recovery reports, as the driver does: a proof found means the
+        // swap finished; a staging found without one was rolled back.
+        let mut recovered: BTreeMap<DelegationId, ApplyRecovery> = rolled_back
+            .into_iter()
+            .map(|id| (id, ApplyRecovery::RolledBack))
+            .collect();
+        for id in &self.apply_proofs {
+            recovered.insert(id.clone(), ApplyRecovery::Finished);
+        }
+        if !self.apply_proofs.is_empty() {
+            self.bump("restart found the proof of a finished apply");
+        }
         let now = self.ts();
-        if d.restore(now, &records) > 0 {
+        if d.restore(now, &records, &recovered) > 0 {
             self.bump("delegator restored from its journal");
         }
         self.delegator = d;
@@ -225,6 +240,7 @@ impl World {
                 self.bump("snapshot applied");
                 self.dels[i].ws = files;
                 self.dels[i].applied += 1;
+                self.apply_proofs.insert(p.id.clone());
             }
             None => {
                 self.bump("snapshot apply failed");

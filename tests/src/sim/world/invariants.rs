@@ -15,6 +15,22 @@ impl World {
                     d.state
                 ));
             }
+            // The delegator says a snapshot was applied exactly as often as an apply changed
+            // the workspace, across crashes too (a swap that finished before a crash is
+            // recorded at the restart).
+            if let Some(view) = self.delegator.get(&d.id) {
+                let recorded = view
+                    .snapshots
+                    .iter()
+                    .filter(|s| s.status == SnapshotStatus::Applied)
+                    .count();
+                if recorded != d.applied as usize {
+                    v.push(format!(
+                        "{}: {recorded} snapshots recorded applied, the workspace was applied to {} times",
+                        d.id, d.applied
+                    ));
+                }
+            }
             let untouched = d.ws == d.original;
             if d.access == AccessMode::Ro && !untouched {
                 v.push(format!("read-only {} was modified", d.id));

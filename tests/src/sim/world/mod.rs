@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use awcp_proto::engine::auth::SecretDigest;
 use awcp_proto::engine::delegator::{
-    ArchiveDelivery, ArchiveLayout, DelegateRequest, DelegationRecord, FetchedResult, Journaling,
-    Outbound, PrepareFailure, Reply, RequestFailure, SnapshotStatus, StoreFailure,
+    ApplyRecovery, ArchiveDelivery, ArchiveLayout, DelegateRequest, DelegationRecord,
+    FetchedResult, Journaling, Outbound, PrepareFailure, Reply, RequestFailure, SnapshotStatus,
+    StoreFailure,
 };
 use awcp_proto::engine::drive::{self, Wake};
 use awcp_proto::engine::executor::{
@@ -319,6 +320,10 @@ pub struct World {
     /// Delegations a restarted delegator restored: their releases are idempotent cleanups.
     restored: std::collections::BTreeSet<DelegationId>,
     pending_applies: BTreeMap<u64, PendingApply>,
+    /// Delegations whose last apply's swap finished and whose proof of it (the apply
+    /// directory with its `committed` journal) was not closed yet: a restart reports them
+    /// `ApplyRecovery::Finished`.
+    apply_proofs: std::collections::BTreeSet<DelegationId>,
     next_apply: u64,
     /// Crash the delegator right after its next `ApplySnapshot` starts.
     crash_on_apply: bool,

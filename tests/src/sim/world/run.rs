@@ -48,6 +48,7 @@ impl World {
             archive_fetched: Default::default(),
             restored: Default::default(),
             pending_applies: BTreeMap::new(),
+            apply_proofs: Default::default(),
             next_apply: 0,
             crash_on_apply: false,
             next_task_gen: 0,
