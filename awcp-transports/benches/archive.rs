@@ -51,20 +51,24 @@ const WORDS: &[&str] = &[
 
 /// Writes `mb` megabytes in 256 KiB files of text or random bytes.
 fn generate(root: &Path, mb: usize, text: bool) {
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ mb as u64);
-    let files = mb * 1024 * 1024 / FILE;
-    let mut buf = Vec::with_capacity(FILE);
+    generate_files(root, mb * 1024 * 1024 / FILE, FILE, text);
+}
+
+/// `files` files of `size` bytes in 16 directories.
+fn generate_files(root: &Path, files: usize, size: usize, text: bool) {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (files * size) as u64);
+    let mut buf = Vec::with_capacity(size);
     for i in 0..files {
         buf.clear();
         if text {
-            while buf.len() < FILE {
+            while buf.len() < size {
                 let w = WORDS[(rng.next() % WORDS.len() as u64) as usize];
                 buf.extend_from_slice(w.as_bytes());
                 buf.push(if rng.next() % 12 == 0 { b'\n' } else { b' ' });
             }
-            buf.truncate(FILE);
+            buf.truncate(size);
         } else {
-            while buf.len() < FILE {
+            while buf.len() < size {
                 buf.extend_from_slice(&rng.next().to_le_bytes());
             }
         }
@@ -165,6 +169,31 @@ fn benches(c: &mut Criterion) {
         }
         ex.finish();
     }
+
+    // Many small files (the performance issue's 10 MiB row): 1,000 text files of 10 KiB.
+    let root = tmp.path().join("small1000");
+    generate_files(&root, 1000, 10 * 1024, true);
+    let p = prepare(&d, &spec(&root), &out);
+    let ArchiveOutput::File(file) = p.archive else {
+        unreachable!()
+    };
+    let work = tmp.path().join("small-work");
+    let mut g = c.benchmark_group("verify_extract_small");
+    g.sample_size(20);
+    g.throughput(Throughput::Elements(1000));
+    g.bench_function("1000_files_10KiB", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let t = Instant::now();
+                setup(&e, &file, &work);
+                total += t.elapsed();
+                e.release(&work).unwrap();
+            }
+            total
+        })
+    });
+    g.finish();
 
     // Delta capture: 50 MB text tree, 2 files changed.
     let root = tmp.path().join("text50");

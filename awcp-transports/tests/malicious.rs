@@ -6,7 +6,7 @@ use std::fs;
 use std::io::Cursor;
 
 use awcp_proto::ErrorCode;
-use awcp_transports::archive::{extract, ExtractLimits};
+use awcp_transports::archive::{extract, extract_parallel, ExtractLimits};
 use awcp_transports::snapshot::{apply_snapshot, ApplyOptions, ApplyRequest};
 use awcp_transports::{ArchiveSource, CancelFlag, ResourceSpec, TransportError};
 use common::{raw_zip, tree, RawEntry};
@@ -229,4 +229,139 @@ fn non_utf8_name() {
     e.name = vec![b'a', 0xff, b'b'];
     let err = refuse(&raw_zip(&[e]), ExtractLimits::default());
     assert_eq!(err.to_error_info().code, ErrorCode::SetupFailed);
+}
+
+/// `entries` hidden among 150 good files before and 150 after, so that several threads write.
+fn among_many(entries: Vec<RawEntry>) -> Vec<u8> {
+    let mut all: Vec<RawEntry> = (0..150)
+        .map(|i| RawEntry::file(&format!("d{}/before{i}.txt", i % 7), &[b'b'; 700]))
+        .collect();
+    all.extend(entries);
+    all.extend((0..150).map(|i| RawEntry::file(&format!("after{i}.txt"), &[b'a'; 700])));
+    raw_zip(&all)
+}
+
+/// [`refuse`] through the threaded extractor, reading the archive from memory and from a file.
+fn refuse_in_parallel(zip: &[u8], limits: ExtractLimits) -> TransportError {
+    let t = tempfile::tempdir().unwrap();
+    let file = t.path().join("archive.zip");
+    fs::write(&file, zip).unwrap();
+    let mut errors = Vec::new();
+    for from_file in [false, true] {
+        let target = t.path().join(format!("target-{from_file}"));
+        fs::create_dir(&target).unwrap();
+        let err = if from_file {
+            let f = fs::File::open(&file).unwrap();
+            extract_parallel(SharedFile(&f, 0), &target, &limits, &CancelFlag::new())
+        } else {
+            extract_parallel(Cursor::new(zip), &target, &limits, &CancelFlag::new())
+        }
+        .expect_err("archive must be refused");
+        errors.push(err);
+    }
+    let outside: Vec<_> = tree(t.path())
+        .into_iter()
+        .filter(|p| !p.starts_with("target-") && p != "archive.zip")
+        .collect();
+    assert!(
+        outside.is_empty(),
+        "something was written outside: {outside:?}"
+    );
+    assert_eq!(errors[0].to_string(), errors[1].to_string());
+    errors.remove(0)
+}
+
+/// A file read at a position of its own per clone (`pread`), as the transports read a stored
+/// archive with several threads.
+#[derive(Clone, Copy)]
+struct SharedFile<'a>(&'a fs::File, u64);
+
+impl std::io::Read for SharedFile<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        use std::os::unix::fs::FileExt;
+        let n = self.0.read_at(buf, self.1)?;
+        self.1 += n as u64;
+        Ok(n)
+    }
+}
+
+impl std::io::Seek for SharedFile<'_> {
+    fn seek(&mut self, pos: std::io::SeekFrom) -> std::io::Result<u64> {
+        let len = self.0.metadata()?.len();
+        self.1 = match pos {
+            std::io::SeekFrom::Start(n) => n,
+            std::io::SeekFrom::End(d) => len.checked_add_signed(d).unwrap(),
+            std::io::SeekFrom::Current(d) => self.1.checked_add_signed(d).unwrap(),
+        };
+        Ok(self.1)
+    }
+}
+
+#[test]
+fn many_files_extract_in_parallel_to_exactly_what_one_thread_writes() {
+    let entries: Vec<RawEntry> = (0..400)
+        .map(|i| {
+            let mut e = RawEntry::file(
+                &format!("dir{}/sub{}/f{i}.txt", i % 9, i % 4),
+                format!("file {i} ").repeat(i % 50 + 1).as_bytes(),
+            );
+            e.deflate = i % 2 == 0;
+            e.mode = if i % 5 == 0 { 0o100755 } else { 0o100644 };
+            e
+        })
+        .collect();
+    let z = raw_zip(&entries);
+    let t = tempfile::tempdir().unwrap();
+    let (one, many) = (t.path().join("one"), t.path().join("many"));
+    fs::create_dir(&one).unwrap();
+    fs::create_dir(&many).unwrap();
+    let limits = ExtractLimits::default();
+    let a = extract(Cursor::new(&z), &one, &limits, &CancelFlag::new()).unwrap();
+    let b = extract_parallel(Cursor::new(&z[..]), &many, &limits, &CancelFlag::new()).unwrap();
+    assert_eq!(a, b, "the same report, files in archive order");
+    assert_eq!(a.files.len(), 400);
+    assert_eq!(tree(&one), tree(&many));
+    for f in &a.files {
+        let (x, y) = (one.join(&f.name), many.join(&f.name));
+        assert_eq!(fs::read(&x).unwrap(), fs::read(&y).unwrap(), "{}", f.name);
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(
+            fs::metadata(&x).unwrap().permissions().mode(),
+            fs::metadata(&y).unwrap().permissions().mode()
+        );
+    }
+}
+
+#[test]
+fn a_lie_among_many_files_is_refused_by_the_threaded_extractor() {
+    let mut liar = RawEntry::file("liar", &[1u8; 5000]);
+    liar.declared_size = Some(10);
+    let err = refuse_in_parallel(&among_many(vec![liar]), ExtractLimits::default());
+    rejected_entry(&err, "liar");
+    assert!(err.to_string().contains("declared"), "{err}");
+}
+
+#[test]
+fn hostile_entries_among_many_files_are_refused_before_any_thread_writes() {
+    for (bad, name) in [
+        (
+            RawEntry::file("/tmp/awcp-evil-abs", b"x"),
+            "/tmp/awcp-evil-abs",
+        ),
+        (RawEntry::file("a/../../evil", b"x"), "a/../../evil"),
+        (RawEntry::file("d3/before3.txt/x", b"x"), "d3/before3.txt/x"),
+    ] {
+        let err = refuse_in_parallel(&among_many(vec![bad]), ExtractLimits::default());
+        match &err {
+            TransportError::EntryRejected { entry, .. } => assert_eq!(entry, name),
+            other => panic!("{name}: {other:?}"),
+        }
+    }
+    // The total limit: validated up front (declared sizes) for all threads at once.
+    let limits = ExtractLimits {
+        max_total_bytes: 100_000,
+        ..Default::default()
+    };
+    let err = refuse_in_parallel(&among_many(vec![]), limits);
+    assert!(err.to_string().contains("zip bomb"), "{err}");
 }

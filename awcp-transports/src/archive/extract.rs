@@ -15,6 +15,7 @@ use std::fs;
 use std::io::{self, Read, Seek, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -171,6 +172,83 @@ pub fn extract<R: Read + Seek>(
     limits: &ExtractLimits,
     cancel: &CancelFlag,
 ) -> Result<ExtractReport, TransportError> {
+    let mut zip = open_zip(reader, limits)?;
+    let (plan, mut report) = plan_entries(&mut zip, limits, cancel)?;
+    let jobs = prepare_target(&mut zip, plan, target, &mut report, cancel)?;
+    let work = FileWork::new(&jobs, target, limits, cancel);
+    let written = work.run(&mut zip)?;
+    Ok(finish(report, written))
+}
+
+/// Files written by more than one thread only from this many on: below it a thread costs more
+/// than it saves (a tiny delegation's archive is a handful of files).
+const PARALLEL_MIN_FILES: usize = 64;
+/// Threads writing files at most (file creation stops scaling past a few on one filesystem).
+const MAX_WORKERS: usize = 4;
+
+/// [`extract`] with the files written by up to 4 threads (one per core) when there are many
+/// (64 or more; fewer are written by the calling thread): each thread decompresses and writes whole entries through its own reader
+/// (`reader` is cloned, sharing the parsed central directory). Everything is validated first
+/// and directories are created first, by one thread, exactly as [`extract`] does; the limits
+/// on actual bytes hold across threads. The report is the same as [`extract`]'s.
+pub fn extract_parallel<R: Read + Seek + Clone + Send>(
+    reader: R,
+    target: &Path,
+    limits: &ExtractLimits,
+    cancel: &CancelFlag,
+) -> Result<ExtractReport, TransportError> {
+    let mut zip = open_zip(reader, limits)?;
+    let (plan, mut report) = plan_entries(&mut zip, limits, cancel)?;
+    let jobs = prepare_target(&mut zip, plan, target, &mut report, cancel)?;
+    let work = FileWork::new(&jobs, target, limits, cancel);
+    let workers = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .min(MAX_WORKERS)
+        .min(jobs.len() / (PARALLEL_MIN_FILES / 2).max(1));
+    let written = if workers < 2 || jobs.len() < PARALLEL_MIN_FILES {
+        work.run(&mut zip)?
+    } else {
+        std::thread::scope(|s| {
+            let threads: Vec<_> = (0..workers)
+                .map(|_| {
+                    let mut zip = zip.clone();
+                    let work = &work;
+                    s.spawn(move || work.run(&mut zip))
+                })
+                .collect();
+            let mut written = Vec::with_capacity(jobs.len());
+            let mut failed = None;
+            for t in threads {
+                match t.join() {
+                    Ok(Ok(w)) => written.extend(w),
+                    Ok(Err(e)) => {
+                        failed.get_or_insert(e);
+                    }
+                    Err(panic) => std::panic::resume_unwind(panic),
+                }
+            }
+            match failed {
+                Some(e) => Err(e),
+                None => Ok(written),
+            }
+        })?
+    };
+    Ok(finish(report, written))
+}
+
+/// The report, its files in archive order.
+fn finish(mut report: ExtractReport, mut written: Vec<(usize, ExtractedFile)>) -> ExtractReport {
+    written.sort_unstable_by_key(|(i, _)| *i);
+    report.files = written.into_iter().map(|(_, f)| f).collect();
+    report
+}
+
+/// Checks the raw central directory (duplicates, entry count) and opens the archive.
+fn open_zip<R: Read + Seek>(
+    reader: R,
+    limits: &ExtractLimits,
+) -> Result<ZipArchive<R>, TransportError> {
     let mut reader = reader;
     // The zip crate folds entries with equal names into one; read the raw central directory to
     // see duplicates.
@@ -187,7 +265,7 @@ pub fn extract<R: Read + Seek>(
     reader
         .rewind()
         .map_err(|e| TransportError::BadArchive(e.to_string()))?;
-    let mut zip = ZipArchive::new(reader)
+    let zip = ZipArchive::new(reader)
         .map_err(|e| TransportError::BadArchive(format!("not a ZIP: {e}")))?;
     if zip.len() != raw_names.len() {
         return Err(TransportError::BadArchive(
@@ -201,8 +279,15 @@ pub fn extract<R: Read + Seek>(
             limits.max_entries
         )));
     }
+    Ok(zip)
+}
 
-    // Pass 1: validate everything before writing anything.
+/// Pass 1: validates every entry before anything is written, and plans the writes.
+fn plan_entries<R: Read + Seek>(
+    zip: &mut ZipArchive<R>,
+    limits: &ExtractLimits,
+    cancel: &CancelFlag,
+) -> Result<(Vec<Planned>, ExtractReport), TransportError> {
     let mut plan = Vec::with_capacity(zip.len());
     let mut report = ExtractReport::default();
     let mut files: BTreeMap<String, ()> = BTreeMap::new();
@@ -346,16 +431,25 @@ pub fn extract<R: Read + Seek>(
         )));
     }
 
-    // Pass 2: write.
-    let mut written_total: u64 = 0;
-    let mut buf = vec![0u8; 64 * 1024];
+    Ok((plan, report))
+}
+
+/// Pass 2, in archive order, by one thread: directories (and every file's parents) created,
+/// the delta metadata read, skipped entries listed. Returns the files still to write.
+fn prepare_target<R: Read + Seek>(
+    zip: &mut ZipArchive<R>,
+    plan: Vec<Planned>,
+    target: &Path,
+    report: &mut ExtractReport,
+    cancel: &CancelFlag,
+) -> Result<Vec<Planned>, TransportError> {
+    let mut dirs = DirMaker::default();
+    let mut files = Vec::new();
     for p in plan {
         cancel.check()?;
         match p.kind {
             Kind::Skip => report.skipped.push(p.name),
-            Kind::Dir => {
-                ensure_dirs(target, &p.name, true)?;
-            }
+            Kind::Dir => dirs.ensure(target, &p.name, true)?,
             Kind::Delta => {
                 let mut s = String::new();
                 zip.by_index(p.index)
@@ -381,77 +475,144 @@ pub fn extract<R: Read + Seek>(
                 report.delta = Some(d);
             }
             Kind::File => {
-                ensure_dirs(target, &p.name, false)?;
-                // The entry's permission bits (a read-only file stays read-only), readable
-                // by its owner; written through a descriptor opened writable, then set exactly.
-                let mode = (p.mode & 0o777) | 0o400;
-                let path = target.join(&p.name);
-                let mut out = fs::OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .mode(mode | 0o200)
-                    .custom_flags(libc_o_nofollow())
-                    .open(&path)
-                    .map_err(|e| {
-                        TransportError::rejected(&p.name, format!("cannot create: {e}"))
-                    })?;
-                let mut f = zip
-                    .by_index(p.index)
-                    .map_err(|e| TransportError::rejected(&p.name, e.to_string()))?;
-                let mut h = Sha256::new();
-                let mut n: u64 = 0;
-                loop {
-                    let k = match f.read(&mut buf) {
-                        Ok(k) => k,
-                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                        Err(e) => {
-                            return Err(TransportError::rejected(
-                                &p.name,
-                                format!("corrupt data: {e}"),
-                            ))
-                        }
-                    };
-                    if k == 0 {
-                        break;
-                    }
-                    n += k as u64;
-                    written_total += k as u64;
-                    if n > p.declared || n > limits.max_file_bytes {
-                        return Err(TransportError::rejected(
-                            &p.name,
-                            "more data than declared (zip bomb)",
-                        ));
-                    }
-                    if written_total > limits.max_total_bytes {
-                        return Err(TransportError::BadArchive(format!(
-                            "more than {} bytes uncompressed (zip bomb) at entry `{}`",
-                            limits.max_total_bytes, p.name
-                        )));
-                    }
-                    h.update(&buf[..k]);
-                    out.write_all(&buf[..k])
-                        .map_err(|e| TransportError::io(format!("writing `{}`", p.name), e))?;
-                }
-                if n != p.declared {
-                    return Err(TransportError::rejected(
-                        &p.name,
-                        "size differs from the declared size",
-                    ));
-                }
-                // The mode given to open() is filtered by the umask; set it exactly.
-                out.set_permissions(fs::Permissions::from_mode(mode))
-                    .map_err(|e| TransportError::io(format!("chmod `{}`", p.name), e))?;
-                report.files.push(ExtractedFile {
-                    name: p.name,
-                    size: n,
-                    mode,
-                    has_mode: p.has_mode,
-                    sha256: hex(&h.finalize()),
-                });
+                dirs.ensure(target, &p.name, false)?;
+                files.push(p);
             }
         }
     }
-    Ok(report)
+    Ok(files)
+}
+
+/// Pass 3: the files, written by one or more threads that each take the next unwritten one.
+struct FileWork<'a> {
+    jobs: &'a [Planned],
+    target: &'a Path,
+    limits: &'a ExtractLimits,
+    cancel: &'a CancelFlag,
+    /// The next job to take.
+    next: AtomicUsize,
+    /// Decompressed bytes written so far, by every thread (the total limit is on this).
+    written: AtomicU64,
+    /// A thread failed: the others stop taking jobs.
+    failed: AtomicBool,
+}
+
+impl<'a> FileWork<'a> {
+    fn new(
+        jobs: &'a [Planned],
+        target: &'a Path,
+        limits: &'a ExtractLimits,
+        cancel: &'a CancelFlag,
+    ) -> Self {
+        FileWork {
+            jobs,
+            target,
+            limits,
+            cancel,
+            next: AtomicUsize::new(0),
+            written: AtomicU64::new(0),
+            failed: AtomicBool::new(false),
+        }
+    }
+
+    /// Writes jobs until none is left (or a thread failed); returns them with their index.
+    fn run<R: Read + Seek>(
+        &self,
+        zip: &mut ZipArchive<R>,
+    ) -> Result<Vec<(usize, ExtractedFile)>, TransportError> {
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut out = Vec::new();
+        while !self.failed.load(Ordering::Relaxed) {
+            let i = self.next.fetch_add(1, Ordering::Relaxed);
+            let Some(p) = self.jobs.get(i) else { break };
+            match self
+                .cancel
+                .check()
+                .and_then(|()| self.write(zip, p, &mut buf))
+            {
+                Ok(f) => out.push((i, f)),
+                Err(e) => {
+                    self.failed.store(true, Ordering::Relaxed);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Writes one file, counting its actual bytes against the limits.
+    fn write<R: Read + Seek>(
+        &self,
+        zip: &mut ZipArchive<R>,
+        p: &Planned,
+        buf: &mut [u8],
+    ) -> Result<ExtractedFile, TransportError> {
+        let limits = self.limits;
+        // The entry's permission bits (a read-only file stays read-only), readable by its
+        // owner; written through a descriptor opened writable, then set exactly.
+        let mode = (p.mode & 0o777) | 0o400;
+        let path = self.target.join(&p.name);
+        let mut out = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode | 0o200)
+            .custom_flags(libc_o_nofollow())
+            .open(&path)
+            .map_err(|e| TransportError::rejected(&p.name, format!("cannot create: {e}")))?;
+        let mut f = zip
+            .by_index(p.index)
+            .map_err(|e| TransportError::rejected(&p.name, e.to_string()))?;
+        let mut h = Sha256::new();
+        let mut n: u64 = 0;
+        loop {
+            let k = match f.read(buf) {
+                Ok(k) => k,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    return Err(TransportError::rejected(
+                        &p.name,
+                        format!("corrupt data: {e}"),
+                    ))
+                }
+            };
+            if k == 0 {
+                break;
+            }
+            n += k as u64;
+            let written_total = self.written.fetch_add(k as u64, Ordering::Relaxed) + k as u64;
+            if n > p.declared || n > limits.max_file_bytes {
+                return Err(TransportError::rejected(
+                    &p.name,
+                    "more data than declared (zip bomb)",
+                ));
+            }
+            if written_total > limits.max_total_bytes {
+                return Err(TransportError::BadArchive(format!(
+                    "more than {} bytes uncompressed (zip bomb) at entry `{}`",
+                    limits.max_total_bytes, p.name
+                )));
+            }
+            h.update(&buf[..k]);
+            out.write_all(&buf[..k])
+                .map_err(|e| TransportError::io(format!("writing `{}`", p.name), e))?;
+        }
+        if n != p.declared {
+            return Err(TransportError::rejected(
+                &p.name,
+                "size differs from the declared size",
+            ));
+        }
+        // The mode given to open() is filtered by the umask; set it exactly.
+        out.set_permissions(fs::Permissions::from_mode(mode))
+            .map_err(|e| TransportError::io(format!("chmod `{}`", p.name), e))?;
+        Ok(ExtractedFile {
+            name: p.name.clone(),
+            size: n,
+            mode,
+            has_mode: p.has_mode,
+            sha256: hex(&h.finalize()),
+        })
+    }
 }
 
 fn le16(b: &[u8], at: usize) -> u64 {
@@ -542,15 +703,53 @@ const fn libc_o_nofollow() -> i32 {
     }
 }
 
-/// Creates the parent directories of `rel` (or `rel` itself when `is_dir`) under `root`, one
-/// component at a time, refusing any existing component that is not a real directory.
-pub(crate) fn ensure_dirs(root: &Path, rel: &str, is_dir: bool) -> Result<(), TransportError> {
-    let parts: Vec<&str> = rel.split('/').collect();
-    let n = if is_dir { parts.len() } else { parts.len() - 1 };
-    let mut cur = root.to_path_buf();
-    for (i, part) in parts[..n].iter().enumerate() {
-        cur.push(part);
-        match fs::symlink_metadata(&cur) {
+/// Creates the parent directories of an entry (or the entry itself, a directory) under a root,
+/// one component at a time, refusing any existing component that is not a real directory. A
+/// directory it has made or checked once is not looked at again (the extraction target is the extractor's own directory, where
+/// nothing else creates entries).
+#[derive(Default)]
+struct DirMaker {
+    /// Relative paths of directories known to be real directories under the root.
+    known: std::collections::HashSet<String>,
+}
+
+impl DirMaker {
+    fn ensure(&mut self, root: &Path, rel: &str, is_dir: bool) -> Result<(), TransportError> {
+        let parts: Vec<&str> = rel.split('/').collect();
+        let n = if is_dir { parts.len() } else { parts.len() - 1 };
+        if n == 0 {
+            return Ok(());
+        }
+        // The deepest directory already known: everything above it is known too.
+        let mut from = n;
+        while from > 0 && !self.known.contains(&parts[..from].join("/")) {
+            from -= 1;
+        }
+        if from == n {
+            return Ok(());
+        }
+        let mut cur = root.to_path_buf();
+        for part in &parts[..from] {
+            cur.push(part);
+        }
+        for i in from..n {
+            cur.push(parts[i]);
+            check_or_make_dir(&cur, rel, &parts, i)?;
+            self.known.insert(parts[..=i].join("/"));
+        }
+        Ok(())
+    }
+}
+
+/// Makes directory `cur` (component `i` of `rel`), or checks that it is a real directory.
+fn check_or_make_dir(
+    cur: &Path,
+    rel: &str,
+    parts: &[&str],
+    i: usize,
+) -> Result<(), TransportError> {
+    {
+        match fs::symlink_metadata(cur) {
             Ok(md) if md.is_dir() => {}
             Ok(md) if md.file_type().is_symlink() => {
                 return Err(TransportError::SymlinkInPath(parts[..=i].join("/")))
@@ -562,7 +761,7 @@ pub(crate) fn ensure_dirs(root: &Path, rel: &str, is_dir: bool) -> Result<(), Tr
                 ))
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                fs::create_dir(&cur).map_err(|e| {
+                fs::create_dir(cur).map_err(|e| {
                     TransportError::io(format!("creating `{}`", parts[..=i].join("/")), e)
                 })?;
             }

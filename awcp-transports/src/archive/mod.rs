@@ -17,7 +17,9 @@ use crate::cancel::CancelFlag;
 use crate::error::TransportError;
 use crate::manifest::hex;
 
-pub use extract::{extract, DeltaInfo, ExtractLimits, ExtractReport, ExtractedFile, DELTA_ENTRY};
+pub use extract::{
+    extract, extract_parallel, DeltaInfo, ExtractLimits, ExtractReport, ExtractedFile, DELTA_ENTRY,
+};
 pub use pack::{pack, PackItem, PackReport};
 pub use transport::{ArchiveDelegator, ArchiveExecutor};
 
@@ -243,6 +245,78 @@ impl Seek for Opened {
             Opened::Mem(c) => c.seek(pos),
             Opened::File(f) => f.seek(pos),
             Opened::Spooled(t) => t.as_file_mut().seek(pos),
+        }
+    }
+}
+
+impl Opened {
+    /// Extracts it into `target` as [`extract::extract`] does, with the files written by
+    /// several threads when there are many (each reading through its own position).
+    pub(crate) fn extract(
+        self,
+        target: &Path,
+        limits: &ExtractLimits,
+        cancel: &CancelFlag,
+    ) -> Result<ExtractReport, TransportError> {
+        match &self {
+            Opened::Mem(c) => extract::extract_parallel(
+                Cursor::new(c.get_ref().as_slice()),
+                target,
+                limits,
+                cancel,
+            ),
+            Opened::File(f) => extract::extract_parallel(At::new(f)?, target, limits, cancel),
+            Opened::Spooled(t) => {
+                extract::extract_parallel(At::new(t.as_file())?, target, limits, cancel)
+            }
+        }
+    }
+}
+
+/// A reader of a shared file at its own position (`pread`), so that threads read one file
+/// independently; cloned per thread.
+#[derive(Clone, Copy)]
+struct At<'a> {
+    file: &'a fs::File,
+    pos: u64,
+    len: u64,
+}
+
+impl<'a> At<'a> {
+    fn new(file: &'a fs::File) -> Result<Self, TransportError> {
+        let len = file
+            .metadata()
+            .map_err(|e| TransportError::io("reading archive", e))?
+            .len();
+        Ok(At { file, pos: 0, len })
+    }
+}
+
+impl Read for At<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        use std::os::unix::fs::FileExt;
+        let n = self.file.read_at(buf, self.pos)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+impl Seek for At<'_> {
+    fn seek(&mut self, pos: io::SeekFrom) -> io::Result<u64> {
+        let to = match pos {
+            io::SeekFrom::Start(n) => Some(n),
+            io::SeekFrom::End(d) => self.len.checked_add_signed(d),
+            io::SeekFrom::Current(d) => self.pos.checked_add_signed(d),
+        };
+        match to {
+            Some(to) => {
+                self.pos = to;
+                Ok(to)
+            }
+            None => Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "seek before the start of the archive",
+            )),
         }
     }
 }

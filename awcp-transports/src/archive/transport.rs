@@ -8,8 +8,7 @@ use std::sync::Mutex;
 use awcp_proto::{DelegationId, TransportKind};
 
 use super::{
-    detect_layout, extract, open_verified, produce, ArchiveOutput, Delivery, ExtractLimits, Layout,
-    PackItem,
+    detect_layout, open_verified, produce, ArchiveOutput, Delivery, ExtractLimits, Layout, PackItem,
 };
 use crate::cancel::CancelFlag;
 use crate::error::TransportError;
@@ -277,7 +276,7 @@ impl ExecutorTransport for ArchiveExecutor {
                 self.config.limits.max_total_bytes,
                 cancel,
             )?;
-            let ex = extract(opened, wd, &self.config.limits, cancel)?;
+            let ex = opened.extract(wd, &self.config.limits, cancel)?;
             let layout = detect_layout(&ex.top_level, req.resources);
             let hashes: BTreeMap<&str, &str> = ex
                 .files

@@ -20,7 +20,7 @@ use super::journal::{
     close, commit, recover, recover_in, Journal, JournalOp, JournalState, Recovery,
     APPLY_DIR_PREFIX,
 };
-use crate::archive::{detect_layout, extract, open_verified, ArchiveSource, ExtractLimits, Layout};
+use crate::archive::{detect_layout, open_verified, ArchiveSource, ExtractLimits, Layout};
 use crate::cancel::CancelFlag;
 use crate::error::TransportError;
 use crate::manifest::{hash_file, Baseline, Manifest};
@@ -388,7 +388,7 @@ fn stage_and_commit(
         opts.limits.max_total_bytes,
         cancel,
     )?;
-    let ex = extract(opened, &staged_root, &opts.limits, cancel)?;
+    let ex = opened.extract(&staged_root, &opts.limits, cancel)?;
     report.kind = if ex.delta.is_some() {
         SnapshotKind::Delta
     } else {
