@@ -118,6 +118,18 @@ fn setup(e: &ArchiveExecutor, file: &ArchiveFile, work: &Path) {
     .unwrap();
 }
 
+/// The time of `iters` setups from `file` into `work` (each released after, untimed).
+fn time_setups(iters: u64, e: &ArchiveExecutor, file: &ArchiveFile, work: &Path) -> Duration {
+    let mut total = Duration::ZERO;
+    for _ in 0..iters {
+        let t = Instant::now();
+        setup(e, file, work);
+        total += t.elapsed();
+        e.release(work).unwrap();
+    }
+    total
+}
+
 fn benches(c: &mut Criterion) {
     let tmp = tempfile::tempdir().unwrap();
     let d = ArchiveDelegator::new(ArchiveDelegatorConfig::new(tmp.path().join("exports")));
@@ -153,18 +165,7 @@ fn benches(c: &mut Criterion) {
             ex.bench_with_input(
                 BenchmarkId::from_parameter(format!("{mb}MB")),
                 &mb,
-                |b, _| {
-                    b.iter_custom(|iters| {
-                        let mut total = Duration::ZERO;
-                        for _ in 0..iters {
-                            let t = Instant::now();
-                            setup(&e, &file, &work);
-                            total += t.elapsed();
-                            e.release(&work).unwrap();
-                        }
-                        total
-                    })
-                },
+                |b, _| b.iter_custom(|iters| time_setups(iters, &e, &file, &work)),
             );
         }
         ex.finish();
@@ -182,16 +183,7 @@ fn benches(c: &mut Criterion) {
     g.sample_size(20);
     g.throughput(Throughput::Elements(1000));
     g.bench_function("1000_files_10KiB", |b| {
-        b.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            for _ in 0..iters {
-                let t = Instant::now();
-                setup(&e, &file, &work);
-                total += t.elapsed();
-                e.release(&work).unwrap();
-            }
-            total
-        })
+        b.iter_custom(|iters| time_setups(iters, &e, &file, &work))
     });
     g.finish();
 

@@ -130,6 +130,17 @@ fn apply_keeping_proof(
     })
 }
 
+/// A fixture lent `rw`, set up on the executor and edited there (see [`edit`]), with the
+/// delta snapshot of the edits.
+fn edited() -> (Fixture, Prepared, CapturedSnapshot) {
+    let f = fixture(AccessMode::Rw);
+    let p = prepare(&f, Layout::PerResource, Delivery::Inline, AccessMode::Rw);
+    setup(&f, &p, AccessMode::Rw);
+    edit(&f.work.join("project"));
+    let snap = capture_inline_delta(&f);
+    (f, p, snap)
+}
+
 /// What is beside the workspace under `.awcp-` names, and in each such directory.
 fn staging(ws: &Path) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
@@ -382,11 +393,7 @@ fn crash_mid_swap_is_rolled_forward() {
 /// restart after that finds nothing. A proof left over is no obstacle to the next apply.
 #[test]
 fn a_finished_swap_is_recovered_as_finished_until_the_apply_is_closed() {
-    let f = fixture(AccessMode::Rw);
-    let p = prepare(&f, Layout::PerResource, Delivery::Inline, AccessMode::Rw);
-    setup(&f, &p, AccessMode::Rw);
-    edit(&f.work.join("project"));
-    let snap = capture_inline_delta(&f);
+    let (f, p, snap) = edited();
     apply_keeping_proof(&f, &p, &snap, &ApplyOptions::default()).unwrap();
     assert_edited(&f.ws);
     assert_eq!(staging(&f.ws), vec![".awcp-apply-d1/journal.json"]);
@@ -405,11 +412,7 @@ fn a_finished_swap_is_recovered_as_finished_until_the_apply_is_closed() {
     awcp_transports::snapshot::close_apply(roots, "d1").unwrap();
 
     // Killed mid-swap, then recovered: the same proof, until closed.
-    let f = fixture(AccessMode::Rw);
-    let p = prepare(&f, Layout::PerResource, Delivery::Inline, AccessMode::Rw);
-    setup(&f, &p, AccessMode::Rw);
-    edit(&f.work.join("project"));
-    let snap = capture_inline_delta(&f);
+    let (f, p, snap) = edited();
     let opts = ApplyOptions {
         crash: Some(CrashPoint::AfterOps(1)),
         ..Default::default()
@@ -428,11 +431,7 @@ fn a_finished_swap_is_recovered_as_finished_until_the_apply_is_closed() {
     assert_no_staging(&f.ws);
 
     // Killed before the swap: rolled back, no proof.
-    let f = fixture(AccessMode::Rw);
-    let p = prepare(&f, Layout::PerResource, Delivery::Inline, AccessMode::Rw);
-    setup(&f, &p, AccessMode::Rw);
-    edit(&f.work.join("project"));
-    let snap = capture_inline_delta(&f);
+    let (f, p, snap) = edited();
     let before = tree(&f.ws);
     let opts = ApplyOptions {
         crash: Some(CrashPoint::AfterStaging),

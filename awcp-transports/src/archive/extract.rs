@@ -172,12 +172,24 @@ pub fn extract<R: Read + Seek>(
     limits: &ExtractLimits,
     cancel: &CancelFlag,
 ) -> Result<ExtractReport, TransportError> {
-    let mut zip = open_zip(reader, limits)?;
-    let (plan, mut report) = plan_entries(&mut zip, limits, cancel)?;
-    let jobs = prepare_target(&mut zip, plan, target, &mut report, cancel)?;
+    let (mut zip, jobs, report) = begin(reader, target, limits, cancel)?;
     let work = FileWork::new(&jobs, target, limits, cancel);
     let written = work.run(&mut zip)?;
     Ok(finish(report, written))
+}
+
+/// Everything before the files are written: the archive opened and validated (pass 1), the
+/// directories made and the rest of the report filled (pass 2). Returns the files to write.
+fn begin<R: Read + Seek>(
+    reader: R,
+    target: &Path,
+    limits: &ExtractLimits,
+    cancel: &CancelFlag,
+) -> Result<(ZipArchive<R>, Vec<Planned>, ExtractReport), TransportError> {
+    let mut zip = open_zip(reader, limits)?;
+    let (plan, mut report) = plan_entries(&mut zip, limits, cancel)?;
+    let jobs = prepare_target(&mut zip, plan, target, &mut report, cancel)?;
+    Ok((zip, jobs, report))
 }
 
 /// Files written by more than one thread only from this many on: below it a thread costs more
@@ -187,19 +199,18 @@ const PARALLEL_MIN_FILES: usize = 64;
 const MAX_WORKERS: usize = 4;
 
 /// [`extract`] with the files written by up to 4 threads (one per core) when there are many
-/// (64 or more; fewer are written by the calling thread): each thread decompresses and writes whole entries through its own reader
-/// (`reader` is cloned, sharing the parsed central directory). Everything is validated first
-/// and directories are created first, by one thread, exactly as [`extract`] does; the limits
-/// on actual bytes hold across threads. The report is the same as [`extract`]'s.
+/// (64 or more; fewer are written by the calling thread): each thread decompresses and writes
+/// whole entries through its own reader (`reader` is cloned, sharing the parsed central
+/// directory). Everything is validated first and directories are created first, by one
+/// thread, exactly as [`extract`] does; the limits on actual bytes hold across threads. The
+/// report is the same as [`extract`]'s.
 pub fn extract_parallel<R: Read + Seek + Clone + Send>(
     reader: R,
     target: &Path,
     limits: &ExtractLimits,
     cancel: &CancelFlag,
 ) -> Result<ExtractReport, TransportError> {
-    let mut zip = open_zip(reader, limits)?;
-    let (plan, mut report) = plan_entries(&mut zip, limits, cancel)?;
-    let jobs = prepare_target(&mut zip, plan, target, &mut report, cancel)?;
+    let (mut zip, jobs, report) = begin(reader, target, limits, cancel)?;
     let work = FileWork::new(&jobs, target, limits, cancel);
     let workers = std::thread::available_parallelism()
         .map(|n| n.get())

@@ -429,6 +429,19 @@ fn is_applied_event(o: &DelegatorOutput) -> bool {
     )
 }
 
+/// One applied event (it writes the record), then the proof closed and the bytes deleted.
+fn assert_journalled_applied_then_closed(out: &[DelegatorOutput]) {
+    let event = positions(out, is_applied_event);
+    let close = positions(out, is_close);
+    let delete = positions(out, is_delete);
+    assert_eq!(
+        (event.len(), close.len(), delete.len()),
+        (1, 1, 1),
+        "{out:?}"
+    );
+    assert!(event[0] < close[0] && event[0] < delete[0], "{out:?}");
+}
+
 #[test]
 fn an_apply_is_journalled_as_applied_before_its_proof_and_bytes_go() {
     let mut d = done_with_snapshot();
@@ -436,15 +449,8 @@ fn an_apply_is_journalled_as_applied_before_its_proof_and_bytes_go() {
     drain(&mut d);
     d.handle(t(4), applied("snap_a", Ok(()))).unwrap();
     let out = drain(&mut d);
-    let event = positions(&out, is_applied_event);
+    assert_journalled_applied_then_closed(&out);
     let close = positions(&out, is_close);
-    let delete = positions(&out, is_delete);
-    assert_eq!(
-        (event.len(), close.len(), delete.len()),
-        (1, 1, 1),
-        "{out:?}"
-    );
-    assert!(event[0] < close[0] && event[0] < delete[0], "{out:?}");
     assert_eq!(out[close[0]].journaling(), Journaling::Sync);
     // A failed apply leaves nothing to close (the workspace was not swapped).
     let mut d = done_with_snapshot();
@@ -473,15 +479,7 @@ fn a_restart_after_the_swap_finished_records_the_snapshot_applied_not_pending() 
     assert_eq!(s.status, SnapshotStatus::Applied);
     assert_eq!(s.applied_at, Some(t(10)));
     assert_eq!(s.error, None);
-    let event = positions(&out, is_applied_event);
-    let close = positions(&out, is_close);
-    let delete = positions(&out, is_delete);
-    assert_eq!(
-        (event.len(), close.len(), delete.len()),
-        (1, 1, 1),
-        "{out:?}"
-    );
-    assert!(event[0] < close[0] && event[0] < delete[0], "{out:?}");
+    assert_journalled_applied_then_closed(&out);
     assert!(out.iter().any(is_ack), "{out:?}");
     let rec = d2.record(&id()).unwrap();
     assert!(rec.stored.is_empty(), "{:?}", rec.stored);
