@@ -141,6 +141,14 @@ fn edited() -> (Fixture, Prepared, CapturedSnapshot) {
     (f, p, snap)
 }
 
+fn parent_of(ws: &Path) -> PathBuf {
+    fs::canonicalize(ws)
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
 /// What is beside the workspace under `.awcp-` names, and in each such directory.
 fn staging(ws: &Path) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
@@ -405,6 +413,15 @@ fn a_finished_swap_is_recovered_as_finished_until_the_apply_is_closed() {
         assert_eq!(tree(&f.ws), after);
         assert_eq!(staging(&f.ws), vec![".awcp-apply-d1/journal.json"]);
     }
+    // What a power loss may leave instead of the unsynced `committed` journal: the synced
+    // `committing` one, its staging gone. Redoing its renames changes nothing.
+    let journal = parent_of(&f.ws).join(".awcp-apply-d1/journal.json");
+    let text = fs::read_to_string(&journal).unwrap();
+    assert!(text.contains("\"committed\""), "{text}");
+    fs::write(&journal, text.replace("\"committed\"", "\"committing\"")).unwrap();
+    let r = awcp_transports::snapshot::recover_interrupted(roots, "d1").unwrap();
+    assert_eq!(r, Recovery::RolledForward);
+    assert_eq!(tree(&f.ws), after);
     awcp_transports::snapshot::close_apply(roots, "d1").unwrap();
     assert_no_staging(&f.ws);
     let r = awcp_transports::snapshot::recover_interrupted(roots, "d1").unwrap();

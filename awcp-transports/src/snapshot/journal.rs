@@ -79,19 +79,26 @@ pub enum Recovery {
 }
 
 impl Journal {
-    /// Writes the journal atomically (write temp, fsync, rename).
+    /// Writes the journal atomically (write temp, fsync, rename, fsync the directory).
     pub fn save(&self, dir: &Path) -> Result<(), TransportError> {
+        self.write(dir, true)
+    }
+
+    /// Writes the journal atomically (write temp, rename), made durable only if `sync`.
+    fn write(&self, dir: &Path, sync: bool) -> Result<(), TransportError> {
         let data = serde_json::to_vec_pretty(self)
             .map_err(|e| TransportError::io("encoding journal", e.into()))?;
         let tmp = dir.join("journal.json.tmp");
         let mut f = fs::File::create(&tmp).map_err(|e| TransportError::io("writing journal", e))?;
         f.write_all(&data)
-            .and_then(|_| f.sync_all())
+            .and_then(|_| if sync { f.sync_all() } else { Ok(()) })
             .map_err(|e| TransportError::io("writing journal", e))?;
         fs::rename(&tmp, dir.join(JOURNAL_FILE))
             .map_err(|e| TransportError::io("writing journal", e))?;
-        if let Ok(d) = fs::File::open(dir) {
-            let _ = d.sync_all();
+        if sync {
+            if let Ok(d) = fs::File::open(dir) {
+                let _ = d.sync_all();
+            }
         }
         Ok(())
     }
@@ -160,8 +167,12 @@ pub(crate) fn commit(
     }
     j.state = JournalState::Committed;
     if keep_proof {
-        // The proof must outlive the staging: written before anything is removed.
-        j.save(dir)?;
+        // The proof must outlive the staging: written before anything is removed. Not synced:
+        // it tells a process restarted after a kill (the file is in the page cache) that the
+        // swap finished. After a power loss the synced `committing` journal may be what is
+        // found instead, and redoing its ops is then a no-op (the staged files were moved in,
+        // the replaced ones out), so the recovery still reports the swap finished.
+        j.write(dir, false)?;
         remove_staging(dir, j);
     } else {
         // Not saved: recovery of `committing` after this point redoes ops that are all done.
