@@ -74,7 +74,7 @@ pub enum Recovery {
     Nothing,
     /// The apply had not started swapping; the workspace is untouched and staging removed.
     RolledBack,
-    /// The apply was mid-swap; it was finished.
+    /// The swap had begun: it was finished, or had finished before (a `committed` journal).
     RolledForward,
 }
 
