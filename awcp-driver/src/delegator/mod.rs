@@ -6,9 +6,11 @@ pub mod daemon;
 mod execute;
 mod receive;
 mod run;
+mod startup;
 mod storage;
 
 use run::OutBody;
+use startup::{lock_state_dir, recover_interrupted_applies};
 use storage::{baseline_file, load_baseline, random_id, scan, store_snapshot};
 
 use std::collections::BTreeMap;
@@ -18,8 +20,8 @@ use std::time::Duration;
 
 use awcp_proto::engine::auth::SecretDigest;
 use awcp_proto::engine::delegator::{
-    ApplyRecovery, ArchiveDelivery, DelegateRequest, DelegationRecord, DelegationView,
-    FetchedResult, Journaling, Outbound, PrepareFailure, RequestFailure, ScanFailure, StoreFailure,
+    ArchiveDelivery, DelegateRequest, DelegationRecord, DelegationView, FetchedResult, Journaling,
+    Outbound, PrepareFailure, RequestFailure, ScanFailure, StoreFailure,
 };
 use awcp_proto::engine::{SnapshotMode, WorkspaceStats};
 use awcp_proto::http_binding::{self as wire_http, ArchiveUrlRefusal};
@@ -267,54 +269,6 @@ pub struct DelegatorHandle {
     /// Journal records found at start but not loaded (id → why), e.g. written by a newer
     /// release. Their files are left untouched.
     unloaded: Arc<BTreeMap<String, String>>,
-}
-
-/// Takes the exclusive lock of a delegator state directory (`<dir>/lock`, flock(2); released
-/// when the file is closed, also when the process dies) and records our process id in it.
-fn lock_state_dir(dir: &Path) -> Result<std::fs::File, DelegatorError> {
-    let io_err = |source| DelegatorError::StateDir {
-        dir: dir.to_path_buf(),
-        source,
-    };
-    std::fs::create_dir_all(dir).map_err(io_err)?;
-    match crate::lockfile::lock_pid_file(&dir.join("lock")).map_err(io_err)? {
-        crate::lockfile::PidLock::Held(f) => Ok(f),
-        crate::lockfile::PidLock::InUse(holder) => Err(DelegatorError::StateDirInUse {
-            dir: dir.to_path_buf(),
-            holder,
-        }),
-    }
-}
-
-/// Finishes or rolls back every apply a previous process left interrupted, for every
-/// delegation in the journal (`specs`: their resources), and removes their staging; see
-/// [`awcp_transports::snapshot::recover_interrupted`]. Runs before the engine restores
-/// anything, so each workspace is entirely old or entirely new when delegations resume.
-/// Returns what it did, for the engine to record ([`Delegator::restore`]).
-fn recover_interrupted_applies(
-    specs: &BTreeMap<DelegationId, Vec<ResourceSpec>>,
-) -> BTreeMap<DelegationId, ApplyRecovery> {
-    use awcp_transports::snapshot::Recovery;
-    let mut recovered = BTreeMap::new();
-    for (id, resources) in specs {
-        let roots: Vec<PathBuf> = resources.iter().map(|r| r.source_path.clone()).collect();
-        let r = match awcp_transports::snapshot::recover_interrupted(&roots, id.as_str()) {
-            Ok(Recovery::Nothing) => continue,
-            Ok(Recovery::RolledBack) => ApplyRecovery::RolledBack,
-            Ok(Recovery::RolledForward) => ApplyRecovery::Finished,
-            Err(e) => {
-                tracing::error!(
-                    delegation = %id,
-                    "recovering an interrupted apply failed (the workspace may be half applied; \
-                     applying the snapshot again retries the recovery): {e}"
-                );
-                ApplyRecovery::Failed(e.to_error_info())
-            }
-        };
-        tracing::info!(delegation = %id, recovery = ?r, "interrupted apply recovered");
-        recovered.insert(id.clone(), r);
-    }
-    recovered
 }
 
 impl DelegatorHandle {
