@@ -16,6 +16,7 @@
 //!    `committed` journal and learns that the swap finished ([`Recovery::RolledForward`])
 //!    although the caller's record may not say so yet.
 
+use std::collections::HashSet;
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -119,26 +120,40 @@ fn exists(p: &Path) -> bool {
     fs::symlink_metadata(p).is_ok()
 }
 
-fn mkparent(p: &Path) -> Result<(), TransportError> {
-    if let Some(d) = p.parent() {
+/// Renames `from` to `to`, creating `to`'s parent directories first unless `made` says this
+/// swap already made or found them; should they have gone since, they are made again.
+fn rename_into(
+    from: &Path,
+    to: &Path,
+    made: &mut HashSet<PathBuf>,
+    what: &'static str,
+) -> Result<(), TransportError> {
+    let parent = to.parent().filter(|d| !d.as_os_str().is_empty());
+    if let Some(d) = parent.filter(|d| !made.contains(*d)) {
         fs::create_dir_all(d).map_err(|e| TransportError::io("creating directory", e))?;
+        made.insert(d.to_path_buf());
     }
-    Ok(())
+    match fs::rename(from, to) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && parent.is_some() => {
+            if let Some(d) = parent {
+                fs::create_dir_all(d).map_err(|e| TransportError::io("creating directory", e))?;
+            }
+            fs::rename(from, to).map_err(|e| TransportError::io(what, e))
+        }
+        r => r.map_err(|e| TransportError::io(what, e)),
+    }
 }
 
-/// Performs op `op` idempotently.
-pub(crate) fn run_op(op: &JournalOp) -> Result<(), TransportError> {
+/// Performs op `op` idempotently; `made`: parent directories this swap made or found.
+pub(crate) fn run_op(op: &JournalOp, made: &mut HashSet<PathBuf>) -> Result<(), TransportError> {
     let staged_present = op.staged.as_deref().is_some_and(exists);
     let is_delete = op.staged.is_none();
     if (staged_present || is_delete) && exists(&op.target) && !exists(&op.backup) {
-        mkparent(&op.backup)?;
-        fs::rename(&op.target, &op.backup).map_err(|e| TransportError::io("backing up", e))?;
+        rename_into(&op.target, &op.backup, made, "backing up")?;
     }
     if let Some(staged) = &op.staged {
         if staged_present {
-            mkparent(&op.target)?;
-            fs::rename(staged, &op.target)
-                .map_err(|e| TransportError::io("moving into place", e))?;
+            rename_into(staged, &op.target, made, "moving into place")?;
         }
     }
     Ok(())
@@ -156,11 +171,12 @@ pub(crate) fn commit(
         j.state = JournalState::Committing;
         j.save(dir)?;
     }
+    let mut made = HashSet::new();
     for (i, op) in j.ops.iter().enumerate() {
         if crash_after_ops == Some(i) {
             return Err(TransportError::InjectedCrash("mid-swap"));
         }
-        run_op(op)?;
+        run_op(op, &mut made)?;
     }
     if crash_after_ops == Some(j.ops.len()) {
         return Err(TransportError::InjectedCrash("after the last op"));
@@ -288,4 +304,28 @@ pub fn recover_all(parent: &Path) -> Result<Vec<(String, Recovery)>, TransportEr
         out.push((name, recover(&d)?));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A swap creates each parent directory once; one that went away after it was made (a user
+    /// removing it mid-swap) is made again rather than failing the rename.
+    #[test]
+    fn a_parent_made_once_is_made_again_if_it_went_away() {
+        let t = tempfile::tempdir().unwrap();
+        let (a, b) = (t.path().join("a"), t.path().join("b"));
+        fs::write(&a, b"1").unwrap();
+        fs::write(&b, b"2").unwrap();
+        let mut made = HashSet::new();
+        rename_into(&a, &t.path().join("x/y/a"), &mut made, "test").unwrap();
+        assert!(made.contains(&t.path().join("x/y")));
+        fs::remove_dir_all(t.path().join("x")).unwrap();
+        rename_into(&b, &t.path().join("x/y/b"), &mut made, "test").unwrap();
+        assert_eq!(fs::read(t.path().join("x/y/b")).unwrap(), b"2");
+        // A source that is not there is an error, not a loop.
+        let e = rename_into(&a, &t.path().join("x/y/c"), &mut made, "test").unwrap_err();
+        assert!(e.to_string().contains("test"), "{e}");
+    }
 }
