@@ -6,7 +6,7 @@ use std::fs;
 use std::io::Cursor;
 
 use awcp_proto::ErrorCode;
-use awcp_transports::archive::{extract, extract_parallel, ExtractLimits};
+use awcp_transports::archive::{extract, extract_parallel, ExtractLimits, FileAt};
 use awcp_transports::snapshot::{apply_snapshot, ApplyOptions, ApplyRequest};
 use awcp_transports::{ArchiveSource, CancelFlag, ResourceSpec, TransportError};
 use common::{raw_zip, tree, RawEntry};
@@ -252,7 +252,12 @@ fn refuse_in_parallel(zip: &[u8], limits: ExtractLimits) -> TransportError {
         fs::create_dir(&target).unwrap();
         let err = if from_file {
             let f = fs::File::open(&file).unwrap();
-            extract_parallel(SharedFile(&f, 0), &target, &limits, &CancelFlag::new())
+            extract_parallel(
+                FileAt::new(&f).unwrap(),
+                &target,
+                &limits,
+                &CancelFlag::new(),
+            )
         } else {
             extract_parallel(Cursor::new(zip), &target, &limits, &CancelFlag::new())
         }
@@ -269,32 +274,6 @@ fn refuse_in_parallel(zip: &[u8], limits: ExtractLimits) -> TransportError {
     );
     assert_eq!(errors[0].to_string(), errors[1].to_string());
     errors.remove(0)
-}
-
-/// A file read at a position of its own per clone (`pread`), as the transports read a stored
-/// archive with several threads.
-#[derive(Clone, Copy)]
-struct SharedFile<'a>(&'a fs::File, u64);
-
-impl std::io::Read for SharedFile<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        use std::os::unix::fs::FileExt;
-        let n = self.0.read_at(buf, self.1)?;
-        self.1 += n as u64;
-        Ok(n)
-    }
-}
-
-impl std::io::Seek for SharedFile<'_> {
-    fn seek(&mut self, pos: std::io::SeekFrom) -> std::io::Result<u64> {
-        let len = self.0.metadata()?.len();
-        self.1 = match pos {
-            std::io::SeekFrom::Start(n) => n,
-            std::io::SeekFrom::End(d) => len.checked_add_signed(d).unwrap(),
-            std::io::SeekFrom::Current(d) => self.1.checked_add_signed(d).unwrap(),
-        };
-        Ok(self.1)
-    }
 }
 
 #[test]

@@ -216,7 +216,7 @@ pub fn extract_parallel<R: Read + Seek + Clone + Send>(
         .map(|n| n.get())
         .unwrap_or(1)
         .min(MAX_WORKERS)
-        .min(jobs.len() / (PARALLEL_MIN_FILES / 2).max(1));
+        .min(jobs.len() / (PARALLEL_MIN_FILES / 2));
     let written = if workers < 2 || jobs.len() < PARALLEL_MIN_FILES {
         work.run(&mut zip)?
     } else {

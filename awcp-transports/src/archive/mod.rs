@@ -265,34 +265,36 @@ impl Opened {
                 limits,
                 cancel,
             ),
-            Opened::File(f) => extract::extract_parallel(At::new(f)?, target, limits, cancel),
+            Opened::File(f) => extract::extract_parallel(FileAt::new(f)?, target, limits, cancel),
             Opened::Spooled(t) => {
-                extract::extract_parallel(At::new(t.as_file())?, target, limits, cancel)
+                extract::extract_parallel(FileAt::new(t.as_file())?, target, limits, cancel)
             }
         }
     }
 }
 
-/// A reader of a shared file at its own position (`pread`), so that threads read one file
-/// independently; cloned per thread.
-#[derive(Clone, Copy)]
-struct At<'a> {
+/// A reader of a shared file at a position of its own (`pread`), so that several threads
+/// read one file independently: what [`extract_parallel`] needs to read an archive file
+/// (each copy reads on its own).
+#[derive(Clone, Copy, Debug)]
+pub struct FileAt<'a> {
     file: &'a fs::File,
     pos: u64,
     len: u64,
 }
 
-impl<'a> At<'a> {
-    fn new(file: &'a fs::File) -> Result<Self, TransportError> {
+impl<'a> FileAt<'a> {
+    /// A reader of `file` from its start (its length read once, now).
+    pub fn new(file: &'a fs::File) -> Result<Self, TransportError> {
         let len = file
             .metadata()
             .map_err(|e| TransportError::io("reading archive", e))?
             .len();
-        Ok(At { file, pos: 0, len })
+        Ok(FileAt { file, pos: 0, len })
     }
 }
 
-impl Read for At<'_> {
+impl Read for FileAt<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         use std::os::unix::fs::FileExt;
         let n = self.file.read_at(buf, self.pos)?;
@@ -301,7 +303,7 @@ impl Read for At<'_> {
     }
 }
 
-impl Seek for At<'_> {
+impl Seek for FileAt<'_> {
     fn seek(&mut self, pos: io::SeekFrom) -> io::Result<u64> {
         let to = match pos {
             io::SeekFrom::Start(n) => Some(n),
