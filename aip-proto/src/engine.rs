@@ -1,7 +1,8 @@
 //! What both engines share: handles, the named-timer deadline index, the output queue with
 //! the engine clock, and the seeded id source.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::hash::{BuildHasher, Hash};
 use std::sync::Arc;
 
 use crate::time::Timestamp;
@@ -67,23 +68,55 @@ impl RetryPolicy {
     }
 }
 
-/// A deadline index: re-arming a timer replaces its deadline; `next` is O(log n).
-#[derive(Debug)]
-pub(crate) struct TimerIndex<K: Ord + Clone> {
-    by_deadline: BTreeSet<(Timestamp, K)>,
-    by_key: BTreeMap<K, Timestamp>,
+/// The hasher of the engines' maps keyed by peer-chosen strings (task ids): SipHash-1-3 with
+/// a key derived from the engine's seed, so a peer that does not know the seed cannot choose
+/// ids that collide (the standard library's `RandomState` would draw the key from the
+/// operating system, which an engine does not touch).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct KeyedHasher {
+    k0: u64,
+    k1: u64,
 }
 
-impl<K: Ord + Clone> Default for TimerIndex<K> {
-    fn default() -> Self {
-        TimerIndex {
-            by_deadline: BTreeSet::new(),
-            by_key: BTreeMap::new(),
+impl KeyedHasher {
+    /// Keys drawn from `seed` (without advancing any id source, so ids stay what they were).
+    pub(crate) fn from_seed(seed: u64) -> Self {
+        let mut s = IdSource {
+            prefix: String::new(),
+            n: 0,
+            state: seed ^ 0x6b65_7965_6420_6d61, // "keyed ma": apart from the id stream
+        };
+        KeyedHasher {
+            k0: s.random(),
+            k1: s.random(),
         }
     }
 }
 
-impl<K: Ord + Clone> TimerIndex<K> {
+impl BuildHasher for KeyedHasher {
+    type Hasher = siphasher::sip::SipHasher13;
+
+    fn build_hasher(&self) -> Self::Hasher {
+        siphasher::sip::SipHasher13::new_with_keys(self.k0, self.k1)
+    }
+}
+
+/// A deadline index: re-arming a timer replaces its deadline; `next` is O(log n), finding a
+/// timer by key O(1).
+#[derive(Debug)]
+pub(crate) struct TimerIndex<K: Ord + Hash + Clone> {
+    by_deadline: BTreeSet<(Timestamp, K)>,
+    by_key: HashMap<K, Timestamp, KeyedHasher>,
+}
+
+impl<K: Ord + Hash + Clone> TimerIndex<K> {
+    pub(crate) fn new(hasher: KeyedHasher) -> Self {
+        TimerIndex {
+            by_deadline: BTreeSet::new(),
+            by_key: HashMap::with_hasher(hasher),
+        }
+    }
+
     pub(crate) fn set(&mut self, key: K, at: Timestamp) {
         if let Some(old) = self.by_key.insert(key.clone(), at) {
             self.by_deadline.remove(&(old, key.clone()));
@@ -123,17 +156,17 @@ impl<K: Ord + Clone> TimerIndex<K> {
 
 /// Output queue, timers and the engine clock.
 #[derive(Debug)]
-pub(crate) struct Core<K: Ord + Clone, O> {
+pub(crate) struct Core<K: Ord + Hash + Clone, O> {
     pub(crate) timers: TimerIndex<K>,
     pub(crate) out: VecDeque<O>,
     /// The engine's clock: the latest `now` seen (time never goes backwards inside).
     pub(crate) now: Timestamp,
 }
 
-impl<K: Ord + Clone, O> Core<K, O> {
-    pub(crate) fn new() -> Self {
+impl<K: Ord + Hash + Clone, O> Core<K, O> {
+    pub(crate) fn new(hasher: KeyedHasher) -> Self {
         Core {
-            timers: TimerIndex::default(),
+            timers: TimerIndex::new(hasher),
             out: VecDeque::new(),
             now: Timestamp::UNIX_EPOCH,
         }
@@ -211,34 +244,32 @@ impl IdSource {
     }
 }
 
-/// Tasks by id: an ordered index of ids to slots, plus a one-entry cache of the last slot
+/// Tasks by id: a hash index of ids to slots, plus a one-entry cache of the last slot
 /// found. One engine call touches one task many times (transition, timers, stream, reply);
-/// with the cache only the first lookup walks the index, the others compare one id.
+/// with the cache only the first lookup hashes the id, the others compare one id.
 ///
 /// Implementation note: with ten thousand tasks a `BTreeMap<String, _>` lookup costs about
 /// twenty string comparisons, and a lifecycle made some thirty of them: half the engine's
-/// time (BENCHMARKS.md).
+/// time before the cache, and still 5 % of a lifecycle with it (BENCHMARKS.md).
 #[derive(Debug)]
 pub(crate) struct IdMap<V> {
     /// Ids and slots; a slot holds the same (shared) id as its index key.
-    index: BTreeMap<Arc<str>, usize>,
+    index: HashMap<Arc<str>, usize, KeyedHasher>,
     slots: Vec<Option<(Arc<str>, V)>>,
     free: Vec<usize>,
     last: core::cell::Cell<usize>,
 }
 
-impl<V> Default for IdMap<V> {
-    fn default() -> Self {
+impl<V> IdMap<V> {
+    pub(crate) fn new(hasher: KeyedHasher) -> Self {
         IdMap {
-            index: BTreeMap::new(),
+            index: HashMap::with_hasher(hasher),
             slots: Vec::new(),
             free: Vec::new(),
             last: core::cell::Cell::new(usize::MAX),
         }
     }
-}
 
-impl<V> IdMap<V> {
     fn slot(&self, id: &str) -> Option<usize> {
         let last = self.last.get();
         if let Some(Some((k, _))) = self.slots.get(last) {
@@ -299,9 +330,10 @@ impl<V> IdMap<V> {
     /// Values in id order.
     #[cfg(test)]
     pub(crate) fn values(&self) -> impl Iterator<Item = &V> {
-        self.index
-            .values()
-            .filter_map(|i| self.slots[*i].as_ref().map(|(_, v)| v))
+        let mut ids: Vec<(&Arc<str>, &usize)> = self.index.iter().collect();
+        ids.sort();
+        ids.into_iter()
+            .filter_map(|(_, i)| self.slots[*i].as_ref().map(|(_, v)| v))
     }
 }
 
@@ -312,7 +344,7 @@ mod tests {
 
     #[test]
     fn rearming_a_timer_replaces_its_deadline() {
-        let mut t = TimerIndex::default();
+        let mut t = TimerIndex::new(KeyedHasher::from_seed(1));
         t.set("a", Timestamp::from_unix_millis(10));
         t.set("b", Timestamp::from_unix_millis(20));
         t.set("a", Timestamp::from_unix_millis(30));
@@ -325,7 +357,7 @@ mod tests {
 
     #[test]
     fn the_id_map_finds_inserts_and_reuses_slots() {
-        let mut m = IdMap::default();
+        let mut m = IdMap::new(KeyedHasher::from_seed(1));
         m.insert("b".to_owned(), 2);
         m.insert("a".to_owned(), 1);
         assert_eq!(m.get("b"), Some(&2));
@@ -358,7 +390,7 @@ mod tests {
 
     #[test]
     fn the_clock_never_goes_backwards() {
-        let mut c: Core<u8, ()> = Core::new();
+        let mut c: Core<u8, ()> = Core::new(KeyedHasher::from_seed(1));
         c.tick(Timestamp::from_unix_millis(100));
         c.tick(Timestamp::from_unix_millis(50));
         assert_eq!(c.now.as_unix_millis(), 100);

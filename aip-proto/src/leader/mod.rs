@@ -34,7 +34,7 @@ mod view;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::engine::{CallId, Core, IdMap, IdSource, RetryPolicy};
+use crate::engine::{CallId, Core, IdMap, IdSource, KeyedHasher, RetryPolicy};
 use crate::error::UsageError;
 use crate::time::Timestamp;
 use crate::wire::{DataItem, Dialect, StartParams, TaskState};
@@ -214,11 +214,12 @@ impl Leader {
     /// A leader with no partners and no tasks.
     pub fn new(config: LeaderConfig) -> Self {
         let ids = IdSource::new(config.id_seed);
+        let keys = KeyedHasher::from_seed(config.id_seed);
         Leader {
             config,
-            core: Core::new(),
+            core: Core::new(keys),
             partners: BTreeMap::new(),
-            tasks: IdMap::default(),
+            tasks: IdMap::new(keys),
             calls: BTreeMap::new(),
             attempts: BTreeMap::new(),
             streams: BTreeMap::new(),

@@ -262,7 +262,7 @@ pub enum LeaderEvent {
 }
 
 /// Why the leader wants to wake up.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum LeaderTimer {
     /// An attempt has had no answer for too long.
     CallTimeout(CallId),

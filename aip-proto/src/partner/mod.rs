@@ -41,7 +41,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::engine::{Core, HttpResponse, IdMap, IdSource, RequestId, RetryPolicy};
+use crate::engine::{Core, HttpResponse, IdMap, IdSource, KeyedHasher, RequestId, RetryPolicy};
 use crate::error::UsageError;
 use crate::state::Cause;
 use crate::time::Timestamp;
@@ -165,10 +165,11 @@ impl Partner {
     /// A partner with no tasks.
     pub fn new(config: PartnerConfig) -> Self {
         let ids = IdSource::new(config.id_seed);
+        let keys = KeyedHasher::from_seed(config.id_seed);
         Partner {
             config,
-            core: Core::new(),
-            tasks: IdMap::default(),
+            core: Core::new(keys),
+            tasks: IdMap::new(keys),
             ended: BTreeSet::new(),
             tombstones: BTreeMap::new(),
             tombstone_order: VecDeque::new(),

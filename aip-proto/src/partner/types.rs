@@ -167,7 +167,7 @@ pub enum PartnerEvent {
 }
 
 /// Why the partner wants to wake up.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum PartnerTimer {
     /// A start waits for the application's decision.
     ResponseTimeout(Arc<str>),
