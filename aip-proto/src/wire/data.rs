@@ -123,6 +123,17 @@ pub enum SenderRole {
 }
 
 impl SenderRole {
+    /// `leader` or `partner` in any case.
+    pub fn parse(s: &str) -> Option<SenderRole> {
+        if s.eq_ignore_ascii_case("leader") {
+            Some(SenderRole::Leader)
+        } else if s.eq_ignore_ascii_case("partner") {
+            Some(SenderRole::Partner)
+        } else {
+            None
+        }
+    }
+
     /// `leader` or `partner`.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -141,13 +152,8 @@ impl Serialize for SenderRole {
 impl<'de> Deserialize<'de> for SenderRole {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
-        match s.to_ascii_lowercase().as_str() {
-            "leader" => Ok(SenderRole::Leader),
-            "partner" => Ok(SenderRole::Partner),
-            _ => Err(serde::de::Error::custom(format!(
-                "unknown senderRole {s:?}"
-            ))),
-        }
+        SenderRole::parse(&s)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown senderRole {s:?}")))
     }
 }
 

@@ -67,20 +67,20 @@ fn dialect_of(ty: Option<&str>) -> Option<Dialect> {
 /// matters when decoding moves it around).
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
-struct RawCommand {
+pub(crate) struct RawCommand {
     #[serde(rename = "type")]
-    ty: Option<String>,
-    id: Option<String>,
-    sent_at: Option<Timestamp>,
-    sender_role: Option<SenderRole>,
-    sender_id: Option<String>,
-    mentions: Option<Mentions>,
-    command: Option<CommandKind>,
-    command_params: Option<JsonObject>,
-    data_items: Option<Vec<DataItem>>,
-    task_id: Option<String>,
-    group_id: Option<String>,
-    session_id: Option<String>,
+    pub(crate) ty: Option<String>,
+    pub(crate) id: Option<String>,
+    pub(crate) sent_at: Option<Timestamp>,
+    pub(crate) sender_role: Option<SenderRole>,
+    pub(crate) sender_id: Option<String>,
+    pub(crate) mentions: Option<Mentions>,
+    pub(crate) command: Option<CommandKind>,
+    pub(crate) command_params: Option<JsonObject>,
+    pub(crate) data_items: Option<Vec<DataItem>>,
+    pub(crate) task_id: Option<String>,
+    pub(crate) group_id: Option<String>,
+    pub(crate) session_id: Option<String>,
 }
 
 impl RawCommand {
@@ -297,10 +297,10 @@ struct RawRequest<'a> {
     params: Option<&'a RawValue>,
 }
 
-#[derive(Deserialize)]
-struct RawCommandParams {
-    message: Option<RawCommand>,
-    command: Option<RawCommand>,
+#[derive(Deserialize, Default)]
+pub(crate) struct RawCommandParams {
+    pub(crate) message: Option<RawCommand>,
+    pub(crate) command: Option<RawCommand>,
 }
 
 /// The one-pass shape of a command request (`rpc`, `stream`, `notification/start`).
@@ -315,21 +315,41 @@ struct FastRequest<'a> {
     params: Option<RawCommandParams>,
 }
 
-/// The fast path: a well-formed command request decodes in one pass. Anything else (an
-/// error to classify, another method) goes the general way.
+/// The fast path: a well-formed command request decodes in one pass, by the scanner
+/// (`scan.rs`) when the body is plain, else by serde_json. Anything else (an error to
+/// classify, another method) goes the general way.
 fn decode_fast(body: &[u8]) -> Option<Request> {
-    let raw: FastRequest<'_> = from_bytes(body).ok()?;
-    if raw.jsonrpc.as_deref().is_some_and(|v| v != "2.0") {
+    let text = std::str::from_utf8(body).ok()?;
+    match super::scan::command_request(text) {
+        Some(s) => command_request(s.jsonrpc, s.method, s.id.unwrap_or_default(), s.params),
+        None => decode_fast_serde(text),
+    }
+}
+
+/// The fast path through serde_json alone.
+fn decode_fast_serde(text: &str) -> Option<Request> {
+    let raw: FastRequest<'_> = serde_json::from_str(text).ok()?;
+    command_request(raw.jsonrpc.as_deref(), raw.method.as_deref(), raw.id, raw.params)
+}
+
+/// A command request from its read parts, if it is one.
+fn command_request(
+    jsonrpc: Option<&str>,
+    method: Option<&str>,
+    id: RpcId,
+    params: Option<RawCommandParams>,
+) -> Option<Request> {
+    if jsonrpc.is_some_and(|v| v != "2.0") {
         return None;
     }
-    let method = Method::parse(raw.method.as_deref()?);
+    let method = Method::parse(method?);
     if !matches!(
         method,
         Method::Rpc | Method::Stream | Method::NotificationStart
     ) {
         return None;
     }
-    let p = raw.params?;
+    let p = params?;
     let (raw_cmd, context) = match (p.command, p.message) {
         (Some(c), _) => (c, Dialect::V2),
         (None, Some(m)) => (m, Dialect::V1),
@@ -337,7 +357,7 @@ fn decode_fast(body: &[u8]) -> Option<Request> {
     };
     let (c, dialect) = raw_cmd.into_command(context).ok()?;
     Some(Request {
-        id: raw.id,
+        id,
         method,
         params: Params::Command(Box::new(c)),
         dialect,

@@ -16,6 +16,7 @@ mod data;
 mod decode;
 mod encode;
 mod jsonrpc;
+mod scan;
 mod task;
 
 pub use command::{
