@@ -318,7 +318,7 @@ struct FastRequest<'a> {
 /// The fast path: a well-formed command request decodes in one pass, by the scanner
 /// (`scan.rs`) when the body is plain, else by serde_json. Anything else (an error to
 /// classify, another method) goes the general way.
-fn decode_fast(body: &[u8]) -> Option<Request> {
+pub(crate) fn decode_fast(body: &[u8]) -> Option<Request> {
     let text = std::str::from_utf8(body).ok()?;
     match super::scan::command_request(text) {
         Some(s) => command_request(s.jsonrpc, s.method, s.id.unwrap_or_default(), s.params),
@@ -327,9 +327,14 @@ fn decode_fast(body: &[u8]) -> Option<Request> {
 }
 
 /// The fast path through serde_json alone.
-fn decode_fast_serde(text: &str) -> Option<Request> {
+pub(crate) fn decode_fast_serde(text: &str) -> Option<Request> {
     let raw: FastRequest<'_> = serde_json::from_str(text).ok()?;
-    command_request(raw.jsonrpc.as_deref(), raw.method.as_deref(), raw.id, raw.params)
+    command_request(
+        raw.jsonrpc.as_deref(),
+        raw.method.as_deref(),
+        raw.id,
+        raw.params,
+    )
 }
 
 /// A command request from its read parts, if it is one.

@@ -246,3 +246,238 @@ pub(crate) fn command_request(body: &str) -> Option<Scanned<'_>> {
     }
     Some(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::decode::{decode_fast, decode_fast_serde};
+    use proptest::prelude::*;
+
+    const PLAIN: &str = r#"{"jsonrpc":"2.0","method":"rpc","id":"7","params":{"command":{"type":"task-command","id":"cmd-1","sentAt":"2025-09-01T03:58:00.123456+00:00","senderRole":"leader","senderId":"leader-aic","dataItems":[{"type":"text","text":"Plan a trip."}],"sessionId":"session-1","command":"start","taskId":"task-1"}}}"#;
+
+    #[test]
+    fn a_plain_command_request_is_read_by_the_scanner_as_serde_reads_it() {
+        let s = command_request(PLAIN).expect("the scanner reads a plain request");
+        assert_eq!(s.method, Some("rpc"));
+        let fast = decode_fast(PLAIN.as_bytes()).expect("a command request");
+        assert_eq!(Some(&fast), decode_fast_serde(PLAIN).as_ref());
+        assert_eq!(fast.id, RpcId::Str("7".into()));
+    }
+
+    #[test]
+    fn what_is_not_plain_is_left_to_serde() {
+        for body in [
+            r#"{"jsonrpc":"2.0","method":"r\u0070c","id":1,"params":{}}"#,
+            r#"{"id":1,"id":2}"#,
+            r#"{"a":1} x"#,
+            r#"["2.0","rpc"]"#,
+            "{\"method\":\"rpc\n\"}",
+        ] {
+            assert!(command_request(body).is_none(), "{body}");
+        }
+    }
+
+    /// JSON values of the kinds a peer may send in each place.
+    fn value() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just("null".to_owned()),
+            Just("true".to_owned()),
+            Just("12".to_owned()),
+            Just("-1.5e3".to_owned()),
+            Just("01".to_owned()),
+            Just("\"\"".to_owned()),
+            Just("\"a\\\"b\\u0041\\n\"".to_owned()),
+            Just("\"\\ud800\"".to_owned()),
+            Just("\"2.0\"".to_owned()),
+            Just("\"rpc\"".to_owned()),
+            Just("\"stream\"".to_owned()),
+            Just("\"notification/start\"".to_owned()),
+            Just("\"task-command\"".to_owned()),
+            Just("\"message\"".to_owned()),
+            Just("\"task-result\"".to_owned()),
+            Just("\"LEADER\"".to_owned()),
+            Just("\"partner\"".to_owned()),
+            Just("\"Start\"".to_owned()),
+            Just("\"re_stream\"".to_owned()),
+            Just("\"all\"".to_owned()),
+            Just("[\"a\",\"b\"]".to_owned()),
+            Just("[1]".to_owned()),
+            Just("\"2025-09-01T11:58:00+08:00\"".to_owned()),
+            Just("\"2025-09-01 11:58\"".to_owned()),
+            Just("[{\"type\":\"text\",\"text\":\"hi\",\"metadata\":{\"n\":1.5}}]".to_owned()),
+            Just("[{\"type\":\"file\"}]".to_owned()),
+            Just("{\"k\":[1,{\"x\":null}]}".to_owned()),
+            Just("{}".to_owned()),
+            Just("[]".to_owned()),
+            "[a-z]{0,12}".prop_map(|s| format!("\"{s}\"")),
+            "[^\"\\\\]{0,12}".prop_map(|s| format!("\"{s}\"")),
+        ]
+    }
+
+    const COMMAND_KEYS: [&str; 14] = [
+        "type",
+        "id",
+        "sentAt",
+        "senderRole",
+        "senderId",
+        "mentions",
+        "command",
+        "commandParams",
+        "dataItems",
+        "taskId",
+        "groupId",
+        "sessionId",
+        "extra",
+        "Id",
+    ];
+
+    fn ws() -> impl Strategy<Value = &'static str> {
+        prop_oneof![4 => Just(""), 1 => Just(" "), 1 => Just("\n\t ")]
+    }
+
+    /// An object with fields drawn from `keys`, in any order, sometimes repeated.
+    fn object(
+        keys: &'static [&'static str],
+        field: impl Strategy<Value = String>,
+    ) -> impl Strategy<Value = String> {
+        prop::collection::vec(
+            (prop::sample::select(keys), field, ws(), ws()),
+            0..keys.len() + 2,
+        )
+        .prop_map(|fields| {
+            let body: Vec<String> = fields
+                .into_iter()
+                .map(|(k, v, a, b)| format!("{a}\"{k}\"{b}:{a}{v}{b}"))
+                .collect();
+            format!("{{{}}}", body.join(","))
+        })
+    }
+
+    fn command() -> impl Strategy<Value = String> {
+        prop_oneof![
+            3 => object(&COMMAND_KEYS, value()),
+            1 => value(),
+        ]
+    }
+
+    fn params() -> impl Strategy<Value = String> {
+        prop_oneof![
+            4 => object(&["command", "message", "other"], command()),
+            1 => value(),
+        ]
+    }
+
+    fn request() -> impl Strategy<Value = String> {
+        prop_oneof![
+            4 => object(&["jsonrpc", "method", "id", "params", "x"], prop_oneof![
+                2 => params(),
+                3 => value(),
+            ]),
+            1 => value(),
+        ]
+    }
+
+    /// A field that is mostly its valid value, sometimes anything.
+    fn mostly(valid: &'static str) -> impl Strategy<Value = String> {
+        prop_oneof![5 => Just(valid.to_owned()), 1 => value()]
+    }
+
+    /// An unknown field, or a known one again (a duplicate).
+    fn extra_key() -> impl Strategy<Value = String> {
+        prop_oneof![
+            3 => "[a-zA-Z]{1,8}".boxed(),
+            1 => prop::sample::select(vec!["id", "taskId", "sentAt", "command", "method"])
+                .prop_map(String::from)
+                .boxed(),
+        ]
+    }
+
+    /// An object of the given fields, shuffled, some left out, some unknown ones added.
+    fn fields(list: Vec<(&'static str, BoxedStrategy<String>)>) -> BoxedStrategy<String> {
+        let n = list.len();
+        let (keys, values): (Vec<_>, Vec<_>) = list.into_iter().unzip();
+        (
+            values,
+            prop::collection::vec(prop::bool::weighted(0.05), n),
+            prop::collection::vec((extra_key(), value()), 0..3),
+            ws(),
+        )
+            .prop_map(move |(vals, drop, extra, w)| {
+                let mut fields: Vec<String> = keys
+                    .iter()
+                    .zip(vals)
+                    .zip(drop)
+                    .filter(|(_, d)| !*d || keys.len() < 4)
+                    .map(|((k, v), _)| format!("\"{k}\":{w}{v}"))
+                    .collect();
+                fields.extend(extra.into_iter().map(|(k, v)| format!("\"{k}\"{w}:{v}")));
+                fields
+            })
+            .prop_shuffle()
+            .prop_map(|f| format!("{{{}}}", f.join(",")))
+            .boxed()
+    }
+
+    fn near_valid_request() -> impl Strategy<Value = String> {
+        let command = fields(vec![
+            ("type", mostly("\"task-command\"").boxed()),
+            ("id", mostly("\"cmd-1\"").boxed()),
+            (
+                "sentAt",
+                mostly("\"2025-09-01T03:58:00.123+00:00\"").boxed(),
+            ),
+            ("senderRole", mostly("\"leader\"").boxed()),
+            ("senderId", mostly("\"leader-aic\"").boxed()),
+            ("command", mostly("\"start\"").boxed()),
+            ("taskId", mostly("\"task-1\"").boxed()),
+            ("sessionId", mostly("\"s-1\"").boxed()),
+            (
+                "dataItems",
+                mostly("[{\"type\":\"text\",\"text\":\"hi\"}]").boxed(),
+            ),
+        ]);
+        let params = prop_oneof![Just("command"), Just("message")].prop_flat_map(move |k| {
+            command
+                .clone()
+                .prop_map(move |c| format!("{{\"{k}\":{c}}}"))
+        });
+        fields(vec![
+            ("jsonrpc", mostly("\"2.0\"").boxed()),
+            ("method", mostly("\"rpc\"").boxed()),
+            ("id", mostly("\"1\"").boxed()),
+            ("params", params.boxed()),
+        ])
+    }
+
+    #[test]
+    fn most_near_valid_requests_are_read_by_the_scanner_and_agree() {
+        use proptest::strategy::ValueTree;
+        use proptest::test_runner::TestRunner;
+        let mut runner = TestRunner::deterministic();
+        let strategy = near_valid_request();
+        let (mut scanned, mut decoded) = (0, 0);
+        for _ in 0..3000 {
+            let body = strategy.new_tree(&mut runner).unwrap().current();
+            let fast = decode_fast(body.as_bytes());
+            assert_eq!(
+                format!("{fast:?}"),
+                format!("{:?}", decode_fast_serde(&body)),
+                "{body}"
+            );
+            scanned += usize::from(command_request(&body).is_some());
+            decoded += usize::from(fast.is_some());
+        }
+        // The strategy must reach the scanner's paths, not only its refusals.
+        assert!(scanned > 600 && decoded > 300, "{scanned} {decoded}");
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4000))]
+        #[test]
+        fn the_scanner_never_reads_a_body_otherwise_than_serde(body in request()) {
+            let fast = decode_fast(body.as_bytes());
+            let serde = decode_fast_serde(&body);
+            prop_assert_eq!(format!("{fast:?}"), format!("{serde:?}"), "{}", body);
+        }
+    }
+}
