@@ -9,7 +9,12 @@
 //!
 //! * `partner/rpc_lifecycle`: what a partner server does per task: decode an `rpc` start,
 //!   accept it, the application moves it to awaiting-completion with one product, encode the
-//!   reply; decode the `complete`, encode the final reply.
+//!   reply; decode the `complete`, encode the final reply. One long-lived partner at its task
+//!   capacity (10,000 ended tasks kept; each new task purges the oldest), as a serving partner
+//!   runs.
+//! * `partner/rpc_lifecycle_fresh_engine`: the same on a new partner per 10,000 tasks, dropped
+//!   after them (the first method: each lifecycle also pays a share of dropping a whole
+//!   engine and of growing its tables).
 //! * `leader+partner/rpc_lifecycle`: both engines, every message encoded and decoded: the
 //!   leader starts, the partner answers awaiting-completion, the leader completes, the
 //!   partner answers completed, the leader sees the task end.
@@ -27,6 +32,7 @@ use aip_proto::partner::{Partner, PartnerConfig, PartnerEvent, PartnerInput, Par
 use aip_proto::*;
 
 const BATCH: usize = 10_000;
+const RANGES: usize = 3;
 
 fn t(ms: u64) -> Timestamp {
     Timestamp::from_unix_millis(1_756_699_080_000 + ms)
@@ -52,6 +58,50 @@ fn partner() -> Partner {
         keepalive: None,
         ..PartnerConfig::default()
     })
+}
+
+/// Start and complete bodies for task ids `task-0` … `task-(RANGES BATCH - 1)`.
+fn bodies() -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+    (
+        (0..RANGES * BATCH).map(start_body).collect(),
+        (0..RANGES * BATCH).map(complete_body).collect(),
+    )
+}
+
+/// `count` lifecycles on a long-lived partner, from lifecycle number `next` on (returned
+/// advanced); the clock advances 1 ms a lifecycle. Task ids cycle through `RANGES` ranges of
+/// `BATCH`: the partner keeps its default 10,000 ended tasks and purges the oldest for each
+/// new one (as a serving partner does), then remembers 10,000 purged starts (a start sent
+/// again after its task was purged is answered "purged", not run again), so a range is clean
+/// two ranges later.
+fn steady_batch(
+    p: &mut Partner,
+    next: usize,
+    starts: &[Vec<u8>],
+    completes: &[Vec<u8>],
+    count: usize,
+) -> usize {
+    for n in next..next + count {
+        let i = n % (RANGES * BATCH);
+        std::hint::black_box(partner_task(
+            p,
+            t(n as u64),
+            i,
+            starts[i].clone(),
+            completes[i].clone(),
+        ));
+    }
+    // Every task of the batch started afresh and completed (a start refused because its id
+    // was still held would not reach this state).
+    let last = format!("task-{}", (next + count - 1) % (RANGES * BATCH));
+    let state = p.snapshot(&last).map(|r| r.status.state);
+    assert_eq!(state, Some(TaskState::Completed), "{last}");
+    assert!(
+        p.snapshot(&format!("task-{}", (next + count) % (RANGES * BATCH)))
+            .is_none()
+            || next == 0
+    );
+    next + count
 }
 
 /// Runs the partner side of one task; returns the reply bytes seen (so nothing is optimised
@@ -202,18 +252,13 @@ fn main() {
             .and_then(|v| v.parse::<f64>().ok())
     };
     if let Some(n) = arg("--profile") {
+        // As measured below: one long-lived partner at its task capacity.
         let mut p = partner();
-        for i in 0..n as usize {
-            if i % BATCH == 0 {
-                p = partner();
-            }
-            partner_task(
-                &mut p,
-                t(i as u64),
-                i % BATCH,
-                start_body(i % BATCH),
-                complete_body(i % BATCH),
-            );
+        let (starts, completes) = bodies();
+        let mut next = 0;
+        let n = n as usize;
+        while next < n {
+            next = steady_batch(&mut p, next, &starts, &completes, (n - next).min(BATCH));
         }
         return;
     }
@@ -229,9 +274,14 @@ fn main() {
         return;
     }
     let secs = arg("--seconds").unwrap_or(3.0);
-    let starts: Vec<Vec<u8>> = (0..BATCH).map(start_body).collect();
-    let completes: Vec<Vec<u8>> = (0..BATCH).map(complete_body).collect();
+    let (starts, completes) = bodies();
+    let mut p = partner();
+    let mut next = 0;
     measure("partner/rpc_lifecycle", secs, || {
+        next = steady_batch(&mut p, next, &starts, &completes, BATCH);
+        BATCH
+    });
+    measure("partner/rpc_lifecycle_fresh_engine", secs, || {
         let mut p = partner();
         for i in 0..BATCH {
             std::hint::black_box(partner_task(

@@ -137,7 +137,7 @@ impl Partner {
         }
         let resent_after_purge = self
             .tombstones
-            .get(&task_id)
+            .get(task_id.as_str())
             .is_some_and(|start| *start == c.id);
         match self.tasks.get_mut(&task_id) {
             None if resent_after_purge => {
@@ -276,7 +276,7 @@ impl Partner {
     /// Makes room by purging the ended task that ended first (O(log n): ended tasks are
     /// indexed by the time they ended).
     fn purge_oldest_ended(&mut self) -> bool {
-        match self.ended.first().map(|(_, id)| id.clone()) {
+        match self.ended.first().map(|(_, id)| Arc::clone(id)) {
             Some(id) => {
                 self.purge(&id);
                 true

@@ -37,7 +37,7 @@ mod stream;
 mod task;
 mod types;
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -150,12 +150,12 @@ pub struct Partner {
     core: Core<PartnerTimer, Queued>,
     tasks: IdMap<PartnerTask>,
     /// Ended tasks by the time they ended (the first is purged when the partner is full).
-    ended: BTreeSet<(Timestamp, String)>,
+    ended: BTreeSet<(Timestamp, Arc<str>)>,
     /// Purged tasks: task id → the message id of its start, so a start re-sent after the
     /// purge is recognised (answered -32001) instead of creating the task again. Bounded by
     /// `max_tasks`, oldest first out.
-    tombstones: BTreeMap<String, String>,
-    tombstone_order: VecDeque<String>,
+    tombstones: HashMap<Arc<str>, String, KeyedHasher>,
+    tombstone_order: VecDeque<Arc<str>>,
     streams: BTreeMap<RequestId, Subscriber>,
     notifier: Notifier,
     ids: IdSource,
@@ -171,7 +171,7 @@ impl Partner {
             core: Core::new(keys),
             tasks: IdMap::new(keys),
             ended: BTreeSet::new(),
-            tombstones: BTreeMap::new(),
+            tombstones: HashMap::with_hasher(keys),
             tombstone_order: VecDeque::new(),
             streams: BTreeMap::new(),
             notifier: Notifier::default(),
@@ -334,7 +334,7 @@ impl Partner {
         let chunks: Vec<stream::Logged> = products
             .iter()
             .map(|p| stream::Logged::Chunk {
-                product: p.clone(),
+                product: Box::new(p.clone()),
                 append: false,
                 last_chunk: true,
             })
@@ -440,11 +440,11 @@ impl Partner {
             return;
         };
         if let Some(at) = t.ended_at {
-            self.ended.remove(&(at, task_id.to_owned()));
+            self.ended.remove(&(at, Arc::clone(&t.id)));
         }
         if let Some(start) = t.history.front() {
-            self.tombstones.insert(task_id.to_owned(), start.id.clone());
-            self.tombstone_order.push_back(task_id.to_owned());
+            self.tombstones.insert(Arc::clone(&t.id), start.id.clone());
+            self.tombstone_order.push_back(Arc::clone(&t.id));
             while self.tombstone_order.len() > self.config.max_tasks.max(1) {
                 if let Some(old) = self.tombstone_order.pop_front() {
                     self.tombstones.remove(&old);
@@ -457,10 +457,10 @@ impl Partner {
             self.push(PartnerOutput::EndStream { request: r });
         }
         for k in [
-            PartnerTimer::ResponseTimeout(Arc::from(task_id)),
-            PartnerTimer::AwaitingInputTimeout(Arc::from(task_id)),
-            PartnerTimer::AwaitingCompletionTimeout(Arc::from(task_id)),
-            PartnerTimer::Retention(Arc::from(task_id)),
+            PartnerTimer::ResponseTimeout(Arc::clone(&t.id)),
+            PartnerTimer::AwaitingInputTimeout(Arc::clone(&t.id)),
+            PartnerTimer::AwaitingCompletionTimeout(Arc::clone(&t.id)),
+            PartnerTimer::Retention(Arc::clone(&t.id)),
         ] {
             self.core.timers.cancel(&k);
         }

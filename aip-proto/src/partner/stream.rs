@@ -32,9 +32,9 @@ pub(crate) enum Logged {
     },
     /// A status change or progress.
     Status(TaskStatus),
-    /// A product chunk.
+    /// A product chunk (boxed: the log's entries stay small, see [`EventLog::push`]).
     Chunk {
-        product: Product,
+        product: Box<Product>,
         append: bool,
         last_chunk: bool,
     },
@@ -57,7 +57,14 @@ pub(crate) struct EventLog {
 }
 
 impl EventLog {
+    /// Implementation note: a lifecycle logs about five events; the first push makes room
+    /// for eight at once (one allocation, not three), and entries are small enough (a
+    /// product is boxed) that eight stay under a kilobyte, which glibc's allocator serves
+    /// from its small bins instead of consolidating its free lists (BENCHMARKS.md).
     fn push(&mut self, what: Logged, at: Timestamp, capacity: usize) -> u64 {
+        if self.events.capacity() == 0 {
+            self.events.reserve_exact(capacity.clamp(1, 8));
+        }
         self.last_seq += 1;
         self.events.push_back(Entry {
             seq: self.last_seq,
@@ -119,7 +126,7 @@ fn render(t: &PartnerTask, partner_id: &str, e: &Entry) -> StreamEvent {
         } => EventData::ProductChunk(ProductChunk {
             header: header("event"),
             task_id: t.id.to_string(),
-            product: product.clone(),
+            product: Product::clone(product),
             append: *append,
             last_chunk: *last_chunk,
         }),
@@ -302,5 +309,14 @@ impl Partner {
                 self.core.timers.set(PartnerTimer::Keepalive(r), at);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod size_tests {
+    /// Eight log entries stay under a kilobyte (see [`super::EventLog::push`]).
+    #[test]
+    fn eight_log_entries_fit_in_a_kilobyte() {
+        assert!(8 * std::mem::size_of::<super::Entry>() < 1024);
     }
 }

@@ -253,7 +253,7 @@ impl Partner {
         );
         if to.is_terminal() {
             t.ended_at = Some(now);
-            self.ended.insert((now, task_id.to_owned()));
+            self.ended.insert((now, Arc::clone(&t.id)));
         }
         let tid = Arc::clone(&t.id);
         let key = |k: fn(Arc<str>) -> PartnerTimer| k(Arc::clone(&tid));
@@ -349,7 +349,7 @@ impl Partner {
                 ))
             })?;
         let chunk = Logged::Chunk {
-            product: product.clone(),
+            product: Box::new(product.clone()),
             append,
             last_chunk,
         };
