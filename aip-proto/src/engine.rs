@@ -1,7 +1,8 @@
 //! What both engines share: handles, the named-timer deadline index, the output queue with
 //! the engine clock, and the seeded id source.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::borrow::Borrow;
+use std::collections::{BTreeSet, VecDeque};
 use std::hash::{BuildHasher, Hash};
 use std::sync::Arc;
 
@@ -101,19 +102,76 @@ impl BuildHasher for KeyedHasher {
     }
 }
 
+/// A hash map that cannot be iterated: lookups only, so hashing never decides an order that
+/// reaches an output (the reason this crate bans `HashMap`; this is the one place it is
+/// used, behind an interface without iteration).
+#[derive(Debug)]
+pub(crate) struct HashIndex<K, V> {
+    #[allow(clippy::disallowed_types)] // no iteration: see the type's docs
+    map: std::collections::HashMap<K, V, KeyedHasher>,
+}
+
+impl<K: Hash + Eq, V> HashIndex<K, V> {
+    pub(crate) fn new(hasher: KeyedHasher) -> Self {
+        #[allow(clippy::disallowed_types)] // no iteration: see the type's docs
+        let map = std::collections::HashMap::with_hasher(hasher);
+        HashIndex { map }
+    }
+
+    pub(crate) fn get<Q: Hash + Eq + ?Sized>(&self, k: &Q) -> Option<&V>
+    where
+        K: Borrow<Q>,
+    {
+        self.map.get(k)
+    }
+
+    pub(crate) fn contains_key<Q: Hash + Eq + ?Sized>(&self, k: &Q) -> bool
+    where
+        K: Borrow<Q>,
+    {
+        self.map.contains_key(k)
+    }
+
+    pub(crate) fn insert(&mut self, k: K, v: V) -> Option<V> {
+        self.map.insert(k, v)
+    }
+
+    pub(crate) fn remove<Q: Hash + Eq + ?Sized>(&mut self, k: &Q) -> Option<V>
+    where
+        K: Borrow<Q>,
+    {
+        self.map.remove(k)
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Entries in key order (tests only).
+    #[cfg(test)]
+    pub(crate) fn sorted(&self) -> Vec<(&K, &V)>
+    where
+        K: Ord,
+    {
+        let mut v: Vec<(&K, &V)> = self.map.iter().collect();
+        v.sort_by(|a, b| a.0.cmp(b.0));
+        v
+    }
+}
+
 /// A deadline index: re-arming a timer replaces its deadline; `next` is O(log n), finding a
 /// timer by key O(1).
 #[derive(Debug)]
 pub(crate) struct TimerIndex<K: Ord + Hash + Clone> {
     by_deadline: BTreeSet<(Timestamp, K)>,
-    by_key: HashMap<K, Timestamp, KeyedHasher>,
+    by_key: HashIndex<K, Timestamp>,
 }
 
 impl<K: Ord + Hash + Clone> TimerIndex<K> {
     pub(crate) fn new(hasher: KeyedHasher) -> Self {
         TimerIndex {
             by_deadline: BTreeSet::new(),
-            by_key: HashMap::with_hasher(hasher),
+            by_key: HashIndex::new(hasher),
         }
     }
 
@@ -254,7 +312,7 @@ impl IdSource {
 #[derive(Debug)]
 pub(crate) struct IdMap<V> {
     /// Ids and slots; a slot holds the same (shared) id as its index key.
-    index: HashMap<Arc<str>, usize, KeyedHasher>,
+    index: HashIndex<Arc<str>, usize>,
     slots: Vec<Option<(Arc<str>, V)>>,
     free: Vec<usize>,
     last: core::cell::Cell<usize>,
@@ -263,7 +321,7 @@ pub(crate) struct IdMap<V> {
 impl<V> IdMap<V> {
     pub(crate) fn new(hasher: KeyedHasher) -> Self {
         IdMap {
-            index: HashMap::with_hasher(hasher),
+            index: HashIndex::new(hasher),
             slots: Vec::new(),
             free: Vec::new(),
             last: core::cell::Cell::new(usize::MAX),
@@ -330,9 +388,9 @@ impl<V> IdMap<V> {
     /// Values in id order.
     #[cfg(test)]
     pub(crate) fn values(&self) -> impl Iterator<Item = &V> {
-        let mut ids: Vec<(&Arc<str>, &usize)> = self.index.iter().collect();
-        ids.sort();
-        ids.into_iter()
+        self.index
+            .sorted()
+            .into_iter()
             .filter_map(|(_, i)| self.slots[*i].as_ref().map(|(_, v)| v))
     }
 }

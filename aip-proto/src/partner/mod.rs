@@ -37,11 +37,13 @@ mod stream;
 mod task;
 mod types;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::engine::{Core, HttpResponse, IdMap, IdSource, KeyedHasher, RequestId, RetryPolicy};
+use crate::engine::{
+    Core, HashIndex, HttpResponse, IdMap, IdSource, KeyedHasher, RequestId, RetryPolicy,
+};
 use crate::error::UsageError;
 use crate::state::Cause;
 use crate::time::Timestamp;
@@ -154,7 +156,7 @@ pub struct Partner {
     /// Purged tasks: task id → the message id of its start, so a start re-sent after the
     /// purge is recognised (answered -32001) instead of creating the task again. Bounded by
     /// `max_tasks`, oldest first out.
-    tombstones: HashMap<Arc<str>, String, KeyedHasher>,
+    tombstones: HashIndex<Arc<str>, String>,
     tombstone_order: VecDeque<Arc<str>>,
     streams: BTreeMap<RequestId, Subscriber>,
     notifier: Notifier,
@@ -171,7 +173,7 @@ impl Partner {
             core: Core::new(keys),
             tasks: IdMap::new(keys),
             ended: BTreeSet::new(),
-            tombstones: HashMap::with_hasher(keys),
+            tombstones: HashIndex::new(keys),
             tombstone_order: VecDeque::new(),
             streams: BTreeMap::new(),
             notifier: Notifier::default(),
