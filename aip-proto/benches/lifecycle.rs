@@ -1,7 +1,8 @@
 #![allow(clippy::disallowed_methods)] // a benchmark measures wall-clock time
 //! Engine-only throughput, JSON included (no network): `cargo bench -p aip-proto --bench lifecycle`
 //! (`-- --seconds N` per measurement, default 3; `-- --profile N` runs N partner lifecycles
-//! and nothing else, for `valgrind --tool=callgrind` or `perf`).
+//! as `partner/rpc_lifecycle` and nothing else, for `valgrind --tool=callgrind` or `perf`;
+//! `--profile-fresh N` the same as `partner/rpc_lifecycle_fresh_engine`).
 //!
 //! Each figure is reported twice: per wall-clock second, and per second of CPU time of the
 //! measuring thread (from `/proc/thread-self/schedstat`), which stays meaningful on a shared,
@@ -259,6 +260,18 @@ fn main() {
         let n = n as usize;
         while next < n {
             next = steady_batch(&mut p, next, &starts, &completes, (n - next).min(BATCH));
+        }
+        return;
+    }
+    if let Some(n) = arg("--profile-fresh") {
+        // As `partner/rpc_lifecycle_fresh_engine`.
+        let mut p = partner();
+        for i in 0..n as usize {
+            if i % BATCH == 0 {
+                p = partner();
+            }
+            let k = i % BATCH;
+            partner_task(&mut p, t(i as u64), k, start_body(k), complete_body(k));
         }
         return;
     }
