@@ -277,6 +277,28 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_hostile_body_is_refused_as_serde_refuses_it_without_exhausting_the_stack() {
+        let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+        let cut = &PLAIN[..PLAIN.len() - 3];
+        for body in [
+            format!(r#"{cut},"x":{deep}}}}}}}"#),
+            PLAIN.replace(r#""dataItems":["#, &format!(r#""dataItems":[{deep},"#)),
+            format!("{}{PLAIN}", " ".repeat(1 << 20)),
+            PLAIN.replace("task-1", &"t".repeat(1 << 20)),
+        ] {
+            let fast = decode_fast(body.as_bytes());
+            assert_eq!(
+                format!("{fast:?}"),
+                format!("{:?}", decode_fast_serde(&body))
+            );
+            let _ = crate::wire::decode_request(body.as_bytes());
+        }
+        // The long id and the leading blanks are plain: the scanner reads them.
+        let long = PLAIN.replace("task-1", &"t".repeat(1 << 20));
+        assert!(command_request(&long).is_some());
+    }
+
     /// JSON values of the kinds a peer may send in each place.
     fn value() -> impl Strategy<Value = String> {
         prop_oneof![
