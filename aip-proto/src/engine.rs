@@ -82,16 +82,21 @@ pub(crate) struct KeyedHasher {
 impl KeyedHasher {
     /// Keys drawn from `seed` (without advancing any id source, so ids stay what they were).
     pub(crate) fn from_seed(seed: u64) -> Self {
-        let mut s = IdSource {
-            prefix: String::new(),
-            n: 0,
-            state: seed ^ 0x6b65_7965_6420_6d61, // "keyed ma": apart from the id stream
-        };
+        let mut state = seed ^ 0x6b65_7965_6420_6d61; // "keyed ma": apart from the id stream
         KeyedHasher {
-            k0: s.random(),
-            k1: s.random(),
+            k0: splitmix64(&mut state),
+            k1: splitmix64(&mut state),
         }
     }
+}
+
+/// splitmix64: the next pseudo-random number from `state` (advanced).
+fn splitmix64(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
 }
 
 impl BuildHasher for KeyedHasher {
@@ -272,13 +277,8 @@ impl IdSource {
         s
     }
 
-    /// splitmix64.
     pub(crate) fn random(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        splitmix64(&mut self.state)
     }
 
     /// `kind-<prefix><counter>`.
