@@ -267,6 +267,25 @@ async fn http_refusals<R: Host>() {
     assert_eq!((st, v["error"]["code"].as_i64()), (413, Some(-32600)));
     let (st, v) = send(http::Method::POST, "/rpc", Some(b"{not json".to_vec())).await;
     assert_eq!((st, v["error"]["code"].as_i64()), (200, Some(-32700)));
+    // A hostile command nested deeper than a JSON reader should follow (within the size
+    // limit), in an unknown field and in `dataItems`: an invalid-params answer to the right
+    // id, and the server goes on serving.
+    for field in ["x", "dataItems"] {
+        let deep = format!(
+            r#"{{"jsonrpc":"2.0","method":"rpc","id":1,"params":{{"command":{{"id":"c","{field}":{}{}}}}}}}"#,
+            "[".repeat(450),
+            "]".repeat(450)
+        );
+        let (st, v) = send(http::Method::POST, "/rpc", Some(deep.into_bytes())).await;
+        assert_eq!(
+            (st, v["error"]["code"].as_i64()),
+            (200, Some(-32602)),
+            "{v}"
+        );
+        assert_eq!(v["id"], 1, "{v}");
+    }
+    let (st, v) = send(http::Method::POST, "/rpc", Some(b"{not json".to_vec())).await;
+    assert_eq!((st, v["error"]["code"].as_i64()), (200, Some(-32700)));
 }
 
 /// A client that cannot keep up is cut off (the partner holds a bounded queue per stream) and
