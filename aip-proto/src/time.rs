@@ -184,7 +184,7 @@ impl fmt::Debug for Timestamp {
 impl Timestamp {
     /// Writes the RFC 3339 form into `buf` (at most 35 bytes) and returns its length. Hand
     /// written: `core::fmt` made encoding a reply several times slower (see BENCHMARKS.md).
-    fn write_to(&self, buf: &mut [u8; 40]) -> usize {
+    pub(crate) fn write_to(&self, buf: &mut [u8; 40]) -> usize {
         fn put(buf: &mut [u8], at: usize, mut v: u64, width: usize) {
             for i in (0..width).rev() {
                 buf[at + i] = b'0' + (v % 10) as u8;

@@ -165,6 +165,26 @@ fn result_in(mut r: TaskResult, d: Dialect) -> TaskResult {
     r
 }
 
+fn rpc_id() -> impl Strategy<Value = RpcId> {
+    prop_oneof![
+        Just(RpcId::Null),
+        "[0-9a-f-]{1,12}".prop_map(RpcId::Str),
+        text().prop_map(RpcId::Str),
+        any::<i64>().prop_map(|n| RpcId::Num(n.into())),
+    ]
+}
+
+/// Any id, fractional numbers included (which serde_json does not read back to the same
+/// `f64` in every case, so only for encoding).
+fn any_rpc_id() -> impl Strategy<Value = RpcId> {
+    prop_oneof![
+        rpc_id(),
+        any::<f64>()
+            .prop_filter("finite", |f| f.is_finite())
+            .prop_map(|f| RpcId::Num(serde_json::Number::from_f64(f).unwrap())),
+    ]
+}
+
 fn dialect() -> impl Strategy<Value = Dialect> {
     prop_oneof![Just(Dialect::V1), Just(Dialect::V2)]
 }
@@ -181,7 +201,7 @@ proptest! {
     }
 
     #[test]
-    fn requests_round_trip(c in command(), d in dialect(), id in prop_oneof![Just(RpcId::Null), "[0-9a-f-]{1,12}".prop_map(RpcId::Str), any::<i64>().prop_map(|n| RpcId::Num(n.into()))]) {
+    fn requests_round_trip(c in command(), d in dialect(), id in rpc_id()) {
         for m in [Method::Rpc, Method::Stream, Method::NotificationStart] {
             let req = decode_request(&encode_command_request(&id, &m, &c, d)).unwrap();
             prop_assert_eq!(&req.id, &id);
@@ -200,6 +220,16 @@ proptest! {
         let resp = decode_rpc_response(&encode_task_response(&RpcId::Str("1".into()), &r, d)).unwrap();
         let Ok((RpcResult::Task(t), _)) = resp.outcome else { panic!() };
         prop_assert_eq!(*t, result_in(r, d));
+    }
+
+    /// `encode_task` and `encode_task_response` write results by hand (`wire/write.rs`); the
+    /// bytes must be exactly serde_json's of the `Serialize` form, which stays the authority.
+    #[test]
+    fn hand_written_results_are_what_serde_writes(r in result(), d in dialect(), id in any_rpc_id()) {
+        let serde = serde_json::to_string(&InDialect(&r, d)).unwrap();
+        prop_assert_eq!(String::from_utf8(encode_task(&r, d)).unwrap(), serde.clone());
+        let envelope = format!(r#"{{"jsonrpc":"2.0","id":{},"result":{serde}}}"#, serde_json::to_string(&id).unwrap());
+        prop_assert_eq!(String::from_utf8(encode_task_response(&id, &r, d)).unwrap(), envelope);
     }
 
     #[test]

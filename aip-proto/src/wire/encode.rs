@@ -13,7 +13,7 @@ use crate::wire::command::TaskCommand;
 use crate::wire::data::SenderRole;
 use crate::wire::jsonrpc::{Method, NotificationConfig, NotificationIdParams, RpcId};
 use crate::wire::task::{EventData, Header, ProductChunk, StatusUpdate, StreamEvent, TaskResult};
-use crate::wire::Dialect;
+use crate::wire::{write, Dialect};
 
 /// A value paired with the dialect to write it in; `serde_json::to_vec(&InDialect(&v, d))`.
 #[derive(Clone, Copy, Debug)]
@@ -226,7 +226,9 @@ pub fn encode_command(c: &TaskCommand, d: Dialect) -> Vec<u8> {
 
 /// A bare task (notification body; group mode).
 pub fn encode_task(t: &TaskResult, d: Dialect) -> Vec<u8> {
-    to_vec(&InDialect(t, d))
+    let mut out = Vec::with_capacity(512);
+    write::task_result(&mut out, t, d);
+    out
 }
 
 #[derive(Serialize)]
@@ -328,7 +330,14 @@ pub fn encode_result<R: Serialize>(id: &RpcId, result: &R) -> Vec<u8> {
 
 /// A successful `rpc` response carrying a task.
 pub fn encode_task_response(id: &RpcId, t: &TaskResult, d: Dialect) -> Vec<u8> {
-    encode_result(id, &InDialect(t, d))
+    // As `encode_result(id, &InDialect(t, d))` writes it, by hand (`write.rs`).
+    let mut out = Vec::with_capacity(512);
+    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    write::rpc_id(&mut out, id);
+    out.extend_from_slice(b",\"result\":");
+    write::task_result(&mut out, t, d);
+    out.push(b'}');
+    out
 }
 
 /// An error response (`result` omitted).

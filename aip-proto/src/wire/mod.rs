@@ -18,6 +18,7 @@ mod encode;
 mod jsonrpc;
 mod scan;
 mod task;
+mod write;
 
 pub use command::{
     CommandKind, GetParams, NotificationStartParams, ReStreamParams, StartParams, TaskCommand,

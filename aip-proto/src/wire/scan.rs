@@ -20,6 +20,7 @@ use crate::wire::command::CommandKind;
 use crate::wire::data::SenderRole;
 use crate::wire::decode::{RawCommand, RawCommandParams};
 use crate::wire::jsonrpc::RpcId;
+use crate::wire::write::string_end;
 
 /// What the shortcut reads of a command request.
 pub(crate) struct Scanned<'a> {
@@ -132,29 +133,6 @@ impl<'a> Scanner<'a> {
     fn ignore(&mut self) -> Option<()> {
         self.value::<serde::de::IgnoredAny>().map(|_| ())
     }
-}
-
-/// Where the first `"`, `\\` or control character of `b` is, eight bytes at a time.
-fn string_end(b: &[u8]) -> Option<usize> {
-    const LO: u64 = 0x0101_0101_0101_0101;
-    const HI: u64 = 0x8080_8080_8080_8080;
-    let zero_byte = |x: u64| x.wrapping_sub(LO) & !x & HI;
-    let mut i = 0;
-    while let Some(word) = b.get(i..i + 8).and_then(|c| <[u8; 8]>::try_from(c).ok()) {
-        let v = u64::from_le_bytes(word);
-        let quote = zero_byte(v ^ (LO * u64::from(b'"')));
-        let backslash = zero_byte(v ^ (LO * u64::from(b'\\')));
-        // Bytes below 0x20 (a byte at or above 0x80 never sets its own high bit here).
-        let control = v.wrapping_sub(LO * 0x20) & !v & HI;
-        if quote | backslash | control != 0 {
-            break;
-        }
-        i += 8;
-    }
-    b.get(i..)?
-        .iter()
-        .position(|&c| c == b'"' || c == b'\\' || c < 0x20)
-        .map(|p| i + p)
 }
 
 /// Sets `slot` once (a second time means a duplicated field: give up).
