@@ -283,8 +283,15 @@ impl IdSource {
 
     /// `kind-<prefix><counter>`.
     pub(crate) fn next(&mut self, kind: &str) -> String {
-        self.n += 1;
         let mut s = String::with_capacity(kind.len() + 1 + self.prefix.len() + 16);
+        self.next_into(kind, &mut s);
+        s
+    }
+
+    /// [`IdSource::next`] into `s` (cleared first), to reuse its buffer.
+    pub(crate) fn next_into(&mut self, kind: &str, s: &mut String) {
+        self.n += 1;
+        s.clear();
         s.push_str(kind);
         s.push('-');
         s.push_str(&self.prefix);
@@ -293,7 +300,6 @@ impl IdSource {
             let d = ((self.n >> (4 * i)) & 0xf) as u8;
             s.push(char::from(if d < 10 { b'0' + d } else { b'a' + d - 10 }));
         }
-        s
     }
 
     /// 32 hex digits from the seeded generator (tokens; as unguessable as the seed).

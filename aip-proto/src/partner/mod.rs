@@ -161,6 +161,8 @@ pub struct Partner {
     streams: BTreeMap<RequestId, Subscriber>,
     notifier: Notifier,
     ids: IdSource,
+    /// The message id of the result being answered (a buffer reused from reply to reply).
+    result_id: String,
 }
 
 impl Partner {
@@ -178,6 +180,7 @@ impl Partner {
             streams: BTreeMap::new(),
             notifier: Notifier::default(),
             ids,
+            result_id: String::new(),
         }
     }
 

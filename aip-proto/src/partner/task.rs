@@ -12,8 +12,8 @@ use crate::error::{RpcError, StateName, UsageError};
 use crate::state::{Cause, TaskMachine};
 use crate::time::Timestamp;
 use crate::wire::{
-    encode_error, encode_task_response, DataItem, Dialect, GetParams, Header, Product, RpcId,
-    StartParams, TaskCommand, TaskResult, TaskState, TaskStatus,
+    encode_error, encode_parts_response, DataItem, Dialect, GetParams, Product, ResultParts, RpcId,
+    SenderRole, StartParams, TaskCommand, TaskResult, TaskState, TaskStatus,
 };
 
 /// A task as the partner holds it.
@@ -415,22 +415,27 @@ impl Partner {
         task_id: &str,
         get: Option<&GetParams>,
     ) -> Option<TaskResult> {
-        let mut header = Header::partner(
-            self.ids.next("result"),
-            self.core.now,
-            self.config.partner_id.clone(),
-        );
+        self.with_result(task_id, get, |parts| parts.to_result())
+    }
+
+    /// Calls `f` with the task's result as it is answered (a fresh message id, the task's
+    /// own status and products, borrowed); `None` for an unknown or undecided task.
+    fn with_result<R>(
+        &mut self,
+        task_id: &str,
+        get: Option<&GetParams>,
+        f: impl FnOnce(&ResultParts<'_>) -> R,
+    ) -> Option<R> {
         let t = self.tasks.get(task_id)?;
-        header.session_id = t.session_id.clone();
-        let status = t.status.clone()?;
-        let (command_history, status_history) = match get {
+        let status = t.status.as_ref()?;
+        let (commands, statuses) = match get {
             Some(g) => (
                 Some(
                     t.history
                         .iter()
                         .filter(|c| g.last_command_sent_at.is_none_or(|at| c.sent_at > at))
                         .map(|c| TaskCommand::clone(c))
-                        .collect(),
+                        .collect::<Vec<_>>(),
                 ),
                 Some(
                     t.status_history
@@ -440,43 +445,36 @@ impl Partner {
                                 .is_none_or(|at| s.state_changed_at > at)
                         })
                         .cloned()
-                        .collect(),
+                        .collect::<Vec<_>>(),
                 ),
             ),
             None => (None, None),
         };
-        Some(TaskResult {
-            header,
-            task_id: task_id.to_owned(),
+        // The message id is minted into a buffer the partner keeps (no allocation a reply).
+        self.ids.next_into("result", &mut self.result_id);
+        Some(f(&ResultParts {
+            id: Some(&self.result_id),
+            sent_at: Some(&self.core.now),
+            sender_role: Some(SenderRole::Partner),
+            sender_id: Some(&self.config.partner_id),
+            mentions: None,
+            data_items: None,
+            group_id: None,
+            session_id: t.session_id.as_deref(),
+            task_id,
             status,
-            products: Some(t.products.clone()),
-            command_history,
-            status_history,
-        })
+            products: Some(&t.products),
+            command_history: commands.as_deref(),
+            status_history: statuses.as_deref(),
+        }))
     }
 
     pub(super) fn render_reply(&mut self, r: LazyReply) -> PartnerOutput {
-        // The reply is encoded from the task's own products, lent to the result for the time
-        // of the encoding (a reply copies no product).
-        let lent = self
-            .tasks
-            .get_mut(&r.task_id)
-            .map(|t| std::mem::take(&mut t.products));
-        let (body, lent) = match (self.result_of(&r.task_id, r.get.as_ref()), lent) {
-            (Some(mut result), Some(products)) => {
-                result.products = Some(products);
-                let body = encode_task_response(&r.id, &result, r.dialect);
-                (body, result.products)
-            }
-            (Some(result), None) => (encode_task_response(&r.id, &result, r.dialect), None),
-            (None, lent) => (
-                encode_error(&r.id, &RpcError::task_not_found(&r.task_id)),
-                lent,
-            ),
-        };
-        if let (Some(t), Some(products)) = (self.tasks.get_mut(&r.task_id), lent) {
-            t.products = products;
-        }
+        let body = self
+            .with_result(&r.task_id, r.get.as_ref(), |parts| {
+                encode_parts_response(&r.id, parts, r.dialect)
+            })
+            .unwrap_or_else(|| encode_error(&r.id, &RpcError::task_not_found(&r.task_id)));
         PartnerOutput::Respond {
             request: r.request,
             response: crate::engine::HttpResponse::json(body),

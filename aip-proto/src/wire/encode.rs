@@ -13,7 +13,8 @@ use crate::wire::command::TaskCommand;
 use crate::wire::data::SenderRole;
 use crate::wire::jsonrpc::{Method, NotificationConfig, NotificationIdParams, RpcId};
 use crate::wire::task::{EventData, Header, ProductChunk, StatusUpdate, StreamEvent, TaskResult};
-use crate::wire::{write, Dialect};
+use crate::wire::write::{self, ResultParts};
+use crate::wire::Dialect;
 
 /// A value paired with the dialect to write it in; `serde_json::to_vec(&InDialect(&v, d))`.
 #[derive(Clone, Copy, Debug)]
@@ -227,7 +228,7 @@ pub fn encode_command(c: &TaskCommand, d: Dialect) -> Vec<u8> {
 /// A bare task (notification body; group mode).
 pub fn encode_task(t: &TaskResult, d: Dialect) -> Vec<u8> {
     let mut out = Vec::with_capacity(512);
-    write::task_result(&mut out, t, d);
+    write::task_result(&mut out, &ResultParts::of(t), d);
     out
 }
 
@@ -330,7 +331,12 @@ pub fn encode_result<R: Serialize>(id: &RpcId, result: &R) -> Vec<u8> {
 
 /// A successful `rpc` response carrying a task.
 pub fn encode_task_response(id: &RpcId, t: &TaskResult, d: Dialect) -> Vec<u8> {
-    // As `encode_result(id, &InDialect(t, d))` writes it, by hand (`write.rs`).
+    encode_parts_response(id, &ResultParts::of(t), d)
+}
+
+/// [`encode_task_response`] of a result given by its parts.
+pub(crate) fn encode_parts_response(id: &RpcId, t: &ResultParts<'_>, d: Dialect) -> Vec<u8> {
+    // As `encode_result(id, &InDialect(result, d))` writes it, by hand (`write.rs`).
     let mut out = Vec::with_capacity(512);
     out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
     write::rpc_id(&mut out, id);

@@ -12,11 +12,74 @@
 use serde::Serialize;
 
 use crate::time::Timestamp;
-use crate::wire::data::{DataItem, Product, SenderRole, TaskStatus};
+use crate::wire::command::TaskCommand;
+use crate::wire::data::{DataItem, Mentions, Product, SenderRole, TaskStatus};
 use crate::wire::encode::InDialect;
 use crate::wire::jsonrpc::RpcId;
-use crate::wire::task::TaskResult;
+use crate::wire::task::{Header, TaskResult};
 use crate::wire::Dialect;
+
+/// A task result's fields, borrowed: from a [`TaskResult`], or straight from an engine's task
+/// (a partner's reply is written without building a result).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ResultParts<'a> {
+    pub(crate) id: Option<&'a str>,
+    pub(crate) sent_at: Option<&'a Timestamp>,
+    pub(crate) sender_role: Option<SenderRole>,
+    pub(crate) sender_id: Option<&'a str>,
+    pub(crate) mentions: Option<&'a Mentions>,
+    pub(crate) data_items: Option<&'a [DataItem]>,
+    pub(crate) group_id: Option<&'a str>,
+    pub(crate) session_id: Option<&'a str>,
+    pub(crate) task_id: &'a str,
+    pub(crate) status: &'a TaskStatus,
+    pub(crate) products: Option<&'a [Product]>,
+    pub(crate) command_history: Option<&'a [TaskCommand]>,
+    pub(crate) status_history: Option<&'a [TaskStatus]>,
+}
+
+impl<'a> ResultParts<'a> {
+    /// The parts of `t`.
+    pub(crate) fn of(t: &'a TaskResult) -> Self {
+        let h = &t.header;
+        ResultParts {
+            id: h.id.as_deref(),
+            sent_at: h.sent_at.as_ref(),
+            sender_role: h.sender_role,
+            sender_id: h.sender_id.as_deref(),
+            mentions: h.mentions.as_ref(),
+            data_items: h.data_items.as_deref(),
+            group_id: h.group_id.as_deref(),
+            session_id: h.session_id.as_deref(),
+            task_id: &t.task_id,
+            status: &t.status,
+            products: t.products.as_deref(),
+            command_history: t.command_history.as_deref(),
+            status_history: t.status_history.as_deref(),
+        }
+    }
+
+    /// An owned result with these parts.
+    pub(crate) fn to_result(self) -> TaskResult {
+        TaskResult {
+            header: Header {
+                id: self.id.map(str::to_owned),
+                sent_at: self.sent_at.copied(),
+                sender_role: self.sender_role,
+                sender_id: self.sender_id.map(str::to_owned),
+                mentions: self.mentions.cloned(),
+                data_items: self.data_items.map(<[DataItem]>::to_vec),
+                group_id: self.group_id.map(str::to_owned),
+                session_id: self.session_id.map(str::to_owned),
+            },
+            task_id: self.task_id.to_owned(),
+            status: self.status.clone(),
+            products: self.products.map(<[Product]>::to_vec),
+            command_history: self.command_history.map(<[TaskCommand]>::to_vec),
+            status_history: self.status_history.map(<[TaskStatus]>::to_vec),
+        }
+    }
+}
 
 /// Where the first `"`, `\\` or control character (below 0x20) of `b` is, eight bytes at a
 /// time; `None` when there is none (the bytes are a JSON string's content as they are).
@@ -75,7 +138,7 @@ fn time(out: &mut Vec<u8>, t: &Timestamp) {
 }
 
 /// `,"key":"value"` when present.
-fn opt_string(out: &mut Vec<u8>, key: &'static str, v: Option<&String>) {
+fn opt_string(out: &mut Vec<u8>, key: &'static str, v: Option<&str>) {
     if let Some(v) = v {
         raw(out, key);
         string(out, v);
@@ -104,10 +167,10 @@ fn data_item(out: &mut Vec<u8>, item: &DataItem) {
             metadata: m,
         } => {
             raw(out, "{\"type\":\"file\"");
-            opt_string(out, ",\"name\":", name.as_ref());
-            opt_string(out, ",\"mimeType\":", mime_type.as_ref());
-            opt_string(out, ",\"uri\":", uri.as_ref());
-            opt_string(out, ",\"bytes\":", bytes.as_ref());
+            opt_string(out, ",\"name\":", name.as_deref());
+            opt_string(out, ",\"mimeType\":", mime_type.as_deref());
+            opt_string(out, ",\"uri\":", uri.as_deref());
+            opt_string(out, ",\"bytes\":", bytes.as_deref());
             metadata(out, m.as_ref());
         }
         DataItem::Data { data, metadata: m } => {
@@ -131,7 +194,7 @@ fn list<T>(out: &mut Vec<u8>, items: &[T], mut each: impl FnMut(&mut Vec<u8>, &T
     out.push(b']');
 }
 
-fn opt_data_items(out: &mut Vec<u8>, key: &'static str, items: Option<&Vec<DataItem>>) {
+fn opt_data_items(out: &mut Vec<u8>, key: &'static str, items: Option<&[DataItem]>) {
     if let Some(items) = items {
         raw(out, key);
         list(out, items, data_item);
@@ -143,27 +206,27 @@ fn status(out: &mut Vec<u8>, s: &TaskStatus) {
     string(out, s.state.as_str());
     raw(out, ",\"stateChangedAt\":");
     time(out, &s.state_changed_at);
-    opt_data_items(out, ",\"dataItems\":", s.data_items.as_ref());
+    opt_data_items(out, ",\"dataItems\":", s.data_items.as_deref());
     out.push(b'}');
 }
 
 fn product(out: &mut Vec<u8>, p: &Product) {
     raw(out, "{\"id\":");
     string(out, &p.id);
-    opt_string(out, ",\"name\":", p.name.as_ref());
-    opt_string(out, ",\"description\":", p.description.as_ref());
+    opt_string(out, ",\"name\":", p.name.as_deref());
+    opt_string(out, ",\"description\":", p.description.as_deref());
     raw(out, ",\"dataItems\":");
     list(out, &p.data_items, data_item);
     out.push(b'}');
 }
 
 /// What follows `"status":…` in both dialects: products and histories.
-fn products_and_histories(out: &mut Vec<u8>, t: &TaskResult, d: Dialect) {
-    if let Some(products) = &t.products {
+fn products_and_histories(out: &mut Vec<u8>, t: &ResultParts<'_>, d: Dialect) {
+    if let Some(products) = t.products {
         raw(out, ",\"products\":");
         list(out, products, product);
     }
-    if let Some(h) = &t.command_history {
+    if let Some(h) = t.command_history {
         raw(
             out,
             match d {
@@ -171,56 +234,52 @@ fn products_and_histories(out: &mut Vec<u8>, t: &TaskResult, d: Dialect) {
                 Dialect::V2 => ",\"commandHistory\":",
             },
         );
-        value(out, &InDialect(h.as_slice(), d));
+        value(out, &InDialect(h, d));
     }
-    if let Some(h) = &t.status_history {
+    if let Some(h) = t.status_history {
         raw(out, ",\"statusHistory\":");
         list(out, h, status);
     }
 }
 
-/// A task result in `d`, as `InDialect(t, d)` serialises.
-pub(crate) fn task_result(out: &mut Vec<u8>, t: &TaskResult, d: Dialect) {
-    let h = &t.header;
+/// A task result in `d`, as `InDialect(result, d)` serialises.
+pub(crate) fn task_result(out: &mut Vec<u8>, t: &ResultParts<'_>, d: Dialect) {
     match d {
         Dialect::V1 => {
             raw(out, "{\"type\":\"task\",\"id\":");
-            string(out, &t.task_id);
-            opt_string(out, ",\"senderId\":", h.sender_id.as_ref());
+            string(out, t.task_id);
+            opt_string(out, ",\"senderId\":", t.sender_id);
             raw(out, ",\"status\":");
-            status(out, &t.status);
+            status(out, t.status);
             products_and_histories(out, t, d);
-            opt_string(out, ",\"groupId\":", h.group_id.as_ref());
+            opt_string(out, ",\"groupId\":", t.group_id);
             raw(out, ",\"sessionId\":");
-            string(out, h.session_id.as_deref().unwrap_or(""));
+            string(out, t.session_id.unwrap_or(""));
         }
         Dialect::V2 => {
             raw(out, "{\"type\":\"task-result\",\"id\":");
-            match &h.id {
+            match t.id {
                 Some(id) => string(out, id),
                 // Only for a result built without a message id (never by the engines).
                 None => string(out, &format!("result-{}", t.task_id)),
             }
             raw(out, ",\"sentAt\":");
-            time(
-                out,
-                h.sent_at.as_ref().unwrap_or(&t.status.state_changed_at),
-            );
+            time(out, t.sent_at.unwrap_or(&t.status.state_changed_at));
             raw(out, ",\"senderRole\":");
-            string(out, h.sender_role.unwrap_or(SenderRole::Partner).as_str());
+            string(out, t.sender_role.unwrap_or(SenderRole::Partner).as_str());
             raw(out, ",\"senderId\":");
-            string(out, h.sender_id.as_deref().unwrap_or(""));
-            if let Some(m) = &h.mentions {
+            string(out, t.sender_id.unwrap_or(""));
+            if let Some(m) = t.mentions {
                 raw(out, ",\"mentions\":");
                 value(out, m);
             }
-            opt_data_items(out, ",\"dataItems\":", h.data_items.as_ref());
-            opt_string(out, ",\"groupId\":", h.group_id.as_ref());
-            opt_string(out, ",\"sessionId\":", h.session_id.as_ref());
+            opt_data_items(out, ",\"dataItems\":", t.data_items);
+            opt_string(out, ",\"groupId\":", t.group_id);
+            opt_string(out, ",\"sessionId\":", t.session_id);
             raw(out, ",\"taskId\":");
-            string(out, &t.task_id);
+            string(out, t.task_id);
             raw(out, ",\"status\":");
-            status(out, &t.status);
+            status(out, t.status);
             products_and_histories(out, t, d);
         }
     }
