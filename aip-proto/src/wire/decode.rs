@@ -68,8 +68,9 @@ fn dialect_of(ty: Option<&str>) -> Option<Dialect> {
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct RawCommand {
+    /// `Cow`: the scanner sets the two valid values without allocating.
     #[serde(rename = "type")]
-    pub(crate) ty: Option<String>,
+    pub(crate) ty: Option<std::borrow::Cow<'static, str>>,
     pub(crate) id: Option<String>,
     pub(crate) sent_at: Option<Timestamp>,
     pub(crate) sender_role: Option<SenderRole>,
@@ -138,7 +139,7 @@ impl RawObject {
 
     fn into_command(self, context: Dialect) -> Result<(TaskCommand, Dialect), DecodeError> {
         RawCommand {
-            ty: self.ty,
+            ty: self.ty.map(std::borrow::Cow::Owned),
             id: self.id,
             sent_at: self.sent_at,
             sender_role: self.sender_role,

@@ -13,11 +13,13 @@
 //! took about 11,000 instructions for a 349-byte start, a third of a partner lifecycle
 //! (BENCHMARKS.md).
 
+use std::borrow::Cow;
+
 use serde::Deserialize;
 
 use crate::time::Timestamp;
 use crate::wire::command::CommandKind;
-use crate::wire::data::SenderRole;
+use crate::wire::data::{DataItem, SenderRole};
 use crate::wire::decode::{RawCommand, RawCommandParams};
 use crate::wire::jsonrpc::RpcId;
 use crate::wire::write::string_end;
@@ -129,6 +131,53 @@ impl<'a> Scanner<'a> {
         self.value::<Option<T>>()
     }
 
+    /// `dataItems`: a list of plain text items (`{"type":"text","text":…}`, the common
+    /// case) read in place; any other value from the start again by serde_json.
+    fn data_items(&mut self) -> Option<Option<Vec<DataItem>>> {
+        let start = self.at;
+        if let Some(items) = self.text_items() {
+            return Some(Some(items));
+        }
+        self.at = start;
+        self.any()
+    }
+
+    fn text_items(&mut self) -> Option<Vec<DataItem>> {
+        self.eat(b'[')?;
+        let mut items = Vec::new();
+        self.skip_ws();
+        if self.peek() == Some(b']') {
+            self.at += 1;
+            return Some(items);
+        }
+        loop {
+            let (mut ty, mut text) = (None, None);
+            let mut seen = 0u32;
+            self.object(|sc, key| match key {
+                "type" => once(&mut ty, &mut seen, 1, Some(sc.plain_string()?)),
+                "text" => once(&mut text, &mut seen, 2, Some(sc.plain_string()?)),
+                _ => None,
+            })?;
+            if ty != Some("text") {
+                return None;
+            }
+            if items.is_empty() {
+                // Most lists hold one item: room for one, not the default four.
+                items.reserve_exact(1);
+            }
+            items.push(DataItem::text(text?));
+            self.skip_ws();
+            match self.peek()? {
+                b',' => self.at += 1,
+                b']' => {
+                    self.at += 1;
+                    return Some(items);
+                }
+                _ => return None,
+            }
+        }
+    }
+
     /// A value this scanner does not want, checked as serde_json checks what it ignores.
     fn ignore(&mut self) -> Option<()> {
         self.value::<serde::de::IgnoredAny>().map(|_| ())
@@ -149,6 +198,15 @@ fn owned(s: &str) -> Option<String> {
     Some(s.to_owned())
 }
 
+/// A command's `type` when it is one of the two a command may have (else the general way).
+fn command_type(s: &str) -> Option<Cow<'static, str>> {
+    match s {
+        "task-command" => Some(Cow::Borrowed("task-command")),
+        "message" => Some(Cow::Borrowed("message")),
+        _ => None,
+    }
+}
+
 fn command(sc: &mut Scanner<'_>) -> Option<Option<RawCommand>> {
     if sc.null() {
         return Some(None);
@@ -158,7 +216,7 @@ fn command(sc: &mut Scanner<'_>) -> Option<Option<RawCommand>> {
     sc.object(|sc, key| {
         let s = &mut seen;
         match key {
-            "type" => once(&mut c.ty, s, 1, sc.opt(owned)?),
+            "type" => once(&mut c.ty, s, 1, sc.opt(command_type)?),
             "id" => once(&mut c.id, s, 1 << 1, sc.opt(owned)?),
             "sentAt" => once(
                 &mut c.sent_at,
@@ -176,7 +234,7 @@ fn command(sc: &mut Scanner<'_>) -> Option<Option<RawCommand>> {
                 sc.opt(|k| Some(CommandKind::parse(k)))?,
             ),
             "commandParams" => once(&mut c.command_params, s, 1 << 7, sc.any()?),
-            "dataItems" => once(&mut c.data_items, s, 1 << 8, sc.any()?),
+            "dataItems" => once(&mut c.data_items, s, 1 << 8, sc.data_items()?),
             "taskId" => once(&mut c.task_id, s, 1 << 9, sc.opt(owned)?),
             "groupId" => once(&mut c.group_id, s, 1 << 10, sc.opt(owned)?),
             "sessionId" => once(&mut c.session_id, s, 1 << 11, sc.opt(owned)?),
@@ -306,12 +364,35 @@ mod tests {
             Just("\"2025-09-01 11:58\"".to_owned()),
             Just("[{\"type\":\"text\",\"text\":\"hi\",\"metadata\":{\"n\":1.5}}]".to_owned()),
             Just("[{\"type\":\"file\"}]".to_owned()),
+            text_item_lists(),
             Just("{\"k\":[1,{\"x\":null}]}".to_owned()),
             Just("{}".to_owned()),
             Just("[]".to_owned()),
             "[a-z]{0,12}".prop_map(|s| format!("\"{s}\"")),
             "[^\"\\\\]{0,12}".prop_map(|s| format!("\"{s}\"")),
         ]
+    }
+
+    /// `dataItems` lists near the plain text items the scanner reads itself.
+    fn text_item_lists() -> BoxedStrategy<String> {
+        prop_oneof![
+            Just(
+                "[{\"type\":\"text\",\"text\":\"a\"}, { \"text\" : \"b\" , \"type\":\"text\"}]"
+                    .to_owned()
+            ),
+            Just("[{\"type\":\"text\",\"type\":\"text\",\"text\":\"a\"}]".to_owned()),
+            Just("[{\"type\":\"text\"}]".to_owned()),
+            Just("[{\"type\":\"text\",\"text\":null}]".to_owned()),
+            Just("[{\"type\":null,\"text\":\"a\"}]".to_owned()),
+            Just("[{\"type\":\"TEXT\",\"text\":\"a\"}]".to_owned()),
+            Just("[{\"type\":\"text\",\"text\":\"a\\nb\"}]".to_owned()),
+            Just("[{\"type\":\"text\",\"text\":\"a\"},]".to_owned()),
+            Just("[{\"type\":\"text\",\"text\":\"a\"}".to_owned()),
+            Just("[{\"type\":\"text\",\"text\":\"a\"} {}]".to_owned()),
+            Just("[{},{\"type\":\"text\",\"text\":\"a\"}]".to_owned()),
+            Just("[null]".to_owned()),
+        ]
+        .boxed()
     }
 
     const COMMAND_KEYS: [&str; 14] = [
@@ -433,7 +514,11 @@ mod tests {
             ("sessionId", mostly("\"s-1\"").boxed()),
             (
                 "dataItems",
-                mostly("[{\"type\":\"text\",\"text\":\"hi\"}]").boxed(),
+                prop_oneof![
+                    8 => mostly("[{\"type\":\"text\",\"text\":\"hi\"}]"),
+                    1 => text_item_lists(),
+                ]
+                .boxed(),
             ),
         ]);
         let params = prop_oneof![Just("command"), Just("message")].prop_flat_map(move |k| {
