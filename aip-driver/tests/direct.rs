@@ -87,7 +87,7 @@ async fn rpc_lifecycles<R: Host>(dialect: Dialect) {
             &rt,
             &mut seen,
             "partner task end",
-            |e| matches!(e, PartnerEvent::TaskEnded { task_id, .. } if task_id == t),
+            |e| matches!(e, PartnerEvent::TaskEnded { task_id, .. } if &**task_id == t),
         )
         .await;
     }
@@ -187,7 +187,7 @@ async fn stream_and_notification<R: Host>() {
     wait_state(&rt, &mut ev, "t-n", TaskState::AwaitingCompletion).await;
     let mut seen = s.seen;
     wait_for(&rt, &mut seen, "a notification delivered", |e| {
-        matches!(e, PartnerEvent::NotificationDelivered { task_id, state: TaskState::AwaitingCompletion, .. } if task_id == "t-n")
+        matches!(e, PartnerEvent::NotificationDelivered { task_id, state: TaskState::AwaitingCompletion, .. } if &**task_id == "t-n")
     })
     .await;
     assert_eq!(

@@ -78,7 +78,7 @@ pub async fn run<R: Runtime>(
                     rt.clone(),
                     partner.clone(),
                     cmd.clone(),
-                    task_id.clone(),
+                    task_id.to_string(),
                     session,
                     prompt,
                     rx,
@@ -87,15 +87,15 @@ pub async fn run<R: Runtime>(
                     fut.await;
                     let _ = done_tx.send(());
                 }));
-                tasks.insert(task_id, (tx, done_rx));
+                tasks.insert(task_id.to_string(), (tx, done_rx));
             }
             PartnerEvent::TaskContinued { task_id, command } => {
-                if let Some((tx, _)) = tasks.get(&task_id) {
+                if let Some((tx, _)) = tasks.get(&*task_id) {
                     let _ = tx.unbounded_send(Msg::Continue(text_of(command.items())));
                 }
             }
             PartnerEvent::TaskEnded { task_id, .. } => {
-                if let Some((tx, _)) = tasks.remove(&task_id) {
+                if let Some((tx, _)) = tasks.remove(&*task_id) {
                     let _ = tx.unbounded_send(Msg::End);
                 }
             }

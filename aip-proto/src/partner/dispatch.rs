@@ -89,7 +89,6 @@ impl Partner {
 
     /// `rpc`, `stream` and `notification/start`.
     fn command(&mut self, r: RequestId, mut req: Request) {
-        let id = req.id.clone();
         let Params::Command(c) = &mut req.params else {
             return;
         };
@@ -97,14 +96,14 @@ impl Partner {
         match (&kind, &req.method) {
             (Some(CommandKind::ReStream), Method::Stream) => {}
             (Some(CommandKind::ReStream), _) => {
-                return self.invalid(r, &id, "re-stream is a command of method stream")
+                return self.invalid(r, &req.id, "re-stream is a command of method stream")
             }
             (Some(CommandKind::Other(k)), _) => {
-                return self.invalid(r, &id, &format!("unknown command {k:?}"))
+                return self.invalid(r, &req.id, &format!("unknown command {k:?}"))
             }
-            (None, _) => return self.invalid(r, &id, "missing field `command`"),
+            (None, _) => return self.invalid(r, &req.id, "missing field `command`"),
             (Some(_), Method::NotificationStart) if kind != Some(CommandKind::Start) => {
-                return self.invalid(r, &id, "notification/start needs command start")
+                return self.invalid(r, &req.id, "notification/start needs command start")
             }
             _ => {}
         }
@@ -115,16 +114,22 @@ impl Partner {
                 c.task_id = Some(t.clone());
                 t
             }
-            _ => return self.invalid(r, &id, "taskId is required for commands other than start"),
+            _ => {
+                return self.invalid(
+                    r,
+                    &req.id,
+                    "taskId is required for commands other than start",
+                )
+            }
         };
         // notification/start: the subscription, attached now or when the task is created.
         let mut subscription = None;
         if req.method == Method::NotificationStart {
             let Some(p) = c.notification_start_params() else {
-                return self.invalid(r, &id, "missing commandParams.notificationConfigId");
+                return self.invalid(r, &req.id, "missing commandParams.notificationConfigId");
             };
             if !self.has_config(&task_id, &p.notification_config_id) {
-                return self.invalid(r, &id, "unknown notificationConfigId for this task");
+                return self.invalid(r, &req.id, "unknown notificationConfigId for this task");
             }
             match self.tasks.get_mut(&task_id) {
                 Some(t) => {
@@ -144,7 +149,7 @@ impl Partner {
                 let e = RpcError::task_not_found(&task_id).with_data(
                     json!({"taskId": task_id, "details": "the task ended and was purged"}),
                 );
-                self.error(r, &id, e)
+                self.error(r, &req.id, e)
             }
             None if kind == Some(CommandKind::Start) => {
                 if self.tasks.len() >= self.config.max_tasks && !self.purge_oldest_ended() {
@@ -190,11 +195,14 @@ impl Partner {
                         at,
                     );
                     if let Some(command) = self.start_command(&task_id) {
-                        self.event(PartnerEvent::StartRequested { task_id, command });
+                        self.event(PartnerEvent::StartRequested {
+                            task_id: self.shared_id(&task_id),
+                            command,
+                        });
                     }
                 }
             }
-            None => self.error(r, &id, RpcError::task_not_found(&task_id)),
+            None => self.error(r, &req.id, RpcError::task_not_found(&task_id)),
             Some(t) if t.machine.state().is_none() => t.held.push_back(Held {
                 request: r,
                 req,
@@ -210,7 +218,7 @@ impl Partner {
         let Params::Command(c) = req.params else {
             return;
         };
-        let Some(task_id) = c.task_id.clone() else {
+        let Some(task_id) = c.task_id.as_deref().map(|t| self.shared_id(t)) else {
             return;
         };
         let kind = c.command.clone().unwrap_or(CommandKind::Get);
@@ -267,7 +275,7 @@ impl Partner {
         };
         if self.transition(task_id, cause, to, None).is_ok() && *kind == CommandKind::Continue {
             self.event(PartnerEvent::TaskContinued {
-                task_id: task_id.to_owned(),
+                task_id: self.shared_id(task_id),
                 command: c,
             });
         }

@@ -259,6 +259,13 @@ impl Partner {
         self.result_of(task_id, None)
     }
 
+    /// The task's id as the partner holds it (shared), or a new one for a task not held.
+    fn shared_id(&self, task_id: &str) -> Arc<str> {
+        self.tasks
+            .get(task_id)
+            .map_or_else(|| Arc::from(task_id), |t| Arc::clone(&t.id))
+    }
+
     fn push(&mut self, o: PartnerOutput) {
         self.core.out.push_back(Queued::Out(o));
     }
@@ -471,7 +478,7 @@ impl Partner {
         }
         self.notifier.forget_task(task_id);
         self.event(PartnerEvent::TaskPurged {
-            task_id: task_id.to_owned(),
+            task_id: Arc::clone(&t.id),
         });
     }
 }

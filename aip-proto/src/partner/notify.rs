@@ -302,7 +302,7 @@ impl Partner {
             }
             if ok {
                 self.event(PartnerEvent::NotificationDelivered {
-                    task_id: task_id.clone(),
+                    task_id: self.shared_id(&task_id),
                     config_id: cid.clone(),
                     state: head.state,
                 });
@@ -325,7 +325,7 @@ impl Partner {
 
     fn gave_up(&mut self, task_id: &str, cid: &str, p: Pending, reason: GiveUpReason) {
         self.event(PartnerEvent::NotificationGaveUp {
-            task_id: task_id.to_owned(),
+            task_id: self.shared_id(task_id),
             config_id: cid.to_owned(),
             state: p.state,
             attempts: p.attempts,

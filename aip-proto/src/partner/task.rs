@@ -94,7 +94,7 @@ impl PartnerTask {
 pub(crate) struct LazyReply {
     pub(crate) request: RequestId,
     pub(crate) id: RpcId,
-    pub(crate) task_id: String,
+    pub(crate) task_id: Arc<str>,
     pub(crate) dialect: Dialect,
     pub(crate) get: Option<GetParams>,
 }
@@ -207,7 +207,7 @@ impl Partner {
         if to == TaskState::Accepted {
             if let Some(command) = self.start_command(task_id) {
                 self.event(PartnerEvent::TaskStarted {
-                    task_id: task_id.to_owned(),
+                    task_id: self.shared_id(task_id),
                     command,
                 });
             }
@@ -300,15 +300,16 @@ impl Partner {
         };
         self.append_event(task_id, logged);
         self.notify_state(task_id, to);
+        let shared = self.shared_id(task_id);
         self.event(PartnerEvent::StateChanged {
-            task_id: task_id.to_owned(),
+            task_id: Arc::clone(&shared),
             from,
             to,
             cause,
         });
         if to.is_terminal() {
             self.event(PartnerEvent::TaskEnded {
-                task_id: task_id.to_owned(),
+                task_id: shared,
                 state: to,
             });
         }

@@ -100,29 +100,29 @@ pub enum GiveUpReason {
 pub enum PartnerEvent {
     /// A start waits for [`super::Partner::accept`] or [`super::Partner::reject`] (`auto_accept` off).
     StartRequested {
-        /// The task.
-        task_id: String,
+        /// The task (the id the partner holds, shared: an event copies no string).
+        task_id: Arc<str>,
         /// The start command (data items, params).
         command: Arc<TaskCommand>,
     },
     /// The task was accepted: do the work (move it with the application calls).
     TaskStarted {
-        /// The task.
-        task_id: String,
+        /// The task (the id the partner holds, shared: an event copies no string).
+        task_id: Arc<str>,
         /// The start command.
         command: Arc<TaskCommand>,
     },
     /// The leader continued the task (it is working again) with this command's input.
     TaskContinued {
-        /// The task.
-        task_id: String,
+        /// The task (the id the partner holds, shared: an event copies no string).
+        task_id: Arc<str>,
         /// The continue command.
         command: Arc<TaskCommand>,
     },
     /// Every transition, whoever caused it.
     StateChanged {
-        /// The task.
-        task_id: String,
+        /// The task (the id the partner holds, shared: an event copies no string).
+        task_id: Arc<str>,
         /// The previous state (`None` before the start decision).
         from: Option<TaskState>,
         /// The new state.
@@ -132,20 +132,20 @@ pub enum PartnerEvent {
     },
     /// The task reached a terminal state: stop any work on it.
     TaskEnded {
-        /// The task.
-        task_id: String,
+        /// The task (the id the partner holds, shared: an event copies no string).
+        task_id: Arc<str>,
         /// The terminal state.
         state: TaskState,
     },
     /// The task was purged after its retention.
     TaskPurged {
-        /// The task.
-        task_id: String,
+        /// The task (the id the partner holds, shared: an event copies no string).
+        task_id: Arc<str>,
     },
     /// A notification was delivered.
     NotificationDelivered {
-        /// The task.
-        task_id: String,
+        /// The task (the id the partner holds, shared: an event copies no string).
+        task_id: Arc<str>,
         /// The configuration.
         config_id: String,
         /// The state it reported.
@@ -153,8 +153,8 @@ pub enum PartnerEvent {
     },
     /// A notification was given up.
     NotificationGaveUp {
-        /// The task.
-        task_id: String,
+        /// The task (the id the partner holds, shared: an event copies no string).
+        task_id: Arc<str>,
         /// The configuration.
         config_id: String,
         /// The state it reported.

@@ -229,13 +229,13 @@ impl World {
         match e {
             PartnerEvent::StartRequested { task_id, .. } => {
                 let accept = !self.rng.chance(150);
-                self.later(0, 3_000, Step::Decide(p, task_id.clone(), accept));
+                self.later(0, 3_000, Step::Decide(p, task_id.to_string(), accept));
             }
             PartnerEvent::TaskStarted { task_id, .. } => {
-                self.later(0, 800, Step::Work(p, task_id.clone()));
+                self.later(0, 800, Step::Work(p, task_id.to_string()));
             }
             PartnerEvent::TaskContinued { task_id, .. } => {
-                self.later(100, 2_000, Step::Finish(p, task_id.clone()));
+                self.later(100, 2_000, Step::Finish(p, task_id.to_string()));
             }
             _ => {}
         }

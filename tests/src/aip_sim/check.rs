@@ -87,7 +87,7 @@ impl Checker {
                 to,
                 cause,
             } => {
-                let t = self.partner.entry((p, task_id.clone())).or_default();
+                let t = self.partner.entry((p, task_id.to_string())).or_default();
                 if t.ended {
                     return Err(format!(
                         "p{p} {task_id}: {from:?} -> {to} after the task ended"
@@ -107,7 +107,7 @@ impl Checker {
                 t.state = Some(*to);
             }
             PartnerEvent::TaskEnded { task_id, state } => {
-                let t = self.partner.entry((p, task_id.clone())).or_default();
+                let t = self.partner.entry((p, task_id.to_string())).or_default();
                 if t.ended || t.state != Some(*state) || !state.is_terminal() {
                     return Err(format!(
                         "p{p} {task_id}: TaskEnded({state}) in {:?}, ended before: {}",
@@ -119,7 +119,7 @@ impl Checker {
             PartnerEvent::TaskPurged { task_id } => {
                 let ended = self
                     .partner
-                    .get(&(p, task_id.clone()))
+                    .get(&(p, task_id.to_string()))
                     .is_none_or(|t| t.ended);
                 if !ended {
                     return Err(format!("p{p} {task_id}: purged while live"));

@@ -7,7 +7,7 @@ fn a_v2_start_is_accepted_answered_and_handed_to_the_application() {
     let mut p = partner();
     let out = send_v2(&mut p, at(0), 1, "start", Some("t-1"), Value::Null);
     assert_eq!(changes(&out), vec![(None, TaskState::Accepted)]);
-    assert!(out.iter().any(|o| matches!(o, PartnerOutput::Event(PartnerEvent::TaskStarted { task_id, .. }) if task_id == "t-1")));
+    assert!(out.iter().any(|o| matches!(o, PartnerOutput::Event(PartnerEvent::TaskStarted { task_id, .. }) if &**task_id == "t-1")));
     let v = reply(&out, 1);
     assert_eq!(v["id"], json!(1));
     assert_eq!(v["result"]["type"], "task-result");
