@@ -181,14 +181,34 @@ impl fmt::Debug for Timestamp {
     }
 }
 
+/// `"00"` to `"99"`, back to back.
+const DIGIT_PAIRS: [u8; 200] = {
+    let mut t = [0u8; 200];
+    let mut i = 0;
+    while i < 100 {
+        t[2 * i] = b'0' + (i / 10) as u8;
+        t[2 * i + 1] = b'0' + (i % 10) as u8;
+        i += 1;
+    }
+    t
+};
+
 impl Timestamp {
     /// Writes the RFC 3339 form into `buf` (at most 35 bytes) and returns its length. Hand
     /// written: `core::fmt` made encoding a reply several times slower (see BENCHMARKS.md).
     pub(crate) fn write_to(&self, buf: &mut [u8; 40]) -> usize {
-        fn put(buf: &mut [u8], at: usize, mut v: u64, width: usize) {
-            for i in (0..width).rev() {
-                buf[at + i] = b'0' + (v % 10) as u8;
-                v /= 10;
+        /// `v`'s last `width` decimal digits at `at`, two at a time.
+        fn put(buf: &mut [u8; 40], at: usize, mut v: u64, width: usize) {
+            let mut i = width;
+            while i >= 2 {
+                i -= 2;
+                let p = (v % 100) as usize * 2;
+                buf[at + i] = DIGIT_PAIRS[p];
+                buf[at + i + 1] = DIGIT_PAIRS[p + 1];
+                v /= 100;
+            }
+            if i == 1 {
+                buf[at] = b'0' + (v % 10) as u8;
             }
         }
         let off_secs = match self.offset {
@@ -484,6 +504,24 @@ mod tests {
             if frac >= 6 {
                 prop_assert_eq!(back, t);
             }
+        }
+
+        /// The hand-written digits are what `core::fmt` writes.
+        #[test]
+        fn written_as_core_fmt_writes(us in 0u64..253_402_300_799_999_999, off in -1439i16..1440, frac in 0u8..10) {
+            let t = Timestamp { offset: Offset::Minutes(off), frac, ..Timestamp::from_unix_micros(us) };
+            let local = t.secs + i64::from(off) * 60;
+            let (y, m, d) = civil_from_days(local.div_euclid(86_400));
+            let sod = local.rem_euclid(86_400);
+            let mut want = format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}", sod / 3600, sod / 60 % 60, sod % 60);
+            if frac > 0 {
+                let digits = format!("{:09}", t.nanos);
+                want.push('.');
+                want.push_str(&digits[..usize::from(frac)]);
+            }
+            let a = off.unsigned_abs();
+            want.push_str(&format!("{}{:02}:{:02}", if off < 0 { '-' } else { '+' }, a / 60, a % 60));
+            prop_assert_eq!(t.to_rfc3339(), want);
         }
 
         #[test]

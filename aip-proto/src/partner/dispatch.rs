@@ -190,10 +190,8 @@ impl Partner {
                         .and_then(|t| t.params.response_timeout)
                         .unwrap_or(self.config.default_response_timeout);
                     let at = self.core.at(timeout);
-                    self.core.timers.set(
-                        PartnerTimer::ResponseTimeout(Arc::from(task_id.as_str())),
-                        at,
-                    );
+                    let key = PartnerTimer::ResponseTimeout(self.shared_id(&task_id));
+                    self.arm(key, at);
                     if let Some(command) = self.start_command(&task_id) {
                         self.event(PartnerEvent::StartRequested {
                             task_id: self.shared_id(&task_id),

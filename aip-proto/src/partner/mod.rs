@@ -266,6 +266,16 @@ impl Partner {
             .map_or_else(|| Arc::from(task_id), |t| Arc::clone(&t.id))
     }
 
+    /// Arms a task timer and marks its kind on the task (see `PartnerTask::armed`).
+    fn arm(&mut self, key: PartnerTimer, at: Timestamp) {
+        if let Some(id) = key.task_id() {
+            if let Some(t) = self.tasks.get_mut(id) {
+                t.armed |= key.task_bit();
+            }
+        }
+        self.core.timers.set(key, at);
+    }
+
     fn push(&mut self, o: PartnerOutput) {
         self.core.out.push_back(Queued::Out(o));
     }
@@ -468,13 +478,17 @@ impl Partner {
             self.core.timers.cancel(&PartnerTimer::Keepalive(r));
             self.push(PartnerOutput::EndStream { request: r });
         }
-        for k in [
-            PartnerTimer::ResponseTimeout(Arc::clone(&t.id)),
-            PartnerTimer::AwaitingInputTimeout(Arc::clone(&t.id)),
-            PartnerTimer::AwaitingCompletionTimeout(Arc::clone(&t.id)),
-            PartnerTimer::Retention(Arc::clone(&t.id)),
-        ] {
-            self.core.timers.cancel(&k);
+        let kinds: [fn(Arc<str>) -> PartnerTimer; 4] = [
+            PartnerTimer::ResponseTimeout,
+            PartnerTimer::AwaitingInputTimeout,
+            PartnerTimer::AwaitingCompletionTimeout,
+            PartnerTimer::Retention,
+        ];
+        for kind in kinds {
+            let k = kind(Arc::clone(&t.id));
+            if t.armed & k.task_bit() != 0 {
+                self.core.timers.cancel(&k);
+            }
         }
         self.notifier.forget_task(task_id);
         self.event(PartnerEvent::TaskPurged {

@@ -37,6 +37,9 @@ pub(crate) struct PartnerTask {
     /// Notification subscriptions: configuration id and states (empty: all).
     pub(crate) notify: Vec<(String, Vec<TaskState>)>,
     pub(crate) ended_at: Option<Timestamp>,
+    /// The kinds of task timer ever armed for it ([`PartnerTimer::task_bit`]): purging
+    /// cancels only those (never cleared: cancelling a timer that is gone does nothing).
+    pub(crate) armed: u8,
 }
 
 /// A read-only view of a partner's task.
@@ -169,6 +172,7 @@ impl Partner {
             subscribers: BTreeSet::new(),
             notify: Vec::new(),
             ended_at: None,
+            armed: 0,
         };
         t.record(start, self.config.max_history);
         self.tasks.insert(id, t);
@@ -198,7 +202,7 @@ impl Partner {
         if !self.config.auto_accept {
             self.core
                 .timers
-                .cancel(&PartnerTimer::ResponseTimeout(Arc::from(task_id)));
+                .cancel(&PartnerTimer::ResponseTimeout(self.shared_id(task_id)));
         }
         let Some(t) = self.tasks.get_mut(task_id) else {
             return Ok(());
@@ -271,21 +275,17 @@ impl Partner {
         match (to, input_timeout, completion_timeout) {
             (TaskState::AwaitingInput, Some(d), _) => {
                 let at = self.core.at(d);
-                self.core
-                    .timers
-                    .set(key(PartnerTimer::AwaitingInputTimeout), at);
+                self.arm(key(PartnerTimer::AwaitingInputTimeout), at);
             }
             (TaskState::AwaitingCompletion, _, Some(d)) => {
                 let at = self.core.at(d);
-                self.core
-                    .timers
-                    .set(key(PartnerTimer::AwaitingCompletionTimeout), at);
+                self.arm(key(PartnerTimer::AwaitingCompletionTimeout), at);
             }
             _ => {}
         }
         if to.is_terminal() {
             let at = self.core.at(self.config.retention);
-            self.core.timers.set(key(PartnerTimer::Retention), at);
+            self.arm(key(PartnerTimer::Retention), at);
         }
         let logged = match from {
             None => Logged::Snapshot {

@@ -186,6 +186,32 @@ pub enum PartnerTimer {
 }
 
 impl PartnerTimer {
+    /// The task a task timer is for (`None` for stream and notification timers).
+    pub(crate) fn task_id(&self) -> Option<&str> {
+        match self {
+            PartnerTimer::ResponseTimeout(t)
+            | PartnerTimer::AwaitingInputTimeout(t)
+            | PartnerTimer::AwaitingCompletionTimeout(t)
+            | PartnerTimer::Retention(t) => Some(t),
+            PartnerTimer::Keepalive(_)
+            | PartnerTimer::NotificationRetry(..)
+            | PartnerTimer::NotificationTimeout(_) => None,
+        }
+    }
+
+    /// One bit per kind of task timer (0 for the others).
+    pub(crate) fn task_bit(&self) -> u8 {
+        match self {
+            PartnerTimer::ResponseTimeout(_) => 1,
+            PartnerTimer::AwaitingInputTimeout(_) => 2,
+            PartnerTimer::AwaitingCompletionTimeout(_) => 4,
+            PartnerTimer::Retention(_) => 8,
+            PartnerTimer::Keepalive(_)
+            | PartnerTimer::NotificationRetry(..)
+            | PartnerTimer::NotificationTimeout(_) => 0,
+        }
+    }
+
     /// A short reason for logs.
     pub fn reason(&self) -> &'static str {
         match self {

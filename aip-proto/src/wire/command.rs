@@ -60,6 +60,15 @@ impl CommandKind {
             ("restream", CommandKind::ReStream),
             ("re_stream", CommandKind::ReStream),
         ];
+        // The exact spellings first (what peers send), then any case.
+        match s {
+            "start" => return CommandKind::Start,
+            "complete" => return CommandKind::Complete,
+            "continue" => return CommandKind::Continue,
+            "get" => return CommandKind::Get,
+            "cancel" => return CommandKind::Cancel,
+            _ => {}
+        }
         KNOWN
             .into_iter()
             .find(|(k, _)| k.eq_ignore_ascii_case(s))

@@ -94,8 +94,10 @@ pub(crate) fn string_end(b: &[u8]) -> Option<usize> {
         let backslash = zero_byte(v ^ (LO * u64::from(b'\\')));
         // Bytes below 0x20 (a byte at or above 0x80 never sets its own high bit here).
         let control = v.wrapping_sub(LO * 0x20) & !v & HI;
-        if quote | backslash | control != 0 {
-            break;
+        let found = quote | backslash | control;
+        if found != 0 {
+            // The lowest flagged byte is exact (a false flag can only follow a true one).
+            return Some(i + (found.trailing_zeros() / 8) as usize);
         }
         i += 8;
     }
@@ -292,5 +294,38 @@ pub(crate) fn rpc_id(out: &mut Vec<u8>, id: &RpcId) {
         RpcId::Null => raw(out, "null"),
         RpcId::Str(s) => string(out, s),
         RpcId::Num(n) => value(out, n),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::string_end;
+
+    /// Every special byte at every place of strings up to 40 bytes, before and after other
+    /// specials and bytes that only look near them (0x20, 0x7f, 0x80, 0xa0, 0xff).
+    #[test]
+    fn string_end_finds_the_first_special_byte_as_a_byte_scan_does() {
+        let naive = |b: &[u8]| b.iter().position(|&c| c == b'"' || c == b'\\' || c < 0x20);
+        let specials = [b'"', b'\\', 0x00, 0x01, 0x1f];
+        let fillers = [b'a', 0x20, 0x7f, 0x80, 0xa0, 0xff, b'!', b']', b'#', b'^'];
+        for len in 0..40 {
+            for &fill in &fillers {
+                let mut b = vec![fill; len];
+                assert_eq!(string_end(&b), naive(&b));
+                for at in 0..len {
+                    for &s in &specials {
+                        b[at] = s;
+                        assert_eq!(string_end(&b), naive(&b), "{b:?}");
+                        for later in at + 1..len {
+                            let keep = b[later];
+                            b[later] = specials[later % specials.len()];
+                            assert_eq!(string_end(&b), naive(&b), "{b:?}");
+                            b[later] = keep;
+                        }
+                        b[at] = fill;
+                    }
+                }
+            }
+        }
     }
 }

@@ -287,3 +287,23 @@ fn the_product_limit_counts_the_json_of_the_merged_products_exactly() {
         assert_eq!(p.task("t").unwrap().products, &kept[..]);
     }
 }
+
+/// A task purged to make room takes its timers with it: a retention timer left behind
+/// would later purge whatever task holds the same id by then.
+#[test]
+fn a_task_purged_at_capacity_leaves_no_timer_behind() {
+    let mut p = Partner::new(PartnerConfig {
+        partner_id: "P".into(),
+        keepalive: None,
+        max_tasks: 1,
+        retention: std::time::Duration::from_secs(3600),
+        ..PartnerConfig::default()
+    });
+    assert_eq!(state_of(&rpc(&mut p, at(0), 1, "start", "A")), "accepted");
+    assert_eq!(state_of(&rpc(&mut p, at(1), 2, "cancel", "A")), "canceled");
+    let (_, timer) = p.next_timer().expect("the ended task's retention");
+    assert_eq!(timer, &PartnerTimer::Retention("A".into()));
+    assert_eq!(state_of(&rpc(&mut p, at(2), 3, "start", "B")), "accepted");
+    assert!(p.task("A").is_none(), "A was purged to make room");
+    assert_eq!(p.next_timer(), None, "nothing of A is left to fire");
+}
