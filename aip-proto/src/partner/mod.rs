@@ -201,12 +201,34 @@ impl Partner {
         }
     }
 
-    /// Fires every timer due at `now` (an early call does nothing).
+    /// Fires every timer due at `now` (an early call does nothing), in deadline order (at
+    /// equal deadlines, an ended task's retention last).
     pub fn handle_timeout(&mut self, now: Timestamp) {
         self.core.tick(now);
-        while let Some(t) = self.core.timers.pop_due(self.core.now) {
-            self.on_timer(t);
+        let now = self.core.now;
+        loop {
+            let timer_at = self.core.timers.next().map(|(at, _)| at);
+            match self.retention_due() {
+                Some((at, _)) if at <= now && timer_at.is_none_or(|t| at < t) => {
+                    if let Some((_, id)) = self.ended.pop_first() {
+                        self.purge(&id);
+                    }
+                }
+                _ => match self.core.timers.pop_due(now) {
+                    Some(t) => self.on_timer(t),
+                    None => break,
+                },
+            }
         }
+    }
+
+    /// When the task that ended first is to be purged. Ended tasks are kept `retention` after
+    /// they end, so the index of ended tasks (by the time they ended) is also the queue of
+    /// their retention deadlines: no timer per task.
+    fn retention_due(&self) -> Option<(Timestamp, &Arc<str>)> {
+        self.ended
+            .first()
+            .map(|(at, id)| (at.saturating_add(self.config.retention), id))
     }
 
     /// The next output, or `None` when everything is drained.
@@ -220,12 +242,23 @@ impl Partner {
     /// When to call [`Partner::handle_timeout`]: now while outputs are queued, else the
     /// earliest timer; `None` when nothing is scheduled.
     pub fn poll_timeout(&self) -> Option<Timestamp> {
-        self.core.poll_timeout()
+        let retention = self.retention_due().map(|(at, _)| at);
+        match (self.core.poll_timeout(), retention) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// The earliest timer and its reason.
-    pub fn next_timer(&self) -> Option<(Timestamp, &PartnerTimer)> {
-        self.core.timers.next()
+    pub fn next_timer(&self) -> Option<(Timestamp, PartnerTimer)> {
+        let timer = self.core.timers.next().map(|(at, k)| (at, k.clone()));
+        let retention = self
+            .retention_due()
+            .map(|(at, id)| (at, PartnerTimer::Retention(Arc::clone(id))));
+        match (timer, retention) {
+            (Some(t), Some(r)) => Some(if r.0 < t.0 { r } else { t }),
+            (t, r) => t.or(r),
+        }
     }
 
     /// A task's current view.
@@ -448,6 +481,7 @@ impl Partner {
             PartnerTimer::AwaitingCompletionTimeout(id) => {
                 let _ = self.transition(&id, Cause::Timeout, TaskState::Completed, None);
             }
+            // Not armed any more (see `retention_due`); purging is what it would do.
             PartnerTimer::Retention(id) => self.purge(&id),
             PartnerTimer::Keepalive(r) => self.keepalive(r),
             PartnerTimer::NotificationRetry(task, config) => self.send_next(&task, &config),
@@ -478,11 +512,10 @@ impl Partner {
             self.core.timers.cancel(&PartnerTimer::Keepalive(r));
             self.push(PartnerOutput::EndStream { request: r });
         }
-        let kinds: [fn(Arc<str>) -> PartnerTimer; 4] = [
+        let kinds: [fn(Arc<str>) -> PartnerTimer; 3] = [
             PartnerTimer::ResponseTimeout,
             PartnerTimer::AwaitingInputTimeout,
             PartnerTimer::AwaitingCompletionTimeout,
-            PartnerTimer::Retention,
         ];
         for kind in kinds {
             let k = kind(Arc::clone(&t.id));

@@ -283,10 +283,6 @@ impl Partner {
             }
             _ => {}
         }
-        if to.is_terminal() {
-            let at = self.core.at(self.config.retention);
-            self.arm(key(PartnerTimer::Retention), at);
-        }
         let logged = match from {
             None => Logged::Snapshot {
                 status,

@@ -175,7 +175,8 @@ pub enum PartnerTimer {
     AwaitingInputTimeout(Arc<str>),
     /// A task waits in awaiting-completion.
     AwaitingCompletionTimeout(Arc<str>),
-    /// An ended task is to be purged.
+    /// An ended task is to be purged (its retention is over). Kept in the partner's index of
+    /// ended tasks, not armed as a timer; [`super::Partner::next_timer`] reports it.
     Retention(Arc<str>),
     /// An idle stream gets a keepalive comment.
     Keepalive(RequestId),
@@ -199,14 +200,14 @@ impl PartnerTimer {
         }
     }
 
-    /// One bit per kind of task timer (0 for the others).
+    /// One bit per kind of task timer that is armed (0 for the others).
     pub(crate) fn task_bit(&self) -> u8 {
         match self {
             PartnerTimer::ResponseTimeout(_) => 1,
             PartnerTimer::AwaitingInputTimeout(_) => 2,
             PartnerTimer::AwaitingCompletionTimeout(_) => 4,
-            PartnerTimer::Retention(_) => 8,
-            PartnerTimer::Keepalive(_)
+            PartnerTimer::Retention(_)
+            | PartnerTimer::Keepalive(_)
             | PartnerTimer::NotificationRetry(..)
             | PartnerTimer::NotificationTimeout(_) => 0,
         }

@@ -302,7 +302,7 @@ fn a_task_purged_at_capacity_leaves_no_timer_behind() {
     assert_eq!(state_of(&rpc(&mut p, at(0), 1, "start", "A")), "accepted");
     assert_eq!(state_of(&rpc(&mut p, at(1), 2, "cancel", "A")), "canceled");
     let (_, timer) = p.next_timer().expect("the ended task's retention");
-    assert_eq!(timer, &PartnerTimer::Retention("A".into()));
+    assert_eq!(timer, PartnerTimer::Retention("A".into()));
     assert_eq!(state_of(&rpc(&mut p, at(2), 3, "start", "B")), "accepted");
     assert!(p.task("A").is_none(), "A was purged to make room");
     assert_eq!(p.next_timer(), None, "nothing of A is left to fire");
