@@ -2,7 +2,8 @@
 //! Engine-only throughput, JSON included (no network): `cargo bench -p aip-proto --bench lifecycle`
 //! (`-- --seconds N` per measurement, default 3; `-- --profile N` runs N partner lifecycles
 //! as `partner/rpc_lifecycle` and nothing else, for `valgrind --tool=callgrind` or `perf`;
-//! `--profile-fresh N` the same as `partner/rpc_lifecycle_fresh_engine`).
+//! `--profile-fresh N` the same as `partner/rpc_lifecycle_fresh_engine`, `--profile-pair N`
+//! as `leader+partner/rpc_lifecycle`).
 //!
 //! Each figure is reported twice: per wall-clock second, and per second of CPU time of the
 //! measuring thread (from `/proc/thread-self/schedstat`), which stays meaningful on a shared,
@@ -59,6 +60,22 @@ fn partner() -> Partner {
         keepalive: None,
         ..PartnerConfig::default()
     })
+}
+
+/// A leader with one partner, `p`, that speaks v02.
+fn leader() -> Leader {
+    let mut l = Leader::new(LeaderConfig {
+        poll_interval: None,
+        ..LeaderConfig::default()
+    });
+    l.add_partner(
+        "p",
+        PartnerEndpoint {
+            url: "http://p/rpc".into(),
+            dialect: Dialect::V2,
+        },
+    );
+    l
 }
 
 /// Start and complete bodies for task ids `task-0` … `task-(RANGES BATCH - 1)`.
@@ -275,6 +292,17 @@ fn main() {
         }
         return;
     }
+    if let Some(n) = arg("--profile-pair") {
+        // As `leader+partner/rpc_lifecycle`.
+        let (mut l, mut p) = (leader(), partner());
+        for i in 0..n as usize {
+            if i % BATCH == 0 {
+                (l, p) = (leader(), partner());
+            }
+            both_task(&mut l, &mut p, t(i as u64), i % BATCH);
+        }
+        return;
+    }
     if let Some(n) = arg("--profile-decode") {
         let body = start_body(1);
         for _ in 0..n as usize {
@@ -308,18 +336,7 @@ fn main() {
         BATCH
     });
     measure("leader+partner/rpc_lifecycle", secs, || {
-        let mut l = Leader::new(LeaderConfig {
-            poll_interval: None,
-            ..LeaderConfig::default()
-        });
-        l.add_partner(
-            "p",
-            PartnerEndpoint {
-                url: "http://p/rpc".into(),
-                dialect: Dialect::V2,
-            },
-        );
-        let mut p = partner();
+        let (mut l, mut p) = (leader(), partner());
         for i in 0..BATCH {
             both_task(&mut l, &mut p, t(i as u64), i);
         }
