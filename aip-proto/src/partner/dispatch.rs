@@ -52,38 +52,47 @@ impl Partner {
     }
 
     fn dispatch(&mut self, r: RequestId, req: Request) {
-        let id = req.id.clone();
         match (&req.method, &req.params) {
             (Method::Rpc | Method::Stream | Method::NotificationStart, Params::Command(_)) => {
                 if req.method == Method::NotificationStart && !self.config.notifications {
-                    return self.error(r, &id, RpcError::new(ErrorCode::NotificationNotSupported));
+                    return self.error(
+                        r,
+                        &req.id,
+                        RpcError::new(ErrorCode::NotificationNotSupported),
+                    );
                 }
                 self.command(r, req)
             }
             (Method::NotificationSet | Method::NotificationGet | Method::NotificationDelete, _)
                 if !self.config.notifications =>
             {
-                self.error(r, &id, RpcError::new(ErrorCode::NotificationNotSupported))
+                self.error(
+                    r,
+                    &req.id,
+                    RpcError::new(ErrorCode::NotificationNotSupported),
+                )
             }
             (Method::NotificationSet, Params::NotificationSet(c)) => {
                 let c = c.clone();
-                self.notification_set(r, &id, c)
+                self.notification_set(r, &req.id, c)
             }
             (Method::NotificationGet, Params::NotificationId(p)) => {
                 let p = p.clone();
-                self.notification_get(r, &id, &p)
+                self.notification_get(r, &req.id, &p)
             }
             (Method::NotificationDelete, Params::NotificationId(p)) => {
                 let p = p.clone();
-                self.notification_delete(r, &id, &p)
+                self.notification_delete(r, &req.id, &p)
             }
-            (Method::Group, _) => self.error(r, &id, RpcError::new(ErrorCode::GroupNotSupported)),
+            (Method::Group, _) => {
+                self.error(r, &req.id, RpcError::new(ErrorCode::GroupNotSupported))
+            }
             (Method::Other(m), _) => {
                 let e = RpcError::new(ErrorCode::MethodNotFound).with_data(json!(m));
-                self.error(r, &id, e)
+                self.error(r, &req.id, e)
             }
             // decode_request pairs each method with its params; anything else is malformed.
-            _ => self.invalid(r, &id, "params do not fit the method"),
+            _ => self.invalid(r, &req.id, "params do not fit the method"),
         }
     }
 
@@ -107,12 +116,14 @@ impl Partner {
             }
             _ => {}
         }
-        let task_id = match (&c.task_id, &kind) {
-            (Some(t), _) if !t.is_empty() => t.clone(),
+        // The id the partner holds for a known task (shared, not copied).
+        let task_id: Arc<str> = match (&c.task_id, &kind) {
+            (Some(t), _) if !t.is_empty() => self.shared_id(t),
             (_, Some(CommandKind::Start)) => {
                 let t = self.ids.next("task");
-                c.task_id = Some(t.clone());
-                t
+                let shared = Arc::from(t.as_str());
+                c.task_id = Some(t);
+                shared
             }
             _ => {
                 return self.invalid(
@@ -142,12 +153,12 @@ impl Partner {
         }
         let resent_after_purge = self
             .tombstones
-            .get(task_id.as_str())
+            .get(&*task_id)
             .is_some_and(|start| *start == c.id);
         match self.tasks.get_mut(&task_id) {
             None if resent_after_purge => {
                 let e = RpcError::task_not_found(&task_id).with_data(
-                    json!({"taskId": task_id, "details": "the task ended and was purged"}),
+                    json!({"taskId": &*task_id, "details": "the task ended and was purged"}),
                 );
                 self.error(r, &req.id, e)
             }
@@ -172,29 +183,34 @@ impl Partner {
                     session_id: None,
                 };
                 let start = std::mem::replace(&mut **c, routing);
-                self.new_task(&task_id, Arc::new(start), dialect);
+                self.new_task(Arc::clone(&task_id), Arc::new(start), dialect);
                 if let Some(t) = self.tasks.get_mut(&task_id) {
                     t.notify.extend(subscription);
-                    t.held.push_back(Held {
-                        request: r,
-                        req,
-                        created: true,
-                    });
                 }
                 if self.config.auto_accept {
+                    // Accepted at once: answered right after the decision (as it would be
+                    // from the queue of held requests, which stays empty).
                     let _ = self.decide(&task_id, TaskState::Accepted, None);
+                    self.answer_command(r, req, true);
                 } else {
+                    if let Some(t) = self.tasks.get_mut(&task_id) {
+                        t.held.push_back(Held {
+                            request: r,
+                            req,
+                            created: true,
+                        });
+                    }
                     let timeout = self
                         .tasks
                         .get(&task_id)
                         .and_then(|t| t.params.response_timeout)
                         .unwrap_or(self.config.default_response_timeout);
                     let at = self.core.at(timeout);
-                    let key = PartnerTimer::ResponseTimeout(self.shared_id(&task_id));
+                    let key = PartnerTimer::ResponseTimeout(Arc::clone(&task_id));
                     self.arm(key, at);
                     if let Some(command) = self.start_command(&task_id) {
                         self.event(PartnerEvent::StartRequested {
-                            task_id: self.shared_id(&task_id),
+                            task_id: Arc::clone(&task_id),
                             command,
                         });
                     }

@@ -135,7 +135,7 @@ fn products_bytes<'a>(products: impl Iterator<Item = &'a Product>) -> u64 {
 
 impl Partner {
     /// A task for a start command, not yet decided.
-    pub(super) fn new_task(&mut self, task_id: &str, start: Arc<TaskCommand>, dialect: Dialect) {
+    pub(super) fn new_task(&mut self, id: Arc<str>, start: Arc<TaskCommand>, dialect: Dialect) {
         let asked = start.start_params();
         let c = &self.config;
         let params = StartParams {
@@ -156,7 +156,6 @@ impl Partner {
                 (a, b) => a.or(b),
             },
         };
-        let id: Arc<str> = Arc::from(task_id);
         let mut t = PartnerTask {
             id: Arc::clone(&id),
             machine: TaskMachine::new(),
