@@ -61,17 +61,10 @@ impl CommandKind {
             ("re_stream", CommandKind::ReStream),
         ];
         // The exact spellings first (what peers send), then any case.
-        match s {
-            "start" => return CommandKind::Start,
-            "complete" => return CommandKind::Complete,
-            "continue" => return CommandKind::Continue,
-            "get" => return CommandKind::Get,
-            "cancel" => return CommandKind::Cancel,
-            _ => {}
-        }
         KNOWN
             .into_iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(s))
+            .find(|(k, _)| *k == s)
+            .or_else(|| KNOWN.into_iter().find(|(k, _)| k.eq_ignore_ascii_case(s)))
             .map_or_else(|| CommandKind::Other(s.to_owned()), |(_, c)| c)
     }
 }

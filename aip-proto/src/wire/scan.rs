@@ -104,20 +104,37 @@ impl<'a> Scanner<'a> {
 
     /// Walks an object: `field(self, key)` reads each value (and answers `None` to give up).
     fn object(&mut self, mut field: impl FnMut(&mut Self, &'a str) -> Option<()>) -> Option<()> {
-        self.eat(b'{')?;
+        self.list(b'{', b'}', |sc| {
+            let key = sc.plain_string()?;
+            sc.eat(b':')?;
+            field(sc, key)
+        })
+    }
+
+    /// Walks an array: `each(self)` reads each element (and answers `None` to give up).
+    fn array(&mut self, each: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+        self.list(b'[', b']', each)
+    }
+
+    /// `open`, elements separated by commas (each read by `each`), `close`.
+    fn list(
+        &mut self,
+        open: u8,
+        close: u8,
+        mut each: impl FnMut(&mut Self) -> Option<()>,
+    ) -> Option<()> {
+        self.eat(open)?;
         self.skip_ws();
-        if self.peek() == Some(b'}') {
+        if self.peek() == Some(close) {
             self.at += 1;
             return Some(());
         }
         loop {
-            let key = self.plain_string()?;
-            self.eat(b':')?;
-            field(self, key)?;
+            each(self)?;
             self.skip_ws();
             match self.peek()? {
                 b',' => self.at += 1,
-                b'}' => {
+                c if c == close => {
                     self.at += 1;
                     return Some(());
                 }
@@ -143,17 +160,11 @@ impl<'a> Scanner<'a> {
     }
 
     fn text_items(&mut self) -> Option<Vec<DataItem>> {
-        self.eat(b'[')?;
         let mut items = Vec::new();
-        self.skip_ws();
-        if self.peek() == Some(b']') {
-            self.at += 1;
-            return Some(items);
-        }
-        loop {
+        self.array(|sc| {
             let (mut ty, mut text) = (None, None);
             let mut seen = 0u32;
-            self.object(|sc, key| match key {
+            sc.object(|sc, key| match key {
                 "type" => once(&mut ty, &mut seen, 1, Some(sc.plain_string()?)),
                 "text" => once(&mut text, &mut seen, 2, Some(sc.plain_string()?)),
                 _ => None,
@@ -166,16 +177,9 @@ impl<'a> Scanner<'a> {
                 items.reserve_exact(1);
             }
             items.push(DataItem::text(text?));
-            self.skip_ws();
-            match self.peek()? {
-                b',' => self.at += 1,
-                b']' => {
-                    self.at += 1;
-                    return Some(items);
-                }
-                _ => return None,
-            }
-        }
+            Some(())
+        })?;
+        Some(items)
     }
 
     /// A value this scanner does not want, checked as serde_json checks what it ignores.
