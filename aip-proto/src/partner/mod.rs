@@ -206,18 +206,16 @@ impl Partner {
     pub fn handle_timeout(&mut self, now: Timestamp) {
         self.core.tick(now);
         let now = self.core.now;
-        loop {
-            let timer_at = self.core.timers.next().map(|(at, _)| at);
-            match self.retention_due() {
-                Some((at, _)) if at <= now && timer_at.is_none_or(|t| at < t) => {
-                    if let Some((_, id)) = self.ended.pop_first() {
-                        self.purge(&id);
-                    }
+        while let Some((at, retention)) = self.next_due() {
+            if at > now {
+                break;
+            }
+            if retention {
+                if let Some((_, id)) = self.ended.pop_first() {
+                    self.purge(&id);
                 }
-                _ => match self.core.timers.pop_due(now) {
-                    Some(t) => self.on_timer(t),
-                    None => break,
-                },
+            } else if let Some(t) = self.core.timers.pop_due(now) {
+                self.on_timer(t);
             }
         }
     }
@@ -229,6 +227,17 @@ impl Partner {
         self.ended
             .first()
             .map(|(at, id)| (at.saturating_add(self.config.retention), id))
+    }
+
+    /// The earliest deadline and whether it is a retention (else the timer index's first);
+    /// at equal deadlines the timer goes first.
+    fn next_due(&self) -> Option<(Timestamp, bool)> {
+        let timer = self.core.timers.next().map(|(at, _)| at);
+        match (timer, self.retention_due().map(|(at, _)| at)) {
+            (Some(t), Some(r)) if r < t => Some((r, true)),
+            (Some(t), _) => Some((t, false)),
+            (None, r) => r.map(|r| (r, true)),
+        }
     }
 
     /// The next output, or `None` when everything is drained.
@@ -243,21 +252,20 @@ impl Partner {
     /// earliest timer; `None` when nothing is scheduled.
     pub fn poll_timeout(&self) -> Option<Timestamp> {
         let retention = self.retention_due().map(|(at, _)| at);
-        match (self.core.poll_timeout(), retention) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [self.core.poll_timeout(), retention]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// The earliest timer and its reason.
     pub fn next_timer(&self) -> Option<(Timestamp, PartnerTimer)> {
-        let timer = self.core.timers.next().map(|(at, k)| (at, k.clone()));
-        let retention = self
-            .retention_due()
-            .map(|(at, id)| (at, PartnerTimer::Retention(Arc::clone(id))));
-        match (timer, retention) {
-            (Some(t), Some(r)) => Some(if r.0 < t.0 { r } else { t }),
-            (t, r) => t.or(r),
+        match self.next_due()? {
+            (at, true) => {
+                let (_, id) = self.retention_due()?;
+                Some((at, PartnerTimer::Retention(Arc::clone(id))))
+            }
+            (_, false) => self.core.timers.next().map(|(at, k)| (at, k.clone())),
         }
     }
 
