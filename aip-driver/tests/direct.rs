@@ -354,6 +354,60 @@ async fn a_cut_stream_resumes_without_loss<R: Host>() {
     );
 }
 
+/// An ended task is purged when its retention is over, by the partner's own loop (no request
+/// comes in to wake it): the retention deadline is not a timer of the engine's index but read
+/// from its ended tasks, so this is what shows the driver sleeps until it.
+async fn ended_tasks_are_purged_after_retention<R: Host>() {
+    let rt = R::default();
+    let s = partner_server::<R>(
+        ServerOptions::default(),
+        PartnerOptions {
+            engine: PartnerConfig {
+                retention: Duration::from_millis(300),
+                keepalive: None,
+                ..PartnerConfig::default()
+            },
+            ..PartnerOptions::default()
+        },
+    );
+    let (l, mut ev) = leader::<R>(
+        leader_config(),
+        ClientTls::default(),
+        &format!("{}/rpc", s.base),
+        Dialect::V2,
+    )
+    .await;
+    l.start(StartTask::new("p", "t-r", "s-1", "hello"))
+        .await
+        .unwrap();
+    wait_state(&rt, &mut ev, "t-r", TaskState::AwaitingCompletion).await;
+    assert_eq!(
+        l.complete("t-r").await.unwrap().status.state,
+        TaskState::Completed
+    );
+    let mut seen = s.seen;
+    wait_for(
+        &rt,
+        &mut seen,
+        "t-r purged",
+        |e| matches!(e, PartnerEvent::TaskPurged { task_id } if &**task_id == "t-r"),
+    )
+    .await;
+    // A leader that never saw it asks: the partner no longer knows the task.
+    let (other, _ev) = leader::<R>(
+        leader_config(),
+        ClientTls::default(),
+        &format!("{}/rpc", s.base),
+        Dialect::V2,
+    )
+    .await;
+    assert_unknown_task(&other, "t-r").await;
+}
+
+fn purged<R: Host>(_: R) -> impl std::future::Future<Output = ()> {
+    ended_tasks_are_purged_after_retention::<R>()
+}
+
 fn cut<R: Host>(_: R) -> impl std::future::Future<Output = ()> {
     a_cut_stream_resumes_without_loss::<R>()
 }
@@ -394,6 +448,7 @@ on_both_runtimes! {
     mtls_admits_the_right_client_only => tls;
     non_aip_requests_get_json_rpc_errors => refusals;
     a_cut_stream_resumes_without_loss => cut;
+    ended_tasks_are_purged_after_retention_by_the_partner_loop => purged;
 }
 
 /// The partner mounted in an axum app beside the app's own routes.
