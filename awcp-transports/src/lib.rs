@@ -20,6 +20,7 @@
 #![warn(missing_docs)]
 
 pub mod archive;
+mod buf;
 pub mod cancel;
 pub mod command;
 pub mod error;

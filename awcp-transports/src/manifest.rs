@@ -81,14 +81,10 @@ pub fn hash_file(path: &Path) -> std::io::Result<String> {
 /// SHA-256 of everything a reader yields, streamed.
 pub fn hash_reader(r: &mut dyn Read) -> std::io::Result<String> {
     let mut h = Sha256::new();
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        let n = r.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-    }
+    crate::buf::read_each(r, |b| {
+        h.update(b);
+        Ok(())
+    })?;
     Ok(hex(&h.finalize()))
 }
 

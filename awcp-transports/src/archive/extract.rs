@@ -531,7 +531,8 @@ impl<'a> FileWork<'a> {
         &self,
         zip: &mut ZipArchive<R>,
     ) -> Result<Vec<(usize, ExtractedFile)>, TransportError> {
-        let mut buf = vec![0u8; 64 * 1024];
+        let largest = self.jobs.iter().map(|p| p.declared).max().unwrap_or(0);
+        let mut buf = crate::buf::for_len(largest);
         let mut out = Vec::new();
         while !self.failed.load(Ordering::Relaxed) {
             let i = self.next.fetch_add(1, Ordering::Relaxed);

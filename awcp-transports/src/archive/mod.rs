@@ -393,7 +393,7 @@ fn spool(
         .tempfile_in(spool_dir)
         .map_err(|e| TransportError::io("creating spool file", e))?;
     let mut h = Sha256::new();
-    let mut buf = vec![0u8; 64 * 1024];
+    let mut buf = crate::buf::for_len(0);
     let mut total = 0u64;
     loop {
         cancel.check()?;
@@ -414,6 +414,7 @@ fn spool(
         h.update(&buf[..n]);
         t.write_all(&buf[..n])
             .map_err(|e| TransportError::io("spooling archive", e))?;
+        crate::buf::grow_if_filled(&mut buf, n);
     }
     t.rewind()
         .map_err(|e| TransportError::io("rewinding spool", e))?;
@@ -432,7 +433,7 @@ fn hash_and_encode(r: &mut impl Read, len: u64) -> io::Result<(String, String)> 
         &base64::engine::general_purpose::STANDARD,
     );
     let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 64 * 1024];
+    let mut buf = crate::buf::for_len(len);
     loop {
         let n = match r.read(&mut buf) {
             Ok(0) => break,

@@ -18,8 +18,10 @@ use crate::walk::WalkEntry;
 /// level 2 at ~100 MB/s, for archives ~10 % and ~25 % larger than level 6 (see BENCHMARKS.md).
 /// Any level is wire-compatible.
 pub const DEFLATE_LEVEL: i64 = 2;
-/// Bytes sampled from the start of a file to decide whether it is compressible.
-const SAMPLE: usize = 64 * 1024;
+/// Files (and metadata entries) smaller than this are stored, not deflated: deflating saves a
+/// few hundred bytes at most, and each deflated entry sets up a compressor of about 250 KiB of
+/// zeroed tables, most of a tiny workspace's packing time (`BENCHMARKS.md`, 2026-11-27).
+pub const STORE_BELOW: usize = 512;
 /// Extensions of formats that are already compressed.
 const COMPRESSED_EXT: &[&str] = &[
     "zip", "gz", "tgz", "bz2", "xz", "zst", "7z", "rar", "jar", "war", "whl", "apk", "png", "jpg",
@@ -57,14 +59,15 @@ pub fn pack<W: Write + Seek>(
 ) -> Result<(W, PackReport), TransportError> {
     let mut zw = ZipWriter::new(w);
     let mut report = PackReport::default();
-    let mut buf = vec![0u8; SAMPLE];
+    let largest = items.iter().map(|i| i.entry.size).max().unwrap_or(0);
+    let mut buf = crate::buf::for_len(largest);
     for item in items {
         cancel.check()?;
         let e = item.entry;
         let ctx = || format!("packing `{}`", item.name);
         let mut f = fs::File::open(&e.path).map_err(|err| TransportError::io(ctx(), err))?;
         let n = read_full(&mut f, &mut buf).map_err(|err| TransportError::io(ctx(), err))?;
-        let method = if looks_compressed(item.name, &buf[..n]) {
+        let method = if n < STORE_BELOW || looks_compressed(item.name, &buf[..n]) {
             report.stored += 1;
             CompressionMethod::Stored
         } else {
@@ -107,8 +110,13 @@ pub fn pack<W: Write + Seek>(
             .push((item.name.to_owned(), hex(&h.finalize())));
     }
     for (name, data) in extra {
+        let method = if data.len() < STORE_BELOW {
+            CompressionMethod::Stored
+        } else {
+            CompressionMethod::Deflated
+        };
         let opts = SimpleFileOptions::default()
-            .compression_method(CompressionMethod::Deflated)
+            .compression_method(method)
             .unix_permissions(0o644);
         zw.start_file(*name, opts)
             .map_err(|err| TransportError::io("packing metadata", zip_io(err)))?;
@@ -197,6 +205,60 @@ impl Write for CountingSink {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn entry(dir: &std::path::Path, name: &str, data: &[u8]) -> WalkEntry {
+        let path = dir.join(name);
+        fs::write(&path, data).unwrap();
+        WalkEntry {
+            rel: name.to_owned(),
+            path,
+            size: data.len() as u64,
+            mode: 0o644,
+            mtime_ns: 0,
+        }
+    }
+
+    #[test]
+    fn small_files_are_stored_larger_text_deflated_and_all_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = b"fn main() { println!(\"hello\"); }\n".repeat(300);
+        let grown = b"x".repeat(100_000);
+        let small = entry(dir.path(), "small.rs", b"fn main() {}\n");
+        let large = entry(dir.path(), "large.rs", &text);
+        // Bigger on disk than the walk said: still read whole, through the growing buffer.
+        let mut late = entry(dir.path(), "late.txt", &grown);
+        late.size = 10;
+        let items = [&small, &large, &late].map(|e| PackItem {
+            name: &e.rel,
+            entry: e,
+        });
+        let (cur, report) = pack(
+            io::Cursor::new(Vec::new()),
+            &items,
+            &[("meta.json", b"{}")],
+            &CancelFlag::new(),
+        )
+        .unwrap();
+        assert_eq!(report.stored, 1);
+        assert_eq!(report.total_bytes, (13 + text.len() + grown.len()) as u64);
+        let mut zip = zip::ZipArchive::new(io::Cursor::new(cur.into_inner())).unwrap();
+        for (name, method, data) in [
+            (
+                "small.rs",
+                CompressionMethod::Stored,
+                &b"fn main() {}\n"[..],
+            ),
+            ("large.rs", CompressionMethod::Deflated, &text[..]),
+            ("late.txt", CompressionMethod::Deflated, &grown[..]),
+            ("meta.json", CompressionMethod::Stored, &b"{}"[..]),
+        ] {
+            let mut f = zip.by_name(name).unwrap();
+            assert_eq!(f.compression(), method, "{name}");
+            let mut got = Vec::new();
+            f.read_to_end(&mut got).unwrap();
+            assert_eq!(got, data, "{name}");
+        }
+    }
 
     #[test]
     fn compressibility() {
