@@ -130,6 +130,10 @@ pub const MAX_IDLE_PER_PEER: usize = 8;
 /// hardly ever one the peer is closing as the next request goes out.
 pub const IDLE_FOR_AT_MOST: Duration = Duration::from_secs(2);
 
+/// A download is written to its file in batches of at least this many bytes (one hand-off to
+/// the blocking pool each; memory stays bounded by a batch and one chunk).
+const WRITE_BATCH: usize = 256 * 1024;
+
 /// Which connections may serve a request.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct Peer {
@@ -390,8 +394,10 @@ impl<R: Runtime> HttpClient<R> {
         .await
     }
 
-    /// Streams a GET into `dest` (created or truncated) with flat memory; returns the byte
-    /// count.
+    /// Streams a GET into `dest` with flat memory and makes it durable; returns the byte
+    /// count. `dest` is created (or truncated) with the first batch of
+    /// [`WRITE_BATCH`] bytes or at the end of a smaller body; a failure before that leaves
+    /// it untouched.
     pub async fn download(
         &self,
         url: &str,
@@ -406,28 +412,54 @@ impl<R: Runtime> HttpClient<R> {
             if !resp.status().is_success() {
                 return Err(NetError::Io(format!("GET {url}: HTTP {}", resp.status())));
             }
-            let d2 = dest.clone();
-            let mut file = blocking(rt, move || std::fs::File::create(d2))
-                .await
-                .map_err(|e| NetError::Io(format!("create {}: {e}", dest.display())))?;
+            // Written in batches of at least WRITE_BATCH bytes, each one hand-off to the
+            // blocking pool (a small body: one for create, write and sync together).
+            let mut file: Option<std::fs::File> = None;
+            let mut batch: Vec<Bytes> = Vec::new();
+            let mut batched = 0usize;
             let mut body = resp.into_body();
             let mut total = 0u64;
-            while let Some(frame) = body.frame().await {
-                let frame = frame.map_err(|e| NetError::Io(e.to_string()))?;
-                let Ok(data) = frame.into_data() else {
-                    continue;
-                };
-                total += data.len() as u64;
-                if total > limit {
-                    return Err(NetError::TooLarge(limit));
+            loop {
+                let frame = body.frame().await;
+                let last = frame.is_none();
+                if let Some(frame) = frame {
+                    let frame = frame.map_err(|e| NetError::Io(e.to_string()))?;
+                    let Ok(data) = frame.into_data() else {
+                        continue;
+                    };
+                    total += data.len() as u64;
+                    if total > limit {
+                        return Err(NetError::TooLarge(limit));
+                    }
+                    batched += data.len();
+                    batch.push(data);
+                    if batched < WRITE_BATCH {
+                        continue;
+                    }
                 }
-                file = blocking(rt, move || file.write_all(&data).map(|_| file))
-                    .await
-                    .map_err(|e| NetError::Io(format!("write: {e}")))?;
-            }
-            blocking(rt, move || file.sync_all())
+                let (chunks, open, d2) = (std::mem::take(&mut batch), file.take(), dest.clone());
+                batched = 0;
+                let written = blocking(rt, move || {
+                    let mut f = match open {
+                        Some(f) => f,
+                        None => std::fs::File::create(&d2)
+                            .map_err(|e| format!("create {}: {e}", d2.display()))?,
+                    };
+                    for c in &chunks {
+                        f.write_all(c).map_err(|e| format!("write: {e}"))?;
+                    }
+                    if last {
+                        f.sync_all().map_err(|e| format!("sync: {e}"))?;
+                    }
+                    Ok::<_, String>(f)
+                })
                 .await
-                .map_err(|e| NetError::Io(format!("sync: {e}")))?;
+                .map_err(NetError::Io)?;
+                if last {
+                    break;
+                }
+                file = Some(written);
+            }
             Ok(total)
         })
         .await

@@ -424,6 +424,66 @@ async fn without_keep_alive_every_request_has_its_own_connection<R: Host>() {
     assert_eq!(c.idle_connections(), 0);
 }
 
+/// `GET /<len>`: `len` bytes of a known pattern, in frames of 10,000 bytes; anything else 404.
+fn pattern_server() -> Handler {
+    Handler::new(|req: http::Request<RequestBody>| async move {
+        let Ok(len) = req.uri().path().trim_start_matches('/').parse::<usize>() else {
+            return agent_rt::body::json_response(404, "no".into());
+        };
+        let data = pattern(len);
+        let frames: Vec<Result<hyper::body::Frame<bytes::Bytes>, std::convert::Infallible>> = data
+            .chunks(10_000)
+            .map(|c| Ok(hyper::body::Frame::data(bytes::Bytes::copy_from_slice(c))))
+            .collect();
+        let body = http_body_util::StreamBody::new(futures::stream::iter(frames));
+        http::Response::builder()
+            .status(200)
+            .body(http_body_util::BodyExt::boxed_unsync(body))
+            .unwrap()
+    })
+}
+
+fn pattern(len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i % 251) as u8).collect()
+}
+
+/// Downloads arrive whole whatever their size (nothing, one small frame, several batches of
+/// the client's writes); too large a body and a failed request are errors, and a failed
+/// request leaves no file.
+async fn downloads_arrive_whole<R: Host>() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = start::<R>(ServerOptions::default(), pattern_server());
+    let c = HttpClient::new(R::default(), ClientTls::default());
+    for len in [0usize, 7, 10_000, 300_000, 1_000_001] {
+        let dest = dir.path().join(format!("got-{len}"));
+        let url = format!("http://{}/{len}", s.addr);
+        let n = c
+            .download(&url, &[], dest.clone(), 1 << 30, DEADLINE)
+            .await
+            .unwrap();
+        assert_eq!(n, len as u64);
+        assert!(
+            std::fs::read(&dest).unwrap() == pattern(len),
+            "{len} bytes differ"
+        );
+    }
+    let dest = dir.path().join("too-large");
+    let url = format!("http://{}/600000", s.addr);
+    let e = c
+        .download(&url, &[], dest, 100_000, DEADLINE)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, NetError::TooLarge(100_000)), "{e:?}");
+    let dest = dir.path().join("missing");
+    let url = format!("http://{}/none", s.addr);
+    let e = c
+        .download(&url, &[], dest.clone(), 1 << 20, DEADLINE)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, NetError::Io(_)), "{e:?}");
+    assert!(!dest.exists());
+}
+
 macro_rules! on_both_runtimes {
     ($($name:ident),* $(,)?) => {
         mod tokio_runtime {
@@ -446,4 +506,5 @@ on_both_runtimes!(
     requests_to_one_peer_share_a_kept_connection,
     a_kept_connection_the_server_closed_is_not_used,
     without_keep_alive_every_request_has_its_own_connection,
+    downloads_arrive_whole,
 );
