@@ -47,6 +47,9 @@ pub(super) struct Loop<R: Runtime> {
     pub(super) snapshots: SnapshotFiles,
     pub(super) next_id: u64,
     pub(super) journal: Option<journal::Journal>,
+    /// The record last written (durably) for each assignment, so an unchanged one is not
+    /// written and synced again.
+    pub(super) written: BTreeMap<DelegationId, String>,
     /// Application subscribers of engine events ([`ExecutorHandle::events`]).
     pub(super) event_subscribers: Vec<mpsc::UnboundedSender<ExecutorEvent>>,
     /// Archive files received with a START and not yet handed to a setup: deleted after the
@@ -506,9 +509,27 @@ impl<R: Runtime> Loop<R> {
             ExecutorEvent::RecordChanged { .. } => {}
         }
         if let (Some(j), Some(id)) = (&self.journal, event_id(&ev)) {
-            match self.engine.record(id) {
-                Some(rec) => j.write(id, &rec),
-                None => j.remove(id),
+            match self
+                .engine
+                .assignment_record(id)
+                .map(|r| serde_json::to_string(&r))
+            {
+                // Unchanged since it was last written (durably): nothing to write.
+                Some(Ok(text)) if self.written.get(id) == Some(&text) => {}
+                Some(Ok(text)) => match j.write_record(id, &text, true) {
+                    Ok(_) => {
+                        self.written.insert(id.clone(), text);
+                    }
+                    // Not remembered as written: the next change writes it again.
+                    Err(e) => tracing::warn!(delegation = %id, "journal write failed: {e}"),
+                },
+                Some(Err(e)) => {
+                    tracing::warn!(delegation = %id, "journal record not encodable: {e}");
+                }
+                None => {
+                    self.written.remove(id);
+                    j.remove(id);
+                }
             }
         }
     }

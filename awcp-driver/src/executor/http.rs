@@ -378,7 +378,6 @@ impl ExecutorHandle {
     }
 }
 
-/// Streams a file with flat memory: a thread reads chunks into a bounded channel.
 /// A JSON answer around a file's base64 (see [`crate::outgoing::split_stream`]).
 fn split_response(status: u16, split: awcp_proto::SplitMessage) -> http::Response<ResponseBody> {
     let Ok(len) = std::fs::metadata(&split.file).map(|m| m.len()) else {
@@ -397,11 +396,28 @@ fn split_response(status: u16, split: awcp_proto::SplitMessage) -> http::Respons
         .expect("static headers are valid")
 }
 
+/// A file as a response body, with flat memory: a small one whole, a larger one streamed by a
+/// thread through a bounded channel.
 pub(crate) fn file_response(path: std::path::PathBuf) -> http::Response<ResponseBody> {
     let Ok(mut f) = std::fs::File::open(&path) else {
         return reply(wire_http::reject_file_gone());
     };
     let len = f.metadata().map(|m| m.len()).ok();
+    let b = http::Response::builder()
+        .status(200)
+        .header("content-type", "application/zip");
+    // A small file (a tiny workspace's result) is read here in one go: no thread to start,
+    // no 256 KiB buffer to zero.
+    if let Some(l) = len.filter(|l| *l <= INLINE_FILE_MAX) {
+        let mut data = Vec::with_capacity(l as usize);
+        if f.read_to_end(&mut data).is_err() {
+            return reply(wire_http::reject_file_gone());
+        }
+        return b
+            .header("content-length", data.len())
+            .body(crate::net::full(data))
+            .expect("static headers are valid");
+    }
     let (mut tx, rx) = futures::channel::mpsc::channel::<Bytes>(4);
     std::thread::spawn(move || {
         let mut buf = vec![0u8; 256 * 1024];
@@ -418,15 +434,17 @@ pub(crate) fn file_response(path: std::path::PathBuf) -> http::Response<Response
             }
         }
     });
-    let mut b = http::Response::builder()
-        .status(200)
-        .header("content-type", "application/zip");
-    if let Some(l) = len {
-        b = b.header("content-length", l);
-    }
+    let b = match len {
+        Some(l) => b.header("content-length", l),
+        None => b,
+    };
     b.body(crate::net::channel_body(rx))
         .expect("static headers are valid")
 }
+
+/// Files up to this size are answered from one read ([`file_response`]); larger ones are
+/// streamed by a thread through a bounded channel (flat memory).
+const INLINE_FILE_MAX: u64 = 64 * 1024;
 
 fn unavailable() -> http::Response<ResponseBody> {
     reply(wire_http::reject_shutting_down())

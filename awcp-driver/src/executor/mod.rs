@@ -287,6 +287,7 @@ impl ExecutorHandle {
             journal,
             event_subscribers: Vec::new(),
             unclaimed_archives: Vec::new(),
+            written: BTreeMap::new(),
             _locks: locks,
         };
         rt.spawn(Box::pin(lp.run(rx, deferred)));
