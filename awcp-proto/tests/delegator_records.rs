@@ -84,6 +84,11 @@ fn records_written_now_read_back_equal() {
         let again = d.record(&id()).unwrap();
         let back = DelegationRecord::from_json(&again.to_json()).unwrap();
         assert_eq!(back, again, "{name}");
+        // The line the journal writes is the same JSON, read back the same.
+        let line: serde_json::Value =
+            serde_json::from_str(&again.to_json_string().unwrap()).unwrap();
+        assert_eq!(line, again.to_json(), "{name}");
+        assert_eq!(DelegationRecord::from_json(&line).unwrap(), again, "{name}");
     }
 }
 

@@ -305,7 +305,13 @@ impl<R: Runtime> Loop<R> {
                         })
                         .collect();
                 }
-                let text = rec.to_json().to_string();
+                let text = match rec.to_json_string() {
+                    Ok(t) => t,
+                    Err(e) => {
+                        tracing::warn!(delegation = %id, "journal record not encodable: {e}");
+                        return;
+                    }
+                };
                 if let Some(w) = self.written.get_mut(id).filter(|w| w.text == text) {
                     if durable && !w.durable {
                         self.journal.sync(id);

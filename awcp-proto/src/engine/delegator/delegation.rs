@@ -380,6 +380,9 @@ pub(super) struct Delegation {
     pub(super) not_shipped_count: u64,
     /// The executor's latest progress message (not journaled: a status line, not state).
     pub(super) last_progress: Option<String>,
+    /// The INVITE as the record holds it, encoded at the first record (`req` never changes;
+    /// the journal asks for the record at every change).
+    pub(super) invite_record: std::sync::OnceLock<serde_json::Value>,
 }
 
 impl Delegation {
@@ -406,6 +409,7 @@ impl Delegation {
             not_shipped: Vec::new(),
             not_shipped_count: 0,
             last_progress: None,
+            invite_record: Default::default(),
         }
     }
 

@@ -347,6 +347,14 @@ impl DelegationRecord {
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
     }
+
+    /// The record as one line of compact JSON, written straight from the typed record (no
+    /// [`serde_json::Value`] tree in between: what the journal writes on every change). Its
+    /// fields come in declaration order rather than [`DelegationRecord::to_json`]'s sorted
+    /// order; [`DelegationRecord::from_json`] reads either.
+    pub fn to_json_string(&self) -> Result<String, serde_json::Error> {
+        serde_json::to_string(self)
+    }
 }
 
 impl From<&SnapshotStatus> for StatusEntry {

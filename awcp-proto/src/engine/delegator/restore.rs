@@ -27,13 +27,19 @@ impl Delegator {
     /// ids.
     pub fn record(&self, id: &DelegationId) -> Option<DelegationRecord> {
         let d = self.delegations.get(id)?;
-        let invite = super::handshake::invite_of(id, &d.req);
+        let invite = d
+            .invite_record
+            .get_or_init(|| {
+                let invite = super::handshake::invite_of(id, &d.req);
+                crate::wire::message_to_value(&Message::Invite(invite), Dialect::Reference)
+            })
+            .clone();
         Some(DelegationRecord {
             version: RECORD_VERSION,
             id: id.clone(),
             peer: d.req.peer.clone(),
             dialect: d.req.dialect,
-            invite: crate::wire::message_to_value(&Message::Invite(invite), Dialect::Reference),
+            invite,
             snapshot_mode: d.req.snapshot_mode,
             state: d.state(),
             created_at: Some(d.created_at.as_unix_millis()),
@@ -306,6 +312,7 @@ impl Delegator {
                 not_shipped,
                 not_shipped_count,
                 last_progress: None,
+                invite_record: Default::default(),
             }),
         );
         for snapshot_id in interrupted_stores {
