@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use awcp_proto::engine::drive::{self, Wake};
 use awcp_proto::engine::executor::{CaptureFailure, Response, SnapshotDelivery};
-use awcp_proto::engine::{RequestId, StreamId, TaskHandle, TaskOutcome};
+use awcp_proto::engine::{Journaling, RequestId, StreamId, TaskHandle, TaskOutcome};
 use awcp_proto::{
     encode_event, sse, DelegationId, Executor, ExecutorEvent, ExecutorInput, ExecutorOutput,
     TaskFailure, TransportKind,
@@ -47,9 +47,11 @@ pub(super) struct Loop<R: Runtime> {
     pub(super) snapshots: SnapshotFiles,
     pub(super) next_id: u64,
     pub(super) journal: Option<journal::Journal>,
-    /// The record last written (durably) for each assignment, so an unchanged one is not
-    /// written and synced again.
+    /// The record last written for each assignment, so an unchanged one is not written
+    /// again.
     pub(super) written: BTreeMap<DelegationId, String>,
+    /// Assignments whose record was written since its last sync ([`Journaling`]).
+    pub(super) unsynced: std::collections::BTreeSet<DelegationId>,
     /// Application subscribers of engine events ([`ExecutorHandle::events`]).
     pub(super) event_subscribers: Vec<mpsc::UnboundedSender<ExecutorEvent>>,
     /// Archive files received with a START and not yet handed to a setup: deleted after the
@@ -114,6 +116,7 @@ impl<R: Runtime> Loop<R> {
             }
             if let Some(tx) = shutdown.take() {
                 if self.engine.live_count() == 0 {
+                    self.sync_journal();
                     let _ = tx.send(());
                 } else {
                     shutdown = Some(tx);
@@ -137,6 +140,18 @@ impl<R: Runtime> Loop<R> {
                 Either::Left((None, _)) => break,
                 Either::Right(_) => Wake::Timeout,
             };
+        }
+        self.sync_journal();
+    }
+
+    /// Makes every record written since its last sync durable (the journaling rule of
+    /// [`ExecutorOutput::journaling`]: before an output the delegator sees or that changes
+    /// files, and before the loop stops).
+    fn sync_journal(&mut self) {
+        if let Some(j) = &self.journal {
+            for id in std::mem::take(&mut self.unsynced) {
+                j.sync(&id);
+            }
         }
     }
 
@@ -231,6 +246,9 @@ impl<R: Runtime> Loop<R> {
     }
 
     fn execute(&mut self, out: ExecutorOutput) {
+        if out.journaling() == Journaling::Sync {
+            self.sync_journal();
+        }
         match out {
             ExecutorOutput::Respond { request, response } => {
                 if let Some(tx) = self.pending.remove(&request) {
@@ -516,8 +534,13 @@ impl<R: Runtime> Loop<R> {
             {
                 // Unchanged since it was last written (durably): nothing to write.
                 Some(Ok(text)) if self.written.get(id) == Some(&text) => {}
-                Some(Ok(text)) => match j.write_record(id, &text, true) {
-                    Ok(_) => {
+                // Written ahead: synced before the next output that needs it (a new file is
+                // always written durably).
+                Some(Ok(text)) => match j.write_record(id, &text, false) {
+                    Ok(durable) => {
+                        if !durable {
+                            self.unsynced.insert(id.clone());
+                        }
                         self.written.insert(id.clone(), text);
                     }
                     // Not remembered as written: the next change writes it again.
@@ -528,6 +551,7 @@ impl<R: Runtime> Loop<R> {
                 }
                 None => {
                     self.written.remove(id);
+                    self.unsynced.remove(id);
                     j.remove(id);
                 }
             }

@@ -7,8 +7,9 @@
 //! The file is a log of JSON lines, the last complete one being the record: the first record
 //! creates the file atomically (temp file, fsync, rename), later ones are appended and synced
 //! (`fdatasync`), or appended without a sync and synced later ([`Journal::write_record`],
-//! [`Journal::sync`]: the delegator's records, written ahead of what the engine says must
-//! follow a durable record, `awcp_proto::engine::delegator::Journaling`). Each append starts with a newline, so the torn tail a crash may leave ends
+//! [`Journal::sync`]: both sides' records, written ahead of what the engine says must follow
+//! a durable record, `awcp_proto::engine::Journaling`). Each append starts with a newline, so
+//! the torn tail a crash may leave ends
 //! its own line and is skipped by the reader, which falls back to the record before it. A file
 //! past [`COMPACT_AT`] bytes is rewritten atomically with only the newest record. Appending
 //! instead of replacing the file avoids creating, renaming and evicting an inode per write,

@@ -288,6 +288,7 @@ impl ExecutorHandle {
             event_subscribers: Vec::new(),
             unclaimed_archives: Vec::new(),
             written: BTreeMap::new(),
+            unsynced: Default::default(),
             _locks: locks,
         };
         rt.spawn(Box::pin(lp.run(rx, deferred)));

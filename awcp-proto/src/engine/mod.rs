@@ -33,6 +33,33 @@ pub use admission::{
 use crate::id::DelegationId;
 use crate::wire::ArchiveData;
 
+/// What the journal does for one output, before the output is executed
+/// ([`DelegatorOutput::journaling`](delegator::DelegatorOutput::journaling),
+/// [`ExecutorOutput::journaling`](executor::ExecutorOutput::journaling)). The rule is
+/// write-ahead: a record may be written without a sync, as long as it is made durable before
+/// anything the outside world can see or files change, so that after a power loss the record
+/// read back is never older than what the peer, the workspace or the state directory already
+/// went through. (A process crash loses nothing written: the kernel still holds it.)
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Journaling {
+    /// Nothing to journal.
+    None,
+    /// Write the record of the output's delegation
+    /// ([`Delegator::record`](delegator::Delegator::record),
+    /// [`Executor::assignment_record`](executor::Executor::assignment_record)); no sync
+    /// needed yet. The first record of a delegation is the exception: it is written durably
+    /// (a delegation the caller has an id for is never lost).
+    Write,
+    /// Make what was written durable first (a sync, if anything was written since the last
+    /// one): this output is seen by the peer or changes files. A delegator output names its
+    /// delegation, and its record is the one synced; an executor output does not always name
+    /// its assignment (a response, a stream event), and every record written since its last
+    /// sync is synced.
+    Sync,
+    /// Remove the record of the output's delegation: it is forgotten.
+    Remove,
+}
+
 /// Driver-issued handle of an inbound HTTP request waiting for its response. The engine stores
 /// and echoes it, never interprets it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -7,7 +7,7 @@
 //! Used by the unit tests (transcripts, the [`Scenario`](super::scenario::Scenario) builder) and by the engine benchmark
 //! (`benches/engines.rs`, feature `_internal-pair`). **Not a stable API.**
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
 use crate::engine::delegator::{
@@ -19,7 +19,7 @@ use crate::engine::executor::{
     SnapshotDelivery, TaskFailure, WorkspaceLayout,
 };
 use crate::engine::WorkspaceStats;
-use crate::engine::{CapturedSnapshot, RequestId, SnapshotMode, StreamId, TaskOutcome};
+use crate::engine::{CapturedSnapshot, Journaling, RequestId, SnapshotMode, StreamId, TaskOutcome};
 use crate::id::{DelegationId, ResourceName};
 use crate::state::{AssignmentState, DelegationState};
 use crate::time::Timestamp;
@@ -83,6 +83,26 @@ pub struct Pair {
     next_handle: u64,
     /// How each snapshot the executor captured was to be delivered, in order.
     pub captures: Vec<SnapshotDelivery>,
+    /// The executor's journal as a driver following [`ExecutorOutput::journaling`] keeps it
+    /// (when `record`).
+    pub executor_journal: JournalModel,
+}
+
+/// A journal kept by the write-ahead rule ([`Journaling`]): what was written for each
+/// assignment, what a power loss would leave (`durable`), and how many syncs it took.
+#[derive(Clone, Debug, Default)]
+pub struct JournalModel {
+    /// The record last written, per assignment.
+    pub written: BTreeMap<DelegationId, String>,
+    /// The record last made durable, per assignment.
+    pub durable: BTreeMap<DelegationId, String>,
+    /// Written since their last sync.
+    pub unsynced: BTreeSet<DelegationId>,
+    /// Syncs so far (a new record file, written durably, is not counted).
+    pub syncs: usize,
+    /// Outputs executed after a sync found a record that differs from the engine's: each
+    /// is `(output kind, assignment)`; empty when every change was journalled in time.
+    pub stale: Vec<(String, DelegationId)>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -110,6 +130,7 @@ impl Pair {
             streams: BTreeMap::new(),
             next_handle: 1,
             captures: Vec::new(),
+            executor_journal: JournalModel::default(),
         }
     }
 
@@ -427,7 +448,78 @@ impl Pair {
         }
     }
 
+    /// Applies `out`'s journaling to [`Pair::executor_journal`] (when recording).
+    fn journal_executor_output(&mut self, out: &ExecutorOutput) {
+        if !self.record {
+            return;
+        }
+        let record = |ex: &Executor, id: &DelegationId| {
+            ex.assignment_record(id)
+                .map(|r| serde_json::to_string(&r).unwrap_or_default())
+        };
+        let j = &mut self.executor_journal;
+        match out.journaling() {
+            Journaling::Write | Journaling::Remove => {
+                let ExecutorOutput::Event(ev) = out else {
+                    return;
+                };
+                let id = match ev {
+                    ExecutorEvent::InviteReceived { id, .. }
+                    | ExecutorEvent::StateChanged { id, .. }
+                    | ExecutorEvent::RecordChanged { id }
+                    | ExecutorEvent::Ended { id, .. }
+                    | ExecutorEvent::Forgotten { id }
+                    | ExecutorEvent::PeerMisbehaved { id, .. } => id,
+                };
+                match record(&self.executor, id) {
+                    Some(text) if j.written.get(id) == Some(&text) => {}
+                    Some(text) => {
+                        if j.written.contains_key(id) {
+                            j.unsynced.insert(id.clone());
+                        } else {
+                            j.durable.insert(id.clone(), text.clone());
+                        }
+                        j.written.insert(id.clone(), text);
+                    }
+                    None => {
+                        j.written.remove(id);
+                        j.durable.remove(id);
+                        j.unsynced.remove(id);
+                    }
+                }
+            }
+            Journaling::Sync => {
+                for id in std::mem::take(&mut j.unsynced) {
+                    if let Some(text) = j.written.get(&id) {
+                        j.durable.insert(id, text.clone());
+                        j.syncs += 1;
+                    }
+                }
+                // A capture is exempt: the outcome it is for is not what a restarted executor
+                // needs (an assignment still active is failed at restart); its file is led to
+                // by the snapshot event, durable before that event goes out. And a record the
+                // engine already forgot is not stale: keeping it longer only retains more.
+                let exempt = matches!(out, ExecutorOutput::CaptureSnapshot { .. });
+                let stale: Vec<DelegationId> = j
+                    .durable
+                    .iter()
+                    .filter(|(id, text)| {
+                        !exempt
+                            && record(&self.executor, id).is_some_and(|current| current != **text)
+                    })
+                    .map(|(id, _)| id.clone())
+                    .collect();
+                let kind = format!("{out:?}").chars().take(40).collect::<String>();
+                for id in stale {
+                    self.executor_journal.stale.push((kind.clone(), id));
+                }
+            }
+            Journaling::None => {}
+        }
+    }
+
     fn on_executor_output(&mut self, out: ExecutorOutput) {
+        self.journal_executor_output(&out);
         match out {
             ExecutorOutput::Respond { request, response } => {
                 self.note("e", || "Respond".into());

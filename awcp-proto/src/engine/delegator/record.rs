@@ -19,26 +19,7 @@ use super::*;
 /// The record version this engine writes.
 pub const RECORD_VERSION: u32 = 1;
 
-/// What the journal does for one output of the delegator, before the output is executed
-/// ([`DelegatorOutput::journaling`]). The rule is write-ahead: a record may be written without
-/// a sync, as long as it is made durable before anything the outside world can see or the
-/// user's files change, so that after a power loss the record read back is never older than
-/// what the executor, the workspace or the state directory already went through. (A process
-/// crash loses nothing written: the kernel still holds it.)
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Journaling {
-    /// Nothing to journal.
-    None,
-    /// Write the delegation's record ([`Delegator::record`](super::Delegator::record)); no
-    /// sync needed yet. The first record of a delegation is the exception: it is written
-    /// durably (a delegation the caller has an id for is never lost).
-    Write,
-    /// Make what was written of the delegation's record durable first (a sync, if anything
-    /// was written since the last one): this output talks to the executor or changes files.
-    Sync,
-    /// Remove the delegation's record: it is forgotten.
-    Remove,
-}
+pub use crate::engine::Journaling;
 
 impl DelegatorOutput {
     /// What the journal does for this output before it is executed (see [`Journaling`]).

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::{TaskHandle, TaskOutcome};
+use crate::engine::{Journaling, TaskHandle, TaskOutcome};
 use crate::error::{ErrorCode, ErrorInfo};
 use crate::id::DelegationId;
 use crate::state::{AssignmentMachine, AssignmentState, AssignmentTransition};
@@ -27,7 +27,7 @@ use crate::wire::{Dialect, DoneEvent, Message, TaskEvent, TaskEventKind, Transpo
 
 use super::assignment::{Assignment, ExecutorTimer as Timer, Phase};
 use super::auth::{Binding, BoundCredential, SecretDigest};
-use super::{Executor, ExecutorOutput};
+use super::{Executor, ExecutorEvent, ExecutorOutput};
 
 /// The record version this build writes.
 pub const RECORD_VERSION: u32 = 1;
@@ -164,6 +164,38 @@ impl AssignmentRecord {
             digest: SecretDigest::from_hex(&a.sha256)?,
             binding: Binding::parse(&a.binding)?,
         })
+    }
+}
+
+impl ExecutorOutput {
+    /// What the journal does for this output before it is executed (see [`Journaling`]): an
+    /// event that changes an assignment's record writes it, without a sync; every output the
+    /// delegator sees (a response, a stream event or its end) or that creates, changes or
+    /// deletes files or processes first makes every record written since durable.
+    pub fn journaling(&self) -> Journaling {
+        match self {
+            ExecutorOutput::Event(ExecutorEvent::InviteReceived { .. })
+            | ExecutorOutput::Event(ExecutorEvent::StateChanged { .. })
+            | ExecutorOutput::Event(ExecutorEvent::RecordChanged { .. })
+            | ExecutorOutput::Event(ExecutorEvent::Ended { .. }) => Journaling::Write,
+            ExecutorOutput::Event(ExecutorEvent::Forgotten { .. }) => Journaling::Remove,
+            ExecutorOutput::Event(ExecutorEvent::PeerMisbehaved { .. }) => Journaling::None,
+            // Seen by the delegator.
+            ExecutorOutput::Respond { .. }
+            | ExecutorOutput::StreamEvent { .. }
+            | ExecutorOutput::CloseStream { .. }
+            // Create, change or delete files or processes that only a record leads a
+            // restarted executor to (or that an older record still names).
+            | ExecutorOutput::AllocateWorkDir { .. }
+            | ExecutorOutput::SetupTransport { .. }
+            | ExecutorOutput::RunTask { .. }
+            | ExecutorOutput::StopTask { .. }
+            | ExecutorOutput::CaptureSnapshot { .. }
+            | ExecutorOutput::Release { .. }
+            | ExecutorOutput::RemoveEmptyWorkDir { .. }
+            | ExecutorOutput::EndTask { .. }
+            | ExecutorOutput::DropSnapshot { .. } => Journaling::Sync,
+        }
     }
 }
 

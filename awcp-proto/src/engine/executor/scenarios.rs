@@ -62,8 +62,8 @@ const REFERENCE_TRANSCRIPT: &[&str] = &[
     "d> Event StateChanged running",
     "d> Event Progress",
     "e> CaptureSnapshot",
-    "e> StreamEvent snapshot",
     "e> Event StateChanged completed",
+    "e> StreamEvent snapshot",
     "e> StreamEvent done",
     "e> CloseStream",
     "e> Release",
@@ -98,6 +98,33 @@ fn the_reference_exchange_follows_its_transcript() {
         "full transcript:\n{}",
         got.join("\n")
     );
+}
+
+/// The executor's journal, kept by the write-ahead rule of `ExecutorOutput::journaling`:
+/// every output the delegator sees or that changes files goes out with the engine's current
+/// record durable (a change the engine made without an event, or announced after such an
+/// output, shows as stale: the snapshot event once went out before the record holding it).
+#[test]
+fn the_executor_journal_is_durable_before_anything_it_leads_to() {
+    for dialect in [Dialect::Reference, Dialect::Seed] {
+        let mut s = Scenario::new().recording();
+        s.pair.delegate(&s.id, dialect);
+        s.pair.run(1_000);
+        let j = &s.pair.executor_journal;
+        assert!(
+            j.stale.is_empty(),
+            "{dialect:?}: stale records {:?}",
+            j.stale
+        );
+        assert!(forgotten(&s.pair, &s.id), "{dialect:?}");
+        assert!(
+            j.written.is_empty() && j.unsynced.is_empty(),
+            "{dialect:?}: {j:?}"
+        );
+        // The first record is created durably; then one sync each before ACCEPT, START's
+        // answer, the snapshot (or done) event and the ACK's answer.
+        assert!(j.syncs <= 4, "{dialect:?}: {} syncs", j.syncs);
+    }
 }
 
 #[test]

@@ -64,6 +64,12 @@ impl Executor {
             result_base64: None,
             result_local_file: None,
         };
+        // Completed first: the record a driver writes for this change (read after the turn)
+        // holds the snapshot event too, and is durable before the event goes out
+        // (`ExecutorOutput::journaling`), so a restarted executor still serves what the
+        // delegator was told about.
+        self.transition(now, id, AssignmentTransition::TaskComplete);
+        self.core.timers.cancel(id, Timer::Lease);
         if let Some((sid, snap)) = snapshot {
             if dialect == Dialect::Seed {
                 // The archive inline, or the file the driver streams it from.
@@ -87,8 +93,6 @@ impl Executor {
                 }),
             );
         }
-        self.transition(now, id, AssignmentTransition::TaskComplete);
-        self.core.timers.cancel(id, Timer::Lease);
         self.broadcast(now, id, TaskEventKind::Done(done));
         self.release(id);
     }
