@@ -132,7 +132,7 @@ pub const IDLE_FOR_AT_MOST: Duration = Duration::from_secs(2);
 
 /// A download is written to its file in batches of at least this many bytes (one hand-off to
 /// the blocking pool each; memory stays bounded by a batch and one chunk).
-const WRITE_BATCH: usize = 256 * 1024;
+pub const WRITE_BATCH: usize = 256 * 1024;
 
 /// Which connections may serve a request.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
