@@ -205,7 +205,8 @@ impl<R: Runtime> Loop<R> {
                 snapshot_id,
                 layout,
                 access_mode,
-            } => self.apply(id, snapshot_id, layout, access_mode),
+                checksum,
+            } => self.apply(id, snapshot_id, layout, access_mode, checksum),
             DelegatorOutput::StoreSnapshot { id, snapshot } => {
                 // A result received into a file is the store's now.
                 if let Some(f) = &snapshot.data.local_file {
@@ -318,6 +319,7 @@ impl<R: Runtime> Loop<R> {
         sid: SnapshotId,
         layout: Layout,
         access: AccessMode,
+        checksum: Option<String>,
     ) {
         let rt = self.rt.clone();
         let feed = self.feed();
@@ -327,7 +329,7 @@ impl<R: Runtime> Loop<R> {
             let did = id.clone();
             let s = sid.clone();
             let result = blocking(&rt, move || {
-                stored.with_request(&did, &s, layout, access, |req| {
+                stored.with_request(&did, &s, layout, access, checksum, |req| {
                     t.apply_snapshot(req, &CancelFlag::new())
                         .map(|report| {
                             tracing::info!(delegation = %did, snapshot = %s, written = report.written.len(), deleted = report.deleted.len(), "snapshot applied");
@@ -359,7 +361,8 @@ impl<R: Runtime> Loop<R> {
         let stored = self.stored_snapshot(&id);
         self.spawn_in(crate::delegation_span(&id), async move {
             let result = blocking(&rt, move || {
-                stored.with_request(&id, &sid, plan.layout, plan.access_mode, |req| {
+                let (layout, access) = (plan.layout, plan.access_mode);
+                stored.with_request(&id, &sid, layout, access, plan.checksum, |req| {
                     t.preview_snapshot(req, limits, &CancelFlag::new())
                         .map_err(|e| DelegatorError::Protocol(e.apply_error_info()))
                 })
@@ -388,6 +391,7 @@ impl StoredSnapshot {
         sid: &SnapshotId,
         layout: Layout,
         access: AccessMode,
+        checksum: Option<String>,
         go: impl FnOnce(ApplyRequest<'_>) -> T,
     ) -> T {
         // The base the delegator sent: in memory, or persisted at prepare.
@@ -399,10 +403,14 @@ impl StoredSnapshot {
             .cloned()
             .or_else(|| load_baseline(&self.baseline_file));
         let file = self.dir.join(format!("{sid}.zip"));
-        let checksum = std::fs::read(self.dir.join(format!("{sid}.json")))
-            .ok()
-            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-            .and_then(|m| m.get("checksum")?.as_str().map(str::to_owned));
+        // From the engine's record; a snapshot stored by an older release has it beside its
+        // bytes instead.
+        let checksum = checksum.or_else(|| {
+            std::fs::read(self.dir.join(format!("{sid}.json")))
+                .ok()
+                .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+                .and_then(|m| m.get("checksum")?.as_str().map(str::to_owned))
+        });
         go(ApplyRequest {
             delegation_id: id.as_str(),
             source: ArchiveSource::File(&file),

@@ -15,8 +15,9 @@ pub(super) fn scan(specs: &[ResourceSpec]) -> Result<WorkspaceStats, ScanFailure
         .map_err(|e| ScanFailure::Scan(e.to_error_info()))
 }
 
-/// Stores a snapshot durably under `dir`: `<sid>.zip` (written to a temporary name, fsynced,
-/// renamed) and `<sid>.json` (its summary and checksum). Returns the size of the ZIP.
+/// Stores a snapshot durably under `dir` as `<sid>.zip` (written to a temporary name, synced,
+/// renamed); its checksum and summary are the engine's record's. Returns the size of the ZIP.
+/// One hand-off to the blocking pool (two when the bytes are downloaded).
 pub(super) async fn store_snapshot<R: Runtime>(
     http: &agent_rt::HttpClient<R>,
     dir: &Path,
@@ -27,69 +28,60 @@ pub(super) async fn store_snapshot<R: Runtime>(
 ) -> Result<u64, StoreFailure> {
     let rt = http.runtime();
     let fail = StoreFailure::Local;
-    let d = dir.to_path_buf();
-    blocking(rt, move || std::fs::create_dir_all(d))
-        .await
-        .map_err(|e| {
-            fail(format!(
-                "creating the snapshot store {}: {e}",
-                dir.display()
-            ))
-        })?;
     let zip = dir.join(format!("{}.zip", snap.snapshot_id));
     let part = dir.join(format!("{}.zip.part", snap.snapshot_id));
-    let size = match (&snap.data.base64, &snap.data.url) {
+    let store = |e: std::io::Error| fail(format!("storing the snapshot in {}: {e}", dir.display()));
+    match (&snap.data.base64, &snap.data.url) {
         (Some(b), _) => {
             let bytes = awcp_transports::archive::decode_base64(b)
                 .map_err(|e| StoreFailure::Archive(e.to_error_info()))?;
-            let n = bytes.len() as u64;
-            let p = part.clone();
+            let (d, n) = (dir.to_path_buf(), bytes.len() as u64);
             blocking(rt, move || {
                 use std::io::Write;
-                let mut f = std::fs::File::create(&p)?;
+                std::fs::create_dir_all(&d)?;
+                let mut f = std::fs::File::create(&part)?;
                 f.write_all(&bytes)?;
-                f.sync_all()
+                f.sync_all()?;
+                std::fs::rename(&part, &zip)
             })
             .await
-            .map_err(|e| fail(format!("writing the snapshot: {e}")))?;
-            n
+            .map_err(store)?;
+            Ok(n)
         }
-        (None, Some(url)) => http
-            .download(url, headers, part.clone(), limit, download_timeout)
-            .await
-            .map_err(|e| StoreFailure::Fetch(e.to_string()))?,
+        (None, Some(url)) => {
+            let d = dir.to_path_buf();
+            blocking(rt, move || std::fs::create_dir_all(d))
+                .await
+                .map_err(store)?;
+            let n = http
+                .download(url, headers, part.clone(), limit, download_timeout)
+                .await
+                .map_err(|e| StoreFailure::Fetch(e.to_string()))?;
+            blocking(rt, move || std::fs::rename(&part, &zip))
+                .await
+                .map_err(store)?;
+            Ok(n)
+        }
         (None, None) => match &snap.data.local_file {
             // Received into a file as it arrived (under the state directory, as the store):
             // moved, then synced.
             Some(f) => {
-                let (from, p) = (PathBuf::from(f), part.clone());
+                let (from, d) = (PathBuf::from(f), dir.to_path_buf());
                 blocking(rt, move || {
-                    std::fs::rename(&from, &p)?;
-                    let f = std::fs::File::open(&p)?;
+                    std::fs::create_dir_all(&d)?;
+                    std::fs::rename(&from, &part)?;
+                    let f = std::fs::File::open(&part)?;
                     f.sync_all()?;
-                    Ok::<_, std::io::Error>(f.metadata()?.len())
+                    let n = f.metadata()?.len();
+                    std::fs::rename(&part, &zip)?;
+                    Ok::<_, std::io::Error>(n)
                 })
                 .await
-                .map_err(|e| fail(format!("storing the received snapshot: {e}")))?
+                .map_err(store)
             }
-            None => return Err(StoreFailure::NoData),
+            None => Err(StoreFailure::NoData),
         },
-    };
-    let meta = serde_json::json!({
-        "snapshotId": snap.snapshot_id.as_str(),
-        "summary": snap.summary,
-        "highlights": snap.highlights,
-        "checksum": snap.checksum,
-        "metadata": snap.metadata,
-    });
-    let (d, name) = (dir.to_path_buf(), format!("{}.json", snap.snapshot_id));
-    blocking(rt, move || {
-        std::fs::rename(&part, &zip)?;
-        crate::executor::journal::write_atomic(&d, &name, meta.to_string().as_bytes())
-    })
-    .await
-    .map_err(|e| fail(format!("storing the snapshot: {e}")))?;
-    Ok(size)
+    }
 }
 
 /// `<state>/baselines/<id>.json`.

@@ -86,6 +86,7 @@ macro_rules! conformance_suite {
             archive_url_mode_delegation_applies_the_result,
             read_only_delegation_leaves_the_source_untouched,
             staged_snapshot_can_be_applied_later,
+            a_stored_snapshot_changed_while_stopped_is_refused_at_apply,
             staged_snapshot_can_be_discarded,
             admission_rejects_a_too_large_workspace_with_a_hint,
             executor_declines_at_its_concurrency_limit,
@@ -900,6 +901,50 @@ pub async fn staged_snapshot_can_be_applied_later<R: TestRuntime>() {
     assert_edited(ws.path());
     // Re-applying is refused.
     assert!(dg.handle.apply_snapshot(&v.request.id, &sid).await.is_err());
+}
+
+/// A stored snapshot is verified against the checksum its executor announced, which the
+/// delegator's record keeps (the store holds only the bytes): bytes that changed in the store
+/// while the delegator was stopped are refused at apply with `CHECKSUM_MISMATCH`, the workspace
+/// untouched, the snapshot still pending. (Bytes appended after a ZIP's end still read as the
+/// same archive: only the checksum tells.)
+pub async fn a_stored_snapshot_changed_while_stopped_is_refused_at_apply<R: TestRuntime>() {
+    let ex = start_executor::<R>(Arc::new(EditRunner), |_| {}).await;
+    let dg = start_delegator::<R>(false, |_| {}).await;
+    let ws = workspace();
+    let before = tree(ws.path());
+    let mut p = params::<R>(&ex.peer, ws.path());
+    p.snapshot_mode = SnapshotMode::Staged;
+    let v = run_to_end::<R>(&dg.handle, p).await;
+    assert_eq!(v.state, DelegationState::Completed, "{v:?}");
+    let (id, sid) = (v.request.id.clone(), v.snapshots[0].id.clone());
+    let dg = dg.restart::<R>().await;
+    let v = dg.handle.get(&id).await.unwrap();
+    assert!(
+        v.snapshots[0].checksum.is_some(),
+        "kept across the restart: {v:?}"
+    );
+    let zip = dg
+        .dir
+        .path()
+        .join("state/snapshots")
+        .join(id.as_str())
+        .join(format!("{sid}.zip"));
+    let mut f = std::fs::OpenOptions::new().append(true).open(&zip).unwrap();
+    std::io::Write::write_all(&mut f, b"changed").unwrap();
+    drop(f);
+    match dg.handle.apply_snapshot_and_wait(&id, &sid).await {
+        Err(awcp_driver::DelegatorError::Protocol(e)) => {
+            assert_eq!(e.code, ErrorCode::ChecksumMismatch, "{e:?}")
+        }
+        other => panic!("applied or failed otherwise: {other:?}"),
+    }
+    assert_eq!(tree(ws.path()), before, "nothing applied");
+    let v = dg.handle.get(&id).await.unwrap();
+    assert_eq!(
+        v.snapshots[0].status,
+        awcp_proto::engine::delegator::SnapshotStatus::Pending
+    );
 }
 
 pub async fn staged_snapshot_can_be_discarded<R: TestRuntime>() {

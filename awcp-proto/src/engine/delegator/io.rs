@@ -333,6 +333,8 @@ pub enum DelegatorOutput {
         layout: ArchiveLayout,
         /// The delegation's effective access: nothing is written to a read-only resource.
         access_mode: AccessMode,
+        /// The SHA-256 the executor announced for the archive: the stored bytes must match it.
+        checksum: Option<String>,
     },
     /// Store a snapshot durably (its bytes, inline or fetched from its URL); answer with
     /// `SnapshotStored`. Every snapshot that is to be applied or staged is stored first.

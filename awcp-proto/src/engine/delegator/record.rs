@@ -5,7 +5,9 @@
 //! ## Versions
 //! * **0**: the unversioned JSON object written before records were types (no `version`
 //!   field). Same fields as version 1.
-//! * **1**: adds `version`.
+//! * **1**: adds `version`. Later, still version 1 (readers ignore it, absent reads as
+//!   before): a snapshot's optional `checksum`, the SHA-256 its executor announced, which
+//!   earlier releases kept beside the stored bytes (`<sid>.json`, still read for them).
 //!
 //! A record newer than [`RECORD_VERSION`] is refused ([`RecordError::TooNew`]) rather than
 //! half understood.
@@ -246,6 +248,10 @@ pub struct SnapshotEntry {
     /// Why its last apply failed.
     #[serde(default)]
     pub error: Option<ErrorInfo>,
+    /// The archive's SHA-256 as the executor announced it (absent in records written before
+    /// it was recorded: the driver then reads it from the store, where they kept it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksum: Option<String>,
 }
 
 /// A snapshot's status in a record: `{"status": "pending"}`, `{"status": "failed", "error": …}`.

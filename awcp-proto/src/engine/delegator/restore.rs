@@ -65,6 +65,7 @@ impl Delegator {
                     received_at: Some(r.received_at.as_unix_millis()),
                     applied_at: r.applied_at.map(Timestamp::as_unix_millis),
                     error: r.error.clone(),
+                    checksum: r.checksum.clone(),
                 })
                 .collect(),
             result: d.result.as_ref().map(|o| OutcomeEntry {
@@ -154,6 +155,7 @@ impl Delegator {
                 received_at: ms(s.received_at).unwrap_or(now),
                 applied_at: ms(s.applied_at),
                 error: s.error.clone(),
+                checksum: s.checksum.clone(),
             });
         }
         let mut stored = r.stored.clone();

@@ -65,6 +65,7 @@ impl Delegator {
         Ok(ApplyPlan {
             layout: ArchiveLayout::for_dialect(d.req.dialect),
             access_mode: d.access,
+            checksum: rec.checksum.clone(),
         })
     }
 
@@ -165,6 +166,7 @@ impl Delegator {
             received_at: now,
             applied_at: None,
             error: None,
+            checksum: snap.checksum.clone(),
         });
         d.updated_at = now;
         let sid = snap.snapshot_id.clone();
@@ -342,17 +344,20 @@ impl Delegator {
 
 /// The output that applies `sid` of `d`: its layout by the executor's dialect, its access.
 /// How a snapshot is applied (or previewed): what [`DelegatorOutput::ApplySnapshot`] says.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ApplyPlan {
     /// How the snapshot's root is laid out.
     pub layout: ArchiveLayout,
     /// The delegation's effective access.
     pub access_mode: AccessMode,
+    /// The SHA-256 the executor announced for the archive.
+    pub checksum: Option<String>,
 }
 
 fn apply_output(d: &Delegation, id: &DelegationId, sid: SnapshotId) -> DelegatorOutput {
     DelegatorOutput::ApplySnapshot {
         id: id.clone(),
+        checksum: d.snapshots.get(&sid).and_then(|s| s.checksum.clone()),
         snapshot_id: sid,
         layout: ArchiveLayout::for_dialect(d.req.dialect),
         access_mode: d.access,

@@ -55,6 +55,9 @@ pub struct SnapshotRecord {
     /// Why the last apply of this snapshot failed (it stays `pending`, stored, re-appliable);
     /// `None` once applied.
     pub error: Option<ErrorInfo>,
+    /// The archive's SHA-256 as the executor announced it (hex): what its stored bytes are
+    /// verified against when they are applied.
+    pub checksum: Option<String>,
 }
 
 /// A read-only view of one delegation.
@@ -266,6 +269,7 @@ mod tests {
             received_at: t(1),
             applied_at: None,
             error,
+            checksum: None,
         }
     }
 

@@ -273,8 +273,18 @@ impl World {
                 snapshot_id,
                 layout,
                 access_mode,
+                checksum,
             } => {
                 let i = self.idx(&id);
+                let key = (id.clone(), snapshot_id.clone());
+                if let Some(stored) = self.stored_checksums.get(&key) {
+                    if checksum.as_ref() != Some(stored) {
+                        self.violate(format!(
+                            "snapshot {snapshot_id} of {id} applied with checksum {checksum:?}, \
+                             announced with {stored}"
+                        ));
+                    }
+                }
                 if self.dels[i].access == AccessMode::Ro || access_mode != self.dels[i].access {
                     self.violate(format!(
                         "snapshot of {id} applied with access {} (delegated {})",
@@ -330,6 +340,10 @@ impl World {
                                 self.acquire(key, u64::MAX);
                             }
                             self.store.insert((id.clone(), sid.clone()), files);
+                            if let Some(c) = &snapshot.checksum {
+                                self.stored_checksums
+                                    .insert((id.clone(), sid.clone()), c.clone());
+                            }
                         }
                         None => self.violate(format!("snapshot {sid} of {id} has no bytes")),
                     }

@@ -310,6 +310,9 @@ pub struct World {
     cur_stream: BTreeMap<DelegationId, u64>,
     held: BTreeMap<ResKey, u64>,
     store: BTreeMap<(DelegationId, SnapshotId), Files>,
+    /// The checksum each stored snapshot was announced with (what its apply must carry, even
+    /// after the delegator restarted).
+    stored_checksums: BTreeMap<(DelegationId, SnapshotId), String>,
     /// Incarnation of the delegator (bumped by a crash).
     del_inc: u32,
     /// The delegation journal, written as the driver writes it.

@@ -41,6 +41,7 @@ impl World {
             cur_stream: BTreeMap::new(),
             held: BTreeMap::new(),
             store: BTreeMap::new(),
+            stored_checksums: BTreeMap::new(),
             del_inc: 0,
             del_journal: BTreeMap::new(),
             del_durable: BTreeMap::new(),
