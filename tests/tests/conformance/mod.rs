@@ -879,7 +879,17 @@ pub async fn read_only_delegation_leaves_the_source_untouched<R: TestRuntime>() 
     assert_eq!(tree(ws.path()), before);
 }
 
-pub async fn staged_snapshot_can_be_applied_later<R: TestRuntime>() {
+/// A finished delegation in `staged` mode (the executor edits the workspace): what it ran on,
+/// its workspace as it was before (nothing applied yet), and its view.
+struct Staged {
+    _ex: Exec,
+    dg: Deleg,
+    ws: tempfile::TempDir,
+    before: BTreeMap<String, String>,
+    v: awcp_proto::engine::delegator::DelegationView,
+}
+
+async fn staged<R: TestRuntime>() -> Staged {
     let ex = start_executor::<R>(Arc::new(EditRunner), |_| {}).await;
     let dg = start_delegator::<R>(false, |_| {}).await;
     let ws = workspace();
@@ -887,8 +897,19 @@ pub async fn staged_snapshot_can_be_applied_later<R: TestRuntime>() {
     let mut p = params::<R>(&ex.peer, ws.path());
     p.snapshot_mode = SnapshotMode::Staged;
     let v = run_to_end::<R>(&dg.handle, p).await;
-    assert_eq!(v.state, DelegationState::Completed);
+    assert_eq!(v.state, DelegationState::Completed, "{v:?}");
     assert_eq!(tree(ws.path()), before, "staged: nothing applied yet");
+    Staged {
+        _ex: ex,
+        dg,
+        ws,
+        before,
+        v,
+    }
+}
+
+pub async fn staged_snapshot_can_be_applied_later<R: TestRuntime>() {
+    let Staged { dg, ws, v, .. } = staged::<R>().await;
     let sid = v.snapshots[0].id.clone();
     assert_eq!(
         v.snapshots[0].status,
@@ -909,14 +930,9 @@ pub async fn staged_snapshot_can_be_applied_later<R: TestRuntime>() {
 /// untouched, the snapshot still pending. (Bytes appended after a ZIP's end still read as the
 /// same archive: only the checksum tells.)
 pub async fn a_stored_snapshot_changed_while_stopped_is_refused_at_apply<R: TestRuntime>() {
-    let ex = start_executor::<R>(Arc::new(EditRunner), |_| {}).await;
-    let dg = start_delegator::<R>(false, |_| {}).await;
-    let ws = workspace();
-    let before = tree(ws.path());
-    let mut p = params::<R>(&ex.peer, ws.path());
-    p.snapshot_mode = SnapshotMode::Staged;
-    let v = run_to_end::<R>(&dg.handle, p).await;
-    assert_eq!(v.state, DelegationState::Completed, "{v:?}");
+    let Staged {
+        dg, ws, before, v, ..
+    } = staged::<R>().await;
     let (id, sid) = (v.request.id.clone(), v.snapshots[0].id.clone());
     let dg = dg.restart::<R>().await;
     let v = dg.handle.get(&id).await.unwrap();
@@ -948,13 +964,9 @@ pub async fn a_stored_snapshot_changed_while_stopped_is_refused_at_apply<R: Test
 }
 
 pub async fn staged_snapshot_can_be_discarded<R: TestRuntime>() {
-    let ex = start_executor::<R>(Arc::new(EditRunner), |_| {}).await;
-    let dg = start_delegator::<R>(false, |_| {}).await;
-    let ws = workspace();
-    let before = tree(ws.path());
-    let mut p = params::<R>(&ex.peer, ws.path());
-    p.snapshot_mode = SnapshotMode::Staged;
-    let v = run_to_end::<R>(&dg.handle, p).await;
+    let Staged {
+        dg, ws, before, v, ..
+    } = staged::<R>().await;
     let sid = v.snapshots[0].id.clone();
     dg.handle
         .discard_snapshot(&v.request.id, &sid)
