@@ -532,7 +532,8 @@ impl<R: Runtime> Loop<R> {
                 .assignment_record(id)
                 .map(|r| serde_json::to_string(&r))
             {
-                // Unchanged since it was last written (durably): nothing to write.
+                // Unchanged since it was last written: nothing to write (a sync still due
+                // for it is in `unsynced`).
                 Some(Ok(text)) if self.written.get(id) == Some(&text) => {}
                 // Written ahead: synced before the next output that needs it (a new file is
                 // always written durably).
