@@ -354,7 +354,7 @@ impl DelegatorHandle {
             unclaimed_results: Vec::new(),
             lock: Some(lock),
             farewells: Vec::new(),
-            written: BTreeMap::new(),
+            written: Default::default(),
         };
         rt.spawn(Box::pin(lp.run(rx)));
         let rt2 = rt.clone();
@@ -558,13 +558,6 @@ struct Loop<R: Runtime> {
     /// Requests that tell an executor something final (ack, cancel, ERROR) still in flight:
     /// [`DelegatorHandle::stop`] lets them finish.
     farewells: Vec<oneshot::Receiver<()>>,
-    /// The record last written of each delegation (not written again when unchanged), and
-    /// whether it was synced since (see [`awcp_proto::engine::delegator::Journaling`]).
-    written: BTreeMap<DelegationId, Written>,
-}
-
-/// A journal record as last written.
-struct Written {
-    text: String,
-    durable: bool,
+    /// The record last written of each delegation, and which are not synced yet.
+    written: crate::executor::journal::Written,
 }

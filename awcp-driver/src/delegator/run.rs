@@ -312,36 +312,19 @@ impl<R: Runtime> Loop<R> {
                         return;
                     }
                 };
-                if let Some(w) = self.written.get_mut(id).filter(|w| w.text == text) {
-                    if durable && !w.durable {
-                        self.journal.sync(id);
-                        w.durable = true;
-                    }
-                    return;
-                }
-                match self.journal.write_record(id, &text, durable) {
-                    Ok(durable) => {
-                        self.written.insert(id.clone(), Written { text, durable });
-                    }
-                    // Not remembered as written: the next change writes it again.
-                    Err(e) => tracing::warn!(delegation = %id, "journal write failed: {e}"),
-                }
+                self.written.write(&self.journal, id, text, durable);
             }
             None => self.remove_record(id),
         }
     }
 
     fn remove_record(&mut self, id: &DelegationId) {
-        self.written.remove(id);
-        self.journal.remove(id);
+        self.written.remove(&self.journal, id);
     }
 
     /// Makes every record written since its last sync durable (before the process stops).
     pub(super) fn sync_journal(&mut self) {
-        for (id, w) in self.written.iter_mut().filter(|(_, w)| !w.durable) {
-            self.journal.sync(id);
-            w.durable = true;
-        }
+        self.written.sync_all(&self.journal);
     }
 
     pub(super) fn on_event(&mut self, ev: DelegatorEvent) {

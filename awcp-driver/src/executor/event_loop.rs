@@ -47,11 +47,9 @@ pub(super) struct Loop<R: Runtime> {
     pub(super) snapshots: SnapshotFiles,
     pub(super) next_id: u64,
     pub(super) journal: Option<journal::Journal>,
-    /// The record last written for each assignment, so an unchanged one is not written
-    /// again.
-    pub(super) written: BTreeMap<DelegationId, String>,
-    /// Assignments whose record was written since its last sync ([`Journaling`]).
-    pub(super) unsynced: std::collections::BTreeSet<DelegationId>,
+    /// The record last written of each assignment, and which are not synced yet
+    /// ([`Journaling`]).
+    pub(super) written: journal::Written,
     /// Application subscribers of engine events ([`ExecutorHandle::events`]).
     pub(super) event_subscribers: Vec<mpsc::UnboundedSender<ExecutorEvent>>,
     /// Archive files received with a START and not yet handed to a setup: deleted after the
@@ -144,14 +142,31 @@ impl<R: Runtime> Loop<R> {
         self.sync_journal();
     }
 
+    /// Writes the record of `id` as the engine has it (ahead: synced before the next output
+    /// that needs it), or removes it once the engine forgot the assignment.
+    fn journal_record(&mut self, id: &DelegationId) {
+        let Some(j) = &self.journal else {
+            return;
+        };
+        match self
+            .engine
+            .assignment_record(id)
+            .map(|r| serde_json::to_string(&r))
+        {
+            Some(Ok(text)) => self.written.write(j, id, text, false),
+            Some(Err(e)) => {
+                tracing::warn!(delegation = %id, "journal record not encodable: {e}");
+            }
+            None => self.written.remove(j, id),
+        }
+    }
+
     /// Makes every record written since its last sync durable (the journaling rule of
     /// [`ExecutorOutput::journaling`]: before an output the delegator sees or that changes
     /// files, and before the loop stops).
     fn sync_journal(&mut self) {
         if let Some(j) = &self.journal {
-            for id in std::mem::take(&mut self.unsynced) {
-                j.sync(&id);
-            }
+            self.written.sync_all(j);
         }
     }
 
@@ -248,6 +263,9 @@ impl<R: Runtime> Loop<R> {
     fn execute(&mut self, out: ExecutorOutput) {
         if out.journaling() == Journaling::Sync {
             self.sync_journal();
+        }
+        if let Some(id) = out.journaled() {
+            self.journal_record(&id.clone());
         }
         match out {
             ExecutorOutput::Respond { request, response } => {
@@ -525,37 +543,6 @@ impl<R: Runtime> Loop<R> {
                 tracing::warn!(delegation = %id, ?reason, "the delegator broke the protocol");
             }
             ExecutorEvent::RecordChanged { .. } => {}
-        }
-        if let (Some(j), Some(id)) = (&self.journal, event_id(&ev)) {
-            match self
-                .engine
-                .assignment_record(id)
-                .map(|r| serde_json::to_string(&r))
-            {
-                // Unchanged since it was last written: nothing to write (a sync still due
-                // for it is in `unsynced`).
-                Some(Ok(text)) if self.written.get(id) == Some(&text) => {}
-                // Written ahead: synced before the next output that needs it (a new file is
-                // always written durably).
-                Some(Ok(text)) => match j.write_record(id, &text, false) {
-                    Ok(durable) => {
-                        if !durable {
-                            self.unsynced.insert(id.clone());
-                        }
-                        self.written.insert(id.clone(), text);
-                    }
-                    // Not remembered as written: the next change writes it again.
-                    Err(e) => tracing::warn!(delegation = %id, "journal write failed: {e}"),
-                },
-                Some(Err(e)) => {
-                    tracing::warn!(delegation = %id, "journal record not encodable: {e}");
-                }
-                None => {
-                    self.written.remove(id);
-                    self.unsynced.remove(id);
-                    j.remove(id);
-                }
-            }
         }
     }
 }

@@ -120,6 +120,63 @@ impl Journal {
     }
 }
 
+/// What a driver last wrote of each record, for the write-ahead rule
+/// (`awcp_proto::engine::Journaling`): an unchanged record is not written again, and a sync is
+/// made only for a record written since its last one. Both sides' loops keep one.
+#[derive(Debug, Default)]
+pub struct Written {
+    /// The record last written, per delegation.
+    text: std::collections::BTreeMap<DelegationId, String>,
+    /// Written since their last sync.
+    unsynced: std::collections::BTreeSet<DelegationId>,
+}
+
+impl Written {
+    /// Makes `text` the record of `id` in `journal` unless it is the one last written, and
+    /// durable if `durable` (a new or compacted file always is). A failed write is logged and
+    /// not remembered, so the next change writes it again.
+    pub fn write(&mut self, journal: &Journal, id: &DelegationId, text: String, durable: bool) {
+        if self.text.get(id) == Some(&text) {
+            if durable {
+                self.sync(journal, id);
+            }
+            return;
+        }
+        match journal.write_record(id, &text, durable) {
+            Ok(synced) => {
+                if synced {
+                    self.unsynced.remove(id);
+                } else {
+                    self.unsynced.insert(id.clone());
+                }
+                self.text.insert(id.clone(), text);
+            }
+            Err(e) => tracing::warn!(delegation = %id, "journal write failed: {e}"),
+        }
+    }
+
+    /// Makes the record of `id` durable if it was written since its last sync.
+    pub fn sync(&mut self, journal: &Journal, id: &DelegationId) {
+        if self.unsynced.remove(id) {
+            journal.sync(id);
+        }
+    }
+
+    /// Makes every record written since its last sync durable.
+    pub fn sync_all(&mut self, journal: &Journal) {
+        for id in std::mem::take(&mut self.unsynced) {
+            journal.sync(&id);
+        }
+    }
+
+    /// Removes the record of `id`.
+    pub fn remove(&mut self, journal: &Journal, id: &DelegationId) {
+        self.text.remove(id);
+        self.unsynced.remove(id);
+        journal.remove(id);
+    }
+}
+
 /// A record file past this size is rewritten with only its newest record.
 pub const COMPACT_AT: u64 = 64 * 1024;
 

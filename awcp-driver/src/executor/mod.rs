@@ -287,8 +287,7 @@ impl ExecutorHandle {
             journal,
             event_subscribers: Vec::new(),
             unclaimed_archives: Vec::new(),
-            written: BTreeMap::new(),
-            unsynced: Default::default(),
+            written: Default::default(),
             _locks: locks,
         };
         rt.spawn(Box::pin(lp.run(rx, deferred)));

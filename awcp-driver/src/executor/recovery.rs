@@ -27,6 +27,13 @@ pub(super) fn recover<R: Runtime>(
     let mut inputs = Vec::new();
     loop {
         while let Some(out) = engine.poll_output() {
+            // Recovery writes durably: nothing it answers waits for a later sync.
+            if let Some(id) = out.journaled() {
+                match engine.record(id) {
+                    Some(rec) => journal.write(id, &rec),
+                    None => journal.remove(id),
+                }
+            }
             match out {
                 ExecutorOutput::EndTask { id, handle } => {
                     end_task(&id, &handle);
@@ -49,14 +56,8 @@ pub(super) fn recover<R: Runtime>(
                     let _ = std::fs::remove_dir(&work_dir);
                     inputs.push(ExecutorInput::Released { id, result: Ok(()) });
                 }
-                ExecutorOutput::Event(ev) => {
-                    if let Some(id) = event_id(&ev) {
-                        match engine.record(id) {
-                            Some(rec) => journal.write(id, &rec),
-                            None => journal.remove(id),
-                        }
-                    }
-                }
+                // Journaled above.
+                ExecutorOutput::Event(_) => {}
                 other => deferred.push(other),
             }
         }

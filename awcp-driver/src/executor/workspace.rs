@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use awcp_proto::engine::CapturedSnapshot;
 use awcp_proto::{
-    AllocationFailure, DelegationId, ErrorInfo, ExecutorEvent, SetupFailure, TransportHandle,
-    TransportKind, WorkspaceLayout,
+    AllocationFailure, DelegationId, ErrorInfo, SetupFailure, TransportHandle, TransportKind,
+    WorkspaceLayout,
 };
 use awcp_transports::archive::{ArchiveOutput, ArchiveSource};
 use awcp_transports::{CancelFlag, ExecutorTransport, SetupRequest};
@@ -57,18 +57,6 @@ pub(super) fn transport_for(
         .find(|t| t.kind() == *kind)
         .unwrap_or(&transports[0])
         .clone()
-}
-
-/// The assignment an event is about, if its record should be written.
-pub(super) fn event_id(ev: &ExecutorEvent) -> Option<&DelegationId> {
-    match ev {
-        ExecutorEvent::InviteReceived { id, .. }
-        | ExecutorEvent::StateChanged { id, .. }
-        | ExecutorEvent::RecordChanged { id }
-        | ExecutorEvent::Ended { id, .. }
-        | ExecutorEvent::Forgotten { id } => Some(id),
-        ExecutorEvent::PeerMisbehaved { .. } => None,
-    }
 }
 
 /// Whether `p` is a mount point (its device differs from its parent's).

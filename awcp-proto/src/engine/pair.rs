@@ -458,36 +458,25 @@ impl Pair {
                 .map(|r| serde_json::to_string(&r).unwrap_or_default())
         };
         let j = &mut self.executor_journal;
-        match out.journaling() {
-            Journaling::Write | Journaling::Remove => {
-                let ExecutorOutput::Event(ev) = out else {
-                    return;
-                };
-                let id = match ev {
-                    ExecutorEvent::InviteReceived { id, .. }
-                    | ExecutorEvent::StateChanged { id, .. }
-                    | ExecutorEvent::RecordChanged { id }
-                    | ExecutorEvent::Ended { id, .. }
-                    | ExecutorEvent::Forgotten { id }
-                    | ExecutorEvent::PeerMisbehaved { id, .. } => id,
-                };
-                match record(&self.executor, id) {
-                    Some(text) if j.written.get(id) == Some(&text) => {}
-                    Some(text) => {
-                        if j.written.contains_key(id) {
-                            j.unsynced.insert(id.clone());
-                        } else {
-                            j.durable.insert(id.clone(), text.clone());
-                        }
-                        j.written.insert(id.clone(), text);
+        if let Some(id) = out.journaled() {
+            match record(&self.executor, id) {
+                Some(text) if j.written.get(id) == Some(&text) => {}
+                Some(text) => {
+                    if j.written.contains_key(id) {
+                        j.unsynced.insert(id.clone());
+                    } else {
+                        j.durable.insert(id.clone(), text.clone());
                     }
-                    None => {
-                        j.written.remove(id);
-                        j.durable.remove(id);
-                        j.unsynced.remove(id);
-                    }
+                    j.written.insert(id.clone(), text);
+                }
+                None => {
+                    j.written.remove(id);
+                    j.durable.remove(id);
+                    j.unsynced.remove(id);
                 }
             }
+        }
+        match out.journaling() {
             Journaling::Sync => {
                 for id in std::mem::take(&mut j.unsynced) {
                     if let Some(text) = j.written.get(&id) {
@@ -514,7 +503,7 @@ impl Pair {
                     self.executor_journal.stale.push((kind.clone(), id));
                 }
             }
-            Journaling::None => {}
+            Journaling::Write | Journaling::Remove | Journaling::None => {}
         }
     }
 

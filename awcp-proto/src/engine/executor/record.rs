@@ -167,7 +167,34 @@ impl AssignmentRecord {
     }
 }
 
+impl ExecutorEvent {
+    /// The assignment the event is about.
+    pub fn delegation_id(&self) -> &DelegationId {
+        match self {
+            ExecutorEvent::InviteReceived { id, .. }
+            | ExecutorEvent::StateChanged { id, .. }
+            | ExecutorEvent::RecordChanged { id }
+            | ExecutorEvent::Ended { id, .. }
+            | ExecutorEvent::Forgotten { id }
+            | ExecutorEvent::PeerMisbehaved { id, .. } => id,
+        }
+    }
+}
+
 impl ExecutorOutput {
+    /// The assignment whose record the journal writes or removes for this output (an event
+    /// whose [`ExecutorOutput::journaling`] is [`Journaling::Write`] or
+    /// [`Journaling::Remove`]): written if the engine still has it
+    /// ([`Executor::assignment_record`]), removed if not.
+    pub fn journaled(&self) -> Option<&DelegationId> {
+        match (self, self.journaling()) {
+            (ExecutorOutput::Event(ev), Journaling::Write | Journaling::Remove) => {
+                Some(ev.delegation_id())
+            }
+            _ => None,
+        }
+    }
+
     /// What the journal does for this output before it is executed (see [`Journaling`]): an
     /// event that changes an assignment's record writes it, without a sync; every output the
     /// delegator sees (a response, a stream event or its end) or that creates, changes or
