@@ -150,7 +150,9 @@ fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
 }
 
 /// Whether data is not worth deflating: a known compressed extension, a known compressed
-/// magic number, or a sample that does not shrink under fast DEFLATE.
+/// magic number, or a sample of 4 KiB or more whose bytes are near-random (order-0 entropy of
+/// 7.75 bits or more) with under 3 % of it found repeating. Estimated in one pass, without
+/// compressing: data that fast DEFLATE shrinks by under 3 % is stored, by 10 % or more deflated.
 pub fn looks_compressed(name: &str, sample: &[u8]) -> bool {
     if let Some(ext) = name
         .rsplit('/')
@@ -208,12 +210,14 @@ fn byte_entropy(data: &[u8]) -> f64 {
 /// Bytes of `data` covered by strings of 8 or more bytes that occurred earlier in it: what
 /// DEFLATE's LZ77 stage could replace by back-references, found the way it finds them (a hash of
 /// the next bytes points at their last position), without a compressor's 250 KiB of tables or
-/// any coding. One pass over `data`, with a 16 KiB table.
+/// any coding. One pass over `data`, with a 16 KiB table; like Snappy, it probes further apart
+/// the longer it finds nothing, so random data costs a few hundred probes, not one per byte.
 fn repeated_bytes(data: &[u8]) -> usize {
     const MIN: usize = 8;
     const BITS: u32 = 12;
     let mut last = [u32::MAX; 1 << BITS];
     let mut covered = 0;
+    let mut misses = 0;
     let mut i = 0;
     while let Some(window) = data.get(i..i + MIN) {
         let mut w = [0u8; MIN];
@@ -230,10 +234,12 @@ fn repeated_bytes(data: &[u8]) -> usize {
             if len >= MIN {
                 covered += len;
                 i += len;
+                misses = 0;
                 continue;
             }
         }
-        i += 1;
+        misses += 1;
+        i += 1 + misses / 32;
     }
     covered
 }
@@ -323,8 +329,10 @@ mod tests {
         assert!(!looks_compressed("x.bin", &rnd[..4095]));
     }
 
-    /// The cheap estimate stores exactly what a real fast DEFLATE would shrink by less than 3 %,
-    /// on data of each kind a workspace holds.
+    /// The cheap estimate stores what a real fast DEFLATE would shrink by less than 3 % and
+    /// deflates what it would shrink by 10 % or more, on data of each kind a workspace holds.
+    /// Between the two (few, short repeats in random data, 29 % of it here: 3.8 % saved) either
+    /// verdict costs little; the probes thin out there, so it is mostly stored.
     #[test]
     fn the_estimate_agrees_with_deflate() {
         let mut s = 0x9e37_79b9_7f4a_7c15u64;
@@ -339,7 +347,19 @@ mod tests {
         let b64 = base64::engine::general_purpose::STANDARD.encode(&rnd[..48_000]);
         let hexed: String = rnd[..30_000].iter().map(|b| format!("{b:02x}")).collect();
         let text = b"pub fn handle(&mut self, now: Instant) -> Result<(), Error> {}\n".repeat(800);
+        // Random, with 64-byte strings copied from earlier places into 10 % (fast DEFLATE saves
+        // 1 %) or 29 % of it (it saves more than 3 %).
+        let scattered = |n: usize, stride: usize| {
+            let mut data = rnd.clone();
+            for k in 1..n {
+                let (from, to) = ((k * 7919) % 30_000, 32_000 + k * stride);
+                data.copy_within(from..from + 64, to);
+            }
+            data
+        };
         let samples: Vec<(&str, Vec<u8>)> = vec![
+            ("random with 10 % scattered repeats", scattered(100, 330)),
+            ("random with 29 % scattered repeats", scattered(300, 110)),
             ("random", rnd.clone()),
             ("random 8 KiB", rnd[..8192].to_vec()),
             ("repeated random block", rnd[..4096].repeat(4)),
@@ -357,13 +377,19 @@ mod tests {
                 flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::fast());
             enc.write_all(&data).unwrap();
             let deflated = enc.finish().unwrap().len();
-            let pays = deflated * 100 < data.len() * 97;
-            assert_eq!(
-                looks_compressed("f", &data),
-                !pays,
-                "{what}: {deflated} of {}",
-                data.len()
-            );
+            let saved = 100.0 - deflated as f64 * 100.0 / data.len() as f64;
+            let stored = looks_compressed("f", &data);
+            if saved < 3.0 {
+                assert!(
+                    stored,
+                    "{what}: deflate saves {saved:.1} %, yet it is deflated"
+                );
+            } else if saved >= 10.0 {
+                assert!(
+                    !stored,
+                    "{what}: deflate saves {saved:.1} %, yet it is stored"
+                );
+            }
         }
     }
 }
