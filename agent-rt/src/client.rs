@@ -142,6 +142,9 @@ struct Peer {
     port: u16,
 }
 
+/// The sending half of one HTTP/1.1 client connection.
+type Sender = hyper::client::conn::http1::SendRequest<ClientBody>;
+
 /// Kept connections, newest last per peer.
 #[derive(Default)]
 struct Pool {
@@ -257,6 +260,30 @@ impl<R: Runtime> HttpClient<R> {
         Ok(MaybeTls::Tls(Box::new(stream.into())))
     }
 
+    /// A new connection to `t`, handshaken, its driving task spawned: the sender, a channel
+    /// that says why the connection failed (e.g. the TLS alert of a server refusing our
+    /// certificate), and whether it is TLS.
+    async fn open(
+        &self,
+        t: &Target,
+        writev: bool,
+    ) -> Result<(Sender, futures::channel::oneshot::Receiver<String>, bool), NetError> {
+        let io = self.connect(t).await?;
+        let tls = io.is_tls();
+        let (sender, conn) = hyper::client::conn::http1::Builder::new()
+            .writev(writev)
+            .handshake(smol_hyper::rt::FuturesIo::new(io))
+            .await
+            .map_err(|e| NetError::Io(format!("handshake: {e}")))?;
+        let (cause_tx, cause_rx) = futures::channel::oneshot::channel::<String>();
+        self.rt.spawn(Box::pin(async move {
+            if let Err(e) = conn.await {
+                let _ = cause_tx.send(error_chain(&e));
+            }
+        }));
+        Ok((sender, cause_rx, tls))
+    }
+
     /// Sends one request and returns the response head with a streaming body. `Host` is the
     /// URL's authority and a body is sent as `application/json`, unless `headers` say
     /// otherwise.
@@ -323,21 +350,9 @@ impl<R: Runtime> HttpClient<R> {
                 },
             }
         }
-        let io = self.connect(&t).await?;
-        let tls = io.is_tls();
-        let (mut sender, conn) = hyper::client::conn::http1::Builder::new()
-            .writev(large_body)
-            .handshake(smol_hyper::rt::FuturesIo::new(io))
-            .await
-            .map_err(|e| NetError::Io(format!("handshake: {e}")))?;
-        // The connection's own error says why a request failed (e.g. the TLS alert of a server
-        // refusing our certificate); hand it over if the request fails.
-        let (cause_tx, cause_rx) = futures::channel::oneshot::channel::<String>();
-        self.rt.spawn(Box::pin(async move {
-            if let Err(e) = conn.await {
-                let _ = cause_tx.send(error_chain(&e));
-            }
-        }));
+        // Boxed: the connect, TLS and handshake futures are large and short-lived; inline,
+        // their space would stay in every request's future until its response arrived.
+        let (mut sender, cause_rx, tls) = Box::pin(self.open(&t, large_body)).await?;
         match sender.send_request(req).await {
             Ok(resp) => {
                 if reuse {
