@@ -212,12 +212,18 @@ pub fn extract_parallel<R: Read + Seek + Clone + Send>(
 ) -> Result<ExtractReport, TransportError> {
     let (mut zip, jobs, report) = begin(reader, target, limits, cancel)?;
     let work = FileWork::new(&jobs, target, limits, cancel);
-    let workers = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-        .min(MAX_WORKERS)
-        .min(jobs.len() / (PARALLEL_MIN_FILES / 2));
-    let written = if workers < 2 || jobs.len() < PARALLEL_MIN_FILES {
+    // Asked only when there is enough to share out: finding the core count reads the
+    // cgroup files, several system calls, as much as extracting a tiny archive.
+    let workers = if jobs.len() < PARALLEL_MIN_FILES {
+        1
+    } else {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+            .min(MAX_WORKERS)
+            .min(jobs.len() / (PARALLEL_MIN_FILES / 2))
+    };
+    let written = if workers < 2 {
         work.run(&mut zip)?
     } else {
         std::thread::scope(|s| {

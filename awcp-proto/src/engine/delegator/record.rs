@@ -122,7 +122,8 @@ pub struct DelegationRecord {
     #[serde(default, with = "dialect")]
     pub dialect: Dialect,
     /// The INVITE (task, lease request, resources, transport, auth) in the reference dialect.
-    pub invite: serde_json::Value,
+    /// Shared: it never changes, and a record is taken at every journaled step.
+    pub invite: std::sync::Arc<serde_json::Value>,
     /// The snapshot policy (unknown or absent: the default).
     #[serde(default, with = "snapshot_mode")]
     pub snapshot_mode: SnapshotMode,

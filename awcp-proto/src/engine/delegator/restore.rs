@@ -31,7 +31,10 @@ impl Delegator {
             .invite_record
             .get_or_init(|| {
                 let invite = super::handshake::invite_of(id, &d.req);
-                crate::wire::message_to_value(&Message::Invite(invite), Dialect::Reference)
+                std::sync::Arc::new(crate::wire::message_to_value(
+                    &Message::Invite(invite),
+                    Dialect::Reference,
+                ))
             })
             .clone();
         Some(DelegationRecord {
