@@ -404,6 +404,92 @@ async fn ended_tasks_are_purged_after_retention<R: Host>() {
     assert_unknown_task(&other, "t-r").await;
 }
 
+/// A receiver that records each notification POST as `(token header, body)` and answers 200.
+fn capture_notifications() -> (String, mpsc::UnboundedReceiver<(String, String)>) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/notify", listener.local_addr().unwrap());
+    let (tx, rx) = mpsc::unbounded();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let mut reader = BufReader::new(conn.try_clone().unwrap());
+            let (mut token, mut len) = (String::new(), 0usize);
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                if let Some((k, v)) = line.split_once(':') {
+                    let v = v.trim().to_owned();
+                    if k.eq_ignore_ascii_case(aip_proto::http::NOTIFICATION_TOKEN_HEADER) {
+                        token = v;
+                    } else if k.eq_ignore_ascii_case("content-length") {
+                        len = v.parse().unwrap_or(0);
+                    }
+                }
+            }
+            let mut body = vec![0; len];
+            let _ = reader.read_exact(&mut body);
+            let _ = conn
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+            if tx
+                .unbounded_send((token, String::from_utf8_lossy(&body).into_owned()))
+                .is_err()
+            {
+                break;
+            }
+        }
+    });
+    (url, rx)
+}
+
+/// Two leaders left at the default `id_seed` (0) mint different notification tokens: the
+/// driver draws a seed from the OS. With the engine's fixed default, both would mint the same
+/// first token, and anyone who knew it could forge notifications to either.
+async fn default_leaders_mint_unguessable_tokens<R: Host>() {
+    let rt = R::default();
+    let s = partner_server::<R>(ServerOptions::default(), PartnerOptions::default());
+    let (receiver, mut posts) = capture_notifications();
+    let mut tokens = Vec::new();
+    for task in ["t-one", "t-two"] {
+        let mut config = leader_config();
+        assert_eq!(config.id_seed, 0, "the engine's default");
+        config.notification_url = Some(receiver.clone());
+        config.poll_interval = None;
+        let (l, _ev) = leader::<R>(
+            config,
+            ClientTls::default(),
+            &format!("{}/rpc", s.base),
+            Dialect::V2,
+        )
+        .await;
+        let start = StartTask {
+            delivery: Delivery::Notification {
+                url: None,
+                token: None,
+                states: vec![],
+            },
+            ..StartTask::new("p", task, "s", "notify me")
+        };
+        l.start(start).await.unwrap();
+        let (token, _) = wait_for(
+            &rt,
+            &mut posts,
+            &format!("a notification of {task}"),
+            |(_, body)| body.contains(&format!("\"{task}\"")),
+        )
+        .await;
+        assert!(token.len() >= 16, "a token of some length: {token:?}");
+        tokens.push(token);
+    }
+    assert_ne!(tokens[0], tokens[1], "two leaders minted the same token");
+}
+
+fn tokens<R: Host>(_: R) -> impl std::future::Future<Output = ()> {
+    default_leaders_mint_unguessable_tokens::<R>()
+}
+
 fn purged<R: Host>(_: R) -> impl std::future::Future<Output = ()> {
     ended_tasks_are_purged_after_retention::<R>()
 }
@@ -449,6 +535,7 @@ on_both_runtimes! {
     non_aip_requests_get_json_rpc_errors => refusals;
     a_cut_stream_resumes_without_loss => cut;
     ended_tasks_are_purged_after_retention_by_the_partner_loop => purged;
+    leaders_at_the_default_seed_mint_different_notification_tokens => tokens;
 }
 
 /// The partner mounted in an axum app beside the app's own routes.

@@ -153,10 +153,13 @@ impl<R: Runtime> std::fmt::Debug for GroupLeaderHandle<R> {
 impl<R: Runtime> GroupLeaderHandle<R> {
     /// Connects, declares the group exchange, the leader's queue and inbox, and starts the
     /// engine task on `rt`. A first connection failure is returned; later ones are retried.
+    ///
+    /// An `id_seed` of 0 (the default) is replaced by a random one ([`crate::seed_or_random`]).
     pub async fn spawn(
         rt: R,
-        opts: GroupLeaderOptions,
+        mut opts: GroupLeaderOptions,
     ) -> Result<(Self, GroupLeaderEvents), GroupError> {
+        opts.engine.id_seed = crate::seed_or_random(opts.engine.id_seed);
         let start = now(&rt);
         let engine = GroupLeader::new(start, opts.engine)?;
         let (events_tx, events_rx) = mpsc::unbounded();

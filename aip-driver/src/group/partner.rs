@@ -278,7 +278,7 @@ impl<R: Runtime> GroupPartnerHandle<R> {
     /// A partner with no group yet.
     pub fn new(rt: R, opts: GroupPartnerOptions) -> (Self, GroupPartnerEvents) {
         let (tx, rx) = mpsc::unbounded();
-        let seed = now(&rt).as_unix_millis() ^ u64::from(std::process::id()) << 32;
+        let seed = crate::seed_or_random(0);
         let h = GroupPartnerHandle {
             rt,
             opts,

@@ -131,7 +131,11 @@ impl std::fmt::Debug for LeaderHandle {
 impl LeaderHandle {
     /// Starts the engine task on `rt`. It runs until every handle is dropped; then its calls
     /// and streams are dropped too.
-    pub fn spawn<R: Runtime>(rt: R, opts: LeaderOptions) -> (LeaderHandle, LeaderEvents) {
+    ///
+    /// An `id_seed` of 0 (the default) is replaced by a random one ([`crate::seed_or_random`]):
+    /// the notification tokens the leader mints come from it.
+    pub fn spawn<R: Runtime>(rt: R, mut opts: LeaderOptions) -> (LeaderHandle, LeaderEvents) {
+        opts.engine.id_seed = crate::seed_or_random(opts.engine.id_seed);
         let (tx, rx) = mpsc::unbounded();
         let (events_tx, events_rx) = mpsc::unbounded();
         let (internal_tx, internal_rx) = mpsc::unbounded();

@@ -118,7 +118,11 @@ impl std::fmt::Debug for PartnerHandle {
 
 impl PartnerHandle {
     /// Starts the engine task on `rt`. It runs until every handle is dropped.
-    pub fn spawn<R: Runtime>(rt: R, opts: PartnerOptions) -> (PartnerHandle, PartnerEvents) {
+    ///
+    /// An `id_seed` of 0 (the default) is replaced by a random one ([`crate::seed_or_random`]):
+    /// it keys the engine's maps of leader-chosen task ids.
+    pub fn spawn<R: Runtime>(rt: R, mut opts: PartnerOptions) -> (PartnerHandle, PartnerEvents) {
+        opts.engine.id_seed = crate::seed_or_random(opts.engine.id_seed);
         let (tx, rx) = mpsc::unbounded();
         let (events_tx, events_rx) = mpsc::unbounded();
         let (internal_tx, internal_rx) = mpsc::unbounded();

@@ -74,7 +74,7 @@ pub struct LeaderConfig {
     /// Largest stream event accepted.
     pub max_stream_event_bytes: usize,
     /// Seed for message ids and notification tokens (use a random seed in production: tokens
-    /// are only as unguessable as the seed).
+    /// are only as unguessable as the seed; `aip-driver` draws one from the OS when it is 0).
     pub id_seed: u64,
 }
 

@@ -102,7 +102,8 @@ pub struct PartnerConfig {
     /// Largest request body the engine reads (drivers should refuse larger ones first, see
     /// [`crate::http::too_large`]).
     pub max_request_bytes: usize,
-    /// Seed for the ids the engine mints.
+    /// Seed for the ids the engine mints and the keys of its maps of leader-chosen task ids
+    /// (use a random seed in production; `aip-driver` draws one from the OS when it is 0).
     pub id_seed: u64,
 }
 
