@@ -42,7 +42,8 @@ pub(super) struct Loop<R: Runtime> {
     /// Downloads and captured snapshots of this instance.
     pub(super) scratch: PathBuf,
     pub(super) pending: BTreeMap<RequestId, oneshot::Sender<Response>>,
-    pub(super) streams: BTreeMap<StreamId, mpsc::UnboundedSender<StreamChunk>>,
+    /// Each open event stream's queue (bounded: `stream_queue_events`).
+    pub(super) streams: BTreeMap<StreamId, mpsc::Sender<StreamChunk>>,
     pub(super) cancels: BTreeMap<DelegationId, CancelFlag>,
     pub(super) snapshots: SnapshotFiles,
     pub(super) next_id: u64,
@@ -202,14 +203,16 @@ impl<R: Runtime> Loop<R> {
             Cmd::Subscribe {
                 id,
                 credential,
-                tx,
                 verdict,
             } => {
                 if let Err(e) = self.engine.authorize(Some(&id), credential.as_ref()) {
                     let _ = verdict.send(Err(e));
                     return;
                 }
-                let _ = verdict.send(Ok(()));
+                // One sender: the channel holds its buffer plus one.
+                let queue = self.engine.config().stream_queue_events.max(1);
+                let (tx, rx) = mpsc::channel(queue - 1);
+                let _ = verdict.send(Ok(rx));
                 let stream = StreamId(self.next_id);
                 self.next_id += 1;
                 self.streams.insert(stream, tx);
@@ -285,9 +288,18 @@ impl<R: Runtime> Loop<R> {
                         &event, dialect,
                     )))),
                 };
-                let gone = match self.streams.get(&stream) {
-                    Some(tx) => tx.unbounded_send(chunk).is_err(),
-                    None => false,
+                // A full queue (the subscriber stopped reading) ends the stream like a gone
+                // subscriber: the response sends what is queued, then ends.
+                let gone = match self.streams.get_mut(&stream).map(|tx| tx.try_send(chunk)) {
+                    Some(Err(e)) if e.is_full() => {
+                        tracing::info!(
+                            ?stream,
+                            "event stream closed: its subscriber stopped reading"
+                        );
+                        true
+                    }
+                    Some(Err(_)) => true,
+                    Some(Ok(())) | None => false,
                 };
                 if gone {
                     self.streams.remove(&stream);

@@ -100,9 +100,9 @@ pub(crate) enum Cmd {
     Subscribe {
         id: DelegationId,
         credential: Option<Credential>,
-        tx: mpsc::UnboundedSender<StreamChunk>,
-        /// Whether the subscription was authorised (before the response status is chosen).
-        verdict: oneshot::Sender<Result<(), ErrorInfo>>,
+        /// The stream's events (a queue of `stream_queue_events`), or why the subscription
+        /// was refused (before the response status is chosen).
+        verdict: oneshot::Sender<Result<mpsc::Receiver<StreamChunk>, ErrorInfo>>,
     },
     StreamClosed(StreamId),
     Input(ExecutorInput),
@@ -435,18 +435,16 @@ impl ExecutorHandle {
         &self,
         id: DelegationId,
         credential: Option<Credential>,
-    ) -> Option<Result<mpsc::UnboundedReceiver<StreamChunk>, ErrorInfo>> {
-        let (tx, rx) = mpsc::unbounded();
+    ) -> Option<Result<mpsc::Receiver<StreamChunk>, ErrorInfo>> {
         let (verdict, answer) = oneshot::channel();
         self.tx
             .unbounded_send(Cmd::Subscribe {
                 id,
                 credential,
-                tx,
                 verdict,
             })
             .ok()?;
-        Some(answer.await.ok()?.map(|()| rx))
+        answer.await.ok()
     }
 }
 

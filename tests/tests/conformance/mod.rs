@@ -133,6 +133,7 @@ macro_rules! conformance_suite {
             inline_results_a_stopped_executor_left_are_removed_at_start,
             results_a_stopped_delegator_was_receiving_are_removed_at_start,
             more_delegations_than_half_the_connection_cap_all_complete,
+            a_subscriber_that_stops_reading_is_cut_off_and_loses_nothing_essential,
         );
     };
     (@ $rt:ty: $($name:ident),* $(,)?) => {

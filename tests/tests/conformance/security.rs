@@ -703,3 +703,120 @@ pub async fn hostile_result_from_an_executor_is_refused<R: TestRuntime>() {
         assert!(!p.exists(), "{} was written", p.display());
     }
 }
+
+/// A runner that reports `.0` progress messages of about 1 KiB each, then edits `a.txt`.
+struct ChattyRunner(usize);
+
+impl awcp_transports::TaskRunner for ChattyRunner {
+    fn run(
+        &self,
+        ctx: &awcp_transports::TaskContext,
+        progress: &dyn Fn(String),
+        _c: &CancelFlag,
+    ) -> Result<awcp_transports::TaskOutcome, awcp_proto::TaskFailure> {
+        let pad = "x".repeat(1024);
+        for i in 0..self.0 {
+            progress(format!("{i:06} {pad}"));
+        }
+        std::fs::write(ctx.work_dir.join("a.txt"), "chatty\n").map_err(|e| e.to_string())?;
+        Ok(awcp_transports::TaskOutcome {
+            summary: "talked a lot".into(),
+            highlights: vec![],
+        })
+    }
+}
+
+/// A subscriber that stops reading cannot grow the executor's memory: 20 MiB of progress
+/// events go to a stream whose reader never reads (more than loopback's socket buffers hold);
+/// once its queue (`stream_queue_events`, 8 here) is full the stream ends, before the task's
+/// end. The delegation still completes, and a new subscription gets the snapshot and the end.
+/// With an unbounded queue the executor would hold every event and deliver them all.
+pub async fn a_subscriber_that_stops_reading_is_cut_off_and_loses_nothing_essential<
+    R: TestRuntime,
+>() {
+    let ex = start_executor::<R>(Arc::new(ChattyRunner(20_000)), |c| {
+        c.stream_queue_events = 8;
+    })
+    .await;
+    let id = "dlg_0a1b2c3d4e5f60718293a4b5c6d7e8f9";
+    let auth = auth_headers::<R>();
+    let invite = format!(
+        r#"{{"version":"1","type":"INVITE","delegationId":"{id}",
+ "task":{{"description":"Chat","prompt":"Say a lot."}},
+ "lease":{{"ttlSeconds":1800,"accessMode":"rw"}},
+ "environment":{{"resources":[{{"name":"workspace","type":"fs","mode":"rw"}}]}},
+ "requirements":{{"transport":"archive"}}}}"#
+    );
+    let (s, body) = call::<R>(http::Method::POST, &ex.peer, &auth, Some(invite)).await;
+    assert!(body.contains("\"type\":\"ACCEPT\""), "{s} {body}");
+    // The slow subscriber: asks for the stream, then reads nothing until the task is over.
+    let addr = ex.base.trim_start_matches("http://").to_owned();
+    let mut slow = std::net::TcpStream::connect(&addr).unwrap();
+    let header: String = auth.iter().map(|(k, v)| format!("{k}: {v}\r\n")).collect();
+    write!(
+        slow,
+        "GET /awcp/tasks/{id}/events HTTP/1.1\r\nhost: {addr}\r\naccept: text/event-stream\r\n\
+         connection: close\r\n{header}\r\n"
+    )
+    .unwrap();
+    let src = workspace();
+    let start = reference_start(id, src.path());
+    let (s, body) = call::<R>(http::Method::POST, &ex.peer, &auth, Some(start)).await;
+    assert_eq!((s, body.as_str()), (200, r#"{"ok":true}"#));
+    let result_url = format!("{}/awcp/tasks/{id}/result", ex.base);
+    timeout::<R, _>(Duration::from_secs(120), async {
+        loop {
+            let (_, body) = call::<R>(http::Method::GET, &result_url, &auth, None).await;
+            if body.contains("\"status\":\"completed\"") {
+                break;
+            }
+            R::default().sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the task completed");
+    // Now read what the slow subscriber was sent: it ends, without the task's end.
+    slow.set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let mut sent = Vec::new();
+    slow.read_to_end(&mut sent)
+        .expect("the executor ended the stream");
+    let sent = String::from_utf8_lossy(&sent);
+    assert!(
+        sent.starts_with("HTTP/1.1 200"),
+        "{}",
+        &sent[..200.min(sent.len())]
+    );
+    let events = sent.matches("\"type\":\"status\"").count();
+    assert!(events < 20_000, "the stream was cut: {events} events sent");
+    assert!(
+        !sent.contains("\"type\":\"done\""),
+        "the stream ran to the end"
+    );
+    // A new subscription gets what matters: the snapshot and the end.
+    let resp = awcp_driver::net::send(
+        &R::default(),
+        http::Method::GET,
+        &format!("{}/awcp/tasks/{id}/events", ex.base),
+        &[auth.as_slice(), &[("accept", "text/event-stream".into())]].concat(),
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(resp.status(), 200);
+    let again = awcp_driver::net::read_body(resp.into_body(), 1 << 30)
+        .await
+        .unwrap();
+    let again = String::from_utf8_lossy(&again);
+    assert!(again.contains("\"type\":\"snapshot\""), "{again}");
+    assert!(again.contains("\"type\":\"done\""), "{again}");
+    let (s, _) = call::<R>(
+        http::Method::POST,
+        &format!("{}/awcp/tasks/{id}/ack", ex.base),
+        &auth,
+        None,
+    )
+    .await;
+    assert_eq!(s, 200);
+    wait_released::<R>(&ex).await;
+}

@@ -60,6 +60,13 @@ pub struct ExecutorConfig {
     /// How long fetching START's archive from the URL the delegator names may take (10 min);
     /// longer is `TRANSPORT_ERROR` ([`SetupFailure::Fetch`](super::SetupFailure::Fetch)).
     pub archive_download_timeout: Duration,
+    /// Events queued for one event-stream subscriber that is not reading them (1,024). One
+    /// more closes that stream, as if the subscriber had gone
+    /// ([`ExecutorInput::StreamClosed`](super::ExecutorInput)): a subscriber that stopped
+    /// reading cannot grow the executor's memory. It loses only progress: on subscribing again
+    /// (the delegator reconnects) it gets later events, and a snapshot and the end are replayed
+    /// to late subscribers.
+    pub stream_queue_events: usize,
     /// Seed for snapshot ids.
     /// (`0`: the driver draws a random one at start.)
     pub id_seed: u64,
@@ -93,6 +100,7 @@ impl Default for ExecutorConfig {
             features: vec![Feature::DeltaSnapshots, Feature::ArchiveUrl],
             stop_grace: Duration::from_secs(10),
             archive_download_timeout: Duration::from_secs(600),
+            stream_queue_events: 1024,
             id_seed: 0,
             public_url: None,
         }
