@@ -759,6 +759,17 @@ pub async fn a_subscriber_that_stops_reading_is_cut_off_and_loses_nothing_essent
          connection: close\r\n{header}\r\n"
     )
     .unwrap();
+    // Its response head says the subscription is in the engine (the loop answers after
+    // registering it), so START's events all go to it.
+    slow.set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let mut sent = Vec::new();
+    while !sent.windows(4).any(|w| w == b"\r\n\r\n") {
+        let mut buf = [0u8; 512];
+        let n = slow.read(&mut buf).expect("the response head");
+        assert!(n > 0, "the stream ended before its head");
+        sent.extend_from_slice(&buf[..n]);
+    }
     let src = workspace();
     let start = reference_start(id, src.path());
     let (s, body) = call::<R>(http::Method::POST, &ex.peer, &auth, Some(start)).await;
@@ -776,9 +787,6 @@ pub async fn a_subscriber_that_stops_reading_is_cut_off_and_loses_nothing_essent
     .await
     .expect("the task completed");
     // Now read what the slow subscriber was sent: it ends, without the task's end.
-    slow.set_read_timeout(Some(Duration::from_secs(60)))
-        .unwrap();
-    let mut sent = Vec::new();
     slow.read_to_end(&mut sent)
         .expect("the executor ended the stream");
     let sent = String::from_utf8_lossy(&sent);
