@@ -143,6 +143,7 @@ impl Executor {
             id.clone(),
             Box::new(Assignment {
                 invite: std::sync::Arc::new(invite),
+                invite_record: Default::default(),
                 dialect,
                 machine: AssignmentMachine::new(),
                 phase: Phase::Allocating,

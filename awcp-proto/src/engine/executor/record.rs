@@ -57,8 +57,9 @@ pub struct AssignmentRecord {
     pub version: u32,
     /// The delegation id.
     pub id: String,
-    /// The INVITE as received (without its credential), encoded in its dialect.
-    pub invite: serde_json::Value,
+    /// The INVITE as received (without its credential), encoded in its dialect. Shared: it
+    /// never changes, and a record is taken at every journaled step.
+    pub invite: std::sync::Arc<serde_json::Value>,
     /// `reference` or `seed`.
     pub dialect: String,
     /// The spec state (`pending`, `active`, `completed`, `error`).
@@ -243,7 +244,15 @@ impl Executor {
         Some(AssignmentRecord {
             version: RECORD_VERSION,
             id: id.as_str().to_owned(),
-            invite: crate::wire::message_to_value(&Message::Invite((*a.invite).clone()), a.dialect),
+            invite: a
+                .invite_record
+                .get_or_init(|| {
+                    std::sync::Arc::new(crate::wire::message_to_value(
+                        &Message::Invite((*a.invite).clone()),
+                        a.dialect,
+                    ))
+                })
+                .clone(),
             dialect: if a.dialect == Dialect::Seed {
                 "seed"
             } else {
@@ -423,6 +432,7 @@ impl Executor {
                 // As admission agreed them.
                 features: crate::wire::Feature::agreed(&invite.features, &self.config.features),
                 invite: std::sync::Arc::new(invite),
+                invite_record: Default::default(),
                 dialect,
                 machine,
                 phase,
