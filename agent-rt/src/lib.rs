@@ -26,6 +26,7 @@ pub mod clock;
 pub mod io;
 pub mod origin;
 pub mod runtime;
+mod seed;
 pub mod server;
 #[cfg(feature = "test-util")]
 pub mod test_util;
@@ -38,6 +39,7 @@ mod tokio_rt;
 
 pub use client::{ClientBody, HttpClient, NetError};
 pub use runtime::{blocking, BoxFuture, Host, Runtime};
+pub use seed::seed_or_random;
 pub use server::{serve, ConnInfo, Handler, ServerOptions};
 pub use tls::{ClientTls, ClientTlsOptions, ServerTls, ServerTlsOptions, TlsError};
 

@@ -56,30 +56,12 @@ use std::future::Future;
 use std::io;
 
 pub use agent_rt;
+pub use agent_rt::seed_or_random;
 pub use aip_proto;
 use aip_proto::Timestamp;
 
 pub use leader::{LeaderError, LeaderEvents, LeaderHandle, LeaderOptions};
 pub use partner::{PartnerError, PartnerEvents, PartnerHandle, PartnerOptions};
-
-/// `seed`, or, when it is 0 (every engine config's default), a seed drawn from the operating
-/// system's random source. The engines draw no randomness; their seed keys the hash maps of
-/// peer-chosen task ids and, for a leader, makes the notification tokens it mints. With a
-/// fixed seed every process would mint the same tokens (a receiver would accept a forged
-/// notification) and hash ids the same way (a peer could pick colliding ids).
-pub fn seed_or_random(seed: u64) -> u64 {
-    if seed != 0 {
-        return seed;
-    }
-    let mut b = [0u8; 8];
-    match getrandom::fill(&mut b) {
-        Ok(()) => u64::from_le_bytes(b).max(1),
-        Err(e) => {
-            tracing::error!("the operating system's random source failed ({e}): a fixed seed");
-            0
-        }
-    }
-}
 
 /// The protocol clock as a protocol timestamp (microseconds, UTC):
 /// [`agent_rt::clock::protocol_time`], the wall clock followed forward but never backward, so

@@ -231,14 +231,9 @@ impl ExecutorHandle {
         });
         let journal = opts.state_dir.map(journal::Journal::new);
         let mut config = opts.engine.clone();
-        if config.id_seed == 0 {
-            // The engine draws no randomness: a seed of 0 (the default) would give every
-            // executor the same snapshot ids. Draw one here.
-            match crate::security::random_bytes::<8>() {
-                Ok(b) => config.id_seed = u64::from_le_bytes(b).max(1),
-                Err(e) => tracing::warn!("snapshot ids use a fixed seed: {e}"),
-            }
-        }
+        // The engine draws no randomness: a seed of 0 (the default) would give every executor
+        // the same snapshot ids.
+        config.id_seed = agent_rt::seed_or_random(config.id_seed);
         let mut engine = Executor::new(config);
         let mut deferred = Vec::new();
         if let Some(j) = &journal {
