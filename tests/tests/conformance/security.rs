@@ -232,22 +232,7 @@ pub async fn reference_delegator_drives_an_authenticated_executor<R: TestRuntime
     assert!(body.contains("\"type\":\"ACCEPT\""), "{body}");
     // Subscribe before START, without any header.
     let events_url = format!("{}/awcp/tasks/{id}/events", ex.base);
-    let stream = spawn::<R, _>(async move {
-        let resp = awcp_driver::net::send(
-            &R::default(),
-            http::Method::GET,
-            &events_url,
-            &[("accept", "text/event-stream".into())],
-            None,
-        )
-        .await
-        .unwrap();
-        assert_eq!(resp.status(), 200);
-        let body = awcp_driver::net::read_body(resp.into_body(), 1 << 30)
-            .await
-            .unwrap();
-        String::from_utf8(body.to_vec()).unwrap()
-    });
+    let stream = spawn::<R, _>(async move { read_event_stream::<R>(&events_url, &[]).await });
     let src = workspace();
     let start = reference_start(id, src.path());
     let (s, body) = call::<R>(http::Method::POST, &ex.peer, &[], Some(start)).await;
@@ -306,6 +291,28 @@ pub async fn reference_delegator_drives_an_authenticated_executor<R: TestRuntime
     .await;
     assert_eq!((s, body.as_str()), (200, r#"{"ok":true}"#));
     wait_released::<R>(&ex).await;
+}
+
+/// Subscribes to the event stream at `url` (with `headers`), expects 200, and reads it to its
+/// end.
+async fn read_event_stream<R: TestRuntime>(
+    url: &str,
+    headers: &[(&'static str, String)],
+) -> String {
+    let resp = awcp_driver::net::send(
+        &R::default(),
+        http::Method::GET,
+        url,
+        &[headers, &[("accept", "text/event-stream".into())]].concat(),
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(resp.status(), 200);
+    let body = awcp_driver::net::read_body(resp.into_body(), 1 << 30)
+        .await
+        .unwrap();
+    String::from_utf8(body.to_vec()).unwrap()
 }
 
 /// A START as the [R] delegator builds it: an inline per-resource archive of `src`.
@@ -802,20 +809,7 @@ pub async fn a_subscriber_that_stops_reading_is_cut_off_and_loses_nothing_essent
         "the stream ran to the end"
     );
     // A new subscription gets what matters: the snapshot and the end.
-    let resp = awcp_driver::net::send(
-        &R::default(),
-        http::Method::GET,
-        &format!("{}/awcp/tasks/{id}/events", ex.base),
-        &[auth.as_slice(), &[("accept", "text/event-stream".into())]].concat(),
-        None,
-    )
-    .await
-    .unwrap();
-    assert_eq!(resp.status(), 200);
-    let again = awcp_driver::net::read_body(resp.into_body(), 1 << 30)
-        .await
-        .unwrap();
-    let again = String::from_utf8_lossy(&again);
+    let again = read_event_stream::<R>(&format!("{}/awcp/tasks/{id}/events", ex.base), &auth).await;
     assert!(again.contains("\"type\":\"snapshot\""), "{again}");
     assert!(again.contains("\"type\":\"done\""), "{again}");
     let (s, _) = call::<R>(
