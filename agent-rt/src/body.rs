@@ -17,12 +17,16 @@ use crate::runtime::BoxFuture;
 /// A boxed error, as hyper and tower use.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// The body type of the responses protocol handlers build.
-pub type ResponseBody = UnsyncBoxBody<Bytes, Infallible>;
+/// The body type of the responses protocol handlers build. A body that fails ends its
+/// response without the end a complete one has (no terminating chunk, or short of its
+/// `Content-Length`): the peer sees a broken response, never a clean end.
+pub type ResponseBody = UnsyncBoxBody<Bytes, BoxError>;
 
 /// A full body from bytes.
 pub fn full(b: impl Into<Bytes>) -> ResponseBody {
-    Full::new(b.into()).boxed_unsync()
+    Full::new(b.into())
+        .map_err(|never: Infallible| match never {})
+        .boxed_unsync()
 }
 
 /// A JSON response.
@@ -37,7 +41,7 @@ pub fn json_response(status: u16, body: String) -> http::Response<ResponseBody> 
 /// A streaming body fed from a channel (SSE, file downloads).
 pub fn channel_body(rx: futures::channel::mpsc::Receiver<Bytes>) -> ResponseBody {
     use futures::StreamExt;
-    let stream = rx.map(|b| Ok::<_, Infallible>(Frame::data(b)));
+    let stream = rx.map(|b| Ok::<_, BoxError>(Frame::data(b)));
     BodyExt::boxed_unsync(http_body_util::StreamBody::new(stream))
 }
 

@@ -431,7 +431,7 @@ fn pattern_server() -> Handler {
             return agent_rt::body::json_response(404, "no".into());
         };
         let data = pattern(len);
-        let frames: Vec<Result<hyper::body::Frame<bytes::Bytes>, std::convert::Infallible>> = data
+        let frames: Vec<Result<hyper::body::Frame<bytes::Bytes>, agent_rt::body::BoxError>> = data
             .chunks(10_000)
             .map(|c| Ok(hyper::body::Frame::data(bytes::Bytes::copy_from_slice(c))))
             .collect();

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -43,7 +44,7 @@ pub(super) struct Loop<R: Runtime> {
     pub(super) scratch: PathBuf,
     pub(super) pending: BTreeMap<RequestId, oneshot::Sender<Response>>,
     /// Each open event stream's queue (bounded: `stream_queue_events`).
-    pub(super) streams: BTreeMap<StreamId, mpsc::Sender<StreamChunk>>,
+    pub(super) streams: BTreeMap<StreamId, EventQueue>,
     pub(super) cancels: BTreeMap<DelegationId, CancelFlag>,
     pub(super) snapshots: SnapshotFiles,
     pub(super) next_id: u64,
@@ -211,11 +212,15 @@ impl<R: Runtime> Loop<R> {
                 }
                 // One sender: the channel holds its buffer plus one.
                 let queue = self.engine.config().stream_queue_events.max(1);
-                let (tx, rx) = mpsc::channel(queue - 1);
-                let _ = verdict.send(Ok(rx));
+                let (tx, events) = mpsc::channel(queue - 1);
+                let cut = Arc::new(AtomicBool::new(false));
+                let _ = verdict.send(Ok(EventFeed {
+                    events,
+                    cut: cut.clone(),
+                }));
                 let stream = StreamId(self.next_id);
                 self.next_id += 1;
-                self.streams.insert(stream, tx);
+                self.streams.insert(stream, EventQueue { tx, cut });
                 self.input(ExecutorInput::Subscribe {
                     stream,
                     id,
@@ -288,14 +293,15 @@ impl<R: Runtime> Loop<R> {
                         &event, dialect,
                     )))),
                 };
-                // A full queue (the subscriber stopped reading) ends the stream like a gone
-                // subscriber: the response sends what is queued, then ends.
-                let gone = match self.streams.get_mut(&stream).map(|tx| tx.try_send(chunk)) {
+                // A full queue (the subscriber stopped reading) cuts the stream off: the
+                // response sends what is queued, then breaks (see `EventFeed`).
+                let sent = self.streams.get_mut(&stream).map(|q| q.tx.try_send(chunk));
+                let gone = match sent {
                     Some(Err(e)) if e.is_full() => {
-                        tracing::info!(
-                            ?stream,
-                            "event stream closed: its subscriber stopped reading"
-                        );
+                        tracing::info!(?stream, "event stream cut: its subscriber stopped reading");
+                        if let Some(q) = self.streams.get(&stream) {
+                            q.cut.store(true, Ordering::Release);
+                        }
                         true
                     }
                     Some(Err(_)) => true,

@@ -298,42 +298,62 @@ impl ExecutorHandle {
         id: DelegationId,
         credential: Option<Credential>,
     ) -> http::Response<ResponseBody> {
-        let rx = match self.subscribe(id.clone(), credential).await {
-            Some(Ok(rx)) => rx,
+        let feed = match self.subscribe(id.clone(), credential).await {
+            Some(Ok(feed)) => feed,
             Some(Err(e)) => return reply(wire_http::reject(401, Some(&id), e)),
             None => return unavailable(),
         };
         let keepalive = self.opts.keepalive;
         let sleep = self.opts.sleep.clone();
         let ticker = move |d| sleep(d);
-        // Merge events with keepalive comments: whichever comes first.
-        let stream =
-            futures::stream::unfold((rx, Some(ticker(keepalive))), move |(mut rx, mut tick)| {
+        let super::EventFeed { events, cut } = feed;
+        // Merge events with keepalive comments: whichever comes first. The queue's end is the
+        // stream's: clean, or broken when the loop cut it off.
+        let stream = futures::stream::unfold(
+            (events, Some(ticker(keepalive))),
+            move |(mut events, mut tick)| {
                 let ticker = ticker.clone();
+                let cut = cut.clone();
                 async move {
                     let t = tick.take()?;
-                    match futures::future::select(rx.next(), t).await {
-                        futures::future::Either::Left((Some(b), t)) => Some((b, (rx, Some(t)))),
-                        futures::future::Either::Left((None, _)) => None,
+                    match futures::future::select(events.next(), t).await {
+                        futures::future::Either::Left((Some(b), t)) => {
+                            Some((Ok(b), (events, Some(t))))
+                        }
+                        futures::future::Either::Left((None, _)) => {
+                            if cut.load(std::sync::atomic::Ordering::Acquire) {
+                                let why: crate::net::BoxError =
+                                    "the subscriber stopped reading its event stream".into();
+                                Some((Err(why), (events, None)))
+                            } else {
+                                None
+                            }
+                        }
                         futures::future::Either::Right((_, _)) => Some((
-                            super::StreamChunk::Text(Bytes::from_static(sse::KEEPALIVE.as_bytes())),
-                            (rx, Some(ticker(keepalive))),
+                            Ok(super::StreamChunk::Text(Bytes::from_static(
+                                sse::KEEPALIVE.as_bytes(),
+                            ))),
+                            (events, Some(ticker(keepalive))),
                         )),
                     }
                 }
-            });
+            },
+        );
         // An event whose result is a file is written from it, in its place in the stream.
         let stream = stream.flat_map(|chunk| match chunk {
-            super::StreamChunk::Text(b) => futures::stream::once(std::future::ready(b)).boxed(),
-            super::StreamChunk::Split(split) => {
+            Ok(super::StreamChunk::Text(b)) => {
+                futures::stream::once(std::future::ready(Ok(b))).boxed()
+            }
+            Ok(super::StreamChunk::Split(split)) => {
                 match crate::outgoing::split_stream(split, "data: ", "\n\n") {
-                    Some(s) => s.boxed(),
+                    Some(s) => s.map(Ok).boxed(),
                     // The file is gone (dropped after ack or retention): nothing to send.
                     None => futures::stream::empty().boxed(),
                 }
             }
+            Err(e) => futures::stream::once(std::future::ready(Err(e))).boxed(),
         });
-        let body = stream.map(|b| Ok::<_, std::convert::Infallible>(hyper::body::Frame::data(b)));
+        let body = stream.map(|b| b.map(hyper::body::Frame::data));
         http::Response::builder()
             .status(StatusCode::OK)
             .header("content-type", "text/event-stream")
@@ -387,7 +407,7 @@ fn split_response(status: u16, split: awcp_proto::SplitMessage) -> http::Respons
     let Some(stream) = crate::outgoing::split_stream(split, "", "") else {
         return reply(wire_http::reject_file_gone());
     };
-    let body = stream.map(|b| Ok::<_, std::convert::Infallible>(hyper::body::Frame::data(b)));
+    let body = stream.map(|b| Ok::<_, crate::net::BoxError>(hyper::body::Frame::data(b)));
     http::Response::builder()
         .status(status)
         .header("content-type", "application/json")

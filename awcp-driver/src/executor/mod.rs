@@ -102,7 +102,7 @@ pub(crate) enum Cmd {
         credential: Option<Credential>,
         /// The stream's events (a queue of `stream_queue_events`), or why the subscription
         /// was refused (before the response status is chosen).
-        verdict: oneshot::Sender<Result<mpsc::Receiver<StreamChunk>, ErrorInfo>>,
+        verdict: oneshot::Sender<Result<EventFeed, ErrorInfo>>,
     },
     StreamClosed(StreamId),
     Input(ExecutorInput),
@@ -430,7 +430,7 @@ impl ExecutorHandle {
         &self,
         id: DelegationId,
         credential: Option<Credential>,
-    ) -> Option<Result<mpsc::Receiver<StreamChunk>, ErrorInfo>> {
+    ) -> Option<Result<EventFeed, ErrorInfo>> {
         let (verdict, answer) = oneshot::channel();
         self.tx
             .unbounded_send(Cmd::Subscribe {
@@ -445,6 +445,22 @@ impl ExecutorHandle {
 
 /// What an event stream's response sends next: SSE text, or an event whose inline result is
 /// a file (its text is written from the file as the response is sent, never held).
+/// What an event stream's response reads: the events the loop queues for it, and whether the
+/// loop cut it off (its subscriber stopped reading and the queue filled). A cut stream ends
+/// broken, not cleanly: a reference delegator takes a clean end without `done` or `error` as
+/// a finished stream and would wait for the task's end forever; a broken one it reports as
+/// lost (`SSE_FAILED`), and ours subscribes again.
+pub(crate) struct EventFeed {
+    pub(crate) events: mpsc::Receiver<StreamChunk>,
+    pub(crate) cut: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// The loop's end of an event stream (see [`EventFeed`]).
+pub(crate) struct EventQueue {
+    pub(crate) tx: mpsc::Sender<StreamChunk>,
+    pub(crate) cut: Arc<std::sync::atomic::AtomicBool>,
+}
+
 pub(crate) enum StreamChunk {
     /// Framed SSE text.
     Text(Bytes),

@@ -47,7 +47,7 @@ pub(super) async fn stream(d: &DelegatorHandle, id: DelegationId) -> http::Respo
             futures::future::ready(Some(v))
         })
         .map(|v| {
-            Ok::<_, std::convert::Infallible>(hyper::body::Frame::data(Bytes::from(
+            Ok::<_, crate::net::BoxError>(hyper::body::Frame::data(Bytes::from(
                 awcp_proto::sse::encode_data(&serde_json::to_string(&v).unwrap_or_default()),
             )))
         });
