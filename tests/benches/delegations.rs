@@ -62,19 +62,29 @@ fn run_measured(cmd: &mut Command) -> (Duration, u64) {
     (took, usage.ru_maxrss as u64)
 }
 
-/// `utime + stime` of `pid`, in clock ticks.
-fn cpu_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/PID/stat");
-    let after = &stat[stat.rfind(')').expect("comm ends with )") + 2..];
-    let f: Vec<&str> = after.split(' ').collect();
-    // Fields 14 and 15 of stat(5); `after` starts at field 3.
-    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+/// CPU time `pid` has used (all its threads, those gone too), in nanoseconds: the process's
+/// CPU-time clock, read to the nanosecond (`/proc/PID/stat` counts in 10 ms ticks, too coarse
+/// for a figure near 1 ms per delegation).
+fn cpu_ns(pid: u32) -> u64 {
+    let mut clock: libc::clockid_t = 0;
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: both out-pointers are valid for writes of their types.
+    unsafe {
+        assert_eq!(
+            libc::clock_getcpuclockid(pid as libc::pid_t, &mut clock),
+            0,
+            "the CPU clock of {pid}"
+        );
+        assert_eq!(libc::clock_gettime(clock, &mut ts), 0, "reading the CPU clock of {pid}");
+    }
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-fn ticks_to_ms(t: u64) -> f64 {
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    t as f64 * 1000.0 / hz
+fn ns_to_ms(t: u64) -> f64 {
+    t as f64 / 1e6
 }
 
 /// Peak RSS of `pid` since the last [`reset_peak`], KiB.
@@ -238,7 +248,7 @@ impl Bench {
             forget_notes(&ws);
         }
         reset_peak(ex.0.id());
-        let cpu0 = cpu_ticks(ex.0.id());
+        let cpu0 = cpu_ns(ex.0.id());
         let mut times = Vec::new();
         let mut rss = 0;
         for _ in 0..n {
@@ -247,7 +257,7 @@ impl Bench {
             rss = rss.max(r);
             forget_notes(&ws);
         }
-        let ex_cpu = ticks_to_ms(cpu_ticks(ex.0.id()) - cpu0) / n as f64;
+        let ex_cpu = ns_to_ms(cpu_ns(ex.0.id()) - cpu0) / n as f64;
         self.row(format!(
             "| tiny (2 files), whole `awcp delegate` process, n={n} | {:.1} ms | {:.1} ms | {:.1} MiB | {:.1} MiB | executor CPU {ex_cpu:.2} ms/delegation |",
             ms(median(&mut times)),
@@ -294,15 +304,15 @@ impl Bench {
             }
             reset_peak(ex.0.id());
             reset_peak(daemon.0.id());
-            let (d0, e0) = (cpu_ticks(daemon.0.id()), cpu_ticks(ex.0.id()));
+            let (d0, e0) = (cpu_ns(daemon.0.id()), cpu_ns(ex.0.id()));
             let mut times = Vec::new();
             for _ in 0..n {
                 let t = Instant::now();
                 rt.block_on(once(ws.clone()));
                 times.push(t.elapsed());
             }
-            let d_cpu = ticks_to_ms(cpu_ticks(daemon.0.id()) - d0) / n as f64;
-            let e_cpu = ticks_to_ms(cpu_ticks(ex.0.id()) - e0) / n as f64;
+            let d_cpu = ns_to_ms(cpu_ns(daemon.0.id()) - d0) / n as f64;
+            let e_cpu = ns_to_ms(cpu_ns(ex.0.id()) - e0) / n as f64;
             self.row(format!(
                 "| tiny-daemon-sequential: tiny, {n} sequential through one daemon | {:.1} ms | {:.1} ms | daemon {:.1} MiB | {:.1} MiB | CPU per delegation: daemon {d_cpu:.2} ms, executor {e_cpu:.2} ms |",
                 ms(median(&mut times)),
