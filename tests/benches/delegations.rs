@@ -78,7 +78,11 @@ fn cpu_ns(pid: u32) -> u64 {
             0,
             "the CPU clock of {pid}"
         );
-        assert_eq!(libc::clock_gettime(clock, &mut ts), 0, "reading the CPU clock of {pid}");
+        assert_eq!(
+            libc::clock_gettime(clock, &mut ts),
+            0,
+            "reading the CPU clock of {pid}"
+        );
     }
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }

@@ -713,7 +713,9 @@ fn stage_and_commit(
         super::journal::cleanup(dir, &journal);
         return Ok(layout);
     }
-    journal.save(dir)?;
+    // Not synced: until `committing` (synced, after the staged files) the workspace is
+    // untouched, and a recovery that finds this journal, or none, rolls back.
+    journal.write(dir, false)?;
     if opts.crash == Some(CrashPoint::AfterStaging) {
         return Err(TransportError::InjectedCrash("after staging"));
     }

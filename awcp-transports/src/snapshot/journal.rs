@@ -2,11 +2,16 @@
 //!
 //! Life of an apply directory `<parent>/.awcp-apply-<delegation>/`:
 //! 1. staging: the snapshot is extracted into `new/` and verified; the journal is written with
-//!    state `prepared` listing every planned rename. A crash now is rolled back (the staging
-//!    directory is removed; the workspace was never touched).
-//! 2. the state becomes `committing` (atomic rename of the journal), then each op moves the
+//!    state `prepared` listing every planned rename (not synced). A crash now is rolled back
+//!    (the staging directory is removed; the workspace was never touched). After a power loss
+//!    the journal may be missing: the directory is then removed as well, and only a side
+//!    directory (`.awcp-stage-<delegation>` beside a resource in another parent directory) may
+//!    be left behind.
+//! 2. the staged files are made durable (each synced, or one `syncfs` for many), then the
+//!    state becomes `committing` (atomic rename of the journal, synced), then each op moves the
 //!    current file (if any) to `backup/` and the staged file into place. A crash now is rolled
-//!    forward: every op is idempotent, so recovery simply redoes the remaining ones.
+//!    forward: every op is idempotent, so recovery simply redoes the remaining ones, from
+//!    staged files that are on disk even after a power loss.
 //! 3. the state becomes `committed` and the staging (`new/`, `backup/`, side directories) is
 //!    removed. A crash before the `committed` journal is written finds `committing` and redoes
 //!    the ops, which are all done already.
@@ -86,7 +91,7 @@ impl Journal {
     }
 
     /// Writes the journal atomically (write temp, rename), made durable only if `sync`.
-    fn write(&self, dir: &Path, sync: bool) -> Result<(), TransportError> {
+    pub(crate) fn write(&self, dir: &Path, sync: bool) -> Result<(), TransportError> {
         let data = serde_json::to_vec_pretty(self)
             .map_err(|e| TransportError::io("encoding journal", e.into()))?;
         let tmp = dir.join("journal.json.tmp");
@@ -168,6 +173,11 @@ pub(crate) fn commit(
     keep_proof: bool,
 ) -> Result<(), TransportError> {
     if j.state == JournalState::Prepared {
+        // What the swap moves in must be on disk before the journal that says to move it: a
+        // recovery after a power loss redoes the swap from the staged files, and the files it
+        // replaces are gone once it ends. (Written but not synced, a new file can come back
+        // empty after a power loss: its data may not have reached the disk for seconds.)
+        make_staged_durable(dir, j)?;
         j.state = JournalState::Committing;
         j.save(dir)?;
     }
@@ -195,6 +205,84 @@ pub(crate) fn commit(
         cleanup(dir, j);
     }
     Ok(())
+}
+
+/// Staged entries up to which each is synced on its own; an apply with more makes them
+/// durable with one `syncfs` of their file system (one flush of the disk instead of one per
+/// file).
+pub(crate) const SYNC_EACH_UP_TO: usize = 64;
+
+/// Makes the staged content of `j` durable: each staged file's data (`fdatasync`), or, for
+/// more than [`SYNC_EACH_UP_TO`] entries or a staged entry that is not a plain file (a whole
+/// directory moved in), the file systems holding the apply directory `dir` and its side
+/// directories (`syncfs`; where there is none, each file under them). A staged file's
+/// directory entry is made durable with it by the file systems this runs on (ext4, XFS and
+/// btrfs commit a new file's creation with its first sync).
+fn make_staged_durable(dir: &Path, j: &Journal) -> Result<(), TransportError> {
+    let fail = |e| TransportError::io("making the staged files durable", e);
+    let staged: Vec<&Path> = j.ops.iter().filter_map(|o| o.staged.as_deref()).collect();
+    if staged.len() <= SYNC_EACH_UP_TO {
+        let mut files = Vec::with_capacity(staged.len());
+        let mut plain = true;
+        for p in &staged {
+            match fs::symlink_metadata(p) {
+                Ok(m) if m.is_file() => files.push(*p),
+                // Moved in by an earlier run of the ops (a recovery): nothing left to sync.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Ok(_) => plain = false,
+                Err(e) => return Err(fail(e)),
+            }
+        }
+        if plain {
+            for p in files {
+                fs::File::open(p)
+                    .and_then(|f| f.sync_data())
+                    .map_err(fail)?;
+            }
+            return Ok(());
+        }
+    }
+    let mut roots = vec![dir];
+    roots.extend(
+        j.cleanup
+            .iter()
+            .map(PathBuf::as_path)
+            .filter(|d| d.exists()),
+    );
+    sync_file_systems(&roots).map_err(fail)
+}
+
+/// Flushes the file systems holding `dirs` (Linux: one `syncfs` each; elsewhere every regular
+/// file under them is synced).
+fn sync_file_systems(dirs: &[&Path]) -> std::io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let mut done = std::collections::BTreeSet::new();
+        for d in dirs {
+            let f = fs::File::open(d)?;
+            if done.insert(f.metadata()?.dev()) {
+                rustix::fs::syncfs(&f).map_err(std::io::Error::from)?;
+            }
+        }
+        Ok(())
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let mut stack: Vec<PathBuf> = dirs.iter().map(|d| d.to_path_buf()).collect();
+        while let Some(d) = stack.pop() {
+            for e in fs::read_dir(&d)? {
+                let e = e?;
+                let t = e.file_type()?;
+                if t.is_dir() {
+                    stack.push(e.path());
+                } else if t.is_file() {
+                    fs::File::open(e.path())?.sync_data()?;
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Removes an apply directory and the staging directories its journal lists.
