@@ -1,6 +1,6 @@
 //! Cross-crate test support: the deterministic simulation harnesses (AWCP in [`sim`], AIP
-//! direct mode in [`aip_sim`], the seed sweep both run in [`sweep`]), and the real binaries
-//! for tests that run them ([`bins`]).
+//! direct mode in [`aip_sim`], the seed sweep both run in [`sweep`]), the real binaries
+//! for tests that run them ([`bins`]), and their system calls ([`strace`]).
 //!
 //! [`sim`] wires one [`awcp_proto::Delegator`] and several [`awcp_proto::Executor`]s through a
 //! simulated network and clock, injects faults from a seed and checks invariants after every
@@ -12,3 +12,4 @@ pub mod sweep;
 
 pub mod bins;
 pub mod rng;
+pub mod strace;

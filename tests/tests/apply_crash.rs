@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use awcp_tests::bins::{self, awcp, show, KillOnDrop as Proc};
 use awcp_tests::rng::Rng;
+use awcp_tests::strace::{self, first_quoted, is_rename};
 use serde_json::Value;
 
 /// Tries (each a kill and a restart).
@@ -337,20 +338,6 @@ fn sigkill_during_a_large_apply_then_restart_leaves_all_old_or_all_new() {
     );
 }
 
-/// Whether an strace line is a rename.
-fn is_rename(line: &str) -> bool {
-    ["rename(", "renameat(", "renameat2("]
-        .iter()
-        .any(|c| line.contains(c))
-}
-
-/// The first quoted argument of an strace line (a rename's source).
-fn first_quoted(line: &str) -> &str {
-    let from = line.find('"').expect("a quoted path") + 1;
-    let len = line[from..].find('"').expect("a closing quote");
-    &line[from..from + len]
-}
-
 /// After a power loss only what was synced is on disk. The recovery of an apply redoes its swap
 /// from the staged files, and what the swap replaces is gone once it ends, so every staged file
 /// must be durable before the `committing` journal is, else a power loss in or after the swap
@@ -362,26 +349,19 @@ fn an_apply_makes_its_staged_files_durable_before_the_swap_begins() {
     for (files, each) in [(20, true), (FILES, false)] {
         let st = staged_result(files);
         let log = st.base.path().join("strace.log");
-        let o = Command::new("strace")
-            .args(["-f", "-y", "-qq", "-s", "4096", "-o"])
-            .arg(&log)
-            .args([
-                "-e",
-                "trace=fsync,fdatasync,syncfs,rename,renameat,renameat2",
-            ])
-            .arg(bins::path("awcp"))
+        let o = strace::command(&bins::path("awcp"), &log)
             .args(["--quiet", "apply", &st.id, &st.sid, "--state-dir"])
             .arg(&st.state)
             .output()
             .expect("strace runs (.ci/run installs it)");
         assert_eq!(o.status.code(), Some(0), "{}", show(&o));
-        let text = std::fs::read_to_string(&log).unwrap();
-        let lines: Vec<&str> = text.lines().collect();
+        let lines = strace::lines(&log);
+        let text = lines.join("\n");
         let apply_dir = format!("/.awcp-apply-{}/", st.id);
         let staged = format!("{apply_dir}new/");
         // The swap begins with the first staged file moved into the workspace.
         let moves: Vec<usize> = (0..lines.len())
-            .filter(|&i| is_rename(lines[i]) && first_quoted(lines[i]).contains(&staged))
+            .filter(|&i| is_rename(&lines[i]) && first_quoted(&lines[i]).contains(&staged))
             .collect();
         assert!(
             moves.len() >= 20,
@@ -395,7 +375,7 @@ fn an_apply_makes_its_staged_files_durable_before_the_swap_begins() {
         let before = &lines[..committing];
         if each {
             for &i in &moves {
-                let path = first_quoted(lines[i]);
+                let path = first_quoted(&lines[i]);
                 let rel = &path[path.find(&staged).unwrap()..];
                 let synced = before.iter().any(|l| {
                     (l.contains("fdatasync(") || l.contains("fsync("))

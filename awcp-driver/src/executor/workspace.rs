@@ -203,6 +203,15 @@ pub(super) fn to_captured(
             metadata,
         },
         ArchiveOutput::File(mut f) => {
+            // Served by URL, the snapshot is kept across a restart: its record, synced before
+            // the delegator hears of it, names this file, which must then be on disk too (the
+            // work directory it was captured from is released). A failed sync is logged: the
+            // file serves this run, and the delegator checks its checksum.
+            if url_base.is_some() {
+                if let Err(e) = std::fs::File::open(&f.path).and_then(|file| file.sync_data()) {
+                    tracing::warn!(delegation = %id, "syncing the captured snapshot: {e}");
+                }
+            }
             // Take the file over from the transport (its release removes what it captured):
             // the engine keeps snapshots until ack or retention (DropSnapshot).
             let owned = f.path.with_file_name(format!("{sid}.zip"));
