@@ -216,8 +216,8 @@ pub(crate) const SYNC_EACH_UP_TO: usize = 64;
 /// more than [`SYNC_EACH_UP_TO`] entries or a staged entry that is not a plain file (a whole
 /// directory moved in), the file systems holding the apply directory `dir` and its side
 /// directories (`syncfs`; where there is none, each file under them). A staged file's
-/// directory entry is made durable with it by the file systems this runs on (ext4, XFS and
-/// btrfs commit a new file's creation with its first sync).
+/// directory entry is made durable with it by the file systems this runs on (ext4 with or
+/// without its journal, XFS and btrfs make a new file's entry durable with its first sync).
 fn make_staged_durable(dir: &Path, j: &Journal) -> Result<(), TransportError> {
     let fail = |e| TransportError::io("making the staged files durable", e);
     let staged: Vec<&Path> = j.ops.iter().filter_map(|o| o.staged.as_deref()).collect();
