@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use awcp_tests::bins::{self, awcp, show, KillOnDrop as Proc};
 use awcp_tests::rng::Rng;
-use awcp_tests::strace::{self, first_quoted, is_rename};
+use awcp_tests::strace::{self, first_quoted, is_rename, second_quoted};
 use serde_json::Value;
 
 /// Tries (each a kill and a restart).
@@ -342,7 +342,8 @@ fn sigkill_during_a_large_apply_then_restart_leaves_all_old_or_all_new() {
 /// from the staged files, and what the swap replaces is gone once it ends, so every staged file
 /// must be durable before the `committing` journal is, else a power loss in or after the swap
 /// can leave files empty. Checked on the system calls of a real `awcp apply` (`strace`): with
-/// few staged files, each is synced; with many, their file system is (`syncfs`).
+/// few staged files, each is synced; with many, their file system is (`syncfs`). And the swap's
+/// renames are durable (their directories synced) before the record says the result is applied.
 #[test]
 fn an_apply_makes_its_staged_files_durable_before_the_swap_begins() {
     // 20 files: 10 rewritten and 10 added are staged (each synced); 300: 300 (one syncfs).
@@ -377,10 +378,7 @@ fn an_apply_makes_its_staged_files_durable_before_the_swap_begins() {
             for &i in &moves {
                 let path = first_quoted(&lines[i]);
                 let rel = &path[path.find(&staged).unwrap()..];
-                let synced = before.iter().any(|l| {
-                    (l.contains("fdatasync(") || l.contains("fsync("))
-                        && l.contains(&format!("{rel}>"))
-                });
+                let synced = before.iter().any(|l| strace::syncs(l, rel));
                 assert!(
                     synced,
                     "{files} files: {rel} moved in without being synced before the \
@@ -391,6 +389,32 @@ fn an_apply_makes_its_staged_files_durable_before_the_swap_begins() {
             assert!(
                 before.iter().any(|l| l.contains("syncfs(")),
                 "{files} files: no syncfs before the `committing` journal:\n{text}"
+            );
+        }
+        // Then every workspace directory the swap renamed into or out of is synced before the
+        // record says the snapshot is applied: a rename is durable once its directory is.
+        let in_ws = |p: &str| p.contains("/projects/ws/");
+        let swap: Vec<usize> = (0..lines.len())
+            .filter(|&i| {
+                is_rename(&lines[i])
+                    && (in_ws(first_quoted(&lines[i])) || in_ws(second_quoted(&lines[i])))
+            })
+            .collect();
+        let last = *swap.last().expect("the swap renamed in the workspace");
+        let recorded = (last..lines.len())
+            .find(|&i| strace::syncs(&lines[i], &format!("/delegations/{}.json", st.id)))
+            .unwrap_or_else(|| panic!("{files} files: no record synced after the swap:\n{text}"));
+        let dirs: std::collections::BTreeSet<&str> = swap
+            .iter()
+            .flat_map(|&i| [first_quoted(&lines[i]), second_quoted(&lines[i])])
+            .filter(|p| in_ws(p))
+            .map(|p| &p[..p.rfind('/').unwrap()])
+            .collect();
+        assert!(dirs.len() > 1, "{dirs:?}");
+        for d in dirs {
+            assert!(
+                lines[last..recorded].iter().any(|l| strace::syncs(l, d)),
+                "{files} files: {d} not synced between the swap and the record:\n{text}"
             );
         }
     }

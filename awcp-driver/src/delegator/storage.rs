@@ -1,6 +1,7 @@
 //! Local storage: the admission scan, the snapshot store, apply baselines, delegation ids.
 
 use super::*;
+use crate::executor::journal::sync_dir;
 
 pub(super) fn scan(specs: &[ResourceSpec]) -> Result<WorkspaceStats, ScanFailure> {
     for s in specs {
@@ -16,7 +17,7 @@ pub(super) fn scan(specs: &[ResourceSpec]) -> Result<WorkspaceStats, ScanFailure
 }
 
 /// Stores a snapshot durably under `dir` as `<sid>.zip` (written to a temporary name, synced,
-/// renamed); its checksum and summary are the engine's record's. Returns the size of the ZIP.
+/// renamed, the directory synced); its checksum and summary are the engine's record's. Returns the size of the ZIP.
 /// One hand-off to the blocking pool (two when the bytes are downloaded).
 pub(super) async fn store_snapshot<R: Runtime>(
     http: &agent_rt::HttpClient<R>,
@@ -42,7 +43,8 @@ pub(super) async fn store_snapshot<R: Runtime>(
                 let mut f = std::fs::File::create(&part)?;
                 f.write_all(&bytes)?;
                 f.sync_all()?;
-                std::fs::rename(&part, &zip)
+                std::fs::rename(&part, &zip)?;
+                sync_dir(&d)
             })
             .await
             .map_err(store)?;
@@ -50,16 +52,21 @@ pub(super) async fn store_snapshot<R: Runtime>(
         }
         (None, Some(url)) => {
             let d = dir.to_path_buf();
+            let d2 = d.clone();
             blocking(rt, move || std::fs::create_dir_all(d))
                 .await
                 .map_err(store)?;
+            // The download syncs the file it wrote.
             let n = http
                 .download(url, headers, part.clone(), limit, download_timeout)
                 .await
                 .map_err(|e| StoreFailure::Fetch(e.to_string()))?;
-            blocking(rt, move || std::fs::rename(&part, &zip))
-                .await
-                .map_err(store)?;
+            blocking(rt, move || {
+                std::fs::rename(&part, &zip)?;
+                sync_dir(&d2)
+            })
+            .await
+            .map_err(store)?;
             Ok(n)
         }
         (None, None) => match &snap.data.local_file {
@@ -74,6 +81,7 @@ pub(super) async fn store_snapshot<R: Runtime>(
                     f.sync_all()?;
                     let n = f.metadata()?.len();
                     std::fs::rename(&part, &zip)?;
+                    sync_dir(&d)?;
                     Ok::<_, std::io::Error>(n)
                 })
                 .await

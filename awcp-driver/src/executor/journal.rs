@@ -229,15 +229,23 @@ pub fn read_record_file(path: &Path) -> Option<Value> {
     read_record(&std::fs::read(path).ok()?)
 }
 
-/// Writes `name` in `dir` atomically: temp file (`.tmp…`, see [`Journal::load`]), fsync,
-/// rename.
+/// Writes `name` in `dir` atomically and durably: temp file (`.tmp…`, see [`Journal::load`]),
+/// fsync, rename, fsync of `dir` (see [`sync_dir`]).
 pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     let mut tmp = tempfile::Builder::new().prefix(".tmp").tempfile_in(dir)?;
     tmp.write_all(bytes)?;
     tmp.as_file().sync_all()?;
     tmp.persist(dir.join(name)).map_err(|e| e.error)?;
-    Ok(())
+    sync_dir(dir)
+}
+
+/// Makes the entries of `dir` durable: a file renamed into it keeps its new name after a power
+/// loss. Syncing the file does not do that everywhere: ext4 without its journal (as on the
+/// machine BENCHMARKS.md describes) writes a directory back on its own schedule, up to about
+/// 30 s later.
+pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
 }
 
 #[cfg(test)]

@@ -12,8 +12,9 @@
 //!    current file (if any) to `backup/` and the staged file into place. A crash now is rolled
 //!    forward: every op is idempotent, so recovery simply redoes the remaining ones, from
 //!    staged files that are on disk even after a power loss.
-//! 3. the state becomes `committed` and the staging (`new/`, `backup/`, side directories) is
-//!    removed. A crash before the `committed` journal is written finds `committing` and redoes
+//! 3. the workspace directories the swap renamed in and out of are synced (one `syncfs` for
+//!    many), then the state becomes `committed` and the staging (`new/`, `backup/`, side
+//!    directories) is removed. A crash before the `committed` journal is written finds `committing` and redoes
 //!    the ops, which are all done already.
 //! 4. the directory is removed: at once by a plain apply, or, when the caller asked to keep
 //!    the proof ([`super::ApplyRequest::keep_proof`]), only by [`close`] once the caller has
@@ -191,6 +192,9 @@ pub(crate) fn commit(
     if crash_after_ops == Some(j.ops.len()) {
         return Err(TransportError::InjectedCrash("after the last op"));
     }
+    // The swap's renames durable before anything says the swap finished (the caller's record
+    // next): on some file systems a rename is only on disk once its directory is synced.
+    make_swap_durable(dir, j)?;
     j.state = JournalState::Committed;
     if keep_proof {
         // The proof must outlive the staging: written before anything is removed. Not synced:
@@ -252,8 +256,30 @@ fn make_staged_durable(dir: &Path, j: &Journal) -> Result<(), TransportError> {
     sync_file_systems(&roots).map_err(fail)
 }
 
+/// Makes the swap's renames durable: each workspace directory a file was moved into or out of,
+/// or, for more than [`SYNC_EACH_UP_TO`] of them, their file systems (`syncfs`). The backups
+/// are removed once the swap ends, so where they went need not be durable.
+fn make_swap_durable(dir: &Path, j: &Journal) -> Result<(), TransportError> {
+    let fail = |e| TransportError::io("making the swap durable", e);
+    let dirs: std::collections::BTreeSet<&Path> = j
+        .ops
+        .iter()
+        .filter_map(|o| o.target.parent())
+        .filter(|d| d.exists())
+        .collect();
+    if dirs.len() <= SYNC_EACH_UP_TO {
+        for d in dirs {
+            fs::File::open(d).and_then(|f| f.sync_all()).map_err(fail)?;
+        }
+        return Ok(());
+    }
+    let mut roots: Vec<&Path> = vec![dir];
+    roots.extend(dirs);
+    sync_file_systems(&roots).map_err(fail)
+}
+
 /// Flushes the file systems holding `dirs` (Linux: one `syncfs` each; elsewhere every regular
-/// file under them is synced).
+/// file and directory under them is synced).
 fn sync_file_systems(dirs: &[&Path]) -> std::io::Result<()> {
     #[cfg(target_os = "linux")]
     {
@@ -271,6 +297,7 @@ fn sync_file_systems(dirs: &[&Path]) -> std::io::Result<()> {
     {
         let mut stack: Vec<PathBuf> = dirs.iter().map(|d| d.to_path_buf()).collect();
         while let Some(d) = stack.pop() {
+            fs::File::open(&d)?.sync_all()?;
             for e in fs::read_dir(&d)? {
                 let e = e?;
                 let t = e.file_type()?;
