@@ -28,7 +28,7 @@ const TRIES: usize = 24;
 const FILES: usize = 300;
 const FILE_BYTES: usize = 16 * 1024;
 
-/// The agent rewrites every file, deletes ten and adds ten.
+/// The agent rewrites every file, deletes ten and adds eleven (one in new directories).
 const AGENT: &str = r#"#!/bin/sh
 set -e
 for f in $(find . -type f -name '*.dat'); do
@@ -36,6 +36,7 @@ for f in $(find . -type f -name '*.dat'); do
 done
 rm -f d0/f0.dat d1/f1.dat d2/f2.dat d3/f3.dat d4/f4.dat d5/f5.dat d6/f6.dat d7/f7.dat d8/f8.dat d9/f9.dat
 for i in 0 1 2 3 4 5 6 7 8 9; do echo "new $i" > "new$i.txt"; done
+mkdir -p fresh/deeper && echo "new and nested" > fresh/deeper/n.txt
 echo "rewrote everything"
 "#;
 
@@ -206,7 +207,7 @@ fn sigkill_during_a_large_apply_then_restart_leaves_all_old_or_all_new() {
     assert_eq!(o.status.code(), Some(0), "{}", show(&o));
     let new = tree(&ws);
     assert_ne!(new, old);
-    assert_eq!(new.len(), FILES, "300 - 10 deleted + 10 added");
+    assert_eq!(new.len(), FILES + 1, "300 - 10 deleted + 11 added");
     assert!(staging(&parent).is_empty());
 
     let mut rng = Rng::from_clock();
@@ -346,7 +347,7 @@ fn sigkill_during_a_large_apply_then_restart_leaves_all_old_or_all_new() {
 /// renames are durable (their directories synced) before the record says the result is applied.
 #[test]
 fn an_apply_makes_its_staged_files_durable_before_the_swap_begins() {
-    // 20 files: 10 rewritten and 10 added are staged (each synced); 300: 300 (one syncfs).
+    // 20 files: 10 rewritten and 11 added are staged (each synced); 300: 301 (one syncfs).
     for (files, each) in [(20, true), (FILES, false)] {
         let st = staged_result(files);
         let log = st.base.path().join("strace.log");
@@ -404,13 +405,19 @@ fn an_apply_makes_its_staged_files_durable_before_the_swap_begins() {
         let recorded = (last..lines.len())
             .find(|&i| strace::syncs(&lines[i], &format!("/delegations/{}.json", st.id)))
             .unwrap_or_else(|| panic!("{files} files: no record synced after the swap:\n{text}"));
+        // The directories holding what was renamed, and those new directories were made in.
+        let made = (committing..last).filter(|&i| strace::is_mkdir(&lines[i]));
         let dirs: std::collections::BTreeSet<&str> = swap
             .iter()
             .flat_map(|&i| [first_quoted(&lines[i]), second_quoted(&lines[i])])
+            .chain(made.map(|i| first_quoted(&lines[i])))
             .filter(|p| in_ws(p))
             .map(|p| &p[..p.rfind('/').unwrap()])
             .collect();
-        assert!(dirs.len() > 1, "{dirs:?}");
+        assert!(
+            dirs.iter().any(|d| d.ends_with("/ws/fresh")),
+            "the new directory's parent: {dirs:?}"
+        );
         for d in dirs {
             assert!(
                 lines[last..recorded].iter().any(|l| strace::syncs(l, d)),

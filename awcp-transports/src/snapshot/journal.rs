@@ -136,6 +136,19 @@ fn rename_into(
 ) -> Result<(), TransportError> {
     let parent = to.parent().filter(|d| !d.as_os_str().is_empty());
     if let Some(d) = parent.filter(|d| !made.contains(*d)) {
+        // The directories this creates and the one they are created in gain entries: all are
+        // remembered, so the swap can make those entries durable (`make_swap_durable`).
+        let mut a = d;
+        while !a.exists() {
+            match a.parent().filter(|p| !p.as_os_str().is_empty()) {
+                Some(p) => {
+                    made.insert(a.to_path_buf());
+                    a = p;
+                }
+                None => break,
+            }
+        }
+        made.insert(a.to_path_buf());
         fs::create_dir_all(d).map_err(|e| TransportError::io("creating directory", e))?;
         made.insert(d.to_path_buf());
     }
@@ -194,7 +207,7 @@ pub(crate) fn commit(
     }
     // The swap's renames durable before anything says the swap finished (the caller's record
     // next): on some file systems a rename is only on disk once its directory is synced.
-    make_swap_durable(dir, j)?;
+    make_swap_durable(dir, j, &made)?;
     j.state = JournalState::Committed;
     if keep_proof {
         // The proof must outlive the staging: written before anything is removed. Not synced:
@@ -256,18 +269,25 @@ fn make_staged_durable(dir: &Path, j: &Journal) -> Result<(), TransportError> {
     sync_file_systems(&roots).map_err(fail)
 }
 
-/// Makes the swap's renames durable: each workspace directory a file was moved into or out of,
-/// or, for more than [`SYNC_EACH_UP_TO`] of them, their file systems (`syncfs`). The backups
-/// are removed once the swap ends, so where they went need not be durable.
-fn make_swap_durable(dir: &Path, j: &Journal) -> Result<(), TransportError> {
+/// Makes the swap's renames durable: each workspace directory a file was moved into or out of
+/// or that a directory was created in (`made`, see `rename_into`), or, on Linux for more than
+/// [`SYNC_EACH_UP_TO`] of them, their file systems (`syncfs`). The backups are removed once
+/// the swap ends, so where they went need not be durable.
+fn make_swap_durable(
+    dir: &Path,
+    j: &Journal,
+    made: &HashSet<PathBuf>,
+) -> Result<(), TransportError> {
     let fail = |e| TransportError::io("making the swap durable", e);
+    let staging = |d: &Path| d.starts_with(dir) || j.cleanup.iter().any(|c| d.starts_with(c));
     let dirs: std::collections::BTreeSet<&Path> = j
         .ops
         .iter()
         .filter_map(|o| o.target.parent())
-        .filter(|d| d.exists())
+        .chain(made.iter().map(PathBuf::as_path))
+        .filter(|d| !d.as_os_str().is_empty() && !staging(d) && d.exists())
         .collect();
-    if dirs.len() <= SYNC_EACH_UP_TO {
+    if dirs.len() <= SYNC_EACH_UP_TO || cfg!(not(target_os = "linux")) {
         for d in dirs {
             fs::File::open(d).and_then(|f| f.sync_all()).map_err(fail)?;
         }
