@@ -6,15 +6,15 @@ use std::path::Path;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-/// `strace -f -y` of `program`: its syncs, renames and new directories (with the paths of the
-/// descriptors synced), written to `log`. Add the program's arguments.
+/// `strace -f -y` of `program`: its syncs and renames (with the paths of the descriptors
+/// synced), written to `log`. Add the program's arguments.
 pub fn command(program: &Path, log: &Path) -> Command {
     let mut cmd = Command::new("strace");
     cmd.args(["-f", "-y", "-qq", "-s", "4096", "-o"])
         .arg(log)
         .args([
             "-e",
-            "trace=fsync,fdatasync,syncfs,rename,renameat,renameat2,mkdir,mkdirat",
+            "trace=fsync,fdatasync,syncfs,rename,renameat,renameat2",
         ])
         .arg(program);
     cmd
@@ -77,9 +77,4 @@ pub fn second_quoted(line: &str) -> &str {
     let first = first_quoted(line);
     let rest = &line[line.find(first).expect("the first path") + first.len() + 1..];
     first_quoted(rest)
-}
-
-/// Whether a trace line made a directory (successfully).
-pub fn is_mkdir(line: &str) -> bool {
-    (line.contains("mkdir(") || line.contains("mkdirat(")) && line.trim_end().ends_with("= 0")
 }

@@ -350,6 +350,18 @@ fn an_apply_makes_its_staged_files_durable_before_the_swap_begins() {
     // 20 files: 10 rewritten and 11 added are staged (each synced); 300: 301 (one syncfs).
     for (files, each) in [(20, true), (FILES, false)] {
         let st = staged_result(files);
+        // The workspace's directories before the apply.
+        let mut old_dirs = std::collections::BTreeSet::new();
+        let mut stack = vec![st.ws.clone()];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).unwrap() {
+                let e = e.unwrap();
+                if e.file_type().unwrap().is_dir() {
+                    stack.push(e.path());
+                }
+            }
+            old_dirs.insert(d.display().to_string());
+        }
         let log = st.base.path().join("strace.log");
         let o = strace::command(&bins::path("awcp"), &log)
             .args(["--quiet", "apply", &st.id, &st.sid, "--state-dir"])
@@ -405,15 +417,22 @@ fn an_apply_makes_its_staged_files_durable_before_the_swap_begins() {
         let recorded = (last..lines.len())
             .find(|&i| strace::syncs(&lines[i], &format!("/delegations/{}.json", st.id)))
             .unwrap_or_else(|| panic!("{files} files: no record synced after the swap:\n{text}"));
-        // The directories holding what was renamed, and those new directories were made in.
-        let made = (committing..last).filter(|&i| strace::is_mkdir(&lines[i]));
-        let dirs: std::collections::BTreeSet<&str> = swap
-            .iter()
-            .flat_map(|&i| [first_quoted(&lines[i]), second_quoted(&lines[i])])
-            .chain(made.map(|i| first_quoted(&lines[i])))
-            .filter(|p| in_ws(p))
-            .map(|p| &p[..p.rfind('/').unwrap()])
-            .collect();
+        // The directories holding what was renamed and, for each directory the swap made
+        // (absent before the apply), the one it was made in.
+        let mut dirs = std::collections::BTreeSet::new();
+        for &i in &swap {
+            for p in [first_quoted(&lines[i]), second_quoted(&lines[i])] {
+                if !in_ws(p) {
+                    continue;
+                }
+                let mut d = &p[..p.rfind('/').unwrap()];
+                dirs.insert(d);
+                while in_ws(d) && !old_dirs.contains(d) {
+                    d = &d[..d.rfind('/').unwrap()];
+                    dirs.insert(d);
+                }
+            }
+        }
         assert!(
             dirs.iter().any(|d| d.ends_with("/ws/fresh")),
             "the new directory's parent: {dirs:?}"
