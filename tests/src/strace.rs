@@ -6,6 +6,24 @@ use std::path::Path;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
+/// Whether `strace` can run here. Where it cannot, a test reading system calls is skipped with
+/// a notice, unless `AWCP_REQUIRE_STRACE_TEST=1` (set by `.ci/run`, which installs it): then
+/// this panics.
+pub fn available(test: &str) -> bool {
+    let ok = Command::new("strace")
+        .arg("-V")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        assert!(
+            std::env::var_os("AWCP_REQUIRE_STRACE_TEST").is_none(),
+            "{test}: strace is required (AWCP_REQUIRE_STRACE_TEST) but does not run"
+        );
+        eprintln!("{test}: skipped, strace is not installed (apt-get install strace)");
+    }
+    ok
+}
+
 /// `strace -f -y` of `program`: its syncs and renames (with the paths of the descriptors
 /// synced), written to `log`. Add the program's arguments.
 pub fn command(program: &Path, log: &Path) -> Command {

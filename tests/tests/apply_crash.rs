@@ -347,6 +347,9 @@ fn sigkill_during_a_large_apply_then_restart_leaves_all_old_or_all_new() {
 /// renames are durable (their directories synced) before the record says the result is applied.
 #[test]
 fn an_apply_makes_its_staged_files_durable_before_the_swap_begins() {
+    if !strace::available("an_apply_makes_its_staged_files_durable_before_the_swap_begins") {
+        return;
+    }
     // 20 files: 10 rewritten and 11 added are staged (each synced); 300: 301 (one syncfs).
     for (files, each) in [(20, true), (FILES, false)] {
         let st = staged_result(files);
