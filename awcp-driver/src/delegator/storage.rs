@@ -1,7 +1,7 @@
 //! Local storage: the admission scan, the snapshot store, apply baselines, delegation ids.
 
 use super::*;
-use crate::executor::journal::sync_dir;
+use crate::executor::journal::rename_durably;
 
 pub(super) fn scan(specs: &[ResourceSpec]) -> Result<WorkspaceStats, ScanFailure> {
     for s in specs {
@@ -43,8 +43,7 @@ pub(super) async fn store_snapshot<R: Runtime>(
                 let mut f = std::fs::File::create(&part)?;
                 f.write_all(&bytes)?;
                 f.sync_all()?;
-                std::fs::rename(&part, &zip)?;
-                sync_dir(&d)
+                rename_durably(&part, &zip)
             })
             .await
             .map_err(store)?;
@@ -52,7 +51,6 @@ pub(super) async fn store_snapshot<R: Runtime>(
         }
         (None, Some(url)) => {
             let d = dir.to_path_buf();
-            let d2 = d.clone();
             blocking(rt, move || std::fs::create_dir_all(d))
                 .await
                 .map_err(store)?;
@@ -61,12 +59,9 @@ pub(super) async fn store_snapshot<R: Runtime>(
                 .download(url, headers, part.clone(), limit, download_timeout)
                 .await
                 .map_err(|e| StoreFailure::Fetch(e.to_string()))?;
-            blocking(rt, move || {
-                std::fs::rename(&part, &zip)?;
-                sync_dir(&d2)
-            })
-            .await
-            .map_err(store)?;
+            blocking(rt, move || rename_durably(&part, &zip))
+                .await
+                .map_err(store)?;
             Ok(n)
         }
         (None, None) => match &snap.data.local_file {
@@ -80,8 +75,7 @@ pub(super) async fn store_snapshot<R: Runtime>(
                     let f = std::fs::File::open(&part)?;
                     f.sync_all()?;
                     let n = f.metadata()?.len();
-                    std::fs::rename(&part, &zip)?;
-                    sync_dir(&d)?;
+                    rename_durably(&part, &zip)?;
                     Ok::<_, std::io::Error>(n)
                 })
                 .await

@@ -248,6 +248,13 @@ pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
 
+/// Renames `from` to `to`, then syncs `to`'s directory so the new name survives a power loss
+/// (see [`sync_dir`]).
+pub fn rename_durably(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::rename(from, to)?;
+    sync_dir(to.parent().unwrap_or_else(|| Path::new(".")))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
