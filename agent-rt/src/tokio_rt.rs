@@ -70,10 +70,29 @@ impl Runtime for TokioRuntime {
 impl Host for TokioRuntime {
     const NAME: &'static str = "tokio";
 
-    /// Runs `main` on a new multi-threaded runtime (one worker per core). A panic in `main`
-    /// propagates; blocking tasks still running are not waited for.
+    /// Runs `main` on a new runtime: by default a single-threaded one, whose tasks all run on
+    /// the calling thread, while file and archive work goes to tokio's blocking pool (which
+    /// grows with the load). With `TOKIO_WORKER_THREADS` set (tokio's own variable, e.g. `4`),
+    /// a multi-threaded runtime with that many workers instead.
+    ///
+    /// Why one thread: the async side of a delegation is short bursts of HTTP, JSON and engine
+    /// work between hand-offs to the blocking pool; with a worker per core, each burst woke a
+    /// second worker to look for work to steal. Measured with the `delegations` bench
+    /// (`tiny-daemon-sequential`, BENCHMARKS.md), one thread cut the CPU per tiny delegation
+    /// by about a fifth on both sides and the wall time by about a tenth, with no loss on the
+    /// 50-at-once and 51 MB rows.
+    ///
+    /// A panic in `main` propagates; blocking tasks still running are not waited for.
     fn block_on<F: Future>(main: F) -> F::Output {
-        let rt = tokio::runtime::Builder::new_multi_thread()
+        let mut builder = match worker_threads() {
+            Some(n) => {
+                let mut b = tokio::runtime::Builder::new_multi_thread();
+                b.worker_threads(n);
+                b
+            }
+            None => tokio::runtime::Builder::new_current_thread(),
+        };
+        let rt = builder
             .enable_all()
             .build()
             .expect("the tokio runtime starts");
@@ -87,6 +106,26 @@ impl Host for TokioRuntime {
     fn shutdown_signal() -> BoxFuture<()> {
         shutdown_signal()
     }
+}
+
+/// `TOKIO_WORKER_THREADS` as a worker count; `None` when unset. A value that is not a positive
+/// number is reported on stderr and ignored (tokio itself would panic on it).
+fn worker_threads() -> Option<usize> {
+    let v = std::env::var_os("TOKIO_WORKER_THREADS")?;
+    let n = parse_worker_threads(&v);
+    if n.is_none() {
+        eprintln!(
+            "warning: TOKIO_WORKER_THREADS={} is not a positive number; running on one thread",
+            v.to_string_lossy()
+        );
+    }
+    n
+}
+
+fn parse_worker_threads(v: &std::ffi::OsStr) -> Option<usize> {
+    v.to_str()
+        .and_then(|s| s.trim().parse::<usize>().ok())
+        .filter(|n| *n > 0)
 }
 
 /// Resolves on SIGINT or SIGTERM. The handlers are installed when this is called (inside the
@@ -117,4 +156,42 @@ pub fn shutdown_signal() -> BoxFuture<()> {
     Box::pin(async {
         let _ = tokio::signal::ctrl_c().await;
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn worker_threads_takes_only_a_positive_count() {
+        let p = |s: &str| parse_worker_threads(std::ffi::OsStr::new(s));
+        assert_eq!(p("4"), Some(4));
+        assert_eq!(p(" 2 "), Some(2));
+        assert_eq!(p("0"), None);
+        assert_eq!(p("-1"), None);
+        assert_eq!(p("many"), None);
+        assert_eq!(p(""), None);
+    }
+
+    #[test]
+    fn block_on_runs_spawned_and_blocking_work_on_one_thread_by_default() {
+        // The test process does not set TOKIO_WORKER_THREADS.
+        if std::env::var_os("TOKIO_WORKER_THREADS").is_some() {
+            return;
+        }
+        let main = std::thread::current().id();
+        let (spawned_on, blocking_on) = TokioRuntime::block_on(async move {
+            let (tx, rx) = futures::channel::oneshot::channel();
+            TokioRuntime.spawn(Box::pin(async move {
+                let _ = tx.send(std::thread::current().id());
+            }));
+            let spawned_on = rx.await.expect("the spawned task ran");
+            let blocking_on = TokioRuntime
+                .spawn_blocking(Box::new(|| std::thread::current().id()))
+                .await;
+            (spawned_on, blocking_on)
+        });
+        assert_eq!(spawned_on, main, "spawned tasks run on the calling thread");
+        assert_ne!(blocking_on, main, "blocking work runs on the blocking pool");
+    }
 }

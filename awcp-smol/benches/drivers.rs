@@ -269,6 +269,13 @@ fn main() {
                 if !quick {
                     cmd.arg("--bench");
                 }
+                // Both sides share one process here: tokio gets a worker per core, as every
+                // earlier run of this bench did (`Driver::block_on` alone runs one thread,
+                // which suits a process that is one side, like the binaries).
+                if std::env::var_os("TOKIO_WORKER_THREADS").is_none() {
+                    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+                    cmd.env("TOKIO_WORKER_THREADS", cores.to_string());
+                }
                 let out = cmd
                     .env("AWCP_BENCH_CHILD", format!("{rt}:{case}"))
                     .output()

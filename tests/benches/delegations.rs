@@ -9,6 +9,7 @@
 //! cargo bench -p awcp-tests --bench delegations              # every row
 //! cargo bench -p awcp-tests --bench delegations -- tiny      # rows whose name contains "tiny"
 //! AWCP_BIN_DIR=/other/target/release cargo bench -p awcp-tests --bench delegations
+//! AWCP_BENCH_TINY_N=1500 cargo bench -p awcp-tests --bench delegations -- tiny-daemon  # 1,500, not 50
 //! ```
 //!
 //! Everything runs on 127.0.0.1 (port 0) under one temporary directory; every process the
@@ -301,7 +302,15 @@ impl Bench {
             }
         };
         let ws = tiny_workspace(&dir, "ws");
-        let n = if self.quick { 2 } else { 50 };
+        let n = if self.quick {
+            2
+        } else {
+            // More delegations per row, e.g. to profile them: AWCP_BENCH_TINY_N=1500.
+            std::env::var("AWCP_BENCH_TINY_N")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(50)
+        };
         if self.wants("tiny-daemon-sequential") {
             for _ in 0..if self.quick { 0 } else { 5 } {
                 rt.block_on(once(ws.clone()));

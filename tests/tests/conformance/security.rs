@@ -757,26 +757,40 @@ pub async fn a_subscriber_that_stops_reading_is_cut_off_and_loses_nothing_essent
     let (s, body) = call::<R>(http::Method::POST, &ex.peer, &auth, Some(invite)).await;
     assert!(body.contains("\"type\":\"ACCEPT\""), "{s} {body}");
     // The slow subscriber: asks for the stream, then reads nothing until the task is over.
+    // Its socket is read on a thread of its own: a blocking read on the test's thread would
+    // stall a single-threaded runtime, executor included.
     let addr = ex.base.trim_start_matches("http://").to_owned();
-    let mut slow = std::net::TcpStream::connect(&addr).unwrap();
     let header: String = auth.iter().map(|(k, v)| format!("{k}: {v}\r\n")).collect();
-    write!(
-        slow,
-        "GET /awcp/tasks/{id}/events HTTP/1.1\r\nhost: {addr}\r\naccept: text/event-stream\r\n\
-         connection: close\r\n{header}\r\n"
-    )
-    .unwrap();
-    // Its response head says the subscription is in the engine (the loop answers after
-    // registering it), so START's events all go to it.
-    slow.set_read_timeout(Some(Duration::from_secs(60)))
+    let (head_tx, head_rx) = futures::channel::oneshot::channel::<()>();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let (sent_tx, sent_rx) = futures::channel::oneshot::channel::<Vec<u8>>();
+    std::thread::spawn(move || {
+        let mut slow = std::net::TcpStream::connect(&addr).unwrap();
+        write!(
+            slow,
+            "GET /awcp/tasks/{id}/events HTTP/1.1\r\nhost: {addr}\r\naccept: text/event-stream\r\n\
+             connection: close\r\n{header}\r\n"
+        )
         .unwrap();
-    let mut sent = Vec::new();
-    while !sent.windows(4).any(|w| w == b"\r\n\r\n") {
-        let mut buf = [0u8; 512];
-        let n = slow.read(&mut buf).expect("the response head");
-        assert!(n > 0, "the stream ended before its head");
-        sent.extend_from_slice(&buf[..n]);
-    }
+        // Its response head says the subscription is in the engine (the loop answers after
+        // registering it), so START's events all go to it.
+        slow.set_read_timeout(Some(Duration::from_secs(60)))
+            .unwrap();
+        let mut sent = Vec::new();
+        while !sent.windows(4).any(|w| w == b"\r\n\r\n") {
+            let mut buf = [0u8; 512];
+            let n = slow.read(&mut buf).expect("the response head");
+            assert!(n > 0, "the stream ended before its head");
+            sent.extend_from_slice(&buf[..n]);
+        }
+        let _ = head_tx.send(());
+        if go_rx.recv().is_ok() {
+            // The connection closes (a reset counts: what came before it is in `sent`).
+            let _ = slow.read_to_end(&mut sent);
+        }
+        let _ = sent_tx.send(sent);
+    });
+    head_rx.await.expect("the response head");
     let src = workspace();
     let start = reference_start(id, src.path());
     let (s, body) = call::<R>(http::Method::POST, &ex.peer, &auth, Some(start)).await;
@@ -793,9 +807,9 @@ pub async fn a_subscriber_that_stops_reading_is_cut_off_and_loses_nothing_essent
     })
     .await
     .expect("the task completed");
-    // Now read what the slow subscriber was sent: it ends, without the task's end. The
-    // connection closes (a reset counts: what came before it is in `sent`).
-    let _ = slow.read_to_end(&mut sent);
+    // Now read what the slow subscriber was sent: it ends, without the task's end.
+    go_tx.send(()).unwrap();
+    let sent = sent_rx.await.expect("the subscriber's thread ends");
     let sent = String::from_utf8_lossy(&sent);
     assert!(
         sent.starts_with("HTTP/1.1 200"),

@@ -31,10 +31,11 @@ pub struct DaemonError {
 
 impl<R: Runtime> DaemonClient<R> {
     /// A client for the daemon at `base` (`http://127.0.0.1:3100`), sending no token (set
-    /// one with [`Self::with_token`]).
+    /// one with [`Self::with_token`]). Connections are kept alive between calls (clones share
+    /// them): a `delegate` then `wait` costs the daemon one connection, not two.
     pub fn new(rt: R, base: impl Into<String>) -> Self {
         DaemonClient {
-            http: net::HttpClient::new(rt, net::ClientTls::default()),
+            http: net::HttpClient::new(rt, net::ClientTls::default()).keep_alive(true),
             base: base.into().trim_end_matches('/').to_owned(),
             timeout: Duration::from_secs(30),
             token: None,
@@ -50,7 +51,7 @@ impl<R: Runtime> DaemonClient<R> {
     /// The same client with these TLS settings (an `https` daemon with a private CA, or one
     /// that requires a client certificate).
     pub fn with_tls(mut self, tls: net::ClientTls) -> Self {
-        self.http = net::HttpClient::new(self.http.runtime().clone(), tls);
+        self.http = net::HttpClient::new(self.http.runtime().clone(), tls).keep_alive(true);
         self
     }
 
