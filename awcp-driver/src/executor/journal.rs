@@ -61,7 +61,7 @@ impl Journal {
         record: &str,
         durable: bool,
     ) -> std::io::Result<bool> {
-        append_record(&self.dir, &format!("{id}.json"), record, durable)
+        append_record(&self.dir, &format!("{id}.json"), record, durable, None).map(|(d, _)| d)
     }
 
     /// Makes what was written of the record of `id` durable (a failure is logged).
@@ -129,6 +129,20 @@ pub struct Written {
     text: std::collections::BTreeMap<DelegationId, String>,
     /// Written since their last sync.
     unsynced: std::collections::BTreeSet<DelegationId>,
+    /// The file of the record last appended to, still open: the next append to or sync of
+    /// the same record (the usual case: a write, then its sync or the next state) needs no
+    /// open, `fstat` and close. One at a time, so the journal holds at most one descriptor.
+    /// Only [`Written`] writes a record file while it lives, and it drops this whenever the
+    /// file is replaced (a new or compacted record) or removed, so it is never a stale inode.
+    kept: Option<KeptRecord>,
+}
+
+/// An open record file and its length.
+#[derive(Debug)]
+struct KeptRecord {
+    id: DelegationId,
+    file: std::fs::File,
+    len: u64,
 }
 
 impl Written {
@@ -142,14 +156,29 @@ impl Written {
             }
             return;
         }
-        match journal.write_record(id, &text, durable) {
-            Ok(synced) => {
+        let kept = match self.kept.take() {
+            Some(k) if k.id == *id => Some((k.file, k.len)),
+            other => {
+                self.kept = other;
+                None
+            }
+        };
+        let name = format!("{id}.json");
+        match append_record(&journal.dir, &name, &text, durable, kept) {
+            Ok((synced, open)) => {
                 if synced {
                     self.unsynced.remove(id);
                 } else {
                     self.unsynced.insert(id.clone());
                 }
                 self.text.insert(id.clone(), text);
+                if let Some((file, len)) = open {
+                    self.kept = Some(KeptRecord {
+                        id: id.clone(),
+                        file,
+                        len,
+                    });
+                }
             }
             Err(e) => tracing::warn!(delegation = %id, "journal write failed: {e}"),
         }
@@ -158,14 +187,22 @@ impl Written {
     /// Makes the record of `id` durable if it was written since its last sync.
     pub fn sync(&mut self, journal: &Journal, id: &DelegationId) {
         if self.unsynced.remove(id) {
-            journal.sync(id);
+            match &self.kept {
+                Some(k) if k.id == *id => {
+                    if let Err(e) = k.file.sync_data() {
+                        tracing::warn!(delegation = %id, "journal sync failed: {e}");
+                    }
+                }
+                _ => journal.sync(id),
+            }
         }
     }
 
     /// Makes every record written since its last sync durable.
     pub fn sync_all(&mut self, journal: &Journal) {
-        for id in std::mem::take(&mut self.unsynced) {
-            journal.sync(&id);
+        let ids: Vec<DelegationId> = self.unsynced.iter().cloned().collect();
+        for id in ids {
+            self.sync(journal, &id);
         }
     }
 
@@ -173,6 +210,9 @@ impl Written {
     pub fn remove(&mut self, journal: &Journal, id: &DelegationId) {
         self.text.remove(id);
         self.unsynced.remove(id);
+        if self.kept.as_ref().is_some_and(|k| k.id == *id) {
+            self.kept = None;
+        }
         journal.remove(id);
     }
 }
@@ -182,32 +222,47 @@ pub const COMPACT_AT: u64 = 64 * 1024;
 
 /// Makes `record` (one line of compact JSON) the record in `dir/name`: appended (and synced
 /// if `sync`), or written atomically (always durable) when the file is new or due for
-/// compaction. Returns whether the record is durable.
-fn append_record(dir: &Path, name: &str, record: &str, sync: bool) -> std::io::Result<bool> {
-    let path = dir.join(name);
-    let file = match std::fs::OpenOptions::new().append(true).open(&path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            write_atomic(dir, name, format!("{record}\n").as_bytes())?;
-            return Ok(true);
-        }
-        Err(e) => return Err(e),
+/// compaction. `kept` is the file already open for appending, with its length. Returns whether
+/// the record is durable, and the file it was appended to with its new length (`None` when
+/// the file was replaced).
+fn append_record(
+    dir: &Path,
+    name: &str,
+    record: &str,
+    sync: bool,
+    kept: Option<(std::fs::File, u64)>,
+) -> std::io::Result<(bool, Option<(std::fs::File, u64)>)> {
+    let (mut file, len) = match kept {
+        Some(k) => k,
+        None => match std::fs::OpenOptions::new()
+            .append(true)
+            .open(dir.join(name))
+        {
+            Ok(f) => {
+                let len = f.metadata()?.len();
+                (f, len)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                write_atomic(dir, name, format!("{record}\n").as_bytes())?;
+                return Ok((true, None));
+            }
+            Err(e) => return Err(e),
+        },
     };
-    if file.metadata()?.len() > COMPACT_AT {
+    if len > COMPACT_AT {
         drop(file);
         write_atomic(dir, name, format!("{record}\n").as_bytes())?;
-        return Ok(true);
+        return Ok((true, None));
     }
     let mut line = Vec::with_capacity(record.len() + 2);
     line.push(b'\n');
     line.extend_from_slice(record.as_bytes());
     line.push(b'\n');
-    let mut file = file;
     file.write_all(&line)?;
     if sync {
         file.sync_data()?;
     }
-    Ok(sync)
+    Ok((sync, Some((file, len + line.len() as u64))))
 }
 
 /// The record a journal file holds: the whole file if it is one JSON document, else its last
@@ -357,6 +412,44 @@ mod tests {
             );
         }
         assert_eq!(j.load(), vec![state(1199)]);
+    }
+
+    /// `Written` keeps the file it last appended to open: appends and syncs through it land in
+    /// the file on disk under the record's name, also across compactions (which replace the
+    /// file), removals, and records of other delegations written in between.
+    #[test]
+    fn written_records_reach_the_named_file_through_compaction_removal_and_interleaving() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = Journal::at(dir.path().to_path_buf());
+        let other = DelegationId::new("dlg_other").unwrap();
+        let mut w = Written::default();
+        let on_disk = |d: &DelegationId| read_record_file(&dir.path().join(format!("{d}.json")));
+        for n in 0..300 {
+            // Large enough that the log is compacted (the file replaced) several times.
+            w.write(&j, &id(), state(1000 + n).to_string(), n % 3 == 0);
+            assert_eq!(on_disk(&id()), Some(state(1000 + n)), "write {n}");
+            if n % 7 == 0 {
+                w.write(&j, &other, state(n).to_string(), false);
+                assert_eq!(on_disk(&other), Some(state(n)), "other at {n}");
+            }
+            if n % 5 == 0 {
+                w.sync(&j, &id());
+            }
+        }
+        assert!(
+            std::fs::metadata(dir.path().join("dlg_journal.json")).unwrap().len() <= COMPACT_AT + 4096,
+            "still compacted"
+        );
+        w.sync_all(&j);
+        assert!(w.unsynced.is_empty());
+        w.remove(&j, &id());
+        assert_eq!(on_disk(&id()), None);
+        // A new record after the removal is a new file, not an append to the removed one.
+        w.write(&j, &id(), state(1).to_string(), false);
+        assert_eq!(on_disk(&id()), Some(state(1)));
+        w.write(&j, &id(), state(2).to_string(), false);
+        assert_eq!(on_disk(&id()), Some(state(2)));
+        assert_eq!(j.load().len(), 2);
     }
 
     #[test]
