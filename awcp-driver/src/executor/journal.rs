@@ -437,7 +437,10 @@ mod tests {
             }
         }
         assert!(
-            std::fs::metadata(dir.path().join("dlg_journal.json")).unwrap().len() <= COMPACT_AT + 4096,
+            std::fs::metadata(dir.path().join("dlg_journal.json"))
+                .unwrap()
+                .len()
+                <= COMPACT_AT + 4096,
             "still compacted"
         );
         w.sync_all(&j);

@@ -903,6 +903,83 @@ pub async fn executor_sigkill_restart_ends_the_orphaned_task_tree<R: TestRuntime
     drop(ex2);
 }
 
+/// A result sent inline is not kept across a restart (see
+/// `inline_results_a_stopped_executor_left_are_removed_at_start`). An executor killed after
+/// its task completed, before the delegator took the result, must say so once restarted
+/// (TASK_FAILED, "restarted"): a completed task without its snapshot reads to a delegator as a
+/// task that changed nothing, and the agent's work would be gone without a word. Real binary,
+/// SIGKILL, same state directory; the delegator's side is raw HTTP, so nothing takes the
+/// result before the kill.
+pub async fn an_inline_result_lost_to_an_executor_restart_is_reported_not_dropped<
+    R: TestRuntime,
+>() {
+    use super::security::{call, read_event_stream, reference_start};
+    let rt = R::default();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_owned();
+    // The demo task writes AWCP_NOTES.md: the result has a snapshot, sent inline by default.
+    let mut ex = executor_in::<R>(&d, &[]).await;
+    let base = ex.peer.trim_end_matches("/awcp").to_owned();
+    let listen = base.trim_start_matches("http://").to_owned();
+    let id = "dlg_5e1f0c3a9b7d4e2f8a6c0b1d3e5f7a9c";
+    let auth = super::auth_headers::<R>();
+    let invite = format!(
+        r#"{{"version":"1","type":"INVITE","delegationId":"{id}",
+ "task":{{"description":"Notes","prompt":"note what you see"}},
+ "lease":{{"ttlSeconds":1800,"accessMode":"rw"}},
+ "environment":{{"resources":[{{"name":"workspace","type":"fs","mode":"rw"}}]}},
+ "requirements":{{"transport":"archive"}}}}"#
+    );
+    let (st, body) = call::<R>(http::Method::POST, &ex.peer, &auth, Some(invite)).await;
+    assert!(body.contains("\"type\":\"ACCEPT\""), "{st} {body}");
+    let ws = workspace();
+    let start = reference_start(id, ws.path());
+    let (st, body) = call::<R>(http::Method::POST, &ex.peer, &auth, Some(start)).await;
+    assert_eq!((st, body.as_str()), (200, r#"{"ok":true}"#));
+    let result_url = format!("{base}/awcp/tasks/{id}/result");
+    let done = timeout::<R, _>(Duration::from_secs(60), async {
+        loop {
+            let (_, body) = call::<R>(http::Method::GET, &result_url, &auth, None).await;
+            if body.contains("\"status\":\"completed\"") {
+                break body;
+            }
+            R::default().sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the task completed");
+    assert!(done.contains("snapshotBase64"), "an inline result: {done}");
+    // Killed before anyone took the result; restarted on the same port and state.
+    let log = d.join("restarted.log");
+    let restarted = blocking(&rt, move || {
+        ex.sigkill();
+        let mut args = vec![
+            "--listen".into(),
+            listen,
+            "--state-dir".into(),
+            s(&d.join("exec")),
+        ];
+        spawn_executor::<R>(&args, &[], &log).running()
+    })
+    .await;
+    let (status, body) = call::<R>(http::Method::GET, &result_url, &auth, None).await;
+    assert!(
+        !body.contains("\"status\":\"completed\""),
+        "a completed task without its result: {status} {body}"
+    );
+    assert!(
+        body.contains("TASK_FAILED") && body.contains("restarted"),
+        "{status} {body}"
+    );
+    let events = read_event_stream::<R>(&format!("{base}/awcp/tasks/{id}/events"), &auth).await;
+    assert!(!events.contains("\"type\":\"done\""), "{events}");
+    assert!(
+        events.contains("\"type\":\"error\"") && events.contains("restarted"),
+        "{events}"
+    );
+    drop(restarted);
+}
+
 // ---------------------------------------------------------------------------------------------
 // 11.7: one admission limit, for workspaces and for results
 

@@ -109,6 +109,7 @@ macro_rules! conformance_suite {
             a_failed_task_leaves_no_process_behind,
             executor_shutdown_ends_the_whole_task_tree,
             executor_sigkill_restart_ends_the_orphaned_task_tree,
+            an_inline_result_lost_to_an_executor_restart_is_reported_not_dropped,
             an_upgraded_executor_ends_the_task_an_older_release_journaled,
             a_downgraded_executor_leaves_a_newer_releases_record_alone,
             raising_the_one_admission_limit_is_enough,

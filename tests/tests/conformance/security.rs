@@ -26,7 +26,7 @@ fn api_key(t: &str) -> Vec<(&'static str, String)> {
 }
 
 /// `(status, body)` of a request with `headers`.
-async fn call<R: TestRuntime>(
+pub(crate) async fn call<R: TestRuntime>(
     method: http::Method,
     url: &str,
     headers: &[(&'static str, String)],
@@ -295,7 +295,7 @@ pub async fn reference_delegator_drives_an_authenticated_executor<R: TestRuntime
 
 /// Subscribes to the event stream at `url` (with `headers`), expects 200, and reads it to its
 /// end.
-async fn read_event_stream<R: TestRuntime>(
+pub(crate) async fn read_event_stream<R: TestRuntime>(
     url: &str,
     headers: &[(&'static str, String)],
 ) -> String {

@@ -102,6 +102,12 @@ pub struct AssignmentRecord {
     /// A URL-mode snapshot event (reference dialect); inline bytes are never recorded.
     #[serde(default)]
     pub snapshot_event: Option<serde_json::Value>,
+    /// The id of the snapshot captured to be sent inline, whose bytes are not recorded: a
+    /// restarted executor then reports the result lost (`TASK_FAILED`) rather than a completed
+    /// task without it, which a delegator would read as a task that changed nothing. Absent:
+    /// none (or a record of an earlier release, restored as before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inline_snapshot_id: Option<String>,
 }
 
 /// The digest and binding of the credential an INVITE was authenticated with.
@@ -229,18 +235,21 @@ impl ExecutorOutput {
 
 impl Executor {
     /// The typed journal record of one assignment; `None` for unknown ids. Inline snapshots
-    /// are not recorded (their bytes can be many MB; a file the driver streams them from is
-    /// not kept across a restart); URL-mode snapshot events are.
+    /// are not recorded, only their id (their bytes can be many MB; a file the driver streams
+    /// them from is not kept across a restart); URL-mode snapshot events are.
     pub fn assignment_record(&self, id: &DelegationId) -> Option<AssignmentRecord> {
         let a = self.assignments.get(id)?;
+        let captured = a
+            .snapshot
+            .as_deref()
+            .and_then(super::assignment::snapshot_of);
+        let inline = captured.filter(|s| s.data.base64.is_some() || s.data.local_file.is_some());
         let snapshot_event = a
             .snapshot
             .as_ref()
-            .filter(|ev| {
-                super::assignment::snapshot_of(ev)
-                    .is_some_and(|s| s.data.base64.is_none() && s.data.local_file.is_none())
-            })
+            .filter(|_| captured.is_some() && inline.is_none())
             .map(|ev| crate::wire::event_to_value(ev, Dialect::Reference));
+        let inline_snapshot_id = inline.map(|s| s.snapshot_id.to_string());
         Some(AssignmentRecord {
             version: RECORD_VERSION,
             id: id.as_str().to_owned(),
@@ -279,6 +288,7 @@ impl Executor {
                 highlights: o.highlights.clone(),
             }),
             snapshot_event,
+            inline_snapshot_id,
         })
     }
 
@@ -291,7 +301,9 @@ impl Executor {
     /// Restores assignments from journal records after a restart. Terminal ones are kept for
     /// late subscribers and `GET …/result` until ack or retention; ones that were pending or
     /// active are failed cleanly (`TASK_FAILED`, "the executor restarted") so a reconnecting
-    /// delegator learns what happened instead of `NOT_FOUND`. What a record says the crashed
+    /// delegator learns what happened instead of `NOT_FOUND`, and so are completed ones whose
+    /// result was to be sent inline (not kept across a restart): a completed task without its
+    /// snapshot would read as one that changed nothing. What a record says the crashed
     /// predecessor still held is cleaned up through the usual outputs: a recorded task is ended
     /// ([`ExecutorOutput::EndTask`], answered with `TaskFinished`), then a recorded work
     /// directory (`{work_root}/{id}` of this configuration only) is released
@@ -350,8 +362,24 @@ impl Executor {
             .and_then(|b| crate::wire::decode_event(&b).ok())
             .map(|(ev, _)| Arc::new(ev));
         let retention = Duration::from_millis(r.retention_ms.unwrap_or(604_800_000));
+        // Completed, but its result was to be sent inline and is not kept: say it is lost.
+        let result_lost = state == AssignmentState::Completed
+            && snapshot.is_none()
+            && r.inline_snapshot_id.is_some();
+        let state = if result_lost {
+            AssignmentState::Error
+        } else {
+            state
+        };
         let mut machine = AssignmentMachine::restore(state);
         let mut error = r.error.clone();
+        if result_lost {
+            error = Some(ErrorInfo::new(
+                ErrorCode::TaskFailed,
+                "the executor restarted before the delegator received the task's result \
+                 (sent inline, which is not kept across a restart); the result is lost",
+            ));
+        }
         let mut completed_at = r.completed_at.map(Timestamp::from_unix_millis);
         if !state.is_terminal() {
             let event = if state == AssignmentState::Active {

@@ -108,6 +108,54 @@ fn a_restart_ends_the_recorded_task_then_releases_the_recorded_work_dir() {
     assert!(rec["task"].is_null());
 }
 
+/// A completed assignment whose result was to be sent inline (not kept across a restart) is
+/// restored as failed, saying why; one whose result is kept (by URL) or that had none stays
+/// completed.
+#[test]
+fn a_restart_reports_an_inline_result_lost_instead_of_a_completed_task_without_it() {
+    let mut ex = Executor::new(ExecutorConfig {
+        work_root: "/w".into(),
+        ..ExecutorConfig::default()
+    });
+    let completed = |ex: &Executor, name: &str, inline: Option<&str>| {
+        let id = DelegationId::new(name).unwrap();
+        let mut rec = running_record(ex, &id, None);
+        rec["state"] = "completed".into();
+        rec["released"] = true.into();
+        rec["outcome"] = serde_json::json!({"summary": "wrote notes", "highlights": []});
+        if let Some(sid) = inline {
+            rec["inlineSnapshotId"] = sid.into();
+        }
+        (id, rec)
+    };
+    let (lost, a) = completed(&ex, "dlg_lost", Some("snap_0123456789ab"));
+    let (plain, b) = completed(&ex, "dlg_plain", None);
+    assert_eq!(ex.restore(T0, &[a, b]), 2);
+    let terminal = |ex: &Executor, id: &DelegationId| {
+        let a = ex.assignments.get(id).unwrap();
+        (a.state(), a.terminal_event.as_ref().map(|e| e.kind.clone()))
+    };
+    match terminal(&ex, &lost) {
+        (AssignmentState::Error, Some(crate::wire::TaskEventKind::Error(e))) => {
+            assert_eq!(e.code, ErrorCode::TaskFailed);
+            assert!(
+                e.message.contains("restarted") && e.message.contains("lost"),
+                "{e:?}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        terminal(&ex, &plain),
+        (
+            AssignmentState::Completed,
+            Some(crate::wire::TaskEventKind::Done(_))
+        )
+    ));
+    // Journaled back as what it now is.
+    assert_eq!(ex.record(&lost).unwrap()["state"], "error");
+}
+
 #[test]
 fn a_restored_assignment_uses_only_the_extensions_this_executor_supports() {
     // The INVITE offered both; this executor (restarted with a narrower configuration) takes
