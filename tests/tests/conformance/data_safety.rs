@@ -953,7 +953,7 @@ pub async fn an_inline_result_lost_to_an_executor_restart_is_reported_not_droppe
     let log = d.join("restarted.log");
     let restarted = blocking(&rt, move || {
         ex.sigkill();
-        let mut args = vec![
+        let args = vec![
             "--listen".into(),
             listen,
             "--state-dir".into(),
