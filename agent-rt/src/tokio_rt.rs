@@ -78,9 +78,10 @@ impl Host for TokioRuntime {
     /// Why one thread: the async side of a delegation is short bursts of HTTP, JSON and engine
     /// work between hand-offs to the blocking pool; with a worker per core, each burst woke a
     /// second worker to look for work to steal. Measured with the `delegations` bench
-    /// (`tiny-daemon-sequential`, BENCHMARKS.md), one thread cut the CPU per tiny delegation
-    /// by about a fifth on both sides and the wall time by about a tenth, with no loss on the
-    /// 50-at-once and 51 MB rows.
+    /// (`tiny-daemon-sequential` on tmpfs, BENCHMARKS.md), one thread cut the CPU per tiny
+    /// delegation by about a fifth in the daemon and an eighth in the executor, and the wall
+    /// time by about a tenth, with no loss on the 51 MB rows; 50 at once on a disk was within
+    /// a few percent (its records are synced on the loop's thread either way).
     ///
     /// A panic in `main` propagates; blocking tasks still running are not waited for.
     fn block_on<F: Future>(main: F) -> F::Output {
