@@ -80,8 +80,9 @@ impl Host for TokioRuntime {
     /// second worker to look for work to steal. Measured with the `delegations` bench
     /// (`tiny-daemon-sequential` on tmpfs, BENCHMARKS.md), one thread cut the CPU per tiny
     /// delegation by about a fifth in the daemon and an eighth in the executor, and the wall
-    /// time by about a tenth, with no loss on the 51 MB rows; 50 at once on a disk was within
-    /// a few percent (its records are synced on the loop's thread either way).
+    /// time by about a tenth, with no loss on the 51 MB rows. The cost: 50 delegations at once
+    /// on a slow disk were 6–16 % slower, as a process's journal syncs (on its loop's thread)
+    /// now pause its HTTP too, where a second worker carried on with other delegations.
     ///
     /// A panic in `main` propagates; blocking tasks still running are not waited for.
     fn block_on<F: Future>(main: F) -> F::Output {

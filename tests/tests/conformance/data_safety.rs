@@ -913,7 +913,7 @@ pub async fn executor_sigkill_restart_ends_the_orphaned_task_tree<R: TestRuntime
 pub async fn an_inline_result_lost_to_an_executor_restart_is_reported_not_dropped<
     R: TestRuntime,
 >() {
-    use super::security::{call, read_event_stream, reference_start};
+    use super::security::{archive_invite, call, read_event_stream, reference_start};
     let rt = R::default();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_owned();
@@ -923,13 +923,7 @@ pub async fn an_inline_result_lost_to_an_executor_restart_is_reported_not_droppe
     let listen = base.trim_start_matches("http://").to_owned();
     let id = "dlg_5e1f0c3a9b7d4e2f8a6c0b1d3e5f7a9c";
     let auth = super::auth_headers::<R>();
-    let invite = format!(
-        r#"{{"version":"1","type":"INVITE","delegationId":"{id}",
- "task":{{"description":"Notes","prompt":"note what you see"}},
- "lease":{{"ttlSeconds":1800,"accessMode":"rw"}},
- "environment":{{"resources":[{{"name":"workspace","type":"fs","mode":"rw"}}]}},
- "requirements":{{"transport":"archive"}}}}"#
-    );
+    let invite = archive_invite(id, "note what you see");
     let (st, body) = call::<R>(http::Method::POST, &ex.peer, &auth, Some(invite)).await;
     assert!(body.contains("\"type\":\"ACCEPT\""), "{st} {body}");
     let ws = workspace();

@@ -315,6 +315,18 @@ pub(crate) async fn read_event_stream<R: TestRuntime>(
     String::from_utf8(body.to_vec()).unwrap()
 }
 
+/// An INVITE as the [R] delegator writes it, for the archive transport (no `features`: the
+/// result comes back inline), with `prompt` as its task.
+pub fn archive_invite(id: &str, prompt: &str) -> String {
+    format!(
+        r#"{{"version":"1","type":"INVITE","delegationId":"{id}",
+ "task":{{"description":"A task","prompt":"{prompt}"}},
+ "lease":{{"ttlSeconds":1800,"accessMode":"rw"}},
+ "environment":{{"resources":[{{"name":"workspace","type":"fs","mode":"rw"}}]}},
+ "requirements":{{"transport":"archive"}}}}"#
+    )
+}
+
 /// A START as the [R] delegator builds it: an inline per-resource archive of `src`.
 pub fn reference_start(id: &str, src: &Path) -> String {
     use awcp_transports::DelegatorTransport;
@@ -747,13 +759,7 @@ pub async fn a_subscriber_that_stops_reading_is_cut_off_and_loses_nothing_essent
     .await;
     let id = "dlg_0a1b2c3d4e5f60718293a4b5c6d7e8f9";
     let auth = auth_headers::<R>();
-    let invite = format!(
-        r#"{{"version":"1","type":"INVITE","delegationId":"{id}",
- "task":{{"description":"Chat","prompt":"Say a lot."}},
- "lease":{{"ttlSeconds":1800,"accessMode":"rw"}},
- "environment":{{"resources":[{{"name":"workspace","type":"fs","mode":"rw"}}]}},
- "requirements":{{"transport":"archive"}}}}"#
-    );
+    let invite = archive_invite(id, "Say a lot.");
     let (s, body) = call::<R>(http::Method::POST, &ex.peer, &auth, Some(invite)).await;
     assert!(body.contains("\"type\":\"ACCEPT\""), "{s} {body}");
     // The slow subscriber: asks for the stream, then reads nothing until the task is over.
