@@ -23,6 +23,7 @@ pub mod archive;
 mod buf;
 pub mod cancel;
 pub mod command;
+pub mod durable;
 pub mod error;
 pub mod export;
 pub mod manifest;

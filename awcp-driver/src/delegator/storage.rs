@@ -1,7 +1,7 @@
 //! Local storage: the admission scan, the snapshot store, apply baselines, delegation ids.
 
 use super::*;
-use crate::executor::journal::rename_durably;
+use awcp_transports::durable::rename_durably;
 
 pub(super) fn scan(specs: &[ResourceSpec]) -> Result<WorkspaceStats, ScanFailure> {
     for s in specs {

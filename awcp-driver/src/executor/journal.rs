@@ -27,6 +27,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use awcp_proto::DelegationId;
+use awcp_transports::durable::sync_dir;
 
 /// The assignment journal.
 pub struct Journal {
@@ -293,21 +294,6 @@ pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()>
     tmp.as_file().sync_all()?;
     tmp.persist(dir.join(name)).map_err(|e| e.error)?;
     sync_dir(dir)
-}
-
-/// Makes the entries of `dir` durable: a file renamed into it keeps its new name after a power
-/// loss. Syncing the file does not do that everywhere: ext4 without its journal (as on the
-/// machine BENCHMARKS.md describes) writes a directory back on its own schedule, up to about
-/// 30 s later.
-pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
-    std::fs::File::open(dir)?.sync_all()
-}
-
-/// Renames `from` to `to`, then syncs `to`'s directory so the new name survives a power loss
-/// (see [`sync_dir`]).
-pub fn rename_durably(from: &Path, to: &Path) -> std::io::Result<()> {
-    std::fs::rename(from, to)?;
-    sync_dir(to.parent().unwrap_or_else(|| Path::new(".")))
 }
 
 #[cfg(test)]

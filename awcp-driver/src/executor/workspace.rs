@@ -217,9 +217,9 @@ pub(super) fn to_captured(
             let owned = f.path.with_file_name(format!("{sid}.zip"));
             if std::fs::rename(&f.path, &owned).is_ok() {
                 f.path = owned;
-                // And under that name (see `journal::sync_dir`).
+                // And under that name (see `awcp_transports::durable::sync_dir`).
                 if let Some(dir) = f.path.parent().filter(|_| url_base.is_some()) {
-                    if let Err(e) = super::journal::sync_dir(dir) {
+                    if let Err(e) = awcp_transports::durable::sync_dir(dir) {
                         tracing::warn!(delegation = %id, "syncing the snapshot's directory: {e}");
                     }
                 }

@@ -29,6 +29,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::durable::sync_dir;
 use crate::error::TransportError;
 
 /// File name of the journal inside an apply directory.
@@ -103,9 +104,7 @@ impl Journal {
         fs::rename(&tmp, dir.join(JOURNAL_FILE))
             .map_err(|e| TransportError::io("writing journal", e))?;
         if sync {
-            if let Ok(d) = fs::File::open(dir) {
-                let _ = d.sync_all();
-            }
+            let _ = sync_dir(dir);
         }
         Ok(())
     }
@@ -289,7 +288,7 @@ fn make_swap_durable(
         .collect();
     if dirs.len() <= SYNC_EACH_UP_TO || cfg!(not(target_os = "linux")) {
         for d in dirs {
-            fs::File::open(d).and_then(|f| f.sync_all()).map_err(fail)?;
+            sync_dir(d).map_err(fail)?;
         }
         return Ok(());
     }
@@ -317,7 +316,7 @@ fn sync_file_systems(dirs: &[&Path]) -> std::io::Result<()> {
     {
         let mut stack: Vec<PathBuf> = dirs.iter().map(|d| d.to_path_buf()).collect();
         while let Some(d) = stack.pop() {
-            fs::File::open(&d)?.sync_all()?;
+            sync_dir(&d)?;
             for e in fs::read_dir(&d)? {
                 let e = e?;
                 let t = e.file_type()?;
