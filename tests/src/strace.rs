@@ -27,13 +27,20 @@ pub fn available(test: &str) -> bool {
 /// `strace -f -y` of `program`: its syncs and renames (with the paths of the descriptors
 /// synced), written to `log`. Add the program's arguments.
 pub fn command(program: &Path, log: &Path) -> Command {
+    command_tracing(
+        program,
+        log,
+        "fsync,fdatasync,syncfs,rename,renameat,renameat2",
+    )
+}
+
+/// [`command`] tracing the system calls `calls` (strace's `-e trace=` list) instead.
+pub fn command_tracing(program: &Path, log: &Path, calls: &str) -> Command {
     let mut cmd = Command::new("strace");
     cmd.args(["-f", "-y", "-qq", "-s", "4096", "-o"])
         .arg(log)
-        .args([
-            "-e",
-            "trace=fsync,fdatasync,syncfs,rename,renameat,renameat2",
-        ])
+        .arg("-e")
+        .arg(format!("trace={calls}"))
         .arg(program);
     cmd
 }

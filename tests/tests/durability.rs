@@ -26,6 +26,57 @@ fn renames_left_undurable(lines: &[String], state: &str) -> Vec<String> {
     out
 }
 
+/// One tiny delegation, `awcp delegate` against `awcp-executor` (whose agent writes
+/// `NOTE.md`), both under `strace` tracing `calls`: what each traced, and their state
+/// directories.
+struct TracedRun {
+    _base: tempfile::TempDir,
+    executor: Vec<String>,
+    executor_state: String,
+    delegator: Vec<String>,
+    delegator_state: String,
+}
+
+fn traced_delegation(calls: &str) -> TracedRun {
+    let base = tempfile::tempdir().unwrap();
+    let ws = base.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(ws.join("README.md"), "# tiny\n").unwrap();
+    let exdir = base.path().join("executor");
+    std::fs::create_dir_all(&exdir).unwrap();
+    std::fs::write(exdir.join("agent.sh"), "echo 'seen' > NOTE.md\necho done\n").unwrap();
+    let agent = format!("sh {}", exdir.join("agent.sh").display());
+    let log = base.path().join("executor.strace");
+    let mut cmd = strace::command_tracing(&bins::path("awcp-executor"), &log, calls);
+    let plain = bins::executor_command(&exdir, &agent);
+    cmd.args(plain.get_args()).stderr(Stdio::null());
+    let (child, peer) = bins::spawn_announcing(&mut cmd, bins::EXECUTOR_ANNOUNCES);
+    let traced = Traced(child);
+
+    let state = base.path().join("delegator");
+    let dlog = base.path().join("delegator.strace");
+    let o = strace::command_tracing(&bins::path("awcp"), &dlog, calls)
+        .args(["--quiet", "--json", "delegate"])
+        .arg(&ws)
+        .args(["--peer", &peer, "--prompt", "note", "--state-dir"])
+        .arg(&state)
+        .output()
+        .expect("strace runs (.ci/run installs it)");
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    assert_eq!(
+        std::fs::read_to_string(ws.join("NOTE.md")).unwrap(),
+        "seen\n"
+    );
+    drop(traced);
+    TracedRun {
+        executor: strace::lines(&log),
+        executor_state: exdir.join("state").display().to_string(),
+        delegator: strace::lines(&dlog),
+        delegator_state: state.display().to_string(),
+        _base: base,
+    }
+}
+
 /// What a record names must be on disk under that name, on both sides of a delegation through
 /// the real binaries (`awcp delegate` and `awcp-executor`, each under `strace`):
 /// - An executor serving its result by URL keeps it across a restart: the record that names
@@ -41,38 +92,9 @@ fn what_the_records_name_is_on_disk_under_that_name() {
     if !strace::available("what_the_records_name_is_on_disk_under_that_name") {
         return;
     }
-    let base = tempfile::tempdir().unwrap();
-    let ws = base.path().join("ws");
-    std::fs::create_dir_all(&ws).unwrap();
-    std::fs::write(ws.join("README.md"), "# tiny\n").unwrap();
-    let exdir = base.path().join("executor");
-    std::fs::create_dir_all(&exdir).unwrap();
-    std::fs::write(exdir.join("agent.sh"), "echo 'seen' > NOTE.md\necho done\n").unwrap();
-    let agent = format!("sh {}", exdir.join("agent.sh").display());
-    let log = base.path().join("executor.strace");
-    let mut cmd = strace::command(&bins::path("awcp-executor"), &log);
-    let plain = bins::executor_command(&exdir, &agent);
-    cmd.args(plain.get_args()).stderr(Stdio::null());
-    let (child, peer) = bins::spawn_announcing(&mut cmd, bins::EXECUTOR_ANNOUNCES);
-    let traced = Traced(child);
+    let run = traced_delegation("fsync,fdatasync,syncfs,rename,renameat,renameat2");
+    let lines = &run.executor;
 
-    let state = base.path().join("delegator");
-    let dlog = base.path().join("delegator.strace");
-    let o = strace::command(&bins::path("awcp"), &dlog)
-        .args(["--quiet", "--json", "delegate"])
-        .arg(&ws)
-        .args(["--peer", &peer, "--prompt", "note", "--state-dir"])
-        .arg(&state)
-        .output()
-        .expect("strace runs (.ci/run installs it)");
-    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
-    assert_eq!(
-        std::fs::read_to_string(ws.join("NOTE.md")).unwrap(),
-        "seen\n"
-    );
-    drop(traced);
-
-    let lines = strace::lines(&log);
     let text = lines.join("\n");
     // The snapshot taking its served name, `<state>/snapshots/<delegation>/snap_….zip` (the
     // transport's own renames, of its packing file, come before).
@@ -91,23 +113,68 @@ fn what_the_records_name_is_on_disk_under_that_name() {
         "{captured} renamed into place unsynced:\n{text}"
     );
 
-    let exstate = exdir.join("state").display().to_string();
-    let left = renames_left_undurable(&lines, &exstate);
+    let left = renames_left_undurable(lines, &run.executor_state);
     assert!(left.is_empty(), "executor: {left:#?}\n{text}");
-    let dlines = strace::lines(&dlog);
+    let dlines = &run.delegator;
     let renamed = dlines
         .iter()
-        .filter(|l| is_rename(l) && second_quoted(l).starts_with(&*state.to_string_lossy()))
+        .filter(|l| is_rename(l) && second_quoted(l).starts_with(&run.delegator_state))
         .count();
     assert!(
         renamed >= 3,
         "record, baseline, stored snapshot:\n{}",
         dlines.join("\n")
     );
-    let left = renames_left_undurable(&dlines, &state.display().to_string());
+    let left = renames_left_undurable(dlines, &run.delegator_state);
     assert!(
         left.is_empty(),
         "delegator: {left:#?}\n{}",
         dlines.join("\n")
     );
+}
+
+/// The journal keeps the record file it last appended to open (`Written`): on both sides,
+/// every write to a record goes to the file under the record's name (never to one replaced or
+/// removed meanwhile, which `strace -y` shows as `(deleted)`), and each record's last write is
+/// followed by a sync of that file.
+#[test]
+fn record_appends_go_to_the_named_file_and_are_synced() {
+    if !strace::available("record_appends_go_to_the_named_file_and_are_synced") {
+        return;
+    }
+    let run = traced_delegation("write,fsync,fdatasync");
+    for (side, lines, records) in [
+        (
+            "executor",
+            &run.executor,
+            format!("{}/assignments/", run.executor_state),
+        ),
+        (
+            "delegator",
+            &run.delegator,
+            format!("{}/delegations/", run.delegator_state),
+        ),
+    ] {
+        let text = lines.join("\n");
+        let on_record = |l: &str| l.contains(&format!("<{records}dlg_"));
+        let stale: Vec<&String> = lines
+            .iter()
+            .filter(|l| on_record(l) && l.contains("(deleted)>"))
+            .collect();
+        assert!(stale.is_empty(), "{side}: {stale:#?}");
+        let appends: Vec<usize> = (0..lines.len())
+            .filter(|&i| lines[i].contains("write(") && on_record(&lines[i]))
+            .collect();
+        assert!(appends.len() >= 2, "{side}: records appended to:\n{text}");
+        let last = *appends.last().unwrap();
+        let path = {
+            let l = &lines[last];
+            let from = l.find(&records).unwrap();
+            &l[from..from + l[from..].find('>').unwrap()]
+        };
+        assert!(
+            lines[last..].iter().any(|l| strace::syncs(l, path)),
+            "{side}: the last write to {path} is never synced:\n{text}"
+        );
+    }
 }
