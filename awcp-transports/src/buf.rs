@@ -5,7 +5,7 @@
 //! delegation's CPU time (`BENCHMARKS.md`, 2026-11-27). Buffers here start at what the data
 //! needs, at most [`MAX`], and grow to [`MAX`] only when a read fills them.
 
-use std::io::{self, Read};
+use std::io::{self, Read, Seek, SeekFrom, Write};
 
 /// The largest read buffer: one read of a large file.
 pub const MAX: usize = 64 * 1024;
@@ -46,6 +46,113 @@ pub fn grow_if_filled(buf: &mut Vec<u8>, n: usize) {
     }
 }
 
+/// A write buffer that stays put across seeks within what it holds. `std::io::BufWriter`
+/// writes itself out on every seek; a ZIP writer seeks back after each entry to patch its local
+/// header (CRC and sizes), so through a `BufWriter` or straight to a file an entry cost about
+/// eleven system calls (`BENCHMARKS.md`, 2026-11-27, late). Here the bytes from `base` on stay
+/// in memory; writes and seeks inside them (or right at their end) change only the buffer,
+/// which is written out once it holds [`WRITE_BUF`] bytes. Anything else (a write before
+/// `base`) writes it out first and goes to the inner writer, so the result is always what the
+/// same writes and seeks would have made of `inner` directly.
+pub struct SeekWriteBuf<W: Write + Seek> {
+    inner: W,
+    /// The inner writer's position.
+    inner_pos: u64,
+    /// The offset of `buf[0]`.
+    base: u64,
+    buf: Vec<u8>,
+    /// The logical position.
+    pos: u64,
+}
+
+/// How much [`SeekWriteBuf`] holds before writing it out.
+pub const WRITE_BUF: usize = 256 * 1024;
+
+impl<W: Write + Seek> SeekWriteBuf<W> {
+    /// Buffers writes to `inner`, from its current position.
+    pub fn new(mut inner: W) -> io::Result<Self> {
+        let pos = inner.stream_position()?;
+        Ok(SeekWriteBuf {
+            inner,
+            inner_pos: pos,
+            base: pos,
+            buf: Vec::new(),
+            pos,
+        })
+    }
+
+    /// Writes out what is held; the inner writer is then at the end of it.
+    fn write_out(&mut self) -> io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        if self.inner_pos != self.base {
+            self.inner.seek(SeekFrom::Start(self.base))?;
+        }
+        self.inner.write_all(&self.buf)?;
+        self.base += self.buf.len() as u64;
+        self.inner_pos = self.base;
+        self.buf.clear();
+        Ok(())
+    }
+
+    /// Everything written out; the inner writer, at the logical position.
+    pub fn into_inner(mut self) -> io::Result<W> {
+        self.write_out()?;
+        if self.inner_pos != self.pos {
+            self.inner.seek(SeekFrom::Start(self.pos))?;
+        }
+        self.inner.flush()?;
+        Ok(self.inner)
+    }
+}
+
+impl<W: Write + Seek> Write for SeekWriteBuf<W> {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        let end = self.base + self.buf.len() as u64;
+        if self.pos < self.base || self.pos > end {
+            // Outside what is held: write that out and start holding from here.
+            self.write_out()?;
+            self.base = self.pos;
+        }
+        let at = (self.pos - self.base) as usize;
+        let overlap = data.len().min(self.buf.len() - at);
+        self.buf[at..at + overlap].copy_from_slice(&data[..overlap]);
+        self.buf.extend_from_slice(&data[overlap..]);
+        self.pos += data.len() as u64;
+        if self.buf.len() >= WRITE_BUF {
+            self.write_out()?;
+        }
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.write_out()?;
+        self.inner.flush()
+    }
+}
+
+impl<W: Write + Seek> Seek for SeekWriteBuf<W> {
+    fn seek(&mut self, to: SeekFrom) -> io::Result<u64> {
+        let target = match to {
+            SeekFrom::Start(n) => Some(n),
+            SeekFrom::Current(d) => self.pos.checked_add_signed(d),
+            SeekFrom::End(_) => {
+                // The end is the inner writer's business (not used by the ZIP writer).
+                self.write_out()?;
+                self.pos = self.inner.seek(to)?;
+                self.inner_pos = self.pos;
+                self.base = self.pos;
+                return Ok(self.pos);
+            }
+        };
+        self.pos = target.ok_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidInput, "seek to a negative position")
+        })?;
+        Ok(self.pos)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -70,4 +177,88 @@ mod tests {
         assert_eq!(n, data.len() as u64);
         assert_eq!(seen, data);
     }
+
+    /// One step of a writer's life: a write of `len` bytes (filled with `byte`) or a seek.
+    #[derive(Clone, Debug)]
+    enum Step {
+        Write(usize, u8),
+        SeekStart(u64),
+        SeekBack(i64),
+        SeekEnd,
+    }
+
+    fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+        use proptest::prelude::*;
+        prop_oneof![
+            6 => (0usize..3000, any::<u8>()).prop_map(|(n, b)| Step::Write(n, b)),
+            1 => (WRITE_BUF - 3000..WRITE_BUF + 3000, any::<u8>()).prop_map(|(n, b)| Step::Write(n, b)),
+            2 => (0u64..600_000).prop_map(Step::SeekStart),
+            3 => (0i64..5000).prop_map(Step::SeekBack),
+            1 => Just(Step::SeekEnd),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(200))]
+        /// Whatever writes and seeks a writer makes, through the buffer the result is the one
+        /// it would have made of the inner writer directly, ending at the same position.
+        #[test]
+        fn seek_write_buf_makes_what_the_direct_writes_make(steps in proptest::collection::vec(step(), 0..40)) {
+            let mut direct = io::Cursor::new(Vec::new());
+            let mut buffered = SeekWriteBuf::new(io::Cursor::new(Vec::new())).unwrap();
+            for s in &steps {
+                let (a, b) = match *s {
+                    Step::Write(n, b) => {
+                        let data = vec![b; n];
+                        direct.write_all(&data).unwrap();
+                        buffered.write_all(&data).unwrap();
+                        (0, 0)
+                    }
+                    Step::SeekStart(n) => {
+                        let n = n.min(direct.get_ref().len() as u64);
+                        (direct.seek(SeekFrom::Start(n)).unwrap(), buffered.seek(SeekFrom::Start(n)).unwrap())
+                    }
+                    Step::SeekBack(d) => {
+                        let d = d.min(direct.position() as i64);
+                        (direct.seek(SeekFrom::Current(-d)).unwrap(), buffered.seek(SeekFrom::Current(-d)).unwrap())
+                    }
+                    Step::SeekEnd => (direct.seek(SeekFrom::End(0)).unwrap(), buffered.seek(SeekFrom::End(0)).unwrap()),
+                };
+                proptest::prop_assert_eq!(a, b);
+            }
+            let pos = direct.position();
+            let inner = buffered.into_inner().unwrap();
+            proptest::prop_assert_eq!(inner.position(), pos);
+            proptest::prop_assert!(inner.get_ref() == direct.get_ref(), "contents differ");
+        }
+    }
+
+    #[test]
+    fn a_zip_written_through_the_buffer_is_the_same_zip() {
+        let files: Vec<Vec<u8>> = (0..50u32)
+            .map(|i| {
+                (0..(i * 997 % 20_000))
+                    .map(|j| (j * i % 251) as u8)
+                    .collect()
+            })
+            .collect();
+        let write = |w: &mut dyn WriteSeekDyn| {
+            let mut z = zip::ZipWriter::new(w);
+            for (i, f) in files.iter().enumerate() {
+                let opts = zip::write::SimpleFileOptions::default()
+                    .compression_method(zip::CompressionMethod::Stored);
+                z.start_file(format!("f{i}"), opts).unwrap();
+                z.write_all(f).unwrap();
+            }
+            z.finish().unwrap();
+        };
+        let mut direct = io::Cursor::new(Vec::new());
+        write(&mut direct);
+        let mut buffered = SeekWriteBuf::new(io::Cursor::new(Vec::new())).unwrap();
+        write(&mut buffered);
+        assert!(buffered.into_inner().unwrap().get_ref() == direct.get_ref());
+    }
+
+    trait WriteSeekDyn: Write + Seek {}
+    impl<T: Write + Seek> WriteSeekDyn for T {}
 }

@@ -20,7 +20,7 @@
 #![warn(missing_docs)]
 
 pub mod archive;
-mod buf;
+pub(crate) mod buf;
 pub mod cancel;
 pub mod command;
 pub mod durable;

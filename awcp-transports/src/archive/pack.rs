@@ -8,6 +8,7 @@ use sha2::{Digest, Sha256};
 use zip::write::SimpleFileOptions;
 use zip::{CompressionMethod, ZipWriter};
 
+use crate::buf::SeekWriteBuf;
 use crate::cancel::CancelFlag;
 use crate::error::TransportError;
 use crate::manifest::hex;
@@ -50,64 +51,105 @@ pub struct PackReport {
     pub stored: usize,
 }
 
+/// Files up to this size are read, hashed and judged for compression by helper threads when
+/// there are many ([`PARALLEL_MIN_FILES`]); larger ones are read in pieces by the writing
+/// thread. Bounds the memory of the read-ahead: each helper holds at most three such files.
+pub const PREREAD_MAX: usize = 256 * 1024;
+/// Helpers read ahead only from this many files on: below it a thread costs more than it
+/// saves (a tiny delegation's workspace is a handful of files).
+pub const PARALLEL_MIN_FILES: usize = 64;
+/// Read-ahead helpers at most.
+const MAX_HELPERS: usize = 4;
+
 /// Writes a ZIP of `items` (plus small in-memory `extra` entries) to `w`.
+///
+/// With many files ([`PARALLEL_MIN_FILES`] or more) and more than one core, up to four helper
+/// threads read the small ones ([`PREREAD_MAX`]), hash them and decide store or deflate, each
+/// taking every n-th file, while the calling thread writes the entries in order; on a
+/// workspace of many small files that was most of the packing time (`BENCHMARKS.md`,
+/// 2026-11-27, late). The archive and the report are the same either way.
 pub fn pack<W: Write + Seek>(
     w: W,
     items: &[PackItem<'_>],
     extra: &[(&str, &[u8])],
     cancel: &CancelFlag,
 ) -> Result<(W, PackReport), TransportError> {
-    let mut zw = ZipWriter::new(w);
+    // Asked only when there is enough to share out (reading the core count costs several
+    // system calls).
+    let helpers = if items.len() < PARALLEL_MIN_FILES {
+        0
+    } else {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+            .min(MAX_HELPERS)
+    };
+    pack_using(w, items, extra, cancel, helpers)
+}
+
+/// [`pack`] with `helpers` read-ahead threads (none below 2).
+fn pack_using<W: Write + Seek>(
+    w: W,
+    items: &[PackItem<'_>],
+    extra: &[(&str, &[u8])],
+    cancel: &CancelFlag,
+    helpers: usize,
+) -> Result<(W, PackReport), TransportError> {
+    let mut zw = ZipWriter::new(
+        SeekWriteBuf::new(w).map_err(|e| TransportError::io("starting archive", e))?,
+    );
     let mut report = PackReport::default();
     let largest = items.iter().map(|i| i.entry.size).max().unwrap_or(0);
     let mut buf = crate::buf::for_len(largest);
-    for item in items {
-        cancel.check()?;
-        let e = item.entry;
-        let ctx = || format!("packing `{}`", item.name);
-        let mut f = fs::File::open(&e.path).map_err(|err| TransportError::io(ctx(), err))?;
-        let n = read_full(&mut f, &mut buf).map_err(|err| TransportError::io(ctx(), err))?;
-        let method = if n < STORE_BELOW || looks_compressed(item.name, &buf[..n]) {
-            report.stored += 1;
-            CompressionMethod::Stored
-        } else {
-            CompressionMethod::Deflated
-        };
-        let mut opts = SimpleFileOptions::default()
-            .compression_method(method)
-            .unix_permissions(e.mode & 0o777)
-            .large_file(e.size >= u32::MAX as u64);
-        if method == CompressionMethod::Deflated {
-            opts = opts.compression_level(Some(DEFLATE_LEVEL));
+    if helpers < 2 {
+        for item in items {
+            cancel.check()?;
+            pack_streamed(&mut zw, item, &mut buf, &mut report, cancel)?;
         }
-        zw.start_file(item.name, opts)
-            .map_err(|err| TransportError::io(ctx(), zip_io(err)))?;
-        let mut h = Sha256::new();
-        h.update(&buf[..n]);
-        zw.write_all(&buf[..n])
-            .map_err(|err| TransportError::io(ctx(), err))?;
-        let mut total = n as u64;
-        if n == buf.len() {
-            loop {
-                let k = f
-                    .read(&mut buf)
-                    .map_err(|err| TransportError::io(ctx(), err))?;
-                if k == 0 {
-                    break;
-                }
-                h.update(&buf[..k]);
-                zw.write_all(&buf[..k])
-                    .map_err(|err| TransportError::io(ctx(), err))?;
-                total += k as u64;
-                if total % (16 * 1024 * 1024) < k as u64 {
-                    cancel.check()?;
+    } else {
+        std::thread::scope(|s| {
+            let ahead: Vec<_> = (0..helpers)
+                .map(|j| {
+                    let (tx, rx) = std::sync::mpsc::sync_channel(2);
+                    s.spawn(move || {
+                        for item in items.iter().skip(j).step_by(helpers) {
+                            if cancel.is_cancelled() || tx.send(preread(item)).is_err() {
+                                return;
+                            }
+                        }
+                    });
+                    rx
+                })
+                .collect();
+            for (i, item) in items.iter().enumerate() {
+                cancel.check()?;
+                match ahead[i % helpers].recv() {
+                    Ok(Preread::Ready { data, method, hash }) => {
+                        start_entry(&mut zw, item, method)?;
+                        zw.write_all(&data)
+                            .map_err(|err| TransportError::io(entry_ctx(item), err))?;
+                        report.total_bytes += data.len() as u64;
+                        report.stored += usize::from(method == CompressionMethod::Stored);
+                        report.hashes.push((item.name.to_owned(), hash));
+                    }
+                    Ok(Preread::Large) => {
+                        pack_streamed(&mut zw, item, &mut buf, &mut report, cancel)?
+                    }
+                    Ok(Preread::Failed(e)) => return Err(e),
+                    // The helper ended early: cancelled (checked above on the next turn) or
+                    // panicked (the scope raises it again).
+                    Err(_) => {
+                        return Err(cancel.check().err().unwrap_or_else(|| {
+                            TransportError::io(
+                                "packing",
+                                io::Error::other("a packing thread stopped"),
+                            )
+                        }))
+                    }
                 }
             }
-        }
-        report.total_bytes += total;
-        report
-            .hashes
-            .push((item.name.to_owned(), hex(&h.finalize())));
+            Ok::<_, TransportError>(())
+        })?;
     }
     for (name, data) in extra {
         let method = if data.len() < STORE_BELOW {
@@ -125,8 +167,119 @@ pub fn pack<W: Write + Seek>(
     }
     let w = zw
         .finish()
-        .map_err(|err| TransportError::io("finishing archive", zip_io(err)))?;
+        .map_err(|err| TransportError::io("finishing archive", zip_io(err)))?
+        .into_inner()
+        .map_err(|err| TransportError::io("finishing archive", err))?;
     Ok((w, report))
+}
+
+/// A file read ahead by a helper thread.
+enum Preread {
+    /// Its content, how to store it and its SHA-256 (hex).
+    Ready {
+        data: Vec<u8>,
+        method: CompressionMethod,
+        hash: String,
+    },
+    /// Larger than [`PREREAD_MAX`]: the writing thread reads it in pieces.
+    Large,
+    /// It could not be read.
+    Failed(TransportError),
+}
+
+/// Reads a small file whole (see [`Preread`]).
+fn preread(item: &PackItem<'_>) -> Preread {
+    if item.entry.size > PREREAD_MAX as u64 {
+        return Preread::Large;
+    }
+    let mut data = Vec::with_capacity(item.entry.size as usize + 1);
+    let read = fs::File::open(&item.entry.path)
+        .and_then(|f| f.take(PREREAD_MAX as u64 + 1).read_to_end(&mut data));
+    if let Err(err) = read {
+        return Preread::Failed(TransportError::io(entry_ctx(item), err));
+    }
+    if data.len() > PREREAD_MAX {
+        // Grew since the walk.
+        return Preread::Large;
+    }
+    let sample = &data[..data.len().min(crate::buf::MAX)];
+    Preread::Ready {
+        method: method_for(item.name, sample),
+        hash: hex(&Sha256::digest(&data)),
+        data,
+    }
+}
+
+/// Stored or deflated, from the first piece read of the file.
+fn method_for(name: &str, sample: &[u8]) -> CompressionMethod {
+    if sample.len() < STORE_BELOW || looks_compressed(name, sample) {
+        CompressionMethod::Stored
+    } else {
+        CompressionMethod::Deflated
+    }
+}
+
+fn entry_ctx(item: &PackItem<'_>) -> String {
+    format!("packing `{}`", item.name)
+}
+
+/// Starts the entry of `item`.
+fn start_entry<W: Write + Seek>(
+    zw: &mut ZipWriter<W>,
+    item: &PackItem<'_>,
+    method: CompressionMethod,
+) -> Result<(), TransportError> {
+    let e = item.entry;
+    let mut opts = SimpleFileOptions::default()
+        .compression_method(method)
+        .unix_permissions(e.mode & 0o777)
+        .large_file(e.size >= u32::MAX as u64);
+    if method == CompressionMethod::Deflated {
+        opts = opts.compression_level(Some(DEFLATE_LEVEL));
+    }
+    zw.start_file(item.name, opts)
+        .map_err(|err| TransportError::io(entry_ctx(item), zip_io(err)))
+}
+
+/// Packs `item` reading it in pieces of `buf`.
+fn pack_streamed<W: Write + Seek>(
+    zw: &mut ZipWriter<W>,
+    item: &PackItem<'_>,
+    buf: &mut [u8],
+    report: &mut PackReport,
+    cancel: &CancelFlag,
+) -> Result<(), TransportError> {
+    let ctx = || entry_ctx(item);
+    let mut f = fs::File::open(&item.entry.path).map_err(|err| TransportError::io(ctx(), err))?;
+    let n = read_full(&mut f, buf).map_err(|err| TransportError::io(ctx(), err))?;
+    let method = method_for(item.name, &buf[..n]);
+    report.stored += usize::from(method == CompressionMethod::Stored);
+    start_entry(zw, item, method)?;
+    let mut h = Sha256::new();
+    h.update(&buf[..n]);
+    zw.write_all(&buf[..n])
+        .map_err(|err| TransportError::io(ctx(), err))?;
+    let mut total = n as u64;
+    if n == buf.len() {
+        loop {
+            let k = f.read(buf).map_err(|err| TransportError::io(ctx(), err))?;
+            if k == 0 {
+                break;
+            }
+            h.update(&buf[..k]);
+            zw.write_all(&buf[..k])
+                .map_err(|err| TransportError::io(ctx(), err))?;
+            total += k as u64;
+            if total % (16 * 1024 * 1024) < k as u64 {
+                cancel.check()?;
+            }
+        }
+    }
+    report.total_bytes += total;
+    report
+        .hashes
+        .push((item.name.to_owned(), hex(&h.finalize())));
+    Ok(())
 }
 
 pub(crate) fn zip_io(e: zip::result::ZipError) -> io::Error {
@@ -247,6 +400,71 @@ fn repeated_bytes(data: &[u8]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Many files of every kind (empty, text, random, larger than the read-ahead holds),
+    /// packed by the writing thread alone and with helpers reading ahead: the same bytes, the
+    /// same report; and a file gone since the walk fails both the same way.
+    #[test]
+    fn helpers_reading_ahead_make_the_same_archive() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut entries = Vec::new();
+        for i in 0..150usize {
+            let data: Vec<u8> = match i % 5 {
+                0 => Vec::new(),
+                1 => format!("line {i}\n").repeat(i * 40).into_bytes(),
+                2 => (0..i * 300)
+                    .map(|j| (j * 7919 % 256) as u8 ^ (j >> 3) as u8)
+                    .collect(),
+                3 => (0..(PREREAD_MAX + i * 1000))
+                    .map(|j| (j % 97) as u8)
+                    .collect(),
+                _ => b"short".to_vec(),
+            };
+            entries.push(entry(dir.path(), &format!("f{i}"), &data));
+        }
+        let names: Vec<String> = (0..entries.len()).map(|i| format!("dir/f{i}")).collect();
+        let items: Vec<PackItem<'_>> = entries
+            .iter()
+            .zip(&names)
+            .map(|(entry, name)| PackItem { name, entry })
+            .collect();
+        let extra: &[(&str, &[u8])] = &[("meta.json", b"{}")];
+        let pack_with = |helpers| {
+            pack_using(
+                io::Cursor::new(Vec::new()),
+                &items,
+                extra,
+                &CancelFlag::new(),
+                helpers,
+            )
+        };
+        let (alone, alone_report) = pack_with(0).unwrap();
+        for helpers in [2, 3, 4] {
+            let (ahead, ahead_report) = pack_with(helpers).unwrap();
+            assert!(
+                ahead.get_ref() == alone.get_ref(),
+                "{helpers} helpers: other bytes"
+            );
+            assert_eq!(ahead_report.hashes, alone_report.hashes);
+            assert_eq!(ahead_report.total_bytes, alone_report.total_bytes);
+            assert_eq!(ahead_report.stored, alone_report.stored);
+        }
+        assert!(alone_report.stored > 0 && alone_report.stored < items.len());
+        let mut zip = zip::ZipArchive::new(alone).unwrap();
+        assert_eq!(zip.len(), items.len() + 1);
+        let mut back = Vec::new();
+        zip.by_name("dir/f7")
+            .unwrap()
+            .read_to_end(&mut back)
+            .unwrap();
+        assert_eq!(back, fs::read(dir.path().join("f7")).unwrap());
+
+        fs::remove_file(dir.path().join("f101")).unwrap();
+        for helpers in [0, 2] {
+            let err = pack_with(helpers).expect_err("a missing file fails the pack");
+            assert!(err.to_string().contains("dir/f101"), "{helpers}: {err}");
+        }
+    }
 
     fn entry(dir: &std::path::Path, name: &str, data: &[u8]) -> WalkEntry {
         let path = dir.join(name);
