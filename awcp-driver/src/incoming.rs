@@ -9,6 +9,7 @@ use std::path::PathBuf;
 
 use awcp_proto::wire::divert::ArchiveTextDiverter;
 use awcp_transports::archive::Base64Pieces;
+use awcp_transports::manifest::Sha256Hex;
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use http_body_util::BodyExt;
@@ -33,6 +34,15 @@ impl From<InlineError> for ReceiveError {
     }
 }
 
+/// An archive received into a file.
+#[derive(Debug)]
+pub(crate) struct Received {
+    /// The file (the caller's to keep or delete).
+    pub path: PathBuf,
+    /// The SHA-256 of what was written to it (lowercase hex), computed as it was written.
+    pub sha256: String,
+}
+
 /// Reads a body through `div`, decoding the archive text it diverts into a new file in `dir`
 /// (named `<prefix>…zip`) as it arrives, at most `max_text` bytes of text: memory stays
 /// bounded by a few pieces, whatever the archive's size. Returns the rest of the JSON (the
@@ -44,7 +54,7 @@ pub(crate) async fn receive_diverted<B>(
     max_text: u64,
     dir: PathBuf,
     prefix: &'static str,
-) -> Result<(Vec<u8>, Option<PathBuf>), ReceiveError>
+) -> Result<(Vec<u8>, Option<Received>), ReceiveError>
 where
     B: http_body::Body<Data = Bytes>,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
@@ -137,7 +147,7 @@ impl InlineArchive {
 
     /// The text is complete: decodes what is left and returns the file (made even for empty
     /// text), which the caller now owns.
-    pub(crate) async fn finish(mut self) -> Result<PathBuf, InlineError> {
+    pub(crate) async fn finish(mut self) -> Result<Received, InlineError> {
         let mut rest = Vec::new();
         let pieces = std::mem::take(&mut self.pieces);
         if let Err(e) = pieces.finish(&mut rest) {
@@ -186,11 +196,12 @@ enum Piece {
     End,
 }
 
-/// A thread writing decoded pieces to a new file; the file is kept only after [`Piece::End`]
-/// (a writer dropped or ended without it deletes its file).
+/// A thread writing decoded pieces to a new file, hashing them as it goes (the hash comes
+/// with the file, so no one reads it again to check its checksum); the file is kept only after
+/// [`Piece::End`] (a writer dropped or ended without it deletes its file).
 struct ArchiveWriter {
     tx: futures::channel::mpsc::Sender<Piece>,
-    done: futures::channel::oneshot::Receiver<Result<PathBuf, String>>,
+    done: futures::channel::oneshot::Receiver<Result<Received, String>>,
 }
 
 impl ArchiveWriter {
@@ -205,11 +216,21 @@ impl ArchiveWriter {
                     .prefix(prefix)
                     .suffix(".zip")
                     .tempfile_in(&dir)?;
+                let mut hash = Sha256Hex::default();
                 loop {
                     match futures::executor::block_on(rx.next()) {
-                        Some(Piece::Bytes(b)) => t.write_all(&b)?,
+                        Some(Piece::Bytes(b)) => {
+                            t.write_all(&b)?;
+                            hash.update(&b);
+                        }
                         // Not synced: whoever keeps the file syncs it when it must be durable.
-                        Some(Piece::End) => return t.into_temp_path().keep().map_err(|e| e.error),
+                        Some(Piece::End) => {
+                            let path = t.into_temp_path().keep().map_err(|e| e.error)?;
+                            return Ok(Received {
+                                path,
+                                sha256: hash.finish(),
+                            });
+                        }
                         // Given up: the temporary file is deleted as `t` drops.
                         None => return Err(std::io::Error::other("abandoned")),
                     }
@@ -222,10 +243,10 @@ impl ArchiveWriter {
 
     /// Closes the channel and waits for the thread: the kept file, or why there is none (then
     /// nothing is left on disk).
-    async fn end(self) -> Result<PathBuf, InlineError> {
+    async fn end(self) -> Result<Received, InlineError> {
         drop(self.tx);
         match self.done.await {
-            Ok(Ok(path)) => Ok(path),
+            Ok(Ok(received)) => Ok(received),
             Ok(Err(e)) => Err(InlineError::Local(e)),
             Err(_) => Err(InlineError::Local("the archive writer stopped".into())),
         }
@@ -250,8 +271,13 @@ mod tests {
                 a.text(piece).await.unwrap();
             }
             let f = a.finish().await.unwrap();
-            assert_eq!(std::fs::read(&f).unwrap(), b"ABCDEFH");
-            std::fs::remove_file(f).unwrap();
+            assert_eq!(std::fs::read(&f.path).unwrap(), b"ABCDEFH");
+            // Hashed as written: the same as hashing the file.
+            assert_eq!(
+                Some(f.sha256),
+                awcp_transports::manifest::hash_file(&f.path).ok()
+            );
+            std::fs::remove_file(f.path).unwrap();
 
             let mut a = InlineArchive::new(dir.path().into(), ".t-");
             a.text(b"QUJD").await.unwrap();
@@ -299,8 +325,8 @@ mod tests {
                 br#"{"status":"completed","summary":"s","snapshotBase64":"","checksum":"00"}"#
             );
             let file = file.unwrap();
-            assert_eq!(std::fs::read(&file).unwrap(), archive);
-            std::fs::remove_file(file).unwrap();
+            assert_eq!(std::fs::read(&file.path).unwrap(), archive);
+            std::fs::remove_file(file.path).unwrap();
             // Over the text limit: refused, nothing left.
             let div = ArchiveTextDiverter::for_results(1024);
             let r = receive_diverted(frames(&body), div, 1000, dir.path().into(), ".r-").await;

@@ -105,16 +105,19 @@ fn archive_data() -> impl Strategy<Value = ArchiveData> {
             base64: Some(b),
             url: None,
             local_file: None,
+            local_file_sha256: None,
         }),
         text().prop_map(|u| ArchiveData {
             base64: None,
             url: Some(u),
             local_file: None,
+            local_file_sha256: None,
         }),
         (text(), text()).prop_map(|(b, u)| ArchiveData {
             base64: Some(b),
             url: Some(u),
             local_file: None,
+            local_file_sha256: None,
         }),
     ]
 }
@@ -584,6 +587,7 @@ fn an_owned_start_with_a_large_inline_archive_encodes_the_same() {
                     base64: Some(text.clone()),
                     url: None,
                     local_file: None,
+                    local_file_sha256: None,
                 },
                 checksum: "c".repeat(64),
                 size_bytes: Some(1),
@@ -632,16 +636,19 @@ fn a_start_split_around_its_archive_file_travels_and_is_diverted_whole() {
         base64: Some(b64.clone()),
         url: None,
         local_file: None,
+        local_file_sha256: None,
     });
     let from_file = start_with(ArchiveData {
         base64: None,
         url: None,
         local_file: Some("/tmp/x.zip".into()),
+        local_file_sha256: None,
     });
     let emptied = start_with(ArchiveData {
         base64: Some(String::new()),
         url: None,
         local_file: None,
+        local_file_sha256: None,
     });
     assert_eq!(encode_message_split(&inline, Dialect::Reference), None);
     for d in [Dialect::Reference, Dialect::Seed] {
@@ -683,6 +690,7 @@ fn results_split_around_their_archive_file_travel_and_are_diverted_whole() {
         base64: base64.map(str::to_owned),
         url: None,
         local_file: file.map(str::to_owned),
+        local_file_sha256: None,
     };
     let snapshot = |data: ArchiveData| SnapshotEvent {
         snapshot_id: SnapshotId::new("snap_0123456789ab").unwrap(),

@@ -72,6 +72,23 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
     s
 }
 
+/// SHA-256 of data that arrives in pieces, as [`hash_reader`] computes it of the whole: e.g.
+/// of an archive as it is written.
+#[derive(Clone, Default)]
+pub struct Sha256Hex(Sha256);
+
+impl Sha256Hex {
+    /// Adds the next piece.
+    pub fn update(&mut self, piece: &[u8]) {
+        self.0.update(piece);
+    }
+
+    /// The hash of everything added, lowercase hex.
+    pub fn finish(self) -> String {
+        hex(&self.0.finalize())
+    }
+}
+
 /// SHA-256 of a file's content, streamed.
 pub fn hash_file(path: &Path) -> std::io::Result<String> {
     let mut f = fs::File::open(path)?;

@@ -154,7 +154,8 @@ impl EventResult {
     async fn end(&mut self, id: &DelegationId, diverted: bool) -> (Option<PathBuf>, bool) {
         let file = match self.archive.take() {
             Some(a) if diverted && !self.failed => match a.finish().await {
-                Ok(f) => Some(f),
+                // Its hash is not used: the store and the apply check the file as they read it.
+                Ok(f) => Some(f.path),
                 Err(e) => {
                     tracing::warn!(delegation = %id, "inline result not received: {e}");
                     self.failed = true;
@@ -263,7 +264,7 @@ async fn fetch<R: Runtime>(
         .await
         .map_err(|e| net::request_failure(&e))?;
     let (json, file) = match received {
-        Ok(r) => r,
+        Ok((json, file)) => (json, file.map(|f| f.path)),
         Err(ReceiveError::Body(e)) => {
             return Err(RequestFailure::Network(format!("reading the result: {e}")))
         }

@@ -259,9 +259,9 @@ impl ExecutorHandle {
                 Err(_) => return reply(wire_http::reject_unreadable_body()),
             }
         };
-        let discard = |f: &Option<std::path::PathBuf>| {
+        let discard = |f: &Option<crate::incoming::Received>| {
             if let Some(f) = f {
-                let _ = std::fs::remove_file(f);
+                let _ = std::fs::remove_file(&f.path);
             }
         };
         // The body can be as large as an inline archive: START's archive text is decoded in
@@ -274,7 +274,7 @@ impl ExecutorHandle {
             }
         };
         if let Some(f) = &archive_file {
-            if !attach_diverted_archive(&mut msg, &f.to_string_lossy()) {
+            if !attach_diverted_archive(&mut msg, &f.path.to_string_lossy(), Some(&f.sha256)) {
                 discard(&archive_file);
             }
         }

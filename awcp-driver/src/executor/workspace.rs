@@ -127,17 +127,26 @@ pub(super) async fn setup<R: Runtime>(
         return Err(SetupFailure::UnsupportedTransport(handle.kind()));
     };
     let names: Vec<_> = resources.into_iter().map(|r| r.name).collect();
-    // Set up from an archive file that is ours to delete afterwards (received or downloaded).
+    // Set up from an archive file that is ours to delete afterwards (received or downloaded),
+    // of which the SHA-256 may be known already (computed as it was received).
     let from_file = |t: Arc<dyn ExecutorTransport>,
                      cancel: CancelFlag,
                      file: PathBuf,
+                     sha256: Option<String>,
                      work_dir: String,
                      checksum: String,
                      names: Vec<_>| {
         blocking(rt, move || {
+            let source = match sha256.as_deref() {
+                Some(sha256) => ArchiveSource::HashedFile {
+                    path: &file,
+                    sha256,
+                },
+                None => ArchiveSource::File(&file),
+            };
             let req = SetupRequest {
                 work_dir: Path::new(&work_dir),
-                source: ArchiveSource::File(&file),
+                source,
                 expected_checksum: Some(&checksum),
                 access_mode: access,
                 resources: &names,
@@ -153,7 +162,8 @@ pub(super) async fn setup<R: Runtime>(
     if let Some(file) = h.data.local_file.clone() {
         // Received inline and written to this file as it arrived.
         let file = PathBuf::from(file);
-        return from_file(t, cancel, file, work_dir, h.checksum, names).await;
+        let sha256 = h.data.local_file_sha256.clone();
+        return from_file(t, cancel, file, sha256, work_dir, h.checksum, names).await;
     }
     if h.data.base64.is_some() {
         return blocking(rt, move || {
@@ -177,7 +187,7 @@ pub(super) async fn setup<R: Runtime>(
     http.download(&url, &[], file.clone(), limit, timeout)
         .await
         .map_err(|e| SetupFailure::Fetch(e.to_string()))?;
-    from_file(t, cancel, file, work_dir, h.checksum, names).await
+    from_file(t, cancel, file, None, work_dir, h.checksum, names).await
 }
 
 pub(super) fn to_captured(
@@ -241,6 +251,7 @@ pub(super) fn to_captured(
                     base64: None,
                     url,
                     local_file,
+                    local_file_sha256: None,
                 },
                 checksum: Some(f.checksum),
                 metadata,

@@ -364,6 +364,7 @@ impl Pair {
                                 base64: Some(EMPTY_ZIP.into()),
                                 url: None,
                                 local_file: None,
+                                local_file_sha256: None,
                             },
                             checksum: "0".repeat(64),
                             size_bytes: Some(22),
@@ -602,11 +603,13 @@ impl Pair {
                         base64: Some(EMPTY_ZIP.into()),
                         url: None,
                         local_file: None,
+                        local_file_sha256: None,
                     },
                     SnapshotDelivery::ByUrl { base } => ArchiveData {
                         base64: None,
                         url: Some(crate::http_binding::snapshot_url(&base, &id, &snapshot_id)),
                         local_file: None,
+                        local_file_sha256: None,
                     },
                 };
                 self.to_executor.push_back(ExecutorInput::SnapshotCaptured {

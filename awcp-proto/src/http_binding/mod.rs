@@ -242,6 +242,7 @@ pub fn decode_result(id: &DelegationId, v: &Value) -> Result<FetchedResult, Stri
                 base64: str_field("snapshotBase64"),
                 url: str_field("snapshotUrl"),
                 local_file: None,
+                local_file_sha256: None,
             };
             let snapshot = if data.base64.is_some() || data.url.is_some() {
                 let sid = str_field("snapshotId")

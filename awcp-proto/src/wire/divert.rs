@@ -260,14 +260,17 @@ impl ArchiveTextDiverter {
 }
 
 /// Puts the file a diverted archive was decoded into in place of START's (now empty) inline
-/// text, as [`ArchiveData::local_file`](super::ArchiveData::local_file). `false` when `msg`
-/// is not a START with an archive handle: nothing was diverted from it, and the caller
+/// text, as [`ArchiveData::local_file`](super::ArchiveData::local_file), with the SHA-256 the
+/// driver computed of it as it wrote it, if it did
+/// ([`ArchiveData::local_file_sha256`](super::ArchiveData::local_file_sha256)). `false` when
+/// `msg` is not a START with an archive handle: nothing was diverted from it, and the caller
 /// deletes the file.
-pub fn attach_diverted_archive(msg: &mut super::Message, file: &str) -> bool {
+pub fn attach_diverted_archive(msg: &mut super::Message, file: &str, sha256: Option<&str>) -> bool {
     match msg.start_archive_mut() {
         Some(a) => {
             a.base64 = None;
             a.local_file = Some(file.to_owned());
+            a.local_file_sha256 = sha256.map(str::to_owned);
             true
         }
         None => false,
@@ -333,7 +336,11 @@ mod tests {
         let body = br#"{"version":"1","type":"START","delegationId":"d","lease":{"expiresAt":"2026-01-01T00:00:00.000Z","accessMode":"rw"},"transportHandle":{"transport":"archive","workspaceBase64":"QUJD","checksum":"00"}}"#;
         let (kept, _, _) = split(body, 7).unwrap();
         let (mut start, _) = crate::wire::decode_message(&kept).unwrap();
-        assert!(attach_diverted_archive(&mut start, "/tmp/a.zip"));
+        assert!(attach_diverted_archive(
+            &mut start,
+            "/tmp/a.zip",
+            Some("ab")
+        ));
         let crate::wire::Message::Start(st) = &start else {
             panic!("{start:?}")
         };
@@ -342,10 +349,11 @@ mod tests {
         };
         assert_eq!(a.data.base64, None);
         assert_eq!(a.data.local_file.as_deref(), Some("/tmp/a.zip"));
+        assert_eq!(a.data.local_file_sha256.as_deref(), Some("ab"));
         let ack = br#"{"version":"1","type":"ERROR","delegationId":"d","code":"CANCELLED","message":"x"}"#;
         let (mut other, _) = crate::wire::decode_message(ack).unwrap();
         let before = other.clone();
-        assert!(!attach_diverted_archive(&mut other, "/tmp/a.zip"));
+        assert!(!attach_diverted_archive(&mut other, "/tmp/a.zip", None));
         assert_eq!(other, before);
     }
 

@@ -128,6 +128,7 @@ impl ArchiveFile {
                 base64: None,
                 url: Some(url.into()),
                 local_file: None,
+                local_file_sha256: None,
             },
             checksum: self.checksum.clone(),
             size_bytes: Some(self.size_bytes),
@@ -151,6 +152,7 @@ impl ArchiveFile {
                 base64: Some(enc.into_inner()),
                 url: None,
                 local_file: None,
+                local_file_sha256: None,
             },
             checksum: self.checksum.clone(),
             size_bytes: Some(self.size_bytes),
@@ -207,6 +209,14 @@ pub enum ArchiveSource<'a> {
     Bytes(&'a [u8]),
     /// A ZIP file on disk.
     File(&'a Path),
+    /// A ZIP file on disk whose SHA-256 (hex) the caller computed as it wrote the file
+    /// ([`crate::manifest::Sha256Hex`]); it is checked instead of reading the file again.
+    HashedFile {
+        /// The file.
+        path: &'a Path,
+        /// Its SHA-256.
+        sha256: &'a str,
+    },
     /// A byte stream (e.g. an HTTP body); spooled to a temp file while hashing.
     Reader(&'a mut dyn Read),
 }
@@ -217,6 +227,7 @@ impl core::fmt::Debug for ArchiveSource<'_> {
             ArchiveSource::Base64(s) => write!(f, "Base64(len {})", s.len()),
             ArchiveSource::Bytes(b) => write!(f, "Bytes(len {})", b.len()),
             ArchiveSource::File(_) => f.write_str("File(..)"),
+            ArchiveSource::HashedFile { sha256, .. } => write!(f, "HashedFile(sha256 {sha256})"),
             ArchiveSource::Reader(_) => f.write_str("Reader(..)"),
         }
     }
@@ -369,6 +380,10 @@ pub(crate) fn open_verified(
                 .map_err(|e| TransportError::io("rewinding archive", e))?;
             (Opened::File(f), sum)
         }
+        ArchiveSource::HashedFile { path, sha256 } => {
+            let f = fs::File::open(path).map_err(|e| TransportError::io("opening archive", e))?;
+            (Opened::File(f), sha256.to_owned())
+        }
         ArchiveSource::Reader(r) => spool(r, spool_dir, max_bytes, cancel, |e| {
             TransportError::io("receiving archive", e)
         })?,
@@ -470,6 +485,7 @@ pub(crate) fn produce(
                     base64: Some(base64),
                     url: None,
                     local_file: None,
+                    local_file_sha256: None,
                 },
             }))
         }
@@ -491,6 +507,7 @@ pub(crate) fn produce(
                             base64: Some(encode_base64(&data)),
                             url: None,
                             local_file: None,
+                            local_file_sha256: None,
                         },
                     }))
                 }
@@ -503,6 +520,7 @@ pub(crate) fn produce(
                             base64: None,
                             url: None,
                             local_file: Some(f.path.to_string_lossy().into_owned()),
+                            local_file_sha256: None,
                         },
                     }))
                 }

@@ -121,6 +121,7 @@ macro_rules! conformance_suite {
             executor_journal_holds_no_clear_text_credential,
             archive_listener_answers_nothing_but_archive_urls,
             hostile_archive_in_start_is_refused_without_escaping,
+            a_large_start_whose_archive_does_not_match_its_checksum_is_refused,
             stalled_invites_do_not_hold_executor_slots,
             web_page_cannot_drive_a_local_executor,
             hostile_result_from_an_executor_is_refused,

@@ -518,6 +518,72 @@ pub async fn hostile_archive_in_start_is_refused_without_escaping<R: TestRuntime
     wait_released::<R>(&ex).await;
 }
 
+/// A START large enough to be received into a file as it arrives (over 1 MiB), whose archive
+/// does not match its checksum: the executor checks the hash it computed while receiving and
+/// fails the setup with `CHECKSUM_MISMATCH`; the task never runs and no file is left.
+pub async fn a_large_start_whose_archive_does_not_match_its_checksum_is_refused<R: TestRuntime>() {
+    let ex = start_executor::<R>(Arc::new(EditRunner), |_| {}).await;
+    let id = "dlg_5d4c3b2a1908f7e6d5c4b3a291807060";
+    let (s, body) = call::<R>(
+        http::Method::POST,
+        &ex.peer,
+        &auth_headers::<R>(),
+        Some(archive_invite(id, "p")),
+    )
+    .await;
+    assert!(s == 200 && body.contains("ACCEPT"), "{body}");
+    let zip = {
+        let mut w = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+        let opts = zip::write::SimpleFileOptions::default()
+            .compression_method(zip::CompressionMethod::Stored)
+            .unix_permissions(0o644);
+        w.start_file("workspace/big.bin", opts).unwrap();
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let data: Vec<u8> = (0..1_200_000)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        w.write_all(&data).unwrap();
+        w.finish().unwrap().into_inner()
+    };
+    let b64 = awcp_transports::archive::encode_base64(&zip);
+    // The checksum of other bytes (the archive with its last byte changed).
+    let mut other = zip.clone();
+    *other.last_mut().unwrap() ^= 1;
+    let wrong = {
+        use sha2::Digest;
+        let d = sha2::Sha256::digest(&other);
+        d.iter().map(|b| format!("{b:02x}")).collect::<String>()
+    };
+    let (s, body) = call::<R>(
+        http::Method::POST,
+        &ex.peer,
+        &auth_headers::<R>(),
+        Some(start_with_archive(id, &b64, &wrong)),
+    )
+    .await;
+    assert_eq!(s, 200, "{body}");
+    let events_url = format!("{}/awcp/tasks/{id}/events", ex.base);
+    let (_, text) = timeout::<R, _>(
+        Duration::from_secs(60),
+        call::<R>(http::Method::GET, &events_url, &auth_headers::<R>(), None),
+    )
+    .await
+    .expect("the event stream ended");
+    assert!(text.contains("CHECKSUM_MISMATCH"), "{text}");
+    assert!(!text.contains("\"type\":\"done\""), "{text}");
+    wait_released::<R>(&ex).await;
+    let downloads = ex.work_root.join(".awcp/downloads");
+    let left: Vec<_> = std::fs::read_dir(&downloads)
+        .map(|r| r.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "files left: {left:?}");
+}
+
 enum EntryKind<'a> {
     File,
     Symlink(&'a str),
@@ -655,6 +721,7 @@ impl awcp_transports::ExecutorTransport for HostileResult {
                 base64: Some(awcp_transports::archive::encode_base64(&zip)),
                 url: None,
                 local_file: None,
+                local_file_sha256: None,
             },
             checksum,
             size_bytes: Some(zip.len() as u64),

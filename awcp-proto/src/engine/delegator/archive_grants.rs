@@ -195,6 +195,7 @@ mod tests {
                     base64: None,
                     url: Some("http://127.0.0.1:1/archives/secret".into()),
                     local_file: None,
+                    local_file_sha256: None,
                 },
                 checksum: "00".into(),
                 size_bytes: None,

@@ -174,6 +174,7 @@ impl Delegator {
                         base64: if file.is_some() { None } else { inline },
                         url: None,
                         local_file: file,
+                        local_file_sha256: None,
                     },
                     checksum: None,
                     recommended: Some(true),

@@ -152,6 +152,7 @@ mod setup_failure_tests {
                         base64: None,
                         url: Some("http://delegator/archives/t".into()),
                         local_file: None,
+                        local_file_sha256: None,
                     },
                     checksum: "0".repeat(64),
                     size_bytes: Some(1),

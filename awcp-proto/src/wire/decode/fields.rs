@@ -382,6 +382,7 @@ impl<'a> Obj<'a> {
             base64: self.opt_string(b64_key)?,
             url: self.opt_string(url_key)?,
             local_file: None,
+            local_file_sha256: None,
         };
         if data.base64.is_none() && data.url.is_none() {
             return Err(self.missing(b64_key));

@@ -47,6 +47,11 @@ pub struct ArchiveData {
     /// `workspaceBase64` into a file and set this instead of `base64`. The plain encoders
     /// ignore it (they write `workspaceBase64` only from `base64`).
     pub local_file: Option<String>,
+    /// Never on the wire either: the SHA-256 (lowercase hex) of [`ArchiveData::local_file`],
+    /// computed by the driver as it wrote the file, so that checking it against the handle's
+    /// `checksum` needs no second read of the file. `None` when not known (then whoever opens
+    /// the file hashes it). Like `local_file`, not kept across a restart.
+    pub local_file_sha256: Option<String>,
 }
 
 impl core::fmt::Debug for ArchiveData {
@@ -55,6 +60,7 @@ impl core::fmt::Debug for ArchiveData {
             .field("base64_len", &self.base64.as_ref().map(String::len))
             .field("url", &self.url)
             .field("local_file", &self.local_file)
+            .field("local_file_sha256", &self.local_file_sha256)
             .finish()
     }
 }

@@ -186,6 +186,7 @@ impl World {
                             base64: Some(body.clone()),
                             url: None,
                             local_file: None,
+                            local_file_sha256: None,
                         },
                         None,
                     ),
@@ -200,6 +201,7 @@ impl World {
                                 base64: None,
                                 url: Some(url),
                                 local_file: None,
+                                local_file_sha256: None,
                             },
                             Some(digest),
                         )

@@ -241,6 +241,7 @@ impl World {
                         base64: Some(body),
                         url: None,
                         local_file: None,
+                        local_file_sha256: None,
                     },
                     metadata: BTreeMap::from([(
                         "fileCount".to_owned(),
