@@ -51,9 +51,15 @@ pub fn grow_if_filled(buf: &mut Vec<u8>, n: usize) {
 /// header (CRC and sizes), so through a `BufWriter` or straight to a file an entry cost about
 /// eleven system calls (`BENCHMARKS.md`, 2026-11-27, late). Here the bytes from `base` on stay
 /// in memory; writes and seeks inside them (or right at their end) change only the buffer,
-/// which is written out once it holds [`WRITE_BUF`] bytes. Anything else (a write before
-/// `base`) writes it out first and goes to the inner writer, so the result is always what the
-/// same writes and seeks would have made of `inner` directly.
+/// which is written out once it holds [`WRITE_BUF`] bytes, all but its last [`KEEP`] (where
+/// the entry being written starts, unless it is larger). Anything else (a write before `base`)
+/// writes it out first and goes to the inner writer, so the result is always what the same
+/// writes and seeks would have made of `inner` directly.
+///
+/// It also hashes (SHA-256) what it writes out, in order, so that an archive needs no second
+/// pass to be checksummed: [`SeekWriteBuf::finish`] returns the hash of the whole content
+/// unless something already written out was written again (the header of a ZIP entry larger
+/// than [`KEEP`] is patched after it went out) or the writer did not start at 0.
 pub struct SeekWriteBuf<W: Write + Seek> {
     inner: W,
     /// The inner writer's position.
@@ -63,10 +69,16 @@ pub struct SeekWriteBuf<W: Write + Seek> {
     buf: Vec<u8>,
     /// The logical position.
     pos: u64,
+    /// The hash of the content's first `hashed` bytes, all written out; `None` once it cannot
+    /// become the whole content's hash.
+    hasher: Option<crate::manifest::Sha256Hex>,
+    hashed: u64,
 }
 
 /// How much [`SeekWriteBuf`] holds before writing it out.
 pub const WRITE_BUF: usize = 256 * 1024;
+/// How much of it stays when it is written out for its size.
+pub const KEEP: usize = 64 * 1024;
 
 impl<W: Write + Seek> SeekWriteBuf<W> {
     /// Buffers writes to `inner`, from its current position.
@@ -78,32 +90,53 @@ impl<W: Write + Seek> SeekWriteBuf<W> {
             base: pos,
             buf: Vec::new(),
             pos,
+            hasher: (pos == 0).then(crate::manifest::Sha256Hex::default),
+            hashed: 0,
         })
     }
 
-    /// Writes out what is held; the inner writer is then at the end of it.
-    fn write_out(&mut self) -> io::Result<()> {
-        if self.buf.is_empty() {
+    /// Writes out what is held but its last `keep` bytes.
+    fn write_out_but(&mut self, keep: usize) -> io::Result<()> {
+        let n = self.buf.len().saturating_sub(keep);
+        if n == 0 {
             return Ok(());
         }
         if self.inner_pos != self.base {
             self.inner.seek(SeekFrom::Start(self.base))?;
         }
-        self.inner.write_all(&self.buf)?;
-        self.base += self.buf.len() as u64;
+        self.inner.write_all(&self.buf[..n])?;
+        match &mut self.hasher {
+            Some(h) if self.base == self.hashed => {
+                h.update(&self.buf[..n]);
+                self.hashed += n as u64;
+            }
+            _ => self.hasher = None,
+        }
+        self.base += n as u64;
         self.inner_pos = self.base;
-        self.buf.clear();
+        self.buf.drain(..n);
         Ok(())
     }
 
-    /// Everything written out; the inner writer, at the logical position.
-    pub fn into_inner(mut self) -> io::Result<W> {
+    /// Writes out what is held; the inner writer is then at the end of it.
+    fn write_out(&mut self) -> io::Result<()> {
+        self.write_out_but(0)
+    }
+
+    /// Everything written out; the inner writer, at the logical position, and the SHA-256
+    /// (lowercase hex) of its whole content when it could be followed (see [`SeekWriteBuf`]).
+    pub fn finish(mut self) -> io::Result<(W, Option<String>)> {
         self.write_out()?;
-        if self.inner_pos != self.pos {
+        self.inner.flush()?;
+        let end = self.inner.seek(SeekFrom::End(0))?;
+        if end != self.pos {
             self.inner.seek(SeekFrom::Start(self.pos))?;
         }
-        self.inner.flush()?;
-        Ok(self.inner)
+        let hash = self
+            .hasher
+            .filter(|_| self.hashed == end)
+            .map(|h| h.finish());
+        Ok((self.inner, hash))
     }
 }
 
@@ -121,7 +154,7 @@ impl<W: Write + Seek> Write for SeekWriteBuf<W> {
         self.buf.extend_from_slice(&data[overlap..]);
         self.pos += data.len() as u64;
         if self.buf.len() >= WRITE_BUF {
-            self.write_out()?;
+            self.write_out_but(KEEP)?;
         }
         Ok(data.len())
     }
@@ -227,9 +260,13 @@ mod tests {
                 proptest::prop_assert_eq!(a, b);
             }
             let pos = direct.position();
-            let inner = buffered.into_inner().unwrap();
+            let (inner, hash) = buffered.finish().unwrap();
             proptest::prop_assert_eq!(inner.position(), pos);
             proptest::prop_assert!(inner.get_ref() == direct.get_ref(), "contents differ");
+            if let Some(h) = hash {
+                let want = crate::manifest::hash_reader(&mut &direct.get_ref()[..]).unwrap();
+                proptest::prop_assert_eq!(h, want, "a hash that is not the content's");
+            }
         }
     }
 
@@ -256,7 +293,11 @@ mod tests {
         write(&mut direct);
         let mut buffered = SeekWriteBuf::new(io::Cursor::new(Vec::new())).unwrap();
         write(&mut buffered);
-        assert!(buffered.into_inner().unwrap().get_ref() == direct.get_ref());
+        let (inner, hash) = buffered.finish().unwrap();
+        assert!(inner.get_ref() == direct.get_ref());
+        // Every entry smaller than what the buffer keeps: followed to the end.
+        let want = crate::manifest::hash_reader(&mut &direct.get_ref()[..]).unwrap();
+        assert_eq!(hash, Some(want));
     }
 
     trait WriteSeekDyn: Write + Seek {}

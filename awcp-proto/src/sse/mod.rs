@@ -147,7 +147,7 @@ impl SseDecoder {
         if self.discarding && self.start == self.buf.len() {
             // Inside an overlong line: drop its bytes at once instead of buffering them. The
             // terminator itself is kept so `next_event` ends the discarded line.
-            match bytes.iter().position(|&b| b == b'\n' || b == b'\r') {
+            match memchr::memchr2(b'\n', b'\r', bytes) {
                 Some(end) => bytes = &bytes[end..],
                 None => return,
             }
@@ -179,10 +179,7 @@ impl SseDecoder {
                 self.scan = self.scan.max(self.start);
             }
             let from = self.scan.max(self.start);
-            let found = self.buf[from..]
-                .iter()
-                .position(|&b| b == b'\n' || b == b'\r')
-                .map(|p| from + p);
+            let found = memchr::memchr2(b'\n', b'\r', &self.buf[from..]).map(|p| from + p);
             let Some(end) = found else {
                 self.scan = self.buf.len();
                 if self.discarding {

@@ -124,10 +124,7 @@ impl ArchiveTextDiverter {
                     chunk = &chunk[1..];
                     continue;
                 }
-                let end = chunk
-                    .iter()
-                    .position(|&b| b == b'"' || b == b'\\')
-                    .unwrap_or(chunk.len());
+                let end = memchr::memchr2(b'"', b'\\', chunk).unwrap_or(chunk.len());
                 text.extend_from_slice(&chunk[..end]);
                 chunk = &chunk[end..];
                 match chunk.first() {

@@ -47,43 +47,53 @@ pub fn decode_base64(text: &str) -> Result<Vec<u8>, TransportError> {
 /// the rest waits for the next piece or [`Base64Pieces::finish`].
 #[derive(Debug, Default)]
 pub struct Base64Pieces {
+    /// The start of a group of four split between pieces (under four bytes).
     carry: Vec<u8>,
     /// Padding was seen: the text has ended.
     padded: bool,
 }
 
 impl Base64Pieces {
-    /// Decodes what it can of `text` (after what was left over), appending to `out`.
-    pub fn push(&mut self, text: &[u8], out: &mut Vec<u8>) -> Result<(), TransportError> {
-        self.carry.extend_from_slice(text);
-        let whole = self.carry.len() / 4 * 4;
-        if whole > 0 {
-            self.decode(whole, out)?;
+    /// Decodes what it can of `text` (after what was left over), appending to `out`. The
+    /// text is decoded where it is, not copied first: only a group of four split between
+    /// pieces is.
+    pub fn push(&mut self, mut text: &[u8], out: &mut Vec<u8>) -> Result<(), TransportError> {
+        if !self.carry.is_empty() {
+            let take = (4 - self.carry.len()).min(text.len());
+            self.carry.extend_from_slice(&text[..take]);
+            text = &text[take..];
+            if self.carry.len() < 4 {
+                return Ok(());
+            }
+            let group = std::mem::take(&mut self.carry);
+            self.decode(&group, out)?;
         }
+        let whole = text.len() / 4 * 4;
+        self.decode(&text[..whole], out)?;
+        self.carry.extend_from_slice(&text[whole..]);
         Ok(())
     }
 
     /// Decodes what is left (missing padding accepted).
     pub fn finish(mut self, out: &mut Vec<u8>) -> Result<(), TransportError> {
-        let n = self.carry.len();
-        self.decode(n, out)
+        let rest = std::mem::take(&mut self.carry);
+        self.decode(&rest, out)
     }
 
-    fn decode(&mut self, n: usize, out: &mut Vec<u8>) -> Result<(), TransportError> {
-        if n == 0 {
+    fn decode(&mut self, text: &[u8], out: &mut Vec<u8>) -> Result<(), TransportError> {
+        if text.is_empty() {
             return Ok(());
         }
         if self.padded {
             return Err(TransportError::BadBase64("text after padding".into()));
         }
         let at = out.len();
-        out.resize(at + n / 4 * 3 + 3, 0);
+        out.resize(at + text.len() / 4 * 3 + 3, 0);
         let got = lenient_base64()
-            .decode_slice(&self.carry[..n], &mut out[at..])
+            .decode_slice(text, &mut out[at..])
             .map_err(|e| TransportError::BadBase64(e.to_string()))?;
         out.truncate(at + got);
-        self.padded = self.carry[..n].ends_with(b"=");
-        self.carry.drain(..n);
+        self.padded = text.ends_with(b"=");
         Ok(())
     }
 }
@@ -462,18 +472,21 @@ fn hash_and_encode(r: &mut impl Read, len: u64) -> io::Result<(String, String)> 
     Ok((hex(&hasher.finalize()), enc.into_inner()))
 }
 
-/// Produces an archive per `delivery` by running `write` on a seekable sink.
+/// Produces an archive per `delivery` by running `write` on a seekable sink; `write` returns
+/// the archive's SHA-256 (lowercase hex) if it followed it while writing
+/// ([`pack::PackReport::archive_sha256`]), else the written archive is hashed.
 pub(crate) fn produce(
     delivery: &Delivery,
     file_stem: &str,
-    write: impl FnOnce(&mut dyn WriteSeek) -> Result<(), TransportError>,
+    write: impl FnOnce(&mut dyn WriteSeek) -> Result<Option<String>, TransportError>,
 ) -> Result<ArchiveOutput, TransportError> {
     match delivery {
         Delivery::Inline => {
             // Small archives stay in memory; a large one goes to an unnamed temporary file, so
-            // that only its base64 text is ever held, not the archive's bytes as well.
+            // that only its base64 text is ever held, not the archive's bytes as well. (Its
+            // hash is taken as it is encoded.)
             let mut spool = tempfile::SpooledTempFile::new(SPOOL_IN_MEMORY);
-            write(&mut spool)?;
+            let _ = write(&mut spool)?;
             let io_err = |e| TransportError::io("encoding archive", e);
             let len = spool.seek(io::SeekFrom::End(0)).map_err(io_err)?;
             spool.seek(io::SeekFrom::Start(0)).map_err(io_err)?;
@@ -491,17 +504,17 @@ pub(crate) fn produce(
         }
         Delivery::File(dir) => {
             let mut t = pack_file(dir)?;
-            write(t.as_file_mut())?;
-            Ok(ArchiveOutput::File(persist_pack(t, dir, file_stem)?))
+            let known = write(t.as_file_mut())?;
+            Ok(ArchiveOutput::File(persist_pack(t, dir, file_stem, known)?))
         }
         Delivery::InlineOrFile(dir) => {
             let mut sink = Spill::Mem(Cursor::new(Vec::new()), dir.clone());
-            write(&mut sink)?;
+            let known = write(&mut sink)?;
             match sink {
                 Spill::Mem(c, _) => {
                     let data = c.into_inner();
                     Ok(ArchiveOutput::Inline(ArchiveHandle {
-                        checksum: hex(&Sha256::digest(&data)),
+                        checksum: known.unwrap_or_else(|| hex(&Sha256::digest(&data))),
                         size_bytes: Some(data.len() as u64),
                         data: ArchiveData {
                             base64: Some(encode_base64(&data)),
@@ -512,7 +525,7 @@ pub(crate) fn produce(
                     }))
                 }
                 Spill::File(t) => {
-                    let f = persist_pack(t, dir, file_stem)?;
+                    let f = persist_pack(t, dir, file_stem, known)?;
                     Ok(ArchiveOutput::Inline(ArchiveHandle {
                         checksum: f.checksum,
                         size_bytes: Some(f.size_bytes),
@@ -538,17 +551,23 @@ fn pack_file(dir: &Path) -> Result<tempfile::NamedTempFile, TransportError> {
         .map_err(|e| TransportError::io("creating archive file", e))
 }
 
-/// Hashes a written archive and gives it its name, `{file_stem}-{random}.zip` in `dir`.
+/// Gives a written archive its name, `{file_stem}-{random}.zip` in `dir`, hashing it unless
+/// its SHA-256 is `known`.
 fn persist_pack(
     mut t: tempfile::NamedTempFile,
     dir: &Path,
     file_stem: &str,
+    known: Option<String>,
 ) -> Result<ArchiveFile, TransportError> {
     let f = t.as_file_mut();
-    f.rewind()
-        .map_err(|e| TransportError::io("rewinding archive", e))?;
-    let checksum =
-        crate::manifest::hash_reader(f).map_err(|e| TransportError::io("hashing archive", e))?;
+    let checksum = match known {
+        Some(sum) => sum,
+        None => {
+            f.rewind()
+                .map_err(|e| TransportError::io("rewinding archive", e))?;
+            crate::manifest::hash_reader(f).map_err(|e| TransportError::io("hashing archive", e))?
+        }
+    };
     let size_bytes = f
         .metadata()
         .map_err(|e| TransportError::io("sizing archive", e))?
@@ -657,6 +676,7 @@ mod tests {
             let data: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
             let out = produce(&Delivery::Inline, "t", |w| {
                 w.write_all(&data)
+                    .map(|()| None)
                     .map_err(|e| TransportError::io("writing", e))
             })
             .unwrap();
@@ -696,7 +716,7 @@ mod tests {
                 w.write_all(data.get(4..).unwrap_or(&[])).map_err(e)?;
                 w.seek(io::SeekFrom::Start(0)).map_err(e)?;
                 w.write_all(&data[..len.min(4)]).map_err(e)?;
-                w.seek(io::SeekFrom::End(0)).map(|_| ()).map_err(e)
+                w.seek(io::SeekFrom::End(0)).map(|_| None).map_err(e)
             })
             .unwrap();
             let ArchiveOutput::Inline(h) = out else {
@@ -741,18 +761,20 @@ mod tests {
                 }
             }
         }
-        for bad in ["QQ==QUJD", "QUJ!", "QQ==Q"] {
-            let mut d = Base64Pieces::default();
-            let mut out = Vec::new();
-            let r = bad
-                .as_bytes()
-                .chunks(4)
-                .try_for_each(|c| d.push(c, &mut out))
-                .and_then(|()| d.finish(&mut out));
-            assert!(
-                matches!(r, Err(TransportError::BadBase64(_))),
-                "{bad}: {r:?}"
-            );
+        for bad in ["QQ==QUJD", "QUJ!", "QQ==Q", "QUJDQQ==QUJD", "QU!DQUJD"] {
+            for piece in [1, 3, 4, 6, 64] {
+                let mut d = Base64Pieces::default();
+                let mut out = Vec::new();
+                let r = bad
+                    .as_bytes()
+                    .chunks(piece)
+                    .try_for_each(|c| d.push(c, &mut out))
+                    .and_then(|()| d.finish(&mut out));
+                assert!(
+                    matches!(r, Err(TransportError::BadBase64(_))),
+                    "{bad} in pieces of {piece}: {r:?}"
+                );
+            }
         }
     }
 

@@ -49,6 +49,10 @@ pub struct PackReport {
     pub total_bytes: u64,
     /// Files stored without compression.
     pub stored: usize,
+    /// SHA-256 (lowercase hex) of the archive as written, when it could be followed while
+    /// writing ([`crate::buf::SeekWriteBuf`]: not when the header of an entry larger than 64
+    /// KiB had to be patched after it went out); otherwise the caller hashes the archive.
+    pub archive_sha256: Option<String>,
 }
 
 /// Files up to this size are read, hashed and judged for compression by helper threads when
@@ -165,11 +169,12 @@ fn pack_using<W: Write + Seek>(
         zw.write_all(data)
             .map_err(|err| TransportError::io("packing metadata", err))?;
     }
-    let w = zw
+    let (w, hash) = zw
         .finish()
         .map_err(|err| TransportError::io("finishing archive", zip_io(err)))?
-        .into_inner()
+        .finish()
         .map_err(|err| TransportError::io("finishing archive", err))?;
+    report.archive_sha256 = hash;
     Ok((w, report))
 }
 
@@ -448,7 +453,48 @@ mod tests {
             assert_eq!(ahead_report.hashes, alone_report.hashes);
             assert_eq!(ahead_report.total_bytes, alone_report.total_bytes);
             assert_eq!(ahead_report.stored, alone_report.stored);
+            assert_eq!(ahead_report.archive_sha256, alone_report.archive_sha256);
         }
+        // Followed to the end: the large files deflate to little.
+        assert_eq!(
+            alone_report.archive_sha256,
+            Some(hex(&Sha256::digest(alone.get_ref())))
+        );
+        // An entry stored with more than 64 KiB has its header patched after it went out: not
+        // followed, the caller hashes the archive.
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        let random: Vec<u8> = (0..300_000)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        let big = entry(dir.path(), "random.bin", &random);
+        let with_big = [
+            items[1],
+            PackItem {
+                name: "random.bin",
+                entry: &big,
+            },
+            items[2],
+        ];
+        let (w, r) = pack(
+            io::Cursor::new(Vec::new()),
+            &with_big,
+            &[],
+            &CancelFlag::new(),
+        )
+        .unwrap();
+        assert_eq!(r.archive_sha256, None);
+        let mut zip = zip::ZipArchive::new(w).unwrap();
+        let mut back = Vec::new();
+        zip.by_name("random.bin")
+            .unwrap()
+            .read_to_end(&mut back)
+            .unwrap();
+        assert!(back == random);
         assert!(alone_report.stored > 0 && alone_report.stored < items.len());
         let mut zip = zip::ZipArchive::new(alone).unwrap();
         assert_eq!(zip.len(), items.len() + 1);

@@ -140,7 +140,7 @@ impl DelegatorTransport for ArchiveDelegator {
             let archive = produce(&req.delivery, id, |w| {
                 let (_, rep) = super::pack(w, &items, &[], cancel)?;
                 hashes = rep.hashes;
-                Ok(())
+                Ok(rep.archive_sha256)
             })?;
             let mut baseline = Baseline::default();
             let mut it = hashes.into_iter();

@@ -124,8 +124,9 @@ pub fn capture(
     let mut report = None;
     let archive = produce(delivery, "snapshot", |w| {
         let (_, r) = crate::archive::pack(w, &items, &extra, cancel)?;
+        let sum = r.archive_sha256.clone();
         report = Some(r);
-        Ok(())
+        Ok(sum)
     })?;
     let total_bytes = report.map(|r| r.total_bytes).unwrap_or(0);
     Ok(CapturedSnapshot {
