@@ -491,11 +491,7 @@ pub async fn hostile_archive_in_start_is_refused_without_escaping<R: TestRuntime
         (&outside.to_string_lossy(), EntryKind::File),
         ("workspace/passwd", EntryKind::Symlink("/etc/passwd")),
     ]);
-    let checksum = {
-        use sha2::Digest;
-        let d = sha2::Sha256::digest(&zip);
-        d.iter().map(|b| format!("{b:02x}")).collect::<String>()
-    };
+    let checksum = sha256_hex(&zip);
     let b64 = awcp_transports::archive::encode_base64(&zip);
     let events_url = format!("{}/awcp/tasks/{id}/events", ex.base);
     let (s, body) = call::<R>(
@@ -538,15 +534,8 @@ pub async fn a_large_start_whose_archive_does_not_match_its_checksum_is_refused<
             .compression_method(zip::CompressionMethod::Stored)
             .unix_permissions(0o644);
         w.start_file("workspace/big.bin", opts).unwrap();
-        let mut x = 0x9E37_79B9_7F4A_7C15u64;
-        let data: Vec<u8> = (0..1_200_000)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect();
+        let mut rng = awcp_tests::rng::Rng(0x9E37_79B9_7F4A_7C15);
+        let data: Vec<u8> = (0..1_200_000).map(|_| rng.next_u64() as u8).collect();
         w.write_all(&data).unwrap();
         w.finish().unwrap().into_inner()
     };
@@ -554,11 +543,7 @@ pub async fn a_large_start_whose_archive_does_not_match_its_checksum_is_refused<
     // The checksum of other bytes (the archive with its last byte changed).
     let mut other = zip.clone();
     *other.last_mut().unwrap() ^= 1;
-    let wrong = {
-        use sha2::Digest;
-        let d = sha2::Sha256::digest(&other);
-        d.iter().map(|b| format!("{b:02x}")).collect::<String>()
-    };
+    let wrong = sha256_hex(&other);
     let (s, body) = call::<R>(
         http::Method::POST,
         &ex.peer,
@@ -582,6 +567,13 @@ pub async fn a_large_start_whose_archive_does_not_match_its_checksum_is_refused<
         .map(|r| r.flatten().map(|e| e.path()).collect())
         .unwrap_or_default();
     assert!(left.is_empty(), "files left: {left:?}");
+}
+
+/// SHA-256 of `data`, lowercase hex (as archive checksums are written).
+fn sha256_hex(data: &[u8]) -> String {
+    use sha2::Digest;
+    let d = sha2::Sha256::digest(data);
+    d.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 enum EntryKind<'a> {
