@@ -421,7 +421,29 @@ impl<R: Runtime> HttpClient<R> {
         limit: u64,
         timeout: Duration,
     ) -> Result<u64, NetError> {
+        fn nothing(_: &mut (), _: &[u8]) {}
+        let (n, ()) = self
+            .download_folding(url, headers, dest, limit, timeout, (), nothing)
+            .await?;
+        Ok(n)
+    }
+
+    /// [`HttpClient::download`] that also folds every byte written into `state` with `fold`,
+    /// on the thread that writes them (e.g. a hash of the file, computed as it is written, so
+    /// that no one reads it again to check it); returns the byte count and the state.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn download_folding<S: Send + 'static>(
+        &self,
+        url: &str,
+        headers: &[(&str, String)],
+        dest: PathBuf,
+        limit: u64,
+        timeout: Duration,
+        state: S,
+        fold: fn(&mut S, &[u8]),
+    ) -> Result<(u64, S), NetError> {
         let rt = &self.rt;
+        let mut state = Some(state);
         with_timeout(rt, timeout, async {
             let resp = self.send(Method::GET, url, headers, None).await?;
             if !resp.status().is_success() {
@@ -453,8 +475,9 @@ impl<R: Runtime> HttpClient<R> {
                     }
                 }
                 let (chunks, open, d2) = (std::mem::take(&mut batch), file.take(), dest.clone());
+                let mut folded = state.take();
                 batched = 0;
-                let written = blocking(rt, move || {
+                let (written, folded) = blocking(rt, move || {
                     let mut f = match open {
                         Some(f) => f,
                         None => std::fs::File::create(&d2)
@@ -462,20 +485,25 @@ impl<R: Runtime> HttpClient<R> {
                     };
                     for c in &chunks {
                         f.write_all(c).map_err(|e| format!("write: {e}"))?;
+                        if let Some(s) = &mut folded {
+                            fold(s, c);
+                        }
                     }
                     if last {
                         f.sync_all().map_err(|e| format!("sync: {e}"))?;
                     }
-                    Ok::<_, String>(f)
+                    Ok::<_, String>((f, folded))
                 })
                 .await
                 .map_err(NetError::Io)?;
+                state = folded;
                 if last {
                     break;
                 }
                 file = Some(written);
             }
-            Ok(total)
+            let state = state.ok_or_else(|| NetError::Io("download state lost".into()))?;
+            Ok((total, state))
         })
         .await
     }

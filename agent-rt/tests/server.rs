@@ -466,6 +466,21 @@ async fn downloads_arrive_whole<R: Host>() {
             std::fs::read(&dest).unwrap() == pattern(len),
             "{len} bytes differ"
         );
+        // Folding sees every byte written, in order: the same sum as the file's.
+        let fold = |s: &mut (u64, u64), c: &[u8]| {
+            for &b in c {
+                s.0 += 1;
+                s.1 = s.1.wrapping_mul(31).wrapping_add(u64::from(b));
+            }
+        };
+        let (n, folded) = c
+            .download_folding(&url, &[], dest.clone(), 1 << 30, DEADLINE, (0, 0), fold)
+            .await
+            .unwrap();
+        let want = pattern(len)
+            .iter()
+            .fold(0u64, |h, &b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
+        assert_eq!((n, folded), (len as u64, (len as u64, want)), "{len}");
     }
     let dest = dir.path().join("too-large");
     let url = format!("http://{}/600000", s.addr);

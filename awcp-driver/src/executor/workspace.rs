@@ -12,6 +12,7 @@ use awcp_proto::{
     WorkspaceLayout,
 };
 use awcp_transports::archive::{ArchiveOutput, ArchiveSource};
+use awcp_transports::manifest::Sha256Hex;
 use awcp_transports::{CancelFlag, ExecutorTransport, SetupRequest};
 
 use crate::runtime::{blocking, Runtime};
@@ -184,10 +185,21 @@ pub(super) async fn setup<R: Runtime>(
         .map_err(|e| SetupFailure::Staging(e.to_string()))?;
     let file = downloads.join(format!("{id}.zip"));
     let limit = h.size_bytes.unwrap_or(u64::MAX / 2).saturating_add(1);
-    http.download(&url, &[], file.clone(), limit, timeout)
+    // Hashed as it is written: the setup checks that hash instead of reading the file again.
+    let (_, sha256) = http
+        .download_folding(
+            &url,
+            &[],
+            file.clone(),
+            limit,
+            timeout,
+            Sha256Hex::default(),
+            Sha256Hex::update,
+        )
         .await
         .map_err(|e| SetupFailure::Fetch(e.to_string()))?;
-    from_file(t, cancel, file, None, work_dir, h.checksum, names).await
+    let sha256 = Some(sha256.finish());
+    from_file(t, cancel, file, sha256, work_dir, h.checksum, names).await
 }
 
 pub(super) fn to_captured(

@@ -50,8 +50,9 @@ pub struct PackReport {
     /// Files stored without compression.
     pub stored: usize,
     /// SHA-256 (lowercase hex) of the archive as written, when it could be followed while
-    /// writing ([`crate::buf::SeekWriteBuf`]: not when the header of an entry larger than 64
-    /// KiB had to be patched after it went out); otherwise the caller hashes the archive.
+    /// writing (the write buffer hashes what it writes out; not when the header of an entry
+    /// larger than 64 KiB had to be patched after it went out); otherwise the caller hashes
+    /// the archive.
     pub archive_sha256: Option<String>,
 }
 

@@ -514,20 +514,12 @@ pub async fn hostile_archive_in_start_is_refused_without_escaping<R: TestRuntime
     wait_released::<R>(&ex).await;
 }
 
-/// A START large enough to be received into a file as it arrives (over 1 MiB), whose archive
-/// does not match its checksum: the executor checks the hash it computed while receiving and
-/// fails the setup with `CHECKSUM_MISMATCH`; the task never runs and no file is left.
+/// A START whose archive does not match its checksum is refused, however the archive comes:
+/// inline and large enough to be received into a file as it arrives (over 1 MiB), or by URL
+/// (downloaded into a file). The executor checks the hash it computed while writing the file
+/// and fails the setup with `CHECKSUM_MISMATCH`; the task never runs and no file is left.
 pub async fn a_large_start_whose_archive_does_not_match_its_checksum_is_refused<R: TestRuntime>() {
     let ex = start_executor::<R>(Arc::new(EditRunner), |_| {}).await;
-    let id = "dlg_5d4c3b2a1908f7e6d5c4b3a291807060";
-    let (s, body) = call::<R>(
-        http::Method::POST,
-        &ex.peer,
-        &auth_headers::<R>(),
-        Some(archive_invite(id, "p")),
-    )
-    .await;
-    assert!(s == 200 && body.contains("ACCEPT"), "{body}");
     let zip = {
         let mut w = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
         let opts = zip::write::SimpleFileOptions::default()
@@ -544,29 +536,84 @@ pub async fn a_large_start_whose_archive_does_not_match_its_checksum_is_refused<
     let mut other = zip.clone();
     *other.last_mut().unwrap() ^= 1;
     let wrong = sha256_hex(&other);
-    let (s, body) = call::<R>(
-        http::Method::POST,
-        &ex.peer,
-        &auth_headers::<R>(),
-        Some(start_with_archive(id, &b64, &wrong)),
-    )
-    .await;
-    assert_eq!(s, 200, "{body}");
-    let events_url = format!("{}/awcp/tasks/{id}/events", ex.base);
-    let (_, text) = timeout::<R, _>(
-        Duration::from_secs(60),
-        call::<R>(http::Method::GET, &events_url, &auth_headers::<R>(), None),
-    )
-    .await
-    .expect("the event stream ended");
-    assert!(text.contains("CHECKSUM_MISMATCH"), "{text}");
-    assert!(!text.contains("\"type\":\"done\""), "{text}");
-    wait_released::<R>(&ex).await;
-    let downloads = ex.work_root.join(".awcp/downloads");
-    let left: Vec<_> = std::fs::read_dir(&downloads)
-        .map(|r| r.flatten().map(|e| e.path()).collect())
-        .unwrap_or_default();
-    assert!(left.is_empty(), "files left: {left:?}");
+    for (id, by_url) in [
+        ("dlg_5d4c3b2a1908f7e6d5c4b3a291807060", false),
+        ("dlg_6e5d4c3b2a1908f7e6d5c4b3a2918070", true),
+    ] {
+        let (s, body) = call::<R>(
+            http::Method::POST,
+            &ex.peer,
+            &auth_headers::<R>(),
+            Some(archive_invite(id, "p")),
+        )
+        .await;
+        assert!(s == 200 && body.contains("ACCEPT"), "{body}");
+        let inline = start_with_archive(id, &b64, &wrong);
+        let start = if by_url {
+            let url = serve_once(zip.clone());
+            inline.replace(
+                &format!(r#""workspaceBase64":"{b64}""#),
+                &format!(r#""archiveUrl":"{url}""#),
+            )
+        } else {
+            inline
+        };
+        let (s, body) = call::<R>(
+            http::Method::POST,
+            &ex.peer,
+            &auth_headers::<R>(),
+            Some(start),
+        )
+        .await;
+        assert_eq!(s, 200, "{body}");
+        let events_url = format!("{}/awcp/tasks/{id}/events", ex.base);
+        let (_, text) = timeout::<R, _>(
+            Duration::from_secs(60),
+            call::<R>(http::Method::GET, &events_url, &auth_headers::<R>(), None),
+        )
+        .await
+        .expect("the event stream ended");
+        assert!(
+            text.contains("CHECKSUM_MISMATCH"),
+            "by URL {by_url}: {text}"
+        );
+        assert!(
+            !text.contains("\"type\":\"done\""),
+            "by URL {by_url}: {text}"
+        );
+        wait_released::<R>(&ex).await;
+        let downloads = ex.work_root.join(".awcp/downloads");
+        let left: Vec<_> = std::fs::read_dir(&downloads)
+            .map(|r| r.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        assert!(left.is_empty(), "by URL {by_url}: files left: {left:?}");
+    }
+}
+
+/// An HTTP server on 127.0.0.1 answering one request, whatever it asks, with `body`; its URL.
+fn serve_once(body: Vec<u8>) -> String {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/archive.zip", l.local_addr().unwrap());
+    std::thread::spawn(move || {
+        let Ok((mut s, _)) = l.accept() else { return };
+        let mut req = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+            match s.read(&mut buf) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => req.extend_from_slice(&buf[..n]),
+            }
+        }
+        let head = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/zip\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+            body.len()
+        );
+        let _ = s
+            .write_all(head.as_bytes())
+            .and_then(|()| s.write_all(&body));
+    });
+    url
 }
 
 /// SHA-256 of `data`, lowercase hex (as archive checksums are written).
