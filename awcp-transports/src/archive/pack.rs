@@ -58,8 +58,16 @@ pub struct PackReport {
 
 /// Files up to this size are read, hashed and judged for compression by helper threads when
 /// there are many ([`PARALLEL_MIN_FILES`]); larger ones are read in pieces by the writing
-/// thread. Bounds the memory of the read-ahead: each helper holds at most three such files.
+/// thread. With [`BATCH_BYTES`], bounds the memory of the read-ahead: each helper holds at
+/// most three batches, each under `BATCH_BYTES + PREREAD_MAX`.
 pub const PREREAD_MAX: usize = 256 * 1024;
+/// A helper hands the files it read to the writing thread in batches of this many bytes (or
+/// [`BATCH_FILES`] files): one hand-off between threads per batch, not per file, which on a
+/// workspace of small files kept both sides waiting on each other (`BENCHMARKS.md`,
+/// 2026-11-27, late).
+pub const BATCH_BYTES: usize = 128 * 1024;
+/// See [`BATCH_BYTES`].
+pub const BATCH_FILES: usize = 32;
 /// Helpers read ahead only from this many files on: below it a thread costs more than it
 /// saves (a tiny delegation's workspace is a handful of files).
 pub const PARALLEL_MIN_FILES: usize = 64;
@@ -115,21 +123,48 @@ fn pack_using<W: Write + Seek>(
         std::thread::scope(|s| {
             let ahead: Vec<_> = (0..helpers)
                 .map(|j| {
-                    let (tx, rx) = std::sync::mpsc::sync_channel(2);
+                    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Preread>>(1);
                     s.spawn(move || {
+                        let (mut batch, mut bytes) = (Vec::new(), 0);
                         for item in items.iter().skip(j).step_by(helpers) {
-                            if cancel.is_cancelled() || tx.send(preread(item)).is_err() {
+                            if cancel.is_cancelled() {
                                 return;
                             }
+                            let p = preread(item);
+                            let failed = matches!(p, Preread::Failed(_));
+                            if let Preread::Ready { data, .. } = &p {
+                                bytes += data.len();
+                            }
+                            batch.push(p);
+                            if failed || bytes >= BATCH_BYTES || batch.len() >= BATCH_FILES {
+                                if tx.send(std::mem::take(&mut batch)).is_err() || failed {
+                                    return;
+                                }
+                                bytes = 0;
+                            }
+                        }
+                        if !batch.is_empty() {
+                            let _ = tx.send(batch);
                         }
                     });
                     rx
                 })
                 .collect();
+            // The batch being taken apart, per helper.
+            let mut taking: Vec<std::vec::IntoIter<Preread>> =
+                (0..helpers).map(|_| Vec::new().into_iter()).collect();
             for (i, item) in items.iter().enumerate() {
                 cancel.check()?;
-                match ahead[i % helpers].recv() {
-                    Ok(Preread::Ready { data, method, hash }) => {
+                let h = i % helpers;
+                let next = match taking[h].next() {
+                    Some(p) => Ok(Some(p)),
+                    None => ahead[h].recv().map(|batch| {
+                        taking[h] = batch.into_iter();
+                        taking[h].next()
+                    }),
+                };
+                match next.map(|p| p.ok_or(())) {
+                    Ok(Ok(Preread::Ready { data, method, hash })) => {
                         start_entry(&mut zw, item, method)?;
                         zw.write_all(&data)
                             .map_err(|err| TransportError::io(entry_ctx(item), err))?;
@@ -137,13 +172,13 @@ fn pack_using<W: Write + Seek>(
                         report.stored += usize::from(method == CompressionMethod::Stored);
                         report.hashes.push((item.name.to_owned(), hash));
                     }
-                    Ok(Preread::Large) => {
+                    Ok(Ok(Preread::Large)) => {
                         pack_streamed(&mut zw, item, &mut buf, &mut report, cancel)?
                     }
-                    Ok(Preread::Failed(e)) => return Err(e),
-                    // The helper ended early: cancelled (checked above on the next turn) or
-                    // panicked (the scope raises it again).
-                    Err(_) => {
+                    Ok(Ok(Preread::Failed(e))) => return Err(e),
+                    // The helper ended early (cancelled: checked above on the next turn; or
+                    // panicked: the scope raises it again), or sent an empty batch (never).
+                    Ok(Err(())) | Err(_) => {
                         return Err(cancel.check().err().unwrap_or_else(|| {
                             TransportError::io(
                                 "packing",
