@@ -97,12 +97,12 @@ pub fn hash_file(path: &Path) -> std::io::Result<String> {
 
 /// SHA-256 of everything a reader yields, streamed.
 pub fn hash_reader(r: &mut dyn Read) -> std::io::Result<String> {
-    let mut h = Sha256::new();
+    let mut h = Sha256Hex::default();
     crate::buf::read_each(r, |b| {
         h.update(b);
         Ok(())
     })?;
-    Ok(hex(&h.finalize()))
+    Ok(h.finish())
 }
 
 impl Manifest {

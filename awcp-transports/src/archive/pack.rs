@@ -156,15 +156,13 @@ fn pack_using<W: Write + Seek>(
             for (i, item) in items.iter().enumerate() {
                 cancel.check()?;
                 let h = i % helpers;
-                let next = match taking[h].next() {
-                    Some(p) => Ok(Some(p)),
-                    None => ahead[h].recv().map(|batch| {
-                        taking[h] = batch.into_iter();
-                        taking[h].next()
-                    }),
-                };
-                match next.map(|p| p.ok_or(())) {
-                    Ok(Ok(Preread::Ready { data, method, hash })) => {
+                // The next file of helper `h`: from its batch, or its next batch.
+                let next = taking[h].next().or_else(|| {
+                    taking[h] = ahead[h].recv().ok()?.into_iter();
+                    taking[h].next()
+                });
+                match next {
+                    Some(Preread::Ready { data, method, hash }) => {
                         start_entry(&mut zw, item, method)?;
                         zw.write_all(&data)
                             .map_err(|err| TransportError::io(entry_ctx(item), err))?;
@@ -172,13 +170,13 @@ fn pack_using<W: Write + Seek>(
                         report.stored += usize::from(method == CompressionMethod::Stored);
                         report.hashes.push((item.name.to_owned(), hash));
                     }
-                    Ok(Ok(Preread::Large)) => {
+                    Some(Preread::Large) => {
                         pack_streamed(&mut zw, item, &mut buf, &mut report, cancel)?
                     }
-                    Ok(Ok(Preread::Failed(e))) => return Err(e),
+                    Some(Preread::Failed(e)) => return Err(e),
                     // The helper ended early (cancelled: checked above on the next turn; or
                     // panicked: the scope raises it again), or sent an empty batch (never).
-                    Ok(Err(())) | Err(_) => {
+                    None => {
                         return Err(cancel.check().err().unwrap_or_else(|| {
                             TransportError::io(
                                 "packing",

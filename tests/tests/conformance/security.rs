@@ -618,9 +618,7 @@ fn serve_once(body: Vec<u8>) -> String {
 
 /// SHA-256 of `data`, lowercase hex (as archive checksums are written).
 fn sha256_hex(data: &[u8]) -> String {
-    use sha2::Digest;
-    let d = sha2::Sha256::digest(data);
-    d.iter().map(|b| format!("{b:02x}")).collect()
+    awcp_transports::manifest::hash_reader(&mut &data[..]).unwrap()
 }
 
 enum EntryKind<'a> {
