@@ -10,7 +10,6 @@ use std::io::{self, Cursor, Read, Seek, Write};
 use std::path::{Path, PathBuf};
 
 use awcp_proto::{ArchiveData, ArchiveHandle};
-use base64::Engine as _;
 use sha2::{Digest, Sha256};
 
 use crate::cancel::CancelFlag;
@@ -23,9 +22,37 @@ pub use extract::{
 pub use pack::{pack, PackItem, PackReport};
 pub use transport::{ArchiveDelegator, ArchiveExecutor};
 
-/// Standard base64 with padding, no line breaks.
+/// Standard base64 with padding, no line breaks (SIMD where the CPU has it: an archive's
+/// megabytes of text are encoded as a START or a result goes out).
 pub fn encode_base64(data: &[u8]) -> String {
-    base64::engine::general_purpose::STANDARD.encode(data)
+    base64_simd::STANDARD.encode_to_string(data)
+}
+
+/// Decodes whitespace-free standard base64 whose padding may be missing, appending to `out`
+/// (SIMD where the CPU has it). Text whose length is a multiple of four is read as padded
+/// (padding, if any, only at its end), other text as unpadded, after a partial padding
+/// (`QUJDRA=`) is dropped: what the `base64` crate's padding-indifferent engine accepts.
+fn decode_lenient(mut text: &[u8], out: &mut Vec<u8>) -> Result<(), TransportError> {
+    let engine = if text.len() % 4 == 0 {
+        base64_simd::STANDARD
+    } else {
+        if let [rest @ .., b'='] = text {
+            if matches!(rest.len() % 4, 2 | 3) {
+                text = rest;
+            }
+        }
+        base64_simd::STANDARD_NO_PAD
+    };
+    let bad = |e: base64_simd::Error| TransportError::BadBase64(e.to_string());
+    let n = engine.decoded_length(text).map_err(bad)?;
+    let at = out.len();
+    out.resize(at + n, 0);
+    let got = engine
+        .decode(text, base64_simd::Out::from_slice(&mut out[at..]))
+        .map_err(bad)?
+        .len();
+    out.truncate(at + got);
+    Ok(())
 }
 
 /// Decodes standard base64, tolerating missing padding and embedded whitespace.
@@ -37,9 +64,9 @@ pub fn decode_base64(text: &str) -> Result<Vec<u8>, TransportError> {
     } else {
         text
     };
-    lenient_base64()
-        .decode(t)
-        .map_err(|e| TransportError::BadBase64(e.to_string()))
+    let mut out = Vec::with_capacity(t.len() / 4 * 3 + 3);
+    decode_lenient(t.as_bytes(), &mut out)?;
+    Ok(out)
 }
 
 /// Decodes base64 text that arrives in pieces of any size (as [`decode_base64`] would decode
@@ -87,12 +114,7 @@ impl Base64Pieces {
         if self.padded {
             return Err(TransportError::BadBase64("text after padding".into()));
         }
-        let at = out.len();
-        out.resize(at + text.len() / 4 * 3 + 3, 0);
-        let got = lenient_base64()
-            .decode_slice(text, &mut out[at..])
-            .map_err(|e| TransportError::BadBase64(e.to_string()))?;
-        out.truncate(at + got);
+        decode_lenient(text, out)?;
         self.padded = text.ends_with(b"=");
         Ok(())
     }
@@ -661,6 +683,7 @@ pub fn detect_layout<S: AsRef<str>>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use base64::Engine as _;
 
     /// Inline archives below and above the in-memory limit: the handle's base64 decodes to
     /// exactly what was written, and its checksum and size are that data's.
@@ -774,6 +797,47 @@ mod tests {
                     matches!(r, Err(TransportError::BadBase64(_))),
                     "{bad} in pieces of {piece}: {r:?}"
                 );
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+        /// The SIMD decoder accepts and refuses what the `base64` crate's padding-indifferent
+        /// engine (the decoder before it) does, with the same bytes: text from real encoders
+        /// (padded, unpadded, partly padded) and near-base64 noise (`=` anywhere, a stray
+        /// character, non-canonical last characters), whole and in pieces.
+        #[test]
+        fn simd_decoding_agrees_with_the_base64_crate(
+            data in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200),
+            strip in 0usize..3,
+            noise in proptest::collection::vec(
+                proptest::sample::select(b"ABQRSgh+/=!".to_vec()), 0..12),
+            piece in 1usize..9,
+        ) {
+            let padded = encode_base64(&data);
+            let keep = padded.len() - strip.min(padded.len() - padded.trim_end_matches('=').len());
+            let real = &padded[..keep];
+            let noisy = String::from_utf8(noise).unwrap();
+            for t in [real, noisy.as_str(), &format!("{real}{noisy}")] {
+                let ours = decode_base64(t).ok();
+                let theirs = lenient_base64().decode(t).ok();
+                proptest::prop_assert_eq!(&ours, &theirs, "text {:?}", t);
+                if t == real {
+                    proptest::prop_assert_eq!(ours.as_deref(), Some(&data[..]));
+                }
+                // In pieces: the same bytes wherever the whole text decodes.
+                let mut d = Base64Pieces::default();
+                let mut out = Vec::new();
+                let r = t
+                    .as_bytes()
+                    .chunks(piece)
+                    .try_for_each(|c| d.push(c, &mut out))
+                    .and_then(|()| d.finish(&mut out));
+                if let Some(whole) = theirs {
+                    proptest::prop_assert!(r.is_ok(), "{:?} in pieces of {}: {:?}", t, piece, r);
+                    proptest::prop_assert_eq!(out, whole);
+                }
             }
         }
     }
