@@ -11,6 +11,7 @@ pub mod decode;
 pub mod divert;
 pub mod encode;
 mod parse;
+pub mod text;
 pub(crate) mod tree;
 pub mod types;
 pub(crate) mod writer;
@@ -22,4 +23,5 @@ pub use encode::{
     encode_event, encode_event_split, encode_handle, encode_message, encode_message_owned,
     encode_message_split, event_to_value, message_to_value, SplitMessage,
 };
+pub use text::JsonText;
 pub use types::*;

@@ -382,7 +382,7 @@ pub(super) struct Delegation {
     pub(super) last_progress: Option<String>,
     /// The INVITE as the record holds it, encoded at the first record (`req` never changes;
     /// the journal asks for the record at every change).
-    pub(super) invite_record: std::sync::OnceLock<std::sync::Arc<serde_json::Value>>,
+    pub(super) invite_record: std::sync::OnceLock<crate::wire::JsonText>,
 }
 
 impl Delegation {

@@ -123,7 +123,7 @@ pub struct DelegationRecord {
     pub dialect: Dialect,
     /// The INVITE (task, lease request, resources, transport, auth) in the reference dialect.
     /// Shared: it never changes, and a record is taken at every journaled step.
-    pub invite: std::sync::Arc<serde_json::Value>,
+    pub invite: crate::wire::JsonText,
     /// The snapshot policy (unknown or absent: the default).
     #[serde(default, with = "snapshot_mode")]
     pub snapshot_mode: SnapshotMode,

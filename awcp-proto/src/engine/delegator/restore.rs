@@ -31,10 +31,7 @@ impl Delegator {
             .invite_record
             .get_or_init(|| {
                 let invite = super::handshake::invite_of(id, &d.req);
-                std::sync::Arc::new(crate::wire::message_to_value(
-                    &Message::Invite(invite),
-                    Dialect::Reference,
-                ))
+                crate::wire::JsonText::of_message(&Message::Invite(invite), Dialect::Reference)
             })
             .clone();
         Some(DelegationRecord {
@@ -136,8 +133,9 @@ impl Delegator {
         if self.delegations.contains_key(&id) {
             return None;
         }
-        let bytes = serde_json::to_vec(&r.invite).ok()?;
-        let (Message::Invite(inv), _) = crate::wire::decode_message(&bytes).ok()? else {
+        let (Message::Invite(inv), _) =
+            crate::wire::decode_message(r.invite.get().as_bytes()).ok()?
+        else {
             return None;
         };
         let ms = |v: Option<u64>| v.map(Timestamp::from_unix_millis);

@@ -131,7 +131,7 @@ pub(crate) struct Assignment {
     pub(crate) invite: std::sync::Arc<Invite>,
     /// The INVITE as the journal record holds it, encoded at the first record (it never
     /// changes; the journal asks for the record at every change).
-    pub(crate) invite_record: std::sync::OnceLock<std::sync::Arc<serde_json::Value>>,
+    pub(crate) invite_record: std::sync::OnceLock<crate::wire::JsonText>,
     pub(crate) dialect: Dialect,
     /// The spec state; changes only through [`Executor::transition`].
     pub(crate) machine: AssignmentMachine,

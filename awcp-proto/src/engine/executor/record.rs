@@ -59,7 +59,7 @@ pub struct AssignmentRecord {
     pub id: String,
     /// The INVITE as received (without its credential), encoded in its dialect. Shared: it
     /// never changes, and a record is taken at every journaled step.
-    pub invite: std::sync::Arc<serde_json::Value>,
+    pub invite: crate::wire::JsonText,
     /// `reference` or `seed`.
     pub dialect: String,
     /// The spec state (`pending`, `active`, `completed`, `error`).
@@ -256,10 +256,10 @@ impl Executor {
             invite: a
                 .invite_record
                 .get_or_init(|| {
-                    std::sync::Arc::new(crate::wire::message_to_value(
-                        &Message::Invite((*a.invite).clone()),
+                    crate::wire::JsonText::of_message_ref(
+                        crate::wire::encode::MessageRef::Invite(&a.invite),
                         a.dialect,
-                    ))
+                    )
                 })
                 .clone(),
             dialect: if a.dialect == Dialect::Seed {
@@ -342,9 +342,9 @@ impl Executor {
     ) -> Result<DelegationId, AssignmentRecordError> {
         let bad = |what: String| AssignmentRecordError::Malformed(what);
         let id = DelegationId::new(&r.id).map_err(|e| bad(format!("id {:?}: {e}", r.id)))?;
-        let invite_json = serde_json::to_vec(&r.invite).map_err(|e| bad(format!("invite: {e}")))?;
         let (Message::Invite(invite), dialect) =
-            crate::wire::decode_message(&invite_json).map_err(|e| bad(format!("invite: {e}")))?
+            crate::wire::decode_message(r.invite.get().as_bytes())
+                .map_err(|e| bad(format!("invite: {e}")))?
         else {
             return Err(bad("invite: not an INVITE".to_owned()));
         };
