@@ -25,6 +25,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 
 use awcp_proto::DelegationId;
 use awcp_transports::durable::sync_dir;
@@ -126,8 +127,9 @@ impl Journal {
 /// made only for a record written since its last one. Both sides' loops keep one.
 #[derive(Debug, Default)]
 pub struct Written {
-    /// The record last written, per delegation.
-    text: std::collections::BTreeMap<DelegationId, String>,
+    /// The SHA-256 of the record last written, per delegation: compared instead of the text
+    /// itself, which kept a copy of every live record (a KiB or two each, on both sides).
+    written: std::collections::BTreeMap<DelegationId, [u8; 32]>,
     /// Written since their last sync.
     unsynced: std::collections::BTreeSet<DelegationId>,
     /// The file of the record last appended to, still open: the next append to or sync of
@@ -151,7 +153,8 @@ impl Written {
     /// durable if `durable` (a new or compacted file always is). A failed write is logged and
     /// not remembered, so the next change writes it again.
     pub fn write(&mut self, journal: &Journal, id: &DelegationId, text: String, durable: bool) {
-        if self.text.get(id) == Some(&text) {
+        let digest: [u8; 32] = Sha256::digest(text.as_bytes()).into();
+        if self.written.get(id) == Some(&digest) {
             if durable {
                 self.sync(journal, id);
             }
@@ -172,7 +175,7 @@ impl Written {
                 } else {
                     self.unsynced.insert(id.clone());
                 }
-                self.text.insert(id.clone(), text);
+                self.written.insert(id.clone(), digest);
                 if let Some((file, len)) = open {
                     self.kept = Some(KeptRecord {
                         id: id.clone(),
@@ -209,7 +212,7 @@ impl Written {
 
     /// Removes the record of `id`.
     pub fn remove(&mut self, journal: &Journal, id: &DelegationId) {
-        self.text.remove(id);
+        self.written.remove(id);
         self.unsynced.remove(id);
         if self.kept.as_ref().is_some_and(|k| k.id == *id) {
             self.kept = None;
@@ -398,6 +401,39 @@ mod tests {
             );
         }
         assert_eq!(j.load(), vec![state(1199)]);
+    }
+
+    /// `Written` appends a record only when it differs from the one it last wrote for that
+    /// delegation (compared by digest): the same text twice is one line; a different one, the
+    /// same one after another delegation's, and the same one after a removal are written.
+    #[test]
+    fn an_unchanged_record_is_not_written_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = Journal::at(dir.path().to_path_buf());
+        let other = DelegationId::new("dlg_other").unwrap();
+        let mut w = Written::default();
+        let len = || std::fs::metadata(dir.path().join("dlg_journal.json")).map(|m| m.len());
+        w.write(&j, &id(), state(1).to_string(), false);
+        let one = len().unwrap();
+        w.write(&j, &id(), state(1).to_string(), true);
+        assert_eq!(len().unwrap(), one, "the same record is not appended again");
+        assert!(w.unsynced.is_empty(), "but the durable ask synced it");
+        w.write(&j, &other, state(1).to_string(), false);
+        w.write(&j, &id(), state(1).to_string(), false);
+        assert_eq!(
+            len().unwrap(),
+            one,
+            "another delegation's record changes nothing here"
+        );
+        w.write(&j, &id(), state(2).to_string(), false);
+        assert!(len().unwrap() > one, "a changed record is appended");
+        w.remove(&j, &id());
+        assert!(len().is_err());
+        w.write(&j, &id(), state(2).to_string(), false);
+        assert_eq!(
+            read_record_file(&dir.path().join("dlg_journal.json")),
+            Some(state(2))
+        );
     }
 
     /// `Written` keeps the file it last appended to open: appends and syncs through it land in
