@@ -70,6 +70,7 @@ pub async fn serve_with(
     opts: ServerOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
+    agent_rt::server::raise_backlog(&listener);
     agent_rt::server::serve_on(SmolRuntime, listener, handler, opts, shutdown).await
 }
 

@@ -139,9 +139,27 @@ pub async fn serve<R: Runtime>(
     opts: ServerOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
+    raise_backlog(&listener);
     listener.set_nonblocking(true)?;
     let listener = rt.listen(listener)?;
     serve_on(rt, listener, handler, opts, shutdown).await
+}
+
+/// Connections the kernel completes and queues for a listener before it is accepted: see
+/// [`raise_backlog`].
+pub const LISTEN_BACKLOG: i32 = 4096;
+
+/// Listens again with [`LISTEN_BACKLOG`] (the kernel caps it at `net.core.somaxconn`). The
+/// standard library's `TcpListener::bind` listens with a backlog of 128: a burst of more
+/// simultaneous connections than that (a daemon starting a thousand delegations at once)
+/// overflowed the queue, and every connection attempt the kernel dropped waited a second
+/// for its SYN to be sent again (`nstat TcpExtListenOverflows`). A listener that cannot be
+/// changed keeps its backlog: it still works. [`serve`] does it; a driver serving a listener
+/// it was given ([`serve_on`]) calls it first.
+pub fn raise_backlog(listener: &impl std::os::fd::AsFd) {
+    if let Err(e) = socket2::SockRef::from(listener).listen(LISTEN_BACKLOG) {
+        tracing::debug!("listen backlog left as it was: {e}");
+    }
 }
 
 struct Entry {
@@ -277,4 +295,49 @@ fn evict_idle(open: &mut BTreeMap<u64, Entry>) -> Result<(), Option<Duration>> {
         }
     }
     Err(soonest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{TcpListener, TcpStream};
+    use std::time::Duration;
+
+    /// Connections the kernel queues while nobody accepts, each with 500 ms to be made.
+    fn queued(listener: &TcpListener, n: usize) -> usize {
+        let addr = listener.local_addr().unwrap();
+        let mut held = Vec::new();
+        for _ in 0..n {
+            match TcpStream::connect_timeout(&addr, Duration::from_millis(500)) {
+                Ok(s) => held.push(s),
+                Err(_) => break,
+            }
+        }
+        held.len()
+    }
+
+    /// The standard library's listener queues 128 connections; a burst beyond that had its
+    /// connection attempts dropped (each retried a second later). After `raise_backlog`, 600
+    /// unaccepted connections are all made. (Checked only where `net.core.somaxconn` allows
+    /// more than 600.)
+    #[test]
+    fn a_raised_backlog_queues_a_burst_of_connections() {
+        let somaxconn: usize = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0);
+        if somaxconn <= 600 {
+            eprintln!("net.core.somaxconn is {somaxconn}: not checked");
+            return;
+        }
+        let plain = TcpListener::bind("127.0.0.1:0").unwrap();
+        let before = queued(&plain, 600);
+        assert!(
+            before < 600,
+            "the default backlog queued {before}: nothing to show"
+        );
+        let raised = TcpListener::bind("127.0.0.1:0").unwrap();
+        raise_backlog(&raised);
+        assert_eq!(queued(&raised, 600), 600);
+    }
 }
