@@ -21,8 +21,9 @@ pub type BorrowedFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 pub trait Runtime: Clone + Send + Sync + 'static {
     /// A connected TCP stream.
     type Io: futures::io::AsyncRead + futures::io::AsyncWrite + Send + Unpin + 'static;
-    /// A listening TCP socket registered with the runtime.
-    type Listener: Send + Sync + 'static;
+    /// A listening TCP socket registered with the runtime (its descriptor reachable, so that
+    /// [`crate::server::serve_on`] can raise its backlog).
+    type Listener: std::os::fd::AsFd + Send + Sync + 'static;
 
     /// Runs a future in the background.
     fn spawn(&self, fut: BoxFuture<()>);

@@ -70,7 +70,6 @@ pub async fn serve_router(
     opts: ServerOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
-    agent_rt::server::raise_backlog(&listener);
     agent_rt::server::serve_on(
         TokioRuntime,
         listener,

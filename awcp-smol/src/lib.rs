@@ -70,7 +70,6 @@ pub async fn serve_with(
     opts: ServerOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
-    agent_rt::server::raise_backlog(&listener);
     agent_rt::server::serve_on(SmolRuntime, listener, handler, opts, shutdown).await
 }
 

@@ -139,7 +139,6 @@ pub async fn serve<R: Runtime>(
     opts: ServerOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
-    raise_backlog(&listener);
     listener.set_nonblocking(true)?;
     let listener = rt.listen(listener)?;
     serve_on(rt, listener, handler, opts, shutdown).await
@@ -154,8 +153,8 @@ pub const LISTEN_BACKLOG: i32 = 4096;
 /// simultaneous connections than that (a daemon starting a thousand delegations at once)
 /// overflowed the queue, and every connection attempt the kernel dropped waited a second
 /// for its SYN to be sent again (`nstat TcpExtListenOverflows`). A listener that cannot be
-/// changed keeps its backlog: it still works. [`serve`] does it; a driver serving a listener
-/// it was given ([`serve_on`]) calls it first.
+/// changed keeps its backlog: it still works. [`serve_on`] (and so [`serve`]) does it to
+/// every listener it serves.
 pub fn raise_backlog(listener: &impl std::os::fd::AsFd) {
     if let Err(e) = socket2::SockRef::from(listener).listen(LISTEN_BACKLOG) {
         tracing::debug!("listen backlog left as it was: {e}");
@@ -176,6 +175,7 @@ pub async fn serve_on<R: Runtime>(
     opts: ServerOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
+    raise_backlog(&listener);
     let local = R::listener_addr(&listener)?;
     let opts = Arc::new(opts);
     let (done_tx, mut done_rx) = mpsc::unbounded::<u64>();
