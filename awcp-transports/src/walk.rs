@@ -329,18 +329,18 @@ fn lstat(open: &Mutex<Option<OpenDir>>, path: &Path) -> std::io::Result<(u64, u3
     let Ok(mut held) = open.try_lock() else {
         return by_path();
     };
-    if held.as_ref().is_none_or(|d| d.path != dir) {
-        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
-        *held = match rustix::fs::open(dir, flags, Mode::empty()) {
-            Ok(fd) => Some(OpenDir {
+    let d = match &mut *held {
+        Some(d) if d.path == dir => d,
+        slot => {
+            let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+            let Ok(fd) = rustix::fs::open(dir, flags, Mode::empty()) else {
+                return by_path();
+            };
+            slot.insert(OpenDir {
                 path: dir.to_path_buf(),
                 fd,
-            }),
-            Err(_) => return by_path(),
-        };
-    }
-    let Some(d) = held.as_ref() else {
-        return by_path();
+            })
+        }
     };
     let st = rustix::fs::statat(&d.fd, name, AtFlags::SYMLINK_NOFOLLOW)?;
     // As `mtime_ns` computes it from `std::fs::Metadata` (the field types vary by platform).
