@@ -173,6 +173,43 @@ impl InlineArchive {
     }
 }
 
+/// The received archive's SHA-256, taken by the writing thread (with the bytes hashed so far)
+/// until [`ArchiveWriter::HASH_ON_A_THREAD_FROM`], then on a thread of its own.
+enum Hashing {
+    Here(Sha256Hex, u64),
+    Thread(awcp_transports::manifest::Sha256Thread),
+}
+
+impl Hashing {
+    fn update(self, piece: Vec<u8>) -> std::io::Result<Hashing> {
+        Ok(match self {
+            Hashing::Here(mut h, n) => {
+                h.update(&piece);
+                let n = n + piece.len() as u64;
+                if n >= ArchiveWriter::HASH_ON_A_THREAD_FROM {
+                    Hashing::Thread(awcp_transports::manifest::Sha256Thread::continuing(h)?)
+                } else {
+                    Hashing::Here(h, n)
+                }
+            }
+            Hashing::Thread(mut t) => {
+                t.update(piece);
+                // Pieces come back emptied; not reused here (freed now, not held until the
+                // end).
+                drop(t.emptied());
+                Hashing::Thread(t)
+            }
+        })
+    }
+
+    fn finish(self) -> String {
+        match self {
+            Hashing::Here(h, _) => h.finish(),
+            Hashing::Thread(t) => t.finish(),
+        }
+    }
+}
+
 /// Why an inline archive could not be received.
 #[derive(Debug)]
 pub(crate) enum InlineError {
@@ -216,12 +253,12 @@ impl ArchiveWriter {
                     .prefix(prefix)
                     .suffix(".zip")
                     .tempfile_in(&dir)?;
-                let mut hash = Sha256Hex::default();
+                let mut hash = Hashing::Here(Sha256Hex::default(), 0);
                 loop {
                     match futures::executor::block_on(rx.next()) {
                         Some(Piece::Bytes(b)) => {
                             t.write_all(&b)?;
-                            hash.update(&b);
+                            hash = hash.update(b)?;
                         }
                         // Not synced: whoever keeps the file syncs it when it must be durable.
                         Some(Piece::End) => {
@@ -240,6 +277,11 @@ impl ArchiveWriter {
         });
         ArchiveWriter { tx, done }
     }
+
+    /// The hash is taken on a thread of its own from this many bytes on: writing and hashing
+    /// a large archive on one thread made it the one the receiving waited for (on a 10 MiB
+    /// START, 16 ms of the 18 ms it took to receive; `BENCHMARKS.md`, 2026-11-27, late night).
+    const HASH_ON_A_THREAD_FROM: u64 = 1 << 20;
 
     /// Closes the channel and waits for the thread: the kept file, or why there is none (then
     /// nothing is left on disk).
@@ -273,6 +315,22 @@ mod tests {
             let f = a.finish().await.unwrap();
             assert_eq!(std::fs::read(&f.path).unwrap(), b"ABCDEFH");
             // Hashed as written: the same as hashing the file.
+            assert_eq!(
+                Some(f.sha256),
+                awcp_transports::manifest::hash_file(&f.path).ok()
+            );
+            std::fs::remove_file(f.path).unwrap();
+
+            // A large one, whose hash moves to a thread of its own on the way: still the
+            // file's.
+            let big: Vec<u8> = (0..3_000_000u32).map(|i| (i * 13 % 253) as u8).collect();
+            let text = awcp_transports::archive::encode_base64(&big);
+            let mut a = InlineArchive::new(dir.path().into(), ".t-");
+            for piece in text.as_bytes().chunks(100_003) {
+                a.text(piece).await.unwrap();
+            }
+            let f = a.finish().await.unwrap();
+            assert!(std::fs::read(&f.path).unwrap() == big);
             assert_eq!(
                 Some(f.sha256),
                 awcp_transports::manifest::hash_file(&f.path).ok()

@@ -71,8 +71,16 @@ pub struct SeekWriteBuf<W: Write + Seek> {
     pos: u64,
     /// The hash of the content's first `hashed` bytes, all written out; `None` once it cannot
     /// become the whole content's hash.
-    hasher: Option<crate::manifest::Sha256Hex>,
+    hasher: Option<Hasher>,
     hashed: u64,
+}
+
+/// Where [`SeekWriteBuf`] hashes.
+enum Hasher {
+    /// On the writing thread.
+    Here(crate::manifest::Sha256Hex),
+    /// On a thread of its own ([`SeekWriteBuf::hash_on_a_thread`]).
+    Thread(crate::manifest::Sha256Thread),
 }
 
 /// How much [`SeekWriteBuf`] holds before writing it out.
@@ -90,7 +98,7 @@ impl<W: Write + Seek> SeekWriteBuf<W> {
             base: pos,
             buf: Vec::new(),
             pos,
-            hasher: (pos == 0).then(crate::manifest::Sha256Hex::default),
+            hasher: (pos == 0).then(|| Hasher::Here(Default::default())),
             hashed: 0,
         })
     }
@@ -105,16 +113,44 @@ impl<W: Write + Seek> SeekWriteBuf<W> {
             self.inner.seek(SeekFrom::Start(self.base))?;
         }
         self.inner.write_all(&self.buf[..n])?;
+        let follows = self.base == self.hashed;
         match &mut self.hasher {
-            Some(h) if self.base == self.hashed => {
+            Some(Hasher::Here(h)) if follows => {
                 h.update(&self.buf[..n]);
-                self.hashed += n as u64;
+                self.buf.drain(..n);
             }
-            _ => self.hasher = None,
+            Some(Hasher::Thread(t)) if follows => {
+                // The written-out bytes go to the hashing thread as they are; what stays is
+                // moved to a buffer it emptied before (the same copy `drain` would make).
+                let mut rest = t
+                    .emptied()
+                    .unwrap_or_else(|| Vec::with_capacity(2 * WRITE_BUF));
+                rest.extend_from_slice(&self.buf[n..]);
+                let mut piece = std::mem::replace(&mut self.buf, rest);
+                piece.truncate(n);
+                t.update(piece);
+            }
+            _ => {
+                self.hasher = None;
+                self.buf.drain(..n);
+            }
+        }
+        if self.hasher.is_some() {
+            self.hashed += n as u64;
         }
         self.base += n as u64;
         self.inner_pos = self.base;
-        self.buf.drain(..n);
+        Ok(())
+    }
+
+    /// Takes the hash on a thread of its own from here on ([`crate::manifest::Sha256Thread`]),
+    /// if nothing was written out yet: worth it for a large archive, whose writing thread
+    /// has enough else to do; not for a small one (a thread costs more than hashing a few
+    /// KiB).
+    pub fn hash_on_a_thread(&mut self) -> io::Result<()> {
+        if matches!(self.hasher, Some(Hasher::Here(_))) && self.hashed == 0 {
+            self.hasher = Some(Hasher::Thread(crate::manifest::Sha256Thread::spawn()?));
+        }
         Ok(())
     }
 
@@ -132,10 +168,10 @@ impl<W: Write + Seek> SeekWriteBuf<W> {
         if end != self.pos {
             self.inner.seek(SeekFrom::Start(self.pos))?;
         }
-        let hash = self
-            .hasher
-            .filter(|_| self.hashed == end)
-            .map(|h| h.finish());
+        let hash = self.hasher.filter(|_| self.hashed == end).map(|h| match h {
+            Hasher::Here(h) => h.finish(),
+            Hasher::Thread(t) => t.finish(),
+        });
         Ok((self.inner, hash))
     }
 }
@@ -234,11 +270,15 @@ mod tests {
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(200))]
         /// Whatever writes and seeks a writer makes, through the buffer the result is the one
-        /// it would have made of the inner writer directly, ending at the same position.
+        /// it would have made of the inner writer directly, ending at the same position; and
+        /// a hash, taken here or on a thread, is the content's.
         #[test]
-        fn seek_write_buf_makes_what_the_direct_writes_make(steps in proptest::collection::vec(step(), 0..40)) {
+        fn seek_write_buf_makes_what_the_direct_writes_make(steps in proptest::collection::vec(step(), 0..40), on_a_thread: bool) {
             let mut direct = io::Cursor::new(Vec::new());
             let mut buffered = SeekWriteBuf::new(io::Cursor::new(Vec::new())).unwrap();
+            if on_a_thread {
+                buffered.hash_on_a_thread().unwrap();
+            }
             for s in &steps {
                 let (a, b) = match *s {
                     Step::Write(n, b) => {
@@ -291,13 +331,22 @@ mod tests {
         };
         let mut direct = io::Cursor::new(Vec::new());
         write(&mut direct);
-        let mut buffered = SeekWriteBuf::new(io::Cursor::new(Vec::new())).unwrap();
-        write(&mut buffered);
-        let (inner, hash) = buffered.finish().unwrap();
-        assert!(inner.get_ref() == direct.get_ref());
-        // Every entry smaller than what the buffer keeps: followed to the end.
         let want = crate::manifest::hash_reader(&mut &direct.get_ref()[..]).unwrap();
-        assert_eq!(hash, Some(want));
+        for on_a_thread in [false, true] {
+            let mut buffered = SeekWriteBuf::new(io::Cursor::new(Vec::new())).unwrap();
+            if on_a_thread {
+                buffered.hash_on_a_thread().unwrap();
+            }
+            write(&mut buffered);
+            let (inner, hash) = buffered.finish().unwrap();
+            assert!(inner.get_ref() == direct.get_ref());
+            // Every entry smaller than what the buffer keeps: followed to the end.
+            assert_eq!(
+                hash.as_ref(),
+                Some(&want),
+                "hashed on a thread: {on_a_thread}"
+            );
+        }
     }
 
     trait WriteSeekDyn: Write + Seek {}

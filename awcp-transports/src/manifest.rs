@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::io::Read;
 use std::path::Path;
+use std::sync::mpsc;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -86,6 +87,84 @@ impl Sha256Hex {
     /// The hash of everything added, lowercase hex.
     pub fn finish(self) -> String {
         hex(&self.0.finalize())
+    }
+}
+
+/// [`Sha256Hex`] taken on a thread of its own, so that the thread producing the pieces (a
+/// packer writing an archive out) does not wait for the hash: on a workspace of many small
+/// files the archive's hash was a quarter of the writing thread's time, while the cores had
+/// time to spare (`BENCHMARKS.md`, 2026-11-27, late night). Pieces are handed over whole
+/// and come back emptied, to be reused; at most [`Sha256Thread::AHEAD`] wait at once.
+pub struct Sha256Thread {
+    to_hash: Option<mpsc::SyncSender<Vec<u8>>>,
+    emptied: mpsc::Receiver<Vec<u8>>,
+    thread: Option<std::thread::JoinHandle<String>>,
+}
+
+impl Sha256Thread {
+    /// Pieces handed over and not hashed yet, at most (the producer waits beyond).
+    pub const AHEAD: usize = 2;
+
+    /// Starts the hashing thread.
+    pub fn spawn() -> std::io::Result<Self> {
+        Self::continuing(Sha256Hex::default())
+    }
+
+    /// Starts the hashing thread with what `h` hashed so far: e.g. once a stream hashed as it
+    /// came turns out to be large.
+    pub fn continuing(mut h: Sha256Hex) -> std::io::Result<Self> {
+        let (to_hash, pieces) = mpsc::sync_channel::<Vec<u8>>(Self::AHEAD);
+        let (give_back, emptied) = mpsc::sync_channel(Self::AHEAD + 2);
+        let thread = std::thread::Builder::new()
+            .name("awcp-sha256".into())
+            .spawn(move || {
+                for mut piece in pieces {
+                    h.update(&piece);
+                    piece.clear();
+                    // Reused if the producer wants it; dropped if enough are waiting.
+                    let _ = give_back.try_send(piece);
+                }
+                h.finish()
+            })?;
+        Ok(Sha256Thread {
+            to_hash: Some(to_hash),
+            emptied,
+            thread: Some(thread),
+        })
+    }
+
+    /// Adds the next piece (waiting if [`Sha256Thread::AHEAD`] are waiting already).
+    pub fn update(&mut self, piece: Vec<u8>) {
+        if let Some(tx) = &self.to_hash {
+            // Fails only if the thread ended, which `finish` reports.
+            let _ = tx.send(piece);
+        }
+    }
+
+    /// An emptied piece to reuse, if one came back.
+    pub fn emptied(&self) -> Option<Vec<u8>> {
+        self.emptied.try_recv().ok()
+    }
+
+    /// The hash of every piece added, lowercase hex.
+    pub fn finish(mut self) -> String {
+        self.to_hash = None;
+        match self.thread.take().map(std::thread::JoinHandle::join) {
+            Some(Ok(hash)) => hash,
+            Some(Err(panic)) => std::panic::resume_unwind(panic),
+            // Taken only here and in drop.
+            None => String::new(),
+        }
+    }
+}
+
+impl Drop for Sha256Thread {
+    /// Ends the thread (the hash is not wanted).
+    fn drop(&mut self) {
+        self.to_hash = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
     }
 }
 
@@ -181,6 +260,38 @@ pub(crate) fn record(e: &WalkEntry, sha256: String) -> FileRecord {
 mod tests {
     use super::*;
     use crate::walk::{walk, WalkOptions};
+
+    /// On a thread, from the start or continuing a hash begun here, pieces of any size hash
+    /// to what the whole hashes to; pieces come back emptied.
+    #[test]
+    fn a_hash_on_a_thread_is_the_hash_of_the_whole() {
+        let data: Vec<u8> = (0..1_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        let want = hash_reader(&mut &data[..]).unwrap();
+        let mut t = Sha256Thread::spawn().unwrap();
+        let mut came_back = 0;
+        for piece in data.chunks(65_537) {
+            t.update(piece.to_vec());
+            while let Some(v) = t.emptied() {
+                assert!(v.is_empty());
+                came_back += 1;
+            }
+        }
+        assert_eq!(t.finish(), want);
+        assert!(came_back > 0, "no piece came back");
+
+        let mut here = Sha256Hex::default();
+        here.update(&data[..12_345]);
+        let mut t = Sha256Thread::continuing(here).unwrap();
+        t.update(data[12_345..500_000].to_vec());
+        t.update(Vec::new());
+        t.update(data[500_000..].to_vec());
+        assert_eq!(t.finish(), want);
+
+        // Dropped unfinished: its thread ends (dropping does not hang).
+        let mut t = Sha256Thread::spawn().unwrap();
+        t.update(data.clone());
+        drop(t);
+    }
 
     #[test]
     fn detects_added_changed_deleted() {

@@ -108,9 +108,13 @@ fn pack_using<W: Write + Seek>(
     cancel: &CancelFlag,
     helpers: usize,
 ) -> Result<(W, PackReport), TransportError> {
-    let mut zw = ZipWriter::new(
-        SeekWriteBuf::new(w).map_err(|e| TransportError::io("starting archive", e))?,
-    );
+    let start = |e| TransportError::io("starting archive", e);
+    let mut out = SeekWriteBuf::new(w).map_err(start)?;
+    if helpers >= 2 {
+        // Many files: the writing thread is the one the others wait for.
+        out.hash_on_a_thread().map_err(start)?;
+    }
+    let mut zw = ZipWriter::new(out);
     let mut report = PackReport::default();
     let largest = items.iter().map(|i| i.entry.size).max().unwrap_or(0);
     let mut buf = crate::buf::for_len(largest);
