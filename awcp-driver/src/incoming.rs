@@ -181,15 +181,21 @@ enum Hashing {
 }
 
 impl Hashing {
-    fn update(self, piece: Vec<u8>) -> std::io::Result<Hashing> {
-        Ok(match self {
+    fn update(self, piece: Vec<u8>) -> Hashing {
+        match self {
             Hashing::Here(mut h, n) => {
                 h.update(&piece);
                 let n = n + piece.len() as u64;
-                if n >= ArchiveWriter::HASH_ON_A_THREAD_FROM {
-                    Hashing::Thread(awcp_transports::manifest::Sha256Thread::continuing(h)?)
-                } else {
-                    Hashing::Here(h, n)
+                if n < ArchiveWriter::HASH_ON_A_THREAD_FROM {
+                    return Hashing::Here(h, n);
+                }
+                match awcp_transports::manifest::Sha256Thread::continuing(h.clone()) {
+                    Ok(t) => Hashing::Thread(t),
+                    // No thread to be had: hashed here (tried again a MiB later).
+                    Err(e) => {
+                        tracing::debug!("hashing on the writing thread: {e}");
+                        Hashing::Here(h, 0)
+                    }
                 }
             }
             Hashing::Thread(mut t) => {
@@ -199,7 +205,7 @@ impl Hashing {
                 drop(t.emptied());
                 Hashing::Thread(t)
             }
-        })
+        }
     }
 
     fn finish(self) -> String {
@@ -258,7 +264,7 @@ impl ArchiveWriter {
                     match futures::executor::block_on(rx.next()) {
                         Some(Piece::Bytes(b)) => {
                             t.write_all(&b)?;
-                            hash = hash.update(b)?;
+                            hash = hash.update(b);
                         }
                         // Not synced: whoever keeps the file syncs it when it must be durable.
                         Some(Piece::End) => {

@@ -146,12 +146,14 @@ impl<W: Write + Seek> SeekWriteBuf<W> {
     /// Takes the hash on a thread of its own from here on ([`crate::manifest::Sha256Thread`]),
     /// if nothing was written out yet: worth it for a large archive, whose writing thread
     /// has enough else to do; not for a small one (a thread costs more than hashing a few
-    /// KiB).
-    pub fn hash_on_a_thread(&mut self) -> io::Result<()> {
+    /// KiB). If no thread can be started, the hash stays on the writing thread.
+    pub fn hash_on_a_thread(&mut self) {
         if matches!(self.hasher, Some(Hasher::Here(_))) && self.hashed == 0 {
-            self.hasher = Some(Hasher::Thread(crate::manifest::Sha256Thread::spawn()?));
+            match crate::manifest::Sha256Thread::spawn() {
+                Ok(t) => self.hasher = Some(Hasher::Thread(t)),
+                Err(e) => tracing::debug!("hashing on the writing thread: {e}"),
+            }
         }
-        Ok(())
     }
 
     /// Writes out what is held; the inner writer is then at the end of it.
@@ -277,7 +279,7 @@ mod tests {
             let mut direct = io::Cursor::new(Vec::new());
             let mut buffered = SeekWriteBuf::new(io::Cursor::new(Vec::new())).unwrap();
             if on_a_thread {
-                buffered.hash_on_a_thread().unwrap();
+                buffered.hash_on_a_thread();
             }
             for s in &steps {
                 let (a, b) = match *s {
@@ -335,7 +337,7 @@ mod tests {
         for on_a_thread in [false, true] {
             let mut buffered = SeekWriteBuf::new(io::Cursor::new(Vec::new())).unwrap();
             if on_a_thread {
-                buffered.hash_on_a_thread().unwrap();
+                buffered.hash_on_a_thread();
             }
             write(&mut buffered);
             let (inner, hash) = buffered.finish().unwrap();

@@ -108,11 +108,10 @@ fn pack_using<W: Write + Seek>(
     cancel: &CancelFlag,
     helpers: usize,
 ) -> Result<(W, PackReport), TransportError> {
-    let start = |e| TransportError::io("starting archive", e);
-    let mut out = SeekWriteBuf::new(w).map_err(start)?;
+    let mut out = SeekWriteBuf::new(w).map_err(|e| TransportError::io("starting archive", e))?;
     if helpers >= 2 {
         // Many files: the writing thread is the one the others wait for.
-        out.hash_on_a_thread().map_err(start)?;
+        out.hash_on_a_thread();
     }
     let mut zw = ZipWriter::new(out);
     let mut report = PackReport::default();
