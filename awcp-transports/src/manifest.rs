@@ -158,6 +158,14 @@ impl Sha256Thread {
     }
 }
 
+impl std::fmt::Debug for Sha256Thread {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sha256Thread")
+            .field("running", &self.thread.is_some())
+            .finish()
+    }
+}
+
 impl Drop for Sha256Thread {
     /// Ends the thread (the hash is not wanted).
     fn drop(&mut self) {
