@@ -1,7 +1,8 @@
 //! Large inline archives are streamed to and from files (no copy of the archive is held in
 //! memory), and those files never outlive what they were for — checked on the real binaries:
 //! a client vanishing mid-upload, an executor killed with SIGKILL mid-upload and restarted, a
-//! daemon restarted over archives a killed predecessor left.
+//! daemon restarted over archives a killed predecessor left; and such an archive is checked
+//! against its checksum as it is received.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -114,4 +115,98 @@ fn a_daemon_removes_archives_a_killed_predecessor_left() {
     let (daemon, _url) = bins::spawn_daemon(&state);
     let _daemon = KillOnDrop(daemon);
     assert!(!archives.exists(), "removed before the daemon listens");
+}
+
+/// One HTTP/1.0 exchange with the server at `peer` (its `/awcp` URL): the response, head and
+/// body, read to its end (a 1.0 response is not chunked: an SSE body arrives as written).
+fn exchange(peer: &str, method: &str, path: &str, body: Option<&str>) -> String {
+    let hostport = peer
+        .trim_start_matches("http://")
+        .trim_end_matches("/awcp")
+        .to_owned();
+    let mut c = TcpStream::connect(&hostport).unwrap();
+    c.set_read_timeout(Some(DEADLINE)).unwrap();
+    let body = body.unwrap_or("");
+    write!(
+        c,
+        "{method} {path} HTTP/1.0\r\nHost: {hostport}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    c.read_to_end(&mut out)
+        .expect("the response ends (before the deadline)");
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The real executor checks a large inline archive against START's checksum, with the hash
+/// taken as the archive is received: on the receiving thread for its first MiB, then on a
+/// thread of its own. The same 4 MB archive runs its task with its own checksum and is
+/// refused (`CHECKSUM_MISMATCH`, no task, no archive file left) with the checksum of other
+/// bytes.
+#[test]
+fn a_large_inline_archive_is_checked_against_its_checksum() {
+    use sha2::Digest as _;
+    let dir = tempfile::tempdir().unwrap();
+    let (child, peer) = bins::spawn_announcing(
+        &mut bins::executor_command(dir.path(), "true"),
+        bins::EXECUTOR_ANNOUNCES,
+    );
+    let _ex = KillOnDrop(child);
+    let zip = {
+        let mut w = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+        let opts = zip::write::SimpleFileOptions::default()
+            .compression_method(zip::CompressionMethod::Stored)
+            .unix_permissions(0o644);
+        w.start_file("workspace/big.bin", opts).unwrap();
+        let mut rng = awcp_tests::rng::Rng(0x2545_F491_4F6C_DD1D);
+        let data: Vec<u8> = (0..4_000_000).map(|_| rng.next_u64() as u8).collect();
+        w.write_all(&data).unwrap();
+        w.finish().unwrap().into_inner()
+    };
+    // Well over the switch to a hashing thread (1 MiB), so that pieces go to it however the
+    // body is cut.
+    assert!(zip.len() > 3 << 20);
+    let hex = |b: &[u8]| -> String {
+        sha2::Sha256::digest(b)
+            .iter()
+            .map(|x| format!("{x:02x}"))
+            .collect()
+    };
+    let own = hex(&zip);
+    let mut other = zip.clone();
+    *other.last_mut().unwrap() ^= 1;
+    let wrong = hex(&other);
+    let b64 = awcp_transports::archive::encode_base64(&zip);
+    let downloads = dir.path().join("state/downloads");
+    for (id, checksum, matches) in [
+        ("dlg_1a2b3c4d5e6f708192a3b4c5d6e7f801", &own, true),
+        ("dlg_2b3c4d5e6f708192a3b4c5d6e7f8019a", &wrong, false),
+    ] {
+        let invite = format!(
+            r#"{{"version":"1","type":"INVITE","delegationId":"{id}","task":{{"description":"A task","prompt":"p"}},"lease":{{"ttlSeconds":1800,"accessMode":"rw"}},"environment":{{"resources":[{{"name":"workspace","type":"fs","mode":"rw"}}]}},"requirements":{{"transport":"archive"}}}}"#
+        );
+        let r = exchange(&peer, "POST", "/awcp", Some(&invite));
+        assert!(r.starts_with("HTTP/1.0 200") && r.contains("ACCEPT"), "{r}");
+        let start = format!(
+            r#"{{"version":"1","type":"START","delegationId":"{id}","lease":{{"expiresAt":"2099-01-01T00:00:00.000Z","accessMode":"rw"}},"transportHandle":{{"transport":"archive","workspaceBase64":"{b64}","checksum":"{checksum}"}}}}"#
+        );
+        let r = exchange(&peer, "POST", "/awcp", Some(&start));
+        assert!(r.starts_with("HTTP/1.0 200"), "{r}");
+        let events = exchange(&peer, "GET", &format!("/awcp/tasks/{id}/events"), None);
+        if matches {
+            assert!(
+                events.contains(r#""type":"done""#) && !events.contains("CHECKSUM_MISMATCH"),
+                "its own checksum: {events}"
+            );
+        } else {
+            assert!(
+                events.contains("CHECKSUM_MISMATCH") && !events.contains(r#""type":"done""#),
+                "another checksum: {events}"
+            );
+        }
+    }
+    wait_for("no archive file left", || {
+        files(&downloads, ".awcp-start-").is_empty()
+    });
 }
