@@ -130,9 +130,12 @@ impl WalkResult {
 
 /// Modification time of a metadata record in nanoseconds.
 pub(crate) fn mtime_ns(md: &fs::Metadata) -> i64 {
-    md.mtime()
-        .saturating_mul(1_000_000_000)
-        .saturating_add(md.mtime_nsec())
+    ns_since_epoch(md.mtime(), md.mtime_nsec())
+}
+
+/// Seconds and nanoseconds as one count of nanoseconds (saturating), the form records keep.
+fn ns_since_epoch(secs: i64, nsec: i64) -> i64 {
+    secs.saturating_mul(1_000_000_000).saturating_add(nsec)
 }
 
 /// Entries walked on the calling thread before a walk switches to the parallel walker.
@@ -343,11 +346,11 @@ fn lstat(open: &Mutex<Option<OpenDir>>, path: &Path) -> std::io::Result<(u64, u3
         }
     };
     let st = rustix::fs::statat(&d.fd, name, AtFlags::SYMLINK_NOFOLLOW)?;
-    // As `mtime_ns` computes it from `std::fs::Metadata` (the field types vary by platform).
-    let mtime = i64::try_from(st.st_mtime)
-        .unwrap_or(i64::MAX)
-        .saturating_mul(1_000_000_000)
-        .saturating_add(i64::try_from(st.st_mtime_nsec).unwrap_or(0));
+    // The field types vary by platform.
+    let mtime = ns_since_epoch(
+        i64::try_from(st.st_mtime).unwrap_or(i64::MAX),
+        i64::try_from(st.st_mtime_nsec).unwrap_or(0),
+    );
     let size = u64::try_from(st.st_size).unwrap_or(0);
     Ok((size, u32::from(st.st_mode) & 0o7777, mtime))
 }
