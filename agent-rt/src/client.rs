@@ -114,12 +114,16 @@ pub(crate) fn split_url(url: &str) -> Result<Target, NetError> {
 /// take (the peer had closed it) goes out on a new one; a request that was sent and then lost
 /// its connection fails as on a fresh connection: nothing is sent twice. Bodies over 64 KiB
 /// always get a connection of their own, written without copying (vectored writes).
+///
+/// With [`HttpClient::max_requests_per_peer`], at most that many [`HttpClient::request`]s
+/// are in flight to one peer; the others wait for one to finish (within their own timeout).
 #[derive(Clone, Debug)]
 pub struct HttpClient<R> {
     rt: R,
     tls: ClientTls,
     pool: std::sync::Arc<Pool>,
     keep_alive: bool,
+    max_requests_per_peer: Option<usize>,
 }
 
 /// Idle connections kept per peer (scheme, host and port).
@@ -149,6 +153,9 @@ type Sender = hyper::client::conn::http1::SendRequest<ClientBody>;
 #[derive(Default)]
 struct Pool {
     peers: std::sync::Mutex<std::collections::HashMap<Peer, Vec<Kept>>>,
+    /// With a request cap, the slots of each peer a request is waiting for or holds (entries
+    /// nobody uses are dropped whenever a slot is taken).
+    slots: std::sync::Mutex<std::collections::HashMap<Peer, std::sync::Arc<async_lock::Semaphore>>>,
 }
 
 struct Kept {
@@ -204,7 +211,22 @@ impl<R: Runtime> HttpClient<R> {
             tls,
             pool: std::sync::Arc::default(),
             keep_alive: false,
+            max_requests_per_peer: None,
         }
+    }
+
+    /// At most `n` (at least 1) [`HttpClient::request`]s to one peer (scheme, host and port)
+    /// in flight at once; the others wait for one to finish, and the wait counts against
+    /// their timeout. Streamed requests ([`HttpClient::send`], downloads) are not counted.
+    ///
+    /// Over HTTP/1.1 each request in flight is a connection, and each connection costs
+    /// buffers at both ends (40-50 KiB with hyper): without a cap, a thousand requests at
+    /// once are a thousand connections. With [`HttpClient::keep_alive`] the requests that
+    /// waited reuse the connections of those before them. Clones share the slots: set it
+    /// before cloning.
+    pub fn max_requests_per_peer(mut self, n: usize) -> Self {
+        self.max_requests_per_peer = Some(n.max(1));
+        self
     }
 
     /// Keeps connections alive between requests to the same peer (see [`HttpClient`]).
@@ -401,12 +423,34 @@ impl<R: Runtime> HttpClient<R> {
         limit: u64,
     ) -> Result<(u16, Bytes), NetError> {
         with_timeout(&self.rt, timeout, async {
+            let _slot = self.slot(url).await;
             let resp = self.send_body(method, url, headers, body).await?;
             let status = resp.status().as_u16();
             let body = crate::body::read_body(resp.into_body(), limit).await?;
             Ok((status, body))
         })
         .await
+    }
+
+    /// A request slot of `url`'s peer, held until dropped, once one is free; none without a
+    /// cap (or for a URL that cannot be sent to: the request fails on it).
+    async fn slot(&self, url: &str) -> Option<async_lock::SemaphoreGuardArc> {
+        let max = self.max_requests_per_peer?;
+        let t = split_url(url).ok()?;
+        let peer = Peer {
+            tls: t.tls,
+            host: t.host,
+            port: t.port,
+        };
+        let slots = {
+            let mut all = self.pool.slots.lock().unwrap_or_else(|e| e.into_inner());
+            // Peers nobody holds or waits for a slot of (only the map refers to them).
+            all.retain(|_, s| std::sync::Arc::strong_count(s) > 1);
+            all.entry(peer)
+                .or_insert_with(|| std::sync::Arc::new(async_lock::Semaphore::new(max)))
+                .clone()
+        };
+        Some(slots.acquire_arc().await)
     }
 
     /// Streams a GET into `dest` with flat memory and makes it durable; returns the byte

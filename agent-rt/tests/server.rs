@@ -424,6 +424,128 @@ async fn without_keep_alive_every_request_has_its_own_connection<R: Host>() {
     assert_eq!(c.idle_connections(), 0);
 }
 
+/// Holds every request until `gate` gives a permit, then answers 200; counts the requests in
+/// flight (`now`), the most at once (`most`) and all (`all`), and says each arrival on `seen`.
+#[derive(Clone)]
+struct Holder {
+    gate: std::sync::Arc<async_lock::Semaphore>,
+    now: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    most: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    all: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Holder {
+    fn start<R: Host>() -> (
+        Holder,
+        Server,
+        futures::channel::mpsc::UnboundedReceiver<()>,
+    ) {
+        use std::sync::atomic::Ordering::SeqCst;
+        let h = Holder {
+            gate: std::sync::Arc::new(async_lock::Semaphore::new(0)),
+            now: Default::default(),
+            most: Default::default(),
+            all: Default::default(),
+        };
+        let (tx, seen) = futures::channel::mpsc::unbounded();
+        let held = h.clone();
+        let handler = Handler::new(move |_req: http::Request<RequestBody>| {
+            let (h, tx) = (held.clone(), tx.clone());
+            async move {
+                let n = h.now.fetch_add(1, SeqCst) + 1;
+                h.most.fetch_max(n, SeqCst);
+                h.all.fetch_add(1, SeqCst);
+                let _ = tx.unbounded_send(());
+                std::mem::forget(h.gate.acquire().await);
+                h.now.fetch_sub(1, SeqCst);
+                agent_rt::body::json_response(200, "ok".into())
+            }
+        });
+        let s = start::<R>(ServerOptions::default(), handler);
+        (h, s, seen)
+    }
+}
+
+/// The next arrival on `seen`, or `None` if none comes within `d`.
+async fn arrival<R: Host>(
+    seen: &mut futures::channel::mpsc::UnboundedReceiver<()>,
+    d: Duration,
+) -> Option<()> {
+    use futures::StreamExt;
+    let next = std::pin::pin!(seen.next());
+    match futures::future::select(next, R::default().sleep(d)).await {
+        futures::future::Either::Left((v, _)) => v,
+        futures::future::Either::Right(_) => None,
+    }
+}
+
+/// With a cap of two requests per peer, six at once reach the server two at a time: a third
+/// arrives only when one of the first two is answered, and all six are answered.
+async fn requests_over_the_per_peer_cap_wait_for_a_free_slot<R: Host>() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let (h, s, mut seen) = Holder::start::<R>();
+    let url = format!("http://{}/", s.addr);
+    let c = HttpClient::new(R::default(), ClientTls::default())
+        .keep_alive(true)
+        .max_requests_per_peer(2);
+    let requests = futures::future::join_all(
+        (0..6).map(|_| c.request(http::Method::GET, &url, &[], None, DEADLINE, 1 << 20)),
+    );
+    let control = async {
+        for _ in 0..2 {
+            arrival::<R>(&mut seen, DEADLINE)
+                .await
+                .expect("a request arrives");
+        }
+        // A third would arrive now if the cap let it through.
+        let third = arrival::<R>(&mut seen, Duration::from_millis(300)).await;
+        assert!(third.is_none(), "a third request in flight");
+        assert_eq!(h.now.load(SeqCst), 2);
+        h.gate.add_permits(1);
+        arrival::<R>(&mut seen, DEADLINE)
+            .await
+            .expect("a waiting request goes out once one is answered");
+        h.gate.add_permits(100);
+    };
+    let (answers, ()) = futures::future::join(requests, control).await;
+    for a in answers {
+        assert_eq!(a.unwrap().0, 200);
+    }
+    assert_eq!(h.most.load(SeqCst), 2);
+    assert_eq!(h.all.load(SeqCst), 6);
+}
+
+/// A request waiting for a slot fails with its own timeout, never having been sent; the one
+/// holding the slot is answered when the server answers.
+async fn waiting_for_a_slot_counts_against_the_timeout<R: Host>() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let (h, s, mut seen) = Holder::start::<R>();
+    let url = format!("http://{}/", s.addr);
+    let c = HttpClient::new(R::default(), ClientTls::default()).max_requests_per_peer(1);
+    let first = c.request(http::Method::GET, &url, &[], None, DEADLINE, 1 << 20);
+    let second = async {
+        arrival::<R>(&mut seen, DEADLINE)
+            .await
+            .expect("the first arrives");
+        let r = c
+            .request(
+                http::Method::GET,
+                &url,
+                &[],
+                None,
+                Duration::from_millis(200),
+                1 << 20,
+            )
+            .await;
+        assert!(matches!(r, Err(NetError::Timeout(_))), "{r:?}");
+        assert_eq!(h.all.load(SeqCst), 1, "the waiting request was sent");
+        h.gate.add_permits(1);
+    };
+    let (first, ()) = futures::future::join(first, second).await;
+    assert_eq!(first.unwrap().0, 200);
+    assert_eq!(h.all.load(SeqCst), 1);
+}
+
 /// `GET /<len>`: `len` bytes of a known pattern, in frames of 10,000 bytes; anything else 404.
 fn pattern_server() -> Handler {
     Handler::new(|req: http::Request<RequestBody>| async move {
@@ -521,5 +643,7 @@ on_both_runtimes!(
     requests_to_one_peer_share_a_kept_connection,
     a_kept_connection_the_server_closed_is_not_used,
     without_keep_alive_every_request_has_its_own_connection,
+    requests_over_the_per_peer_cap_wait_for_a_free_slot,
+    waiting_for_a_slot_counts_against_the_timeout,
     downloads_arrive_whole,
 );

@@ -338,8 +338,11 @@ impl DelegatorHandle {
         let lp = Loop {
             rt: rt.clone(),
             // Executors answer without Nagle delays (this project's; the reference on Node.js
-            // 18+): the requests of a delegation share connections.
-            http: agent_rt::HttpClient::new(rt.clone(), opts.client_tls.clone()).keep_alive(true),
+            // 18+): the requests of a delegation share connections, and at most the engine's
+            // number of them is in flight to one executor.
+            http: agent_rt::HttpClient::new(rt.clone(), opts.client_tls.clone())
+                .keep_alive(true)
+                .max_requests_per_peer(engine.config().max_requests_per_executor),
             engine,
             tx: tx.clone(),
             opts: Arc::new(opts),

@@ -135,6 +135,7 @@ macro_rules! conformance_suite {
             inline_results_a_stopped_executor_left_are_removed_at_start,
             results_a_stopped_delegator_was_receiving_are_removed_at_start,
             more_delegations_than_half_the_connection_cap_all_complete,
+            requests_to_one_executor_beyond_the_cap_wait_for_a_slot,
             a_subscriber_that_stops_reading_is_cut_off_and_loses_nothing_essential,
         );
     };
@@ -852,6 +853,79 @@ pub async fn more_delegations_than_half_the_connection_cap_all_complete<R: TestR
     for ws in &spaces {
         assert_edited(ws.path());
     }
+}
+
+/// Requests to one executor beyond the delegator's `max_requests_per_executor` wait for a
+/// free slot: an executor that holds every request sees two at a time from six delegations
+/// started at once, a third only once it answers one, and every delegation ends.
+pub async fn requests_to_one_executor_beyond_the_cap_wait_for_a_slot<R: TestRuntime>() {
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    let (release_tx, release) = async_channel::unbounded::<()>();
+    let (seen_tx, seen) = async_channel::unbounded::<()>();
+    let (now, most, all): (Arc<AtomicUsize>, Arc<AtomicUsize>, Arc<AtomicUsize>) =
+        Default::default();
+    let (n, m, a) = (now.clone(), most.clone(), all.clone());
+    let handler =
+        agent_rt::Handler::new(move |_req: http::Request<agent_rt::body::RequestBody>| {
+            let (release, seen_tx) = (release.clone(), seen_tx.clone());
+            let (now, most, all) = (n.clone(), m.clone(), a.clone());
+            async move {
+                most.fetch_max(now.fetch_add(1, SeqCst) + 1, SeqCst);
+                all.fetch_add(1, SeqCst);
+                let _ = seen_tx.send(()).await;
+                let _ = release.recv().await;
+                now.fetch_sub(1, SeqCst);
+                agent_rt::body::json_response(503, "\"busy\"".into())
+            }
+        });
+    let (listener, addr) = bind();
+    R::default().spawn(Box::pin(async move {
+        let opts = agent_rt::ServerOptions::default();
+        let _ = agent_rt::serve(
+            R::default(),
+            listener,
+            handler,
+            opts,
+            std::future::pending(),
+        )
+        .await;
+    }));
+    let dg = start_delegator::<R>(false, |c| c.max_requests_per_executor = 2).await;
+    let peer = format!("http://{addr}/awcp");
+    let spaces: Vec<_> = (0..6).map(|_| workspace()).collect();
+    let mut ids = Vec::new();
+    for ws in &spaces {
+        let id = dg.handle.delegate(params::<R>(&peer, ws.path())).await;
+        ids.push(id.unwrap());
+    }
+    let long = Duration::from_secs(60);
+    for _ in 0..2 {
+        timeout::<R, _>(long, seen.recv())
+            .await
+            .expect("a request arrives")
+            .unwrap();
+    }
+    // A third would arrive now if the cap let it through.
+    let third = timeout::<R, _>(Duration::from_millis(300), seen.recv()).await;
+    assert!(third.is_none(), "a third request in flight");
+    assert_eq!(now.load(SeqCst), 2);
+    release_tx.send(()).await.unwrap();
+    timeout::<R, _>(long, seen.recv())
+        .await
+        .expect("a waiting request goes out once one is answered")
+        .unwrap();
+    for _ in 0..100 {
+        release_tx.send(()).await.unwrap();
+    }
+    for id in &ids {
+        let v = timeout::<R, _>(long, dg.handle.wait(id))
+            .await
+            .expect("delegation ended in time")
+            .expect("delegation known");
+        assert!(v.state.is_terminal(), "{v:?}");
+    }
+    assert_eq!(most.load(SeqCst), 2);
+    assert!(all.load(SeqCst) >= 6, "{} requests", all.load(SeqCst));
 }
 
 pub async fn archive_url_mode_delegation_applies_the_result<R: TestRuntime>() {

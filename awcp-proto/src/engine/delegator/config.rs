@@ -34,6 +34,12 @@ pub struct DelegatorConfig {
     /// also how long a stopping driver lets the requests
     /// that tell an executor something final (ack, cancel, ERROR) finish.
     pub request_timeout: Duration,
+    /// How many INVITE, START, ERROR, cancel and ack requests to one executor may be in
+    /// flight at once (32); the others wait for one to finish, within their
+    /// [`request_timeout`](Self::request_timeout). Over HTTP/1.1 each is a connection with
+    /// buffers at both ends: a thousand delegations starting at once would otherwise open a
+    /// thousand connections (event streams are not counted: each delegation keeps one).
+    pub max_requests_per_executor: usize,
     /// The largest snapshot accepted, inline or downloaded (1 GiB).
     pub max_snapshot_bytes: u64,
     /// The largest `GET …/result` body read (2 GiB: it may carry inline snapshots as base64;
@@ -71,6 +77,7 @@ impl Default for DelegatorConfig {
             max_reply_bytes: 16 * 1024 * 1024,
             snapshot_download_timeout: Duration::from_secs(600),
             request_timeout: Duration::from_secs(30),
+            max_requests_per_executor: 32,
             max_snapshot_bytes: 1024 * 1024 * 1024,
             max_result_bytes: 2 * 1024 * 1024 * 1024,
             features: vec![Feature::DeltaSnapshots, Feature::ArchiveUrl],
