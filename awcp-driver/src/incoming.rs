@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use awcp_proto::wire::divert::ArchiveTextDiverter;
 use awcp_transports::archive::Base64Pieces;
-use awcp_transports::manifest::Sha256Hex;
+use awcp_transports::manifest::Sha256Pieces;
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use http_body_util::BodyExt;
@@ -173,49 +173,6 @@ impl InlineArchive {
     }
 }
 
-/// The received archive's SHA-256, taken by the writing thread (with the bytes hashed so far)
-/// until [`ArchiveWriter::HASH_ON_A_THREAD_FROM`], then on a thread of its own.
-enum Hashing {
-    Here(Sha256Hex, u64),
-    Thread(awcp_transports::manifest::Sha256Thread),
-}
-
-impl Hashing {
-    fn update(self, piece: Vec<u8>) -> Hashing {
-        match self {
-            Hashing::Here(mut h, n) => {
-                h.update(&piece);
-                let n = n + piece.len() as u64;
-                if n < ArchiveWriter::HASH_ON_A_THREAD_FROM {
-                    return Hashing::Here(h, n);
-                }
-                match awcp_transports::manifest::Sha256Thread::continuing(h.clone()) {
-                    Ok(t) => Hashing::Thread(t),
-                    // No thread to be had: hashed here (tried again a MiB later).
-                    Err(e) => {
-                        tracing::debug!("hashing on the writing thread: {e}");
-                        Hashing::Here(h, 0)
-                    }
-                }
-            }
-            Hashing::Thread(mut t) => {
-                t.update(piece);
-                // Pieces come back emptied; not reused here (freed now, not held until the
-                // end).
-                drop(t.emptied());
-                Hashing::Thread(t)
-            }
-        }
-    }
-
-    fn finish(self) -> String {
-        match self {
-            Hashing::Here(h, _) => h.finish(),
-            Hashing::Thread(t) => t.finish(),
-        }
-    }
-}
-
 /// Why an inline archive could not be received.
 #[derive(Debug)]
 pub(crate) enum InlineError {
@@ -259,12 +216,18 @@ impl ArchiveWriter {
                     .prefix(prefix)
                     .suffix(".zip")
                     .tempfile_in(&dir)?;
-                let mut hash = Hashing::Here(Sha256Hex::default(), 0);
+                let mut hash = Sha256Pieces::default();
                 loop {
                     match futures::executor::block_on(rx.next()) {
                         Some(Piece::Bytes(b)) => {
                             t.write_all(&b)?;
-                            hash = hash.update(b);
+                            hash.update_owned(b);
+                            if hash.len() >= Self::HASH_ON_A_THREAD_FROM {
+                                hash.to_a_thread();
+                            }
+                            // Pieces come back emptied; not reused here (freed now, not held
+                            // until the end).
+                            drop(hash.emptied());
                         }
                         // Not synced: whoever keeps the file syncs it when it must be durable.
                         Some(Piece::End) => {

@@ -71,16 +71,8 @@ pub struct SeekWriteBuf<W: Write + Seek> {
     pos: u64,
     /// The hash of the content's first `hashed` bytes, all written out; `None` once it cannot
     /// become the whole content's hash.
-    hasher: Option<Hasher>,
+    hasher: Option<crate::manifest::Sha256Pieces>,
     hashed: u64,
-}
-
-/// Where [`SeekWriteBuf`] hashes.
-enum Hasher {
-    /// On the writing thread.
-    Here(crate::manifest::Sha256Hex),
-    /// On a thread of its own ([`SeekWriteBuf::hash_on_a_thread`]).
-    Thread(crate::manifest::Sha256Thread),
 }
 
 /// How much [`SeekWriteBuf`] holds before writing it out.
@@ -98,7 +90,7 @@ impl<W: Write + Seek> SeekWriteBuf<W> {
             base: pos,
             buf: Vec::new(),
             pos,
-            hasher: (pos == 0).then(|| Hasher::Here(Default::default())),
+            hasher: (pos == 0).then(Default::default),
             hashed: 0,
         })
     }
@@ -115,20 +107,20 @@ impl<W: Write + Seek> SeekWriteBuf<W> {
         self.inner.write_all(&self.buf[..n])?;
         let follows = self.base == self.hashed;
         match &mut self.hasher {
-            Some(Hasher::Here(h)) if follows => {
-                h.update(&self.buf[..n]);
-                self.buf.drain(..n);
-            }
-            Some(Hasher::Thread(t)) if follows => {
+            Some(h) if follows && h.on_a_thread() => {
                 // The written-out bytes go to the hashing thread as they are; what stays is
                 // moved to a buffer it emptied before (the same copy `drain` would make).
-                let mut rest = t
+                let mut rest = h
                     .emptied()
                     .unwrap_or_else(|| Vec::with_capacity(2 * WRITE_BUF));
                 rest.extend_from_slice(&self.buf[n..]);
                 let mut piece = std::mem::replace(&mut self.buf, rest);
                 piece.truncate(n);
-                t.update(piece);
+                h.update_owned(piece);
+            }
+            Some(h) if follows => {
+                h.update(&self.buf[..n]);
+                self.buf.drain(..n);
             }
             _ => {
                 self.hasher = None;
@@ -143,16 +135,13 @@ impl<W: Write + Seek> SeekWriteBuf<W> {
         Ok(())
     }
 
-    /// Takes the hash on a thread of its own from here on ([`crate::manifest::Sha256Thread`]),
-    /// if nothing was written out yet: worth it for a large archive, whose writing thread
-    /// has enough else to do; not for a small one (a thread costs more than hashing a few
-    /// KiB). If no thread can be started, the hash stays on the writing thread.
+    /// Takes the hash on a thread of its own from here on ([`crate::manifest::Sha256Pieces`]),
+    /// continuing what was hashed: worth it for a large archive, whose writing thread has
+    /// enough else to do; not for a small one (a thread costs more than hashing a few KiB).
+    /// If no thread can be started, the hash stays on the writing thread.
     pub fn hash_on_a_thread(&mut self) {
-        if matches!(self.hasher, Some(Hasher::Here(_))) && self.hashed == 0 {
-            match crate::manifest::Sha256Thread::spawn() {
-                Ok(t) => self.hasher = Some(Hasher::Thread(t)),
-                Err(e) => tracing::debug!("hashing on the writing thread: {e}"),
-            }
+        if let Some(h) = &mut self.hasher {
+            h.to_a_thread();
         }
     }
 
@@ -170,10 +159,10 @@ impl<W: Write + Seek> SeekWriteBuf<W> {
         if end != self.pos {
             self.inner.seek(SeekFrom::Start(self.pos))?;
         }
-        let hash = self.hasher.filter(|_| self.hashed == end).map(|h| match h {
-            Hasher::Here(h) => h.finish(),
-            Hasher::Thread(t) => t.finish(),
-        });
+        let hash = self
+            .hasher
+            .filter(|_| self.hashed == end)
+            .map(crate::manifest::Sha256Pieces::finish);
         Ok((self.inner, hash))
     }
 }

@@ -78,6 +78,12 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 #[derive(Clone, Default)]
 pub struct Sha256Hex(Sha256);
 
+impl std::fmt::Debug for Sha256Hex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Sha256Hex")
+    }
+}
+
 impl Sha256Hex {
     /// Adds the next piece.
     pub fn update(&mut self, piece: &[u8]) {
@@ -172,6 +178,102 @@ impl Drop for Sha256Thread {
         self.to_hash = None;
         if let Some(t) = self.thread.take() {
             let _ = t.join();
+        }
+    }
+}
+
+/// The SHA-256 of pieces, taken on the calling thread until [`Sha256Pieces::to_a_thread`]
+/// moves it to a thread of its own ([`Sha256Thread`]), continuing what was hashed: for a
+/// producer that learns only on the way whether the hash is worth a thread (an archive being
+/// packed or received).
+#[derive(Debug, Default)]
+pub struct Sha256Pieces {
+    at: HashedAt,
+    len: u64,
+    /// A thread was asked for and could not be started: the hash stays here.
+    no_thread: bool,
+}
+
+#[derive(Debug)]
+enum HashedAt {
+    Here(Sha256Hex),
+    Thread(Sha256Thread),
+}
+
+impl Default for HashedAt {
+    fn default() -> Self {
+        HashedAt::Here(Sha256Hex::default())
+    }
+}
+
+impl Sha256Pieces {
+    /// Bytes hashed so far.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether nothing was hashed yet.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Whether the hash is taken on a thread of its own.
+    pub fn on_a_thread(&self) -> bool {
+        matches!(self.at, HashedAt::Thread(_))
+    }
+
+    /// Takes the hash on a thread of its own from now on (nothing if it is already there). If
+    /// no thread can be started, the hash stays on the calling thread, and later calls do not
+    /// try again.
+    pub fn to_a_thread(&mut self) {
+        let HashedAt::Here(h) = &self.at else {
+            return;
+        };
+        if self.no_thread {
+            return;
+        }
+        match Sha256Thread::continuing(h.clone()) {
+            Ok(t) => self.at = HashedAt::Thread(t),
+            Err(e) => {
+                tracing::debug!("hashing on the calling thread: {e}");
+                self.no_thread = true;
+            }
+        }
+    }
+
+    /// Adds `piece`: hashed here, or handed to the thread whole (no copy).
+    pub fn update_owned(&mut self, piece: Vec<u8>) {
+        self.len += piece.len() as u64;
+        match &mut self.at {
+            HashedAt::Here(h) => h.update(&piece),
+            HashedAt::Thread(t) => t.update(piece),
+        }
+    }
+
+    /// Adds `piece`: hashed here, or copied to the thread.
+    pub fn update(&mut self, piece: &[u8]) {
+        match &mut self.at {
+            HashedAt::Here(h) => {
+                self.len += piece.len() as u64;
+                h.update(piece);
+            }
+            HashedAt::Thread(_) => self.update_owned(piece.to_vec()),
+        }
+    }
+
+    /// A piece the thread hashed and emptied, to reuse; none while hashing here.
+    pub fn emptied(&self) -> Option<Vec<u8>> {
+        match &self.at {
+            HashedAt::Here(_) => None,
+            HashedAt::Thread(t) => t.emptied(),
+        }
+    }
+
+    /// The hash of every piece added, lowercase hex.
+    pub fn finish(self) -> String {
+        match self.at {
+            HashedAt::Here(h) => h.finish(),
+            HashedAt::Thread(t) => t.finish(),
         }
     }
 }
@@ -299,6 +401,34 @@ mod tests {
         let mut t = Sha256Thread::spawn().unwrap();
         t.update(data.clone());
         drop(t);
+    }
+
+    #[test]
+    fn pieces_moved_to_a_thread_hash_the_whole() {
+        let data: Vec<u8> = (0..700_000u32).map(|i| (i * 13 % 241) as u8).collect();
+        let want = hash_reader(&mut &data[..]).unwrap();
+        for move_at in [0, 1, 99_999, 700_000] {
+            let mut p = Sha256Pieces::default();
+            assert!(p.is_empty() && !p.on_a_thread());
+            for (i, piece) in data.chunks(100_000).enumerate() {
+                if i * 100_000 >= move_at {
+                    p.to_a_thread();
+                    assert!(p.on_a_thread());
+                }
+                // Borrowed and owned pieces, empty ones between.
+                if i % 2 == 0 {
+                    p.update(piece);
+                } else {
+                    p.update_owned(piece.to_vec());
+                }
+                p.update(&[]);
+                if !p.on_a_thread() {
+                    assert!(p.emptied().is_none());
+                }
+            }
+            assert_eq!(p.len(), data.len() as u64);
+            assert_eq!(p.finish(), want, "moved at {move_at}");
+        }
     }
 
     #[test]
