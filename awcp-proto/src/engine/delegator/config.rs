@@ -35,7 +35,7 @@ pub struct DelegatorConfig {
     /// that tell an executor something final (ack, cancel, ERROR) finish.
     pub request_timeout: Duration,
     /// How many INVITE, START, ERROR, cancel and ack requests to one executor may be in
-    /// flight at once (32); the others wait for one to finish, within their
+    /// flight at once (32; 0 is taken as 1); the others wait for one to finish, within their
     /// [`request_timeout`](Self::request_timeout). Over HTTP/1.1 each is a connection with
     /// buffers at both ends: a thousand delegations starting at once would otherwise open a
     /// thousand connections (event streams are not counted: each delegation keeps one).
