@@ -4,6 +4,8 @@
 //! daemon restarted over archives a killed predecessor left; and such an archive is checked
 //! against its checksum as it is received.
 
+mod zip_support;
+
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -153,17 +155,7 @@ fn a_large_inline_archive_is_checked_against_its_checksum() {
         bins::EXECUTOR_ANNOUNCES,
     );
     let _ex = KillOnDrop(child);
-    let zip = {
-        let mut w = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
-        let opts = zip::write::SimpleFileOptions::default()
-            .compression_method(zip::CompressionMethod::Stored)
-            .unix_permissions(0o644);
-        w.start_file("workspace/big.bin", opts).unwrap();
-        let mut rng = awcp_tests::rng::Rng(0x2545_F491_4F6C_DD1D);
-        let data: Vec<u8> = (0..4_000_000).map(|_| rng.next_u64() as u8).collect();
-        w.write_all(&data).unwrap();
-        w.finish().unwrap().into_inner()
-    };
+    let zip = zip_support::random_file_zip("workspace/big.bin", 4_000_000, 0x2545_F491_4F6C_DD1D);
     // Well over the switch to a hashing thread (1 MiB), so that pieces go to it however the
     // body is cut.
     assert!(zip.len() > 3 << 20);

@@ -35,6 +35,8 @@ pub use data_safety::*;
 pub mod security;
 #[allow(unused_imports)]
 pub use security::*;
+#[path = "../zip_support/mod.rs"]
+pub mod zip_support;
 
 // ---------------------------------------------------------------------------------------------
 mod runtimes;

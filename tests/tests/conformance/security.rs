@@ -520,17 +520,7 @@ pub async fn hostile_archive_in_start_is_refused_without_escaping<R: TestRuntime
 /// and fails the setup with `CHECKSUM_MISMATCH`; the task never runs and no file is left.
 pub async fn a_large_start_whose_archive_does_not_match_its_checksum_is_refused<R: TestRuntime>() {
     let ex = start_executor::<R>(Arc::new(EditRunner), |_| {}).await;
-    let zip = {
-        let mut w = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
-        let opts = zip::write::SimpleFileOptions::default()
-            .compression_method(zip::CompressionMethod::Stored)
-            .unix_permissions(0o644);
-        w.start_file("workspace/big.bin", opts).unwrap();
-        let mut rng = awcp_tests::rng::Rng(0x9E37_79B9_7F4A_7C15);
-        let data: Vec<u8> = (0..1_200_000).map(|_| rng.next_u64() as u8).collect();
-        w.write_all(&data).unwrap();
-        w.finish().unwrap().into_inner()
-    };
+    let zip = zip_support::random_file_zip("workspace/big.bin", 1_200_000, 0x9E37_79B9_7F4A_7C15);
     let b64 = awcp_transports::archive::encode_base64(&zip);
     // The checksum of other bytes (the archive with its last byte changed).
     let mut other = zip.clone();
@@ -627,20 +617,17 @@ enum EntryKind<'a> {
 }
 
 fn hostile_zip(entries: &[(&str, EntryKind)]) -> Vec<u8> {
-    let mut w = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
-    let opts = zip::write::SimpleFileOptions::default()
-        .compression_method(zip::CompressionMethod::Stored)
-        .unix_permissions(0o644);
-    for (name, kind) in entries {
-        match kind {
-            EntryKind::File => {
-                w.start_file(*name, opts).unwrap();
-                w.write_all(b"hostile\n").unwrap();
-            }
-            EntryKind::Symlink(target) => w.add_symlink(*name, *target, opts).unwrap(),
-        }
-    }
-    w.finish().unwrap().into_inner()
+    let entries: Vec<_> = entries
+        .iter()
+        .map(|(name, kind)| {
+            let entry = match kind {
+                EntryKind::File => zip_support::Entry::File(b"hostile\n"),
+                EntryKind::Symlink(target) => zip_support::Entry::Symlink(target),
+            };
+            (*name, entry)
+        })
+        .collect();
+    zip_support::zip_of(&entries)
 }
 
 /// INVITEs that are accepted and never followed by START (a stalled or hostile delegator)
