@@ -395,19 +395,12 @@ impl Partner {
             TaskState::AwaitingCompletion,
         )?;
         // Stream subscribers get the products as chunks before the status (§6.2.6).
-        let chunks: Vec<stream::Logged> = products
-            .iter()
-            .map(|p| stream::Logged::Chunk {
-                product: Box::new(p.clone()),
-                append: false,
-                last_chunk: true,
-            })
-            .collect();
-        if let Some(failed) = self.add_products(task_id, products) {
+        let whole = task::AsChunk {
+            append: false,
+            last_chunk: true,
+        };
+        if let Some(failed) = self.add_products(task_id, products, Some(whole)) {
             return Ok(failed);
-        }
-        for c in chunks {
-            self.append_event(task_id, c);
         }
         self.transition(
             task_id,
@@ -501,14 +494,16 @@ impl Partner {
     }
 
     fn purge(&mut self, task_id: &str) {
-        let Some(t) = self.tasks.remove(task_id) else {
+        let Some(mut t) = self.tasks.remove(task_id) else {
             return;
         };
         if let Some(at) = t.ended_at {
             self.ended.remove(&(at, Arc::clone(&t.id)));
         }
-        if let Some(start) = t.history.front() {
-            self.tombstones.insert(Arc::clone(&t.id), start.id.clone());
+        if let Some(start) = t.history.pop_front() {
+            // The start's id is moved out when nothing else holds the command (the usual case).
+            let start_id = Arc::try_unwrap(start).map_or_else(|s| s.id.clone(), |s| s.id);
+            self.tombstones.insert(Arc::clone(&t.id), start_id);
             self.tombstone_order.push_back(Arc::clone(&t.id));
             while self.tombstone_order.len() > self.config.max_tasks.max(1) {
                 if let Some(old) = self.tombstone_order.pop_front() {

@@ -32,12 +32,29 @@ pub(crate) enum Logged {
     },
     /// A status change or progress.
     Status(TaskStatus),
-    /// A product chunk (boxed: the log's entries stay small, see [`EventLog::push`]).
+    /// A product chunk.
     Chunk {
-        product: Box<Product>,
+        product: Shown,
         append: bool,
         last_chunk: bool,
     },
+}
+
+/// The product a logged chunk shows.
+///
+/// Implementation note: a chunk usually shows a product exactly as the task then stores it,
+/// and an ended task is kept (10,000 by default) long after its stream closed; a copy per
+/// chunk was four more allocations per task to keep and, when the task is purged, to free
+/// (each a cache miss by then: BENCHMARKS.md). So the log points at the stored product
+/// instead, and copies it out ([`EventLog::detach`]) before the task's product at that place
+/// is replaced. Products are only ever added or replaced in place, never removed or moved.
+#[derive(Debug)]
+pub(crate) enum Shown {
+    /// The task's product at this index, as it is now.
+    InTask(usize),
+    /// A copy (a chunk that differs from what the task stores, or a product since replaced;
+    /// boxed: the log's entries stay small, see [`EventLog::push`]).
+    Held(Box<Product>),
 }
 
 #[derive(Debug)]
@@ -61,7 +78,7 @@ impl EventLog {
     /// for eight at once (one allocation, not three), and entries are small enough (a
     /// product is boxed) that eight stay under a kilobyte, which glibc's allocator serves
     /// from its small bins instead of consolidating its free lists (BENCHMARKS.md).
-    fn push(&mut self, what: Logged, at: Timestamp, capacity: usize) -> u64 {
+    pub(super) fn push(&mut self, what: Logged, at: Timestamp, capacity: usize) -> u64 {
         if self.events.capacity() == 0 {
             self.events.reserve_exact(capacity.clamp(1, 8));
         }
@@ -77,6 +94,28 @@ impl EventLog {
             }
         }
         self.last_seq
+    }
+
+    /// Before the task's product at `index` is replaced: the chunks that show it get a copy
+    /// of it as it is.
+    pub(crate) fn detach(&mut self, index: usize, product: &Product) {
+        for e in &mut self.events {
+            if let Logged::Chunk {
+                product: shown @ Shown::InTask(_),
+                ..
+            } = &mut e.what
+            {
+                if matches!(shown, Shown::InTask(i) if *i == index) {
+                    *shown = Shown::Held(Box::new(product.clone()));
+                }
+            }
+        }
+    }
+
+    /// Gives back the room a task that ended will not use (it is kept long after, and a
+    /// stream that asks for a snapshot of it makes room again).
+    fn shrink(&mut self) {
+        self.events.shrink_to_fit();
     }
 
     pub(crate) fn last_seq(&self) -> u64 {
@@ -102,7 +141,7 @@ fn render(t: &PartnerTask, partner_id: &str, e: &Entry) -> StreamEvent {
             e.at,
             partner_id.to_owned(),
         );
-        h.session_id.clone_from(&t.session_id);
+        h.session_id = t.session_id().map(str::to_owned);
         h
     };
     let data = match &e.what {
@@ -126,7 +165,18 @@ fn render(t: &PartnerTask, partner_id: &str, e: &Entry) -> StreamEvent {
         } => EventData::ProductChunk(ProductChunk {
             header: header("event"),
             task_id: t.id.to_string(),
-            product: Product::clone(product),
+            product: match product {
+                Shown::InTask(i) => t.products.get(*i).cloned().unwrap_or_else(|| {
+                    debug_assert!(false, "a logged chunk points past the task's products");
+                    Product {
+                        id: String::new(),
+                        name: None,
+                        description: None,
+                        data_items: Vec::new(),
+                    }
+                }),
+                Shown::Held(p) => Product::clone(p),
+            },
             append: *append,
             last_chunk: *last_chunk,
         }),
@@ -151,12 +201,27 @@ impl Partner {
         };
         let seq = t.log.push(what, now, cap);
         let terminal = t.status.as_ref().is_some_and(|s| s.state.is_terminal());
+        if terminal {
+            t.log.shrink();
+        }
         let subs: Vec<RequestId> = t.subscribers.iter().copied().collect();
         for r in subs {
             self.send_events(r, task_id, seq - 1);
             if terminal {
                 self.close_stream(r);
             }
+        }
+    }
+
+    /// Sends the events logged after `after` to the task's streams (which stay open: the
+    /// task did not end).
+    pub(super) fn send_logged_after(&mut self, task_id: &str, after: u64) {
+        let Some(t) = self.tasks.get(task_id) else {
+            return;
+        };
+        let subs: Vec<RequestId> = t.subscribers.iter().copied().collect();
+        for r in subs {
+            self.send_events(r, task_id, after);
         }
     }
 

@@ -5,7 +5,7 @@
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
 
-use super::stream::{EventLog, Logged};
+use super::stream::{EventLog, Logged, Shown};
 use super::{HeldQueue, Partner, PartnerEvent, PartnerOutput, PartnerTimer};
 use crate::engine::RequestId;
 use crate::error::{RpcError, StateName, UsageError};
@@ -27,7 +27,6 @@ pub(crate) struct PartnerTask {
     pub(crate) history: VecDeque<Arc<TaskCommand>>,
     pub(crate) products: Vec<Product>,
     pub(crate) params: StartParams,
-    pub(crate) session_id: Option<String>,
     /// The dialect of the start (notifications use it).
     pub(crate) dialect: Dialect,
     /// Requests waiting for the start decision.
@@ -64,6 +63,12 @@ pub struct TaskView<'a> {
 }
 
 impl PartnerTask {
+    /// The task's session: the start's (the first command of the history, never trimmed; not
+    /// copied, as ended tasks are kept by the thousand).
+    pub(crate) fn session_id(&self) -> Option<&str> {
+        self.history.front().and_then(|c| c.session_id.as_deref())
+    }
+
     pub(crate) fn view(&self) -> TaskView<'_> {
         TaskView {
             id: &self.id,
@@ -71,7 +76,7 @@ impl PartnerTask {
             status: self.status.as_ref(),
             status_history: &self.status_history,
             products: &self.products,
-            session_id: self.session_id.as_deref(),
+            session_id: self.session_id(),
             params: &self.params,
             last_event_seq: self.log.last_seq(),
         }
@@ -90,6 +95,13 @@ impl PartnerTask {
         }
         true
     }
+}
+
+/// The flags of the stream chunk a product added to a task is logged as.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct AsChunk {
+    pub(crate) append: bool,
+    pub(crate) last_chunk: bool,
 }
 
 /// A reply to a task command, rendered when polled.
@@ -164,7 +176,6 @@ impl Partner {
             history: VecDeque::new(),
             products: Vec::new(),
             params,
-            session_id: start.session_id.clone(),
             dialect,
             held: VecDeque::new(),
             log: EventLog::default(),
@@ -344,37 +355,43 @@ impl Partner {
                     "task {task_id}: product chunks need a working task"
                 ))
             })?;
-        let chunk = Logged::Chunk {
-            product: Box::new(product.clone()),
-            append,
-            last_chunk,
-        };
-        let merged = {
-            let t = self
-                .tasks
-                .get(task_id)
-                .ok_or_else(|| UsageError::UnknownTask(task_id.to_owned()))?;
-            match (append, t.products.iter().find(|p| p.id == product.id)) {
-                (true, Some(old)) => {
-                    let mut p = old.clone();
-                    p.data_items.extend(product.data_items);
-                    p
+        let t = self
+            .tasks
+            .get(task_id)
+            .ok_or_else(|| UsageError::UnknownTask(task_id.to_owned()))?;
+        let as_chunk = AsChunk { append, last_chunk };
+        match (append, t.products.iter().find(|p| p.id == product.id)) {
+            (true, Some(old)) => {
+                // The chunk is only the new part: it keeps its own copy.
+                let chunk = Logged::Chunk {
+                    product: Shown::Held(Box::new(product.clone())),
+                    append,
+                    last_chunk,
+                };
+                let mut merged = old.clone();
+                merged.data_items.extend(product.data_items);
+                if let Some(failed) = self.add_products(task_id, vec![merged], None) {
+                    return Ok(failed);
                 }
-                _ => product,
+                self.append_event(task_id, chunk);
             }
-        };
-        if let Some(failed) = self.add_products(task_id, vec![merged]) {
-            return Ok(failed);
+            _ => {
+                if let Some(failed) = self.add_products(task_id, vec![product], Some(as_chunk)) {
+                    return Ok(failed);
+                }
+            }
         }
-        self.append_event(task_id, chunk);
         Ok(TaskState::Working)
     }
 
     /// Adds products (same id replaces); fails the task if they exceed its byte limit.
+    /// With `as_chunk`, each product is also logged as a stream chunk showing it as stored,
+    /// and the task's streams get them.
     pub(super) fn add_products(
         &mut self,
         task_id: &str,
         products: Vec<Product>,
+        as_chunk: Option<AsChunk>,
     ) -> Option<TaskState> {
         let t = self.tasks.get_mut(task_id)?;
         if let Some(limit) = t.params.max_products_bytes {
@@ -396,11 +413,34 @@ impl Partner {
                     .ok();
             }
         }
+        if t.products.is_empty() {
+            t.products.reserve_exact(products.len());
+        }
+        let logged_after = t.log.last_seq();
         for p in products {
-            match t.products.iter_mut().find(|q| q.id == p.id) {
-                Some(q) => *q = p,
-                None => t.products.push(p),
+            let at = match t.products.iter().position(|q| q.id == p.id) {
+                Some(i) => {
+                    // Chunks logged before show the product being replaced: they copy it.
+                    t.log.detach(i, &t.products[i]);
+                    t.products[i] = p;
+                    i
+                }
+                None => {
+                    t.products.push(p);
+                    t.products.len() - 1
+                }
+            };
+            if let Some(c) = as_chunk {
+                let chunk = Logged::Chunk {
+                    product: Shown::InTask(at),
+                    append: c.append,
+                    last_chunk: c.last_chunk,
+                };
+                t.log.push(chunk, self.core.now, self.config.stream_buffer);
             }
+        }
+        if as_chunk.is_some() {
+            self.send_logged_after(task_id, logged_after);
         }
         None
     }
@@ -456,7 +496,7 @@ impl Partner {
             mentions: None,
             data_items: None,
             group_id: None,
-            session_id: t.session_id.as_deref(),
+            session_id: t.session_id(),
             task_id,
             status,
             products: Some(&t.products),

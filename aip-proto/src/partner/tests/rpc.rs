@@ -268,14 +268,17 @@ fn the_product_limit_counts_the_json_of_the_merged_products_exactly() {
             json!({"maxProductsBytes": limit}),
         );
         p.start_working(at(1), "t").unwrap();
-        assert_eq!(p.add_products("t", vec![Product::text("a", "old a")]), None);
+        assert_eq!(
+            p.add_products("t", vec![Product::text("a", "old a")], None),
+            None
+        );
         let more = vec![
             Product::text("b", "b1"),
             Product::text("a", "new a"),
             Product::text("b", "b2"),
         ];
         assert_eq!(
-            p.add_products("t", more),
+            p.add_products("t", more, None),
             fails.then_some(TaskState::Failed),
             "limit {limit}"
         );

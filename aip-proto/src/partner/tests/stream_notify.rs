@@ -452,3 +452,89 @@ fn submitted_products_reach_the_stream_before_awaiting_completion() {
         "awaiting-completion"
     );
 }
+
+/// Chunks are logged as pointers to the task's stored products (no copy per chunk, see
+/// `stream::Shown`): a product replaced later (by a later chunk, a later submit, or a second
+/// product with its id in the same submit) must not change what an earlier chunk showed,
+/// live or replayed after the task ended.
+#[test]
+fn a_replayed_chunk_shows_the_product_as_it_was_sent() {
+    let mut p = partner();
+    let mut out = send(
+        &mut p,
+        at(0),
+        1,
+        request(
+            "stream",
+            1,
+            Dialect::V2,
+            cmd(Dialect::V2, "start", Some("t"), Value::Null),
+        ),
+    );
+    p.start_working(at(1), "t").unwrap();
+    p.product_chunk(at(2), "t", Product::text("p", "a"), false, false)
+        .unwrap();
+    p.product_chunk(at(3), "t", Product::text("p", "b"), true, true)
+        .unwrap();
+    p.product_chunk(at(4), "t", Product::text("r", "r1"), false, true)
+        .unwrap();
+    let submitted = vec![
+        Product::text("p", "c"),
+        Product::text("q", "x"),
+        Product::text("q", "y"),
+    ];
+    p.submit(at(5), "t", submitted, vec![]).unwrap();
+    out.extend(drain(&mut p));
+    rpc(&mut p, at(6), 2, "complete", "t");
+    let chunks = |f: &[Value]| -> Vec<(String, Vec<String>, bool)> {
+        f.iter()
+            .map(|v| &v["result"]["eventData"])
+            .filter(|d| d["type"] == "product-chunk")
+            .map(|d| {
+                let texts = d["product"]["dataItems"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|i| i["text"].as_str().unwrap().to_owned())
+                    .collect();
+                let id = d["product"]["id"].as_str().unwrap().to_owned();
+                (id, texts, d["append"].as_bool().unwrap())
+            })
+            .collect()
+    };
+    let s = |v: &str| v.to_owned();
+    let expected = vec![
+        (s("p"), vec![s("a")], false),
+        (s("p"), vec![s("b")], true),
+        (s("r"), vec![s("r1")], false),
+        (s("p"), vec![s("c")], false),
+        (s("q"), vec![s("x")], false),
+        (s("q"), vec![s("y")], false),
+    ];
+    assert_eq!(chunks(&frames(&out, 1)), expected, "live");
+    let replay = send(
+        &mut p,
+        at(7),
+        3,
+        request(
+            "stream",
+            3,
+            Dialect::V2,
+            cmd(
+                Dialect::V2,
+                "re-stream",
+                Some("t"),
+                json!({"lastEventSeq": 0}),
+            ),
+        ),
+    );
+    assert!(ended(&replay, 3));
+    assert_eq!(chunks(&frames(&replay, 3)), expected, "replayed");
+    let v = p.task("t").unwrap();
+    let stored: Vec<(&str, &str)> = v
+        .products
+        .iter()
+        .map(|p| (p.id.as_str(), p.data_items[0].as_text().unwrap()))
+        .collect();
+    assert_eq!(stored, [("p", "c"), ("r", "r1"), ("q", "y")]);
+}
