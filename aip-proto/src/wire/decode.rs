@@ -85,7 +85,13 @@ pub(crate) struct RawCommand {
 }
 
 impl RawCommand {
-    fn into_command(self, context: Dialect) -> Result<(TaskCommand, Dialect), DecodeError> {
+    fn into_command(mut self, context: Dialect) -> Result<(TaskCommand, Dialect), DecodeError> {
+        self.take_command(context)
+    }
+
+    /// The command, its fields taken out of `self` (a boxed raw command is read in place:
+    /// no 300-byte moves on the request path).
+    fn take_command(&mut self, context: Dialect) -> Result<(TaskCommand, Dialect), DecodeError> {
         const W: &str = "message";
         match self.ty.as_deref() {
             None | Some("message" | "task-command") => {}
@@ -98,17 +104,23 @@ impl RawCommand {
         }
         let dialect = dialect_of(self.ty.as_deref()).unwrap_or(context);
         let c = TaskCommand {
-            id: self.id.ok_or_else(|| missing(W, "id"))?,
-            sent_at: self.sent_at.ok_or_else(|| missing(W, "sentAt"))?,
-            sender_role: self.sender_role.ok_or_else(|| missing(W, "senderRole"))?,
-            sender_id: self.sender_id.ok_or_else(|| missing(W, "senderId"))?,
-            mentions: self.mentions,
-            command: self.command,
-            command_params: self.command_params,
-            data_items: self.data_items,
-            task_id: self.task_id,
-            group_id: self.group_id,
-            session_id: self.session_id,
+            id: self.id.take().ok_or_else(|| missing(W, "id"))?,
+            sent_at: self.sent_at.take().ok_or_else(|| missing(W, "sentAt"))?,
+            sender_role: self
+                .sender_role
+                .take()
+                .ok_or_else(|| missing(W, "senderRole"))?,
+            sender_id: self
+                .sender_id
+                .take()
+                .ok_or_else(|| missing(W, "senderId"))?,
+            mentions: self.mentions.take(),
+            command: self.command.take(),
+            command_params: self.command_params.take(),
+            data_items: self.data_items.take(),
+            task_id: self.task_id.take(),
+            group_id: self.group_id.take(),
+            session_id: self.session_id.take(),
         };
         Ok((c, dialect))
     }
@@ -300,8 +312,9 @@ struct RawRequest<'a> {
 
 #[derive(Deserialize, Default)]
 pub(crate) struct RawCommandParams {
-    pub(crate) message: Option<RawCommand>,
-    pub(crate) command: Option<RawCommand>,
+    /// Boxed: the request path moves pointers, not two 300-byte structs (BENCHMARKS.md).
+    pub(crate) message: Option<Box<RawCommand>>,
+    pub(crate) command: Option<Box<RawCommand>>,
 }
 
 /// The one-pass shape of a command request (`rpc`, `stream`, `notification/start`).
@@ -356,12 +369,12 @@ fn command_request(
         return None;
     }
     let p = params?;
-    let (raw_cmd, context) = match (p.command, p.message) {
+    let (mut raw_cmd, context) = match (p.command, p.message) {
         (Some(c), _) => (c, Dialect::V2),
         (None, Some(m)) => (m, Dialect::V1),
         (None, None) => return None,
     };
-    let (c, dialect) = raw_cmd.into_command(context).ok()?;
+    let (c, dialect) = raw_cmd.take_command(context).ok()?;
     Some(Request {
         id,
         method,
@@ -429,7 +442,7 @@ pub fn decode_request(body: &[u8]) -> Result<Request, RequestError> {
         Method::Rpc | Method::Stream | Method::NotificationStart => {
             let p: RawCommandParams =
                 serde_json::from_str(need()?).map_err(|e| bad(e.to_string()))?;
-            let (raw_cmd, context) = match (p.command, p.message) {
+            let (mut raw_cmd, context) = match (p.command, p.message) {
                 (Some(c), _) => (c, Dialect::V2),
                 (None, Some(m)) => (m, Dialect::V1),
                 (None, None) => {
@@ -444,7 +457,7 @@ pub fn decode_request(body: &[u8]) -> Result<Request, RequestError> {
                 }
             };
             let (c, d) = raw_cmd
-                .into_command(context)
+                .take_command(context)
                 .map_err(|e| bad(e.to_string()))?;
             (Params::Command(Box::new(c)), d)
         }

@@ -211,11 +211,11 @@ fn command_type(s: &str) -> Option<Cow<'static, str>> {
     }
 }
 
-fn command(sc: &mut Scanner<'_>) -> Option<Option<RawCommand>> {
+fn command(sc: &mut Scanner<'_>) -> Option<Option<Box<RawCommand>>> {
     if sc.null() {
         return Some(None);
     }
-    let mut c = RawCommand::default();
+    let mut c = Box::<RawCommand>::default();
     let mut seen = 0u32;
     sc.object(|sc, key| {
         let s = &mut seen;
