@@ -337,7 +337,9 @@ impl<V> IdMap<V> {
     fn slot(&self, id: &str) -> Option<usize> {
         let last = self.last.get();
         if let Some(Some((k, _))) = self.slots.get(last) {
-            if **k == *id {
+            // Most callers pass the map's own shared id back: the same bytes, no comparison.
+            let same = std::ptr::eq(k.as_ptr(), id.as_ptr()) && k.len() == id.len();
+            if same || **k == *id {
                 return Some(last);
             }
         }
