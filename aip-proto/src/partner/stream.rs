@@ -112,12 +112,6 @@ impl EventLog {
         }
     }
 
-    /// Gives back the room a task that ended will not use (it is kept long after, and a
-    /// stream that asks for a snapshot of it makes room again).
-    fn shrink(&mut self) {
-        self.events.shrink_to_fit();
-    }
-
     pub(crate) fn last_seq(&self) -> u64 {
         self.last_seq
     }
@@ -201,9 +195,6 @@ impl Partner {
         };
         let seq = t.log.push(what, now, cap);
         let terminal = t.status.as_ref().is_some_and(|s| s.state.is_terminal());
-        if terminal {
-            t.log.shrink();
-        }
         let subs: Vec<RequestId> = t.subscribers.iter().copied().collect();
         for r in subs {
             self.send_events(r, task_id, seq - 1);
