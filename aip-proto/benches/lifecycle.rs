@@ -367,6 +367,10 @@ fn main() {
         next = steady_batch(&mut p, next, &bodies, BATCH);
         BATCH
     });
+    // Each measure starts on a clean heap: the steady partner's 10,000 tasks, kept alive
+    // through the next measures, changed their figures by tens of per cent from one build to
+    // another (BENCHMARKS.md, 2026-11-28).
+    drop(p);
     measure("partner/rpc_lifecycle_fresh_engine", secs, || {
         let mut p = partner();
         for i in 0..BATCH {
