@@ -208,7 +208,7 @@ proptest! {
             if c.command.is_some() {
                 prop_assert_eq!(req.dialect, d);
             }
-            prop_assert_eq!(req.params, Params::Command(Box::new(command_in(c.clone(), d))));
+            prop_assert_eq!(req.params, Params::Command(std::sync::Arc::new(command_in(c.clone(), d))));
         }
     }
 

@@ -122,7 +122,8 @@ impl Partner {
             (_, Some(CommandKind::Start)) => {
                 let t = self.ids.next("task");
                 let shared = Arc::from(t.as_str());
-                c.task_id = Some(t);
+                // Not shared yet (just decoded): no copy is made.
+                Arc::make_mut(c).task_id = Some(t);
                 shared
             }
             _ => {
@@ -167,23 +168,8 @@ impl Partner {
                     return self.reject_unstored(r, req, &task_id);
                 }
                 let dialect = req.dialect;
-                // The task keeps the start command; the held request needs only what routes
-                // its answer (the start is applied as the task is created).
-                let routing = TaskCommand {
-                    id: c.id.clone(),
-                    sent_at: c.sent_at,
-                    sender_role: c.sender_role,
-                    sender_id: String::new(),
-                    mentions: None,
-                    command: c.command.clone(),
-                    command_params: None,
-                    data_items: None,
-                    task_id: c.task_id.clone(),
-                    group_id: None,
-                    session_id: None,
-                };
-                let start = std::mem::replace(&mut **c, routing);
-                self.new_task(Arc::clone(&task_id), Arc::new(start), dialect);
+                // The task keeps the start command; the request holds the same one.
+                self.new_task(Arc::clone(&task_id), Arc::clone(c), dialect);
                 if let Some(t) = self.tasks.get_mut(&task_id) {
                     t.notify.extend(subscription);
                 }
@@ -269,7 +255,7 @@ impl Partner {
     }
 
     /// What a command does to a decided task (nothing, when the table has no row for it).
-    fn apply(&mut self, task_id: &str, c: Box<TaskCommand>, kind: &CommandKind) {
+    fn apply(&mut self, task_id: &str, c: Arc<TaskCommand>, kind: &CommandKind) {
         if matches!(kind, CommandKind::Get | CommandKind::ReStream) {
             return;
         }
@@ -280,7 +266,6 @@ impl Partner {
         let Some(state) = t.machine.state() else {
             return;
         };
-        let c: Arc<TaskCommand> = Arc::from(c);
         if !t.record(Arc::clone(&c), max) {
             return; // re-sent: applied already
         }

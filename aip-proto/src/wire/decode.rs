@@ -378,7 +378,7 @@ fn command_request(
     Some(Request {
         id,
         method,
-        params: Params::Command(Box::new(c)),
+        params: Params::Command(std::sync::Arc::new(c)),
         dialect,
     })
 }
@@ -459,7 +459,7 @@ pub fn decode_request(body: &[u8]) -> Result<Request, RequestError> {
             let (c, d) = raw_cmd
                 .take_command(context)
                 .map_err(|e| bad(e.to_string()))?;
-            (Params::Command(Box::new(c)), d)
+            (Params::Command(std::sync::Arc::new(c)), d)
         }
         Method::NotificationSet => {
             let c: NotificationConfig =

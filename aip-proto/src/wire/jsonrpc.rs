@@ -171,7 +171,9 @@ pub struct NotificationIdParams {
 pub enum Params {
     /// `rpc`, `stream`, `notification/start`: the command (`params.message` or
     /// `params.command`).
-    Command(Box<TaskCommand>),
+    /// Shared: a partner keeps the start in the task's history and answers the request from
+    /// the same command (no copy).
+    Command(std::sync::Arc<TaskCommand>),
     /// `notification/set`.
     NotificationSet(NotificationConfig),
     /// `notification/get` / `notification/delete`.
