@@ -21,6 +21,23 @@ fn ended(out: &[PartnerOutput], r: u64) -> bool {
         .any(|o| matches!(o, PartnerOutput::EndStream { request } if *request == RequestId(r)))
 }
 
+/// A v02 `stream` request (number 1) that starts task `t`.
+fn stream_start(p: &mut Partner) -> Vec<PartnerOutput> {
+    let start = cmd(Dialect::V2, "start", Some("t"), Value::Null);
+    send(p, at(0), 1, request("stream", 1, Dialect::V2, start))
+}
+
+/// A v02 `re-stream` of task `t` after event `last`.
+fn restream_body(id: u64, last: Value) -> Vec<u8> {
+    let c = cmd(
+        Dialect::V2,
+        "re-stream",
+        Some("t"),
+        json!({"lastEventSeq": last}),
+    );
+    request("stream", id, Dialect::V2, c)
+}
+
 #[test]
 fn a_stream_carries_every_change_with_increasing_seq_and_closes_at_the_end() {
     let mut p = partner();
@@ -114,19 +131,7 @@ fn re_stream_replays_what_followed_and_reports_expired_events() {
     p.progress(at(2), "t", vec![DataItem::text("half way")])
         .unwrap();
     drain(&mut p);
-    let restream = |last: Value| {
-        request(
-            "stream",
-            9,
-            Dialect::V2,
-            cmd(
-                Dialect::V2,
-                "re-stream",
-                Some("t"),
-                json!({"lastEventSeq": last}),
-            ),
-        )
-    };
+    let restream = |last: Value| restream_body(9, last);
     let out = send(&mut p, at(3), 2, restream(json!(1)));
     let seqs: Vec<u64> = frames(&out, 2)
         .iter()
@@ -409,17 +414,7 @@ fn a_start_resent_after_the_purge_does_not_create_the_task_again() {
 #[test]
 fn submitted_products_reach_the_stream_before_awaiting_completion() {
     let mut p = partner();
-    let mut out = send(
-        &mut p,
-        at(0),
-        1,
-        request(
-            "stream",
-            1,
-            Dialect::V2,
-            cmd(Dialect::V2, "start", Some("t"), Value::Null),
-        ),
-    );
+    let mut out = stream_start(&mut p);
     p.start_working(at(1), "t").unwrap();
     p.submit(at(2), "t", vec![Product::text("answer", "42")], vec![])
         .unwrap();
@@ -460,17 +455,7 @@ fn submitted_products_reach_the_stream_before_awaiting_completion() {
 #[test]
 fn a_replayed_chunk_shows_the_product_as_it_was_sent() {
     let mut p = partner();
-    let mut out = send(
-        &mut p,
-        at(0),
-        1,
-        request(
-            "stream",
-            1,
-            Dialect::V2,
-            cmd(Dialect::V2, "start", Some("t"), Value::Null),
-        ),
-    );
+    let mut out = stream_start(&mut p);
     p.start_working(at(1), "t").unwrap();
     p.product_chunk(at(2), "t", Product::text("p", "a"), false, false)
         .unwrap();
@@ -512,22 +497,7 @@ fn a_replayed_chunk_shows_the_product_as_it_was_sent() {
         (s("q"), vec![s("y")], false),
     ];
     assert_eq!(chunks(&frames(&out, 1)), expected, "live");
-    let replay = send(
-        &mut p,
-        at(7),
-        3,
-        request(
-            "stream",
-            3,
-            Dialect::V2,
-            cmd(
-                Dialect::V2,
-                "re-stream",
-                Some("t"),
-                json!({"lastEventSeq": 0}),
-            ),
-        ),
-    );
+    let replay = send(&mut p, at(7), 3, restream_body(3, json!(0)));
     assert!(ended(&replay, 3));
     assert_eq!(chunks(&frames(&replay, 3)), expected, "replayed");
     let v = p.task("t").unwrap();
