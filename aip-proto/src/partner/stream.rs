@@ -102,11 +102,7 @@ impl EventLog {
     /// of it as it is.
     pub(crate) fn detach(&mut self, index: usize, product: &Product) {
         for e in &mut self.events {
-            if let Logged::Chunk {
-                product: shown @ Shown::InTask(_),
-                ..
-            } = &mut e.what
-            {
+            if let Logged::Chunk { product: shown, .. } = &mut e.what {
                 if matches!(shown, Shown::InTask(i) if *i == index) {
                     *shown = Shown::Held(Box::new(product.clone()));
                 }
