@@ -326,14 +326,15 @@ fn main() {
         return;
     }
     if let Some(n) = arg("--profile-fresh") {
-        // As `partner/rpc_lifecycle_fresh_engine`.
+        // As `partner/rpc_lifecycle_fresh_engine` (the same bodies, made the same way).
+        let bodies = Bodies::new();
         let mut p = partner();
         for i in 0..n as usize {
             if i % BATCH == 0 {
                 p = partner();
             }
             let k = i % BATCH;
-            partner_task(&mut p, t(i as u64), k, start_body(k), complete_body(k));
+            partner_task(&mut p, t(i as u64), k, bodies.start(k), bodies.complete(k));
         }
         return;
     }
