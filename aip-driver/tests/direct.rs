@@ -354,6 +354,73 @@ async fn a_cut_stream_resumes_without_loss<R: Host>() {
     );
 }
 
+/// A stream cut while product chunks replace one product is resumed with `re-stream`, and
+/// the replayed chunks come from the partner's log, which points at the stored product
+/// instead of copying it (`aip_proto` `stream::Shown`): each replayed chunk must still show
+/// the product as it was when sent, not the version that replaced it.
+async fn replayed_chunks_show_each_version_sent<R: Host>() {
+    let rt = R::default();
+    let s = partner_server::<R>(
+        ServerOptions::default(),
+        PartnerOptions {
+            stream_queue: 4,
+            ..PartnerOptions::default()
+        },
+    );
+    let mut config = leader_config();
+    config.restream.first_backoff = Duration::from_millis(20);
+    let (l, mut ev) = leader::<R>(
+        config,
+        ClientTls::default(),
+        &format!("{}/rpc", s.base),
+        Dialect::V2,
+    )
+    .await;
+    let start = StartTask {
+        delivery: Delivery::Stream,
+        ..StartTask::new("p", "t-rep", "s", "hold")
+    };
+    l.start(start).await.unwrap();
+    wait_state(&rt, &mut ev, "t-rep", TaskState::Working).await;
+    // 30 versions of one product in one burst, each replacing the last: far more than the
+    // stream's queue of 4, so most reach the leader replayed from the log.
+    s.handle
+        .with_engine(|e, now| {
+            for i in 0..30 {
+                let v = aip_proto::Product::text("p", format!("v{i}"));
+                e.product_chunk(now, "t-rep", v, false, i == 29).unwrap();
+            }
+        })
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    let mut drops = 0;
+    wait_for(&rt, &mut ev, "all 30 chunks", |e| {
+        match e {
+            LeaderEvent::ProductChunk { chunk, .. } => got.extend(
+                chunk
+                    .product
+                    .data_items
+                    .iter()
+                    .filter_map(DataItem::as_text)
+                    .map(str::to_owned),
+            ),
+            LeaderEvent::StreamDropped { .. } => drops += 1,
+            LeaderEvent::StreamLost { .. } => panic!("the stream could not be resumed"),
+            _ => {}
+        }
+        got.len() >= 30
+    })
+    .await;
+    let want: Vec<String> = (0..30).map(|i| format!("v{i}")).collect();
+    assert_eq!(got, want, "each chunk as it was sent, once, in order");
+    assert!(drops >= 1, "the stream was cut and resumed from the log");
+    assert_eq!(
+        l.cancel("t-rep").await.unwrap().status.state,
+        TaskState::Canceled
+    );
+}
+
 /// An ended task is purged when its retention is over, by the partner's own loop (no request
 /// comes in to wake it): the retention deadline is not a timer of the engine's index but read
 /// from its ended tasks, so this is what shows the driver sleeps until it.
@@ -498,6 +565,10 @@ fn cut<R: Host>(_: R) -> impl std::future::Future<Output = ()> {
     a_cut_stream_resumes_without_loss::<R>()
 }
 
+fn replayed_chunks<R: Host>(_: R) -> impl std::future::Future<Output = ()> {
+    replayed_chunks_show_each_version_sent::<R>()
+}
+
 macro_rules! on_both_runtimes {
     ($($name:ident => $body:expr;)*) => {
         mod tokio_rt {
@@ -534,6 +605,7 @@ on_both_runtimes! {
     mtls_admits_the_right_client_only => tls;
     non_aip_requests_get_json_rpc_errors => refusals;
     a_cut_stream_resumes_without_loss => cut;
+    replayed_chunks_show_each_version_sent => replayed_chunks;
     ended_tasks_are_purged_after_retention_by_the_partner_loop => purged;
     leaders_at_the_default_seed_mint_different_notification_tokens => tokens;
 }
