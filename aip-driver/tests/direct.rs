@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use agent_rt::test_util::TestPki;
 use agent_rt::{ClientTls, Host, HttpClient, ServerOptions};
+use aip_driver::leader::{LeaderEvents, LeaderHandle};
 use aip_driver::partner::{PartnerHandle, PartnerOptions};
 use aip_proto::leader::{CallError, Delivery, LeaderEvent, StartTask};
 use aip_proto::partner::{PartnerConfig, PartnerEvent};
@@ -290,8 +291,12 @@ async fn http_refusals<R: Host>() {
 
 /// A client that cannot keep up is cut off (the partner holds a bounded queue per stream) and
 /// resumes with `re-stream` from the last event it saw: every event arrives, once, in order.
-async fn a_cut_stream_resumes_without_loss<R: Host>() {
-    let rt = R::default();
+/// A partner whose streams queue 4 events, a leader that re-streams 20 ms after a cut, and
+/// `task` started on a stream and working.
+async fn a_working_streamed_task<R: Host>(
+    rt: &R,
+    task: &str,
+) -> (PartnerServer, LeaderHandle, LeaderEvents) {
     let s = partner_server::<R>(
         ServerOptions::default(),
         PartnerOptions {
@@ -310,10 +315,46 @@ async fn a_cut_stream_resumes_without_loss<R: Host>() {
     .await;
     let start = StartTask {
         delivery: Delivery::Stream,
-        ..StartTask::new("p", "t-cut", "s", "hold")
+        ..StartTask::new("p", task, "s", "hold")
     };
     l.start(start).await.unwrap();
-    wait_state(&rt, &mut ev, "t-cut", TaskState::Working).await;
+    wait_state(rt, &mut ev, task, TaskState::Working).await;
+    (s, l, ev)
+}
+
+/// The texts the leader's events carry (`texts` reads them from one event), until `n` have
+/// come; how many times the stream was dropped (and resumed) meanwhile.
+async fn texts_until<R: Host>(
+    rt: &R,
+    ev: &mut LeaderEvents,
+    n: usize,
+    texts: impl Fn(&LeaderEvent) -> Vec<String>,
+) -> (Vec<String>, usize) {
+    let (mut got, mut drops) = (Vec::new(), 0);
+    wait_for(rt, ev, &format!("{n} texts"), |e| {
+        match e {
+            LeaderEvent::StreamDropped { .. } => drops += 1,
+            LeaderEvent::StreamLost { .. } => panic!("the stream could not be resumed"),
+            e => got.extend(texts(e)),
+        }
+        got.len() >= n
+    })
+    .await;
+    (got, drops)
+}
+
+/// The plain texts of some data items.
+fn item_texts<'a>(items: impl IntoIterator<Item = &'a DataItem>) -> Vec<String> {
+    items
+        .into_iter()
+        .filter_map(DataItem::as_text)
+        .map(str::to_owned)
+        .collect()
+}
+
+async fn a_cut_stream_resumes_without_loss<R: Host>() {
+    let rt = R::default();
+    let (s, l, mut ev) = a_working_streamed_task(&rt, "t-cut").await;
     // 100 events in one burst: far more than the stream's queue of 4.
     s.handle
         .with_engine(|e, now| {
@@ -324,23 +365,9 @@ async fn a_cut_stream_resumes_without_loss<R: Host>() {
         })
         .await
         .unwrap();
-    let mut got = Vec::new();
-    let mut drops = 0;
-    wait_for(&rt, &mut ev, "all 100 events", |e| {
-        match e {
-            LeaderEvent::Progress { status, .. } => got.extend(
-                status
-                    .data_items
-                    .iter()
-                    .flatten()
-                    .filter_map(DataItem::as_text)
-                    .map(str::to_owned),
-            ),
-            LeaderEvent::StreamDropped { .. } => drops += 1,
-            LeaderEvent::StreamLost { .. } => panic!("the stream could not be resumed"),
-            _ => {}
-        }
-        got.len() >= 100
+    let (got, drops) = texts_until(&rt, &mut ev, 100, |e| match e {
+        LeaderEvent::Progress { status, .. } => item_texts(status.data_items.iter().flatten()),
+        _ => Vec::new(),
     })
     .await;
     let want: Vec<String> = (0..100).map(|i| i.to_string()).collect();
@@ -360,28 +387,7 @@ async fn a_cut_stream_resumes_without_loss<R: Host>() {
 /// the product as it was when sent, not the version that replaced it.
 async fn replayed_chunks_show_each_version_sent<R: Host>() {
     let rt = R::default();
-    let s = partner_server::<R>(
-        ServerOptions::default(),
-        PartnerOptions {
-            stream_queue: 4,
-            ..PartnerOptions::default()
-        },
-    );
-    let mut config = leader_config();
-    config.restream.first_backoff = Duration::from_millis(20);
-    let (l, mut ev) = leader::<R>(
-        config,
-        ClientTls::default(),
-        &format!("{}/rpc", s.base),
-        Dialect::V2,
-    )
-    .await;
-    let start = StartTask {
-        delivery: Delivery::Stream,
-        ..StartTask::new("p", "t-rep", "s", "hold")
-    };
-    l.start(start).await.unwrap();
-    wait_state(&rt, &mut ev, "t-rep", TaskState::Working).await;
+    let (s, l, mut ev) = a_working_streamed_task(&rt, "t-rep").await;
     // 30 versions of one product in one burst, each replacing the last: far more than the
     // stream's queue of 4, so most reach the leader replayed from the log.
     s.handle
@@ -393,23 +399,9 @@ async fn replayed_chunks_show_each_version_sent<R: Host>() {
         })
         .await
         .unwrap();
-    let mut got = Vec::new();
-    let mut drops = 0;
-    wait_for(&rt, &mut ev, "all 30 chunks", |e| {
-        match e {
-            LeaderEvent::ProductChunk { chunk, .. } => got.extend(
-                chunk
-                    .product
-                    .data_items
-                    .iter()
-                    .filter_map(DataItem::as_text)
-                    .map(str::to_owned),
-            ),
-            LeaderEvent::StreamDropped { .. } => drops += 1,
-            LeaderEvent::StreamLost { .. } => panic!("the stream could not be resumed"),
-            _ => {}
-        }
-        got.len() >= 30
+    let (got, drops) = texts_until(&rt, &mut ev, 30, |e| match e {
+        LeaderEvent::ProductChunk { chunk, .. } => item_texts(&chunk.product.data_items),
+        _ => Vec::new(),
     })
     .await;
     let want: Vec<String> = (0..30).map(|i| format!("v{i}")).collect();
