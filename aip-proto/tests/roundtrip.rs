@@ -222,10 +222,11 @@ proptest! {
         prop_assert_eq!(*t, result_in(r, d));
     }
 
-    /// `encode_task` and `encode_task_response` write results by hand (`wire/write.rs`); the
-    /// bytes must be exactly serde_json's of the `Serialize` form, which stays the authority.
+    /// `encode_task` and `encode_task_response` (which a partner writes from its task's parts,
+    /// without building a result) are exactly serde_json's bytes of the `Serialize` form, the
+    /// latter inside a JSON-RPC envelope.
     #[test]
-    fn hand_written_results_are_what_serde_writes(r in result(), d in dialect(), id in any_rpc_id()) {
+    fn encoded_results_are_what_serde_writes(r in result(), d in dialect(), id in any_rpc_id()) {
         let serde = serde_json::to_string(&InDialect(&r, d)).unwrap();
         prop_assert_eq!(String::from_utf8(encode_task(&r, d)).unwrap(), serde.clone());
         let envelope = format!(r#"{{"jsonrpc":"2.0","id":{},"result":{serde}}}"#, serde_json::to_string(&id).unwrap());

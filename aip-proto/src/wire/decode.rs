@@ -67,21 +67,20 @@ fn dialect_of(ty: Option<&str>) -> Option<Dialect> {
 /// matters when decoding moves it around).
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct RawCommand {
-    /// `Cow`: the scanner sets the two valid values without allocating.
+struct RawCommand {
     #[serde(rename = "type")]
-    pub(crate) ty: Option<std::borrow::Cow<'static, str>>,
-    pub(crate) id: Option<String>,
-    pub(crate) sent_at: Option<Timestamp>,
-    pub(crate) sender_role: Option<SenderRole>,
-    pub(crate) sender_id: Option<String>,
-    pub(crate) mentions: Option<Mentions>,
-    pub(crate) command: Option<CommandKind>,
-    pub(crate) command_params: Option<JsonObject>,
-    pub(crate) data_items: Option<Vec<DataItem>>,
-    pub(crate) task_id: Option<String>,
-    pub(crate) group_id: Option<String>,
-    pub(crate) session_id: Option<String>,
+    ty: Option<String>,
+    id: Option<String>,
+    sent_at: Option<Timestamp>,
+    sender_role: Option<SenderRole>,
+    sender_id: Option<String>,
+    mentions: Option<Mentions>,
+    command: Option<CommandKind>,
+    command_params: Option<JsonObject>,
+    data_items: Option<Vec<DataItem>>,
+    task_id: Option<String>,
+    group_id: Option<String>,
+    session_id: Option<String>,
 }
 
 impl RawCommand {
@@ -151,7 +150,7 @@ impl RawObject {
 
     fn into_command(self, context: Dialect) -> Result<(TaskCommand, Dialect), DecodeError> {
         RawCommand {
-            ty: self.ty.map(std::borrow::Cow::Owned),
+            ty: self.ty,
             id: self.id,
             sent_at: self.sent_at,
             sender_role: self.sender_role,
@@ -311,10 +310,10 @@ struct RawRequest<'a> {
 }
 
 #[derive(Deserialize, Default)]
-pub(crate) struct RawCommandParams {
+struct RawCommandParams {
     /// Boxed: the request path moves pointers, not two 300-byte structs (BENCHMARKS.md).
-    pub(crate) message: Option<Box<RawCommand>>,
-    pub(crate) command: Option<Box<RawCommand>>,
+    message: Option<Box<RawCommand>>,
+    command: Option<Box<RawCommand>>,
 }
 
 /// The one-pass shape of a command request (`rpc`, `stream`, `notification/start`).
@@ -329,20 +328,11 @@ struct FastRequest<'a> {
     params: Option<RawCommandParams>,
 }
 
-/// The fast path: a well-formed command request decodes in one pass, by the scanner
-/// (`scan.rs`) when the body is plain, else by serde_json. Anything else (an error to
+/// The fast path: a well-formed command request (`rpc`, `stream`, `notification/start`)
+/// decodes in one serde pass, borrowing the envelope's strings. Anything else (an error to
 /// classify, another method) goes the general way.
 pub(crate) fn decode_fast(body: &[u8]) -> Option<Request> {
-    let text = std::str::from_utf8(body).ok()?;
-    match super::scan::command_request(text) {
-        Some(s) => command_request(s.jsonrpc, s.method, s.id.unwrap_or_default(), s.params),
-        None => decode_fast_serde(text),
-    }
-}
-
-/// The fast path through serde_json alone.
-pub(crate) fn decode_fast_serde(text: &str) -> Option<Request> {
-    let raw: FastRequest<'_> = serde_json::from_str(text).ok()?;
+    let raw: FastRequest<'_> = serde_json::from_slice(body).ok()?;
     command_request(
         raw.jsonrpc.as_deref(),
         raw.method.as_deref(),

@@ -10,10 +10,10 @@ use serde::{Serialize, Serializer};
 
 use crate::error::RpcError;
 use crate::wire::command::TaskCommand;
-use crate::wire::data::SenderRole;
+use crate::time::Timestamp;
+use crate::wire::data::{DataItem, Mentions, Product, SenderRole, TaskStatus};
 use crate::wire::jsonrpc::{Method, NotificationConfig, NotificationIdParams, RpcId};
 use crate::wire::task::{EventData, Header, ProductChunk, StatusUpdate, StreamEvent, TaskResult};
-use crate::wire::write::{self, ResultParts};
 use crate::wire::Dialect;
 
 /// A value paired with the dialect to write it in; `serde_json::to_vec(&InDialect(&v, d))`.
@@ -99,37 +99,111 @@ fn v2_header<M: SerializeMap>(
 
 impl Serialize for InDialect<'_, TaskResult> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        InDialect(&ResultParts::of(self.0), self.1).serialize(s)
+    }
+}
+
+/// A task result's fields, borrowed: from a [`TaskResult`], or straight from an engine's task
+/// (a partner's reply is written without building a result).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ResultParts<'a> {
+    pub(crate) id: Option<&'a str>,
+    pub(crate) sent_at: Option<&'a Timestamp>,
+    pub(crate) sender_role: Option<SenderRole>,
+    pub(crate) sender_id: Option<&'a str>,
+    pub(crate) mentions: Option<&'a Mentions>,
+    pub(crate) data_items: Option<&'a [DataItem]>,
+    pub(crate) group_id: Option<&'a str>,
+    pub(crate) session_id: Option<&'a str>,
+    pub(crate) task_id: &'a str,
+    pub(crate) status: &'a TaskStatus,
+    pub(crate) products: Option<&'a [Product]>,
+    pub(crate) command_history: Option<&'a [TaskCommand]>,
+    pub(crate) status_history: Option<&'a [TaskStatus]>,
+}
+
+impl<'a> ResultParts<'a> {
+    /// The parts of `t`.
+    pub(crate) fn of(t: &'a TaskResult) -> Self {
+        let h = &t.header;
+        ResultParts {
+            id: h.id.as_deref(),
+            sent_at: h.sent_at.as_ref(),
+            sender_role: h.sender_role,
+            sender_id: h.sender_id.as_deref(),
+            mentions: h.mentions.as_ref(),
+            data_items: h.data_items.as_deref(),
+            group_id: h.group_id.as_deref(),
+            session_id: h.session_id.as_deref(),
+            task_id: &t.task_id,
+            status: &t.status,
+            products: t.products.as_deref(),
+            command_history: t.command_history.as_deref(),
+            status_history: t.status_history.as_deref(),
+        }
+    }
+
+    /// An owned result with these parts.
+    pub(crate) fn to_result(self) -> TaskResult {
+        TaskResult {
+            header: Header {
+                id: self.id.map(str::to_owned),
+                sent_at: self.sent_at.copied(),
+                sender_role: self.sender_role,
+                sender_id: self.sender_id.map(str::to_owned),
+                mentions: self.mentions.cloned(),
+                data_items: self.data_items.map(<[DataItem]>::to_vec),
+                group_id: self.group_id.map(str::to_owned),
+                session_id: self.session_id.map(str::to_owned),
+            },
+            task_id: self.task_id.to_owned(),
+            status: self.status.clone(),
+            products: self.products.map(<[Product]>::to_vec),
+            command_history: self.command_history.map(<[TaskCommand]>::to_vec),
+            status_history: self.status_history.map(<[TaskStatus]>::to_vec),
+        }
+    }
+}
+
+impl Serialize for InDialect<'_, ResultParts<'_>> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let (t, d) = (self.0, self.1);
         let mut m = s.serialize_map(None)?;
         match d {
             Dialect::V1 => {
                 m.serialize_entry("type", "task")?;
-                m.serialize_entry("id", &t.task_id)?;
-                opt(&mut m, "senderId", t.header.sender_id.as_ref())?;
-                m.serialize_entry("status", &t.status)?;
-                opt(&mut m, "products", t.products.as_ref())?;
-                if let Some(h) = &t.command_history {
-                    m.serialize_entry("messageHistory", &InDialect(h.as_slice(), d))?;
+                m.serialize_entry("id", t.task_id)?;
+                opt(&mut m, "senderId", t.sender_id)?;
+                m.serialize_entry("status", t.status)?;
+                opt(&mut m, "products", t.products)?;
+                if let Some(h) = t.command_history {
+                    m.serialize_entry("messageHistory", &InDialect(h, d))?;
                 }
-                opt(&mut m, "statusHistory", t.status_history.as_ref())?;
-                opt(&mut m, "groupId", t.header.group_id.as_ref())?;
-                m.serialize_entry("sessionId", t.header.session_id.as_deref().unwrap_or(""))?;
+                opt(&mut m, "statusHistory", t.status_history)?;
+                opt(&mut m, "groupId", t.group_id)?;
+                m.serialize_entry("sessionId", t.session_id.unwrap_or(""))?;
             }
             Dialect::V2 => {
                 m.serialize_entry("type", "task-result")?;
-                v2_header(
-                    &mut m,
-                    &t.header,
-                    &|| format!("result-{}", t.task_id),
-                    &t.status.state_changed_at,
-                )?;
-                m.serialize_entry("taskId", &t.task_id)?;
-                m.serialize_entry("status", &t.status)?;
-                opt(&mut m, "products", t.products.as_ref())?;
-                if let Some(h) = &t.command_history {
-                    m.serialize_entry("commandHistory", &InDialect(h.as_slice(), d))?;
+                match t.id {
+                    Some(id) => m.serialize_entry("id", id)?,
+                    // Only for a result built without a message id (never by the engines).
+                    None => m.serialize_entry("id", &format!("result-{}", t.task_id))?,
                 }
-                opt(&mut m, "statusHistory", t.status_history.as_ref())?;
+                m.serialize_entry("sentAt", t.sent_at.unwrap_or(&t.status.state_changed_at))?;
+                m.serialize_entry("senderRole", &t.sender_role.unwrap_or(SenderRole::Partner))?;
+                m.serialize_entry("senderId", t.sender_id.unwrap_or(""))?;
+                opt(&mut m, "mentions", t.mentions)?;
+                opt(&mut m, "dataItems", t.data_items)?;
+                opt(&mut m, "groupId", t.group_id)?;
+                opt(&mut m, "sessionId", t.session_id)?;
+                m.serialize_entry("taskId", t.task_id)?;
+                m.serialize_entry("status", t.status)?;
+                opt(&mut m, "products", t.products)?;
+                if let Some(h) = t.command_history {
+                    m.serialize_entry("commandHistory", &InDialect(h, d))?;
+                }
+                opt(&mut m, "statusHistory", t.status_history)?;
             }
         }
         m.end()
@@ -227,9 +301,7 @@ pub fn encode_command(c: &TaskCommand, d: Dialect) -> Vec<u8> {
 
 /// A bare task (notification body; group mode).
 pub fn encode_task(t: &TaskResult, d: Dialect) -> Vec<u8> {
-    let mut out = Vec::with_capacity(512);
-    write::task_result(&mut out, &ResultParts::of(t), d);
-    out
+    to_vec(&InDialect(t, d))
 }
 
 #[derive(Serialize)]
@@ -336,14 +408,7 @@ pub fn encode_task_response(id: &RpcId, t: &TaskResult, d: Dialect) -> Vec<u8> {
 
 /// [`encode_task_response`] of a result given by its parts.
 pub(crate) fn encode_parts_response(id: &RpcId, t: &ResultParts<'_>, d: Dialect) -> Vec<u8> {
-    // As `encode_result(id, &InDialect(result, d))` writes it, by hand (`write.rs`).
-    let mut out = Vec::with_capacity(512);
-    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
-    write::rpc_id(&mut out, id);
-    out.extend_from_slice(b",\"result\":");
-    write::task_result(&mut out, t, d);
-    out.push(b'}');
-    out
+    encode_result(id, &InDialect(t, d))
 }
 
 /// An error response (`result` omitted).

@@ -16,9 +16,7 @@ mod data;
 mod decode;
 mod encode;
 mod jsonrpc;
-mod scan;
 mod task;
-mod write;
 
 pub use command::{
     CommandKind, GetParams, NotificationStartParams, ReStreamParams, StartParams, TaskCommand,
@@ -29,7 +27,7 @@ pub use decode::{
     decode_command, decode_event_data, decode_request, decode_response, decode_rpc_response,
     decode_stream_event, decode_task, is_json, RequestError,
 };
-pub(crate) use encode::encode_parts_response;
+pub(crate) use encode::{encode_parts_response, ResultParts};
 pub use encode::{
     command_key, encode_command, encode_command_request, encode_error, encode_notification_id,
     encode_notification_set, encode_request_raw, encode_result, encode_stream_event, encode_task,
@@ -39,7 +37,6 @@ pub use jsonrpc::{
     Method, NotificationConfig, NotificationIdParams, Params, Request, Response, RpcId, RpcResult,
 };
 pub use task::{EventData, Header, ProductChunk, StatusUpdate, StreamEvent, TaskResult};
-pub(crate) use write::ResultParts;
 
 /// Which version of AIP a peer speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
