@@ -40,6 +40,7 @@ pub mod engine;
 pub mod error;
 pub mod http_binding;
 pub mod id;
+pub mod origin;
 pub mod sse;
 pub mod state;
 pub mod time;

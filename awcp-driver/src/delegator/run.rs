@@ -214,7 +214,11 @@ impl<R: Runtime> Loop<R> {
         id: &DelegationId,
         url: &str,
     ) -> Vec<(&'static str, String)> {
-        self.engine.credential_header(id, url).into_iter().collect()
+        self.engine
+            .credential_for(id, url)
+            .map(awcp_proto::http_binding::credential_header)
+            .into_iter()
+            .collect()
     }
 
     /// The admission limits (configured once, in the engine) and whether `id` may lend

@@ -696,10 +696,10 @@ impl Seek for Spill {
 pub trait WriteSeek: Write + Seek {}
 impl<T: Write + Seek> WriteSeek for T {}
 
-/// ZIP root layout: the engine's [`ArchiveLayout`](awcp_proto::engine::delegator::ArchiveLayout)
+/// ZIP root layout: the wire format's [`ArchiveLayout`](awcp_proto::wire::ArchiveLayout)
 /// (`Flat` for \[S\] executors, `PerResource` for \[R\]), which
 /// [`DelegatorOutput::PrepareTransport`](awcp_proto::DelegatorOutput::PrepareTransport) names.
-pub use awcp_proto::engine::delegator::ArchiveLayout as Layout;
+pub use awcp_proto::wire::ArchiveLayout as Layout;
 
 /// Detects the layout: top-level entries exactly matching resource names → per-resource,
 /// otherwise flat.

@@ -23,25 +23,6 @@ pub enum ArchiveDelivery {
     ByUrl,
 }
 
-/// How the archive's root is laid out, by the executor's dialect.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ArchiveLayout {
-    /// \[S\] executors: the single resource's files at the root.
-    Flat,
-    /// \[R\] executors: one top-level directory per resource.
-    PerResource,
-}
-
-impl ArchiveLayout {
-    /// The layout an executor speaking `dialect` expects.
-    pub fn for_dialect(dialect: Dialect) -> Self {
-        match dialect {
-            Dialect::Seed => ArchiveLayout::Flat,
-            Dialect::Reference => ArchiveLayout::PerResource,
-        }
-    }
-}
-
 /// Why [`Delegator::redeem_archive_url`] refused a token. The archive server answers 404
 /// either way, so a prober learns nothing; the reason is for logs and tests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]

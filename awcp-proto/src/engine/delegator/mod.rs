@@ -66,7 +66,9 @@ mod tests;
 mod view;
 
 use archive_grants::ArchiveGrants;
-pub use archive_grants::{ArchiveDelivery, ArchiveLayout, ArchiveUrlRefused};
+pub use archive_grants::{ArchiveDelivery, ArchiveUrlRefused};
+/// Re-exported from [`crate::wire`], where it lives beside the wire format.
+pub use crate::wire::ArchiveLayout;
 pub use config::{DelegateRequest, DelegatorConfig};
 use delegation::*;
 pub use failures::{PrepareFailure, ScanFailure, StoreFailure};
@@ -136,19 +138,16 @@ impl Delegator {
         })
     }
 
-    /// The credential header a request to `url` on behalf of delegation `id` presents: the
+    /// The credential a request to `url` on behalf of delegation `id` presents: the
     /// delegation's credential when `url` is on the executor's origin (INVITE, START, events,
     /// result, snapshot downloads, ack, cancel, ERROR), and nothing for any other origin (a
     /// credential is never handed to a third party, e.g. a storage URL the executor names).
-    pub fn credential_header(
-        &self,
-        id: &DelegationId,
-        url: &str,
-    ) -> Option<(&'static str, String)> {
+    /// The binding turns it into a header
+    /// ([`http_binding::credential_header`](crate::http_binding::credential_header)).
+    pub fn credential_for(&self, id: &DelegationId, url: &str) -> Option<&Auth> {
         let d = self.delegations.get(id)?;
         let auth = d.req.auth.as_ref()?;
-        crate::http_binding::same_origin(&d.req.peer, url)
-            .then(|| crate::http_binding::credential_header(auth))
+        crate::origin::same_origin(&d.req.peer, url).then_some(auth)
     }
 
     /// Ids and states of every delegation, in id order.

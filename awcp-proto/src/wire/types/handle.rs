@@ -32,6 +32,28 @@ impl TransportHandle {
     }
 }
 
+/// How an archive's root is laid out, by the dialect of the executor it is for (WIRE.md §3):
+/// what the delegator packs and the executor (or a snapshot's apply) expects. Both the engine
+/// (which names it in `DelegatorOutput::PrepareTransport`) and the transports (which pack and
+/// unpack by it) see it here, with the wire format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArchiveLayout {
+    /// \[S\] executors: the single resource's files at the root.
+    Flat,
+    /// \[R\] executors: one top-level directory per resource.
+    PerResource,
+}
+
+impl ArchiveLayout {
+    /// The layout an executor speaking `dialect` expects.
+    pub fn for_dialect(dialect: super::Dialect) -> Self {
+        match dialect {
+            super::Dialect::Seed => ArchiveLayout::Flat,
+            super::Dialect::Reference => ArchiveLayout::PerResource,
+        }
+    }
+}
+
 /// Where archive bytes are: inline base64 (\[S\]/\[R\]) or a URL to fetch (our extension,
 /// seed 003 `archiveUrl`). At least one is present after decoding.
 #[derive(Clone, PartialEq, Eq, Default)]
