@@ -122,6 +122,18 @@ impl Side for LeaderSide {
         self.engine.reconnected(now);
     }
 
+    fn link_lost(&mut self, now: Timestamp) {
+        self.engine.link_lost(now);
+    }
+
+    fn connect_failed(&mut self, now: Timestamp) {
+        self.engine.connect_failed(now);
+    }
+
+    fn connect_due(&self, now: Timestamp) -> bool {
+        self.engine.connect_due(now)
+    }
+
     fn link_event(up: bool, detail: String) -> GroupLeaderEvent {
         if up {
             GroupLeaderEvent::Reconnected

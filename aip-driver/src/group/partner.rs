@@ -7,14 +7,12 @@ use std::sync::{Arc, Mutex};
 
 use agent_rt::body::{full, ResponseBody};
 use agent_rt::Runtime;
-use aip_proto::group::wire::{
-    AmqpConfig, GroupInfo, InvitationErrorBody, ServerConfig, CONNECTION_FAILED,
-    INVITATION_REJECTED,
-};
+use aip_proto::group::wire::{AmqpConfig, GroupInfo, InvitationErrorBody, ServerConfig};
 use aip_proto::group::{
-    check_invitation, decode_inbox_message, inbox_queue_name, invitation_error, join_reply,
-    queue_name, GroupMember, InboxInvitation, InboxMessage, JoinParams, LeaveReason, MemberConfig,
-    MemberEvent, MemberOutput, Publish,
+    connection_failed, decode_inbox_message, inbox_queue_name, invitation_error, join_rpc_failed,
+    join_rpc_joined, judge_inbox_invitation, queue_name, read_join_rpc, BrokerLink, GroupMember,
+    InboxInvitation, InboxMessage, JoinRpc, LeaveReason, MemberConfig, MemberEvent, MemberOutput,
+    Publish,
 };
 use aip_proto::{Dialect, Product, Timestamp, UsageError};
 use futures::channel::{mpsc, oneshot};
@@ -163,13 +161,25 @@ impl Side for MemberSide {
     }
 
     fn poll_timeout(&self) -> Option<Timestamp> {
-        None
+        self.engine.poll_timeout()
     }
 
     fn timeout(&mut self, _now: Timestamp) {}
 
     fn reconnected(&mut self, now: Timestamp) {
         self.engine.reconnected(now);
+    }
+
+    fn link_lost(&mut self, now: Timestamp) {
+        self.engine.link_lost(now);
+    }
+
+    fn connect_failed(&mut self, now: Timestamp) {
+        self.engine.connect_failed(now);
+    }
+
+    fn connect_due(&self, now: Timestamp) -> bool {
+        self.engine.connect_due(now)
     }
 
     fn link_event(up: bool, reason: String) -> GroupPartnerEvent {
@@ -193,6 +203,8 @@ struct InboxSide {
     queue: String,
     invitations: mpsc::UnboundedSender<InboxInvitation>,
     out: std::collections::VecDeque<Publish>,
+    /// The inbox has no engine of its own: its link's reconnect timer.
+    link: BrokerLink,
 }
 
 impl Side for InboxSide {
@@ -213,12 +225,26 @@ impl Side for InboxSide {
     }
 
     fn poll_timeout(&self) -> Option<Timestamp> {
-        None
+        self.link.deadline()
     }
 
     fn timeout(&mut self, _now: Timestamp) {}
 
-    fn reconnected(&mut self, _now: Timestamp) {}
+    fn reconnected(&mut self, _now: Timestamp) {
+        self.link.connected();
+    }
+
+    fn link_lost(&mut self, now: Timestamp) {
+        self.link.lost(now);
+    }
+
+    fn connect_failed(&mut self, now: Timestamp) {
+        self.link.attempt_failed(now);
+    }
+
+    fn connect_due(&self, now: Timestamp) -> bool {
+        self.link.connect_due(now)
+    }
 
     fn link_event(up: bool, reason: String) -> GroupPartnerEvent {
         let group_id = "(inbox)".to_owned();
@@ -380,66 +406,38 @@ impl<R: Runtime> GroupPartnerHandle<R> {
 
     /// Answers one JSON-RPC `group` request body (the invitation by RPC): joins, and
     /// replies with the shape the SDK 2.1.0 leader accepts, or with -32020 (refused by
-    /// policy) / -32021 (could not connect) / -32600 (not a `group` request).
+    /// policy) / -32021 (could not connect) / -32600 (not a `group` request). What to answer
+    /// is the engine's ([`read_join_rpc`]); this connects.
     pub async fn handle_join_rpc(&self, body: &[u8]) -> Vec<u8> {
-        let err = |id: &Value, code: i64, message: &str, data: Value| {
-            serde_json::to_vec(&json!({"jsonrpc":"2.0","id":id,"error":{"code":code,"message":message,"data":data}}))
-                .unwrap_or_default()
+        let (id, params) = match read_join_rpc(body, |g| (self.opts.policy)(g)) {
+            JoinRpc::Answer {
+                body,
+                refused_group,
+            } => {
+                if let Some(group_id) = refused_group {
+                    let _ = self
+                        .events
+                        .unbounded_send(GroupPartnerEvent::InvitationRefused {
+                            group_id,
+                            reason: "policy".into(),
+                        });
+                }
+                return body;
+            }
+            JoinRpc::Join { id, params } => (id, params),
         };
-        let Ok(req) = serde_json::from_slice::<Value>(body) else {
-            return err(&Value::Null, -32700, "Parse error", Value::Null);
-        };
-        let id = req.get("id").cloned().unwrap_or(Value::Null);
-        if req.get("method").and_then(Value::as_str) != Some("group") {
-            return err(
-                &id,
-                -32601,
-                "Method not found (expected group)",
-                Value::Null,
-            );
-        }
-        let params: JoinParams = match req.get("params").cloned().map(serde_json::from_value) {
-            Some(Ok(p)) => p,
-            Some(Err(e)) => return err(&id, -32602, &format!("Invalid params: {e}"), Value::Null),
-            None => return err(&id, -32602, "Invalid params: missing", Value::Null),
-        };
-        if !(self.opts.policy)(&params.group) {
-            let _ = self
-                .events
-                .unbounded_send(GroupPartnerEvent::InvitationRefused {
-                    group_id: params.group.group_id.clone(),
-                    reason: "policy".into(),
-                });
-            return err(
-                &id,
-                INVITATION_REJECTED,
-                "Invitation rejected by partner policy",
-                json!({"errorType":"INVITATION_REJECTED"}),
-            );
-        }
         let url = match server_url(&params.server, &self.opts.broker_tls) {
             Ok(u) => u,
-            Err(e) => {
-                return err(
-                    &id,
-                    CONNECTION_FAILED,
-                    "Connection failed",
-                    json!({"errorType":"CONNECTION_FAILED","details":e}),
-                )
-            }
+            Err(e) => return join_rpc_failed(&id, Value::String(e)),
         };
         match self.join(&url, &params.group, &params.amqp).await {
             Ok(_) => {
                 let pid = format!("pid-{}", std::process::id());
-                let reply = join_reply(&self.opts.partner_id, &params, &pid);
-                serde_json::to_vec(&json!({"jsonrpc":"2.0","id":id,"result":reply}))
-                    .unwrap_or_default()
+                join_rpc_joined(&id, &self.opts.partner_id, &params, &pid)
             }
-            Err(e) => err(
+            Err(e) => join_rpc_failed(
                 &id,
-                CONNECTION_FAILED,
-                "Connection failed",
-                json!({"errorType":"CONNECTION_FAILED","details":{"host":params.server.host,"port":params.server.port,"reason":e.to_string()}}),
+                json!({"host":params.server.host,"port":params.server.port,"reason":e.to_string()}),
             ),
         }
     }
@@ -479,6 +477,7 @@ impl<R: Runtime> GroupPartnerHandle<R> {
                 queue: inbox_queue_name(&self.opts.partner_id),
                 invitations: inv_tx,
                 out: Default::default(),
+                link: BrokerLink::new(),
             },
             events: self.events.clone(),
         };
@@ -502,31 +501,14 @@ impl<R: Runtime> GroupPartnerHandle<R> {
                             reason,
                         });
                 };
-                if let Err(e) = check_invitation(now(&h.rt), &inv) {
-                    refuse(e.message.clone(), e);
-                    continue;
-                }
-                if !(h.opts.policy)(&inv.group) {
-                    refuse(
-                        "policy".into(),
-                        InvitationErrorBody {
-                            code: INVITATION_REJECTED,
-                            message: "Invitation rejected by partner policy".into(),
-                            data: Some(json!({"errorType":"INVITATION_REJECTED"})),
-                        },
-                    );
+                if let Err(r) = judge_inbox_invitation(now(&h.rt), &inv, |g| (h.opts.policy)(g)) {
+                    refuse(r.reason, r.error);
                     continue;
                 }
                 if let Err(e) = h.join(&url, &inv.group, &inv.amqp).await {
                     refuse(
                         e.to_string(),
-                        InvitationErrorBody {
-                            code: CONNECTION_FAILED,
-                            message: "Connection failed".into(),
-                            data: Some(
-                                json!({"errorType":"CONNECTION_FAILED","details":e.to_string()}),
-                            ),
-                        },
+                        connection_failed(Value::String(e.to_string())),
                     );
                 }
             }

@@ -6,7 +6,9 @@
 //! between leaves the delivery unacked (the broker redelivers it: the engines drop the
 //! duplicate by message id) and the unconfirmed messages queued: they are published again,
 //! in order, on the next connection (receivers drop the ones that had got through). Engine
-//! state (members, tasks) lives in the engine and survives any number of reconnects.
+//! state (members, tasks) lives in the engine and survives any number of reconnects, and so
+//! does the decision when to try to connect again (the engine's reconnect timer: the loop
+//! connects when the engine says it is due and otherwise sleeps until its `poll_timeout`).
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -40,6 +42,12 @@ pub(crate) trait Side: Send + 'static {
     fn timeout(&mut self, now: Timestamp);
     /// The link came back (everything declared again).
     fn reconnected(&mut self, now: Timestamp);
+    /// The link was lost.
+    fn link_lost(&mut self, now: Timestamp);
+    /// An attempt to connect again failed.
+    fn connect_failed(&mut self, now: Timestamp);
+    /// Whether to try to connect now (the engine's back-off, [`aip_proto::group::BrokerLink`]).
+    fn connect_due(&self, now: Timestamp) -> bool;
     /// The event for "the link is up" (`true`) or "lost, reconnecting" (`false`).
     fn link_event(up: bool, detail: String) -> Self::Event;
 }
@@ -95,32 +103,36 @@ impl<R: Runtime, S: Side> Runner<R, S> {
         let mut pending: VecDeque<Publish> = VecDeque::new();
         let mut unacked: Vec<Delivery> = Vec::new();
         let mut leave: Option<Leave> = None;
-        let mut backoff = Duration::from_millis(100);
         loop {
             self.drain(&mut pending, &mut leave);
             if link.is_none() {
-                match self.open().await {
-                    Ok(l) => {
-                        link = Some(l);
-                        backoff = Duration::from_millis(100);
-                        self.side.reconnected(now(&self.rt));
-                        let _ = self
-                            .events
-                            .unbounded_send(S::link_event(true, "reconnected".into()));
-                    }
-                    Err(e) => {
-                        tracing::debug!(error = %e, "AMQP reconnect failed");
-                        let mut sleep = self.rt.sleep(backoff).fuse();
-                        backoff = (backoff * 2).min(Duration::from_secs(2));
-                        futures::select_biased! {
-                            c = calls.next() => match c {
-                                Some(f) => f(&mut self.side, now(&self.rt)),
-                                None => return,
-                            },
-                            _ = sleep => {}
+                if self.side.connect_due(now(&self.rt)) {
+                    match self.open().await {
+                        Ok(l) => {
+                            link = Some(l);
+                            self.side.reconnected(now(&self.rt));
+                            let _ = self
+                                .events
+                                .unbounded_send(S::link_event(true, "reconnected".into()));
                         }
-                        continue;
+                        Err(e) => {
+                            tracing::debug!(error = %e, "AMQP reconnect failed");
+                            self.side.connect_failed(now(&self.rt));
+                            continue;
+                        }
                     }
+                } else {
+                    // Down: wait for the engine's next timer (the reconnect among them) or a
+                    // call.
+                    let mut sleep = self.sleep_until_due().fuse();
+                    futures::select_biased! {
+                        c = calls.next() => match c {
+                            Some(f) => f(&mut self.side, now(&self.rt)),
+                            None => return,
+                        },
+                        _ = sleep => self.side.timeout(now(&self.rt)),
+                    }
+                    continue;
                 }
             }
             // Outputs of `reconnected` first.
@@ -162,12 +174,7 @@ impl<R: Runtime, S: Side> Runner<R, S> {
                 }
                 return;
             }
-            let deadline = self.side.poll_timeout();
-            let mut sleep = match deadline {
-                Some(at) => self.rt.sleep(at.saturating_duration_since(now(&self.rt))),
-                None => self.rt.sleep(Duration::from_secs(3600)),
-            }
-            .fuse();
+            let mut sleep = self.sleep_until_due().fuse();
             let woke = futures::select_biased! {
                 d = deliveries.next() => match d {
                     Some((q, Ok(d))) => Woke::Delivery(q, Box::new(d)),
@@ -194,6 +201,14 @@ impl<R: Runtime, S: Side> Runner<R, S> {
         }
     }
 
+    /// Sleeps until the engine's next timer (an hour when it has none).
+    fn sleep_until_due(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        match self.side.poll_timeout() {
+            Some(at) => self.rt.sleep(at.saturating_duration_since(now(&self.rt))),
+            None => self.rt.sleep(Duration::from_secs(3600)),
+        }
+    }
+
     fn drain(&mut self, pending: &mut VecDeque<Publish>, leave: &mut Option<Leave>) {
         while let Some(o) = self.side.poll() {
             match o {
@@ -207,7 +222,7 @@ impl<R: Runtime, S: Side> Runner<R, S> {
     }
 
     fn lost(
-        &self,
+        &mut self,
         link: &mut Option<(Link, Deliveries)>,
         unacked: &mut Vec<Delivery>,
         why: String,
@@ -217,6 +232,7 @@ impl<R: Runtime, S: Side> Runner<R, S> {
         // the redelivery is dropped as a duplicate.
         unacked.clear();
         *link = None;
+        self.side.link_lost(now(&self.rt));
         let _ = self.events.unbounded_send(S::link_event(false, why));
     }
 }

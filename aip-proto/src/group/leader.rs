@@ -27,7 +27,7 @@ use crate::group::wire::{
     AgentRef, AmqpConfig, GroupInfo, GroupMessage, InboxInvitation, InboxMessage, JoinParams,
     JoinReply, MemberStatus, MgmtCommand, MgmtKind, ServerConfig, INBOX_EXCHANGE,
 };
-use crate::group::{admit, Publish, SeenIds};
+use crate::group::{admit, BrokerLink, Publish, SeenIds};
 use crate::state::is_reachable;
 use crate::time::Timestamp;
 use crate::wire::{
@@ -214,6 +214,8 @@ pub struct GroupLeader {
     seen: SeenIds,
     out: VecDeque<LeaderOutput>,
     now: Timestamp,
+    /// The broker link and its reconnect back-off.
+    link: BrokerLink,
 }
 
 impl GroupLeader {
@@ -238,6 +240,7 @@ impl GroupLeader {
             seen: SeenIds::new(16_384),
             out: VecDeque::new(),
             now,
+            link: BrokerLink::new(),
         })
     }
 
@@ -713,17 +716,36 @@ impl GroupLeader {
     /// leader asks every member for its status: members answer with their status and latest
     /// results, and the leader republishes the commands they have not answered.
     pub fn reconnected(&mut self, now: Timestamp) {
+        self.link.connected();
         if self.phase == GroupPhase::Open {
             let _ = self.get_status(now, Mentions::All);
         }
     }
 
-    /// When [`Self::handle_timeout`] is due next.
+    /// The driver lost its broker connection at `now` (see [`BrokerLink`]).
+    pub fn link_lost(&mut self, now: Timestamp) {
+        self.link.lost(now);
+    }
+
+    /// The driver's attempt to connect again failed at `now`.
+    pub fn connect_failed(&mut self, now: Timestamp) {
+        self.link.attempt_failed(now);
+    }
+
+    /// Whether the driver should try to connect at `now` (the link is down and its back-off
+    /// has passed).
+    pub fn connect_due(&self, now: Timestamp) -> bool {
+        self.link.connect_due(now)
+    }
+
+    /// When [`Self::handle_timeout`] is due next, or the next connection attempt while the
+    /// broker link is down.
     pub fn poll_timeout(&self) -> Option<Timestamp> {
         self.members
             .values()
             .flat_map(|m| [m.awaiting_status, m.invitation_expires])
             .flatten()
+            .chain(self.link.deadline())
             .min()
     }
 

@@ -23,7 +23,7 @@ use crate::error::UsageError;
 use crate::group::wire::{
     encode_group_message, GroupMessage, MemberStatus, MgmtCommand, MgmtKind, MgmtResult,
 };
-use crate::group::{admit, Publish, SeenIds};
+use crate::group::{admit, BrokerLink, Publish, SeenIds};
 use crate::state::{command_effect, Cause, TaskMachine};
 use crate::time::Timestamp;
 use crate::wire::{
@@ -162,6 +162,8 @@ pub struct GroupMember {
     held: Vec<Publish>,
     out: VecDeque<MemberOutput>,
     now: Timestamp,
+    /// The broker link and its reconnect back-off.
+    link: BrokerLink,
 }
 
 impl GroupMember {
@@ -178,6 +180,7 @@ impl GroupMember {
             held: Vec::new(),
             out: VecDeque::new(),
             now,
+            link: BrokerLink::new(),
         };
         m.publish_status(None);
         m
@@ -421,12 +424,37 @@ impl GroupMember {
         self.out.push_back(MemberOutput::Leave(reason));
     }
 
+    /// The driver lost its broker connection at `now` (see [`BrokerLink`]).
+    pub fn link_lost(&mut self, now: Timestamp) {
+        self.tick(now);
+        self.link.lost(now);
+    }
+
+    /// The driver's attempt to connect again failed at `now`.
+    pub fn connect_failed(&mut self, now: Timestamp) {
+        self.tick(now);
+        self.link.attempt_failed(now);
+    }
+
+    /// Whether the driver should try to connect at `now` (the link is down and its back-off
+    /// has passed).
+    pub fn connect_due(&self, now: Timestamp) -> bool {
+        self.link.connect_due(now)
+    }
+
+    /// The next connection attempt while the broker link is down (the member has no other
+    /// timer).
+    pub fn poll_timeout(&self) -> Option<Timestamp> {
+        self.link.deadline()
+    }
+
     /// The driver's broker connection came back (queue declared and bound again): announce
     /// `connected:true` again and republish the latest result of every task (the leader
     /// drops what it had), so nothing published into a queue that the restart removed is
     /// lost. The leader answers by republishing its commands this member has not answered.
     pub fn reconnected(&mut self, now: Timestamp) {
         self.tick(now);
+        self.link.connected();
         if self.phase != MemberPhase::Joined {
             return;
         }

@@ -22,7 +22,9 @@
 //! the partner's inbox ([`GroupLeader::invite_inbox`]); the partner checks it with
 //! [`check_invitation`] and either joins or sends [`invitation_error`] to the leader's inbox.
 
+mod join;
 mod leader;
+pub mod link;
 mod member;
 #[cfg(test)]
 mod tests;
@@ -30,10 +32,15 @@ pub mod wire;
 
 use std::collections::{BTreeSet, VecDeque};
 
+pub use join::{
+    connection_failed, join_rpc_failed, join_rpc_joined, judge_inbox_invitation, read_join_rpc,
+    rejected_by_policy, JoinRpc, Refusal,
+};
 pub use leader::{
     Connection, GroupCommand, GroupLeader, GroupPhase, LeaderConfig, LeaderEvent, LeaderOutput,
     MemberView,
 };
+pub use link::BrokerLink;
 pub use member::{
     GroupMember, LeaveReason, MemberConfig, MemberEvent, MemberOutput, MemberPhase, Mention,
 };

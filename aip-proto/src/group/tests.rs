@@ -477,3 +477,38 @@ fn only_invited_members_join_and_a_member_that_left_must_be_invited_again() {
     assert!(l.member(A).is_none());
     assert_eq!(l.poll_output(), None);
 }
+
+/// The reconnect back-off is the engines' timer: a lost link is due at once, a failed attempt
+/// moves the engine's `poll_timeout` by the back-off, and a connection ends the timer.
+#[test]
+fn a_lost_broker_link_is_an_engine_timer_on_both_sides() {
+    let mut n = Net::new(&[A]);
+    let before = n.leader.poll_timeout();
+    n.leader.link_lost(t(5));
+    assert!(n.leader.connect_due(t(5)));
+    n.leader.connect_failed(t(5));
+    assert!(!n.leader.connect_due(t(5)));
+    let retry = t(5).saturating_add(Duration::from_millis(100));
+    assert_eq!(
+        n.leader.poll_timeout(),
+        Some(before.map_or(retry, |b| b.min(retry)))
+    );
+    assert!(n.leader.connect_due(retry));
+    n.leader.reconnected(retry);
+    assert!(!n.leader.connect_due(t(9)));
+    // What is due now is the status the reconnect asked for, not another attempt.
+    assert!(n.leader.poll_timeout().is_some_and(|at| at > retry));
+
+    let m = &mut n.members[0];
+    assert_eq!(m.poll_timeout(), None);
+    m.link_lost(t(6));
+    assert_eq!(m.poll_timeout(), Some(t(6)));
+    m.connect_failed(t(6));
+    m.connect_failed(t(6).saturating_add(Duration::from_millis(100)));
+    assert_eq!(
+        m.poll_timeout(),
+        Some(t(6).saturating_add(Duration::from_millis(300)))
+    );
+    m.reconnected(t(7));
+    assert_eq!((m.poll_timeout(), m.connect_due(t(9))), (None, false));
+}

@@ -9,8 +9,8 @@ use serde::ser::{SerializeMap, SerializeSeq};
 use serde::{Serialize, Serializer};
 
 use crate::error::RpcError;
-use crate::wire::command::TaskCommand;
 use crate::time::Timestamp;
+use crate::wire::command::TaskCommand;
 use crate::wire::data::{DataItem, Mentions, Product, SenderRole, TaskStatus};
 use crate::wire::jsonrpc::{Method, NotificationConfig, NotificationIdParams, RpcId};
 use crate::wire::task::{EventData, Header, ProductChunk, StatusUpdate, StreamEvent, TaskResult};

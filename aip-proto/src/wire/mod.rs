@@ -27,12 +27,12 @@ pub use decode::{
     decode_command, decode_event_data, decode_request, decode_response, decode_rpc_response,
     decode_stream_event, decode_task, is_json, RequestError,
 };
-pub(crate) use encode::{encode_parts_response, ResultParts};
 pub use encode::{
     command_key, encode_command, encode_command_request, encode_error, encode_notification_id,
     encode_notification_set, encode_request_raw, encode_result, encode_stream_event, encode_task,
     encode_task_response, InDialect,
 };
+pub(crate) use encode::{encode_parts_response, ResultParts};
 pub use jsonrpc::{
     Method, NotificationConfig, NotificationIdParams, Params, Request, Response, RpcId, RpcResult,
 };
