@@ -65,10 +65,10 @@ mod teardown;
 mod tests;
 mod view;
 
-use archive_grants::ArchiveGrants;
-pub use archive_grants::{ArchiveDelivery, ArchiveUrlRefused};
 /// Re-exported from [`crate::wire`], where it lives beside the wire format.
 pub use crate::wire::ArchiveLayout;
+use archive_grants::ArchiveGrants;
+pub use archive_grants::{ArchiveDelivery, ArchiveUrlRefused};
 pub use config::{DelegateRequest, DelegatorConfig};
 use delegation::*;
 pub use failures::{PrepareFailure, ScanFailure, StoreFailure};
