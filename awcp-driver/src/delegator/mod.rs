@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use awcp_proto::engine::auth::SecretDigest;
+use awcp_proto::engine::delegator::EventProblem;
 use awcp_proto::engine::delegator::{
     ArchiveDelivery, DelegateRequest, DelegationRecord, DelegationView, FetchedResult, Journaling,
     Outbound, PrepareFailure, RequestFailure, ScanFailure, StoreFailure,

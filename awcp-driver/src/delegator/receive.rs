@@ -199,16 +199,21 @@ fn on_event(
         tracing::warn!(delegation = %id, "event dropped: its inline result could not be received");
         return discard(&file);
     }
+    // What the engine does with an event it cannot take is its decision (it reports the
+    // executor's misbehaviour and reads on).
+    let unusable = |problem| {
+        discard(&file);
+        feed(DelegatorInput::UnusableEvent {
+            id: id.clone(),
+            problem,
+        });
+    };
     let mut event = match decode_event(data) {
         Ok((event, _)) => event,
-        Err(e) => {
-            tracing::warn!(delegation = %id, "undecodable event skipped: {e}");
-            return discard(&file);
-        }
+        Err(e) => return unusable(EventProblem::Undecodable(e.to_string())),
     };
     if event.delegation_id != *id {
-        tracing::warn!(delegation = %id, "event for another delegation ignored");
-        return discard(&file);
+        return unusable(EventProblem::OtherDelegation(event.delegation_id));
     }
     if let Some(f) = &file {
         if !attach_diverted_result(&mut event, &f.to_string_lossy()) {

@@ -945,3 +945,185 @@ pub async fn a_subscriber_that_stops_reading_is_cut_off_and_loses_nothing_essent
     assert_eq!(s, 200);
     wait_released::<R>(&ex).await;
 }
+
+/// Reads one HTTP/1.1 request from `s` (head, then a `content-length` or chunked body);
+/// `None` at the end of the connection.
+fn read_request(s: &mut std::io::BufReader<std::net::TcpStream>) -> Option<(String, Vec<u8>)> {
+    use std::io::BufRead;
+    let mut line = String::new();
+    let mut head = String::new();
+    loop {
+        line.clear();
+        if s.read_line(&mut line).ok()? == 0 {
+            return None;
+        }
+        if line == "\r\n" {
+            break;
+        }
+        head.push_str(&line);
+    }
+    let lower = head.to_ascii_lowercase();
+    let mut body = Vec::new();
+    if let Some(len) = lower
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse::<usize>().ok())
+    {
+        body.resize(len, 0);
+        s.read_exact(&mut body).ok()?;
+    } else if lower.contains("transfer-encoding: chunked") {
+        loop {
+            line.clear();
+            s.read_line(&mut line).ok()?;
+            let n = usize::from_str_radix(line.trim(), 16).ok()?;
+            let mut chunk = vec![0; n + 2];
+            s.read_exact(&mut chunk).ok()?;
+            if n == 0 {
+                break;
+            }
+            body.extend_from_slice(&chunk[..n]);
+        }
+    }
+    Some((head, body))
+}
+
+/// An executor that answers INVITE and START as a reference executor does, then sends on its
+/// event stream an event that is not JSON, a well-formed event for another delegation, a
+/// status event and an `error` event. Returns its `/awcp` URL.
+fn executor_with_unusable_events() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let id: Arc<std::sync::Mutex<String>> = Default::default();
+        for conn in l.incoming().flatten() {
+            let id = id.clone();
+            std::thread::spawn(move || {
+                let mut w = conn.try_clone().unwrap();
+                let mut r = std::io::BufReader::new(conn);
+                while let Some((head, body)) = read_request(&mut r) {
+                    let json = |w: &mut std::net::TcpStream, body: String| {
+                        let _ = write!(
+                            w,
+                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
+                             content-length: {}\r\n\r\n{body}",
+                            body.len()
+                        );
+                    };
+                    let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+                    if head.starts_with("GET ") && head.contains("/events") {
+                        let me = id.lock().unwrap().clone();
+                        let ev = |dlg: &str, rest: &str| {
+                            format!(
+                                "data: {{\"delegationId\":\"{dlg}\",\
+                                 \"timestamp\":\"2026-03-04T05:06:09.120Z\",{rest}}}\n\n"
+                            )
+                        };
+                        let stream = [
+                            "data: {this is not json\n\n".to_owned(),
+                            ev(
+                                "dlg_ffffffffffffffffffffffffffffffff",
+                                r#""type":"status","status":"running","message":"not yours""#,
+                            ),
+                            ev(
+                                &me,
+                                r#""type":"status","status":"running","message":"still read""#,
+                            ),
+                            ev(
+                                &me,
+                                r#""type":"error","code":"TASK_FAILED","message":"done here""#,
+                            ),
+                        ]
+                        .concat();
+                        let _ = write!(
+                            w,
+                            "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
+                             connection: close\r\n\r\n{stream}"
+                        );
+                        return;
+                    }
+                    match v["type"].as_str() {
+                        Some("INVITE") => {
+                            let me = v["delegationId"].as_str().unwrap_or_default().to_owned();
+                            *id.lock().unwrap() = me.clone();
+                            json(
+                                &mut w,
+                                format!(
+                                    r#"{{"version":"1","type":"ACCEPT","delegationId":"{me}","retentionMs":60000,"executorWorkDir":{{"path":"/w"}},"executorConstraints":{{"acceptedAccessMode":"rw","maxTtlSeconds":1800}}}}"#
+                                ),
+                            )
+                        }
+                        _ => json(&mut w, r#"{"ok":true}"#.to_owned()),
+                    }
+                }
+            });
+        }
+    });
+    format!("http://{addr}/awcp")
+}
+
+/// An executor's event stream carrying an event that does not decode and one for another
+/// delegation: the delegator's engine reports each as `PeerMisbehaved` (`UnusableEvent`),
+/// skips it and reads on (the status after them arrives; the delegation ends with the
+/// executor's `error`).
+pub async fn unusable_events_are_reported_and_the_stream_reads_on<R: TestRuntime>() {
+    use awcp_proto::engine::delegator::{EventProblem, PeerMisbehavior};
+    use awcp_proto::DelegatorEvent;
+    use futures::StreamExt;
+    let peer = executor_with_unusable_events();
+    let dg = start_delegator::<R>(false, |c| {
+        c.features.retain(|f| f != awcp_proto::feature::ARCHIVE_URL)
+    })
+    .await;
+    let mut events = dg.handle.events();
+    let ws = workspace();
+    let id = dg
+        .handle
+        .delegate(params::<R>(&peer, ws.path()))
+        .await
+        .unwrap();
+    let mut problems = Vec::new();
+    let mut progress = Vec::new();
+    let end = timeout::<R, _>(Duration::from_secs(60), async {
+        loop {
+            match events.next().await {
+                Some(DelegatorEvent::PeerMisbehaved {
+                    id: i,
+                    reason: PeerMisbehavior::UnusableEvent { problem },
+                }) if i == id => problems.push(problem),
+                Some(DelegatorEvent::Progress {
+                    id: i,
+                    message: Some(m),
+                    ..
+                }) if i == id => progress.push(m),
+                Some(DelegatorEvent::Ended { id: i, .. }) if i == id => return true,
+                None => return false,
+                Some(_) => {}
+            }
+        }
+    })
+    .await;
+    assert_eq!(end, Some(true), "the delegation did not end");
+    // Each opening of the stream (the delegator may open it more than once) reports both.
+    let other = EventProblem::OtherDelegation(
+        awcp_proto::DelegationId::new("dlg_ffffffffffffffffffffffffffffffff").unwrap(),
+    );
+    assert!(
+        !problems.is_empty() && problems.len() % 2 == 0,
+        "{problems:?}"
+    );
+    for pair in problems.chunks(2) {
+        assert!(
+            matches!(pair[0], EventProblem::Undecodable(_)),
+            "{problems:?}"
+        );
+        assert_eq!(pair[1], other, "{problems:?}");
+    }
+    assert!(
+        !progress.is_empty() && progress.iter().all(|m| m == "still read"),
+        "the other delegation's status was taken, or none after it: {progress:?}"
+    );
+    assert_eq!(
+        dg.handle.get(&id).await.unwrap().state,
+        DelegationState::Error
+    );
+}

@@ -97,6 +97,11 @@ pub enum PeerMisbehavior {
         /// What was wrong with it.
         detail: String,
     },
+    /// An event on its stream could not be used: it is skipped and the stream read on.
+    UnusableEvent {
+        /// What was wrong with it.
+        problem: EventProblem,
+    },
     /// It announced more snapshots for one delegation than the delegator keeps: the later
     /// ones are ignored.
     TooManySnapshots {
@@ -110,6 +115,27 @@ pub enum PeerMisbehavior {
         /// The refused transition.
         transition: DelegationTransition,
     },
+}
+
+/// Why an event from a delegation's stream could not be used
+/// ([`DelegatorInput::UnusableEvent`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EventProblem {
+    /// Its JSON did not decode as a task event (the decoder's message).
+    Undecodable(String),
+    /// It names another delegation than the stream's.
+    OtherDelegation(DelegationId),
+}
+
+impl core::fmt::Display for EventProblem {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            EventProblem::Undecodable(e) => write!(f, "undecodable event: {e}"),
+            EventProblem::OtherDelegation(other) => {
+                write!(f, "an event for another delegation ({other})")
+            }
+        }
+    }
 }
 
 /// `GET …/tasks/{id}/result` as the driver decoded it.
@@ -177,6 +203,15 @@ pub enum DelegatorInput {
         /// Why, if known.
         reason: Option<String>,
     },
+    /// An SSE event on delegation `id`'s stream that the driver could not hand over as a
+    /// [`DelegatorInput::TaskEvent`]: the engine skips it (the stream stays open) and reports
+    /// [`DelegatorEvent::PeerMisbehaved`] with [`PeerMisbehavior::UnusableEvent`].
+    UnusableEvent {
+        /// The delegation whose stream carried it.
+        id: DelegationId,
+        /// What was wrong with it.
+        problem: EventProblem,
+    },
     /// One decoded SSE task event.
     TaskEvent {
         /// The event (its `delegation_id` routes it; boxed: it is the largest payload, and
@@ -240,6 +275,7 @@ impl DelegatorInput {
             | DelegatorInput::TransportPrepared { .. }
             | DelegatorInput::EventStreamOpened { .. }
             | DelegatorInput::EventStreamClosed { .. }
+            | DelegatorInput::UnusableEvent { .. }
             | DelegatorInput::ResultFetched { .. }
             | DelegatorInput::SnapshotApplied { .. }
             | DelegatorInput::SnapshotStored { .. }

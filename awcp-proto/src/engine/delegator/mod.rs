@@ -73,8 +73,8 @@ pub use config::{DelegateRequest, DelegatorConfig};
 use delegation::*;
 pub use failures::{PrepareFailure, ScanFailure, StoreFailure};
 pub use io::{
-    DelegatorEvent, DelegatorInput, DelegatorOutput, FetchedResult, Outbound, PeerMisbehavior,
-    Reply, RequestFailure,
+    DelegatorEvent, DelegatorInput, DelegatorOutput, EventProblem, FetchedResult, Outbound,
+    PeerMisbehavior, Reply, RequestFailure,
 };
 pub use lease::Timer;
 pub use record::{
@@ -182,6 +182,11 @@ impl Delegator {
                 self.on_stream_closed(now, &id, reason)
             }
             DelegatorInput::TaskEvent { event } => self.on_task_event(now, *event),
+            DelegatorInput::UnusableEvent { id, problem } => {
+                self.get_mut(&id)?;
+                self.peer_misbehaved(&id, PeerMisbehavior::UnusableEvent { problem });
+                Ok(())
+            }
             DelegatorInput::ResultFetched { id, result } => self.on_result(now, &id, result),
             DelegatorInput::SnapshotApplied {
                 id,

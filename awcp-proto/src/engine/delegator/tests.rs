@@ -582,3 +582,44 @@ fn the_credential_goes_only_to_the_executor_origin() {
     );
     assert_eq!(d.credential_for(&id(), "http://127.0.0.1:10201/awcp"), None);
 }
+
+#[test]
+fn an_unusable_event_is_reported_and_changes_nothing() {
+    let mut d = running(SnapshotMode::Auto);
+    let before = d.get(&id()).unwrap().state;
+    let problem = EventProblem::Undecodable("not JSON".into());
+    d.handle(
+        t(1),
+        DelegatorInput::UnusableEvent {
+            id: id(),
+            problem: problem.clone(),
+        },
+    )
+    .unwrap();
+    let out = drain(&mut d);
+    assert_eq!(
+        events(&out),
+        [&DelegatorEvent::PeerMisbehaved {
+            id: id(),
+            reason: PeerMisbehavior::UnusableEvent { problem },
+        }]
+    );
+    assert_eq!(
+        out.len(),
+        1,
+        "the stream is not closed or reopened: {out:?}"
+    );
+    assert_eq!(d.get(&id()).unwrap().state, before);
+    // For a delegation the engine does not have: a usage error, nothing out.
+    let other = DelegationId::new("dlg_ffffffffffffffffffffffffffffffff").unwrap();
+    assert!(d
+        .handle(
+            t(1),
+            DelegatorInput::UnusableEvent {
+                id: other.clone(),
+                problem: EventProblem::OtherDelegation(other),
+            },
+        )
+        .is_err());
+    assert!(drain(&mut d).is_empty());
+}
