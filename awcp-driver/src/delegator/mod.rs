@@ -6,8 +6,10 @@ pub mod daemon;
 mod execute;
 mod receive;
 mod run;
+mod snapshots;
 mod startup;
 mod storage;
+mod transport;
 
 use run::OutBody;
 use startup::{lock_state_dir, recover_interrupted_applies};

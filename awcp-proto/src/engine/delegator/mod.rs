@@ -62,6 +62,8 @@ mod snapshots;
 pub use snapshots::ApplyPlan;
 mod teardown;
 #[cfg(test)]
+mod restart_tests;
+#[cfg(test)]
 mod tests;
 mod view;
 

@@ -1,5 +1,11 @@
 //! The one task that owns the [`Executor`] engine: feeds it commands and results, executes its
-//! outputs, sleeps until its next deadline.
+//! outputs, sleeps until its next deadline. Outputs are executed by family: responses and
+//! event streams here, work directories in `work_dirs.rs`, the agent in `tasks.rs`, snapshots
+//! in `snapshots.rs`.
+
+mod snapshots;
+mod tasks;
+mod work_dirs;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -319,224 +325,39 @@ impl<R: Runtime> Loop<R> {
                 id,
                 work_dir,
                 transport,
-            } => {
-                let t = self.transport_for(&transport);
-                self.kinds.insert(id.clone(), transport);
-                let feed = self.feed();
-                let rt = self.rt.clone();
-                self.spawn_in(crate::delegation_span(&id), async move {
-                    let result = blocking(&rt, move || allocate(&*t, Path::new(&work_dir))).await;
-                    feed(ExecutorInput::WorkDirAllocated { id, result });
-                });
-            }
+            } => self.allocate_work_dir(id, work_dir, transport),
             ExecutorOutput::SetupTransport {
                 id,
                 work_dir,
                 handle,
                 access_mode,
                 resources,
-            } => {
-                if let awcp_proto::TransportHandle::Archive(a) = &*handle {
-                    if let Some(f) = &a.data.local_file {
-                        self.unclaimed_archives.retain(|u| u != f);
-                    }
-                }
-                let t = self.transport_for(&handle.kind());
-                let feed = self.feed();
-                let cancel = CancelFlag::new();
-                self.cancels.insert(id.clone(), cancel.clone());
-                let downloads = self.scratch.join("downloads");
-                let timeout = self.engine.config().archive_download_timeout;
-                let http = self.http.clone();
-                self.spawn_in(crate::delegation_span(&id), async move {
-                    let result = setup(
-                        &http,
-                        t,
-                        &id,
-                        work_dir,
-                        *handle,
-                        access_mode,
-                        resources,
-                        downloads,
-                        timeout,
-                        cancel,
-                    )
-                    .await;
-                    feed(ExecutorInput::SetupCompleted { id, result });
-                });
-            }
+            } => self.setup_transport(id, work_dir, handle, access_mode, resources),
             ExecutorOutput::RunTask {
                 id,
                 task_dir,
                 task,
                 expires_at,
                 access_mode,
-            } => {
-                let runner = self.runner.clone();
-                let feed = self.feed();
-                let rt = self.rt.clone();
-                let cancel = CancelFlag::new();
-                self.cancels.insert(id.clone(), cancel.clone());
-                let ctx = TaskContext {
-                    delegation_id: id.clone(),
-                    work_dir: PathBuf::from(task_dir),
-                    description: task.description,
-                    prompt: task.prompt,
-                    expires_at,
-                    access_mode,
-                };
-                self.spawn_in(crate::delegation_span(&id), async move {
-                    let pf = feed.clone();
-                    let sf = feed.clone();
-                    let pid = id.clone();
-                    let sid = id.clone();
-                    let c2 = cancel.clone();
-                    let result = blocking(&rt, move || {
-                        let progress = move |m: String| {
-                            pf(ExecutorInput::TaskProgress {
-                                id: pid.clone(),
-                                message: Some(m),
-                                progress: None,
-                            })
-                        };
-                        // Journalled, so that a restarted executor can end the group.
-                        let spawned = move |g: TaskGroup| {
-                            sf(ExecutorInput::TaskSpawned {
-                                id: sid.clone(),
-                                handle: TaskHandle(g.to_handle()),
-                            })
-                        };
-                        runner.run_tracked(&ctx, &progress, &spawned, &c2)
-                    })
-                    .await;
-                    let result = match result {
-                        Ok(o) => Ok(TaskOutcome {
-                            summary: o.summary,
-                            highlights: o.highlights,
-                        }),
-                        // What the runner says after it was stopped is not the task's failure.
-                        Err(_) if cancel.is_cancelled() => Err(TaskFailure::Stopped),
-                        Err(f) => Err(f),
-                    };
-                    feed(ExecutorInput::TaskFinished { id, result });
-                });
-            }
-            ExecutorOutput::StopTask { id } => {
-                if let Some(c) = self.cancels.get(&id) {
-                    c.cancel();
-                }
-            }
+            } => self.run_task(id, task_dir, task, expires_at, access_mode),
+            ExecutorOutput::StopTask { id } => self.stop_task(id),
             ExecutorOutput::CaptureSnapshot {
                 id,
                 work_dir,
                 snapshot_id,
                 kind,
                 delivery,
-            } => {
-                let t = self.transport_of(&id);
-                let feed = self.feed();
-                let rt = self.rt.clone();
-                let url_base = match &delivery {
-                    SnapshotDelivery::Inline => None,
-                    SnapshotDelivery::ByUrl { base } => Some(base.clone()),
-                };
-                // Served by URL: kept (and journaled) across a restart. Sent inline: not
-                // journaled, so what a restart leaves there is removed at start.
-                let dir = match delivery {
-                    SnapshotDelivery::Inline => self.scratch.join(INLINE_RESULTS),
-                    SnapshotDelivery::ByUrl { .. } => self.scratch.join("snapshots"),
-                };
-                let files = self.snapshots.clone();
-                let kind = match kind {
-                    awcp_proto::engine::SnapshotKind::Full => awcp_transports::SnapshotKind::Full,
-                    awcp_proto::engine::SnapshotKind::Delta => awcp_transports::SnapshotKind::Delta,
-                };
-                self.spawn_in(crate::delegation_span(&id), async move {
-                    let sid = snapshot_id.clone();
-                    let did = id.clone();
-                    let result = blocking(&rt, move || {
-                        // A file in both deliveries: by URL it is served, inline its text is
-                        // written from it as the event or result body is sent.
-                        let d = dir.join(did.as_str());
-                        std::fs::create_dir_all(&d)
-                            .map_err(|e| CaptureFailure::Local(format!("snapshot dir: {e}")))?;
-                        let delivery = Delivery::File(d);
-                        let snap = t
-                            .capture(Path::new(&work_dir), kind, &delivery, &CancelFlag::new())
-                            .map_err(|e| CaptureFailure::Transport(e.to_error_info()))?;
-                        Ok::<_, CaptureFailure>(to_captured(
-                            snap,
-                            &did,
-                            &sid,
-                            url_base.as_deref(),
-                            &files,
-                        ))
-                    })
-                    .await;
-                    feed(ExecutorInput::SnapshotCaptured {
-                        id,
-                        result: result.map(Box::new),
-                    });
-                });
-            }
+            } => self.capture(id, work_dir, snapshot_id, kind, delivery),
             ExecutorOutput::Release {
                 id,
                 work_dir,
                 transport,
-            } => {
-                self.cancels.remove(&id);
-                self.kinds.remove(&id);
-                let t = self.transport_for(&transport);
-                let feed = self.feed();
-                let rt = self.rt.clone();
-                self.spawn_in(crate::delegation_span(&id), async move {
-                    let result =
-                        blocking(&rt, move || release_work_dir(&*t, &transport, &work_dir)).await;
-                    feed(ExecutorInput::Released { id, result });
-                });
-            }
+            } => self.release(id, work_dir, transport),
             ExecutorOutput::RemoveEmptyWorkDir { id, work_dir } => {
-                // Never anything inside: it may be someone else's directory.
-                let _ = std::fs::remove_dir(&work_dir);
-                let _ = self
-                    .tx
-                    .unbounded_send(Cmd::Input(ExecutorInput::Released { id, result: Ok(()) }));
+                self.remove_empty_work_dir(id, work_dir)
             }
-            ExecutorOutput::EndTask { id, handle } => {
-                let feed = self.feed();
-                let rt = self.rt.clone();
-                self.spawn_in(crate::delegation_span(&id), async move {
-                    let did = id.clone();
-                    blocking(&rt, move || end_task(&did, &handle)).await;
-                    feed(ExecutorInput::TaskFinished {
-                        id,
-                        result: Err(TaskFailure::Stopped),
-                    });
-                });
-            }
-            ExecutorOutput::DropSnapshot { id, snapshot_id } => {
-                let key = (id.to_string(), snapshot_id.to_string());
-                let path = self
-                    .snapshots
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(&key)
-                    // Captured before a restart: where capture puts it.
-                    .or_else(|| {
-                        let p = self
-                            .scratch
-                            .join("snapshots")
-                            .join(id.as_str())
-                            .join(format!("{snapshot_id}.zip"));
-                        p.exists().then_some(p)
-                    });
-                if let Some(p) = path {
-                    let _ = std::fs::remove_file(&p);
-                    if let Some(parent) = p.parent() {
-                        let _ = std::fs::remove_dir(parent);
-                    }
-                }
-            }
+            ExecutorOutput::EndTask { id, handle } => self.end_task(id, handle),
+            ExecutorOutput::DropSnapshot { id, snapshot_id } => self.drop_snapshot(id, snapshot_id),
             ExecutorOutput::Event(ev) => self.on_event(ev),
         }
     }

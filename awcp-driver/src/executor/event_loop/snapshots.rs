@@ -1,0 +1,81 @@
+//! Executing the engine's snapshot outputs: capture the work directory's result, drop a
+//! snapshot file that is done with.
+
+use super::*;
+
+impl<R: Runtime> Loop<R> {
+    /// [`ExecutorOutput::CaptureSnapshot`].
+    pub(super) fn capture(
+        &mut self,
+        id: DelegationId,
+        work_dir: String,
+        snapshot_id: awcp_proto::SnapshotId,
+        kind: awcp_proto::engine::SnapshotKind,
+        delivery: SnapshotDelivery,
+    ) {
+        let t = self.transport_of(&id);
+        let feed = self.feed();
+        let rt = self.rt.clone();
+        let url_base = match &delivery {
+            SnapshotDelivery::Inline => None,
+            SnapshotDelivery::ByUrl { base } => Some(base.clone()),
+        };
+        // Served by URL: kept (and journaled) across a restart. Sent inline: not
+        // journaled, so what a restart leaves there is removed at start.
+        let dir = match delivery {
+            SnapshotDelivery::Inline => self.scratch.join(INLINE_RESULTS),
+            SnapshotDelivery::ByUrl { .. } => self.scratch.join("snapshots"),
+        };
+        let files = self.snapshots.clone();
+        let kind = match kind {
+            awcp_proto::engine::SnapshotKind::Full => awcp_transports::SnapshotKind::Full,
+            awcp_proto::engine::SnapshotKind::Delta => awcp_transports::SnapshotKind::Delta,
+        };
+        self.spawn_in(crate::delegation_span(&id), async move {
+            let sid = snapshot_id.clone();
+            let did = id.clone();
+            let result = blocking(&rt, move || {
+                // A file in both deliveries: by URL it is served, inline its text is
+                // written from it as the event or result body is sent.
+                let d = dir.join(did.as_str());
+                std::fs::create_dir_all(&d)
+                    .map_err(|e| CaptureFailure::Local(format!("snapshot dir: {e}")))?;
+                let delivery = Delivery::File(d);
+                let snap = t
+                    .capture(Path::new(&work_dir), kind, &delivery, &CancelFlag::new())
+                    .map_err(|e| CaptureFailure::Transport(e.to_error_info()))?;
+                Ok::<_, CaptureFailure>(to_captured(snap, &did, &sid, url_base.as_deref(), &files))
+            })
+            .await;
+            feed(ExecutorInput::SnapshotCaptured {
+                id,
+                result: result.map(Box::new),
+            });
+        });
+    }
+
+    /// [`ExecutorOutput::DropSnapshot`].
+    pub(super) fn drop_snapshot(&mut self, id: DelegationId, snapshot_id: awcp_proto::SnapshotId) {
+        let key = (id.to_string(), snapshot_id.to_string());
+        let path = self
+            .snapshots
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&key)
+            // Captured before a restart: where capture puts it.
+            .or_else(|| {
+                let p = self
+                    .scratch
+                    .join("snapshots")
+                    .join(id.as_str())
+                    .join(format!("{snapshot_id}.zip"));
+                p.exists().then_some(p)
+            });
+        if let Some(p) = path {
+            let _ = std::fs::remove_file(&p);
+            if let Some(parent) = p.parent() {
+                let _ = std::fs::remove_dir(parent);
+            }
+        }
+    }
+}

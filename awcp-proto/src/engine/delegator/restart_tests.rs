@@ -1,0 +1,197 @@
+//! Unit tests of the delegator engine across restarts: an apply or a store interrupted at
+//! each point is recovered from the journal as what it was (helpers in `tests.rs`).
+
+use super::tests::*;
+use super::*;
+
+#[test]
+fn a_restart_mid_apply_leaves_the_snapshot_pending_and_reappliable() {
+    let mut d = done_with_snapshot();
+    d.handle(t(3), stored("snap_a", Ok(()))).unwrap();
+    let out = drain(&mut d);
+    assert!(out.iter().any(is_apply));
+    // The process dies here; a new one restores from the journal record.
+    let rec = d.record(&id()).unwrap();
+    let mut d2 = Delegator::new(DelegatorConfig::default());
+    assert_eq!(d2.restore(t(10), &[rec], &Default::default()), 1);
+    let out = drain(&mut d2);
+    assert!(!out.iter().any(is_apply));
+    assert!(out.iter().any(is_ack), "stored: the executor may forget it");
+    let s = status_of(&d2, "snap_a");
+    assert_eq!(s.status, SnapshotStatus::Pending);
+    assert!(s.error.unwrap().message.contains("rolled back"));
+    d2.apply_snapshot(t(11), &id(), &sid("snap_a")).unwrap();
+    assert!(drain(&mut d2).iter().any(is_apply));
+}
+
+/// The record of `d` restored with `recovery` reported for its interrupted apply.
+fn restored_after(d: &Delegator, recovery: ApplyRecovery) -> (Delegator, Vec<DelegatorOutput>) {
+    let rec = d.record(&id()).unwrap();
+    let mut d2 = Delegator::new(DelegatorConfig::default());
+    let recovered = BTreeMap::from([(id(), recovery)]);
+    assert_eq!(d2.restore(t(10), &[rec], &recovered), 1);
+    let out = drain(&mut d2);
+    (d2, out)
+}
+
+/// Where each output of `out` that `f` names comes, in order.
+fn positions(out: &[DelegatorOutput], f: impl Fn(&DelegatorOutput) -> bool) -> Vec<usize> {
+    out.iter()
+        .enumerate()
+        .filter(|(_, o)| f(o))
+        .map(|(i, _)| i)
+        .collect()
+}
+
+fn is_close(o: &DelegatorOutput) -> bool {
+    matches!(o, DelegatorOutput::CloseApply { .. })
+}
+
+fn is_delete(o: &DelegatorOutput) -> bool {
+    matches!(o, DelegatorOutput::DeleteStoredSnapshot { .. })
+}
+
+fn is_applied_event(o: &DelegatorOutput) -> bool {
+    matches!(
+        o,
+        DelegatorOutput::Event(DelegatorEvent::Snapshot {
+            status: SnapshotStatus::Applied,
+            ..
+        })
+    )
+}
+
+/// One applied event (it writes the record), then the proof closed and the bytes deleted.
+fn assert_journalled_applied_then_closed(out: &[DelegatorOutput]) {
+    let event = positions(out, is_applied_event);
+    let close = positions(out, is_close);
+    let delete = positions(out, is_delete);
+    assert_eq!(
+        (event.len(), close.len(), delete.len()),
+        (1, 1, 1),
+        "{out:?}"
+    );
+    assert!(event[0] < close[0] && event[0] < delete[0], "{out:?}");
+}
+
+#[test]
+fn an_apply_is_journalled_as_applied_before_its_proof_and_bytes_go() {
+    let mut d = done_with_snapshot();
+    d.handle(t(3), stored("snap_a", Ok(()))).unwrap();
+    drain(&mut d);
+    d.handle(t(4), applied("snap_a", Ok(()))).unwrap();
+    let out = drain(&mut d);
+    assert_journalled_applied_then_closed(&out);
+    let close = positions(&out, is_close);
+    assert_eq!(out[close[0]].journaling(), Journaling::Sync);
+    // A failed apply leaves nothing to close (the workspace was not swapped).
+    let mut d = done_with_snapshot();
+    d.handle(t(3), stored("snap_a", Ok(()))).unwrap();
+    drain(&mut d);
+    d.handle(
+        t(4),
+        applied(
+            "snap_a",
+            Err(ErrorInfo::bare(ErrorCode::TransportError, "x")),
+        ),
+    )
+    .unwrap();
+    assert!(!drain(&mut d).iter().any(is_close));
+}
+
+#[test]
+fn a_restart_after_the_swap_finished_records_the_snapshot_applied_not_pending() {
+    let mut d = done_with_snapshot();
+    d.handle(t(3), stored("snap_a", Ok(()))).unwrap();
+    assert!(drain(&mut d).iter().any(is_apply));
+    // The swap finished, then the process died before the engine heard of it.
+    let (d2, out) = restored_after(&d, ApplyRecovery::Finished);
+    assert!(!out.iter().any(is_apply), "not applied twice: {out:?}");
+    let s = status_of(&d2, "snap_a");
+    assert_eq!(s.status, SnapshotStatus::Applied);
+    assert_eq!(s.applied_at, Some(t(10)));
+    assert_eq!(s.error, None);
+    assert_journalled_applied_then_closed(&out);
+    assert!(out.iter().any(is_ack), "{out:?}");
+    let rec = d2.record(&id()).unwrap();
+    assert!(rec.stored.is_empty(), "{:?}", rec.stored);
+}
+
+#[test]
+fn a_restart_after_a_rolled_back_or_unrecovered_apply_says_which() {
+    let mut d = done_with_snapshot();
+    d.handle(t(3), stored("snap_a", Ok(()))).unwrap();
+    drain(&mut d);
+    let (d2, out) = restored_after(&d, ApplyRecovery::RolledBack);
+    assert!(!out.iter().any(|o| is_apply(o) || is_close(o)), "{out:?}");
+    let s = status_of(&d2, "snap_a");
+    assert_eq!(s.status, SnapshotStatus::Pending);
+    assert!(s.error.unwrap().message.contains("rolled back"));
+
+    let failed = ErrorInfo::bare(ErrorCode::TransportError, "disk on fire");
+    let (d2, out) = restored_after(&d, ApplyRecovery::Failed(failed));
+    assert!(!out.iter().any(|o| is_apply(o) || is_close(o)), "{out:?}");
+    let s = status_of(&d2, "snap_a");
+    assert_eq!(s.status, SnapshotStatus::Pending);
+    let e = s.error.unwrap();
+    assert!(
+        e.message.contains("disk on fire") && e.message.contains("partly applied"),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn a_proof_left_after_the_apply_was_recorded_is_closed_at_restart() {
+    let mut d = done_with_snapshot();
+    d.handle(t(3), stored("snap_a", Ok(()))).unwrap();
+    drain(&mut d);
+    d.handle(t(4), applied("snap_a", Ok(()))).unwrap();
+    drain(&mut d);
+    // Recorded as applied; the process died before the proof was closed.
+    let (d2, out) = restored_after(&d, ApplyRecovery::Finished);
+    assert_eq!(positions(&out, is_close).len(), 1, "{out:?}");
+    assert!(!out.iter().any(is_applied_event), "{out:?}");
+    assert_eq!(status_of(&d2, "snap_a").status, SnapshotStatus::Applied);
+}
+
+#[test]
+fn a_restart_while_storing_fetches_the_result_again_before_any_ack() {
+    let mut d = done_with_snapshot();
+    drain(&mut d);
+    let rec = d.record(&id()).unwrap();
+    let mut d2 = Delegator::new(DelegatorConfig::default());
+    d2.restore(t(10), &[rec], &Default::default());
+    let out = drain(&mut d2);
+    assert!(!out.iter().any(is_ack), "{out:?}");
+    assert!(out
+        .iter()
+        .any(|o| matches!(o, DelegatorOutput::FetchResult { .. })));
+    assert!(d2.get(&id()).unwrap().snapshots.is_empty());
+    // The executor hands the result out again: stored, then applied.
+    let DelegatorInput::TaskEvent { event } = snapshot("snap_result") else {
+        unreachable!()
+    };
+    let TaskEventKind::Snapshot(snap) = event.kind else {
+        unreachable!()
+    };
+    d2.handle(
+        t(11),
+        DelegatorInput::ResultFetched {
+            id: id(),
+            result: Ok(FetchedResult::Completed {
+                outcome: TaskOutcome::default(),
+                snapshot: Some(Box::new(snap)),
+            }),
+        },
+    )
+    .unwrap();
+    let out = drain(&mut d2);
+    assert!(
+        out.iter().any(|o| matches!(
+            o,
+            DelegatorOutput::StoreSnapshot { snapshot, .. } if snapshot.snapshot_id == sid("snap_a")
+        )),
+        "{out:?}"
+    );
+    assert!(!out.iter().any(is_ack));
+}
