@@ -604,3 +604,58 @@ fn executor_root_and_card_say_what_it_is_for_and_that_it_needs_a_credential() {
     );
     assert_eq!(s, 401, "the AWCP endpoints still need the credential");
 }
+
+/// Issue 47, item 6: an executor without a token refuses a request whose `Host` names a
+/// foreign domain (a web page after a DNS rebinding: its own name resolving to 127.0.0.1, and
+/// a simple `GET` carries no `Origin`), on every AWCP endpoint, on both runtimes. IP addresses,
+/// `localhost`, the public URL's host and `--allowed-host` names are served; the public card
+/// stays public.
+#[test]
+fn executor_without_a_token_refuses_a_foreign_host() {
+    for runtime in ["tokio", "smol"] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cmd = bins::executor_command(dir.path(), "true");
+        cmd.env_remove("AWCP_AUTH_TOKEN")
+            .args(["--runtime", runtime, "--allowed-host", "exec.lan"])
+            .args(["--public-url", "https://exec.example:8443"]);
+        let (child, url) = bins::spawn_announcing(&mut cmd, bins::EXECUTOR_ANNOUNCES);
+        let _child = KillOnDrop(child);
+        let addr = url.trim_start_matches("http://").trim_end_matches("/awcp");
+        let port = addr.rsplit_once(':').unwrap().1;
+        let get =
+            |path: &str, host: &str| raw(addr, &format!("GET {path} HTTP/1.1\r\nHost: {host}"), "");
+        let id = "dlg_0a1b2c3d4e5f60718293a4b5c6d7e8f9";
+        for path in [
+            "/awcp/status".to_owned(),
+            format!("/awcp/tasks/{id}/events"),
+            format!("/awcp/tasks/{id}/result"),
+            format!("/awcp/tasks/{id}/snapshots/snap_0a1b2c3d"),
+        ] {
+            for host in [format!("evil.example:{port}"), "evil.example".to_owned()] {
+                let (s, body) = get(&path, &host);
+                assert_eq!(s, 421, "{runtime}: GET {path} with Host {host}: {body}");
+                assert!(body.contains("DECLINED"), "{body}");
+            }
+        }
+        let (s, body) = raw(
+            addr,
+            &format!(
+                "POST /awcp HTTP/1.1\r\nHost: evil.example:{port}\r\n\
+                 Content-Type: application/json"
+            ),
+            "{}",
+        );
+        assert_eq!(s, 421, "{runtime}: POST /awcp: {body}");
+        for host in [
+            addr.to_owned(),
+            format!("localhost:{port}"),
+            format!("exec.lan:{port}"),
+            "exec.example:8443".to_owned(),
+        ] {
+            let (s, body) = get("/awcp/status", &host);
+            assert_eq!(s, 200, "{runtime}: Host {host}: {body}");
+        }
+        let (s, _) = get("/.well-known/agent-card.json", "evil.example");
+        assert_eq!(s, 200, "{runtime}: the public card");
+    }
+}

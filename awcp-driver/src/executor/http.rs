@@ -108,6 +108,23 @@ impl ExecutorHandle {
             ["awcp", ..] => Endpoint::Delegation,
             _ => Endpoint::Public,
         };
+        // Without a credential, a `Host` that names someone else's domain is a DNS-rebinding
+        // web page's request (which need not carry an `Origin`).
+        if self.opts.auth.is_none() {
+            let host = match req.headers().get("host") {
+                // Present but not text: no name of ours.
+                Some(v) => Some(v.to_str().unwrap_or("\u{0}")),
+                None => req.uri().authority().map(|a| a.as_str()),
+            };
+            if let Some((status, error)) = wire_http::refuse_foreign_host(
+                host,
+                public_url.as_deref(),
+                &self.opts.allowed_hosts,
+                endpoint == Endpoint::Public,
+            ) {
+                return reply(wire_http::reject(status, None, error));
+            }
+        }
         let has_body = req.headers().contains_key("transfer-encoding")
             || content_length(&req).is_some_and(|n| n > 0)
             || (req.headers().contains_key("content-length") && content_length(&req).is_none());

@@ -64,6 +64,11 @@ pub struct ExecutorOptions {
     /// Where assignment records are journalled (None: not durable, and nothing a crashed
     /// predecessor left is cleaned up). Also holds downloads and captured snapshots.
     pub state_dir: Option<PathBuf>,
+    /// Without a credential configured: further host names the executor is reached by. A
+    /// request whose `Host` is a name other than these, `localhost` and the public URL's host
+    /// is refused (421), as a DNS-rebinding web page's would be (IP addresses always pass;
+    /// see [`awcp_proto::http_binding::refuse_foreign_host`]).
+    pub allowed_hosts: Vec<String>,
 }
 
 impl ExecutorOptions {
@@ -85,6 +90,7 @@ impl ExecutorOptions {
             client_tls: agent_rt::ClientTls::default(),
             card: AgentCard::default(),
             state_dir: None,
+            allowed_hosts: Vec::new(),
         }
     }
 }
@@ -154,6 +160,8 @@ pub(crate) struct SharedOpts {
     /// The configured public URL (also set by [`ExecutorHandle::set_public_url`]).
     pub public_url: std::sync::RwLock<Option<String>>,
     pub trust_forwarded_headers: bool,
+    /// Host names allowed besides IP addresses, localhost and the public URL's host.
+    pub allowed_hosts: Vec<String>,
     pub connections_needed: usize,
     /// Where received archives are written (`{scratch}/downloads`).
     pub downloads: PathBuf,
@@ -226,6 +234,7 @@ impl ExecutorHandle {
             card: opts.card.clone(),
             public_url: std::sync::RwLock::new(opts.engine.public_url.clone()),
             trust_forwarded_headers: opts.trust_forwarded_headers,
+            allowed_hosts: opts.allowed_hosts.clone(),
             connections_needed: opts.engine.connections_needed(),
             downloads: scratch.join("downloads"),
         });

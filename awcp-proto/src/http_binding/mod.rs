@@ -374,6 +374,45 @@ mod tests {
     }
 
     #[test]
+    fn foreign_host_names_are_refused() {
+        let ok = |h: &str, public: Option<&str>, allowed: &[&str]| {
+            let allowed: Vec<String> = allowed.iter().map(|a| a.to_string()).collect();
+            refuse_foreign_host(Some(h), public, &allowed, false).is_none()
+        };
+        for h in [
+            "127.0.0.1:10200",
+            "10.1.2.3",
+            "[::1]:10200",
+            "localhost:10200",
+            "LOCALHOST",
+            "x.localhost:1",
+        ] {
+            assert!(ok(h, None, &[]), "{h}");
+        }
+        for h in [
+            "evil.example",
+            "evil.example:10200",
+            "localhost.evil.example",
+            "[evil]:1",
+            "",
+        ] {
+            assert!(!ok(h, None, &[]), "{h}");
+        }
+        assert!(ok("exec.example:443", Some("https://Exec.Example"), &[]));
+        assert!(!ok("evil.example:443", Some("https://exec.example"), &[]));
+        assert!(ok("exec.lan:10200", None, &["exec.lan"]));
+        assert!(ok("exec.lan:10200", None, &["exec.lan:10200"]));
+        assert!(!ok("exec.lan:10201", None, &["exec.lan:10200"]));
+        // No Host header (HTTP/1.0), and the public card: not refused.
+        assert!(refuse_foreign_host(None, None, &[], false).is_none());
+        assert!(refuse_foreign_host(Some("evil.example"), None, &[], true).is_none());
+        assert_eq!(
+            refuse_foreign_host(Some("evil.example"), None, &[], false).map(|(s, _)| s),
+            Some(421)
+        );
+    }
+
+    #[test]
     fn browser_requests_are_refused() {
         let r = |o, t, b, p| refuse_browser_request(o, t, b, p).map(|(s, _)| s);
         assert_eq!(

@@ -52,6 +52,77 @@ pub fn refuse_browser_request(
     None
 }
 
+/// Refuses a request whose `Host` names a host this executor was not told it is reached by:
+/// the defence against DNS rebinding, where a web page's own domain name is made to resolve to
+/// an executor on a loopback or private address (the page's requests then carry that name, and
+/// no `Origin` header on a simple `GET`). Applies only to an executor without a credential
+/// (with one, such a page cannot authenticate). Accepted: an IP address literal, `localhost`
+/// (and names under `.localhost`), the host of the executor's `public_url`, and the names in
+/// `allowed` (`name` or `name:port`). A request without `Host` (HTTP/1.0) is accepted. The
+/// public agent card (`public`) is exempt. Returns `(status, error)` to answer with.
+pub fn refuse_foreign_host(
+    host: Option<&str>,
+    public_url: Option<&str>,
+    allowed: &[String],
+    public: bool,
+) -> Option<(u16, ErrorInfo)> {
+    let host = host?.trim();
+    if public || host_is_ours(host, public_url, allowed) {
+        return None;
+    }
+    Some((
+        421,
+        ErrorInfo {
+            code: ErrorCode::Declined,
+            message: format!(
+                "Host {:?} is not a name this executor is reached by",
+                host.chars().take(64).collect::<String>()
+            ),
+            hint: Some(
+                "Address the executor by IP address or localhost, set its public URL, or allow \
+                 the name with --allow-host."
+                    .into(),
+            ),
+        },
+    ))
+}
+
+/// Whether `host` (`name[:port]`, `[v6]:port`) is one of ours (see [`refuse_foreign_host`]).
+fn host_is_ours(host: &str, public_url: Option<&str>, allowed: &[String]) -> bool {
+    let host = host.to_ascii_lowercase();
+    let name = if let Some(rest) = host.strip_prefix('[') {
+        return rest
+            .split(']')
+            .next()
+            .is_some_and(|ip| ip.parse::<std::net::Ipv6Addr>().is_ok());
+    } else {
+        host.rsplit_once(':').map_or(host.as_str(), |(n, p)| {
+            if p.chars().all(|c| c.is_ascii_digit()) {
+                n
+            } else {
+                host.as_str()
+            }
+        })
+    };
+    if name.parse::<std::net::IpAddr>().is_ok()
+        || name == "localhost"
+        || name.ends_with(".localhost")
+    {
+        return true;
+    }
+    if allowed.iter().any(|a| {
+        let a = a.trim().to_ascii_lowercase();
+        a == name || a == host
+    }) {
+        return true;
+    }
+    public_url
+        .and_then(crate::origin::origin)
+        .is_some_and(|(_, public_host, _)| {
+            public_host.trim_start_matches('[').trim_end_matches(']') == name
+        })
+}
+
 /// An ERROR message body for a request the executor refuses before the engine sees it
 /// (malformed JSON, bad id, wrong version, body too large). `id` is used when known.
 pub fn reject(status: u16, id: Option<&DelegationId>, error: ErrorInfo) -> (u16, String) {

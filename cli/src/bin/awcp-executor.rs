@@ -124,6 +124,16 @@ struct Args {
     /// a reverse proxy that sets them; any client can send them).
     #[arg(long, env = "AWCP_TRUST_FORWARDED_HEADERS")]
     trust_forwarded_headers: bool,
+    /// Without a token: further host names delegators reach this executor by. Requests whose
+    /// Host header names anything else (but an IP address, localhost or the --public-url
+    /// host) are refused, as a DNS-rebinding web page's would be.
+    #[arg(
+        long = "allowed-host",
+        visible_alias = "allow-host",
+        env = "AWCP_EXECUTOR_ALLOWED_HOSTS",
+        value_delimiter = ','
+    )]
+    allowed_hosts: Vec<String>,
     #[command(flatten)]
     server: ServerArgs,
     #[command(flatten)]
@@ -227,6 +237,7 @@ async fn run<R: Driver>(args: Args) {
     opts.max_unauthenticated_body_bytes = args.max_unauthenticated_body;
     opts.engine.public_url = args.public_url.clone();
     opts.trust_forwarded_headers = args.trust_forwarded_headers;
+    opts.allowed_hosts = args.allowed_hosts.clone();
     opts.client_tls = args.client.client_tls().unwrap_or_else(|e| {
         eprintln!("error: {e}");
         std::process::exit(2);

@@ -60,9 +60,9 @@ mod record;
 mod restore;
 mod snapshots;
 pub use snapshots::ApplyPlan;
-mod teardown;
 #[cfg(test)]
 mod restart_tests;
+mod teardown;
 #[cfg(test)]
 mod tests;
 mod view;
