@@ -4,9 +4,12 @@
 //! [`awcp_proto::admission_verdict`]); this module only measures, into
 //! [`awcp_proto::WorkspaceStats`].
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use awcp_proto::{AccessMode, NotShippedReason, ResourceName, WorkspaceStats};
+use awcp_proto::{
+    AccessMode, NotShippedReason, ResourceName, WorkspaceStats, KEY_SNIFF_HEAD_BYTES,
+    KEY_SNIFF_MAX_FILE_BYTES,
+};
 
 use crate::cancel::CancelFlag;
 use crate::error::TransportError;
@@ -23,11 +26,20 @@ pub struct ResourceSpec {
     pub mode: AccessMode,
 }
 
-/// Adds one resource's walk to `stats`: every shipped file (`resource/path`), and every entry
-/// the walk left out.
-pub fn add_walk(stats: &mut WorkspaceStats, resource: &str, w: &WalkResult) {
+/// Adds one resource's walk of the directory `root` to `stats`: every shipped file
+/// (`resource/path`), and every entry the walk left out. Small files whose name does not
+/// already say they are sensitive are looked into for a private key
+/// ([`awcp_proto::holds_private_key`]): one read of their first bytes.
+pub fn add_walk(stats: &mut WorkspaceStats, resource: &str, root: &Path, w: &WalkResult) {
+    let mut head = [0u8; KEY_SNIFF_HEAD_BYTES];
     for f in &w.files {
-        stats.add_file(&format!("{resource}/{}", f.rel), f.size);
+        let path = format!("{resource}/{}", f.rel);
+        let sniffed = (f.size > 0
+            && f.size <= KEY_SNIFF_MAX_FILE_BYTES
+            && !awcp_proto::is_sensitive_name(&path))
+        .then(|| read_head(&root.join(&f.rel), &mut head))
+        .flatten();
+        stats.add_file_with_head(&path, f.size, sniffed.map(|n| &head[..n]));
     }
     let left_out = [
         (&w.skipped_symlinks, NotShippedReason::Symlink),
@@ -40,6 +52,28 @@ pub fn add_walk(stats: &mut WorkspaceStats, resource: &str, w: &WalkResult) {
             stats.add_not_shipped(format!("{resource}/{p}"), reason);
         }
     }
+}
+
+/// Reads up to `buf.len()` bytes from the start of the regular file `path` (not following a
+/// symlink); `None` if it cannot be read (it is then judged by its name alone).
+fn read_head(path: &Path, buf: &mut [u8]) -> Option<usize> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags((rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK).bits() as i32)
+        .open(path)
+        .ok()?;
+    let mut n = 0;
+    while n < buf.len() {
+        match f.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+    Some(n)
 }
 
 /// Scans every resource with the archive's walker (`opts`, plus the report of what ignore
@@ -56,7 +90,7 @@ pub fn scan(
     let mut s = WorkspaceStats::default();
     for r in resources {
         let w = walk(&r.source_path, &opts, cancel)?;
-        add_walk(&mut s, r.name.as_str(), &w);
+        add_walk(&mut s, r.name.as_str(), &r.source_path, &w);
     }
     Ok(s)
 }
@@ -73,6 +107,27 @@ mod tests {
             source_path: r.to_path_buf(),
             mode: AccessMode::Rw,
         }]
+    }
+
+    #[test]
+    fn a_private_key_under_any_name_is_sensitive_a_certificate_is_not() {
+        let t = tempfile::tempdir().unwrap();
+        let r = t.path();
+        fs::write(
+            r.join("deploy"),
+            "-----BEGIN OPENSSH PRIVATE KEY-----\nb3Bl\n",
+        )
+        .unwrap();
+        fs::write(r.join("ca.crt"), "-----BEGIN CERTIFICATE-----\nMIIB\n").unwrap();
+        fs::create_dir_all(r.join(".aws")).unwrap();
+        fs::write(r.join(".aws/credentials"), "[default]\n").unwrap();
+        // Too large to be a key file: judged by its name alone.
+        let mut big = b"-----BEGIN RSA PRIVATE KEY-----\n".to_vec();
+        big.resize(KEY_SNIFF_MAX_FILE_BYTES as usize + 1, b'A');
+        fs::write(r.join("big.txt"), big).unwrap();
+        let mut s = scan(&res(r), &WalkOptions::default(), &CancelFlag::new()).unwrap();
+        s.sensitive_files.sort();
+        assert_eq!(s.sensitive_files, ["ws/.aws/credentials", "ws/deploy"]);
     }
 
     #[test]

@@ -35,33 +35,125 @@ impl Default for AdmissionLimits {
     }
 }
 
-/// Base-name patterns of files that look like secrets (WIRE.md §9): matched against the base
-/// name only, as a whole; `*` matches any run of characters, `?` one character.
+/// Patterns of files that hold credentials (WIRE.md §9, and the well-known credential files
+/// of common tools). A pattern without `/` is matched against a path's base name; one with `/`
+/// against its last components (`.aws/credentials` matches `home/.aws/credentials`); each
+/// component as a whole, `*` matching any run of characters and `?` one. Besides these names,
+/// a small file whose first bytes are a private key is sensitive whatever its name
+/// ([`holds_private_key`]). A delegator lends them only with `--allow-sensitive`, or leaves
+/// them out with `.awcpignore`.
 pub const SENSITIVE_PATTERNS: &[&str] = &[
+    // Environment files, and keys and key stores by extension.
     ".env",
     ".env.*",
     "*.pem",
     "*.key",
     "*.p12",
     "*.pfx",
+    "*.jks",
+    "*.keystore",
+    "*.ppk",
+    "*.kdbx",
+    // SSH private keys (and their `.pub` and backups, by the same names).
     "id_rsa",
     "id_rsa.*",
-    "id_ed25519",
-    "id_ed25519.*",
+    "id_dsa",
+    "id_dsa.*",
     "id_ecdsa",
     "id_ecdsa.*",
+    "id_ecdsa_sk",
+    "id_ecdsa_sk.*",
+    "id_ed25519",
+    "id_ed25519.*",
+    "id_ed25519_sk",
+    "id_ed25519_sk.*",
+    "id_xmss",
+    "id_xmss.*",
+    // GPG.
+    ".gnupg/secring.gpg",
+    ".gnupg/private-keys-v1.d/*",
+    // Cloud CLIs.
     "credentials.json",
     "service-account*.json",
+    "application_default_credentials.json",
+    ".aws/credentials",
+    ".config/gcloud/credentials.db",
+    ".config/gcloud/access_tokens.db",
+    ".azure/accessTokens.json",
+    ".azure/msal_token_cache.*",
+    ".oci/config",
+    ".s3cfg",
+    ".boto",
+    // Package managers and registries.
     ".npmrc",
     ".pypirc",
+    ".cargo/credentials",
+    ".cargo/credentials.toml",
+    ".gem/credentials",
+    ".composer/auth.json",
+    ".m2/settings-security.xml",
+    // Containers and clusters.
+    ".docker/config.json",
+    ".kube/config",
+    // Databases.
+    ".pgpass",
+    ".my.cnf",
+    ".mylogin.cnf",
+    // Git, hosting and the network.
+    ".git-credentials",
+    ".netrc",
+    "_netrc",
+    ".config/gh/hosts.yml",
+    ".vault-token",
+    ".terraform.d/credentials.tfrc.json",
+    ".htpasswd",
 ];
 
-/// Whether the base name of `path` (`/`-separated) matches one of [`SENSITIVE_PATTERNS`].
+/// Whether `path` (`/`-separated) matches one of [`SENSITIVE_PATTERNS`].
 pub fn is_sensitive_name(path: &str) -> bool {
     let base = path.rsplit('/').next().unwrap_or(path);
-    SENSITIVE_PATTERNS
-        .iter()
-        .any(|p| ends_can_match(p, base) && glob(p, base))
+    SENSITIVE_PATTERNS.iter().any(|p| match p.rsplit_once('/') {
+        None => ends_can_match(p, base) && glob(p, base),
+        Some((_, last)) => {
+            ends_can_match(last, base) && glob(last, base) && path_suffix_matches(p, path)
+        }
+    })
+}
+
+/// Whether the last components of `path` match the components of `pattern`, one for one.
+fn path_suffix_matches(pattern: &str, path: &str) -> bool {
+    let mut comps = path.rsplit('/');
+    pattern
+        .rsplit('/')
+        .all(|p| comps.next().is_some_and(|c| glob(p, c)))
+}
+
+/// Files up to this size are looked into for a private key ([`holds_private_key`]); keys are
+/// a few KiB at most.
+pub const KEY_SNIFF_MAX_FILE_BYTES: u64 = 16 * 1024;
+
+/// How many bytes of a file's start [`holds_private_key`] needs to see.
+pub const KEY_SNIFF_HEAD_BYTES: usize = 1024;
+
+/// Whether `head`, the first bytes of a file, holds a private key: a PEM block (`-----BEGIN
+/// … PRIVATE KEY-----`, OpenSSH, PKCS#1/#8, EC, DSA, encrypted, or `PGP PRIVATE KEY BLOCK`,
+/// possibly after a few lines of text as OpenSSL writes them), or a PuTTY key file. A
+/// certificate or public key (`BEGIN CERTIFICATE`, `BEGIN PUBLIC KEY`) is not one.
+pub fn holds_private_key(head: &[u8]) -> bool {
+    const BEGIN: &[u8] = b"-----BEGIN ";
+    if head.starts_with(b"PuTTY-User-Key-File-") {
+        return true;
+    }
+    let mut rest = head;
+    while let Some(at) = rest.windows(BEGIN.len()).position(|w| w == BEGIN) {
+        let after = &rest[at + BEGIN.len()..];
+        let line = after.split(|&b| b == b'\n').next().unwrap_or(after);
+        if line.windows(11).any(|w| w == b"PRIVATE KEY") {
+            return true;
+        }
+        rest = after;
+    }
+    false
 }
 
 /// A cheap necessary condition for `glob(pattern, name)` with an ASCII `pattern`: where the
@@ -180,7 +272,8 @@ pub struct WorkspaceStats {
     pub largest_file_bytes: u64,
     /// Relative path of the largest file (for the hint), if any.
     pub largest_file: Option<String>,
-    /// Shipped files whose base name looks like a secret ([`is_sensitive_name`]).
+    /// Shipped files that hold credentials by their name ([`is_sensitive_name`]) or their
+    /// content ([`holds_private_key`]).
     pub sensitive_files: Vec<String>,
     /// Entries not shipped (the first [`MAX_NOT_SHIPPED_LISTED`]).
     pub not_shipped: Vec<NotShipped>,
@@ -189,15 +282,23 @@ pub struct WorkspaceStats {
 }
 
 impl WorkspaceStats {
-    /// Counts one shipped regular file (`path` is `resource/path`).
+    /// Counts one shipped regular file (`path` is `resource/path`) whose name alone says
+    /// whether it is sensitive ([`is_sensitive_name`]).
     pub fn add_file(&mut self, path: &str, size: u64) {
+        self.add_file_with_head(path, size, None);
+    }
+
+    /// [`Self::add_file`], with the first bytes of the file when the scan read them (files up
+    /// to [`KEY_SNIFF_MAX_FILE_BYTES`], [`KEY_SNIFF_HEAD_BYTES`] of them): a file holding a
+    /// private key is sensitive whatever its name ([`holds_private_key`]).
+    pub fn add_file_with_head(&mut self, path: &str, size: u64, head: Option<&[u8]>) {
         self.total_bytes = self.total_bytes.saturating_add(size);
         self.file_count += 1;
         if size > self.largest_file_bytes || self.largest_file.is_none() {
             self.largest_file_bytes = size;
             self.largest_file = Some(path.to_owned());
         }
-        if is_sensitive_name(path) {
+        if is_sensitive_name(path) || head.is_some_and(holds_private_key) {
             self.sensitive_files.push(path.to_owned());
         }
     }
@@ -492,6 +593,81 @@ mod tests {
         ] {
             assert!(!is_sensitive_name(no), "{no}");
         }
+    }
+
+    #[test]
+    fn well_known_credential_files_are_sensitive_by_their_place() {
+        for yes in [
+            "ws/.aws/credentials",
+            "ws/.netrc",
+            "ws/_netrc",
+            "ws/.git-credentials",
+            "ws/.pgpass",
+            "ws/.ssh/id_dsa",
+            "ws/.ssh/id_ecdsa_sk",
+            "ws/home/.docker/config.json",
+            "ws/.kube/config",
+            "ws/.config/gcloud/application_default_credentials.json",
+            "ws/.cargo/credentials.toml",
+            "ws/.gnupg/private-keys-v1.d/ABCD.key",
+            "ws/.gnupg/private-keys-v1.d/ABCD",
+            "ws/.azure/msal_token_cache.json",
+            "ws/.config/gh/hosts.yml",
+            "ws/.vault-token",
+            "ws/store.jks",
+        ] {
+            assert!(is_sensitive_name(yes), "{yes}");
+        }
+        for no in [
+            "ws/credentials",
+            "ws/aws/credentials",
+            "ws/config.json",
+            "ws/docker/config.json",
+            "ws/.kube/config.d",
+            "ws/kube/config",
+            "ws/config",
+            "ws/hosts.yml",
+            "ws/.gnupg/pubring.kbx",
+            "ws/id_card.png",
+        ] {
+            assert!(!is_sensitive_name(no), "{no}");
+        }
+    }
+
+    #[test]
+    fn a_private_key_is_found_by_its_content_not_a_certificate() {
+        for key in [
+            &b"-----BEGIN OPENSSH PRIVATE KEY-----\nb3Blbn"[..],
+            b"-----BEGIN RSA PRIVATE KEY-----\n",
+            b"-----BEGIN EC PRIVATE KEY-----\n",
+            b"-----BEGIN PRIVATE KEY-----\n",
+            b"-----BEGIN ENCRYPTED PRIVATE KEY-----\n",
+            b"-----BEGIN PGP PRIVATE KEY BLOCK-----\n",
+            b"Bag Attributes\n    localKeyID: 01\n-----BEGIN PRIVATE KEY-----\n",
+            b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n-----BEGIN PRIVATE KEY-----",
+            b"PuTTY-User-Key-File-3: ssh-ed25519\n",
+        ] {
+            assert!(holds_private_key(key), "{}", String::from_utf8_lossy(key));
+        }
+        for not in [
+            &b"-----BEGIN CERTIFICATE-----\nMIIB\n"[..],
+            b"-----BEGIN PUBLIC KEY-----\n",
+            b"ssh-ed25519 AAAAC3Nz user@host\n",
+            b"see PRIVATE KEY handling in the docs",
+            b"-----BEGIN \nPRIVATE KEY",
+            b"",
+        ] {
+            assert!(!holds_private_key(not), "{}", String::from_utf8_lossy(not));
+        }
+        let mut s = WorkspaceStats::default();
+        s.add_file_with_head(
+            "ws/deploy",
+            400,
+            Some(b"-----BEGIN OPENSSH PRIVATE KEY-----\n"),
+        );
+        s.add_file_with_head("ws/ca.crt", 400, Some(b"-----BEGIN CERTIFICATE-----\n"));
+        s.add_file_with_head("ws/tls.key", 400, None);
+        assert_eq!(s.sensitive_files, ["ws/deploy", "ws/tls.key"]);
     }
 
     #[test]

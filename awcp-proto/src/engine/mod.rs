@@ -26,8 +26,9 @@ pub(crate) mod timers;
 use std::collections::BTreeMap;
 
 pub use admission::{
-    admission_verdict, is_sensitive_name, result_verdict, AdmissionLimits, NotShipped,
-    NotShippedReason, WorkspaceStats, SENSITIVE_PATTERNS,
+    admission_verdict, holds_private_key, is_sensitive_name, result_verdict, AdmissionLimits,
+    NotShipped, NotShippedReason, WorkspaceStats, KEY_SNIFF_HEAD_BYTES, KEY_SNIFF_MAX_FILE_BYTES,
+    SENSITIVE_PATTERNS,
 };
 
 use crate::id::DelegationId;

@@ -72,10 +72,10 @@ impl ArchiveDelegator {
     }
 }
 
-fn stats_of(walks: &[(String, WalkResult)]) -> awcp_proto::WorkspaceStats {
+fn stats_of(walks: &[(String, PathBuf, WalkResult)]) -> awcp_proto::WorkspaceStats {
     let mut s = awcp_proto::WorkspaceStats::default();
-    for (name, w) in walks {
-        add_walk(&mut s, name, w);
+    for (name, root, w) in walks {
+        add_walk(&mut s, name, root, w);
     }
     s
 }
@@ -109,12 +109,9 @@ impl DelegatorTransport for ArchiveDelegator {
         let result = (|| {
             let mut walks = Vec::new();
             for r in req.resources {
-                let w = walk(
-                    &view.resource_path(r.name.as_str()),
-                    &self.config.walk,
-                    cancel,
-                )?;
-                walks.push((r.name.to_string(), w));
+                let root = view.resource_path(r.name.as_str());
+                let w = walk(&root, &self.config.walk, cancel)?;
+                walks.push((r.name.to_string(), root.to_path_buf(), w));
             }
             let stats = stats_of(&walks);
             if let Some(l) = &req.admission {
@@ -123,14 +120,14 @@ impl DelegatorTransport for ArchiveDelegator {
             }
             let names: Vec<String> = walks
                 .iter()
-                .flat_map(|(res, w)| {
+                .flat_map(|(res, _, w)| {
                     w.files.iter().map(move |f| match req.layout {
                         Layout::Flat => f.rel.clone(),
                         Layout::PerResource => format!("{res}/{}", f.rel),
                     })
                 })
                 .collect();
-            let entries: Vec<_> = walks.iter().flat_map(|(_, w)| w.files.iter()).collect();
+            let entries: Vec<_> = walks.iter().flat_map(|(_, _, w)| w.files.iter()).collect();
             let items: Vec<PackItem<'_>> = names
                 .iter()
                 .zip(&entries)
@@ -144,7 +141,7 @@ impl DelegatorTransport for ArchiveDelegator {
             })?;
             let mut baseline = Baseline::default();
             let mut it = hashes.into_iter();
-            for (res, w) in &walks {
+            for (res, _, w) in &walks {
                 let m = baseline
                     .resources
                     .entry(res.clone())

@@ -1241,3 +1241,66 @@ pub async fn sensitive_files_are_refused_unless_allowed_or_ignored<R: TestRuntim
     assert_eq!(allowed.json()["state"], "completed", "{}", allowed.stderr);
     drop(ex);
 }
+
+/// Issue 47, item 2: the well-known credential files of common tools, and a private key under
+/// a name that says nothing, are refused as sensitive (the real `awcp` CLI against a real
+/// executor); a certificate ships. On `a38d050` they all shipped with `notShipped: []`.
+pub async fn well_known_credential_files_are_refused<R: TestRuntime>() {
+    let rt = R::default();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_owned();
+    let ex = executor_in::<R>(&d, &[]).await;
+    let ws = workspace();
+    let secret_files = [
+        (
+            ".aws/credentials",
+            "[default]\naws_secret_access_key = abc\n",
+        ),
+        (".netrc", "machine example.com login u password p\n"),
+        (".git-credentials", "https://u:p@example.com\n"),
+        (".pgpass", "localhost:5432:*:u:p\n"),
+        (".ssh/id_dsa", "-----BEGIN DSA PRIVATE KEY-----\n"),
+        (".docker/config.json", "{\"auths\":{}}\n"),
+        (".kube/config", "apiVersion: v1\n"),
+        (
+            "deploy_access",
+            "-----BEGIN OPENSSH PRIVATE KEY-----\nb3Bl\n",
+        ),
+    ];
+    for (name, content) in secret_files {
+        let p = ws.path().join(name);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, content).unwrap();
+    }
+    std::fs::write(
+        ws.path().join("ca.crt"),
+        "-----BEGIN CERTIFICATE-----\nMIIB\n",
+    )
+    .unwrap();
+    let state = d.join("delegator");
+    let a = delegate_args(ws.path(), &ex.peer, &state, "list files", &[]);
+    let r = blocking(&rt, move || awcp_cli::<R>(&a)).await;
+    let v = r.json();
+    assert_ne!(r.code, Some(0));
+    assert_eq!(v["error"]["code"], "SENSITIVE_FILES", "{v}");
+    let msg = v["error"]["message"].as_str().unwrap_or("");
+    for (name, _) in secret_files {
+        assert!(msg.contains(name), "{name} not named in {msg}");
+    }
+    assert!(!msg.contains("ca.crt"), "{msg}");
+    // Lent deliberately, they ship, the certificate with them.
+    let a = delegate_args(
+        ws.path(),
+        &ex.peer,
+        &state,
+        "list files",
+        &["--allow-sensitive"],
+    );
+    let r = blocking(&rt, move || awcp_cli::<R>(&a)).await;
+    assert_eq!(r.json()["state"], "completed", "{}", r.stderr);
+    let notes = std::fs::read_to_string(ws.path().join("AWCP_NOTES.md")).unwrap();
+    assert!(
+        notes.contains("ca.crt") && notes.contains("deploy_access"),
+        "{notes}"
+    );
+}

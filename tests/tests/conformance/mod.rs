@@ -117,6 +117,7 @@ macro_rules! conformance_suite {
             raising_the_one_admission_limit_is_enough,
             a_result_over_the_admission_limits_is_not_applied,
             sensitive_files_are_refused_unless_allowed_or_ignored,
+            well_known_credential_files_are_refused,
             every_executor_endpoint_needs_the_credential,
             unauthenticated_huge_body_is_refused_before_it_is_read,
             reference_delegator_drives_an_authenticated_executor,
