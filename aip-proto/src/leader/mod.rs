@@ -26,6 +26,7 @@
 //! * A task past its deadline is canceled; if even that fails it is abandoned. A partner that
 //!   answers -32001 for a task it should know ends the task as abandoned too.
 
+mod answers;
 mod calls;
 mod stream;
 mod types;

@@ -7,22 +7,27 @@ use std::sync::{Arc, Mutex};
 
 use agent_rt::body::{full, ResponseBody};
 use agent_rt::Runtime;
-use aip_proto::group::wire::{AmqpConfig, GroupInfo, InvitationErrorBody, ServerConfig};
+use aip_proto::group::wire::{AmqpConfig, GroupInfo, InvitationErrorBody};
 use aip_proto::group::{
-    connection_failed, decode_inbox_message, inbox_queue_name, invitation_error, join_rpc_failed,
-    join_rpc_joined, judge_inbox_invitation, queue_name, read_join_rpc, BrokerLink, GroupMember,
-    InboxInvitation, InboxMessage, JoinRpc, LeaveReason, MemberConfig, MemberEvent, MemberOutput,
-    Publish,
+    connection_failed, inbox_queue_name, invitation_error, join_rpc_failed, join_rpc_joined,
+    judge_inbox_invitation, queue_name, read_join_rpc, BrokerLink, GroupMember, JoinRpc,
+    LeaveReason, MemberConfig, MemberEvent,
 };
 use aip_proto::{Dialect, Product, Timestamp, UsageError};
 use futures::channel::{mpsc, oneshot};
 use futures::StreamExt;
 use serde_json::{json, Value};
 
-use crate::group::amqp::{AmqpTls, Declare};
-use crate::group::run::{Call, Out, Runner, Side};
+use crate::group::amqp::AmqpTls;
+use crate::group::run::{Call, Runner};
 use crate::group::GroupError;
 use crate::now;
+
+mod broker_url;
+mod side;
+
+pub use broker_url::{amqp_url, server_config, server_url};
+use side::{InboxSide, MemberSide};
 
 /// Decides whether to take an invitation (`true`: join).
 pub type InvitationPolicy = Arc<dyn Fn(&GroupInfo) -> bool + Send + Sync>;
@@ -117,145 +122,6 @@ pub enum GroupPartnerEvent {
 /// What [`GroupPartnerEvent`]s arrive on.
 pub type GroupPartnerEvents = mpsc::UnboundedReceiver<GroupPartnerEvent>;
 
-pub(crate) struct MemberSide {
-    engine: GroupMember,
-    queue: String,
-    group_id: String,
-    buf: std::collections::VecDeque<Out<GroupPartnerEvent>>,
-}
-
-impl Side for MemberSide {
-    type Event = GroupPartnerEvent;
-
-    fn declarations(&self) -> Vec<Declare> {
-        vec![Declare::GroupQueue {
-            queue: self.queue.clone(),
-            exchange: self.engine.config().exchange.clone(),
-        }]
-    }
-
-    fn delivery(&mut self, now: Timestamp, _queue: &str, body: &[u8]) {
-        self.engine.handle_delivery(now, body);
-    }
-
-    fn poll(&mut self) -> Option<Out<GroupPartnerEvent>> {
-        if let Some(o) = self.buf.pop_front() {
-            return Some(o);
-        }
-        let g = self.group_id.clone();
-        match self.engine.poll_output()? {
-            MemberOutput::Publish(p) => Some(Out::Publish(p)),
-            MemberOutput::Event(event) => Some(Out::Event(GroupPartnerEvent::Group {
-                group_id: g,
-                event: Box::new(event),
-            })),
-            MemberOutput::Leave(reason) => {
-                self.buf
-                    .push_back(Out::Leave(vec![self.queue.clone()], None));
-                Some(Out::Event(GroupPartnerEvent::Left {
-                    group_id: g,
-                    reason,
-                }))
-            }
-        }
-    }
-
-    fn poll_timeout(&self) -> Option<Timestamp> {
-        self.engine.poll_timeout()
-    }
-
-    fn timeout(&mut self, _now: Timestamp) {}
-
-    fn reconnected(&mut self, now: Timestamp) {
-        self.engine.reconnected(now);
-    }
-
-    fn link_lost(&mut self, now: Timestamp) {
-        self.engine.link_lost(now);
-    }
-
-    fn connect_failed(&mut self, now: Timestamp) {
-        self.engine.connect_failed(now);
-    }
-
-    fn connect_due(&self, now: Timestamp) -> bool {
-        self.engine.connect_due(now)
-    }
-
-    fn link_event(up: bool, reason: String) -> GroupPartnerEvent {
-        // The group id is filled in by the forwarding task.
-        if up {
-            GroupPartnerEvent::Reconnected {
-                group_id: String::new(),
-            }
-        } else {
-            GroupPartnerEvent::Disconnected {
-                group_id: String::new(),
-                reason,
-            }
-        }
-    }
-}
-
-/// The inbox listener's side: invitations are handed to the join task; rejections are
-/// published from here.
-struct InboxSide {
-    queue: String,
-    invitations: mpsc::UnboundedSender<InboxInvitation>,
-    out: std::collections::VecDeque<Publish>,
-    /// The inbox has no engine of its own: its link's reconnect timer.
-    link: BrokerLink,
-}
-
-impl Side for InboxSide {
-    type Event = GroupPartnerEvent;
-
-    fn declarations(&self) -> Vec<Declare> {
-        vec![Declare::Inbox(self.queue.clone())]
-    }
-
-    fn delivery(&mut self, _now: Timestamp, _queue: &str, body: &[u8]) {
-        if let Ok(InboxMessage::Invitation(inv)) = decode_inbox_message(body) {
-            let _ = self.invitations.unbounded_send(inv);
-        }
-    }
-
-    fn poll(&mut self) -> Option<Out<GroupPartnerEvent>> {
-        self.out.pop_front().map(Out::Publish)
-    }
-
-    fn poll_timeout(&self) -> Option<Timestamp> {
-        self.link.deadline()
-    }
-
-    fn timeout(&mut self, _now: Timestamp) {}
-
-    fn reconnected(&mut self, _now: Timestamp) {
-        self.link.connected();
-    }
-
-    fn link_lost(&mut self, now: Timestamp) {
-        self.link.lost(now);
-    }
-
-    fn connect_failed(&mut self, now: Timestamp) {
-        self.link.attempt_failed(now);
-    }
-
-    fn connect_due(&self, now: Timestamp) -> bool {
-        self.link.connect_due(now)
-    }
-
-    fn link_event(up: bool, reason: String) -> GroupPartnerEvent {
-        let group_id = "(inbox)".to_owned();
-        if up {
-            GroupPartnerEvent::Reconnected { group_id }
-        } else {
-            GroupPartnerEvent::Disconnected { group_id, reason }
-        }
-    }
-}
-
 type Groups = Arc<Mutex<BTreeMap<String, mpsc::UnboundedSender<Call<MemberSide>>>>>;
 
 /// A cheap handle to a group partner.
@@ -274,30 +140,6 @@ impl<R: Runtime> std::fmt::Debug for GroupPartnerHandle<R> {
             .field("partner_id", &self.opts.partner_id)
             .finish_non_exhaustive()
     }
-}
-
-/// Percent-encodes one URL component (user, password, vhost).
-fn encode_component(s: &str) -> String {
-    let mut o = String::new();
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-            o.push(b as char);
-        } else {
-            o.push_str(&format!("%{b:02X}"));
-        }
-    }
-    o
-}
-
-/// `amqp://user:password@host:port/vhost` with the parts percent-encoded.
-pub fn amqp_url(host: &str, port: u16, vhost: &str, user: &str, password: &str) -> String {
-    format!(
-        "amqp://{}:{}@{}:{port}/{}",
-        encode_component(user),
-        encode_component(password),
-        host,
-        encode_component(vhost)
-    )
 }
 
 impl<R: Runtime> GroupPartnerHandle<R> {
@@ -611,132 +453,5 @@ impl<R: Runtime> GroupPartnerHandle<R> {
     /// Whether the partner is muted in a group.
     pub async fn is_muted(&self, group_id: &str) -> Result<bool, GroupError> {
         self.call(group_id, |m, _| m.is_muted()).await
-    }
-}
-
-/// The `server` of a `group` RPC invitation telling partners to reach the broker at `url`:
-/// for `amqp://user:password@host:port/vhost` (or `amqps://` with a user) its user and
-/// password become the `accessToken` `"user:password"` (PLAIN); for an `amqps://` URL without
-/// a user, or with `auth_mechanism=external`, there is no `accessToken`: partners log in with
-/// their own client certificate (SASL EXTERNAL).
-pub fn server_config(url: &str) -> Result<ServerConfig, String> {
-    let u: lapin::uri::AMQPUri = url.parse()?;
-    let tls = url.starts_with("amqps://");
-    let external =
-        tls && (!crate::group::amqp::names_user(url) || url.contains("auth_mechanism=external"));
-    Ok(ServerConfig {
-        host: u.authority.host,
-        port: u.authority.port,
-        vhost: u.vhost,
-        access_token: (!external).then(|| {
-            format!(
-                "{}:{}",
-                u.authority.userinfo.username, u.authority.userinfo.password
-            )
-        }),
-    })
-}
-
-/// The broker URL of an RPC invitation's `server`. With an `accessToken` `"user:password"`:
-/// PLAIN, over TLS (`amqps://`) when `tls` is configured. Without one: TLS with this
-/// partner's client certificate and SASL EXTERNAL (an error if `tls` has no certificate).
-pub fn server_url(s: &ServerConfig, tls: &AmqpTls) -> Result<String, String> {
-    let configured = tls.has_identity() || tls.ca_pem.is_some();
-    match s.plain_credentials()? {
-        Some((u, p)) => {
-            let url = amqp_url(&s.host, s.port, &s.vhost, u, p);
-            Ok(if configured {
-                url.replacen("amqp://", "amqps://", 1)
-            } else {
-                url
-            })
-        }
-        None if tls.has_identity() => Ok(format!(
-            "amqps://{}:{}/{}?auth_mechanism=external",
-            s.host,
-            s.port,
-            encode_component(&s.vhost)
-        )),
-        None => Err(
-            "no accessToken: the invitation asks for TLS with a client certificate (SASL EXTERNAL), \
-             and this partner has none configured (broker_tls, or --amqp-cert/--amqp-key)"
-                .into(),
-        ),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn server_config_and_server_url_round_trip() {
-        let s = server_config("amqp://guest:p%40ss@127.0.0.1:5999/%2f").unwrap();
-        assert_eq!(
-            (s.host.as_str(), s.port, s.vhost.as_str()),
-            ("127.0.0.1", 5999, "/")
-        );
-        assert_eq!(s.access_token.as_deref(), Some("guest:p@ss"));
-        let s = server_config(&amqp_url("h", 5672, "acps", "u", "p")).unwrap();
-        let plain = AmqpTls::default();
-        assert_eq!(server_url(&s, &plain).unwrap(), "amqp://u:p@h:5672/acps");
-        assert!(server_config("http://nope").is_err());
-    }
-
-    fn with_cert() -> AmqpTls {
-        AmqpTls {
-            ca_pem: Some("CA".into()),
-            identity: Some((b"cert".to_vec(), b"key".to_vec())),
-        }
-    }
-
-    #[test]
-    fn an_amqps_broker_without_a_user_invites_with_external_and_partners_log_in_with_their_certificate(
-    ) {
-        // The leader's URL names no user: the invitation carries no accessToken.
-        let s = server_config("amqps://broker.example:5671/acps").unwrap();
-        assert_eq!(s.access_token, None);
-        assert_eq!((s.port, s.vhost.as_str()), (5671, "acps"));
-        let s2 =
-            server_config("amqps://u:p@broker.example:5671/acps?auth_mechanism=external").unwrap();
-        assert_eq!(s2.access_token, None);
-        // A partner with a certificate logs in with EXTERNAL; without one it says what is missing.
-        assert_eq!(
-            server_url(&s, &with_cert()).unwrap(),
-            "amqps://broker.example:5671/acps?auth_mechanism=external"
-        );
-        let e = server_url(&s, &AmqpTls::default()).unwrap_err();
-        assert!(e.contains("client certificate"), "{e}");
-        // A token over TLS stays PLAIN, on amqps.
-        let s = server_config("amqps://u:p@broker.example:5671/acps").unwrap();
-        assert_eq!(s.access_token.as_deref(), Some("u:p"));
-        assert_eq!(
-            server_url(&s, &with_cert()).unwrap(),
-            "amqps://u:p@broker.example:5671/acps"
-        );
-    }
-
-    #[test]
-    fn login_url_adds_external_only_for_a_userless_amqps_url_with_a_certificate() {
-        let t = with_cert();
-        assert_eq!(
-            t.login_url("amqps://h:5671/acps"),
-            "amqps://h:5671/acps?auth_mechanism=external"
-        );
-        assert_eq!(
-            t.login_url("amqps://h:5671/acps?heartbeat=10"),
-            "amqps://h:5671/acps?heartbeat=10&auth_mechanism=external"
-        );
-        for same in [
-            "amqps://u:p@h:5671/acps",
-            "amqps://h:5671/acps?auth_mechanism=plain",
-            "amqp://h:5672/acps",
-        ] {
-            assert_eq!(t.login_url(same), same);
-        }
-        assert_eq!(
-            AmqpTls::default().login_url("amqps://h:5671/acps"),
-            "amqps://h:5671/acps"
-        );
     }
 }
