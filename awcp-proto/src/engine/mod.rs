@@ -19,6 +19,7 @@ pub mod pair;
 #[cfg(any(test, feature = "_internal-pair"))]
 #[doc(hidden)]
 pub mod scenario;
+pub mod sensitive;
 
 pub use executor::auth;
 pub(crate) mod timers;
