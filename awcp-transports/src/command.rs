@@ -7,6 +7,11 @@
 //! line becomes a progress message; exit code 0 is success (the last stdout line is the
 //! summary), anything else is a task failure carrying the tail of stderr.
 //!
+//! The command does not inherit the executor's environment (which may hold its
+//! `AWCP_AUTH_TOKEN` and other secrets): it gets the variables named in [`AGENT_ENV`] that
+//! the executor has, the ones added with [`CommandRunner::pass_env`] and
+//! [`CommandRunner::set_env`], and the `AWCP_*` task variables above.
+//!
 //! The command runs in its own process group ([`crate::process`]); the whole group, whatever
 //! the command started, is killed on cancel, when the lease expires, and when the command
 //! itself exits (a background process it left behind does not outlive the task). The group is
@@ -24,10 +29,31 @@ use crate::cancel::CancelFlag;
 use crate::process::TaskGroup;
 use crate::traits::{TaskContext, TaskOutcome, TaskRunner};
 
+/// The executor's environment variables an agent command gets by default: what programs need
+/// to run (search path, home, user, shell, locale, terminal, time zone, temporary directory).
+/// A name ending in `*` stands for every name with that prefix. Anything else (API keys an
+/// agent needs included) is passed only when named ([`CommandRunner::pass_env`], the
+/// executor's `--agent-env NAME`).
+pub const AGENT_ENV: &[&str] = &[
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "LC_*", "TERM", "TZ", "TMPDIR",
+];
+
 /// Runs a command per task. See the [module docs](self).
 #[derive(Clone, Debug)]
 pub struct CommandRunner {
     argv: Vec<String>,
+    /// Further names (or `PREFIX*`) passed from the executor's environment.
+    pass: Vec<String>,
+    /// Variables set to a given value.
+    set: Vec<(String, String)>,
+}
+
+/// Whether the variable `name` is one of `patterns` (a name, or a prefix ending in `*`).
+fn env_listed<S: AsRef<str>>(name: &str, patterns: &[S]) -> bool {
+    patterns.iter().any(|p| match p.as_ref().strip_suffix('*') {
+        Some(prefix) => name.starts_with(prefix),
+        None => name == p.as_ref(),
+    })
 }
 
 /// Splits a command template into arguments (whitespace, with '…' and "…" quoting).
@@ -70,8 +96,61 @@ impl CommandRunner {
     pub fn new(cmd: &str) -> Result<Self, String> {
         Ok(CommandRunner {
             argv: split_command(cmd)?,
+            pass: Vec::new(),
+            set: Vec::new(),
         })
     }
+
+    /// Also passes these variables (names, or prefixes ending in `*`) from the executor's
+    /// environment to the command, beside [`AGENT_ENV`].
+    pub fn pass_env<S: Into<String>>(mut self, names: impl IntoIterator<Item = S>) -> Self {
+        self.pass.extend(names.into_iter().map(Into::into));
+        self
+    }
+
+    /// Sets `name` to `value` in the command's environment.
+    pub fn set_env(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.set.push((name.into(), value.into()));
+        self
+    }
+
+    /// The environment the command starts with (before the `AWCP_*` task variables).
+    fn environment(&self) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+        agent_environment(&self.pass, &self.set)
+    }
+}
+
+/// The environment an agent command starts with: the variables of this process named in
+/// [`AGENT_ENV`] or `pass` (names, or prefixes ending in `*`), then `set`. Used for every
+/// agent this workspace starts (the AWCP executor's [`CommandRunner`], the AIP partner's).
+pub fn agent_environment(
+    pass: &[String],
+    set: &[(String, String)],
+) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+    let mut env: Vec<_> = std::env::vars_os()
+        .filter(|(k, _)| {
+            k.to_str()
+                .is_some_and(|k| env_listed(k, AGENT_ENV) || env_listed(k, pass))
+        })
+        .collect();
+    env.extend(set.iter().map(|(k, v)| (k.into(), v.into())));
+    env
+}
+
+/// Reads `--agent-env` values: `NAME` (or `PREFIX*`) passes the variable from this process's
+/// environment, `NAME=VALUE` sets it. Returns `(pass, set)`; an empty name is an error.
+pub fn parse_agent_env(values: &[String]) -> Result<(Vec<String>, Vec<(String, String)>), String> {
+    let (mut pass, mut set) = (Vec::new(), Vec::new());
+    for v in values {
+        match v.split_once('=') {
+            Some((k, val)) if !k.trim().is_empty() => {
+                set.push((k.trim().to_owned(), val.to_owned()))
+            }
+            None if !v.trim().is_empty() => pass.push(v.trim().to_owned()),
+            _ => return Err(format!("--agent-env {v:?}: expected NAME or NAME=VALUE")),
+        }
+    }
+    Ok((pass, set))
 }
 
 fn now_ms() -> u64 {
@@ -141,6 +220,8 @@ impl TaskRunner for CommandRunner {
         let mut cmd = Command::new(subst(&self.argv[0]));
         cmd.args(self.argv[1..].iter().map(|a| subst(a)))
             .current_dir(&ctx.work_dir)
+            .env_clear()
+            .envs(self.environment())
             .env("AWCP_PROMPT", &ctx.prompt)
             .env("AWCP_PROMPT_FILE", &prompt_file)
             .env("AWCP_WORK_DIR", &ctx.work_dir)
@@ -283,6 +364,44 @@ mod tests {
             expires_at: Timestamp::from_unix_millis(now_ms() + 60_000),
             access_mode: AccessMode::Rw,
         }
+    }
+
+    #[test]
+    fn the_agent_gets_only_the_listed_environment() {
+        // Cargo gives a test process its CARGO_* variables: one stands for a secret the
+        // executor holds (not passed), others for what an operator names.
+        let secret = std::env::var("CARGO_MANIFEST_DIR").expect("run by cargo");
+        let name = std::env::var("CARGO_PKG_NAME").unwrap();
+        let major = std::env::var("CARGO_PKG_VERSION_MAJOR").unwrap();
+        let t = tempfile::tempdir().unwrap();
+        let (pass, set) = parse_agent_env(&[
+            "CARGO_PKG_NAME".into(),
+            "CARGO_PKG_VERSION_*".into(),
+            "EXTRA=set here".into(),
+        ])
+        .unwrap();
+        let r = CommandRunner::new("sh -c 'env > env.txt; echo ok'")
+            .unwrap()
+            .pass_env(pass)
+            .set_env(set[0].0.clone(), set[0].1.clone());
+        r.run(&ctx(t.path()), &|_| {}, &CancelFlag::new()).unwrap();
+        let env = std::fs::read_to_string(t.path().join("env.txt")).unwrap();
+        assert!(!env.contains("CARGO_MANIFEST_DIR"), "{env}");
+        assert!(
+            !env.lines().any(|l| l.ends_with(&format!("={secret}"))),
+            "{env}"
+        );
+        for line in [
+            format!("CARGO_PKG_NAME={name}"),
+            format!("CARGO_PKG_VERSION_MAJOR={major}"),
+            "EXTRA=set here".to_owned(),
+            "AWCP_DELEGATION_ID=dlg_t".to_owned(),
+        ] {
+            assert!(env.lines().any(|l| l == line), "{line} in {env}");
+        }
+        assert!(env.lines().any(|l| l.starts_with("PATH=")), "{env}");
+        assert!(parse_agent_env(&["=x".into()]).is_err());
+        assert!(parse_agent_env(&["".into()]).is_err());
     }
 
     #[test]

@@ -43,6 +43,11 @@ pub struct AgentCommand {
     pub ask_marker: String,
     /// Largest file turned into a product (bigger ones are listed by name only).
     pub max_file_bytes: u64,
+    /// Variables (names, or prefixes ending in `*`) passed from this process's environment
+    /// besides [`awcp_transports::AGENT_ENV`]; nothing else of it reaches the agent.
+    pub env_pass: Vec<String>,
+    /// Variables set for the agent.
+    pub env_set: Vec<(String, String)>,
 }
 
 enum Msg {
@@ -220,6 +225,11 @@ async fn task_loop<R: Runtime>(
         let spawned = Command::new(&cmd.argv[0])
             .args(&cmd.argv[1..])
             .current_dir(&dir)
+            .env_clear()
+            .envs(awcp_transports::agent_environment(
+                &cmd.env_pass,
+                &cmd.env_set,
+            ))
             .env("AIP_TASK_ID", &task_id)
             .env("AIP_SESSION_ID", &session)
             .env("AIP_PROMPT", &prompt)

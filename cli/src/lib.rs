@@ -703,3 +703,44 @@ pub fn default_state_dir(role: &str) -> PathBuf {
         .unwrap_or_else(|| std::env::temp_dir().join("awcp"))
         .join(role)
 }
+
+/// Reads a secret from `path` (a `--…-token-file` flag): its first line, trimmed. A token on
+/// the command line is readable by every user in `ps`; one in a file is not. Refuses an empty
+/// file; warns when the file is readable by other users.
+pub fn read_token_file(path: &std::path::Path) -> Result<String, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("reading the token file {}: {e}", path.display()))?;
+    let token = text.lines().next().unwrap_or("").trim().to_owned();
+    if token.is_empty() {
+        return Err(format!("the token file {} is empty", path.display()));
+    }
+    if let Ok(m) = std::fs::metadata(path) {
+        if m.permissions().mode() & 0o077 != 0 {
+            tracing::warn!(
+                file = %path.display(),
+                "the token file is readable by other users (chmod 600 it)"
+            );
+        }
+    }
+    Ok(token)
+}
+
+/// `token`, or the contents of `file` when that is given instead; exits with status 2 and a
+/// message when the file cannot be used.
+pub fn token_or_file(
+    token: Option<String>,
+    file: Option<&std::path::Path>,
+    flag: &str,
+) -> Option<String> {
+    match file {
+        None => token,
+        Some(f) => match read_token_file(f) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                eprintln!("error: {flag}: {e}");
+                std::process::exit(2);
+            }
+        },
+    }
+}

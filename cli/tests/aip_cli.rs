@@ -270,3 +270,55 @@ fn canceled_and_shut_down_agents_leave_no_process_behind() {
         "work directories are removed"
     );
 }
+
+/// Issue 47, item 8 (the same class as the executor's): the agent `aip-partner` runs gets
+/// none of the partner's environment (a broker URL with its password, a token) but the
+/// documented basics and what `--agent-env` names.
+#[test]
+fn the_agent_gets_no_secret_of_the_partner() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_aip-partner"))
+        .args(["--listen", "127.0.0.1:0", "--quiet"])
+        .arg("--work-root")
+        .arg(dir.path().join("work"))
+        .args(["--agent-env", "MY_AGENT_KEY,FIXED=given"])
+        .env(
+            "AIP_INBOX_BROKER_SECRET",
+            "amqp://u:broker-password@127.0.0.1",
+        )
+        .env("SOME_API_TOKEN", "partner-secret-token")
+        .env("MY_AGENT_KEY", "agent-key-value")
+        .args(["--", "sh", "-c", "read q; env | sort | tr '\\n' ' '"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("aip-partner starts");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .expect("aip-partner prints its URL");
+    let p = Partner {
+        url: line
+            .trim()
+            .strip_prefix("aip-partner listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .to_owned(),
+        child,
+    };
+    let out = ok(aip(
+        &p.url,
+        "tokio",
+        &["start", "--wait", "--task", "t-env", "show"],
+    ));
+    for secret in ["broker-password", "partner-secret-token", "SOME_API_TOKEN"] {
+        assert!(!out.contains(secret), "{secret} reached the agent: {out}");
+    }
+    for given in [
+        "MY_AGENT_KEY=agent-key-value",
+        "FIXED=given",
+        "AIP_TASK_ID=t-env",
+        "PATH=",
+    ] {
+        assert!(out.contains(given), "{given} in {out}");
+    }
+}

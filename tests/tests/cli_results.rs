@@ -441,3 +441,108 @@ fn awcp_diff_shows_what_a_staged_result_would_change_and_writes_nothing() {
     let d = awcp(&["diff", &id, "--state-dir", state_dir]);
     assert_ne!(d.status.code(), Some(0), "{}", show(&d));
 }
+
+/// Issue 47, item 8: the agent an executor runs gets none of the executor's secrets (its
+/// `AWCP_AUTH_TOKEN`, anything else in its environment) but what `--agent-env` names; tokens
+/// come from files (`--auth-token-file`, `--token-file`) and are then not on any command line.
+/// Real `awcp-executor` and `awcp` processes; the agent writes its environment into the
+/// workspace, which comes back as the result.
+#[test]
+fn the_agent_gets_no_secret_and_tokens_come_from_files() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, "file-token-0123456789\n").unwrap();
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    for (how, token_args) in [
+        ("from the environment", vec![]),
+        (
+            "from a file",
+            vec![
+                "--auth-token-file".to_owned(),
+                token_file.display().to_string(),
+            ],
+        ),
+    ] {
+        let ex_dir = tempfile::tempdir().unwrap();
+        let mut cmd = bins::executor_command(ex_dir.path(), "sh -c 'env > agent-env.txt; echo ok'");
+        cmd.env("AWS_SECRET_ACCESS_KEY", "aws-secret-value")
+            .env("MY_AGENT_KEY", "agent-key-value")
+            .args(["--agent-env", "MY_AGENT_KEY,FIXED=given"])
+            .args(&token_args);
+        if token_args.is_empty() {
+            cmd.env("AWCP_AUTH_TOKEN", "file-token-0123456789");
+        } else {
+            cmd.env_remove("AWCP_AUTH_TOKEN");
+        }
+        let (child, url) = bins::spawn_announcing(&mut cmd, bins::EXECUTOR_ANNOUNCES);
+        let child = bins::KillOnDrop(child);
+        let cmdline = std::fs::read(format!("/proc/{}/cmdline", child.0.id())).unwrap();
+        assert!(
+            !String::from_utf8_lossy(&cmdline).contains("file-token-0123456789"),
+            "{how}: the token is on the executor's command line"
+        );
+        let ws = workspace();
+        let state = tempfile::tempdir().unwrap();
+        let o = awcp(&[
+            "--json",
+            "delegate",
+            ws.path().to_str().unwrap(),
+            "--peer",
+            &url,
+            "--prompt",
+            "dump the environment",
+            "--state-dir",
+            state.path().to_str().unwrap(),
+            "--token-file",
+            token_file.to_str().unwrap(),
+        ]);
+        assert_eq!(record(&o)["state"], "completed", "{how}: {}", show(&o));
+        let env = std::fs::read_to_string(ws.path().join("agent-env.txt")).unwrap();
+        for secret in [
+            "file-token-0123456789",
+            "aws-secret-value",
+            "AWCP_AUTH_TOKEN",
+        ] {
+            assert!(
+                !env.contains(secret),
+                "{how}: {secret} reached the agent:\n{env}"
+            );
+        }
+        for line in ["MY_AGENT_KEY=agent-key-value", "FIXED=given"] {
+            assert!(env.lines().any(|l| l == line), "{how}: {line} in\n{env}");
+        }
+        assert!(
+            env.lines()
+                .any(|l| l.starts_with("AWCP_DELEGATION_ID=dlg_")),
+            "{env}"
+        );
+        assert!(env.lines().any(|l| l.starts_with("PATH=")), "{env}");
+    }
+    // A wrong token from a file is refused like a wrong one on the command line.
+    let ex_dir = tempfile::tempdir().unwrap();
+    let mut cmd = bins::executor_command(ex_dir.path(), "true");
+    cmd.env_remove("AWCP_AUTH_TOKEN")
+        .args(["--auth-token-file", token_file.to_str().unwrap()]);
+    let (child, url) = bins::spawn_announcing(&mut cmd, bins::EXECUTOR_ANNOUNCES);
+    let _child = bins::KillOnDrop(child);
+    let wrong = dir.path().join("wrong");
+    std::fs::write(&wrong, "not-the-token\n").unwrap();
+    let ws = workspace();
+    let state = tempfile::tempdir().unwrap();
+    let o = awcp(&[
+        "--json",
+        "delegate",
+        ws.path().to_str().unwrap(),
+        "--peer",
+        &url,
+        "--prompt",
+        "x",
+        "--state-dir",
+        state.path().to_str().unwrap(),
+        "--token-file",
+        wrong.to_str().unwrap(),
+    ]);
+    assert_ne!(o.status.code(), Some(0), "{}", show(&o));
+    assert!(show(&o).contains("AUTH_FAILED"), "{}", show(&o));
+}

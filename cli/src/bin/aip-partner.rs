@@ -90,6 +90,12 @@ struct Args {
     /// Less logging.
     #[arg(long, short)]
     quiet: bool,
+    /// What the agent's environment holds besides the AIP_* variables: only PATH, HOME,
+    /// USER, LOGNAME, SHELL, LANG, LANGUAGE, LC_*, TERM, TZ and TMPDIR of this process (never
+    /// its broker URL, TLS settings or other secrets), plus each --agent-env: NAME (or
+    /// PREFIX*) passes that variable from this process, NAME=VALUE sets it.
+    #[arg(long = "agent-env", env = "AIP_AGENT_ENV", value_delimiter = ',')]
+    agent_env: Vec<String>,
     /// The agent command and its arguments (after `--`).
     #[arg(last = true, required = true)]
     command: Vec<String>,
@@ -107,6 +113,11 @@ fn fatal(msg: String) -> ! {
 }
 
 async fn run<R: Host>(args: Args) {
+    let (env_pass, env_set) =
+        awcp_transports::parse_agent_env(&args.agent_env).unwrap_or_else(|e| {
+            eprintln!("error: {e}");
+            std::process::exit(2);
+        });
     let mut argv = args.command.clone();
     // The command runs in the task's work directory: resolve a relative path now.
     if argv[0].contains('/') {
@@ -134,6 +145,8 @@ async fn run<R: Host>(args: Args) {
                 work_root: work_root.clone(),
                 ask_marker: args.ask_marker.clone(),
                 max_file_bytes: args.max_file_bytes,
+                env_pass: env_pass.clone(),
+                env_set: env_set.clone(),
             }),
         };
         let code = awcp_aip_cli::aip_group::partner::<R>(cli).await;
@@ -177,6 +190,8 @@ async fn run<R: Host>(args: Args) {
         work_root: work_root.clone(),
         ask_marker: args.ask_marker.clone(),
         max_file_bytes: args.max_file_bytes,
+        env_pass,
+        env_set,
     });
     let (stop_tx, stop_rx) = futures::channel::oneshot::channel::<()>();
     let serve = aip_driver::serve_partner(R::default(), listener, &partner, server, async move {

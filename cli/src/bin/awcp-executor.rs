@@ -61,6 +61,13 @@ struct Args {
     /// command leaves in the work directory is the result.
     #[arg(long, env = "AWCP_AGENT_CMD")]
     agent_cmd: Option<String>,
+    /// What the agent command's environment holds besides the AWCP_* variables: only PATH,
+    /// HOME, USER, LOGNAME, SHELL, LANG, LANGUAGE, LC_*, TERM, TZ and TMPDIR of this process
+    /// (never AWCP_AUTH_TOKEN or other secrets of the executor), plus each --agent-env: NAME
+    /// (or PREFIX*) passes that variable from this process, NAME=VALUE sets it. An agent that
+    /// needs an API key gets it with e.g. `--agent-env ANTHROPIC_API_KEY`.
+    #[arg(long = "agent-env", env = "AWCP_AGENT_ENV", value_delimiter = ',')]
+    agent_env: Vec<String>,
     /// Use the built-in demo runner (lists files into AWCP_NOTES.md); the default without --agent-cmd.
     #[arg(long)]
     demo: bool,
@@ -75,8 +82,12 @@ struct Args {
     read_only: bool,
     /// Require this credential (bearer token or API key) from delegators, on every endpoint.
     /// Without it the executor only listens on loopback addresses (see --insecure-no-auth).
-    #[arg(long, env = "AWCP_AUTH_TOKEN")]
+    /// Prefer --auth-token-file or the environment: a command line is readable in `ps`.
+    #[arg(long, env = "AWCP_AUTH_TOKEN", hide_env_values = true)]
     auth_token: Option<String>,
+    /// Read the --auth-token from this file (its first line) instead.
+    #[arg(long, env = "AWCP_AUTH_TOKEN_FILE", conflicts_with = "auth_token")]
+    auth_token_file: Option<PathBuf>,
     /// Credential type accepted with --auth-token: `bearer` (Authorization: Bearer),
     /// `api-key` (X-API-Key) or `any`; enforced on every endpoint.
     #[arg(long, env = "AWCP_AUTH_TYPE", default_value = "any",
@@ -151,7 +162,7 @@ struct Args {
 }
 
 fn main() {
-    let args = Args::parse_from(awcp_aip_cli::args_with_config::<Args>("--config"));
+    let mut args = Args::parse_from(awcp_aip_cli::args_with_config::<Args>("--config"));
     if let Some(shell) = args.completions {
         use clap::CommandFactory;
         let mut cmd = Args::command();
@@ -159,6 +170,11 @@ fn main() {
         return;
     }
     awcp_aip_cli::init_logging(args.quiet, args.log_format);
+    args.auth_token = awcp_aip_cli::token_or_file(
+        args.auth_token.take(),
+        args.auth_token_file.as_deref(),
+        "--auth-token-file",
+    );
     awcp_aip_cli::run_on!(args.runtime, run(args));
 }
 
@@ -200,13 +216,23 @@ async fn run<R: Driver>(args: Args) {
         std::process::exit(2);
     }
     let runner: Arc<dyn TaskRunner> = match (&args.agent_cmd, args.demo) {
-        (Some(cmd), false) => match CommandRunner::new(cmd) {
-            Ok(r) => Arc::new(r),
-            Err(e) => {
-                eprintln!("error: --agent-cmd: {e}");
-                std::process::exit(2);
+        (Some(cmd), false) => {
+            let (pass, set) =
+                awcp_transports::parse_agent_env(&args.agent_env).unwrap_or_else(|e| {
+                    eprintln!("error: {e}");
+                    std::process::exit(2);
+                });
+            match CommandRunner::new(cmd) {
+                Ok(r) => Arc::new(
+                    set.into_iter()
+                        .fold(r.pass_env(pass), |r, (k, v)| r.set_env(k, v)),
+                ),
+                Err(e) => {
+                    eprintln!("error: --agent-cmd: {e}");
+                    std::process::exit(2);
+                }
             }
-        },
+        }
         _ => Arc::new(DemoRunner),
     };
     let auth = args.auth_token.clone().map(|credential| RequiredAuth {

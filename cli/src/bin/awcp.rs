@@ -56,6 +56,15 @@ struct Cli {
     /// use this token instead of the one in the state directory.
     #[arg(long, global = true, env = "AWCP_DAEMON_TOKEN", hide_env_values = true)]
     daemon_token: Option<String>,
+    /// Read the --daemon-token from this file (its first line) instead: a command line is
+    /// readable in `ps`.
+    #[arg(
+        long,
+        global = true,
+        env = "AWCP_DAEMON_TOKEN_FILE",
+        conflicts_with = "daemon_token"
+    )]
+    daemon_token_file: Option<PathBuf>,
     /// State directory: the daemon's (journal, exports, token), the in-process delegator's,
     /// and where client commands find the daemon token (default `$AWCP_HOME/delegator` or
     /// `~/.awcp/delegator`).
@@ -145,9 +154,13 @@ enum Cmd {
         /// or drop it (`discard`).
         #[arg(long, default_value = "auto", value_parser = ["auto", "staged", "discard"])]
         snapshot_mode: String,
-        /// Credential for the executor (bearer token).
-        #[arg(long, env = "AWCP_TOKEN")]
+        /// Credential for the executor (bearer token). Prefer --token-file or the environment:
+        /// a command line is readable in `ps`.
+        #[arg(long, env = "AWCP_TOKEN", hide_env_values = true)]
         token: Option<String>,
+        /// Read the --token from this file (its first line) instead.
+        #[arg(long, env = "AWCP_TOKEN_FILE", conflicts_with = "token")]
+        token_file: Option<PathBuf>,
         /// Send the credential as an API key instead of a bearer token.
         #[arg(long)]
         api_key: bool,
@@ -564,13 +577,24 @@ fn print_value<T: serde::Serialize>(json: bool, v: &T, human: impl FnOnce(&T) ->
 }
 
 fn main() {
-    let cli = Cli::parse_from(awcp_aip_cli::args_with_config::<Cli>("--config"));
+    let mut cli = Cli::parse_from(awcp_aip_cli::args_with_config::<Cli>("--config"));
     if let Cmd::Completions { shell } = cli.cmd {
         use clap::CommandFactory;
         clap_complete::generate(shell, &mut Cli::command(), "awcp", &mut std::io::stdout());
         return;
     }
     awcp_aip_cli::init_logging(cli.quiet || cli.json, cli.log_format);
+    cli.daemon_token = awcp_aip_cli::token_or_file(
+        cli.daemon_token.take(),
+        cli.daemon_token_file.as_deref(),
+        "--daemon-token-file",
+    );
+    if let Cmd::Delegate {
+        token, token_file, ..
+    } = &mut cli.cmd
+    {
+        *token = awcp_aip_cli::token_or_file(token.take(), token_file.as_deref(), "--token-file");
+    }
     awcp_aip_cli::run_on!(cli.runtime, run(cli));
 }
 
@@ -598,6 +622,7 @@ async fn run<R: Driver>(cli: Cli) {
             ro,
             snapshot_mode,
             token,
+            token_file: _,
             api_key,
             daemon,
             background,

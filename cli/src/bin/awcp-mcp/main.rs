@@ -60,6 +60,10 @@ pub struct Cli {
     /// The daemon's token, instead of the one in the state directory.
     #[arg(long, env = "AWCP_DAEMON_TOKEN", hide_env_values = true)]
     daemon_token: Option<String>,
+    /// Read the --daemon-token from this file (its first line) instead: a command line is
+    /// readable in `ps`.
+    #[arg(long, env = "AWCP_DAEMON_TOKEN_FILE", conflicts_with = "daemon_token")]
+    daemon_token_file: Option<PathBuf>,
     /// Serve workspaces by one-time URL (URL mode) from this address, where executors can
     /// reach it (in-process daemon only; without it archives are inlined).
     #[arg(long)]
@@ -268,8 +272,13 @@ async fn cancel_running(client: &DaemonClient<TokioRuntime>) {
 
 #[tokio::main]
 async fn main() {
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
     init_logging(cli.log_file.as_ref());
+    cli.daemon_token = awcp_aip_cli::token_or_file(
+        cli.daemon_token.take(),
+        cli.daemon_token_file.as_deref(),
+        "--daemon-token-file",
+    );
     let tls = cli.client.client_tls().unwrap_or_else(|e| fail(e));
     let daemon = daemon(&cli, &tls).await;
     let in_process = daemon.in_process.clone();
