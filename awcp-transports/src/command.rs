@@ -137,9 +137,13 @@ pub fn agent_environment(
     env
 }
 
+/// What `--agent-env` asks for: variables to pass from this process's environment (names, or
+/// prefixes ending in `*`), and variables to set.
+pub type AgentEnvSpec = (Vec<String>, Vec<(String, String)>);
+
 /// Reads `--agent-env` values: `NAME` (or `PREFIX*`) passes the variable from this process's
 /// environment, `NAME=VALUE` sets it. Returns `(pass, set)`; an empty name is an error.
-pub fn parse_agent_env(values: &[String]) -> Result<(Vec<String>, Vec<(String, String)>), String> {
+pub fn parse_agent_env(values: &[String]) -> Result<AgentEnvSpec, String> {
     let (mut pass, mut set) = (Vec::new(), Vec::new());
     for v in values {
         match v.split_once('=') {

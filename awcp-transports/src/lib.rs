@@ -41,7 +41,7 @@ pub use archive::{
     ExtractLimits, Layout,
 };
 pub use cancel::CancelFlag;
-pub use command::{agent_environment, parse_agent_env, CommandRunner, AGENT_ENV};
+pub use command::{agent_environment, parse_agent_env, AgentEnvSpec, CommandRunner, AGENT_ENV};
 pub use error::TransportError;
 pub use export::{ExportView, ExportViewKind};
 pub use manifest::{Baseline, FileRecord, Manifest};
