@@ -546,3 +546,57 @@ fn the_agent_gets_no_secret_and_tokens_come_from_files() {
     assert_ne!(o.status.code(), Some(0), "{}", show(&o));
     assert!(show(&o).contains("AUTH_FAILED"), "{}", show(&o));
 }
+
+/// Issue 47, item 9: a relative `--state-dir` still gives the agent an absolute
+/// `AWCP_WORK_DIR` (it used to be relative to the executor's directory, not the agent's), and a
+/// work root every user may write to (`/tmp`, or any `o+w` directory) is refused at start.
+#[test]
+fn a_relative_state_dir_gives_absolute_paths_and_a_world_writable_work_root_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = std::process::Command::new(bins::path("awcp-executor"));
+    cmd.current_dir(dir.path())
+        .env_remove("AWCP_AUTH_TOKEN")
+        .args(["--listen", "127.0.0.1:0", "--quiet", "--state-dir", "state"])
+        .args([
+            "--agent-cmd",
+            "sh -c 'echo \"$AWCP_WORK_DIR\" > work-dir.txt; echo ok'",
+        ]);
+    let (child, url) = bins::spawn_announcing(&mut cmd, bins::EXECUTOR_ANNOUNCES);
+    let _child = bins::KillOnDrop(child);
+    let ws = workspace();
+    let state = tempfile::tempdir().unwrap();
+    let o = delegate(ws.path(), &url, "where am I", state.path());
+    assert_eq!(record(&o)["state"], "completed", "{}", show(&o));
+    let work_dir = std::fs::read_to_string(ws.path().join("work-dir.txt")).unwrap();
+    let work_dir = std::path::Path::new(work_dir.trim());
+    assert!(work_dir.is_absolute(), "AWCP_WORK_DIR {work_dir:?}");
+    let state_abs = std::fs::canonicalize(dir.path().join("state")).unwrap();
+    assert!(
+        work_dir.starts_with(&state_abs),
+        "{work_dir:?} under {state_abs:?}"
+    );
+
+    let open = dir.path().join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    for root in [Path::new("/tmp"), open.as_path()] {
+        let o = std::process::Command::new(bins::path("awcp-executor"))
+            .env_remove("AWCP_AUTH_TOKEN")
+            .args(["--listen", "127.0.0.1:0", "--quiet", "--work-root"])
+            .arg(root)
+            .arg("--state-dir")
+            .arg(
+                dir.path()
+                    .join(format!("state-{}", root.display()).replace('/', "_")),
+            )
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{}: {}", root.display(), show(&o));
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("writable by every user"),
+            "{}",
+            show(&o)
+        );
+    }
+}

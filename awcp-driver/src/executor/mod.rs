@@ -196,7 +196,15 @@ impl ExecutorHandle {
             path: path.to_owned(),
             reason,
         };
-        std::fs::create_dir_all(&work_root).map_err(|e| unusable(&work_root, e.to_string()))?;
+        // A work root the executor makes is its user's alone (whatever the umask).
+        {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&work_root)
+                .map_err(|e| unusable(&work_root, e.to_string()))?;
+        }
         work_root =
             std::fs::canonicalize(&work_root).map_err(|e| unusable(&work_root, e.to_string()))?;
         let home = std::env::var_os("HOME")
@@ -205,9 +213,29 @@ impl ExecutorHandle {
         if let Some(why) = work_root_refusal(&work_root.to_string_lossy(), home.as_deref()) {
             return Err(unusable(&work_root, why));
         }
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&work_root)
+                .map_err(|e| unusable(&work_root, e.to_string()))?
+                .permissions()
+                .mode();
+            if let Some(why) = awcp_proto::engine::executor::work_root_mode_refusal(
+                &work_root.to_string_lossy(),
+                mode,
+            ) {
+                return Err(unusable(&work_root, why));
+            }
+        }
         let mut locks = vec![lock::DirLock::directory(&work_root, "work root")?];
         if let Some(state) = &opts.state_dir {
             locks.push(lock::DirLock::state_dir(state)?);
+        }
+        // Absolute from here on: the agent's AWCP_WORK_DIR and every journalled path must not
+        // depend on the directory the executor was started in.
+        let mut opts = opts;
+        opts.engine.work_root = work_root.to_string_lossy().into_owned();
+        if let Some(state) = &opts.state_dir {
+            opts.state_dir = Some(std::fs::canonicalize(state).unwrap_or_else(|_| state.clone()));
         }
         let mut transports = vec![opts.transport.clone()];
         transports.extend(opts.extra_transports.iter().cloned());

@@ -199,16 +199,29 @@ async fn run<R: Driver>(args: Args) {
             std::process::exit(2);
         }
     };
-    let state_dir = args
-        .state_dir
-        .clone()
-        .unwrap_or_else(|| awcp_aip_cli::default_state_dir("executor"));
+    // Absolute: what the agent and the journal see must not depend on the directory the
+    // executor was started in.
+    let absolute = |p: PathBuf| std::path::absolute(&p).unwrap_or(p);
+    let state_dir = absolute(
+        args.state_dir
+            .clone()
+            .unwrap_or_else(|| awcp_aip_cli::default_state_dir("executor")),
+    );
     // Private to this instance: the state directory is locked.
-    let work_root = args
-        .work_root
-        .clone()
-        .unwrap_or_else(|| state_dir.join("work"));
-    if let Err(e) = std::fs::create_dir_all(&work_root) {
+    let work_root = absolute(
+        args.work_root
+            .clone()
+            .unwrap_or_else(|| state_dir.join("work")),
+    );
+    let made = {
+        use std::os::unix::fs::DirBuilderExt;
+        // Its user's alone, whatever the umask (a world-writable work root is refused).
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&work_root)
+    };
+    if let Err(e) = made {
         eprintln!(
             "error: cannot create work root {}: {e}",
             work_root.display()

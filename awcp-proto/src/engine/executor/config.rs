@@ -125,6 +125,18 @@ const SYSTEM_DIRS: &[&str] = &[
     "/run", "/sbin", "/srv", "/sys", "/usr", "/var",
 ];
 
+/// Why a work root whose permission bits are `mode` must not be used: one every user may
+/// write to (`/tmp`, or any directory of mode `o+w`) lets another user plant or swap
+/// directories where the executor puts delegated workspaces.
+pub fn work_root_mode_refusal(work_root: &str, mode: u32) -> Option<String> {
+    (mode & 0o002 != 0).then(|| {
+        format!(
+            "{work_root} is writable by every user; give the executor a directory of its own \
+             (not /tmp), writable by its user only"
+        )
+    })
+}
+
 /// Why `work_root` (absolute, with symlinks resolved) must not be an executor's work root, if
 /// it must not: the file-system root, a system directory, or the user's `home`.
 pub fn work_root_refusal(work_root: &str, home: Option<&str>) -> Option<String> {
@@ -148,4 +160,17 @@ pub fn work_root_refusal(work_root: &str, home: Option<&str>) -> Option<String> 
         ));
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::work_root_mode_refusal;
+
+    #[test]
+    fn a_world_writable_work_root_is_refused() {
+        assert!(work_root_mode_refusal("/tmp", 0o1777).is_some());
+        assert!(work_root_mode_refusal("/srv/w", 0o777).is_some());
+        assert!(work_root_mode_refusal("/srv/w", 0o775).is_none());
+        assert!(work_root_mode_refusal("/srv/w", 0o700).is_none());
+    }
 }

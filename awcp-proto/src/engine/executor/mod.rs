@@ -76,7 +76,7 @@ use crate::wire::{Dialect, ErrorMessage};
 
 pub use self::assignment::ExecutorTimer;
 pub use self::auth::{Credential, RequiredAuth};
-pub use self::config::{work_root_refusal, ExecutorConfig};
+pub use self::config::{work_root_mode_refusal, work_root_refusal, ExecutorConfig};
 pub use self::io::{
     AllocationFailure, AssignmentView, CaptureFailure, ExecutorEvent, ExecutorInput,
     ExecutorOutput, ExecutorStatus, Misbehaviour, Request, Response, ResultBody, ResultStatus,
