@@ -18,10 +18,22 @@ struct Partner {
 
 impl Partner {
     fn spawn(runtime: &str, work_root: &Path, agent: &str) -> Partner {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_aip-partner"))
-            .args(["--listen", "127.0.0.1:0", "--quiet", "--runtime", runtime])
+        Partner::spawn_with(runtime, work_root, agent, |_| {})
+    }
+
+    /// [`Partner::spawn`], with `configure` adding flags (before the agent) or environment.
+    fn spawn_with(
+        runtime: &str,
+        work_root: &Path,
+        agent: &str,
+        configure: impl FnOnce(&mut Command),
+    ) -> Partner {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_aip-partner"));
+        cmd.args(["--listen", "127.0.0.1:0", "--quiet", "--runtime", runtime])
             .arg("--work-root")
-            .arg(work_root)
+            .arg(work_root);
+        configure(&mut cmd);
+        let mut child = cmd
             .args(["--", "sh", "-c", agent])
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -277,34 +289,20 @@ fn canceled_and_shut_down_agents_leave_no_process_behind() {
 #[test]
 fn the_agent_gets_no_secret_of_the_partner() {
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_aip-partner"))
-        .args(["--listen", "127.0.0.1:0", "--quiet"])
-        .arg("--work-root")
-        .arg(dir.path().join("work"))
-        .args(["--agent-env", "MY_AGENT_KEY,FIXED=given"])
-        .env(
-            "AIP_INBOX_BROKER_SECRET",
-            "amqp://u:broker-password@127.0.0.1",
-        )
-        .env("SOME_API_TOKEN", "partner-secret-token")
-        .env("MY_AGENT_KEY", "agent-key-value")
-        .args(["--", "sh", "-c", "read q; env | sort | tr '\\n' ' '"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("aip-partner starts");
-    let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .expect("aip-partner prints its URL");
-    let p = Partner {
-        url: line
-            .trim()
-            .strip_prefix("aip-partner listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-            .to_owned(),
-        child,
-    };
+    let p = Partner::spawn_with(
+        "tokio",
+        &dir.path().join("work"),
+        "read q; env | sort | tr '\\n' ' '",
+        |cmd| {
+            cmd.args(["--agent-env", "MY_AGENT_KEY,FIXED=given"])
+                .env(
+                    "AIP_INBOX_BROKER_SECRET",
+                    "amqp://u:broker-password@127.0.0.1",
+                )
+                .env("SOME_API_TOKEN", "partner-secret-token")
+                .env("MY_AGENT_KEY", "agent-key-value");
+        },
+    );
     let out = ok(aip(
         &p.url,
         "tokio",

@@ -92,7 +92,12 @@ fn workspace() -> tempfile::TempDir {
 
 /// `awcp delegate DIR --peer PEER --prompt PROMPT --state-dir STATE --json`.
 fn delegate(dir: &Path, peer: &str, prompt: &str, state: &Path) -> Output {
-    awcp(&[
+    delegate_with(dir, peer, prompt, state, &[])
+}
+
+/// [`delegate`] with further arguments.
+fn delegate_with(dir: &Path, peer: &str, prompt: &str, state: &Path, extra: &[&str]) -> Output {
+    let mut args = vec![
         "--json",
         "delegate",
         dir.to_str().unwrap(),
@@ -102,7 +107,9 @@ fn delegate(dir: &Path, peer: &str, prompt: &str, state: &Path) -> Output {
         prompt,
         "--state-dir",
         state.to_str().unwrap(),
-    ])
+    ];
+    args.extend_from_slice(extra);
+    awcp(&args)
 }
 
 fn record(o: &Output) -> Value {
@@ -484,19 +491,13 @@ fn the_agent_gets_no_secret_and_tokens_come_from_files() {
         );
         let ws = workspace();
         let state = tempfile::tempdir().unwrap();
-        let o = awcp(&[
-            "--json",
-            "delegate",
-            ws.path().to_str().unwrap(),
-            "--peer",
+        let o = delegate_with(
+            ws.path(),
             &url,
-            "--prompt",
             "dump the environment",
-            "--state-dir",
-            state.path().to_str().unwrap(),
-            "--token-file",
-            token_file.to_str().unwrap(),
-        ]);
+            state.path(),
+            &["--token-file", token_file.to_str().unwrap()],
+        );
         assert_eq!(record(&o)["state"], "completed", "{how}: {}", show(&o));
         let env = std::fs::read_to_string(ws.path().join("agent-env.txt")).unwrap();
         for secret in [
@@ -530,19 +531,13 @@ fn the_agent_gets_no_secret_and_tokens_come_from_files() {
     std::fs::write(&wrong, "not-the-token\n").unwrap();
     let ws = workspace();
     let state = tempfile::tempdir().unwrap();
-    let o = awcp(&[
-        "--json",
-        "delegate",
-        ws.path().to_str().unwrap(),
-        "--peer",
+    let o = delegate_with(
+        ws.path(),
         &url,
-        "--prompt",
         "x",
-        "--state-dir",
-        state.path().to_str().unwrap(),
-        "--token-file",
-        wrong.to_str().unwrap(),
-    ]);
+        state.path(),
+        &["--token-file", wrong.to_str().unwrap()],
+    );
     assert_ne!(o.status.code(), Some(0), "{}", show(&o));
     assert!(show(&o).contains("AUTH_FAILED"), "{}", show(&o));
 }
