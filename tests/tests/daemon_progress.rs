@@ -66,7 +66,8 @@ fn setup() -> Setup {
     let flag = dir.path().join("release");
     let (ex, peer) = bins::spawn_announcing(
         bins::executor_command(&dir.path().join("ex"), &format!("sh {}", agent.display()))
-            .env("HOLD_FLAG", &flag),
+            .env("HOLD_FLAG", &flag)
+            .args(["--agent-env", "HOLD_FLAG"]),
         bins::EXECUTOR_ANNOUNCES,
     );
     let state = dir.path().join("daemon");

@@ -139,6 +139,11 @@ pub fn spawn_executor<R: TestRuntime>(
     for (k, v) in env {
         c.env(k, v);
     }
+    // The agent gets only what the executor is told to pass: what the test sets is for it.
+    if !env.is_empty() {
+        let names: Vec<&str> = env.iter().map(|(k, _)| *k).collect();
+        c.args(["--agent-env", &names.join(",")]);
+    }
     let mut child = c.spawn().expect("awcp-executor starts");
     let mut line = String::new();
     let _ = std::io::BufReader::new(child.stdout.take().expect("piped"))
