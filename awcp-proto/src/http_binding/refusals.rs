@@ -89,38 +89,20 @@ pub fn refuse_foreign_host(
 
 /// Whether `host` (`name[:port]`, `[v6]:port`) is one of ours (see [`refuse_foreign_host`]).
 fn host_is_ours(host: &str, public_url: Option<&str>, allowed: &[String]) -> bool {
-    let host = host.to_ascii_lowercase();
-    let name = if let Some(rest) = host.strip_prefix('[') {
-        return rest
-            .split(']')
-            .next()
-            .is_some_and(|ip| ip.parse::<std::net::Ipv6Addr>().is_ok());
-    } else {
-        host.rsplit_once(':').map_or(host.as_str(), |(n, p)| {
-            if p.chars().all(|c| c.is_ascii_digit()) {
-                n
-            } else {
-                host.as_str()
-            }
-        })
+    use crate::origin::{is_ip_literal, origin};
+    let Some((_, name, _)) = origin(&format!("http://{host}")) else {
+        return false;
     };
-    if name.parse::<std::net::IpAddr>().is_ok()
-        || name == "localhost"
-        || name.ends_with(".localhost")
-    {
+    if is_ip_literal(&name) || name == "localhost" || name.ends_with(".localhost") {
         return true;
     }
-    if allowed.iter().any(|a| {
+    let host = host.to_ascii_lowercase();
+    allowed.iter().any(|a| {
         let a = a.trim().to_ascii_lowercase();
         a == name || a == host
-    }) {
-        return true;
-    }
-    public_url
-        .and_then(crate::origin::origin)
-        .is_some_and(|(_, public_host, _)| {
-            public_host.trim_start_matches('[').trim_end_matches(']') == name
-        })
+    }) || public_url
+        .and_then(origin)
+        .is_some_and(|(_, public_host, _)| public_host == name)
 }
 
 /// An ERROR message body for a request the executor refuses before the engine sees it
