@@ -100,6 +100,25 @@ impl Timestamp {
     }
 }
 
+/// Written as its RFC 3339 text ([`Timestamp::to_rfc3339`]).
+impl serde::Serialize for Timestamp {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.rfc3339_ascii() {
+            // Digits, `-`, `:`, `.`, `T` and `Z`: ASCII.
+            Some(text) => s.serialize_str(core::str::from_utf8(&text).unwrap_or_default()),
+            None => s.collect_str(self),
+        }
+    }
+}
+
+/// Read from RFC 3339 text ([`Timestamp::parse_rfc3339`]).
+impl<'de> serde::Deserialize<'de> for Timestamp {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        Timestamp::parse_rfc3339(&text).map_err(serde::de::Error::custom)
+    }
+}
+
 impl fmt::Debug for Timestamp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Timestamp({self})")

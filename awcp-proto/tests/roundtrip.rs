@@ -513,6 +513,33 @@ proptest! {
     }
 
     #[test]
+    fn the_wire_types_go_through_serde_json_as_the_codec_writes_and_reads_them(
+        r in reference_message(),
+        s in seed_message(),
+        ev in event(reference_event_kind().boxed()),
+        sev in event(seed_event_kind().boxed()),
+        h in handle(),
+    ) {
+        use awcp_proto::wire::InDialect;
+        // Written: a message or event on its own is the reference dialect; `InDialect` picks.
+        prop_assert_eq!(serde_json::to_string(&r).unwrap(), encode_message(&r, Dialect::Reference));
+        prop_assert_eq!(serde_json::to_string(&InDialect(&s, Dialect::Seed)).unwrap(), encode_message(&s, Dialect::Seed));
+        prop_assert_eq!(serde_json::to_string(&ev).unwrap(), encode_event(&ev, Dialect::Reference));
+        prop_assert_eq!(serde_json::to_string(&InDialect(&sev, Dialect::Seed)).unwrap(), encode_event(&sev, Dialect::Seed));
+        prop_assert_eq!(serde_json::to_value(&h).unwrap(), encode_handle(&h));
+        // Read: either dialect, as the decoders read it.
+        for (msg, d) in [(&r, Dialect::Reference), (&s, Dialect::Seed)] {
+            let text = encode_message(msg, d);
+            prop_assert_eq!(&serde_json::from_str::<Message>(&text).unwrap(), msg);
+        }
+        for (e, d) in [(&ev, Dialect::Reference), (&sev, Dialect::Seed)] {
+            let text = encode_event(e, d);
+            prop_assert_eq!(&serde_json::from_str::<TaskEvent>(&text).unwrap(), e);
+        }
+        prop_assert_eq!(serde_json::from_value::<TransportHandle>(encode_handle(&h)).unwrap(), h);
+    }
+
+    #[test]
     fn decoders_never_panic_on_bytes(bytes in vec(any::<u8>(), 0..256)) {
         let _ = decode_message(&bytes);
         let _ = decode_event(&bytes);

@@ -11,8 +11,9 @@ use crate::engine::executor::{ExecutorStatus, Response, ResultBody, ResultStatus
 use crate::engine::TaskOutcome;
 use crate::error::{ErrorCode, ErrorInfo};
 use crate::id::DelegationId;
-use crate::wire::encode::{encode_message_ref, write_error_info, MessageRef};
-use crate::wire::writer::ObjectWriter;
+use crate::id::SnapshotId;
+use crate::time::Timestamp;
+use crate::wire::encode::{encode_message_ref, to_text, to_value, MessageRef};
 use crate::wire::{ArchiveData, ErrorMessage, Message, SnapshotEvent};
 
 mod refusals;
@@ -108,7 +109,7 @@ pub fn encode_response(resp: &Response) -> (u16, String) {
         } => encode_message_ref(MessageRef::Error(message), *dialect),
         Response::Ok => r#"{"ok":true}"#.to_owned(),
         Response::Cancelled => r#"{"ok":true,"cancelled":true}"#.to_owned(),
-        Response::Result(r) => ObjectWriter::text(|w| write_result(w, r)),
+        Response::Result(r) => to_text(&ResultShape::of(r)),
     };
     (status, body)
 }
@@ -130,39 +131,59 @@ pub fn encode_response_split(resp: &Response) -> Option<(u16, crate::wire::Split
         s.data.base64 = Some(String::new());
         s.data.local_file = None;
     }
-    let around = ObjectWriter::text(|w| write_result(w, &r));
+    let around = to_text(&ResultShape::of(&r));
     let split = crate::wire::encode::split_at_field(&around, r#""snapshotBase64":"""#, file)?;
     Some((resp.http_status(), split))
 }
 
 /// `GET …/result` body (WIRE.md §5).
 pub fn result_to_value(r: &ResultBody) -> Value {
-    ObjectWriter::value(|w| write_result(w, r))
+    to_value(&ResultShape::of(r))
 }
 
-fn write_result(m: &mut ObjectWriter<'_>, r: &ResultBody) {
-    m.str("status", r.status.as_str());
-    if let Some(t) = r.completed_at {
-        m.timestamp("completedAt", t);
-    }
-    if let Some(o) = &r.outcome {
-        m.str("summary", &o.summary);
-        m.strings("highlights", &o.highlights);
-    }
-    if let Some(s) = &r.snapshot {
-        m.opt_str("snapshotBase64", s.data.base64.as_deref());
-        m.opt_str("snapshotUrl", s.data.url.as_deref());
-        m.str("snapshotId", s.snapshot_id.as_str());
-        m.opt_str("checksum", s.checksum.as_deref());
-        if !s.metadata.is_empty() {
-            m.serialize("metadata", &s.metadata);
+/// The JSON shape of a `GET …/result` body, borrowing from a [`ResultBody`].
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ResultShape<'a> {
+    status: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    completed_at: Option<Timestamp>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    summary: Option<&'a str>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    highlights: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    snapshot_base64: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    snapshot_url: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    snapshot_id: Option<&'a SnapshotId>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    checksum: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    metadata: Option<&'a std::collections::BTreeMap<String, Value>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a ErrorInfo>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<&'static str>,
+}
+
+impl<'a> ResultShape<'a> {
+    fn of(r: &'a ResultBody) -> Self {
+        let snapshot = r.snapshot.as_ref();
+        ResultShape {
+            status: r.status.as_str(),
+            completed_at: r.completed_at,
+            summary: r.outcome.as_ref().map(|o| o.summary.as_str()),
+            highlights: r.outcome.as_ref().map_or(&[], |o| &o.highlights),
+            snapshot_base64: snapshot.and_then(|s| s.data.base64.as_deref()),
+            snapshot_url: snapshot.and_then(|s| s.data.url.as_deref()),
+            snapshot_id: snapshot.map(|s| &s.snapshot_id),
+            checksum: snapshot.and_then(|s| s.checksum.as_deref()),
+            metadata: snapshot.map(|s| &s.metadata).filter(|m| !m.is_empty()),
+            error: r.error.as_ref(),
+            reason: (r.status == ResultStatus::NotFound).then_some("unknown delegation"),
         }
-    }
-    if let Some(e) = &r.error {
-        m.object("error", |w| write_error_info(w, e));
-    }
-    if r.status == ResultStatus::NotFound {
-        m.str("reason", "unknown delegation");
     }
 }
 
@@ -289,17 +310,15 @@ pub fn status_to_value(s: &ExecutorStatus) -> Value {
 /// `{"ok":true}`, or the reference's `{"error": "..."}` (HTTP 500).
 pub fn decode_reply(status: u16, body: &[u8]) -> crate::engine::delegator::Reply {
     use crate::engine::delegator::{Reply, RequestFailure::Unusable};
-    use crate::wire::tree::{Doc, Json};
-    let Ok(doc) = Doc::parse(body) else {
+    let Ok(v) = serde_json::from_slice::<Value>(body) else {
         return Reply::Failed(Unusable(format!(
             "HTTP {status}: {}",
             String::from_utf8_lossy(&body[..body.len().min(200)])
         )));
     };
-    let v = doc.root();
-    let text = |k: &str| v.get(k).and_then(Json::as_str);
+    let text = |k: &str| v.get(k).and_then(Value::as_str);
     match text("type") {
-        Some("ACCEPT") | Some("ERROR") => match crate::wire::decode::decode_message_json(v) {
+        Some("ACCEPT") | Some("ERROR") => match crate::wire::decode::decode_message_json(&v) {
             Ok((Message::Accept(a), _)) => Reply::Accept(Box::new(a)),
             Ok((Message::Error(ErrorMessage { error, .. }), _)) => Reply::Error(error),
             Ok((m, _)) => Reply::Failed(Unusable(format!("unexpected {} reply", m.type_str()))),
@@ -316,7 +335,7 @@ pub fn decode_reply(status: u16, body: &[u8]) -> crate::engine::delegator::Reply
                 }
             }
         },
-        _ if (200..300).contains(&status) && v.get("ok").and_then(Json::as_bool) == Some(true) => {
+        _ if (200..300).contains(&status) && v.get("ok").and_then(Value::as_bool) == Some(true) => {
             Reply::Ok
         }
         _ => Reply::Failed(Unusable(format!(

@@ -1,18 +1,25 @@
-//! Field helpers: pulling typed fields out of a JSON object and naming the failing field with
-//! its dotted path (`environment.resources[0].name`).
+//! Field helpers: pulling typed fields out of a JSON object `serde_json` parsed and naming the
+//! failing field with its dotted path (`environment.resources[0].name`).
 
-use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::sync::Arc;
+
+use serde_json::{Map, Value};
 
 use super::{DecodeError, DecodeErrorKind};
 use crate::id::{DelegationId, SnapshotId};
 use crate::time::Timestamp;
-use crate::wire::tree::{Doc, Items, Json, Members};
 use crate::wire::types::*;
 
-pub(super) fn parse(json: &[u8]) -> Result<Doc<'_>, DecodeError> {
-    Doc::parse(json).map_err(|e| DecodeError {
+/// The items of a JSON array.
+pub(super) type Items<'a> = std::slice::Iter<'a, Value>;
+/// The members of a JSON object.
+pub(super) type Members<'a> = serde_json::map::Iter<'a>;
+
+/// Parses a message or event body with `serde_json` (its default nesting limit of 128 levels
+/// holds; of repeated keys the last counts).
+pub(super) fn parse(json: &[u8]) -> Result<Value, DecodeError> {
+    serde_json::from_slice(json).map_err(|e| DecodeError {
         field: String::new(),
         kind: DecodeErrorKind::Json(e.to_string()),
     })
@@ -39,9 +46,7 @@ pub(super) fn truncate(s: &str) -> String {
 
 /// A JSON object together with its dotted path, for error reporting.
 pub(super) struct Obj<'a> {
-    value: Json<'a>,
-    /// Where the member last found starts: where the next lookup begins.
-    next: Cell<u32>,
+    value: &'a Map<String, Value>,
     /// Where the object sits, written out only for an error.
     pub(super) path: FieldPath,
 }
@@ -129,11 +134,10 @@ fn dotted(out: &mut String, name: &str) {
 // arms below mean exactly that.
 #[allow(clippy::wildcard_enum_match_arm)]
 impl<'a> Obj<'a> {
-    pub(super) fn root(value: Json<'a>) -> Result<Self, DecodeError> {
+    pub(super) fn root(value: &'a Value) -> Result<Self, DecodeError> {
         match value.as_object() {
-            Some(_) => Ok(Obj {
+            Some(value) => Ok(Obj {
                 value,
-                next: Cell::new(1),
                 path: FieldPath::default(),
             }),
             None => Err(DecodeError {
@@ -143,13 +147,9 @@ impl<'a> Obj<'a> {
         }
     }
 
-    pub(super) fn new(value: Json<'a>, path: FieldPath) -> Result<Self, DecodeError> {
+    pub(super) fn new(value: &'a Value, path: FieldPath) -> Result<Self, DecodeError> {
         match value.as_object() {
-            Some(_) => Ok(Obj {
-                value,
-                next: Cell::new(1),
-                path,
-            }),
+            Some(value) => Ok(Obj { value, path }),
             None if value.is_null() => Err(DecodeError {
                 field: path.with(None),
                 kind: DecodeErrorKind::Missing,
@@ -184,25 +184,21 @@ impl<'a> Obj<'a> {
     }
 
     /// The value under `key`; `null` counts as absent.
-    pub(super) fn get(&self, key: &str) -> Option<Json<'a>> {
-        let (at, value) = self.value.member_from(key, self.next.get() as usize)?;
-        // The member found starts just before its value: the next lookup tries it again (a
-        // field is often read twice: present? then its value), then the one after it.
-        self.next.set(u32::try_from(at - 1).unwrap_or(1));
-        Some(value).filter(|v| !v.is_null())
+    pub(super) fn get(&self, key: &str) -> Option<&'a Value> {
+        self.value.get(key).filter(|v| !v.is_null())
     }
 
     /// Whether `key` is present at all (even as `null`).
     pub(super) fn has_key(&self, key: &str) -> bool {
-        self.value.get(key).is_some()
+        self.value.contains_key(key)
     }
 
-    /// The members, in order (repeated keys included).
+    /// The members (of a repeated key, the last).
     pub(super) fn members(&self) -> Members<'a> {
-        self.value.as_object().unwrap_or(Json::object_members(&[]))
+        self.value.iter()
     }
 
-    pub(super) fn req(&self, key: &str) -> Result<Json<'a>, DecodeError> {
+    pub(super) fn req(&self, key: &str) -> Result<&'a Value, DecodeError> {
         self.get(key).ok_or_else(|| self.missing(key))
     }
 
@@ -236,6 +232,7 @@ impl<'a> Obj<'a> {
     pub(super) fn req_array(&self, key: &str) -> Result<Items<'a>, DecodeError> {
         self.req(key)?
             .as_array()
+            .map(|a| a.iter())
             .ok_or_else(|| self.wrong_type(key, "array"))
     }
 
@@ -244,17 +241,17 @@ impl<'a> Obj<'a> {
             None => Ok(None),
             Some(v) => v
                 .as_array()
-                .map(Some)
+                .map(|a| Some(a.iter()))
                 .ok_or_else(|| self.wrong_type(key, "array")),
         }
     }
 
-    pub(super) fn u64_of(&self, key: &str, v: Json<'_>) -> Result<u64, DecodeError> {
-        match v.as_number() {
-            Some(n) => n.as_u64().ok_or_else(|| {
+    pub(super) fn u64_of(&self, key: &str, v: &Value) -> Result<u64, DecodeError> {
+        match v {
+            Value::Number(n) => n.as_u64().ok_or_else(|| {
                 self.invalid(key, format!("expected a non-negative integer, got {n}"))
             }),
-            None => Err(self.wrong_type(key, "non-negative integer")),
+            _ => Err(self.wrong_type(key, "non-negative integer")),
         }
     }
 
@@ -273,14 +270,12 @@ impl<'a> Obj<'a> {
     pub(super) fn opt_f64(&self, key: &str) -> Result<Option<f64>, DecodeError> {
         match self.get(key) {
             None => Ok(None),
-            Some(v) => match v.as_number() {
-                Some(n) => n
-                    .as_f64()
-                    .filter(|f| f.is_finite())
-                    .map(Some)
-                    .ok_or_else(|| self.invalid(key, "expected a finite number")),
-                None => Err(self.wrong_type(key, "number")),
-            },
+            Some(Value::Number(n)) => n
+                .as_f64()
+                .filter(|f| f.is_finite())
+                .map(Some)
+                .ok_or_else(|| self.invalid(key, "expected a finite number")),
+            Some(_) => Err(self.wrong_type(key, "number")),
         }
     }
 

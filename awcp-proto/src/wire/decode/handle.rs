@@ -4,17 +4,16 @@ use serde_json::Value;
 
 use super::fields::{truncate, FieldPath, Obj};
 use super::DecodeError;
-use crate::wire::tree::{Doc, Json};
 use crate::wire::types::*;
 
 /// Decodes a transport handle object; `path` prefixes field names in errors.
 pub fn decode_handle(value: &Value, path: &str) -> Result<TransportHandle, DecodeError> {
-    decode_handle_json(Doc::from_value(value).root(), FieldPath::root(path))
+    decode_handle_json(value, FieldPath::root(path))
 }
 
-/// [`decode_handle`] of the decoder's own tree.
+/// [`decode_handle`] with its path as segments.
 pub(super) fn decode_handle_json(
-    value: Json<'_>,
+    value: &Value,
     path: FieldPath,
 ) -> Result<TransportHandle, DecodeError> {
     let obj = Obj::new(value, path)?;

@@ -1,8 +1,11 @@
 //! Two-dialect decoder (WIRE.md §0–§4, §15).
 //!
-//! The input is parsed into a tree that borrows its strings from the input (`wire::tree`)
-//! first; small helpers then pull fields out and report failures with a dotted path (`task.prompt`, `environment.resources[0].name`,
-//! `transportHandle.checksum`).
+//! `serde_json` parses the input into a [`Value`]; this module is the one adapter from that
+//! JSON to the canonical types: small helpers pull fields out, apply the dialect rules below,
+//! and report failures with a dotted path (`task.prompt`, `environment.resources[0].name`,
+//! `transportHandle.checksum`). The same adapter is behind the types' `Deserialize`
+//! implementations, so `serde_json::from_slice::<Message>` accepts and refuses exactly what
+//! [`decode_message`] does.
 //!
 //! Leniency rules:
 //! * `null` counts as absent; unknown fields are ignored.
@@ -23,7 +26,6 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::tree::{Doc, Json, Node, NULL};
 use super::types::*;
 use crate::error::{ErrorCode, ErrorInfo};
 use crate::id::{DelegationId, ResourceName, SnapshotId};
@@ -79,79 +81,60 @@ fn render(field: &str, kind: &DecodeErrorKind) -> String {
 
 /// Decodes a control-plane message from JSON bytes; returns the dialect it was written in.
 pub fn decode_message(json: &[u8]) -> Result<(Message, Dialect), DecodeError> {
-    decode_message_json(parse(json)?.root())
+    decode_message_json(&parse(json)?)
 }
 
-/// [`decode_message`] of a body the caller gives up. A START's inline archive, which can be
-/// nearly all of the body, becomes the message's `String` in the body's own buffer instead of
-/// being copied out of it, so a large archive is not held twice. The result is the same as
-/// [`decode_message`]'s; on error the body is handed back (to quote it in the refusal).
+/// [`decode_message`] of a body the caller gives up. A START's inline archive is moved out of
+/// the parsed JSON into the message rather than copied, and the body is freed as soon as it
+/// is parsed, so a large archive is held twice only while it is parsed. (Drivers divert large
+/// archives to a file as they arrive, with [`super::divert::ArchiveTextDiverter`], before a
+/// body gets here.) The result is the same as [`decode_message`]'s; on error the body is
+/// handed back (to quote it in the refusal).
 #[allow(clippy::result_large_err)]
 pub fn decode_message_owned(body: Vec<u8>) -> Result<(Message, Dialect), (DecodeError, Vec<u8>)> {
-    /// Below this, copying costs less than moving the text to the front of the buffer.
-    const REUSE_FROM: usize = 64 * 1024;
-    let decoded = match parse(&body) {
-        Ok(mut doc) => {
-            let range = take_inline_archive(&mut doc, &body, REUSE_FROM);
-            decode_message_json(doc.root()).map(|m| (m, range))
-        }
-        Err(e) => Err(e),
+    let mut value = match parse(&body) {
+        Ok(v) => v,
+        Err(e) => return Err((e, body)),
     };
-    let ((mut msg, dialect), range) = match decoded {
+    let archive = take_inline_archive(&mut value);
+    let (mut msg, dialect) = match decode_message_json(&value) {
         Ok(d) => d,
         Err(e) => return Err((e, body)),
     };
-    if let Some((start, end)) = range {
-        let mut buf = body;
-        buf.truncate(end);
-        buf.drain(..start);
-        // The range is a JSON string without escapes, inside a body the parser accepted as
-        // UTF-8: always valid.
-        if let (Ok(text), Some(a)) = (String::from_utf8(buf), msg.start_archive_mut()) {
-            a.base64 = Some(text);
-        }
+    drop(body);
+    if let (Some(text), Some(a)) = (archive, msg.start_archive_mut()) {
+        a.base64 = Some(text);
     }
     Ok((msg, dialect))
 }
 
 /// In a START, the inline archive text of the handle START's decoder will read (the first
-/// present of its keys, as [`decode_start`] picks it), if it is borrowed from `body` and at
-/// least `min` bytes long: replaced by `""` in the document, and its byte range in `body`
-/// returned.
-fn take_inline_archive(doc: &mut Doc<'_>, body: &[u8], min: usize) -> Option<(usize, usize)> {
-    let root = doc.root();
-    if root.get("type")?.as_str() != Some("START") {
+/// present of its keys, as [`decode_start`] picks it): moved out of the JSON (left as `""`,
+/// which decodes the same way) to be put back into the decoded message.
+fn take_inline_archive(value: &mut Value) -> Option<String> {
+    let root = value.as_object_mut()?;
+    if root.get("type").and_then(Value::as_str) != Some("START") {
         return None;
     }
-    let handle = ["transportHandle", "transport", "workDir", "mount"]
+    let key = ["transportHandle", "transport", "workDir", "mount"]
         .into_iter()
-        .find_map(|key| doc.member_at(0, key).filter(|&at| !is_null_at(doc, at)))?;
-    let at = doc.member_at(handle, "workspaceBase64")?;
-    let Some(Node::Str(std::borrow::Cow::Borrowed(text))) = doc.node_mut(at) else {
-        return None;
-    };
-    let start = (text.as_ptr() as usize).checked_sub(body.as_ptr() as usize)?;
-    let end = start + text.len();
-    if text.len() < min || end > body.len() {
-        return None;
+        .find(|key| root.get(*key).is_some_and(|v| !v.is_null()))?;
+    match root.get_mut(key)?.get_mut("workspaceBase64")? {
+        Value::String(text) => Some(std::mem::take(text)),
+        Value::Null | Value::Bool(_) | Value::Number(_) | Value::Array(_) | Value::Object(_) => {
+            None
+        }
     }
-    *text = "";
-    Some((start, end))
-}
-
-/// Whether the node at `at` is `null`.
-fn is_null_at(doc: &mut Doc<'_>, at: usize) -> bool {
-    matches!(doc.node_mut(at), Some(Node::Null))
 }
 
 /// [`decode_message`] of JSON already parsed into a [`Value`].
 pub fn decode_message_value(value: &Value) -> Result<(Message, Dialect), DecodeError> {
-    decode_message_json(Doc::from_value(value).root())
+    decode_message_json(value)
 }
 
 /// [`decode_message`] of JSON already parsed (a caller that looked at the body first need not
 /// parse it twice).
-pub(crate) fn decode_message_json(value: Json<'_>) -> Result<(Message, Dialect), DecodeError> {
+pub(crate) fn decode_message_json(value: &Value) -> Result<(Message, Dialect), DecodeError> {
     let obj = Obj::root(value)?;
     if let Some(v) = obj.get("version") {
         match v.as_str() {
@@ -197,10 +180,42 @@ pub(crate) fn decode_message_json(value: Json<'_>) -> Result<(Message, Dialect),
     }
 }
 
+/// Read in either dialect, as [`decode_message`] reads it (the dialect is not kept).
+impl<'de> serde::Deserialize<'de> for Message {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let value = Value::deserialize(d)?;
+        decode_message_json(&value)
+            .map(|(msg, _)| msg)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// Read in either dialect, as [`decode_event`] reads it (the dialect is not kept).
+impl<'de> serde::Deserialize<'de> for TaskEvent {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let value = Value::deserialize(d)?;
+        decode_event_json(&value)
+            .map(|(ev, _)| ev)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// Read in every spelling [`decode_handle`] reads.
+impl<'de> serde::Deserialize<'de> for TransportHandle {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let value = Value::deserialize(d)?;
+        decode_handle(&value, "").map_err(serde::de::Error::custom)
+    }
+}
+
 /// Decodes an SSE task event (the JSON of one `data:` payload); returns its dialect.
 pub fn decode_event(json: &[u8]) -> Result<(TaskEvent, Dialect), DecodeError> {
-    let doc = parse(json)?;
-    let obj = Obj::root(doc.root())?;
+    decode_event_json(&parse(json)?)
+}
+
+/// [`decode_event`] of JSON already parsed.
+fn decode_event_json(value: &Value) -> Result<(TaskEvent, Dialect), DecodeError> {
+    let obj = Obj::root(value)?;
     let ty = obj.req_str("type")?;
     let delegation_id = obj.delegation_id()?;
     let timestamp = obj.opt_timestamp("timestamp")?.unwrap_or(Timestamp::EPOCH);
@@ -219,10 +234,7 @@ pub fn decode_event(json: &[u8]) -> Result<(TaskEvent, Dialect), DecodeError> {
             checksum: obj.opt_string("checksum")?,
             recommended: obj.opt_bool("recommended")?,
             metadata: match obj.opt_obj("metadata")? {
-                Some(m) => m
-                    .members()
-                    .map(|(k, v)| (k.to_owned(), v.to_value()))
-                    .collect(),
+                Some(m) => m.members().map(|(k, v)| (k.clone(), v.clone())).collect(),
                 None => BTreeMap::new(),
             },
         }),
@@ -406,7 +418,7 @@ fn decode_start(
     .into_iter()
     .find(|(k, _)| obj.get(k).is_some())
     .ok_or_else(|| obj.missing("transportHandle"))?;
-    let handle_value = obj.get(key).unwrap_or(NULL);
+    let handle_value = obj.get(key).unwrap_or(&Value::Null);
     let handle = handle::decode_handle_json(handle_value, obj.child_path(key))?;
     Ok((
         Message::Start(Start {

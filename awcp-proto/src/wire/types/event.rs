@@ -73,6 +73,12 @@ pub enum TaskStatus {
     Other(String),
 }
 
+impl serde::Serialize for TaskStatus {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
 impl TaskStatus {
     /// The wire string.
     pub fn as_str(&self) -> &str {

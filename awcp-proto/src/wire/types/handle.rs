@@ -99,7 +99,7 @@ pub struct ArchiveHandle {
 }
 
 /// SSH endpoint of an `sshfs` handle.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct SshEndpoint {
     /// Host name or address.
     pub host: String,
@@ -110,11 +110,13 @@ pub struct SshEndpoint {
 }
 
 /// `sshfs` credential. `Debug` never prints the private key.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct SshCredential {
     /// OpenSSH private key text.
     pub private_key: String,
     /// One-line OpenSSH user certificate (\[L\] handles have none).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub certificate: Option<String>,
 }
 

@@ -5,6 +5,8 @@
 
 use std::collections::BTreeMap;
 
+use serde::Serialize;
+
 use crate::error::ErrorInfo;
 use crate::id::{DelegationId, ResourceName};
 use crate::time::Timestamp;
@@ -67,6 +69,12 @@ impl AccessMode {
     }
 }
 
+impl Serialize for AccessMode {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
 /// The data-plane transport of a delegation.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum TransportKind {
@@ -111,8 +119,14 @@ impl TransportKind {
     }
 }
 
+impl Serialize for TransportKind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
 /// What the delegator asks the executor to do.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct TaskSpec {
     /// Short label for logs and lists.
     pub description: String,
@@ -121,7 +135,8 @@ pub struct TaskSpec {
 }
 
 /// The lease the delegator requests in INVITE.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct LeaseRequest {
     /// Requested lease length in seconds.
     pub ttl_seconds: u64,
@@ -130,11 +145,12 @@ pub struct LeaseRequest {
 }
 
 /// One exported directory (INVITE `environment.resources[]`).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Resource {
     /// Directory name on the executor.
     pub name: ResourceName,
     /// Resource type; `"fs"` is the only one defined.
+    #[serde(rename = "type")]
     pub kind: String,
     /// Access to this resource.
     pub mode: AccessMode,
@@ -179,14 +195,22 @@ impl AuthType {
     }
 }
 
+impl Serialize for AuthType {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
 /// INVITE `auth`: a credential for the executor. `Debug` never prints the credential.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq, Serialize)]
 pub struct Auth {
     /// Credential type.
+    #[serde(rename = "type")]
     pub auth_type: AuthType,
     /// The secret.
     pub credential: String,
     /// Extra key/value pairs.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub metadata: BTreeMap<String, String>,
 }
 
@@ -327,7 +351,7 @@ impl std::fmt::Display for Feature {
     }
 }
 
-impl serde::Serialize for Feature {
+impl Serialize for Feature {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(self.as_str())
     }
@@ -364,24 +388,32 @@ pub struct Invite {
 }
 
 /// `executorConstraints.sandboxProfile`: self-declared limits.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct SandboxProfile {
     /// Tools are restricted to the work directory.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub cwd_only: Option<bool>,
     /// Network access allowed.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub allow_network: Option<bool>,
     /// Command execution allowed.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub allow_exec: Option<bool>,
 }
 
 /// `executorConstraints`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ExecutorConstraints {
     /// The access mode the executor accepted (may be a downgrade).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub accepted_access_mode: Option<AccessMode>,
     /// The longest lease the executor allows.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub max_ttl_seconds: Option<u64>,
     /// Self-declared sandbox.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub sandbox_profile: Option<SandboxProfile>,
 }
 
@@ -401,7 +433,8 @@ pub struct Accept {
 }
 
 /// START `lease`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ActiveLease {
     /// Absolute lease end.
     pub expires_at: Timestamp,
