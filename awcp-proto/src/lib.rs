@@ -40,7 +40,9 @@ pub mod engine;
 pub mod error;
 pub mod http_binding;
 pub mod id;
-pub mod origin;
+/// URL origins (from `engine-basics`): the engine decides by them which requests may carry a
+/// delegation's credential; the HTTP binding re-exports them.
+pub use engine_basics::origin;
 pub mod sse;
 pub mod state;
 pub mod time;

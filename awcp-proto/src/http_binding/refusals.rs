@@ -5,6 +5,8 @@
 
 use serde_json::{json, Value};
 
+use engine_basics::guard::{self, Refusal};
+
 use crate::error::{ErrorCode, ErrorInfo};
 use crate::id::DelegationId;
 use crate::wire::decode::DecodeError;
@@ -14,7 +16,8 @@ use crate::wire::decode::DecodeError;
 /// body that is not `application/json` (a page can POST `text/plain` without a CORS preflight;
 /// both AWCP dialects send JSON, and the reference executor ignores other bodies). This keeps
 /// web pages from driving an executor that listens on a loopback address without a credential.
-/// The public agent card (`public`) is exempt. Returns `(status, error)` to answer with.
+/// The public agent card (`public`) is exempt. Returns `(status, error)` to answer with. The
+/// rule is `engine_basics::guard`'s, shared with the AIP partner.
 pub fn refuse_browser_request(
     origin: Option<&str>,
     content_type: Option<&str>,
@@ -24,32 +27,7 @@ pub fn refuse_browser_request(
     if public {
         return None;
     }
-    if let Some(o) = origin {
-        return Some((
-            403,
-            ErrorInfo {
-                code: ErrorCode::Declined,
-                message: format!("requests from web origin {o:?} are not accepted"),
-                hint: Some("AWCP endpoints are for delegators, not web pages.".into()),
-            },
-        ));
-    }
-    let json = content_type.is_some_and(|t| {
-        t.split(';')
-            .next()
-            .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"))
-    });
-    if has_body && !json {
-        return Some((
-            415,
-            ErrorInfo {
-                code: ErrorCode::Declined,
-                message: "request bodies must be application/json".into(),
-                hint: Some("Send `Content-Type: application/json`.".into()),
-            },
-        ));
-    }
-    None
+    guard::refuse_browser_request(origin, content_type, has_body).map(refusal)
 }
 
 /// Refuses a request whose `Host` names a host this executor was not told it is reached by:
@@ -66,43 +44,30 @@ pub fn refuse_foreign_host(
     allowed: &[String],
     public: bool,
 ) -> Option<(u16, ErrorInfo)> {
-    let host = host?.trim();
-    if public || host_is_ours(host, public_url, allowed) {
+    if public {
         return None;
     }
-    Some((
-        421,
-        ErrorInfo {
-            code: ErrorCode::Declined,
-            message: format!(
-                "Host {:?} is not a name this executor is reached by",
-                host.chars().take(64).collect::<String>()
-            ),
-            hint: Some(
-                "Address the executor by IP address or localhost, set its public URL, or allow \
-                 the name with --allow-host."
-                    .into(),
-            ),
-        },
-    ))
+    guard::refuse_foreign_host(host, public_url, allowed).map(refusal)
 }
 
-/// Whether `host` (`name[:port]`, `[v6]:port`) is one of ours (see [`refuse_foreign_host`]).
-fn host_is_ours(host: &str, public_url: Option<&str>, allowed: &[String]) -> bool {
-    use crate::origin::{is_ip_literal, origin};
-    let Some((_, name, _)) = origin(&format!("http://{host}")) else {
-        return false;
+/// A shared rule's refusal as the executor answers it.
+fn refusal(r: Refusal) -> (u16, ErrorInfo) {
+    let hint = match &r {
+        Refusal::WebOrigin(_) => "AWCP endpoints are for delegators, not web pages.",
+        Refusal::NotJson => "Send `Content-Type: application/json`.",
+        Refusal::ForeignHost(_) => {
+            "Address the executor by IP address or localhost, set its public URL, or allow \
+             the name with --allow-host."
+        }
     };
-    if is_ip_literal(&name) || name == "localhost" || name.ends_with(".localhost") {
-        return true;
-    }
-    let host = host.to_ascii_lowercase();
-    allowed.iter().any(|a| {
-        let a = a.trim().to_ascii_lowercase();
-        a == name || a == host
-    }) || public_url
-        .and_then(origin)
-        .is_some_and(|(_, public_host, _)| public_host == name)
+    (
+        r.status(),
+        ErrorInfo {
+            code: ErrorCode::Declined,
+            message: r.message(),
+            hint: Some(hint.into()),
+        },
+    )
 }
 
 /// An ERROR message body for a request the executor refuses before the engine sees it

@@ -1,0 +1,15 @@
+//! Sans-IO basics shared by the AWCP and AIP engines (`awcp-proto`, `aip-proto`): no I/O, no
+//! clock, no threads, no dependencies.
+//!
+//! - [`origin`]: URL origins (scheme, host, port), by which an engine decides where a
+//!   credential may be sent.
+//! - [`guard`]: the rules by which a server that runs agents on this machine tells a request
+//!   from a program (a delegator, a leader) from one a web page made the browser send: a
+//!   cross-site request (`Origin`, a body that is not JSON) or a DNS-rebinding one (a `Host`
+//!   the server is not reached by). Each protocol turns a refusal into its own error body.
+//!
+//! Timestamps, timers, ids and the SSE codec are still each engine's own (issue 46 moves them
+//! here next).
+
+pub mod guard;
+pub mod origin;
