@@ -111,6 +111,56 @@ pub fn too_large(limit: usize) -> HttpResponse {
     }
 }
 
+/// Which requests a partner's HTTP server refuses as ones a web page made a browser send
+/// (the rules of `engine_basics::guard`): a partner runs an agent on its machine, and a page
+/// the user opens can reach a partner listening on a loopback or private address. Every
+/// request with an `Origin` header (403) or a body that is not `application/json` (415) is
+/// refused; with [`RequestGuard::check_host`], also one whose `Host` is not an IP address,
+/// `localhost` or one of [`RequestGuard::allowed_hosts`] (421, DNS rebinding). The default
+/// checks `Host`; turn it off only where every client must present a certificate (mTLS),
+/// which a web page cannot.
+#[derive(Clone, Debug)]
+pub struct RequestGuard {
+    /// Refuse a `Host` the partner is not reached by.
+    pub check_host: bool,
+    /// Host names (`name` or `name:port`) the partner is reached by, besides IP addresses and
+    /// `localhost`.
+    pub allowed_hosts: Vec<String>,
+}
+
+impl Default for RequestGuard {
+    fn default() -> Self {
+        RequestGuard {
+            check_host: true,
+            allowed_hosts: Vec::new(),
+        }
+    }
+}
+
+impl RequestGuard {
+    /// The answer to a request with these headers that a partner must not serve (`None`:
+    /// serve it). Every AIP request is a `POST` with a JSON-RPC body.
+    pub fn refuse(
+        &self,
+        origin: Option<&str>,
+        content_type: Option<&str>,
+        host: Option<&str>,
+    ) -> Option<HttpResponse> {
+        use engine_basics::guard::{refuse_browser_request, refuse_foreign_host};
+        let refusal = refuse_browser_request(origin, content_type, true).or_else(|| {
+            self.check_host
+                .then(|| refuse_foreign_host(host, None, &self.allowed_hosts))
+                .flatten()
+        })?;
+        let e = RpcError::with_message(ErrorCode::InvalidRequest, refusal.message());
+        Some(HttpResponse {
+            status: refusal.status(),
+            content_type: "application/json",
+            body: encode_error(&RpcId::Null, &e),
+        })
+    }
+}
+
 /// Headers of a leader request.
 pub fn request_headers(r: &HttpRequest) -> [(&'static str, &'static str); 2] {
     [
@@ -190,6 +240,35 @@ mod tests {
         ] {
             assert_eq!(method_url(endpoint, &method), want, "{endpoint}");
         }
+    }
+
+    #[test]
+    fn web_pages_cannot_drive_a_partner() {
+        let guard = RequestGuard::default();
+        let json = Some("application/json");
+        assert!(guard.refuse(None, json, Some("127.0.0.1:10300")).is_none());
+        assert!(guard.refuse(None, json, Some("localhost")).is_none());
+        for (origin, ctype, host, status) in [
+            (Some("https://evil.example"), json, Some("127.0.0.1"), 403),
+            (None, Some("text/plain"), Some("127.0.0.1"), 415),
+            (None, json, Some("evil.example"), 421),
+        ] {
+            let r = guard.refuse(origin, ctype, host).expect("refused");
+            assert_eq!(r.status, status);
+            let body: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+            assert_eq!(body["error"]["code"], -32600, "{body}");
+        }
+        let named = RequestGuard {
+            allowed_hosts: vec!["agents.lan".into()],
+            ..RequestGuard::default()
+        };
+        assert!(named.refuse(None, json, Some("agents.lan:10300")).is_none());
+        let mtls = RequestGuard {
+            check_host: false,
+            ..RequestGuard::default()
+        };
+        assert!(mtls.refuse(None, json, Some("evil.example")).is_none());
+        assert!(mtls.refuse(Some("null"), json, None).is_some());
     }
 
     #[test]

@@ -352,6 +352,8 @@ pub struct PartnerCli {
     pub broker_tls: AmqpTls,
     /// The broker whose inbox to listen on (`None`: RPC invitations only).
     pub inbox_broker: Option<String>,
+    /// Which requests to the `group` endpoint are refused as a web page's.
+    pub guard: aip_driver::aip_proto::http::RequestGuard,
     /// The agent command.
     pub cmd: Arc<AgentCommand>,
 }
@@ -363,6 +365,7 @@ pub async fn partner<R: Host>(cli: PartnerCli) -> i32 {
     let rt = R::default();
     let mut opts = GroupPartnerOptions::new(&cli.id);
     opts.broker_tls = cli.broker_tls.clone();
+    opts.guard = cli.guard.clone();
     let (p, mut events) = GroupPartnerHandle::new(rt.clone(), opts);
     let scheme = cli.server.scheme();
     let local = match cli.listener.local_addr() {

@@ -320,3 +320,170 @@ fn the_agent_gets_no_secret_of_the_partner() {
         assert!(out.contains(given), "{given} in {out}");
     }
 }
+
+/// `POST`s `body` to `url` over a plain socket with exactly the headers given (plus
+/// `Content-Length`, and `Host` naming the address unless given); the HTTP status.
+fn raw_post(url: &str, headers: &[(&str, &str)], body: &str) -> u16 {
+    use std::io::{Read, Write};
+    let rest = url.strip_prefix("http://").expect("an http URL");
+    let (authority, path) = rest.split_once('/').expect("a path");
+    let mut req = format!(
+        "POST /{path} HTTP/1.1\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+        req.push_str(&format!("Host: {authority}\r\n"));
+    }
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    let mut s = std::net::TcpStream::connect(authority).unwrap();
+    // A server that never answers fails the test instead of hanging it.
+    s.set_read_timeout(Some(DEADLINE)).unwrap();
+    s.write_all(req.as_bytes()).unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    let status = answer.split(' ').nth(1).unwrap_or_default();
+    status
+        .parse()
+        .unwrap_or_else(|_| panic!("no status: {answer}"))
+}
+
+/// A JSON-RPC `start` of task `task` with the text `text`.
+fn start_body(task: &str, text: &str) -> String {
+    serde_json::json!({
+        "jsonrpc": "2.0", "method": "rpc", "id": "1",
+        "params": {"command": {
+            "type": "task-command", "id": format!("msg-{task}"),
+            "sentAt": "2025-09-01T11:58:00+08:00", "senderRole": "leader",
+            "senderId": "leader", "command": "start", "taskId": task,
+            "dataItems": [{"type": "text", "text": text}],
+        }},
+    })
+    .to_string()
+}
+
+/// What only a web page makes a browser send: a cross-site request (an `Origin` header, a
+/// `text/plain` body that needs no CORS preflight) and a DNS-rebinding one (a `Host` naming the
+/// page's own domain). A partner refuses each before its engine sees it.
+const WEB_PAGE_REQUESTS: [(&[(&str, &str)], u16); 4] = [
+    (
+        &[
+            ("Origin", "https://evil.example"),
+            ("Content-Type", "application/json"),
+        ],
+        403,
+    ),
+    (&[("Content-Type", "text/plain")], 415),
+    (&[], 415),
+    (
+        &[
+            ("Host", "evil.example"),
+            ("Content-Type", "application/json"),
+        ],
+        421,
+    ),
+];
+
+/// The class of issue 47 item 6 on the AIP side: a web page the user opens must not make a
+/// local `aip-partner` run its agent (cross-site POST) or read its answers (DNS rebinding),
+/// in direct mode on both runtimes; a leader's request (JSON, no `Origin`, an IP address or a
+/// name given with `--allow-host` as `Host`) is served.
+#[test]
+fn web_pages_cannot_drive_a_partner() {
+    for runtime in ["tokio", "smol"] {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("agent.log");
+        let p = Partner::spawn_with(
+            runtime,
+            &dir.path().join("work"),
+            r#"read q; echo "$q" >> "$LOG"; echo done"#,
+            |cmd| {
+                cmd.arg("--agent-env")
+                    .arg(format!("LOG={}", log.display()))
+                    .args(["--allow-host", "agents.lan"]);
+            },
+        );
+        for (i, (headers, status)) in WEB_PAGE_REQUESTS.iter().enumerate() {
+            let body = start_body(&format!("t-web-{i}"), &format!("from a web page {i}"));
+            assert_eq!(
+                raw_post(&p.url, headers, &body),
+                *status,
+                "{runtime} {headers:?}"
+            );
+        }
+        let json = ("Content-Type", "application/json");
+        let body = start_body("t-leader", "from the leader");
+        assert_eq!(raw_post(&p.url, &[json], &body), 200, "{runtime}");
+        let port = p
+            .url
+            .split(':')
+            .nth(2)
+            .and_then(|r| r.split('/').next())
+            .unwrap();
+        let named = format!("agents.lan:{port}");
+        let body = start_body("t-named", "from the leader by name");
+        assert_eq!(raw_post(&p.url, &[json, ("Host", &named)], &body), 200);
+        eventually("both leader tasks ran their agent", || {
+            std::fs::read_to_string(&log).is_ok_and(|l| l.lines().count() == 2)
+        });
+        let ran = std::fs::read_to_string(&log).unwrap();
+        assert!(!ran.contains("web page"), "{runtime}: {ran}");
+        drop(p);
+    }
+}
+
+/// The same for a group-mode partner's `group` endpoint: a web page must not make it join the
+/// page's broker (where the page's leader would then give its agent tasks).
+#[test]
+fn web_pages_cannot_make_a_group_partner_join() {
+    /// Killed when dropped, also when an assertion fails.
+    struct Killed(Child);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_aip-partner"))
+        .args([
+            "--group",
+            "--id",
+            "p-web",
+            "--listen",
+            "127.0.0.1:0",
+            "--quiet",
+        ])
+        .arg("--work-root")
+        .arg(dir.path().join("work"))
+        .args(["--", "true"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("aip-partner starts");
+    let stdout = child.stdout.take().unwrap();
+    let _child = Killed(child);
+    let mut line = String::new();
+    std::io::BufReader::new(stdout)
+        .read_line(&mut line)
+        .expect("aip-partner prints its URL");
+    let url = line
+        .trim()
+        .strip_prefix("aip-partner group rpc on ")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_owned();
+    let join = serde_json::json!({
+        "jsonrpc": "2.0", "method": "group", "id": "1",
+        "params": {"group": "g-web", "server": {"host": "127.0.0.1", "port": 1}},
+    })
+    .to_string();
+    for (headers, status) in WEB_PAGE_REQUESTS {
+        assert_eq!(raw_post(&url, headers, &join), status, "{headers:?}");
+    }
+    // A leader's invitation is read (and fails here only because no broker listens).
+    let json = ("Content-Type", "application/json");
+    assert_eq!(raw_post(&url, &[json], &join), 200);
+}

@@ -4,7 +4,9 @@
 //! Routes, under [`super::PartnerOptions::base_path`]: `POST rpc`, `POST stream` (answered
 //! with server-sent events), `POST notification/{set,get,delete,start}`; the method is read
 //! from the JSON-RPC body ([`aip_proto::http`]). Anything else gets a JSON-RPC error body
-//! with 404 or 405.
+//! with 404 or 405. What a web page makes a browser send (an `Origin` header, a body that is
+//! not JSON, a foreign `Host`) is refused by [`super::PartnerOptions::guard`] before the body
+//! is read.
 
 use agent_rt::body::{channel_body, full, BodyError, ResponseBody};
 use aip_proto::engine::HttpResponse;
@@ -30,6 +32,25 @@ fn error(status: u16, code: ErrorCode, message: String) -> http::Response<Respon
     })
 }
 
+/// [`aip_proto::http::RequestGuard::refuse`] of a request's headers (a `Host` from the URI's
+/// authority when there is no header, as HTTP/2 sends it).
+pub(crate) fn refuse_web_request<B>(
+    guard: &aip_proto::http::RequestGuard,
+    req: &http::Request<B>,
+) -> Option<HttpResponse> {
+    let header = |name: http::header::HeaderName| {
+        req.headers()
+            .get(name)
+            .map(|v| v.to_str().unwrap_or("\u{fffd}"))
+    };
+    let host = header(http::header::HOST).or_else(|| req.uri().authority().map(|a| a.as_str()));
+    guard.refuse(
+        header(http::header::ORIGIN),
+        header(http::header::CONTENT_TYPE),
+        host,
+    )
+}
+
 impl PartnerHandle {
     /// The partner's endpoints as an [`agent_rt::Handler`] for agent-rt's server (or any
     /// server: [`PartnerHandle::handle_http`] takes any body).
@@ -51,6 +72,9 @@ impl PartnerHandle {
         match partner_route(&self.base_path, req.method().as_str(), &path) {
             Route::Aip => {}
             other => return response(route_error(other, &path)),
+        }
+        if let Some(refusal) = refuse_web_request(&self.guard, &req) {
+            return response(refusal);
         }
         let limit = self.max_request_bytes;
         let body = match agent_rt::body::read_body(req.into_body(), limit as u64).await {

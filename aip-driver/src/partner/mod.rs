@@ -9,7 +9,7 @@
 //! leader resumes with `re-stream` from the last event it saw, so nothing is lost and a slow
 //! reader costs the partner a bounded amount of memory.
 
-mod http;
+pub(crate) mod http;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -38,6 +38,9 @@ pub struct PartnerOptions {
     pub client_tls: ClientTls,
     /// Frames buffered per open stream before a client that does not read is cut off.
     pub stream_queue: usize,
+    /// Which requests are refused as ones a web page made a browser send (cross-site, DNS
+    /// rebinding); by default every `Host` that is not an IP address or `localhost`.
+    pub guard: aip_proto::http::RequestGuard,
 }
 
 impl Default for PartnerOptions {
@@ -47,6 +50,7 @@ impl Default for PartnerOptions {
             base_path: String::new(),
             client_tls: ClientTls::default(),
             stream_queue: 1024,
+            guard: aip_proto::http::RequestGuard::default(),
         }
     }
 }
@@ -106,6 +110,7 @@ pub struct PartnerHandle {
     tx: mpsc::UnboundedSender<Cmd>,
     base_path: String,
     max_request_bytes: usize,
+    guard: std::sync::Arc<aip_proto::http::RequestGuard>,
 }
 
 impl std::fmt::Debug for PartnerHandle {
@@ -130,6 +135,7 @@ impl PartnerHandle {
             tx,
             base_path: opts.base_path.trim_end_matches('/').to_owned(),
             max_request_bytes: opts.engine.max_request_bytes,
+            guard: std::sync::Arc::new(opts.guard.clone()),
         };
         let lp = Loop {
             client: HttpClient::new(rt.clone(), opts.client_tls),

@@ -73,6 +73,17 @@ struct Args {
     runtime: RuntimeChoice,
     #[command(flatten)]
     server: ServerArgs,
+    /// Further host names leaders reach this partner by. Unless clients must present a
+    /// certificate (--client-ca), requests whose Host header names anything else (but an IP
+    /// address or localhost) are refused, as a DNS-rebinding web page's would be; requests with
+    /// an Origin header or a body that is not application/json are always refused.
+    #[arg(
+        long = "allowed-host",
+        visible_alias = "allow-host",
+        env = "AIP_ALLOWED_HOSTS",
+        value_delimiter = ','
+    )]
+    allowed_hosts: Vec<String>,
     /// TLS for notification POSTs to https receivers.
     #[command(flatten)]
     client: ClientTlsArgs,
@@ -99,6 +110,15 @@ struct Args {
     /// The agent command and its arguments (after `--`).
     #[arg(last = true, required = true)]
     command: Vec<String>,
+}
+
+/// Which requests the partner refuses as a web page's: `Host` is checked unless every client
+/// must present a certificate, which a page cannot.
+fn request_guard(args: &Args) -> aip_driver::aip_proto::http::RequestGuard {
+    aip_driver::aip_proto::http::RequestGuard {
+        check_host: args.server.client_ca.is_none(),
+        allowed_hosts: args.allowed_hosts.clone(),
+    }
 }
 
 fn main() {
@@ -140,6 +160,7 @@ async fn run<R: Host>(args: Args) {
             server: args.server.server_options().unwrap_or_else(|e| fatal(e)),
             broker_tls: args.amqp.amqp_tls().unwrap_or_else(|e| fatal(e)),
             inbox_broker: args.inbox_broker.clone(),
+            guard: request_guard(&args),
             cmd: Arc::new(AgentCommand {
                 argv,
                 work_root: work_root.clone(),
@@ -171,6 +192,7 @@ async fn run<R: Host>(args: Args) {
             engine,
             base_path: base_path.clone(),
             client_tls,
+            guard: request_guard(&args),
             ..PartnerOptions::default()
         },
     );

@@ -48,6 +48,9 @@ pub struct GroupPartnerOptions {
     /// TLS for `amqps://` brokers: trusted CA and this partner's client certificate, which
     /// logs in with SASL EXTERNAL when an invitation carries no `accessToken`.
     pub broker_tls: AmqpTls,
+    /// Which requests to the `group` JSON-RPC endpoint are refused as ones a web page made a
+    /// browser send (a page must not make a local partner join its broker).
+    pub guard: aip_proto::http::RequestGuard,
 }
 
 impl GroupPartnerOptions {
@@ -60,6 +63,7 @@ impl GroupPartnerOptions {
             prefetch: 64,
             act_on_unaddressed: None,
             broker_tls: AmqpTls::default(),
+            guard: aip_proto::http::RequestGuard::default(),
         }
     }
 }
@@ -290,6 +294,13 @@ impl<R: Runtime> GroupPartnerHandle<R> {
         agent_rt::Handler::new(move |req: http::Request<agent_rt::body::RequestBody>| {
             let h = h.clone();
             async move {
+                if let Some(r) = crate::partner::http::refuse_web_request(&h.opts.guard, &req) {
+                    return http::Response::builder()
+                        .status(r.status)
+                        .header("content-type", r.content_type)
+                        .body::<ResponseBody>(full(r.body))
+                        .expect("static headers are valid");
+                }
                 let body = agent_rt::body::read_body(req.into_body(), 1 << 20)
                     .await
                     .map(|b| b.to_vec())
