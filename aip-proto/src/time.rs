@@ -13,24 +13,18 @@
 //!   all (read as UTC and written back without one). Leap second `:60` is read as `:59`.
 //! * Times the engines create are UTC with microseconds and `+00:00`, like the SDK.
 //!
-//! Implementation note: the civil-date arithmetic is the days-from-civil algorithm
-//! (H. Hinnant); a few lines, proptested below, and no date crate.
+//! The civil-date arithmetic and the RFC 3339 grammar are `engine_basics::time`'s, shared with
+//! AWCP's timestamps.
 
 use core::cmp::Ordering;
 use core::fmt;
 use core::hash::{Hash, Hasher};
 use core::time::Duration;
 
-/// How the UTC offset is written.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Offset {
-    /// `Z`.
-    Zulu,
-    /// `±HH:MM` (minutes east of UTC).
-    Minutes(i16),
-    /// No offset written (a naive time, read as UTC).
-    Naive,
-}
+use engine_basics::time::civil_from_days;
+
+/// How the UTC offset is written (`Absent`: no offset written, a naive time read as UTC).
+use engine_basics::time::UtcOffset as Offset;
 
 /// An instant with the way it is written (offset and fractional digits).
 #[derive(Clone, Copy)]
@@ -213,7 +207,7 @@ impl Timestamp {
         }
         let off_secs = match self.offset {
             Offset::Minutes(m) => i64::from(m) * 60,
-            Offset::Zulu | Offset::Naive => 0,
+            Offset::Zulu | Offset::Absent => 0,
         };
         let local = self.secs + off_secs;
         let days = local.div_euclid(86_400);
@@ -248,7 +242,7 @@ impl Timestamp {
                 buf[n] = b'Z';
                 n += 1;
             }
-            Offset::Naive => {}
+            Offset::Absent => {}
             Offset::Minutes(m) => {
                 buf[n] = if m < 0 { b'-' } else { b'+' };
                 let a = u64::from(m.unsigned_abs());
@@ -302,118 +296,14 @@ impl<'de> serde::Deserialize<'de> for Timestamp {
     }
 }
 
-fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = if y >= 0 { y } else { y - 399 } / 400;
-    let yoe = y - era * 400;
-    let mp = (i64::from(m) + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = if z >= 0 { z } else { z - 146_096 } / 146_097;
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (if m <= 2 { y + 1 } else { y }, m, d)
-}
-
-fn num(b: &[u8], start: usize, n: usize) -> Option<u32> {
-    let s = b.get(start..start + n)?;
-    s.iter().try_fold(0u32, |v, &c| {
-        c.is_ascii_digit().then(|| v * 10 + u32::from(c - b'0'))
-    })
-}
-
-fn days_in_month(y: u32, m: u32) -> u32 {
-    match m {
-        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
-        4 | 6 | 9 | 11 => 30,
-        _ if (y % 4 == 0 && y % 100 != 0) || y % 400 == 0 => 29,
-        _ => 28,
-    }
-}
-
+/// The shared RFC 3339 grammar (`engine_basics::time`), kept as it was written.
 fn parse(s: &str) -> Option<Timestamp> {
-    let b = s.as_bytes();
-    let (year, month, day) = (num(b, 0, 4)?, num(b, 5, 2)?, num(b, 8, 2)?);
-    let (hour, minute, second) = (num(b, 11, 2)?, num(b, 14, 2)?, num(b, 17, 2)?);
-    if b[4] != b'-'
-        || b[7] != b'-'
-        || !matches!(b[10], b'T' | b't' | b' ')
-        || b[13] != b':'
-        || b[16] != b':'
-    {
-        return None;
-    }
-    if !(1..=12).contains(&month)
-        || day == 0
-        || day > days_in_month(year, month)
-        || hour > 23
-        || minute > 59
-        || second > 60
-    {
-        return None;
-    }
-    let mut i = 19;
-    let (mut nanos, mut frac) = (0u32, 0u8);
-    if b.get(i) == Some(&b'.') {
-        i += 1;
-        let start = i;
-        while let Some(c) = b.get(i).filter(|c| c.is_ascii_digit()) {
-            if i - start < 9 {
-                nanos = nanos * 10 + u32::from(c - b'0');
-                frac += 1;
-            }
-            i += 1;
-        }
-        if i == start {
-            return None;
-        }
-        nanos *= 10u32.pow(9 - u32::from(frac));
-    }
-    let offset = match b.get(i) {
-        None => Offset::Naive,
-        Some(b'Z' | b'z') => {
-            i += 1;
-            Offset::Zulu
-        }
-        Some(sign @ (b'+' | b'-')) => {
-            let oh = num(b, i + 1, 2)?;
-            let colon = usize::from(b.get(i + 3) == Some(&b':'));
-            let om = num(b, i + 3 + colon, 2)?;
-            if oh > 23 || om > 59 {
-                return None;
-            }
-            i += 5 + colon;
-            let v = (oh * 60 + om) as i16;
-            Offset::Minutes(if *sign == b'-' { -v } else { v })
-        }
-        Some(_) => return None,
-    };
-    if i != b.len() {
-        return None;
-    }
-    let off_secs = match offset {
-        Offset::Minutes(m) => i64::from(m) * 60,
-        Offset::Zulu | Offset::Naive => 0,
-    };
-    let days = days_from_civil(i64::from(year), month, day);
-    let secs =
-        days * 86_400 + i64::from(hour) * 3600 + i64::from(minute) * 60 + i64::from(second.min(59))
-            - off_secs;
+    let d = engine_basics::time::parse_rfc3339(s)?;
     Some(Timestamp {
-        secs,
-        nanos,
-        offset,
-        frac,
+        secs: d.unix_secs,
+        nanos: d.nanos,
+        offset: d.offset,
+        frac: d.frac_digits,
     })
 }
 

@@ -9,11 +9,13 @@
 //! milliseconds and `Z` (`2026-03-04T05:06:07.089Z`); decoding also accepts no or more
 //! fractional digits and numeric offsets (`+08:00`).
 //!
-//! Implementation note: the civil-date arithmetic is the well-known days-from-civil algorithm
-//! (H. Hinnant); it is a few lines, proptested below, and keeps this crate free of a date crate.
+//! The civil-date arithmetic and the RFC 3339 grammar are `engine_basics::time`'s, shared with
+//! AIP's timestamps.
 
 use core::fmt;
 use core::time::Duration;
+
+use engine_basics::time::civil_from_days;
 
 /// Milliseconds since the Unix epoch (UTC). Totally ordered, cheap to copy.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -152,135 +154,19 @@ impl core::str::FromStr for Timestamp {
     }
 }
 
-fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = if y >= 0 { y } else { y - 399 } / 400;
-    let yoe = y - era * 400;
-    let mp = (m as i64 + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d as i64 - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = if z >= 0 { z } else { z - 146_096 } / 146_097;
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (if m <= 2 { y + 1 } else { y }, m, d)
-}
-
-fn digits(b: &[u8], start: usize, n: usize) -> Option<u32> {
-    let s = b.get(start..start + n)?;
-    let mut v = 0u32;
-    for &c in s {
-        if !c.is_ascii_digit() {
-            return None;
-        }
-        v = v * 10 + u32::from(c - b'0');
-    }
-    Some(v)
-}
-
+/// The shared RFC 3339 grammar (`engine_basics::time`), read as AWCP requires: an offset
+/// must be written (`Z` or `±HH:MM`), the instant is not before 1970, and digits past the
+/// milliseconds are dropped. Whitespace around the text is ignored.
 fn parse(s: &str) -> Option<Timestamp> {
-    let b = s.trim().as_bytes();
-    let year = digits(b, 0, 4)?;
-    if b.get(4) != Some(&b'-') || b.get(7) != Some(&b'-') {
+    let d = engine_basics::time::parse_rfc3339(s.trim())?;
+    if d.offset == engine_basics::time::UtcOffset::Absent {
         return None;
     }
-    let month = digits(b, 5, 2)?;
-    let day = digits(b, 8, 2)?;
-    if !matches!(b.get(10), Some(b'T' | b't' | b' ')) {
-        return None;
-    }
-    let hour = digits(b, 11, 2)?;
-    if b.get(13) != Some(&b':') {
-        return None;
-    }
-    let minute = digits(b, 14, 2)?;
-    if b.get(16) != Some(&b':') {
-        return None;
-    }
-    let second = digits(b, 17, 2)?;
-    if !(1..=12).contains(&month)
-        || day == 0
-        || day > days_in_month(year, month)
-        || hour > 23
-        || minute > 59
-        || second > 60
-    {
-        return None;
-    }
-    let mut i = 19;
-    let mut millis = 0u64;
-    if b.get(i) == Some(&b'.') {
-        i += 1;
-        let start = i;
-        while b.get(i).is_some_and(u8::is_ascii_digit) {
-            if i - start < 3 {
-                millis = millis * 10 + u64::from(b[i] - b'0');
-            }
-            i += 1;
-        }
-        let n = i - start;
-        if n == 0 {
-            return None;
-        }
-        for _ in n..3 {
-            millis *= 10;
-        }
-    }
-    let offset_secs: i64 = match b.get(i) {
-        Some(b'Z' | b'z') => {
-            i += 1;
-            0
-        }
-        Some(sign @ (b'+' | b'-')) => {
-            let oh = digits(b, i + 1, 2)?;
-            if b.get(i + 3) != Some(&b':') {
-                return None;
-            }
-            let om = digits(b, i + 4, 2)?;
-            if oh > 23 || om > 59 {
-                return None;
-            }
-            i += 6;
-            let v = i64::from(oh * 3600 + om * 60);
-            if *sign == b'-' {
-                -v
-            } else {
-                v
-            }
-        }
-        _ => return None,
-    };
-    if i != b.len() {
-        return None;
-    }
-    let days = days_from_civil(i64::from(year), month, day);
-    let secs =
-        days * 86_400 + i64::from(hour) * 3600 + i64::from(minute) * 60 + i64::from(second.min(59))
-            - offset_secs;
-    if secs < 0 {
-        return None;
-    }
+    let secs = u64::try_from(d.unix_secs).ok()?;
     Some(Timestamp(
-        (secs as u64).checked_mul(1000)?.checked_add(millis)?,
+        secs.checked_mul(1000)?
+            .checked_add(u64::from(d.nanos / 1_000_000))?,
     ))
-}
-
-fn days_in_month(y: u32, m: u32) -> u32 {
-    match m {
-        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
-        4 | 6 | 9 | 11 => 30,
-        _ if (y % 4 == 0 && y % 100 != 0) || y % 400 == 0 => 29,
-        _ => 28,
-    }
 }
 
 #[cfg(test)]

@@ -7,9 +7,11 @@
 //!   from a program (a delegator, a leader) from one a web page made the browser send: a
 //!   cross-site request (`Origin`, a body that is not JSON) or a DNS-rebinding one (a `Host`
 //!   the server is not reached by). Each protocol turns a refusal into its own error body.
+//! - [`time`]: the civil-date arithmetic and the RFC 3339 grammar both engines' timestamp
+//!   types are built on.
 //!
-//! Timestamps, timers, ids and the SSE codec are still each engine's own (issue 46 moves them
-//! here next).
+//! Timers, ids and the SSE codec are still each engine's own (issue 46 moves them here next).
 
 pub mod guard;
 pub mod origin;
+pub mod time;
