@@ -137,6 +137,7 @@ impl Delegator {
             not_shipped: d.not_shipped.clone(),
             not_shipped_count: d.not_shipped_count,
             last_progress: d.last_progress.clone(),
+            awaiting_snapshot: d.phase.awaiting().cloned(),
         })
     }
 

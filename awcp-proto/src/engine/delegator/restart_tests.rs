@@ -195,3 +195,64 @@ fn a_restart_while_storing_fetches_the_result_again_before_any_ack() {
     );
     assert!(!out.iter().any(is_ack));
 }
+
+/// Issue 47, item 9: the process stopped while the result was being stored, so the record
+/// says `completed` with the snapshot `in_flight`. Restored, the delegation is running (the
+/// result is fetched again), never `completed` with nothing applied; it is completed once the
+/// result is stored, applied and the transport released.
+#[test]
+fn a_restart_while_storing_is_running_until_the_result_is_applied() {
+    let mut d = done_with_snapshot();
+    drain(&mut d);
+    let rec = d.record(&id()).unwrap();
+    assert_eq!(rec.state, DelegationState::Completed);
+    assert!(
+        rec.snapshots
+            .iter()
+            .all(|s| s.status == super::record::StatusEntry::InFlight),
+        "{rec:?}"
+    );
+    let mut d2 = Delegator::new(DelegatorConfig::default());
+    d2.restore(t(10), &[rec], &Default::default());
+    drain(&mut d2);
+    let v = d2.get(&id()).unwrap();
+    assert_eq!(v.state, DelegationState::Completed);
+    assert_eq!(v.awaiting_snapshot, Some(sid("snap_a")));
+    assert_eq!(v.outcome(), Outcome::Running, "being fetched again: {v:?}");
+
+    let DelegatorInput::TaskEvent { event } = snapshot("snap_a") else {
+        unreachable!()
+    };
+    let TaskEventKind::Snapshot(snap) = event.kind else {
+        unreachable!()
+    };
+    let fetched = DelegatorInput::ResultFetched {
+        id: id(),
+        result: Ok(FetchedResult::Completed {
+            outcome: TaskOutcome::default(),
+            snapshot: Some(Box::new(snap)),
+        }),
+    };
+    d2.handle(t(11), fetched).unwrap();
+    drain(&mut d2);
+    let v = d2.get(&id()).unwrap();
+    assert_eq!(v.awaiting_snapshot, None);
+    assert_eq!(v.outcome(), Outcome::Running, "being stored: {v:?}");
+    d2.handle(t(12), stored("snap_a", Ok(()))).unwrap();
+    drain(&mut d2);
+    assert_eq!(d2.get(&id()).unwrap().outcome(), Outcome::Running);
+    d2.handle(t(13), applied("snap_a", Ok(()))).unwrap();
+    d2.handle(
+        t(14),
+        DelegatorInput::TransportReleased {
+            id: id(),
+            warnings: vec![],
+        },
+    )
+    .unwrap();
+    drain(&mut d2);
+    let v = d2.get(&id()).unwrap();
+    assert!(v.ended, "{v:?}");
+    assert_eq!(v.outcome(), Outcome::Completed);
+    assert_eq!(status_of(&d2, "snap_a").status, SnapshotStatus::Applied);
+}

@@ -99,6 +99,10 @@ pub struct DelegationView {
     pub not_shipped_count: u64,
     /// The executor's latest progress message (at most 1 KiB), if it sent one.
     pub last_progress: Option<String>,
+    /// The snapshot the executor announced in `done` that has not arrived yet: the engine is
+    /// fetching it (also after a restart interrupted its storing). It is not in
+    /// [`Self::snapshots`] until it arrives.
+    pub awaiting_snapshot: Option<SnapshotId>,
 }
 
 /// How a delegation turned out, for the application: what a CLI's exit code, an MCP tool's
@@ -149,8 +153,9 @@ impl Outcome {
 
 impl DelegationView {
     /// How the delegation turned out (see [`Outcome`]). A completed delegation whose result
-    /// the engine is still storing or applying (`auto` mode, not [`DelegationView::ended`])
-    /// is [`Outcome::Running`]: reading it as "stored but not applied" would be a race.
+    /// the engine is still fetching ([`DelegationView::awaiting_snapshot`]), storing or
+    /// applying (not [`DelegationView::ended`]) is [`Outcome::Running`]: reading it as
+    /// completed, staged or "stored but not applied" would be a race.
     pub fn outcome(&self) -> Outcome {
         match (self.state, &self.error) {
             (DelegationState::Completed, _) => {}
@@ -196,6 +201,10 @@ impl DelegationView {
                 reason: e.clone(),
             };
         }
+        // The result is still on its way (being fetched, e.g. after a restart): not over yet.
+        if self.awaiting_snapshot.is_some() {
+            return Outcome::Running;
+        }
         let auto = self.request.snapshot_mode == SnapshotMode::Auto;
         let mut staged = false;
         for snap in &self.snapshots {
@@ -209,8 +218,11 @@ impl DelegationView {
                         reason: e.clone(),
                     }
                 }
-                // The engine is still storing or applying it: not over yet.
-                None if auto && !self.ended => return Outcome::Running,
+                // The engine is still storing or applying it: not over yet (in `staged` mode
+                // too: a snapshot being stored cannot be applied yet).
+                None if (auto || snap.status == SnapshotStatus::InFlight) && !self.ended => {
+                    return Outcome::Running
+                }
                 None if auto => {
                     return Outcome::NotApplied {
                         snapshot: Some(snap.id.clone()),
@@ -255,6 +267,7 @@ mod tests {
             not_shipped: Vec::new(),
             not_shipped_count: 0,
             last_progress: None,
+            awaiting_snapshot: None,
         }
     }
 
@@ -342,6 +355,20 @@ mod tests {
                 matches!(v.outcome(), Outcome::NotApplied { .. }),
                 "{status:?}, ended: not applied"
             );
+        }
+    }
+
+    #[test]
+    fn a_result_still_being_fetched_or_stored_is_running_in_every_mode() {
+        for mode in [SnapshotMode::Auto, SnapshotMode::Staged] {
+            let mut v = view(DelegationState::Completed, None);
+            v.request.snapshot_mode = mode;
+            v.ended = false;
+            v.awaiting_snapshot = Some(sid("snap_a"));
+            assert_eq!(v.outcome(), Outcome::Running, "{mode:?}: being fetched");
+            v.awaiting_snapshot = None;
+            v.snapshots = vec![snapshot(SnapshotStatus::InFlight, None)];
+            assert_eq!(v.outcome(), Outcome::Running, "{mode:?}: being stored");
         }
     }
 }
