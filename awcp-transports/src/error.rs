@@ -172,6 +172,10 @@ impl TransportError {
                 "A local file operation failed (see the message): check permissions and free \
                  disk space, then retry."
             }
+            TransportError::WorkspaceInvalid(_) => {
+                "The message says what cannot be lent: fix it, list the entry in .awcpignore \
+                 (it is then not shipped), or lend another directory."
+            }
             TransportError::WorkDirNotEmpty => {
                 "The executor's work directory for this delegation already exists and is not \
                  empty: check the executor's work root."

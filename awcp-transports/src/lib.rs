@@ -34,6 +34,7 @@ pub mod snapshot;
 pub mod sshfs;
 pub mod traits;
 pub mod walk;
+mod walk_error;
 
 pub use archive::transport::{ArchiveDelegatorConfig, ArchiveExecutorConfig};
 pub use archive::{

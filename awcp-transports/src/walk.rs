@@ -154,6 +154,13 @@ pub fn walk(
             TransportError::io("resolving workspace root", e)
         }
     })?;
+    if root.parent().is_none() {
+        return Err(TransportError::WorkspaceInvalid(
+            "`/` is the filesystem root, not a project directory: lend the directory of the \
+             project instead"
+                .into(),
+        ));
+    }
     let md = fs::metadata(&root).map_err(|e| TransportError::io("reading workspace root", e))?;
     if !md.is_dir() {
         return Err(TransportError::WorkspaceInvalid(format!(
@@ -211,7 +218,7 @@ pub fn walk(
             Err(e) => {
                 return fail(TransportError::WorkspaceInvalid(format!(
                     "cannot read part of the workspace: {}",
-                    strip_root(&e.to_string(), &root)
+                    crate::walk_error::describe(&e, &root)
                 )))
             }
         };
@@ -409,11 +416,6 @@ fn rel_name(root: &Path, path: &Path) -> Option<String> {
         s.push_str(c.as_os_str().to_str()?);
     }
     Some(s)
-}
-
-fn strip_root(msg: &str, root: &Path) -> String {
-    let r = root.to_string_lossy();
-    msg.replace(&*r, "<workspace>")
 }
 
 /// The last component of a path, for messages that must not reveal the full path.

@@ -11,7 +11,13 @@
 //! their result (a stale record would abandon them); no record file is ever moved aside
 //! as unreadable; no staging directory is left beside the workspace. The run fails unless some
 //! kills landed before the delegation ended (the daemon resumed it after the restart).
+//!
+//! And one restart made deterministic (issue 47, item 9): the daemon stopped while it was
+//! storing a delegation's result, so its journal says `completed` with the snapshot
+//! `in_flight`; restarted, it must report the delegation running while it fetches the result
+//! again, never `completed`.
 
+use std::io::{Read, Write};
 use std::path::Path;
 use std::time::Duration;
 
@@ -176,4 +182,107 @@ fn sigkill_at_any_moment_then_restart_keeps_every_record_readable_and_every_dele
         applied >= 2,
         "only {applied} of {resumed} resumed delegations applied their result"
     );
+}
+
+/// The journal record of a delegation whose task completed and whose result was being stored
+/// (not yet stored) when the daemon stopped: what the daemon writes at that moment.
+fn record_while_storing(id: &str, peer: &str, workspace: &Path) -> serde_json::Value {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    serde_json::json!({
+        "version": 1, "id": id, "peer": peer, "dialect": "reference",
+        "invite": {"version": "1", "type": "INVITE", "delegationId": id,
+            "task": {"description": "edit", "prompt": "edit"},
+            "lease": {"ttlSeconds": 3600, "accessMode": "rw"},
+            "environment": {"resources": [{"name": "workspace", "type": "fs", "mode": "rw"}]},
+            "requirements": {"transport": "archive"}},
+        "snapshotMode": "auto", "state": "completed",
+        "createdAt": now - 2000, "updatedAt": now - 1000, "expiresAt": now + 3_600_000,
+        "accessMode": "rw", "features": ["delta-snapshots", "archive-url"],
+        "executorWorkDir": "/srv/work", "startSent": true, "heardTerminal": true, "ended": false,
+        "stored": [],
+        "snapshots": [{"id": "snap_restart", "summary": "edited", "highlights": [],
+            "recommended": true, "metadata": {}, "status": {"status": "in_flight"},
+            "receivedAt": now - 1000, "appliedAt": null, "error": null, "checksum": null}],
+        "result": {"summary": "edited", "highlights": []}, "error": null,
+        "allowSensitive": false, "notShipped": [], "notShippedCount": 0, "resultError": null,
+        "warnings": [],
+        "sources": [{"name": "workspace", "path": workspace, "mode": "rw"}],
+    })
+}
+
+/// Issue 47, item 9: after a restart, a delegation whose result was still being stored is
+/// reported `running` (its result is being fetched again), not `completed`; once the fetch
+/// fails it ends as `not_applied`. The executor is a socket of this test that holds the
+/// daemon's `GET …/result` open until the record has been read, then answers 404.
+#[test]
+fn a_restart_while_the_result_was_being_stored_reports_running_not_completed() {
+    let base = tempfile::tempdir().unwrap();
+    let ws = base.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(ws.join("a.txt"), "A\n").unwrap();
+    let state = base.path().join("daemon");
+    let executor = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let peer = format!("http://{}/awcp", executor.local_addr().unwrap());
+    let id = "dlg_0123456789abcdef0123456789abcdef";
+    let journal = state.join("delegations");
+    std::fs::create_dir_all(&journal).unwrap();
+    std::fs::write(
+        journal.join(format!("{id}.json")),
+        record_while_storing(id, &peer, &ws).to_string(),
+    )
+    .unwrap();
+
+    // The executor: the first request (the result fetch) is held until `release` says, then
+    // every request is answered 404 (the executor no longer has the result).
+    let (fetching_tx, fetching) = std::sync::mpsc::channel();
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        let not_found = "HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\n\
+                         content-length: 2\r\nconnection: close\r\n\r\n{}";
+        for (n, conn) in executor.incoming().enumerate() {
+            let Ok(mut conn) = conn else { return };
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && conn.read(&mut byte).is_ok_and(|k| k == 1) {
+                head.push(byte[0]);
+            }
+            if n == 0 {
+                let _ = fetching_tx.send(String::from_utf8_lossy(&head).into_owned());
+                let _ = released.recv();
+            }
+            let _ = conn.write_all(not_found.as_bytes());
+        }
+    });
+
+    let (daemon, url) = bins::spawn_daemon(&state);
+    let _daemon = KillOnDrop(daemon);
+    let request = fetching
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the restarted daemon fetches the result again");
+    assert!(
+        request.starts_with(&format!("GET /awcp/tasks/{id}/result")),
+        "{request}"
+    );
+    // The fetch is held: the result is on its way.
+    let o = bins::awcp_on_daemon(&url, &state, &["--json", "status", id]);
+    let v: serde_json::Value =
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", bins::show(&o)));
+    assert_eq!(v["state"], "completed", "the task did complete: {v}");
+    assert_eq!(
+        v["outcome"]["status"], "running",
+        "the result is still being fetched: {v}"
+    );
+    assert_eq!(v["ended"], false, "{v}");
+
+    release.send(()).unwrap();
+    let o = bins::awcp_on_daemon(&url, &state, &["--json", "wait", id, "--timeout", "60"]);
+    let v: serde_json::Value =
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", bins::show(&o)));
+    assert_eq!(v["ended"], true, "{v}");
+    assert_eq!(v["outcome"]["status"], "not_applied", "{v}");
+    assert_eq!(o.status.code(), Some(4), "{}", bins::show(&o));
+    assert_eq!(std::fs::read_to_string(ws.join("a.txt")).unwrap(), "A\n");
 }
