@@ -3,6 +3,7 @@
 pub mod aip_agent;
 pub mod aip_group;
 pub mod diff_view;
+pub mod retry;
 mod term;
 
 use std::io::IsTerminal;

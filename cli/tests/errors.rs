@@ -452,3 +452,104 @@ fn the_prompt_comes_from_a_flag_a_file_or_stdin() {
         "{err}"
     );
 }
+
+/// Issue 47, item 9: lending `/` (through the daemon, its HTTP API with `source: "/"`, or
+/// in-process) is refused in plain words: the filesystem root is named as such, and the text
+/// is neither mangled (every `/` once became `<workspace>`) nor escaped JSON.
+#[test]
+fn lending_the_filesystem_root_is_refused_in_plain_words() {
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let dstate = dir.path().join("daemon-state");
+    let (_daemon, daemon_url) = announced(
+        env!("CARGO_BIN_EXE_awcp"),
+        &[
+            "--quiet",
+            "daemon",
+            "--listen",
+            "127.0.0.1:0",
+            "--state-dir",
+            dstate.to_str().unwrap(),
+        ],
+        "awcp daemon listening on ",
+    );
+    let token = std::fs::read_to_string(dstate.join("daemon.token"))
+        .unwrap()
+        .trim()
+        .to_owned();
+    let peer = format!("http://127.0.0.1:{}/awcp", closed_port());
+    let plain = |what: &str, text: &str| {
+        for word in [
+            "WORKSPACE_INVALID",
+            "`/` is the filesystem root",
+            "lend the directory of the project",
+        ] {
+            assert!(
+                text.contains(word),
+                "{what}: does not say {word:?}:\n{text}"
+            );
+        }
+        for bad in ["<workspace>", "\\\"", "{", "}", "proc/"] {
+            assert!(!text.contains(bad), "{what}: says {bad:?}:\n{text}");
+        }
+    };
+    let through_daemon = [
+        "--daemon-url",
+        &daemon_url,
+        "--daemon-token",
+        &token,
+        "delegate",
+        "/",
+        "--daemon",
+        "--peer",
+        &peer,
+        "--prompt",
+        "x",
+    ];
+    let o = awcp(&home, &through_daemon);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    plain(
+        "awcp delegate / --daemon",
+        &String::from_utf8_lossy(&o.stderr),
+    );
+    let o = awcp(&home, &["delegate", "/", "--peer", &peer, "--prompt", "x"]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    plain(
+        "awcp delegate / (in-process)",
+        &format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        ),
+    );
+
+    // The daemon's HTTP API: a JSON answer whose `error` is the same plain sentence.
+    let body = serde_json::json!({
+        "executorUrl": peer,
+        "environment": {"resources": [{"name": "root", "type": "fs", "source": "/"}]},
+        "task": {"description": "x", "prompt": "x"},
+    })
+    .to_string();
+    let hostport = daemon_url.trim_start_matches("http://");
+    let mut s = std::net::TcpStream::connect(hostport).unwrap();
+    write!(
+        s,
+        "POST /delegate HTTP/1.1\r\nHost: {hostport}\r\nAuthorization: Bearer {token}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    let json = &answer[answer.find('{').unwrap()..=answer.rfind('}').unwrap()];
+    let v: serde_json::Value = serde_json::from_str(json).unwrap();
+    assert_eq!(v["code"], "WORKSPACE_INVALID", "{v}");
+    let text = format!(
+        "{} {}",
+        v["code"].as_str().unwrap(),
+        v["error"].as_str().unwrap()
+    );
+    plain("POST /delegate {source: \"/\"}", &text);
+}

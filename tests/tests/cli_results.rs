@@ -4,156 +4,17 @@
 //! executor is acknowledged only once the result is stored locally, and the printed retry
 //! command works).
 
-use std::io::{Read, Write};
+mod cli_support;
+
 use std::path::Path;
-use std::process::{Child, Output};
 
 use awcp_tests::bins::{self, awcp, show};
 use serde_json::Value;
 
-/// The agent: `fail` fails the task; `conflict <path>` also edits `<path>` (a file of the
-/// delegator's workspace, as a user editing locally during the task would); otherwise it
-/// edits `a.txt` and adds `RESULT.txt`.
-const AGENT: &str = r#"#!/bin/sh
-case "$AWCP_PROMPT" in
-  fail*) echo "failing on purpose" >&2; exit 7 ;;
-  conflict\ *) set -- $AWCP_PROMPT; echo "edited locally" > "$2" ;;
-esac
-echo "agent was here" > RESULT.txt
-echo "A by the agent" > a.txt
-echo "done editing"
-"#;
-
-/// An `awcp-executor` process, killed when dropped.
-struct Executor {
-    child: Child,
-    url: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Executor {
-    fn start() -> Executor {
-        let dir = tempfile::tempdir().unwrap();
-        let agent = dir.path().join("agent.sh");
-        std::fs::write(&agent, AGENT).unwrap();
-        let (child, url) = bins::spawn_announcing(
-            &mut bins::executor_command(dir.path(), &format!("sh {}", agent.display())),
-            bins::EXECUTOR_ANNOUNCES,
-        );
-        Executor {
-            child,
-            url,
-            _dir: dir,
-        }
-    }
-
-    /// `GET /awcp/tasks/<id>/result`: the HTTP status and the `status` field.
-    fn result(&self, id: &str) -> (u16, String) {
-        let hostport = self
-            .url
-            .trim_start_matches("http://")
-            .trim_end_matches("/awcp");
-        let mut s = std::net::TcpStream::connect(hostport).unwrap();
-        write!(
-            s,
-            "GET /awcp/tasks/{id}/result HTTP/1.1\r\nHost: {hostport}\r\nConnection: close\r\n\r\n"
-        )
-        .unwrap();
-        let mut text = String::new();
-        s.read_to_string(&mut text).unwrap();
-        let status = text
-            .split(' ')
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .unwrap_or(0);
-        let body = text.split("\r\n\r\n").nth(1).unwrap_or("");
-        let field = body
-            .find('{')
-            .and_then(|i| serde_json::from_str::<Value>(&body[i..body.rfind('}')? + 1]).ok())
-            .and_then(|v| v["status"].as_str().map(str::to_owned))
-            .unwrap_or_default();
-        (status, field)
-    }
-}
-
-impl Drop for Executor {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn workspace() -> tempfile::TempDir {
-    let d = tempfile::tempdir().unwrap();
-    std::fs::write(d.path().join("a.txt"), "A\n").unwrap();
-    std::fs::write(d.path().join("b.txt"), "B\n").unwrap();
-    d
-}
-
-/// `awcp delegate DIR --peer PEER --prompt PROMPT --state-dir STATE --json`.
-fn delegate(dir: &Path, peer: &str, prompt: &str, state: &Path) -> Output {
-    delegate_with(dir, peer, prompt, state, &[])
-}
-
-/// [`delegate`] with further arguments.
-fn delegate_with(dir: &Path, peer: &str, prompt: &str, state: &Path, extra: &[&str]) -> Output {
-    let mut args = vec![
-        "--json",
-        "delegate",
-        dir.to_str().unwrap(),
-        "--peer",
-        peer,
-        "--prompt",
-        prompt,
-        "--state-dir",
-        state.to_str().unwrap(),
-    ];
-    args.extend_from_slice(extra);
-    awcp(&args)
-}
-
-fn record(o: &Output) -> Value {
-    let out = String::from_utf8_lossy(&o.stdout);
-    let line = out.lines().last().unwrap_or_else(|| panic!("{}", show(o)));
-    serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {}", show(o)))
-}
-
-/// A peer URL nobody listens on.
-fn dead_peer() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = l.local_addr().unwrap().port();
-    drop(l);
-    format!("http://127.0.0.1:{port}/awcp")
-}
-
-/// A delegation whose result conflicts with a local edit of `a.txt` made during the task:
-/// `awcp delegate` exits 4 with the result staged. Returns the executor, the state dir, the
-/// workspace and the CLI's output.
-fn conflicting_delegation() -> (Executor, tempfile::TempDir, tempfile::TempDir, Output) {
-    let ex = Executor::start();
-    let state = tempfile::tempdir().unwrap();
-    let ws = workspace();
-    let a = ws.path().join("a.txt");
-    let o = delegate(
-        ws.path(),
-        &ex.url,
-        &format!("conflict {}", a.display()),
-        state.path(),
-    );
-    assert_eq!(o.status.code(), Some(4), "{}", show(&o));
-    (ex, state, ws, o)
-}
-
-/// The retry command `awcp delegate` printed (`awcp apply ID SID …`), as arguments after `awcp`.
-fn retry_command(o: &Output) -> Vec<String> {
-    let err = String::from_utf8_lossy(&o.stderr);
-    let line = err
-        .lines()
-        .map(str::trim)
-        .find(|l| l.starts_with("awcp apply "))
-        .unwrap_or_else(|| panic!("no retry command printed\n{}", show(o)));
-    line.split_whitespace().skip(1).map(str::to_owned).collect()
-}
+use cli_support::{
+    conflicting_delegation, dead_peer, delegate, delegate_with, record, retry_command, workspace,
+    Executor,
+};
 
 /// Exit codes: 0 applied, 2 usage error, 3 task failed, 5 peer unreachable (4, result not
 /// applied, has its own tests below).
@@ -592,6 +453,119 @@ fn a_relative_state_dir_gives_absolute_paths_and_a_world_writable_work_root_is_r
             String::from_utf8_lossy(&o.stderr).contains("writable by every user"),
             "{}",
             show(&o)
+        );
+    }
+}
+
+/// Issue 47, item 9: a result not applied through the daemon prints an `awcp apply` that works
+/// exactly as printed (run by `sh`, where the default state directory holds no token) however
+/// the client found the daemon's token: a token file, the daemon's state directory (by flag or
+/// `AWCP_STATE_DIR`), the environment. A token given on the command line is never printed; the
+/// command names the file to give instead.
+#[test]
+fn the_daemon_retry_command_works_as_printed_and_never_prints_the_token() {
+    use std::os::unix::fs::PermissionsExt;
+    let ex = Executor::start();
+    let state = tempfile::tempdir().unwrap();
+    let (daemon, url) = bins::spawn_daemon(state.path());
+    let _daemon = bins::KillOnDrop(daemon);
+    let token = bins::daemon_token(state.path());
+    let state_dir = state.path().to_str().unwrap();
+    // The client's own AWCP_HOME: its default state directory holds no daemon token.
+    let home = tempfile::tempdir().unwrap();
+    let token_file = home.path().join("daemon-token");
+    std::fs::write(&token_file, format!("{token}\n")).unwrap();
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let token_file = token_file.to_str().unwrap();
+    let path = format!(
+        "{}:{}",
+        bins::path("awcp").parent().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    // `program args…` with `env` (and no other AWCP variable but AWCP_HOME), `awcp` on PATH.
+    let run = |env: &[(&str, &str)], program: &str, args: &[&str]| {
+        let mut cmd = std::process::Command::new(program);
+        cmd.env("AWCP_HOME", home.path()).env("PATH", &path);
+        for k in [
+            "AWCP_STATE_DIR",
+            "AWCP_DAEMON_TOKEN",
+            "AWCP_DAEMON_TOKEN_FILE",
+            "AWCP_DAEMON",
+        ] {
+            cmd.env_remove(k);
+        }
+        cmd.envs(env.iter().copied()).args(args).output().unwrap()
+    };
+    // How the client is given the token: its flags, its environment.
+    type Way<'a> = (&'a str, Vec<&'a str>, Vec<(&'a str, &'a str)>);
+    let ways: [Way; 5] = [
+        (
+            "a token file",
+            vec!["--daemon-token-file", token_file],
+            vec![],
+        ),
+        (
+            "the state directory",
+            vec!["--state-dir", state_dir],
+            vec![],
+        ),
+        (
+            "AWCP_STATE_DIR",
+            vec![],
+            vec![("AWCP_STATE_DIR", state_dir)],
+        ),
+        (
+            "AWCP_DAEMON_TOKEN",
+            vec![],
+            vec![("AWCP_DAEMON_TOKEN", &token)],
+        ),
+        ("the command line", vec!["--daemon-token", &token], vec![]),
+    ];
+    for (how, token_args, env) in ways {
+        let ws = workspace();
+        let a = ws.path().join("a.txt");
+        let prompt = format!("conflict {}", a.display());
+        let mut args = vec!["--quiet", "--json", "--daemon-url", &url];
+        args.extend(&token_args);
+        args.extend([
+            "delegate",
+            ws.path().to_str().unwrap(),
+            "--daemon",
+            "--peer",
+            &ex.url,
+            "--prompt",
+            &prompt,
+        ]);
+        let o = run(&env, "awcp", &args);
+        assert_eq!(o.status.code(), Some(4), "{how}: {}", show(&o));
+        assert!(
+            !show(&o).contains(&token),
+            "{how}: the token was printed: {}",
+            show(&o)
+        );
+        let err = String::from_utf8_lossy(&o.stderr);
+        let mut line = err
+            .lines()
+            .map(str::trim)
+            .find(|l| l.contains("awcp apply "))
+            .unwrap_or_else(|| panic!("{how}: no retry command: {err}"))
+            .to_owned();
+        assert!(line.contains(&url), "{how}: {line}");
+        if how == "the command line" {
+            assert!(
+                line.contains("TOKEN_FILE") && err.contains("AWCP_DAEMON_TOKEN"),
+                "{how}: says where the token goes: {err}"
+            );
+            line = line.replace("TOKEN_FILE", token_file);
+        }
+        // Undo the local edit, then run the command as printed.
+        std::fs::write(&a, "A\n").unwrap();
+        let o2 = run(&env, "sh", &["-c", &line]);
+        assert_eq!(o2.status.code(), Some(0), "{how}: {line}\n{}", show(&o2));
+        assert_eq!(
+            std::fs::read_to_string(&a).unwrap(),
+            "A by the agent\n",
+            "{how}"
         );
     }
 }

@@ -25,6 +25,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use awcp_aip_cli::retry::{DaemonTokenSource, RetryTarget};
 use awcp_aip_cli::{exit, ClientTlsArgs, RuntimeChoice, ServerArgs};
 use awcp_driver::delegator::daemon::{api, DaemonAccess, DaemonApi, DaemonClient};
 use awcp_driver::{DelegateParams, DelegatorHandle, DelegatorOptions, Driver};
@@ -413,21 +414,9 @@ fn fail_delegator(e: awcp_driver::DelegatorError) -> ! {
     fail_with(code, e)
 }
 
-/// Quotes `s` for a shell if it needs it.
-fn sh(s: &str) -> String {
-    if !s.is_empty()
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "/._-:=@%+,".contains(c))
-    {
-        s.to_owned()
-    } else {
-        format!("'{}'", s.replace('\'', "'\\''"))
-    }
-}
-
 /// Tells the user (on stderr) how a delegation that did not fully succeed turned out and what
-/// to do; `retry` is what selects the same delegator (`--state-dir DIR` or `--daemon-url URL`).
-fn explain(v: &api::Record, retry: &str) {
+/// to do; `retry` is what a printed command needs to reach the same delegator.
+fn explain(v: &api::Record, retry: &RetryTarget) {
     let o = &v.outcome;
     let id = &v.id;
     let code = |e: Option<&awcp_proto::ErrorInfo>| {
@@ -450,9 +439,16 @@ fn explain(v: &api::Record, retry: &str) {
             );
             hint(err);
             match &o.snapshot_id {
-                Some(sid) => eprintln!(
-                    "Nothing of it was written. The snapshot is kept. Fix the cause, then apply it:\n    awcp apply {id} {sid} {retry}\nor discard it:\n    awcp discard {id} {sid} {retry}"
-                ),
+                Some(sid) => {
+                    eprintln!(
+                        "Nothing of it was written. The snapshot is kept. Fix the cause, then apply it:\n    {}\nor discard it:\n    {}",
+                        retry.command(&format!("apply {id} {sid}")),
+                        retry.command(&format!("discard {id} {sid}"))
+                    );
+                    if let Some(note) = &retry.note {
+                        eprintln!("{note}");
+                    }
+                }
                 None => eprintln!(
                     "Nothing of it was written, and the executor was not acknowledged: it keeps the result until its retention ends ({}/tasks/{id}/result).",
                     v.executor_url.trim_end_matches('/')
@@ -584,6 +580,16 @@ fn main() {
         return;
     }
     awcp_aip_cli::init_logging(cli.quiet || cli.json, cli.log_format);
+    // Where the daemon token comes from (a token in no file is resolved against the state
+    // directory in `run`), for the commands printed later; never the token itself.
+    let token_source = match (&cli.daemon_token_file, &cli.daemon_token) {
+        (Some(file), _) => DaemonTokenSource::File(file.clone()),
+        (None, Some(t)) if std::env::var("AWCP_DAEMON_TOKEN").is_ok_and(|e| e == *t) => {
+            DaemonTokenSource::Environment
+        }
+        (None, Some(_)) => DaemonTokenSource::CommandLine,
+        (None, None) => DaemonTokenSource::None,
+    };
     cli.daemon_token = awcp_aip_cli::token_or_file(
         cli.daemon_token.take(),
         cli.daemon_token_file.as_deref(),
@@ -595,14 +601,39 @@ fn main() {
     {
         *token = awcp_aip_cli::token_or_file(token.take(), token_file.as_deref(), "--token-file");
     }
-    awcp_aip_cli::run_on!(cli.runtime, run(cli));
+    awcp_aip_cli::run_on!(cli.runtime, run(cli, token_source));
 }
 
-async fn run<R: Driver>(cli: Cli) {
+async fn run<R: Driver>(cli: Cli, token_source: DaemonTokenSource) {
     let state_dir = cli
         .state_dir
         .clone()
         .unwrap_or_else(|| awcp_aip_cli::default_state_dir("delegator"));
+    // What a printed `awcp apply …` needs to reach the daemon with the same token: a token
+    // read from the state directory (or given, but also in it) is found in its file there.
+    let state_dir_token = awcp_driver::security::read_daemon_token(&state_dir);
+    let in_state_dir = match token_source {
+        DaemonTokenSource::None => state_dir_token.is_some(),
+        DaemonTokenSource::CommandLine => {
+            state_dir_token.is_some() && state_dir_token == cli.daemon_token
+        }
+        DaemonTokenSource::File(_)
+        | DaemonTokenSource::Environment
+        | DaemonTokenSource::StateDir { .. } => false,
+    };
+    let token_source = if in_state_dir {
+        DaemonTokenSource::StateDir {
+            dir: state_dir.clone(),
+            default: cli.state_dir.is_none(),
+        }
+    } else {
+        token_source
+    };
+    let daemon_retry = RetryTarget::daemon(
+        &cli.daemon_url,
+        &token_source,
+        std::env::var_os("AWCP_STATE_DIR").is_some_and(|v| !v.is_empty()),
+    );
     let client_tls = cli.client.client_tls().unwrap_or_else(|e| fail(e));
     let client = DaemonClient::new(R::default(), cli.daemon_url.clone())
         .with_tls(client_tls.clone())
@@ -703,7 +734,7 @@ async fn run<R: Driver>(cli: Cli) {
                 .await
                 .unwrap_or_else(|e| fail_daemon(e));
                 print_value(cli.json, &v, human_record);
-                explain(&v, &format!("--daemon-url {}", sh(&cli.daemon_url)));
+                explain(&v, &daemon_retry);
                 exit_for(&v);
                 return;
             }
@@ -881,7 +912,7 @@ async fn run<R: Driver>(cli: Cli) {
             .await
             .unwrap_or_else(|e| fail_daemon(e));
             print_value(cli.json, &v, human_record);
-            explain(&v, &format!("--daemon-url {}", sh(&cli.daemon_url)));
+            explain(&v, &daemon_retry);
             exit_for(&v);
         }
         Cmd::Cancel { id } => {
@@ -1090,10 +1121,7 @@ async fn run_delegate<R: Driver>(
     } else {
         print!("{}", awcp_aip_cli::describe(&view));
     }
-    explain(
-        &v,
-        &format!("--state-dir {}", sh(&state_dir.to_string_lossy())),
-    );
+    explain(&v, &RetryTarget::state_dir(state_dir));
     exit_for(&v);
 }
 
