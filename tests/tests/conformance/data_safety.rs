@@ -368,9 +368,27 @@ impl Gate {
         Gate { path }
     }
 
-    /// Lets the blocked agent continue (blocks until it reads the FIFO).
+    /// Lets the blocked agent continue: opens the FIFO for writing once the agent has it open
+    /// for reading. Panics (instead of hanging the test) if no agent opens it within a minute.
     fn open(&self) {
-        drop(std::fs::OpenOptions::new().write(true).open(&self.path));
+        use std::os::unix::fs::OpenOptionsExt;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            // Without a reader, a non-blocking open for writing fails (ENXIO) at once.
+            let opened = std::fs::OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(&self.path);
+            if opened.is_ok() {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the agent never opened its gate {}",
+                self.path.display()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
     }
 }
 
