@@ -489,6 +489,7 @@ pub fn describe(v: &DelegationView) -> String {
             snap.id,
             snap.status.as_str()
         ));
+        s.push_str(&left_out_lines(&snap.left_out));
     }
     let not_shipped: Vec<(String, String)> = v
         .not_shipped
@@ -497,6 +498,35 @@ pub fn describe(v: &DelegationView) -> String {
         .collect();
     s.push_str(&not_shipped_lines(&not_shipped, v.not_shipped_count));
     s
+}
+
+/// `not written from the result (2): repo/.git/hooks/x (refused), …` lines for what an
+/// applied result held that its apply left out (empty when it wrote everything).
+pub fn left_out_lines(entries: &[String]) -> String {
+    if entries.is_empty() {
+        return String::new();
+    }
+    let mut s = format!("not written from the result ({}):\n", entries.len());
+    for e in entries {
+        s.push_str(&format!("  {e}\n"));
+    }
+    s
+}
+
+#[cfg(test)]
+mod left_out_tests {
+    #[test]
+    fn left_out_entries_are_listed() {
+        assert_eq!(super::left_out_lines(&[]), "");
+        let lines = super::left_out_lines(&[
+            "ws/.git/hooks/post-checkout (refused)".into(),
+            "ws/link (dropped)".into(),
+        ]);
+        assert_eq!(
+            lines,
+            "not written from the result (2):\n  ws/.git/hooks/post-checkout (refused)\n  ws/link (dropped)\n"
+        );
+    }
 }
 
 /// `not shipped (3): a (symlink), build/ (ignored), …` lines for what a delegation left out

@@ -108,10 +108,24 @@ pub struct ApplyReport {
     pub skipped_resources: Vec<String>,
     /// `resource/path` of entries refused (inside `.git/`, `node_modules/`, never shipped…).
     pub refused: Vec<String>,
+    /// Archive names of entries the extractor dropped instead of writing (symlinks inside the
+    /// archive, other entries under `.awcp/`).
+    pub dropped: Vec<String>,
     /// `resource/path` of local edits the snapshot would overwrite or delete (filled by a
     /// preview, [`super::preview_snapshot`]; an apply refuses them with
     /// [`TransportError::Conflict`] instead, unless told to overwrite).
     pub conflicts: Vec<String>,
+}
+
+impl ApplyReport {
+    /// Everything in the result that was not written to the workspace, each as
+    /// `path (reason)`: refused entries, then dropped ones. What a user is told after an
+    /// apply, so a hostile or careless result cannot lose or plant files silently.
+    pub fn left_out(&self) -> Vec<String> {
+        let refused = self.refused.iter().map(|p| format!("{p} (refused)"));
+        let dropped = self.dropped.iter().map(|p| format!("{p} (dropped)"));
+        refused.chain(dropped).collect()
+    }
 }
 
 /// The apply directory for a delegation next to a resource directory.
@@ -389,6 +403,7 @@ fn stage_and_commit(
         cancel,
     )?;
     let ex = opened.extract(&staged_root, &opts.limits, cancel)?;
+    report.dropped = ex.skipped.clone();
     report.kind = if ex.delta.is_some() {
         SnapshotKind::Delta
     } else {

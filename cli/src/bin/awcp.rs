@@ -1161,6 +1161,7 @@ fn human_record(v: &api::Record) -> String {
             _ => String::new(),
         };
         s.push_str(&format!("snapshot {}: {}{why}\n", x.id, x.status));
+        s.push_str(&awcp_aip_cli::left_out_lines(&x.left_out));
     }
     let not_shipped: Vec<(String, String)> = v
         .not_shipped

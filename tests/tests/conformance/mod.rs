@@ -128,6 +128,7 @@ macro_rules! conformance_suite {
             stalled_invites_do_not_hold_executor_slots,
             web_page_cannot_drive_a_local_executor,
             hostile_result_from_an_executor_is_refused,
+            entries_an_apply_leaves_out_are_reported_not_dropped_silently,
             unusable_events_are_reported_and_the_stream_reads_on,
             type_changes_apply_both_ways,
             type_change_over_local_edits_is_a_conflict_named_as_such,

@@ -701,8 +701,12 @@ pub async fn web_page_cannot_drive_a_local_executor<R: TestRuntime>() {
     assert_eq!((st.pending, st.active), (0, 0), "{st:?}");
 }
 
-/// An executor transport that sets up like the real one but returns a hostile result.
-struct HostileResult(ArchiveExecutor);
+/// An executor transport that sets up like the real one but returns a hostile result: the
+/// ZIP of the entries `.1` names for the work directory (`(name, symlink target)`).
+struct HostileResult(ArchiveExecutor, ResultEntries);
+
+/// The entries of a hostile result for a work directory: `(name, symlink target)`.
+type ResultEntries = fn(&Path) -> Vec<(String, Option<&'static str>)>;
 
 impl awcp_transports::ExecutorTransport for HostileResult {
     fn kind(&self) -> awcp_proto::TransportKind {
@@ -726,13 +730,15 @@ impl awcp_transports::ExecutorTransport for HostileResult {
         cancel: &CancelFlag,
     ) -> Result<awcp_transports::CapturedSnapshot, awcp_transports::TransportError> {
         let mut snap = self.0.capture(work_dir, kind, delivery, cancel)?;
-        let escape = work_dir.parent().unwrap().join("result-escaped.txt");
-        let zip = hostile_zip(&[
-            ("workspace/a.txt", EntryKind::File),
-            ("workspace/../../../result-escaped.txt", EntryKind::File),
-            (&escape.to_string_lossy(), EntryKind::File),
-            ("workspace/link", EntryKind::Symlink("/etc/passwd")),
-        ]);
+        let entries = (self.1)(work_dir);
+        let entries: Vec<(&str, EntryKind)> = entries
+            .iter()
+            .map(|(name, link)| {
+                let kind = link.map_or(EntryKind::File, EntryKind::Symlink);
+                (name.as_str(), kind)
+            })
+            .collect();
+        let zip = hostile_zip(&entries);
         let checksum = {
             use sha2::Digest;
             sha2::Sha256::digest(&zip)
@@ -769,7 +775,15 @@ pub async fn hostile_result_from_an_executor_is_refused<R: TestRuntime>() {
     };
     let opts = ExecutorOptions::new(
         engine,
-        Arc::new(HostileResult(ArchiveExecutor::default())),
+        Arc::new(HostileResult(ArchiveExecutor::default(), |work_dir| {
+            let escape = work_dir.parent().unwrap().join("result-escaped.txt");
+            vec![
+                ("workspace/a.txt".into(), None),
+                ("workspace/../../../result-escaped.txt".into(), None),
+                (escape.to_string_lossy().into_owned(), None),
+                ("workspace/link".into(), Some("/etc/passwd")),
+            ]
+        })),
         Arc::new(EditRunner),
     );
     let handle = ExecutorHandle::start(R::default(), opts);
@@ -812,6 +826,64 @@ pub async fn hostile_result_from_an_executor_is_refused<R: TestRuntime>() {
     ] {
         assert!(!p.exists(), "{} was written", p.display());
     }
+}
+
+/// Issue 47, item 2: what a result holds that its apply does not write (a git hook an executor
+/// planted, which would run at the user's next checkout; a symlink inside the archive) is left
+/// out, and the delegation says so (`SnapshotRecord::left_out`, kept in the journal, shown by
+/// the CLI and the daemon API, `cli::tests::left_out_entries_are_listed`): the rest of the
+/// result is applied.
+pub async fn entries_an_apply_leaves_out_are_reported_not_dropped_silently<R: TestRuntime>() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = ExecutorConfig {
+        work_root: dir.path().join("work").to_string_lossy().into_owned(),
+        ..ExecutorConfig::default()
+    };
+    let opts = ExecutorOptions::new(
+        engine,
+        Arc::new(HostileResult(ArchiveExecutor::default(), |_| {
+            vec![
+                ("workspace/a.txt".into(), None),
+                ("workspace/.git/hooks/post-checkout".into(), None),
+                ("workspace/inner-link".into(), Some("a.txt")),
+            ]
+        })),
+        Arc::new(EditRunner),
+    );
+    let handle = ExecutorHandle::start(R::default(), opts);
+    let (listener, addr) = bind();
+    R::default().spawn_executor_server(listener, handle);
+    let dg = start_delegator::<R>(false, |c| {
+        c.features.retain(|f| f != awcp_proto::feature::ARCHIVE_URL)
+    })
+    .await;
+    let parent = tempfile::tempdir().unwrap();
+    let ws = parent.path().join("ws");
+    std::fs::create_dir_all(ws.join(".git")).unwrap();
+    std::fs::write(ws.join("a.txt"), "A\n").unwrap();
+    std::fs::write(ws.join("gone.txt"), "G\n").unwrap();
+    let v = run_to_end::<R>(&dg.handle, params::<R>(&format!("http://{addr}/awcp"), &ws)).await;
+    use awcp_proto::engine::delegator::{Outcome, SnapshotStatus};
+    assert_eq!(v.outcome(), Outcome::Completed, "{v:?}");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("a.txt")).unwrap(),
+        "hostile\n"
+    );
+    assert!(
+        !ws.join(".git/hooks/post-checkout").exists(),
+        "the hook was planted"
+    );
+    assert!(!ws.join("inner-link").exists());
+    let snap = &v.snapshots[0];
+    assert_eq!(snap.status, SnapshotStatus::Applied, "{v:?}");
+    assert_eq!(
+        snap.left_out,
+        [
+            "workspace/.git/hooks/post-checkout (refused)",
+            "workspace/inner-link (dropped)"
+        ],
+        "{v:?}"
+    );
 }
 
 /// A runner that reports `.0` progress messages of about 1 KiB each, then edits `a.txt`.

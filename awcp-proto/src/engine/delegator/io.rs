@@ -233,6 +233,10 @@ pub enum DelegatorInput {
         snapshot_id: SnapshotId,
         /// Failure leaves the workspace untouched (the snapshot stays stored and pending).
         result: Result<(), ErrorInfo>,
+        /// On success, what of the result the apply did not write, each as `path (reason)`
+        /// (entries refused or dropped as hostile or never shipped): kept on the snapshot's
+        /// record and shown to the user, so nothing in a result is left out silently.
+        left_out: Vec<String>,
     },
     /// [`DelegatorOutput::StoreSnapshot`] finished.
     SnapshotStored {

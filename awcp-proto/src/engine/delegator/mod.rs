@@ -195,7 +195,8 @@ impl Delegator {
                 id,
                 snapshot_id,
                 result,
-            } => self.on_applied(now, &id, &snapshot_id, result),
+                left_out,
+            } => self.on_applied(now, &id, &snapshot_id, result, left_out),
             DelegatorInput::SnapshotStored {
                 id,
                 snapshot_id,

@@ -253,6 +253,9 @@ pub struct SnapshotEntry {
     /// it was recorded: the driver then reads it from the store, where they kept it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checksum: Option<String>,
+    /// What of the result its apply did not write (`path (reason)`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub left_out: Vec<String>,
 }
 
 /// A snapshot's status in a record: `{"status": "pending"}`, `{"status": "failed", "error": …}`.

@@ -66,6 +66,7 @@ impl Delegator {
                     applied_at: r.applied_at.map(Timestamp::as_unix_millis),
                     error: r.error.clone(),
                     checksum: r.checksum.clone(),
+                    left_out: r.left_out.clone(),
                 })
                 .collect(),
             result: d.result.as_ref().map(|o| OutcomeEntry {
@@ -157,6 +158,7 @@ impl Delegator {
                 applied_at: ms(s.applied_at),
                 error: s.error.clone(),
                 checksum: s.checksum.clone(),
+                left_out: s.left_out.clone(),
             });
         }
         let mut stored = r.stored.clone();

@@ -167,6 +167,7 @@ impl Delegator {
             applied_at: None,
             error: None,
             checksum: snap.checksum.clone(),
+            left_out: Vec::new(),
         });
         d.updated_at = now;
         let sid = snap.snapshot_id.clone();
@@ -273,6 +274,7 @@ impl Delegator {
         id: &DelegationId,
         sid: &SnapshotId,
         result: Result<(), ErrorInfo>,
+        left_out: Vec<String>,
     ) -> Result<(), UsageError> {
         let Some(d) = self.in_flight(id, sid)? else {
             return Ok(());
@@ -285,6 +287,10 @@ impl Delegator {
             Ok(()) => {
                 rec.applied_at = Some(now);
                 rec.error = None;
+                if !left_out.is_empty() {
+                    tracing::warn!(delegation = %id, snapshot = %sid, "applied without {} entries of the result: {}", left_out.len(), left_out.join(", "));
+                }
+                rec.left_out = left_out;
                 // Applied: its stored bytes have served their purpose.
                 d.stored.retain(|s| s != sid);
                 SnapshotStatus::Applied

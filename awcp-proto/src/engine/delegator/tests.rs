@@ -84,6 +84,7 @@ pub(super) fn applied(s: &str, result: Result<(), ErrorInfo>) -> DelegatorInput 
         id: id(),
         snapshot_id: sid(s),
         result,
+        left_out: Vec::new(),
     }
 }
 

@@ -58,6 +58,9 @@ pub struct SnapshotRecord {
     /// The archive's SHA-256 as the executor announced it (hex): what its stored bytes are
     /// verified against when they are applied.
     pub checksum: Option<String>,
+    /// What of the result its apply did not write, each as `path (reason)` (entries refused
+    /// or dropped as hostile or never shipped; empty until applied).
+    pub left_out: Vec<String>,
 }
 
 /// A read-only view of one delegation.
@@ -283,6 +286,7 @@ mod tests {
             applied_at: None,
             error,
             checksum: None,
+            left_out: Vec::new(),
         }
     }
 

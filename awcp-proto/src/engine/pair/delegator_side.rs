@@ -106,6 +106,7 @@ impl Pair {
                         id,
                         snapshot_id,
                         result: Ok(()),
+                        left_out: Vec::new(),
                     });
             }
             DelegatorOutput::StoreSnapshot { id, snapshot } => {

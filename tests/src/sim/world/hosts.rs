@@ -257,6 +257,7 @@ impl World {
             } else {
                 Err(ErrorInfo::new(ErrorCode::SetupFailed, "sim: apply"))
             },
+            left_out: Vec::new(),
         });
     }
 

@@ -242,6 +242,10 @@ pub struct Snapshot {
     pub created_at: String,
     /// RFC 3339, once applied.
     pub applied_at: Option<String>,
+    /// What of the result its apply did not write, each as `path (reason)` (refused or
+    /// dropped entries; absent when none).
+    #[serde(deserialize_with = "nullable", skip_serializing_if = "Vec::is_empty")]
+    pub left_out: Vec<String>,
 }
 
 /// `GET /delegation/{id}/snapshots`.
@@ -430,6 +434,7 @@ impl Snapshot {
             metadata: s.metadata.clone(),
             created_at: s.received_at.to_rfc3339(),
             applied_at: s.applied_at.map(|t| t.to_rfc3339()),
+            left_out: s.left_out.clone(),
         }
     }
 }
