@@ -1,5 +1,5 @@
 //! Sans-IO basics shared by the AWCP and AIP engines (`awcp-proto`, `aip-proto`): no I/O, no
-//! clock, no threads, no dependencies.
+//! clock, no threads; pure code whose only dependencies are `memchr` and `thiserror`.
 //!
 //! - [`origin`]: URL origins (scheme, host, port), by which an engine decides where a
 //!   credential may be sent.
@@ -9,9 +9,14 @@
 //!   the server is not reached by). Each protocol turns a refusal into its own error body.
 //! - [`time`]: the civil-date arithmetic and the RFC 3339 grammar both engines' timestamp
 //!   types are built on.
+//! - [`sse`]: the server-sent events codec: the event encoder ([`sse::frame`],
+//!   [`sse::encode_data`]) and the incremental decoder ([`sse::SseDecoder`], bounded by event
+//!   size) both engines' streams use. `awcp_proto::sse` and `aip_proto::sse` re-export it and
+//!   add what only their protocol has.
 //!
-//! Timers, ids and the SSE codec are still each engine's own (issue 46 moves them here next).
+//! Timers and ids are still each engine's own (issue 46 moves them here next).
 
 pub mod guard;
 pub mod origin;
+pub mod sse;
 pub mod time;

@@ -3,7 +3,7 @@
 //! A reference executor sends its result inline: a `snapshot` event's `snapshotBase64` (or a
 //! seed executor's `done.resultBase64`) is the whole work directory as base64 on one `data:`
 //! line. [`SseDecoder`](super::SseDecoder) buffers that line, so a delegator would hold the
-//! archive several times over (and refuse one over its line limit). [`DivertingSseDecoder`]
+//! archive several times over (and refuse one over its event limit). [`DivertingSseDecoder`]
 //! reads the stream as it arrives instead: the archive text of each event is passed out in
 //! pieces ([`SsePiece::ArchiveText`]) for the caller to decode into a file, and the rest of the
 //! event's JSON, with that field `""`, comes at the end of the event ([`SsePiece::Event`]).
