@@ -74,8 +74,9 @@ pub fn now<R: agent_rt::Runtime>(rt: &R) -> Timestamp {
     Timestamp::from_unix_micros(us)
 }
 
-/// What an engine task wakes up for.
-enum Wake<C, I> {
+/// What an engine task wakes up for (turned into the drive loop's
+/// [`Wake`](aip_proto::drive::Wake) by each loop).
+enum Woke<C, I> {
     /// A command from a handle.
     Cmd(C),
     /// An input from the task's own I/O (an answer, a delivery outcome).
@@ -86,14 +87,15 @@ enum Wake<C, I> {
     Stop,
 }
 
-/// Waits for the next thing an engine task handles: its own I/O first, then commands, or
-/// the engine's next deadline (`None`: no timer).
+/// Step 4 of the drive loop ([`aip_proto::drive`]): waits for the next thing an engine task
+/// handles: its own I/O first, then commands, or the engine's next deadline (`None`: no
+/// timer).
 async fn next_wake<R: agent_rt::Runtime, C, I>(
     rt: &R,
     deadline: Option<Timestamp>,
     cmds: &mut futures::channel::mpsc::UnboundedReceiver<C>,
     internal: &mut futures::channel::mpsc::UnboundedReceiver<I>,
-) -> Wake<C, I> {
+) -> Woke<C, I> {
     use futures::{FutureExt, StreamExt};
     let mut sleep = match deadline {
         Some(at) => rt.sleep(at.saturating_duration_since(now(rt))),
@@ -101,9 +103,9 @@ async fn next_wake<R: agent_rt::Runtime, C, I>(
     }
     .fuse();
     futures::select_biased! {
-        i = internal.next() => i.map_or(Wake::Stop, Wake::Internal),
-        c = cmds.next() => c.map_or(Wake::Stop, Wake::Cmd),
-        _ = sleep => Wake::Timer,
+        i = internal.next() => i.map_or(Woke::Stop, Woke::Internal),
+        c = cmds.next() => c.map_or(Woke::Stop, Woke::Cmd),
+        _ = sleep => Woke::Timer,
     }
 }
 

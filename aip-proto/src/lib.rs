@@ -23,6 +23,12 @@
 //! between calls (if the wall clock does, the engine keeps its own latest time); an early
 //! `handle_timeout` does nothing. `next_timer()` also says why the next wake-up is due.
 //!
+//! Every engine of this crate (the partner, the leader, and group mode's leader and member) is
+//! an [`Engine`](drive::Engine) of the one drive loop both protocols share ([`drive`]): a
+//! driver feeds it one wake-up with [`drive::turn`], which drains every output through the
+//! driver's [`Host`](drive::Host) and returns the next deadline. The loops below are that
+//! loop written out by hand.
+//!
 //! A partner server's loop (the driver owns the sockets; [`http`] maps requests and outputs):
 //!
 //! ```no_run
@@ -78,6 +84,7 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod drive;
 pub mod engine;
 pub mod error;
 pub mod group;

@@ -1,6 +1,9 @@
 //! Sans-IO basics shared by the AWCP and AIP engines (`awcp-proto`, `aip-proto`): no I/O, no
-//! clock, no threads; pure code whose only dependencies are `memchr` and `thiserror`.
+//! clock, no threads; pure code whose only dependencies are `memchr`, `thiserror` and
+//! `tracing`.
 //!
+//! - [`drive`]: the canonical drive loop ([`drive::turn`]) every driver and simulation runs
+//!   its engine through: feed one wake-up, drain every output, ask for the next deadline.
 //! - [`origin`]: URL origins (scheme, host, port), by which an engine decides where a
 //!   credential may be sent.
 //! - [`guard`]: the rules by which a server that runs agents on this machine tells a request
@@ -16,7 +19,10 @@
 //!
 //! Timers and ids are still each engine's own (issue 46 moves them here next).
 
+pub mod drive;
 pub mod guard;
+pub mod ids;
 pub mod origin;
 pub mod sse;
 pub mod time;
+pub mod timers;

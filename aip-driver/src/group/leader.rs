@@ -3,10 +3,14 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use core::convert::Infallible;
+
 use agent_rt::{ClientTls, HttpClient, Runtime};
+use aip_proto::drive::Engine;
 use aip_proto::group::wire::ServerConfig;
 use aip_proto::group::{
-    Connection, GroupCommand, GroupLeader, LeaderConfig, LeaderEvent, LeaderOutput, MgmtKind,
+    Connection, GroupCommand, GroupLeader, LeaderConfig, LeaderEvent, LeaderOutput, LinkInput,
+    MgmtKind,
 };
 use aip_proto::{Mentions, TaskResult, TaskState, Timestamp, UsageError};
 use bytes::Bytes;
@@ -77,29 +81,21 @@ pub(crate) struct LeaderSide {
     leave_after: Option<(Vec<String>, oneshot::Sender<()>)>,
 }
 
-impl Side for LeaderSide {
-    type Event = GroupLeaderEvent;
+impl Engine for LeaderSide {
+    type Input = LinkInput;
+    type Output = Out<GroupLeaderEvent>;
+    type Time = Timestamp;
+    type Refusal = Infallible;
 
-    fn declarations(&self) -> Vec<Declare> {
-        vec![
-            Declare::GroupExchange(self.engine.exchange()),
-            Declare::GroupQueue {
-                queue: self.engine.queue(),
-                exchange: self.engine.exchange(),
-            },
-            Declare::Inbox(self.engine.inbox_queue()),
-        ]
+    fn handle(&mut self, now: Timestamp, input: LinkInput) -> Result<(), Infallible> {
+        Engine::handle(&mut self.engine, now, input)
     }
 
-    fn delivery(&mut self, now: Timestamp, queue: &str, body: &[u8]) {
-        if queue == self.engine.inbox_queue() {
-            self.engine.handle_inbox(now, body);
-        } else {
-            self.engine.handle_delivery(now, body);
-        }
+    fn handle_timeout(&mut self, now: Timestamp) {
+        self.engine.handle_timeout(now);
     }
 
-    fn poll(&mut self) -> Option<Out<GroupLeaderEvent>> {
+    fn poll_output(&mut self) -> Option<Out<GroupLeaderEvent>> {
         match self.engine.poll_output() {
             Some(LeaderOutput::Publish(p)) => Some(Out::Publish(p)),
             Some(LeaderOutput::Event(e)) => Some(Out::Event(GroupLeaderEvent::Group(e))),
@@ -110,24 +106,21 @@ impl Side for LeaderSide {
         }
     }
 
-    fn poll_timeout(&self) -> Option<Timestamp> {
+    fn next_deadline(&self) -> Option<Timestamp> {
         self.engine.poll_timeout()
     }
+}
 
-    fn timeout(&mut self, now: Timestamp) {
-        self.engine.handle_timeout(now);
-    }
-
-    fn reconnected(&mut self, now: Timestamp) {
-        self.engine.reconnected(now);
-    }
-
-    fn link_lost(&mut self, now: Timestamp) {
-        self.engine.link_lost(now);
-    }
-
-    fn connect_failed(&mut self, now: Timestamp) {
-        self.engine.connect_failed(now);
+impl Side<GroupLeaderEvent> for LeaderSide {
+    fn declarations(&self) -> Vec<Declare> {
+        vec![
+            Declare::GroupExchange(self.engine.exchange()),
+            Declare::GroupQueue {
+                queue: self.engine.queue(),
+                exchange: self.engine.exchange(),
+            },
+            Declare::Inbox(self.engine.inbox_queue()),
+        ]
     }
 
     fn connect_due(&self, now: Timestamp) -> bool {

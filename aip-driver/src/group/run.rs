@@ -13,8 +13,11 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use core::convert::Infallible;
+
 use agent_rt::Runtime;
-use aip_proto::group::Publish;
+use aip_proto::drive::{self, Engine, Host, Wake};
+use aip_proto::group::{LinkInput, Publish};
 use aip_proto::Timestamp;
 use futures::channel::{mpsc, oneshot};
 use futures::stream::{BoxStream, SelectAll};
@@ -31,41 +34,59 @@ pub(crate) enum Out<E> {
     Leave(Vec<String>, Option<oneshot::Sender<()>>),
 }
 
-/// An engine the loop can drive.
-pub(crate) trait Side: Send + 'static {
-    type Event: Send + 'static;
+/// An engine the loop can drive: an [`Engine`] of the canonical drive loop fed with its broker
+/// link's [`LinkInput`]s, whose outputs are [`Out`]s with events of type `E`.
+pub(crate) trait Side<E>:
+    Engine<Input = LinkInput, Output = Out<E>, Time = Timestamp, Refusal = Infallible> + Send + 'static
+{
     /// Declarations on every (re)connect; each one's queue is consumed.
     fn declarations(&self) -> Vec<Declare>;
-    fn delivery(&mut self, now: Timestamp, queue: &str, body: &[u8]);
-    fn poll(&mut self) -> Option<Out<Self::Event>>;
-    fn poll_timeout(&self) -> Option<Timestamp>;
-    fn timeout(&mut self, now: Timestamp);
-    /// The link came back (everything declared again).
-    fn reconnected(&mut self, now: Timestamp);
-    /// The link was lost.
-    fn link_lost(&mut self, now: Timestamp);
-    /// An attempt to connect again failed.
-    fn connect_failed(&mut self, now: Timestamp);
     /// Whether to try to connect now (the engine's back-off, [`aip_proto::group::BrokerLink`]).
     fn connect_due(&self, now: Timestamp) -> bool;
     /// The event for "the link is up" (`true`) or "lost, reconnecting" (`false`).
-    fn link_event(up: bool, detail: String) -> Self::Event;
+    fn link_event(up: bool, detail: String) -> E;
 }
 
 /// A call into the engine from a handle.
 pub(crate) type Call<S> = Box<dyn FnOnce(&mut S, Timestamp) + Send>;
 
-pub(crate) struct Runner<R, S: Side> {
+pub(crate) struct Runner<R, S, E> {
     pub rt: R,
     pub url: String,
     pub tls: crate::group::amqp::AmqpTls,
     pub name: String,
     pub prefetch: u16,
     pub side: S,
-    pub events: mpsc::UnboundedSender<S::Event>,
+    pub events: mpsc::UnboundedSender<E>,
 }
 
-enum Woke<S: Side> {
+/// The loop's [`Host`]: executing an output queues a publish, forwards an event or records
+/// the leave; the loop then publishes, acks and leaves on its link.
+struct Executed<S, E> {
+    side: S,
+    events: mpsc::UnboundedSender<E>,
+    /// Published in order once the link takes them (again after a reconnect).
+    pending: VecDeque<Publish>,
+    leave: Option<Leave>,
+}
+
+impl<E: Send + 'static, S: Side<E>> Host for Executed<S, E> {
+    type Engine = S;
+    fn engine(&mut self) -> Option<&mut S> {
+        Some(&mut self.side)
+    }
+    fn execute(&mut self, output: Out<E>) {
+        match output {
+            Out::Publish(p) => self.pending.push_back(p),
+            Out::Event(e) => {
+                let _ = self.events.unbounded_send(e);
+            }
+            Out::Leave(q, done) => self.leave = Some((q, done)),
+        }
+    }
+}
+
+enum Woke<S> {
     Delivery(String, Box<Delivery>),
     Lost(String),
     Call(Option<Call<S>>),
@@ -76,75 +97,75 @@ type Leave = (Vec<String>, Option<oneshot::Sender<()>>);
 
 type Deliveries = SelectAll<BoxStream<'static, (String, lapin::Result<Delivery>)>>;
 
-impl<R: Runtime, S: Side> Runner<R, S> {
+impl<R: Runtime, E: Send + 'static, S: Side<E>> Runner<R, S, E> {
     /// Connects and declares.
     pub async fn open(&self) -> Result<(Link, Deliveries), crate::group::amqp::AmqpError> {
-        let link = Link::connect(&self.url, &self.name, self.prefetch, &self.tls).await?;
-        let mut all = SelectAll::new();
-        for (i, d) in self.side.declarations().iter().enumerate() {
-            link.declare(d).await?;
-            if let Some(q) = d.queue() {
-                let c = link.consume(q, &format!("{}-{i}", self.name)).await?;
-                let q = q.to_owned();
-                all.push(c.map(move |d| (q.clone(), d)).boxed());
-            }
-        }
-        Ok((link, all))
+        open(&self.url, &self.name, self.prefetch, &self.tls, &self.side).await
     }
 
     /// Runs until every handle is gone or the engine leaves. `first` is a link opened by
-    /// the caller (so a first connection error reaches it).
-    pub async fn run(
-        mut self,
-        first: (Link, Deliveries),
-        mut calls: mpsc::UnboundedReceiver<Call<S>>,
-    ) {
+    /// the caller (so a first connection error reaches it). Each wake-up is one turn of the
+    /// canonical drive loop ([`aip_proto::drive`]); between turns the loop publishes what the
+    /// engine queued, acks what it took, and (re)connects when the engine says it is due.
+    pub async fn run(self, first: (Link, Deliveries), mut calls: mpsc::UnboundedReceiver<Call<S>>) {
+        let Runner {
+            rt,
+            url,
+            tls,
+            name,
+            prefetch,
+            side,
+            events,
+        } = self;
+        let mut host = Executed {
+            side,
+            events,
+            pending: VecDeque::new(),
+            leave: None,
+        };
         let mut link: Option<(Link, Deliveries)> = Some(first);
-        let mut pending: VecDeque<Publish> = VecDeque::new();
         let mut unacked: Vec<Delivery> = Vec::new();
-        let mut leave: Option<Leave> = None;
+        let mut wake = Wake::Drained;
         loop {
-            self.drain(&mut pending, &mut leave);
-            if link.is_none() {
-                if self.side.connect_due(now(&self.rt)) {
-                    match self.open().await {
+            let deadline = drive::turn(
+                &mut host,
+                now(&rt),
+                std::mem::replace(&mut wake, Wake::Drained),
+            );
+            let Some((l, deliveries)) = link.as_mut() else {
+                if host.side.connect_due(now(&rt)) {
+                    match open(&url, &name, prefetch, &tls, &host.side).await {
                         Ok(l) => {
                             link = Some(l);
-                            self.side.reconnected(now(&self.rt));
-                            let _ = self
+                            let _ = host
                                 .events
                                 .unbounded_send(S::link_event(true, "reconnected".into()));
+                            wake = Wake::Input(LinkInput::Reconnected);
                         }
                         Err(e) => {
                             tracing::debug!(error = %e, "AMQP reconnect failed");
-                            self.side.connect_failed(now(&self.rt));
-                            continue;
+                            wake = Wake::Input(LinkInput::ConnectFailed);
                         }
                     }
                 } else {
                     // Down: wait for the engine's next timer (the reconnect among them) or a
                     // call.
-                    let mut sleep = self.sleep_until_due().fuse();
+                    let mut sleep = sleep_until(&rt, deadline).fuse();
                     futures::select_biased! {
                         c = calls.next() => match c {
-                            Some(f) => f(&mut self.side, now(&self.rt)),
+                            Some(f) => f(&mut host.side, now(&rt)),
                             None => return,
                         },
-                        _ = sleep => self.side.timeout(now(&self.rt)),
+                        _ = sleep => wake = Wake::Timeout,
                     }
-                    continue;
                 }
-            }
-            // Outputs of `reconnected` first.
-            self.drain(&mut pending, &mut leave);
-            let Some((l, deliveries)) = link.as_mut() else {
                 continue;
             };
             let mut lost = None;
-            while let Some(p) = pending.front() {
+            while let Some(p) = host.pending.front() {
                 match l.publish(p).await {
                     Ok(()) => {
-                        pending.pop_front();
+                        host.pending.pop_front();
                     }
                     Err(e) => {
                         lost = Some(e.to_string());
@@ -161,10 +182,10 @@ impl<R: Runtime, S: Side> Runner<R, S> {
                 }
             }
             if let Some(why) = lost {
-                self.lost(&mut link, &mut unacked, why);
+                wake = link_lost(&host.events, &mut link, &mut unacked, why, S::link_event);
                 continue;
             }
-            if let Some((queues, done)) = leave.take() {
+            if let Some((queues, done)) = host.leave.take() {
                 for q in queues {
                     let _ = l.delete_queue(&q).await;
                 }
@@ -174,7 +195,7 @@ impl<R: Runtime, S: Side> Runner<R, S> {
                 }
                 return;
             }
-            let mut sleep = self.sleep_until_due().fuse();
+            let mut sleep = sleep_until(&rt, deadline).fuse();
             let woke = futures::select_biased! {
                 d = deliveries.next() => match d {
                     Some((q, Ok(d))) => Woke::Delivery(q, Box::new(d)),
@@ -185,54 +206,75 @@ impl<R: Runtime, S: Side> Runner<R, S> {
                 _ = sleep => Woke::Timer,
             };
             drop(sleep);
-            match woke {
-                Woke::Delivery(q, d) => {
-                    self.side.delivery(now(&self.rt), &q, &d.data);
+            wake = match woke {
+                Woke::Delivery(queue, mut d) => {
+                    // The body goes to the engine; the delivery stays for its ack.
+                    let body = std::mem::take(&mut d.data);
                     unacked.push(*d);
+                    Wake::Input(LinkInput::Delivery { queue, body })
                 }
-                Woke::Lost(why) => self.lost(&mut link, &mut unacked, why),
-                Woke::Call(Some(f)) => f(&mut self.side, now(&self.rt)),
+                Woke::Lost(why) => {
+                    link_lost(&host.events, &mut link, &mut unacked, why, S::link_event)
+                }
+                Woke::Call(Some(f)) => {
+                    f(&mut host.side, now(&rt));
+                    Wake::Drained
+                }
                 Woke::Call(None) => {
                     l.close().await;
                     return;
                 }
-                Woke::Timer => self.side.timeout(now(&self.rt)),
-            }
+                Woke::Timer => Wake::Timeout,
+            };
         }
     }
+}
 
-    /// Sleeps until the engine's next timer (an hour when it has none).
-    fn sleep_until_due(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
-        match self.side.poll_timeout() {
-            Some(at) => self.rt.sleep(at.saturating_duration_since(now(&self.rt))),
-            None => self.rt.sleep(Duration::from_secs(3600)),
+/// Connects to `url` and declares (and consumes) what `side` needs.
+async fn open<E, S: Side<E>>(
+    url: &str,
+    name: &str,
+    prefetch: u16,
+    tls: &crate::group::amqp::AmqpTls,
+    side: &S,
+) -> Result<(Link, Deliveries), crate::group::amqp::AmqpError> {
+    let link = Link::connect(url, name, prefetch, tls).await?;
+    let mut all = SelectAll::new();
+    for (i, d) in side.declarations().iter().enumerate() {
+        link.declare(d).await?;
+        if let Some(q) = d.queue() {
+            let c = link.consume(q, &format!("{name}-{i}")).await?;
+            let q = q.to_owned();
+            all.push(c.map(move |d| (q.clone(), d)).boxed());
         }
     }
+    Ok((link, all))
+}
 
-    fn drain(&mut self, pending: &mut VecDeque<Publish>, leave: &mut Option<Leave>) {
-        while let Some(o) = self.side.poll() {
-            match o {
-                Out::Publish(p) => pending.push_back(p),
-                Out::Event(e) => {
-                    let _ = self.events.unbounded_send(e);
-                }
-                Out::Leave(q, done) => *leave = Some((q, done)),
-            }
-        }
+/// Sleeps until `deadline` (an hour when there is none).
+fn sleep_until<R: Runtime>(
+    rt: &R,
+    deadline: Option<Timestamp>,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    match deadline {
+        Some(at) => rt.sleep(at.saturating_duration_since(now(rt))),
+        None => rt.sleep(Duration::from_secs(3600)),
     }
+}
 
-    fn lost(
-        &mut self,
-        link: &mut Option<(Link, Deliveries)>,
-        unacked: &mut Vec<Delivery>,
-        why: String,
-    ) {
-        tracing::info!(%why, "AMQP link lost; reconnecting");
-        // Unacked deliveries come back from the broker; their engine effects are kept and
-        // the redelivery is dropped as a duplicate.
-        unacked.clear();
-        *link = None;
-        self.side.link_lost(now(&self.rt));
-        let _ = self.events.unbounded_send(S::link_event(false, why));
-    }
+/// The link is gone: forget it and what it had not acked (the broker redelivers those; their
+/// engine effects are kept and the redelivery is dropped as a duplicate), tell the
+/// application, and wake the engine with [`LinkInput::Lost`].
+fn link_lost<E>(
+    events: &mpsc::UnboundedSender<E>,
+    link: &mut Option<(Link, Deliveries)>,
+    unacked: &mut Vec<Delivery>,
+    why: String,
+    link_event: fn(bool, String) -> E,
+) -> Wake<LinkInput> {
+    tracing::info!(%why, "AMQP link lost; reconnecting");
+    unacked.clear();
+    *link = None;
+    let _ = events.unbounded_send(link_event(false, why));
+    Wake::Input(LinkInput::Lost)
 }

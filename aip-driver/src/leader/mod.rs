@@ -23,7 +23,9 @@ use bytes::Bytes;
 use futures::channel::{mpsc, oneshot};
 use http_body_util::BodyExt;
 
-use crate::{next_wake, now, Wake};
+use aip_proto::drive::{self, Wake};
+
+use crate::{next_wake, now, Woke};
 
 /// Everything a leader needs.
 #[derive(Clone, Debug)]
@@ -288,35 +290,51 @@ struct Loop<R: Runtime> {
     max_response_bytes: u64,
 }
 
+impl<R: Runtime> drive::Host for Loop<R> {
+    type Engine = Leader;
+    fn engine(&mut self) -> Option<&mut Leader> {
+        Some(&mut self.engine)
+    }
+    fn execute(&mut self, output: LeaderOutput) {
+        Loop::execute(self, output);
+    }
+}
+
 impl<R: Runtime> Loop<R> {
+    /// The canonical drive loop ([`aip_proto::drive`]): one turn per wake-up.
     async fn run(
         mut self,
         mut rx: mpsc::UnboundedReceiver<Cmd>,
         mut internal: mpsc::UnboundedReceiver<LeaderInput>,
     ) {
+        let mut wake = Wake::Drained;
         loop {
-            self.drain();
-            match next_wake(&self.rt, self.engine.poll_timeout(), &mut rx, &mut internal).await {
-                Wake::Cmd(c) => self.on_cmd(c),
-                Wake::Internal(input) => self.on_input(input),
-                Wake::Timer => self.engine.handle_timeout(now(&self.rt)),
-                Wake::Stop => break,
-            }
+            let at = now(&self.rt);
+            let deadline = drive::turn(&mut self, at, wake);
+            wake = match next_wake(&self.rt, deadline, &mut rx, &mut internal).await {
+                Woke::Cmd(c) => self.on_cmd(c),
+                Woke::Internal(input) => self.on_input(input),
+                Woke::Timer => Wake::Timeout,
+                Woke::Stop => break,
+            };
         }
         tracing::debug!("leader stopped: every handle was dropped");
     }
 
-    fn on_input(&mut self, input: LeaderInput) {
+    /// An answer of a call: the call is over, so is its abort sender.
+    fn on_input(&mut self, input: LeaderInput) -> Wake<LeaderInput> {
         if let LeaderInput::Response { call, .. }
         | LeaderInput::StreamEnded { call }
         | LeaderInput::Failed { call, .. } = &input
         {
             self.aborts.remove(call);
         }
-        self.engine.handle(now(&self.rt), input);
+        Wake::Input(input)
     }
 
-    fn on_cmd(&mut self, cmd: Cmd) {
+    /// What a command wakes the engine with: a notification POST as its input, an
+    /// application call made here (then only drained).
+    fn on_cmd(&mut self, cmd: Cmd) -> Wake<LeaderInput> {
         let now = now(&self.rt);
         match cmd {
             Cmd::Engine(f) => f(&mut self.engine, now),
@@ -332,45 +350,41 @@ impl<R: Runtime> Loop<R> {
                 self.next_request += 1;
                 let request = RequestId(self.next_request);
                 self.notifications.insert(request, reply);
-                self.engine.handle(
-                    now,
-                    LeaderInput::Notification {
-                        request,
-                        token,
-                        body,
-                    },
-                );
+                return Wake::Input(LeaderInput::Notification {
+                    request,
+                    token,
+                    body,
+                });
             }
         }
+        Wake::Drained
     }
 
-    fn drain(&mut self) {
-        while let Some(o) = self.engine.poll_output() {
-            match o {
-                LeaderOutput::Send { call, request } => self.send(call, request),
-                LeaderOutput::Abort { call } => {
-                    self.aborts.remove(&call);
+    fn execute(&mut self, o: LeaderOutput) {
+        match o {
+            LeaderOutput::Send { call, request } => self.send(call, request),
+            LeaderOutput::Abort { call } => {
+                self.aborts.remove(&call);
+            }
+            LeaderOutput::RespondNotification { request, status } => {
+                if let Some(tx) = self.notifications.remove(&request) {
+                    let _ = tx.send(status);
                 }
-                LeaderOutput::RespondNotification { request, status } => {
-                    if let Some(tx) = self.notifications.remove(&request) {
-                        let _ = tx.send(status);
+            }
+            LeaderOutput::Event(e) => {
+                if let LeaderEvent::Answered {
+                    ticket, outcome, ..
+                } = &e
+                {
+                    if let Some(tx) = self.waiters.remove(ticket) {
+                        let _ = tx.send(match outcome {
+                            Ok(RpcResult::Task(t)) => Ok((**t).clone()),
+                            Ok(RpcResult::Message(m)) => Err(LeaderError::NotATask(m.clone())),
+                            Err(e) => Err(LeaderError::Call(e.clone())),
+                        });
                     }
                 }
-                LeaderOutput::Event(e) => {
-                    if let LeaderEvent::Answered {
-                        ticket, outcome, ..
-                    } = &e
-                    {
-                        if let Some(tx) = self.waiters.remove(ticket) {
-                            let _ = tx.send(match outcome {
-                                Ok(RpcResult::Task(t)) => Ok((**t).clone()),
-                                Ok(RpcResult::Message(m)) => Err(LeaderError::NotATask(m.clone())),
-                                Err(e) => Err(LeaderError::Call(e.clone())),
-                            });
-                        }
-                    }
-                    let _ = self.events.unbounded_send(e);
-                }
+                let _ = self.events.unbounded_send(e);
             }
         }
     }

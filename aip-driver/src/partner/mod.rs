@@ -23,7 +23,9 @@ use aip_proto::{DataItem, Product, TaskResult, TaskState, Timestamp, UsageError}
 use bytes::Bytes;
 use futures::channel::{mpsc, oneshot};
 
-use crate::{next_wake, now, Wake};
+use aip_proto::drive::{self, Wake};
+
+use crate::{next_wake, now, Woke};
 
 /// Everything a partner needs.
 #[derive(Clone, Debug)]
@@ -148,6 +150,7 @@ impl PartnerHandle {
             streams: BTreeMap::new(),
             queue: opts.stream_queue.max(1),
             next_request: 0,
+            closed: Vec::new(),
         };
         rt.spawn(Box::pin(lp.run(rx, internal_rx)));
         (handle, events_rx)
@@ -295,66 +298,69 @@ struct Loop<R: Runtime> {
     streams: BTreeMap<RequestId, mpsc::Sender<Bytes>>,
     queue: usize,
     next_request: u64,
+    /// Streams found closed while executing, fed back as inputs after the turn.
+    closed: Vec<RequestId>,
+}
+
+impl<R: Runtime> drive::Host for Loop<R> {
+    type Engine = Partner;
+    fn engine(&mut self) -> Option<&mut Partner> {
+        Some(&mut self.engine)
+    }
+    fn execute(&mut self, output: PartnerOutput) {
+        Loop::execute(self, output);
+    }
 }
 
 impl<R: Runtime> Loop<R> {
+    /// The canonical drive loop ([`aip_proto::drive`]): one turn per wake-up; a stream found
+    /// closed while executing is fed back as the input of the next turn.
     async fn run(
         mut self,
         mut rx: mpsc::UnboundedReceiver<Cmd>,
         mut internal: mpsc::UnboundedReceiver<Internal>,
     ) {
+        let mut wake = Wake::Drained;
         loop {
-            self.drain();
-            match next_wake(&self.rt, self.engine.poll_timeout(), &mut rx, &mut internal).await {
-                Wake::Cmd(c) => self.on_cmd(c),
-                Wake::Internal(Internal::Delivered { delivery, outcome }) => self.engine.handle(
-                    now(&self.rt),
-                    PartnerInput::NotificationResult { delivery, outcome },
-                ),
-                Wake::Timer => self.engine.handle_timeout(now(&self.rt)),
-                Wake::Stop => break,
+            let at = now(&self.rt);
+            let mut deadline = drive::turn(&mut self, at, wake);
+            while let Some(request) = self.closed.pop() {
+                let closed = Wake::Input(PartnerInput::StreamClosed { request });
+                deadline = drive::turn(&mut self, at, closed);
             }
+            // A request the engine answered as it arrived leaves no sender behind; one whose
+            // client went away before the answer is dropped with its sender here.
+            self.pending.retain(|_, tx| !tx.is_canceled());
+            wake = match next_wake(&self.rt, deadline, &mut rx, &mut internal).await {
+                Woke::Cmd(c) => self.on_cmd(c),
+                Woke::Internal(Internal::Delivered { delivery, outcome }) => {
+                    Wake::Input(PartnerInput::NotificationResult { delivery, outcome })
+                }
+                Woke::Timer => Wake::Timeout,
+                Woke::Stop => break,
+            };
         }
         tracing::debug!("partner stopped: every handle was dropped");
     }
 
-    fn on_cmd(&mut self, cmd: Cmd) {
-        let now = now(&self.rt);
+    /// What a command wakes the engine with: a request as its input, an application call made
+    /// here (then only drained).
+    fn on_cmd(&mut self, cmd: Cmd) -> Wake<PartnerInput> {
         match cmd {
             Cmd::Request { body, reply } => {
                 self.next_request += 1;
                 let request = RequestId(self.next_request);
                 self.pending.insert(request, reply);
-                self.engine
-                    .handle(now, PartnerInput::Request { request, body });
+                Wake::Input(PartnerInput::Request { request, body })
             }
-            Cmd::Engine(f) => f(&mut self.engine, now),
+            Cmd::Engine(f) => {
+                f(&mut self.engine, now(&self.rt));
+                Wake::Drained
+            }
         }
     }
 
-    /// Executes every output; streams found closed are reported and the outputs that
-    /// follows are executed too.
-    fn drain(&mut self) {
-        let mut closed = Vec::new();
-        loop {
-            while let Some(o) = self.engine.poll_output() {
-                self.execute(o, &mut closed);
-            }
-            if closed.is_empty() {
-                break;
-            }
-            let now = now(&self.rt);
-            for request in closed.drain(..) {
-                self.engine
-                    .handle(now, PartnerInput::StreamClosed { request });
-            }
-        }
-        // A request the engine answered as it arrived leaves no sender behind; one whose
-        // client went away before the answer is dropped with its sender here.
-        self.pending.retain(|_, tx| !tx.is_canceled());
-    }
-
-    fn execute(&mut self, o: PartnerOutput, closed: &mut Vec<RequestId>) {
+    fn execute(&mut self, o: PartnerOutput) {
         match o {
             PartnerOutput::Respond { request, response } => {
                 if let Some(tx) = self.pending.remove(&request) {
@@ -370,7 +376,7 @@ impl<R: Runtime> Loop<R> {
                 if sent {
                     self.streams.insert(request, tx);
                 } else {
-                    closed.push(request);
+                    self.closed.push(request);
                 }
             }
             PartnerOutput::StreamData { request, data } => {
@@ -380,7 +386,7 @@ impl<R: Runtime> Loop<R> {
                             tracing::debug!(?request, "stream client too slow; closing its stream");
                         }
                         self.streams.remove(&request);
-                        closed.push(request);
+                        self.closed.push(request);
                     }
                 }
             }

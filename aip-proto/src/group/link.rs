@@ -13,6 +13,28 @@ pub const FIRST_RETRY: Duration = Duration::from_millis(100);
 /// The longest wait between two attempts.
 pub const MAX_RETRY: Duration = Duration::from_secs(2);
 
+/// What a group engine's driver feeds it about its broker link, as the input of the canonical
+/// drive loop ([`crate::drive`]): the engines ([`GroupLeader`](crate::group::GroupLeader),
+/// [`GroupMember`](crate::group::GroupMember)) take it through
+/// [`Engine::handle`](crate::drive::Engine::handle).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LinkInput {
+    /// A message arrived on `queue` (the engine tells its own queues apart: a leader's inbox
+    /// from its group queue).
+    Delivery {
+        /// The queue it was consumed from.
+        queue: String,
+        /// The message body.
+        body: Vec<u8>,
+    },
+    /// The connection came back, everything declared again.
+    Reconnected,
+    /// The connection was lost.
+    Lost,
+    /// An attempt to connect again failed.
+    ConnectFailed,
+}
+
 /// The link's state and its reconnect timer (see the module docs).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BrokerLink {

@@ -40,7 +40,7 @@ pub use leader::{
     Connection, GroupCommand, GroupLeader, GroupPhase, LeaderConfig, LeaderEvent, LeaderOutput,
     MemberView,
 };
-pub use link::BrokerLink;
+pub use link::{BrokerLink, LinkInput};
 pub use member::{
     GroupMember, LeaveReason, MemberConfig, MemberEvent, MemberOutput, MemberPhase, Mention,
 };

@@ -1,9 +1,12 @@
-//! The two [`Side`]s of a group partner's broker links: [`MemberSide`] (one group's member
+//! The two [`Side`]s (engines of the drive loop) of a group partner's broker links: [`MemberSide`] (one group's member
 //! engine and queue) and [`InboxSide`] (the partner's inbox, where invitations arrive).
 
+use core::convert::Infallible;
+
+use aip_proto::drive::Engine;
 use aip_proto::group::{
-    decode_inbox_message, BrokerLink, GroupMember, InboxInvitation, InboxMessage, MemberOutput,
-    Publish,
+    decode_inbox_message, BrokerLink, GroupMember, InboxInvitation, InboxMessage, LinkInput,
+    MemberOutput, Publish,
 };
 use aip_proto::Timestamp;
 use futures::channel::mpsc;
@@ -19,21 +22,21 @@ pub(crate) struct MemberSide {
     pub(super) buf: std::collections::VecDeque<Out<GroupPartnerEvent>>,
 }
 
-impl Side for MemberSide {
-    type Event = GroupPartnerEvent;
+impl Engine for MemberSide {
+    type Input = LinkInput;
+    type Output = Out<GroupPartnerEvent>;
+    type Time = Timestamp;
+    type Refusal = Infallible;
 
-    fn declarations(&self) -> Vec<Declare> {
-        vec![Declare::GroupQueue {
-            queue: self.queue.clone(),
-            exchange: self.engine.config().exchange.clone(),
-        }]
+    fn handle(&mut self, now: Timestamp, input: LinkInput) -> Result<(), Infallible> {
+        Engine::handle(&mut self.engine, now, input)
     }
 
-    fn delivery(&mut self, now: Timestamp, _queue: &str, body: &[u8]) {
-        self.engine.handle_delivery(now, body);
+    fn handle_timeout(&mut self, now: Timestamp) {
+        Engine::handle_timeout(&mut self.engine, now);
     }
 
-    fn poll(&mut self) -> Option<Out<GroupPartnerEvent>> {
+    fn poll_output(&mut self) -> Option<Out<GroupPartnerEvent>> {
         if let Some(o) = self.buf.pop_front() {
             return Some(o);
         }
@@ -55,22 +58,17 @@ impl Side for MemberSide {
         }
     }
 
-    fn poll_timeout(&self) -> Option<Timestamp> {
+    fn next_deadline(&self) -> Option<Timestamp> {
         self.engine.poll_timeout()
     }
+}
 
-    fn timeout(&mut self, _now: Timestamp) {}
-
-    fn reconnected(&mut self, now: Timestamp) {
-        self.engine.reconnected(now);
-    }
-
-    fn link_lost(&mut self, now: Timestamp) {
-        self.engine.link_lost(now);
-    }
-
-    fn connect_failed(&mut self, now: Timestamp) {
-        self.engine.connect_failed(now);
+impl Side<GroupPartnerEvent> for MemberSide {
+    fn declarations(&self) -> Vec<Declare> {
+        vec![Declare::GroupQueue {
+            queue: self.queue.clone(),
+            exchange: self.engine.config().exchange.clone(),
+        }]
     }
 
     fn connect_due(&self, now: Timestamp) -> bool {
@@ -102,39 +100,40 @@ pub(super) struct InboxSide {
     pub(super) link: BrokerLink,
 }
 
-impl Side for InboxSide {
-    type Event = GroupPartnerEvent;
+impl Engine for InboxSide {
+    type Input = LinkInput;
+    type Output = Out<GroupPartnerEvent>;
+    type Time = Timestamp;
+    type Refusal = Infallible;
 
-    fn declarations(&self) -> Vec<Declare> {
-        vec![Declare::Inbox(self.queue.clone())]
-    }
-
-    fn delivery(&mut self, _now: Timestamp, _queue: &str, body: &[u8]) {
-        if let Ok(InboxMessage::Invitation(inv)) = decode_inbox_message(body) {
-            let _ = self.invitations.unbounded_send(inv);
+    fn handle(&mut self, now: Timestamp, input: LinkInput) -> Result<(), Infallible> {
+        match input {
+            LinkInput::Delivery { body, .. } => {
+                if let Ok(InboxMessage::Invitation(inv)) = decode_inbox_message(&body) {
+                    let _ = self.invitations.unbounded_send(inv);
+                }
+            }
+            LinkInput::Reconnected => self.link.connected(),
+            LinkInput::Lost => self.link.lost(now),
+            LinkInput::ConnectFailed => self.link.attempt_failed(now),
         }
+        Ok(())
     }
 
-    fn poll(&mut self) -> Option<Out<GroupPartnerEvent>> {
+    fn handle_timeout(&mut self, _now: Timestamp) {}
+
+    fn poll_output(&mut self) -> Option<Out<GroupPartnerEvent>> {
         self.out.pop_front().map(Out::Publish)
     }
 
-    fn poll_timeout(&self) -> Option<Timestamp> {
+    fn next_deadline(&self) -> Option<Timestamp> {
         self.link.deadline()
     }
+}
 
-    fn timeout(&mut self, _now: Timestamp) {}
-
-    fn reconnected(&mut self, _now: Timestamp) {
-        self.link.connected();
-    }
-
-    fn link_lost(&mut self, now: Timestamp) {
-        self.link.lost(now);
-    }
-
-    fn connect_failed(&mut self, now: Timestamp) {
-        self.link.attempt_failed(now);
+impl Side<GroupPartnerEvent> for InboxSide {
+    fn declarations(&self) -> Vec<Declare> {
+        vec![Declare::Inbox(self.queue.clone())]
     }
 
     fn connect_due(&self, now: Timestamp) -> bool {
