@@ -18,7 +18,6 @@
 //! reported through [`TaskRunner::run_tracked`] so the executor can journal it.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -26,6 +25,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use rustix::process::{waitid, Pid, WaitId, WaitIdOptions};
 
 use crate::cancel::CancelFlag;
+use crate::contain::Jail;
 use crate::process::TaskGroup;
 use crate::traits::{TaskContext, TaskOutcome, TaskRunner};
 
@@ -182,17 +182,11 @@ fn exited(child: &Child) -> Result<bool, String> {
     .map_err(|e| format!("waiting for the command: {e}"))
 }
 
-/// Kills the whole group of `child` (its own group, led by it) and reaps it.
-fn end_group(child: &mut Child) -> std::io::Result<ExitStatus> {
-    let group = TaskGroup {
-        pgid: child.id(),
-        start_ticks: 0,
-        boot_id: String::new(),
-    };
-    group.kill();
-    let status = child.wait();
-    group.wait_gone(Duration::from_secs(10));
-    status
+/// Ends every process of the task (its jail: group, cgroup, descendants) and reaps the
+/// command itself.
+fn end_task(jail: &mut Jail, child: &mut Child) -> std::io::Result<ExitStatus> {
+    jail.end();
+    child.wait()
 }
 
 impl TaskRunner for CommandRunner {
@@ -232,14 +226,19 @@ impl TaskRunner for CommandRunner {
             .env("AWCP_DELEGATION_ID", ctx.delegation_id.as_str())
             .env("AWCP_ACCESS_MODE", ctx.access_mode.as_str())
             .env("AWCP_EXPIRES_AT", ctx.expires_at.to_rfc3339())
-            .process_group(0)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        let mut child = cmd.spawn().map_err(|e| {
+        // Everything the command starts stays in the task's jail and ends with it.
+        let mut jail = Jail::new(format!("AWCP_DELEGATION_ID={}", ctx.delegation_id.as_str()));
+        let cannot_start = |e: std::io::Error| {
             awcp_proto::TaskFailure::CannotStart(format!("{:?}: {e}", self.argv[0]))
-        })?;
-        if let Some(group) = TaskGroup::of_leader(child.id()) {
+        };
+        jail.confine(&mut cmd).map_err(cannot_start)?;
+        let mut child = cmd.spawn().map_err(cannot_start)?;
+        jail.started(child.id());
+        if let Some(mut group) = TaskGroup::of_leader(child.id()) {
+            group.cgroup = jail.cgroup().map(Into::into);
             spawned(group);
         }
         if let Some(mut stdin) = child.stdin.take() {
@@ -286,10 +285,11 @@ impl TaskRunner for CommandRunner {
                 Ok(true) => break None,
                 Ok(false) => {}
                 Err(e) => {
-                    let _ = end_group(&mut child);
+                    let _ = end_task(&mut jail, &mut child);
                     return Err(e.into());
                 }
             }
+            jail.watch();
             // Wait for output or a short tick, whichever comes first.
             match line_rx.recv_timeout(Duration::from_millis(50)) {
                 Ok(Some(line)) => progress(line),
@@ -301,8 +301,8 @@ impl TaskRunner for CommandRunner {
                 std::thread::sleep(Duration::from_millis(20));
             }
         };
-        // The command exited or is stopped: nothing of its group outlives the task.
-        let status = end_group(&mut child);
+        // The command exited or is stopped: nothing it started outlives the task.
+        let status = end_task(&mut jail, &mut child);
         if let Some(why) = stopped {
             return Err(why.into());
         }

@@ -23,6 +23,7 @@ pub mod archive;
 pub(crate) mod buf;
 pub mod cancel;
 pub mod command;
+pub mod contain;
 pub mod durable;
 pub mod error;
 pub mod export;

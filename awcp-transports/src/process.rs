@@ -7,18 +7,23 @@
 //! ([`TaskGroup::end_orphaned`]). Because process ids are reused, a recorded group is only
 //! signalled when it is verifiably the same: the group leader still runs with the recorded
 //! start time, or (leader gone) a member carries the delegation id in its environment
-//! (`AWCP_DELEGATION_ID`, set by the runner). Processes that left the group (`setsid`,
-//! `setpgid`) or cleared their environment are out of reach; confine agents in a cgroup or
-//! container for that.
+//! (`AWCP_DELEGATION_ID`, set by the runner); processes that left the group (`setsid`) are
+//! found by that variable too.
+//!
+//! Where the task ran in a cgroup of its own ([`crate::contain`]), the journal records it, and
+//! the restarted executor ends the whole cgroup: nothing the task started is out of reach.
 //!
 //! Linux only for now (`/proc`); elsewhere the group is still killed by the runner, but a
 //! restarted executor cannot verify, so it leaves recorded groups alone.
 
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use rustix::process::{kill_process, kill_process_group, Pid, Signal};
 
-/// A task's process group, as journalled.
+use crate::contain::{has_env, proc_stat, process_table};
+
+/// A task's process group (and cgroup, where it had one), as journalled.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TaskGroup {
     /// The process group id (= the leader's pid).
@@ -27,6 +32,8 @@ pub struct TaskGroup {
     pub start_ticks: u64,
     /// `/proc/sys/kernel/random/boot_id` when the group was started (a reboot ends groups).
     pub boot_id: String,
+    /// The task's own cgroup v2 ([`crate::contain`]), if it ran in one.
+    pub cgroup: Option<PathBuf>,
 }
 
 /// What [`TaskGroup::end_orphaned`] found.
@@ -46,22 +53,33 @@ impl TaskGroup {
     /// The group led by `pid` (a child started with `process_group(0)`), or `None` where
     /// `/proc` cannot describe it.
     pub fn of_leader(pid: u32) -> Option<TaskGroup> {
-        let st = stat(pid)?;
+        let st = proc_stat(pid)?;
         Some(TaskGroup {
             pgid: pid,
             start_ticks: st.start_ticks,
             boot_id: boot_id()?,
+            cgroup: None,
         })
     }
 
-    /// The journal form: `pgid:start_ticks:boot_id`.
+    /// The journal form: `pgid:start_ticks:boot_id`, then `|cgroup=<path>` if it had one.
     pub fn to_handle(&self) -> String {
-        format!("{}:{}:{}", self.pgid, self.start_ticks, self.boot_id)
+        let mut s = format!("{}:{}:{}", self.pgid, self.start_ticks, self.boot_id);
+        if let Some(dir) = &self.cgroup {
+            s.push_str("|cgroup=");
+            s.push_str(&dir.to_string_lossy());
+        }
+        s
     }
 
-    /// Parses [`TaskGroup::to_handle`]'s output.
+    /// Parses [`TaskGroup::to_handle`]'s output (also the form without a cgroup that earlier
+    /// versions wrote).
     pub fn from_handle(s: &str) -> Option<TaskGroup> {
-        let mut it = s.splitn(3, ':');
+        let (group, cgroup) = match s.split_once("|cgroup=") {
+            Some((g, c)) => (g, Some(PathBuf::from(c)).filter(|p| p.is_absolute())),
+            None => (s, None),
+        };
+        let mut it = group.splitn(3, ':');
         let pgid = it.next()?.parse().ok().filter(|p| *p > 1)?;
         let start_ticks = it.next()?.parse().ok()?;
         let boot_id = it.next()?.to_owned();
@@ -69,6 +87,7 @@ impl TaskGroup {
             pgid,
             start_ticks,
             boot_id,
+            cgroup,
         })
     }
 
@@ -95,8 +114,11 @@ impl TaskGroup {
         }
     }
 
-    /// After an executor crash: ends the group if it is verifiably the task of delegation
-    /// `delegation_id` (see the [module docs](self)), and waits for it to be gone.
+    /// After an executor crash: ends what is verifiably the task of delegation
+    /// `delegation_id` (see the [module docs](self)) and waits for it to be gone: its whole
+    /// cgroup if it had one, else its group (if the leader is the recorded one, or else the
+    /// members carrying the delegation id) and every process that left the group but carries
+    /// the delegation id.
     pub fn end_orphaned(&self, delegation_id: &str) -> Orphans {
         if boot_id().is_none() {
             return Orphans::Unverifiable;
@@ -104,66 +126,58 @@ impl TaskGroup {
         if boot_id().as_deref() != Some(self.boot_id.as_str()) {
             return Orphans::Gone;
         }
-        let Some(found) = members(self.pgid) else {
+        if let Some(dir) = self.cgroup.as_deref().filter(|d| d.is_dir()) {
+            return match crate::contain::kill_cgroup(dir) {
+                0 => Orphans::Gone,
+                n => Orphans::Ended(n),
+            };
+        }
+        let Some(table) = process_table() else {
             return Orphans::Unverifiable;
         };
-        if found.is_empty() {
-            return Orphans::Gone;
-        }
-        let leader_is_ours = found
-            .iter()
-            .any(|m| m.pid == self.pgid && m.start_ticks == self.start_ticks);
         let marker = format!("AWCP_DELEGATION_ID={delegation_id}");
-        let ours: Vec<&Member> = if leader_is_ours {
-            found.iter().collect()
-        } else {
-            found
-                .iter()
-                .filter(|m| m.start_ticks >= self.start_ticks && has_env(m.pid, &marker))
-                .collect()
-        };
+        let in_group: Vec<u32> = table
+            .iter()
+            .filter(|(_, st)| st.alive() && st.pgid == self.pgid)
+            .map(|(pid, _)| *pid)
+            .collect();
+        let leader_is_ours = table
+            .get(&self.pgid)
+            .is_some_and(|st| st.alive() && st.start_ticks == self.start_ticks);
+        let ours: Vec<u32> = table
+            .iter()
+            .filter(|(pid, st)| {
+                st.alive()
+                    && ((leader_is_ours && st.pgid == self.pgid)
+                        || (st.start_ticks >= self.start_ticks && has_env(**pid, &marker)))
+            })
+            .map(|(pid, _)| *pid)
+            .collect();
         if ours.is_empty() {
-            return Orphans::NotOurs;
+            return if in_group.is_empty() {
+                Orphans::Gone
+            } else {
+                Orphans::NotOurs
+            };
         }
         if leader_is_ours {
             self.kill();
-        } else {
-            for m in &ours {
-                if let Some(p) = Pid::from_raw(m.pid as i32) {
-                    let _ = kill_process(p, Signal::KILL);
-                }
+        }
+        for pid in &ours {
+            if let Some(p) = Pid::from_raw(*pid as i32) {
+                let _ = kill_process(p, Signal::KILL);
             }
         }
-        let n = ours.len();
-        self.wait_gone(Duration::from_secs(10));
-        Orphans::Ended(n)
+        let until = Instant::now() + Duration::from_secs(10);
+        while ours
+            .iter()
+            .any(|pid| proc_stat(*pid).is_some_and(|st| st.alive()))
+            && Instant::now() < until
+        {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Orphans::Ended(ours.len())
     }
-}
-
-/// One live process of a group.
-#[derive(Clone, Copy, Debug)]
-struct Member {
-    pid: u32,
-    start_ticks: u64,
-}
-
-struct Stat {
-    state: char,
-    pgid: u32,
-    start_ticks: u64,
-}
-
-/// `/proc/<pid>/stat`: state, process group, start time.
-fn stat(pid: u32) -> Option<Stat> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // `pid (comm) state ppid pgrp …`: comm may contain anything; parse after the last ')'.
-    let rest = text.get(text.rfind(')')? + 2..)?;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    Some(Stat {
-        state: f.first()?.chars().next()?,
-        pgid: f.get(2)?.parse().ok()?,
-        start_ticks: f.get(19)?.parse().ok()?,
-    })
 }
 
 fn boot_id() -> Option<String> {
@@ -173,30 +187,14 @@ fn boot_id() -> Option<String> {
 }
 
 /// Live (non-zombie) processes whose group is `pgid`; `None` without `/proc`.
-fn members(pgid: u32) -> Option<Vec<Member>> {
-    let rd = std::fs::read_dir("/proc").ok()?;
-    let mut out = Vec::new();
-    for e in rd.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
-        if let Some(st) = stat(pid) {
-            if st.pgid == pgid && st.state != 'Z' && st.state != 'X' {
-                out.push(Member {
-                    pid,
-                    start_ticks: st.start_ticks,
-                });
-            }
-        }
-    }
-    Some(out)
-}
-
-/// Whether process `pid`'s environment holds `entry` (`KEY=value`).
-fn has_env(pid: u32, entry: &str) -> bool {
-    std::fs::read(format!("/proc/{pid}/environ"))
-        .map(|b| b.split(|c| *c == 0).any(|kv| kv == entry.as_bytes()))
-        .unwrap_or(false)
+fn members(pgid: u32) -> Option<Vec<u32>> {
+    Some(
+        process_table()?
+            .into_iter()
+            .filter(|(_, st)| st.pgid == pgid && st.alive())
+            .map(|(pid, _)| pid)
+            .collect(),
+    )
 }
 
 #[cfg(test)]
@@ -227,8 +225,17 @@ mod tests {
             pgid: 42,
             start_ticks: 7,
             boot_id: "a:b-c".into(),
+            cgroup: None,
         };
-        assert_eq!(TaskGroup::from_handle(&g.to_handle()), Some(g));
+        assert_eq!(TaskGroup::from_handle(&g.to_handle()), Some(g.clone()));
+        let in_cgroup = TaskGroup {
+            cgroup: Some("/sys/fs/cgroup/awcp-task-9-1".into()),
+            ..g
+        };
+        assert_eq!(
+            TaskGroup::from_handle(&in_cgroup.to_handle()),
+            Some(in_cgroup)
+        );
         assert_eq!(TaskGroup::from_handle("1:2:x"), None, "never group 1");
         assert_eq!(TaskGroup::from_handle("x"), None);
     }

@@ -19,7 +19,6 @@
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, Read, Write};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::Arc;
@@ -28,6 +27,7 @@ use agent_rt::{blocking, Runtime};
 use aip_driver::aip_proto::partner::PartnerEvent;
 use aip_driver::aip_proto::{DataItem, Product};
 use aip_driver::{PartnerEvents, PartnerHandle};
+use awcp_transports::contain::Jail;
 use base64::Engine as _;
 use futures::channel::{mpsc, oneshot};
 use futures::{FutureExt, StreamExt};
@@ -159,24 +159,24 @@ pub(crate) fn make_task_dir(root: &Path, key: &str) -> std::io::Result<PathBuf> 
     Ok(dir)
 }
 
-/// A child (the leader of its own process group) killed with its whole group and reaped
-/// if dropped while running.
-struct Running(Option<Child>);
+/// A child in its task's jail ([`awcp_transports::contain`]): if dropped while running, every
+/// process the task started (its group, its cgroup or recorded descendants) is killed and the
+/// child reaped.
+struct Running {
+    child: Option<Child>,
+    jail: Option<Jail>,
+}
 
 impl Drop for Running {
     fn drop(&mut self) {
-        if let Some(mut c) = self.0.take() {
-            // Before the reap, so the group id cannot have been reused.
-            kill_group(rustix::process::Pid::from_child(&c));
+        if let Some(mut jail) = self.jail.take() {
+            jail.end();
+        }
+        if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
         }
     }
-}
-
-/// SIGKILL to a process group (what an agent left running: `sh -c 'tool &'`, pipelines).
-pub(crate) fn kill_group(pgid: rustix::process::Pid) {
-    let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
 }
 
 async fn write_line<R: Runtime>(rt: &R, stdin: ChildStdin, text: String) -> Option<ChildStdin> {
@@ -222,7 +222,8 @@ async fn task_loop<R: Runtime>(
     }
     let mut inputs = vec![prompt.clone()];
     'runs: loop {
-        let spawned = Command::new(&cmd.argv[0])
+        let mut spawned = Command::new(&cmd.argv[0]);
+        spawned
             .args(&cmd.argv[1..])
             .current_dir(&dir)
             .env_clear()
@@ -236,17 +237,24 @@ async fn task_loop<R: Runtime>(
             .env("AIP_OUTPUT_DIR", &out_dir)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .spawn();
+            .stderr(Stdio::piped());
+        // Everything the agent starts stays in the task's jail and ends with it.
+        let mut jail = Jail::new(format!("AIP_TASK_ID={task_id}"));
+        let spawned = jail.confine(&mut spawned).and_then(|()| spawned.spawn());
         let mut child = match spawned {
-            Ok(c) => Running(Some(c)),
+            Ok(c) => {
+                jail.started(c.id());
+                Running {
+                    child: Some(c),
+                    jail: Some(jail),
+                }
+            }
             Err(e) => {
                 fail(&p, &task_id, format!("cannot run {}: {e}", cmd.argv[0])).await;
                 break 'runs;
             }
         };
-        let c = child.0.as_mut().expect("running");
+        let c = child.child.as_mut().expect("running");
         let (stdout, stderr, stdin) = (c.stdout.take(), c.stderr.take(), c.stdin.take());
         let mut stdin = stdin;
         for input in &inputs {
@@ -309,13 +317,14 @@ async fn task_loop<R: Runtime>(
         }
         // stdout closed: the agent is done.
         drop(stdin);
-        let Some(c) = child.0.take() else { break };
+        let (Some(c), Some(mut jail)) = (child.child.take(), child.jail.take()) else {
+            break;
+        };
         let status = blocking(&rt, move || {
             let mut c = c;
-            let pgid = rustix::process::Pid::from_child(&c);
             let status = c.wait();
-            // Whatever the agent left behind in its group goes with it.
-            kill_group(pgid);
+            // Whatever the agent left behind goes with it.
+            jail.end();
             status
         })
         .await;

@@ -33,7 +33,6 @@
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, Read, Write};
-use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -51,7 +50,9 @@ use futures::channel::mpsc;
 use futures::{FutureExt, StreamExt};
 use serde_json::json;
 
-use crate::aip_agent::{file_products, kill_group, make_task_dir, AgentCommand};
+use awcp_transports::contain::Jail;
+
+use crate::aip_agent::{file_products, make_task_dir, AgentCommand};
 
 /// What `aip group` needs.
 #[derive(Clone, Debug)]
@@ -358,7 +359,14 @@ pub struct PartnerCli {
     pub cmd: Arc<AgentCommand>,
 }
 
-type Running = Arc<Mutex<BTreeMap<(String, String), rustix::process::Pid>>>;
+/// The jail of each running command, by (group, task): ending one kills every process its
+/// task started.
+type Running = Arc<Mutex<BTreeMap<(String, String), Arc<Mutex<Jail>>>>>;
+
+/// Ends a task's jail (every process it started).
+fn end_jail(jail: &Mutex<Jail>) {
+    jail.lock().unwrap_or_else(|p| p.into_inner()).end();
+}
 
 /// Runs the group partner until SIGINT/SIGTERM; every command still running is killed.
 pub async fn partner<R: Host>(cli: PartnerCli) -> i32 {
@@ -439,12 +447,12 @@ pub async fn partner<R: Host>(cli: PartnerCli) -> i32 {
                 }
                 MemberEvent::Completed { task_id } | MemberEvent::Canceled { task_id } => {
                     println!("task {group_id} {task_id} ended");
-                    if let Some(pid) = running
+                    if let Some(jail) = running
                         .lock()
                         .ok()
                         .and_then(|mut r| r.remove(&(group_id, task_id)))
                     {
-                        kill_group(pid);
+                        end_jail(&jail);
                     }
                 }
                 MemberEvent::Continued { task_id, .. } => {
@@ -458,14 +466,14 @@ pub async fn partner<R: Host>(cli: PartnerCli) -> i32 {
         }
         let _ = std::io::stdout().flush();
     }
-    let pids: Vec<_> = running
+    let jails: Vec<_> = running
         .lock()
         .map(|mut r| std::mem::take(&mut *r))
         .unwrap_or_default()
         .into_values()
         .collect();
-    for pid in pids {
-        kill_group(pid);
+    for jail in jails {
+        end_jail(&jail);
     }
     let _ = stop_tx.send(());
     0
@@ -509,22 +517,31 @@ async fn run_task<R: Runtime>(
     );
     let (g2, t2) = (group.clone(), task.clone());
     let outcome = blocking(&rt, move || -> Result<(String, bool, String), String> {
-        let mut child = Command::new(&c2.argv[0])
+        let mut command = Command::new(&c2.argv[0]);
+        command
             .args(&c2.argv[1..])
             .current_dir(&d2)
+            .env_clear()
+            .envs(awcp_transports::agent_environment(
+                &c2.env_pass,
+                &c2.env_set,
+            ))
             .env("AIP_GROUP_ID", &g2)
             .env("AIP_TASK_ID", &t2)
             .env("AIP_PROMPT", &prompt)
             .env("AIP_OUTPUT_DIR", &od2)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .spawn()
-            .map_err(|e| format!("cannot run {}: {e}", c2.argv[0]))?;
-        let pid = rustix::process::Pid::from_child(&child);
+            .stderr(Stdio::piped());
+        // Everything the agent starts stays in the task's jail and ends with it.
+        let mut jail = Jail::new(format!("AIP_TASK_ID={t2}"));
+        let cannot_run = |e: std::io::Error| format!("cannot run {}: {e}", c2.argv[0]);
+        jail.confine(&mut command).map_err(cannot_run)?;
+        let mut child = command.spawn().map_err(cannot_run)?;
+        jail.started(child.id());
+        let jail = Arc::new(Mutex::new(jail));
         if let Ok(mut r) = r2.lock() {
-            r.insert(k2.clone(), pid);
+            r.insert(k2.clone(), jail.clone());
         }
         if let Some(mut stdin) = child.stdin.take() {
             let _ = writeln!(stdin, "{}", prompt.replace('\n', " "));
@@ -537,15 +554,20 @@ async fn run_task<R: Runtime>(
             }
             buf
         });
-        let mut stdout = String::new();
-        if let Some(mut o) = child.stdout.take() {
-            let _ = o.read_to_string(&mut stdout);
-        }
+        let stdout = child.stdout.take();
+        let out_thread = std::thread::spawn(move || {
+            let mut text = String::new();
+            if let Some(mut o) = stdout {
+                let _ = o.read_to_string(&mut text);
+            }
+            text
+        });
         let status = child
             .wait()
             .map_err(|e| format!("waiting for the agent: {e}"))?;
-        // Whatever the agent left behind in its group goes with it.
-        kill_group(pid);
+        // Whatever the agent left behind goes with it (and with it, any hold on its output).
+        end_jail(&jail);
+        let stdout = out_thread.join().unwrap_or_default();
         let killed = r2
             .lock()
             .map(|mut r| r.remove(&k2).is_none())

@@ -243,21 +243,23 @@ fn notify_runs_a_receiver_that_gets_every_state() {
     assert_eq!(states.last(), Some(&"awaiting-completion"), "{out}");
 }
 
-/// Cancel kills the agent and what it started (a shell with a child `sleep`); SIGTERM to
-/// the partner kills a running agent before the partner exits; nothing is left behind.
+/// Cancel kills the agent and what it started (a shell with a child `sleep`, and a daemon
+/// that left its process group, session and environment: a double fork through `setsid` with
+/// `env -i`); SIGTERM to the partner kills a running agent before the partner exits; nothing
+/// is left behind (issue 47 item 1, the partner's side).
 #[test]
 fn canceled_and_shut_down_agents_leave_no_process_behind() {
     let dir = tempfile::tempdir().unwrap();
     let work = dir.path().join("work");
-    // The sleep is forked before the question, so both run once the task awaits input.
-    let agent = r#"sleep 300 & echo started; echo "AIP-ASK: hold on?"; wait"#;
+    // The sleeps are forked before the question, so all run once the task awaits input.
+    let agent = r#"(env -i setsid /bin/sh -c 'exec sleep 300' &); sleep 300 & echo started; echo "AIP-ASK: hold on?"; wait"#;
     let p = Partner::spawn("tokio", &work, agent);
     let out = ok(aip(&p.url, "smol", &["stream", "--task", "t-c", "go"]));
     assert!(out.contains("[awaiting-input]"), "{out}");
     let running = processes_in(&work);
     assert!(
-        running.len() >= 2,
-        "the shell and its sleep run: {running:?}"
+        running.len() >= 3,
+        "the shell, its sleep and the daemon run: {running:?}"
     );
     let out = ok(aip(&p.url, "smol", &["cancel", "t-c"]));
     assert!(out.starts_with("task t-c: canceled"), "{out}");
@@ -267,7 +269,7 @@ fn canceled_and_shut_down_agents_leave_no_process_behind() {
 
     let out = ok(aip(&p.url, "smol", &["stream", "--task", "t-d", "go"]));
     assert!(out.contains("[awaiting-input]"), "{out}");
-    assert!(processes_in(&work).len() >= 2);
+    assert!(processes_in(&work).len() >= 3);
     let status = p.terminate();
     assert!(
         status.success(),

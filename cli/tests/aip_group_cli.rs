@@ -121,8 +121,16 @@ fn partner_with(
     if let Some(url) = inbox {
         cmd.args(["--inbox-broker", url]);
     }
+    // The partner's own secrets never reach its agent (issue 47 item 8, group mode): a
+    // leaked variable would show in every result line the test waits for.
     let mut child = cmd
-        .args(["--", "sh", "-c", r#"read q; echo "$AIP_TASK_ID says: $q""#])
+        .env("AIP_GROUP_TEST_SECRET", "the-partners-secret")
+        .args([
+            "--",
+            "sh",
+            "-c",
+            r#"read q; echo "$AIP_TASK_ID says: $q${AIP_GROUP_TEST_SECRET}""#,
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()

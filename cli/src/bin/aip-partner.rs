@@ -206,7 +206,7 @@ async fn run<R: Host>(args: Args) {
         "aip-partner listening on {}://{local}{base_path}/rpc",
         server.scheme()
     );
-    tracing::info!(runtime = R::NAME, work_root = %work_root.display(), "partner ready");
+    tracing::info!(runtime = R::NAME, work_root = %work_root.display(), containment = %awcp_transports::contain::mechanism(), "partner ready");
     let cmd = Arc::new(AgentCommand {
         argv,
         work_root: work_root.clone(),

@@ -332,7 +332,7 @@ async fn run<R: Driver>(args: Args) {
         "awcp-executor listening on {}://{local}/awcp",
         server.scheme()
     );
-    tracing::info!(work_root = %work_root.display(), state_dir = %state_dir.display(), runtime = R::NAME, "executor ready");
+    tracing::info!(work_root = %work_root.display(), state_dir = %state_dir.display(), runtime = R::NAME, containment = %awcp_transports::contain::mechanism(), "executor ready");
     let ex2 = executor.clone();
     let shutdown = Box::pin(async move {
         signal.await;

@@ -289,11 +289,18 @@ impl Proc {
     }
 }
 
-/// The agent command of the task-tree tests: a shell that starts a grandchild (`sleep`),
-/// reports both PIDs as `tree <shell> <grandchild>`, then runs `tail` (`wait` for the
-/// grandchild, or exit with 3).
+/// The agent command of the task-tree tests: a shell that starts a grandchild (`sleep`) and
+/// a daemon that escapes every process-group and environment rule (a double fork into a new
+/// session with an empty environment: `(env -i setsid sh -c … &)`), reports the three PIDs
+/// as `tree <shell> <grandchild> <daemon>`, then runs `tail` (`wait` for the grandchild, or
+/// exit with 3). Only a per-task cgroup (or a walk that saw it) reaches the daemon.
 fn tree_agent(tail: &str) -> String {
-    format!("sh -c 'sleep 600 & echo \"tree $$ $!\"; {tail}'")
+    format!(
+        "sh -c 'sleep 600 & P=$(mktemp -u); \
+         (env -i P=$P setsid /bin/sh -c \"echo \\$\\$ > $P.t; mv $P.t $P; exec sleep 600\" &); \
+         while [ ! -s $P ]; do sleep 0.01; done; \
+         echo \"tree $$ $! $(cat $P)\"; rm -f $P; {tail}'"
+    )
 }
 
 /// Follows a delegation's events until it ends; returns the processes of its first
@@ -317,8 +324,8 @@ async fn follow_tree<R: TestRuntime>(
                         .collect();
                     procs = pids.iter().copied().filter_map(Proc::of).collect();
                     assert!(
-                        pids.len() == 2 && procs.iter().any(|p| p.pid == pids[1]),
-                        "the grandchild runs when reported: {m}"
+                        pids.len() == 3 && procs.len() == 3,
+                        "the shell, its grandchild and its daemon run when reported: {m}"
                     );
                     if let Some(f) = on_tree.take() {
                         f();
