@@ -659,6 +659,77 @@ fn handles_from_the_lease_fail_after_release_and_other_delegations_keep_theirs()
     assert_clean(&fx);
 }
 
+/// Issue 47 item 3: a connection opened with a delegation's certificate during its lease and
+/// holding no channel (`ssh -M -N`) is ended with the delegation, so no channel can be opened
+/// over it afterwards, and it can never reach a later delegation's export; a live
+/// delegation's session is not touched.
+#[test]
+fn an_idle_connection_of_an_ended_delegation_is_ended_with_it() {
+    require_sshfs!();
+    let fx = Sshd::start();
+    let (a_id, a) = prepare(&fx, "idle-a", AccessMode::Rw);
+    let (keep_id, keep) = prepare(&fx, "idle-keep", AccessMode::Ro);
+    let (mut s_keep, fh_keep, _) = hold_handles(&fx, &keep, "c-keep", false);
+    let c = ClientCreds::write(&fx.base.join("c-idle"), &a);
+    let ctl = fx.base.join("c-idle/ctl");
+    let mut master = c.idle_master(&fx, &ctl);
+
+    fx.delegator.release(&a_id).unwrap();
+    let (b_id, b) = prepare(&fx, "idle-b", AccessMode::Rw);
+    let steal = format!(
+        "get {}workspace/a.txt {}\n",
+        b.export_locator,
+        fx.base.join("stolen").display()
+    );
+    let (ok, out) = c.sftp_over(&fx, &ctl, &steal);
+    assert!(
+        !ok,
+        "a channel opened over the ended delegation's connection: {out}"
+    );
+    assert!(
+        !fx.base.join("stolen").exists(),
+        "the later export was read: {out}"
+    );
+    let until = std::time::Instant::now() + Duration::from_secs(30);
+    while master.try_wait().unwrap().is_none() {
+        assert!(
+            std::time::Instant::now() < until,
+            "the idle connection outlived its delegation\n{}",
+            fx.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The live delegation's session went on.
+    assert_eq!(s_keep.read(&fh_keep, 0).unwrap(), b"A\n");
+    fx.delegator.release(&b_id).unwrap();
+    fx.delegator.release(&keep_id).unwrap();
+    assert_clean(&fx);
+}
+
+/// The same at the lease's end, with nobody releasing.
+#[test]
+fn an_idle_connection_is_ended_when_its_lease_expires() {
+    require_sshfs!();
+    let fx = Sshd::start();
+    let (id, h) = prepare_for(&fx, "idle-exp", AccessMode::Rw, Duration::from_secs(3));
+    let c = ClientCreds::write(&fx.base.join("c-idle-exp"), &h);
+    let ctl = fx.base.join("c-idle-exp/ctl");
+    let mut master = c.idle_master(&fx, &ctl);
+    let until = std::time::Instant::now() + Duration::from_secs(60);
+    while master.try_wait().unwrap().is_none() {
+        assert!(
+            std::time::Instant::now() < until,
+            "the idle connection outlived its lease\n{}",
+            fx.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (ok, out) = c.sftp_over(&fx, &ctl, "ls /\n");
+    assert!(!ok, "a channel opened after the lease: {out}");
+    fx.delegator.release(&id).unwrap();
+    assert_clean(&fx);
+}
+
 #[test]
 fn handles_from_the_lease_fail_once_it_expires_without_a_release() {
     require_sshfs!();

@@ -397,6 +397,10 @@ impl Inner {
             .lock()
             .and_then(|l| l.remove_principal(&r.principal));
         self.end_sessions(&r.token_dir);
+        // A connection that authenticated with this certificate and holds no channel (`ssh -M
+        // -N`) is in none of the export's paths, and sshd checks the certificate only at
+        // login: end every connection of the login user that serves no other live delegation.
+        self.end_idle_connections(&r.token_dir);
         for s in &r.rw_sources {
             warnings.extend(residue::inspect(
                 &s.name,
@@ -455,6 +459,86 @@ impl Inner {
         let left = procs::kill_and_wait(&victims, self.config.helper_timeout);
         if !left.is_empty() {
             tracing::warn!(left = ?left, "sshd session processes did not exit");
+        }
+        victims.len()
+    }
+
+    /// Ends every SSH connection of the SFTP login user that does not serve a live delegation
+    /// other than the one whose export is `ending`: a connection serves a delegation when it,
+    /// or one of its sessions, works in that delegation's export (the certificate's
+    /// `internal-sftp -d /<token>` puts every SFTP session there, and the SFTP protocol cannot
+    /// change it). That ends the connections of the ended delegation however they sit: idle
+    /// (`sshd: user@notty` with no channel, e.g. an `ssh -M -N` master), or with a session
+    /// that could not enter the removed export and works from the jail's root. Sessions are
+    /// only ever opened over connections, so after this no channel of the ended certificate
+    /// can be opened. A connection of another delegation caught between its login and its
+    /// SFTP channel (a few milliseconds) is ended too: its mount fails and says so, which is
+    /// safe; it is never left able to reach another export.
+    fn end_idle_connections(&self, ending: &Path) -> usize {
+        let live: Vec<PathBuf> = match self.registry.lock() {
+            Ok(l) => l
+                .records()
+                .into_iter()
+                .map(|r| r.token_dir)
+                .filter(|d| d != ending)
+                .collect(),
+            Err(e) => {
+                tracing::warn!("reading the sshfs registry: {e}");
+                return 0;
+            }
+        };
+        // The login user's sshd processes (`sshd: user@notty`, `sshd: user@internal-sftp`,
+        // or `sshd-session: …` on newer OpenSSH), with their parents.
+        let sshd: BTreeMap<i32, procs::Stat> = procs::pids()
+            .into_iter()
+            .filter(|&pid| procs::uid(pid) == Some(self.login_uid))
+            .filter(|&pid| {
+                procs::cmdline(pid)
+                    .first()
+                    .is_some_and(|a| a.starts_with("sshd"))
+            })
+            .filter_map(|pid| Some((pid, procs::stat(pid)?)))
+            .collect();
+        let serves_live = |pid: i32| {
+            std::fs::read_link(format!("/proc/{pid}/cwd"))
+                .map(|cwd| {
+                    let cwd = cwd.to_string_lossy();
+                    live.iter().any(|d| procs::is_under(&cwd, d))
+                })
+                .unwrap_or(false)
+        };
+        // A connection is its topmost login-user sshd process; it serves a live delegation
+        // if it or any login-user sshd process below it works in a live export.
+        let root_of = |mut pid: i32| {
+            while let Some(st) = sshd.get(&pid) {
+                if !sshd.contains_key(&st.ppid) {
+                    break;
+                }
+                pid = st.ppid;
+            }
+            pid
+        };
+        let mut serving = BTreeSet::new();
+        for &pid in sshd.keys() {
+            if serves_live(pid) {
+                serving.insert(root_of(pid));
+            }
+        }
+        let victims: Vec<Proc> = sshd
+            .keys()
+            .filter(|&&pid| !serving.contains(&root_of(pid)))
+            .filter_map(|&pid| procs::proc_of(pid))
+            .collect();
+        if victims.is_empty() {
+            return 0;
+        }
+        tracing::info!(
+            processes = victims.len(),
+            "ending SSH connections that serve no live delegation"
+        );
+        let left = procs::kill_and_wait(&victims, self.config.helper_timeout);
+        if !left.is_empty() {
+            tracing::warn!(left = ?left, "sshd connection processes did not exit");
         }
         victims.len()
     }

@@ -465,6 +465,68 @@ impl ClientCreds {
         )
     }
 
+    /// Opens an SSH connection with no channel (`ssh -M -N`, a control master at `ctl`), as
+    /// an executor holding the credential can, and waits until it is up.
+    pub fn idle_master(&self, fx: &Sshd, ctl: &Path) -> Child {
+        let mut child = Command::new("ssh")
+            .args(self.common("-p", fx.port))
+            .args(["-M", "-N", "-o", "ControlPersist=no", "-S"])
+            .arg(ctl)
+            .arg(format!("{}@127.0.0.1", fx.user))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let until = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let (up, _, _) = self.ssh(fx, &["-S", &ctl.display().to_string(), "-O", "check", "x"]);
+            if up {
+                return child;
+            }
+            if let Ok(Some(st)) = child.try_wait() {
+                panic!("the idle connection ended at once: {st}\n{}", fx.log());
+            }
+            assert!(
+                std::time::Instant::now() < until,
+                "the idle connection never came up"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Runs an `sftp` batch over the control master at `ctl` only (never a new login);
+    /// returns (success, stdout + stderr).
+    pub fn sftp_over(&self, fx: &Sshd, ctl: &Path, batch: &str) -> (bool, String) {
+        use std::io::Write;
+        let mut child = Command::new("sftp")
+            .args(self.common("-P", fx.port))
+            .args(["-o", "ControlMaster=no", "-o"])
+            .arg(format!("ControlPath={}", ctl.display()))
+            .args(["-o", "PreferredAuthentications=none", "-b", "-"])
+            .arg(format!("{}@127.0.0.1", fx.user))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(batch.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        (
+            out.status.success(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    }
+
     /// Opens an SFTP session that stays open (see [`Sftp`]).
     pub fn session(&self, fx: &Sshd) -> Sftp {
         Sftp::open(self, fx)
