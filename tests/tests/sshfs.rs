@@ -1131,6 +1131,99 @@ fn set_id_files_and_escaping_symlinks_are_neutralised_at_release() {
     assert_clean(&fx);
 }
 
+/// Issue 47 item 4: six connections of the executor plant set-id binaries, `/etc/shadow`
+/// links and set-gid world-writable directories in a loop (a new SFTP channel per round, over
+/// idle `ssh -M` masters), while release scans a workspace of many files. Nothing of it
+/// survives live in the delegator's workspace, and every planted entry that is still there is
+/// reported.
+#[test]
+fn what_connections_plant_in_a_loop_during_release_never_survives_it() {
+    require_sshfs!();
+    use std::os::unix::fs::PermissionsExt;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let fx = Sshd::start();
+    // A slow scan: thousands of files.
+    let bulk = fx.workspace.join("bulk");
+    std::fs::create_dir_all(&bulk).unwrap();
+    for i in 0..4000 {
+        std::fs::write(bulk.join(format!("f{i}")), "x").unwrap();
+    }
+    let (id, h) = prepare(&fx, "race-1", AccessMode::Rw);
+    let c = Arc::new(ClientCreds::write(&fx.base.join("c-race"), &h));
+    let w = format!("{}workspace", h.export_locator);
+    let stop = Arc::new(AtomicBool::new(false));
+    let fx = Arc::new(fx);
+    let planters: Vec<_> = (0..6)
+        .map(|t| {
+            let ctl = fx.base.join(format!("c-race/ctl{t}"));
+            let master = c.idle_master(&fx, &ctl);
+            let (c, fx, stop, w) = (c.clone(), fx.clone(), stop.clone(), w.clone());
+            std::thread::spawn(move || {
+                let mut rounds = 0u32;
+                while !stop.load(Ordering::SeqCst) {
+                    let n = format!("{t}-{rounds}");
+                    let batch = format!(
+                        "put /usr/bin/id {w}/suid-{n}\nchmod 4755 {w}/suid-{n}\n\
+                         symlink /etc/shadow {w}/shadow-{n}\n\
+                         mkdir {w}/drop-{n}\nchmod 2777 {w}/drop-{n}\n"
+                    );
+                    let (ok, _) = c.sftp_over(&fx, &ctl, &batch);
+                    if !ok {
+                        break;
+                    }
+                    rounds += 1;
+                }
+                (master, rounds)
+            })
+        })
+        .collect();
+    // Release once every planter has planted at least once.
+    let until = std::time::Instant::now() + Duration::from_secs(60);
+    while (0..6).any(|t| !fx.workspace.join(format!("drop-{t}-0")).exists()) {
+        assert!(
+            std::time::Instant::now() < until,
+            "the planters never planted"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let report = fx.delegator.release(&id).unwrap();
+    stop.store(true, Ordering::SeqCst);
+    for p in planters {
+        let (mut master, rounds) = p.join().unwrap();
+        assert!(rounds >= 1);
+        let _ = master.kill();
+        let _ = master.wait();
+    }
+    // Nothing planted is live afterwards: no set-id file, no link out, no set-gid or
+    // world-writable directory (the scan ran after every connection was gone, so nothing
+    // could be planted behind it).
+    let mut planted = 0;
+    for e in std::fs::read_dir(&fx.workspace).unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let md = std::fs::symlink_metadata(e.path()).unwrap();
+        let mode = md.permissions().mode() & 0o7777;
+        if name.starts_with("suid-") {
+            planted += 1;
+            assert_eq!(mode & 0o6000, 0, "{name} kept set-id bits ({mode:04o})");
+        } else if name.starts_with("shadow-") {
+            panic!(
+                "{name} → /etc/shadow survived release: {:?}",
+                report.warnings
+            );
+        } else if name.starts_with("drop-") {
+            planted += 1;
+            assert_eq!(mode & 0o2002, 0, "{name} is still {mode:04o}");
+        }
+    }
+    assert!(planted >= 12, "few entries planted: {planted}");
+    // What the scan neutralised is said: at least each planter's first round (a set-id file,
+    // a link and a directory each).
+    assert!(report.warnings.len() >= 18, "{:?}", report.warnings);
+    let fx = Arc::try_unwrap(fx).unwrap_or_else(|_| panic!("planters still hold the fixture"));
+    assert_clean(&fx);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Setup (finding 6)
 

@@ -3,6 +3,9 @@
 //! - **set-id files**: SFTP lets the owner of a file set any mode, so an executor can upload a
 //!   program and make it set-user-id (to the SFTP login user) or set-group-id. Set-id bits on
 //!   regular files owned by the login user whose inode changed during the lease are removed.
+//! - **set-gid or world-writable directories**: a directory the executor made `2777` lets
+//!   anyone drop files (in its group) into the workspace afterwards; both bits are removed
+//!   from directories of the login user changed during the lease.
 //! - **escaping symlinks**: a link to `/`, `/etc/shadow` or `../../..` is harmless inside the
 //!   jail (it resolves there) but points out of the workspace for whoever uses the directory
 //!   afterwards. Links the executor created or changed that point outside are handled by
@@ -10,6 +13,8 @@
 //!
 //! "Changed during the lease" is read from the inode's change time (`ctime`), which no user
 //! can set. Subdirectories on other filesystems are skipped: a bind mount does not expose them.
+//! The check runs once every session and connection of the delegation is gone, so nothing can
+//! change the tree under it; a directory it cannot read is reported, never skipped silently.
 
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -78,7 +83,18 @@ pub(crate) fn inspect(
     let changed = |md: &fs::Metadata| (md.ctime(), md.ctime_nsec()) > since;
     let mut stack = vec![root.to_path_buf()];
     while let Some(dir) = stack.pop() {
-        let Ok(rd) = fs::read_dir(&dir) else { continue };
+        let rd = match fs::read_dir(&dir) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => {
+                // A directory the executor made unreadable hides what is below it: say so.
+                let rel = dir.strip_prefix(root).unwrap_or(&dir).display().to_string();
+                notes.push(format!(
+                    "`{name}/{rel}` could not be checked for set-id files and escaping symlinks: {e}"
+                ));
+                continue;
+            }
+        };
         for e in rd.flatten() {
             let path = e.path();
             let Ok(md) = fs::symlink_metadata(&path) else {
@@ -90,6 +106,22 @@ pub(crate) fn inspect(
             );
             let ft = md.file_type();
             if ft.is_dir() {
+                let mode = md.permissions().mode();
+                // A set-gid or world-writable directory the executor made: anyone could drop
+                // files (in its group) into the workspace afterwards.
+                if mode & 0o2002 != 0 && md.uid() == login_uid && changed(&md) {
+                    let safe = mode & 0o7777 & !0o2002;
+                    notes.push(match fs::set_permissions(&path, fs::Permissions::from_mode(safe)) {
+                        Ok(()) => format!(
+                            "removed the set-group-id and world-writable bits the executor set on directory `{rel}` (mode {:04o} → {safe:04o})",
+                            mode & 0o7777
+                        ),
+                        Err(e) => format!(
+                            "directory `{rel}` is set-group-id or world-writable by the executor (mode {:04o}) and could not be changed: {e}",
+                            mode & 0o7777
+                        ),
+                    });
+                }
                 if md.dev() == root_md.dev() {
                     stack.push(path);
                 }
@@ -215,6 +247,21 @@ mod tests {
         assert_eq!(
             fs::metadata(&f).unwrap().permissions().mode() & 0o7777,
             0o755
+        );
+    }
+
+    #[test]
+    fn set_gid_and_world_writable_directories_of_the_lease_are_fixed() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("drop");
+        fs::create_dir(&dir).unwrap();
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o2777)).unwrap();
+        let notes = inspect("w", d.path(), (0, 0), uid(), EscapingSymlinks::Report);
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(notes[0].contains("`w/drop`") && notes[0].contains("2777 → 0775"));
+        assert_eq!(
+            fs::metadata(&dir).unwrap().permissions().mode() & 0o7777,
+            0o775
         );
     }
 
