@@ -16,6 +16,10 @@
 //! storing a delegation's result, so its journal says `completed` with the snapshot
 //! `in_flight`; restarted, it must report the delegation running while it fetches the result
 //! again, never `completed`.
+//!
+//! And a daemon down longer than the lease (issue 47, item 7): the executor finished within
+//! the lease while the daemon was down; restarted, the daemon asks it before expiring
+//! anything, applies the result and says so.
 
 use std::io::{Read, Write};
 use std::path::Path;
@@ -285,4 +289,131 @@ fn a_restart_while_the_result_was_being_stored_reports_running_not_completed() {
     assert_eq!(v["outcome"]["status"], "not_applied", "{v}");
     assert_eq!(o.status.code(), Some(4), "{}", bins::show(&o));
     assert_eq!(std::fs::read_to_string(ws.join("a.txt")).unwrap(), "A\n");
+}
+
+/// Waits for `path` to appear, then writes `result.txt` (the test opens the gate while the
+/// daemon is down).
+const GATED_AGENT: &str = r#"#!/bin/sh
+echo "waiting for the gate"
+while [ ! -e "$GATE" ]; do sleep 0.05; done
+printf 'finished while the delegator was down\n' > result.txt
+echo "wrote result.txt"
+"#;
+
+/// `GET url` over a plain socket; the response body (HTTP/1.0, so the server closes).
+fn http_get(url: &str) -> String {
+    let rest = url.strip_prefix("http://").expect("an http URL");
+    let (authority, path) = rest.split_once('/').expect("a path");
+    let mut s = std::net::TcpStream::connect(authority).unwrap();
+    write!(s, "GET /{path} HTTP/1.0\r\nHost: {authority}\r\n\r\n").unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
+/// Issue 47, item 7: a daemon down longer than the lease, while the executor finished the
+/// task within it and still serves the result. Restarted, the daemon asks the executor
+/// before it expires anything: the result is applied, the delegation `completed`, and the
+/// record says what happened.
+#[test]
+fn a_daemon_down_past_the_lease_takes_the_result_the_executor_finished_within_it() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let base = tempfile::tempdir().unwrap();
+    let ws = base.path().join("projects").join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(ws.join("README.md"), "# lent\n").unwrap();
+    let state = base.path().join("daemon");
+    let exdir = base.path().join("executor");
+    std::fs::create_dir_all(&exdir).unwrap();
+    std::fs::write(exdir.join("agent.sh"), GATED_AGENT).unwrap();
+    let gate = exdir.join("gate");
+    let agent = format!("sh {}", exdir.join("agent.sh").display());
+    let (ex, peer) = bins::spawn_announcing(
+        bins::executor_command(&exdir, &agent)
+            .args(["--agent-env", &format!("GATE={}", gate.display())]),
+        bins::EXECUTOR_ANNOUNCES,
+    );
+    let _ex = KillOnDrop(ex);
+
+    let id = "dlg_7a1e2b3c4d5e6f708192a3b4c5d6e7f8";
+    let (daemon, url) = bins::spawn_daemon(&state);
+    let mut daemon = KillOnDrop(daemon);
+    let c = client(url, &state);
+    let mut params = DelegateParams::new(peer.clone(), ws.clone(), "write result.txt");
+    params.id = Some(awcp_proto::DelegationId::new(id).unwrap());
+    params.ttl_seconds = 4;
+    let body = DelegateBody::from_params(&params).unwrap();
+    let expires_at = rt.block_on(async {
+        c.delegate(&body).await.unwrap();
+        let until = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let rec = c.get(id).await.unwrap();
+            if rec.state == "running" {
+                let lease = rec.active_lease.expect("a running delegation has a lease");
+                break awcp_proto::Timestamp::parse_rfc3339(&lease.expires_at).unwrap();
+            }
+            assert!(std::time::Instant::now() < until, "never running: {rec:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+    daemon.0.kill().unwrap();
+    daemon.0.wait().unwrap();
+    drop(daemon);
+
+    // While the daemon is down: the task finishes within the lease…
+    std::fs::write(&gate, "").unwrap();
+    let result_url = format!(
+        "{}/awcp/tasks/{id}/result",
+        peer.trim_end_matches('/').trim_end_matches("/awcp")
+    );
+    let until = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let r = http_get(&result_url);
+        if r.contains("\"status\":\"completed\"") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "the task never completed: {r}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let now_ms = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64
+    };
+    assert!(
+        now_ms() < expires_at.as_unix_millis(),
+        "finished after the lease: too slow a machine"
+    );
+    // …and the lease ends before the daemon is back.
+    while now_ms() <= expires_at.as_unix_millis() + 500 {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    let (daemon, url) = bins::spawn_daemon(&state);
+    let _daemon = KillOnDrop(daemon);
+    let c = client(url, &state);
+    let end = rt
+        .block_on(c.wait(id, Duration::from_secs(90)))
+        .expect("the delegation ends after the restart");
+    assert_eq!(end.state, "completed", "{end:?}");
+    assert!(end.applied_snapshot_id.is_some(), "{end:?}");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("result.txt")).unwrap(),
+        "finished while the delegator was down\n"
+    );
+    assert!(
+        end.warnings
+            .iter()
+            .any(|w| w.contains("finished the task within it")),
+        "the record says what happened: {:?}",
+        end.warnings
+    );
 }

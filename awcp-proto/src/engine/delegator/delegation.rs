@@ -383,6 +383,10 @@ pub(super) struct Delegation {
     /// The INVITE as the record holds it, encoded at the first record (`req` never changes;
     /// the journal asks for the record at every change).
     pub(super) invite_record: std::sync::OnceLock<crate::wire::JsonText>,
+    /// Restored after its lease had ended: the executor is asked first (its event stream,
+    /// until the setup grace period ends) whether the task finished within the lease, and the
+    /// delegation expires only if it did not say so (not journaled: set by each restore).
+    pub(super) asking_after_lease: bool,
 }
 
 impl Delegation {
@@ -409,6 +413,7 @@ impl Delegation {
             not_shipped: Vec::new(),
             not_shipped_count: 0,
             last_progress: None,
+            asking_after_lease: false,
             invite_record: Default::default(),
         }
     }

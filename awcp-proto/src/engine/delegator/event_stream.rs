@@ -132,6 +132,15 @@ impl Delegator {
 
     pub(super) fn setup_complete(&mut self, now: Timestamp, id: &DelegationId) {
         self.transition(now, id, DelegationTransition::SetupComplete, None);
+        if self
+            .delegations
+            .get(id)
+            .is_some_and(|d| d.asking_after_lease)
+        {
+            // Restored after the lease: the replay goes on to say how the task ended; the
+            // setup grace timer decides if it does not.
+            return;
+        }
         self.core.timers.cancel(id, Timer::SetupGrace);
         if let Some(exp) = self.delegations.get(id).and_then(|d| d.expires_at) {
             if now >= exp {

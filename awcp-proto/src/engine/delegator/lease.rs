@@ -74,7 +74,14 @@ impl Delegator {
                 | DelegationState::Expired => {}
             },
             Timer::SetupGrace => {
-                if state == DelegationState::Started {
+                let asking = self
+                    .delegations
+                    .get(id)
+                    .is_some_and(|d| d.asking_after_lease);
+                if asking && state == DelegationState::Running {
+                    // Restored after the lease: the executor did not report the task finished.
+                    self.expire(now, id);
+                } else if state == DelegationState::Started {
                     self.abandon(
                         now,
                         id,

@@ -275,6 +275,13 @@ impl Delegator {
                     if d.error.is_none() {
                         d.error = error;
                     }
+                    if d.asking_after_lease && to == DelegationState::Completed {
+                        d.warnings.push(
+                            "the lease ended while the delegator was down; the executor had \
+                             finished the task within it, and its result was taken"
+                                .into(),
+                        );
+                    }
                 }
                 debug_assert!(d.phase.fits(to), "phase {:?} in state {to}", d.phase);
                 tracing::debug!(delegation = %id, %from, %to, "state changed");

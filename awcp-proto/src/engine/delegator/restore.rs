@@ -318,6 +318,7 @@ impl Delegator {
                 not_shipped_count,
                 last_progress: None,
                 invite_record: Default::default(),
+                asking_after_lease: false,
             }),
         );
         for snapshot_id in interrupted_stores {
@@ -380,16 +381,30 @@ impl Delegator {
                 let exp = d.expires_at;
                 let peer = d.peer.clone();
                 match exp {
-                    Some(e) if now >= e && state == DelegationState::Running => {
-                        self.expire(now, id);
-                        return;
-                    }
                     Some(e) if now >= e => {
+                        // The lease ended while the delegator was down; the executor may have
+                        // finished the task within it and still hold the result. Ask it first
+                        // (its event stream replays the end), and expire only if it says
+                        // nothing of the kind before the setup grace period is over.
+                        if let Some(d) = self.delegations.get_mut(id) {
+                            d.asking_after_lease = true;
+                        }
                         self.core.timers.set(
                             id,
                             Timer::SetupGrace,
                             now.saturating_add(self.config.setup_grace),
                         );
+                        self.core.outputs.push_back(DelegatorOutput::Event(
+                            DelegatorEvent::Progress {
+                                id: id.clone(),
+                                message: Some(
+                                    "the lease ended while the delegator was down: asking the \
+                                     executor whether the task finished within it"
+                                        .into(),
+                                ),
+                                progress: None,
+                            },
+                        ));
                     }
                     Some(e) => self.core.timers.set(id, Timer::Lease, e),
                     None => {}
@@ -461,6 +476,82 @@ mod tests {
         d2.handle(t(11), event(error)).unwrap();
         assert_eq!(d2.get(&id()).unwrap().state, DelegationState::Error);
         assert!(d2.record(&id()).unwrap().heard_terminal);
+    }
+
+    /// Issue 47 item 7: restored after its lease ended, a running delegation asks the
+    /// executor first; a result the executor finished within the lease is taken (and the user
+    /// told), and only silence until the grace period ends expires it.
+    #[test]
+    fn restored_after_its_lease_a_delegation_asks_the_executor_before_expiring() {
+        let d = running(SnapshotMode::Auto);
+        let lease = d.get(&id()).unwrap().expires_at.unwrap();
+        let late = lease.saturating_add(std::time::Duration::from_secs(3600));
+        let restore = |d: &Delegator| {
+            let rec = d.record(&id()).unwrap();
+            let mut d2 = Delegator::new(DelegatorConfig::default());
+            assert_eq!(d2.restore(late, &[rec], &Default::default()), 1);
+            let out = drain(&mut d2);
+            (d2, out)
+        };
+        let (mut d2, out) = restore(&d);
+        assert_eq!(d2.get(&id()).unwrap().state, DelegationState::Running);
+        assert_eq!(
+            count(&out, |o| matches!(
+                o,
+                DelegatorOutput::OpenEventStream { .. }
+            )),
+            1
+        );
+        assert_eq!(
+            count(&out, |o| matches!(
+                o,
+                DelegatorOutput::SendMessage {
+                    to: Outbound::Error,
+                    ..
+                }
+            )),
+            0,
+            "not expired before the executor was asked"
+        );
+        // The replay: running, then done within the lease.
+        let status = event(TaskEventKind::Status(crate::StatusEvent {
+            status: crate::TaskStatus::Running,
+            message: None,
+            progress: None,
+        }));
+        d2.handle(late, status).unwrap();
+        assert_eq!(d2.get(&id()).unwrap().state, DelegationState::Running);
+        d2.handle(late, crate::engine::delegator::tests::done("s1"))
+            .unwrap();
+        drain(&mut d2);
+        let v = d2.get(&id()).unwrap();
+        assert_eq!(v.state, DelegationState::Completed, "{v:?}");
+        assert!(
+            v.warnings
+                .iter()
+                .any(|w| w.contains("finished the task within it")),
+            "{:?}",
+            v.warnings
+        );
+
+        // No word from the executor until the grace period ends: expired, and it is told.
+        let (mut d3, _) = restore(&d);
+        let (at, why) = d3.poll_timeout().unwrap();
+        assert_eq!(why, Timer::SetupGrace);
+        d3.handle_timeout(at);
+        let out = drain(&mut d3);
+        let v = d3.get(&id()).unwrap();
+        assert_eq!(v.state, DelegationState::Expired);
+        assert_eq!(
+            count(&out, |o| matches!(
+                o,
+                DelegatorOutput::SendMessage {
+                    to: Outbound::Error,
+                    ..
+                }
+            )),
+            1
+        );
     }
 
     #[test]
