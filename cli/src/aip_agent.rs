@@ -2,8 +2,10 @@
 //!
 //! Per task, the command runs in a work directory of its own (`<work-root>/<task>`), with the
 //! request text on its stdin (one line per input; stdin stays open) and these variables:
-//! `AIP_TASK_ID`, `AIP_SESSION_ID`, `AIP_PROMPT` (the request text) and `AIP_OUTPUT_DIR`
-//! (files written there become products).
+//! `AIP_TASK_ID`, `AIP_SESSION_ID`, `AIP_PROMPT_FILE` (a file holding the request text, as
+//! sent), `AIP_PROMPT` (the request text itself, only up to [`MAX_PROMPT_ENV`] bytes: the
+//! kernel refuses larger environment strings) and `AIP_OUTPUT_DIR` (files written there
+//! become products).
 //!
 //! - Every stdout line is a status update (progress on the stream and in `get`).
 //! - A line starting with the ask marker (`AIP-ASK: `) puts the task in awaiting-input with
@@ -14,8 +16,8 @@
 //!   completion. Any other exit fails the task with the end of stderr.
 //! - A `continue` after the command exited runs it again, with every input so far on stdin.
 //! - When the task ends (complete, cancel, timeout), a command still running is killed with
-//!   every process it started (it runs in a process group of its own) and the work
-//!   directory removed. A command that exits leaves nothing running either.
+//!   every process it started (it runs in a jail of its own: [`awcp_transports::contain`]) and
+//!   the work directory removed. A command that exits leaves nothing running either.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, Read, Write};
@@ -159,6 +161,30 @@ pub(crate) fn make_task_dir(root: &Path, key: &str) -> std::io::Result<PathBuf> 
     Ok(dir)
 }
 
+/// The longest request text also passed in `AIP_PROMPT` (bytes): one environment string may
+/// not exceed 128 KiB (`MAX_ARG_STRLEN`), and the whole environment shares `ARG_MAX` with the
+/// arguments. A longer text is only in `AIP_PROMPT_FILE` and on stdin; `AIP_PROMPT` is then
+/// unset.
+pub const MAX_PROMPT_ENV: usize = 64 * 1024;
+
+/// Writes the request text to a file outside the work directory (so it is not taken for a
+/// product), for `AIP_PROMPT_FILE`; the directory goes when the returned guard is dropped.
+pub(crate) fn prompt_file(prompt: &str) -> std::io::Result<(tempfile::TempDir, PathBuf)> {
+    let dir = tempfile::Builder::new().prefix("aip-prompt-").tempdir()?;
+    let path = dir.path().join("prompt.txt");
+    std::fs::write(&path, prompt)?;
+    Ok((dir, path))
+}
+
+/// The prompt variables of an agent's environment: `AIP_PROMPT_FILE`, and `AIP_PROMPT` while
+/// the text fits ([`MAX_PROMPT_ENV`]).
+pub(crate) fn prompt_env(cmd: &mut Command, prompt: &str, file: &Path) {
+    cmd.env("AIP_PROMPT_FILE", file);
+    if prompt.len() <= MAX_PROMPT_ENV {
+        cmd.env("AIP_PROMPT", prompt);
+    }
+}
+
 /// A child in its task's jail ([`awcp_transports::contain`]): if dropped while running, every
 /// process the task started (its group, its cgroup or recorded descendants) is killed and the
 /// child reaped.
@@ -220,6 +246,14 @@ async fn task_loop<R: Runtime>(
         let _ = std::fs::remove_dir_all(&dir);
         return;
     }
+    let (_prompt_dir, prompt_path) = match prompt_file(&prompt) {
+        Ok(p) => p,
+        Err(e) => {
+            fail(&p, &task_id, format!("cannot write the prompt file: {e}")).await;
+            let _ = std::fs::remove_dir_all(&dir);
+            return;
+        }
+    };
     let mut inputs = vec![prompt.clone()];
     'runs: loop {
         let mut spawned = Command::new(&cmd.argv[0]);
@@ -233,11 +267,11 @@ async fn task_loop<R: Runtime>(
             ))
             .env("AIP_TASK_ID", &task_id)
             .env("AIP_SESSION_ID", &session)
-            .env("AIP_PROMPT", &prompt)
             .env("AIP_OUTPUT_DIR", &out_dir)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        prompt_env(&mut spawned, &prompt, &prompt_path);
         // Everything the agent starts stays in the task's jail and ends with it.
         let mut jail = Jail::new(format!("AIP_TASK_ID={task_id}"));
         let spawned = jail.confine(&mut spawned).and_then(|()| spawned.spawn());

@@ -52,7 +52,7 @@ use serde_json::json;
 
 use awcp_transports::contain::Jail;
 
-use crate::aip_agent::{file_products, make_task_dir, AgentCommand};
+use crate::aip_agent::{file_products, make_task_dir, prompt_env, prompt_file, AgentCommand};
 
 /// What `aip group` needs.
 #[derive(Clone, Debug)]
@@ -528,11 +528,13 @@ async fn run_task<R: Runtime>(
             ))
             .env("AIP_GROUP_ID", &g2)
             .env("AIP_TASK_ID", &t2)
-            .env("AIP_PROMPT", &prompt)
             .env("AIP_OUTPUT_DIR", &od2)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        let (_prompt_dir, prompt_path) =
+            prompt_file(&prompt).map_err(|e| format!("cannot write the prompt file: {e}"))?;
+        prompt_env(&mut command, &prompt, &prompt_path);
         // Everything the agent starts stays in the task's jail and ends with it.
         let mut jail = Jail::new(format!("AIP_TASK_ID={t2}"));
         let cannot_run = |e: std::io::Error| format!("cannot run {}: {e}", c2.argv[0]);
@@ -544,7 +546,11 @@ async fn run_task<R: Runtime>(
             r.insert(k2.clone(), jail.clone());
         }
         if let Some(mut stdin) = child.stdin.take() {
-            let _ = writeln!(stdin, "{}", prompt.replace('\n', " "));
+            // On a thread: a request larger than the pipe must not block reading the output.
+            let line = prompt.replace('\n', " ");
+            std::thread::spawn(move || {
+                let _ = writeln!(stdin, "{line}");
+            });
         }
         let stderr = child.stderr.take();
         let err_thread = std::thread::spawn(move || {

@@ -323,6 +323,65 @@ fn the_agent_gets_no_secret_of_the_partner() {
     }
 }
 
+/// Issue 48 item 4: a request larger than one environment string may be (128 KiB) reaches
+/// the agent whole, on stdin and in `AIP_PROMPT_FILE` (not in `AIP_PROMPT`), whether `aip`
+/// reads it from a file or from its standard input.
+#[test]
+fn a_request_too_large_for_the_environment_reaches_the_agent_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = r#"read q; printf 'stdin %s file %s env %s.\n' "${#q}" "$(wc -c < "$AIP_PROMPT_FILE")" "${AIP_PROMPT:+set}""#;
+    let p = Partner::spawn("tokio", &dir.path().join("work"), agent);
+    let big = "0123456789abcdef".repeat(200 * 1024 / 16);
+    let file = dir.path().join("request.txt");
+    std::fs::write(&file, &big).unwrap();
+    let out = ok(aip(
+        &p.url,
+        "tokio",
+        &[
+            "start",
+            "--wait",
+            "--task",
+            "t-big",
+            "--text-file",
+            file.to_str().unwrap(),
+        ],
+    ));
+    assert!(out.contains("stdin 204800 file 204800 env ."), "{out}");
+    // From standard input, on the other runtime.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_aip"))
+        .env("AIP_PARTNER", &p.url)
+        .args([
+            "--runtime",
+            "smol",
+            "start",
+            "--wait",
+            "--task",
+            "t-big2",
+            "--text-file",
+            "-",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || {
+        use std::io::Write;
+        stdin.write_all(big.as_bytes()).unwrap();
+    });
+    let out = ok(child.wait_with_output().unwrap());
+    writer.join().unwrap();
+    assert!(out.contains("stdin 204800 file 204800 env ."), "{out}");
+    // A small request is in the environment too, as before.
+    let out = ok(aip(
+        &p.url,
+        "tokio",
+        &["start", "--wait", "--task", "t-small", "hello"],
+    ));
+    assert!(out.contains("stdin 5 file 5 env set."), "{out}");
+}
+
 /// `POST`s `body` to `url` over a plain socket with exactly the headers given (plus
 /// `Content-Length`, and `Host` naming the address unless given); the HTTP status.
 fn raw_post(url: &str, headers: &[(&str, &str)], body: &str) -> u16 {

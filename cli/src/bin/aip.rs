@@ -28,6 +28,7 @@
 //! start was rejected or failed, or a followed task failed, was rejected or canceled; 2 on bad
 //! usage.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use agent_rt::Host;
@@ -102,16 +103,23 @@ enum Cmd {
         #[arg(long)]
         wait: bool,
         /// The request.
-        #[arg(required = true)]
+        #[arg(required_unless_present = "text_file")]
         text: Vec<String>,
+        /// Read the request from this file (`-`: standard input) instead: for requests too
+        /// large for a command line.
+        #[arg(long, value_name = "PATH", conflicts_with = "text")]
+        text_file: Option<PathBuf>,
     },
     /// Send more input to a task (awaiting input, or awaiting completion to ask for changes).
     Continue {
         /// The task.
         task: String,
         /// The input.
-        #[arg(required = true)]
+        #[arg(required_unless_present = "text_file")]
         text: Vec<String>,
+        /// Read the input from this file (`-`: standard input) instead.
+        #[arg(long, value_name = "PATH", conflicts_with = "text")]
+        text_file: Option<PathBuf>,
     },
     /// Accept a task's products (awaiting-completion → completed).
     Complete {
@@ -138,8 +146,11 @@ enum Cmd {
         #[arg(long)]
         attach: Option<String>,
         /// The request (for a new task).
-        #[arg(required_unless_present = "attach")]
+        #[arg(required_unless_present_any = ["attach", "text_file"])]
         text: Vec<String>,
+        /// Read the request from this file (`-`: standard input) instead.
+        #[arg(long, value_name = "PATH", conflicts_with_all = ["text", "attach"])]
+        text_file: Option<PathBuf>,
     },
     /// Run a notification receiver, start a task that reports to it, and print each
     /// notification until the task awaits input or completion, or ends.
@@ -154,9 +165,27 @@ enum Cmd {
         #[arg(long)]
         task: Option<String>,
         /// The request.
-        #[arg(required = true)]
+        #[arg(required_unless_present = "text_file")]
         text: Vec<String>,
+        /// Read the request from this file (`-`: standard input) instead.
+        #[arg(long, value_name = "PATH", conflicts_with = "text")]
+        text_file: Option<PathBuf>,
     },
+}
+
+/// The request text: the words given, or the file (`-`: standard input).
+fn request_text(text: &[String], file: Option<&std::path::Path>) -> Result<String, String> {
+    let Some(path) = file else {
+        return Ok(text.join(" "));
+    };
+    let read = if path == std::path::Path::new("-") {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s).map(|_| s)
+    } else {
+        std::fs::read_to_string(path)
+    };
+    let s = read.map_err(|e| format!("cannot read the request from {}: {e}", path.display()))?;
+    Ok(s.strip_suffix('\n').unwrap_or(&s).to_owned())
 }
 
 fn parse_dialect(s: &str) -> Result<Dialect, String> {
@@ -396,16 +425,33 @@ async fn run<R: Host>(args: Args) -> i32 {
     };
     match args.cmd {
         Cmd::Group { .. } => usage("group is handled above"),
-        Cmd::Start { task, wait, text } => {
+        Cmd::Start {
+            task,
+            wait,
+            text,
+            text_file,
+        } => {
+            let text = match request_text(&text, text_file.as_deref()) {
+                Ok(t) => t,
+                Err(e) => return usage(&e),
+            };
             let task = task.unwrap_or_else(|| fresh("task"));
-            let start = StartTask::new("p", task.clone(), session.clone(), text.join(" "));
+            let start = StartTask::new("p", task.clone(), session.clone(), text);
             let r = leader.start(start).await;
             if !wait || r.is_err() {
                 return answer(&out, &task, r);
             }
             follow(&out, &leader, events, &task, since).await
         }
-        Cmd::Continue { task, text } => {
+        Cmd::Continue {
+            task,
+            text,
+            text_file,
+        } => {
+            let text = match request_text(&text, text_file.as_deref()) {
+                Ok(t) => t,
+                Err(e) => return usage(&e),
+            };
             if leader
                 .attach(attach(task.clone(), Delivery::Rpc))
                 .await
@@ -413,7 +459,7 @@ async fn run<R: Host>(args: Args) -> i32 {
             {
                 return 1;
             }
-            let items = vec![DataItem::text(text.join(" "))];
+            let items = vec![DataItem::text(text)];
             answer(&out, &task, leader.continue_task(&task, items).await)
         }
         Cmd::Complete { task } => {
@@ -427,7 +473,12 @@ async fn run<R: Host>(args: Args) -> i32 {
             task,
             attach: existing,
             text,
+            text_file,
         } => {
+            let text = match request_text(&text, text_file.as_deref()) {
+                Ok(t) => t,
+                Err(e) => return usage(&e),
+            };
             let task = match existing {
                 Some(t) => {
                     // Where the task is now: the replay shows its history, and following stops
@@ -451,7 +502,7 @@ async fn run<R: Host>(args: Args) -> i32 {
                     let task = task.unwrap_or_else(|| fresh("task"));
                     let start = StartTask {
                         delivery: Delivery::Stream,
-                        ..StartTask::new("p", task.clone(), session.clone(), text.join(" "))
+                        ..StartTask::new("p", task.clone(), session.clone(), text)
                     };
                     spawn_start::<R>(&leader, start);
                     task
@@ -464,7 +515,12 @@ async fn run<R: Host>(args: Args) -> i32 {
             receiver_url,
             task,
             text,
+            text_file,
         } => {
+            let text = match request_text(&text, text_file.as_deref()) {
+                Ok(t) => t,
+                Err(e) => return usage(&e),
+            };
             let listener = match std::net::TcpListener::bind(listen) {
                 Ok(l) => l,
                 Err(e) => return usage(&format!("cannot listen on {listen}: {e}")),
@@ -497,7 +553,7 @@ async fn run<R: Host>(args: Args) -> i32 {
                     token: None,
                     states: Vec::new(),
                 },
-                ..StartTask::new("p", task.clone(), session.clone(), text.join(" "))
+                ..StartTask::new("p", task.clone(), session.clone(), text)
             };
             spawn_start::<R>(&leader, start);
             let code = follow(&out, &leader, events, &task, since).await;
