@@ -23,7 +23,7 @@ use crate::error::UsageError;
 use crate::group::wire::{
     encode_group_message, GroupMessage, MemberStatus, MgmtCommand, MgmtKind, MgmtResult,
 };
-use crate::group::{admit, BrokerLink, Publish, SeenIds};
+use crate::group::{admit_addressed, BrokerLink, Publish, SeenIds};
 use crate::state::{command_effect, Cause, TaskMachine};
 use crate::time::Timestamp;
 use crate::wire::{
@@ -278,19 +278,7 @@ impl GroupMember {
     }
 
     fn mention(&self, m: Option<&Mentions>, task_command: bool) -> Option<Mention> {
-        match m {
-            Some(Mentions::All) => Some(Mention::All),
-            Some(Mentions::List(l)) if l.contains(&self.cfg.partner_id) => Some(Mention::Me),
-            Some(Mentions::List(l)) if !l.is_empty() => None,
-            _ if !task_command => None,
-            _ => {
-                let act = self
-                    .cfg
-                    .act_on_unaddressed
-                    .unwrap_or(self.cfg.dialect == Dialect::V2);
-                act.then_some(Mention::Nobody)
-            }
-        }
+        mention_of(&self.cfg, m, task_command)
     }
 
     /// One delivery from the member queue (ack it after this returns: the engine has taken
@@ -300,11 +288,20 @@ impl GroupMember {
         if self.phase != MemberPhase::Joined {
             return;
         }
-        let Some((_, msg)) = admit(
+        // A command or management message meant for other members is not remembered: the
+        // leader may publish it again to this member alone, with the same id.
+        let cfg = &self.cfg;
+        let addressed = |msg: &GroupMessage| match msg {
+            GroupMessage::Command(c) => mention_of(cfg, c.mentions.as_ref(), true).is_some(),
+            GroupMessage::Mgmt(m) => mention_of(cfg, m.header.mentions.as_ref(), false).is_some(),
+            GroupMessage::Result(_) | GroupMessage::MgmtResult(_) => true,
+        };
+        let Some((_, msg)) = admit_addressed(
             body,
             &self.cfg.partner_id,
             &self.cfg.group_id,
             &mut self.seen,
+            addressed,
         ) else {
             return;
         };
@@ -598,5 +595,21 @@ impl GroupMember {
     /// The sender role this engine writes (always partner).
     pub fn role(&self) -> SenderRole {
         SenderRole::Partner
+    }
+}
+
+/// How a message's mentions concern the member `cfg` describes (`None`: not at all). A
+/// management message must name the member or all; a task command that names nobody is
+/// acted on as [`MemberConfig::act_on_unaddressed`] says.
+fn mention_of(cfg: &MemberConfig, m: Option<&Mentions>, task_command: bool) -> Option<Mention> {
+    match m {
+        Some(Mentions::All) => Some(Mention::All),
+        Some(Mentions::List(l)) if l.contains(&cfg.partner_id) => Some(Mention::Me),
+        Some(Mentions::List(l)) if !l.is_empty() => None,
+        _ if !task_command => None,
+        _ => {
+            let act = cfg.act_on_unaddressed.unwrap_or(cfg.dialect == Dialect::V2);
+            act.then_some(Mention::Nobody)
+        }
     }
 }

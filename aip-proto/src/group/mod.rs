@@ -111,9 +111,22 @@ pub(crate) fn admit(
     group: &str,
     seen: &mut SeenIds,
 ) -> Option<(String, GroupMessage)> {
+    admit_addressed(body, me, group, seen, |_| true)
+}
+
+/// [`admit`] for an agent that acts only on what `addressed` says is meant for it: a message
+/// meant for others is dropped without being remembered, so a copy of the same message that
+/// is meant for this agent (a command published again to one member) is still taken.
+pub(crate) fn admit_addressed(
+    body: &[u8],
+    me: &str,
+    group: &str,
+    seen: &mut SeenIds,
+    addressed: impl FnOnce(&GroupMessage) -> bool,
+) -> Option<(String, GroupMessage)> {
     let (msg, _) = decode_group_message(body).ok()?;
     let sender = msg.sender_id()?.to_owned();
-    if sender == me || msg.group_id().is_some_and(|g| g != group) {
+    if sender == me || msg.group_id().is_some_and(|g| g != group) || !addressed(&msg) {
         return None;
     }
     if let Some(id) = msg.message_id() {

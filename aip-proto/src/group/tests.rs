@@ -20,6 +20,8 @@ struct Net {
     events: Vec<(String, MemberEvent)>,
     leader_events: Vec<LeaderEvent>,
     left: Vec<(String, LeaveReason)>,
+    /// Every group message the leader published.
+    leader_published: Vec<GroupMessage>,
 }
 
 impl Net {
@@ -31,6 +33,7 @@ impl Net {
             events: Vec::new(),
             leader_events: Vec::new(),
             left: Vec::new(),
+            leader_published: Vec::new(),
         };
         for p in partners {
             n.leader.invite_inbox(t(0), p).unwrap();
@@ -47,7 +50,12 @@ impl Net {
             let mut bodies = Vec::new();
             while let Some(o) = self.leader.poll_output() {
                 match o {
-                    LeaderOutput::Publish(p) => bodies.push(p.body),
+                    LeaderOutput::Publish(p) => {
+                        if let Ok((m, _)) = decode_group_message(&p.body) {
+                            self.leader_published.push(m);
+                        }
+                        bodies.push(p.body)
+                    }
                     LeaderOutput::Event(e) => self.leader_events.push(e),
                 }
             }
@@ -275,12 +283,30 @@ fn mute_holds_results_until_unmute_and_leave_and_disband_end_membership() {
     n.member(B).accept(t(2), "t").unwrap();
     n.pump(t(2));
     assert!(n.leader.result("t", B).is_none(), "muted: held");
+    let before = n.leader_published.len();
     n.leader.unmute(t(3), B).unwrap();
     n.pump(t(3));
     assert_eq!(
         n.leader.result("t", B).unwrap().state(),
         TaskState::Accepted
     );
+    // The start B had not answered went out again to B alone (issue 48 item 6): partners that
+    // do not drop a repeated id must not run it twice.
+    let again: Vec<_> = n.leader_published[before..]
+        .iter()
+        .filter_map(|m| match m {
+            GroupMessage::Command(c) if c.task_id.as_deref() == Some("t") => Some(c),
+            _ => None,
+        })
+        .collect();
+    assert!(!again.is_empty(), "B never got the start again");
+    for c in again {
+        assert_eq!(
+            c.mentions,
+            Some(Mentions::List(vec![B.to_owned()])),
+            "{c:?}"
+        );
+    }
 
     n.leader.remove(t(4), A).unwrap();
     n.pump(t(4));
@@ -301,6 +327,39 @@ fn mute_holds_results_until_unmute_and_leave_and_disband_end_membership() {
             GroupCommand::new(CommandKind::Start, "x", "s", Mentions::All)
         )
         .is_err());
+}
+
+/// A command published again to one member (same id, narrowed mentions) does not make the
+/// other members drop the original later: a copy meant for someone else is not remembered.
+#[test]
+fn a_copy_meant_for_another_member_does_not_hide_the_original() {
+    let mut n = Net::new(&[A, B]);
+    let mut c = GroupCommand::new(CommandKind::Start, "t-copy", "s-1", Mentions::All).text("go");
+    c.mentions = Some(Mentions::All);
+    n.leader.send(t(1), c).unwrap();
+    let mut original = None;
+    while let Some(o) = n.leader.poll_output() {
+        if let LeaderOutput::Publish(p) = o {
+            if let Ok((GroupMessage::Command(cmd), dialect)) = decode_group_message(&p.body) {
+                original = Some((cmd, dialect, p.body));
+            }
+        }
+    }
+    let (cmd, dialect, body) = original.expect("the start was published");
+    let for_a = crate::TaskCommand {
+        mentions: Some(Mentions::List(vec![A.to_owned()])),
+        ..cmd
+    };
+    let copy = encode_group_message(&GroupMessage::Command(for_a), dialect);
+    n.member(B).handle_delivery(t(1), &copy);
+    n.member(B).handle_delivery(t(1), &body);
+    n.pump(t(1));
+    assert!(
+        n.events.iter().any(|(p, e)| p == B
+            && matches!(e, MemberEvent::TaskStarted { task_id, .. } if task_id == "t-copy")),
+        "B dropped the original as a duplicate of a copy meant for A: {:?}",
+        n.events
+    );
 }
 
 #[test]

@@ -144,10 +144,12 @@ impl GroupLeader {
         });
     }
 
-    /// A member announced itself again (it reconnected, or answered `get-status`): the task
-    /// commands meant for it that it has not answered since they were sent are published
-    /// again with their original ids (a member that had them drops the copy), so a command
-    /// that found no queue while the broker restarted is not lost.
+    /// A member announced itself again (it reconnected, was unmuted, or answered
+    /// `get-status`): the task commands meant for it that it has not answered since they were
+    /// sent are published again with their original ids (a member that had them drops the
+    /// copy), so a command that found no queue while the broker restarted is not lost. The
+    /// copy mentions only that member: the group exchange delivers it to every member, and
+    /// partners that do not drop a repeated id (the SDK's) would run it a second time.
     fn resend(&mut self, partner: &str) {
         let again: Vec<TaskCommand> = self
             .sent
@@ -166,7 +168,10 @@ impl GroupLeader {
                     .unwrap_or(0);
                 meant && heard < *seq
             })
-            .map(|(_, c)| c.clone())
+            .map(|(_, c)| TaskCommand {
+                mentions: Some(Mentions::List(vec![partner.to_owned()])),
+                ..c.clone()
+            })
             .collect();
         for c in again {
             self.publish(&GroupMessage::Command(c));
