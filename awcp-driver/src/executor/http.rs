@@ -9,10 +9,17 @@
 //!
 //! With auth on, every request is first judged on its headers alone
 //! ([`awcp_proto::engine::auth::check_headers`]): a wrong credential, or an unauthenticated
-//! body over the small unauthenticated limit, is answered before a byte of the body is read.
-//! Which credential authorises which request is the engine's decision
+//! body over the small unauthenticated limit, is answered before a byte of the body is kept.
+//! A message (`POST /awcp`) without a credential header that may be larger is the exception:
+//! its first bytes are read for the delegation id and the engine chooses its limit
+//! ([`awcp_proto::Executor::message_body_limit`]), so a reference delegator's START (its
+//! credential was in INVITE's `auth` only) is read whole. A refused body is discarded before
+//! the answer ends ([`bodies`]), so a client still sending reads the refusal. Which
+//! credential authorises which request is the engine's decision
 //! ([`awcp_proto::engine::auth`]). Requests only a web browser would send (an `Origin`
 //! header, a body that is not JSON) are refused first ([`wire_http::refuse_browser_request`]).
+
+mod bodies;
 
 use std::io::Read;
 
@@ -20,13 +27,15 @@ use awcp_proto::engine::auth::{check_headers, Credential, Endpoint, HeaderVerdic
 use awcp_proto::engine::executor::Request;
 use awcp_proto::http_binding as wire_http;
 use awcp_proto::wire::divert::{attach_diverted_archive, ArchiveTextDiverter};
+use awcp_proto::ErrorInfo;
 use awcp_proto::{decode_message_owned, sse, DelegationId};
 use bytes::Bytes;
 use futures::StreamExt;
 use http::{Method, StatusCode};
 use http_body_util::BodyExt;
 
-use super::ExecutorHandle;
+use self::bodies::BoxBody;
+use super::{Cmd, ExecutorHandle};
 use crate::incoming::{receive_diverted, ReceiveError};
 use crate::net::{json_response, ResponseBody};
 
@@ -137,19 +146,50 @@ impl ExecutorHandle {
             return reply(wire_http::reject(status, None, error));
         }
         let presented = presented(&req);
-        let body_limit = match check_headers(
+        // A request without `Content-Length` or `Transfer-Encoding` has no body.
+        let announced = if has_body {
+            content_length(&req)
+        } else {
+            Some(0)
+        };
+        let verdict = check_headers(
             self.opts.auth.as_ref(),
             endpoint,
             &presented,
-            content_length(&req),
+            announced,
             self.opts.limits,
-        ) {
+        );
+        let credential = presented.into_credential();
+        let mut body = bodies::boxed(req.into_body());
+        // Past the authenticated limit a refused body is not discarded any more.
+        let cap = self.opts.limits.max;
+        let body_limit = match verdict {
             HeaderVerdict::Proceed { body_limit } => body_limit,
             HeaderVerdict::Refuse { status, error } => {
-                return reply(wire_http::reject(status, None, error))
+                let rejection = wire_http::reject(status, None, error);
+                return bodies::refusal(rejection, has_body.then_some(body), announced, cap);
+            }
+            HeaderVerdict::Peek { peek } => {
+                let (prefix, id) = match bodies::peek_delegation(&mut body, peek).await {
+                    Ok(p) => p,
+                    Err(_) => return reply(wire_http::reject_unreadable_body()),
+                };
+                match self
+                    .message_body_limit(id, credential.clone(), announced)
+                    .await
+                {
+                    Some(Ok(limit)) => {
+                        body = bodies::Prefixed::new(prefix, body).boxed_unsync();
+                        limit
+                    }
+                    Some(Err((status, error))) => {
+                        let rejection = wire_http::reject(status, None, error);
+                        return bodies::refusal(rejection, Some(body), announced, cap);
+                    }
+                    None => return unavailable(),
+                }
             }
         };
-        let credential = presented.into_credential();
         match (method.clone(), segs.as_slice()) {
             (Method::GET, [".well-known", "agent-card.json" | "agent.json"]) => json_response(
                 200,
@@ -166,7 +206,8 @@ impl ExecutorHandle {
                     .to_string(),
             ),
             (Method::POST, ["awcp"]) => {
-                self.post_message(req, credential, origin, body_limit).await
+                self.post_message(body, announced, credential, origin, body_limit)
+                    .await
             }
             (Method::GET, ["awcp", "status"]) => match self.status().await {
                 Some(s) => json_response(200, wire_http::status_to_value(&s).to_string()),
@@ -223,30 +264,48 @@ impl ExecutorHandle {
         }
     }
 
-    async fn post_message<B>(
+    /// Which body limit applies to a message without a credential header whose first bytes
+    /// name `id` (the engine's decision: `Err` carries the HTTP status and error).
+    async fn message_body_limit(
         &self,
-        req: http::Request<B>,
+        id: Option<DelegationId>,
+        credential: Option<Credential>,
+        announced: Option<u64>,
+    ) -> Option<Result<u64, (u16, ErrorInfo)>> {
+        let (verdict, answer) = futures::channel::oneshot::channel();
+        self.tx
+            .unbounded_send(Cmd::MessageBodyLimit {
+                id,
+                credential,
+                announced,
+                limits: self.opts.limits,
+                verdict,
+            })
+            .ok()?;
+        answer.await.ok()
+    }
+
+    async fn post_message(
+        &self,
+        body: BoxBody,
+        announced: Option<u64>,
         credential: Option<Credential>,
         origin: Option<String>,
         limit: u64,
-    ) -> http::Response<ResponseBody>
-    where
-        B: http_body::Body<Data = Bytes> + Send + 'static,
-        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-    {
-        let announced = content_length(&req);
-        let body = http_body_util::Limited::new(
-            req.into_body(),
-            usize::try_from(limit).unwrap_or(usize::MAX),
-        );
-        let over_limit = |e: &(dyn std::error::Error + 'static)| {
-            e.downcast_ref::<http_body_util::LengthLimitError>()
-                .is_some()
-        };
+    ) -> http::Response<ResponseBody> {
+        // Past `limit` the rest is discarded (up to the authenticated limit) before the
+        // refusal, so a client still sending reads it.
+        let body = bodies::Capped::new(body, limit, self.opts.limits.max);
+        let over_limit =
+            |e: &(dyn std::error::Error + 'static)| e.downcast_ref::<bodies::TooLarge>().is_some();
+        // A limit above the unauthenticated one was granted for a credential: a header, or a
+        // delegation whose binding stands for one.
+        let unauthenticated = self.opts.limits.unauthenticated.min(self.opts.limits.max);
+        let authenticated = credential.is_some() || limit > unauthenticated;
         let refuse_size = || {
             let (status, error) = awcp_proto::engine::auth::body_over_limit(
                 self.opts.auth.as_ref(),
-                credential.is_some(),
+                authenticated,
                 limit,
             );
             reply(wire_http::reject(status, None, error))
@@ -255,7 +314,7 @@ impl ExecutorHandle {
         // rest kept. A small one is read whole.
         let (bytes, archive_file) = if announced.is_none_or(|n| n > DIVERT_FROM) {
             let div = ArchiveTextDiverter::new(usize::try_from(limit).unwrap_or(usize::MAX));
-            // The body's limit (archive text included) is the `Limited` wrapper's.
+            // The body's limit (archive text included) is the `Capped` wrapper's.
             let dir = self.opts.downloads.clone();
             match receive_diverted(body, div, u64::MAX, dir, ".awcp-start-").await {
                 Ok(r) => r,

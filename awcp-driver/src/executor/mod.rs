@@ -49,7 +49,9 @@ pub struct ExecutorOptions {
     pub max_body_bytes: u64,
     /// With auth on: largest body read from a request without a credential header (1 MiB).
     /// Such requests are INVITEs and, from reference delegators (which send no header),
-    /// STARTs with inline archives; anything larger is refused from its headers.
+    /// STARTs with inline archives; anything larger is refused, except a message whose first
+    /// 64 KiB name a delegation its INVITE bound without a header (read up to
+    /// `max_body_bytes`).
     pub max_unauthenticated_body_bytes: u64,
     /// SSE keepalive interval (≤ 30 s).
     pub keepalive: Duration,
@@ -119,6 +121,15 @@ pub(crate) enum Cmd {
         snapshot_id: String,
         credential: Option<Credential>,
         verdict: oneshot::Sender<Result<(), (u16, ErrorInfo)>>,
+    },
+    /// Which body limit applies to a message without a credential header whose first bytes
+    /// name `id`? (The engine decides: `Executor::message_body_limit`.)
+    MessageBodyLimit {
+        id: Option<DelegationId>,
+        credential: Option<Credential>,
+        announced: Option<u64>,
+        limits: BodyLimits,
+        verdict: oneshot::Sender<Result<u64, (u16, ErrorInfo)>>,
     },
     Shutdown(oneshot::Sender<()>),
     SetPublicUrl(String),

@@ -103,8 +103,10 @@ struct Args {
     /// Largest request body in bytes (inline archives).
     #[arg(long, env = "AWCP_MAX_BODY", default_value_t = 256 * 1024 * 1024)]
     max_body_bytes: u64,
-    /// With --auth-token: largest body read from a request without a credential header (a
-    /// reference delegator's START with an inline archive); larger ones are refused unread.
+    /// With --auth-token: largest body read from a request without a credential header; larger
+    /// ones get 401 (after their upload is read and thrown away). A START for a delegation
+    /// whose INVITE carried the credential in its `auth` field (the reference delegator's way)
+    /// is read whole, up to --max-body.
     #[arg(long, env = "AWCP_MAX_UNAUTHENTICATED_BODY", default_value_t = 1024 * 1024)]
     max_unauthenticated_body: u64,
     /// Agent name on the A2A card.

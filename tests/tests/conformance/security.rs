@@ -150,14 +150,16 @@ pub async fn every_executor_endpoint_needs_the_credential<R: TestRuntime>() {
     assert_eq!(s, 200);
 }
 
-/// Writes a request head announcing a 200 MB body and sends no body: the executor must answer
-/// from the headers alone. Returns the status line, or the error after `wait`.
+/// Writes a request head announcing a 200 MB body and sends only the body's first bytes (a
+/// START naming a delegation the executor does not know): the executor must answer from them
+/// alone. Returns the status line, or the error after `wait`.
 fn head_only_request(addr: &str, extra: &str, wait: Duration) -> Result<String, String> {
     let mut s = std::net::TcpStream::connect(addr).map_err(|e| e.to_string())?;
     s.set_read_timeout(Some(wait)).unwrap();
     write!(
         s,
-        "POST /awcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n{extra}Content-Length: 209715200\r\n\r\n"
+        "POST /awcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n{extra}Content-Length: 209715200\r\n\r\n\
+         {{\"type\":\"START\",\"delegationId\":\"dlg_00000000000000000000000000000002\","
     )
     .map_err(|e| e.to_string())?;
     let mut buf = vec![0u8; 4096];
@@ -184,7 +186,8 @@ fn head_only_request(addr: &str, extra: &str, wait: Duration) -> Result<String, 
 }
 
 /// A request without a credential (or with a wrong one) announcing a 200 MB body is refused
-/// from its headers: the answer comes although no body byte was ever sent.
+/// from its headers, or (without a header) from the delegation its first bytes name: the
+/// answer comes although the rest of the body was never sent.
 pub async fn unauthenticated_huge_body_is_refused_before_it_is_read<R: TestRuntime>() {
     let ex = auth_executor::<R>(None);
     let addr = ex.base.trim_start_matches("http://").to_owned();

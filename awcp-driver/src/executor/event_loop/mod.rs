@@ -253,6 +253,20 @@ impl<R: Runtime> Loop<R> {
                     credential.as_ref(),
                 ));
             }
+            Cmd::MessageBodyLimit {
+                id,
+                credential,
+                announced,
+                limits,
+                verdict,
+            } => {
+                let _ = verdict.send(self.engine.message_body_limit(
+                    id.as_ref(),
+                    credential.as_ref(),
+                    announced,
+                    limits,
+                ));
+            }
             Cmd::Shutdown(_) => {}
             Cmd::SetPublicUrl(u) => self.engine.set_public_url(u),
             Cmd::Decide { id, decline, reply } => {

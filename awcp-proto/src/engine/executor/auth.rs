@@ -6,7 +6,11 @@
 //! * **Headers first.** A request's headers are judged by [`check_headers`] before its body is
 //!   read: a wrong credential, a credential of a type the executor does not accept, or an
 //!   unsupported `Authorization` scheme is refused at once (HTTP 401); `GET /awcp/status` needs
-//!   the credential; a body larger than the unauthenticated limit needs it too.
+//!   the credential; a body larger than the unauthenticated limit needs it too, except a
+//!   message (`POST /awcp`) naming a delegation its INVITE bound without a header: its first
+//!   bytes are looked at for the delegation id ([`DelegationIdScanner`]) and the engine
+//!   chooses the limit ([`message_body_verdict`]): the reference delegator's START inlines
+//!   the whole workspace.
 //! * **INVITE** is authenticated by a valid credential header, or else by its `auth` field
 //!   (how the reference delegator sends it). The credential that authenticated it is bound to
 //!   the delegation: only its [`SecretDigest`] is kept, never the secret.
@@ -26,6 +30,12 @@ use subtle::ConstantTimeEq;
 use crate::error::{ErrorCode, ErrorInfo};
 use crate::id::DelegationId;
 use crate::wire::AuthType;
+
+mod body;
+
+pub use self::body::{
+    message_body_verdict, peek_delegation_id, DelegationIdScanner, Scan, PEEK_BYTES,
+};
 
 /// A credential presented with a request: `Authorization: Bearer …` (type `bearer`),
 /// `X-API-Key: …` (type `api_key`), or INVITE's `auth` field (its declared type). `Debug` never
@@ -234,7 +244,8 @@ pub struct BodyLimits {
 /// The verdict on a request's headers, before its body is read.
 #[derive(Clone, Debug, PartialEq)]
 pub enum HeaderVerdict {
-    /// Answer at once with this HTTP status and error; read nothing.
+    /// Answer at once with this HTTP status and error; read nothing (a driver may discard
+    /// the body before it ends the answer, so that a client still sending sees it).
     Refuse {
         /// HTTP status (401 or 413).
         status: u16,
@@ -246,6 +257,43 @@ pub enum HeaderVerdict {
         /// Body limit for this request.
         body_limit: u64,
     },
+    /// A message without a credential header that may be larger than the unauthenticated
+    /// limit: feed its first bytes to a [`DelegationIdScanner`] (which looks at no more than
+    /// `peek`), then ask [`super::Executor::message_body_limit`] which limit applies.
+    Peek {
+        /// How many leading bytes are looked at, at most.
+        peek: u64,
+    },
+}
+
+/// The refusal of a body over `limit` bytes (413), whoever sends it.
+fn too_large(limit: u64) -> (u16, ErrorInfo) {
+    (
+        413,
+        ErrorInfo {
+            code: ErrorCode::WorkspaceTooLarge,
+            message: format!("request body exceeds the executor's limit of {limit} bytes"),
+            hint: Some(
+                "Delegate a smaller workspace, or use the archive URL mode so the archive is fetched instead of inlined.".into(),
+            ),
+        },
+    )
+}
+
+/// The refusal of an `n`-byte body without a credential header, over `limit` (401).
+fn needs_header(n: u64, limit: u64) -> (u16, ErrorInfo) {
+    (
+        401,
+        ErrorInfo {
+            code: ErrorCode::AuthFailed,
+            message: format!(
+                "a {n}-byte body needs the credential in a header; without one at most {limit} bytes are read"
+            ),
+            hint: Some(
+                "Send `Authorization: Bearer <token>` or `X-API-Key: <key>` with the request.".into(),
+            ),
+        },
+    )
 }
 
 /// Judges a request from its headers alone: see the [module docs](self) for the rules.
@@ -259,16 +307,8 @@ pub fn check_headers(
 ) -> HeaderVerdict {
     let refuse = |status, error| HeaderVerdict::Refuse { status, error };
     let too_large = |limit: u64| {
-        refuse(
-            413,
-            ErrorInfo {
-                code: ErrorCode::WorkspaceTooLarge,
-                message: format!("request body exceeds the executor's limit of {limit} bytes"),
-                hint: Some(
-                    "Delegate a smaller workspace, or use the archive URL mode so the archive is fetched instead of inlined.".into(),
-                ),
-            },
-        )
+        let (status, error) = too_large(limit);
+        refuse(status, error)
     };
     let Some(req) = auth else {
         return match content_length {
@@ -298,21 +338,26 @@ pub fn check_headers(
             },
         },
         (Presented::Nothing, Endpoint::Status) => refuse(401, auth_failed()),
-        (Presented::Nothing, Endpoint::Message | Endpoint::Delegation) => {
+        (Presented::Nothing, Endpoint::Message) => {
             let limit = limits.unauthenticated.min(limits.max);
             match content_length {
-                Some(n) if n > limit => refuse(
-                    401,
-                    ErrorInfo {
-                        code: ErrorCode::AuthFailed,
-                        message: format!(
-                            "a {n}-byte body needs the credential in a header; without one at most {limit} bytes are read"
-                        ),
-                        hint: Some(
-                            "Send `Authorization: Bearer <token>` or `X-API-Key: <key>` with the request.".into(),
-                        ),
-                    },
-                ),
+                Some(n) if n <= limit => HeaderVerdict::Proceed { body_limit: limit },
+                Some(n) if n > limits.max => too_large(limits.max),
+                // Larger than an unauthenticated body may be, or of unknown length: a START
+                // for a delegation its INVITE bound may be read whole (the reference
+                // delegator's), which only its first bytes tell.
+                _ => HeaderVerdict::Peek {
+                    peek: PEEK_BYTES.min(limits.max),
+                },
+            }
+        }
+        (Presented::Nothing, Endpoint::Delegation) => {
+            let limit = limits.unauthenticated.min(limits.max);
+            match content_length {
+                Some(n) if n > limit => {
+                    let (status, error) = needs_header(n, limit);
+                    refuse(status, error)
+                }
                 _ => HeaderVerdict::Proceed { body_limit: limit },
             }
         }
@@ -320,14 +365,17 @@ pub fn check_headers(
 }
 
 /// A body turned out longer than its `limit` while it was read (it announced no length, or a
-/// wrong one): without a credential where one is required it is the credential's fault (401,
-/// the unauthenticated limit applied), else the body is too large (413).
+/// wrong one): without authentication where it is required it is the credential's fault
+/// (401, the unauthenticated limit applied), else the body is too large (413).
+/// `authenticated`: the request presented a credential header, or named a delegation whose
+/// binding stands for one (the authenticated limit applied,
+/// [`super::Executor::message_body_limit`]).
 pub fn body_over_limit(
     auth: Option<&RequiredAuth>,
-    credential_presented: bool,
+    authenticated: bool,
     limit: u64,
 ) -> (u16, ErrorInfo) {
-    if auth.is_some() && !credential_presented {
+    if auth.is_some() && !authenticated {
         return (
             401,
             ErrorInfo {
@@ -340,16 +388,7 @@ pub fn body_over_limit(
             },
         );
     }
-    (
-        413,
-        ErrorInfo {
-            code: ErrorCode::WorkspaceTooLarge,
-            message: format!("request body exceeds the executor's limit of {limit} bytes"),
-            hint: Some(
-                "Delegate a smaller workspace, or use the archive URL mode so the archive is fetched instead of inlined.".into(),
-            ),
-        },
-    )
+    too_large(limit)
 }
 
 /// Decides whether `presented` may act on a delegation whose INVITE bound `bound` (`None`: the

@@ -61,9 +61,23 @@ fn unauthenticated_bodies_are_bounded_before_reading() {
     let r = req();
     let v = |n| check_headers(Some(&r), Endpoint::Message, &Presented::Nothing, n, LIMITS);
     assert_eq!(v(Some(100)), HeaderVerdict::Proceed { body_limit: 100 });
-    assert_eq!(v(None), HeaderVerdict::Proceed { body_limit: 100 });
+    // A larger message, or one of unknown length, may be a START for a delegation bound at
+    // INVITE: its first bytes decide (`body`); over the overall limit it is refused.
+    assert_eq!(v(None), HeaderVerdict::Peek { peek: 1000 });
+    assert_eq!(v(Some(101)), HeaderVerdict::Peek { peek: 1000 });
     assert!(matches!(
-        v(Some(101)),
+        v(Some(1001)),
+        HeaderVerdict::Refuse { status: 413, .. }
+    ));
+    // Other endpoints name their delegation in the path: the header decides alone.
+    assert!(matches!(
+        check_headers(
+            Some(&r),
+            Endpoint::Delegation,
+            &Presented::Nothing,
+            Some(101),
+            LIMITS
+        ),
         HeaderVerdict::Refuse { status: 401, .. }
     ));
     let with = check_headers(
