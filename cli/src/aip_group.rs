@@ -408,6 +408,8 @@ pub async fn partner<R: Host>(cli: PartnerCli) -> i32 {
     }
     let _ = std::io::stdout().flush();
     let running: Running = Arc::default();
+    // Every input of each task so far (the start's text, then each continue's).
+    let mut inputs: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
     let mut shutdown = R::shutdown_signal().fuse();
     loop {
         let e = futures::select! {
@@ -430,11 +432,9 @@ pub async fn partner<R: Host>(cli: PartnerCli) -> i32 {
                     task_id, command, ..
                 } => {
                     println!("task {group_id} {task_id} started");
-                    let prompt: Vec<&str> = command
-                        .items()
-                        .iter()
-                        .filter_map(DataItem::as_text)
-                        .collect();
+                    let prompt = text_of(&command);
+                    let key = (group_id.clone(), task_id.clone());
+                    inputs.insert(key, vec![prompt.clone()]);
                     rt.spawn(Box::pin(run_task(
                         rt.clone(),
                         p.clone(),
@@ -442,11 +442,30 @@ pub async fn partner<R: Host>(cli: PartnerCli) -> i32 {
                         running.clone(),
                         group_id,
                         task_id,
-                        prompt.join("\n"),
+                        vec![prompt],
+                        false,
+                    )));
+                }
+                MemberEvent::Continued { task_id, command } => {
+                    // As in direct mode: the agent runs again with every input so far.
+                    println!("task {group_id} {task_id} continued");
+                    let key = (group_id.clone(), task_id.clone());
+                    let all = inputs.entry(key).or_default();
+                    all.push(text_of(&command));
+                    rt.spawn(Box::pin(run_task(
+                        rt.clone(),
+                        p.clone(),
+                        cli.cmd.clone(),
+                        running.clone(),
+                        group_id,
+                        task_id,
+                        all.clone(),
+                        true,
                     )));
                 }
                 MemberEvent::Completed { task_id } | MemberEvent::Canceled { task_id } => {
                     println!("task {group_id} {task_id} ended");
+                    inputs.remove(&(group_id.clone(), task_id.clone()));
                     if let Some(jail) = running
                         .lock()
                         .ok()
@@ -454,9 +473,6 @@ pub async fn partner<R: Host>(cli: PartnerCli) -> i32 {
                     {
                         end_jail(&jail);
                     }
-                }
-                MemberEvent::Continued { task_id, .. } => {
-                    tracing::warn!(task = %task_id, "continue in group mode is not supported; ignored");
                 }
                 MemberEvent::Muted(m) => {
                     println!("{} in {group_id}", if m { "muted" } else { "unmuted" })
@@ -479,6 +495,20 @@ pub async fn partner<R: Host>(cli: PartnerCli) -> i32 {
     0
 }
 
+/// The text of a task command's items, one per line.
+fn text_of(command: &aip_driver::aip_proto::TaskCommand) -> String {
+    let parts: Vec<&str> = command
+        .items()
+        .iter()
+        .filter_map(DataItem::as_text)
+        .collect();
+    parts.join("\n")
+}
+
+/// Runs the agent for a task with `inputs` (the start's text first), one per line on stdin,
+/// and submits what it made. A first run accepts the task first; a run after a `continue`
+/// (`continued`) finds it working already.
+#[allow(clippy::too_many_arguments)]
 async fn run_task<R: Runtime>(
     rt: R,
     p: GroupPartnerHandle<R>,
@@ -486,13 +516,17 @@ async fn run_task<R: Runtime>(
     running: Running,
     group: String,
     task: String,
-    prompt: String,
+    inputs: Vec<String>,
+    continued: bool,
 ) {
-    if let Err(e) = p.accept(&group, &task).await {
-        tracing::warn!(%task, "accept: {e}");
-        return;
+    let prompt = inputs.first().cloned().unwrap_or_default();
+    if !continued {
+        if let Err(e) = p.accept(&group, &task).await {
+            tracing::warn!(%task, "accept: {e}");
+            return;
+        }
+        let _ = p.start_working(&group, &task).await;
     }
-    let _ = p.start_working(&group, &task).await;
     let dir = match make_task_dir(&cmd.work_root, &format!("{group}/{task}")) {
         Ok(dir) => dir,
         Err(e) => {
@@ -547,9 +581,13 @@ async fn run_task<R: Runtime>(
         }
         if let Some(mut stdin) = child.stdin.take() {
             // On a thread: a request larger than the pipe must not block reading the output.
-            let line = prompt.replace('\n', " ");
+            let lines: Vec<String> = inputs.iter().map(|i| i.replace('\n', " ")).collect();
             std::thread::spawn(move || {
-                let _ = writeln!(stdin, "{line}");
+                for line in lines {
+                    if writeln!(stdin, "{line}").is_err() {
+                        break;
+                    }
+                }
             });
         }
         let stderr = child.stderr.take();

@@ -129,7 +129,7 @@ fn partner_with(
             "--",
             "sh",
             "-c",
-            r#"read q; echo "$AIP_TASK_ID says: $q${AIP_GROUP_TEST_SECRET}""#,
+            r#"while read q; do last=$q; done; echo "$AIP_TASK_ID says: $last${AIP_GROUP_TEST_SECRET}""#,
         ])
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -205,6 +205,13 @@ fn aip_group_leads_two_aip_partners_over_a_real_broker() {
     ll.wait_line(&format!(
         "result {c} t-2 awaiting-completion: t-2 says: only you"
     ));
+    // A continue runs the agent again with every input (issue 48 item 5: it used to stick in
+    // working).
+    send(&mut stdin, &format!("continue t-2 {c} and more"));
+    ll.wait("the continued task's new result", |l| {
+        l.contains("t-2 says: and more")
+    });
+    lc.wait("the partner ran it again", |l| l.contains("t-2 continued"));
     send(&mut stdin, &format!("complete t-1 {a}"));
     ll.wait_line(&format!("result {a} t-1 completed: t-1 says: hello"));
 
