@@ -167,13 +167,12 @@ pub(crate) fn make_task_dir(root: &Path, key: &str) -> std::io::Result<PathBuf> 
 /// unset.
 pub const MAX_PROMPT_ENV: usize = 64 * 1024;
 
-/// Writes the request text to a file outside the work directory (so it is not taken for a
-/// product), for `AIP_PROMPT_FILE`; the directory goes when the returned guard is dropped.
-pub(crate) fn prompt_file(prompt: &str) -> std::io::Result<(tempfile::TempDir, PathBuf)> {
-    let dir = tempfile::Builder::new().prefix("aip-prompt-").tempdir()?;
-    let path = dir.path().join("prompt.txt");
+/// Writes the request text to `.aip-prompt.txt` in the task's work directory `dir` (beside
+/// `out/`, so it is no product; removed with the directory), for `AIP_PROMPT_FILE`.
+pub(crate) fn prompt_file(dir: &Path, prompt: &str) -> std::io::Result<PathBuf> {
+    let path = dir.join(".aip-prompt.txt");
     std::fs::write(&path, prompt)?;
-    Ok((dir, path))
+    Ok(path)
 }
 
 /// The prompt variables of an agent's environment: `AIP_PROMPT_FILE`, and `AIP_PROMPT` while
@@ -246,7 +245,7 @@ async fn task_loop<R: Runtime>(
         let _ = std::fs::remove_dir_all(&dir);
         return;
     }
-    let (_prompt_dir, prompt_path) = match prompt_file(&prompt) {
+    let prompt_path = match prompt_file(&dir, &prompt) {
         Ok(p) => p,
         Err(e) => {
             fail(&p, &task_id, format!("cannot write the prompt file: {e}")).await;

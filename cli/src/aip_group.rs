@@ -566,8 +566,8 @@ async fn run_task<R: Runtime>(
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        let (_prompt_dir, prompt_path) =
-            prompt_file(&prompt).map_err(|e| format!("cannot write the prompt file: {e}"))?;
+        let prompt_path =
+            prompt_file(&d2, &prompt).map_err(|e| format!("cannot write the prompt file: {e}"))?;
         prompt_env(&mut command, &prompt, &prompt_path);
         // Everything the agent starts stays in the task's jail and ends with it.
         let mut jail = Jail::new(format!("AIP_TASK_ID={t2}"));
