@@ -21,8 +21,6 @@
 
 pub mod drive;
 pub mod guard;
-pub mod ids;
 pub mod origin;
 pub mod sse;
 pub mod time;
-pub mod timers;

@@ -144,18 +144,22 @@ fn ok_result(text: String, structured: Value) -> CallToolResult {
     r
 }
 
+/// A tool error: `isError` with the message as text, and no `structuredContent` (a tool's
+/// structured results must match its `outputSchema`, which describes a delegation; clients
+/// such as the TypeScript SDK's reject a result that does not, and the model would never see
+/// the message). Status, code and hint are appended to the text.
 fn err_result(e: ToolError) -> CallToolResult {
-    let mut structured = json!({"error": e.message});
+    let mut text = format!("Error: {}", e.message);
     if let Value::Object(m) = e.extra {
         for (k, v) in m {
-            if !v.is_null() {
-                structured[k] = v;
+            match v {
+                Value::Null => {}
+                Value::String(s) => text.push_str(&format!("\n{k}: {s}")),
+                v => text.push_str(&format!("\n{k}: {v}")),
             }
         }
     }
-    let mut r = CallToolResult::error(vec![ContentBlock::text(format!("Error: {}", e.message))]);
-    r.structured_content = Some(structured);
-    r
+    CallToolResult::error(vec![ContentBlock::text(text)])
 }
 
 fn args<T: for<'de> Deserialize<'de>>(tool: &str, a: &Option<JsonObject>) -> Result<T, ToolError> {
