@@ -1,10 +1,15 @@
-//! What both engines share: handles, the named-timer deadline index, the output queue with
-//! the engine clock, and the seeded id source.
+//! What both engines (partner and leader) share: handles, the HTTP response, the retry policy,
+//! the seed-keyed hash maps, and AIP's clock on the shared core. The timer table, the output
+//! queue with the engine clock ([`engine_basics::timers`]) and the id source
+//! ([`engine_basics::ids`]) are shared with AWCP.
 
 use std::borrow::Borrow;
-use std::collections::{BTreeSet, VecDeque};
 use std::hash::{BuildHasher, Hash};
 use std::sync::Arc;
+use std::time::Duration;
+
+use engine_basics::ids::SplitMix64;
+pub use engine_basics::timers::Reason;
 
 use crate::time::Timestamp;
 
@@ -82,21 +87,12 @@ pub(crate) struct KeyedHasher {
 impl KeyedHasher {
     /// Keys drawn from `seed` (without advancing any id source, so ids stay what they were).
     pub(crate) fn from_seed(seed: u64) -> Self {
-        let mut state = seed ^ 0x6b65_7965_6420_6d61; // "keyed ma": apart from the id stream
-        KeyedHasher {
-            k0: splitmix64(&mut state),
-            k1: splitmix64(&mut state),
-        }
+        // "keyed ma": a stream apart from the ids'.
+        let mut keys = SplitMix64::new(seed ^ 0x6b65_7965_6420_6d61);
+        let k0 = keys.next_u64();
+        let k1 = keys.next_u64();
+        KeyedHasher { k0, k1 }
     }
-}
-
-/// splitmix64: the next pseudo-random number from `state` (advanced).
-fn splitmix64(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 impl BuildHasher for KeyedHasher {
@@ -130,13 +126,6 @@ impl<K: Hash + Eq, V> HashIndex<K, V> {
         self.map.get(k)
     }
 
-    pub(crate) fn contains_key<Q: Hash + Eq + ?Sized>(&self, k: &Q) -> bool
-    where
-        K: Borrow<Q>,
-    {
-        self.map.contains_key(k)
-    }
-
     pub(crate) fn insert(&mut self, k: K, v: V) -> Option<V> {
         self.map.insert(k, v)
     }
@@ -164,147 +153,27 @@ impl<K: Hash + Eq, V> HashIndex<K, V> {
     }
 }
 
-/// A deadline index: re-arming a timer replaces its deadline; `next` is O(log n), finding a
-/// timer by key O(1).
-#[derive(Debug)]
-pub(crate) struct TimerIndex<K: Ord + Hash + Clone> {
-    by_deadline: BTreeSet<(Timestamp, K)>,
-    by_key: HashIndex<K, Timestamp>,
+/// The shared core ([`engine_basics::timers::Core`]) over AIP's timestamps: the timers, the
+/// output queue and the engine clock.
+pub(crate) type Core<K, O> = engine_basics::timers::Core<K, O, Timestamp>;
+
+/// AIP's clock on the shared core: kept in UTC with microseconds, the form the engines write.
+pub(crate) trait Clock {
+    /// Advances the engine clock to `now` in UTC (AIP's `tick`: an earlier `now` is ignored,
+    /// so a wall clock stepping back never fires timers early or makes `stateChangedAt` go
+    /// backwards).
+    fn advance(&mut self, now: Timestamp);
+    /// The deadline `d` from the engine clock.
+    fn at(&self, d: Duration) -> Timestamp;
 }
 
-impl<K: Ord + Hash + Clone> TimerIndex<K> {
-    pub(crate) fn new(hasher: KeyedHasher) -> Self {
-        TimerIndex {
-            by_deadline: BTreeSet::new(),
-            by_key: HashIndex::new(hasher),
-        }
+impl<K: Ord + Clone, O> Clock for Core<K, O> {
+    fn advance(&mut self, now: Timestamp) {
+        self.tick(now.to_utc());
     }
 
-    pub(crate) fn set(&mut self, key: K, at: Timestamp) {
-        if let Some(old) = self.by_key.insert(key.clone(), at) {
-            self.by_deadline.remove(&(old, key.clone()));
-        }
-        self.by_deadline.insert((at, key));
-    }
-
-    pub(crate) fn cancel(&mut self, key: &K) {
-        if let Some(at) = self.by_key.remove(key) {
-            self.by_deadline.remove(&(at, key.clone()));
-        }
-    }
-
-    pub(crate) fn is_set(&self, key: &K) -> bool {
-        self.by_key.contains_key(key)
-    }
-
-    pub(crate) fn next(&self) -> Option<(Timestamp, &K)> {
-        self.by_deadline.first().map(|(at, k)| (*at, k))
-    }
-
-    pub(crate) fn pop_due(&mut self, now: Timestamp) -> Option<K> {
-        let (at, _) = self.by_deadline.first()?;
-        if *at > now {
-            return None;
-        }
-        let (_, key) = self.by_deadline.pop_first()?;
-        self.by_key.remove(&key);
-        Some(key)
-    }
-
-    #[cfg(test)]
-    pub(crate) fn len(&self) -> usize {
-        self.by_key.len()
-    }
-}
-
-/// Output queue, timers and the engine clock.
-#[derive(Debug)]
-pub(crate) struct Core<K: Ord + Hash + Clone, O> {
-    pub(crate) timers: TimerIndex<K>,
-    pub(crate) out: VecDeque<O>,
-    /// The engine's clock: the latest `now` seen (time never goes backwards inside).
-    pub(crate) now: Timestamp,
-}
-
-impl<K: Ord + Hash + Clone, O> Core<K, O> {
-    pub(crate) fn new(hasher: KeyedHasher) -> Self {
-        Core {
-            timers: TimerIndex::new(hasher),
-            out: VecDeque::new(),
-            now: Timestamp::UNIX_EPOCH,
-        }
-    }
-
-    /// Advances the clock to `now` (a `now` earlier than the clock is ignored, so a wall clock
-    /// stepping back never fires timers early or makes `stateChangedAt` go backwards).
-    pub(crate) fn tick(&mut self, now: Timestamp) {
-        if now > self.now {
-            self.now = now.to_utc();
-        }
-    }
-
-    /// "Due now" while outputs are queued, else the earliest timer.
-    pub(crate) fn poll_timeout(&self) -> Option<Timestamp> {
-        if !self.out.is_empty() {
-            return Some(self.now);
-        }
-        self.timers.next().map(|(t, _)| t)
-    }
-
-    pub(crate) fn at(&self, d: std::time::Duration) -> Timestamp {
-        self.now.saturating_add(d)
-    }
-}
-
-/// Ids the engine mints (message ids, result ids, notification config ids): a prefix drawn
-/// from the caller's seed plus a counter, so two engines with different seeds never collide
-/// and a run with the same seed is the same run.
-#[derive(Debug, Clone)]
-pub(crate) struct IdSource {
-    prefix: String,
-    n: u64,
-    state: u64,
-}
-
-impl IdSource {
-    pub(crate) fn new(seed: u64) -> Self {
-        let mut s = IdSource {
-            prefix: String::new(),
-            n: 0,
-            state: seed,
-        };
-        s.prefix = format!("{:08x}", s.random() as u32);
-        s
-    }
-
-    pub(crate) fn random(&mut self) -> u64 {
-        splitmix64(&mut self.state)
-    }
-
-    /// `kind-<prefix><counter>`.
-    pub(crate) fn next(&mut self, kind: &str) -> String {
-        let mut s = String::with_capacity(kind.len() + 1 + self.prefix.len() + 16);
-        self.next_into(kind, &mut s);
-        s
-    }
-
-    /// [`IdSource::next`] into `s` (cleared first), to reuse its buffer.
-    pub(crate) fn next_into(&mut self, kind: &str, s: &mut String) {
-        self.n += 1;
-        s.clear();
-        s.push_str(kind);
-        s.push('-');
-        s.push_str(&self.prefix);
-        let digits = (64 - self.n.leading_zeros()).div_ceil(4).max(1);
-        for i in (0..digits).rev() {
-            let d = ((self.n >> (4 * i)) & 0xf) as u8;
-            s.push(char::from(if d < 10 { b'0' + d } else { b'a' + d - 10 }));
-        }
-    }
-
-    /// 32 hex digits from the seeded generator (tokens; as unguessable as the seed).
-    pub(crate) fn secret(&mut self) -> String {
-        format!("{:016x}{:016x}", self.random(), self.random())
+    fn at(&self, d: Duration) -> Timestamp {
+        self.now().saturating_add(d)
     }
 }
 
@@ -404,21 +273,16 @@ impl<V> IdMap<V> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     #[test]
-    fn rearming_a_timer_replaces_its_deadline() {
-        let mut t = TimerIndex::new(KeyedHasher::from_seed(1));
-        t.set("a", Timestamp::from_unix_millis(10));
-        t.set("b", Timestamp::from_unix_millis(20));
-        t.set("a", Timestamp::from_unix_millis(30));
-        assert_eq!(t.pop_due(Timestamp::from_unix_millis(25)), Some("b"));
-        assert_eq!(t.pop_due(Timestamp::from_unix_millis(25)), None);
-        assert_eq!(t.next().map(|(at, _)| at.as_unix_millis()), Some(30));
-        t.cancel(&"a");
-        assert_eq!(t.len(), 0);
+    fn hash_keys_are_pinned_by_the_seed() {
+        // Drawn apart from the id stream: a change would reorder nothing visible, but would
+        // make a seed's hashes differ from what they were.
+        let k = KeyedHasher::from_seed(1);
+        assert_eq!((k.k0, k.k1), (0x5cc0_62a3_6eb2_4077, 0x34e6_2000_95d5_4a3f));
     }
 
     #[test]
@@ -455,26 +319,12 @@ mod tests {
     }
 
     #[test]
-    fn the_clock_never_goes_backwards() {
-        let mut c: Core<u8, ()> = Core::new(KeyedHasher::from_seed(1));
-        c.tick(Timestamp::from_unix_millis(100));
-        c.tick(Timestamp::from_unix_millis(50));
-        assert_eq!(c.now.as_unix_millis(), 100);
-    }
-
-    #[test]
-    fn ids_differ_by_seed_and_repeat_by_seed() {
-        let (mut a, mut b, mut c) = (IdSource::new(1), IdSource::new(2), IdSource::new(1));
-        let x = a.next("x");
-        assert_ne!(x, b.next("x"));
-        assert_eq!(x, c.next("x"));
-        assert_ne!(a.next("x"), x);
-        assert_eq!(a.secret().len(), 32);
-        let mut c = IdSource::new(7);
-        let first = c.next("k");
-        let p = first.trim_end_matches('1').to_owned();
-        for n in 2..40u64 {
-            assert_eq!(c.next("k"), format!("{p}{n:x}"));
-        }
+    fn the_clock_is_kept_in_utc_and_never_goes_backwards() {
+        let mut c: Core<u8, ()> = Core::default();
+        let later = Timestamp::parse_rfc3339("1970-01-01T08:00:00.1+08:00").unwrap();
+        c.advance(later);
+        c.advance(Timestamp::from_unix_millis(50));
+        assert_eq!(c.now().to_rfc3339(), "1970-01-01T00:00:00.100000+00:00");
+        assert_eq!(c.at(Duration::from_millis(5)).as_unix_millis(), 105);
     }
 }

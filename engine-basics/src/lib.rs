@@ -16,11 +16,16 @@
 //!   [`sse::encode_data`]) and the incremental decoder ([`sse::SseDecoder`], bounded by event
 //!   size) both engines' streams use. `awcp_proto::sse` and `aip_proto::sse` re-export it and
 //!   add what only their protocol has.
-//!
-//! Timers and ids are still each engine's own (issue 46 moves them here next).
+//! - [`timers`]: named timers in one deadline table ([`timers::TimerTable`], each timer's key
+//!   saying what it is for and, through [`timers::Reason`], why the engine wakes) and the
+//!   [`timers::Core`] every engine answers the drive contract from (outputs, clock, timers).
+//! - [`ids`]: the seeded generator ([`ids::SplitMix64`]) and the id source
+//!   ([`ids::IdSource`]: `kind-<prefix><counter>` ids and secrets) both engines mint from.
 
 pub mod drive;
 pub mod guard;
+pub mod ids;
 pub mod origin;
 pub mod sse;
 pub mod time;
+pub mod timers;

@@ -18,7 +18,6 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use crate::engine::IdSource;
 use crate::error::UsageError;
 use crate::group::wire::{
     encode_group_message, GroupMessage, MemberStatus, MgmtCommand, MgmtKind, MgmtResult,
@@ -30,6 +29,7 @@ use crate::wire::{
     CommandKind, DataItem, Dialect, Header, Mentions, Product, SenderRole, TaskCommand, TaskResult,
     TaskState, TaskStatus,
 };
+use engine_basics::ids::IdSource;
 
 /// Configuration of one membership.
 #[derive(Clone, Debug)]

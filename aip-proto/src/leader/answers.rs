@@ -5,7 +5,7 @@
 use super::calls::Call;
 use super::view::Ended;
 use super::{AbandonReason, CallError, Leader, LeaderEvent, LeaderOutput, LeaderTimer};
-use crate::engine::CallId;
+use crate::engine::{CallId, Clock as _};
 use crate::error::ErrorCode;
 use crate::wire::{
     decode_response, decode_rpc_response, CommandKind, Method, NotificationConfig, RpcId, RpcResult,

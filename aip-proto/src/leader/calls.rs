@@ -9,7 +9,7 @@ use super::{
     AttachTask, CallError, Delivery, HttpRequest, Leader, LeaderEvent, LeaderOutput, LeaderTimer,
     StartTask, Ticket,
 };
-use crate::engine::CallId;
+use crate::engine::{CallId, Clock as _};
 use crate::error::UsageError;
 use crate::http::method_url;
 use crate::wire::{
@@ -40,7 +40,7 @@ impl Leader {
         now: crate::time::Timestamp,
         s: StartTask,
     ) -> Result<Ticket, UsageError> {
-        self.core.tick(now);
+        self.core.advance(now);
         let endpoint = self
             .partners
             .get(&s.partner)
@@ -113,7 +113,7 @@ impl Leader {
     /// until the first answer: send a [`Leader::get`], or for [`Delivery::Stream`] the
     /// stream opens with `re-stream` from the first event).
     pub fn attach(&mut self, now: crate::time::Timestamp, a: AttachTask) -> Result<(), UsageError> {
-        self.core.tick(now);
+        self.core.advance(now);
         let endpoint = self
             .partners
             .get(&a.partner)
@@ -176,7 +176,7 @@ impl Leader {
         kind: CommandKind,
         items: Vec<DataItem>,
     ) -> Result<Ticket, UsageError> {
-        self.core.tick(now);
+        self.core.advance(now);
         self.live(task_id)?;
         let t = self.ticket();
         self.send_command(task_id, kind, items, None, Some(t));
@@ -254,7 +254,7 @@ impl Leader {
         now: crate::time::Timestamp,
         task_id: &str,
     ) -> Result<Ticket, UsageError> {
-        self.core.tick(now);
+        self.core.advance(now);
         if !self.tasks.contains_key(task_id) {
             return Err(UsageError::UnknownTask(task_id.to_owned()));
         }
@@ -281,7 +281,7 @@ impl Leader {
         let session = self.tasks.get(task_id).map(|t| t.session_id.clone());
         TaskCommand {
             id: self.ids.next("cmd"),
-            sent_at: self.core.now,
+            sent_at: self.core.now(),
             sender_role: SenderRole::Leader,
             sender_id: self.config.leader_id.clone(),
             mentions: None,
@@ -436,7 +436,7 @@ impl Leader {
             return;
         }
         let params = GetParams {
-            last_command_sent_at: Some(self.core.now),
+            last_command_sent_at: Some(self.core.now()),
             last_state_changed_at: t.status.as_ref().map(|s| s.state_changed_at),
         }
         .to_params(t.dialect);

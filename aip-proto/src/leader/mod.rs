@@ -35,7 +35,9 @@ mod view;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::engine::{CallId, Core, IdMap, IdSource, KeyedHasher, RetryPolicy};
+use engine_basics::ids::IdSource;
+
+use crate::engine::{CallId, Clock as _, Core, IdMap, KeyedHasher, RetryPolicy};
 use crate::error::UsageError;
 use crate::time::Timestamp;
 use crate::wire::{DataItem, Dialect, StartParams, TaskState};
@@ -218,7 +220,7 @@ impl Leader {
         let keys = KeyedHasher::from_seed(config.id_seed);
         Leader {
             config,
-            core: Core::new(keys),
+            core: Core::default(),
             partners: BTreeMap::new(),
             tasks: IdMap::new(keys),
             calls: BTreeMap::new(),
@@ -244,7 +246,7 @@ impl Leader {
 
     /// Feeds one input. Drain [`Leader::poll_output`] afterwards.
     pub fn handle(&mut self, now: Timestamp, input: LeaderInput) {
-        self.core.tick(now);
+        self.core.advance(now);
         match input {
             LeaderInput::Response {
                 call,
@@ -265,15 +267,15 @@ impl Leader {
 
     /// Fires every timer due at `now` (an early call does nothing).
     pub fn handle_timeout(&mut self, now: Timestamp) {
-        self.core.tick(now);
-        while let Some(t) = self.core.timers.pop_due(self.core.now) {
+        self.core.advance(now);
+        while let Some(t) = self.core.timers.pop_due(self.core.now()) {
             self.on_timer(t);
         }
     }
 
     /// The next output, or `None` when everything is drained.
     pub fn poll_output(&mut self) -> Option<LeaderOutput> {
-        self.core.out.pop_front()
+        self.core.outputs.pop_front()
     }
 
     /// When to call [`Leader::handle_timeout`]: now while outputs are queued, else the
@@ -303,7 +305,7 @@ impl Leader {
     }
 
     fn push(&mut self, o: LeaderOutput) {
-        self.core.out.push_back(o);
+        self.core.outputs.push_back(o);
     }
 
     fn event(&mut self, e: LeaderEvent) {

@@ -13,7 +13,7 @@ use super::view::Ended;
 use super::{
     AbandonReason, CallError, HttpRequest, Leader, LeaderEvent, LeaderOutput, LeaderTimer,
 };
-use crate::engine::CallId;
+use crate::engine::{CallId, Clock as _};
 use crate::error::ErrorCode;
 use crate::sse::SseDecoder;
 use crate::wire::{
@@ -53,7 +53,7 @@ impl Leader {
         now: crate::time::Timestamp,
         task_id: &str,
     ) -> Result<(), crate::error::UsageError> {
-        self.core.tick(now);
+        self.core.advance(now);
         self.live(task_id)?;
         self.reconnect(task_id);
         Ok(())

@@ -294,3 +294,9 @@ impl LeaderTimer {
         }
     }
 }
+
+impl crate::engine::Reason for LeaderTimer {
+    fn reason(&self) -> &'static str {
+        LeaderTimer::reason(self)
+    }
+}

@@ -3,7 +3,7 @@
 //! state machine allows. Also the notification receiver.
 
 use super::{AbandonReason, CallError, Delivery, Leader, LeaderEvent, LeaderOutput, LeaderTimer};
-use crate::engine::{CallId, RequestId};
+use crate::engine::{CallId, Clock as _, RequestId};
 use crate::state::is_reachable;
 use crate::time::Timestamp;
 use crate::wire::{

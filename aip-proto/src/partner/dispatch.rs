@@ -10,7 +10,7 @@ use serde_json::json;
 
 use super::task::LazyReply;
 use super::{Held, Partner, PartnerEvent, PartnerOutput, PartnerTimer, Queued};
-use crate::engine::{HttpResponse, RequestId};
+use crate::engine::{Clock as _, HttpResponse, RequestId};
 use crate::error::{ErrorCode, RpcError};
 use crate::state::command_effect;
 use crate::wire::{
@@ -244,7 +244,7 @@ impl Partner {
                 self.subscribe(r, &task_id, req.id, req.dialect, 0)
             }
             (Method::Stream, _) => self.subscribe_with_snapshot(r, &task_id, req.id, req.dialect),
-            (_, _) => self.core.out.push_back(Queued::Reply(LazyReply {
+            (_, _) => self.core.outputs.push_back(Queued::Reply(LazyReply {
                 request: r,
                 id: req.id,
                 task_id,
@@ -299,11 +299,11 @@ impl Partner {
         };
         let mut header = Header::partner(
             self.ids.next("result"),
-            self.core.now,
+            self.core.now(),
             self.config.partner_id.clone(),
         );
         header.session_id = c.session_id.clone();
-        let mut status = TaskStatus::new(TaskState::Rejected, self.core.now);
+        let mut status = TaskStatus::new(TaskState::Rejected, self.core.now());
         status.data_items = Some(vec![crate::wire::DataItem::text(
             "the partner is at capacity",
         )]);

@@ -41,8 +41,10 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
+use engine_basics::ids::IdSource;
+
 use crate::engine::{
-    Core, HashIndex, HttpResponse, IdMap, IdSource, KeyedHasher, RequestId, RetryPolicy,
+    Clock as _, Core, HashIndex, HttpResponse, IdMap, KeyedHasher, RequestId, RetryPolicy,
 };
 use crate::error::UsageError;
 use crate::state::Cause;
@@ -173,7 +175,7 @@ impl Partner {
         let keys = KeyedHasher::from_seed(config.id_seed);
         Partner {
             config,
-            core: Core::new(keys),
+            core: Core::default(),
             tasks: IdMap::new(keys),
             ended: BTreeSet::new(),
             tombstones: HashIndex::new(keys),
@@ -192,7 +194,7 @@ impl Partner {
 
     /// Feeds one input. Drain [`Partner::poll_output`] afterwards.
     pub fn handle(&mut self, now: Timestamp, input: PartnerInput) {
-        self.core.tick(now);
+        self.core.advance(now);
         match input {
             PartnerInput::Request { request, body } => self.on_request(request, &body),
             PartnerInput::StreamClosed { request } => self.unsubscribe(request),
@@ -205,8 +207,8 @@ impl Partner {
     /// Fires every timer due at `now` (an early call does nothing), in deadline order (at
     /// equal deadlines, an ended task's retention last).
     pub fn handle_timeout(&mut self, now: Timestamp) {
-        self.core.tick(now);
-        let now = self.core.now;
+        self.core.advance(now);
+        let now = self.core.now();
         while let Some((at, retention)) = self.next_due() {
             if at > now {
                 break;
@@ -243,7 +245,7 @@ impl Partner {
 
     /// The next output, or `None` when everything is drained.
     pub fn poll_output(&mut self) -> Option<PartnerOutput> {
-        match self.core.out.pop_front()? {
+        match self.core.outputs.pop_front()? {
             Queued::Out(o) => Some(o),
             Queued::Reply(r) => Some(self.render_reply(r)),
         }
@@ -319,7 +321,7 @@ impl Partner {
     }
 
     fn push(&mut self, o: PartnerOutput) {
-        self.core.out.push_back(Queued::Out(o));
+        self.core.outputs.push_back(Queued::Out(o));
     }
 
     fn event(&mut self, e: PartnerEvent) {
@@ -337,7 +339,7 @@ impl Partner {
 
     /// Accepts a start that waits for a decision (`auto_accept` off).
     pub fn accept(&mut self, now: Timestamp, task_id: &str) -> Result<(), UsageError> {
-        self.core.tick(now);
+        self.core.advance(now);
         self.decide(task_id, TaskState::Accepted, None)
     }
 
@@ -348,7 +350,7 @@ impl Partner {
         task_id: &str,
         items: Vec<DataItem>,
     ) -> Result<(), UsageError> {
-        self.core.tick(now);
+        self.core.advance(now);
         self.decide(task_id, TaskState::Rejected, non_empty(items))
     }
 
@@ -358,7 +360,7 @@ impl Partner {
         now: Timestamp,
         task_id: &str,
     ) -> Result<TaskState, UsageError> {
-        self.core.tick(now);
+        self.core.advance(now);
         self.transition(task_id, Cause::Partner, TaskState::Working, None)
     }
 
@@ -369,7 +371,7 @@ impl Partner {
         task_id: &str,
         items: Vec<DataItem>,
     ) -> Result<TaskState, UsageError> {
-        self.core.tick(now);
+        self.core.advance(now);
         self.transition(
             task_id,
             Cause::Partner,
@@ -388,7 +390,7 @@ impl Partner {
         products: Vec<Product>,
         items: Vec<DataItem>,
     ) -> Result<TaskState, UsageError> {
-        self.core.tick(now);
+        self.core.advance(now);
         self.require_state(
             task_id,
             &[TaskState::Working],
@@ -417,7 +419,7 @@ impl Partner {
         task_id: &str,
         items: Vec<DataItem>,
     ) -> Result<TaskState, UsageError> {
-        self.core.tick(now);
+        self.core.advance(now);
         self.transition(task_id, Cause::Partner, TaskState::Failed, non_empty(items))
     }
 
@@ -429,7 +431,7 @@ impl Partner {
         task_id: &str,
         items: Vec<DataItem>,
     ) -> Result<(), UsageError> {
-        self.core.tick(now);
+        self.core.advance(now);
         self.progress_inner(task_id, items)
     }
 
@@ -444,7 +446,7 @@ impl Partner {
         append: bool,
         last_chunk: bool,
     ) -> Result<TaskState, UsageError> {
-        self.core.tick(now);
+        self.core.advance(now);
         self.chunk_inner(task_id, product, append, last_chunk)
     }
 

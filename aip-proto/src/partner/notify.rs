@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use serde_json::json;
 
 use super::{DeliveryOutcome, GiveUpReason, Partner, PartnerEvent, PartnerOutput, PartnerTimer};
-use crate::engine::{DeliveryId, RequestId};
+use crate::engine::{Clock as _, DeliveryId, RequestId};
 use crate::error::{ErrorCode, RpcError};
 use crate::wire::{
     encode_error, encode_result, encode_task, NotificationConfig, NotificationIdParams, RpcId,

@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 
 use super::task::PartnerTask;
 use super::{Partner, PartnerOutput, PartnerTimer};
-use crate::engine::RequestId;
+use crate::engine::{Clock as _, RequestId};
 use crate::error::{ErrorCode, RpcError};
 use crate::sse;
 use crate::time::Timestamp;
@@ -187,7 +187,7 @@ pub(crate) struct Subscriber {
 impl Partner {
     /// Logs an event and sends it to the task's streams; closes them if the task ended.
     pub(super) fn append_event(&mut self, task_id: &str, what: Logged) {
-        let (cap, now) = (self.config.stream_buffer, self.core.now);
+        let (cap, now) = (self.config.stream_buffer, self.core.now());
         let Some(t) = self.tasks.get_mut(task_id) else {
             return;
         };
@@ -311,7 +311,7 @@ impl Partner {
         id: RpcId,
         dialect: Dialect,
     ) {
-        let (cap, now) = (self.config.stream_buffer, self.core.now);
+        let (cap, now) = (self.config.stream_buffer, self.core.now());
         let Some(t) = self.tasks.get_mut(task_id) else {
             return;
         };

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::stream::{EventLog, Logged, Shown};
 use super::{HeldQueue, Partner, PartnerEvent, PartnerOutput, PartnerTimer};
-use crate::engine::RequestId;
+use crate::engine::{Clock as _, RequestId};
 use crate::error::{RpcError, StateName, UsageError};
 use crate::state::{Cause, TaskMachine};
 use crate::time::Timestamp;
@@ -240,7 +240,7 @@ impl Partner {
         to: TaskState,
         items: Option<Vec<DataItem>>,
     ) -> Result<TaskState, UsageError> {
-        let now = self.core.now;
+        let now = self.core.now();
         let t = self
             .tasks
             .get_mut(task_id)
@@ -272,14 +272,16 @@ impl Partner {
         let tid = Arc::clone(&t.id);
         let key = |k: fn(Arc<str>) -> PartnerTimer| k(Arc::clone(&tid));
         match from {
-            Some(TaskState::AwaitingInput) => self
-                .core
-                .timers
-                .cancel(&key(PartnerTimer::AwaitingInputTimeout)),
-            Some(TaskState::AwaitingCompletion) => self
-                .core
-                .timers
-                .cancel(&key(PartnerTimer::AwaitingCompletionTimeout)),
+            Some(TaskState::AwaitingInput) => {
+                self.core
+                    .timers
+                    .cancel(&key(PartnerTimer::AwaitingInputTimeout));
+            }
+            Some(TaskState::AwaitingCompletion) => {
+                self.core
+                    .timers
+                    .cancel(&key(PartnerTimer::AwaitingCompletionTimeout));
+            }
             _ => {}
         }
         match (to, input_timeout, completion_timeout) {
@@ -436,7 +438,8 @@ impl Partner {
                     append: c.append,
                     last_chunk: c.last_chunk,
                 };
-                t.log.push(chunk, self.core.now, self.config.stream_buffer);
+                t.log
+                    .push(chunk, self.core.now(), self.config.stream_buffer);
             }
         }
         if as_chunk.is_some() {
@@ -490,7 +493,7 @@ impl Partner {
         self.ids.next_into("result", &mut self.result_id);
         Some(f(&ResultParts {
             id: Some(&self.result_id),
-            sent_at: Some(&self.core.now),
+            sent_at: Some(&self.core.now()),
             sender_role: Some(SenderRole::Partner),
             sender_id: Some(&self.config.partner_id),
             mentions: None,

@@ -226,3 +226,9 @@ impl PartnerTimer {
         }
     }
 }
+
+impl crate::engine::Reason for PartnerTimer {
+    fn reason(&self) -> &'static str {
+        PartnerTimer::reason(self)
+    }
+}

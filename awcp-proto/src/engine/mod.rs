@@ -165,27 +165,3 @@ pub enum UsageError {
     #[error("invalid request: {0}")]
     InvalidRequest(String),
 }
-
-/// A tiny deterministic generator for ids the engine mints itself (snapshot ids), seeded by
-/// the caller (splitmix64).
-#[derive(Debug, Clone)]
-pub(crate) struct IdSource(u64);
-
-impl IdSource {
-    pub(crate) fn new(seed: u64) -> Self {
-        IdSource(seed)
-    }
-
-    pub(crate) fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    pub(crate) fn snapshot_id(&mut self) -> crate::id::SnapshotId {
-        let b = self.next_u64().to_le_bytes();
-        crate::id::SnapshotId::from_random([b[0], b[1], b[2], b[3], b[4], b[5]])
-    }
-}

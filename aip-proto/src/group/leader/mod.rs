@@ -22,7 +22,6 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use serde_json::Value;
 
-use crate::engine::IdSource;
 use crate::error::UsageError;
 use crate::group::wire::{
     encode_group_message, exchange_name, inbox_queue_name, queue_name, AgentRef, AmqpConfig,
@@ -35,6 +34,7 @@ use crate::wire::{
     encode_request_raw, Dialect, Header, Mentions, Method, RpcId, SenderRole, TaskCommand,
     TaskResult, TaskState,
 };
+use engine_basics::ids::IdSource;
 
 pub use types::{
     Connection, GroupCommand, GroupPhase, LeaderConfig, LeaderEvent, LeaderOutput, MemberView,

@@ -34,7 +34,7 @@ impl Delegator {
             let wait = backoff * failures;
             self.core
                 .timers
-                .set(id, Timer::Reconnect, now.saturating_add(wait));
+                .set((id.clone(), Timer::Reconnect), now.saturating_add(wait));
             self.core
                 .outputs
                 .push_back(DelegatorOutput::Event(DelegatorEvent::ConnectionLost {
@@ -141,12 +141,12 @@ impl Delegator {
             // setup grace timer decides if it does not.
             return;
         }
-        self.core.timers.cancel(id, Timer::SetupGrace);
+        self.core.timers.cancel(&(id.clone(), Timer::SetupGrace));
         if let Some(exp) = self.delegations.get(id).and_then(|d| d.expires_at) {
             if now >= exp {
                 self.expire(now, id);
             } else {
-                self.core.timers.set(id, Timer::Lease, exp);
+                self.core.timers.set((id.clone(), Timer::Lease), exp);
             }
         }
     }
@@ -336,7 +336,7 @@ impl Delegator {
                         *failures = 0;
                     }
                     let at = now.saturating_add(self.config.result_poll_interval);
-                    self.core.timers.set(id, Timer::Reconnect, at);
+                    self.core.timers.set((id.clone(), Timer::Reconnect), at);
                 }
             }
         }

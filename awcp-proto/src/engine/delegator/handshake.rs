@@ -85,7 +85,7 @@ impl Delegator {
         let peer = d.peer.clone();
         let dialect = d.req.dialect;
         self.transition(now, id, DelegationTransition::SendInvite, None);
-        self.core.timers.set(id, Timer::Lease, expires_at);
+        self.core.timers.set((id.clone(), Timer::Lease), expires_at);
         self.core.outputs.push_back(DelegatorOutput::SendMessage {
             id: id.clone(),
             to: Outbound::Invite,
@@ -249,7 +249,7 @@ impl Delegator {
             peer: d.peer.clone(),
         };
         self.transition(now, id, DelegationTransition::ReceiveAccept, None);
-        self.core.timers.set(id, Timer::Lease, expires_at);
+        self.core.timers.set((id.clone(), Timer::Lease), expires_at);
         self.core.outputs.push_back(out_prepare);
         self.core.outputs.push_back(out_stream);
     }

@@ -7,7 +7,8 @@ use super::*;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[non_exhaustive]
 pub enum Timer {
-    /// Outputs are queued: drain [`Delegator::poll_output`] now (not an armed timer).
+    /// Outputs are queued: drain [`Delegator::poll_output`] now (not an armed timer; keep it
+    /// first: the range of one delegation's timers starts at it).
     Output,
     /// A lease ends: expire the delegation (an executor still setting up gets a grace period).
     Lease,
@@ -32,6 +33,16 @@ impl Timer {
             Timer::Forget => "forget",
         }
     }
+}
+
+impl engine_basics::timers::Reason for Timer {
+    fn reason(&self) -> &'static str {
+        self.as_str()
+    }
+}
+
+impl crate::engine::timers::TimerKind for Timer {
+    const OUTPUT: Timer = Timer::Output;
 }
 
 impl Delegator {
@@ -64,7 +75,7 @@ impl Delegator {
                 DelegationState::Started => {
                     // Cannot expire while the executor sets up: give it a grace period.
                     let at = now.saturating_add(self.config.setup_grace);
-                    self.core.timers.set(id, Timer::SetupGrace, at);
+                    self.core.timers.set((id.clone(), Timer::SetupGrace), at);
                 }
                 // Not armed before the invitation, disarmed by the terminal transition.
                 DelegationState::Created

@@ -36,7 +36,7 @@ use std::time::Duration;
 use crate::engine::admission::{
     admission_verdict, AdmissionLimits, NotShipped, NotShippedReason, WorkspaceStats,
 };
-use crate::engine::timers::Core;
+use crate::engine::timers::{Core, DelegationTimers as _};
 use crate::engine::{SnapshotMode, TaskOutcome, UsageError};
 use crate::error::{ErrorCode, ErrorInfo};
 use crate::id::{DelegationId, SnapshotId};
@@ -234,7 +234,7 @@ impl Delegator {
     /// queued this is the last `now` seen ("due now", [`Timer::Output`]).
     #[must_use]
     pub fn poll_timeout(&self) -> Option<(Timestamp, Timer)> {
-        self.core.poll_timeout_reason(Timer::Output)
+        crate::engine::timers::next_wake(&self.core)
     }
 
     fn tick(&mut self, now: Timestamp) {
@@ -293,9 +293,9 @@ impl Delegator {
                         to,
                     }));
                 if to.is_terminal() {
-                    self.core.timers.cancel(id, Timer::Lease);
-                    self.core.timers.cancel(id, Timer::SetupGrace);
-                    self.core.timers.cancel(id, Timer::Reconnect);
+                    self.core.timers.cancel(&(id.clone(), Timer::Lease));
+                    self.core.timers.cancel(&(id.clone(), Timer::SetupGrace));
+                    self.core.timers.cancel(&(id.clone(), Timer::Reconnect));
                 }
                 true
             }

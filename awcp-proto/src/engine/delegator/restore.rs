@@ -355,7 +355,7 @@ impl Delegator {
         let state = d.state();
         if d.phase.is_ended() {
             let at = d.updated_at.saturating_add(self.config.retention).max(now);
-            self.core.timers.set(id, Timer::Forget, at);
+            self.core.timers.set((id.clone(), Timer::Forget), at);
             return;
         }
         let restarted = |what: &str| {
@@ -390,8 +390,7 @@ impl Delegator {
                             d.asking_after_lease = true;
                         }
                         self.core.timers.set(
-                            id,
-                            Timer::SetupGrace,
+                            (id.clone(), Timer::SetupGrace),
                             now.saturating_add(self.config.setup_grace),
                         );
                         self.core.outputs.push_back(DelegatorOutput::Event(
@@ -406,7 +405,7 @@ impl Delegator {
                             },
                         ));
                     }
-                    Some(e) => self.core.timers.set(id, Timer::Lease, e),
+                    Some(e) => self.core.timers.set((id.clone(), Timer::Lease), e),
                     None => {}
                 }
                 if let Some((stream, _)) = self

@@ -125,9 +125,10 @@ impl Delegator {
         };
         tracing::debug!(delegation = %id, state = %d.state(), "delegation ended");
         self.core.outputs.push_back(DelegatorOutput::Event(ev));
-        self.core
-            .timers
-            .set(id, Timer::Forget, now.saturating_add(self.config.retention));
+        self.core.timers.set(
+            (id.clone(), Timer::Forget),
+            now.saturating_add(self.config.retention),
+        );
     }
 
     pub(super) fn forget(&mut self, id: &DelegationId) {

@@ -26,7 +26,8 @@ use super::{Executor, ExecutorEvent, ExecutorOutput};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[non_exhaustive]
 pub enum ExecutorTimer {
-    /// Outputs are queued: drain [`Executor::poll_output`] now (not an armed timer).
+    /// Outputs are queued: drain [`Executor::poll_output`] now (not an armed timer; keep it
+    /// first: the range of one delegation's timers starts at it).
     Output,
     /// A pending assignment got no START (or no decision) in time: drop it, free its slot.
     StartDeadline,
@@ -49,6 +50,16 @@ impl ExecutorTimer {
             ExecutorTimer::Retention => "retention",
         }
     }
+}
+
+impl engine_basics::timers::Reason for ExecutorTimer {
+    fn reason(&self) -> &'static str {
+        self.as_str()
+    }
+}
+
+impl crate::engine::timers::TimerKind for ExecutorTimer {
+    const OUTPUT: ExecutorTimer = ExecutorTimer::Output;
 }
 
 /// What an assignment holds and what it waits for (at most one operation in flight).

@@ -34,7 +34,7 @@ impl Executor {
         let refuse = |this: &mut Self, error: ErrorInfo| {
             let ev = Arc::new(TaskEvent {
                 delegation_id: id.clone(),
-                timestamp: this.core.last_now,
+                timestamp: this.core.now(),
                 kind: TaskEventKind::Error(error),
             });
             this.core.outputs.push_back(ExecutorOutput::StreamEvent {

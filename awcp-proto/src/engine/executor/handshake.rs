@@ -3,6 +3,7 @@
 
 use std::collections::BTreeSet;
 
+use crate::engine::timers::DelegationTimers as _;
 use crate::engine::{RequestId, UsageError};
 use crate::error::{ErrorCode, ErrorInfo};
 use crate::id::DelegationId;
@@ -206,9 +207,10 @@ impl Executor {
                             state,
                             error,
                         }));
-                    self.core
-                        .timers
-                        .set(id, Timer::Retention, now.saturating_add(retention));
+                    self.core.timers.set(
+                        (id.clone(), Timer::Retention),
+                        now.saturating_add(retention),
+                    );
                 }
             }
             return Ok(());
@@ -253,7 +255,7 @@ impl Executor {
                         },
                     ));
                     let at = now.saturating_add(a.ttl);
-                    self.core.timers.set(id, Timer::StartDeadline, at);
+                    self.core.timers.set((id.clone(), Timer::StartDeadline), at);
                 }
             }
         }
@@ -288,7 +290,7 @@ impl Executor {
         for (r, reply) in replies {
             self.respond(r, reply);
         }
-        self.core.timers.set(id, Timer::StartDeadline, at);
+        self.core.timers.set((id.clone(), Timer::StartDeadline), at);
     }
 
     pub(super) fn on_start(
@@ -380,8 +382,8 @@ impl Executor {
             resources: a.invite.resources.clone(),
         };
         self.transition(now, &id, AssignmentTransition::ReceiveStart);
-        self.core.timers.cancel(&id, Timer::StartDeadline);
-        self.core.timers.set(&id, Timer::Lease, expires_at);
+        self.core.timers.cancel(&(id.clone(), Timer::StartDeadline));
+        self.core.timers.set((id.clone(), Timer::Lease), expires_at);
         self.respond(request, Response::Ok);
         self.core.outputs.push_back(out);
     }

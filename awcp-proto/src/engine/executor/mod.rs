@@ -66,10 +66,12 @@ mod tests;
 
 use std::collections::BTreeMap;
 
+use engine_basics::ids::SplitMix64;
+
 use crate::engine::timers::Core;
-use crate::engine::{IdSource, RequestId, UsageError};
+use crate::engine::{RequestId, UsageError};
 use crate::error::ErrorInfo;
-use crate::id::DelegationId;
+use crate::id::{DelegationId, SnapshotId};
 use crate::state::AssignmentState;
 use crate::time::Timestamp;
 use crate::wire::{Dialect, ErrorMessage};
@@ -95,7 +97,8 @@ pub struct Executor {
     assignments: BTreeMap<DelegationId, Box<Assignment>>,
     streams: BTreeMap<crate::engine::StreamId, DelegationId>,
     core: Core<ExecutorTimer, ExecutorOutput>,
-    ids: IdSource,
+    /// The seeded generator of snapshot ids ([`ExecutorConfig::id_seed`]).
+    ids: SplitMix64,
     /// Acknowledged (forgotten) assignments and when their lease ends: until then a late,
     /// duplicated INVITE for the id is refused instead of starting the task again.
     tombstones: BTreeMap<DelegationId, Timestamp>,
@@ -109,7 +112,7 @@ pub struct Executor {
 impl Executor {
     /// An executor with no assignments.
     pub fn new(config: ExecutorConfig) -> Self {
-        let ids = IdSource::new(config.id_seed);
+        let ids = SplitMix64::new(config.id_seed);
         Executor {
             config,
             assignments: BTreeMap::new(),
@@ -255,7 +258,7 @@ impl Executor {
     /// outputs are queued this is the last `now` seen ("due now", [`ExecutorTimer::Output`]).
     #[must_use]
     pub fn poll_timeout(&self) -> Option<(Timestamp, ExecutorTimer)> {
-        self.core.poll_timeout_reason(ExecutorTimer::Output)
+        crate::engine::timers::next_wake(&self.core)
     }
 
     /// When `timer` of `id` fires, if it is armed (for tests and the scenario builder).
@@ -265,7 +268,7 @@ impl Executor {
         id: &DelegationId,
         timer: ExecutorTimer,
     ) -> Option<Timestamp> {
-        self.core.timers.deadline(id, timer)
+        self.core.timers.deadline(&(id.clone(), timer))
     }
 
     // ----------------------------------------------------------------------------------------
@@ -273,6 +276,12 @@ impl Executor {
 
     fn tick(&mut self, now: Timestamp) {
         self.core.tick(now);
+    }
+
+    /// A new snapshot id: six bytes of the seeded generator's next number.
+    fn new_snapshot_id(&mut self) -> SnapshotId {
+        let b = self.ids.next_u64().to_le_bytes();
+        SnapshotId::from_random([b[0], b[1], b[2], b[3], b[4], b[5]])
     }
 
     fn get_mut(&mut self, id: &DelegationId) -> Result<&mut Assignment, UsageError> {

@@ -491,8 +491,7 @@ impl Executor {
                 handle,
             });
             self.core.timers.set(
-                &id,
-                Timer::StopGrace,
+                (id.clone(), Timer::StopGrace),
                 now.saturating_add(self.config.stop_grace),
             );
         } else if !released {
@@ -512,7 +511,7 @@ impl Executor {
             .unwrap_or(now)
             .saturating_add(retention)
             .max(now);
-        self.core.timers.set(&id, Timer::Retention, until);
+        self.core.timers.set((id.clone(), Timer::Retention), until);
         Ok(id)
     }
 }

@@ -69,7 +69,7 @@ impl Executor {
         // (`ExecutorOutput::journaling`), so a restarted executor still serves what the
         // delegator was told about.
         self.transition(now, id, AssignmentTransition::TaskComplete);
-        self.core.timers.cancel(id, Timer::Lease);
+        self.core.timers.cancel(&(id.clone(), Timer::Lease));
         if let Some((sid, snap)) = snapshot {
             if dialect == Dialect::Seed {
                 // The archive inline, or the file the driver streams it from.

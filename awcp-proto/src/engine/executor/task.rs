@@ -96,7 +96,7 @@ impl Executor {
                         Some(_) | None => super::SnapshotDelivery::Inline,
                     };
                     let work_dir = a.work_dir.clone();
-                    let snapshot_id = self.ids.snapshot_id();
+                    let snapshot_id = self.new_snapshot_id();
                     if let Some(a) = self.assignments.get_mut(id) {
                         a.phase = Phase::Capturing {
                             snapshot_id: snapshot_id.clone(),

@@ -2,6 +2,7 @@
 //! its task, releasing its work directory, and forgetting it once acknowledged or retained
 //! long enough.
 
+use crate::engine::timers::DelegationTimers as _;
 use crate::engine::UsageError;
 use crate::error::{ErrorCode, ErrorInfo};
 use crate::id::DelegationId;
@@ -83,9 +84,10 @@ impl Executor {
         if acked {
             self.forget(&id);
         } else {
-            self.core
-                .timers
-                .set(&id, Timer::Retention, now.saturating_add(retention));
+            self.core.timers.set(
+                (id.clone(), Timer::Retention),
+                now.saturating_add(retention),
+            );
         }
         Ok(())
     }
@@ -113,8 +115,8 @@ impl Executor {
         for r in requests {
             self.respond_error(r, id, error.clone(), dialect, 200);
         }
-        self.core.timers.cancel(id, Timer::Lease);
-        self.core.timers.cancel(id, Timer::StartDeadline);
+        self.core.timers.cancel(&(id.clone(), Timer::Lease));
+        self.core.timers.cancel(&(id.clone(), Timer::StartDeadline));
         self.broadcast(now, id, TaskEventKind::Error(error));
         let Some(a) = self.assignments.get_mut(id) else {
             return;
@@ -129,8 +131,7 @@ impl Executor {
                     .outputs
                     .push_back(ExecutorOutput::StopTask { id: id.clone() });
                 self.core.timers.set(
-                    id,
-                    Timer::StopGrace,
+                    (id.clone(), Timer::StopGrace),
                     now.saturating_add(self.config.stop_grace),
                 );
             }
@@ -159,7 +160,7 @@ impl Executor {
             | Phase::Capturing { .. } => None,
         };
         a.phase = Phase::Releasing { unstopped };
-        self.core.timers.cancel(id, Timer::StopGrace);
+        self.core.timers.cancel(&(id.clone(), Timer::StopGrace));
         self.core.outputs.push_back(ExecutorOutput::Release {
             id: id.clone(),
             work_dir: a.work_dir.clone(),
