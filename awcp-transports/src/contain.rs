@@ -408,10 +408,15 @@ impl ProcStat {
 
 /// `/proc/<pid>/stat`: state, parent, process group, start time.
 pub(crate) fn proc_stat(pid: u32) -> Option<ProcStat> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // `pid (comm) state ppid pgrp …`: comm may contain anything; parse after the last ')'.
-    let rest = text.get(text.rfind(')')? + 2..)?;
+    parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// Parses the text of `/proc/<pid>/stat` (the command name may contain spaces and
+/// parentheses: fields are counted after the last `)`).
+pub(crate) fn parse_stat(text: &str) -> Option<ProcStat> {
+    let rest = text.get(text.rfind(')')? + 1..)?;
     let f: Vec<&str> = rest.split_whitespace().collect();
+    // After the name: state(3) ppid(4) pgrp(5) … starttime(22), so indexes 0, 1, 2 and 19.
     Some(ProcStat {
         state: f.first()?.chars().next()?,
         ppid: f.get(1)?.parse().ok()?,

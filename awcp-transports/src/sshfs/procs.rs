@@ -41,13 +41,10 @@ pub(crate) fn stat(pid: i32) -> Option<Stat> {
 }
 
 fn parse_stat(text: &str) -> Option<Stat> {
-    let rest = &text[text.rfind(')')? + 1..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    // After the name: state(3) ppid(4) … starttime(22), so indexes 0, 1 and 19 here.
-    Some(Stat {
-        state: f.first()?.chars().next()?,
-        ppid: f.get(1)?.parse().ok()?,
-        start: f.get(19)?.parse().ok()?,
+    crate::contain::parse_stat(text).map(|s| Stat {
+        ppid: i32::try_from(s.ppid).unwrap_or(0),
+        state: s.state,
+        start: s.start_ticks,
     })
 }
 

@@ -173,6 +173,28 @@ enum Cmd {
     },
 }
 
+impl Cmd {
+    /// The request text of `start`, `continue`, `stream` and `notify` ([`request_text`]);
+    /// empty for the other commands.
+    fn request(&self) -> Result<String, String> {
+        match self {
+            Cmd::Start {
+                text, text_file, ..
+            }
+            | Cmd::Continue {
+                text, text_file, ..
+            }
+            | Cmd::Stream {
+                text, text_file, ..
+            }
+            | Cmd::Notify {
+                text, text_file, ..
+            } => request_text(text, text_file.as_deref()),
+            _ => Ok(String::new()),
+        }
+    }
+}
+
 /// The request text: the words given, or the file (`-`: standard input).
 fn request_text(text: &[String], file: Option<&std::path::Path>) -> Result<String, String> {
     let Some(path) = file else {
@@ -423,18 +445,14 @@ async fn run<R: Host>(args: Args) -> i32 {
         delivery,
         deadline: None,
     };
+    // The request of start/continue/stream/notify, read once (empty for the other commands).
+    let text = match args.cmd.request() {
+        Ok(t) => t,
+        Err(e) => return usage(&e),
+    };
     match args.cmd {
         Cmd::Group { .. } => usage("group is handled above"),
-        Cmd::Start {
-            task,
-            wait,
-            text,
-            text_file,
-        } => {
-            let text = match request_text(&text, text_file.as_deref()) {
-                Ok(t) => t,
-                Err(e) => return usage(&e),
-            };
+        Cmd::Start { task, wait, .. } => {
             let task = task.unwrap_or_else(|| fresh("task"));
             let start = StartTask::new("p", task.clone(), session.clone(), text);
             let r = leader.start(start).await;
@@ -443,15 +461,7 @@ async fn run<R: Host>(args: Args) -> i32 {
             }
             follow(&out, &leader, events, &task, since).await
         }
-        Cmd::Continue {
-            task,
-            text,
-            text_file,
-        } => {
-            let text = match request_text(&text, text_file.as_deref()) {
-                Ok(t) => t,
-                Err(e) => return usage(&e),
-            };
+        Cmd::Continue { task, .. } => {
             if leader
                 .attach(attach(task.clone(), Delivery::Rpc))
                 .await
@@ -472,13 +482,8 @@ async fn run<R: Host>(args: Args) -> i32 {
         Cmd::Stream {
             task,
             attach: existing,
-            text,
-            text_file,
+            ..
         } => {
-            let text = match request_text(&text, text_file.as_deref()) {
-                Ok(t) => t,
-                Err(e) => return usage(&e),
-            };
             let task = match existing {
                 Some(t) => {
                     // Where the task is now: the replay shows its history, and following stops
@@ -514,13 +519,8 @@ async fn run<R: Host>(args: Args) -> i32 {
             listen,
             receiver_url,
             task,
-            text,
-            text_file,
+            ..
         } => {
-            let text = match request_text(&text, text_file.as_deref()) {
-                Ok(t) => t,
-                Err(e) => return usage(&e),
-            };
             let listener = match std::net::TcpListener::bind(listen) {
                 Ok(l) => l,
                 Err(e) => return usage(&format!("cannot listen on {listen}: {e}")),

@@ -498,33 +498,15 @@ impl ClientCreds {
     /// Runs an `sftp` batch over the control master at `ctl` only (never a new login);
     /// returns (success, stdout + stderr).
     pub fn sftp_over(&self, fx: &Sshd, ctl: &Path, batch: &str) -> (bool, String) {
-        use std::io::Write;
-        let mut child = Command::new("sftp")
-            .args(self.common("-P", fx.port))
-            .args(["-o", "ControlMaster=no", "-o"])
-            .arg(format!("ControlPath={}", ctl.display()))
-            .args(["-o", "PreferredAuthentications=none", "-b", "-"])
-            .arg(format!("{}@127.0.0.1", fx.user))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(batch.as_bytes())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
-        (
-            out.status.success(),
-            format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            ),
-        )
+        let master = [
+            "-o".to_owned(),
+            "ControlMaster=no".to_owned(),
+            "-o".to_owned(),
+            format!("ControlPath={}", ctl.display()),
+            "-o".to_owned(),
+            "PreferredAuthentications=none".to_owned(),
+        ];
+        self.sftp_with(fx, &master, batch)
     }
 
     /// Opens an SFTP session that stays open (see [`Sftp`]).
@@ -534,9 +516,15 @@ impl ClientCreds {
 
     /// Runs an `sftp` batch; returns (success, stdout + stderr).
     pub fn sftp(&self, fx: &Sshd, batch: &str) -> (bool, String) {
+        self.sftp_with(fx, &[], batch)
+    }
+
+    /// Runs an `sftp` batch with `extra` options; returns (success, stdout + stderr).
+    fn sftp_with(&self, fx: &Sshd, extra: &[String], batch: &str) -> (bool, String) {
         use std::io::Write;
         let mut child = Command::new("sftp")
             .args(self.common("-P", fx.port))
+            .args(extra)
             .args(["-b", "-"])
             .arg(format!("{}@127.0.0.1", fx.user))
             .stdin(Stdio::piped())

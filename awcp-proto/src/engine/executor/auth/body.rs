@@ -348,17 +348,7 @@ mod tests {
         assert_eq!(peek_delegation_id(big.as_bytes()), None);
     }
 
-    fn req() -> RequiredAuth {
-        RequiredAuth {
-            types: vec![AuthType::Bearer],
-            credential: "s3cret".into(),
-        }
-    }
-
-    const LIMITS: BodyLimits = BodyLimits {
-        max: 1000,
-        unauthenticated: 100,
-    };
+    use super::super::tests::{req, LIMITS};
 
     #[test]
     fn the_binding_of_the_named_delegation_chooses_the_limit() {

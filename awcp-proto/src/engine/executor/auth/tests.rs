@@ -2,14 +2,16 @@
 
 use super::*;
 
-fn req() -> RequiredAuth {
+/// A required bearer token `s3cret` (also used by `body`'s tests).
+pub(super) fn req() -> RequiredAuth {
     RequiredAuth {
         types: vec![AuthType::Bearer],
         credential: "s3cret".into(),
     }
 }
 
-const LIMITS: BodyLimits = BodyLimits {
+/// Limits of 1000 bytes, 100 without a credential (also used by `body`'s tests).
+pub(super) const LIMITS: BodyLimits = BodyLimits {
     max: 1000,
     unauthenticated: 100,
 };
