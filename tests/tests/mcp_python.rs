@@ -8,37 +8,12 @@
 //! Where `python3 -m venv` or PyPI is unavailable the test is skipped with a notice, unless
 //! `AWCP_REQUIRE_MCP_TEST=1` (set by `.ci/run`), which turns that into a failure.
 
+mod mcp_support;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
-fn required() -> bool {
-    std::env::var("AWCP_REQUIRE_MCP_TEST").is_ok_and(|v| v == "1")
-}
-
-fn skip_or_fail(why: &str) {
-    if required() {
-        panic!("MCP acceptance test cannot run: {why}");
-    }
-    eprintln!("SKIPPED mcp_python: {why} (set AWCP_REQUIRE_MCP_TEST=1 to make this fatal)");
-}
-
-fn show(o: &Output) -> String {
-    format!(
-        "status: {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-/// `target/debug` of this build: the test binary lives in `target/debug/deps`.
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps/<test>")
-        .to_path_buf()
-}
+use mcp_support::{show, skip_or_fail};
 
 /// A virtualenv with the `mcp` package; `None` (after a notice) if it cannot be made.
 fn venv_python(target: &Path) -> Option<PathBuf> {
@@ -60,11 +35,14 @@ fn venv_python(target: &Path) -> Option<PathBuf> {
     {
         Ok(o) if o.status.success() => {}
         Ok(o) => {
-            skip_or_fail(&format!("python3 -m venv failed\n{}", show(&o)));
+            skip_or_fail(
+                "mcp_python",
+                &format!("python3 -m venv failed\n{}", show(&o)),
+            );
             return None;
         }
         Err(e) => {
-            skip_or_fail(&format!("python3 not found: {e}"));
+            skip_or_fail("mcp_python", &format!("python3 not found: {e}"));
             return None;
         }
     }
@@ -80,7 +58,10 @@ fn venv_python(target: &Path) -> Option<PathBuf> {
         .output()
         .expect("run pip");
     if !o.status.success() || !has_mcp(&python) {
-        skip_or_fail(&format!("pip install mcp failed\n{}", show(&o)));
+        skip_or_fail(
+            "mcp_python",
+            &format!("pip install mcp failed\n{}", show(&o)),
+        );
         return None;
     }
     Some(python)
@@ -88,52 +69,17 @@ fn venv_python(target: &Path) -> Option<PathBuf> {
 
 #[test]
 fn official_python_mcp_client_drives_awcp_mcp() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+    let root = mcp_support::root();
+    let target = mcp_support::profile_dir()
         .parent()
-        .expect("workspace root")
+        .expect("target dir")
         .to_path_buf();
-    let bins = profile_dir();
-    let target = bins.parent().expect("target dir").to_path_buf();
     let Some(python) = venv_python(&target) else {
         return;
     };
-
-    // Build the binaries with the profile of this test run (reusing its dependencies).
-    let profile = if bins.file_name().is_some_and(|n| n == "release") {
-        "release"
-    } else {
-        "test"
-    };
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let o = Command::new(cargo)
-        .current_dir(&root)
-        .args([
-            "build",
-            "--profile",
-            profile,
-            "-p",
-            "awcp-aip-cli",
-            "--bin",
-            "awcp-mcp",
-            "--bin",
-            "awcp-executor",
-            "--bin",
-            "awcp",
-        ])
-        .env("CARGO_TARGET_DIR", &target)
-        .output()
-        .expect("run cargo build");
-    assert!(
-        o.status.success(),
-        "building the binaries failed\n{}",
-        show(&o)
-    );
-    let mcp = bins.join("awcp-mcp");
-    let executor = bins.join("awcp-executor");
-    let awcp = bins.join("awcp");
-    for b in [&mcp, &executor, &awcp] {
-        assert!(b.exists(), "{} missing", b.display());
-    }
+    let [mcp, executor, awcp] =
+        <[PathBuf; 3]>::try_from(mcp_support::build(&["awcp-mcp", "awcp-executor", "awcp"]))
+            .expect("three binaries");
 
     let started = std::time::Instant::now();
     let o = Command::new(&python)

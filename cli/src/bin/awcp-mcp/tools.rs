@@ -761,6 +761,10 @@ impl AwcpMcp {
             self.peers_section
         );
         let id = json!({"type": "string", "description": "The delegation id (dlg_…) returned by delegate."});
+        let snapshot_id = json!({
+            "type": "string",
+            "description": "The snapshot (snap_…), as delegate_snapshots lists it."
+        });
         let tools = vec![
             Tool::new(
                 "delegate",
@@ -829,7 +833,7 @@ impl AwcpMcp {
                 "Apply a staged snapshot to the local workspace.",
                 schema(json!({
                     "type": "object",
-                    "properties": {"delegation_id": id, "snapshot_id": {"type": "string"}},
+                    "properties": {"delegation_id": id, "snapshot_id": snapshot_id},
                     "required": ["delegation_id", "snapshot_id"]
                 })),
             ),
@@ -838,7 +842,7 @@ impl AwcpMcp {
                 "Discard a staged snapshot (the workspace is left as it is).",
                 schema(json!({
                     "type": "object",
-                    "properties": {"delegation_id": id, "snapshot_id": {"type": "string"}},
+                    "properties": {"delegation_id": id, "snapshot_id": snapshot_id},
                     "required": ["delegation_id", "snapshot_id"]
                 })),
             ),

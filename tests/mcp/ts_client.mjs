@@ -1,0 +1,138 @@
+// Acceptance test of awcp-mcp with the official TypeScript MCP SDK (@modelcontextprotocol/sdk,
+// the client the MCP Inspector and many agents are built on). Unlike the Python SDK, its
+// Client validates every result's structuredContent against the tool's outputSchema and
+// throws "Structured content does not match the tool's output schema" instead of returning a
+// result that breaks it, so the model would never see the message.
+//
+// Usage: node ts_client.mjs AWCP_MCP_BIN AWCP_EXECUTOR_BIN   (NODE_PATH: the SDK's node_modules)
+//
+// Starts an executor, then awcp-mcp over stdio; checks the tools list, a successful
+// foreground delegate (its structured result validated by the SDK), and that every failing
+// call (blank prompt, missing workspace, an unreachable peer, an unknown delegation, missing
+// arguments) comes back as a tool error whose text says what went wrong. Exits non-zero on
+// the first failure.
+
+import { spawn } from "node:child_process";
+import { mkdtempSync, mkdirSync, writeFileSync, readFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { createInterface } from "node:readline";
+
+const sdk = process.env.AWCP_MCP_TS_SDK;
+const { Client } = await import(`${sdk}/dist/esm/client/index.js`);
+const { StdioClientTransport } = await import(`${sdk}/dist/esm/client/stdio.js`);
+
+const [mcpBin, executorBin] = process.argv.slice(2);
+const log = (m) => console.log(`[mcp-ts] ${m}`);
+// Children to kill before any exit: an orphan holding the test's output pipe would keep the
+// Rust test waiting for the end of it forever.
+const children = [];
+process.on("exit", () => children.forEach((c) => c.kill("SIGKILL")));
+const fail = (m) => {
+  console.error(`[mcp-ts] FAILED: ${m}`);
+  for (const c of children) c.kill("SIGKILL");
+  process.exit(1);
+};
+
+const tmp = mkdtempSync(join(tmpdir(), "awcp-mcp-ts-"));
+writeFileSync(
+  join(tmp, "agent.sh"),
+  '#!/bin/sh\necho "written by the agent" > AGENT_RESULT.txt\necho "wrote AGENT_RESULT.txt"\n',
+);
+const executor = spawn(
+  executorBin,
+  [
+    "--listen", "127.0.0.1:0",
+    "--work-root", join(tmp, "work"),
+    "--state-dir", join(tmp, "exec-state"),
+    "--agent-cmd", `sh ${join(tmp, "agent.sh")}`,
+    "--quiet",
+  ],
+  { stdio: ["ignore", "pipe", "ignore"] },
+);
+children.push(executor);
+const peer = await new Promise((resolve, reject) => {
+  const lines = createInterface({ input: executor.stdout });
+  lines.once("line", (l) => {
+    const prefix = "awcp-executor listening on ";
+    l.startsWith(prefix) ? resolve(l.slice(prefix.length).trim()) : reject(new Error(l));
+  });
+  executor.once("exit", (c) => reject(new Error(`executor exited with ${c}`)));
+});
+log(`executor at ${peer}`);
+const dead = "http://127.0.0.1:9/awcp";
+
+const transport = new StdioClientTransport({
+  command: mcpBin,
+  args: ["--peers", `${peer},${dead}`, "--port", "0", "--state-dir", join(tmp, "delegator")],
+  env: { ...process.env, RUST_LOG: "warn" },
+  stderr: "ignore",
+});
+const client = new Client({ name: "awcp-mcp-ts-test", version: "1.0.0" });
+try {
+  await client.connect(transport);
+  const { tools } = await client.listTools(); // caches each tool's output validator
+  const names = tools.map((t) => t.name);
+  for (const want of ["delegate", "delegate_output", "delegate_cancel", "delegate_snapshots"]) {
+    if (!names.includes(want)) fail(`tool ${want} missing: ${names}`);
+  }
+  for (const t of tools) {
+    for (const [p, s] of Object.entries(t.inputSchema.properties ?? {})) {
+      if (!s.description) fail(`${t.name}.${p} has no description`);
+    }
+  }
+  log(`tools: ${names.join(", ")} (every parameter described)`);
+
+  const call = async (label, name, args) => {
+    try {
+      return await client.callTool({ name, arguments: args });
+    } catch (e) {
+      fail(`${label}: the SDK client refused the result: ${e.message}`);
+    }
+  };
+  const text = (r) => r.content.filter((c) => c.type === "text").map((c) => c.text).join("\n");
+
+  // Success: the structured result passed the SDK's schema check (callTool did not throw).
+  const ws = join(tmp, "ws");
+  mkdirSync(ws);
+  writeFileSync(join(ws, "README.md"), "# lent\n");
+  const ok = await call("delegate(fg)", "delegate", {
+    description: "add a file", prompt: "write AGENT_RESULT.txt",
+    workspace_dir: ws, peer_url: peer,
+  });
+  if (ok.isError) fail(`delegate(fg) failed: ${text(ok)}`);
+  if (ok.structuredContent?.state !== "completed") fail(`not completed: ${text(ok)}`);
+  if (readFileSync(join(ws, "AGENT_RESULT.txt"), "utf8") !== "written by the agent\n") {
+    fail("the result was not applied");
+  }
+  log("delegate: completed, structured result valid against its outputSchema");
+
+  // Failures: tool errors the model can read, on every path.
+  const cases = [
+    ["delegate(blank prompt)", "delegate",
+      { description: "x", prompt: "  ", workspace_dir: ws, peer_url: peer }, "prompt"],
+    ["delegate(missing dir)", "delegate",
+      { description: "x", prompt: "y", workspace_dir: join(tmp, "nope"), peer_url: peer },
+      "does not exist"],
+    ["delegate(peer down)", "delegate",
+      { description: "x", prompt: "y", workspace_dir: ws, peer_url: dead }, "127.0.0.1:9"],
+    ["delegate_output(unknown id)", "delegate_output",
+      { delegation_id: "dlg_doesnotexist" }, "unknown delegation"],
+    ["delegate_cancel(no id)", "delegate_cancel", {}, "delegation_id"],
+    ["delegate_snapshots(unknown id)", "delegate_snapshots",
+      { delegation_id: "dlg_doesnotexist" }, "dlg_doesnotexist"],
+  ];
+  for (const [label, name, args, needle] of cases) {
+    const r = await call(label, name, args);
+    if (!r.isError) fail(`${label} should be a tool error: ${text(r)}`);
+    if (!text(r).toLowerCase().includes(needle.toLowerCase())) {
+      fail(`${label}: the error text lacks ${JSON.stringify(needle)}: ${text(r)}`);
+    }
+    log(`${label}: tool error as expected: ${text(r).split("\n")[0]}`);
+  }
+  await client.close();
+} finally {
+  executor.kill("SIGKILL");
+}
+log("ok");
+process.exit(0);
