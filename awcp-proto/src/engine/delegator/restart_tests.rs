@@ -256,3 +256,84 @@ fn a_restart_while_storing_is_running_until_the_result_is_applied() {
     assert_eq!(v.outcome(), Outcome::Completed);
     assert_eq!(status_of(&d2, "snap_a").status, SnapshotStatus::Applied);
 }
+
+/// Issue 47 item 7: restored after its lease ended, a running delegation asks the
+/// executor first; a result the executor finished within the lease is taken (and the user
+/// told), and only silence until the grace period ends expires it.
+#[test]
+fn restored_after_its_lease_a_delegation_asks_the_executor_before_expiring() {
+    let d = running(SnapshotMode::Auto);
+    let lease = d.get(&id()).unwrap().expires_at.unwrap();
+    let late = lease.saturating_add(std::time::Duration::from_secs(3600));
+    let restore = |d: &Delegator| {
+        let rec = d.record(&id()).unwrap();
+        let mut d2 = Delegator::new(DelegatorConfig::default());
+        assert_eq!(d2.restore(late, &[rec], &Default::default()), 1);
+        let out = drain(&mut d2);
+        (d2, out)
+    };
+    let (mut d2, out) = restore(&d);
+    assert_eq!(d2.get(&id()).unwrap().state, DelegationState::Running);
+    assert_eq!(
+        count(&out, |o| matches!(
+            o,
+            DelegatorOutput::OpenEventStream { .. }
+        )),
+        1
+    );
+    assert_eq!(
+        count(&out, |o| matches!(
+            o,
+            DelegatorOutput::SendMessage {
+                to: Outbound::Error,
+                ..
+            }
+        )),
+        0,
+        "not expired before the executor was asked"
+    );
+    // The replay: running, then done within the lease.
+    let status = event(TaskEventKind::Status(crate::StatusEvent {
+        status: crate::TaskStatus::Running,
+        message: None,
+        progress: None,
+    }));
+    d2.handle(late, status).unwrap();
+    assert_eq!(d2.get(&id()).unwrap().state, DelegationState::Running);
+    d2.handle(late, crate::engine::delegator::tests::done("s1"))
+        .unwrap();
+    drain(&mut d2);
+    let v = d2.get(&id()).unwrap();
+    assert_eq!(v.state, DelegationState::Completed, "{v:?}");
+    assert!(
+        v.warnings
+            .iter()
+            .any(|w| w.contains("finished the task within it")),
+        "{:?}",
+        v.warnings
+    );
+
+    // No word from the executor until the grace period ends: expired, and it is told.
+    let (mut d3, _) = restore(&d);
+    let (at, why) = d3.poll_timeout().unwrap();
+    assert_eq!(why, Timer::SetupGrace);
+    d3.handle_timeout(at);
+    let out = drain(&mut d3);
+    let v = d3.get(&id()).unwrap();
+    assert_eq!(v.state, DelegationState::Expired);
+    assert_eq!(
+        count(&out, |o| matches!(
+            o,
+            DelegatorOutput::SendMessage {
+                to: Outbound::Error,
+                ..
+            }
+        )),
+        1
+    );
+}
+
+/// How many of `out` match `f`.
+fn count(out: &[DelegatorOutput], f: impl Fn(&DelegatorOutput) -> bool) -> usize {
+    out.iter().filter(|o| f(o)).count()
+}
