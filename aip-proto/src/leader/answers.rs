@@ -100,7 +100,7 @@ impl Leader {
         }
         match resp.outcome {
             Ok((RpcResult::Task(t), _)) => {
-                self.apply_result(&task_id, (*t).clone());
+                self.apply_result(&task_id, (*t).clone(), false);
                 self.answer_call(&call, Ok(RpcResult::Task(t)));
             }
             Ok((RpcResult::Message(m), _)) => {

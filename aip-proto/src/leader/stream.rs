@@ -298,7 +298,7 @@ impl Leader {
         match decode_rpc_response(body) {
             Ok(r) => match r.outcome {
                 Ok((RpcResult::Task(t), _)) => {
-                    self.apply_result(&task_id, *t);
+                    self.apply_result(&task_id, *t, false);
                     self.stream_lost(
                         &task_id,
                         CallError::Mismatch("a task instead of a stream".into()),

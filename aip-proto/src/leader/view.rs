@@ -219,7 +219,13 @@ impl Leader {
     }
 
     /// A whole task (reply, stream or notification): its status, then its products.
-    pub(super) fn apply_result(&mut self, task_id: &str, result: TaskResult) {
+    ///
+    /// `from_stream` says the task came on the task's own stream, which is ordered with its
+    /// product chunks. A reply or notification is not: with the same status and no `sentAt`
+    /// to order it (v01.00 has none), it may have been written before chunks the stream has
+    /// already delivered, so while that stream is live it leaves the products alone (the
+    /// stream brings every later change anyway).
+    pub(super) fn apply_result(&mut self, task_id: &str, result: TaskResult, from_stream: bool) {
         if result.task_id != task_id {
             self.event(LeaderEvent::PeerMisbehaved {
                 task_id: task_id.to_owned(),
@@ -240,7 +246,11 @@ impl Leader {
             .is_some_and(|s| *s == result.status);
         if news || same {
             if let (Some(t), Some(p)) = (self.tasks.get_mut(task_id), &result.products) {
-                if news || !older {
+                let unordered = !from_stream
+                    && (sent.is_none() || t.newest_sent.is_none())
+                    && !t.stream_lost
+                    && t.last_seq > 0;
+                if news || !(older || unordered) {
                     t.products.clone_from(p);
                 }
             }
@@ -261,7 +271,7 @@ impl Leader {
     /// One accepted stream event.
     pub(super) fn apply_event(&mut self, task_id: &str, data: EventData) {
         match data {
-            EventData::Task(r) => self.apply_result(task_id, r),
+            EventData::Task(r) => self.apply_result(task_id, r, true),
             EventData::StatusUpdate(u) => {
                 self.observe(task_id, &u.status, u.header.sent_at);
             }
@@ -354,7 +364,7 @@ impl Leader {
                     request,
                     status: 200,
                 });
-                self.apply_result(&task_id, result);
+                self.apply_result(&task_id, result, false);
             }
             _ => self.push(LeaderOutput::RespondNotification {
                 request,

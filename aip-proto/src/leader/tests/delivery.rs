@@ -238,3 +238,53 @@ fn a_reply_sent_before_newer_stream_events_changes_nothing() {
         Some("half way")
     );
 }
+
+/// Found by the simulation (seed 72681): in v01.00 nothing carries `sentAt`, so a `continue`
+/// reply written before a product chunk the stream had already delivered (same state, same
+/// `stateChangedAt`) put the older product back, and the task reached `awaiting-completion`
+/// with less than the partner had. While the stream is live, an unordered reply with the same
+/// status leaves the products to the stream.
+#[test]
+fn an_unordered_reply_does_not_undo_a_streamed_product_chunk() {
+    let mut l = leader(Dialect::V1);
+    let start = StartTask {
+        delivery: Delivery::Stream,
+        ..StartTask::new("p", "t", "s", "x")
+    };
+    l.start(at(0), start).unwrap();
+    let s = sends(&drain(&mut l));
+    let id = &s[0].2["id"];
+    let ev = |seq: u64, data: Value| LeaderInput::StreamChunk {
+        call: s[0].0,
+        data: sse_event(id, seq, data),
+    };
+    let product = |text: &str| json!({"id":"answer","dataItems":[{"type":"text","text":text}]});
+    let task = |text: &str| {
+        json!({"type":"task","id":"t","senderId":"P","status":{"state":"working",
+               "stateChangedAt":at(2).to_rfc3339()},"products":[product(text)],"sessionId":"s"})
+    };
+    l.handle(at(1), ev(1, status_update("accepted", 1)));
+    l.handle(at(2), ev(2, task("short")));
+    let chunk = json!({"type":"product-chunk","taskId":"t","product":product("the longer one"),
+        "append":false,"lastChunk":true,"sessionId":"s"});
+    l.handle(at(3), ev(3, chunk));
+    drain(&mut l);
+    assert_eq!(
+        l.task("t").unwrap().products[0].data_items[0].as_text(),
+        Some("the longer one")
+    );
+    l.get(at(4), "t").unwrap();
+    let g = sends(&drain(&mut l));
+    answer_first(&mut l, at(5), &g, task("short"));
+    let v = l.task("t").unwrap();
+    assert_eq!(
+        v.products[0].data_items[0].as_text(),
+        Some("the longer one"),
+        "the reply from before the chunk does not put the old product back"
+    );
+    l.handle(at(6), ev(4, status_update("awaiting-completion", 6)));
+    drain(&mut l);
+    let v = l.task("t").unwrap();
+    assert_eq!(v.state, Some(TaskState::AwaitingCompletion));
+    assert_eq!(v.products[0].data_items[0].as_text(), Some("the longer one"));
+}
