@@ -161,6 +161,21 @@ fn two_commands(partner_rt: &str, cli_rt: &str) {
         .decode(file["bytes"].as_str().unwrap())
         .unwrap();
     assert_eq!(bytes, b"report for Rome\n");
+    // `continue` was run without `--session`: it carries the task's own session (issue 48.7:
+    // it used to make one up).
+    let history = r["commandHistory"]
+        .as_array()
+        .or_else(|| r["messageHistory"].as_array())
+        .expect("a command history");
+    let session_of = |kind: &str| {
+        history
+            .iter()
+            .find(|c| c["command"] == kind)
+            .map(|c| c["sessionId"].clone())
+            .unwrap_or_else(|| panic!("no {kind} in {history:?}"))
+    };
+    assert!(session_of("start").is_string(), "{history:?}");
+    assert_eq!(session_of("continue"), session_of("start"), "{history:?}");
     let states: Vec<&str> = r["statusHistory"]
         .as_array()
         .unwrap()

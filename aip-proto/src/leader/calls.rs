@@ -278,7 +278,13 @@ impl Leader {
         items: Vec<DataItem>,
         params: Option<JsonObject>,
     ) -> TaskCommand {
-        let session = self.tasks.get(task_id).map(|t| t.session_id.clone());
+        // An attached task's unknown session (empty) is left out: `sessionId` is optional on
+        // a command, and a made-up one would name another session.
+        let session = self
+            .tasks
+            .get(task_id)
+            .map(|t| t.session_id.clone())
+            .filter(|s| !s.is_empty());
         TaskCommand {
             id: self.ids.next("cmd"),
             sent_at: self.core.now(),

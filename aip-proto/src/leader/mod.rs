@@ -184,7 +184,10 @@ pub struct AttachTask {
     pub partner: String,
     /// The task id at the partner.
     pub task_id: String,
-    /// The session.
+    /// The session; empty when the caller does not know it: the engine then takes the
+    /// session of the first answer about the task (ask with [`Leader::get`]) and, until
+    /// then, sends commands without a `sessionId` (optional on the wire) rather than a
+    /// wrong one.
     pub session_id: String,
     /// How to follow it ([`Delivery::Notification`] is not possible for an attached task:
     /// its configuration would need a `notification/start`).

@@ -233,6 +233,12 @@ impl Leader {
             });
             return;
         }
+        if let (Some(t), Some(session)) = (self.tasks.get_mut(task_id), &result.header.session_id) {
+            // An attached task whose session the caller did not know takes the partner's.
+            if t.session_id.is_empty() {
+                t.session_id.clone_from(session);
+            }
+        }
         let sent = result.header.sent_at;
         let older = self
             .tasks

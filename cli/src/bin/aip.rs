@@ -438,10 +438,13 @@ async fn run<R: Host>(args: Args) -> i32 {
     }
     let mut since = None;
     let session = args.session.clone().unwrap_or_else(|| fresh("session"));
+    // A task of an earlier run keeps its own session: without `--session` the leader learns
+    // it from the partner's first answer (see `learn_session`).
+    let known_session = args.session.clone().unwrap_or_default();
     let attach = |task: String, delivery: Delivery| AttachTask {
         partner: "p".into(),
         task_id: task,
-        session_id: session.clone(),
+        session_id: known_session.clone(),
         delivery,
         deadline: None,
     };
@@ -469,16 +472,23 @@ async fn run<R: Host>(args: Args) -> i32 {
             {
                 return 1;
             }
+            if let Err(code) = learn_session(&out, &leader, &task, args.session.is_none()).await {
+                return code;
+            }
             let items = vec![DataItem::text(text)];
             answer(&out, &task, leader.continue_task(&task, items).await)
         }
         Cmd::Complete { task } => {
-            one_shot(&out, &leader, attach(task, Delivery::Rpc), "complete").await
+            let a = attach(task, Delivery::Rpc);
+            one_shot(&out, &leader, a, "complete", args.session.is_none()).await
         }
         Cmd::Cancel { task } => {
-            one_shot(&out, &leader, attach(task, Delivery::Rpc), "cancel").await
+            let a = attach(task, Delivery::Rpc);
+            one_shot(&out, &leader, a, "cancel", args.session.is_none()).await
         }
-        Cmd::Get { task } => one_shot(&out, &leader, attach(task, Delivery::Rpc), "get").await,
+        Cmd::Get { task } => {
+            one_shot(&out, &leader, attach(task, Delivery::Rpc), "get", false).await
+        }
         Cmd::Stream {
             task,
             attach: existing,
@@ -589,10 +599,39 @@ fn answer(out: &Out, task: &str, r: Result<TaskResult, LeaderError>) -> i32 {
     }
 }
 
-async fn one_shot(out: &Out, leader: &LeaderHandle, a: AttachTask, what: &str) -> i32 {
+/// Without `--session`, asks the partner for the task first, so that the command carries
+/// the task's own session (the leader takes it from the answer); `Err` holds the exit code.
+async fn learn_session(
+    out: &Out,
+    leader: &LeaderHandle,
+    task: &str,
+    unknown: bool,
+) -> Result<(), i32> {
+    if !unknown {
+        return Ok(());
+    }
+    match leader.get(task).await {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            out.error(task, &e);
+            Err(1)
+        }
+    }
+}
+
+async fn one_shot(
+    out: &Out,
+    leader: &LeaderHandle,
+    a: AttachTask,
+    what: &str,
+    session_unknown: bool,
+) -> i32 {
     let task = a.task_id.clone();
     if let Err(e) = leader.attach(a).await {
         return usage(&e.to_string());
+    }
+    if let Err(code) = learn_session(out, leader, &task, session_unknown).await {
+        return code;
     }
     let r = match what {
         "complete" => leader.complete(&task).await,

@@ -286,5 +286,8 @@ fn an_unordered_reply_does_not_undo_a_streamed_product_chunk() {
     drain(&mut l);
     let v = l.task("t").unwrap();
     assert_eq!(v.state, Some(TaskState::AwaitingCompletion));
-    assert_eq!(v.products[0].data_items[0].as_text(), Some("the longer one"));
+    assert_eq!(
+        v.products[0].data_items[0].as_text(),
+        Some("the longer one")
+    );
 }

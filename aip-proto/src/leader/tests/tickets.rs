@@ -171,3 +171,37 @@ fn an_attached_task_is_followed_from_its_first_answer() {
         Err(UsageError::TaskExists(_))
     ));
 }
+
+/// Issue 48.7: `aip continue` without `--session` sent a made-up session. An attached task
+/// with an unknown (empty) session sends none until an answer names it, then uses that one.
+#[test]
+fn an_attached_task_without_a_session_takes_the_partners() {
+    let mut l = leader(Dialect::V2);
+    l.attach(
+        at(0),
+        AttachTask {
+            partner: "p".into(),
+            task_id: "t".into(),
+            session_id: String::new(),
+            delivery: Delivery::Rpc,
+            deadline: None,
+        },
+    )
+    .unwrap();
+    l.get(at(1), "t").unwrap();
+    let g = sends(&drain(&mut l));
+    let cmd = &g[0].2["params"]["command"];
+    assert_eq!(cmd["command"], "get");
+    assert!(cmd.get("sessionId").is_none(), "{cmd}");
+    let mut task = task_json("awaiting-input", 1);
+    task["sessionId"] = json!("the-partners-session");
+    answer_first(&mut l, at(2), &g, task);
+    l.continue_task(at(3), "t", vec![DataItem::text("more")])
+        .unwrap();
+    let c = sends(&drain(&mut l));
+    assert_eq!(c[0].2["params"]["command"]["command"], "continue");
+    assert_eq!(
+        c[0].2["params"]["command"]["sessionId"],
+        "the-partners-session"
+    );
+}
