@@ -295,6 +295,25 @@ impl Leader {
         if matches!(status, 408 | 429 | 502 | 503 | 504) {
             return self.after_stream(&task_id, call);
         }
+        let unstarted = self.tasks.get(&task_id).is_some_and(|t| {
+            t.start_ticket.is_some() && t.status.is_none() && t.last_seq == 0 && t.ended.is_none()
+        });
+        if unstarted && matches!(status, 404 | 405 | 501) {
+            // The partner has no stream endpoint, so the start never reached it: start over
+            // rpc and follow by polling instead of abandoning a task that never began.
+            if let Some(t) = self.tasks.get_mut(&task_id) {
+                t.stream_lost = true;
+                t.start_body = None;
+            }
+            let body = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
+            self.event(LeaderEvent::StreamLost {
+                task_id: task_id.clone(),
+                error: CallError::Http { status, body },
+            });
+            self.send_start(&task_id, Method::Rpc, None);
+            self.arm_poll(&task_id);
+            return;
+        }
         match decode_rpc_response(body) {
             Ok(r) => match r.outcome {
                 Ok((RpcResult::Task(t), _)) => {

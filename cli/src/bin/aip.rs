@@ -62,7 +62,8 @@ struct Args {
     /// Print one JSON object per line instead of text.
     #[arg(long, global = true)]
     json: bool,
-    /// Give up on a call after this many seconds without an answer (each of 3 attempts).
+    /// Give up on a call after this many seconds without an answer (each of 3 attempts); a
+    /// stream silent this long is resumed.
     #[arg(long, default_value_t = 30, global = true)]
     timeout: u64,
     /// Async runtime to run on.
@@ -352,6 +353,13 @@ impl Out {
                 );
                 None
             }
+            LeaderEvent::StreamLost { task_id, error } if task_id == task => {
+                self.line(
+                    json!({"event": "stream-lost", "taskId": task, "error": error.to_string()}),
+                    format!("(no stream from the partner: {error}; following by polling)"),
+                );
+                None
+            }
             LeaderEvent::TaskAbandoned { task_id, reason } if task_id == task => {
                 self.line(
                     json!({"event": "abandoned", "taskId": task, "reason": reason.to_string()}),
@@ -421,6 +429,8 @@ async fn run<R: Host>(args: Args) -> i32 {
         ..LeaderConfig::default()
     };
     engine.calls.attempt_timeout = Duration::from_secs(args.timeout.max(1));
+    // A stream silent for `--timeout` (no event, no keepalive) is noticed then and resumed.
+    engine.stream_idle_timeout = engine.calls.attempt_timeout;
     let (leader, events) = LeaderHandle::spawn(
         R::default(),
         LeaderOptions {

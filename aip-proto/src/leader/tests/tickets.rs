@@ -205,3 +205,48 @@ fn an_attached_task_without_a_session_takes_the_partners() {
         "the-partners-session"
     );
 }
+
+/// Issue 48.7: a stream start to a partner without a stream endpoint (404) was reported as
+/// "the task was abandoned". The start never reached the partner, so the leader starts the
+/// task over rpc, says the stream is lost, and follows by polling.
+#[test]
+fn a_stream_start_without_a_stream_endpoint_starts_over_rpc() {
+    for status in [404, 405, 501] {
+        let mut l = leader(Dialect::V2);
+        let start = StartTask {
+            delivery: Delivery::Stream,
+            ..StartTask::new("p", "t", "s", "x")
+        };
+        let t1 = l.start(at(0), start).unwrap();
+        let s = sends(&drain(&mut l));
+        assert!(s[0].1.url.ends_with("/stream"), "{}", s[0].1.url);
+        l.handle(
+            at(1),
+            LeaderInput::Response {
+                call: s[0].0,
+                status,
+                content_type: Some("text/html".into()),
+                body: b"<html>Not Found</html>".to_vec(),
+            },
+        );
+        let out = drain(&mut l);
+        assert!(
+            events(&out)
+                .iter()
+                .any(|e| matches!(e, LeaderEvent::StreamLost { task_id, .. } if task_id == "t")),
+            "{out:?}"
+        );
+        assert!(!events(&out)
+            .iter()
+            .any(|e| matches!(e, LeaderEvent::TaskAbandoned { .. })));
+        let r = sends(&out);
+        assert_eq!(r.len(), 1, "{r:?}");
+        assert!(r[0].1.url.ends_with("/rpc"), "{}", r[0].1.url);
+        assert_eq!(r[0].2["params"]["command"]["command"], "start");
+        let out = answer_first(&mut l, at(2), &r, task_json("accepted", 2));
+        assert_eq!(
+            answered(&out),
+            vec![(t1, CommandKind::Start, Ok(TaskState::Accepted))]
+        );
+    }
+}
