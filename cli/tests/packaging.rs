@@ -54,8 +54,10 @@ fn readme_install_command_names_this_package() {
     }
 }
 
+/// Every crate says its license; none claims a repository URL, because none is known (issue
+/// 48.13: the workspace had a placeholder `example.invalid` URL).
 #[test]
-fn every_crate_has_license_and_repository_metadata() {
+fn every_crate_has_license_metadata_and_no_invented_repository() {
     let root = root();
     assert!(
         root.join("LICENSE").is_file(),
@@ -63,7 +65,7 @@ fn every_crate_has_license_and_repository_metadata() {
     );
     let workspace = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
     assert!(workspace.contains("\nlicense = "));
-    assert!(workspace.contains("\nrepository = "));
+    assert!(!workspace.contains("example.invalid"), "a placeholder URL");
     let members_start = workspace.find("members = [").expect("workspace members");
     let members_end = members_start + workspace[members_start..].find(']').unwrap();
     let members: Vec<&str> = workspace[members_start..members_end]
@@ -73,11 +75,41 @@ fn every_crate_has_license_and_repository_metadata() {
     assert!(members.len() >= 10, "members parsed: {members:?}");
     for m in members {
         let manifest = std::fs::read_to_string(root.join(m).join("Cargo.toml")).unwrap();
-        for key in ["license", "repository"] {
+        assert!(
+            manifest.contains("\nlicense.workspace = true") || manifest.contains("\nlicense = "),
+            "{m}/Cargo.toml has no license"
+        );
+        assert!(
+            !manifest.contains("example.invalid"),
+            "{m}/Cargo.toml has a placeholder URL"
+        );
+    }
+}
+
+/// The AICs in README's examples pass the ACPs SDK 2.1.0's check (`acps_sdk.aic.
+/// validate_aic_format`: ten segments, the prefix 1.2.156.3088, segments 5 to 10 in upper-case
+/// base 36 with lengths 1, 1-6, 1-6, 1-9, 1-9 and exactly 4); the SDK's partners refused the
+/// old `…1.1.1.1.1.1` (issue 48.7).
+#[test]
+fn readme_aics_pass_the_sdks_format_check() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let aics: Vec<&str> = readme
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '.'))
+        .filter(|w| w.starts_with("1.2.156.3088."))
+        .collect();
+    assert!(aics.len() >= 5, "AICs found: {aics:?}");
+    let lengths = [(1, 1), (1, 6), (1, 6), (1, 9), (1, 9), (4, 4)];
+    for aic in aics {
+        let parts: Vec<&str> = aic.split('.').collect();
+        assert_eq!(parts.len(), 10, "{aic}");
+        assert_eq!(parts[..4], ["1", "2", "156", "3088"], "{aic}");
+        for (seg, (min, max)) in parts[4..].iter().zip(lengths) {
             assert!(
-                manifest.contains(&format!("\n{key}.workspace = true"))
-                    || manifest.contains(&format!("\n{key} = ")),
-                "{m}/Cargo.toml has no {key}"
+                (min..=max).contains(&seg.len())
+                    && seg
+                        .bytes()
+                        .all(|b| b.is_ascii_digit() || b.is_ascii_uppercase()),
+                "{aic}: segment {seg:?}"
             );
         }
     }

@@ -14,11 +14,11 @@
 //! aip --json get t-1                        # one JSON object per line
 //!
 //! # group mode (RabbitMQ): create a group, then one command per stdin line (see below)
-//! aip group --broker amqp://guest:guest@127.0.0.1:5672/%2f --group g-1 --leader-id 1.2.156.3088.1.1.1.1.1.0
-//!   invite 1.2.156.3088.1.1.1.1.1.1 http://127.0.0.1:10301/group/rpc
-//!   invite-inbox 1.2.156.3088.1.1.1.1.1.2
+//! aip group --broker amqp://guest:guest@127.0.0.1:5672/%2f --group g-1 --leader-id 1.2.156.3088.1.1.1.1.1.0000
+//!   invite 1.2.156.3088.1.1.1.1.1.0001 http://127.0.0.1:10301/group/rpc
+//!   invite-inbox 1.2.156.3088.1.1.1.1.1.0002
 //!   start t-1 all summarize the report         # mentions: all, or AIC[,AIC...]
-//!   complete t-1 1.2.156.3088.1.1.1.1.1.1
+//!   complete t-1 1.2.156.3088.1.1.1.1.1.0001
 //!   status | mute AIC | unmute AIC | remove AIC | members | disband
 //! ```
 //! `aip group` prints the group's events live (joins, status, every member's results);
