@@ -63,12 +63,17 @@ pub enum BodyError {
     Other(String),
 }
 
-/// Reads a whole body, refusing more than `limit` bytes.
+/// Reads a whole body, refusing more than `limit` bytes. A body that says it is larger (a
+/// `Content-Length` over the limit, which hyper reports as the body's size hint) is refused
+/// before a byte of it is read.
 pub async fn read_body<B>(body: B, limit: u64) -> Result<Bytes, BodyError>
 where
     B: Body<Data = Bytes>,
     B::Error: Into<BoxError>,
 {
+    if body.size_hint().lower() > limit {
+        return Err(BodyError::TooLarge(limit));
+    }
     let limited = http_body_util::Limited::new(body, usize::try_from(limit).unwrap_or(usize::MAX));
     match limited.collect().await {
         Ok(c) => Ok(c.to_bytes()),
