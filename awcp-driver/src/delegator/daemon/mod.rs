@@ -222,12 +222,10 @@ where
         (Method::GET, []) => json_response(200, root_document().to_string()),
         (Method::GET, ["health"]) => json_response(200, json!({"status": "ok"}).to_string()),
         (Method::POST, ["delegate"]) => {
-            let body = match http_body_util::Limited::new(req.into_body(), 1024 * 1024)
-                .collect()
-                .await
-            {
-                Ok(b) => b.to_bytes(),
-                Err(_) => return bad("request body too large or unreadable"),
+            // A declared length over the limit is refused before the body is read.
+            let body = match agent_rt::body::read_body(req.into_body(), 1024 * 1024).await {
+                Ok(b) => b,
+                Err(e) => return bad(format!("request body too large or unreadable: {e}")),
             };
             let params = match parse_delegate(&body) {
                 Ok(p) => p,
