@@ -489,6 +489,7 @@ pub fn describe(v: &DelegationView) -> String {
             snap.id,
             snap.status.as_str()
         ));
+        s.push_str(&changed_lines(&snap.changed));
         s.push_str(&left_out_lines(&snap.left_out));
     }
     let not_shipped: Vec<(String, String)> = v
@@ -497,6 +498,34 @@ pub fn describe(v: &DelegationView) -> String {
         .map(|n| (n.path.clone(), n.reason.as_str().to_owned()))
         .collect();
     s.push_str(&not_shipped_lines(&not_shipped, v.not_shipped_count));
+    s
+}
+
+/// How many changed files the terminal lists (the JSON record has up to 500).
+const CHANGED_LISTED: usize = 40;
+
+/// `changed (3 files):` and one `  path` or `  path (deleted)` line each (at most 40, then
+/// `  … and N more`), for what an apply wrote; empty when it changed nothing.
+pub fn changed_lines(entries: &[String]) -> String {
+    let (listed, more) = match entries.last().and_then(|e| e.strip_prefix("… and ")) {
+        Some(tail) => (
+            &entries[..entries.len() - 1],
+            tail.trim_end_matches(" more").parse::<usize>().unwrap_or(0),
+        ),
+        None => (entries, 0),
+    };
+    if listed.is_empty() {
+        return String::new();
+    }
+    let total = listed.len() + more;
+    let plural = if total == 1 { "" } else { "s" };
+    let mut s = format!("changed ({total} file{plural}):\n");
+    for e in listed.iter().take(CHANGED_LISTED) {
+        s.push_str(&format!("  {e}\n"));
+    }
+    if total > CHANGED_LISTED {
+        s.push_str(&format!("  … and {} more\n", total - CHANGED_LISTED));
+    }
     s
 }
 
@@ -511,6 +540,26 @@ pub fn left_out_lines(entries: &[String]) -> String {
         s.push_str(&format!("  {e}\n"));
     }
     s
+}
+
+#[cfg(test)]
+mod changed_tests {
+    #[test]
+    fn changed_files_are_listed_and_long_lists_cut() {
+        assert_eq!(super::changed_lines(&[]), "");
+        let one = super::changed_lines(&["ws/a.txt".into()]);
+        assert_eq!(one, "changed (1 file):\n  ws/a.txt\n");
+        let two = super::changed_lines(&["ws/a.txt".into(), "ws/b.txt (deleted)".into()]);
+        assert_eq!(
+            two,
+            "changed (2 files):\n  ws/a.txt\n  ws/b.txt (deleted)\n"
+        );
+        let mut many: Vec<String> = (0..500).map(|i| format!("ws/{i}")).collect();
+        many.push("… and 20 more".into());
+        let text = super::changed_lines(&many);
+        assert!(text.starts_with("changed (520 files):\n"), "{text}");
+        assert!(text.ends_with("  ws/39\n  … and 480 more\n"), "{text}");
+    }
 }
 
 #[cfg(test)]

@@ -585,7 +585,9 @@ fn an_oversized_request_is_refused_from_its_content_length() {
         s.write_all(head.as_bytes()).unwrap();
         s.write_all(&[b' '; 1024]).unwrap();
         let mut answer = [0u8; 64];
-        let n = s.read(&mut answer).expect("an answer before the body is sent");
+        let n = s
+            .read(&mut answer)
+            .expect("an answer before the body is sent");
         let answer = String::from_utf8_lossy(&answer[..n]);
         assert!(answer.starts_with("HTTP/1.1 413"), "{runtime}: {answer}");
     }

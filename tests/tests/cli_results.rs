@@ -569,3 +569,77 @@ fn the_daemon_retry_command_works_as_printed_and_never_prints_the_token() {
         );
     }
 }
+
+/// Issue 48.8: `awcp delegate` says what changed (it used to end with `snapshot …: applied`
+/// and name the files only in an INFO log); the JSON record lists them too; a staged result
+/// ends with the commands that review, apply or discard it, and they work as printed.
+#[test]
+fn delegate_names_the_changed_files_and_how_to_review_a_staged_result() {
+    let ex = Executor::start();
+    let state = tempfile::tempdir().unwrap();
+    let run = |ws: &Path, extra: &[&str]| {
+        let mut args = vec![
+            "delegate",
+            ws.to_str().unwrap(),
+            "--peer",
+            &ex.url,
+            "--prompt",
+            "edit",
+            "--state-dir",
+            state.path().to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        awcp(&args)
+    };
+    let ws = workspace();
+    let o = run(ws.path(), &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("changed (2 files):"), "{}", show(&o));
+    let listed: Vec<&str> = out.lines().filter(|l| l.starts_with("  ")).collect();
+    assert!(
+        listed.iter().any(|l| l.ends_with("/RESULT.txt")),
+        "{}",
+        show(&o)
+    );
+    assert!(listed.iter().any(|l| l.ends_with("/a.txt")), "{}", show(&o));
+
+    let ws = workspace();
+    let o = delegate(ws.path(), &ex.url, "edit", state.path());
+    let v = record(&o);
+    let changed = v["snapshots"][0]["changed"].as_array().expect("a list");
+    assert_eq!(changed.len(), 2, "{v}");
+
+    let ws = workspace();
+    let o = run(ws.path(), &["--snapshot-mode", "staged"]);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    assert!(
+        !ws.path().join("RESULT.txt").exists(),
+        "staged, not applied"
+    );
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    let printed = |verb: &str| -> Vec<String> {
+        let line = err
+            .lines()
+            .map(str::trim)
+            .find(|l| l.starts_with(&format!("awcp {verb} ")))
+            .unwrap_or_else(|| panic!("no `awcp {verb}` printed\n{}", show(&o)));
+        line.split_whitespace().skip(1).map(str::to_owned).collect()
+    };
+    assert!(err.contains("awcp discard "), "{}", show(&o));
+    let diff = printed("diff");
+    let d = awcp(&diff.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(d.status.code(), Some(0), "{}", show(&d));
+    assert!(
+        String::from_utf8_lossy(&d.stdout).contains("RESULT.txt"),
+        "{}",
+        show(&d)
+    );
+    let apply = printed("apply");
+    let a = awcp(&apply.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(a.status.code(), Some(0), "{}", show(&a));
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("RESULT.txt")).unwrap(),
+        "agent was here\n"
+    );
+}

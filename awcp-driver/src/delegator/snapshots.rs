@@ -99,21 +99,22 @@ impl<R: Runtime> Loop<R> {
                     t.apply_snapshot(req, &CancelFlag::new())
                         .map(|report| {
                             tracing::info!(delegation = %did, snapshot = %s, written = report.written.len(), deleted = report.deleted.len(), "snapshot applied");
-                            report.left_out()
+                            (report.left_out(), report.changed())
                         })
                         .map_err(|e| e.apply_error_info())
                 })
             })
             .await;
-            let (result, left_out) = match result {
-                Ok(left_out) => (Ok(()), left_out),
-                Err(e) => (Err(e), Vec::new()),
+            let (result, (left_out, changed)) = match result {
+                Ok(lists) => (Ok(()), lists),
+                Err(e) => (Err(e), Default::default()),
             };
             feed(DelegatorInput::SnapshotApplied {
                 id,
                 snapshot_id: sid,
                 result,
                 left_out,
+                changed,
             });
         });
     }

@@ -93,6 +93,9 @@ pub struct ApplyRequest<'a> {
     pub keep_proof: bool,
 }
 
+/// How many changed files an [`ApplyReport::changed`] list names (a record keeps it).
+pub const CHANGED_SHOWN: usize = 500;
+
 /// What an apply did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ApplyReport {
@@ -121,6 +124,21 @@ impl ApplyReport {
     /// Everything in the result that was not written to the workspace, each as
     /// `path (reason)`: refused entries, then dropped ones. What a user is told after an
     /// apply, so a hostile or careless result cannot lose or plant files silently.
+    /// What the apply changed, for the user: `resource/path` of each file written and
+    /// `resource/path (deleted)` of each deleted, at most [`CHANGED_SHOWN`] entries (then one
+    /// `… and N more`).
+    pub fn changed(&self) -> Vec<String> {
+        let written = self.written.iter().cloned();
+        let deleted = self.deleted.iter().map(|p| format!("{p} (deleted)"));
+        let mut all: Vec<String> = written.chain(deleted).take(CHANGED_SHOWN).collect();
+        let total = self.written.len() + self.deleted.len();
+        if total > CHANGED_SHOWN {
+            all.push(format!("… and {} more", total - CHANGED_SHOWN));
+        }
+        all
+    }
+
+    /// What of the result the apply did not write, each as `path (reason)`.
     pub fn left_out(&self) -> Vec<String> {
         let refused = self.refused.iter().map(|p| format!("{p} (refused)"));
         let dropped = self.dropped.iter().map(|p| format!("{p} (dropped)"));

@@ -431,6 +431,26 @@ fn explain(v: &api::Record, retry: &RetryTarget) {
     };
     let err = o.error.as_ref();
     match o.status.as_str() {
+        "staged" => {
+            // The pending snapshot (the recommended one if several).
+            let pending = v
+                .snapshots
+                .iter()
+                .filter(|x| x.status == "pending")
+                .max_by_key(|x| x.recommended)
+                .map(|x| &x.id);
+            if let Some(sid) = o.snapshot_id.as_ref().or(pending) {
+                eprintln!(
+                    "The result is staged, the workspace untouched. Review it:\n    {}\nthen apply it:\n    {}\nor discard it:\n    {}",
+                    retry.command(&format!("diff {id} {sid}")),
+                    retry.command(&format!("apply {id} {sid}")),
+                    retry.command(&format!("discard {id} {sid}"))
+                );
+                if let Some(note) = &retry.note {
+                    eprintln!("{note}");
+                }
+            }
+        }
         "not_applied" => {
             eprintln!(
                 "error: the result was NOT applied: {} {}",
@@ -1161,6 +1181,7 @@ fn human_record(v: &api::Record) -> String {
             _ => String::new(),
         };
         s.push_str(&format!("snapshot {}: {}{why}\n", x.id, x.status));
+        s.push_str(&awcp_aip_cli::changed_lines(&x.changed));
         s.push_str(&awcp_aip_cli::left_out_lines(&x.left_out));
     }
     let not_shipped: Vec<(String, String)> = v

@@ -237,6 +237,9 @@ pub enum DelegatorInput {
         /// (entries refused or dropped as hostile or never shipped): kept on the snapshot's
         /// record and shown to the user, so nothing in a result is left out silently.
         left_out: Vec<String>,
+        /// On success, what the apply changed, for the user (`path`, `path (deleted)`; the
+        /// driver may cap the list): kept on the snapshot's record.
+        changed: Vec<String>,
     },
     /// [`DelegatorOutput::StoreSnapshot`] finished.
     SnapshotStored {

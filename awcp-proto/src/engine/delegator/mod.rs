@@ -196,7 +196,8 @@ impl Delegator {
                 snapshot_id,
                 result,
                 left_out,
-            } => self.on_applied(now, &id, &snapshot_id, result, left_out),
+                changed,
+            } => self.on_applied(now, &id, &snapshot_id, result, left_out, changed),
             DelegatorInput::SnapshotStored {
                 id,
                 snapshot_id,

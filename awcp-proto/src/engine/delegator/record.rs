@@ -256,6 +256,9 @@ pub struct SnapshotEntry {
     /// What of the result its apply did not write (`path (reason)`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub left_out: Vec<String>,
+    /// What its apply changed (`path`, `path (deleted)`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changed: Vec<String>,
 }
 
 /// A snapshot's status in a record: `{"status": "pending"}`, `{"status": "failed", "error": …}`.

@@ -67,6 +67,7 @@ impl Delegator {
                     error: r.error.clone(),
                     checksum: r.checksum.clone(),
                     left_out: r.left_out.clone(),
+                    changed: r.changed.clone(),
                 })
                 .collect(),
             result: d.result.as_ref().map(|o| OutcomeEntry {
@@ -159,6 +160,7 @@ impl Delegator {
                 error: s.error.clone(),
                 checksum: s.checksum.clone(),
                 left_out: s.left_out.clone(),
+                changed: s.changed.clone(),
             });
         }
         let mut stored = r.stored.clone();

@@ -168,6 +168,7 @@ impl Delegator {
             error: None,
             checksum: snap.checksum.clone(),
             left_out: Vec::new(),
+            changed: Vec::new(),
         });
         d.updated_at = now;
         let sid = snap.snapshot_id.clone();
@@ -275,6 +276,7 @@ impl Delegator {
         sid: &SnapshotId,
         result: Result<(), ErrorInfo>,
         left_out: Vec<String>,
+        changed: Vec<String>,
     ) -> Result<(), UsageError> {
         let Some(d) = self.in_flight(id, sid)? else {
             return Ok(());
@@ -291,6 +293,7 @@ impl Delegator {
                     tracing::warn!(delegation = %id, snapshot = %sid, "applied without {} entries of the result: {}", left_out.len(), left_out.join(", "));
                 }
                 rec.left_out = left_out;
+                rec.changed = changed;
                 // Applied: its stored bytes have served their purpose.
                 d.stored.retain(|s| s != sid);
                 SnapshotStatus::Applied

@@ -85,6 +85,7 @@ pub(super) fn applied(s: &str, result: Result<(), ErrorInfo>) -> DelegatorInput 
         snapshot_id: sid(s),
         result,
         left_out: Vec::new(),
+        changed: Vec::new(),
     }
 }
 

@@ -61,6 +61,8 @@ pub struct SnapshotRecord {
     /// What of the result its apply did not write, each as `path (reason)` (entries refused
     /// or dropped as hostile or never shipped; empty until applied).
     pub left_out: Vec<String>,
+    /// What its apply changed (`path`, `path (deleted)`; empty until applied).
+    pub changed: Vec<String>,
 }
 
 /// A read-only view of one delegation.
@@ -287,6 +289,7 @@ mod tests {
             error,
             checksum: None,
             left_out: Vec::new(),
+            changed: Vec::new(),
         }
     }
 

@@ -107,6 +107,7 @@ impl Pair {
                         snapshot_id,
                         result: Ok(()),
                         left_out: Vec::new(),
+                        changed: Vec::new(),
                     });
             }
             DelegatorOutput::StoreSnapshot { id, snapshot } => {

@@ -258,6 +258,7 @@ impl World {
                 Err(ErrorInfo::new(ErrorCode::SetupFailed, "sim: apply"))
             },
             left_out: Vec::new(),
+            changed: Vec::new(),
         });
     }
 

@@ -246,6 +246,11 @@ pub struct Snapshot {
     /// dropped entries; absent when none).
     #[serde(deserialize_with = "nullable", skip_serializing_if = "Vec::is_empty")]
     pub left_out: Vec<String>,
+    /// What its apply changed in the workspace: `resource/path` of each file written and
+    /// `resource/path (deleted)` of each deleted, at most 500 (then `… and N more`); absent
+    /// until applied, and when nothing changed.
+    #[serde(deserialize_with = "nullable", skip_serializing_if = "Vec::is_empty")]
+    pub changed: Vec<String>,
 }
 
 /// `GET /delegation/{id}/snapshots`.
@@ -435,6 +440,7 @@ impl Snapshot {
             created_at: s.received_at.to_rfc3339(),
             applied_at: s.applied_at.map(|t| t.to_rfc3339()),
             left_out: s.left_out.clone(),
+            changed: s.changed.clone(),
         }
     }
 }
