@@ -191,6 +191,8 @@ async def run(mcp_bin, peer, tmp):
         }))
         text = text_of(r)
         assert "completed" in text and "wrote AGENT_RESULT.txt" in text, text
+        # The text names the files the apply changed (issue 48.8).
+        assert "Changed (1 file)" in text and "/AGENT_RESULT.txt" in text, text
         assert structured(r) and structured(r)["state"] == "completed", structured(r)
         assert (ws / "AGENT_RESULT.txt").exists(), "auto snapshot not applied to the workspace"
         log("delegate(background=false): completed, summary returned, result applied")

@@ -102,6 +102,9 @@ try {
   });
   if (ok.isError) fail(`delegate(fg) failed: ${text(ok)}`);
   if (ok.structuredContent?.state !== "completed") fail(`not completed: ${text(ok)}`);
+  if (!text(ok).includes("Changed (1 file)") || !text(ok).includes("/AGENT_RESULT.txt")) {
+    fail(`the text does not name the changed file: ${text(ok)}`);
+  }
   if (readFileSync(join(ws, "AGENT_RESULT.txt"), "utf8") !== "written by the agent\n") {
     fail("the result was not applied");
   }

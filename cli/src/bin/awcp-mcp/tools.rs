@@ -652,6 +652,15 @@ pub fn report(v: &Value) -> String {
                 ));
             } else if applied > 0 {
                 s.push_str("\nThe result has been applied to the local workspace.\n");
+                let changed: Vec<String> = v["snapshots"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|x| x["status"] == "applied")
+                    .flat_map(|x| x["changed"].as_array().cloned().unwrap_or_default())
+                    .filter_map(|c| c.as_str().map(str::to_owned))
+                    .collect();
+                s.push_str(&awcp_aip_cli::changed_lines(&changed).replace("changed (", "Changed ("));
             }
         }
         "error" | "expired" => {
