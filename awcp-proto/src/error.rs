@@ -49,13 +49,17 @@ pub enum ErrorCode {
     /// read): the executor could not be reached at all (connection refused, unknown host, no
     /// route, TLS refused).
     Unreachable,
+    /// Delegator-local (this implementation, like [`ErrorCode::Unreachable`]): the peer
+    /// answered, but not in AWCP (a web page, a body that is not JSON or not an AWCP
+    /// message): most likely the URL is not an AWCP executor's endpoint.
+    ProtocolError,
     /// A code this crate does not know, kept verbatim.
     Other(String),
 }
 
 impl ErrorCode {
     /// Every code this crate knows, in table order.
-    pub const KNOWN: [ErrorCode; 19] = [
+    pub const KNOWN: [ErrorCode; 20] = [
         ErrorCode::Declined,
         ErrorCode::DepMissing,
         ErrorCode::WorkspaceTooLarge,
@@ -75,6 +79,7 @@ impl ErrorCode {
         ErrorCode::SseFailed,
         ErrorCode::Timeout,
         ErrorCode::Unreachable,
+        ErrorCode::ProtocolError,
     ];
 
     /// The wire string, e.g. `"WORKSPACE_TOO_LARGE"`.
@@ -99,6 +104,7 @@ impl ErrorCode {
             ErrorCode::SseFailed => "SSE_FAILED",
             ErrorCode::Timeout => "TIMEOUT",
             ErrorCode::Unreachable => "UNREACHABLE",
+            ErrorCode::ProtocolError => "PROTOCOL_ERROR",
             ErrorCode::Other(s) => s,
         }
     }
@@ -165,6 +171,9 @@ impl ErrorCode {
             }
             ErrorCode::Unreachable => {
                 "The executor could not be reached: check the --peer URL (awcp-executor prints it when it starts, ending in /awcp) and that the executor is running."
+            }
+            ErrorCode::ProtocolError => {
+                "The peer answered, but not in AWCP: check that --peer is an AWCP executor's URL (awcp-executor prints it when it starts, ending in /awcp), not a web page or another service."
             }
             ErrorCode::Other(_) => "See the message for details.",
         }

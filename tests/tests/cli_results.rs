@@ -643,3 +643,52 @@ fn delegate_names_the_changed_files_and_how_to_review_a_staged_result() {
         "agent was here\n"
     );
 }
+
+/// Issue 48.8: a URL that is not an AWCP executor (a web server answering 501 with an HTML
+/// page) was reported as TIMEOUT, the page printed three times with a Rust debug struct. It
+/// is a PROTOCOL_ERROR, said once, in one line, with what to check; no log line repeats it.
+#[test]
+fn a_peer_that_is_not_an_awcp_executor_is_named_as_such_once() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let peer = format!("http://{}/awcp", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut c) = conn else { break };
+            let mut buf = [0u8; 65536];
+            let _ = c.read(&mut buf);
+            let page = "<!DOCTYPE HTML>\n<html><head><title>Error response</title></head>\n\
+                        <body><h1>Error response</h1><p>Error code: 501</p></body></html>\n";
+            let _ = write!(
+                c,
+                "HTTP/1.0 501 Unsupported method\r\nContent-Type: text/html\r\n\
+                 Content-Length: {}\r\n\r\n{page}",
+                page.len()
+            );
+        }
+    });
+    let state = tempfile::tempdir().unwrap();
+    let ws = workspace();
+    let o = awcp(&[
+        "delegate",
+        ws.path().to_str().unwrap(),
+        "--peer",
+        &peer,
+        "--prompt",
+        "x",
+        "--state-dir",
+        state.path().to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(3), "{}", show(&o));
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(all.matches("error: PROTOCOL_ERROR").count(), 1, "{all}");
+    assert!(all.contains("not AWCP"), "{all}");
+    assert!(all.contains("--peer"), "the hint says what to check: {all}");
+    assert!(!all.contains("<body>"), "no web page in the output: {all}");
+    assert!(!all.contains("UnusableReply"), "no debug struct: {all}");
+    assert!(!all.contains(" WARN "), "no log line repeats it: {all}");
+}

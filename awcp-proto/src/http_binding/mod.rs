@@ -306,14 +306,43 @@ pub fn status_to_value(s: &ExecutorStatus) -> Value {
     })
 }
 
+/// A short, one-line description of a body that is not JSON, for an error message: its size
+/// and the start of its first non-blank line (at most 60 characters, control characters
+/// dropped), never the whole of a web page.
+pub fn describe_foreign_body(body: &[u8]) -> String {
+    if body.is_empty() {
+        return "an empty body".to_owned();
+    }
+    let text = String::from_utf8_lossy(&body[..body.len().min(512)]);
+    let first = text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("");
+    let mut start: String = first.chars().filter(|c| !c.is_control()).take(60).collect();
+    if first.chars().count() > 60 {
+        start.push('…');
+    }
+    format!(
+        "a body that is not JSON ({} bytes, starting `{start}`)",
+        body.len()
+    )
+}
+
 /// Decodes the body an executor answered a POST with, for the delegator engine: ACCEPT, ERROR,
 /// `{"ok":true}`, or the reference's `{"error": "..."}` (HTTP 500).
 pub fn decode_reply(status: u16, body: &[u8]) -> crate::engine::delegator::Reply {
     use crate::engine::delegator::{Reply, RequestFailure::Unusable};
     let Ok(v) = serde_json::from_slice::<Value>(body) else {
+        if matches!(status, 502..=504) {
+            // A gateway in front of the executor says it cannot reach it.
+            return Reply::Failed(crate::engine::delegator::RequestFailure::Unreachable(
+                format!("HTTP {status} from a gateway: the executor behind it is not reachable"),
+            ));
+        }
         return Reply::Failed(Unusable(format!(
-            "HTTP {status}: {}",
-            String::from_utf8_lossy(&body[..body.len().min(200)])
+            "HTTP {status} with {}",
+            describe_foreign_body(body)
         )));
     };
     let text = |k: &str| v.get(k).and_then(Value::as_str);
@@ -529,5 +558,31 @@ mod tests {
             decode_result(&id, &json!({"status": "not_found"})).unwrap(),
             FetchedResult::NotFound
         );
+    }
+
+    /// Issue 48.8: a web page is described in one line, never echoed; a gateway's 502-504
+    /// says the executor behind it is unreachable.
+    #[test]
+    fn answers_that_are_not_json_are_described_not_echoed() {
+        use crate::engine::delegator::{Reply, RequestFailure};
+        let page = b"\n  <!DOCTYPE HTML>\n<html><body><h1>Error response</h1></body></html>\n";
+        match decode_reply(501, page) {
+            Reply::Failed(RequestFailure::Unusable(d)) => {
+                assert!(
+                    d.starts_with("HTTP 501 with a body that is not JSON"),
+                    "{d}"
+                );
+                assert!(d.contains("starting `<!DOCTYPE HTML>`"), "{d}");
+                assert!(!d.contains("<body>"), "{d}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            decode_reply(502, b"<html>Bad Gateway</html>"),
+            Reply::Failed(RequestFailure::Unreachable(_))
+        ));
+        assert_eq!(describe_foreign_body(b""), "an empty body");
+        let long = "x".repeat(100);
+        assert!(describe_foreign_body(long.as_bytes()).ends_with("…`)"));
     }
 }

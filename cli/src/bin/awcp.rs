@@ -599,7 +599,14 @@ fn main() {
         clap_complete::generate(shell, &mut Cli::command(), "awcp", &mut std::io::stdout());
         return;
     }
-    awcp_aip_cli::init_logging(cli.quiet || cli.json, cli.log_format);
+    // The daemon logs what happens; a command that prints its outcome logs only what its
+    // output does not say (see CLIENT_LOG_FILTER).
+    let filter = match (&cli.cmd, cli.quiet || cli.json) {
+        (Cmd::Daemon { .. }, false) => "info",
+        (Cmd::Daemon { .. }, true) => "warn",
+        _ => awcp_aip_cli::CLIENT_LOG_FILTER,
+    };
+    awcp_aip_cli::init_logging_with(filter, cli.log_format);
     // Where the daemon token comes from (a token in no file is resolved against the state
     // directory in `run`), for the commands printed later; never the token itself.
     let token_source = match (&cli.daemon_token_file, &cli.daemon_token) {
@@ -1118,6 +1125,10 @@ fn parse_snapshot(s: &str) -> awcp_proto::SnapshotId {
     awcp_proto::SnapshotId::new(s).unwrap_or_else(|e| usage(format!("snapshot id: {e}")))
 }
 
+/// How long `awcp delegate` waits at its end for the final requests to the executor (the
+/// ack that lets it forget the result, an ERROR, a cancel).
+const FINAL_REQUEST_GRACE: Duration = Duration::from_secs(3);
+
 async fn run_delegate<R: Driver>(
     d: DelegatorHandle,
     params: DelegateParams,
@@ -1130,8 +1141,13 @@ async fn run_delegate<R: Driver>(
         .await
         .unwrap_or_else(|e| fail_delegator(e));
     let view = follow.until_end(&d, &id, json, R::shutdown_signal()).await;
-    // Lets the ack (or cancel, ERROR) reach the executor before the process exits.
-    d.stop().await;
+    // Lets the ack (or cancel, ERROR) reach the executor before the process exits, for a
+    // short while: an executor that answers takes milliseconds, and one that never answered
+    // (the delegation ended on its TIMEOUT) must not hold the command for another request
+    // timeout. What it was not told, its own lease ends.
+    let stop = d.stop();
+    let grace = R::default().sleep(FINAL_REQUEST_GRACE);
+    futures::future::select(Box::pin(stop), grace).await;
     let Some(view) = view else {
         fail("the delegation disappeared");
     };

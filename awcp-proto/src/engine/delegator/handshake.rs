@@ -159,13 +159,7 @@ impl Delegator {
         to: Outbound,
         reply: Reply,
     ) {
-        let what = match to {
-            Outbound::Invite => "INVITE",
-            Outbound::Start => "START",
-            Outbound::Error => "ERROR",
-            Outbound::Cancel => "cancel",
-            Outbound::Ack => "ack",
-        };
+        let what = to.to_string();
         // Said as it happened: a timeout is TIMEOUT, not reaching the executor is UNREACHABLE.
         let code = match &reply {
             Reply::Failed(RequestFailure::TimedOut(_)) => ErrorCode::Timeout,
@@ -173,10 +167,10 @@ impl Delegator {
                 ErrorCode::Unreachable
             }
             Reply::Failed(RequestFailure::Local(_)) => ErrorCode::TransportError,
-            Reply::Failed(RequestFailure::Unusable(_))
-            | Reply::Accept(_)
-            | Reply::Error(_)
-            | Reply::Ok => ErrorCode::Timeout,
+            // An answer that is not AWCP at all (a web page, a 501): most likely not an
+            // executor's URL. Said so, rather than as a timeout.
+            Reply::Failed(RequestFailure::Unusable(_)) => ErrorCode::ProtocolError,
+            Reply::Accept(_) | Reply::Error(_) | Reply::Ok => ErrorCode::Timeout,
         };
         let why = match reply {
             Reply::Failed(RequestFailure::Unusable(detail)) => {
@@ -187,7 +181,7 @@ impl Delegator {
                         detail: detail.clone(),
                     },
                 );
-                detail
+                format!("the answer is not AWCP: {detail}")
             }
             Reply::Failed(failure) => failure.to_string(),
             Reply::Accept(_) | Reply::Error(_) | Reply::Ok => {

@@ -117,6 +117,42 @@ pub enum PeerMisbehavior {
     },
 }
 
+impl core::fmt::Display for Outbound {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            Outbound::Invite => "INVITE",
+            Outbound::Start => "START",
+            Outbound::Error => "ERROR",
+            Outbound::Cancel => "cancel",
+            Outbound::Ack => "ack",
+        })
+    }
+}
+
+/// For people (logs, progress lines); the variants carry the details for programs.
+impl core::fmt::Display for PeerMisbehavior {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            PeerMisbehavior::UnusableReply { to, detail } => {
+                write!(f, "its answer to {to} is not AWCP: {detail}")
+            }
+            PeerMisbehavior::UnexpectedReply { to } => {
+                write!(f, "it answered {to} with the wrong kind of answer")
+            }
+            PeerMisbehavior::UnusableResult { detail } => {
+                write!(f, "its result answer is not usable: {detail}")
+            }
+            PeerMisbehavior::UnusableEvent { problem } => write!(f, "{problem} (skipped)"),
+            PeerMisbehavior::TooManySnapshots { kept } => {
+                write!(f, "it sent more snapshots than the {kept} kept")
+            }
+            PeerMisbehavior::IllegalTransition { state, transition } => {
+                write!(f, "it asked for {transition:?} in state {state}")
+            }
+        }
+    }
+}
+
 /// Why an event from a delegation's stream could not be used
 /// ([`DelegatorInput::UnusableEvent`]).
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -319,7 +319,7 @@ impl Delegator {
 
     /// Reports that the executor broke the protocol (the caller handles the consequence).
     fn peer_misbehaved(&mut self, id: &DelegationId, reason: PeerMisbehavior) {
-        tracing::info!(delegation = %id, ?reason, "the executor misbehaved");
+        tracing::info!(delegation = %id, %reason, "the executor misbehaved");
         self.core
             .outputs
             .push_back(DelegatorOutput::Event(DelegatorEvent::PeerMisbehaved {

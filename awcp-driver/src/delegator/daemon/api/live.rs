@@ -113,7 +113,7 @@ impl LiveEvent {
             DelegatorEvent::PeerMisbehaved { id, reason } => (
                 id,
                 LiveEvent::PeerMisbehaved {
-                    reason: format!("{reason:?}"),
+                    reason: reason.to_string(),
                 },
             ),
             DelegatorEvent::Ended {

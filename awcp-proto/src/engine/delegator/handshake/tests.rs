@@ -58,8 +58,12 @@ fn an_unusable_answer_is_the_executors_fault() {
         [PeerMisbehavior::UnusableReply { to: Outbound::Invite, detail }] if detail.contains("502")
     ));
     let err = d.get(&id()).unwrap().error.unwrap();
-    assert_eq!(err.code, ErrorCode::Timeout);
-    assert_eq!(err.message, "INVITE failed: HTTP 502: <html>");
+    // Issue 48.8: not a TIMEOUT (it answered at once), but an answer that is not AWCP.
+    assert_eq!(err.code, ErrorCode::ProtocolError);
+    assert_eq!(
+        err.message,
+        "INVITE failed: the answer is not AWCP: HTTP 502: <html>"
+    );
 }
 
 #[test]
