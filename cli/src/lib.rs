@@ -1,5 +1,6 @@
 //! Shared helpers for the example binaries: logging, JSON config files, progress display.
 
+pub mod agent_check;
 pub mod aip_agent;
 pub mod aip_group;
 pub mod diff_view;
@@ -99,8 +100,19 @@ macro_rules! run_on {
 /// Logs to stderr through `tracing`, filtered by `RUST_LOG` (default `info`, or `warn` if
 /// `quiet`).
 pub fn init_logging(quiet: bool, format: LogFormat) {
+    init_logging_with(if quiet { "warn" } else { "info" }, format);
+}
+
+/// The default log filter of a command that prints its own outcome (`awcp delegate`,
+/// `status`, …): what the engine and driver log about a delegation (its end, its error, a
+/// snapshot left pending) is in the record the command prints, so only their errors are
+/// logged, and warnings of the rest; `RUST_LOG` shows more.
+pub const CLIENT_LOG_FILTER: &str = "warn,awcp_proto=error,awcp_driver=error";
+
+/// Logs to stderr through `tracing`, filtered by `RUST_LOG`, else by `default` (an
+/// `EnvFilter` directive such as `info` or [`CLIENT_LOG_FILTER`]).
+pub fn init_logging_with(default: &str, format: LogFormat) {
     use std::io::IsTerminal;
-    let default = if quiet { "warn" } else { "info" };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let b = tracing_subscriber::fmt()

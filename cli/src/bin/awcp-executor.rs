@@ -16,6 +16,7 @@
 //! a second executor on either refuses to start. At start-up only what the journal records is
 //! cleaned up (orphaned task process groups, work directories); nothing else is deleted.
 
+use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -237,11 +238,26 @@ async fn run<R: Driver>(args: Args) {
                     eprintln!("error: {e}");
                     std::process::exit(2);
                 });
+            // The PATH the agent's exec searches: its own if --agent-env sets one, else ours.
+            let agent_path = set
+                .iter()
+                .rev()
+                .find(|(k, _)| k == "PATH")
+                .map(|(_, v)| OsString::from(v))
+                .or_else(|| std::env::var_os("PATH"));
             match CommandRunner::new(cmd) {
-                Ok(r) => Arc::new(
-                    set.into_iter()
-                        .fold(r.pass_env(pass), |r, (k, v)| r.set_env(k, v)),
-                ),
+                Ok(r) => {
+                    for warning in awcp_aip_cli::agent_check::agent_command_warnings(
+                        cmd,
+                        agent_path.as_deref(),
+                    ) {
+                        tracing::warn!("{warning}");
+                    }
+                    Arc::new(
+                        set.into_iter()
+                            .fold(r.pass_env(pass), |r, (k, v)| r.set_env(k, v)),
+                    )
+                }
                 Err(e) => {
                     eprintln!("error: --agent-cmd: {e}");
                     std::process::exit(2);
