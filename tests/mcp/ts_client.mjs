@@ -37,7 +37,8 @@ const fail = (m) => {
 const tmp = mkdtempSync(join(tmpdir(), "awcp-mcp-ts-"));
 writeFileSync(
   join(tmp, "agent.sh"),
-  '#!/bin/sh\necho "written by the agent" > AGENT_RESULT.txt\necho "wrote AGENT_RESULT.txt"\n',
+  '#!/bin/sh\ncase "$AWCP_PROMPT" in slow*) sleep 90; echo "slept 90 s";; esac\n' +
+    'echo "written by the agent" > AGENT_RESULT.txt\necho "wrote AGENT_RESULT.txt"\n',
 );
 const executor = spawn(
   executorBin,
@@ -109,6 +110,47 @@ try {
     fail("the result was not applied");
   }
   log("delegate: completed, structured result valid against its outputSchema");
+
+  // A 90 s task with the client's default request timeout (60 s): the foreground delegate
+  // hands the id back in time, and delegate_output(block=true) waits within its budget with
+  // progress notifications, saying "still running" rather than timing out, until it ends
+  // (issue 48.2: it waited 60 s by default, exactly the client's timeout, and timed out).
+  const slowWs = join(tmp, "ws-slow");
+  mkdirSync(slowWs);
+  writeFileSync(join(slowWs, "README.md"), "# slow\n");
+  const started = Date.now();
+  const fg = await call("delegate(slow)", "delegate", {
+    description: "a slow task", prompt: "slow: take 90 s", workspace_dir: slowWs, peer_url: peer,
+  });
+  if (fg.isError || fg.structuredContent?.stillRunning !== true) {
+    fail(`a 90 s foreground delegate should hand its id back: ${text(fg)}`);
+  }
+  const slowId = fg.structuredContent.delegationId;
+  let progress = 0;
+  let calls = 0;
+  let last;
+  for (;;) {
+    calls += 1;
+    try {
+      last = await client.callTool(
+        { name: "delegate_output", arguments: { delegation_id: slowId, block: true } },
+        undefined,
+        { onprogress: () => { progress += 1; } },
+      );
+    } catch (e) {
+      fail(`delegate_output(block) call ${calls} failed in the client: ${e.message}`);
+    }
+    if (last.isError) fail(`delegate_output(block): ${text(last)}`);
+    if (last.structuredContent?.state === "completed") break;
+    if (last.structuredContent?.stillRunning !== true) fail(`neither over nor running: ${text(last)}`);
+    if (calls > 10) fail("the slow task never ended");
+  }
+  if (progress < 1) fail("no progress notification while waiting");
+  if (readFileSync(join(slowWs, "AGENT_RESULT.txt"), "utf8") !== "written by the agent\n") {
+    fail("the slow task's result was not applied");
+  }
+  log(`slow task: completed after ${Math.round((Date.now() - started) / 1000)} s, ` +
+      `${calls} delegate_output call(s), ${progress} progress notification(s), no client timeout`);
 
   // Failures: tool errors the model can read, on every path.
   const cases = [

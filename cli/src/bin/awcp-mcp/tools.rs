@@ -808,13 +808,15 @@ impl AwcpMcp {
             Tool::new(
                 "delegate_output",
                 "Status and result of a delegation. With block=true, waits until it ends or \
-                 timeout seconds pass (then reports a timeout error; the delegation keeps running).",
+                 timeout seconds pass, sending progress notifications meanwhile; if it is still \
+                 running then, the result says so (stillRunning: true) and you call \
+                 delegate_output again.",
                 schema(json!({
                     "type": "object",
                     "properties": {
                         "delegation_id": id,
                         "block": {"type": "boolean", "default": false, "description": "Wait for the delegation to end."},
-                        "timeout": {"type": "integer", "minimum": 1, "default": 60, "description": "Seconds to wait with block=true."}
+                        "timeout": {"type": "integer", "minimum": 1, "description": "Seconds to wait with block=true (default: the server's --foreground-budget, 45 s, under the 60 s request timeout of common clients)."}
                     },
                     "required": ["delegation_id"]
                 })),
@@ -896,7 +898,7 @@ impl AwcpMcp {
     ) -> CallToolResult {
         let r = match name {
             "delegate" => self.delegate(a, sink).await,
-            "delegate_output" => self.output(a).await,
+            "delegate_output" => self.output(a, sink).await,
             "delegate_cancel" => self.cancel(a).await,
             "delegate_snapshots" => self.snapshots(a).await,
             "delegate_apply_snapshot" => self.apply(a).await,
@@ -1027,20 +1029,24 @@ impl AwcpMcp {
                        "survivesServerExit": self.defaults.survives_exit}),
             ));
         }
-        self.wait_foreground(&id, &peer, sink).await
+        let started = format!("delegation {id} started with {peer}");
+        let budget = self.defaults.foreground_budget;
+        self.wait_within(&id, budget, sink, started).await
     }
 
-    /// Waits for a foreground delegation within the budget, forwarding its progress to `sink`.
-    async fn wait_foreground(
+    /// Waits for a delegation for at most `budget`, forwarding its progress to `sink` (the
+    /// first notification says `first`); at the end of the budget, a result that says it is
+    /// still running (not an error), so the call returns before the client's own timeout.
+    async fn wait_within(
         &self,
         id: &str,
-        peer: &str,
+        budget: Duration,
         mut sink: Option<ProgressSink>,
+        first: String,
     ) -> ToolResult {
-        let budget = self.defaults.foreground_budget;
         let mut updates = self.hub.as_ref().map(|h| h.subscribe());
         if let Some(s) = sink.as_mut() {
-            s.send(format!("delegation {id} started with {peer}")).await;
+            s.send(first).await;
         }
         // A whole-second long poll a little past the budget; the budget timer decides.
         let wait = async {
@@ -1110,10 +1116,12 @@ impl AwcpMcp {
         text
     }
 
-    async fn output(&self, a: &Option<JsonObject>) -> ToolResult {
+    /// `delegate_output`: the record now, or with `block`, once it ends or the wait's budget
+    /// (`timeout`, else the foreground budget, below common clients' 60 s) runs out, with
+    /// progress notifications meanwhile.
+    async fn output(&self, a: &Option<JsonObject>, sink: Option<ProgressSink>) -> ToolResult {
         let a: OutputArgs = args("delegate_output", a)?;
-        let timeout = a.timeout.unwrap_or(60);
-        if timeout == 0 {
+        if a.timeout == Some(0) {
             return Err(ToolError::new("timeout must be a positive integer"));
         }
         let mut v = self.client.get(&a.delegation_id).await.map(json_of)?;
@@ -1121,25 +1129,12 @@ impl AwcpMcp {
             self.add_progress(&mut v);
             return Ok((self.report_with_progress(&v), v));
         }
-        match self
-            .client
-            .wait(&a.delegation_id, Duration::from_secs(timeout))
+        let budget = a
+            .timeout
+            .map_or(self.defaults.foreground_budget, Duration::from_secs);
+        let first = format!("waiting for delegation {}", a.delegation_id);
+        self.wait_within(&a.delegation_id, budget, sink, first)
             .await
-            .map(json_of)
-        {
-            Ok(mut v) => {
-                self.add_progress(&mut v);
-                Ok((self.report_with_progress(&v), v))
-            }
-            Err(e) if e.status == 408 => Err(ToolError {
-                message: format!(
-                    "timed out after {timeout} s: delegation {} is still running (call delegate_output again to keep waiting)",
-                    a.delegation_id
-                ),
-                extra: json!({"delegationId": a.delegation_id, "state": v["state"], "timedOut": true}),
-            }),
-            Err(e) => Err(e.into()),
-        }
     }
 
     /// Adds `latestProgress` to a record: the in-process daemon's latest progress line, or
