@@ -149,6 +149,7 @@ async def run(mcp_bin, peer, tmp):
         want = {
             "delegate", "delegate_output", "delegate_cancel", "delegate_snapshots",
             "delegate_apply_snapshot", "delegate_discard_snapshot", "delegate_recover",
+            "delegate_list",
         }
         assert want <= set(tools), f"missing tools: {want - set(tools)}"
         desc = tools["delegate"].description
@@ -159,7 +160,7 @@ async def run(mcp_bin, peer, tmp):
         for p in ("description", "prompt", "workspace_dir", "peer_url", "cwd", "ttl_seconds",
                   "access_mode", "background", "snapshot_mode", "transport", "allow_sensitive"):
             assert p in field(tools["delegate"], "input_schema", "inputSchema")["properties"], p
-        log("list_tools: 7 tools, delegate description carries the executor card and the unreachable peer")
+        log("list_tools: 8 tools, delegate description carries the executor card and the unreachable peer")
 
         # 1b. test_tool_annotations_and_output_schemas: hints as the tools behave, and an
         #     outputSchema that every successful structuredContent below is validated against.
@@ -250,9 +251,12 @@ async def run(mcp_bin, peer, tmp):
         r = expect_ok("delegate_output(running)", await session.call_tool(
             "delegate_output", {"delegation_id": slow}))
         assert structured(r)["state"] in ("started", "running"), text_of(r)
-        r = expect_error("delegate_output(timeout)", await session.call_tool(
-            "delegate_output", {"delegation_id": slow, "block": True, "timeout": 1}),
-            "timed out")
+        # The end of a blocking wait is a result that says "still running", not an error
+        # (issue 48.2): the model calls delegate_output again.
+        r = expect_ok("delegate_output(still running)", await session.call_tool(
+            "delegate_output", {"delegation_id": slow, "block": True, "timeout": 1}))
+        assert structured(r)["stillRunning"] is True, structured(r)
+        assert "still running" in text_of(r), text_of(r)
         r = expect_ok("delegate_cancel", await session.call_tool(
             "delegate_cancel", {"delegation_id": slow}))
         r = expect_ok("delegate_output(cancelled)", await session.call_tool(
@@ -356,6 +360,12 @@ async def run(mcp_bin, peer, tmp):
         expect_error("delegate_recover(unknown)", await session.call_tool(
             "delegate_recover", {"delegation_id": "dlg_doesnotexist", "peer_url": peer}),
             "neither the daemon nor the executor")
+
+        # delegate_list names the delegations of this session (issue 48.3).
+        r = expect_ok("delegate_list", await session.call_tool("delegate_list", {}))
+        listed = structured(r)["delegations"]
+        assert listed and all(d["id"] in text_of(r) for d in listed), text_of(r)
+        log(f"delegate_list: {len(listed)} delegations listed")
 
         # Still alive after the errors.
         tools = (await session.list_tools()).tools

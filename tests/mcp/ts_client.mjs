@@ -74,13 +74,20 @@ try {
   await client.connect(transport);
   const { tools } = await client.listTools(); // caches each tool's output validator
   const names = tools.map((t) => t.name);
-  for (const want of ["delegate", "delegate_output", "delegate_cancel", "delegate_snapshots"]) {
+  for (const want of ["delegate", "delegate_output", "delegate_cancel", "delegate_snapshots",
+                      "delegate_list"]) {
     if (!names.includes(want)) fail(`tool ${want} missing: ${names}`);
   }
   for (const t of tools) {
     for (const [p, s] of Object.entries(t.inputSchema.properties ?? {})) {
       if (!s.description) fail(`${t.name}.${p} has no description`);
     }
+  }
+  // Only transports this server can use are offered (issue 48.3: storage and git were
+  // offered and then failed with "not available").
+  const offered = tools.find((t) => t.name === "delegate").inputSchema.properties.transport.enum;
+  if (JSON.stringify(offered) !== JSON.stringify(["archive"])) {
+    fail(`the in-process daemon offers transports ${offered}`);
   }
   log(`tools: ${names.join(", ")} (every parameter described)`);
 
@@ -151,6 +158,15 @@ try {
   }
   log(`slow task: completed after ${Math.round((Date.now() - started) / 1000)} s, ` +
       `${calls} delegate_output call(s), ${progress} progress notification(s), no client timeout`);
+
+  // delegate_list names every delegation of this run, the slow one among them.
+  const listed = await call("delegate_list", "delegate_list", {});
+  if (listed.isError) fail(`delegate_list: ${text(listed)}`);
+  const ids = listed.structuredContent.delegations.map((d) => d.id);
+  if (ids.length !== 2 || !ids.includes(slowId) || !text(listed).includes(slowId)) {
+    fail(`delegate_list does not list this run's two delegations: ${text(listed)}`);
+  }
+  log(`delegate_list: ${ids.length} delegations, ${listed.structuredContent.activeDelegations} running`);
 
   // Failures: tool errors the model can read, on every path.
   const cases = [

@@ -474,6 +474,17 @@ fn tool_contract(name: &str) -> (ToolAnnotations, Value) {
                 .open_world(false),
             snapshot_done,
         ),
+        "delegate_list" => (
+            a.read_only(true).open_world(false),
+            json!({
+                "type": "object",
+                "properties": {
+                    "activeDelegations": {"type": "integer"},
+                    "delegations": {"type": "array", "items": {"type": "object"}}
+                },
+                "required": ["activeDelegations", "delegations"]
+            }),
+        ),
         "delegate_recover" => (
             a.read_only(true).open_world(true),
             json!({
@@ -796,7 +807,7 @@ impl AwcpMcp {
                         "ttl_seconds": {"type": "integer", "minimum": 1, "description": format!("Lease length in seconds (default {}).", self.defaults.ttl_seconds)},
                         "access_mode": {"type": "string", "enum": ["ro", "rw"], "description": format!("Access to the workspace (default {}).", self.defaults.access_mode)},
                         "snapshot_mode": {"type": "string", "enum": ["auto", "staged", "discard"], "description": format!("What to do with the result (default {}).", self.defaults.snapshot_mode)},
-                        "transport": {"type": "string", "enum": ["archive", "sshfs", "storage", "git"], "description": format!("Data plane (default {}).", self.defaults.transport)},
+                        "transport": {"type": "string", "enum": self.offered_transports(), "description": format!("Data plane (default {}): only the transports this server's daemon can use.", self.defaults.transport)},
                         "auth_type": {"type": "string", "enum": ["api_key", "bearer", "oauth2"], "description": "Credential type for the executor (required with auth_credential)."},
                         "auth_credential": {"type": "string", "description": "Credential for the executor (requires auth_type)."},
                         "background": {"type": "boolean", "default": false, "description": "Return at once with the delegation id."},
@@ -860,6 +871,13 @@ impl AwcpMcp {
                 })),
             ),
             Tool::new(
+                "delegate_list",
+                "List the delegations the daemon knows, newest last: id, state, executor, \
+                 description and when each started; how many are still running. Use an id with \
+                 delegate_output, delegate_snapshots or delegate_cancel.",
+                schema(json!({"type": "object", "properties": {}})),
+            ),
+            Tool::new(
                 "delegate_recover",
                 "Re-attach to a delegation after a restart of this server or of the daemon. If \
                  the daemon still knows the id, reports its full record (and the other tools \
@@ -889,6 +907,16 @@ impl AwcpMcp {
             .collect()
     }
 
+    /// The transports `delegate` offers: the in-process daemon's (archive), or for a shared
+    /// daemon the ones this build implements (archive, sshfs): never one that would only fail
+    /// with "not available" (storage and git are not built yet).
+    fn offered_transports(&self) -> Vec<String> {
+        self.defaults
+            .transports
+            .clone()
+            .unwrap_or_else(|| vec!["archive".to_owned(), "sshfs".to_owned()])
+    }
+
     /// Runs one tool; `sink` receives a foreground `delegate`'s progress.
     pub async fn call(
         &self,
@@ -904,6 +932,7 @@ impl AwcpMcp {
             "delegate_apply_snapshot" => self.apply(a).await,
             "delegate_discard_snapshot" => self.discard(a).await,
             "delegate_recover" => self.recover(a).await,
+            "delegate_list" => self.list().await,
             other => Err(ToolError::new(format!("unknown tool {other:?}"))),
         };
         match r {
@@ -1114,6 +1143,25 @@ impl AwcpMcp {
             text.push_str(&format!("Latest progress: {l}\n"));
         }
         text
+    }
+
+    /// `delegate_list`: every delegation the daemon knows, one line each.
+    async fn list(&self) -> ToolResult {
+        let l = self.client.list().await?;
+        let mut text = format!(
+            "{} delegation(s), {} still running.\n",
+            l.delegations.len(),
+            l.active_delegations
+        );
+        for d in &l.delegations {
+            text.push_str(&format!(
+                "- {} {} at {} (started {}): {}\n",
+                d.id, d.state, d.executor_url, d.created_at, d.description
+            ));
+        }
+        let v = serde_json::to_value(&l)
+            .map_err(|e| ToolError::new(format!("the daemon's list: {e}")))?;
+        Ok((text, v))
     }
 
     /// `delegate_output`: the record now, or with `block`, once it ends or the wait's budget

@@ -1,0 +1,235 @@
+//! A delegator inside a smol program (the same program as `delegator_smol`, on smol; async-std
+//! programs use it the same way, as async-std runs on smol's reactor): lends a directory to an
+//! executor, prints the delegation's events as they come, then the result.
+//!
+//! With `--executor URL` it delegates to that executor (e.g. the one `executor_in_axum` or
+//! `awcp-executor` prints); without, it starts an in-process executor (demo agent) on a free
+//! loopback port first, so it runs on its own. Without `DIR` it lends a sample project it
+//! creates in a temporary directory.
+//!
+//! ```text
+//! cargo run -p awcp-examples --example delegator_smol
+//! cargo run -p awcp-examples --example delegator_smol -- --executor http://127.0.0.1:10200/awcp ./project
+//! ```
+//!
+//! The result is applied to `DIR` when the delegation completes (the demo agent writes
+//! `AWCP_NOTES.md` there). Exits 0 when the delegation completed, 1 otherwise.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use awcp::proto::DelegatorEvent;
+use awcp::smol::SmolRuntime;
+use awcp::{
+    ArchiveDelegator, ArchiveDelegatorConfig, ArchiveExecutor, DelegateParams, DelegationState,
+    DelegatorHandle, DelegatorOptions, DemoRunner, ExecutorConfig, ExecutorHandle, ExecutorOptions,
+};
+use futures::channel::oneshot;
+use futures::StreamExt;
+
+const USAGE: &str = "usage: delegator_smol [--executor URL] [DIR]";
+
+fn main() -> ExitCode {
+    smol::block_on(run())
+}
+
+async fn run() -> ExitCode {
+    let (executor_url, dir) = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("{e}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    // Everything this program creates (sample project, state, executor work directories) goes
+    // here and is removed at exit.
+    let scratch = tempfile::tempdir().expect("a temporary directory");
+    let dir = dir.unwrap_or_else(|| sample_project(scratch.path()));
+
+    // The executor: the given URL, or one in this process.
+    let local = match executor_url {
+        Some(_) => None,
+        None => Some(LocalExecutor::start(&scratch.path().join("executor-work")).await),
+    };
+    let peer = match (&local, executor_url) {
+        (Some(l), _) => l.url.clone(),
+        (None, Some(url)) => url,
+        (None, None) => unreachable!("one of the two is set"),
+    };
+    println!("executor:  {peer}");
+    println!("workspace: {}", dir.display());
+
+    // The delegator: the archive transport, and a state directory it owns (staged snapshots,
+    // the journal that lets a restarted delegator resume its delegations).
+    let state = scratch.path().join("delegator");
+    let transport = ArchiveDelegator::new(ArchiveDelegatorConfig::new(state.join("exports")));
+    let delegator = DelegatorHandle::start(
+        SmolRuntime,
+        DelegatorOptions::new(Arc::new(transport), &state),
+    );
+
+    // Subscribe before delegating, so no early event is missed.
+    let mut events = delegator.events();
+    let params = DelegateParams::new(
+        peer,
+        &dir,
+        "Write an inventory of the files into AWCP_NOTES.md.",
+    )
+    .description("List the project");
+    let id = match delegator.delegate(params).await {
+        Ok(id) => id,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!("delegation {id} started");
+
+    // Every event of this delegation until its end (`Ended` comes once everything is released).
+    while let Some(ev) = events.next().await {
+        show(&ev);
+        if matches!(&ev, DelegatorEvent::Ended { id: ended, .. } if *ended == id) {
+            break;
+        }
+    }
+
+    // The final view: state, the executor's summary, the snapshots and what became of them.
+    let completed = match delegator.wait(&id).await {
+        Ok(view) => {
+            println!("state: {}", view.state);
+            if let Some(r) = &view.result {
+                println!("summary: {}", r.summary);
+                for h in &r.highlights {
+                    println!("highlight: {h}");
+                }
+            }
+            if let Some(e) = &view.error {
+                println!("error: {} {}", e.code, e.message);
+            }
+            for s in &view.snapshots {
+                println!("snapshot {}: {:?}", s.id, s.status);
+            }
+            view.state == DelegationState::Completed
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            false
+        }
+    };
+    if let Ok(notes) = std::fs::read_to_string(dir.join("AWCP_NOTES.md")) {
+        println!("\n--- AWCP_NOTES.md, applied to the workspace ---\n{notes}");
+    }
+
+    delegator.stop().await;
+    if let Some(l) = local {
+        l.stop().await;
+    }
+    if completed {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// One line per event.
+fn show(ev: &DelegatorEvent) {
+    match ev {
+        DelegatorEvent::StateChanged { id, from, to } => println!("[{id}] {from} -> {to}"),
+        DelegatorEvent::Progress {
+            id,
+            message,
+            progress,
+        } => {
+            let pct = progress.map(|p| format!(" ({:.0}%)", p * 100.0));
+            let msg = message.as_deref().unwrap_or("");
+            println!("[{id}] progress: {msg}{}", pct.unwrap_or_default());
+        }
+        DelegatorEvent::Snapshot {
+            id,
+            snapshot_id,
+            status,
+        } => println!("[{id}] snapshot {snapshot_id}: {status:?}"),
+        DelegatorEvent::ConnectionLost { id, retry_in, .. } => {
+            println!("[{id}] connection lost, retrying in {retry_in:?}")
+        }
+        DelegatorEvent::Ended { id, state, .. } => println!("[{id}] ended: {state}"),
+        other => println!("{other:?}"),
+    }
+}
+
+/// `[--executor URL] [DIR]`.
+fn parse_args() -> Result<(Option<String>, Option<PathBuf>), String> {
+    let mut executor = None;
+    let mut dir = None;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--executor" => {
+                executor = Some(args.next().ok_or("--executor needs a URL")?);
+            }
+            "-h" | "--help" => return Err("a delegator on smol".into()),
+            _ if a.starts_with('-') => return Err(format!("unknown option {a}")),
+            _ if dir.is_none() => dir = Some(PathBuf::from(a)),
+            _ => return Err(format!("unexpected argument {a}")),
+        }
+    }
+    Ok((executor, dir))
+}
+
+/// A small project to lend: `<base>/sample-project` with a README and a source file.
+fn sample_project(base: &Path) -> PathBuf {
+    let d = base.join("sample-project");
+    std::fs::create_dir_all(d.join("src")).expect("sample project");
+    std::fs::write(d.join("README.md"), "# Sample project\n").expect("sample file");
+    std::fs::write(d.join("src/main.py"), "print('hello')\n").expect("sample file");
+    d
+}
+
+/// An executor served by this process on a free loopback port.
+struct LocalExecutor {
+    url: String,
+    executor: ExecutorHandle,
+    stop: oneshot::Sender<()>,
+    server: smol::Task<std::io::Result<()>>,
+}
+
+impl LocalExecutor {
+    async fn start(work_root: &Path) -> LocalExecutor {
+        let config = ExecutorConfig {
+            work_root: work_root.to_string_lossy().into_owned(),
+            ..ExecutorConfig::default()
+        };
+        let executor = ExecutorHandle::start(
+            SmolRuntime,
+            ExecutorOptions::new(
+                config,
+                Arc::new(ArchiveExecutor::default()),
+                Arc::new(DemoRunner),
+            ),
+        );
+        let listener = smol::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind a loopback port");
+        let addr = listener.local_addr().expect("local address");
+        executor.set_public_url(format!("http://{addr}"));
+        let (stop, stopped) = oneshot::channel::<()>();
+        // The executor's endpoints as a handler for agent-rt's server loop, on smol's I/O.
+        let handler = awcp::smol::executor_service(executor.clone());
+        let server = smol::spawn(awcp::smol::serve(listener, handler, async move {
+            let _ = stopped.await;
+        }));
+        LocalExecutor {
+            url: format!("http://{addr}/awcp"),
+            executor,
+            stop,
+            server,
+        }
+    }
+
+    async fn stop(self) {
+        self.executor.shutdown().await;
+        let _ = self.stop.send(());
+        let _ = self.server.await;
+    }
+}
