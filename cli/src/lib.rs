@@ -121,7 +121,9 @@ pub fn init_logging_with(default: &str, format: LogFormat) {
         .with_target(false);
     let _ = match format {
         // Colour only for a person at a terminal; never escape codes in a file or a pipe.
-        LogFormat::Text => b.with_ansi(std::io::stderr().is_terminal()).try_init(),
+        LogFormat::Text => b
+            .with_ansi(colour(std::io::stderr().is_terminal()))
+            .try_init(),
         // One JSON object per line, span fields (e.g. the delegation id) included.
         LogFormat::Json => b.json().with_current_span(true).try_init(),
     };
@@ -137,14 +139,90 @@ pub enum LogFormat {
     Json,
 }
 
+/// Whether output to a terminal (`tty`) may be coloured: never when `NO_COLOR` is set to a
+/// non-empty value (<https://no-color.org>), nor into a file or a pipe.
+pub fn colour(tty: bool) -> bool {
+    tty && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+/// `cmd` with every environment variable of its arguments that starts with `from` renamed to
+/// start with `to` instead: the argument groups shared by all binaries (TLS, server limits)
+/// name `AWCP_…` variables, and the AIP binaries read them as `AIP_…`, so that each binary
+/// has one naming scheme and an exported `AWCP_…` value never configures an AIP binary.
+pub fn with_env_prefix(cmd: clap::Command, from: &str, to: &str) -> clap::Command {
+    let renames: Vec<(clap::Id, &'static str)> = cmd
+        .get_arguments()
+        .filter_map(|a| {
+            let env = a.get_env()?.to_str()?;
+            let rest = env.strip_prefix(from)?;
+            // Leaked once per argument at start-up: clap keeps `&'static` names.
+            let renamed: &'static str = Box::leak(format!("{to}{rest}").into_boxed_str());
+            Some((a.get_id().clone(), renamed))
+        })
+        .collect();
+    renames
+        .into_iter()
+        .fold(cmd, |cmd, (id, env)| cmd.mut_arg(id, |a| a.env(env)))
+}
+
+/// `cmd` and its subcommands with the environment variables in `names` renamed from the
+/// prefix `from` to `to` (arguments with other variables keep theirs).
+pub fn rename_env(cmd: clap::Command, names: &[&str], from: &str, to: &str) -> clap::Command {
+    let renames: Vec<(clap::Id, &'static str)> = cmd
+        .get_arguments()
+        .filter_map(|a| {
+            let env = a.get_env()?.to_str()?;
+            let rest = env.strip_prefix(from).filter(|_| names.contains(&env))?;
+            let renamed: &'static str = Box::leak(format!("{to}{rest}").into_boxed_str());
+            Some((a.get_id().clone(), renamed))
+        })
+        .collect();
+    let cmd = renames
+        .into_iter()
+        .fold(cmd, |cmd, (id, env)| cmd.mut_arg(id, |a| a.env(env)));
+    let subs: Vec<String> = cmd
+        .get_subcommands()
+        .map(|c| c.get_name().to_owned())
+        .collect();
+    subs.into_iter().fold(cmd, |cmd, name| {
+        cmd.mut_subcommand(name, |c| rename_env(c, names, from, to))
+    })
+}
+
+/// The variables of the server flags ([`ServerArgs`]) and `--public-url`: `awcp-executor`
+/// reads them as `AWCP_…`, and `awcp` (its `delegate` archive server and its daemon) as
+/// `AWCP_DELEGATOR_…`, so that a value exported for one never configures the other.
+pub const SERVER_ENV: &[&str] = &[
+    "AWCP_TLS_CERT",
+    "AWCP_TLS_KEY",
+    "AWCP_CLIENT_CA",
+    "AWCP_HEADER_READ_TIMEOUT",
+    "AWCP_IDLE_TIMEOUT",
+    "AWCP_BODY_READ_TIMEOUT",
+    "AWCP_MAX_CONNECTIONS",
+    "AWCP_PUBLIC_URL",
+];
+
+/// Parses the process's arguments as `C` with [`with_env_prefix`] applied (`AWCP_` → `to`).
+pub fn parse_with_env_prefix<C: clap::Parser>(to: &str) -> C {
+    let cmd = with_env_prefix(C::command(), "AWCP_", to);
+    let mut matches = cmd.get_matches();
+    C::from_arg_matches_mut(&mut matches).unwrap_or_else(|e| e.exit())
+}
+
 /// The process's arguments with the JSON config file named by `config_flag` (`--config FILE`
 /// or `--config=FILE`) merged in, for `C`'s parser: precedence is flags, then environment,
 /// then the file. Exits with status 2 and a message naming the file and the key when the
 /// file is unreadable, not a JSON object, or has a key that is not a flag of the command.
 pub fn args_with_config<C: clap::CommandFactory>(config_flag: &str) -> Vec<String> {
+    args_with_config_for(&C::command(), config_flag)
+}
+
+/// [`args_with_config`] for a command built at run time (e.g. with renamed variables).
+pub fn args_with_config_for(cmd: &clap::Command, config_flag: &str) -> Vec<String> {
     let args: Vec<String> = std::env::args().collect();
     match merge_config(
-        &C::command(),
+        cmd,
         args,
         config_flag,
         |name| std::env::var_os(name).is_some(),

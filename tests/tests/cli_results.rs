@@ -490,7 +490,7 @@ fn the_daemon_retry_command_works_as_printed_and_never_prints_the_token() {
             "AWCP_STATE_DIR",
             "AWCP_DAEMON_TOKEN",
             "AWCP_DAEMON_TOKEN_FILE",
-            "AWCP_DAEMON",
+            "AWCP_DAEMON_URL",
         ] {
             cmd.env_remove(k);
         }

@@ -122,7 +122,8 @@ fn request_guard(args: &Args) -> aip_driver::aip_proto::http::RequestGuard {
 }
 
 fn main() {
-    let args = Args::parse();
+    // The shared TLS and server flags read AIP variables here, not AWCP ones.
+    let args: Args = awcp_aip_cli::parse_with_env_prefix("AIP_");
     awcp_aip_cli::init_logging(args.quiet, awcp_aip_cli::LogFormat::Text);
     awcp_aip_cli::run_on!(args.runtime, run(args));
 }

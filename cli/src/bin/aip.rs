@@ -220,7 +220,8 @@ fn parse_dialect(s: &str) -> Result<Dialect, String> {
 }
 
 fn main() {
-    let args = Args::parse();
+    // The shared TLS and server flags read AIP variables here, not AWCP ones.
+    let args: Args = awcp_aip_cli::parse_with_env_prefix("AIP_");
     awcp_aip_cli::init_logging(true, awcp_aip_cli::LogFormat::Text);
     let code = awcp_aip_cli::run_on!(args.runtime, run(args));
     std::process::exit(code);

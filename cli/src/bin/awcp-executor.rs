@@ -47,7 +47,7 @@ struct Args {
     work_root: Option<PathBuf>,
     /// State directory (assignment journal, downloads, snapshots); default
     /// `$AWCP_HOME/executor` or `~/.awcp/executor`. Locked while the executor runs.
-    #[arg(long, env = "AWCP_STATE_DIR")]
+    #[arg(long, env = "AWCP_EXECUTOR_STATE_DIR")]
     state_dir: Option<PathBuf>,
     /// Command that does the work, e.g. 'my-agent --prompt-file {prompt_file}'.
     ///

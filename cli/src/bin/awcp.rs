@@ -49,7 +49,7 @@ struct Cli {
     #[arg(
         long,
         global = true,
-        env = "AWCP_DAEMON",
+        env = "AWCP_DAEMON_URL",
         default_value = "http://127.0.0.1:3100"
     )]
     daemon_url: String,
@@ -593,7 +593,17 @@ fn print_value<T: serde::Serialize>(json: bool, v: &T, human: impl FnOnce(&T) ->
 }
 
 fn main() {
-    let mut cli = Cli::parse_from(awcp_aip_cli::args_with_config::<Cli>("--config"));
+    // The server flags read AWCP_DELEGATOR_… here (awcp-executor reads AWCP_…).
+    let cmd = awcp_aip_cli::rename_env(
+        <Cli as clap::CommandFactory>::command(),
+        awcp_aip_cli::SERVER_ENV,
+        "AWCP_",
+        "AWCP_DELEGATOR_",
+    );
+    let argv = awcp_aip_cli::args_with_config_for(&cmd, "--config");
+    let mut matches = cmd.get_matches_from(argv);
+    let mut cli = <Cli as clap::FromArgMatches>::from_arg_matches_mut(&mut matches)
+        .unwrap_or_else(|e| e.exit());
     if let Cmd::Completions { shell } = cli.cmd {
         use clap::CommandFactory;
         clap_complete::generate(shell, &mut Cli::command(), "awcp", &mut std::io::stdout());

@@ -33,7 +33,7 @@ const AWCP_ENV: &[&str] = &[
     "AWCP_TOKEN",
     "AWCP_PEER",
     "AWCP_RUNTIME",
-    "AWCP_DAEMON",
+    "AWCP_DAEMON_URL",
     "AWCP_DAEMON_LISTEN",
 ];
 

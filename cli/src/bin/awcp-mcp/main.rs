@@ -55,7 +55,7 @@ pub struct Cli {
     /// same directory restores its delegations (default: a private temporary directory,
     /// removed on exit). With --daemon-url: where that daemon's `daemon.token` is read
     /// (default `$AWCP_HOME/delegator` or `~/.awcp/delegator`).
-    #[arg(long, env = "AWCP_STATE_DIR")]
+    #[arg(long, env = "AWCP_MCP_STATE_DIR")]
     state_dir: Option<PathBuf>,
     /// The daemon's token, instead of the one in the state directory.
     #[arg(long, env = "AWCP_DAEMON_TOKEN", hide_env_values = true)]
