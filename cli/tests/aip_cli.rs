@@ -139,7 +139,10 @@ fn two_commands(partner_rt: &str, cli_rt: &str) {
     // Follow the task's stream again (replayed from its start) until it awaits completion.
     let out = ok(aip(&p.url, cli_rt, &["stream", "--attach", "t-1"]));
     assert!(out.contains("[awaiting-completion]"), "{out}");
+    // Each product once (issue 48.10: the replayed chunks, then the whole product again).
     assert!(out.contains("going to Rome"), "{out}");
+    assert_eq!(out.matches("product result:").count(), 1, "{out}");
+    assert_eq!(out.matches("product file:report.txt:").count(), 1, "{out}");
 
     let out = ok(aip(&p.url, cli_rt, &["--json", "get", "t-1"]));
     let v: serde_json::Value = serde_json::from_str(out.trim()).expect("one JSON object");

@@ -662,7 +662,14 @@ async fn follow(
     since: Option<Timestamp>,
 ) -> i32 {
     // The channel holds every event since the leader started, so nothing is missed.
+    // Products already shown piece by piece (stream chunks) are not listed again at the end.
+    let mut chunked = std::collections::HashSet::new();
     while let Some(e) = events.next().await {
+        if let LeaderEvent::ProductChunk { task_id, chunk } = &e {
+            if task_id == task {
+                chunked.insert(chunk.product.id.clone());
+            }
+        }
         if let LeaderEvent::Answered {
             task_id,
             outcome: Err(error),
@@ -681,7 +688,7 @@ async fn follow(
             if since.is_some_and(|t| status.state_changed_at < t));
         if let Some(state) = out.event(task, &e).filter(|_| !old) {
             if let Ok(Some(s)) = leader.task(task).await {
-                for p in &s.products {
+                for p in s.products.iter().filter(|p| !chunked.contains(&p.id)) {
                     out.line(
                         json!({"event": "product", "taskId": task, "product": p}),
                         Out::product_text(p),
