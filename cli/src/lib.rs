@@ -381,23 +381,47 @@ mod config_tests {
     }
 }
 
-/// Prints live progress of one delegation on stderr (a single updating line on a terminal).
+/// Prints live progress of one delegation on stderr (a single updating line on a terminal,
+/// whose clock keeps running while the executor is silent).
 pub struct Progress {
     id: DelegationId,
     started: Instant,
     tty: bool,
     json: bool,
+    /// The line last shown (without its clock), redrawn each second by the clock thread.
+    last: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+    /// Tells the clock thread to stop.
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Progress {
     /// Progress for `id`; `json` prints nothing (scripts read stdout).
     pub fn new(id: DelegationId, json: bool) -> Self {
-        Progress {
+        let p = Progress {
             id,
             started: Instant::now(),
             tty: std::io::stderr().is_terminal(),
             json,
+            last: Default::default(),
+            stop: Default::default(),
+        };
+        if p.tty && !json {
+            // The clock: redraws the line with the time elapsed, once a second, until finish.
+            let (last, stop, started) = (p.last.clone(), p.stop.clone(), p.started);
+            std::thread::spawn(move || loop {
+                std::thread::sleep(std::time::Duration::from_secs(1));
+                if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    break;
+                }
+                // Drawn under the lock, so nothing is drawn once `finish` has cleared it.
+                let line = last.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(line) = line.as_ref() {
+                    let elapsed = started.elapsed().as_secs_f32();
+                    term::draw_progress(&format!("[{elapsed:6.1}s] {line}"));
+                }
+            });
         }
+        p
     }
 
     /// Shows one engine event if it is about this delegation (in-process).
@@ -427,17 +451,27 @@ impl Progress {
         };
         let elapsed = self.started.elapsed().as_secs_f32();
         if self.tty {
+            let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
             term::draw_progress(&format!("[{elapsed:6.1}s] {line}"));
+            *last = Some(line);
         } else {
             eprintln!("[{elapsed:6.1}s] {line}");
         }
     }
 
-    /// Ends the progress line.
+    /// Ends the progress line (and its clock).
     pub fn finish(&self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = None;
         if self.tty && !self.json {
             term::end_progress();
         }
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
