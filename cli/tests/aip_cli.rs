@@ -164,6 +164,18 @@ fn two_commands(partner_rt: &str, cli_rt: &str) {
         .decode(file["bytes"].as_str().unwrap())
         .unwrap();
     assert_eq!(bytes, b"report for Rome\n");
+    // The file products can be saved (issue 48.10), and are never overwritten.
+    let saved = dir.path().join("saved");
+    let save = ["get", "t-1", "--save", saved.to_str().unwrap()];
+    let out = ok(aip(&p.url, cli_rt, &save));
+    assert!(out.contains("saved "), "{out}");
+    assert_eq!(
+        std::fs::read(saved.join("report.txt")).unwrap(),
+        b"report for Rome\n"
+    );
+    let again = aip(&p.url, cli_rt, &save);
+    assert_eq!(again.status.code(), Some(1), "{}", text(&again));
+    assert!(text(&again).contains("not saved"), "{}", text(&again));
     // `continue` was run without `--session`: it carries the task's own session (issue 48.7:
     // it used to make one up).
     let history = r["commandHistory"]

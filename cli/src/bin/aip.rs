@@ -136,6 +136,11 @@ enum Cmd {
     Get {
         /// The task.
         task: String,
+        /// Write the files among its products (file data items sent inline) into this
+        /// directory, each under its own name (a name that would leave the directory, or that
+        /// exists there already, is refused, never overwritten).
+        #[arg(long, value_name = "DIR")]
+        save: Option<PathBuf>,
     },
     /// Start a task on a stream (or follow an existing one with --attach) and print its
     /// events live until it awaits input or completion, or ends.
@@ -497,8 +502,22 @@ async fn run<R: Host>(args: Args) -> i32 {
             let a = attach(task, Delivery::Rpc);
             one_shot(&out, &leader, a, "cancel", args.session.is_none()).await
         }
-        Cmd::Get { task } => {
+        Cmd::Get { task, save: None } => {
             one_shot(&out, &leader, attach(task, Delivery::Rpc), "get", false).await
+        }
+        Cmd::Get {
+            task,
+            save: Some(dir),
+        } => {
+            if let Err(e) = leader.attach(attach(task.clone(), Delivery::Rpc)).await {
+                return usage(&e.to_string());
+            }
+            let r = leader.get(&task).await;
+            let saved = match &r {
+                Ok(t) => save_files(&out, t, &dir),
+                Err(_) => 0,
+            };
+            answer(&out, &task, r).max(saved)
         }
         Cmd::Stream {
             task,
@@ -590,6 +609,66 @@ fn spawn_start<R: Host>(leader: &LeaderHandle, start: StartTask) {
     R::default().spawn(Box::pin(async move {
         let _ = leader.start(start).await;
     }));
+}
+
+/// Writes the inline files among `t`'s products into `dir` (created if missing), printing
+/// each; the exit code (1 if one could not be written).
+fn save_files(out: &Out, t: &TaskResult, dir: &std::path::Path) -> i32 {
+    use base64::Engine as _;
+    if let Err(e) = std::fs::create_dir_all(dir) {
+        eprintln!("error: cannot create {}: {e}", dir.display());
+        return 1;
+    }
+    let mut code = 0;
+    for p in t.products.iter().flatten() {
+        for item in &p.data_items {
+            let DataItem::File {
+                name,
+                bytes: Some(b64),
+                ..
+            } = item
+            else {
+                continue;
+            };
+            let name = name.clone().unwrap_or_else(|| format!("{}.bin", p.id));
+            // Its own name only: no directories, nothing that leaves `dir`.
+            let plain = std::path::Path::new(&name)
+                .file_name()
+                .is_some_and(|f| f == name.as_str())
+                && name != ".."
+                && name != ".";
+            let path = dir.join(&name);
+            let written = if !plain {
+                Err(format!("{name:?} is not a plain file name"))
+            } else {
+                base64::engine::general_purpose::STANDARD
+                    .decode(b64)
+                    .map_err(|e| format!("{name}: not base64: {e}"))
+                    .and_then(|bytes| {
+                        use std::io::Write as _;
+                        std::fs::OpenOptions::new()
+                            .write(true)
+                            .create_new(true)
+                            .open(&path)
+                            .and_then(|mut f| f.write_all(&bytes))
+                            .map(|()| bytes.len())
+                            .map_err(|e| format!("{}: {e}", path.display()))
+                    })
+            };
+            match written {
+                Ok(n) => out.line(
+                    json!({"event": "saved", "taskId": t.task_id, "product": p.id,
+                           "path": path.display().to_string(), "bytes": n}),
+                    format!("saved {} ({n} bytes)", path.display()),
+                ),
+                Err(e) => {
+                    eprintln!("error: not saved: {e}");
+                    code = 1;
+                }
+            }
+        }
+    }
+    code
 }
 
 /// Prints an answer; the exit code (1 for an error, or a start the partner rejected or
