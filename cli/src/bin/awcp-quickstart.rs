@@ -1,7 +1,8 @@
 //! `awcp-quickstart`: a complete delegation on this machine with built-in defaults.
 //!
 //! Starts a local executor (demo runner) on 127.0.0.1, creates a sample project (or uses the
-//! directory given), delegates it over real HTTP, applies the result and shows what changed.
+//! directory given), delegates it over real HTTP, applies the result and shows what changed;
+//! then says where the sample project is kept and what to try next.
 //!
 //! ```text
 //! cargo run -p awcp-aip-cli --bin awcp-quickstart [-- DIR] [--runtime smol]
@@ -40,10 +41,18 @@ fn main() {
 
 async fn run<R: Driver>(dir: Option<PathBuf>) {
     let scratch = tempfile::tempdir().expect("temp dir");
+    let sample = dir.is_none();
     let dir: PathBuf = match dir {
         Some(d) => d,
         None => {
-            let d = scratch.path().join("sample-project");
+            // Kept after the run (the executor's work and the delegator's state are not), so
+            // there is something to look at and to delegate again.
+            let home = tempfile::Builder::new()
+                .prefix("awcp-quickstart-")
+                .tempdir()
+                .expect("temp dir")
+                .keep();
+            let d = home.join("sample-project");
             std::fs::create_dir_all(d.join("src")).expect("sample dir");
             std::fs::write(d.join("README.md"), "# Sample project\n").expect("sample file");
             std::fs::write(d.join("src/main.py"), "print('hello')\n").expect("sample file");
@@ -116,4 +125,17 @@ async fn run<R: Driver>(dir: Option<PathBuf>) {
     if view.state != awcp_proto::DelegationState::Completed {
         std::process::exit(3);
     }
+    if sample {
+        println!("The sample project is kept at {}", dir.display());
+    }
+    let d = dir.display();
+    println!(
+        "\nNext:\n\
+         \x20 an executor that runs a real agent (README, \"Recipes\" for Claude Code, Codex, Aider):\n\
+         \x20   awcp-executor --listen 127.0.0.1:10200 --agent-cmd 'sh -c \"echo done > DONE.txt\"'\n\
+         \x20 delegate this project to it, reviewing the result before it is applied:\n\
+         \x20   awcp delegate {d} --peer http://127.0.0.1:10200/awcp --prompt 'add a test' --snapshot-mode staged\n\
+         \x20 then `awcp diff`, `awcp apply` or `awcp discard` as it prints; `awcp-mcp` gives the\n\
+         \x20 same to an MCP client (README, \"MCP\")."
+    );
 }
