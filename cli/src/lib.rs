@@ -189,6 +189,93 @@ pub fn rename_env(cmd: clap::Command, names: &[&str], from: &str, to: &str) -> c
     })
 }
 
+/// `cmd` with a `--completions SHELL` flag, if it has none (the same on every binary).
+pub fn with_completions_flag(cmd: clap::Command) -> clap::Command {
+    if cmd
+        .get_arguments()
+        .any(|a| a.get_long() == Some("completions"))
+    {
+        return cmd;
+    }
+    cmd.arg(
+        clap::Arg::new("completions")
+            .long("completions")
+            .value_name("SHELL")
+            .value_parser(clap::value_parser!(clap_complete::Shell))
+            .help("Print shell completions for this command (bash, zsh, fish, elvish, powershell) and exit"),
+    )
+}
+
+/// With `--completions SHELL` first on the command line (`argv[1]`), prints `cmd`'s
+/// completions for that shell and exits: before anything else is parsed, so that a command
+/// with a required subcommand or argument gives them too.
+pub fn completions_if_asked(cmd: &mut clap::Command, argv: Vec<String>) {
+    let shell = match argv.get(1).map(String::as_str) {
+        Some("--completions") => argv.get(2).cloned(),
+        Some(a) => a.strip_prefix("--completions=").map(str::to_owned),
+        None => None,
+    };
+    let Some(shell) = shell else { return };
+    let Ok(shell) = <clap_complete::Shell as std::str::FromStr>::from_str(&shell) else {
+        eprintln!(
+            "error: --completions: unknown shell {shell:?} (bash, zsh, fish, elvish, powershell)"
+        );
+        std::process::exit(2);
+    };
+    let name = cmd.get_name().to_owned();
+    clap_complete::generate(shell, cmd, name, &mut std::io::stdout());
+    std::process::exit(0);
+}
+
+/// `cmd` with a variable for every long flag that has none: `prefix` and the flag's name in
+/// upper case (`--max-bytes` of the `diff` subcommand: `AWCP_DIFF_MAX_BYTES`; a top-level flag
+/// without the subcommand's name). A name another flag of the command already reads is left
+/// out rather than shared; `--config`, `--completions`, `--help` and `--version` get none.
+pub fn with_default_env(cmd: clap::Command, prefix: &str) -> clap::Command {
+    fn taken(cmd: &clap::Command, out: &mut std::collections::BTreeSet<String>) {
+        for a in cmd.get_arguments() {
+            if let Some(e) = a.get_env().and_then(|e| e.to_str()) {
+                out.insert(e.to_owned());
+            }
+        }
+        for c in cmd.get_subcommands() {
+            taken(c, out);
+        }
+    }
+    fn walk(
+        cmd: clap::Command,
+        prefix: &str,
+        taken: &mut std::collections::BTreeSet<String>,
+    ) -> clap::Command {
+        let mut named: Vec<(clap::Id, &'static str)> = Vec::new();
+        for a in cmd.get_arguments() {
+            let Some(long) = a.get_long() else { continue };
+            if a.get_env().is_some() || ["config", "completions", "help", "version"].contains(&long)
+            {
+                continue;
+            }
+            let name = format!("{prefix}{}", long.replace('-', "_").to_uppercase());
+            if taken.insert(name.clone()) {
+                named.push((a.get_id().clone(), Box::leak(name.into_boxed_str())));
+            }
+        }
+        let cmd = named
+            .into_iter()
+            .fold(cmd, |cmd, (id, env)| cmd.mut_arg(id, |a| a.env(env)));
+        let subs: Vec<String> = cmd
+            .get_subcommands()
+            .map(|c| c.get_name().to_owned())
+            .collect();
+        subs.into_iter().fold(cmd, |cmd, name| {
+            let sub_prefix = format!("{prefix}{}_", name.replace('-', "_").to_uppercase());
+            cmd.mut_subcommand(&name, |c| walk(c, &sub_prefix, taken))
+        })
+    }
+    let mut names = std::collections::BTreeSet::new();
+    taken(&cmd, &mut names);
+    walk(cmd, prefix, &mut names)
+}
+
 /// The variables of the server flags ([`ServerArgs`]) and `--public-url`: `awcp-executor`
 /// reads them as `AWCP_…`, and `awcp` (its `delegate` archive server and its daemon) as
 /// `AWCP_DELEGATOR_…`, so that a value exported for one never configures the other.
@@ -203,10 +290,21 @@ pub const SERVER_ENV: &[&str] = &[
     "AWCP_PUBLIC_URL",
 ];
 
-/// Parses the process's arguments as `C` with [`with_env_prefix`] applied (`AWCP_` → `to`).
-pub fn parse_with_env_prefix<C: clap::Parser>(to: &str) -> C {
-    let cmd = with_env_prefix(C::command(), "AWCP_", to);
-    let mut matches = cmd.get_matches();
+/// Parses the process's arguments as `C` with [`with_env_prefix`] applied (`AWCP_` → `to`),
+/// a variable for every other flag ([`with_default_env`], prefix `own`), and the JSON file of
+/// `--config` merged in ([`args_with_config_for`]).
+pub fn parse_with_env_prefix<C: clap::Parser>(to: &str, own: &str) -> C {
+    let cmd = with_default_env(with_env_prefix(C::command(), "AWCP_", to), own);
+    parse_command(cmd)
+}
+
+/// Parses the process's arguments (with `--config` merged in) as `C` by `cmd`, a form of
+/// `C::command()` with variables renamed or added.
+pub fn parse_command<C: clap::FromArgMatches>(cmd: clap::Command) -> C {
+    let mut cmd = with_completions_flag(cmd);
+    completions_if_asked(&mut cmd, std::env::args().collect());
+    let argv = args_with_config_for(&cmd, "--config");
+    let mut matches = cmd.get_matches_from(argv);
     C::from_arg_matches_mut(&mut matches).unwrap_or_else(|e| e.exit())
 }
 

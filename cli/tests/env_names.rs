@@ -41,6 +41,7 @@ const SHARED: &[&str] = &[
     "AWCP_RUNTIME",
     "AIP_RUNTIME",
     "AWCP_LOG_FORMAT",
+    "AWCP_QUIET",
 ];
 
 fn help(bin: &str, args: &[&str]) -> String {
@@ -111,7 +112,7 @@ fn every_variable_is_documented_names_one_flag_and_is_shared_only_with_one_meani
             }
         }
     }
-    assert!(seen.len() >= 60, "variables found: {}", seen.len());
+    assert!(seen.len() >= 130, "variables found: {}", seen.len());
     for (var, (flags, bins)) in &seen {
         assert_eq!(flags.len(), 1, "{var} is read by several flags: {flags:?}");
         assert!(
@@ -152,5 +153,56 @@ fn every_variable_is_documented_names_one_flag_and_is_shared_only_with_one_meani
             seen.contains_key(var),
             "README documents {var}, which nothing reads"
         );
+    }
+}
+
+/// Issue 48.9: "every flag reads an environment variable" (it did not for `--prompt`, `--ttl`,
+/// `--snapshot-mode`, `--card-skill` or `awcp-mcp --peers`), `--config` and `--completions`
+/// on every binary.
+#[test]
+fn every_flag_reads_a_variable_and_every_binary_has_config_and_completions() {
+    for (name, bin) in BINS {
+        let top = help(bin, &[]);
+        assert!(top.contains("--config"), "{name} has no --config");
+        assert!(top.contains("--completions"), "{name} has no --completions");
+        let o = Command::new(bin)
+            .args(["--completions", "bash"])
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success() && o.stdout.len() > 500,
+            "{name} --completions bash"
+        );
+        let mut texts = vec![top.clone()];
+        for sub in subcommands(&top) {
+            texts.push(help(bin, &[&sub]));
+        }
+        for text in texts {
+            let mut flag: Option<String> = None;
+            let mut has_env = true;
+            let mut check = |flag: &Option<String>, has_env: bool| {
+                if let Some(f) = flag {
+                    let exempt = ["--config", "--completions", "--help", "--version"];
+                    assert!(
+                        has_env || exempt.contains(&f.as_str()),
+                        "{name} {f} reads no variable"
+                    );
+                }
+            };
+            for line in text.lines() {
+                let t = line.trim_start();
+                let indent = line.len() - t.len();
+                if (2..=6).contains(&indent) && t.starts_with('-') {
+                    check(&flag, has_env);
+                    flag = t
+                        .split([' ', ','])
+                        .find(|w| w.starts_with("--"))
+                        .map(|w| w.trim_end_matches(['=', '<']).to_owned());
+                    has_env = false;
+                }
+                has_env |= line.contains("[env: ");
+            }
+            check(&flag, has_env);
+        }
     }
 }

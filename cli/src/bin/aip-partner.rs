@@ -44,6 +44,9 @@ use clap::Parser;
     about = "Serve a command-line agent as an AIP partner"
 )]
 struct Args {
+    /// JSON config file whose keys are flag names (command line, then environment, then file).
+    #[arg(long)]
+    config: Option<std::path::PathBuf>,
     /// Address to listen on (port 0 picks a free port; the URL is printed).
     #[arg(long, env = "AIP_LISTEN", default_value = "127.0.0.1:10300")]
     listen: SocketAddr,
@@ -123,7 +126,7 @@ fn request_guard(args: &Args) -> aip_driver::aip_proto::http::RequestGuard {
 
 fn main() {
     // The shared TLS and server flags read AIP variables here, not AWCP ones.
-    let args: Args = awcp_aip_cli::parse_with_env_prefix("AIP_");
+    let args: Args = awcp_aip_cli::parse_with_env_prefix("AIP_", "AIP_PARTNER_");
     awcp_aip_cli::init_logging(args.quiet, awcp_aip_cli::LogFormat::Text);
     awcp_aip_cli::run_on!(args.runtime, run(args));
 }

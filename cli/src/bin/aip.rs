@@ -47,6 +47,9 @@ use serde_json::json;
 #[derive(Parser, Debug)]
 #[command(name = "aip", version, about = "Talk to AIP partners as a leader")]
 struct Args {
+    /// JSON config file whose keys are flag names (command line, then environment, then file).
+    #[arg(long, global = true)]
+    config: Option<std::path::PathBuf>,
     /// The partner's rpc endpoint (its ACS endPoints[].url), e.g. http://127.0.0.1:10300/rpc.
     #[arg(long, short, env = "AIP_PARTNER", global = true)]
     partner: Option<String>,
@@ -226,7 +229,7 @@ fn parse_dialect(s: &str) -> Result<Dialect, String> {
 
 fn main() {
     // The shared TLS and server flags read AIP variables here, not AWCP ones.
-    let args: Args = awcp_aip_cli::parse_with_env_prefix("AIP_");
+    let args: Args = awcp_aip_cli::parse_with_env_prefix("AIP_", "AIP_");
     awcp_aip_cli::init_logging(true, awcp_aip_cli::LogFormat::Text);
     let code = awcp_aip_cli::run_on!(args.runtime, run(args));
     std::process::exit(code);

@@ -165,7 +165,10 @@ struct Args {
 }
 
 fn main() {
-    let mut args = Args::parse_from(awcp_aip_cli::args_with_config::<Args>("--config"));
+    let mut args: Args = awcp_aip_cli::parse_command(awcp_aip_cli::with_default_env(
+        <Args as clap::CommandFactory>::command(),
+        "AWCP_",
+    ));
     if let Some(shell) = args.completions {
         use clap::CommandFactory;
         let mut cmd = Args::command();

@@ -26,6 +26,9 @@ use clap::Parser;
     about = "A complete AWCP delegation on this machine, with built-in defaults"
 )]
 struct Args {
+    /// JSON config file whose keys are flag names (command line, then environment, then file).
+    #[arg(long)]
+    config: Option<std::path::PathBuf>,
     /// The directory to delegate (default: a sample project in a temporary directory).
     dir: Option<PathBuf>,
     /// Async runtime to run on.
@@ -34,7 +37,10 @@ struct Args {
 }
 
 fn main() {
-    let args = Args::parse();
+    let args: Args = awcp_aip_cli::parse_command(awcp_aip_cli::with_default_env(
+        <Args as clap::CommandFactory>::command(),
+        "AWCP_QUICKSTART_",
+    ));
     awcp_aip_cli::init_logging(true, awcp_aip_cli::LogFormat::Text);
     awcp_aip_cli::run_on!(args.runtime, run(args.dir));
 }

@@ -600,10 +600,7 @@ fn main() {
         "AWCP_",
         "AWCP_DELEGATOR_",
     );
-    let argv = awcp_aip_cli::args_with_config_for(&cmd, "--config");
-    let mut matches = cmd.get_matches_from(argv);
-    let mut cli = <Cli as clap::FromArgMatches>::from_arg_matches_mut(&mut matches)
-        .unwrap_or_else(|e| e.exit());
+    let mut cli: Cli = awcp_aip_cli::parse_command(awcp_aip_cli::with_default_env(cmd, "AWCP_"));
     if let Cmd::Completions { shell } = cli.cmd {
         use clap::CommandFactory;
         clap_complete::generate(shell, &mut Cli::command(), "awcp", &mut std::io::stdout());

@@ -41,6 +41,9 @@ use rmcp::ServiceExt;
     about = "MCP server (stdio) for delegating workspaces to AWCP executors"
 )]
 pub struct Cli {
+    /// JSON config file whose keys are flag names (command line, then environment, then file).
+    #[arg(long)]
+    config: Option<std::path::PathBuf>,
     /// Use a running delegator daemon (e.g. `awcp daemon`) instead of starting one in-process.
     #[arg(long, env = "AWCP_DAEMON_URL")]
     daemon_url: Option<String>,
@@ -272,7 +275,10 @@ async fn cancel_running(client: &DaemonClient<TokioRuntime>) {
 
 #[tokio::main]
 async fn main() {
-    let mut cli = Cli::parse();
+    let mut cli: Cli = awcp_aip_cli::parse_command(awcp_aip_cli::with_default_env(
+        <Cli as clap::CommandFactory>::command(),
+        "AWCP_MCP_",
+    ));
     init_logging(cli.log_file.as_ref());
     cli.daemon_token = awcp_aip_cli::token_or_file(
         cli.daemon_token.take(),
