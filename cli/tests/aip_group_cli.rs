@@ -7,6 +7,8 @@
 
 #[path = "../../aip-driver/tests/common/rabbit.rs"]
 mod rabbit;
+#[path = "../../aip-driver/tests/common/sdk.rs"]
+mod sdk;
 
 use std::io::{BufRead, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -304,4 +306,36 @@ fn aip_group_and_aip_partner_log_in_with_client_certificates_over_amqps() {
     let status = leader.0.wait().unwrap();
     assert!(status.success(), "aip group exited with {status}");
     la.wait_line(&format!("left {group} (Disbanded)"));
+}
+
+/// Issue 48.5 with the SDK's group leader (`GroupLeaderMqClient`,
+/// `cli/tests/sdk/sdk_group_continue.py`): a start, then a continue, to the real
+/// `aip-partner --group`. The continue used to be logged as ignored and the task stayed in
+/// `working`; now the agent runs again with every input and the task awaits completion with
+/// the new answer, then completes; it is accepted once.
+#[test]
+fn the_sdk_group_leader_continues_a_task_on_aip_partner() {
+    let test = "the_sdk_group_leader_continues_a_task_on_aip_partner";
+    let Some(python) = sdk::python_or_skip(test) else {
+        return;
+    };
+    let Some(b) = rabbit::Broker::start() else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let (l, a) = (aic(20), aic(21));
+    let group = format!("sdk-continue-{}", std::process::id());
+    let (_pa, _la, url_a) = partner(&a, work.path(), None);
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/sdk/sdk_group_continue.py");
+    let o = Command::new(python)
+        .arg(script)
+        .args([&b.port.to_string(), &l, &group, &a, &url_a])
+        .output()
+        .expect("run the SDK group leader");
+    assert!(
+        o.status.success() && String::from_utf8_lossy(&o.stdout).contains("DONE"),
+        "the SDK group leader failed\n{}",
+        sdk::show(&o)
+    );
 }
