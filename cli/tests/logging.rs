@@ -1,6 +1,7 @@
 //! Issue 15, item 8 (part): log lines on stderr carry no ANSI escape codes when stderr is not
 //! a terminal, and `--log-format json` writes one JSON object per log line with the
-//! delegation id as a field; a failed delegation is logged at WARN. Runs the real `awcp` against a port nothing listens on.
+//! delegation id as a field; a failed delegation is logged at WARN when logs are asked for
+//! (`RUST_LOG`), and by default said once, not logged again (issue 48.8). Runs the real `awcp` against a port nothing listens on.
 
 use std::process::Command;
 
@@ -32,7 +33,9 @@ fn delegate_to_nowhere(extra: &[&str]) -> String {
         ])
         .env("AWCP_HOME", dir.path().join("home"))
         .env_remove("AWCP_LOG_FORMAT")
-        .env_remove("RUST_LOG")
+        // The engine's log of the end is off by default for a command that prints its outcome
+        // (issue 48.8: each error said once); asked for here, to check how logs are written.
+        .env("RUST_LOG", "warn")
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(5), "{o:?}");
@@ -95,7 +98,9 @@ fn on_a_terminal_log_lines_never_break_the_progress_line() {
         .args(["-q", "-e", "-f", "-c", &cmd, "/dev/null"])
         .env("AWCP_HOME", dir.path().join("home"))
         .env_remove("AWCP_LOG_FORMAT")
-        .env_remove("RUST_LOG")
+        // The engine's log of the end is off by default for a command that prints its outcome
+        // (issue 48.8: each error said once); asked for here, to check how logs are written.
+        .env("RUST_LOG", "warn")
         .output()
         .expect("script (util-linux) runs");
     let screen = String::from_utf8_lossy(&o.stdout).into_owned();
@@ -119,4 +124,34 @@ fn on_a_terminal_log_lines_never_break_the_progress_line() {
         next_line.starts_with("[") && next_line.contains("state:"),
         "the progress line is not drawn again after the record: {rest:?}"
     );
+}
+
+/// Issue 48.8: by default `awcp delegate` says its error once (the record's `error:` line and
+/// the explanation), with no log line repeating it.
+#[test]
+fn by_default_a_failed_delegation_is_not_logged_again() {
+    let (dir, ws, port) = workspace_and_closed_port();
+    let o = Command::new(env!("CARGO_BIN_EXE_awcp"))
+        .arg("delegate")
+        .arg(&ws)
+        .args([
+            "--peer",
+            &format!("http://127.0.0.1:{port}/awcp"),
+            "--prompt",
+            "x",
+        ])
+        .env("AWCP_HOME", dir.path().join("home"))
+        .env_remove("AWCP_LOG_FORMAT")
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(5), "{o:?}");
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(!all.contains("delegation ended"), "{all}");
+    assert!(!all.contains(" WARN "), "{all}");
+    assert_eq!(all.matches("UNREACHABLE").count(), 1, "{all}");
 }

@@ -475,15 +475,8 @@ fn explain(v: &api::Record, retry: &RetryTarget) {
                 ),
             }
         }
-        "unreachable" => {
-            eprintln!(
-                "error: the executor at {} could not be reached ({}): {}",
-                v.executor_url,
-                code(err),
-                message(err)
-            );
-            hint(err);
-        }
+        // The record printed above already says the error and its hint: only where.
+        "unreachable" => eprintln!("the executor at {} could not be reached", v.executor_url),
         "failed"
             if v.error
                 .as_ref()
