@@ -180,7 +180,7 @@ fn every_flag_reads_a_variable_and_every_binary_has_config_and_completions() {
         for text in texts {
             let mut flag: Option<String> = None;
             let mut has_env = true;
-            let mut check = |flag: &Option<String>, has_env: bool| {
+            let check = |flag: &Option<String>, has_env: bool| {
                 if let Some(f) = flag {
                     let exempt = ["--config", "--completions", "--help", "--version"];
                     assert!(
