@@ -716,6 +716,17 @@ fn our_group_leader_drives_sdk_partners_joined_by_rpc_and_inbox() {
                 if *partner == c && status.muted)
         })
         .await;
+        // A start to all while C is muted: the SDK's muted partner still runs it, so both
+        // answer; the unmute and a get-status (every member announces itself again) re-send
+        // nothing either answered (issue 48.6: the re-sent start went to the whole group,
+        // and both SDK partners ran it twice; each start is counted once below).
+        l.send(start("t-two", Mentions::All, "while muted"))
+            .await
+            .unwrap();
+        assert_eq!(
+            wait_results(&l, &mut ev, "t-two", TaskState::AwaitingCompletion, 2).await,
+            both
+        );
         l.unmute(&c).await.unwrap();
         wait_for(&rt, &mut ev, "unmuted", |e| {
             matches!(e, GroupLeaderEvent::Group(LeaderEvent::MemberStatus { partner, status })
@@ -723,6 +734,7 @@ fn our_group_leader_drives_sdk_partners_joined_by_rpc_and_inbox() {
         })
         .await;
         assert!(!l.members().await.unwrap()[&c].muted);
+        l.get_status(Mentions::All).await.unwrap();
 
         l.remove(&a).await.unwrap();
         wait_for(&rt, &mut ev, "A left", |e| {
@@ -753,6 +765,20 @@ fn our_group_leader_drives_sdk_partners_joined_by_rpc_and_inbox() {
                 && seen.contains(&format!("HUNG {a} leaving"))),
         "A did not leave: {seen:#?}"
     );
+    // Issue 48.6: a start goes out once per partner, also through C's mute and unmute (the
+    // SDK's partners do not de-duplicate: a re-sent start ran the task twice).
+    for (who, task, how) in [
+        (&a, "t-all", "mentioned"),
+        (&c, "t-all", "mentioned"),
+        (&c, "t-one", "mentioned"),
+        (&a, "t-one", "not-mentioned"),
+        (&a, "t-two", "mentioned"),
+        (&c, "t-two", "mentioned"),
+    ] {
+        let line = format!("command {who} start {task} {how}");
+        let n = seen.iter().filter(|l| **l == line).count();
+        assert_eq!(n, 1, "{line:?} seen {n} times: {seen:#?}");
+    }
     for want in [
         format!("mgmt {c} disband"),
         format!("command {a} start t-one not-mentioned"),
