@@ -155,3 +155,34 @@ fn by_default_a_failed_delegation_is_not_logged_again() {
     assert!(!all.contains(" WARN "), "{all}");
     assert_eq!(all.matches("UNREACHABLE").count(), 1, "{all}");
 }
+
+/// Issue 48.9: `NO_COLOR` turns colour off on a terminal too. Under `script` (a
+/// pseudo-terminal) the WARN record is coloured unless `NO_COLOR` is set; with it, the only
+/// escape sequence left is the progress line's clear-line.
+#[test]
+fn no_color_turns_colour_off_on_a_terminal() {
+    let run = |no_color: bool| {
+        let (dir, ws, port) = workspace_and_closed_port();
+        let cmd = format!(
+            "{} delegate {} --peer http://127.0.0.1:{port}/awcp --prompt x",
+            env!("CARGO_BIN_EXE_awcp"),
+            ws.display()
+        );
+        let mut c = Command::new("script");
+        c.args(["-q", "-e", "-f", "-c", &cmd, "/dev/null"])
+            .env("AWCP_HOME", dir.path().join("home"))
+            .env_remove("AWCP_LOG_FORMAT")
+            .env("RUST_LOG", "warn");
+        if no_color {
+            c.env("NO_COLOR", "1");
+        } else {
+            c.env_remove("NO_COLOR");
+        }
+        let o = c.output().expect("script (util-linux) runs");
+        String::from_utf8_lossy(&o.stdout).replace("\r\x1b[2K", "")
+    };
+    assert!(run(false).contains("\x1b["), "coloured without NO_COLOR");
+    let plain = run(true);
+    assert!(plain.contains("delegation ended"), "{plain:?}");
+    assert!(!plain.contains('\x1b'), "{plain:?}");
+}
