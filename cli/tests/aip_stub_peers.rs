@@ -18,6 +18,12 @@ struct RpcOnlyPartner {
 
 impl RpcOnlyPartner {
     fn start() -> RpcOnlyPartner {
+        Self::start_with(false)
+    }
+
+    /// With `silent_stream`, `/stream` opens an event stream and then says nothing, ever
+    /// (a stalled partner); `/rpc` answers as before.
+    fn start_with(silent_stream: bool) -> RpcOnlyPartner {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}/aip", listener.local_addr().unwrap());
         let paths = Arc::new(Mutex::new(Vec::new()));
@@ -26,14 +32,14 @@ impl RpcOnlyPartner {
             for conn in listener.incoming() {
                 let Ok(conn) = conn else { break };
                 let seen = seen.clone();
-                std::thread::spawn(move || serve(conn, &seen));
+                std::thread::spawn(move || serve(conn, &seen, silent_stream));
             }
         });
         RpcOnlyPartner { url, paths }
     }
 }
 
-fn serve(conn: TcpStream, seen: &Mutex<Vec<String>>) {
+fn serve(conn: TcpStream, seen: &Mutex<Vec<String>>, silent_stream: bool) {
     conn.set_read_timeout(Some(Duration::from_secs(30)))
         .unwrap();
     let mut reader = BufReader::new(conn.try_clone().unwrap());
@@ -71,6 +77,16 @@ fn serve(conn: TcpStream, seen: &Mutex<Vec<String>>) {
         };
         let name = cmd["command"].as_str().unwrap_or("-");
         seen.lock().unwrap().push(format!("{path} {name}"));
+        if silent_stream && path.ends_with("/stream") {
+            let mut w = &conn;
+            let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\
+                        Transfer-Encoding: chunked\r\nCache-Control: no-cache\r\n\r\n";
+            let _ = w.write_all(head.as_bytes());
+            // Nothing more until the client gives up and closes.
+            let mut sink = [0u8; 1024];
+            while matches!(reader.read(&mut sink), Ok(n) if n > 0) {}
+            return;
+        }
         let (status, kind, reply) = if path.ends_with("/rpc") {
             let task = serde_json::json!({
                 "type": "task-result", "id": "r-1", "sentAt": "2026-11-29T00:00:00Z",
@@ -100,12 +116,32 @@ fn serve(conn: TcpStream, seen: &Mutex<Vec<String>>) {
 }
 
 fn aip(partner: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_aip"))
+    aip_with_timeout(partner, "10", args)
+}
+
+fn aip_with_timeout(partner: &str, timeout: &str, args: &[&str]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_aip"))
         .env("AIP_PARTNER", partner)
-        .args(["--timeout", "10"])
+        .args(["--timeout", timeout])
         .args(args)
-        .output()
-        .expect("aip runs")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("aip runs");
+    // A guard, not a measurement: a run that hangs fails the test instead of blocking it.
+    let pid = child.id();
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = done.clone();
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(50));
+        if !flag.load(std::sync::atomic::Ordering::SeqCst) {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+        }
+    });
+    let _ = &mut child;
+    let o = child.wait_with_output().expect("aip ends");
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    o
 }
 
 /// Issue 48.7: `aip stream` against a partner without `/stream` said "the task was
@@ -133,4 +169,26 @@ fn stream_against_a_partner_without_a_stream_endpoint_starts_over_rpc() {
         Some("/aip/rpc start"),
         "{paths:?}"
     );
+}
+
+/// Issue 48.7: a stalled stream was noticed only after 60 s, whatever `--timeout` said. With
+/// `--timeout 1` against a partner whose stream opens and then stays silent, `aip` resumes it
+/// after each silent second, gives the stream up after its retries, and follows the task by
+/// polling, well inside the 50 s guard (at 60 s per silence it would take minutes).
+#[test]
+fn a_silent_stream_is_resumed_after_the_timeout_then_given_up_for_polling() {
+    let p = RpcOnlyPartner::start_with(true);
+    let o = aip_with_timeout(&p.url, "1", &["stream", "--task", "t-2", "hello"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{}\n{out}\n{err}", o.status);
+    assert!(out.contains("(stream dropped; resuming)"), "{out}");
+    assert!(out.contains("[awaiting-completion]"), "{out}");
+    let paths = p.paths.lock().unwrap().clone();
+    let streams = paths
+        .iter()
+        .filter(|x| x.starts_with("/aip/stream"))
+        .count();
+    assert!(streams >= 2, "the stream was resumed: {paths:?}");
+    assert!(paths.iter().any(|x| x.starts_with("/aip/rpc")), "{paths:?}");
 }
