@@ -14,15 +14,15 @@
 //! The result is applied to `DIR` when the delegation completes (the demo agent writes
 //! `AWCP_NOTES.md` there). Exits 0 when the delegation completed, 1 otherwise.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use awcp::proto::DelegatorEvent;
 use awcp::tokio::TokioRuntime;
 use awcp::{
-    ArchiveDelegator, ArchiveDelegatorConfig, ArchiveExecutor, DelegateParams, DelegationState,
-    DelegatorHandle, DelegatorOptions, DemoRunner, ExecutorConfig, ExecutorHandle, ExecutorOptions,
+    ArchiveDelegator, ArchiveDelegatorConfig, ArchiveExecutor, DelegateParams, DelegatorHandle,
+    DelegatorOptions, DemoRunner, ExecutorConfig, ExecutorHandle, ExecutorOptions,
 };
 use futures::channel::oneshot;
 use futures::StreamExt;
@@ -31,7 +31,7 @@ const USAGE: &str = "usage: delegator_tokio [--executor URL] [DIR]";
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let (executor_url, dir) = match parse_args() {
+    let (executor_url, dir) = match awcp_examples::parse_args("a delegator on tokio") {
         Ok(a) => a,
         Err(e) => {
             eprintln!("{e}\n{USAGE}");
@@ -41,7 +41,7 @@ async fn main() -> ExitCode {
     // Everything this program creates (sample project, state, executor work directories) goes
     // here and is removed at exit.
     let scratch = tempfile::tempdir().expect("a temporary directory");
-    let dir = dir.unwrap_or_else(|| sample_project(scratch.path()));
+    let dir = dir.unwrap_or_else(|| awcp_examples::sample_project(scratch.path()));
 
     // The executor: the given URL, or one in this process.
     let local = match executor_url {
@@ -84,7 +84,7 @@ async fn main() -> ExitCode {
 
     // Every event of this delegation until its end (`Ended` comes once everything is released).
     while let Some(ev) = events.next().await {
-        show(&ev);
+        awcp_examples::show(&ev);
         if matches!(&ev, DelegatorEvent::Ended { id: ended, .. } if *ended == id) {
             break;
         }
@@ -92,30 +92,12 @@ async fn main() -> ExitCode {
 
     // The final view: state, the executor's summary, the snapshots and what became of them.
     let completed = match delegator.wait(&id).await {
-        Ok(view) => {
-            println!("state: {}", view.state);
-            if let Some(r) = &view.result {
-                println!("summary: {}", r.summary);
-                for h in &r.highlights {
-                    println!("highlight: {h}");
-                }
-            }
-            if let Some(e) = &view.error {
-                println!("error: {} {}", e.code, e.message);
-            }
-            for s in &view.snapshots {
-                println!("snapshot {}: {:?}", s.id, s.status);
-            }
-            view.state == DelegationState::Completed
-        }
+        Ok(view) => awcp_examples::print_outcome(&view, &dir),
         Err(e) => {
             eprintln!("error: {e}");
             false
         }
     };
-    if let Ok(notes) = std::fs::read_to_string(dir.join("AWCP_NOTES.md")) {
-        println!("\n--- AWCP_NOTES.md, applied to the workspace ---\n{notes}");
-    }
 
     delegator.stop().await;
     if let Some(l) = local {
@@ -126,60 +108,6 @@ async fn main() -> ExitCode {
     } else {
         ExitCode::FAILURE
     }
-}
-
-/// One line per event.
-fn show(ev: &DelegatorEvent) {
-    match ev {
-        DelegatorEvent::StateChanged { id, from, to } => println!("[{id}] {from} -> {to}"),
-        DelegatorEvent::Progress {
-            id,
-            message,
-            progress,
-        } => {
-            let pct = progress.map(|p| format!(" ({:.0}%)", p * 100.0));
-            let msg = message.as_deref().unwrap_or("");
-            println!("[{id}] progress: {msg}{}", pct.unwrap_or_default());
-        }
-        DelegatorEvent::Snapshot {
-            id,
-            snapshot_id,
-            status,
-        } => println!("[{id}] snapshot {snapshot_id}: {status:?}"),
-        DelegatorEvent::ConnectionLost { id, retry_in, .. } => {
-            println!("[{id}] connection lost, retrying in {retry_in:?}")
-        }
-        DelegatorEvent::Ended { id, state, .. } => println!("[{id}] ended: {state}"),
-        other => println!("{other:?}"),
-    }
-}
-
-/// `[--executor URL] [DIR]`.
-fn parse_args() -> Result<(Option<String>, Option<PathBuf>), String> {
-    let mut executor = None;
-    let mut dir = None;
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        match a.as_str() {
-            "--executor" => {
-                executor = Some(args.next().ok_or("--executor needs a URL")?);
-            }
-            "-h" | "--help" => return Err("a delegator on tokio".into()),
-            _ if a.starts_with('-') => return Err(format!("unknown option {a}")),
-            _ if dir.is_none() => dir = Some(PathBuf::from(a)),
-            _ => return Err(format!("unexpected argument {a}")),
-        }
-    }
-    Ok((executor, dir))
-}
-
-/// A small project to lend: `<base>/sample-project` with a README and a source file.
-fn sample_project(base: &Path) -> PathBuf {
-    let d = base.join("sample-project");
-    std::fs::create_dir_all(d.join("src")).expect("sample project");
-    std::fs::write(d.join("README.md"), "# Sample project\n").expect("sample file");
-    std::fs::write(d.join("src/main.py"), "print('hello')\n").expect("sample file");
-    d
 }
 
 /// An executor served by this process on a free loopback port.
