@@ -145,34 +145,33 @@ pub fn colour(tty: bool) -> bool {
     tty && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
-/// `cmd` with every environment variable of its arguments that starts with `from` renamed to
-/// start with `to` instead: the argument groups shared by all binaries (TLS, server limits)
+/// `cmd` and its subcommands with every environment variable that starts with `from` renamed
+/// to start with `to` instead: the argument groups shared by all binaries (TLS, server limits)
 /// name `AWCP_…` variables, and the AIP binaries read them as `AIP_…`, so that each binary
 /// has one naming scheme and an exported `AWCP_…` value never configures an AIP binary.
 pub fn with_env_prefix(cmd: clap::Command, from: &str, to: &str) -> clap::Command {
-    let renames: Vec<(clap::Id, &'static str)> = cmd
-        .get_arguments()
-        .filter_map(|a| {
-            let env = a.get_env()?.to_str()?;
-            let rest = env.strip_prefix(from)?;
-            // Leaked once per argument at start-up: clap keeps `&'static` names.
-            let renamed: &'static str = Box::leak(format!("{to}{rest}").into_boxed_str());
-            Some((a.get_id().clone(), renamed))
-        })
-        .collect();
-    renames
-        .into_iter()
-        .fold(cmd, |cmd, (id, env)| cmd.mut_arg(id, |a| a.env(env)))
+    rename_env_where(cmd, from, to, &|_| true)
 }
 
 /// `cmd` and its subcommands with the environment variables in `names` renamed from the
 /// prefix `from` to `to` (arguments with other variables keep theirs).
 pub fn rename_env(cmd: clap::Command, names: &[&str], from: &str, to: &str) -> clap::Command {
+    rename_env_where(cmd, from, to, &|env| names.contains(&env))
+}
+
+/// The renaming of [`with_env_prefix`] and [`rename_env`], for the variables `pick` accepts.
+fn rename_env_where(
+    cmd: clap::Command,
+    from: &str,
+    to: &str,
+    pick: &dyn Fn(&str) -> bool,
+) -> clap::Command {
     let renames: Vec<(clap::Id, &'static str)> = cmd
         .get_arguments()
         .filter_map(|a| {
             let env = a.get_env()?.to_str()?;
-            let rest = env.strip_prefix(from).filter(|_| names.contains(&env))?;
+            let rest = env.strip_prefix(from).filter(|_| pick(env))?;
+            // Leaked once per argument at start-up: clap keeps `&'static` names.
             let renamed: &'static str = Box::leak(format!("{to}{rest}").into_boxed_str());
             Some((a.get_id().clone(), renamed))
         })
@@ -185,7 +184,7 @@ pub fn rename_env(cmd: clap::Command, names: &[&str], from: &str, to: &str) -> c
         .map(|c| c.get_name().to_owned())
         .collect();
     subs.into_iter().fold(cmd, |cmd, name| {
-        cmd.mut_subcommand(name, |c| rename_env(c, names, from, to))
+        cmd.mut_subcommand(name, |c| rename_env_where(c, from, to, pick))
     })
 }
 
