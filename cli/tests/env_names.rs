@@ -4,18 +4,13 @@
 //! one that means the same in each (an exported `AWCP_STATE_DIR` used to move the executor
 //! into the daemon's state directory).
 
+mod support;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::Command;
 
-const BINS: [(&str, &str); 6] = [
-    ("awcp", env!("CARGO_BIN_EXE_awcp")),
-    ("awcp-executor", env!("CARGO_BIN_EXE_awcp-executor")),
-    ("awcp-mcp", env!("CARGO_BIN_EXE_awcp-mcp")),
-    ("awcp-quickstart", env!("CARGO_BIN_EXE_awcp-quickstart")),
-    ("aip", env!("CARGO_BIN_EXE_aip")),
-    ("aip-partner", env!("CARGO_BIN_EXE_aip-partner")),
-];
+use support::BINS;
 
 /// Names that several binaries read, each meaning the same thing in all of them.
 const SHARED: &[&str] = &[

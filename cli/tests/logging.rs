@@ -19,10 +19,12 @@ fn workspace_and_closed_port() -> (tempfile::TempDir, std::path::PathBuf, u16) {
     (dir, ws, port)
 }
 
-fn delegate_to_nowhere(extra: &[&str]) -> String {
+/// `awcp [extra] delegate` to a closed port, with `RUST_LOG` as given (`None`: unset, the
+/// default filter); stdout and stderr, after checking the exit code (5, unreachable).
+fn run_to_nowhere(extra: &[&str], rust_log: Option<&str>) -> (String, String) {
     let (dir, ws, port) = workspace_and_closed_port();
-    let o = Command::new(env!("CARGO_BIN_EXE_awcp"))
-        .args(extra)
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_awcp"));
+    cmd.args(extra)
         .arg("delegate")
         .arg(&ws)
         .args([
@@ -32,14 +34,24 @@ fn delegate_to_nowhere(extra: &[&str]) -> String {
             "x",
         ])
         .env("AWCP_HOME", dir.path().join("home"))
-        .env_remove("AWCP_LOG_FORMAT")
-        // The engine's log of the end is off by default for a command that prints its outcome
-        // (issue 48.8: each error said once); asked for here, to check how logs are written.
-        .env("RUST_LOG", "warn")
-        .output()
-        .unwrap();
+        .env_remove("AWCP_LOG_FORMAT");
+    match rust_log {
+        Some(filter) => cmd.env("RUST_LOG", filter),
+        None => cmd.env_remove("RUST_LOG"),
+    };
+    let o = cmd.output().unwrap();
     assert_eq!(o.status.code(), Some(5), "{o:?}");
-    String::from_utf8(o.stderr).unwrap()
+    (
+        String::from_utf8(o.stdout).unwrap(),
+        String::from_utf8(o.stderr).unwrap(),
+    )
+}
+
+/// [`run_to_nowhere`]'s stderr with the WARN logs asked for: the engine's log of the end is
+/// off by default for a command that prints its outcome (issue 48.8: each error said once),
+/// and asked for here, to check how logs are written.
+fn delegate_to_nowhere(extra: &[&str]) -> String {
+    run_to_nowhere(extra, Some("warn")).1
 }
 
 #[test]
@@ -130,27 +142,8 @@ fn on_a_terminal_log_lines_never_break_the_progress_line() {
 /// the explanation), with no log line repeating it.
 #[test]
 fn by_default_a_failed_delegation_is_not_logged_again() {
-    let (dir, ws, port) = workspace_and_closed_port();
-    let o = Command::new(env!("CARGO_BIN_EXE_awcp"))
-        .arg("delegate")
-        .arg(&ws)
-        .args([
-            "--peer",
-            &format!("http://127.0.0.1:{port}/awcp"),
-            "--prompt",
-            "x",
-        ])
-        .env("AWCP_HOME", dir.path().join("home"))
-        .env_remove("AWCP_LOG_FORMAT")
-        .env_remove("RUST_LOG")
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(5), "{o:?}");
-    let all = format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let (out, err) = run_to_nowhere(&[], None);
+    let all = format!("{out}{err}");
     assert!(!all.contains("delegation ended"), "{all}");
     assert!(!all.contains(" WARN "), "{all}");
     assert_eq!(all.matches("UNREACHABLE").count(), 1, "{all}");

@@ -1,19 +1,13 @@
 //! Every binary of this package answers `--version` with its name and the package version
 //! (issue 15, item 8), exit 0, on stdout.
 
+mod support;
+
 use std::process::Command;
 
 #[test]
 fn every_binary_answers_version() {
-    let bins = [
-        ("awcp", env!("CARGO_BIN_EXE_awcp")),
-        ("awcp-executor", env!("CARGO_BIN_EXE_awcp-executor")),
-        ("awcp-mcp", env!("CARGO_BIN_EXE_awcp-mcp")),
-        ("awcp-quickstart", env!("CARGO_BIN_EXE_awcp-quickstart")),
-        ("aip", env!("CARGO_BIN_EXE_aip")),
-        ("aip-partner", env!("CARGO_BIN_EXE_aip-partner")),
-    ];
-    for (name, path) in bins {
+    for (name, path) in support::BINS {
         let o = Command::new(path).arg("--version").output().unwrap();
         let out = String::from_utf8_lossy(&o.stdout);
         assert!(o.status.success(), "{name} --version failed: {o:?}");

@@ -7,6 +7,16 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
+/// Every binary of the package, by name, with its path.
+pub const BINS: [(&str, &str); 6] = [
+    ("awcp", env!("CARGO_BIN_EXE_awcp")),
+    ("awcp-executor", env!("CARGO_BIN_EXE_awcp-executor")),
+    ("awcp-mcp", env!("CARGO_BIN_EXE_awcp-mcp")),
+    ("awcp-quickstart", env!("CARGO_BIN_EXE_awcp-quickstart")),
+    ("aip", env!("CARGO_BIN_EXE_aip")),
+    ("aip-partner", env!("CARGO_BIN_EXE_aip-partner")),
+];
+
 /// A child process, killed and reaped when dropped.
 pub struct Kill(pub Child);
 
