@@ -101,7 +101,7 @@ fn serve(conn: TcpStream, seen: &Mutex<Vec<String>>, silent_stream: bool) {
             (
                 "404 Not Found",
                 "text/html",
-                "<html><body>Not Found</body></html>".to_owned(),
+                "<!DOCTYPE html>\n<html><body>Not Found</body></html>\n".to_owned(),
             )
         };
         let mut w = &conn;
@@ -156,6 +156,7 @@ fn stream_against_a_partner_without_a_stream_endpoint_starts_over_rpc() {
     assert!(o.status.success(), "{}\n{out}\n{err}", o.status);
     assert!(!out.contains("abandoned"), "{out}");
     assert!(out.contains("no stream from the partner"), "{out}");
+    assert!(!out.contains("<body>"), "the web page is not echoed: {out}");
     assert!(out.contains("[awaiting-completion]"), "{out}");
     assert!(out.contains("42"), "{out}");
     let paths = p.paths.lock().unwrap().clone();

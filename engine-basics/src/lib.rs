@@ -4,6 +4,7 @@
 //!
 //! - [`drive`]: the canonical drive loop ([`drive::turn`]) every driver and simulation runs
 //!   its engine through: feed one wake-up, drain every output, ask for the next deadline.
+//! - [`body`]: a peer's non-protocol answer (a web page) described in one line for errors.
 //! - [`origin`]: URL origins (scheme, host, port), by which an engine decides where a
 //!   credential may be sent.
 //! - [`guard`]: the rules by which a server that runs agents on this machine tells a request
@@ -22,6 +23,7 @@
 //! - [`ids`]: the seeded generator ([`ids::SplitMix64`]) and the id source
 //!   ([`ids::IdSource`]: `kind-<prefix><counter>` ids and secrets) both engines mint from.
 
+pub mod body;
 pub mod drive;
 pub mod guard;
 pub mod ids;

@@ -67,11 +67,7 @@ impl Leader {
         };
         self.core.timers.cancel(&LeaderTimer::CallTimeout(c));
         if retryable(status) {
-            let error = CallError::Http {
-                status,
-                body: String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned(),
-            };
-            return self.retry_or_fail(n, error);
+            return self.retry_or_fail(n, CallError::http(status, body));
         }
         let Some(call) = self.calls.remove(&n) else {
             return;
@@ -86,10 +82,8 @@ impl Leader {
         let task_id = call.task_id.clone();
         let resp = match decode_rpc_response(body) {
             Ok(r) => r,
-            Err(e) if !(200..300).contains(&status) => {
-                let body = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
-                let _ = e;
-                return self.call_failed(call, CallError::Http { status, body });
+            Err(_) if !(200..300).contains(&status) => {
+                return self.call_failed(call, CallError::http(status, body));
             }
             Err(e) => return self.call_failed(call, CallError::Decode(e)),
         };
@@ -125,10 +119,7 @@ impl Leader {
                 Err(e) => self.call_failed(call, CallError::Rpc(e)),
             },
             Err(e) if (200..300).contains(&status) => self.call_failed(call, CallError::Decode(e)),
-            Err(_) => {
-                let body = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
-                self.call_failed(call, CallError::Http { status, body })
-            }
+            Err(_) => self.call_failed(call, CallError::http(status, body)),
         }
     }
 

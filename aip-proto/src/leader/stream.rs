@@ -305,10 +305,9 @@ impl Leader {
                 t.stream_lost = true;
                 t.start_body = None;
             }
-            let body = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
             self.event(LeaderEvent::StreamLost {
                 task_id: task_id.clone(),
-                error: CallError::Http { status, body },
+                error: CallError::http(status, body),
             });
             self.send_start(&task_id, Method::Rpc, None);
             self.arm_poll(&task_id);
@@ -349,8 +348,7 @@ impl Leader {
                 let error = if (200..300).contains(&status) {
                     CallError::Decode(e)
                 } else {
-                    let body = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
-                    CallError::Http { status, body }
+                    CallError::http(status, body)
                 };
                 self.stream_lost(&task_id, error);
             }

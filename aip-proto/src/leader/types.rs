@@ -109,7 +109,7 @@ pub enum CallError {
     Http {
         /// Status.
         status: u16,
-        /// The start of the body.
+        /// The start of the body if it is JSON, else a one-line description of it.
         body: String,
     },
     /// No answer after every attempt (the last reason).
@@ -122,6 +122,19 @@ pub enum CallError {
     Mismatch(String),
     /// The leader stopped following the task before the command was answered.
     Abandoned(AbandonReason),
+}
+
+impl CallError {
+    /// An HTTP error status with its body: a JSON body keeps its start (at most 200 bytes),
+    /// anything else (a web page, a proxy's error) is described in one line and not echoed.
+    pub(crate) fn http(status: u16, body: &[u8]) -> CallError {
+        let body = if serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok() {
+            String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned()
+        } else {
+            engine_basics::body::describe_foreign_body(body)
+        };
+        CallError::Http { status, body }
+    }
 }
 
 impl fmt::Display for CallError {

@@ -306,28 +306,9 @@ pub fn status_to_value(s: &ExecutorStatus) -> Value {
     })
 }
 
-/// A short, one-line description of a body that is not JSON, for an error message: its size
-/// and the start of its first non-blank line (at most 60 characters, control characters
-/// dropped), never the whole of a web page.
-pub fn describe_foreign_body(body: &[u8]) -> String {
-    if body.is_empty() {
-        return "an empty body".to_owned();
-    }
-    let text = String::from_utf8_lossy(&body[..body.len().min(512)]);
-    let first = text
-        .lines()
-        .map(str::trim)
-        .find(|l| !l.is_empty())
-        .unwrap_or("");
-    let mut start: String = first.chars().filter(|c| !c.is_control()).take(60).collect();
-    if first.chars().count() > 60 {
-        start.push('…');
-    }
-    format!(
-        "a body that is not JSON ({} bytes, starting `{start}`)",
-        body.len()
-    )
-}
+/// A short description of a body that is not JSON ([`engine_basics::body`], shared with
+/// AIP): its size and the start of its first line, never the whole of a web page.
+pub use engine_basics::body::describe_foreign_body;
 
 /// Decodes the body an executor answered a POST with, for the delegator engine: ACCEPT, ERROR,
 /// `{"ok":true}`, or the reference's `{"error": "..."}` (HTTP 500).

@@ -226,7 +226,7 @@ fn a_stream_start_without_a_stream_endpoint_starts_over_rpc() {
                 call: s[0].0,
                 status,
                 content_type: Some("text/html".into()),
-                body: b"<html>Not Found</html>".to_vec(),
+                body: b"<!DOCTYPE html>\n<html><body>Not Found</body></html>\n".to_vec(),
             },
         );
         let out = drain(&mut l);
@@ -235,6 +235,16 @@ fn a_stream_start_without_a_stream_endpoint_starts_over_rpc() {
                 .iter()
                 .any(|e| matches!(e, LeaderEvent::StreamLost { task_id, .. } if task_id == "t")),
             "{out:?}"
+        );
+        // The page is described in one line, not echoed (as AWCP's PROTOCOL_ERROR does).
+        let lost = events(&out).into_iter().find_map(|e| match e {
+            LeaderEvent::StreamLost { error, .. } => Some(error.to_string()),
+            _ => None,
+        });
+        let lost = lost.unwrap_or_default();
+        assert!(
+            lost.contains("not JSON") && !lost.contains("</html>"),
+            "{lost}"
         );
         assert!(!events(&out)
             .iter()
