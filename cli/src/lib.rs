@@ -728,19 +728,17 @@ const CHANGED_LISTED: usize = 40;
 /// `changed (3 files):` and one `  path` or `  path (deleted)` line each (at most 40, then
 /// `  … and N more`), for what an apply wrote; empty when it changed nothing.
 pub fn changed_lines(entries: &[String]) -> String {
-    let (listed, more) = match entries.last().and_then(|e| e.strip_prefix("… and ")) {
-        Some(tail) => (
-            &entries[..entries.len() - 1],
-            tail.trim_end_matches(" more").parse::<usize>().unwrap_or(0),
-        ),
-        None => (entries, 0),
-    };
+    changed_lines_titled(entries, "changed")
+}
+
+/// [`changed_lines`] with its own first word (`Changed` in a sentence-cased report).
+pub fn changed_lines_titled(entries: &[String], title: &str) -> String {
+    let (listed, total) = awcp_transports::snapshot::changed_total(entries);
     if listed.is_empty() {
         return String::new();
     }
-    let total = listed.len() + more;
     let plural = if total == 1 { "" } else { "s" };
-    let mut s = format!("changed ({total} file{plural}):\n");
+    let mut s = format!("{title} ({total} file{plural}):\n");
     for e in listed.iter().take(CHANGED_LISTED) {
         s.push_str(&format!("  {e}\n"));
     }

@@ -96,6 +96,27 @@ pub struct ApplyRequest<'a> {
 /// How many changed files an [`ApplyReport::changed`] list names (a record keeps it).
 pub const CHANGED_SHOWN: usize = 500;
 
+/// How the last entry of an [`ApplyReport::changed`] list that was cut starts.
+const MORE_PREFIX: &str = "… and ";
+
+/// An [`ApplyReport::changed`] list read back: the files it names, and how many files the
+/// apply changed in all (more than it names when the list was cut).
+pub fn changed_total(entries: &[String]) -> (&[String], usize) {
+    let more = entries.last().and_then(|e| {
+        e.strip_prefix(MORE_PREFIX)?
+            .strip_suffix(" more")?
+            .parse::<usize>()
+            .ok()
+    });
+    match more {
+        Some(more) => {
+            let named = &entries[..entries.len() - 1];
+            (named, named.len() + more)
+        }
+        None => (entries, entries.len()),
+    }
+}
+
 /// What an apply did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ApplyReport {
@@ -121,24 +142,23 @@ pub struct ApplyReport {
 }
 
 impl ApplyReport {
-    /// Everything in the result that was not written to the workspace, each as
-    /// `path (reason)`: refused entries, then dropped ones. What a user is told after an
-    /// apply, so a hostile or careless result cannot lose or plant files silently.
     /// What the apply changed, for the user: `resource/path` of each file written and
     /// `resource/path (deleted)` of each deleted, at most [`CHANGED_SHOWN`] entries (then one
-    /// `… and N more`).
+    /// `… and N more`, which [`changed_total`] reads back).
     pub fn changed(&self) -> Vec<String> {
         let written = self.written.iter().cloned();
         let deleted = self.deleted.iter().map(|p| format!("{p} (deleted)"));
         let mut all: Vec<String> = written.chain(deleted).take(CHANGED_SHOWN).collect();
         let total = self.written.len() + self.deleted.len();
         if total > CHANGED_SHOWN {
-            all.push(format!("… and {} more", total - CHANGED_SHOWN));
+            all.push(format!("{MORE_PREFIX}{} more", total - CHANGED_SHOWN));
         }
         all
     }
 
-    /// What of the result the apply did not write, each as `path (reason)`.
+    /// Everything in the result that was not written to the workspace, each as
+    /// `path (reason)`: refused entries, then dropped ones. What a user is told after an
+    /// apply, so a hostile or careless result cannot lose or plant files silently.
     pub fn left_out(&self) -> Vec<String> {
         let refused = self.refused.iter().map(|p| format!("{p} (refused)"));
         let dropped = self.dropped.iter().map(|p| format!("{p} (dropped)"));

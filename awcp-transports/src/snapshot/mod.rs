@@ -9,8 +9,8 @@ mod limits;
 pub mod preview;
 
 pub use apply::{
-    apply_dir, apply_snapshot, close_apply, recover_interrupted, ApplyOptions, ApplyReport,
-    ApplyRequest, ConflictPolicy, CrashPoint,
+    apply_dir, apply_snapshot, changed_total, close_apply, recover_interrupted, ApplyOptions,
+    ApplyReport, ApplyRequest, ConflictPolicy, CrashPoint,
 };
 pub use capture::{
     baseline_path, capture, executor_walk_options, full_walk_options, load_baseline, save_baseline,

@@ -671,9 +671,7 @@ pub fn report(v: &Value) -> String {
                     .flat_map(|x| x["changed"].as_array().cloned().unwrap_or_default())
                     .filter_map(|c| c.as_str().map(str::to_owned))
                     .collect();
-                s.push_str(
-                    &awcp_aip_cli::changed_lines(&changed).replace("changed (", "Changed ("),
-                );
+                s.push_str(&awcp_aip_cli::changed_lines_titled(&changed, "Changed"));
             }
         }
         "error" | "expired" => {
