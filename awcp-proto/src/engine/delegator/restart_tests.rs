@@ -337,3 +337,35 @@ fn restored_after_its_lease_a_delegation_asks_the_executor_before_expiring() {
 fn count(out: &[DelegatorOutput], f: impl Fn(&DelegatorOutput) -> bool) -> usize {
     out.iter().filter(|o| f(o)).count()
 }
+
+/// Issue 48.8: what an apply changed (and left out) is journalled with the snapshot, so a
+/// restarted delegator (the daemon after a crash) still says it.
+#[test]
+fn what_an_apply_changed_survives_a_restart() {
+    let mut d = done_with_snapshot();
+    d.handle(t(3), stored("snap_a", Ok(()))).unwrap();
+    drain(&mut d);
+    let changed = vec!["ws/a.txt".to_owned(), "ws/old.txt (deleted)".to_owned()];
+    let left_out = vec!["ws/.git/hooks/x (refused)".to_owned()];
+    d.handle(
+        t(4),
+        DelegatorInput::SnapshotApplied {
+            id: id(),
+            snapshot_id: sid("snap_a"),
+            result: Ok(()),
+            left_out: left_out.clone(),
+            changed: changed.clone(),
+        },
+    )
+    .unwrap();
+    drain(&mut d);
+    // Through the journal's JSON, as a restarted process reads it.
+    let line = d.record(&id()).unwrap().to_json();
+    let rec = DelegationRecord::from_json(&line).unwrap();
+    let mut d2 = Delegator::new(DelegatorConfig::default());
+    assert_eq!(d2.restore(t(10), &[rec], &Default::default()), 1);
+    let s = status_of(&d2, "snap_a");
+    assert_eq!(s.status, SnapshotStatus::Applied);
+    assert_eq!(s.changed, changed);
+    assert_eq!(s.left_out, left_out);
+}
