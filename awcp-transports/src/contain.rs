@@ -281,10 +281,13 @@ impl Jail {
         }
         self.ended = true;
         if let Some(dir) = self.cgroup.clone() {
+            // Counted before anything is killed: a killed process leaves `cgroup.procs` as
+            // soon as it is reaped, so a count after the group kill could miss them all.
+            let held = cgroup_members(&dir).len();
             if let Some((pgid, _)) = self.leader {
                 kill_group(pgid);
             }
-            return kill_cgroup(&dir);
+            return kill_cgroup(&dir).max(held);
         }
         self.last_watch = None;
         self.watch();
@@ -331,16 +334,11 @@ impl Drop for Jail {
 /// Kills every process of cgroup `dir` (`cgroup.kill`, or one by one where the kernel has
 /// none), waits until it is empty (up to 10 s), and removes it. Returns how many it held.
 pub fn kill_cgroup(dir: &Path) -> usize {
-    let members = |dir: &Path| -> Vec<u32> {
-        std::fs::read_to_string(dir.join("cgroup.procs"))
-            .map(|s| s.lines().filter_map(|l| l.trim().parse().ok()).collect())
-            .unwrap_or_default()
-    };
-    let held = members(dir).len();
+    let held = cgroup_members(dir).len();
     let has_kill = std::fs::write(dir.join("cgroup.kill"), "1").is_ok();
     let until = Instant::now() + Duration::from_secs(10);
     loop {
-        let left = members(dir);
+        let left = cgroup_members(dir);
         if left.is_empty() || Instant::now() >= until {
             break;
         }
@@ -357,6 +355,13 @@ pub fn kill_cgroup(dir: &Path) -> usize {
         }
     }
     held
+}
+
+/// The processes in the cgroup at `dir` now (none if it cannot be read).
+fn cgroup_members(dir: &Path) -> Vec<u32> {
+    std::fs::read_to_string(dir.join("cgroup.procs"))
+        .map(|s| s.lines().filter_map(|l| l.trim().parse().ok()).collect())
+        .unwrap_or_default()
 }
 
 fn kill_group(pgid: u32) {
