@@ -182,6 +182,45 @@ fn exited(child: &Child) -> Result<bool, String> {
     .map_err(|e| format!("waiting for the command: {e}"))
 }
 
+/// What a running command's threads tell its loop.
+enum Happened {
+    /// A line of its standard output.
+    Line(String),
+    /// Its standard output ended.
+    OutputEnded,
+    /// The command exited (not yet reaped: [`end_task`] reaps it).
+    Exited,
+}
+
+/// Sends [`Happened::Exited`] on `tx` once `child` exits, from a thread blocked in `waitid`
+/// on a pidfd of it (which names exactly this process even once it is reaped, so the thread
+/// never waits on a reused pid; it ends at the latest when the task is ended). Nothing is
+/// sent where pidfds are not available (Linux before 5.4): the loop's tick sees the exit.
+fn watch_exit(child: &Child, tx: std::sync::mpsc::Sender<Happened>) {
+    let Some(pid) = Pid::from_raw(child.id() as i32) else {
+        return;
+    };
+    // Opened before the child can be reaped (only this thread's caller reaps it).
+    let Ok(fd) = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()) else {
+        return;
+    };
+    std::thread::spawn(move || {
+        use std::os::fd::AsFd;
+        let waited = loop {
+            match waitid(
+                WaitId::PidFd(fd.as_fd()),
+                WaitIdOptions::EXITED | WaitIdOptions::NOWAIT,
+            ) {
+                Err(rustix::io::Errno::INTR) => continue,
+                other => break other,
+            }
+        };
+        if waited.is_ok() {
+            let _ = tx.send(Happened::Exited);
+        }
+    });
+}
+
 /// Ends every process of the task (its jail: group, cgroup, descendants) and reaps the
 /// command itself.
 fn end_task(jail: &mut Jail, child: &mut Child) -> std::io::Result<ExitStatus> {
@@ -248,22 +287,27 @@ impl TaskRunner for CommandRunner {
             });
         }
         let last_line = Arc::new(Mutex::new(String::new()));
-        // Lines, then `None` at the end of the output.
-        let (line_tx, line_rx) = std::sync::mpsc::channel::<Option<String>>();
+        // What the task's threads report: its lines, the end of its output, its exit. The
+        // loop below wakes on each at once (a poll tick here once cost a tiny task ~20 ms
+        // whenever the output ended before the exit was seen).
+        let (tx, rx) = std::sync::mpsc::channel::<Happened>();
+        watch_exit(&child, tx.clone());
         if let Some(out) = child.stdout.take() {
             let last = last_line.clone();
+            let tx = tx.clone();
             std::thread::spawn(move || {
                 for line in BufReader::new(out).lines().map_while(Result::ok) {
                     if !line.trim().is_empty() {
                         *last.lock().unwrap_or_else(|p| p.into_inner()) = line.clone();
                     }
-                    let _ = line_tx.send(Some(line));
+                    let _ = tx.send(Happened::Line(line));
                 }
-                let _ = line_tx.send(None);
+                let _ = tx.send(Happened::OutputEnded);
             });
         } else {
-            let _ = line_tx.send(None);
+            let _ = tx.send(Happened::OutputEnded);
         }
+        drop(tx);
         let (err_tx, err_rx) = std::sync::mpsc::channel::<String>();
         if let Some(mut e) = child.stderr.take() {
             std::thread::spawn(move || {
@@ -290,15 +334,13 @@ impl TaskRunner for CommandRunner {
                 }
             }
             jail.watch();
-            // Wait for output or a short tick, whichever comes first.
-            match line_rx.recv_timeout(Duration::from_millis(50)) {
-                Ok(Some(line)) => progress(line),
-                Ok(None) => output_done = true,
+            // Wait for a line, the end of the output or the exit; the tick only bounds how
+            // late a cancel, the lease's end or an escape is noticed.
+            match rx.recv_timeout(Duration::from_millis(50)) {
+                Ok(Happened::Line(line)) => progress(line),
+                Ok(Happened::OutputEnded) => output_done = true,
+                Ok(Happened::Exited) => {}
                 Err(_) => {}
-            }
-            if output_done {
-                // Nothing more to read: just wait for the exit (or a stop).
-                std::thread::sleep(Duration::from_millis(20));
             }
         };
         // The command exited or is stopped: nothing it started outlives the task.
@@ -310,9 +352,10 @@ impl TaskRunner for CommandRunner {
         if !output_done {
             let until = std::time::Instant::now() + OUTPUT_GRACE;
             while let Some(left) = until.checked_duration_since(std::time::Instant::now()) {
-                match line_rx.recv_timeout(left) {
-                    Ok(Some(line)) => progress(line),
-                    Ok(None) | Err(_) => break,
+                match rx.recv_timeout(left) {
+                    Ok(Happened::Line(line)) => progress(line),
+                    Ok(Happened::Exited) => {}
+                    Ok(Happened::OutputEnded) | Err(_) => break,
                 }
             }
         }
