@@ -299,7 +299,13 @@ impl DelegatorHandle {
         let _ = std::fs::remove_dir_all(opts.state_dir.join("archives"));
         // Nor are results being received: an event stream cut by the stop is replayed.
         let _ = std::fs::remove_dir_all(opts.state_dir.join(receive::INCOMING));
-        let journal = crate::executor::journal::Journal::at(opts.state_dir.join("delegations"));
+        let journal = crate::executor::journal::Journal::at(opts.state_dir.join("delegations"))
+            .with_history(opts.state_dir.join(HISTORY));
+        // A delegator that never reads its history does not forget what is in it: ended
+        // retentions are swept by age instead (at most daily).
+        for id in journal.sweep_history(opts.engine.retention) {
+            let _ = std::fs::remove_file(storage::baseline_file(&opts.state_dir, &id));
+        }
         // URL delivery needs somewhere executors can fetch from.
         let mut config = opts.engine.clone();
         config.serve_archives = opts.archive_base_url.is_some();
@@ -308,15 +314,7 @@ impl DelegatorHandle {
         let mut specs = BTreeMap::new();
         for r in &records {
             if let Some((id, sources)) = DelegationRecord::sources_of(r) {
-                let list: Vec<ResourceSpec> = sources
-                    .into_iter()
-                    .map(|x| ResourceSpec {
-                        name: x.name,
-                        source_path: PathBuf::from(x.path),
-                        mode: x.mode,
-                    })
-                    .collect();
-                specs.insert(id, list);
+                specs.insert(id, resource_specs(sources));
             }
         }
         let recovered = recover_interrupted_applies(&specs);
@@ -335,6 +333,7 @@ impl DelegatorHandle {
             })
             .collect();
         let n = engine.restore(rt.now(), &records, &recovered);
+        let touched = records.iter().map(|r| r.id.clone()).collect();
         if n > 0 {
             tracing::info!(restored = n, "delegations restored from the journal");
         }
@@ -361,6 +360,8 @@ impl DelegatorHandle {
             lock: Some(lock),
             farewells: Vec::new(),
             written: Default::default(),
+            touched,
+            history_loaded: false,
         };
         rt.spawn(Box::pin(lp.run(rx)));
         let rt2 = rt.clone();
@@ -566,4 +567,29 @@ struct Loop<R: Runtime> {
     farewells: Vec<oneshot::Receiver<()>>,
     /// The record last written of each delegation, and which are not synced yet.
     written: crate::executor::journal::Written,
+    /// Delegations whose record was written (or restored) since the end of the last turn:
+    /// those the engine then says are settled move to the history (see [`HISTORY`]).
+    touched: std::collections::BTreeSet<DelegationId>,
+    /// Whether the history was restored into the engine (on the first request that may need
+    /// a delegation from it).
+    history_loaded: bool,
 }
+
+/// The resources a record's `sources` name (the driver's part of the record).
+fn resource_specs(sources: Vec<awcp_proto::engine::delegator::SourceEntry>) -> Vec<ResourceSpec> {
+    sources
+        .into_iter()
+        .map(|x| ResourceSpec {
+            name: x.name,
+            source_path: PathBuf::from(x.path),
+            mode: x.mode,
+        })
+        .collect()
+}
+
+/// Where a delegator keeps the records of settled delegations
+/// ([`Delegator::is_settled`]), under its state directory: out of what start-up reads, so a
+/// start costs what is live rather than every delegation of the retention period. They are
+/// restored on the first request that may ask about one of them (a list, or a delegation the
+/// engine does not know), and removed when their retention ends.
+pub const HISTORY: &str = "ended";

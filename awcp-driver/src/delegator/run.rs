@@ -35,6 +35,7 @@ impl<R: Runtime> Loop<R> {
         loop {
             let now = self.rt.now();
             let deadline = drive::turn(&mut self, now, wake);
+            self.retire_settled();
             for f in self.unclaimed_results.drain(..) {
                 let _ = std::fs::remove_file(f);
             }
@@ -87,8 +88,59 @@ impl<R: Runtime> Loop<R> {
         self.rt.now()
     }
 
+    /// Moves the records of delegations that settled in the last turn to the history
+    /// ([`super::HISTORY`]); their baselines (kept for applies) go too.
+    fn retire_settled(&mut self) {
+        for id in std::mem::take(&mut self.touched) {
+            if self.engine.is_settled(&id) {
+                self.written.retire(&self.journal, &id);
+                let _ = std::fs::remove_file(self.baseline_file(&id));
+            }
+        }
+    }
+
+    /// Restores the history into the engine, once, before a request that may be about a
+    /// delegation in it (`id` unknown to the engine, or every one for a list).
+    fn load_history(&mut self, id: Option<&DelegationId>) {
+        if self.history_loaded || id.is_some_and(|id| self.engine.get(id).is_some()) {
+            return;
+        }
+        self.history_loaded = true;
+        let mut records = Vec::new();
+        for v in self.journal.load_history() {
+            let Ok(r) = DelegationRecord::from_json(&v) else {
+                tracing::warn!("history record skipped: not a record this delegator reads");
+                continue;
+            };
+            if self.engine.get(&r.id).is_some() {
+                continue;
+            }
+            if let Some((id, sources)) = DelegationRecord::sources_of(&v) {
+                self.specs
+                    .entry(id)
+                    .or_insert_with(|| super::resource_specs(sources));
+            }
+            records.push(r);
+        }
+        let n = self.engine.restore_history(self.now(), &records);
+        tracing::debug!(restored = n, "history restored");
+    }
+
     pub(super) fn on_cmd(&mut self, cmd: Cmd) {
         let now = self.now();
+        match &cmd {
+            Cmd::List(_) => self.load_history(None),
+            Cmd::Cancel(id, _)
+            | Cmd::Apply(id, _, _)
+            | Cmd::Preview(id, _, _, _)
+            | Cmd::Discard(id, _, _)
+            | Cmd::Get(id, _)
+            | Cmd::Wait(id, _) => {
+                let id = id.clone();
+                self.load_history(Some(&id));
+            }
+            _ => {}
+        }
         match cmd {
             Cmd::Delegate(p, reply) => {
                 let id = match p.id.clone().map_or_else(random_id, Ok) {
@@ -296,6 +348,7 @@ impl<R: Runtime> Loop<R> {
     /// Writes the current record of `id` unless it is the one last written, and makes it
     /// durable if `durable`.
     pub(super) fn persist(&mut self, id: &DelegationId, durable: bool) {
+        self.touched.insert(id.clone());
         match self.engine.record(id) {
             Some(mut rec) => {
                 // The engine never sees paths: the sources are the driver's to keep.

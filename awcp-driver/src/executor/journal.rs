@@ -33,6 +33,9 @@ use awcp_transports::durable::sync_dir;
 /// The assignment journal.
 pub struct Journal {
     dir: PathBuf,
+    /// Where records the engine says are settled are moved ([`Journal::retire`]), out of what
+    /// [`Journal::load`] reads at start-up; `None`: they stay.
+    history: Option<PathBuf>,
 }
 
 impl Journal {
@@ -43,7 +46,97 @@ impl Journal {
 
     /// A journal in exactly `dir`.
     pub fn at(dir: PathBuf) -> Self {
-        Journal { dir }
+        Journal { dir, history: None }
+    }
+
+    /// This journal, moving settled records to `history` ([`Journal::retire`]).
+    pub fn with_history(mut self, history: PathBuf) -> Self {
+        self.history = Some(history);
+        self
+    }
+
+    /// Moves the record of `id` to the history (a rename: the record must be durable first;
+    /// see [`Written::retire`]), and syncs the history directory so its new name is durable
+    /// (on a file system that writes directories back late, an unsynced rename across
+    /// directories could otherwise lose both names). The old name's removal need not be: a
+    /// record a power loss leaves in the journal is found by [`Journal::load`] and retired
+    /// again.
+    pub fn retire(&self, id: &DelegationId) -> std::io::Result<()> {
+        let Some(history) = &self.history else {
+            return Ok(());
+        };
+        let name = format!("{id}.json");
+        match std::fs::rename(self.dir.join(&name), history.join(&name)) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !history.exists() => {
+                std::fs::create_dir_all(history)?;
+                if let Some(parent) = history.parent() {
+                    sync_dir(parent)?;
+                }
+                std::fs::rename(self.dir.join(&name), history.join(&name))?;
+            }
+            other => other?,
+        }
+        sync_dir(history)
+    }
+
+    /// Every record in the history (settled delegations, [`Journal::retire`]), unsynced:
+    /// each was durable before it was moved there. Unreadable ones are skipped (and left).
+    pub fn load_history(&self) -> Vec<serde_json::Value> {
+        let Some(history) = &self.history else {
+            return Vec::new();
+        };
+        let Ok(rd) = std::fs::read_dir(history) else {
+            return Vec::new();
+        };
+        rd.flatten()
+            .filter(|e| e.path().extension().and_then(|x| x.to_str()) == Some("json"))
+            .filter_map(|e| read_record_file(&e.path()))
+            .collect()
+    }
+
+    /// Removes the history records not modified for `retention` (those of delegations whose
+    /// retention has ended), at most once per [`SWEEP_EVERY`] (a `.swept` file in the history
+    /// remembers when): what a delegator that never reads its history (a one-shot `awcp
+    /// delegate`) does instead of forgetting them. Returns the ids removed.
+    pub fn sweep_history(&self, retention: std::time::Duration) -> Vec<DelegationId> {
+        let Some(history) = &self.history else {
+            return Vec::new();
+        };
+        let marker = history.join(".swept");
+        let now = std::time::SystemTime::now();
+        let age = |m: &std::fs::Metadata| {
+            m.modified()
+                .ok()
+                .and_then(|t| now.duration_since(t).ok())
+                .unwrap_or_default()
+        };
+        match std::fs::metadata(&marker) {
+            Ok(m) if age(&m) < SWEEP_EVERY => return Vec::new(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !history.exists() => {
+                return Vec::new();
+            }
+            _ => {}
+        }
+        let _ = std::fs::write(&marker, b"");
+        let Ok(rd) = std::fs::read_dir(history) else {
+            return Vec::new();
+        };
+        let mut removed = Vec::new();
+        for e in rd.flatten() {
+            let p = e.path();
+            let Some(id) = p
+                .file_stem()
+                .and_then(|x| x.to_str())
+                .filter(|_| p.extension().and_then(|x| x.to_str()) == Some("json"))
+                .and_then(|x| DelegationId::new(x).ok())
+            else {
+                continue;
+            };
+            if e.metadata().is_ok_and(|m| age(&m) > retention) && std::fs::remove_file(&p).is_ok() {
+                removed.push(id);
+            }
+        }
+        removed
     }
 
     /// Writes (or replaces) the record of `id`; durable when this returns (a failure is
@@ -75,9 +168,12 @@ impl Journal {
         }
     }
 
-    /// Removes the record of `id`.
+    /// Removes the record of `id` (and its history record).
     pub fn remove(&self, id: &DelegationId) {
         let _ = std::fs::remove_file(self.dir.join(format!("{id}.json")));
+        if let Some(history) = &self.history {
+            let _ = std::fs::remove_file(history.join(format!("{id}.json")));
+        }
     }
 
     /// Every record left by a previous run. Temp files of a write a crash interrupted are
@@ -210,6 +306,19 @@ impl Written {
         }
     }
 
+    /// Makes the record of `id` durable and moves it to the journal's history
+    /// ([`Journal::retire`]); the file is no longer kept open. A failure is logged (the record
+    /// stays where it was, which is only slower).
+    pub fn retire(&mut self, journal: &Journal, id: &DelegationId) {
+        self.sync(journal, id);
+        if self.kept.as_ref().is_some_and(|k| k.id == *id) {
+            self.kept = None;
+        }
+        if let Err(e) = journal.retire(id) {
+            tracing::warn!(delegation = %id, "moving a settled record to the history: {e}");
+        }
+    }
+
     /// Removes the record of `id`.
     pub fn remove(&mut self, journal: &Journal, id: &DelegationId) {
         self.written.remove(id);
@@ -220,6 +329,9 @@ impl Written {
         journal.remove(id);
     }
 }
+
+/// How often [`Journal::sweep_history`] looks through the history.
+pub const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 
 /// A record file past this size is rewritten with only its newest record.
 pub const COMPACT_AT: u64 = 64 * 1024;
@@ -303,6 +415,7 @@ pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()>
 mod tests {
     use super::*;
     use serde_json::json;
+    use std::time::Duration;
 
     fn id() -> DelegationId {
         DelegationId::new("dlg_journal").unwrap()
@@ -484,5 +597,80 @@ mod tests {
         std::fs::write(dir.path().join("dlg_torn.json"), b"{\"id\": \"dlg_t").unwrap();
         assert!(j.load().is_empty());
         assert!(dir.path().join("dlg_torn.json.unreadable").exists());
+    }
+
+    /// A retired record leaves what `load` reads for the history, is read back by
+    /// `load_history`, can be written again (and retired again, replacing the history's copy)
+    /// and is removed from both places.
+    #[test]
+    fn a_retired_record_moves_to_the_history_and_back_out_of_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let history = dir.path().join("ended");
+        let j = Journal::at(dir.path().join("live")).with_history(history.clone());
+        let mut w = Written::default();
+        w.write(&j, &id(), state(0).to_string(), false);
+        w.write(&j, &id(), state(1).to_string(), false);
+        assert!(!w.unsynced.is_empty(), "an append, not synced");
+        w.retire(&j, &id());
+        assert!(w.unsynced.is_empty(), "synced before it moved");
+        assert!(j.load().is_empty(), "start-up does not read it");
+        assert_eq!(j.load_history(), vec![state(1)]);
+        // A later change (never expected of a settled delegation) is live again, then
+        // retired over the history's copy.
+        w.write(&j, &id(), state(2).to_string(), false);
+        assert_eq!(j.load(), vec![state(2)]);
+        w.retire(&j, &id());
+        assert!(j.load().is_empty());
+        assert_eq!(j.load_history(), vec![state(2)]);
+        w.remove(&j, &id());
+        assert!(j.load_history().is_empty());
+        assert_eq!(std::fs::read_dir(&history).unwrap().count(), 0);
+    }
+
+    /// The sweep removes history records older than the retention, at most once per
+    /// `SWEEP_EVERY`, and nothing else.
+    #[test]
+    fn the_sweep_removes_only_what_outlived_its_retention_and_runs_daily() {
+        let dir = tempfile::tempdir().unwrap();
+        let history = dir.path().join("ended");
+        let j = Journal::at(dir.path().join("live")).with_history(history.clone());
+        assert!(
+            j.sweep_history(Duration::from_secs(60)).is_empty(),
+            "no history yet"
+        );
+        std::fs::create_dir_all(&history).unwrap();
+        let old = DelegationId::new("dlg_old").unwrap();
+        let new = DelegationId::new("dlg_new").unwrap();
+        for d in [&old, &new] {
+            std::fs::write(history.join(format!("{d}.json")), state(1).to_string()).unwrap();
+        }
+        std::fs::write(history.join("notes.txt"), "kept").unwrap();
+        let long_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
+        let age = |name: &str| {
+            std::fs::File::options()
+                .write(true)
+                .open(history.join(name))
+                .unwrap()
+                .set_modified(long_ago)
+                .unwrap()
+        };
+        age("dlg_old.json");
+        age("notes.txt");
+        assert_eq!(j.sweep_history(Duration::from_secs(60)), vec![old.clone()]);
+        assert!(history.join("dlg_new.json").exists());
+        assert!(history.join("notes.txt").exists());
+        // Not again within a day, even with more to remove.
+        age("dlg_new.json");
+        assert!(j.sweep_history(Duration::from_secs(60)).is_empty());
+        assert!(history.join("dlg_new.json").exists());
+        age(".swept");
+        let long_ago = std::time::SystemTime::now() - SWEEP_EVERY - Duration::from_secs(60);
+        std::fs::File::options()
+            .write(true)
+            .open(history.join(".swept"))
+            .unwrap()
+            .set_modified(long_ago)
+            .unwrap();
+        assert_eq!(j.sweep_history(Duration::from_secs(60)), vec![new]);
     }
 }

@@ -117,6 +117,23 @@ impl Delegator {
         &self.config
     }
 
+    /// Whether `id` is settled: ended, with no snapshot stored, in flight or being applied, so
+    /// nothing of it can change again but its being forgotten at the end of its retention.
+    /// A driver may then move its record out of what it reads at start-up (a history it
+    /// restores on demand with [`Delegator::restore_history`]): start-up then costs what is
+    /// live, not every delegation of the retention period. Asked once the outputs that led
+    /// here were executed (a settled delegation's last deletes and apply proof are done).
+    pub fn is_settled(&self, id: &DelegationId) -> bool {
+        self.delegations.get(id).is_some_and(|d| {
+            d.phase.is_ended()
+                && d.stored.is_empty()
+                && matches!(d.applies, Applies::Idle)
+                && d.snapshots
+                    .iter()
+                    .all(|s| s.status != SnapshotStatus::InFlight)
+        })
+    }
+
     /// A view of one delegation.
     pub fn get(&self, id: &DelegationId) -> Option<DelegationView> {
         self.delegations.get(id).map(|d| DelegationView {

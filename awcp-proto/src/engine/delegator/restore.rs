@@ -114,7 +114,28 @@ impl Delegator {
         self.tick(now);
         let mut ids = Vec::new();
         for r in records {
-            if let Some(id) = self.restore_one(now, r, recovered.get(&r.id)) {
+            if let Some(id) = self.restore_one(now, r, recovered.get(&r.id), false) {
+                ids.push(id);
+            }
+        }
+        let n = ids.len();
+        for id in ids {
+            self.resume(now, &id);
+        }
+        n
+    }
+
+    /// Restores the records of settled delegations ([`Delegator::is_settled`] said so when
+    /// the driver set them aside): listed until their retention, then forgotten. Nothing is
+    /// deleted again for them (what a settled delegation stored was deleted before it
+    /// settled). A record that is not ended is restored as [`Delegator::restore`] would.
+    /// Returns how many records were restored (ids already known are skipped).
+    pub fn restore_history(&mut self, now: Timestamp, records: &[DelegationRecord]) -> usize {
+        self.tick(now);
+        let mut ids = Vec::new();
+        for r in records {
+            let settled = r.ended && r.stored.is_empty();
+            if let Some(id) = self.restore_one(now, r, None, settled) {
                 ids.push(id);
             }
         }
@@ -130,6 +151,7 @@ impl Delegator {
         now: Timestamp,
         r: &DelegationRecord,
         recovered: Option<&ApplyRecovery>,
+        settled: bool,
     ) -> Option<DelegationId> {
         let id = r.id.clone();
         if self.delegations.contains_key(&id) {
@@ -212,21 +234,22 @@ impl Delegator {
         // so may a crash between journalling an apply or a discard and deleting the bytes:
         // delete them (deleting is idempotent; an interrupted store is received again, or lost
         // anyway).
-        let interrupted_stores: Vec<SnapshotId> = if snapshot_mode != SnapshotMode::Discard {
-            r.snapshots
-                .iter()
-                .filter(|x| {
-                    matches!(
-                        x.status,
-                        StatusEntry::InFlight | StatusEntry::Applied | StatusEntry::Discarded
-                    )
-                })
-                .map(|x| x.id.clone())
-                .filter(|sid| !stored.contains(sid))
-                .collect()
-        } else {
-            Vec::new()
-        };
+        let interrupted_stores: Vec<SnapshotId> =
+            if snapshot_mode != SnapshotMode::Discard && !settled {
+                r.snapshots
+                    .iter()
+                    .filter(|x| {
+                        matches!(
+                            x.status,
+                            StatusEntry::InFlight | StatusEntry::Applied | StatusEntry::Discarded
+                        )
+                    })
+                    .map(|x| x.id.clone())
+                    .filter(|sid| !stored.contains(sid))
+                    .collect()
+            } else {
+                Vec::new()
+            };
         // Applied: its stored bytes have served their purpose (deleted once journalled).
         if let Some(sid) = &finished {
             stored.retain(|s| s != sid);
