@@ -10,6 +10,7 @@
 //! cargo bench -p awcp-tests --bench delegations -- tiny      # rows whose name contains "tiny"
 //! AWCP_BIN_DIR=/other/target/release cargo bench -p awcp-tests --bench delegations
 //! AWCP_BENCH_TINY_N=1500 cargo bench -p awcp-tests --bench delegations -- tiny-daemon  # 1,500, not 50
+//! cargo bench -p awcp-tests --bench delegations -- user    # the user's path (issue 54)
 //! ```
 //!
 //! Everything runs on 127.0.0.1 (port 0) under one temporary directory; every process the
@@ -19,6 +20,11 @@
 //! delegation is the `utime + stime` a process gained over the row, divided by its delegations.
 //! The executor runs the built-in demo task (it writes `AWCP_NOTES.md`, so every delegation
 //! brings a snapshot back and applies it); the file is removed between runs.
+//!
+//! The `user-…` rows take the path users take instead: a shell agent through `--agent-cmd`,
+//! a state directory that already holds 1,000 ended delegations, the CLI through a daemon;
+//! they add the spread of wall times, CPU per process and syncs per delegation (counted by
+//! `strace -c` over three further delegations, when `strace` is installed).
 //!
 //! Without `--bench` (as `cargo test --benches` runs it) every row runs once, tiny, as a smoke
 //! test.
@@ -35,9 +41,22 @@ use awcp_tests::rng::Rng;
 use awcp_tokio::TokioRuntime;
 
 /// Runs to completion, measuring wall time and the child's peak RSS.
+fn run_measured(cmd: &mut Command) -> (Duration, u64) {
+    let u = run_with_usage(cmd);
+    (u.took, u.rss_kib)
+}
+
+/// What one process cost: wall time, peak RSS (KiB) and CPU time (user + system).
+struct Usage {
+    took: Duration,
+    rss_kib: u64,
+    cpu: Duration,
+}
+
+/// Runs to completion, measuring wall time, the child's peak RSS and its CPU time.
 // The child is reaped by `wait4` (which `Child::wait` cannot do: it has no `rusage`).
 #[allow(clippy::zombie_processes)]
-fn run_measured(cmd: &mut Command) -> (Duration, u64) {
+fn run_with_usage(cmd: &mut Command) -> Usage {
     let t = Instant::now();
     let child = cmd
         .stdout(Stdio::null())
@@ -60,7 +79,98 @@ fn run_measured(cmd: &mut Command) -> (Duration, u64) {
         }
         panic!("{cmd:?} failed ({status}):\n{err}");
     }
-    (took, usage.ru_maxrss as u64)
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    Usage {
+        took,
+        rss_kib: usage.ru_maxrss as u64,
+        cpu: tv(usage.ru_utime) + tv(usage.ru_stime),
+    }
+}
+
+/// Wall times as `min / p10 / p50 / p90 / max` ms: a row with two modes shows as a jump.
+fn spread(v: &mut [Duration]) -> String {
+    v.sort();
+    let at = |q: usize| ms(v[(v.len() * q / 100).min(v.len() - 1)]);
+    format!(
+        "{:.1} / {:.1} / {:.1} / {:.1} / {:.1}",
+        ms(v[0]),
+        at(10),
+        at(50),
+        at(90),
+        ms(v[v.len() - 1])
+    )
+}
+
+/// Counts the `fsync`, `fdatasync` and `syncfs` calls of running processes (`strace -c`
+/// attached to each of `pids`) while `during` runs; `None` without `strace`.
+fn syncs_during(pids: &[u32], during: impl FnOnce()) -> Option<Vec<u64>> {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().ok()?;
+    let mut tracers = Vec::new();
+    for pid in pids {
+        let out = dir.path().join(format!("{pid}.strace"));
+        let mut child = Command::new("strace")
+            .args(["-f", "-c", "-e", "trace=fsync,fdatasync,syncfs", "-o"])
+            .arg(&out)
+            .args(["-p", &pid.to_string()])
+            .stderr(Stdio::piped())
+            .spawn()
+            .ok()?;
+        // Attached once it says so (its first line, one per thread).
+        let mut line = String::new();
+        let mut err = std::io::BufReader::new(child.stderr.take()?);
+        err.read_line(&mut line).ok()?;
+        if !line.contains("attached") {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::spawn(move || for _ in err.lines() {});
+        tracers.push((child, out));
+    }
+    during();
+    let mut counts = Vec::new();
+    for (child, out) in tracers {
+        // SAFETY: signalling our own child, not yet reaped.
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+        let mut child = child;
+        let _ = child.wait();
+        counts.push(strace_total_calls(&std::fs::read_to_string(out).ok()?));
+    }
+    Some(counts)
+}
+
+/// The calls `strace -c` counted in all (its `total` line).
+fn strace_total_calls(summary: &str) -> u64 {
+    summary
+        .lines()
+        .find(|l| l.trim_end().ends_with("total"))
+        .and_then(|l| l.split_whitespace().nth(2))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Counts the sync calls of one run of `cmd` (`strace -f -c`); `None` without `strace`.
+fn syncs_of(cmd: &Command) -> Option<u64> {
+    let dir = tempfile::tempdir().ok()?;
+    let out = dir.path().join("run.strace");
+    let ok = Command::new("strace")
+        .args(["-f", "-c", "-e", "trace=fsync,fdatasync,syncfs", "-o"])
+        .arg(&out)
+        .arg(cmd.get_program())
+        .args(cmd.get_args())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .ok()?
+        .success();
+    ok.then(|| strace_total_calls(&std::fs::read_to_string(out).unwrap_or_default()))
+}
+
+fn per(n: Option<u64>, k: usize) -> String {
+    n.map_or("n/a (no strace)".into(), |n| {
+        format!("{:.1}", n as f64 / k as f64)
+    })
 }
 
 /// CPU time `pid` has used (all its threads, those gone too), in nanoseconds: the process's
@@ -196,6 +306,19 @@ fn delegate_cmd(state: &Path, ws: &Path, peer: &str) -> Command {
         ])
         .arg(state);
     cmd
+}
+
+/// The agent of the user's-path rows: a shell script, as `--agent-cmd` runs real agents (it
+/// prints two lines and writes one file, so a snapshot comes back and is applied).
+const SHELL_AGENT: &str = "echo working\necho 'written by the agent' > AGENT_NOTE.md\necho done\n";
+
+/// An executor running [`SHELL_AGENT`] through `--agent-cmd`.
+fn start_shell_executor(dir: &Path) -> (KillOnDrop, String) {
+    std::fs::create_dir_all(dir).unwrap();
+    let script = dir.join("agent.sh");
+    std::fs::write(&script, SHELL_AGENT).unwrap();
+    let cmd = format!("sh {}", script.display());
+    start_executor_running(dir, &["--agent-cmd", &cmd])
 }
 
 /// How an e2e row's archives travel.
@@ -356,6 +479,140 @@ impl Bench {
         }
     }
 
+    /// The path users take (issue 54): a shell agent through `--agent-cmd`, the persistent
+    /// state directory (`~/.awcp/delegator` by default) already holding 1,000 ended
+    /// delegations beside a fresh one, and `awcp delegate --daemon` (the CLI through a
+    /// daemon). Each row: wall time with its spread, CPU per delegation of each process,
+    /// and the syncs (`fsync`, `fdatasync`) each side makes per delegation.
+    fn user_path(&mut self) {
+        let dir = self.root.path().join("user-path");
+        let (ex, url) = start_shell_executor(&dir.join("executor"));
+        let ws = tiny_workspace(&dir, "ws");
+        let forget = |ws: &Path| {
+            let _ = std::fs::remove_file(ws.join("AGENT_NOTE.md"));
+        };
+        let n = if self.quick { 2 } else { 60 };
+        let history_n = if self.quick { 3 } else { 1000 };
+        let history = dir.join("history");
+        if self.wants("user-history") {
+            // A state directory with history, made the way users make it.
+            for _ in 0..history_n {
+                run_measured(&mut delegate_cmd(&history, &ws, &url));
+                forget(&ws);
+            }
+        }
+        let fresh_state = dir.join("fresh");
+        let mut rows: Vec<(&str, String, Option<&Path>)> = Vec::new();
+        if self.wants("user-fresh") {
+            rows.push(("user-fresh", "fresh state directory".into(), None));
+        }
+        if self.wants("user-history") {
+            rows.push((
+                "user-history",
+                format!("state directory holding {history_n} ended delegations"),
+                Some(history.as_path()),
+            ));
+        }
+        for (name, what, state) in rows {
+            let state_of = || state.map_or(fresh_state.clone(), Path::to_path_buf);
+            let fresh = state.is_none();
+            for _ in 0..if self.quick { 0 } else { 5 } {
+                run_measured(&mut delegate_cmd(&state_of(), &ws, &url));
+                forget(&ws);
+                if fresh {
+                    let _ = std::fs::remove_dir_all(&fresh_state);
+                }
+            }
+            reset_peak(ex.0.id());
+            let e0 = cpu_ns(ex.0.id());
+            let (mut times, mut cpu, mut rss) = (Vec::new(), Duration::ZERO, 0);
+            for _ in 0..n {
+                let u = run_with_usage(&mut delegate_cmd(&state_of(), &ws, &url));
+                times.push(u.took);
+                cpu += u.cpu;
+                rss = rss.max(u.rss_kib);
+                forget(&ws);
+                if fresh {
+                    let _ = std::fs::remove_dir_all(&fresh_state);
+                }
+            }
+            let e_cpu = ns_to_ms(cpu_ns(ex.0.id()) - e0) / n as f64;
+            let k = 3;
+            let mut d_syncs = Some(0);
+            let ex_syncs = syncs_during(&[ex.0.id()], || {
+                for _ in 0..k {
+                    let s = syncs_of(&delegate_cmd(&state_of(), &ws, &url));
+                    d_syncs = d_syncs.zip(s).map(|(a, b)| a + b);
+                    forget(&ws);
+                    if fresh {
+                        let _ = std::fs::remove_dir_all(&fresh_state);
+                    }
+                }
+            });
+            self.row(format!(
+                "| {name}: tiny, `--agent-cmd` shell agent, whole `awcp delegate` process, {what}, n={n} | {:.1} ms | {:.1} ms | {:.1} MiB | {:.1} MiB | spread {} ms; CPU per delegation: `awcp` {:.2} ms, executor {e_cpu:.2} ms; syncs per delegation: `awcp` {}, executor {} |",
+                ms(median(&mut times)),
+                ms(p95(&mut times)),
+                rss as f64 / 1024.0,
+                peak_kib(ex.0.id()) as f64 / 1024.0,
+                spread(&mut times),
+                ms(cpu) / n as f64,
+                per(d_syncs, k),
+                per(ex_syncs.map(|v| v[0]), k),
+            ));
+        }
+        if self.wants("user-cli-daemon") {
+            let state = dir.join("daemon");
+            let (daemon, durl) = bins::spawn_daemon(&state);
+            let daemon = KillOnDrop(daemon);
+            let cmd = || {
+                let mut c = Command::new(bins::path("awcp"));
+                c.args(["--quiet", "--daemon-url", &durl, "--state-dir"])
+                    .arg(&state)
+                    .arg("delegate")
+                    .arg(&ws)
+                    .args(["--peer", &url, "--prompt", "note what you see", "--daemon"]);
+                c
+            };
+            for _ in 0..if self.quick { 0 } else { 5 } {
+                run_measured(&mut cmd());
+                forget(&ws);
+            }
+            reset_peak(ex.0.id());
+            reset_peak(daemon.0.id());
+            let (d0, e0) = (cpu_ns(daemon.0.id()), cpu_ns(ex.0.id()));
+            let (mut times, mut cpu, mut rss) = (Vec::new(), Duration::ZERO, 0);
+            for _ in 0..n {
+                let u = run_with_usage(&mut cmd());
+                times.push(u.took);
+                cpu += u.cpu;
+                rss = rss.max(u.rss_kib);
+                forget(&ws);
+            }
+            let d_cpu = ns_to_ms(cpu_ns(daemon.0.id()) - d0) / n as f64;
+            let e_cpu = ns_to_ms(cpu_ns(ex.0.id()) - e0) / n as f64;
+            let k = 3;
+            let syncs = syncs_during(&[daemon.0.id(), ex.0.id()], || {
+                for _ in 0..k {
+                    run_measured(&mut cmd());
+                    forget(&ws);
+                }
+            });
+            self.row(format!(
+                "| user-cli-daemon: tiny, `--agent-cmd` shell agent, `awcp delegate --daemon` processes, {n} sequential | {:.1} ms | {:.1} ms | `awcp` {:.1} MiB, daemon {:.1} MiB | {:.1} MiB | spread {} ms; CPU per delegation: `awcp` {:.2} ms, daemon {d_cpu:.2} ms, executor {e_cpu:.2} ms; syncs per delegation: daemon {}, executor {} |",
+                ms(median(&mut times)),
+                ms(p95(&mut times)),
+                rss as f64 / 1024.0,
+                peak_kib(daemon.0.id()) as f64 / 1024.0,
+                peak_kib(ex.0.id()) as f64 / 1024.0,
+                spread(&mut times),
+                ms(cpu) / n as f64,
+                per(syncs.as_ref().map(|v| v[0]), k),
+                per(syncs.as_ref().map(|v| v[1]), k),
+            ));
+        }
+    }
+
     /// A workspace of `mib` MiB in `files` files, as one `awcp delegate` process, sent as
     /// `mode` says; beside `cp -a` of the same tree twice (`cp_twice`).
     fn e2e(&mut self, name: &str, mib: usize, files: usize, mode: Mode, cp_twice: bool) {
@@ -463,6 +720,9 @@ fn main() {
     }
     if b.wants("tiny-daemon") {
         b.tiny_daemon(&rt);
+    }
+    if b.wants("user") {
+        b.user_path();
     }
     let e2e: [(&str, usize, usize, Mode, bool); 9] = [
         ("e2e-1mb", 1, 100, Mode::Inline, false),
