@@ -18,14 +18,14 @@
 //! reported through [`TaskRunner::run_tracked`] so the executor can journal it.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rustix::process::{waitid, Pid, WaitId, WaitIdOptions};
 
 use crate::cancel::CancelFlag;
-use crate::contain::Jail;
+use crate::contain::{Jail, JailedChild};
 use crate::process::TaskGroup;
 use crate::traits::{TaskContext, TaskOutcome, TaskRunner};
 
@@ -170,7 +170,7 @@ const OUTPUT_GRACE: Duration = Duration::from_secs(2);
 
 /// Whether `child` has exited, without reaping it: while it is a zombie its pid (the group
 /// id) cannot be reused, so the group can still be killed safely.
-fn exited(child: &Child) -> Result<bool, String> {
+fn exited(child: &JailedChild) -> Result<bool, String> {
     let Some(pid) = Pid::from_raw(child.id() as i32) else {
         return Err("invalid child pid".into());
     };
@@ -196,7 +196,7 @@ enum Happened {
 /// on a pidfd of it (which names exactly this process even once it is reaped, so the thread
 /// never waits on a reused pid; it ends at the latest when the task is ended). Nothing is
 /// sent where pidfds are not available (Linux before 5.4): the loop's tick sees the exit.
-fn watch_exit(child: &Child, tx: std::sync::mpsc::Sender<Happened>) {
+fn watch_exit(child: &JailedChild, tx: std::sync::mpsc::Sender<Happened>) {
     let Some(pid) = Pid::from_raw(child.id() as i32) else {
         return;
     };
@@ -223,7 +223,7 @@ fn watch_exit(child: &Child, tx: std::sync::mpsc::Sender<Happened>) {
 
 /// Ends every process of the task (its jail: group, cgroup, descendants) and reaps the
 /// command itself.
-fn end_task(jail: &mut Jail, child: &mut Child) -> std::io::Result<ExitStatus> {
+fn end_task(jail: &mut Jail, child: &mut JailedChild) -> std::io::Result<ExitStatus> {
     jail.end();
     child.wait()
 }
@@ -273,9 +273,7 @@ impl TaskRunner for CommandRunner {
         let cannot_start = |e: std::io::Error| {
             awcp_proto::TaskFailure::CannotStart(format!("{:?}: {e}", self.argv[0]))
         };
-        jail.confine(&mut cmd).map_err(cannot_start)?;
-        let mut child = cmd.spawn().map_err(cannot_start)?;
-        jail.started(child.id());
+        let mut child = jail.spawn(&mut cmd).map_err(cannot_start)?;
         if let Some(mut group) = TaskGroup::of_leader(child.id()) {
             group.cgroup = jail.cgroup().map(Into::into);
             spawned(group);

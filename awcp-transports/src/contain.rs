@@ -31,6 +31,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+pub use crate::spawn::JailedChild;
+
 /// How a task's processes are contained (see the [module docs](self)).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Mechanism {
@@ -219,6 +221,28 @@ impl Jail {
             }
         }
         Ok(())
+    }
+
+    /// Starts `cmd` in the jail, all three standard streams piped, its environment exactly
+    /// the variables set on it (callers `env_clear` it): with a cgroup, directly in it
+    /// (`clone3` with `CLONE_INTO_CGROUP`; see [`crate::spawn`] for why), else as
+    /// [`Jail::confine`] makes it start; then [`Jail::started`].
+    pub fn spawn(&mut self, cmd: &mut std::process::Command) -> std::io::Result<JailedChild> {
+        #[cfg(target_os = "linux")]
+        if let Some(dir) = &self.cgroup {
+            match crate::spawn::spawn_into_cgroup(cmd, dir) {
+                Ok(c) => {
+                    self.started(c.id());
+                    return Ok(c);
+                }
+                Err(crate::spawn::NotSpawned::Failed(e)) => return Err(e),
+                Err(crate::spawn::NotSpawned::Unsupported) => {}
+            }
+        }
+        self.confine(cmd)?;
+        let c = crate::spawn::spawn_std(cmd)?;
+        self.started(c.id());
+        Ok(c)
     }
 
     /// The command was spawned as `pid`.
@@ -452,7 +476,7 @@ pub(crate) fn has_env(pid: u32, entry: &str) -> bool {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use std::process::{Command, Stdio};
+    use std::process::Command;
 
     /// How the agent's escapee gets away: each line is a shell snippet that starts
     /// `sh -c "$ESC"` (which writes its pid to `$PIDFILE` and sleeps) out of reach of a
@@ -475,7 +499,7 @@ mod tests {
 
     /// Runs an agent that starts an escapee the given way and then waits (stdin), in a jail
     /// under `mechanism`; returns the escapee's pid once it runs, and the jail and agent.
-    fn escape(mechanism: &Mechanism, how: &str, dir: &Path) -> (u32, Jail, std::process::Child) {
+    fn escape(mechanism: &Mechanism, how: &str, dir: &Path) -> (u32, Jail, JailedChild) {
         let pidfile = dir.join("escapee.pid");
         let _ = std::fs::remove_file(&pidfile);
         // One delegation id per test: tests run side by side in this process.
@@ -483,13 +507,12 @@ mod tests {
         let mut jail = Jail::under(mechanism, format!("AWCP_DELEGATION_ID={id}"));
         let mut cmd = Command::new("sh");
         cmd.args(["-c", &format!("{how}\nread _")])
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("AWCP_DELEGATION_ID", &id)
             .env("PIDFILE", &pidfile)
-            .env("ESC", ESC)
-            .stdin(Stdio::piped());
-        jail.confine(&mut cmd).unwrap();
-        let child = cmd.spawn().unwrap();
-        jail.started(child.id());
+            .env("ESC", ESC);
+        let child = jail.spawn(&mut cmd).unwrap();
         let until = Instant::now() + Duration::from_secs(20);
         let pid = loop {
             jail.watch();
@@ -569,6 +592,122 @@ mod tests {
         let survived = alive(pid);
         kill_pid(pid);
         assert!(survived, "{name}: expected to escape a group-only jail");
+    }
+
+    /// What `Jail::spawn` starts (directly in the cgroup where it has one): in the jail's
+    /// cgroup before it runs anything, leading its own process group, in its working
+    /// directory, with exactly the environment set on the command, its three streams piped,
+    /// `SIGPIPE` at its default (a pipeline ends quietly), and its exit status reported.
+    #[test]
+    fn a_spawned_command_starts_in_its_jail_as_the_command_says() {
+        let dir = tempfile::tempdir().unwrap();
+        let mechanisms: Vec<Mechanism> = match cgroup_parent() {
+            Ok(parent) => vec![Mechanism::Cgroup { parent }, Mechanism::GroupOnly],
+            Err(_) => vec![Mechanism::GroupOnly],
+        };
+        for mechanism in &mechanisms {
+            let mut jail = Jail::under(mechanism, "X=1");
+            let mut cmd = Command::new("sh");
+            cmd.args([
+                "-c",
+                "read line; echo \"got $line\"; echo \"FOO=$FOO\"; env | grep -c =; pwd; \
+                 cat /proc/self/cgroup; yes | head -n 1 >/dev/null; echo oops >&2; exit 3",
+            ])
+            .current_dir(dir.path())
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("FOO", "bar baz");
+            let mut child = jail.spawn(&mut cmd).unwrap();
+            if jail.cgroup().is_some() {
+                assert!(
+                    child.started_in_cgroup(),
+                    "clone3 into the cgroup on this kernel"
+                );
+            }
+            {
+                use std::io::Write;
+                let mut stdin = child.stdin.take().unwrap();
+                stdin.write_all(b"hello\n").unwrap();
+            }
+            let mut out = String::new();
+            let mut err = String::new();
+            {
+                use std::io::Read;
+                child
+                    .stdout
+                    .take()
+                    .unwrap()
+                    .read_to_string(&mut out)
+                    .unwrap();
+                child
+                    .stderr
+                    .take()
+                    .unwrap()
+                    .read_to_string(&mut err)
+                    .unwrap();
+            }
+            let status = child.wait().unwrap();
+            assert_eq!(status.code(), Some(3), "{mechanism}: {out}");
+            assert_eq!(
+                child.wait().unwrap().code(),
+                Some(3),
+                "reaped once, status kept"
+            );
+            let lines: Vec<&str> = out.lines().collect();
+            assert_eq!(lines[0], "got hello", "{mechanism}: {out}");
+            assert_eq!(lines[1], "FOO=bar baz", "{mechanism}: {out}");
+            // PATH, FOO, and what sh adds itself (PWD; some shells OLDPWD, SHLVL, _).
+            let n: usize = lines[2].parse().unwrap();
+            assert!(
+                (2..=6).contains(&n),
+                "{mechanism}: only what was set: {out}"
+            );
+            assert_eq!(
+                Path::new(lines[3]).canonicalize().unwrap(),
+                dir.path().canonicalize().unwrap()
+            );
+            if let Some(cg) = jail.cgroup() {
+                let name = cg.file_name().unwrap().to_string_lossy().into_owned();
+                assert!(
+                    out.contains(&format!("/{name}\n")),
+                    "{mechanism}: in {name}: {out}"
+                );
+            }
+            assert_eq!(err, "oops\n", "{mechanism}: SIGPIPE ends `yes` quietly");
+            let st = proc_stat(child.id());
+            assert!(st.is_none(), "reaped");
+            jail.end();
+        }
+    }
+
+    /// A command that cannot start is an error of the spawn (not a child that exits 127),
+    /// with and without a cgroup.
+    #[test]
+    fn a_missing_program_is_an_error_of_the_spawn() {
+        let dir = tempfile::tempdir().unwrap();
+        let mechanisms: Vec<Mechanism> = match cgroup_parent() {
+            Ok(parent) => vec![Mechanism::Cgroup { parent }, Mechanism::GroupOnly],
+            Err(_) => vec![Mechanism::GroupOnly],
+        };
+        for mechanism in &mechanisms {
+            for program in ["no-such-agent-program", "./no-such-agent-program"] {
+                let mut jail = Jail::under(mechanism, "X=1");
+                let mut cmd = Command::new(program);
+                cmd.current_dir(dir.path()).env_clear();
+                let e = jail.spawn(&mut cmd).unwrap_err();
+                assert_eq!(e.kind(), std::io::ErrorKind::NotFound, "{mechanism}: {e}");
+            }
+            // Not executable.
+            let script = dir.path().join("agent.sh");
+            std::fs::write(&script, "echo hi\n").unwrap();
+            let mut jail = Jail::under(mechanism, "X=1");
+            let e = jail.spawn(Command::new(&script).env_clear()).unwrap_err();
+            assert_eq!(
+                e.kind(),
+                std::io::ErrorKind::PermissionDenied,
+                "{mechanism}: {e}"
+            );
+        }
     }
 
     #[test]

@@ -32,6 +32,7 @@ pub mod process;
 pub mod runner;
 pub mod scan;
 pub mod snapshot;
+pub mod spawn;
 pub mod sshfs;
 pub mod traits;
 pub mod walk;

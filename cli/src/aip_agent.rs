@@ -20,9 +20,12 @@
 //!   the work directory removed. A command that exits leaves nothing running either.
 
 use std::collections::BTreeMap;
+use std::fs::File;
 use std::io::{BufRead, Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Command, Stdio};
+
+use awcp_transports::contain::JailedChild;
 use std::sync::Arc;
 
 use agent_rt::{blocking, Runtime};
@@ -188,7 +191,7 @@ pub(crate) fn prompt_env(cmd: &mut Command, prompt: &str, file: &Path) {
 /// process the task started (its group, its cgroup or recorded descendants) is killed and the
 /// child reaped.
 struct Running {
-    child: Option<Child>,
+    child: Option<JailedChild>,
     jail: Option<Jail>,
 }
 
@@ -204,7 +207,7 @@ impl Drop for Running {
     }
 }
 
-async fn write_line<R: Runtime>(rt: &R, stdin: ChildStdin, text: String) -> Option<ChildStdin> {
+async fn write_line<R: Runtime>(rt: &R, stdin: File, text: String) -> Option<File> {
     blocking(rt, move || {
         let mut stdin = stdin;
         let mut line = text.replace('\n', " ");
@@ -273,15 +276,12 @@ async fn task_loop<R: Runtime>(
         prompt_env(&mut spawned, &prompt, &prompt_path);
         // Everything the agent starts stays in the task's jail and ends with it.
         let mut jail = Jail::new(format!("AIP_TASK_ID={task_id}"));
-        let spawned = jail.confine(&mut spawned).and_then(|()| spawned.spawn());
+        let spawned = jail.spawn(&mut spawned);
         let mut child = match spawned {
-            Ok(c) => {
-                jail.started(c.id());
-                Running {
-                    child: Some(c),
-                    jail: Some(jail),
-                }
-            }
+            Ok(c) => Running {
+                child: Some(c),
+                jail: Some(jail),
+            },
             Err(e) => {
                 fail(&p, &task_id, format!("cannot run {}: {e}", cmd.argv[0])).await;
                 break 'runs;

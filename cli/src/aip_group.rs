@@ -572,9 +572,7 @@ async fn run_task<R: Runtime>(
         // Everything the agent starts stays in the task's jail and ends with it.
         let mut jail = Jail::new(format!("AIP_TASK_ID={t2}"));
         let cannot_run = |e: std::io::Error| format!("cannot run {}: {e}", c2.argv[0]);
-        jail.confine(&mut command).map_err(cannot_run)?;
-        let mut child = command.spawn().map_err(cannot_run)?;
-        jail.started(child.id());
+        let mut child = jail.spawn(&mut command).map_err(cannot_run)?;
         let jail = Arc::new(Mutex::new(jail));
         if let Ok(mut r) = r2.lock() {
             r.insert(k2.clone(), jail.clone());
