@@ -3,6 +3,7 @@
 //! to `<state>/ended` and are read only when a command may ask about one of them; they stay
 //! listed and readable. Real `awcp` against a real `awcp-executor`.
 
+#[allow(dead_code)] // Helpers shared with cli_results.rs, not all used here.
 mod cli_support;
 
 use std::path::Path;
@@ -149,4 +150,50 @@ fn a_result_left_staged_by_a_conflict_is_live_until_applied() {
     assert_eq!(a.status.code(), Some(0), "{}", show(&a));
     assert!(ids_in(&state.path().join("delegations")).is_empty());
     assert_eq!(ids_in(&state.path().join("ended")), vec![id]);
+}
+
+/// A delegation id a caller chooses (the daemon API's `id`) that names a settled delegation is
+/// refused as taken, also by a daemon that has not read its history yet (a fresh start), and
+/// the settled record is left as it was.
+#[test]
+fn a_chosen_id_of_a_settled_delegation_is_refused_after_a_restart() {
+    use awcp_driver::delegator::daemon::api::DelegateBody;
+    use awcp_driver::delegator::daemon::DaemonClient;
+    use awcp_driver::DelegateParams;
+    use std::time::Duration;
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let ex = Executor::start();
+    let state = tempfile::tempdir().unwrap();
+    let ws = workspace();
+    let id = "dlg_0123456789abcdef0123456789abcdef";
+    let mut params = DelegateParams::new(ex.url.clone(), ws.path().to_path_buf(), "edit");
+    params.id = Some(awcp_proto::DelegationId::new(id).unwrap());
+    let body = DelegateBody::from_params(&params).unwrap();
+    let client = |url: String| {
+        DaemonClient::new(awcp_tokio::TokioRuntime, url)
+            .with_token(Some(awcp_tests::bins::daemon_token(state.path())))
+    };
+    {
+        let (daemon, url) = awcp_tests::bins::spawn_daemon(state.path());
+        let _daemon = KillOnDrop(daemon);
+        let c = client(url);
+        rt.block_on(async {
+            c.delegate(&body).await.expect("delegated");
+            let end = c.wait(id, Duration::from_secs(60)).await.expect("ended");
+            assert!(end.outcome.is_success(), "{end:?}");
+        });
+    }
+    let history = state.path().join("ended").join(format!("{id}.json"));
+    let before = std::fs::read(&history).expect("settled into the history");
+    let (daemon, url) = awcp_tests::bins::spawn_daemon(state.path());
+    let _daemon = KillOnDrop(daemon);
+    let c = client(url);
+    let again = rt.block_on(c.delegate(&body));
+    assert!(again.is_err(), "the id is taken: {again:?}");
+    assert_eq!(std::fs::read(&history).unwrap(), before, "left as it was");
+    assert!(ids_in(&state.path().join("delegations")).is_empty());
 }

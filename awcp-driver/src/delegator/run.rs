@@ -130,6 +130,12 @@ impl<R: Runtime> Loop<R> {
         let now = self.now();
         match &cmd {
             Cmd::List(_) => self.load_history(None),
+            // A caller's own id may be one the history holds: refused as taken, as a live one
+            // is, rather than a second delegation under the same id.
+            Cmd::Delegate(p, _) if p.id.is_some() => {
+                let id = p.id.clone();
+                self.load_history(id.as_ref());
+            }
             Cmd::Cancel(id, _)
             | Cmd::Apply(id, _, _)
             | Cmd::Preview(id, _, _, _)
