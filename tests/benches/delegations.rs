@@ -145,7 +145,7 @@ fn strace_total_calls(summary: &str) -> u64 {
     summary
         .lines()
         .find(|l| l.trim_end().ends_with("total"))
-        .and_then(|l| l.split_whitespace().nth(2))
+        .and_then(|l| l.split_whitespace().nth(3))
         .and_then(|n| n.parse().ok())
         .unwrap_or(0)
 }
