@@ -50,12 +50,15 @@ fn simulation_seeds() {
     if count >= 1_000 {
         // The engine decides archive URLs: the sweep reaches both of its answers (a grant
         // lost with a crashed delegator is refused). The write-ahead journal is tried: power
-        // losses that undo states the application had seen.
+        // losses that undo states the application had seen. Settled delegations move to the
+        // history, and restarts restore it.
         for k in [
             "archive fetched by URL",
             "archive URL refused",
             "delegator power loss",
             "power loss undid a state the application saw",
+            "settled record moved to the history",
+            "delegator restored its history",
         ] {
             assert!(
                 total.get(k).copied().unwrap_or(0) > 0,

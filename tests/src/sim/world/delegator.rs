@@ -19,6 +19,7 @@ impl World {
                 // loss the record may come back as last synced (kept in `del_durable`), and
                 // the restored delegator must end that delegation again, harmlessly.
                 self.del_journal.remove(&id);
+                self.del_history.remove(&id);
             }
             Journaling::None => {}
         }

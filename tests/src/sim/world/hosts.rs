@@ -150,6 +150,7 @@ impl World {
             // The machine lost power: what was written and not yet synced is gone.
             self.bump("delegator power loss");
             self.del_journal = self.del_durable.clone();
+            self.del_history = self.del_history_durable.clone();
         }
         let mut d = Delegator::new(del_config(&self.cfg));
         // Read back as the driver does: from the JSON the journal holds.
@@ -174,6 +175,20 @@ impl World {
         if d.restore(now, &records, &recovered) > 0 {
             self.bump("delegator restored from its journal");
         }
+        // The history, as the driver reads it on the first request that may need it (here at
+        // once): ids the journal restored are skipped.
+        let history: Vec<DelegationRecord> = self
+            .del_history
+            .iter()
+            .filter(|(id, _)| !self.del_journal.contains_key(*id))
+            .map(|(_, v)| {
+                DelegationRecord::from_json(v).expect("the delegator reads its own records")
+            })
+            .collect();
+        if d.restore_history(now, &history) > 0 {
+            self.bump("delegator restored its history");
+        }
+        self.restored.extend(history.iter().map(|r| r.id.clone()));
         self.delegator = d;
         if power_lost {
             // The application died with the machine: what it knows of each delegation is
@@ -221,6 +236,7 @@ impl World {
             // Unlinked, not durably (see `Journaling::Remove` in `on_del_out`).
             None => {
                 self.del_journal.remove(id);
+                self.del_history.remove(id);
             }
         }
     }

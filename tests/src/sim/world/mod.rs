@@ -320,6 +320,13 @@ pub struct World {
     /// What of it a power loss leaves: the records as last synced (the engine says when,
     /// `DelegatorOutput::journaling`).
     del_durable: BTreeMap<DelegationId, Value>,
+    /// The records the driver moved out of the start-up path (`<state>/ended`): delegations
+    /// the engine said were settled (`Delegator::is_settled`) after a turn. The move is made
+    /// durable (the record synced, then the new name); the old name's removal may be undone
+    /// by a power loss (the record then also stays in `del_durable`).
+    del_history: BTreeMap<DelegationId, Value>,
+    /// What of the history a power loss leaves (a removal is not synced).
+    del_history_durable: BTreeMap<DelegationId, Value>,
     /// Delegations a restarted delegator restored: their releases are idempotent cleanups.
     restored: std::collections::BTreeSet<DelegationId>,
     pending_applies: BTreeMap<u64, PendingApply>,

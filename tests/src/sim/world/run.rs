@@ -45,6 +45,8 @@ impl World {
             del_inc: 0,
             del_journal: BTreeMap::new(),
             del_durable: BTreeMap::new(),
+            del_history: BTreeMap::new(),
+            del_history_durable: BTreeMap::new(),
             archive_urls: BTreeMap::new(),
             archive_fetched: Default::default(),
             restored: Default::default(),
@@ -260,6 +262,26 @@ impl World {
     pub(super) fn del_turn(&mut self, wake: Wake<DelegatorInput>) {
         let now = self.ts();
         drive::turn(&mut DelHost(self), now, wake);
+        self.retire_settled();
+    }
+
+    /// What the driver does after each turn: the records of delegations the engine says are
+    /// settled move to the history (synced first).
+    fn retire_settled(&mut self) {
+        let settled: Vec<DelegationId> = self
+            .del_journal
+            .keys()
+            .filter(|id| self.delegator.is_settled(id))
+            .cloned()
+            .collect();
+        for id in settled {
+            if let Some(v) = self.del_journal.remove(&id) {
+                self.bump("settled record moved to the history");
+                self.del_durable.insert(id.clone(), v.clone());
+                self.del_history.insert(id.clone(), v.clone());
+                self.del_history_durable.insert(id, v);
+            }
+        }
     }
 
     /// One turn of the canonical drive loop on executor `exec` (nothing while it is down).
