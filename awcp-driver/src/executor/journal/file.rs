@@ -75,7 +75,7 @@ pub fn read_record_file(path: &Path) -> Option<Value> {
     read_record(&std::fs::read(path).ok()?)
 }
 
-/// Writes `name` in `dir` atomically and durably: temp file (`.tmp…`, see [`Journal::load`]),
+/// Writes `name` in `dir` atomically and durably: temp file (`.tmp…`, see [`super::Journal::load`]),
 /// fsync, rename, fsync of `dir` (see [`sync_dir`]).
 pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;

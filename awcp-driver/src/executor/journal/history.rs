@@ -11,7 +11,7 @@ pub const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(24 *
 
 impl Journal {
     /// Moves the record of `id` to the history (a rename: the record must be durable first;
-    /// see [`Written::retire`]), and syncs the history directory so its new name is durable
+    /// see [`super::Written::retire`]), and syncs the history directory so its new name is durable
     /// (on a file system that writes directories back late, an unsynced rename across
     /// directories could otherwise lose both names). The old name's removal need not be: a
     /// record a power loss leaves in the journal is found by [`Journal::load`] and retired
