@@ -594,6 +594,15 @@ mod tests {
         assert!(survived, "{name}: expected to escape a group-only jail");
     }
 
+    /// The mechanisms a spawn is tried under: a cgroup where this process may make one, and
+    /// the group only (the path without a cgroup).
+    fn cgroup_and_group() -> Vec<Mechanism> {
+        match cgroup_parent() {
+            Ok(parent) => vec![Mechanism::Cgroup { parent }, Mechanism::GroupOnly],
+            Err(_) => vec![Mechanism::GroupOnly],
+        }
+    }
+
     /// What `Jail::spawn` starts (directly in the cgroup where it has one): in the jail's
     /// cgroup before it runs anything, leading its own process group, in its working
     /// directory, with exactly the environment set on the command, its three streams piped,
@@ -601,10 +610,7 @@ mod tests {
     #[test]
     fn a_spawned_command_starts_in_its_jail_as_the_command_says() {
         let dir = tempfile::tempdir().unwrap();
-        let mechanisms: Vec<Mechanism> = match cgroup_parent() {
-            Ok(parent) => vec![Mechanism::Cgroup { parent }, Mechanism::GroupOnly],
-            Err(_) => vec![Mechanism::GroupOnly],
-        };
+        let mechanisms = cgroup_and_group();
         for mechanism in &mechanisms {
             let mut jail = Jail::under(mechanism, "X=1");
             let mut cmd = Command::new("sh");
@@ -685,10 +691,7 @@ mod tests {
     #[test]
     fn a_missing_program_is_an_error_of_the_spawn() {
         let dir = tempfile::tempdir().unwrap();
-        let mechanisms: Vec<Mechanism> = match cgroup_parent() {
-            Ok(parent) => vec![Mechanism::Cgroup { parent }, Mechanism::GroupOnly],
-            Err(_) => vec![Mechanism::GroupOnly],
-        };
+        let mechanisms = cgroup_and_group();
         for mechanism in &mechanisms {
             for program in ["no-such-agent-program", "./no-such-agent-program"] {
                 let mut jail = Jail::under(mechanism, "X=1");
