@@ -176,16 +176,28 @@ fn rename_env_where(
             Some((a.get_id().clone(), renamed))
         })
         .collect();
-    let cmd = renames
-        .into_iter()
-        .fold(cmd, |cmd, (id, env)| cmd.mut_arg(id, |a| a.env(env)));
+    each_subcommand(set_envs(cmd, renames), |c, _| {
+        rename_env_where(c, from, to, pick)
+    })
+}
+
+/// `cmd` with the environment variable of each argument in `envs` set.
+fn set_envs(cmd: clap::Command, envs: Vec<(clap::Id, &'static str)>) -> clap::Command {
+    envs.into_iter()
+        .fold(cmd, |cmd, (id, env)| cmd.mut_arg(id, |a| a.env(env)))
+}
+
+/// `cmd` with `f` applied to each of its subcommands (given with its name).
+fn each_subcommand(
+    cmd: clap::Command,
+    mut f: impl FnMut(clap::Command, &str) -> clap::Command,
+) -> clap::Command {
     let subs: Vec<String> = cmd
         .get_subcommands()
         .map(|c| c.get_name().to_owned())
         .collect();
-    subs.into_iter().fold(cmd, |cmd, name| {
-        cmd.mut_subcommand(name, |c| rename_env_where(c, from, to, pick))
-    })
+    subs.into_iter()
+        .fold(cmd, |cmd, name| cmd.mut_subcommand(&name, |c| f(c, &name)))
 }
 
 /// `cmd` with a `--completions SHELL` flag, if it has none (the same on every binary).
@@ -258,16 +270,9 @@ pub fn with_default_env(cmd: clap::Command, prefix: &str) -> clap::Command {
                 named.push((a.get_id().clone(), Box::leak(name.into_boxed_str())));
             }
         }
-        let cmd = named
-            .into_iter()
-            .fold(cmd, |cmd, (id, env)| cmd.mut_arg(id, |a| a.env(env)));
-        let subs: Vec<String> = cmd
-            .get_subcommands()
-            .map(|c| c.get_name().to_owned())
-            .collect();
-        subs.into_iter().fold(cmd, |cmd, name| {
+        each_subcommand(set_envs(cmd, named), |c, name| {
             let sub_prefix = format!("{prefix}{}_", name.replace('-', "_").to_uppercase());
-            cmd.mut_subcommand(&name, |c| walk(c, &sub_prefix, taken))
+            walk(c, &sub_prefix, taken)
         })
     }
     let mut names = std::collections::BTreeSet::new();
