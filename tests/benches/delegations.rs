@@ -516,12 +516,16 @@ impl Bench {
         for (name, what, state) in rows {
             let state_of = || state.map_or(fresh_state.clone(), Path::to_path_buf);
             let fresh = state.is_none();
-            for _ in 0..if self.quick { 0 } else { 5 } {
-                run_measured(&mut delegate_cmd(&state_of(), &ws, &url));
+            // After each run: the agent's file goes, and a fresh state directory with it.
+            let tidy = || {
                 forget(&ws);
                 if fresh {
                     let _ = std::fs::remove_dir_all(&fresh_state);
                 }
+            };
+            for _ in 0..if self.quick { 0 } else { 5 } {
+                run_measured(&mut delegate_cmd(&state_of(), &ws, &url));
+                tidy();
             }
             reset_peak(ex.0.id());
             let e0 = cpu_ns(ex.0.id());
@@ -531,10 +535,7 @@ impl Bench {
                 times.push(u.took);
                 cpu += u.cpu;
                 rss = rss.max(u.rss_kib);
-                forget(&ws);
-                if fresh {
-                    let _ = std::fs::remove_dir_all(&fresh_state);
-                }
+                tidy();
             }
             let e_cpu = ns_to_ms(cpu_ns(ex.0.id()) - e0) / n as f64;
             let k = 3;
@@ -543,10 +544,7 @@ impl Bench {
                 for _ in 0..k {
                     let s = syncs_of(&delegate_cmd(&state_of(), &ws, &url));
                     d_syncs = d_syncs.zip(s).map(|(a, b)| a + b);
-                    forget(&ws);
-                    if fresh {
-                        let _ = std::fs::remove_dir_all(&fresh_state);
-                    }
+                    tidy();
                 }
             });
             self.row(format!(
