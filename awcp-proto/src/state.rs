@@ -6,7 +6,7 @@
 
 use core::fmt;
 
-/// The delegator's 9 states (WIRE.md §8.1).
+/// The delegator's 10 states (WIRE.md §8.1, and `idle` of multi-round delegations, §17).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum DelegationState {
     /// Created, INVITE not sent yet.
@@ -19,6 +19,9 @@ pub enum DelegationState {
     Started,
     /// The task is running.
     Running,
+    /// Between two rounds of a multi-round delegation: the executor keeps the work directory
+    /// and waits for CONTINUE or CLOSE.
+    Idle,
     /// Terminal: the task finished.
     Completed,
     /// Terminal: something failed.
@@ -31,12 +34,13 @@ pub enum DelegationState {
 
 impl DelegationState {
     /// Every state, in table order.
-    pub const ALL: [DelegationState; 9] = [
+    pub const ALL: [DelegationState; 10] = [
         DelegationState::Created,
         DelegationState::Invited,
         DelegationState::Accepted,
         DelegationState::Started,
         DelegationState::Running,
+        DelegationState::Idle,
         DelegationState::Completed,
         DelegationState::Error,
         DelegationState::Cancelled,
@@ -62,6 +66,7 @@ impl DelegationState {
             DelegationState::Accepted => "accepted",
             DelegationState::Started => "started",
             DelegationState::Running => "running",
+            DelegationState::Idle => "idle",
             DelegationState::Completed => "completed",
             DelegationState::Error => "error",
             DelegationState::Cancelled => "cancelled",
@@ -82,7 +87,8 @@ impl DelegationState {
             Invited => &[Accepted, Error, Cancelled, Expired],
             Accepted => &[Started, Error, Cancelled, Expired],
             Started => &[Running, Error, Cancelled],
-            Running => &[Completed, Error, Cancelled, Expired],
+            Running => &[Idle, Completed, Error, Cancelled, Expired],
+            Idle => &[Running, Completed, Error, Cancelled],
             Completed | Error | Cancelled | Expired => &[],
         }
     }
@@ -107,8 +113,16 @@ pub enum DelegationTransition {
     SendStart,
     /// started → running
     SetupComplete,
-    /// running → completed
+    /// running, idle → completed (in `idle`: the executor closed the delegation itself)
     ReceiveDone,
+    /// running → idle: `round_done`, a round of a multi-round delegation ended
+    ReceiveRoundDone,
+    /// idle → running: CONTINUE sent, the next round starts
+    SendContinue,
+    /// running → idle: the executor refused the CONTINUE just sent (the round did not start)
+    ContinueRefused,
+    /// idle → completed: CLOSE sent
+    SendClose,
     /// any non-terminal → error
     ReceiveError,
     /// any non-terminal → error
@@ -128,17 +142,22 @@ impl DelegationTransition {
             DelegationTransition::ReceiveAccept
                 | DelegationTransition::SetupComplete
                 | DelegationTransition::ReceiveDone
+                | DelegationTransition::ReceiveRoundDone
                 | DelegationTransition::ReceiveError
         )
     }
 
     /// Every transition.
-    pub const ALL: [DelegationTransition; 9] = [
+    pub const ALL: [DelegationTransition; 13] = [
         DelegationTransition::SendInvite,
         DelegationTransition::ReceiveAccept,
         DelegationTransition::SendStart,
         DelegationTransition::SetupComplete,
         DelegationTransition::ReceiveDone,
+        DelegationTransition::ReceiveRoundDone,
+        DelegationTransition::SendContinue,
+        DelegationTransition::ContinueRefused,
+        DelegationTransition::SendClose,
         DelegationTransition::ReceiveError,
         DelegationTransition::SendError,
         DelegationTransition::Cancel,
@@ -157,7 +176,10 @@ impl DelegationTransition {
             (E::ReceiveAccept, S::Invited) => Some(S::Accepted),
             (E::SendStart, S::Accepted) => Some(S::Started),
             (E::SetupComplete, S::Started) => Some(S::Running),
-            (E::ReceiveDone, S::Running) => Some(S::Completed),
+            (E::ReceiveDone, S::Running | S::Idle) => Some(S::Completed),
+            (E::ReceiveRoundDone | E::ContinueRefused, S::Running) => Some(S::Idle),
+            (E::SendContinue, S::Idle) => Some(S::Running),
+            (E::SendClose, S::Idle) => Some(S::Completed),
             (E::ReceiveError | E::SendError, _) => Some(S::Error),
             (E::Cancel, _) => Some(S::Cancelled),
             (E::Expire, S::Invited | S::Accepted | S::Running) => Some(S::Expired),
@@ -236,6 +258,9 @@ pub enum AssignmentState {
     Pending,
     /// START received: setting up, running or capturing.
     Active,
+    /// Between two rounds of a multi-round delegation: the work directory is kept, waiting
+    /// for CONTINUE or CLOSE.
+    Idle,
     /// Terminal: done.
     Completed,
     /// Terminal: failed, cancelled or expired (the code says which).
@@ -253,6 +278,7 @@ impl AssignmentState {
         match self {
             AssignmentState::Pending => "pending",
             AssignmentState::Active => "active",
+            AssignmentState::Idle => "idle",
             AssignmentState::Completed => "completed",
             AssignmentState::Error => "error",
         }
@@ -263,6 +289,7 @@ impl AssignmentState {
         [
             AssignmentState::Pending,
             AssignmentState::Active,
+            AssignmentState::Idle,
             AssignmentState::Completed,
             AssignmentState::Error,
         ]
@@ -285,11 +312,17 @@ pub enum AssignmentTransition {
     ReceiveStart,
     /// active → completed
     TaskComplete,
+    /// active → idle: a round of a multi-round delegation ended (`round_done`)
+    RoundComplete,
+    /// idle → active: CONTINUE received, the next round starts
+    ReceiveContinue,
+    /// idle → completed: CLOSE received, or the idle time ran out
+    Close,
     /// active → error
     TaskFail,
-    /// pending, active → error
+    /// pending, active, idle → error
     ReceiveError,
-    /// pending, active → error. Also used for system cancellation: lease expiry (stored as
+    /// pending, active, idle → error. Also used for system cancellation: lease expiry (stored as
     /// `EXPIRED` / `START_EXPIRED`) and shutdown.
     Cancel,
 }
@@ -299,9 +332,12 @@ pub type AssignmentEvent = AssignmentTransition;
 
 impl AssignmentTransition {
     /// Every event.
-    pub const ALL: [AssignmentTransition; 5] = [
+    pub const ALL: [AssignmentTransition; 8] = [
         AssignmentTransition::ReceiveStart,
         AssignmentTransition::TaskComplete,
+        AssignmentTransition::RoundComplete,
+        AssignmentTransition::ReceiveContinue,
+        AssignmentTransition::Close,
         AssignmentTransition::TaskFail,
         AssignmentTransition::ReceiveError,
         AssignmentTransition::Cancel,
@@ -314,8 +350,11 @@ impl AssignmentTransition {
         match (self, from) {
             (E::ReceiveStart, S::Pending) => Some(S::Active),
             (E::TaskComplete, S::Active) => Some(S::Completed),
+            (E::RoundComplete, S::Active) => Some(S::Idle),
+            (E::ReceiveContinue, S::Idle) => Some(S::Active),
+            (E::Close, S::Idle) => Some(S::Completed),
             (E::TaskFail, S::Active) => Some(S::Error),
-            (E::ReceiveError | E::Cancel, S::Pending | S::Active) => Some(S::Error),
+            (E::ReceiveError | E::Cancel, S::Pending | S::Active | S::Idle) => Some(S::Error),
             _ => None,
         }
     }
@@ -435,6 +474,13 @@ mod tests {
             (E::Cancel, S::Active, Some(S::Error)),
             (E::Cancel, S::Completed, None),
             (E::ReceiveError, S::Error, None),
+            (E::RoundComplete, S::Active, Some(S::Idle)),
+            (E::RoundComplete, S::Idle, None),
+            (E::ReceiveContinue, S::Idle, Some(S::Active)),
+            (E::ReceiveContinue, S::Active, None),
+            (E::Close, S::Idle, Some(S::Completed)),
+            (E::Close, S::Active, None),
+            (E::Cancel, S::Idle, Some(S::Error)),
         ];
         for (e, from, to) in cases {
             assert_eq!(e.target(from), to, "{e:?} from {from}");

@@ -294,7 +294,8 @@ pub fn attach_diverted_result(event: &mut super::TaskEvent, file: &str) -> bool 
         super::TaskEventKind::Snapshot(_)
         | super::TaskEventKind::Done(_)
         | super::TaskEventKind::Status(_)
-        | super::TaskEventKind::Error(_) => false,
+        | super::TaskEventKind::Error(_)
+        | super::TaskEventKind::RoundDone(_) => false,
     }
 }
 

@@ -173,6 +173,29 @@ pub(crate) fn decode_message_json(value: &Value) -> Result<(Message, Dialect), D
             }),
             Dialect::Reference,
         )),
+        "CONTINUE" => {
+            let t = obj.req_obj("task")?;
+            let lease = match obj.opt_obj("lease")? {
+                Some(l) => Some(ActiveLease {
+                    expires_at: l.req_timestamp("expiresAt")?,
+                    access_mode: l.access_mode("accessMode")?,
+                }),
+                None => None,
+            };
+            Ok((
+                Message::Continue(Continue {
+                    delegation_id,
+                    task: TaskSpec {
+                        description: t.req_str("description")?.to_owned(),
+                        prompt: t.req_str("prompt")?.to_owned(),
+                    },
+                    round: obj.req_u64("round")?,
+                    lease,
+                }),
+                Dialect::Reference,
+            ))
+        }
+        "CLOSE" => Ok((Message::Close(Close { delegation_id }), Dialect::Reference)),
         other => Err(obj.invalid(
             "type",
             format!("unknown message type {:?}", truncate(other)),
@@ -243,22 +266,7 @@ fn decode_event_json(value: &Value) -> Result<(TaskEvent, Dialect), DecodeError>
             if result_base64.is_some() {
                 dialect = Dialect::Seed;
             }
-            let snapshot_ids = match obj.opt_array("snapshotIds")? {
-                Some(items) => items
-                    .enumerate()
-                    .map(|(i, v)| {
-                        // The field's name is only built for an error.
-                        let field = || format!("{}[{i}]", obj.field("snapshotIds"));
-                        let s = v.as_str().ok_or_else(|| wrong_type(&field(), "string"))?;
-                        SnapshotId::new(s).map_err(|e| invalid(&field(), e.to_string()))
-                    })
-                    .collect::<Result<Vec<_>, _>>()?,
-                None => Vec::new(),
-            };
-            let recommended_snapshot_id = match obj.get("recommendedSnapshotId") {
-                Some(_) => Some(obj.snapshot_id("recommendedSnapshotId")?),
-                None => None,
-            };
+            let (snapshot_ids, recommended_snapshot_id) = snapshot_refs(&obj)?;
             TaskEventKind::Done(DoneEvent {
                 summary: obj.req_str("summary")?.to_owned(),
                 highlights: obj.str_array("highlights")?,
@@ -266,6 +274,16 @@ fn decode_event_json(value: &Value) -> Result<(TaskEvent, Dialect), DecodeError>
                 recommended_snapshot_id,
                 result_base64,
                 result_local_file: None,
+            })
+        }
+        "round_done" => {
+            let (snapshot_ids, recommended_snapshot_id) = snapshot_refs(&obj)?;
+            TaskEventKind::RoundDone(RoundDoneEvent {
+                round: obj.req_u64("round")?,
+                summary: obj.req_str("summary")?.to_owned(),
+                highlights: obj.str_array("highlights")?,
+                snapshot_ids,
+                recommended_snapshot_id,
             })
         }
         "error" => TaskEventKind::Error(decode_error_info(&obj)?),
@@ -281,6 +299,27 @@ fn decode_event_json(value: &Value) -> Result<(TaskEvent, Dialect), DecodeError>
         },
         dialect,
     ))
+}
+
+/// `snapshotIds` and `recommendedSnapshotId` of a `done` or `round_done` event.
+fn snapshot_refs(obj: &Obj<'_>) -> Result<(Vec<SnapshotId>, Option<SnapshotId>), DecodeError> {
+    let snapshot_ids = match obj.opt_array("snapshotIds")? {
+        Some(items) => items
+            .enumerate()
+            .map(|(i, v)| {
+                // The field's name is only built for an error.
+                let field = || format!("{}[{i}]", obj.field("snapshotIds"));
+                let s = v.as_str().ok_or_else(|| wrong_type(&field(), "string"))?;
+                SnapshotId::new(s).map_err(|e| invalid(&field(), e.to_string()))
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+        None => Vec::new(),
+    };
+    let recommended_snapshot_id = match obj.get("recommendedSnapshotId") {
+        Some(_) => Some(obj.snapshot_id("recommendedSnapshotId")?),
+        None => None,
+    };
+    Ok((snapshot_ids, recommended_snapshot_id))
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -157,7 +157,8 @@ pub fn encode_event_split(ev: &TaskEvent, dialect: Dialect) -> Option<SplitMessa
         TaskEventKind::Snapshot(_)
         | TaskEventKind::Done(_)
         | TaskEventKind::Status(_)
-        | TaskEventKind::Error(_) => return None,
+        | TaskEventKind::Error(_)
+        | TaskEventKind::RoundDone(_) => return None,
     };
     split_at_field(&encode_event(&ev, dialect), field, file)
 }

@@ -119,6 +119,16 @@ struct DoneShape<'a> {
 }
 
 #[derive(Derive)]
+struct ContinueShape<'a> {
+    #[serde(flatten)]
+    head: Head<'a>,
+    task: &'a TaskSpec,
+    round: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lease: Option<&'a ActiveLease>,
+}
+
+#[derive(Derive)]
 struct ErrorShape<'a> {
     #[serde(flatten)]
     head: Head<'a>,
@@ -135,6 +145,8 @@ pub(crate) enum MessageRef<'m> {
     Start(&'m Start),
     Done(&'m Done),
     Error(&'m ErrorMessage),
+    Continue(&'m Continue),
+    Close(&'m Close),
 }
 
 impl<'m> From<&'m Message> for MessageRef<'m> {
@@ -145,6 +157,8 @@ impl<'m> From<&'m Message> for MessageRef<'m> {
             Message::Start(m) => MessageRef::Start(m),
             Message::Done(m) => MessageRef::Done(m),
             Message::Error(m) => MessageRef::Error(m),
+            Message::Continue(m) => MessageRef::Continue(m),
+            Message::Close(m) => MessageRef::Close(m),
         }
     }
 }
@@ -218,6 +232,14 @@ impl Serialize for InDialect<'_, MessageRef<'_>> {
                 error: &e.error,
             }
             .serialize(s),
+            MessageRef::Continue(c) => ContinueShape {
+                head: head("CONTINUE", &c.delegation_id),
+                task: &c.task,
+                round: c.round,
+                lease: c.lease.as_ref(),
+            }
+            .serialize(s),
+            MessageRef::Close(c) => head("CLOSE", &c.delegation_id).serialize(s),
         }
     }
 }
@@ -298,6 +320,21 @@ struct DoneEventShape<'a> {
 }
 
 #[derive(Derive)]
+#[serde(rename_all = "camelCase")]
+struct RoundDoneShape<'a> {
+    #[serde(flatten)]
+    head: EventHead<'a>,
+    round: u64,
+    summary: &'a str,
+    #[serde(skip_serializing_if = "is_empty")]
+    highlights: &'a [String],
+    #[serde(skip_serializing_if = "is_empty")]
+    snapshot_ids: &'a [SnapshotId],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    recommended_snapshot_id: Option<&'a SnapshotId>,
+}
+
+#[derive(Derive)]
 struct ErrorEventShape<'a> {
     #[serde(flatten)]
     head: EventHead<'a>,
@@ -350,6 +387,15 @@ impl Serialize for InDialect<'_, TaskEvent> {
                 .serialize(s)
             }
             TaskEventKind::Error(error) => ErrorEventShape { head, error }.serialize(s),
+            TaskEventKind::RoundDone(r) => RoundDoneShape {
+                head,
+                round: r.round,
+                summary: &r.summary,
+                highlights: &r.highlights,
+                snapshot_ids: &r.snapshot_ids,
+                recommended_snapshot_id: r.recommended_snapshot_id.as_ref(),
+            }
+            .serialize(s),
         }
     }
 }

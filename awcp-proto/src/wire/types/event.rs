@@ -27,7 +27,9 @@ impl TaskEvent {
         match &self.kind {
             TaskEventKind::Snapshot(s) => s.data.local_file.as_deref(),
             TaskEventKind::Done(d) => d.result_local_file.as_deref(),
-            TaskEventKind::Status(_) | TaskEventKind::Error(_) => None,
+            TaskEventKind::Status(_) | TaskEventKind::Error(_) | TaskEventKind::RoundDone(_) => {
+                None
+            }
         }
     }
 }
@@ -43,6 +45,9 @@ pub enum TaskEventKind {
     Done(DoneEvent),
     /// `error`
     Error(ErrorInfo),
+    /// `round_done` (multi-round delegations, WIRE.md §17): the end of one round; the
+    /// assignment stays open for CONTINUE or CLOSE and the stream goes on.
+    RoundDone(RoundDoneEvent),
 }
 
 impl TaskEventKind {
@@ -53,6 +58,7 @@ impl TaskEventKind {
             TaskEventKind::Snapshot(_) => "snapshot",
             TaskEventKind::Done(_) => "done",
             TaskEventKind::Error(_) => "error",
+            TaskEventKind::RoundDone(_) => "round_done",
         }
     }
 
@@ -147,6 +153,22 @@ pub struct DoneEvent {
     /// driver receiving `done` may decode `resultBase64` into a file as it arrives and set
     /// this instead, see [`crate::wire::divert`]). The encoders ignore it.
     pub result_local_file: Option<String>,
+}
+
+/// `round_done` event (WIRE.md §17): one round of a multi-round delegation ended; the
+/// executor keeps the work directory and waits for CONTINUE or CLOSE.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RoundDoneEvent {
+    /// The round that ended (1 for the START round, then CONTINUE's number).
+    pub round: u64,
+    /// What was done in it.
+    pub summary: String,
+    /// Files worth looking at.
+    pub highlights: Vec<String>,
+    /// The snapshots sent for this round (its `snapshot` events).
+    pub snapshot_ids: Vec<SnapshotId>,
+    /// The snapshot the executor recommends.
+    pub recommended_snapshot_id: Option<SnapshotId>,
 }
 
 /// Marker so `ErrorInfo` can be used as an event payload.

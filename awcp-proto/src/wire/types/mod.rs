@@ -232,6 +232,10 @@ pub mod feature {
     pub const DELTA_SNAPSHOTS: &str = "delta-snapshots";
     /// Archives and snapshots may be fetched by URL instead of inline base64.
     pub const ARCHIVE_URL: &str = "archive-url";
+    /// The delegation may go on for more rounds (CONTINUE, CLOSE, `round_done`; WIRE.md
+    /// §17): offered by a delegator that wants to keep the delegation open, agreed by an
+    /// executor that keeps the work directory between rounds.
+    pub const MULTI_ROUND: &str = "multi-round";
 }
 
 /// One protocol extension of the `features` lists of INVITE and ACCEPT: one this
@@ -247,6 +251,8 @@ pub enum Feature {
     /// [`feature::ARCHIVE_URL`]: archives and snapshots may be fetched by URL instead of
     /// inline base64.
     ArchiveUrl,
+    /// [`feature::MULTI_ROUND`]: the delegation may go on for more rounds.
+    MultiRound,
     /// An extension this implementation does not know, by its wire name.
     Other(String),
 }
@@ -272,6 +278,7 @@ impl Feature {
         match name {
             feature::DELTA_SNAPSHOTS => Some(Feature::DeltaSnapshots),
             feature::ARCHIVE_URL => Some(Feature::ArchiveUrl),
+            feature::MULTI_ROUND => Some(Feature::MultiRound),
             _ => None,
         }
     }
@@ -281,6 +288,7 @@ impl Feature {
         match self {
             Feature::DeltaSnapshots => feature::DELTA_SNAPSHOTS,
             Feature::ArchiveUrl => feature::ARCHIVE_URL,
+            Feature::MultiRound => feature::MULTI_ROUND,
             Feature::Other(name) => name,
         }
     }
@@ -475,6 +483,27 @@ pub struct ErrorMessage {
     pub error: ErrorInfo,
 }
 
+/// CONTINUE (delegator → executor; WIRE.md §17): the next round of a multi-round
+/// delegation, in the same work directory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Continue {
+    /// The delegation id.
+    pub delegation_id: DelegationId,
+    /// The round's instructions (the full prompt, not a delta).
+    pub task: TaskSpec,
+    /// The round's number (2 for the first CONTINUE).
+    pub round: u64,
+    /// The round's lease (absent from the reference's delegator: the lease goes on).
+    pub lease: Option<ActiveLease>,
+}
+
+/// CLOSE (delegator → executor; WIRE.md §17): ends a multi-round delegation between rounds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Close {
+    /// The delegation id.
+    pub delegation_id: DelegationId,
+}
+
 /// A control-plane message.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Message {
@@ -488,6 +517,10 @@ pub enum Message {
     Done(Done),
     /// ERROR
     Error(ErrorMessage),
+    /// CONTINUE (multi-round)
+    Continue(Continue),
+    /// CLOSE (multi-round)
+    Close(Close),
 }
 
 impl Message {
@@ -501,7 +534,12 @@ impl Message {
                 | TransportHandle::Storage(_)
                 | TransportHandle::Git(_) => None,
             },
-            Message::Invite(_) | Message::Accept(_) | Message::Done(_) | Message::Error(_) => None,
+            Message::Invite(_)
+            | Message::Accept(_)
+            | Message::Done(_)
+            | Message::Error(_)
+            | Message::Continue(_)
+            | Message::Close(_) => None,
         }
     }
 
@@ -514,7 +552,12 @@ impl Message {
                 | TransportHandle::Storage(_)
                 | TransportHandle::Git(_) => None,
             },
-            Message::Invite(_) | Message::Accept(_) | Message::Done(_) | Message::Error(_) => None,
+            Message::Invite(_)
+            | Message::Accept(_)
+            | Message::Done(_)
+            | Message::Error(_)
+            | Message::Continue(_)
+            | Message::Close(_) => None,
         }
     }
 
@@ -526,6 +569,8 @@ impl Message {
             Message::Start(m) => &m.delegation_id,
             Message::Done(m) => &m.delegation_id,
             Message::Error(m) => &m.delegation_id,
+            Message::Continue(m) => &m.delegation_id,
+            Message::Close(m) => &m.delegation_id,
         }
     }
 
@@ -537,6 +582,8 @@ impl Message {
             Message::Start(_) => "START",
             Message::Done(_) => "DONE",
             Message::Error(_) => "ERROR",
+            Message::Continue(_) => "CONTINUE",
+            Message::Close(_) => "CLOSE",
         }
     }
 }
@@ -551,6 +598,7 @@ mod tests {
         for (name, typed) in [
             ("delta-snapshots", Feature::DeltaSnapshots),
             ("archive-url", Feature::ArchiveUrl),
+            ("multi-round", Feature::MultiRound),
             ("zstd-archives", Feature::Other("zstd-archives".into())),
             ("", Feature::Other(String::new())),
         ] {
