@@ -294,6 +294,57 @@ pub fn hash_reader(r: &mut dyn Read) -> std::io::Result<String> {
     Ok(h.finish())
 }
 
+impl Baseline {
+    /// Moves the baseline past an applied snapshot (a multi-round delegation's next round
+    /// is compared with what the last one left): each written `resource/path` is recorded as
+    /// it now is on disk under its resource's root in `roots`, each deleted one is dropped.
+    /// A path that cannot be read is dropped too (the next apply then treats it as new).
+    pub fn advance(
+        &mut self,
+        written: &[String],
+        deleted: &[String],
+        roots: &BTreeMap<String, std::path::PathBuf>,
+    ) {
+        use std::os::unix::fs::MetadataExt as _;
+        for path in deleted {
+            if let Some((res, rel)) = path.split_once('/') {
+                if let Some(m) = self.resources.get_mut(res) {
+                    m.files.remove(rel);
+                }
+            }
+        }
+        for path in written {
+            let Some((res, rel)) = path.split_once('/') else {
+                continue;
+            };
+            let Some(root) = roots.get(res) else {
+                continue;
+            };
+            let file = root.join(rel);
+            let m = self.resources.entry(res.to_owned()).or_default();
+            let record = fs::symlink_metadata(&file)
+                .ok()
+                .filter(fs::Metadata::is_file)
+                .and_then(|md| {
+                    Some(FileRecord {
+                        size: md.len(),
+                        mode: md.mode() & 0o7777,
+                        mtime_ns: crate::walk::mtime_ns(&md),
+                        sha256: hash_file(&file).ok()?,
+                    })
+                });
+            match record {
+                Some(r) => {
+                    m.files.insert(rel.to_owned(), r);
+                }
+                None => {
+                    m.files.remove(rel);
+                }
+            }
+        }
+    }
+}
+
 impl Manifest {
     /// Builds a manifest from a walk, hashing every file.
     pub fn from_walk(walk: &WalkResult, cancel: &CancelFlag) -> Result<Manifest, TransportError> {

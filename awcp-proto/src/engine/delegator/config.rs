@@ -53,6 +53,9 @@ pub struct DelegatorConfig {
     /// ([`ArchiveDelivery::ByUrl`]) instead of inline. The drivers set it from whether an
     /// archive base URL is configured (`--serve-archives`). Default: false.
     pub serve_archives: bool,
+    /// How long a multi-round delegation may stay `idle` (its round ended, no CONTINUE yet)
+    /// before it is closed (5 min, as the reference's `idleTimeoutMs`).
+    pub idle_timeout: Duration,
 }
 
 impl DelegatorConfig {
@@ -82,6 +85,7 @@ impl Default for DelegatorConfig {
             max_result_bytes: 2 * 1024 * 1024 * 1024,
             features: vec![Feature::DeltaSnapshots, Feature::ArchiveUrl],
             serve_archives: false,
+            idle_timeout: Duration::from_secs(300),
         }
     }
 }
@@ -112,4 +116,8 @@ pub struct DelegateRequest {
     /// Lend secret-looking files (`.env`, private keys, …; WIRE.md §9) instead of refusing
     /// the delegation with `SENSITIVE_FILES`.
     pub allow_sensitive: bool,
+    /// Keep the delegation open after its first round (WIRE.md §17): offer the `multi-round`
+    /// extension, and when a round ends stay `idle` for
+    /// [`Delegator::continue_delegation`] or [`Delegator::close`] instead of closing.
+    pub keep_open: bool,
 }

@@ -44,6 +44,8 @@ pub(super) struct Finishing {
     pub(super) ack_sent: bool,
     /// A snapshot the executor announced in `done` that has not arrived (being fetched).
     pub(super) awaiting: Option<SnapshotId>,
+    /// CLOSE is in flight: the executor is acknowledged only once it confirmed it.
+    pub(super) closing: bool,
 }
 
 /// Where a delegation is in its life: what it holds and waits for at each stage, so that
@@ -52,7 +54,7 @@ pub(super) struct Finishing {
 ///
 /// The spec state ([`DelegationState`], in [`Delegation::machine`]) is the only authority on
 /// which transitions are legal; the phase follows it: `created`/`invited` are
-/// [`Phase::Inviting`], `accepted` is [`Phase::Accepted`], `started`/`running` are
+/// [`Phase::Inviting`], `accepted` is [`Phase::Accepted`], `started`/`running`/`idle` are
 /// [`Phase::Started`], and a terminal state is [`Phase::Finishing`] until everything is
 /// released, then [`Phase::Ended`]. [`Delegator::transition`] moves a delegation into
 /// `Finishing` on its terminal transition.
@@ -109,6 +111,7 @@ impl Phase {
                 heard_terminal,
                 ack_sent: false,
                 awaiting: None,
+                closing: false,
             })
         };
         match self {
@@ -215,7 +218,7 @@ impl Phase {
         match self {
             Phase::Inviting { .. } => matches!(state, S::Created | S::Invited),
             Phase::Accepted { .. } => state == S::Accepted,
-            Phase::Started { .. } => matches!(state, S::Started | S::Running),
+            Phase::Started { .. } => matches!(state, S::Started | S::Running | S::Idle),
             Phase::Finishing(_) | Phase::Ended { .. } => state.is_terminal(),
         }
     }
@@ -387,6 +390,8 @@ pub(super) struct Delegation {
     /// until the setup grace period ends) whether the task finished within the lease, and the
     /// delegation expires only if it did not say so (not journaled: set by each restore).
     pub(super) asking_after_lease: bool,
+    /// The round running or last ended (1: the START round; WIRE.md §17).
+    pub(super) round: u64,
 }
 
 impl Delegation {
@@ -415,6 +420,7 @@ impl Delegation {
             last_progress: None,
             asking_after_lease: false,
             invite_record: Default::default(),
+            round: 1,
         }
     }
 

@@ -104,9 +104,13 @@ impl Delegator {
                 self.on_snapshot(now, &id, snap);
             }
             TaskEventKind::Done(done) => self.on_done(now, &id, done),
+            TaskEventKind::RoundDone(r) => self.on_round_done(now, &id, r),
             TaskEventKind::Error(e) => {
                 self.get_mut(&id)?.phase.hear_terminal();
-                if matches!(state, DelegationState::Started | DelegationState::Running) {
+                if matches!(
+                    state,
+                    DelegationState::Started | DelegationState::Running | DelegationState::Idle
+                ) {
                     self.receive_error(now, &id, e);
                 }
                 self.wind_down(now, &id);
@@ -161,6 +165,22 @@ impl Delegator {
         let state = d.state();
         if state == DelegationState::Started {
             self.setup_complete(now, id);
+        }
+        if self.state(id) == Some(DelegationState::Idle) {
+            // Between rounds: the executor closed the delegation itself (its idle time ran
+            // out). The last round's outcome stays the result.
+            if let Some(d) = self.delegations.get_mut(id) {
+                if d.result.is_none() {
+                    d.result = Some(TaskOutcome {
+                        summary: std::mem::take(&mut done.summary),
+                        highlights: std::mem::take(&mut done.highlights),
+                    });
+                }
+            }
+            self.core.timers.cancel(&(id.clone(), Timer::Idle));
+            self.transition(now, id, DelegationTransition::ReceiveDone, None);
+            self.wind_down(now, id);
+            return;
         }
         if self.state(id) != Some(DelegationState::Running) {
             self.wind_down(now, id);

@@ -79,7 +79,7 @@ impl Delegator {
             retention_ms: Some(
                 u64::try_from(self.config.retention.as_millis()).unwrap_or(u64::MAX),
             ),
-            features: self.config.features.clone(),
+            features: offered_features(&self.config.features, d.req.keep_open),
             ..invite_of(id, &d.req)
         };
         let peer = d.peer.clone();
@@ -145,6 +145,8 @@ impl Delegator {
                     self.request_failed(now, id, Outbound::Start, other);
                 }
             }
+            (Outbound::Continue, reply) => self.on_continue_reply(now, id, reply),
+            (Outbound::Close, reply) => self.on_close_reply(now, id, reply),
             (Outbound::Error | Outbound::Cancel | Outbound::Ack, _) => {}
         }
         Ok(())
@@ -391,3 +393,17 @@ pub(super) fn invite_of(id: &DelegationId, req: &DelegateRequest) -> Invite {
 
 #[cfg(test)]
 mod tests;
+
+/// What INVITE offers: the configured extensions, with `multi-round` exactly when the
+/// delegation asks to be kept open (an executor that agrees ends rounds with `round_done`).
+pub(super) fn offered_features(configured: &[Feature], keep_open: bool) -> Vec<Feature> {
+    let mut features: Vec<Feature> = configured
+        .iter()
+        .filter(|f| **f != Feature::MultiRound)
+        .cloned()
+        .collect();
+    if keep_open {
+        features.push(Feature::MultiRound);
+    }
+    features
+}

@@ -15,6 +15,10 @@ pub enum Outbound {
     Cancel,
     /// `POST …/tasks/{id}/ack`.
     Ack,
+    /// The CONTINUE POST (multi-round).
+    Continue,
+    /// The CLOSE POST (multi-round).
+    Close,
 }
 
 impl Outbound {
@@ -23,8 +27,8 @@ impl Outbound {
     /// not left waiting for a lease to expire.
     pub fn is_farewell(self) -> bool {
         match self {
-            Outbound::Error | Outbound::Cancel | Outbound::Ack => true,
-            Outbound::Invite | Outbound::Start => false,
+            Outbound::Error | Outbound::Cancel | Outbound::Ack | Outbound::Close => true,
+            Outbound::Invite | Outbound::Start | Outbound::Continue => false,
         }
     }
 }
@@ -125,6 +129,8 @@ impl core::fmt::Display for Outbound {
             Outbound::Error => "ERROR",
             Outbound::Cancel => "cancel",
             Outbound::Ack => "ack",
+            Outbound::Continue => "CONTINUE",
+            Outbound::Close => "CLOSE",
         })
     }
 }
@@ -414,6 +420,10 @@ pub enum DelegatorOutput {
         access_mode: AccessMode,
         /// The SHA-256 the executor announced for the archive: the stored bytes must match it.
         checksum: Option<String>,
+        /// A later round may follow (a multi-round delegation): once applied, what the apply
+        /// wrote becomes the base the next round's result is compared with (local edits are
+        /// those made since), as if it had been lent so.
+        rebaseline: bool,
     },
     /// Store a snapshot durably (its bytes, inline or fetched from its URL); answer with
     /// `SnapshotStored`. Every snapshot that is to be applied or staged is stored first.

@@ -20,6 +20,8 @@ pub enum Timer {
     Reconnect,
     /// The retention after the end is over: forget the delegation (and its stored bytes).
     Forget,
+    /// A multi-round delegation stayed idle too long: close it.
+    Idle,
 }
 
 impl Timer {
@@ -31,6 +33,7 @@ impl Timer {
             Timer::SetupGrace => "setup grace",
             Timer::Reconnect => "reconnect",
             Timer::Forget => "forget",
+            Timer::Idle => "idle",
         }
     }
 }
@@ -77,8 +80,10 @@ impl Delegator {
                     let at = now.saturating_add(self.config.setup_grace);
                     self.core.timers.set((id.clone(), Timer::SetupGrace), at);
                 }
-                // Not armed before the invitation, disarmed by the terminal transition.
+                // Not armed before the invitation, disarmed by the terminal transition and
+                // between rounds.
                 DelegationState::Created
+                | DelegationState::Idle
                 | DelegationState::Completed
                 | DelegationState::Error
                 | DelegationState::Cancelled
@@ -120,6 +125,7 @@ impl Delegator {
                 }
             }
             Timer::Forget => self.forget(id),
+            Timer::Idle => self.on_idle_timeout(now, id),
             // Never armed: `poll_timeout`'s reason for queued outputs.
             Timer::Output => {}
         }

@@ -58,6 +58,7 @@ mod io;
 mod lease;
 mod record;
 mod restore;
+mod rounds;
 mod snapshots;
 pub use snapshots::ApplyPlan;
 #[cfg(test)]
@@ -155,6 +156,7 @@ impl Delegator {
             not_shipped_count: d.not_shipped_count,
             last_progress: d.last_progress.clone(),
             awaiting_snapshot: d.phase.awaiting().cloned(),
+            round: d.round,
         })
     }
 

@@ -195,6 +195,12 @@ pub struct DelegationRecord {
         deserialize_with = "lenient_sources"
     )]
     pub sources: Vec<SourceEntry>,
+    /// The round running or last ended (absent: 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub round: Option<u64>,
+    /// The delegation asked to be kept open for more rounds.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub keep_open: bool,
 }
 
 /// One lent resource's place on the delegator's disk, in a [`DelegationRecord`]:

@@ -88,6 +88,8 @@ impl Delegator {
             result_error: d.result_error.clone(),
             warnings: d.warnings.clone(),
             sources: Vec::new(),
+            round: (d.round > 1).then_some(d.round),
+            keep_open: d.req.keep_open,
         })
     }
 
@@ -272,11 +274,13 @@ impl Delegator {
                     stream: Stream::Closed,
                     stream_failures: 0,
                 },
-                DelegationState::Started | DelegationState::Running => Phase::Started {
-                    stream: Stream::Closed,
-                    stream_failures: 0,
-                    heard_terminal: r.heard_terminal,
-                },
+                DelegationState::Started | DelegationState::Running | DelegationState::Idle => {
+                    Phase::Started {
+                        stream: Stream::Closed,
+                        stream_failures: 0,
+                        heard_terminal: r.heard_terminal,
+                    }
+                }
                 DelegationState::Completed
                 | DelegationState::Error
                 | DelegationState::Cancelled
@@ -287,6 +291,7 @@ impl Delegator {
                     heard_terminal: r.heard_terminal,
                     ack_sent: false,
                     awaiting: awaiting_snapshot,
+                    closing: false,
                 }),
             }
         };
@@ -302,6 +307,7 @@ impl Delegator {
             snapshot_mode,
             auth: inv.auth,
             allow_sensitive: r.allow_sensitive,
+            keep_open: r.keep_open,
         };
         let not_shipped = r
             .not_shipped
@@ -344,6 +350,7 @@ impl Delegator {
                 last_progress: None,
                 invite_record: Default::default(),
                 asking_after_lease: false,
+                round: r.round.unwrap_or(1).max(1),
             }),
         );
         for snapshot_id in interrupted_stores {
@@ -401,6 +408,29 @@ impl Delegator {
             }
             DelegationState::Invited | DelegationState::Accepted => {
                 self.abandon(now, id, restarted("before START"));
+            }
+            DelegationState::Idle => {
+                // Between rounds: the executor keeps the work directory. Listen again (a
+                // close it makes itself arrives as `done`) and give the application the idle
+                // time again.
+                let peer = d.peer.clone();
+                if let Some((stream, _)) = self
+                    .delegations
+                    .get_mut(id)
+                    .and_then(|d| d.phase.stream_mut())
+                {
+                    *stream = Stream::Opening;
+                }
+                self.core.timers.set(
+                    (id.clone(), Timer::Idle),
+                    now.saturating_add(self.config.idle_timeout),
+                );
+                self.core
+                    .outputs
+                    .push_back(DelegatorOutput::OpenEventStream {
+                        id: id.clone(),
+                        peer,
+                    });
             }
             DelegationState::Started | DelegationState::Running => {
                 let exp = d.expires_at;

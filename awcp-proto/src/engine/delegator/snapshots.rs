@@ -210,8 +210,8 @@ impl Delegator {
         }
     }
 
-    /// A stored snapshot is ready: `auto` mode applies it while the delegation is running or
-    /// completed (a delegation cancelled, expired or failed meanwhile keeps it pending for the
+    /// A stored snapshot is ready: `auto` mode applies it while the delegation is running,
+    /// between rounds or completed (a delegation cancelled, expired or failed meanwhile keeps it pending for the
     /// application to decide); `staged` mode keeps it pending.
     pub(super) fn on_stored(
         &mut self,
@@ -226,7 +226,10 @@ impl Delegator {
         };
         let state = d.state();
         let auto = d.req.snapshot_mode == SnapshotMode::Auto
-            && matches!(state, DelegationState::Running | DelegationState::Completed);
+            && matches!(
+                state,
+                DelegationState::Running | DelegationState::Idle | DelegationState::Completed
+            );
         d.updated_at = now;
         let Some(rec) = d.snapshots.get_mut(sid) else {
             return Ok(());
@@ -370,6 +373,7 @@ fn apply_output(d: &Delegation, id: &DelegationId, sid: SnapshotId) -> Delegator
         snapshot_id: sid,
         layout: ArchiveLayout::for_dialect(d.req.dialect),
         access_mode: d.access,
+        rebaseline: d.req.keep_open,
     }
 }
 

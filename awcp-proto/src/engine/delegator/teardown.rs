@@ -45,6 +45,7 @@ impl Delegator {
                     | DelegationState::Accepted
                     | DelegationState::Started
                     | DelegationState::Running
+                    | DelegationState::Idle
             )
         );
         if self.transition(
@@ -88,7 +89,7 @@ impl Delegator {
         let Phase::Finishing(f) = &mut d.phase else {
             return; // not terminal, or ended already
         };
-        if busy || f.awaiting.is_some() {
+        if busy || f.awaiting.is_some() || f.closing {
             return;
         }
         // The ack lets the executor forget the result: only once every snapshot is stored

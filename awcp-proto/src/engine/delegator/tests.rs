@@ -121,6 +121,7 @@ pub(super) fn request(mode: SnapshotMode) -> DelegateRequest {
             metadata: Default::default(),
         }),
         allow_sensitive: false,
+        keep_open: false,
     }
 }
 

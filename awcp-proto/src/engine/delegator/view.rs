@@ -108,6 +108,9 @@ pub struct DelegationView {
     /// fetching it (also after a restart interrupted its storing). It is not in
     /// [`Self::snapshots`] until it arrives.
     pub awaiting_snapshot: Option<SnapshotId>,
+    /// The round running or last ended (1: the START round; more in a multi-round
+    /// delegation, WIRE.md §17).
+    pub round: u64,
 }
 
 /// How a delegation turned out, for the application: what a CLI's exit code, an MCP tool's
@@ -169,7 +172,8 @@ impl DelegationView {
                 | DelegationState::Invited
                 | DelegationState::Accepted
                 | DelegationState::Started
-                | DelegationState::Running,
+                | DelegationState::Running
+                | DelegationState::Idle,
                 _,
             ) => return Outcome::Running,
             (DelegationState::Error, Some(e))
@@ -273,6 +277,7 @@ mod tests {
             not_shipped_count: 0,
             last_progress: None,
             awaiting_snapshot: None,
+            round: 1,
         }
     }
 

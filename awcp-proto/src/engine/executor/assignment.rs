@@ -37,6 +37,8 @@ pub enum ExecutorTimer {
     StopGrace,
     /// A terminal, released assignment was retained long enough: forget it.
     Retention,
+    /// A multi-round assignment stayed idle (no CONTINUE or CLOSE) too long: close it.
+    Idle,
 }
 
 impl ExecutorTimer {
@@ -48,6 +50,7 @@ impl ExecutorTimer {
             ExecutorTimer::Lease => "lease",
             ExecutorTimer::StopGrace => "stop grace",
             ExecutorTimer::Retention => "retention",
+            ExecutorTimer::Idle => "idle",
         }
     }
 }
@@ -173,6 +176,14 @@ pub(crate) struct Assignment {
     /// delegation's snapshot URLs start when no public URL is configured. Not journaled (a
     /// restarted executor learns it again, or sends snapshots inline).
     pub(crate) origin: Option<String>,
+    /// Rounds were agreed (WIRE.md §17): a round ends with `round_done` and `idle`.
+    pub(crate) rounds: bool,
+    /// The round running or last ended (1: the START round).
+    pub(crate) round: u64,
+    /// The last `round_done`, replayed to a delegator that reconnects while idle.
+    pub(crate) round_done: Option<Arc<TaskEvent>>,
+    /// Where the task runs, once the workspace is set up (later rounds run there too).
+    pub(crate) task_dir: Option<String>,
 }
 
 /// The snapshot an event carries, if it is a `snapshot` event.

@@ -76,6 +76,16 @@ pub struct ExecutorConfig {
     /// [`Executor::set_public_url`](super::Executor::set_public_url) sets it later (after
     /// binding port 0).
     pub public_url: Option<String>,
+    /// How long a multi-round assignment may stay idle (its round ended, no CONTINUE or
+    /// CLOSE) before the executor closes it itself (15 min: longer than a delegator's own
+    /// idle timeout, so the delegator normally decides).
+    pub idle_timeout: Duration,
+    /// Give rounds to delegators that negotiate no extensions at all, as the reference's `dev`
+    /// branch expects (it has no negotiation): their rounds end with `round_done` and wait
+    /// for CONTINUE or CLOSE, or the idle timeout. Off by default: a delegator of the
+    /// reference's released branch does not know `round_done` and would wait for `done`
+    /// until the idle timeout.
+    pub reference_rounds: bool,
 }
 
 impl Default for ExecutorConfig {
@@ -97,12 +107,18 @@ impl Default for ExecutorConfig {
             auth: None,
             start_timeout: Duration::from_secs(60),
             transports: vec![TransportKind::Archive],
-            features: vec![Feature::DeltaSnapshots, Feature::ArchiveUrl],
+            features: vec![
+                Feature::DeltaSnapshots,
+                Feature::ArchiveUrl,
+                Feature::MultiRound,
+            ],
             stop_grace: Duration::from_secs(10),
             archive_download_timeout: Duration::from_secs(600),
             stream_queue_events: 1024,
             id_seed: 0,
             public_url: None,
+            idle_timeout: Duration::from_secs(900),
+            reference_rounds: false,
         }
     }
 }

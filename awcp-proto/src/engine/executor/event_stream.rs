@@ -76,7 +76,16 @@ impl Executor {
                 .push_back(ExecutorOutput::CloseStream { stream });
             return;
         }
-        a.subscribers.insert(stream);
+        for event in self.round_replay(id) {
+            self.core.outputs.push_back(ExecutorOutput::StreamEvent {
+                stream,
+                event,
+                dialect,
+            });
+        }
+        if let Some(a) = self.assignments.get_mut(id) {
+            a.subscribers.insert(stream);
+        }
         self.streams.insert(stream, id.clone());
     }
 
@@ -88,6 +97,7 @@ impl Executor {
         };
         let terminal = kind.is_terminal();
         let is_snapshot = matches!(kind, TaskEventKind::Snapshot(_));
+        let is_round_done = matches!(kind, TaskEventKind::RoundDone(_));
         let ev = Arc::new(TaskEvent {
             delegation_id: id.clone(),
             timestamp: now,
@@ -99,6 +109,9 @@ impl Executor {
         }
         if terminal {
             a.terminal_event = Some(ev.clone());
+        }
+        if is_round_done {
+            a.round_done = Some(ev.clone());
         }
         let send = !(is_snapshot && dialect == Dialect::Seed);
         for &s in &a.subscribers {

@@ -140,6 +140,13 @@ impl Executor {
         let work_dir = self.work_dir_for(&id);
         tracing::debug!(delegation = %id, "invitation passed policy");
         let transport = admitted.transport.clone();
+        let rounds = admitted
+            .features
+            .contains(&crate::wire::Feature::MultiRound)
+            || (self.config.reference_rounds
+                && invite.features.is_empty()
+                && dialect == Dialect::Reference
+                && !transport.is_live());
         self.assignments.insert(
             id.clone(),
             Box::new(Assignment {
@@ -168,6 +175,10 @@ impl Executor {
                 terminal_event: None,
                 completed_at: None,
                 origin: None,
+                rounds,
+                round: 1,
+                round_done: None,
+                task_dir: None,
             }),
         );
         // Journalled before the directory exists: after a crash mid-allocation the restarted
@@ -311,7 +322,9 @@ impl Executor {
             );
         };
         match a.state() {
-            AssignmentState::Active => return self.respond(request, Response::Ok),
+            AssignmentState::Active | AssignmentState::Idle => {
+                return self.respond(request, Response::Ok)
+            }
             st if st.is_terminal() => {
                 let e = a.error.clone().unwrap_or_else(|| {
                     ErrorInfo::bare(

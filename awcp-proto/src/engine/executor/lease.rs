@@ -73,6 +73,12 @@ impl Executor {
                     }
                 }
             }
+            ExecutorTimer::Idle => {
+                if a.state() == AssignmentState::Idle {
+                    tracing::info!(delegation = %id, "idle too long: closed");
+                    self.close_idle(now, id);
+                }
+            }
             ExecutorTimer::Retention => {
                 if a.state().is_terminal() && a.released() {
                     self.forget(id);

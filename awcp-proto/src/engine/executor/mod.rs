@@ -54,6 +54,7 @@ mod lease;
 pub mod policy;
 mod record;
 mod requests;
+mod rounds;
 mod snapshots;
 mod task;
 mod teardown;
@@ -160,7 +161,8 @@ impl Executor {
         for (id, a) in &self.assignments {
             match a.state() {
                 AssignmentState::Pending => s.pending += 1,
-                AssignmentState::Active => {
+                // Idle between rounds: still holds its work directory.
+                AssignmentState::Active | AssignmentState::Idle => {
                     s.active += 1;
                     s.delegations.push((
                         id.clone(),

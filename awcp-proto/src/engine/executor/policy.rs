@@ -95,7 +95,11 @@ pub fn admit(invite: &Invite, config: &ExecutorConfig, live: usize) -> Result<Ad
         .map(Duration::from_millis)
         .unwrap_or(config.default_retention)
         .min(config.max_retention);
-    let features = Feature::agreed(&invite.features, &config.features);
+    let mut features = Feature::agreed(&invite.features, &config.features);
+    if transport.is_live() {
+        // A live workspace has no rounds: its changes are final only once it is detached.
+        features.retain(|f| *f != Feature::MultiRound);
+    }
     Ok(Admitted {
         transport,
         access,

@@ -381,7 +381,14 @@ impl Executor {
             ));
         }
         let mut completed_at = r.completed_at.map(Timestamp::from_unix_millis);
-        if !state.is_terminal() {
+        if state == AssignmentState::Idle {
+            // Between rounds: every round's result was delivered; the restarted executor
+            // closes the delegation (its `done` tells a reconnecting delegator).
+            machine
+                .apply(AssignmentTransition::Close)
+                .map_err(|e| bad(format!("state {:?}: {e}", r.state)))?;
+            completed_at = Some(now);
+        } else if !state.is_terminal() {
             let event = if state == AssignmentState::Active {
                 AssignmentTransition::TaskFail
             } else {
@@ -396,29 +403,31 @@ impl Executor {
             ));
             completed_at = Some(now);
         }
-        let terminal_kind =
-            match machine.state() {
-                AssignmentState::Completed => {
-                    let o = outcome.clone().unwrap_or_default();
-                    let sid = snapshot
-                        .as_deref()
-                        .and_then(super::assignment::snapshot_of)
-                        .map(|s| s.snapshot_id.clone());
-                    TaskEventKind::Done(DoneEvent {
-                        summary: o.summary,
-                        highlights: o.highlights,
-                        snapshot_ids: sid.iter().cloned().collect(),
-                        recommended_snapshot_id: sid,
-                        result_base64: None,
-                        result_local_file: None,
-                    })
-                }
-                AssignmentState::Pending | AssignmentState::Active | AssignmentState::Error => {
-                    TaskEventKind::Error(error.clone().unwrap_or_else(|| {
-                        ErrorInfo::new(ErrorCode::TaskFailed, "the task failed")
-                    }))
-                }
-            };
+        let terminal_kind = match machine.state() {
+            AssignmentState::Completed => {
+                let o = outcome.clone().unwrap_or_default();
+                let sid = snapshot
+                    .as_deref()
+                    .and_then(super::assignment::snapshot_of)
+                    .map(|s| s.snapshot_id.clone());
+                TaskEventKind::Done(DoneEvent {
+                    summary: o.summary,
+                    highlights: o.highlights,
+                    snapshot_ids: sid.iter().cloned().collect(),
+                    recommended_snapshot_id: sid,
+                    result_base64: None,
+                    result_local_file: None,
+                })
+            }
+            AssignmentState::Pending
+            | AssignmentState::Active
+            | AssignmentState::Idle
+            | AssignmentState::Error => TaskEventKind::Error(
+                error
+                    .clone()
+                    .unwrap_or_else(|| ErrorInfo::new(ErrorCode::TaskFailed, "the task failed")),
+            ),
+        };
         let terminal_event = Arc::new(TaskEvent {
             delegation_id: id.clone(),
             timestamp: completed_at.unwrap_or(now),
@@ -454,11 +463,16 @@ impl Executor {
             (None, true, true) => Phase::Releasing { unstopped: None },
             (None, true, false) => Phase::Released { unstopped: None },
         };
+        // As admission agreed them.
+        let features = crate::wire::Feature::agreed(&invite.features, &self.config.features);
         self.assignments.insert(
             id.clone(),
             Box::new(Assignment {
-                // As admission agreed them.
-                features: crate::wire::Feature::agreed(&invite.features, &self.config.features),
+                rounds: features.contains(&crate::wire::Feature::MultiRound),
+                round: 1,
+                round_done: None,
+                task_dir: None,
+                features,
                 invite: std::sync::Arc::new(invite),
                 invite_record: Default::default(),
                 dialect,

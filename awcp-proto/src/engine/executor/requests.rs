@@ -77,6 +77,32 @@ impl Executor {
                     }
                 }
             }
+            Req::Message(Message::Continue(c), dialect) => {
+                let id = c.delegation_id.clone();
+                if !self.authorized(&id, credential.as_ref()) {
+                    return self.respond_error(
+                        request,
+                        &id,
+                        super::auth::auth_failed(),
+                        dialect,
+                        401,
+                    );
+                }
+                self.on_continue(now, request, c, dialect)
+            }
+            Req::Message(Message::Close(c), dialect) => {
+                let id = c.delegation_id.clone();
+                if !self.authorized(&id, credential.as_ref()) {
+                    return self.respond_error(
+                        request,
+                        &id,
+                        super::auth::auth_failed(),
+                        dialect,
+                        401,
+                    );
+                }
+                self.on_close(now, request, c, dialect)
+            }
             Req::Message(other, dialect) => {
                 let id = other.delegation_id().clone();
                 self.event(super::ExecutorEvent::PeerMisbehaved {

@@ -50,6 +50,9 @@ impl Executor {
         let Some(a) = self.assignments.get_mut(id) else {
             return;
         };
+        if a.rounds && a.state() == AssignmentState::Active {
+            return self.end_round(now, id, snapshot);
+        }
         let (summary, highlights) = a
             .outcome
             .as_ref()
@@ -116,13 +119,16 @@ impl Executor {
             .and_then(super::assignment::snapshot_of)
             .cloned();
         match a.state() {
-            AssignmentState::Pending | AssignmentState::Active => ResultBody {
-                status: ResultStatus::Running,
-                completed_at: None,
-                outcome: None,
-                snapshot: None,
-                error: None,
-            },
+            // Idle: between rounds, as the reference answers.
+            AssignmentState::Pending | AssignmentState::Active | AssignmentState::Idle => {
+                ResultBody {
+                    status: ResultStatus::Running,
+                    completed_at: None,
+                    outcome: None,
+                    snapshot: None,
+                    error: None,
+                }
+            }
             AssignmentState::Completed => ResultBody {
                 status: ResultStatus::Completed,
                 completed_at: a.completed_at,

@@ -83,7 +83,9 @@ impl Executor {
                     // Detach before `done` (see `ExecutorInput::Released`).
                     self.release(id);
                 } else if needs_snapshot {
-                    let kind = if a.features.contains(&Feature::DeltaSnapshots) {
+                    // A delta is taken against what was lent: only the first round's result
+                    // is one (a file a later round deletes may not have been lent at all).
+                    let kind = if a.round <= 1 && a.features.contains(&Feature::DeltaSnapshots) {
                         SnapshotKind::Delta
                     } else {
                         SnapshotKind::Full

@@ -117,6 +117,7 @@ impl Executor {
         }
         self.core.timers.cancel(&(id.clone(), Timer::Lease));
         self.core.timers.cancel(&(id.clone(), Timer::StartDeadline));
+        self.core.timers.cancel(&(id.clone(), Timer::Idle));
         self.broadcast(now, id, TaskEventKind::Error(error));
         let Some(a) = self.assignments.get_mut(id) else {
             return;

@@ -28,9 +28,11 @@ impl Executor {
             Err(e) => self.terminate(now, id, AssignmentTransition::TaskFail, e.to_error_info()),
             Ok(layout) => {
                 a.phase = Phase::Running { task: None };
+                let dir = task_dir(&a.work_dir, &a.invite.resources, layout);
+                a.task_dir = Some(dir.clone());
                 let out = ExecutorOutput::RunTask {
                     id: id.clone(),
-                    task_dir: task_dir(&a.work_dir, &a.invite.resources, layout),
+                    task_dir: dir,
                     task: a.invite.task.clone(),
                     expires_at: a.expires_at.unwrap_or(now),
                     access_mode: a.access,

@@ -17,16 +17,12 @@ impl Pair {
             }
             DelegatorOutput::SendMessage {
                 id,
+                to: asked,
                 message,
                 dialect,
                 ..
             } => {
                 self.note("d", || format!("Send {}", message.type_str()));
-                let asked = match &*message {
-                    Message::Invite(_) => Outbound::Invite,
-                    Message::Start(_) => Outbound::Start,
-                    Message::Accept(_) | Message::Error(_) | Message::Done(_) => Outbound::Error,
-                };
                 // Over the wire: encoded in the peer's dialect, decoded by the executor.
                 let bytes = crate::wire::encode_message(&message, dialect);
                 match crate::wire::decode_message(bytes.as_bytes()) {

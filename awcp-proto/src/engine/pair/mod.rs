@@ -24,7 +24,7 @@ use crate::id::{DelegationId, ResourceName};
 use crate::state::{AssignmentState, DelegationState};
 use crate::time::Timestamp;
 use crate::wire::{
-    AccessMode, ArchiveData, ArchiveHandle, Dialect, Message, Resource, TaskSpec, TransportHandle,
+    AccessMode, ArchiveData, ArchiveHandle, Dialect, Resource, TaskSpec, TransportHandle,
     TransportKind,
 };
 
@@ -163,6 +163,7 @@ impl Pair {
             snapshot_mode: SnapshotMode::Auto,
             auth: None,
             allow_sensitive: false,
+            keep_open: false,
         }
     }
 
