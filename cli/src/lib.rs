@@ -47,6 +47,14 @@ pub mod exit {
 
     /// The exit code for a delegation record (its `outcome`, see the daemon's record).
     pub fn for_record(v: &awcp_driver::delegator::daemon::api::Record) -> i32 {
+        if v.state == "idle" {
+            // A round of a multi-round delegation ended: was its result applied?
+            let failed = v
+                .snapshots
+                .iter()
+                .any(|s| s.status == "failed" || (s.status == "pending" && s.error.is_some()));
+            return if failed { NOT_APPLIED } else { OK };
+        }
         match v.outcome.status.as_str() {
             "completed" | "staged" => OK,
             "not_applied" => NOT_APPLIED,

@@ -62,7 +62,8 @@ impl<R: Runtime> Loop<R> {
                 layout,
                 access_mode,
                 checksum,
-            } => self.apply(id, snapshot_id, layout, access_mode, checksum),
+                rebaseline,
+            } => self.apply(id, snapshot_id, layout, access_mode, checksum, rebaseline),
             DelegatorOutput::StoreSnapshot { id, snapshot } => self.store(id, snapshot),
             DelegatorOutput::CloseApply { id } => self.close_apply(id),
             DelegatorOutput::DeleteStoredSnapshot { id, snapshot_id } => {

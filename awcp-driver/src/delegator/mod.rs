@@ -111,6 +111,10 @@ pub struct DelegateParams {
     /// Lend secret-looking files (`.env`, private keys, credentials; WIRE.md §9) instead of
     /// refusing the delegation with `SENSITIVE_FILES`. Off by default.
     pub allow_sensitive: bool,
+    /// Keep the delegation open after its first round for more
+    /// ([`DelegatorHandle::continue_delegation`], [`DelegatorHandle::close`]; WIRE.md §17).
+    /// Off by default.
+    pub keep_open: bool,
 }
 
 impl DelegateParams {
@@ -143,6 +147,7 @@ impl DelegateParams {
             transport: TransportKind::Archive,
             id: None,
             allow_sensitive: false,
+            keep_open: false,
         }
     }
 
@@ -155,7 +160,7 @@ impl DelegateParams {
 }
 
 /// The first non-empty line of `text`, trimmed, at most `max` characters (`…` when cut).
-fn first_line(text: &str, max: usize) -> String {
+pub(crate) fn first_line(text: &str, max: usize) -> String {
     let line = text
         .lines()
         .map(str::trim)
@@ -240,6 +245,10 @@ enum Cmd {
     Get(DelegationId, oneshot::Sender<Option<DelegationView>>),
     List(oneshot::Sender<Vec<DelegationView>>),
     Wait(DelegationId, oneshot::Sender<Option<DelegationView>>),
+    /// Answered once the round running ends (`idle`) or the delegation ends.
+    WaitRound(DelegationId, oneshot::Sender<Option<DelegationView>>),
+    Continue(DelegationId, TaskSpec, Reply<u64>),
+    Close(DelegationId, Reply<()>),
     Subscribe(mpsc::UnboundedSender<DelegatorEvent>),
     Input(DelegatorInput),
     Stop(oneshot::Sender<()>),
@@ -353,6 +362,7 @@ impl DelegatorHandle {
             baselines: Arc::default(),
             streams: BTreeMap::new(),
             waiters: BTreeMap::new(),
+            round_waiters: BTreeMap::new(),
             subscribers: Vec::new(),
             transfer_subscribers: Vec::new(),
             archive_files: BTreeMap::new(),
@@ -471,6 +481,40 @@ impl DelegatorHandle {
         }
     }
 
+    /// Starts the next round of an idle multi-round delegation (one kept open with
+    /// [`DelegateParams::keep_open`] whose round ended) with `task`, in the executor's same
+    /// work directory; returns the round's number. [`Self::wait_round`] waits for its end.
+    pub async fn continue_delegation(
+        &self,
+        id: &DelegationId,
+        task: TaskSpec,
+    ) -> Result<u64, DelegatorError> {
+        self.call(|r| Cmd::Continue(id.clone(), task, r)).await
+    }
+
+    /// Ends an idle multi-round delegation (CLOSE); [`Self::wait`] waits until everything
+    /// is released.
+    pub async fn close(&self, id: &DelegationId) -> Result<(), DelegatorError> {
+        self.call(|r| Cmd::Close(id.clone(), r)).await
+    }
+
+    /// Waits until the delegation's running round has ended (it is `idle`, ready for
+    /// [`Self::continue_delegation`] or [`Self::close`]) or the delegation has ended, and
+    /// returns its view then. Returns at once if it is idle or ended already.
+    pub async fn wait_round(&self, id: &DelegationId) -> Result<DelegationView, DelegatorError> {
+        let (tx, rx) = oneshot::channel();
+        self.tx
+            .unbounded_send(Cmd::WaitRound(id.clone(), tx))
+            .map_err(|_| DelegatorError::Closed)?;
+        match rx.await {
+            Ok(Some(v)) => Ok(v),
+            Ok(None) => Err(DelegatorError::Usage(
+                awcp_proto::engine::UsageError::UnknownDelegation(id.clone()),
+            )),
+            Err(_) => Err(DelegatorError::Closed),
+        }
+    }
+
     /// Stops the engine task without touching the delegations: their journal records let a
     /// new [`DelegatorHandle`] on the same state directory resume them (reconnecting to the
     /// executor). Requests already sent that tell an executor something final (the ack that
@@ -553,6 +597,8 @@ struct Loop<R: Runtime> {
     baselines: Arc<Mutex<BTreeMap<DelegationId, Baseline>>>,
     streams: BTreeMap<DelegationId, AbortHandle>,
     waiters: BTreeMap<DelegationId, Vec<oneshot::Sender<Option<DelegationView>>>>,
+    /// Waiting for the end of a round (or of the delegation).
+    round_waiters: BTreeMap<DelegationId, Vec<oneshot::Sender<Option<DelegationView>>>>,
     subscribers: Vec<mpsc::UnboundedSender<DelegatorEvent>>,
     transfer_subscribers: Vec<mpsc::UnboundedSender<Transfer>>,
     /// Archive files written for URL delivery, by delegation (removed at release).

@@ -141,7 +141,10 @@ impl<R: Runtime> Loop<R> {
             | Cmd::Preview(id, _, _, _)
             | Cmd::Discard(id, _, _)
             | Cmd::Get(id, _)
-            | Cmd::Wait(id, _) => {
+            | Cmd::Wait(id, _)
+            | Cmd::WaitRound(id, _)
+            | Cmd::Continue(id, _, _)
+            | Cmd::Close(id, _) => {
                 let id = id.clone();
                 self.load_history(Some(&id));
             }
@@ -177,6 +180,7 @@ impl<R: Runtime> Loop<R> {
                     snapshot_mode: p.snapshot_mode,
                     auth: p.auth,
                     allow_sensitive: p.allow_sensitive,
+                    keep_open: p.keep_open,
                 };
                 let r = self.engine.delegate(now, req).map(|_| id.clone());
                 if r.is_ok() {
@@ -231,6 +235,25 @@ impl<R: Runtime> Loop<R> {
                 }
                 Some(_) => self.waiters.entry(id).or_default().push(reply),
             },
+            Cmd::WaitRound(id, reply) => match self.engine.get(&id) {
+                None => {
+                    let _ = reply.send(None);
+                }
+                Some(v) if v.ended || self.engine.round_settled(&id) => {
+                    let _ = reply.send(Some(v));
+                }
+                Some(_) => self.round_waiters.entry(id).or_default().push(reply),
+            },
+            Cmd::Continue(id, task, reply) => {
+                let _ = reply.send(
+                    self.engine
+                        .continue_delegation(now, &id, task)
+                        .map_err(Into::into),
+                );
+            }
+            Cmd::Close(id, reply) => {
+                let _ = reply.send(self.engine.close(now, &id).map_err(Into::into));
+            }
             Cmd::Subscribe(tx) => self.subscribers.push(tx),
             Cmd::Stop(_) => {}
             Cmd::Transferred(t) => self
@@ -395,10 +418,20 @@ impl<R: Runtime> Loop<R> {
             self.specs.remove(id);
             let _ = std::fs::remove_file(self.baseline_file(id));
         }
+        let id = ev.delegation_id();
+        if self.round_waiters.contains_key(id) && self.engine.round_settled(id) {
+            let view = self.engine.get(id);
+            for w in self.round_waiters.remove(id).unwrap_or_default() {
+                let _ = w.send(view.clone());
+            }
+        }
         if let DelegatorEvent::Ended {
             id, state, error, ..
         } = &ev
         {
+            for w in self.round_waiters.remove(id).unwrap_or_default() {
+                let _ = w.send(self.engine.get(id));
+            }
             crate::log_ended(id, *state, error.as_deref(), "delegation ended");
             self.baselines
                 .lock()

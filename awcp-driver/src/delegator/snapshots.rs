@@ -86,11 +86,13 @@ impl<R: Runtime> Loop<R> {
         layout: Layout,
         access: AccessMode,
         checksum: Option<String>,
+        rebaseline: bool,
     ) {
         let rt = self.rt.clone();
         let feed = self.feed();
         let t = self.opts.transport.clone();
         let stored = self.stored_snapshot(&id);
+        let advance = rebaseline.then(|| stored.advance());
         self.spawn_in(crate::delegation_span(&id), async move {
             let did = id.clone();
             let s = sid.clone();
@@ -99,6 +101,9 @@ impl<R: Runtime> Loop<R> {
                     t.apply_snapshot(req, &CancelFlag::new())
                         .map(|report| {
                             tracing::info!(delegation = %did, snapshot = %s, written = report.written.len(), deleted = report.deleted.len(), "snapshot applied");
+                            if let Some(advance) = advance {
+                                advance.past(&did, &report);
+                            }
                             (report.left_out(), report.changed())
                         })
                         .map_err(|e| e.apply_error_info())
@@ -156,7 +161,51 @@ struct StoredSnapshot {
     limits: awcp_proto::AdmissionLimits,
 }
 
+/// Moves a delegation's baseline past an applied snapshot (multi-round delegations, see
+/// [`DelegatorOutput::ApplySnapshot`]'s `rebaseline`), in memory and where it is persisted.
+struct AdvanceBaseline {
+    roots: BTreeMap<String, PathBuf>,
+    baselines: Arc<Mutex<BTreeMap<DelegationId, Baseline>>>,
+    baseline_file: PathBuf,
+}
+
+impl AdvanceBaseline {
+    fn past(&self, id: &DelegationId, report: &awcp_transports::ApplyReport) {
+        let mut map = self.baselines.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(mut baseline) = map
+            .get(id)
+            .cloned()
+            .or_else(|| load_baseline(&self.baseline_file))
+        else {
+            return;
+        };
+        baseline.advance(&report.written, &report.deleted, &self.roots);
+        if let (Some(dir), Ok(json)) = (self.baseline_file.parent(), serde_json::to_vec(&baseline))
+        {
+            if let Err(e) =
+                crate::executor::journal::write_atomic(dir, &format!("{id}.json"), &json)
+            {
+                tracing::warn!(delegation = %id, "persisting the next round's baseline: {e}");
+            }
+        }
+        map.insert(id.clone(), baseline);
+    }
+}
+
 impl StoredSnapshot {
+    /// What moves the baseline past an apply of this delegation.
+    fn advance(&self) -> AdvanceBaseline {
+        AdvanceBaseline {
+            roots: self
+                .specs
+                .iter()
+                .map(|s| (s.name.as_str().to_owned(), s.source_path.clone()))
+                .collect(),
+            baselines: self.baselines.clone(),
+            baseline_file: self.baseline_file.clone(),
+        }
+    }
+
     /// Runs `go` (on the blocking pool) with the apply request of snapshot `sid`.
     fn with_request<T>(
         &self,

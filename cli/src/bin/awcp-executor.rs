@@ -101,6 +101,16 @@ struct Args {
     /// Seconds an accepted delegation may wait for START before its slot is freed.
     #[arg(long, env = "AWCP_START_TIMEOUT", default_value_t = 60)]
     start_timeout: u64,
+    /// Seconds a multi-round delegation may wait between rounds (for CONTINUE or CLOSE)
+    /// before the executor closes it and frees its work directory.
+    #[arg(long, env = "AWCP_ROUND_IDLE_TIMEOUT", default_value_t = 900, value_parser = clap::value_parser!(u64).range(1..))]
+    round_idle_timeout: u64,
+    /// End every round of a delegator that negotiates no extensions (the TypeScript
+    /// reference) with `round_done` and wait for CONTINUE or CLOSE, as the reference's `dev`
+    /// branch does, so its delegators can continue a delegation. A delegator of the
+    /// reference's released version then waits for --round-idle-timeout before it sees the end.
+    #[arg(long, env = "AWCP_REFERENCE_ROUNDS")]
+    reference_rounds: bool,
     /// Largest request body in bytes (inline archives).
     #[arg(long, env = "AWCP_MAX_BODY", default_value_t = 256 * 1024 * 1024)]
     max_body_bytes: u64,
@@ -289,6 +299,8 @@ async fn run<R: Driver>(args: Args) {
         allow_rw: !args.read_only,
         auth,
         start_timeout: std::time::Duration::from_secs(args.start_timeout),
+        idle_timeout: std::time::Duration::from_secs(args.round_idle_timeout),
+        reference_rounds: args.reference_rounds,
         id_seed,
         ..ExecutorConfig::default()
     };

@@ -5,6 +5,7 @@
 //! awcp daemon --listen 127.0.0.1:3100
 //! awcp delegate ./project --peer … --prompt … --daemon --background
 //! awcp list | status ID | wait ID | cancel ID | snapshots ID | apply ID SID | discard ID SID
+//! awcp delegate … --daemon --rounds; awcp continue ID --prompt "next"; awcp close ID
 //! awcp delegate … --max-total-bytes 200000000 --max-file-bytes 80000000   # admission limits
 //! awcp delegate … --allow-sensitive      # lend .env, private keys, … deliberately
 //! ```
@@ -171,6 +172,11 @@ enum Cmd {
         /// With --daemon: return the id at once instead of waiting.
         #[arg(long)]
         background: bool,
+        /// Keep the delegation open for more rounds (`awcp continue`, `awcp close`): wait only
+        /// for the first round's end (its result applied per --snapshot-mode). Needs --daemon,
+        /// which holds the delegation between rounds; closed after 5 min without a round.
+        #[arg(long, alias = "keep-open", requires = "daemon")]
+        rounds: bool,
         /// Serve the archive by URL from this address (URL mode) instead of inlining it. This
         /// listener answers one-time archive URLs only.
         #[arg(long)]
@@ -263,6 +269,40 @@ enum Cmd {
         /// Give up after this many seconds.
         #[arg(long, default_value_t = 3600)]
         timeout: u64,
+    },
+    /// Start the next round of a delegation kept open with `delegate --rounds` (its round
+    /// ended), in the executor's same work directory; waits for the round's end.
+    Continue {
+        /// Delegation id.
+        id: String,
+        /// What the executor should do in this round (its full instructions).
+        #[arg(
+            long,
+            required_unless_present = "prompt_file",
+            conflicts_with = "prompt_file"
+        )]
+        prompt: Option<String>,
+        /// Read the prompt from this file (`-`: standard input).
+        #[arg(long, value_name = "FILE")]
+        prompt_file: Option<PathBuf>,
+        /// Short label (defaults to the prompt's first line).
+        #[arg(long)]
+        description: Option<String>,
+        /// Return at once instead of waiting for the round's end.
+        #[arg(long)]
+        background: bool,
+        /// Give up waiting after this many seconds.
+        #[arg(long, default_value_t = 3600)]
+        timeout: u64,
+    },
+    /// End a delegation kept open with `delegate --rounds` (between rounds): the executor
+    /// releases its work directory; waits until everything is released.
+    Close {
+        /// Delegation id.
+        id: String,
+        /// Return at once instead of waiting for the end.
+        #[arg(long)]
+        background: bool,
     },
     /// Cancel a delegation.
     Cancel {
@@ -684,6 +724,7 @@ async fn run<R: Driver>(cli: Cli, token_source: DaemonTokenSource) {
             api_key,
             daemon,
             background,
+            rounds,
             serve_archives,
             public_url,
             server,
@@ -740,6 +781,7 @@ async fn run<R: Driver>(cli: Cli, token_source: DaemonTokenSource) {
             params.resources[0].mode = access;
             params.snapshot_mode = mode;
             params.auth = auth;
+            params.keep_open = rounds;
             if daemon {
                 let body = api::DelegateBody::from_params(&params).unwrap_or_else(|e| usage(e));
                 let id = client
@@ -752,14 +794,17 @@ async fn run<R: Driver>(cli: Cli, token_source: DaemonTokenSource) {
                     });
                     return;
                 }
-                let v = awcp_aip_cli::follow_daemon(
-                    &client,
-                    &id,
-                    cli.json,
-                    client.wait(&id, Duration::from_secs(ttl + 120)),
-                )
-                .await
-                .unwrap_or_else(|e| fail_daemon(e));
+                let limit = Duration::from_secs(ttl + 120);
+                let until = async {
+                    if rounds {
+                        client.wait_round(&id, limit).await
+                    } else {
+                        client.wait(&id, limit).await
+                    }
+                };
+                let v = awcp_aip_cli::follow_daemon(&client, &id, cli.json, until)
+                    .await
+                    .unwrap_or_else(|e| fail_daemon(e));
                 print_value(cli.json, &v, human_record);
                 explain(&v, &daemon_retry);
                 exit_for(&v);
@@ -938,6 +983,55 @@ async fn run<R: Driver>(cli: Cli, token_source: DaemonTokenSource) {
             )
             .await
             .unwrap_or_else(|e| fail_daemon(e));
+            print_value(cli.json, &v, human_record);
+            explain(&v, &daemon_retry);
+            exit_for(&v);
+        }
+        Cmd::Continue {
+            id,
+            prompt,
+            prompt_file,
+            description,
+            background,
+            timeout,
+        } => {
+            let prompt = read_prompt(prompt, prompt_file.as_deref());
+            let task = api::Task {
+                description: description.unwrap_or_default(),
+                prompt,
+            };
+            let round = client
+                .continue_delegation(&id, &task)
+                .await
+                .unwrap_or_else(|e| fail_daemon(e));
+            if background {
+                print_value(cli.json, &json!({"ok": true, "round": round}), |_| {
+                    format!("round {round} of {id} started\n")
+                });
+                return;
+            }
+            let v = awcp_aip_cli::follow_daemon(
+                &client,
+                &id,
+                cli.json,
+                client.wait_round(&id, Duration::from_secs(timeout)),
+            )
+            .await
+            .unwrap_or_else(|e| fail_daemon(e));
+            print_value(cli.json, &v, human_record);
+            explain(&v, &daemon_retry);
+            exit_for(&v);
+        }
+        Cmd::Close { id, background } => {
+            client.close(&id).await.unwrap_or_else(|e| fail_daemon(e));
+            if background {
+                print_value(cli.json, &json!({"ok": true}), |_| format!("closed {id}\n"));
+                return;
+            }
+            let v = client
+                .wait(&id, Duration::from_secs(600))
+                .await
+                .unwrap_or_else(|e| fail_daemon(e));
             print_value(cli.json, &v, human_record);
             explain(&v, &daemon_retry);
             exit_for(&v);
@@ -1175,6 +1269,15 @@ fn table<'a>(rows: impl IntoIterator<Item = [&'a str; 3]>, empty: &str) -> Strin
 
 fn human_record(v: &api::Record) -> String {
     let mut s = format!("delegation {} {}\n", v.id, v.state);
+    if v.round > 1 || v.state == "idle" {
+        s.push_str(&format!("round: {}\n", v.round));
+        if v.state == "idle" {
+            s.push_str(&format!(
+                "next: awcp continue {} --prompt …   or   awcp close {}\n",
+                v.id, v.id
+            ));
+        }
+    }
     if let (Some(p), false) = (&v.last_progress, v.ended) {
         s.push_str(&format!("executor: {p}\n"));
     }

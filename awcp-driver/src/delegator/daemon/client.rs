@@ -196,6 +196,59 @@ impl<R: Runtime> DaemonClient<R> {
             .await
     }
 
+    /// `GET /delegation/{id}/wait?until=round&timeout=S`: the record once the running round
+    /// has ended (`idle`) or the delegation has (408 if neither within `timeout`).
+    pub async fn wait_round(
+        &self,
+        id: &str,
+        timeout: Duration,
+    ) -> Result<api::Record, DaemonError> {
+        let path = format!(
+            "/delegation/{id}/wait?until=round&timeout={}",
+            timeout.as_secs()
+        );
+        self.call(Method::GET, &path, None, timeout + Duration::from_secs(5))
+            .await
+    }
+
+    /// `POST /delegation/{id}/continue`: starts the next round of an idle multi-round
+    /// delegation; returns its number.
+    pub async fn continue_delegation(
+        &self,
+        id: &str,
+        task: &api::Task,
+    ) -> Result<u64, DaemonError> {
+        let body = serde_json::to_vec(&api::ContinueBody { task: task.clone() }).map_err(|e| {
+            DaemonError {
+                status: 0,
+                message: format!("encoding the request: {e}"),
+                code: None,
+                hint: None,
+            }
+        })?;
+        let v: api::Continued = self
+            .call(
+                Method::POST,
+                &format!("/delegation/{id}/continue"),
+                Some(Bytes::from(body)),
+                self.timeout,
+            )
+            .await?;
+        Ok(v.round)
+    }
+
+    /// `POST /delegation/{id}/close`: ends an idle multi-round delegation.
+    pub async fn close(&self, id: &str) -> Result<(), DaemonError> {
+        self.call::<serde::de::IgnoredAny>(
+            Method::POST,
+            &format!("/delegation/{id}/close"),
+            None,
+            self.timeout,
+        )
+        .await
+        .map(|_| ())
+    }
+
     /// `GET /delegations`: every delegation the daemon knows.
     pub async fn list(&self) -> Result<api::Delegations, DaemonError> {
         self.call(Method::GET, "/delegations", None, self.timeout)

@@ -269,10 +269,20 @@ where
                         .split('&')
                         .find_map(|kv| kv.strip_prefix("timeout="))
                         .and_then(|t| t.parse::<u64>().ok());
+                    // `until=round`: until the running round ends (multi-round), not the
+                    // delegation.
+                    let round = query.split('&').any(|kv| kv == "until=round");
+                    let wait = || async {
+                        if round {
+                            d.wait_round(&id).await
+                        } else {
+                            d.wait(&id).await
+                        }
+                    };
                     let waited = match secs {
-                        None => d.wait(&id).await,
+                        None => wait().await,
                         Some(s) => {
-                            let w = std::pin::pin!(d.wait(&id));
+                            let w = std::pin::pin!(wait());
                             let t = std::pin::pin!(d.timer(Duration::from_secs(s)));
                             match futures::future::select(w, t).await {
                                 futures::future::Either::Left((v, _)) => v,
@@ -294,6 +304,33 @@ where
                         ),
                     }
                 }
+                (Method::POST, ["continue"]) => {
+                    let body = match agent_rt::body::read_body(req.into_body(), 1024 * 1024).await {
+                        Ok(b) => b,
+                        Err(e) => return bad(format!("request body too large or unreadable: {e}")),
+                    };
+                    let task = match serde_json::from_slice::<api::ContinueBody>(&body) {
+                        Ok(b) if !b.task.prompt.is_empty() => b.task,
+                        Ok(_) => return bad("task.prompt is required"),
+                        Err(e) => return bad(format!("not a continue request: {e}")),
+                    };
+                    let task = awcp_proto::TaskSpec {
+                        description: if task.description.is_empty() {
+                            crate::delegator::first_line(&task.prompt, 80)
+                        } else {
+                            task.description
+                        },
+                        prompt: task.prompt,
+                    };
+                    match d.continue_delegation(&id, task).await {
+                        Ok(round) => ok_json(&api::Continued { ok: true, round }),
+                        Err(e) => usage(e),
+                    }
+                }
+                (Method::POST, ["close"]) => match d.close(&id).await {
+                    Ok(()) => json_response(200, json!({"ok": true}).to_string()),
+                    Err(e) => usage(e),
+                },
                 (Method::DELETE, []) => match d.cancel(&id).await {
                     Ok(()) => json_response(200, json!({"ok": true}).to_string()),
                     Err(e) => usage(e),
@@ -380,7 +417,9 @@ pub fn root_document() -> Value {
             "POST /delegate": "start a delegation (JSON: executorUrl, environment, task, …)",
             "GET /delegations": "list delegations",
             "GET /delegation/{id}": "one delegation",
-            "GET /delegation/{id}/wait?timeout=SECONDS": "wait until it ends",
+            "GET /delegation/{id}/wait?timeout=SECONDS": "wait until it ends (with &until=round: until its running round ends)",
+            "POST /delegation/{id}/continue": "start the next round of an idle multi-round delegation (JSON: task {description, prompt})",
+            "POST /delegation/{id}/close": "end an idle multi-round delegation",
             "GET /delegation/{id}/events": "its live events (server-sent events), until it ends",
             "DELETE /delegation/{id}": "cancel",
             "GET /delegation/{id}/snapshots": "its snapshots",
@@ -389,7 +428,7 @@ pub fn root_document() -> Value {
             "POST /delegation/{id}/snapshots/{snapshotId}/discard": "discard a staged snapshot",
             "GET /health": "liveness",
         },
-        "cli": ["awcp delegate DIR --daemon --peer URL --prompt TEXT", "awcp list", "awcp status ID", "awcp wait ID", "awcp cancel ID", "awcp snapshots ID", "awcp diff ID [SNAPSHOT]", "awcp apply ID SNAPSHOT", "awcp discard ID SNAPSHOT"],
+        "cli": ["awcp delegate DIR --daemon --peer URL --prompt TEXT", "awcp delegate DIR --daemon --rounds …", "awcp continue ID --prompt TEXT", "awcp close ID", "awcp list", "awcp status ID", "awcp wait ID", "awcp cancel ID", "awcp snapshots ID", "awcp diff ID [SNAPSHOT]", "awcp apply ID SNAPSHOT", "awcp discard ID SNAPSHOT"],
     })
 }
 

@@ -62,6 +62,7 @@ impl World {
                 metadata: Default::default(),
             }),
             allow_sensitive: false,
+            keep_open: false,
         };
         self.log(|| {
             format!(

@@ -277,6 +277,7 @@ impl World {
                 layout,
                 access_mode,
                 checksum,
+                ..
             } => {
                 let i = self.idx(&id);
                 let key = (id.clone(), snapshot_id.clone());

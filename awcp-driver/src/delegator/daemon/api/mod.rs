@@ -15,8 +15,9 @@ mod tests;
 
 pub use live::LiveEvent;
 pub use record::{
-    ActiveLease, Constraints, Delegated, Delegations, Environment, LeaseConfig, NotShipped,
-    Outcome, Record, Resource, Snapshot, SnapshotPolicy, Snapshots, Summary, TaskResult, WorkDir,
+    ActiveLease, Constraints, ContinueBody, Continued, Delegated, Delegations, Environment,
+    LeaseConfig, NotShipped, Outcome, Record, Resource, Snapshot, SnapshotPolicy, Snapshots,
+    Summary, TaskResult, WorkDir,
 };
 pub use request::{DelegateAuth, DelegateBody, DelegateEnvironment, DelegateResource, Task};
 

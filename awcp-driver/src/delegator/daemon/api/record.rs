@@ -17,6 +17,26 @@ pub struct Delegated {
     pub delegation_id: String,
 }
 
+/// `POST /delegation/{id}/continue`'s body (as the reference's `dev` daemon reads it).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ContinueBody {
+    /// The next round's task.
+    pub task: Task,
+}
+
+/// `POST /delegation/{id}/continue`'s answer.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Continued {
+    /// Always true.
+    #[serde(deserialize_with = "nullable")]
+    pub ok: bool,
+    /// The round that started.
+    #[serde(deserialize_with = "nullable")]
+    pub round: u64,
+}
+
 /// A delegation's record (`GET /delegation/{id}`, `…/wait`), in the reference daemon's shape
 /// with our additions (`outcome`, `ended`, `warnings`, `notShipped`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -78,6 +98,10 @@ pub struct Record {
     pub not_shipped_count: u64,
     /// The executor's latest progress message, if it sent one.
     pub last_progress: Option<String>,
+    /// The round running or last ended (1: the first; more in a multi-round delegation,
+    /// whose `state` is `idle` between rounds).
+    #[serde(deserialize_with = "nullable")]
+    pub round: u64,
     /// RFC 3339.
     #[serde(deserialize_with = "nullable")]
     pub created_at: String,
@@ -364,6 +388,7 @@ impl Record {
                 .collect(),
             not_shipped_count: v.not_shipped_count,
             last_progress: v.last_progress.clone(),
+            round: v.round,
             created_at: v.created_at.to_rfc3339(),
             updated_at: v.updated_at.to_rfc3339(),
         }

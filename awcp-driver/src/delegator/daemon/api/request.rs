@@ -54,6 +54,9 @@ pub struct DelegateBody {
     /// A delegation id chosen by the caller.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delegation_id: Option<String>,
+    /// Keep the delegation open for more rounds (`POST /delegation/{id}/continue`, `…/close`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_open: Option<bool>,
 }
 
 /// `environment` of a [`DelegateBody`].
@@ -146,6 +149,7 @@ impl DelegateBody {
             }),
             allow_sensitive: Some(p.allow_sensitive),
             delegation_id: p.id.as_ref().map(|i| i.as_str().to_owned()),
+            keep_open: p.keep_open.then_some(true),
         })
     }
 
@@ -239,6 +243,7 @@ impl DelegateBody {
                 .unwrap_or(TransportKind::Archive),
             id,
             allow_sensitive: self.allow_sensitive.unwrap_or(false),
+            keep_open: self.keep_open.unwrap_or(false),
         })
     }
 }
