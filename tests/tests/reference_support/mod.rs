@@ -1,0 +1,689 @@
+//! The TypeScript AWCP reference's `dev` branch (multi-round delegations: CONTINUE / CLOSE and
+//! the SSE `round_done` event, `/work/notes/multiround-wire.md`), built from a git mirror for
+//! the interop tests of `reference_rounds.rs`.
+//!
+//! [`reference_dev`] builds it once into `<target>/awcp-ref/dev` (`git archive dev`, `npm ci`,
+//! then `tsc` of `@awcp/core`, `@awcp/transport-archive` and `@awcp/sdk`) under a lock file, so
+//! test binaries running in parallel build it once between them; a marker file holding the
+//! commit built says the tree is complete (a new `dev` commit in the mirror rebuilds it). Two
+//! scripts of ours go into the tree's `interop/` directory (so that `@awcp/*` resolve from its
+//! `node_modules`): [`EXECUTOR_MJS`], a reference executor with a trivial agent, and
+//! [`DELEGATOR_MJS`], the reference `DelegatorService` driving several rounds.
+//!
+//! The mirror is `$AWCP_REFERENCE_GIT` (default [`DEFAULT_MIRROR`]). Where it, `git`, `tar`,
+//! `node` (≥ 18) or `npm` are missing, or the build fails (`npm ci` needs the npm registry),
+//! the tests are skipped with a notice, unless `AWCP_REQUIRE_REFERENCE_TEST=1` (set by
+//! `.ci/run` where the mirror and node are present), which turns that into a failure.
+
+use std::fs::OpenOptions;
+use std::io::{BufRead, BufReader, Read};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Output, Stdio};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// Where the reference's bare git mirror is when `AWCP_REFERENCE_GIT` is not set.
+pub const DEFAULT_MIRROR: &str = "/work/.mirror/SII-Holos+awcp/repo";
+
+/// The branch built.
+const BRANCH: &str = "dev";
+
+/// Written into the built tree last; holds the commit built.
+const MARKER: &str = ".awcp-rs-reference-built";
+
+/// How long the executor may take to print `LISTENING <port>`.
+const EXECUTOR_START_LIMIT: Duration = Duration::from_secs(30);
+
+/// How long [`RefTree::run_delegator`] lets `delegator.mjs` run (the script gives up by
+/// itself after 60 s; this only catches a script that hangs anyway).
+const DELEGATOR_LIMIT: Duration = Duration::from_secs(90);
+
+/// A reference (`dev`) AWCP executor (express, `executorHandler` of `@awcp/sdk/server/express`
+/// mounted at `/awcp`, `ArchiveExecutorTransport`) on 127.0.0.1, port 0. Its agent appends
+/// `prompt=<prompt>` to `<workPath>/<resource>/log.txt`, writes
+/// `<workPath>/<resource>/round-<description>.txt` (the description with every character but
+/// `[A-Za-z0-9._-]` made `_`) and returns `{summary: "did: <description>", highlights}`.
+///
+/// Stdout: `LISTENING <port>` once it listens; `REQ <method> <url> type=<type> id=<id>` for
+/// every request under `/awcp` as it arrives (`type`/`id` of a JSON body, `-` otherwise) and
+/// `RES <status> <method> <url> type=<type>` once its response is sent (for the SSE stream:
+/// when the stream ends); `AGENT <id> <task JSON>` per round run. The JSON body is parsed by
+/// `express.json` ahead of the reference router, whose own `json()` then leaves it alone
+/// (body-parser skips a parsed body); the limit is raised from body-parser's 100 kB so inline
+/// archives of any test size get through. The reference's own `[AWCP:…]` log lines are on
+/// stdout too. It exits when its standard input closes (the test process went away).
+pub const EXECUTOR_MJS: &str = r#"// awcp-rs interop harness (tests/tests/reference_support): a reference `dev` executor.
+import express from 'express';
+import { executorHandler } from '@awcp/sdk/server/express';
+import { ArchiveExecutorTransport } from '@awcp/transport-archive';
+import { appendFile, readdir, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+
+const workDir = process.env.AWCP_REF_WORK_DIR;
+if (!workDir) {
+  console.error('AWCP_REF_WORK_DIR is required');
+  process.exit(64);
+}
+const delayMs = Number.parseInt(process.env.AWCP_REF_AGENT_DELAY_MS ?? '100', 10);
+const safe = (s) => String(s).replace(/[^A-Za-z0-9._-]/g, '_');
+
+// The test process holds our stdin: when it goes away, so do we.
+process.stdin.on('end', () => process.exit(0));
+process.stdin.on('error', () => process.exit(0));
+process.stdin.resume();
+
+const executor = {
+  async execute({ delegationId, workPath, task, environment }) {
+    console.log(`AGENT ${delegationId} ${JSON.stringify(task)}`);
+    await new Promise((r) => setTimeout(r, delayMs));
+    const res = environment.resources[0]?.name ?? 'workspace';
+    const dir = join(workPath, res);
+    await appendFile(join(dir, 'log.txt'), `prompt=${task.prompt}\n`);
+    await writeFile(join(dir, `round-${safe(task.description)}.txt`), `${task.prompt}\n`);
+    return { summary: `did: ${task.description}`, highlights: (await readdir(dir)).sort() };
+  },
+};
+
+const awcp = await executorHandler({
+  executor,
+  config: { workDir, transport: new ArchiveExecutorTransport() },
+});
+
+const app = express();
+app.use(
+  '/awcp',
+  express.json({ limit: '1gb' }),
+  (req, res, next) => {
+    const body = req.body && typeof req.body === 'object' ? req.body : {};
+    const type = typeof body.type === 'string' ? body.type : '-';
+    const id = typeof body.delegationId === 'string' ? body.delegationId : '-';
+    console.log(`REQ ${req.method} ${req.originalUrl} type=${type} id=${id}`);
+    res.on('finish', () => console.log(`RES ${res.statusCode} ${req.method} ${req.originalUrl} type=${type}`));
+    next();
+  },
+  awcp.router,
+);
+const server = app.listen(0, '127.0.0.1', () => {
+  console.log(`LISTENING ${server.address().port}`);
+});
+"#;
+
+/// The reference (`dev`) `DelegatorService` (`ArchiveDelegatorTransport`, snapshot mode
+/// `auto`) driving `ROUNDS` rounds on an executor:
+/// `node delegator.mjs PEER SRC ROUNDS STATE_DIR`. Round 1 is INVITE…START with prompt
+/// `round 1` (description `r1`); each later round is a CONTINUE with prompt `round <n>`
+/// (description `r<n>`), sent once `getDelegation(id).state` is `idle`; then CLOSE, and the
+/// state must be `completed`.
+///
+/// Stdout: `ROUND {json}` after each round (`round`, `state`, `summary`, the source's
+/// `log.txt`), then `RESULT {json}`: `ok`, `id`, `state`, `currentRound`, `rounds`,
+/// `snapshots`, `result`, `error`, `errors` (the `onError` hook's), `log` (the source's
+/// `log.txt`), `closeOutcome` (`accepted`, or why the executor refused the CLOSE POST, which
+/// the reference itself only logs; `null` if its executor client could not be wrapped), and
+/// with `ok: false` also `reason`. Exit status 0 only with `ok: true`: a state `error`,
+/// `cancelled` or `expired`, an `onError` call, a session that ends before the last round, a
+/// refused CLOSE or 60 s (`AWCP_REF_TIMEOUT_MS`) without finishing make it 1. It exits when
+/// its standard input closes.
+pub const DELEGATOR_MJS: &str = r#"// awcp-rs interop harness (tests/tests/reference_support): the reference `dev` delegator, N rounds.
+import { DelegatorService } from '@awcp/sdk';
+import { ArchiveDelegatorTransport } from '@awcp/transport-archive';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+
+const [peer, src, roundsArg, stateDir] = process.argv.slice(2);
+const rounds = Number.parseInt(roundsArg ?? '', 10);
+if (!peer || !src || !stateDir || !(rounds >= 1)) {
+  console.error('usage: node delegator.mjs PEER SRC ROUNDS STATE_DIR');
+  process.exit(64);
+}
+const timeoutMs = Number.parseInt(process.env.AWCP_REF_TIMEOUT_MS ?? '60000', 10);
+
+let svc;
+let id;
+let closeOutcome = null;
+const errors = [];
+
+const readLog = () => {
+  try {
+    return readFileSync(join(src, 'log.txt'), 'utf8');
+  } catch {
+    return null;
+  }
+};
+const view = () => {
+  const d = id && svc ? svc.getDelegation(id) : undefined;
+  if (!d) return { id: id ?? null };
+  return {
+    id,
+    state: d.state,
+    currentRound: d.currentRound,
+    rounds: (d.rounds ?? []).map((r) => ({
+      number: r.number,
+      prompt: r.task?.prompt ?? null,
+      summary: r.result?.summary ?? null,
+    })),
+    snapshots: (d.snapshots ?? []).map((s) => ({ id: s.id, status: s.status })),
+    result: d.result ?? null,
+    error: d.error ?? null,
+  };
+};
+const finish = (ok, reason) => {
+  const line = { ok, ...(ok ? {} : { reason }), ...view(), errors, log: readLog(), closeOutcome };
+  console.log('RESULT ' + JSON.stringify(line));
+  process.exit(ok ? 0 : 1);
+};
+const fail = (reason) => finish(false, reason);
+
+setTimeout(() => fail(`timed out after ${timeoutMs} ms`), timeoutMs);
+process.on('unhandledRejection', (e) => fail(`unhandled rejection: ${e?.message ?? e}`));
+process.on('uncaughtException', (e) => fail(`uncaught exception: ${e?.message ?? e}`));
+process.stdin.on('end', () => fail('standard input closed (the test went away)'));
+process.stdin.on('error', () => fail('standard input failed'));
+process.stdin.resume();
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+// Until the round has ended: `idle` (round_done) or `completed` (done).
+const settle = async () => {
+  for (;;) {
+    const s = svc.getDelegation(id)?.state;
+    if (s === 'error' || s === 'cancelled' || s === 'expired') fail(`the delegation entered state ${s}`);
+    if (errors.length > 0) fail(`onError: ${errors.join('; ')}`);
+    if (s === 'idle' || s === 'completed') return s;
+    await sleep(20);
+  }
+};
+
+svc = new DelegatorService({
+  config: {
+    baseDir: join(stateDir, 'base'),
+    transport: new ArchiveDelegatorTransport({ tempDir: join(stateDir, 'tmp') }),
+    delegation: { snapshot: { mode: 'auto' } },
+    hooks: { onError: (_id, e) => errors.push(e?.message ?? String(e)) },
+  },
+});
+// The reference only logs a refused CLOSE and completes anyway: record what the executor said.
+const client = svc.executorClient;
+if (client && typeof client.sendClose === 'function') {
+  const sendClose = client.sendClose.bind(client);
+  client.sendClose = async (...args) => {
+    try {
+      const r = await sendClose(...args);
+      closeOutcome = 'accepted';
+      return r;
+    } catch (e) {
+      closeOutcome = `refused: ${e?.message ?? e}`;
+      throw e;
+    }
+  };
+}
+await svc.initialize();
+
+id = await svc.delegate({
+  executorUrl: peer,
+  environment: { resources: [{ name: 'workspace', type: 'fs', source: src, mode: 'rw' }] },
+  task: { description: 'r1', prompt: 'round 1' },
+});
+for (let n = 1; n <= rounds; n++) {
+  if (n > 1) {
+    await svc.continue({ delegationId: id, task: { description: `r${n}`, prompt: `round ${n}` } });
+  }
+  const state = await settle();
+  const d = svc.getDelegation(id);
+  console.log('ROUND ' + JSON.stringify({ round: n, state, currentRound: d.currentRound, summary: d.result?.summary ?? null, log: readLog() }));
+  if (state !== 'idle') fail(`the session ended (state ${state}) after round ${n} of ${rounds}: no round_done`);
+}
+await svc.close(id);
+for (;;) {
+  const s = svc.getDelegation(id)?.state;
+  if (s === 'completed') break;
+  if (s !== 'idle') fail(`state ${s} after close`);
+  await sleep(20);
+}
+if (errors.length > 0) fail(`onError: ${errors.join('; ')}`);
+if (client && closeOutcome !== 'accepted') fail(`CLOSE was not accepted: ${closeOutcome}`);
+// (No svc.shutdown(): it forgets the delegations RESULT reports; exiting ends everything.)
+finish(true);
+"#;
+
+/// Whether a missing reference (or a failed build of it) fails the tests instead of skipping
+/// them.
+pub fn required() -> bool {
+    std::env::var("AWCP_REQUIRE_REFERENCE_TEST").is_ok_and(|v| v == "1")
+}
+
+/// The reference's git mirror: `$AWCP_REFERENCE_GIT` or [`DEFAULT_MIRROR`].
+pub fn mirror() -> PathBuf {
+    std::env::var_os("AWCP_REFERENCE_GIT")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_MIRROR))
+}
+
+/// The built `dev` tree.
+#[derive(Clone, Debug)]
+pub struct RefTree {
+    root: PathBuf,
+}
+
+/// The reference `dev` tree, built on first use (once per test process; once between
+/// processes thanks to the lock file and the marker). `None` after a `SKIPPED` notice where it
+/// cannot be had; a panic instead with `AWCP_REQUIRE_REFERENCE_TEST=1`.
+pub fn reference_dev() -> Option<RefTree> {
+    static TREE: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    match TREE.get_or_init(prepare) {
+        Ok(root) => Some(RefTree { root: root.clone() }),
+        Err(why) => {
+            if required() {
+                panic!("the reference interop tests cannot run: {why}");
+            }
+            eprintln!(
+                "SKIPPED reference interop test: {why} (set AWCP_REQUIRE_REFERENCE_TEST=1 to make this fatal)"
+            );
+            None
+        }
+    }
+}
+
+/// `target/` of this build (the test binary is `target/<profile>/deps/<test>`; this is
+/// `$CARGO_TARGET_DIR` where that is set).
+fn target_dir() -> PathBuf {
+    awcp_tests::bins::profile_dir()
+        .parent()
+        .expect("target dir")
+        .to_path_buf()
+}
+
+/// Runs `cmd`, returning its trimmed stdout, or why it failed.
+fn run(cmd: &mut Command, what: &str) -> Result<String, String> {
+    match cmd.stdin(Stdio::null()).output() {
+        Ok(o) if o.status.success() => Ok(String::from_utf8_lossy(&o.stdout).trim().to_owned()),
+        Ok(o) => Err(format!("{what} failed ({}):\n{}", o.status, tail(&o))),
+        Err(e) => Err(format!("{what}: cannot run it: {e}")),
+    }
+}
+
+/// The last lines of a failed command's output.
+fn tail(o: &Output) -> String {
+    let mut all = String::from_utf8_lossy(&o.stdout).into_owned();
+    all.push_str(&String::from_utf8_lossy(&o.stderr));
+    let lines: Vec<&str> = all.lines().collect();
+    lines[lines.len().saturating_sub(40)..].join("\n")
+}
+
+/// Checks the prerequisites, then builds (or reuses) the tree and installs our scripts.
+fn prepare() -> Result<PathBuf, String> {
+    let mirror = mirror();
+    if !mirror.is_dir() {
+        return Err(format!(
+            "no reference git mirror at {} (set AWCP_REFERENCE_GIT)",
+            mirror.display()
+        ));
+    }
+    let node = run(Command::new("node").arg("--version"), "node --version")?;
+    let major: u32 = node
+        .trim_start_matches('v')
+        .split('.')
+        .next()
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(0);
+    if major < 18 {
+        return Err(format!("node {node} is older than 18"));
+    }
+    run(Command::new("npm").arg("--version"), "npm --version")?;
+    run(Command::new("tar").arg("--version"), "tar --version")?;
+    let commit = run(
+        Command::new("git").arg("--git-dir").arg(&mirror).args([
+            "rev-parse",
+            "--verify",
+            &format!("{BRANCH}^{{commit}}"),
+        ]),
+        &format!("git rev-parse {BRANCH} in {}", mirror.display()),
+    )?;
+
+    let base = target_dir().join("awcp-ref");
+    std::fs::create_dir_all(&base).map_err(|e| format!("{}: {e}", base.display()))?;
+    let dir = base.join(BRANCH);
+    let _lock = lock(&base.join(format!("{BRANCH}.lock")))?;
+    let built = std::fs::read_to_string(dir.join(MARKER)).unwrap_or_default();
+    if built.trim() != commit {
+        eprintln!(
+            "building the reference's {BRANCH} branch ({commit}) into {} (npm ci, tsc; a minute or two)",
+            dir.display()
+        );
+        build(&mirror, &commit, &dir)?;
+    }
+    let interop = dir.join("interop");
+    std::fs::create_dir_all(&interop).map_err(|e| format!("{}: {e}", interop.display()))?;
+    install(&interop.join("executor.mjs"), EXECUTOR_MJS)?;
+    install(&interop.join("delegator.mjs"), DELEGATOR_MJS)?;
+    Ok(dir)
+}
+
+/// An exclusive `flock` on `path`, held until the file is dropped (or the process dies).
+fn lock(path: &Path) -> Result<std::fs::File, String> {
+    let f = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    loop {
+        // SAFETY: `flock` on a descriptor `f` owns and keeps open for the call.
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } == 0 {
+            return Ok(f);
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(format!("locking {}: {e}", path.display()));
+        }
+    }
+}
+
+/// `git archive <commit> | tar -x -C dir`, `npm ci`, the three package builds, the marker.
+fn build(mirror: &Path, commit: &str, dir: &Path) -> Result<(), String> {
+    if dir.exists() {
+        std::fs::remove_dir_all(dir).map_err(|e| format!("removing {}: {e}", dir.display()))?;
+    }
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let mut git = Command::new("git")
+        .arg("--git-dir")
+        .arg(mirror)
+        .args(["archive", commit])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("git archive: {e}"))?;
+    let archive = git.stdout.take().expect("piped stdout");
+    let tar = Command::new("tar")
+        .arg("-x")
+        .arg("-C")
+        .arg(dir)
+        .stdin(archive)
+        .output()
+        .map_err(|e| format!("tar: {e}"));
+    let git = git
+        .wait_with_output()
+        .map_err(|e| format!("git archive: {e}"))?;
+    if !git.status.success() {
+        return Err(format!("git archive {commit} failed:\n{}", tail(&git)));
+    }
+    let tar = tar?;
+    if !tar.status.success() {
+        return Err(format!("tar -x failed:\n{}", tail(&tar)));
+    }
+    let steps: [&[&str]; 4] = [
+        &["ci", "--no-audit", "--no-fund"],
+        &["run", "build", "-w", "@awcp/core"],
+        &["run", "build", "-w", "@awcp/transport-archive"],
+        &["run", "build", "-w", "@awcp/sdk"],
+    ];
+    for args in steps {
+        run(
+            Command::new("npm")
+                .args(args)
+                .current_dir(dir)
+                .env("npm_config_update_notifier", "false"),
+            &format!("npm {} (in {})", args.join(" "), dir.display()),
+        )?;
+    }
+    std::fs::write(dir.join(MARKER), format!("{commit}\n"))
+        .map_err(|e| format!("writing the marker: {e}"))
+}
+
+/// Writes `text` to `path` unless it already holds it (through a rename, so a script being
+/// read by a running node never changes under it).
+fn install(path: &Path, text: &str) -> Result<(), String> {
+    if std::fs::read_to_string(path).is_ok_and(|t| t == text) {
+        return Ok(());
+    }
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    std::fs::write(&tmp, text).map_err(|e| format!("{}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Output of a child read on a thread as it comes: the text so far, whether it has ended,
+/// and a condition variable signalled on every line.
+#[derive(Default)]
+struct Captured {
+    state: Mutex<(String, bool)>,
+    cv: Condvar,
+}
+
+impl Captured {
+    /// Reads `from` line by line into a new [`Captured`] on a thread.
+    fn spawn(from: impl Read + Send + 'static) -> Arc<Captured> {
+        let c = Arc::new(Captured::default());
+        let c2 = Arc::clone(&c);
+        std::thread::spawn(move || {
+            let mut r = BufReader::new(from);
+            let mut line = Vec::new();
+            loop {
+                line.clear();
+                let n = r.read_until(b'\n', &mut line).unwrap_or(0);
+                let mut s = c2.state.lock().unwrap();
+                if n == 0 {
+                    s.1 = true;
+                    c2.cv.notify_all();
+                    return;
+                }
+                s.0.push_str(&String::from_utf8_lossy(&line));
+                c2.cv.notify_all();
+            }
+        });
+        c
+    }
+
+    fn text(&self) -> String {
+        self.state.lock().unwrap().0.clone()
+    }
+
+    /// Waits until `pred` holds for the text (then returns it), the output ends, or `limit`
+    /// passes (then `None`).
+    fn wait_until(&self, limit: Duration, pred: impl Fn(&str) -> bool) -> Option<String> {
+        let deadline = Instant::now() + limit;
+        let mut s = self.state.lock().unwrap();
+        loop {
+            if pred(&s.0) {
+                return Some(s.0.clone());
+            }
+            let now = Instant::now();
+            if s.1 || now >= deadline {
+                return None;
+            }
+            s = self.cv.wait_timeout(s, deadline - now).unwrap().0;
+        }
+    }
+}
+
+impl RefTree {
+    /// The tree's root.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Starts [`EXECUTOR_MJS`] with a work directory of its own and waits until it listens.
+    pub fn start_executor(&self) -> RefExecutor {
+        let work = tempfile::tempdir().unwrap();
+        let mut child = Command::new("node")
+            .arg(self.root.join("interop/executor.mjs"))
+            .current_dir(self.root.join("interop"))
+            .env("AWCP_REF_WORK_DIR", work.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("node starts");
+        let stdin = child.stdin.take();
+        let out = Captured::spawn(child.stdout.take().expect("piped stdout"));
+        let err = Captured::spawn(child.stderr.take().expect("piped stderr"));
+        let mut ex = RefExecutor {
+            child,
+            _stdin: stdin,
+            port: 0,
+            out,
+            err,
+            _work: work,
+        };
+        let port = ex
+            .out
+            .wait_until(EXECUTOR_START_LIMIT, |t| listening_port(t).is_some())
+            .and_then(|t| listening_port(&t));
+        match port {
+            Some(p) => ex.port = p,
+            None => panic!(
+                "the reference executor did not print LISTENING <port>\n{}",
+                ex.show()
+            ),
+        }
+        ex
+    }
+
+    /// Runs [`DELEGATOR_MJS`] against `peer_url` on the directory `src` for `rounds` rounds
+    /// (its state in a temporary directory), killing it if it runs over 90 s.
+    pub fn run_delegator(&self, peer_url: &str, src: &Path, rounds: u32) -> Output {
+        let state = tempfile::tempdir().unwrap();
+        run_bounded(
+            Command::new("node")
+                .arg(self.root.join("interop/delegator.mjs"))
+                .arg(peer_url)
+                .arg(src)
+                .arg(rounds.to_string())
+                .arg(state.path())
+                .current_dir(self.root.join("interop")),
+            DELEGATOR_LIMIT,
+        )
+    }
+}
+
+/// The port of the first `LISTENING <port>` line.
+fn listening_port(text: &str) -> Option<u16> {
+    text.lines()
+        .find_map(|l| l.strip_prefix("LISTENING "))
+        .and_then(|p| p.trim().parse().ok())
+}
+
+/// A running [`EXECUTOR_MJS`], killed and reaped when dropped.
+pub struct RefExecutor {
+    child: Child,
+    /// Held open: the script exits when it closes.
+    _stdin: Option<ChildStdin>,
+    port: u16,
+    out: Arc<Captured>,
+    err: Arc<Captured>,
+    _work: tempfile::TempDir,
+}
+
+impl RefExecutor {
+    /// Its AWCP URL, `http://127.0.0.1:<port>/awcp`.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/awcp", self.port)
+    }
+
+    /// Its stdout so far.
+    pub fn log(&self) -> String {
+        self.out.text()
+    }
+
+    /// Its stderr so far.
+    pub fn stderr(&self) -> String {
+        self.err.text()
+    }
+
+    /// Waits up to `limit` for its stdout to satisfy `pred`; whether it did.
+    pub fn wait_for_log(&self, limit: Duration, pred: impl Fn(&str) -> bool) -> bool {
+        self.out.wait_until(limit, pred).is_some()
+    }
+
+    /// Both its outputs, for failure messages.
+    pub fn show(&self) -> String {
+        format!(
+            "--- reference executor stdout ---\n{}\n--- reference executor stderr ---\n{}",
+            self.log(),
+            self.stderr()
+        )
+    }
+}
+
+impl Drop for RefExecutor {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The requests [`EXECUTOR_MJS`] logged that carried a message of type `ty`, and the statuses
+/// it answered them with (in order).
+pub fn answers_to(log: &str, ty: &str) -> (usize, Vec<u16>) {
+    let suffix = format!(" type={ty}");
+    let needle = format!(" type={ty} ");
+    let received = log
+        .lines()
+        .filter(|l| l.starts_with("REQ POST ") && l.contains(&needle))
+        .count();
+    let statuses = log
+        .lines()
+        .filter(|l| l.starts_with("RES ") && l.contains(" POST ") && l.ends_with(&suffix))
+        .filter_map(|l| l.split(' ').nth(1).and_then(|s| s.parse().ok()))
+        .collect();
+    (received, statuses)
+}
+
+/// Runs `cmd` (stdin a pipe held open until it exits, outputs captured) to completion, or
+/// kills it once `limit` has passed; the output then says so at the end of stderr, and its
+/// status is not a success.
+pub fn run_bounded(cmd: &mut Command, limit: Duration) -> Output {
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{cmd:?} starts: {e}"));
+    // Held open until it has exited (the scripts exit when it closes); dropped for others.
+    let stdin = child.stdin.take();
+    let out = Captured::spawn(child.stdout.take().expect("piped stdout"));
+    let err = Captured::spawn(child.stderr.take().expect("piped stderr"));
+    let deadline = Instant::now() + limit;
+    let mut killed = false;
+    let status = loop {
+        match child.try_wait().expect("try_wait") {
+            Some(status) => break status,
+            None if Instant::now() >= deadline => {
+                let _ = child.kill();
+                killed = true;
+                break child.wait().expect("wait");
+            }
+            None => std::thread::sleep(Duration::from_millis(20)),
+        }
+    };
+    drop(stdin);
+    // The pipes end with the process (a grandchild holding them is given a moment).
+    let wait_end = |c: &Captured| {
+        c.wait_until(Duration::from_secs(5), |_| false);
+        c.text()
+    };
+    let stdout = wait_end(&out);
+    let mut stderr = wait_end(&err);
+    if killed {
+        stderr.push_str(&format!(
+            "\n[killed by the test after {} s]\n",
+            limit.as_secs()
+        ));
+    }
+    Output {
+        status,
+        stdout: stdout.into_bytes(),
+        stderr: stderr.into_bytes(),
+    }
+}
+
+/// The JSON of the last stdout line of `o` starting with `prefix` (`""`: the last line that
+/// parses as JSON).
+pub fn json_line(o: &Output, prefix: &str) -> Option<serde_json::Value> {
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .rev()
+        .filter_map(|l| l.trim().strip_prefix(prefix))
+        .find_map(|l| serde_json::from_str(l.trim()).ok())
+}

@@ -1,0 +1,324 @@
+//! Issue 52: multi-round delegations with the real binaries. `awcp delegate --daemon
+//! --rounds` keeps a delegation open after its first round; `awcp continue` runs the next
+//! round in the executor's same work directory and applies its result; `awcp close` ends it
+//! and the executor frees the work directory. Each scenario runs on tokio and on smol, and
+//! the unhappy paths kill a real daemon or executor between rounds.
+//!
+//! Everything binds 127.0.0.1; every process is killed when its guard drops.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use awcp_tests::bins::{self, show, KillOnDrop};
+use serde_json::Value;
+
+/// The agent: appends its prompt to `log.txt`; `round two` also creates `temp.txt`, which
+/// `round three` deletes again (a file that was never lent, deleted by a later round).
+const AGENT: &str = r#"#!/bin/sh
+echo "prompt=$AWCP_PROMPT" >> log.txt
+case "$AWCP_PROMPT" in
+  "round two") echo temporary > temp.txt ;;
+  "round three") rm -f temp.txt ;;
+esac
+echo "did $AWCP_PROMPT"
+"#;
+
+/// One executor, one daemon, one workspace, on one runtime.
+struct Setup {
+    dir: tempfile::TempDir,
+    runtime: &'static str,
+    executor: Option<KillOnDrop>,
+    executor_url: String,
+    daemon: Option<KillOnDrop>,
+    daemon_url: String,
+}
+
+impl Setup {
+    fn new(runtime: &'static str, executor_args: &[&str]) -> Setup {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("ws")).unwrap();
+        std::fs::write(dir.path().join("ws/a.txt"), "lent\n").unwrap();
+        std::fs::write(dir.path().join("agent.sh"), AGENT).unwrap();
+        let mut s = Setup {
+            dir,
+            runtime,
+            executor: None,
+            executor_url: String::new(),
+            daemon: None,
+            daemon_url: String::new(),
+        };
+        s.start_executor("127.0.0.1:0", executor_args);
+        s.start_daemon();
+        s
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn ws(&self) -> PathBuf {
+        self.path().join("ws")
+    }
+
+    fn start_executor(&mut self, listen: &str, extra: &[&str]) {
+        let agent = format!("sh {}", self.path().join("agent.sh").display());
+        // As `bins::executor_command`, on `listen` (a restart takes the port delegators know).
+        let mut cmd = Command::new(bins::path("awcp-executor"));
+        cmd.args(["--listen", listen, "--quiet", "--work-root"])
+            .arg(self.path().join("work"))
+            .arg("--state-dir")
+            .arg(self.path().join("state"))
+            .args(["--agent-cmd", &agent])
+            .args(extra)
+            .env("AWCP_RUNTIME", self.runtime);
+        let (child, url) = bins::spawn_announcing(&mut cmd, bins::EXECUTOR_ANNOUNCES);
+        self.executor = Some(KillOnDrop(child));
+        self.executor_url = url;
+    }
+
+    fn start_daemon(&mut self) {
+        let mut cmd = Command::new(bins::path("awcp"));
+        cmd.args([
+            "--quiet",
+            "daemon",
+            "--listen",
+            "127.0.0.1:0",
+            "--state-dir",
+        ])
+        .arg(self.path().join("dstate"))
+        .env_remove("AWCP_DAEMON_TOKEN")
+        .env("AWCP_RUNTIME", self.runtime);
+        let (child, url) = bins::spawn_announcing(&mut cmd, bins::DAEMON_ANNOUNCES);
+        self.daemon = Some(KillOnDrop(child));
+        self.daemon_url = url;
+    }
+
+    /// Kills the process in `slot` with SIGKILL (no clean-up of its own) and reaps it.
+    fn kill(slot: &mut Option<KillOnDrop>) {
+        if let Some(mut p) = slot.take() {
+            p.0.kill().unwrap();
+            p.0.wait().unwrap();
+        }
+    }
+
+    /// `awcp --json ARGS` against the daemon.
+    fn awcp(&self, args: &[&str]) -> Output {
+        let mut all = vec!["--json"];
+        all.extend_from_slice(args);
+        bins::awcp_on_daemon(&self.daemon_url, &self.path().join("dstate"), &all)
+    }
+
+    fn delegate_rounds(&self, prompt: &str) -> Value {
+        let ws = self.ws();
+        let o = self.awcp(&[
+            "delegate",
+            ws.to_str().unwrap(),
+            "--peer",
+            &self.executor_url,
+            "--prompt",
+            prompt,
+            "--daemon",
+            "--rounds",
+        ]);
+        assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+        json(&o)
+    }
+
+    fn continue_with(&self, id: &str, prompt: &str) -> Value {
+        let o = self.awcp(&["continue", id, "--prompt", prompt]);
+        assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+        json(&o)
+    }
+
+    fn prompts(&self) -> Vec<String> {
+        std::fs::read_to_string(self.ws().join("log.txt"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// The executor's work directories still there.
+    fn work_dirs(&self) -> usize {
+        std::fs::read_dir(self.path().join("work"))
+            .map(|rd| {
+                rd.flatten()
+                    .filter(|e| e.file_name().to_string_lossy().starts_with("dlg_"))
+                    .count()
+            })
+            .unwrap_or(0)
+    }
+}
+
+fn json(o: &Output) -> Value {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", show(o)))
+}
+
+fn runtimes() -> [&'static str; 2] {
+    ["tokio", "smol"]
+}
+
+/// Three rounds, each applied before the next starts (including a file a later round
+/// deletes that was never lent), then CLOSE: completed, and the executor's work directory
+/// is gone.
+#[test]
+fn three_rounds_are_applied_one_after_the_other_then_closed() {
+    for rt in runtimes() {
+        let s = Setup::new(rt, &[]);
+        let v = s.delegate_rounds("round one");
+        assert_eq!(v["state"], "idle", "{rt}: {v}");
+        assert_eq!(v["round"], 1, "{rt}: {v}");
+        let id = v["id"].as_str().unwrap().to_owned();
+        assert_eq!(s.prompts(), ["prompt=round one"], "{rt}");
+        assert_eq!(
+            s.work_dirs(),
+            1,
+            "{rt}: the executor keeps the work directory"
+        );
+
+        let v = s.continue_with(&id, "round two");
+        assert_eq!(
+            (v["state"].as_str(), v["round"].as_u64()),
+            (Some("idle"), Some(2)),
+            "{rt}: {v}"
+        );
+        assert_eq!(
+            s.prompts(),
+            ["prompt=round one", "prompt=round two"],
+            "{rt}"
+        );
+        assert!(s.ws().join("temp.txt").exists(), "{rt}");
+
+        let v = s.continue_with(&id, "round three");
+        assert_eq!(v["round"], 3, "{rt}: {v}");
+        assert_eq!(s.prompts().len(), 3, "{rt}");
+        assert!(
+            !s.ws().join("temp.txt").exists(),
+            "{rt}: deleted by round three"
+        );
+        let applied = v["snapshots"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|x| x["status"] == "applied")
+            .count();
+        assert_eq!(applied, 3, "{rt}: one applied snapshot per round: {v}");
+
+        let o = s.awcp(&["close", &id]);
+        assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+        let v = json(&o);
+        assert_eq!(
+            (v["state"].as_str(), v["ended"].as_bool()),
+            (Some("completed"), Some(true)),
+            "{rt}: {v}"
+        );
+        assert_eq!(v["result"]["summary"], "did round three", "{rt}: {v}");
+        assert_eq!(
+            s.work_dirs(),
+            0,
+            "{rt}: the executor released the work directory"
+        );
+        // Nothing to continue any more.
+        let o = s.awcp(&["continue", &id, "--prompt", "round four"]);
+        assert_ne!(o.status.code(), Some(0), "{}", show(&o));
+    }
+}
+
+/// Without --rounds nothing changes: one round, `done`, completed.
+#[test]
+fn a_delegation_without_rounds_completes_after_its_one_round() {
+    let s = Setup::new("tokio", &[]);
+    let ws = s.ws();
+    let o = s.awcp(&[
+        "delegate",
+        ws.to_str().unwrap(),
+        "--peer",
+        &s.executor_url,
+        "--prompt",
+        "round one",
+        "--daemon",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    let v = json(&o);
+    assert_eq!(
+        (v["state"].as_str(), v["round"].as_u64()),
+        (Some("completed"), Some(1)),
+        "{v}"
+    );
+    assert_eq!(s.work_dirs(), 0);
+}
+
+/// A daemon SIGKILLed between rounds comes back with the delegation still idle, and the next
+/// round and the close go through.
+#[test]
+fn a_daemon_killed_between_rounds_continues_after_its_restart() {
+    for rt in runtimes() {
+        let mut s = Setup::new(rt, &[]);
+        let v = s.delegate_rounds("round one");
+        let id = v["id"].as_str().unwrap().to_owned();
+        Setup::kill(&mut s.daemon);
+        s.start_daemon();
+        let o = s.awcp(&["status", &id]);
+        assert_eq!(json(&o)["state"], "idle", "{rt}: {}", show(&o));
+        let v = s.continue_with(&id, "round two");
+        assert_eq!(v["round"], 2, "{rt}: {v}");
+        assert_eq!(s.prompts().len(), 2, "{rt}");
+        let o = s.awcp(&["close", &id]);
+        assert_eq!(o.status.code(), Some(0), "{rt}: {}", show(&o));
+        assert_eq!(s.work_dirs(), 0, "{rt}");
+    }
+}
+
+/// An executor SIGKILLed between rounds closes the delegation when it restarts (every round
+/// so far was delivered): the daemon hears `done` and completes it; nothing is left.
+#[test]
+fn an_executor_killed_between_rounds_closes_the_delegation_when_it_restarts() {
+    for rt in runtimes() {
+        let mut s = Setup::new(rt, &[]);
+        let v = s.delegate_rounds("round one");
+        let id = v["id"].as_str().unwrap().to_owned();
+        let listen = s
+            .executor_url
+            .trim_start_matches("http://")
+            .trim_end_matches("/awcp")
+            .to_owned();
+        Setup::kill(&mut s.executor);
+        s.start_executor(&listen, &[]);
+        let o = s.awcp(&["wait", &id, "--timeout", "120"]);
+        assert_eq!(o.status.code(), Some(0), "{rt}: {}", show(&o));
+        let v = json(&o);
+        assert_eq!(v["state"], "completed", "{rt}: {v}");
+        assert_eq!(v["result"]["summary"], "did round one", "{rt}: {v}");
+        assert_eq!(s.prompts(), ["prompt=round one"], "{rt}");
+        assert_eq!(s.work_dirs(), 0, "{rt}");
+    }
+}
+
+/// A delegation nobody continues is closed by the executor after its idle time; the daemon
+/// completes it. Cancel between rounds releases everything too.
+#[test]
+fn an_idle_delegation_is_closed_after_the_idle_time_or_cancelled() {
+    let s = Setup::new("tokio", &["--round-idle-timeout", "1"]);
+    let v = s.delegate_rounds("round one");
+    let id = v["id"].as_str().unwrap().to_owned();
+    let o = s.awcp(&["wait", &id, "--timeout", "120"]);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    assert_eq!(json(&o)["state"], "completed");
+    assert_eq!(s.work_dirs(), 0);
+
+    let s = Setup::new("smol", &[]);
+    let v = s.delegate_rounds("round one");
+    let id = v["id"].as_str().unwrap().to_owned();
+    let o = s.awcp(&["cancel", &id]);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    let o = s.awcp(&["wait", &id, "--timeout", "120"]);
+    let v = json(&o);
+    assert_eq!(v["state"], "cancelled", "{v}");
+    assert_eq!(s.prompts(), ["prompt=round one"], "the applied round stays");
+    // The executor releases the cancelled assignment's work directory.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while s.work_dirs() > 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(s.work_dirs(), 0);
+}
