@@ -1312,7 +1312,8 @@ fn human_record(v: &api::Record) -> String {
         &not_shipped,
         v.not_shipped_count,
     ));
-    if !v.outcome.message.is_empty() {
+    // Between rounds the delegation is not over; the `next:` line says what follows.
+    if !v.outcome.message.is_empty() && v.state != "idle" {
         s.push_str(&format!("outcome: {}\n", v.outcome.message));
     }
     s
