@@ -1,5 +1,5 @@
 //! The TypeScript AWCP reference's `dev` branch (multi-round delegations: CONTINUE / CLOSE and
-//! the SSE `round_done` event, `/work/notes/multiround-wire.md`), built from a git mirror for
+//! the SSE `round_done` event, docs/WIRE.md §17), built from a git mirror for
 //! the interop tests of `reference_rounds.rs`.
 //!
 //! [`reference_dev`] builds it once into `<target>/awcp-ref/dev` (`git archive dev`, `npm ci`,
