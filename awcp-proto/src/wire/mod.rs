@@ -44,6 +44,8 @@
 pub mod decode;
 pub mod divert;
 pub mod encode;
+#[cfg(test)]
+mod rounds_tests;
 pub mod text;
 pub mod types;
 

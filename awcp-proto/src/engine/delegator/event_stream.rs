@@ -276,7 +276,9 @@ impl Delegator {
                 }
                 if matches!(
                     self.state(id),
-                    Some(DelegationState::Started | DelegationState::Running)
+                    Some(
+                        DelegationState::Started | DelegationState::Running | DelegationState::Idle
+                    )
                 ) {
                     self.on_done(
                         now,
@@ -311,7 +313,10 @@ impl Delegator {
                         ),
                     ));
                 }
-                if matches!(state, DelegationState::Started | DelegationState::Running) {
+                if matches!(
+                    state,
+                    DelegationState::Started | DelegationState::Running | DelegationState::Idle
+                ) {
                     self.receive_error(now, id, e);
                 }
                 self.wind_down(now, id);
@@ -323,7 +328,10 @@ impl Delegator {
                         format!("the executor announced snapshot {sid} but no longer has it"),
                     ));
                 }
-                if matches!(state, DelegationState::Started | DelegationState::Running) {
+                if matches!(
+                    state,
+                    DelegationState::Started | DelegationState::Running | DelegationState::Idle
+                ) {
                     d.phase.hear_terminal();
                     self.transition(
                         now,

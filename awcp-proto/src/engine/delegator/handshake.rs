@@ -79,7 +79,10 @@ impl Delegator {
             retention_ms: Some(
                 u64::try_from(self.config.retention.as_millis()).unwrap_or(u64::MAX),
             ),
-            features: offered_features(&self.config.features, d.req.keep_open),
+            features: offered_features(
+                &self.config.features,
+                d.req.keep_open && d.req.dialect == Dialect::Reference,
+            ),
             ..invite_of(id, &d.req)
         };
         let peer = d.peer.clone();
@@ -220,7 +223,12 @@ impl Delegator {
                 }
             }
         }
-        d.features = Feature::agreed(&accept.features, &self.config.features);
+        // Agreed: what ACCEPT names of what INVITE offered.
+        let offered = offered_features(
+            &self.config.features,
+            d.req.keep_open && d.req.dialect == Dialect::Reference,
+        );
+        d.features = Feature::agreed(&accept.features, &offered);
         let expires_at = d.expires_at.unwrap_or(now);
         d.accept = Some(accept);
         d.phase = Phase::Accepted {
@@ -395,7 +403,9 @@ pub(super) fn invite_of(id: &DelegationId, req: &DelegateRequest) -> Invite {
 mod tests;
 
 /// What INVITE offers: the configured extensions, with `multi-round` exactly when the
-/// delegation asks to be kept open (an executor that agrees ends rounds with `round_done`).
+/// delegation asks to be kept open (an executor that agrees ends rounds with `round_done`)
+/// and the executor speaks the reference's dialect (a seed result rides on `done`, which a
+/// round does not send).
 pub(super) fn offered_features(configured: &[Feature], keep_open: bool) -> Vec<Feature> {
     let mut features: Vec<Feature> = configured
         .iter()

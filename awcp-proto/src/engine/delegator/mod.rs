@@ -63,6 +63,8 @@ mod snapshots;
 pub use snapshots::ApplyPlan;
 #[cfg(test)]
 mod restart_tests;
+#[cfg(test)]
+mod rounds_tests;
 mod teardown;
 #[cfg(test)]
 mod tests;
@@ -316,6 +318,7 @@ impl Delegator {
                     self.core.timers.cancel(&(id.clone(), Timer::Lease));
                     self.core.timers.cancel(&(id.clone(), Timer::SetupGrace));
                     self.core.timers.cancel(&(id.clone(), Timer::Reconnect));
+                    self.core.timers.cancel(&(id.clone(), Timer::Idle));
                 }
                 true
             }

@@ -139,6 +139,13 @@ impl Executor {
         };
         let work_dir = self.work_dir_for(&id);
         tracing::debug!(delegation = %id, "invitation passed policy");
+        let mut admitted = admitted;
+        if dialect == Dialect::Seed {
+            // A seed delegator's result rides on `done`, which a round does not send.
+            admitted
+                .features
+                .retain(|f| *f != crate::wire::Feature::MultiRound);
+        }
         let transport = admitted.transport.clone();
         let rounds = admitted
             .features

@@ -61,6 +61,8 @@ mod teardown;
 mod transport;
 
 #[cfg(test)]
+mod rounds_tests;
+#[cfg(test)]
 mod scenarios;
 #[cfg(test)]
 mod tests;
