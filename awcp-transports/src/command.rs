@@ -3,7 +3,10 @@
 //! The command is a shell-free argument template: `my-agent --prompt-file {prompt_file}`.
 //! Placeholders: `{prompt_file}` (a file holding the prompt), `{work_dir}`, `{description}`,
 //! `{delegation_id}`. The prompt is also given on stdin and in `AWCP_PROMPT`; `AWCP_WORK_DIR`,
-//! `AWCP_DELEGATION_ID`, `AWCP_ACCESS_MODE` and `AWCP_EXPIRES_AT` are set too. Each stdout
+//! `AWCP_DELEGATION_ID`, `AWCP_ACCESS_MODE`, `AWCP_EXPIRES_AT` and `AWCP_ROUND` (1, or the
+//! round of a multi-round delegation) are set too; from round 2 on, `AWCP_HISTORY_FILE` names
+//! a JSON file with the earlier rounds (`[{"round", "task": {"description", "prompt"},
+//! "summary"}]`, oldest first). Each stdout
 //! line becomes a progress message; exit code 0 is success (the last stdout line is the
 //! summary), anything else is a task failure carrying the tail of stderr.
 //!
@@ -248,6 +251,12 @@ impl TaskRunner for CommandRunner {
         let prompt_dir = tempfile::tempdir().map_err(|e| format!("prompt file: {e}"))?;
         let prompt_file = prompt_dir.path().join("prompt.txt");
         std::fs::write(&prompt_file, &ctx.prompt).map_err(|e| format!("prompt file: {e}"))?;
+        // A later round's agent gets the rounds before it (their tasks and summaries).
+        let history_file = prompt_dir.path().join("history.json");
+        if !ctx.earlier.is_empty() {
+            let json = serde_json::to_vec(&ctx.earlier).map_err(|e| format!("history: {e}"))?;
+            std::fs::write(&history_file, json).map_err(|e| format!("history file: {e}"))?;
+        }
         let subst = |a: &str| {
             a.replace("{prompt_file}", &prompt_file.to_string_lossy())
                 .replace("{work_dir}", &ctx.work_dir.to_string_lossy())
@@ -265,10 +274,14 @@ impl TaskRunner for CommandRunner {
             .env("AWCP_DELEGATION_ID", ctx.delegation_id.as_str())
             .env("AWCP_ACCESS_MODE", ctx.access_mode.as_str())
             .env("AWCP_EXPIRES_AT", ctx.expires_at.to_rfc3339())
+            .env("AWCP_ROUND", ctx.round.to_string())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         // Everything the command starts stays in the task's jail and ends with it.
+        if !ctx.earlier.is_empty() {
+            cmd.env("AWCP_HISTORY_FILE", &history_file);
+        }
         let mut jail = Jail::new(format!("AWCP_DELEGATION_ID={}", ctx.delegation_id.as_str()));
         let cannot_start = |e: std::io::Error| {
             awcp_proto::TaskFailure::CannotStart(format!("{:?}: {e}", self.argv[0]))
@@ -408,6 +421,8 @@ mod tests {
             prompt: "hello prompt".into(),
             expires_at: Timestamp::from_unix_millis(now_ms() + 60_000),
             access_mode: AccessMode::Rw,
+            round: 1,
+            earlier: Vec::new(),
         }
     }
 

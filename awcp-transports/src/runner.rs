@@ -66,6 +66,8 @@ mod tests {
             prompt: "list".into(),
             expires_at: Timestamp::from_unix_millis(0),
             access_mode: AccessMode::Ro,
+            round: 1,
+            earlier: Vec::new(),
         };
         let seen = std::sync::Mutex::new(Vec::new());
         let p = |m: String| seen.lock().unwrap().push(m);

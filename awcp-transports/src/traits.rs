@@ -235,6 +235,11 @@ pub struct TaskContext {
     pub expires_at: Timestamp,
     /// Effective access (a runner must not write under `ro`).
     pub access_mode: AccessMode,
+    /// The round (1: the first; more in a multi-round delegation, which runs each round in
+    /// the same work directory).
+    pub round: u64,
+    /// The rounds before this one, oldest first: their tasks and what the agent said it did.
+    pub earlier: Vec<awcp_proto::engine::EarlierRound>,
 }
 
 /// What a task produced.

@@ -12,10 +12,13 @@ use std::process::{Command, Output};
 use awcp_tests::bins::{self, show, KillOnDrop};
 use serde_json::Value;
 
-/// The agent: appends its prompt to `log.txt`; `round two` also creates `temp.txt`, which
-/// `round three` deletes again (a file that was never lent, deleted by a later round).
+/// The agent: appends its prompt to `log.txt` and copies the history of earlier rounds it is
+/// given to `history.json`; `round two` also creates `temp.txt`, which `round three` deletes
+/// again (a file that was never lent, deleted by a later round).
 const AGENT: &str = r#"#!/bin/sh
 echo "prompt=$AWCP_PROMPT" >> log.txt
+echo "$AWCP_ROUND" > round.txt
+if [ -n "$AWCP_HISTORY_FILE" ]; then cp "$AWCP_HISTORY_FILE" history.json; fi
 case "$AWCP_PROMPT" in
   "round two") echo temporary > temp.txt ;;
   "round three") rm -f temp.txt ;;

@@ -120,6 +120,18 @@ pub enum SnapshotKind {
     Delta,
 }
 
+/// One earlier round of a multi-round delegation (WIRE.md §17), as the agent of a later round
+/// is told about it ([`executor::ExecutorOutput::RunTask`]'s `earlier`).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct EarlierRound {
+    /// Its number (1: the START round).
+    pub round: u64,
+    /// Its task.
+    pub task: crate::wire::TaskSpec,
+    /// What the agent said it did.
+    pub summary: String,
+}
+
 /// What a task runner reports when the task succeeds.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct TaskOutcome {

@@ -4,27 +4,13 @@ use super::*;
 
 impl<R: Runtime> Loop<R> {
     /// [`ExecutorOutput::RunTask`].
-    pub(super) fn run_task(
-        &mut self,
-        id: DelegationId,
-        task_dir: String,
-        task: awcp_proto::TaskSpec,
-        expires_at: awcp_proto::Timestamp,
-        access_mode: awcp_proto::AccessMode,
-    ) {
+    pub(super) fn run_task(&mut self, ctx: TaskContext) {
+        let id = ctx.delegation_id.clone();
         let runner = self.runner.clone();
         let feed = self.feed();
         let rt = self.rt.clone();
         let cancel = CancelFlag::new();
         self.cancels.insert(id.clone(), cancel.clone());
-        let ctx = TaskContext {
-            delegation_id: id.clone(),
-            work_dir: PathBuf::from(task_dir),
-            description: task.description,
-            prompt: task.prompt,
-            expires_at,
-            access_mode,
-        };
         self.spawn_in(crate::delegation_span(&id), async move {
             let pf = feed.clone();
             let sf = feed.clone();

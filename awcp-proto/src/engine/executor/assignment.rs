@@ -184,7 +184,14 @@ pub(crate) struct Assignment {
     pub(crate) round_done: Option<Arc<TaskEvent>>,
     /// Where the task runs, once the workspace is set up (later rounds run there too).
     pub(crate) task_dir: Option<String>,
+    /// The running round's task (the INVITE's for round 1).
+    pub(crate) round_task: Option<crate::wire::TaskSpec>,
+    /// The rounds that ended, oldest first (the last [`MAX_EARLIER_ROUNDS`]).
+    pub(crate) earlier: std::collections::VecDeque<crate::engine::EarlierRound>,
 }
+
+/// How many ended rounds an assignment keeps for the next round's agent.
+pub(crate) const MAX_EARLIER_ROUNDS: usize = 32;
 
 /// The snapshot an event carries, if it is a `snapshot` event.
 pub(crate) fn snapshot_of(ev: &TaskEvent) -> Option<&crate::wire::SnapshotEvent> {

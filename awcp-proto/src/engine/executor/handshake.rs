@@ -186,6 +186,8 @@ impl Executor {
                 round: 1,
                 round_done: None,
                 task_dir: None,
+                round_task: None,
+                earlier: Default::default(),
             }),
         );
         // Journalled before the directory exists: after a crash mid-allocation the restarted

@@ -256,6 +256,11 @@ pub enum ExecutorOutput {
         expires_at: Timestamp,
         /// Effective access.
         access_mode: AccessMode,
+        /// The round (1: the START round; more in a multi-round delegation, WIRE.md §17).
+        round: u64,
+        /// The rounds before this one, oldest first (at most
+        /// [`EarlierRound`](crate::engine::EarlierRound)s of the last 32): the agent's history.
+        earlier: Vec<crate::engine::EarlierRound>,
     },
     /// Stop the running task (cancel, ERROR, expiry); it answers with `TaskFinished`.
     StopTask {

@@ -472,6 +472,8 @@ impl Executor {
                 round: 1,
                 round_done: None,
                 task_dir: None,
+                round_task: None,
+                earlier: Default::default(),
                 features,
                 invite: std::sync::Arc::new(invite),
                 invite_record: Default::default(),

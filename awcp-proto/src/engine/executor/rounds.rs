@@ -41,6 +41,15 @@ impl Executor {
             .map(|o| (o.summary.clone(), o.highlights.clone()))
             .unwrap_or_default();
         let round = a.round;
+        let task = a.round_task.take().unwrap_or_else(|| a.invite.task.clone());
+        if a.earlier.len() >= super::assignment::MAX_EARLIER_ROUNDS {
+            a.earlier.pop_front();
+        }
+        a.earlier.push_back(crate::engine::EarlierRound {
+            round,
+            task,
+            summary: summary.clone(),
+        });
         // The previous round's snapshot is replaced by this one (each is the whole result).
         let previous = a
             .snapshot
@@ -137,8 +146,10 @@ impl Executor {
         a.expires_at = Some(expires_at);
         a.outcome = None;
         a.phase = Phase::Running { task: None };
+        a.round_task = Some(c.task.clone());
         let round = a.round;
         let access_mode = a.access;
+        let earlier: Vec<_> = a.earlier.iter().cloned().collect();
         self.core.timers.cancel(&(id.clone(), Timer::Idle));
         self.transition(now, &id, AssignmentTransition::ReceiveContinue);
         self.core.timers.set((id.clone(), Timer::Lease), expires_at);
@@ -158,6 +169,8 @@ impl Executor {
             task: c.task,
             expires_at,
             access_mode,
+            round,
+            earlier,
         });
     }
 

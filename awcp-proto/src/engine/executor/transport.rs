@@ -36,6 +36,8 @@ impl Executor {
                     task: a.invite.task.clone(),
                     expires_at: a.expires_at.unwrap_or(now),
                     access_mode: a.access,
+                    round: 1,
+                    earlier: Vec::new(),
                 };
                 self.broadcast(
                     now,
