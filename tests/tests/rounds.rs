@@ -22,6 +22,7 @@ if [ -n "$AWCP_HISTORY_FILE" ]; then cp "$AWCP_HISTORY_FILE" history.json; fi
 case "$AWCP_PROMPT" in
   "round two") echo temporary > temp.txt ;;
   "round three") rm -f temp.txt ;;
+  slow) echo $$ > slow.txt; exec sleep 120 ;;
 esac
 echo "did $AWCP_PROMPT"
 "#;
@@ -34,10 +35,19 @@ struct Setup {
     executor_url: String,
     daemon: Option<KillOnDrop>,
     daemon_url: String,
+    daemon_args: Vec<&'static str>,
 }
 
 impl Setup {
     fn new(runtime: &'static str, executor_args: &[&str]) -> Setup {
+        Setup::with_daemon(runtime, executor_args, &[])
+    }
+
+    fn with_daemon(
+        runtime: &'static str,
+        executor_args: &[&str],
+        daemon_args: &[&'static str],
+    ) -> Setup {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("ws")).unwrap();
         std::fs::write(dir.path().join("ws/a.txt"), "lent\n").unwrap();
@@ -49,6 +59,7 @@ impl Setup {
             executor_url: String::new(),
             daemon: None,
             daemon_url: String::new(),
+            daemon_args: daemon_args.to_vec(),
         };
         s.start_executor("127.0.0.1:0", executor_args);
         s.start_daemon();
@@ -89,6 +100,7 @@ impl Setup {
             "--state-dir",
         ])
         .arg(self.path().join("dstate"))
+        .args(&self.daemon_args)
         .env_remove("AWCP_DAEMON_TOKEN")
         .env("AWCP_RUNTIME", self.runtime);
         let (child, url) = bins::spawn_announcing(&mut cmd, bins::DAEMON_ANNOUNCES);
@@ -324,4 +336,87 @@ fn an_idle_delegation_is_closed_after_the_idle_time_or_cancelled() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     assert_eq!(s.work_dirs(), 0);
+}
+
+/// The daemon closes a delegation nobody continues after its own idle time (CLOSE to the
+/// executor, which releases the work directory).
+#[test]
+fn the_daemon_closes_a_delegation_left_idle() {
+    let s = Setup::with_daemon("smol", &[], &["--round-idle-timeout", "1"]);
+    let v = s.delegate_rounds("round one");
+    let id = v["id"].as_str().unwrap().to_owned();
+    let o = s.awcp(&["wait", &id, "--timeout", "120"]);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    let v = json(&o);
+    assert_eq!(v["state"], "completed", "{v}");
+    let warned = v["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|w| w.as_str().unwrap().contains("without a next round"));
+    assert!(warned, "{v}");
+    assert_eq!(s.work_dirs(), 0, "the executor got the CLOSE");
+}
+
+/// A round cancelled while its agent runs: cancelled, the agent stopped, the work directory
+/// released; what earlier rounds applied stays.
+#[test]
+fn a_round_cancelled_mid_way_stops_its_agent_and_releases_everything() {
+    for rt in runtimes() {
+        let s = Setup::new(rt, &[]);
+        let v = s.delegate_rounds("round one");
+        let id = v["id"].as_str().unwrap().to_owned();
+        let o = s.awcp(&["continue", &id, "--prompt", "slow", "--background"]);
+        assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+        assert_eq!(json(&o)["round"], 2, "{}", show(&o));
+        // Wait for the agent of round 2 to run (it writes slow.txt in the executor's work
+        // directory), then cancel.
+        let agent_pid = || {
+            std::fs::read_dir(s.path().join("work"))
+                .into_iter()
+                .flatten()
+                .flatten()
+                .find_map(|e| std::fs::read_to_string(e.path().join("workspace/slow.txt")).ok())
+                .and_then(|pid| pid.trim().parse::<u32>().ok())
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let pid = loop {
+            if let Some(pid) = agent_pid() {
+                break pid;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{rt}: round 2 never ran"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        };
+        let o = s.awcp(&["cancel", &id]);
+        assert_eq!(o.status.code(), Some(0), "{rt}: {}", show(&o));
+        let o = s.awcp(&["wait", &id, "--timeout", "120"]);
+        let v = json(&o);
+        assert_eq!(v["state"], "cancelled", "{rt}: {v}");
+        assert_eq!(v["round"], 2, "{rt}: {v}");
+        assert_eq!(
+            s.prompts(),
+            ["prompt=round one"],
+            "{rt}: round one stays applied"
+        );
+        assert!(
+            !s.ws().join("slow.txt").exists(),
+            "{rt}: nothing of round two"
+        );
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while s.work_dirs() > 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{rt}: work directory kept"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        // The agent (`sleep 120` in its jail) is gone.
+        assert!(
+            !Path::new(&format!("/proc/{pid}")).exists(),
+            "{rt}: the agent {pid} still runs"
+        );
+    }
 }

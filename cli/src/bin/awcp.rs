@@ -220,6 +220,10 @@ enum Cmd {
         /// --insecure-plain-http.
         #[arg(long, env = "AWCP_DAEMON_LISTEN", default_value = "127.0.0.1:3100")]
         listen: SocketAddr,
+        /// Seconds a delegation kept open with `delegate --rounds` may wait between rounds
+        /// before the daemon closes it (CLOSE to the executor).
+        #[arg(long, env = "AWCP_ROUND_IDLE_TIMEOUT", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
+        round_idle_timeout: u64,
         /// Also lend over SSHFS (requests with `"transport": "sshfs"`); the same JSON file as
         /// `delegate --sshfs-config`.
         #[arg(long)]
@@ -580,22 +584,42 @@ fn delegator<R: Driver>(
     admission: AdmissionLimits,
     client_tls: agent_rt::ClientTls,
 ) -> DelegatorHandle {
-    delegator_with::<R>(state_dir, archive_base, sshfs, admission, client_tls, false)
+    let tweaks = Tweaks::default();
+    delegator_with::<R>(
+        state_dir,
+        archive_base,
+        sshfs,
+        admission,
+        client_tls,
+        tweaks,
+    )
 }
 
-/// [`delegator`], asking for results inline (`--inline-results`) if `inline_results`.
+/// What a delegator may be started with beyond the defaults.
+#[derive(Clone, Copy, Debug, Default)]
+struct Tweaks {
+    /// Ask for results inline (`--inline-results`).
+    inline_results: bool,
+    /// How long a multi-round delegation may stay idle (`--round-idle-timeout`).
+    round_idle_timeout: Option<Duration>,
+}
+
+/// [`delegator`] with `tweaks`.
 fn delegator_with<R: Driver>(
     state_dir: PathBuf,
     archive_base: Option<String>,
     sshfs: Option<SshfsDelegator>,
     admission: AdmissionLimits,
     client_tls: agent_rt::ClientTls,
-    inline_results: bool,
+    tweaks: Tweaks,
 ) -> DelegatorHandle {
     let transport = ArchiveDelegator::new(ArchiveDelegatorConfig::new(state_dir.join("exports")));
     let mut opts = DelegatorOptions::new(Arc::new(transport), state_dir);
     opts.engine.admission = admission;
-    if inline_results {
+    if let Some(t) = tweaks.round_idle_timeout {
+        opts.engine.idle_timeout = t;
+    }
+    if tweaks.inline_results {
         opts.engine
             .features
             .retain(|f| f != awcp_proto::feature::ARCHIVE_URL);
@@ -825,7 +849,10 @@ async fn run<R: Driver>(cli: Cli, token_source: DaemonTokenSource) {
                     sshfs,
                     admission.limits(),
                     client_tls,
-                    inline_results,
+                    Tweaks {
+                        inline_results,
+                        ..Tweaks::default()
+                    },
                 );
                 R::default().spawn_archive_server_with(listener, d.clone(), server);
                 run_delegate::<R>(d, params, cli.json, &state_dir).await;
@@ -837,12 +864,16 @@ async fn run<R: Driver>(cli: Cli, token_source: DaemonTokenSource) {
                 sshfs,
                 admission.limits(),
                 client_tls,
-                inline_results,
+                Tweaks {
+                    inline_results,
+                    ..Tweaks::default()
+                },
             );
             run_delegate::<R>(d, params, cli.json, &state_dir).await;
         }
         Cmd::Daemon {
             listen,
+            round_idle_timeout,
             sshfs_config,
             serve_archives,
             admission,
@@ -881,12 +912,16 @@ async fn run<R: Driver>(cli: Cli, token_source: DaemonTokenSource) {
                 (l, base)
             });
             let sshfs = sshfs_config.map(|p| sshfs_delegator(&p, &state_dir));
-            let d = delegator::<R>(
+            let d = delegator_with::<R>(
                 state_dir.clone(),
                 archives.as_ref().map(|a| a.1.clone()),
                 sshfs,
                 admission.limits(),
                 client_tls,
+                Tweaks {
+                    round_idle_timeout: Some(Duration::from_secs(round_idle_timeout)),
+                    ..Tweaks::default()
+                },
             );
             if let Some((l, base)) = archives {
                 tracing::info!(%base, "serving one-time archive URLs");
