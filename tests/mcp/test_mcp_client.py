@@ -10,7 +10,10 @@ foreground delegate; background delegate + delegate_output(block=true); cancel o
 delegation; staged snapshots -> list -> apply, and discard; a result that cannot be applied
 (the workspace changed locally during the task) -> delegate and delegate_output report isError
 and the snapshot stays pending with the reason; bad arguments -> tool errors while
-the server stays alive; secret-looking files refused unless allow_sensitive; delegate_recover,
+the server stays alive; secret-looking files refused unless allow_sensitive; multi-round
+delegations (delegate keep_open -> idle after round 1, its result applied; delegate_continue ->
+round 2 applied in the same executor work directory; delegate_close -> completed), in-process,
+over the foreground budget and with an external daemon in the background; delegate_recover,
 also after a restart of the MCP server (in-process daemon: the executor is asked; external
 `awcp daemon`: the daemon still has the delegation).
 Exits non-zero on the first failure.
@@ -37,6 +40,7 @@ case "$AWCP_PROMPT" in
           echo "step two" ;;
   WAITFILE*) set -- $AWCP_PROMPT; while [ ! -e "$2" ]; do sleep 0.1; done ;;
   CONFLICT*) set -- $AWCP_PROMPT; echo "edited locally" > "$2" ;;
+  ROUND*) echo "prompt=$AWCP_PROMPT" >> log.txt ;;
 esac
 echo "written by the agent" > AGENT_RESULT.txt
 echo "wrote AGENT_RESULT.txt"
@@ -149,7 +153,7 @@ async def run(mcp_bin, peer, tmp):
         want = {
             "delegate", "delegate_output", "delegate_cancel", "delegate_snapshots",
             "delegate_apply_snapshot", "delegate_discard_snapshot", "delegate_recover",
-            "delegate_list",
+            "delegate_list", "delegate_continue", "delegate_close",
         }
         assert want <= set(tools), f"missing tools: {want - set(tools)}"
         desc = tools["delegate"].description
@@ -158,9 +162,23 @@ async def run(mcp_bin, peer, tmp):
         assert peer in desc, desc
         assert f"(unreachable) {dead}/awcp" in desc, f"unreachable peer not reported:\n{desc}"
         for p in ("description", "prompt", "workspace_dir", "peer_url", "cwd", "ttl_seconds",
-                  "access_mode", "background", "snapshot_mode", "transport", "allow_sensitive"):
+                  "access_mode", "background", "snapshot_mode", "transport", "allow_sensitive",
+                  "keep_open"):
             assert p in field(tools["delegate"], "input_schema", "inputSchema")["properties"], p
-        log("list_tools: 8 tools, delegate description carries the executor card and the unreachable peer")
+        # The multi-round tools, with the reference `dev` branch's argument names.
+        for name, params, required in (
+                ("delegate_continue", {"delegation_id", "prompt", "description", "background"},
+                 ["delegation_id", "prompt"]),
+                ("delegate_close", {"delegation_id"}, ["delegation_id"])):
+            schema = field(tools[name], "input_schema", "inputSchema")
+            assert set(schema["properties"]) == params, (name, schema)
+            assert schema["required"] == required, (name, schema)
+            assert all(p.get("description") for p in schema["properties"].values()), schema
+            assert "keep_open" in tools[name].description, tools[name].description
+        keep_open = field(tools["delegate"], "input_schema", "inputSchema")["properties"]["keep_open"]
+        assert keep_open["type"] == "boolean" and "idle" in keep_open["description"], keep_open
+        log(f"list_tools: {len(tools)} tools, delegate description carries the executor card and "
+            "the unreachable peer; delegate_continue and delegate_close with their schemas")
 
         # 1b. test_tool_annotations_and_output_schemas: hints as the tools behave, and an
         #     outputSchema that every successful structuredContent below is validated against.
@@ -169,6 +187,7 @@ async def run(mcp_bin, peer, tmp):
             "delegate_cancel": (False, True), "delegate_snapshots": (True, None),
             "delegate_apply_snapshot": (False, True), "delegate_discard_snapshot": (False, True),
             "delegate_recover": (True, None),
+            "delegate_continue": (False, True), "delegate_close": (False, True),
         }
         for name, (ro, destructive) in hints.items():
             t = tools[name]
@@ -328,6 +347,57 @@ async def run(mcp_bin, peer, tmp):
             "delegate_discard_snapshot", {"delegation_id": st["id"], "snapshot_id": snap["id"]}))
         log("result not applied: isError from delegate and delegate_output, snapshot kept pending")
 
+        # 5c. test_rounds: keep_open -> idle after round 1 with its result applied;
+        #     delegate_output says the round is over; delegate_continue -> round 2 in the same
+        #     executor work directory, applied; delegate_close -> completed.
+        ws = make_workspace(tmp, "ws-rounds")
+        r = expect_ok("delegate(keep_open)", await session.call_tool("delegate", {
+            "description": "round one", "prompt": "ROUND one", "workspace_dir": str(ws),
+            "peer_url": peer, "keep_open": True}))
+        st = structured(r)
+        did = st["id"]
+        assert st["state"] == "idle" and st["round"] == 1 and st["stillRunning"] is False, st
+        assert [x["status"] for x in st["snapshots"]] == ["applied"], st["snapshots"]
+        assert (ws / "log.txt").read_text() == "prompt=ROUND one\n", "round 1 not applied"
+        assert "Round 1 has ended" in text_of(r), text_of(r)
+        assert "delegate_continue" in text_of(r) and "delegate_close" in text_of(r), text_of(r)
+        assert "Still running" not in text_of(r), text_of(r)
+        for block in (False, True):
+            r = expect_ok(f"delegate_output(idle, block={block})", await session.call_tool(
+                "delegate_output", {"delegation_id": did, "block": block, "timeout": 30}))
+            st = structured(r)
+            assert st["state"] == "idle" and st["stillRunning"] is False, st
+            assert "delegate_continue" in text_of(r), text_of(r)
+        seen = []
+
+        async def on_round_progress(progress, total, message):
+            seen.append(message or "")
+
+        r = expect_ok("delegate_continue", await session.call_tool("delegate_continue", {
+            "delegation_id": did, "description": "round two", "prompt": "ROUND two"},
+            progress_callback=on_round_progress))
+        st = structured(r)
+        assert st["state"] == "idle" and st["round"] == 2 and st["stillRunning"] is False, st
+        assert [x["status"] for x in st["snapshots"]] == ["applied", "applied"], st["snapshots"]
+        assert (ws / "log.txt").read_text() == "prompt=ROUND one\nprompt=ROUND two\n", \
+            "round 2 not applied, or not run in the same work directory"
+        assert "Round 2 has ended" in text_of(r) and "workspace/log.txt" in text_of(r), text_of(r)
+        assert any("round 2" in m for m in seen), seen
+        expect_error("delegate_continue(blank prompt)", await session.call_tool(
+            "delegate_continue", {"delegation_id": did, "prompt": " "}), "prompt")
+        r = expect_ok("delegate_close", await session.call_tool(
+            "delegate_close", {"delegation_id": did}))
+        st = structured(r)
+        assert st["state"] == "completed" and st["ended"] is True, st
+        assert st["outcome"]["status"] == "completed", st
+        expect_error("delegate_continue(closed)", await session.call_tool(
+            "delegate_continue", {"delegation_id": did, "prompt": "ROUND three"}), "idle")
+        expect_error("delegate_close(closed)", await session.call_tool(
+            "delegate_close", {"delegation_id": did}), "idle")
+        assert (ws / "log.txt").read_text() == "prompt=ROUND one\nprompt=ROUND two\n"
+        log(f"test_rounds: {did} idle after round 1 (applied), round 2 applied "
+            f"({len(seen)} progress notifications), closed -> completed")
+
         # 6. Bad arguments: tool errors with clear messages; the server stays alive.
         expect_error("delegate(no prompt)", await session.call_tool("delegate", {
             "description": "x", "workspace_dir": str(tmp), "peer_url": peer}), "prompt")
@@ -396,7 +466,33 @@ async def foreground_budget(mcp_bin, peer, tmp):
             "delegate_output", {"delegation_id": st["delegationId"], "block": True,
                                 "timeout": 60}))
         assert structured(r)["state"] == "cancelled", text_of(r)
-    log("test_foreground_budget: returned with the id before the budget ran out")
+        # A round that outlasts the budget: delegate_continue hands the id back in time too.
+        assert "after 2 seconds" in tools["delegate_continue"].description
+        ws = make_workspace(tmp, "ws-budget-rounds")
+        r = expect_ok("delegate(keep_open, budget)", await s.call_tool("delegate", {
+            "description": "round one", "prompt": "ROUND one", "workspace_dir": str(ws),
+            "peer_url": peer, "keep_open": True}))
+        st = structured(r)
+        did = st.get("id") or st["delegationId"]
+        # Round 1 is quick, but on a loaded machine it may outlast the 2 s budget too.
+        while st.get("stillRunning"):
+            st = structured(expect_ok("delegate_output(round 1)", await s.call_tool(
+                "delegate_output", {"delegation_id": did, "block": True, "timeout": 60})))
+        assert st["state"] == "idle", st
+        r = expect_ok("delegate_continue(over budget)", await s.call_tool("delegate_continue", {
+            "delegation_id": did, "description": "slow", "prompt": "SLOW round"}))
+        st = structured(r)
+        assert st["stillRunning"] is True and st["state"] == "running", st
+        assert st["round"] == 2 and st["delegationId"] == did, st
+        assert "Round 2 of delegation" in text_of(r) and "delegate_output" in text_of(r), \
+            text_of(r)
+        expect_ok("delegate_cancel(round over budget)", await s.call_tool(
+            "delegate_cancel", {"delegation_id": did}))
+        r = expect_ok("delegate_output(round cancelled)", await s.call_tool(
+            "delegate_output", {"delegation_id": did, "block": True, "timeout": 60}))
+        assert structured(r)["state"] == "cancelled", text_of(r)
+    log("test_foreground_budget: delegate and delegate_continue returned with the id before "
+        "the budget ran out")
 
 
 async def own_daemons(mcp_bin, peer, tmp):
@@ -542,6 +638,34 @@ async def restarts(mcp_bin, awcp_bin, peer, tmp):
             assert structured(r)["state"] == "cancelled", text_of(r)
             log(f"delegate_recover after an MCP server restart (external daemon {durl}): "
                 f"re-attached to {did}, then cancelled it")
+
+            # Rounds through the external daemon, in the background: delegate_output waits
+            # for each round (state idle), not for the delegation's end.
+            ws = make_workspace(tmp, "ws-external-rounds")
+            r = expect_ok("delegate(keep_open, background, external daemon)", await s.call_tool(
+                "delegate", {"description": "round one", "prompt": "ROUND one",
+                             "workspace_dir": str(ws), "peer_url": peer, "keep_open": True,
+                             "background": True}))
+            did = structured(r)["delegationId"]
+            assert structured(r)["keepOpen"] is True, structured(r)
+            r = expect_ok("delegate_output(round 1, external daemon)", await s.call_tool(
+                "delegate_output", {"delegation_id": did, "block": True, "timeout": 60}))
+            st = structured(r)
+            assert st["state"] == "idle" and st["round"] == 1 and st["stillRunning"] is False, st
+            r = expect_ok("delegate_continue(background, external daemon)", await s.call_tool(
+                "delegate_continue", {"delegation_id": did, "description": "round two",
+                                      "prompt": "ROUND two", "background": True}))
+            assert structured(r)["round"] == 2 and structured(r)["background"] is True, \
+                structured(r)
+            r = expect_ok("delegate_output(round 2, external daemon)", await s.call_tool(
+                "delegate_output", {"delegation_id": did, "block": True, "timeout": 60}))
+            st = structured(r)
+            assert st["state"] == "idle" and st["round"] == 2, st
+            assert (ws / "log.txt").read_text() == "prompt=ROUND one\nprompt=ROUND two\n"
+            r = expect_ok("delegate_close(external daemon)", await s.call_tool(
+                "delegate_close", {"delegation_id": did}))
+            assert structured(r)["state"] == "completed", text_of(r)
+            log(f"rounds through the external daemon: {did} round 1 and 2 applied, closed")
     finally:
         daemon.terminate()
         daemon.wait(timeout=10)

@@ -7,13 +7,14 @@
 // Usage: node ts_client.mjs AWCP_MCP_BIN AWCP_EXECUTOR_BIN   (NODE_PATH: the SDK's node_modules)
 //
 // Starts an executor, then awcp-mcp over stdio; checks the tools list, a successful
-// foreground delegate (its structured result validated by the SDK), and that every failing
-// call (blank prompt, missing workspace, an unreachable peer, an unknown delegation, missing
-// arguments) comes back as a tool error whose text says what went wrong. Exits non-zero on
-// the first failure.
+// foreground delegate (its structured result validated by the SDK), a multi-round delegation
+// (delegate keep_open -> idle, delegate_continue -> round 2 applied, delegate_close ->
+// completed), and that every failing call (blank prompt, missing workspace, an unreachable
+// peer, an unknown delegation, missing arguments, a closed delegation continued) comes back as
+// a tool error whose text says what went wrong. Exits non-zero on the first failure.
 
 import { spawn } from "node:child_process";
-import { mkdtempSync, mkdirSync, writeFileSync, readFileSync } from "node:fs";
+import { mkdtempSync, mkdirSync, writeFileSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
@@ -35,9 +36,12 @@ const fail = (m) => {
 };
 
 const tmp = mkdtempSync(join(tmpdir(), "awcp-mcp-ts-"));
+// Removed on every exit (after the children are killed: the handlers run in order).
+process.on("exit", () => rmSync(tmp, { recursive: true, force: true }));
 writeFileSync(
   join(tmp, "agent.sh"),
-  '#!/bin/sh\ncase "$AWCP_PROMPT" in slow*) sleep 90; echo "slept 90 s";; esac\n' +
+  '#!/bin/sh\ncase "$AWCP_PROMPT" in slow*) sleep 90; echo "slept 90 s";;\n' +
+    '  round*) echo "prompt=$AWCP_PROMPT" >> log.txt;; esac\n' +
     'echo "written by the agent" > AGENT_RESULT.txt\necho "wrote AGENT_RESULT.txt"\n',
 );
 const executor = spawn(
@@ -75,8 +79,27 @@ try {
   const { tools } = await client.listTools(); // caches each tool's output validator
   const names = tools.map((t) => t.name);
   for (const want of ["delegate", "delegate_output", "delegate_cancel", "delegate_snapshots",
-                      "delegate_list"]) {
+                      "delegate_list", "delegate_continue", "delegate_close"]) {
     if (!names.includes(want)) fail(`tool ${want} missing: ${names}`);
+  }
+  // The multi-round tools: the reference `dev` branch's argument names, a record as result.
+  const byName = Object.fromEntries(tools.map((t) => [t.name, t]));
+  for (const [name, props, required] of [
+    ["delegate_continue", ["background", "delegation_id", "description", "prompt"],
+      ["delegation_id", "prompt"]],
+    ["delegate_close", ["delegation_id"], ["delegation_id"]],
+  ]) {
+    const t = byName[name];
+    const got = Object.keys(t.inputSchema.properties).sort();
+    if (JSON.stringify(got) !== JSON.stringify(props)) fail(`${name} takes ${got}`);
+    if (JSON.stringify(t.inputSchema.required) !== JSON.stringify(required)) {
+      fail(`${name} requires ${t.inputSchema.required}`);
+    }
+    if (!t.outputSchema?.properties?.round) fail(`${name}'s outputSchema has no round`);
+    if (t.annotations?.readOnlyHint !== false) fail(`${name} is not marked as writing`);
+  }
+  if (byName.delegate.inputSchema.properties.keep_open?.type !== "boolean") {
+    fail("delegate has no boolean keep_open");
   }
   for (const t of tools) {
     for (const [p, s] of Object.entries(t.inputSchema.properties ?? {})) {
@@ -173,6 +196,57 @@ try {
   }
   log(`delegate_list: ${ids.length} delegations, ${listed.structuredContent.activeDelegations} running`);
 
+  // Rounds: keep_open -> idle after round 1 (applied); delegate_output says the round is
+  // over; delegate_continue -> round 2 in the same executor work directory (applied);
+  // delegate_close -> completed. Every result passes the SDK's outputSchema check.
+  const roundsWs = join(tmp, "ws-rounds");
+  mkdirSync(roundsWs);
+  writeFileSync(join(roundsWs, "README.md"), "# rounds\n");
+  const logOf = () => readFileSync(join(roundsWs, "log.txt"), "utf8");
+  const r1 = await call("delegate(keep_open)", "delegate", {
+    description: "round one", prompt: "round one", workspace_dir: roundsWs, peer_url: peer,
+    keep_open: true,
+  });
+  const rid = r1.structuredContent?.id;
+  if (r1.isError || r1.structuredContent?.state !== "idle" || r1.structuredContent.round !== 1) {
+    fail(`delegate(keep_open) should leave round 1 idle: ${text(r1)}`);
+  }
+  if (r1.structuredContent.stillRunning !== false) fail(`idle is not over: ${text(r1)}`);
+  if (logOf() !== "prompt=round one\n") fail(`round 1 not applied: ${logOf()}`);
+  const idle = await call("delegate_output(idle)", "delegate_output",
+    { delegation_id: rid, block: true, timeout: 30 });
+  if (idle.isError || idle.structuredContent?.stillRunning !== false ||
+      !text(idle).includes("delegate_continue")) {
+    fail(`delegate_output on an idle delegation: ${text(idle)}`);
+  }
+  let roundProgress = 0;
+  let r2;
+  try {
+    r2 = await client.callTool(
+      { name: "delegate_continue",
+        arguments: { delegation_id: rid, description: "round two", prompt: "round two" } },
+      undefined,
+      { onprogress: () => { roundProgress += 1; } },
+    );
+  } catch (e) {
+    fail(`delegate_continue: the SDK client refused the result: ${e.message}`);
+  }
+  const s2 = r2.structuredContent;
+  if (r2.isError || s2?.state !== "idle" || s2.round !== 2) {
+    fail(`delegate_continue should end idle in round 2: ${text(r2)}`);
+  }
+  if (s2.snapshots.map((x) => x.status).join() !== "applied,applied") {
+    fail(`each round's result should be applied: ${JSON.stringify(s2.snapshots)}`);
+  }
+  if (logOf() !== "prompt=round one\nprompt=round two\n") fail(`round 2 not applied: ${logOf()}`);
+  if (roundProgress < 1) fail("no progress notification from delegate_continue");
+  const closed = await call("delegate_close", "delegate_close", { delegation_id: rid });
+  if (closed.isError || closed.structuredContent?.state !== "completed") {
+    fail(`delegate_close should complete the delegation: ${text(closed)}`);
+  }
+  log(`rounds: ${rid} idle after round 1, round 2 applied (${roundProgress} progress ` +
+      "notification(s)), closed -> completed");
+
   // Failures: tool errors the model can read, on every path.
   const cases = [
     ["delegate(blank prompt)", "delegate",
@@ -187,6 +261,12 @@ try {
     ["delegate_cancel(no id)", "delegate_cancel", {}, "delegation_id"],
     ["delegate_snapshots(unknown id)", "delegate_snapshots",
       { delegation_id: "dlg_doesnotexist" }, "dlg_doesnotexist"],
+    ["delegate_continue(closed)", "delegate_continue",
+      { delegation_id: rid, prompt: "round three" }, "idle"],
+    ["delegate_continue(no prompt)", "delegate_continue", { delegation_id: rid }, "prompt"],
+    ["delegate_close(closed)", "delegate_close", { delegation_id: rid }, "idle"],
+    ["delegate_close(unknown id)", "delegate_close",
+      { delegation_id: "dlg_doesnotexist" }, "unknown delegation"],
   ];
   for (const [label, name, args, needle] of cases) {
     const r = await call(label, name, args);

@@ -262,3 +262,107 @@ fn a_reference_dev_delegator_runs_three_rounds_on_our_executor() {
         show(&o)
     );
 }
+
+/// Our daemon against a reference `dev` executor: a session left idle is closed by the
+/// daemon's idle timeout (a CLOSE the executor accepts), and a round cancelled while it runs
+/// (round 2: the reference executor survives a cancel then) ends cancelled with the executor
+/// told.
+#[test]
+fn our_daemon_closes_an_idle_reference_session_and_cancels_a_running_round() {
+    let Some(tree) = reference_dev() else {
+        return;
+    };
+    bins::path("awcp");
+    let ex = tree.start_executor();
+    let state = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(bins::path("awcp"));
+    cmd.args([
+        "--quiet",
+        "daemon",
+        "--listen",
+        "127.0.0.1:0",
+        "--state-dir",
+    ])
+    .arg(state.path())
+    .args(["--round-idle-timeout", "1"])
+    .env_remove("AWCP_DAEMON_TOKEN");
+    let (daemon, daemon_url) = bins::spawn_announcing(&mut cmd, bins::DAEMON_ANNOUNCES);
+    let _daemon = KillOnDrop(daemon);
+    let token = bins::daemon_token(state.path());
+    let on_daemon = |args: &[&str]| {
+        let mut all = vec![
+            "--json",
+            "--daemon-url",
+            &daemon_url,
+            "--daemon-token",
+            &token,
+        ];
+        all.extend_from_slice(args);
+        awcp(&all)
+    };
+    let peer = ex.url();
+    let delegate = |ws: &Path| {
+        let o = on_daemon(&[
+            "delegate",
+            ws.to_str().unwrap(),
+            "--peer",
+            &peer,
+            "--prompt",
+            "round 1",
+            "--description",
+            "r1",
+            "--daemon",
+            "--rounds",
+        ]);
+        let v = view(&o, "awcp delegate --daemon --rounds", &ex);
+        assert_eq!(v["state"], "idle", "{v}\n{}", ex.show());
+        v["id"].as_str().expect("an id").to_owned()
+    };
+
+    // Left idle: closed after a second.
+    let ws = workspace();
+    let id = delegate(ws.path());
+    let o = on_daemon(&["wait", &id, "--timeout", "60"]);
+    let v = view(&o, "awcp wait", &ex);
+    assert_eq!(v["state"], "completed", "{v}\n{}", ex.show());
+    assert_accepted(&ex, "CLOSE", 1);
+    assert_eq!(log_of(ws.path()), prompt_lines(&["round 1"]));
+
+    // Cancelled while round 2 runs.
+    let ws = workspace();
+    let id = delegate(ws.path());
+    let o = on_daemon(&[
+        "continue",
+        &id,
+        "--prompt",
+        "slow round 2",
+        "--description",
+        "r2",
+        "--background",
+    ]);
+    view(&o, "awcp continue --background", &ex);
+    assert!(
+        ex.wait_for_log(LOG_LAG, |log| log.contains("slow round 2")),
+        "round 2 never ran\n{}",
+        ex.show()
+    );
+    let o = on_daemon(&["cancel", &id]);
+    view(&o, "awcp cancel", &ex);
+    let o = on_daemon(&["wait", &id, "--timeout", "60"]);
+    // Exit 3: the delegation did not complete.
+    assert_eq!(o.status.code(), Some(3), "{}", show(&o));
+    let v = json_line(&o, "").unwrap_or_else(|| panic!("no JSON printed\n{}", show(&o)));
+    assert_eq!(v["state"], "cancelled", "{v}\n{}", ex.show());
+    assert_eq!(v["round"], 2, "{v}");
+    let told = format!("RES 200 POST /awcp/cancel/{id}");
+    assert!(
+        ex.wait_for_log(LOG_LAG, |log| log.contains(&told)),
+        "the executor was not told\n{}",
+        ex.show()
+    );
+    assert_eq!(
+        log_of(ws.path()),
+        prompt_lines(&["round 1"]),
+        "round 1 stays applied, nothing of round 2"
+    );
+}

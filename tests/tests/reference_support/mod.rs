@@ -76,7 +76,9 @@ process.stdin.resume();
 const executor = {
   async execute({ delegationId, workPath, task, environment }) {
     console.log(`AGENT ${delegationId} ${JSON.stringify(task)}`);
-    await new Promise((r) => setTimeout(r, delayMs));
+    // A prompt starting with `slow` runs for a minute (a round to cancel while it runs).
+    const ms = String(task.prompt).startsWith('slow') ? 60000 : delayMs;
+    await new Promise((r) => setTimeout(r, ms));
     const res = environment.resources[0]?.name ?? 'workspace';
     const dir = join(workPath, res);
     await appendFile(join(dir, 'log.txt'), `prompt=${task.prompt}\n`);

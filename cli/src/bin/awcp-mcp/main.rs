@@ -14,8 +14,10 @@
 //! `awcp daemon` on the same state directory), or given with `--daemon-token`.
 //!
 //! Tools (WIRE.md §12): `delegate`, `delegate_output`, `delegate_cancel`, `delegate_snapshots`,
-//! `delegate_apply_snapshot`, `delegate_discard_snapshot`, `delegate_recover`. Stdout carries
-//! the MCP protocol only; logs go to stderr or `--log-file`.
+//! `delegate_apply_snapshot`, `delegate_discard_snapshot`, `delegate_list`, `delegate_recover`,
+//! and for a delegation kept open for more rounds (`delegate` with `keep_open`, WIRE.md §17)
+//! `delegate_continue` and `delegate_close`. Stdout carries the MCP protocol only; logs go to
+//! stderr or `--log-file`.
 
 mod peers;
 mod progress;

@@ -95,14 +95,47 @@ fn is_over(v: &Value) -> bool {
     v["ended"] == true
 }
 
+/// Whether a multi-round delegation (`keep_open`) is between rounds: its round has ended and
+/// it waits for `delegate_continue` or `delegate_close`. For the round, that is "over".
+fn is_idle(v: &Value) -> bool {
+    v["state"] == "idle"
+}
+
+/// The snapshot of the round an idle delegation last ran (the newest it received).
+fn latest_snapshot(v: &Value) -> Option<&Value> {
+    v["snapshots"].as_array().and_then(|s| s.last())
+}
+
+/// Whether the round an idle delegation just ran left its result unapplied: its snapshot
+/// could not be stored (`failed`) or was kept pending with the reason it was not applied.
+fn round_not_applied(v: &Value) -> bool {
+    is_idle(v)
+        && latest_snapshot(v).is_some_and(|s| {
+            s["status"] == "failed" || (s["status"] == "pending" && !s["error"].is_null())
+        })
+}
+
 /// Whether a delegation record ended without success for the caller: its result was not
-/// applied, it failed or expired, or the executor was unreachable (a cancel is not a failure).
+/// applied, it failed or expired, or the executor was unreachable (a cancel is not a failure);
+/// for an idle multi-round delegation, whether the round's result was not applied.
 fn unsuccessful(v: &Value) -> bool {
+    if is_idle(v) {
+        return round_not_applied(v);
+    }
     match v["outcome"]["status"].as_str() {
         Some("not_applied" | "unreachable") => true,
         Some("failed") => v["state"] != "cancelled",
         _ => false,
     }
+}
+
+/// A record a wait ended with, as a tool's answer: an idle one (its round ended, waiting for
+/// `delegate_continue` or `delegate_close`) is not still running.
+fn settled(mut v: Value) -> (String, Value) {
+    if is_idle(&v) {
+        v["stillRunning"] = json!(false);
+    }
+    (report(&v), v)
 }
 
 /// A tool failure: text for the model, and the same as structured content.
@@ -200,6 +233,28 @@ struct DelegateArgs {
     background: bool,
     #[serde(default)]
     allow_sensitive: bool,
+    #[serde(default)]
+    keep_open: bool,
+}
+
+/// `delegate_continue`'s arguments (the reference `dev` branch's names).
+#[derive(Deserialize)]
+struct ContinueArgs {
+    delegation_id: String,
+    prompt: String,
+    description: Option<String>,
+    #[serde(default)]
+    background: bool,
+}
+
+/// What a wait waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Until {
+    /// The delegation has ended (and everything is released).
+    End,
+    /// The running round has ended and its result is applied (`idle`), or the delegation has
+    /// ended: a delegation that is not kept open ends with its one round.
+    Round,
 }
 
 #[derive(Deserialize)]
@@ -333,13 +388,20 @@ fn check_mode(what: &str, m: &str) -> Result<(), ToolError> {
 }
 
 fn state_line(v: &Value) -> String {
-    format!(
-        "Delegation: {}\nState: {}\nExecutor: {}\nCreated: {}\n",
+    let mut s = format!(
+        "Delegation: {}\nState: {}\n",
         v["id"].as_str().unwrap_or("?"),
         v["state"].as_str().unwrap_or("?"),
+    );
+    if let Some(round) = v["round"].as_u64().filter(|r| *r > 1 || is_idle(v)) {
+        s.push_str(&format!("Round: {round}\n"));
+    }
+    s.push_str(&format!(
+        "Executor: {}\nCreated: {}\n",
         v["executorUrl"].as_str().unwrap_or("?"),
         v["createdAt"].as_str().unwrap_or("?"),
-    )
+    ));
+    s
 }
 
 fn snapshot_counts(v: &Value) -> (usize, usize, usize, usize) {
@@ -380,7 +442,9 @@ fn record_schema() -> Value {
                 "progress": {"type": ["number", "null"]},
                 "bytesSent": {"type": "integer"}, "bytesReceived": {"type": "integer"}}},
             "stillRunning": {"type": "boolean"},
+            "round": {"type": "integer", "minimum": 0},
             "background": {"type": "boolean"},
+            "keepOpen": {"type": "boolean"},
             "survivesServerExit": {"type": "boolean"},
             "resources": {"type": "array"},
             "warnings": {"type": "array", "items": text},
@@ -439,6 +503,22 @@ fn tool_contract(name: &str) -> (ToolAnnotations, Value) {
             record_schema(),
         ),
         "delegate_output" => (a.read_only(true).open_world(false), record_schema()),
+        // Runs another round, whose result is written into the workspace (auto mode).
+        "delegate_continue" => (
+            a.read_only(false)
+                .destructive(true)
+                .idempotent(false)
+                .open_world(true),
+            record_schema(),
+        ),
+        // Ends the delegation: the executor discards its work directory.
+        "delegate_close" => (
+            a.read_only(false)
+                .destructive(true)
+                .idempotent(true)
+                .open_world(true),
+            record_schema(),
+        ),
         "delegate_cancel" => (
             a.read_only(false)
                 .destructive(true)
@@ -605,6 +685,92 @@ pub fn lease_note(v: &Value) -> String {
     s
 }
 
+/// `Summary:` and `Highlights:` of a record's result (empty without one).
+fn summary_lines(v: &Value) -> String {
+    let mut s = String::new();
+    if let Some(r) = v.get("result").filter(|r| !r.is_null()) {
+        s.push_str(&format!(
+            "\nSummary: {}\n",
+            r["summary"].as_str().unwrap_or("")
+        ));
+        let hl: Vec<&str> = r["highlights"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        if !hl.is_empty() {
+            s.push_str("Highlights:\n");
+            for h in hl {
+                s.push_str(&format!("- {h}\n"));
+            }
+        }
+    }
+    s
+}
+
+/// The report of an idle multi-round delegation: the round that ended, its result and where
+/// that went, and what comes next.
+fn round_report(v: &Value) -> String {
+    let id = v["id"].as_str().unwrap_or("?");
+    let round = v["round"].as_u64().unwrap_or(1);
+    let mut s = format!(
+        "\nRound {round} has ended; the delegation is idle (kept open), the executor keeps its \
+         work directory.\n"
+    );
+    s.push_str(&summary_lines(v));
+    if let Some(snap) = latest_snapshot(v) {
+        let sid = snap["id"].as_str().unwrap_or("?");
+        let e = &snap["error"];
+        match snap["status"].as_str().unwrap_or("") {
+            "applied" => {
+                s.push_str(&format!(
+                    "\nThe round's result (snapshot {sid}) has been applied to the local \
+                     workspace.\n"
+                ));
+                let changed: Vec<String> = snap["changed"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|c| c.as_str().map(str::to_owned))
+                    .collect();
+                s.push_str(&awcp_aip_cli::changed_lines_titled(&changed, "Changed"));
+            }
+            "pending" if !e.is_null() => s.push_str(&format!(
+                "\nThe round's result was NOT applied: {}: {}\n{}Nothing of it was written. \
+                 Snapshot {sid} is kept: fix the cause, then delegate_apply_snapshot (or \
+                 delegate_discard_snapshot) with snapshot_id \"{sid}\".\n",
+                e["code"].as_str().unwrap_or("?"),
+                e["message"].as_str().unwrap_or(""),
+                e["hint"]
+                    .as_str()
+                    .map(|h| format!("Hint: {h}\n"))
+                    .unwrap_or_default()
+            )),
+            "pending" => s.push_str(&format!(
+                "\nThe round's result (snapshot {sid}) is pending: review it with \
+                 delegate_snapshots, then delegate_apply_snapshot or delegate_discard_snapshot.\n"
+            )),
+            "failed" => s.push_str(&format!(
+                "\nThe round's result was NOT applied: snapshot {sid} could not be stored: {}\n",
+                e["message"].as_str().unwrap_or("")
+            )),
+            "discarded" => s.push_str(&format!(
+                "\nThe round's result (snapshot {sid}) was discarded.\n"
+            )),
+            _ => {}
+        }
+    }
+    s.push_str(&format!(
+        "\nNext: delegate_continue with delegation_id \"{id}\" and a new prompt runs round {} \
+         in the same executor work directory; delegate_close with delegation_id \"{id}\" ends \
+         the delegation. An idle delegation nobody continues is closed automatically (after 5 \
+         minutes by default).\n",
+        round + 1
+    ));
+    s
+}
+
 /// The human-readable report of a delegation record (also used for `delegate` foreground).
 pub fn report(v: &Value) -> String {
     let mut s = state_line(v);
@@ -615,25 +781,9 @@ pub fn report(v: &Value) -> String {
         "Snapshot mode: {mode}; snapshots: {total} ({pending} pending, {applied} applied, {discarded} discarded)\n"
     ));
     match v["state"].as_str().unwrap_or("") {
+        "idle" => s.push_str(&round_report(v)),
         "completed" => {
-            if let Some(r) = v.get("result").filter(|r| !r.is_null()) {
-                s.push_str(&format!(
-                    "\nSummary: {}\n",
-                    r["summary"].as_str().unwrap_or("")
-                ));
-                let hl: Vec<&str> = r["highlights"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(Value::as_str)
-                    .collect();
-                if !hl.is_empty() {
-                    s.push_str("Highlights:\n");
-                    for h in hl {
-                        s.push_str(&format!("- {h}\n"));
-                    }
-                }
-            }
+            s.push_str(&summary_lines(v));
             let o = &v["outcome"];
             if o["status"] == "not_applied" {
                 let e = &o["error"];
@@ -775,7 +925,11 @@ impl AwcpMcp {
              progressToken; if the delegation is still running after {} seconds (before common \
              MCP clients give up on a request) it returns the delegation id with state running \
              instead, and you follow it with delegate_output (block=true). With background=true \
-             it returns the delegation id at once (then use delegate_output). {}{}",
+             it returns the delegation id at once (then use delegate_output). With \
+             keep_open=true the delegation stays open after its first round for more rounds in \
+             the executor's same work directory: the call returns when that round has ended and \
+             its result is applied (state idle), then delegate_continue runs the next round and \
+             delegate_close ends it. {}{}",
             self.defaults.foreground_budget.as_secs(),
             self.survival_note(),
             self.peers_section
@@ -809,7 +963,8 @@ impl AwcpMcp {
                         "auth_type": {"type": "string", "enum": ["api_key", "bearer", "oauth2"], "description": "Credential type for the executor (required with auth_credential)."},
                         "auth_credential": {"type": "string", "description": "Credential for the executor (requires auth_type)."},
                         "background": {"type": "boolean", "default": false, "description": "Return at once with the delegation id."},
-                        "allow_sensitive": {"type": "boolean", "default": false, "description": "Lend secret-looking files (.env, private keys, credentials.json, …). Without it such a workspace is refused with SENSITIVE_FILES listing them; listing them in .awcpignore keeps them home instead."}
+                        "allow_sensitive": {"type": "boolean", "default": false, "description": "Lend secret-looking files (.env, private keys, credentials.json, …). Without it such a workspace is refused with SENSITIVE_FILES listing them; listing them in .awcpignore keeps them home instead."},
+                        "keep_open": {"type": "boolean", "default": false, "description": "Keep the delegation open after its first round for delegate_continue (the next round, in the executor's same work directory) and delegate_close (the end). The foreground call returns when the first round has ended and its result is applied: state idle. An idle delegation nobody continues is closed after 5 minutes; an executor that cannot keep it open (e.g. over sshfs) simply completes it."}
                     },
                     "required": ["description", "prompt"]
                 })),
@@ -819,14 +974,54 @@ impl AwcpMcp {
                 "Status and result of a delegation. With block=true, waits until it ends or \
                  timeout seconds pass, sending progress notifications meanwhile; if it is still \
                  running then, the result says so (stillRunning: true) and you call \
-                 delegate_output again.",
+                 delegate_output again. A delegation kept open (keep_open) whose round has \
+                 ended is idle: its round is over (stillRunning: false, the round's result \
+                 applied or staged) and it waits for delegate_continue or delegate_close.",
                 schema(json!({
                     "type": "object",
                     "properties": {
                         "delegation_id": id,
-                        "block": {"type": "boolean", "default": false, "description": "Wait for the delegation to end."},
+                        "block": {"type": "boolean", "default": false, "description": "Wait for the delegation to end (one kept open: for its running round to end, state idle)."},
                         "timeout": {"type": "integer", "minimum": 1, "description": "Seconds to wait with block=true (default: the server's --foreground-budget, 45 s, under the 60 s request timeout of common clients)."}
                     },
+                    "required": ["delegation_id"]
+                })),
+            ),
+            Tool::new(
+                "delegate_continue",
+                format!(
+                    "Start the next round of an idle delegation (one started by delegate with \
+                     keep_open=true whose round has ended): the executor works in its same work \
+                     directory (nothing is sent again) on these new instructions. With \
+                     background=false (default) the call waits until the round has ended and \
+                     its result is applied (state idle again), sending progress notifications \
+                     when the client gives a progressToken, and returns the delegation record \
+                     (round, state, snapshots, summary); if the round is still running after {} \
+                     seconds it returns with stillRunning: true instead, and you follow it with \
+                     delegate_output (block=true). Afterwards call delegate_continue again or \
+                     delegate_close.",
+                    self.defaults.foreground_budget.as_secs()
+                ),
+                schema(json!({
+                    "type": "object",
+                    "properties": {
+                        "delegation_id": id,
+                        "prompt": {"type": "string", "description": "Full instructions for this round: the whole task as it now stands, not only what changed."},
+                        "description": {"type": "string", "description": "Short label of the round (default: the prompt's first line)."},
+                        "background": {"type": "boolean", "default": false, "description": "Return as soon as the round has started (then delegate_output with block=true)."}
+                    },
+                    "required": ["delegation_id", "prompt"]
+                })),
+            ),
+            Tool::new(
+                "delegate_close",
+                "End an idle delegation kept open with keep_open (no round running): the \
+                 executor frees its work directory; the results of earlier rounds stay as they \
+                 were applied or staged. Waits until the delegation has ended (state completed) \
+                 and returns its record. To stop a running round, use delegate_cancel.",
+                schema(json!({
+                    "type": "object",
+                    "properties": {"delegation_id": id},
                     "required": ["delegation_id"]
                 })),
             ),
@@ -925,6 +1120,8 @@ impl AwcpMcp {
         let r = match name {
             "delegate" => self.delegate(a, sink).await,
             "delegate_output" => self.output(a, sink).await,
+            "delegate_continue" => self.continue_round(a, sink).await,
+            "delegate_close" => self.close(a, sink).await,
             "delegate_cancel" => self.cancel(a).await,
             "delegate_snapshots" => self.snapshots(a).await,
             "delegate_apply_snapshot" => self.apply(a).await,
@@ -937,7 +1134,10 @@ impl AwcpMcp {
             // A delegation record that did not succeed (result not applied, task failed,
             // executor unreachable) is reported with isError, the record as structured content.
             Ok((text, structured))
-                if matches!(name, "delegate" | "delegate_output") && unsuccessful(&structured) =>
+                if matches!(
+                    name,
+                    "delegate" | "delegate_output" | "delegate_continue" | "delegate_close"
+                ) && unsuccessful(&structured) =>
             {
                 tracing::info!(tool = name, outcome = %structured["outcome"]["status"], "delegation did not succeed");
                 let mut r = CallToolResult::error(vec![ContentBlock::text(text)]);
@@ -1033,10 +1233,11 @@ impl AwcpMcp {
                 credential: Some(x.credential),
             }),
             allow_sensitive: Some(a.allow_sensitive),
+            keep_open: a.keep_open.then_some(true),
             ..Default::default()
         };
         let id = self.client.delegate(&body).await?;
-        tracing::info!(%id, %peer, background = a.background, "delegation started");
+        tracing::info!(%id, %peer, background = a.background, keep_open = a.keep_open, "delegation started");
         if a.background {
             let mut text = format!(
                 "Delegation started in the background.\nDelegation: {id}\nExecutor: {peer}\nResources: {}\n",
@@ -1046,19 +1247,104 @@ impl AwcpMcp {
                 text.push_str("Snapshot mode: staged — the result will wait for delegate_apply_snapshot or delegate_discard_snapshot.\n");
             }
             text.push_str(&format!(
-                "Use delegate_output with delegation_id \"{id}\" (block=true to wait) to get the result.\n{}\n",
-                self.survival_note()
+                "Use delegate_output with delegation_id \"{id}\" (block=true to wait) to get the result.\n"
             ));
+            if a.keep_open {
+                text.push_str(
+                    "Kept open: after its first round the delegation is idle (delegate_output \
+                     says so); then delegate_continue runs the next round and delegate_close \
+                     ends it.\n",
+                );
+            }
+            text.push_str(&format!("{}\n", self.survival_note()));
             return Ok((
                 text,
                 json!({"delegationId": id, "state": "started", "executorUrl": peer,
                        "resources": names, "snapshotMode": snapshot_mode, "background": true,
+                       "keepOpen": a.keep_open,
                        "survivesServerExit": self.defaults.survives_exit}),
             ));
         }
         let started = format!("delegation {id} started with {peer}");
         let budget = self.defaults.foreground_budget;
-        self.wait_within(&id, budget, sink, started).await
+        let until = if a.keep_open {
+            Until::Round
+        } else {
+            Until::End
+        };
+        self.wait_within(&id, until, budget, sink, started).await
+    }
+
+    /// `delegate_continue`: starts the next round of an idle delegation and, unless in the
+    /// background, waits (within the foreground budget) until it has ended and its result is
+    /// applied.
+    async fn continue_round(
+        &self,
+        a: &Option<JsonObject>,
+        sink: Option<ProgressSink>,
+    ) -> ToolResult {
+        let a: ContinueArgs = args("delegate_continue", a)?;
+        if a.prompt.trim().is_empty() {
+            return Err(ToolError::new("prompt must not be empty"));
+        }
+        let id = a.delegation_id.as_str();
+        let task = api::Task {
+            description: a.description.clone().unwrap_or_default(),
+            prompt: a.prompt.clone(),
+        };
+        let round = self
+            .client
+            .continue_delegation(id, &task)
+            .await
+            .map_err(|mut e| {
+                if matches!(e.status, 400 | 409) && e.hint.is_none() {
+                    e.hint = Some(
+                        "delegate_continue needs an idle delegation: one started with \
+                         keep_open=true whose round has ended (delegate_output says state idle)"
+                            .into(),
+                    );
+                }
+                ToolError::from(e)
+            })?;
+        tracing::info!(%id, round, background = a.background, "round started");
+        if a.background {
+            let text = format!(
+                "Round {round} of delegation {id} started in the background.\nUse \
+                 delegate_output with delegation_id \"{id}\" and block=true to wait until it \
+                 has ended (state idle); then delegate_continue or delegate_close.\n{}\n",
+                self.survival_note()
+            );
+            return Ok((
+                text,
+                json!({"delegationId": id, "id": id, "state": "running", "round": round,
+                       "background": true, "survivesServerExit": self.defaults.survives_exit}),
+            ));
+        }
+        let started = format!("round {round} of delegation {id} started");
+        let budget = self.defaults.foreground_budget;
+        self.wait_within(id, Until::Round, budget, sink, started)
+            .await
+    }
+
+    /// `delegate_close`: closes an idle delegation and waits (within the foreground budget)
+    /// until it has ended.
+    async fn close(&self, a: &Option<JsonObject>, sink: Option<ProgressSink>) -> ToolResult {
+        let a: IdArgs = args("delegate_close", a)?;
+        let id = a.delegation_id.as_str();
+        self.client.close(id).await.map_err(|mut e| {
+            if matches!(e.status, 400 | 409) && e.hint.is_none() {
+                e.hint = Some(
+                    "delegate_close ends an idle delegation (kept open with keep_open, no round \
+                     running); a running one is stopped with delegate_cancel"
+                        .into(),
+                );
+            }
+            ToolError::from(e)
+        })?;
+        tracing::info!(%id, "delegation closed");
+        let first = format!("closing delegation {id}");
+        let budget = self.defaults.foreground_budget;
+        self.wait_within(id, Until::End, budget, sink, first).await
     }
 
     /// Waits for a delegation for at most `budget`, forwarding its progress to `sink` (the
@@ -1067,6 +1353,7 @@ impl AwcpMcp {
     async fn wait_within(
         &self,
         id: &str,
+        until: Until,
         budget: Duration,
         mut sink: Option<ProgressSink>,
         first: String,
@@ -1077,10 +1364,12 @@ impl AwcpMcp {
         }
         // A whole-second long poll a little past the budget; the budget timer decides.
         let wait = async {
-            self.client
-                .wait(id, budget + Duration::from_secs(1))
-                .await
-                .map(json_of)
+            let poll = budget + Duration::from_secs(1);
+            match until {
+                Until::End => self.client.wait(id, poll).await,
+                Until::Round => self.client.wait_round(id, poll).await,
+            }
+            .map(json_of)
         };
         tokio::pin!(wait);
         let deadline = tokio::time::sleep(budget);
@@ -1100,7 +1389,7 @@ impl AwcpMcp {
             };
             tokio::select! {
                 r = &mut wait => match r {
-                    Ok(v) => return Ok((report(&v), v)),
+                    Ok(v) => return Ok(settled(v)),
                     Err(e) if e.status == 408 => break,
                     Err(e) => return Err(e.into()),
                 },
@@ -1115,11 +1404,26 @@ impl AwcpMcp {
         // Still running at the end of the budget: hand the id back before the client gives up.
         let mut v = self.client.get(id).await.map(json_of)?;
         if is_over(&v) {
-            return Ok((report(&v), v));
+            return Ok(settled(v));
+        }
+        if until == Until::Round && is_idle(&v) {
+            // The round ended just now: its result settles (is applied) in a moment.
+            match self.client.wait_round(id, Duration::from_secs(1)).await {
+                Ok(r) => return Ok(settled(json_of(r))),
+                Err(e) if e.status == 408 => {}
+                Err(e) => return Err(e.into()),
+            }
         }
         self.add_progress(&mut v);
+        let what = match v["round"].as_u64() {
+            Some(n) if until == Until::Round && is_idle(&v) => {
+                format!("Round {n} of delegation {id} has ended, but its result is still being applied: it")
+            }
+            Some(n) if until == Until::Round && n > 1 => format!("Round {n} of delegation {id}"),
+            _ => format!("Delegation {id}"),
+        };
         let text = format!(
-            "Delegation {id} is still running after {} s, so this call returns before the MCP \
+            "{what} is still running after {} s, so this call returns before the MCP \
              client's request timeout; the delegation keeps running.\nUse delegate_output with \
              delegation_id \"{id}\" and block=true to wait for the result.\n{}\n\n{}",
             budget.as_secs(),
@@ -1172,6 +1476,9 @@ impl AwcpMcp {
         }
         let mut v = self.client.get(&a.delegation_id).await.map(json_of)?;
         if !a.block || is_over(&v) {
+            if is_idle(&v) {
+                v["stillRunning"] = json!(false);
+            }
             self.add_progress(&mut v);
             return Ok((self.report_with_progress(&v), v));
         }
@@ -1179,7 +1486,9 @@ impl AwcpMcp {
             .timeout
             .map_or(self.defaults.foreground_budget, Duration::from_secs);
         let first = format!("waiting for delegation {}", a.delegation_id);
-        self.wait_within(&a.delegation_id, budget, sink, first)
+        // Until the running round ends: for a delegation kept open, idle (returned at once
+        // when it is idle already); for any other, its end.
+        self.wait_within(&a.delegation_id, Until::Round, budget, sink, first)
             .await
     }
 
@@ -1459,7 +1768,8 @@ impl ServerHandler for AwcpMcp {
             .with_instructions(
                 "Delegate local directories to remote AWCP executor agents: use `delegate`, then \
                  `delegate_output` for background delegations, and the snapshot tools for staged \
-                 results.",
+                 results. A delegation started with keep_open=true takes more rounds with \
+                 `delegate_continue` and ends with `delegate_close`.",
             )
     }
 
@@ -1574,6 +1884,43 @@ mod tests {
         let e = resolve_dir("definitely-missing-dir", Some(t.to_str().unwrap())).unwrap_err();
         assert!(e.contains("does not exist"), "{e}");
         std::fs::remove_dir_all(&sub).unwrap();
+    }
+
+    #[test]
+    fn an_idle_round_is_over_for_the_round_and_says_what_comes_next() {
+        let v = json!({"id": "dlg_1", "state": "idle", "round": 2, "ended": false,
+            "outcome": {"status": "running"},
+            "snapshots": [{"id": "s1", "status": "applied"},
+                          {"id": "s2", "status": "applied", "changed": ["workspace/b.txt"]}],
+            "result": {"summary": "did round two", "highlights": []}});
+        let r = report(&v);
+        assert!(
+            r.contains("Round: 2") && r.contains("Round 2 has ended"),
+            "{r}"
+        );
+        assert!(
+            r.contains("did round two") && r.contains("snapshot s2"),
+            "{r}"
+        );
+        assert!(r.contains("workspace/b.txt"), "{r}");
+        assert!(
+            r.contains("delegate_continue") && r.contains("delegate_close"),
+            "{r}"
+        );
+        assert!(!r.contains("Still running"), "{r}");
+        assert!(!unsuccessful(&v));
+        let (_, s) = settled(v);
+        assert_eq!(s["stillRunning"], false);
+        // The round's result could not be applied: not a success.
+        let v = json!({"id": "dlg_1", "state": "idle", "round": 1,
+            "outcome": {"status": "running"},
+            "snapshots": [{"id": "s1", "status": "pending",
+                "error": {"code": "TRANSPORT_ERROR", "message": "conflicts"}}]});
+        assert!(unsuccessful(&v));
+        assert!(report(&v).contains("NOT applied: TRANSPORT_ERROR: conflicts"));
+        // A running delegation is not settled.
+        let (_, s) = settled(json!({"state": "running"}));
+        assert!(s.get("stillRunning").is_none());
     }
 
     #[test]
