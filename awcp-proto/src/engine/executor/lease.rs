@@ -76,7 +76,25 @@ impl Executor {
             ExecutorTimer::Idle => {
                 if a.state() == AssignmentState::Idle {
                     tracing::info!(delegation = %id, "idle too long: closed");
-                    self.close_idle(now, id);
+                    if a.features.contains(&crate::wire::Feature::MultiRound) {
+                        // Our delegator reads `done` while idle as the executor's close.
+                        self.close_idle(now, id);
+                    } else {
+                        // A reference `dev` delegator cannot take `done` while idle; `error`
+                        // it can (idle → error). Every round so far was delivered.
+                        let secs = self.config.idle_timeout.as_secs();
+                        self.terminate(
+                            now,
+                            id,
+                            AssignmentTransition::Cancel,
+                            ErrorInfo::new(
+                                ErrorCode::Expired,
+                                format!(
+                                    "closed by the executor after {secs} s without a next round"
+                                ),
+                            ),
+                        );
+                    }
                 }
             }
             ExecutorTimer::Retention => {
