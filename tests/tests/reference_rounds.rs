@@ -7,22 +7,29 @@
 //! - our daemon driving three rounds on a reference executor (`awcp delegate --daemon
 //!   --rounds`, `awcp continue`, `awcp close`), each round's snapshot applied before the next;
 //! - the reference `DelegatorService` driving three rounds on our `awcp-executor
-//!   --reference-rounds`.
+//!   --reference-rounds`, cancelling a running round there (our executor must stop the agent
+//!   and release the work directory), and leaving a session idle: our executor's
+//!   `--round-idle-timeout` ends it with `error{EXPIRED}` (a `dev` delegator takes no `done`
+//!   while idle), and a `ps_dev` delegator's own idle timeout closes it.
 //!
-//! The reference is built from its git mirror by `reference_support` (skipped with a notice
-//! where the mirror, node or npm are missing, unless `AWCP_REQUIRE_REFERENCE_TEST=1`).
+//! The reference (`dev`, and `ps_dev` for its idle timeout) is built from its git mirror by
+//! `reference_support` (skipped with a notice where the mirror, node or npm are missing, unless
+//! `AWCP_REQUIRE_REFERENCE_TEST=1`).
 //! Everything binds 127.0.0.1; every process is killed when its test ends; every CLI run is
 //! killed (and the test fails) after 60 s.
 
 #[allow(dead_code)] // Not every helper is used by every test file including it.
 mod reference_support;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use awcp_tests::bins::{self, show, KillOnDrop};
-use reference_support::{answers_to, json_line, reference_dev, run_bounded, RefExecutor};
+use reference_support::{
+    answers_to, json_line, reference_dev, reference_ps_dev, run_bounded, RefExecutor,
+    SLOW_AGENT_STARTED,
+};
 use serde_json::Value;
 
 /// The longest a CLI command may run.
@@ -30,6 +37,10 @@ const CLI_LIMIT: Duration = Duration::from_secs(60);
 
 /// How long the reference executor's log may lag behind what a finished command did.
 const LOG_LAG: Duration = Duration::from_secs(10);
+
+/// How long our executor may take, once a session has ended on the delegator's side, to stop
+/// its agent and remove its work directory.
+const RELEASE_LIMIT: Duration = Duration::from_secs(10);
 
 /// A workspace of one file, `a.txt`.
 fn workspace() -> tempfile::TempDir {
@@ -365,4 +376,265 @@ fn our_daemon_closes_an_idle_reference_session_and_cancels_a_running_round() {
         prompt_lines(&["round 1"]),
         "round 1 stays applied, nothing of round 2"
     );
+}
+
+/// Our agent for the tests below, run as `sh agent.sh RUNS`: appends `<pid> <work dir>
+/// <prompt>` to the file RUNS (outside the work directory, so it outlives it) and
+/// `prompt=$AWCP_PROMPT` to `log.txt`; a prompt starting with `slow` then prints
+/// [`SLOW_AGENT_STARTED`] (a progress message: the delegator sees it) and becomes `sleep 120`
+/// (the same pid).
+fn traced_agent() -> String {
+    format!(
+        r#"#!/bin/sh
+printf '%s %s %s\n' "$$" "$PWD" "$AWCP_PROMPT" >> "$1"
+printf 'prompt=%s\n' "$AWCP_PROMPT" >> log.txt
+case "$AWCP_PROMPT" in
+slow*) echo '{SLOW_AGENT_STARTED}'; exec sleep 120 ;;
+esac
+echo "logged round"
+"#
+    )
+}
+
+/// Our `awcp-executor --reference-rounds` (plus `extra` arguments) running [`traced_agent`],
+/// killed when dropped, and with it any agent of it still running (which the executor, killed
+/// with SIGKILL, cannot stop).
+struct OurExecutor {
+    _child: KillOnDrop,
+    url: String,
+    dir: tempfile::TempDir,
+}
+
+/// One run of [`traced_agent`].
+#[derive(Debug)]
+struct Run {
+    pid: u32,
+    work_dir: PathBuf,
+    prompt: String,
+}
+
+impl OurExecutor {
+    fn start(extra: &[&str]) -> OurExecutor {
+        let dir = tempfile::tempdir().unwrap();
+        let agent = dir.path().join("agent.sh");
+        std::fs::write(&agent, traced_agent()).unwrap();
+        let runs = dir.path().join("runs.txt");
+        let mut cmd = bins::executor_command(
+            dir.path(),
+            &format!("sh {} {}", agent.display(), runs.display()),
+        );
+        cmd.arg("--reference-rounds").args(extra);
+        let (child, url) = bins::spawn_announcing(&mut cmd, bins::EXECUTOR_ANNOUNCES);
+        OurExecutor {
+            _child: KillOnDrop(child),
+            url,
+            dir,
+        }
+    }
+
+    /// The agent's runs so far.
+    fn runs(&self) -> Vec<Run> {
+        std::fs::read_to_string(self.dir.path().join("runs.txt"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| {
+                let mut f = l.splitn(3, ' ');
+                Some(Run {
+                    pid: f.next()?.parse().ok()?,
+                    work_dir: PathBuf::from(f.next()?),
+                    prompt: f.next().unwrap_or_default().to_owned(),
+                })
+            })
+            .collect()
+    }
+
+    /// The delegations' work directories (`<work-root>/dlg_*`) there are.
+    fn work_dirs(&self) -> Vec<PathBuf> {
+        std::fs::read_dir(self.dir.path().join("work"))
+            .map(|d| {
+                d.filter_map(Result::ok)
+                    .filter(|e| e.file_name().to_string_lossy().starts_with("dlg_"))
+                    .map(|e| e.path())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Waits up to [`RELEASE_LIMIT`] until no work directory is left and none of the agent's
+    /// runs is, and then asserts it.
+    fn assert_released(&self, o: &Output) {
+        let gone =
+            || self.work_dirs().is_empty() && self.runs().iter().all(|r| !r.work_dir.exists());
+        wait_for(RELEASE_LIMIT, gone);
+        assert!(
+            gone(),
+            "our executor kept work directories {:?} (agent runs {:?})\n{}",
+            self.work_dirs(),
+            self.runs(),
+            show(o)
+        );
+    }
+}
+
+impl Drop for OurExecutor {
+    fn drop(&mut self) {
+        for run in self.runs() {
+            if running(run.pid) {
+                // SAFETY: `kill` takes no pointers; the pid is one of our agent's runs.
+                unsafe { libc::kill(run.pid as libc::pid_t, libc::SIGKILL) };
+            }
+        }
+    }
+}
+
+/// Polls `cond` every 20 ms until it holds or `limit` has passed; whether it held.
+fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Whether process `pid` still runs (exists and is not a zombie, i.e. has not exited).
+fn running(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // `pid (comm) S …`: the state follows the last `)`.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X"),
+        Err(_) => false,
+    }
+}
+
+/// The `RESULT` line of a `delegator.mjs` run that exited 0 with `ok: true`.
+fn delegator_result(o: &Output) -> Value {
+    assert!(o.status.success(), "delegator.mjs failed\n{}", show(o));
+    let result = json_line(o, "RESULT ").unwrap_or_else(|| panic!("no RESULT\n{}", show(o)));
+    assert_eq!(result["ok"], true, "{result}");
+    result
+}
+
+#[test]
+fn a_reference_dev_delegator_cancels_a_running_round_on_our_executor() {
+    let Some(tree) = reference_dev() else {
+        return;
+    };
+    let ours = OurExecutor::start(&[]);
+    let src = workspace();
+
+    let o = tree.run_delegator_with(
+        &ours.url,
+        src.path(),
+        1,
+        &[("AWCP_REF_MODE", "cancel-round-2")],
+    );
+    let result = delegator_result(&o);
+    assert_eq!(result["state"], "cancelled", "{result}");
+    assert_eq!(result["currentRound"], 2, "{result}");
+    assert_eq!(result["cancelOutcome"], "accepted", "{result}");
+    assert_eq!(
+        log_of(src.path()),
+        prompt_lines(&["round 1"]),
+        "round 1 stays applied, nothing of round 2\n{}",
+        show(&o)
+    );
+
+    let runs = ours.runs();
+    assert_eq!(runs.len(), 2, "the agent ran twice: {runs:?}");
+    assert_eq!(runs[1].prompt, "slow round 2", "{runs:?}");
+    assert_eq!(
+        runs[0].work_dir, runs[1].work_dir,
+        "round 2 runs in round 1's work directory"
+    );
+    let pid = runs[1].pid;
+    assert!(
+        wait_for(RELEASE_LIMIT, || !running(pid)),
+        "our executor did not stop the cancelled round's agent (pid {pid})"
+    );
+    ours.assert_released(&o);
+}
+
+#[test]
+fn our_executor_ends_an_idle_reference_dev_session_with_an_error_after_its_idle_time() {
+    let Some(tree) = reference_dev() else {
+        return;
+    };
+    let ours = OurExecutor::start(&["--round-idle-timeout", "1"]);
+    let src = workspace();
+
+    let started = Instant::now();
+    let o = tree.run_delegator_with(&ours.url, src.path(), 1, &[("AWCP_REF_MODE", "wait-idle")]);
+    let took = started.elapsed();
+    let result = delegator_result(&o);
+    assert_eq!(result["state"], "error", "{result}");
+    assert_eq!(result["error"]["code"], "EXPIRED", "{result}");
+    let events = result["events"].as_array().cloned().unwrap_or_default();
+    let last = events.last().cloned().unwrap_or_default();
+    assert_eq!(
+        last["type"], "error",
+        "the session ended on an error event: {result}"
+    );
+    assert_eq!(last["code"], "EXPIRED", "{result}");
+    assert!(
+        events.iter().all(|e| e["type"] != "done"),
+        "no done while idle: {result}"
+    );
+    assert!(
+        took >= Duration::from_secs(1),
+        "the session ended before its idle time ({took:?})"
+    );
+    assert_eq!(
+        log_of(src.path()),
+        prompt_lines(&["round 1"]),
+        "{}",
+        show(&o)
+    );
+    assert_eq!(ours.runs().len(), 1, "{:?}", ours.runs());
+    ours.assert_released(&o);
+}
+
+#[test]
+fn a_reference_ps_dev_delegator_closes_an_idle_session_on_our_executor() {
+    let Some(tree) = reference_ps_dev() else {
+        return;
+    };
+    let ours = OurExecutor::start(&[]);
+    let src = workspace();
+
+    let started = Instant::now();
+    let o = tree.run_delegator_with(
+        &ours.url,
+        src.path(),
+        1,
+        &[
+            ("AWCP_REF_MODE", "wait-idle"),
+            ("AWCP_REF_IDLE_TIMEOUT_MS", "1500"),
+        ],
+    );
+    let took = started.elapsed();
+    let result = delegator_result(&o);
+    assert!(
+        took >= Duration::from_millis(1500),
+        "the session ended before the delegator's idle time ({took:?})\n{result}"
+    );
+    assert_eq!(result["state"], "completed", "{result}");
+    assert_eq!(result["closeOutcome"], "accepted", "{result}");
+    assert_eq!(result["errors"], serde_json::json!([]), "{result}");
+    assert_eq!(result["error"], Value::Null, "{result}");
+    assert_eq!(result["result"]["summary"], "logged round", "{result}");
+    assert_eq!(
+        log_of(src.path()),
+        prompt_lines(&["round 1"]),
+        "{}",
+        show(&o)
+    );
+    assert_eq!(ours.runs().len(), 1, "{:?}", ours.runs());
+    ours.assert_released(&o);
 }

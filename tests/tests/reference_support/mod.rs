@@ -1,14 +1,17 @@
 //! The TypeScript AWCP reference's `dev` branch (multi-round delegations: CONTINUE / CLOSE and
-//! the SSE `round_done` event, docs/WIRE.md §17), built from a git mirror for
-//! the interop tests of `reference_rounds.rs`.
+//! the SSE `round_done` event, docs/WIRE.md §17) and its `ps_dev` branch (the same plus the
+//! delegator's idle timeout), built from a git mirror for the interop tests of
+//! `reference_rounds.rs`.
 //!
-//! [`reference_dev`] builds it once into `<target>/awcp-ref/dev` (`git archive dev`, `npm ci`,
-//! then `tsc` of `@awcp/core`, `@awcp/transport-archive` and `@awcp/sdk`) under a lock file, so
-//! test binaries running in parallel build it once between them; a marker file holding the
-//! commit built says the tree is complete (a new `dev` commit in the mirror rebuilds it). Two
+//! [`reference`] (of [`DEV`] or [`PS_DEV`]; [`reference_dev`], [`reference_ps_dev`]) builds a
+//! branch once into `<target>/awcp-ref/<branch>` (`git archive <branch>`, `npm ci`, then `tsc`
+//! of `@awcp/core`, `@awcp/transport-archive` and `@awcp/sdk`) under a lock file, so test
+//! binaries running in parallel build it once between them; a marker file holding the commit
+//! built says the tree is complete (a new commit of the branch in the mirror rebuilds it). Two
 //! scripts of ours go into the tree's `interop/` directory (so that `@awcp/*` resolve from its
 //! `node_modules`): [`EXECUTOR_MJS`], a reference executor with a trivial agent, and
-//! [`DELEGATOR_MJS`], the reference `DelegatorService` driving several rounds.
+//! [`DELEGATOR_MJS`], the reference `DelegatorService` driving several rounds (then a CLOSE, a
+//! cancel or a wait: its `AWCP_REF_MODE`).
 //!
 //! The mirror is `$AWCP_REFERENCE_GIT` (default [`DEFAULT_MIRROR`]). Where it, `git`, `tar`,
 //! `node` (≥ 18) or `npm` are missing, or the build fails (`npm ci` needs the npm registry),
@@ -26,8 +29,11 @@ use std::time::{Duration, Instant};
 /// Where the reference's bare git mirror is when `AWCP_REFERENCE_GIT` is not set.
 pub const DEFAULT_MIRROR: &str = "/work/.mirror/SII-Holos+awcp/repo";
 
-/// The branch built.
-const BRANCH: &str = "dev";
+/// The branch with the multi-round extension as merged (PR #29).
+pub const DEV: &str = "dev";
+
+/// The branch adding the delegator's idle timeout (`delegation.idleTimeoutMs`) to it.
+pub const PS_DEV: &str = "ps_dev";
 
 /// Written into the built tree last; holds the commit built.
 const MARKER: &str = ".awcp-rs-reference-built";
@@ -111,23 +117,38 @@ const server = app.listen(0, '127.0.0.1', () => {
 });
 "#;
 
-/// The reference (`dev`) `DelegatorService` (`ArchiveDelegatorTransport`, snapshot mode
-/// `auto`) driving `ROUNDS` rounds on an executor:
+/// The reference `DelegatorService` (`ArchiveDelegatorTransport`, snapshot mode `auto`; of the
+/// tree's branch, `dev` or `ps_dev`) driving a multi-round delegation on an executor:
 /// `node delegator.mjs PEER SRC ROUNDS STATE_DIR`. Round 1 is INVITE…START with prompt
 /// `round 1` (description `r1`); each later round is a CONTINUE with prompt `round <n>`
-/// (description `r<n>`), sent once `getDelegation(id).state` is `idle`; then CLOSE, and the
-/// state must be `completed`.
+/// (description `r<n>`), sent once `getDelegation(id).state` is `idle`. What follows the last
+/// round depends on `AWCP_REF_MODE`:
+///
+/// - unset or `rounds`: CLOSE, and the state must be `completed` (a refused CLOSE fails);
+/// - `cancel-round-2` (`ROUNDS` must be 1): after round 1, a CONTINUE with prompt
+///   `slow round 2` (description `r2`); once the executor has sent a `status` event whose
+///   `message` is [`SLOW_AGENT_STARTED`] (the agent's first progress line: it has started),
+///   `svc.cancel(id)`; the state must then be `cancelled` and the executor must have accepted
+///   the cancel POST (`cancelOutcome`);
+/// - `wait-idle`: nothing is sent; the script waits until the state leaves `idle` (the
+///   executor ends the session, or a `ps_dev` delegator's own idle timeout closes it) and
+///   reports whatever state and error it came to (the test judges them).
+///
+/// `AWCP_REF_IDLE_TIMEOUT_MS`, where set, becomes `delegation.idleTimeoutMs` (`ps_dev`: the
+/// delegator CLOSEs a session idle that long; `dev` ignores it).
 ///
 /// Stdout: `ROUND {json}` after each round (`round`, `state`, `summary`, the source's
-/// `log.txt`), then `RESULT {json}`: `ok`, `id`, `state`, `currentRound`, `rounds`,
+/// `log.txt`), then `RESULT {json}`: `ok`, `mode`, `id`, `state`, `currentRound`, `rounds`,
 /// `snapshots`, `result`, `error`, `errors` (the `onError` hook's), `log` (the source's
-/// `log.txt`), `closeOutcome` (`accepted`, or why the executor refused the CLOSE POST, which
-/// the reference itself only logs; `null` if its executor client could not be wrapped), and
-/// with `ok: false` also `reason`. Exit status 0 only with `ok: true`: a state `error`,
-/// `cancelled` or `expired`, an `onError` call, a session that ends before the last round, a
-/// refused CLOSE or 60 s (`AWCP_REF_TIMEOUT_MS`) without finishing make it 1. It exits when
-/// its standard input closes.
-pub const DELEGATOR_MJS: &str = r#"// awcp-rs interop harness (tests/tests/reference_support): the reference `dev` delegator, N rounds.
+/// `log.txt`), `closeOutcome` / `cancelOutcome` (`accepted`, or why the executor refused the
+/// CLOSE / cancel POST, which the reference itself only logs; `null` if not sent or if its
+/// executor client could not be wrapped), `events` (every SSE event the service handled:
+/// `type`, `status`, `message`, `code`, `round`), and with `ok: false` also `reason`. Exit
+/// status 0 only with `ok: true`: an unexpected state `error`, `cancelled` or `expired`, an
+/// `onError` call (outside `wait-idle`), a session that ends before the last round, a refused
+/// CLOSE or 60 s (`AWCP_REF_TIMEOUT_MS`) without finishing make it 1. It exits when its
+/// standard input closes.
+pub const DELEGATOR_MJS: &str = r#"// awcp-rs interop harness (tests/tests/reference_support): the reference delegator, N rounds.
 import { DelegatorService } from '@awcp/sdk';
 import { ArchiveDelegatorTransport } from '@awcp/transport-archive';
 import { readFileSync } from 'node:fs';
@@ -140,11 +161,22 @@ if (!peer || !src || !stateDir || !(rounds >= 1)) {
   process.exit(64);
 }
 const timeoutMs = Number.parseInt(process.env.AWCP_REF_TIMEOUT_MS ?? '60000', 10);
+const mode = process.env.AWCP_REF_MODE || 'rounds';
+if (!['rounds', 'cancel-round-2', 'wait-idle'].includes(mode) || (mode === 'cancel-round-2' && rounds !== 1)) {
+  console.error(`bad AWCP_REF_MODE ${mode} (with ROUNDS ${rounds})`);
+  process.exit(64);
+}
+const idleTimeoutMs = process.env.AWCP_REF_IDLE_TIMEOUT_MS
+  ? Number.parseInt(process.env.AWCP_REF_IDLE_TIMEOUT_MS, 10)
+  : undefined;
+const SLOW_AGENT_STARTED = 'slow agent started';
 
 let svc;
 let id;
 let closeOutcome = null;
+let cancelOutcome = null;
 const errors = [];
+const events = [];
 
 const readLog = () => {
   try {
@@ -171,7 +203,17 @@ const view = () => {
   };
 };
 const finish = (ok, reason) => {
-  const line = { ok, ...(ok ? {} : { reason }), ...view(), errors, log: readLog(), closeOutcome };
+  const line = {
+    ok,
+    ...(ok ? {} : { reason }),
+    mode,
+    ...view(),
+    errors,
+    log: readLog(),
+    closeOutcome,
+    cancelOutcome,
+    events,
+  };
   console.log('RESULT ' + JSON.stringify(line));
   process.exit(ok ? 0 : 1);
 };
@@ -195,28 +237,46 @@ const settle = async () => {
     await sleep(20);
   }
 };
+// Records what `POST`-ing through `method` of the executor client came to in `set(outcome)`
+// (the reference only logs a refused CLOSE or cancel and goes on).
+const record = (client, method, set) => {
+  if (!client || typeof client[method] !== 'function') return;
+  const orig = client[method].bind(client);
+  client[method] = async (...args) => {
+    try {
+      const r = await orig(...args);
+      set('accepted');
+      return r;
+    } catch (e) {
+      set(`refused: ${e?.message ?? e}`);
+      throw e;
+    }
+  };
+};
 
 svc = new DelegatorService({
   config: {
     baseDir: join(stateDir, 'base'),
     transport: new ArchiveDelegatorTransport({ tempDir: join(stateDir, 'tmp') }),
-    delegation: { snapshot: { mode: 'auto' } },
+    delegation: { snapshot: { mode: 'auto' }, ...(idleTimeoutMs === undefined ? {} : { idleTimeoutMs }) },
     hooks: { onError: (_id, e) => errors.push(e?.message ?? String(e)) },
   },
 });
-// The reference only logs a refused CLOSE and completes anyway: record what the executor said.
 const client = svc.executorClient;
-if (client && typeof client.sendClose === 'function') {
-  const sendClose = client.sendClose.bind(client);
-  client.sendClose = async (...args) => {
-    try {
-      const r = await sendClose(...args);
-      closeOutcome = 'accepted';
-      return r;
-    } catch (e) {
-      closeOutcome = `refused: ${e?.message ?? e}`;
-      throw e;
-    }
+record(client, 'sendClose', (o) => (closeOutcome = o));
+record(client, 'sendCancel', (o) => (cancelOutcome = o));
+// Every SSE event the service handles (its private `handleTaskEvent`), without the archives.
+if (typeof svc.handleTaskEvent === 'function') {
+  const handle = svc.handleTaskEvent.bind(svc);
+  svc.handleTaskEvent = async (delegationId, event) => {
+    events.push({
+      type: event?.type ?? null,
+      status: event?.status ?? null,
+      message: event?.message ?? null,
+      code: event?.code ?? null,
+      round: event?.round ?? null,
+    });
+    return handle(delegationId, event);
   };
 }
 await svc.initialize();
@@ -235,6 +295,33 @@ for (let n = 1; n <= rounds; n++) {
   console.log('ROUND ' + JSON.stringify({ round: n, state, currentRound: d.currentRound, summary: d.result?.summary ?? null, log: readLog() }));
   if (state !== 'idle') fail(`the session ended (state ${state}) after round ${n} of ${rounds}: no round_done`);
 }
+
+if (mode === 'wait-idle') {
+  for (;;) {
+    const d = svc.getDelegation(id);
+    // (An `error` state is reported once its error is recorded too.)
+    if (d.state !== 'idle' && (d.state !== 'error' || d.error)) break;
+    await sleep(20);
+  }
+  finish(true);
+}
+
+if (mode === 'cancel-round-2') {
+  const seen = events.length;
+  await svc.continue({ delegationId: id, task: { description: 'r2', prompt: 'slow round 2' } });
+  for (;;) {
+    const s = svc.getDelegation(id)?.state;
+    if (s !== 'running') fail(`state ${s} while round 2 should run`);
+    if (events.slice(seen).some((e) => e.type === 'status' && e.message === SLOW_AGENT_STARTED)) break;
+    await sleep(20);
+  }
+  await svc.cancel(id);
+  const s = svc.getDelegation(id)?.state;
+  if (s !== 'cancelled') fail(`state ${s} after cancel`);
+  if (client && cancelOutcome !== 'accepted') fail(`the cancel was not accepted: ${cancelOutcome}`);
+  finish(true);
+}
+
 await svc.close(id);
 for (;;) {
   const s = svc.getDelegation(id)?.state;
@@ -247,6 +334,10 @@ if (client && closeOutcome !== 'accepted') fail(`CLOSE was not accepted: ${close
 // (No svc.shutdown(): it forgets the delegations RESULT reports; exiting ends everything.)
 finish(true);
 "#;
+
+/// The progress line (`status` event `message`) the `cancel-round-2` mode of
+/// [`DELEGATOR_MJS`] waits for before it cancels: what the test's agent prints once started.
+pub const SLOW_AGENT_STARTED: &str = "slow agent started";
 
 /// Whether a missing reference (or a failed build of it) fails the tests instead of skipping
 /// them.
@@ -262,25 +353,50 @@ pub fn mirror() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(DEFAULT_MIRROR))
 }
 
-/// The built `dev` tree.
+/// A built tree of one branch.
 #[derive(Clone, Debug)]
 pub struct RefTree {
     root: PathBuf,
 }
 
-/// The reference `dev` tree, built on first use (once per test process; once between
-/// processes thanks to the lock file and the marker). `None` after a `SKIPPED` notice where it
-/// cannot be had; a panic instead with `AWCP_REQUIRE_REFERENCE_TEST=1`.
+/// The reference `dev` tree ([`reference`] of [`DEV`]).
 pub fn reference_dev() -> Option<RefTree> {
-    static TREE: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    match TREE.get_or_init(prepare) {
+    reference(DEV)
+}
+
+/// The reference `ps_dev` tree ([`reference`] of [`PS_DEV`]).
+pub fn reference_ps_dev() -> Option<RefTree> {
+    reference(PS_DEV)
+}
+
+/// A branch's tree once prepared: its root, or why it cannot be had.
+type Built = OnceLock<Result<PathBuf, String>>;
+
+/// The reference tree of `branch` (in `<target>/awcp-ref/<branch>`), built on first use (once
+/// per test process and branch; once between processes thanks to the lock file and the
+/// marker). `None` after a `SKIPPED` notice where it cannot be had; a panic instead with
+/// `AWCP_REQUIRE_REFERENCE_TEST=1`.
+pub fn reference(branch: &'static str) -> Option<RefTree> {
+    static TREES: Mutex<Vec<(&'static str, Arc<Built>)>> = Mutex::new(Vec::new());
+    let cell = {
+        let mut trees = TREES.lock().unwrap_or_else(|e| e.into_inner());
+        match trees.iter().find(|(b, _)| *b == branch) {
+            Some((_, cell)) => Arc::clone(cell),
+            None => {
+                let cell = Arc::new(OnceLock::new());
+                trees.push((branch, Arc::clone(&cell)));
+                cell
+            }
+        }
+    };
+    match cell.get_or_init(|| prepare(branch)) {
         Ok(root) => Some(RefTree { root: root.clone() }),
         Err(why) => {
             if required() {
-                panic!("the reference interop tests cannot run: {why}");
+                panic!("the reference interop tests cannot run ({branch}): {why}");
             }
             eprintln!(
-                "SKIPPED reference interop test: {why} (set AWCP_REQUIRE_REFERENCE_TEST=1 to make this fatal)"
+                "SKIPPED reference interop test ({branch}): {why} (set AWCP_REQUIRE_REFERENCE_TEST=1 to make this fatal)"
             );
             None
         }
@@ -314,7 +430,7 @@ fn tail(o: &Output) -> String {
 }
 
 /// Checks the prerequisites, then builds (or reuses) the tree and installs our scripts.
-fn prepare() -> Result<PathBuf, String> {
+fn prepare(branch: &str) -> Result<PathBuf, String> {
     let mirror = mirror();
     if !mirror.is_dir() {
         return Err(format!(
@@ -338,19 +454,19 @@ fn prepare() -> Result<PathBuf, String> {
         Command::new("git").arg("--git-dir").arg(&mirror).args([
             "rev-parse",
             "--verify",
-            &format!("{BRANCH}^{{commit}}"),
+            &format!("{branch}^{{commit}}"),
         ]),
-        &format!("git rev-parse {BRANCH} in {}", mirror.display()),
+        &format!("git rev-parse {branch} in {}", mirror.display()),
     )?;
 
     let base = target_dir().join("awcp-ref");
     std::fs::create_dir_all(&base).map_err(|e| format!("{}: {e}", base.display()))?;
-    let dir = base.join(BRANCH);
-    let _lock = lock(&base.join(format!("{BRANCH}.lock")))?;
+    let dir = base.join(branch);
+    let _lock = lock(&base.join(format!("{branch}.lock")))?;
     let built = std::fs::read_to_string(dir.join(MARKER)).unwrap_or_default();
     if built.trim() != commit {
         eprintln!(
-            "building the reference's {BRANCH} branch ({commit}) into {} (npm ci, tsc; a minute or two)",
+            "building the reference's {branch} branch ({commit}) into {} (npm ci, tsc; a minute or two)",
             dir.display()
         );
         build(&mirror, &commit, &dir)?;
@@ -545,17 +661,32 @@ impl RefTree {
     /// Runs [`DELEGATOR_MJS`] against `peer_url` on the directory `src` for `rounds` rounds
     /// (its state in a temporary directory), killing it if it runs over 90 s.
     pub fn run_delegator(&self, peer_url: &str, src: &Path, rounds: u32) -> Output {
+        self.run_delegator_with(peer_url, src, rounds, &[])
+    }
+
+    /// [`RefTree::run_delegator`] with environment variables `env` set for the script (its
+    /// `AWCP_REF_MODE`, `AWCP_REF_IDLE_TIMEOUT_MS`, `AWCP_REF_TIMEOUT_MS`).
+    pub fn run_delegator_with(
+        &self,
+        peer_url: &str,
+        src: &Path,
+        rounds: u32,
+        env: &[(&str, &str)],
+    ) -> Output {
         let state = tempfile::tempdir().unwrap();
-        run_bounded(
-            Command::new("node")
-                .arg(self.root.join("interop/delegator.mjs"))
-                .arg(peer_url)
-                .arg(src)
-                .arg(rounds.to_string())
-                .arg(state.path())
-                .current_dir(self.root.join("interop")),
-            DELEGATOR_LIMIT,
-        )
+        let mut cmd = Command::new("node");
+        cmd.arg(self.root.join("interop/delegator.mjs"))
+            .arg(peer_url)
+            .arg(src)
+            .arg(rounds.to_string())
+            .arg(state.path())
+            .current_dir(self.root.join("interop"))
+            .env_remove("AWCP_REF_MODE")
+            .env_remove("AWCP_REF_IDLE_TIMEOUT_MS");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        run_bounded(&mut cmd, DELEGATOR_LIMIT)
     }
 }
 

@@ -87,12 +87,20 @@ impl Executor {
                             now,
                             id,
                             AssignmentTransition::Cancel,
-                            ErrorInfo::new(
-                                ErrorCode::Expired,
-                                format!(
-                                    "closed by the executor after {secs} s without a next round"
+                            ErrorInfo {
+                                hint: Some(
+                                    "Every round so far was delivered; continue a delegation \
+                                     within the executor's idle time, or delegate again."
+                                        .into(),
                                 ),
-                            ),
+                                ..ErrorInfo::bare(
+                                    ErrorCode::Expired,
+                                    format!(
+                                        "closed by the executor after {secs} s without a next \
+                                         round"
+                                    ),
+                                )
+                            },
                         );
                     }
                 }

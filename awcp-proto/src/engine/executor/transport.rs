@@ -28,6 +28,12 @@ impl Executor {
             Err(e) => self.terminate(now, id, AssignmentTransition::TaskFail, e.to_error_info()),
             Ok(layout) => {
                 a.phase = Phase::Running { task: None };
+                // With rounds, worded as the reference's `dev` executor says it.
+                let started = if a.rounds {
+                    "Round 1 execution started"
+                } else {
+                    "workspace ready, task started"
+                };
                 let dir = task_dir(&a.work_dir, &a.invite.resources, layout);
                 a.task_dir = Some(dir.clone());
                 let out = ExecutorOutput::RunTask {
@@ -44,7 +50,7 @@ impl Executor {
                     id,
                     TaskEventKind::Status(StatusEvent {
                         status: TaskStatus::Running,
-                        message: Some("workspace ready, task started".into()),
+                        message: Some(started.into()),
                         progress: None,
                     }),
                 );
