@@ -52,8 +52,49 @@ pub struct DelegationSpec {
     pub steps: u32,
     /// Time between steps.
     pub step_ms: u64,
-    /// Whether the task fails (`TASK_FAILED`) at its last step.
+    /// Whether the task fails (`TASK_FAILED`) at its last step (of the last planned round,
+    /// when kept open).
     pub task_fails: bool,
+    /// Kept open for more rounds (WIRE.md §17; `keep_open`, reference dialect only), and how
+    /// the application drives them. `None`: a single-round delegation.
+    pub rounds: Option<RoundsPlan>,
+}
+
+/// How the application drives a kept-open delegation's rounds: once a round has settled
+/// (`Delegator::round_settled`) it continues (a new prompt each time) until the planned rounds
+/// ran, then ends as planned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RoundsPlan {
+    /// The steps of each round after the first (round 2 on): one CONTINUE each.
+    pub later_steps: Vec<u32>,
+    /// What the application does once the last planned round has settled.
+    pub end: RoundsEnd,
+    /// How long the application takes to decide once a round has settled (ms).
+    pub think_ms: u64,
+}
+
+impl RoundsPlan {
+    /// Rounds in all, the START round included.
+    pub fn total(&self) -> u64 {
+        1 + self.later_steps.len() as u64
+    }
+}
+
+/// How a kept-open delegation ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RoundsEnd {
+    /// The application closes it (CLOSE) once the last round settled.
+    Close,
+    /// The application leaves it idle: the idle timeouts (delegator's or executor's) end it.
+    LeaveIdle,
+    /// The application cancels it while it is idle.
+    CancelIdle,
+    /// The application cancels the last planned round `after_ms` after its CONTINUE (mid-round
+    /// when the round runs longer).
+    CancelMidRound {
+        /// Time from the CONTINUE to the cancel.
+        after_ms: u64,
+    },
 }
 
 impl DelegationSpec {
@@ -69,6 +110,25 @@ impl DelegationSpec {
             steps: 3,
             step_ms: 5_000,
             task_fails: false,
+            rounds: None,
+        }
+    }
+
+    /// [`DelegationSpec::simple`] kept open: rounds 2.. run `later_steps`, then `end`.
+    pub fn rounds(
+        at_ms: u64,
+        exec: usize,
+        ttl_s: u64,
+        later_steps: Vec<u32>,
+        end: RoundsEnd,
+    ) -> Self {
+        DelegationSpec {
+            rounds: Some(RoundsPlan {
+                later_steps,
+                end,
+                think_ms: 1_000,
+            }),
+            ..DelegationSpec::simple(at_ms, exec, ttl_s)
         }
     }
 }
@@ -95,6 +155,20 @@ pub enum Action {
     CrashDelegator,
     /// The delegator crashes in the middle of its next snapshot apply.
     CrashDelegatorDuringApply,
+    /// Arms a crash for kept-open delegation `n`: once it is idle after round `round`
+    /// (`idle`), or once its round `round` (≥ 2) runs, the delegator (`executor_down_ms`
+    /// `None`) or the delegation's executor (down that long) crashes, at a random moment of
+    /// the idle time or of the round.
+    CrashInRound {
+        /// The delegation (creation order).
+        n: usize,
+        /// The round.
+        round: u64,
+        /// While idle after the round, or while it runs.
+        idle: bool,
+        /// The executor crashes (and stays down this long) instead of the delegator.
+        executor_down_ms: Option<u64>,
+    },
 }
 
 /// Executors require a credential (`--auth-token`); each delegation's delegator presents it
@@ -132,6 +206,46 @@ pub struct SimConfig {
     /// Whether the delegator serves archives by one-time URL (`--serve-archives`): executors
     /// then fetch each workspace archive from it, and the engine decides every fetch.
     pub serve_archives: bool,
+    /// The delegator's idle timeout (`DelegatorConfig::idle_timeout`), ms: short, so that it
+    /// fires within a run.
+    pub del_idle_timeout_ms: u64,
+    /// The executors' idle timeout (`ExecutorConfig::idle_timeout`), ms.
+    pub exec_idle_timeout_ms: u64,
+    /// Which known engine bugs the run works around.
+    pub known_bugs: KnownBugs,
+}
+
+/// Workarounds for the engine bugs the simulation found (see [`super::known_bugs`]): each on
+/// in every generated run until its bug is fixed; a scenario test turns one off to reproduce
+/// the bug.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KnownBugs {
+    /// [`KNOWN_BUG_STALE_ROUND_DONE`](super::KNOWN_BUG_STALE_ROUND_DONE): the application
+    /// continues only once its stream is quiet, and a delegation the bug hits anyway is exempt
+    /// from the round checks it breaks.
+    pub stale_round_done: bool,
+    /// [`KNOWN_BUG_LATE_DUPLICATE_CONTINUE`](super::KNOWN_BUG_LATE_DUPLICATE_CONTINUE): no
+    /// CONTINUE is delivered twice.
+    pub late_duplicate_continue: bool,
+    /// [`KNOWN_BUG_RESTORED_IDLE_SETTLED`](super::KNOWN_BUG_RESTORED_IDLE_SETTLED): the
+    /// application decides only once its stream is quiet, and a settled round whose snapshot
+    /// a restart forgot is counted, not reported.
+    pub restored_idle_settled: bool,
+    /// [`KNOWN_BUG_QUEUED_APPLY_RECOVERY`](super::KNOWN_BUG_QUEUED_APPLY_RECOVERY): the
+    /// application applies a staged snapshot only while no other snapshot of the delegation
+    /// is in flight (no apply is queued behind another).
+    pub queued_apply_recovery: bool,
+}
+
+impl Default for KnownBugs {
+    fn default() -> Self {
+        KnownBugs {
+            stale_round_done: true,
+            late_duplicate_continue: true,
+            restored_idle_settled: true,
+            queued_apply_recovery: true,
+        }
+    }
 }
 
 impl SimConfig {
@@ -149,7 +263,21 @@ impl SimConfig {
             exec_max_ttl_s: 3600,
             auth: None,
             serve_archives: false,
+            del_idle_timeout_ms: 60_000,
+            exec_idle_timeout_ms: 90_000,
+            known_bugs: KnownBugs::default(),
         }
+    }
+
+    /// The same run without multi-round delegations (what [`SimConfig::random`] drew before
+    /// rounds existed: the regression seeds replay their original scenarios).
+    pub fn single_round(mut self) -> Self {
+        for d in &mut self.delegations {
+            d.rounds = None;
+        }
+        self.actions
+            .retain(|(_, a)| !matches!(a, Action::CrashInRound { .. }));
+        self
     }
 
     /// Everything drawn from `seed`: the cast, the delegations, the faults and the actions.
@@ -206,6 +334,7 @@ impl SimConfig {
                 steps: r.range(1, 5) as u32,
                 step_ms: r.range(500, 40_000),
                 task_fails: r.chance(task_fail),
+                rounds: None,
             })
             .collect();
         delegations.sort_by_key(|d| d.at_ms);
@@ -260,6 +389,55 @@ impl SimConfig {
         });
         // Drawn after everything else, for the same reason.
         let serve_archives = r.chance(500);
+        // Multi-round delegations (WIRE.md §17), drawn last for the same reason: some
+        // reference-dialect delegations are kept open, with short idle timeouts on both sides
+        // (either may fire first), and faulty seeds crash a host in or between their rounds.
+        let del_idle_timeout_ms = r.range(10_000, 120_000);
+        let exec_idle_timeout_ms = r.range(10_000, 150_000);
+        for d in &mut delegations {
+            if d.dialect != Dialect::Reference || !r.chance(400) {
+                continue;
+            }
+            let later_steps: Vec<u32> = (0..r.range(0, 3)).map(|_| r.range(1, 4) as u32).collect();
+            let end = match r.below(20) {
+                0..=7 => RoundsEnd::Close,
+                8..=12 => RoundsEnd::LeaveIdle,
+                13..=14 => RoundsEnd::CancelIdle,
+                _ if later_steps.is_empty() => RoundsEnd::Close,
+                _ => RoundsEnd::CancelMidRound {
+                    after_ms: r.range(100, 60_000),
+                },
+            };
+            d.rounds = Some(RoundsPlan {
+                later_steps,
+                end,
+                think_ms: r.range(0, 15_000),
+            });
+        }
+        if faulty {
+            for (n, d) in delegations.iter().enumerate() {
+                let Some(plan) = &d.rounds else { continue };
+                if !r.chance(400) {
+                    continue;
+                }
+                let idle = plan.total() < 2 || r.chance(500);
+                let round = if idle {
+                    r.range(1, plan.total())
+                } else {
+                    r.range(2, plan.total())
+                };
+                let executor_down_ms = r.chance(500).then(|| r.range(1_000, 60_000));
+                actions.push((
+                    0,
+                    Action::CrashInRound {
+                        n,
+                        round,
+                        idle,
+                        executor_down_ms,
+                    },
+                ));
+            }
+        }
         SimConfig {
             seed,
             executors,
@@ -272,6 +450,9 @@ impl SimConfig {
             exec_max_ttl_s,
             auth,
             serve_archives,
+            del_idle_timeout_ms,
+            exec_idle_timeout_ms,
+            known_bugs: KnownBugs::default(),
         }
     }
 }

@@ -20,6 +20,14 @@
 //! capture, store and apply failures; oversized workspaces; cancels at random moments and
 //! right after `delegate`; clock jumps past the lease; executors with a small max TTL.
 //!
+//! **Rounds** (WIRE.md §17): some reference-dialect delegations are kept open. Once a round
+//! has settled the application continues them (a new prompt each round, up to three times),
+//! then closes them, leaves them idle until an idle timeout (the delegator's or the
+//! executor's, both short) ends them, cancels them while idle, or cancels their last round
+//! while it runs. Each round runs the simulated agent again in the same work dir. Faulty seeds
+//! also crash the delegator or the executor at a random moment of a round (≥ 2) or of an idle
+//! time.
+//!
 //! **Invariants**, checked after every step and at quiescence (the run continues past the
 //! 7-day retention so purges happen):
 //! 1. every `StateChanged` on both sides starts from the last observed state and is allowed by
@@ -39,16 +47,34 @@
 //! 6. a delegation's workspace always equals the original or a state its executor captured
 //!    (applies are atomic); `ro` workspaces never change; no snapshot is applied after a
 //!    delegation became cancelled, expired or error; in fault-free runs a completed `auto`
-//!    `rw` delegation ends with exactly the executor's final state.
+//!    `rw` delegation ends with exactly the executor's final state;
+//! 7. rounds: a kept-open delegation ends too (within its idle timeout + grace when nobody
+//!    continues it); the delegator's round is at most one more than the CONTINUEs the
+//!    application made and, once a round settled, than those an executor accepted; CONTINUE
+//!    only leaves `idle`, CLOSE only ends `idle` and never reaches an executor while a round
+//!    runs; an executor runs one round of a delegation at a time, each at most once per
+//!    memory, in the same work dir, with the prompt the application gave and every earlier
+//!    round's result as history; a settled `auto` `rw` round's snapshot is applied (or its
+//!    apply or store failed), and then the workspace is exactly that round's result; the
+//!    snapshots recorded applied are exactly those whose apply wrote the workspace; a
+//!    completed delegation's result is the outcome of a round that finished. Engine bugs
+//!    found this way and worked around until fixed: [`known_bugs`].
 //!
 //! Replay one seed with a full trace:
 //! `AWCP_SIM_SEED=<seed> cargo test -p awcp-tests --test simulation -- --nocapture`.
 
 pub mod config;
+pub mod known_bugs;
 pub mod rng;
 pub mod world;
 
-pub use config::{Action, DelegationSpec, Faults, SimAuth, SimConfig};
+pub use config::{
+    Action, DelegationSpec, Faults, KnownBugs, RoundsEnd, RoundsPlan, SimAuth, SimConfig,
+};
+pub use known_bugs::{
+    KNOWN_BUG_LATE_DUPLICATE_CONTINUE, KNOWN_BUG_QUEUED_APPLY_RECOVERY,
+    KNOWN_BUG_RESTORED_IDLE_SETTLED, KNOWN_BUG_STALE_ROUND_DONE,
+};
 pub use world::{Failure, Summary, World, GRACE_MS, HTTP_TIMEOUT_MS};
 
 /// The command that replays `seed` with a full trace.

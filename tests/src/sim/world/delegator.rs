@@ -69,6 +69,42 @@ impl World {
                         Outbound::Start
                     }
                     Message::Error(_) => Outbound::Error,
+                    Message::Continue(c) => {
+                        // Only the application's CONTINUE of an idle delegation, as the round
+                        // it just started, with the prompt it gave.
+                        let d = &self.dels[i];
+                        let round = self.delegator.get(&id).map(|v| v.round);
+                        if d.rounds.is_none()
+                            || d.state != DelegationState::Running
+                            || d.last_from != DelegationState::Idle
+                            || round != Some(c.round)
+                            || c.task.prompt != round_prompt(c.round)
+                        {
+                            self.violate(format!(
+                                "{id}: CONTINUE round {} (engine round {round:?}) in state {} \
+                                 (from {}), prompt {:?}",
+                                c.round, d.state, d.last_from, c.task.prompt
+                            ));
+                        }
+                        Outbound::Continue
+                    }
+                    Message::Close(_) => {
+                        // Only what ends an idle delegation: its last transition was
+                        // `idle -> completed`.
+                        let d = &self.dels[i];
+                        if d.state != DelegationState::Completed
+                            || d.last_from != DelegationState::Idle
+                        {
+                            self.violate(format!(
+                                "{id}: CLOSE sent in state {} (from {})",
+                                d.state, d.last_from
+                            ));
+                        }
+                        if !self.app_closing {
+                            self.bump("idle timeout closed a delegation");
+                        }
+                        Outbound::Close
+                    }
                     other => {
                         self.violate(format!("delegator sent {}", other.type_str()));
                         return;
@@ -363,8 +399,10 @@ impl World {
                 });
             }
             DelegatorOutput::CloseApply { id } => {
-                // Journaling::Sync: the synced record must already say the apply happened (no
-                // stored snapshot still being applied), or a crash now would lose it.
+                // Journaling::Sync: the synced record must already say the apply happened (the
+                // snapshot it wrote is not still being applied), or a crash now would lose it.
+                // (Another stored snapshot may be in flight: an apply queued behind this one.)
+                let proof = self.apply_proofs.get(&id);
                 let unrecorded = self.del_durable.get(&id).is_some_and(|v| {
                     DelegationRecord::from_json(v).is_ok_and(|r| {
                         r.snapshots.iter().any(|s| {
@@ -372,6 +410,7 @@ impl World {
                                 s.status,
                                 awcp_proto::engine::delegator::StatusEntry::InFlight
                             ) && r.stored.contains(&s.id)
+                                && proof.is_none_or(|p| *p == s.id)
                         })
                     })
                 });
@@ -426,6 +465,17 @@ impl World {
                     self.violate(format!("{id}: illegal transition {from} -> {to}"));
                 }
                 self.dels[i].state = to;
+                self.dels[i].last_from = from;
+                if to == DelegationState::Idle {
+                    if self.dels[i].rounds.is_none() {
+                        // Our executor gives rounds only where they were asked for.
+                        self.violate(format!("{id} went idle but was not kept open"));
+                    }
+                    // Nobody may continue it: the idle timeout ends it.
+                    let at = self.now + self.cfg.del_idle_timeout_ms + GRACE_MS;
+                    self.extend_deadline(i, at);
+                }
+                self.arm_round_crashes(i, from, to);
             }
             DelegatorEvent::Ended {
                 id,

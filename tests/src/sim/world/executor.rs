@@ -137,37 +137,76 @@ impl World {
                 };
                 self.exec_local(exec, inc, ExecutorInput::SetupCompleted { id, result });
             }
-            ExecutorOutput::RunTask { id, .. } => {
+            ExecutorOutput::RunTask {
+                id,
+                task,
+                round,
+                earlier,
+                ..
+            } => {
                 if !self.held.contains_key(&ResKey::WorkDir(exec, id.clone())) {
                     self.violate(format!("exec{exec} runs {id} without a work dir"));
                 }
                 self.next_task_gen += 1;
                 let gen = self.next_task_gen;
                 let i = self.idx(&id);
-                self.dels[i].runs += 1;
-                // Once per executor memory: a restarted executor cannot recognise a late
-                // duplicate of INVITE and START.
-                match self.dels[i].ran_on.replace((exec, inc)) {
-                    Some(prev) if prev == (exec, inc) => {
-                        self.violate(format!("the task of {id} runs a second time"));
+                self.dels[i].rounds_started += 1;
+                if round == 1 {
+                    self.dels[i].runs += 1;
+                    // Once per executor memory: a restarted executor cannot recognise a late
+                    // duplicate of INVITE and START.
+                    match self.dels[i].ran_on.replace((exec, inc)) {
+                        Some(prev) if prev == (exec, inc) => {
+                            self.violate(format!("the task of {id} runs a second time"));
+                        }
+                        Some(_) => self.bump("task re-run by a restarted executor"),
+                        None => {}
                     }
-                    Some(_) => self.bump("task re-run by a restarted executor"),
-                    None => {}
+                } else {
+                    self.check_later_round(exec, inc, &id, round, &task, &earlier);
                 }
-                let (steps, step_ms) = (self.dels[i].steps, self.dels[i].step_ms);
-                if self.execs[exec].tasks.contains_key(&id) {
-                    self.violate(format!("exec{exec} runs {id} twice"));
+                if !self.dels[i].ran_rounds.insert((exec, inc, round)) {
+                    self.violate(format!("round {round} of {id} runs twice on exec{exec}"));
+                }
+                let step_ms = self.dels[i].step_ms;
+                let steps = match (&self.dels[i].rounds, round) {
+                    (Some(plan), 2..) => plan
+                        .later_steps
+                        .get(round as usize - 2)
+                        .copied()
+                        .unwrap_or(self.dels[i].steps),
+                    _ => self.dels[i].steps,
+                };
+                if self.execs[exec].tasks.contains_key(&id)
+                    || self.execs[exec].orphans.contains_key(&id)
+                {
+                    self.violate(format!("exec{exec} runs {id} twice at once"));
                 }
                 self.execs[exec].tasks.insert(
                     id.clone(),
                     SimTask {
                         gen,
                         steps_left: steps,
+                        round,
                     },
                 );
                 let deadline = self.dels[i].deadline;
                 self.acquire(ResKey::Task(exec, id.clone()), deadline);
-                self.log(|| format!("exec{exec} runs {id}"));
+                if round >= 2 {
+                    // The round has a lease as long as the first: the work dir stays for it.
+                    let at = self.now + self.dels[i].ttl_ms + GRACE_MS;
+                    if let Some(v) = self.held.get_mut(&ResKey::WorkDir(exec, id.clone())) {
+                        *v = (*v).max(at);
+                    }
+                }
+                let kept_open = self.dels[i].rounds.is_some();
+                self.log(|| {
+                    if kept_open {
+                        format!("exec{exec} runs {id} (round {round})")
+                    } else {
+                        format!("exec{exec} runs {id}")
+                    }
+                });
                 // The driver reports the task's process group once it exists.
                 self.exec_local(
                     exec,
@@ -230,6 +269,9 @@ impl World {
                 }
                 let i = self.idx(&id);
                 self.dels[i].captured.push(files.clone());
+                self.dels[i]
+                    .snap_files
+                    .insert(snapshot_id.clone(), files.clone());
                 self.acquire(
                     ResKey::Captured(exec, inc, id.clone(), snapshot_id.clone()),
                     u64::MAX,
@@ -348,6 +390,7 @@ impl World {
                 let legal = AssignmentEvent::ALL
                     .iter()
                     .any(|e| e.target(from) == Some(to));
+                self.on_assignment_round(exec, &id, from, to);
                 if last != from {
                     self.violate(format!(
                         "exec{exec} {id}: transition from {from} but the last state was {last}"
@@ -406,6 +449,103 @@ impl World {
             ExecutorEvent::InviteReceived { .. }
             | ExecutorEvent::Forgotten { .. }
             | ExecutorEvent::RecordChanged { .. } => {}
+        }
+    }
+
+    /// An assignment went `from -> to`: the rounds' side of it.
+    fn on_assignment_round(
+        &mut self,
+        exec: usize,
+        id: &DelegationId,
+        from: AssignmentState,
+        to: AssignmentState,
+    ) {
+        match (from, to) {
+            (_, AssignmentState::Idle) => {
+                let i = self.idx(id);
+                if self.dels[i].rounds.is_none() {
+                    self.violate(format!("exec{exec}: {id} went idle but was not kept open"));
+                }
+                // Nobody may continue it: the idle timeout ends it and releases the work dir.
+                let at = self.now + self.cfg.exec_idle_timeout_ms + GRACE_MS;
+                if let Some(v) = self.held.get_mut(&ResKey::WorkDir(exec, id.clone())) {
+                    *v = (*v).max(at);
+                }
+            }
+            (AssignmentState::Idle, AssignmentState::Active) => {
+                let i = self.idx(id);
+                self.dels[i].exec_continues += 1;
+            }
+            (AssignmentState::Idle, AssignmentState::Completed) => {
+                if self.exec_timer_turn == Some(exec) {
+                    self.bump("executor idle timeout closed an assignment");
+                } else {
+                    self.bump("executor closed an assignment on CLOSE");
+                }
+            }
+            (AssignmentState::Idle, _) => self.bump("idle assignment failed or cancelled"),
+            _ => {}
+        }
+    }
+
+    /// A later round (`round` ≥ 2) of `id` starts on executor `exec` (incarnation `inc`): only
+    /// after the previous one on the same memory (an executor restarted between rounds closed
+    /// the delegation), with the application's prompt, and every earlier round's result as
+    /// the agent's history.
+    fn check_later_round(
+        &mut self,
+        exec: usize,
+        inc: u32,
+        id: &DelegationId,
+        round: u64,
+        task: &TaskSpec,
+        earlier: &[awcp_proto::engine::EarlierRound],
+    ) {
+        let i = self.idx(id);
+        let d = &self.dels[i];
+        let mut v = Vec::new();
+        if d.rounds.is_none() {
+            v.push(format!(
+                "exec{exec} runs round {round} of {id}, not kept open"
+            ));
+        }
+        if task.prompt != round_prompt(round) {
+            v.push(format!(
+                "exec{exec} runs round {round} of {id} with prompt {:?}",
+                task.prompt
+            ));
+        }
+        // The known engine bug skips rounds (`sim::KNOWN_BUG_STALE_ROUND_DONE`).
+        let skipped = d.stale_round_done && self.cfg.known_bugs.stale_round_done;
+        if !skipped && !d.ran_rounds.contains(&(exec, inc, round - 1)) {
+            v.push(format!(
+                "exec{exec} runs round {round} of {id} without having run round {} (same memory)",
+                round - 1
+            ));
+        }
+        let history: Vec<(u64, String)> = earlier
+            .iter()
+            .map(|e| (e.round, e.summary.clone()))
+            .collect();
+        let want: Vec<(u64, String)> = (1..round).map(|r| (r, round_summary(r, id))).collect();
+        if !skipped && history != want {
+            v.push(format!(
+                "exec{exec} runs round {round} of {id} with history {history:?}"
+            ));
+        }
+        if !skipped && !d.finished_rounds.contains(&(round - 1)) {
+            v.push(format!(
+                "exec{exec} runs round {round} of {id} before round {} finished",
+                round - 1
+            ));
+        }
+        self.bump(if round == 2 {
+            "round 2 ran"
+        } else {
+            "round ≥ 3 ran"
+        });
+        for m in v {
+            self.violate(m);
         }
     }
 

@@ -9,6 +9,22 @@ impl World {
             return;
         }
         self.bump("executor crash");
+        let idle = self.execs[exec]
+            .assigns
+            .values()
+            .filter(|a| a.state == AssignmentState::Idle)
+            .count();
+        let later = self.execs[exec]
+            .tasks
+            .values()
+            .filter(|t| t.round >= 2)
+            .count();
+        for _ in 0..idle {
+            self.bump("executor crash while idle");
+        }
+        for _ in 0..later {
+            self.bump("executor crash mid-round (round ≥ 2)");
+        }
         let back = self.now + down_ms + GRACE_MS;
         let node = &mut self.execs[exec];
         node.engine = None;
@@ -85,8 +101,13 @@ impl World {
             self.bump("executor restored from its journal");
         }
         let node = &mut self.execs[exec];
+        let mut closed_idle = 0;
         for (id, a) in node.assigns.iter_mut() {
             if let Some(v) = engine.assignment(id) {
+                // Between rounds every round was delivered: the restarted executor closes it.
+                if a.state == AssignmentState::Idle && v.state == AssignmentState::Completed {
+                    closed_idle += 1;
+                }
                 a.state = v.state;
                 if !v.released {
                     node.restored_unreleased.insert(id.clone());
@@ -94,6 +115,9 @@ impl World {
             }
         }
         node.engine = Some(engine);
+        for _ in 0..closed_idle {
+            self.bump("restarted executor closed an idle assignment");
+        }
         // What restoring changed is journalled, as the driver does: only restored records.
         for id in restored {
             self.persist_exec(exec, &id);
@@ -122,6 +146,21 @@ impl World {
     /// restored from the delegation journal, as the driver does.
     pub(super) fn crash_delegator(&mut self) {
         self.bump("delegator crash");
+        for n in 0..self.dels.len() {
+            let d = &self.dels[n];
+            if d.rounds.is_none() || d.ended.is_some() {
+                continue;
+            }
+            match d.state {
+                DelegationState::Idle => self.bump("delegator crash while idle"),
+                DelegationState::Running
+                    if self.delegator.get(&d.id).is_some_and(|v| v.round >= 2) =>
+                {
+                    self.bump("delegator crash mid-round (round ≥ 2)");
+                }
+                _ => {}
+            }
+        }
         self.log(|| "delegator crashes and restarts".to_owned());
         self.del_inc += 1;
         self.calls.clear();
@@ -137,7 +176,9 @@ impl World {
                 self.bump("interrupted apply rolled forward");
                 self.dels[i].ws = files;
                 self.dels[i].applied += 1;
-                self.apply_proofs.insert(p.id.clone());
+                self.dels[i].applied_ids.insert(p.snapshot_id.clone());
+                self.apply_proofs
+                    .insert(p.id.clone(), p.snapshot_id.clone());
             } else {
                 self.bump("interrupted apply rolled back");
                 rolled_back.push(p.id.clone());
@@ -165,7 +206,7 @@ impl World {
             .into_iter()
             .map(|id| (id, ApplyRecovery::RolledBack))
             .collect();
-        for id in &self.apply_proofs {
+        for id in self.apply_proofs.keys() {
             recovered.insert(id.clone(), ApplyRecovery::Finished);
         }
         if !self.apply_proofs.is_empty() {
@@ -174,6 +215,11 @@ impl World {
         let now = self.ts();
         if d.restore(now, &records, &recovered) > 0 {
             self.bump("delegator restored from its journal");
+        }
+        for r in &records {
+            if r.state == DelegationState::Idle && !r.ended {
+                self.bump("delegator restored an idle delegation");
+            }
         }
         // The history, as the driver reads it on the first request that may need it (here at
         // once): ids the journal restored are skipped.
@@ -256,7 +302,9 @@ impl World {
                 self.bump("snapshot applied");
                 self.dels[i].ws = files;
                 self.dels[i].applied += 1;
-                self.apply_proofs.insert(p.id.clone());
+                self.dels[i].applied_ids.insert(p.snapshot_id.clone());
+                self.apply_proofs
+                    .insert(p.id.clone(), p.snapshot_id.clone());
             }
             None => {
                 self.bump("snapshot apply failed");
@@ -329,22 +377,44 @@ impl World {
         }
         let task = node.tasks.get_mut(&id).expect("checked");
         task.steps_left = task.steps_left.saturating_sub(1);
-        let left = task.steps_left;
+        let (left, round) = (task.steps_left, task.round);
         let i = self.by_id[&id];
         if left == 0 {
             let node = &mut self.execs[exec];
             node.tasks.remove(&id);
             self.release(ResKey::Task(exec, id.clone()));
             self.finished_tasks += 1;
-            let result = if self.dels[i].task_fails {
+            let d = &self.dels[i];
+            // Kept open: the last planned round fails, if any; each round reports its own
+            // outcome.
+            let fails = d.task_fails && d.rounds.as_ref().is_none_or(|p| round == p.total());
+            let result = if fails {
                 Err(TaskFailure::Failed("the task failed".into()))
+            } else if d.rounds.is_some() {
+                Ok(TaskOutcome {
+                    summary: round_summary(round, &id),
+                    highlights: vec![format!("round{round}.txt")],
+                })
             } else {
                 Ok(TaskOutcome {
                     summary: format!("task of {id} done"),
                     highlights: vec!["src/file0.txt".into()],
                 })
             };
-            self.log(|| format!("exec{exec} task {id} finished ok={}", result.is_ok()));
+            if result.is_ok() {
+                self.dels[i].finished_rounds.insert(round);
+            }
+            let kept_open = self.dels[i].rounds.is_some();
+            self.log(|| {
+                if kept_open {
+                    format!(
+                        "exec{exec} task {id} round {round} finished ok={}",
+                        result.is_ok()
+                    )
+                } else {
+                    format!("exec{exec} task {id} finished ok={}", result.is_ok())
+                }
+            });
             self.exec_input(exec, ExecutorInput::TaskFinished { id, result });
         } else {
             self.exec_input(

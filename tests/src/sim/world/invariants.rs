@@ -30,6 +30,27 @@ impl World {
                         d.id, d.applied
                     ));
                 }
+                // And exactly the snapshots the applies wrote.
+                let wrong: Vec<&SnapshotId> = view
+                    .snapshots
+                    .iter()
+                    .filter(|s| s.status == SnapshotStatus::Applied)
+                    .map(|s| &s.id)
+                    .filter(|s| !d.applied_ids.contains(*s))
+                    .collect();
+                if !wrong.is_empty() {
+                    v.push(format!(
+                        "{}: {wrong:?} recorded applied, but the applies wrote {:?}",
+                        d.id, d.applied_ids
+                    ));
+                }
+                // The round counter: never past the CONTINUEs the application made + 1.
+                if view.round > u64::from(d.continues) + 1 {
+                    v.push(format!(
+                        "{}: round {} after {} CONTINUEs",
+                        d.id, view.round, d.continues
+                    ));
+                }
             }
             let untouched = d.ws == d.original;
             if d.access == AccessMode::Ro && !untouched {
@@ -119,8 +140,25 @@ impl World {
                     d.id
                 ));
             }
+            // A completed kept-open delegation's result is the outcome of a round that
+            // finished (on the executor).
+            if d.rounds.is_some() && d.ended == Some(DelegationState::Completed) {
+                let named = d.result.as_ref().and_then(|r| {
+                    d.finished_rounds
+                        .iter()
+                        .find(|k| r.summary == round_summary(**k, &d.id))
+                });
+                if named.is_none() {
+                    v.push(format!(
+                        "{} completed with result {:?}, no finished round's",
+                        d.id, d.result
+                    ));
+                }
+            }
             if auto_rw && d.ended == Some(DelegationState::Completed) {
-                let got = d.captured.last() == Some(&d.ws) && d.applied == 1;
+                // Every round's result applied, in order (one round unless kept open).
+                let got =
+                    d.captured.last() == Some(&d.ws) && d.applied as usize == d.captured.len();
                 if clean && !got {
                     v.push(format!(
                         "{} completed without a fault but its workspace is not the executor's final state",

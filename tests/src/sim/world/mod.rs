@@ -28,7 +28,7 @@ use awcp_proto::{
 };
 use serde_json::Value;
 
-use super::config::{Action, Faults, SimConfig};
+use super::config::{Action, Faults, RoundsEnd, RoundsPlan, SimConfig};
 use super::rng::Rng;
 
 mod application;
@@ -39,6 +39,7 @@ mod invariants;
 mod network;
 mod run;
 
+use self::application::{round_prompt, round_summary};
 use self::delegator::DelHost;
 use self::executor::ExecHost;
 use self::invariants::response_summary;
@@ -152,6 +153,12 @@ enum Ev {
         gen: u64,
     },
     Restart(usize),
+    /// The application decides what to do with kept-open delegation `n` whose round settled
+    /// (if it is still settled since: `epoch`).
+    RoundDecision {
+        n: usize,
+        epoch: u64,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -170,6 +177,8 @@ enum ResKey {
 struct SimTask {
     gen: u64,
     steps_left: u32,
+    /// The round it runs (1: the START round).
+    round: u64,
 }
 
 /// The handle a simulated task's "process group" is journalled with.
@@ -241,14 +250,44 @@ pub struct DelTrack {
     pub captured: Vec<Files>,
     /// Successful applies.
     pub applied: u32,
+    /// The snapshots those applies wrote.
+    applied_ids: std::collections::BTreeSet<SnapshotId>,
     /// Failed applies.
     pub apply_failed: u32,
     /// Whether the delegator sent ACK (letting the executor forget the result).
     pub acked: bool,
-    /// How often an executor started its task.
+    /// How often an executor started its task (its first round).
     pub runs: u32,
     /// Executor and incarnation of the last run.
     ran_on: Option<(usize, u32)>,
+    /// How often an executor started a round (the first included).
+    pub rounds_started: u32,
+    /// Every round started, with the executor and incarnation that ran it.
+    ran_rounds: std::collections::BTreeSet<(usize, u32, u64)>,
+    /// Rounds whose task finished successfully (on any executor memory).
+    finished_rounds: std::collections::BTreeSet<u64>,
+    /// CONTINUEs the application made (accepted by the delegator engine).
+    pub continues: u32,
+    /// CONTINUEs the application tried (the planned ones, and again after a refusal).
+    continue_attempts: u32,
+    /// CONTINUEs an executor accepted (its assignment went from `idle` to `active`).
+    pub exec_continues: u32,
+    /// The state the delegation's last transition left.
+    last_from: DelegationState,
+    /// Whether the engine said its round was settled after the last delegator turn.
+    settled: bool,
+    /// How often its round became settled (the application's decision is for one of them).
+    settle_epoch: u64,
+    /// The last `round_done` the delegator was given: its round, its snapshot, and the
+    /// delegator's incarnation then.
+    last_round_done: Option<(u64, Option<SnapshotId>, u32)>,
+    /// Every snapshot its executors captured, by id.
+    snap_files: BTreeMap<SnapshotId, Files>,
+    /// A `round_done` of an earlier round reached it while a later round ran
+    /// (`sim::KNOWN_BUG_STALE_ROUND_DONE`).
+    pub stale_round_done: bool,
+    /// How the application drives its rounds (kept open), or `None`.
+    rounds: Option<RoundsPlan>,
     /// A failed prepare's message and the code the engine must give it (`TRANSPORT_ERROR`
     /// for a local failure, the transport's own code otherwise).
     prepare_failure: Option<(String, ErrorCode)>,
@@ -332,8 +371,8 @@ pub struct World {
     pending_applies: BTreeMap<u64, PendingApply>,
     /// Delegations whose last apply's swap finished and whose proof of it (the apply
     /// directory with its `committed` journal) was not closed yet: a restart reports them
-    /// `ApplyRecovery::Finished`.
-    apply_proofs: std::collections::BTreeSet<DelegationId>,
+    /// `ApplyRecovery::Finished`. With the snapshot that apply wrote.
+    apply_proofs: BTreeMap<DelegationId, SnapshotId>,
     next_apply: u64,
     /// Crash the delegator right after its next `ApplySnapshot` starts.
     crash_on_apply: bool,
@@ -355,16 +394,34 @@ pub struct World {
     pub streams_opened: u32,
     /// Coverage counters.
     pub stats: BTreeMap<&'static str, u64>,
+    /// Crashes armed for a moment of a delegation's rounds (`Action::CrashInRound`).
+    round_crashes: Vec<RoundCrash>,
+    /// The application is closing a delegation (a CLOSE it did not ask for is the idle
+    /// timeout's).
+    app_closing: bool,
+    /// The executor whose timers are being handled (an `idle → completed` then is its idle
+    /// timeout's).
+    exec_timer_turn: Option<usize>,
     /// Archives the delegator serves by URL: token → (delegation, archive body).
     archive_urls: BTreeMap<String, (DelegationId, String)>,
     /// Tokens an executor fetched with: a second successful fetch is a violation.
     archive_fetched: std::collections::BTreeSet<String>,
 }
 
+/// An armed `Action::CrashInRound`.
+#[derive(Clone, Copy, Debug)]
+struct RoundCrash {
+    n: usize,
+    round: u64,
+    idle: bool,
+    executor_down_ms: Option<u64>,
+}
+
 /// The delegator's engine settings in a run.
 fn del_config(cfg: &SimConfig) -> DelegatorConfig {
     DelegatorConfig {
         serve_archives: cfg.serve_archives,
+        idle_timeout: Duration::from_millis(cfg.del_idle_timeout_ms),
         ..DelegatorConfig::default()
     }
 }
@@ -375,6 +432,7 @@ fn exec_config(cfg: &SimConfig, id_seed: u64) -> ExecutorConfig {
         max_concurrent: cfg.max_concurrent,
         max_ttl_seconds: cfg.exec_max_ttl_s,
         id_seed,
+        idle_timeout: Duration::from_millis(cfg.exec_idle_timeout_ms),
         auth: cfg.auth.as_ref().map(|_| RequiredAuth {
             types: Vec::new(),
             credential: SIM_TOKEN.into(),

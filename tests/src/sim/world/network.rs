@@ -20,7 +20,10 @@ impl World {
             self.log(|| format!("call {call} lost"));
             self.bump("request lost");
         } else {
-            let copies = if self.rng.chance(f.dup) {
+            // The known engine bug `sim::KNOWN_BUG_LATE_DUPLICATE_CONTINUE`: no duplicate CONTINUE.
+            let no_dup = self.cfg.known_bugs.late_duplicate_continue
+                && kind == CallKind::Out(Outbound::Continue);
+            let copies = if self.rng.chance(f.dup) && !no_dup {
                 self.bump("request duplicated");
                 2
             } else {
@@ -162,6 +165,21 @@ impl World {
             StreamItem::Opened => self.del_input(DelegatorInput::EventStreamOpened { id }),
             StreamItem::Event(ev) => {
                 self.log(|| format!("sse {s} {} for {id}", ev.kind.type_str()));
+                if let awcp_proto::TaskEventKind::RoundDone(r) = &ev.kind {
+                    let i = self.idx(&id);
+                    let running = self
+                        .delegator
+                        .get(&id)
+                        .filter(|v| v.state == DelegationState::Running && v.round > r.round);
+                    if running.is_some() {
+                        // The known engine bug (`sim::KNOWN_BUG_STALE_ROUND_DONE`).
+                        self.log(|| format!("{id}: stale round_done of round {}", r.round));
+                        self.bump("stale round_done reached a running delegation (known bug)");
+                        self.dels[i].stale_round_done = true;
+                    }
+                    self.dels[i].last_round_done =
+                        Some((r.round, r.recommended_snapshot_id.clone(), self.del_inc));
+                }
                 self.del_input(DelegatorInput::TaskEvent { event: ev });
             }
             StreamItem::Closed(why) => {

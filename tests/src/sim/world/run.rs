@@ -49,6 +49,9 @@ impl World {
             del_history_durable: BTreeMap::new(),
             archive_urls: BTreeMap::new(),
             archive_fetched: Default::default(),
+            round_crashes: Vec::new(),
+            app_closing: false,
+            exec_timer_turn: None,
             restored: Default::default(),
             pending_applies: BTreeMap::new(),
             apply_proofs: Default::default(),
@@ -263,6 +266,7 @@ impl World {
         let now = self.ts();
         drive::turn(&mut DelHost(self), now, wake);
         self.retire_settled();
+        self.watch_rounds();
     }
 
     /// What the driver does after each turn: the records of delegations the engine says are
@@ -287,7 +291,14 @@ impl World {
     /// One turn of the canonical drive loop on executor `exec` (nothing while it is down).
     pub(super) fn exec_turn(&mut self, exec: usize, wake: Wake<ExecutorInput>) {
         let now = self.ts();
+        let timers = matches!(wake, Wake::Timeout);
+        if timers {
+            self.exec_timer_turn = Some(exec);
+        }
         drive::turn(&mut ExecHost { world: self, exec }, now, wake);
+        if timers {
+            self.exec_timer_turn = None;
+        }
     }
 
     pub(super) fn del_input(&mut self, input: DelegatorInput) {
@@ -298,16 +309,74 @@ impl World {
         self.exec_turn(exec, Wake::Input(input));
     }
 
+    /// A CONTINUE or CLOSE reaches executor `exec`: a CLOSE never finds a round running.
+    fn check_round_request(&mut self, exec: usize, body: &Request) {
+        let (close, id) = match body {
+            Request::Message(m, _) => match &**m {
+                Message::Close(c) => (true, &c.delegation_id),
+                Message::Continue(c) => (false, &c.delegation_id),
+                _ => return,
+            },
+            _ => return,
+        };
+        let state = self.execs[exec]
+            .engine
+            .as_ref()
+            .and_then(|e| e.assignment(id))
+            .map(|a| a.state);
+        self.log(|| {
+            format!(
+                "{} for {id} reaches exec{exec} in {state:?}",
+                if close { "CLOSE" } else { "CONTINUE" }
+            )
+        });
+        let stale = self.dels[self.idx(id)].stale_round_done;
+        match (close, state) {
+            (true, Some(AssignmentState::Active))
+                if stale && self.cfg.known_bugs.stale_round_done =>
+            {
+                self.bump("CLOSE reached a running round after a stale round_done (known bug)");
+            }
+            (true, Some(s @ (AssignmentState::Active | AssignmentState::Pending))) => {
+                self.violate(format!("CLOSE of {id} reached exec{exec} while it is {s}"));
+            }
+            (true, Some(AssignmentState::Idle)) => {}
+            (true, _) => self.bump("CLOSE reached an assignment no longer idle"),
+            (false, Some(AssignmentState::Idle)) => {}
+            (false, _) => self.bump("CONTINUE reached an assignment not idle"),
+        }
+    }
+
     pub(super) fn process(&mut self, ev: Ev) {
         match ev {
             Ev::Create(i) => self.create(i),
             Ev::App(a) => self.app(a),
             Ev::StagedDecision(id, sid) => {
                 let now = self.ts();
-                let completed = self
-                    .delegator
-                    .get(&id)
-                    .is_some_and(|v| v.state == DelegationState::Completed);
+                // Applied once the delegation completed, or between rounds the last round's
+                // (a kept-open delegation's staged result becomes the next round's base).
+                let last_round = self
+                    .dels
+                    .get(self.idx(&id))
+                    .and_then(|d| d.last_round_done.as_ref())
+                    .is_some_and(|(_, s, _)| s.as_ref() == Some(&sid));
+                let view = self.delegator.get(&id);
+                let completed = view.as_ref().is_some_and(|v| {
+                    v.state == DelegationState::Completed
+                        || (last_round && v.state == DelegationState::Idle)
+                });
+                // The known engine bug `sim::KNOWN_BUG_QUEUED_APPLY_RECOVERY`: no apply queued
+                // behind another.
+                let busy = view.is_some_and(|v| {
+                    v.snapshots
+                        .iter()
+                        .any(|s| s.status == SnapshotStatus::InFlight && s.id != sid)
+                });
+                if completed && busy && self.cfg.known_bugs.queued_apply_recovery {
+                    self.bump("staged apply deferred behind another (known bug)");
+                    self.schedule(self.now + 2_000, Ev::StagedDecision(id, sid));
+                    return;
+                }
                 let apply = completed && self.rng.chance(self.cfg.staged_apply);
                 self.log(|| {
                     format!(
@@ -346,6 +415,7 @@ impl World {
                     Request::Message(m, _) => m.delegation_id().clone(),
                     Request::Cancel(id) | Request::Ack(id) | Request::Result(id) => id.clone(),
                 };
+                self.check_round_request(exec, &body);
                 let credential = self.credential_for(&about);
                 self.exec_input(
                     exec,
@@ -374,6 +444,7 @@ impl World {
             Ev::ApplyCommit(n) => self.apply_commit(n),
             Ev::TaskStep { exec, inc, id, gen } => self.task_step(exec, inc, id, gen),
             Ev::Restart(exec) => self.restart(exec),
+            Ev::RoundDecision { n, epoch } => self.round_decision(n, epoch),
         }
     }
 }
