@@ -673,7 +673,6 @@ fn a_failing_later_round_fails_the_delegation() {
 
 /// The seeds that found them, each with its bug's workaround off.
 #[test]
-#[ignore = "known engine bugs, see awcp_tests::sim::known_bugs"]
 fn known_bug_seeds_pass_without_their_workarounds() {
     let off = |f: fn(&mut KnownBugs)| {
         let mut k = KnownBugs::default();
@@ -710,7 +709,6 @@ fn known_bug_seeds_pass_without_their_workarounds() {
 /// after the reconnect but the replay reaches the delegator after the CONTINUE left, the
 /// replayed `round_done` of round 1 ends round 2.
 #[test]
-#[ignore = "known engine bug: KNOWN_BUG_STALE_ROUND_DONE"]
 fn known_bug_a_replayed_round_done_ends_the_next_round() {
     for k in 0..70 {
         let mut cfg = SimConfig::quiet(7, 1, 2);
@@ -729,7 +727,6 @@ fn known_bug_a_replayed_round_done_ends_the_next_round() {
 /// KNOWN_BUG_LATE_DUPLICATE_CONTINUE: every request is delivered twice, some copies seconds
 /// late; rounds last one second. A late copy of round 2's CONTINUE starts an extra round.
 #[test]
-#[ignore = "known engine bug: KNOWN_BUG_LATE_DUPLICATE_CONTINUE"]
 fn known_bug_a_late_duplicate_continue_starts_an_extra_round() {
     for seed in 0..20 {
         let mut cfg = SimConfig::quiet(seed, 1, 2);

@@ -240,9 +240,9 @@ pub struct KnownBugs {
 impl Default for KnownBugs {
     fn default() -> Self {
         KnownBugs {
-            stale_round_done: true,
-            late_duplicate_continue: true,
-            restored_idle_settled: true,
+            stale_round_done: false,
+            late_duplicate_continue: false,
+            restored_idle_settled: false,
             queued_apply_recovery: true,
         }
     }

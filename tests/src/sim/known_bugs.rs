@@ -5,7 +5,8 @@
 //! Fixing one: turn its switch off in [`KnownBugs::default`](super::KnownBugs), run the
 //! ignored tests and the sweep, then remove the workaround.
 
-/// **Known engine bug** (found by seeds 89 and 257): `Delegator::on_round_done` takes any
+/// **Fixed engine bug** (found by seeds 89 and 257) (fixed with the simulation's first multi-round
+/// sweep; its switch is off and its test is a regression test): `Delegator::on_round_done` takes any
 /// `round_done` that arrives while the delegation is `running` as the end of the running
 /// round, without comparing its `round` with the delegation's. An executor replays the last
 /// round's `snapshot` and `round_done` to a stream that joins while the assignment is idle
@@ -29,7 +30,8 @@
 pub const KNOWN_BUG_STALE_ROUND_DONE: &str =
     "a replayed round_done of round k ends round k + 1 before it ran (Delegator::on_round_done)";
 
-/// **Known engine bug** (found by seed 2852): an executor takes a CONTINUE that arrives while
+/// **Fixed engine bug** (found by seed 2852) (fixed with the simulation's first multi-round
+/// sweep; its switch is off and its test is a regression test): an executor takes a CONTINUE that arrives while
 /// the assignment is idle as the next round whatever its `round` says
 /// (`Executor::on_continue`: `round = max(c.round, round + 1)`), and recognises a repeated
 /// CONTINUE only while the round it started still runs. A duplicate of the CONTINUE of round k
@@ -46,7 +48,8 @@ pub const KNOWN_BUG_STALE_ROUND_DONE: &str =
 pub const KNOWN_BUG_LATE_DUPLICATE_CONTINUE: &str =
     "a duplicate CONTINUE arriving after its round ended starts an extra round (Executor::on_continue)";
 
-/// **Known engine bug** (found by seed 17848): a delegator restarted while a kept-open
+/// **Fixed engine bug** (found by seed 17848) (fixed with the simulation's first multi-round
+/// sweep; its switch is off and its test is a regression test): a delegator restarted while a kept-open
 /// delegation is idle and the round's snapshot is still being stored forgets that snapshot
 /// (`Delegator::restore` drops an in-flight snapshot whose bytes are not stored, to be
 /// "received again": for `completed` it awaits it, for `idle` it relies on the executor's

@@ -392,6 +392,10 @@ pub(super) struct Delegation {
     pub(super) asking_after_lease: bool,
     /// The round running or last ended (1: the START round; WIRE.md §17).
     pub(super) round: u64,
+    /// Restored idle with a snapshot of the round whose storing the restart interrupted: the
+    /// executor's replay of the round brings it again, and the round is not settled before
+    /// (not journaled: set by each restore).
+    pub(super) replay_awaited: bool,
 }
 
 impl Delegation {
@@ -421,6 +425,7 @@ impl Delegation {
             asking_after_lease: false,
             invite_record: Default::default(),
             round: 1,
+            replay_awaited: false,
         }
     }
 

@@ -195,6 +195,7 @@ impl Delegator {
         // executor was not acknowledged): replayed on the reconnected event stream, or
         // fetched if `done` had been heard.
         let mut awaiting_snapshot = None;
+        let mut forgotten_store = false;
         let mut finished = None;
         snapshots.retain_mut(|rec| {
             if rec.status != SnapshotStatus::InFlight {
@@ -222,6 +223,7 @@ impl Delegator {
                 if state == DelegationState::Completed {
                     awaiting_snapshot = Some(rec.id.clone());
                 }
+                forgotten_store = true;
                 false
             }
         });
@@ -351,6 +353,7 @@ impl Delegator {
                 invite_record: Default::default(),
                 asking_after_lease: false,
                 round: r.round.unwrap_or(1).max(1),
+                replay_awaited: state == DelegationState::Idle && forgotten_store,
             }),
         );
         for snapshot_id in interrupted_stores {

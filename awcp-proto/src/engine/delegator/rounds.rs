@@ -19,6 +19,7 @@ impl Delegator {
             d.state() == DelegationState::Idle
                 && d.ops_in_flight() == 0
                 && matches!(d.applies, Applies::Idle)
+                && !d.replay_awaited
         })
     }
 
@@ -126,7 +127,17 @@ impl Delegator {
             return;
         };
         if d.state() != DelegationState::Running {
-            return; // a replay of the round that left it idle, or too late
+            // A replay of the round that left it idle (after a restart, the replay of a
+            // snapshot that was being stored has arrived now), or too late.
+            if d.state() == DelegationState::Idle && r.round >= d.round {
+                d.replay_awaited = false;
+            }
+            return;
+        }
+        if r.round < d.round {
+            // A replay of an earlier round's end (the stream joined while the executor was
+            // idle, and CONTINUE went out meanwhile): not this round's.
+            return;
         }
         if let Some((_, failures)) = d.phase.stream_mut() {
             *failures = 0;

@@ -127,8 +127,12 @@ impl Delegator {
         };
         let state = d.state();
         let awaited = d.phase.awaiting() == Some(&snap.snapshot_id);
+        // Idle after a restart that interrupted the storing of the round's snapshot: the
+        // executor's replay brings it again.
+        let replayed = state == DelegationState::Idle && d.replay_awaited;
         if d.snapshots.contains(&snap.snapshot_id)
             || !(state == DelegationState::Running
+                || replayed
                 || (state == DelegationState::Completed && awaited))
         {
             return; // duplicate (replay) or too late (cancelled/expired: never apply)

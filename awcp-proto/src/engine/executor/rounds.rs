@@ -118,8 +118,9 @@ impl Executor {
             );
         };
         let state = a.state();
-        if state == AssignmentState::Active && a.round == c.round {
-            // A repeated CONTINUE (retry, duplicate delivery): this round already runs.
+        if c.round <= a.round && matches!(state, AssignmentState::Active | AssignmentState::Idle) {
+            // A repeated CONTINUE (retry, duplicate delivery) of a round that runs or ran:
+            // nothing starts again.
             return self.respond(request, Response::Ok);
         }
         let ready = state == AssignmentState::Idle && matches!(a.phase, Phase::Idle);
@@ -142,7 +143,7 @@ impl Executor {
             .lease
             .map_or(longest, |l| l.expires_at.min(longest))
             .max(now);
-        a.round = c.round.max(a.round.saturating_add(1));
+        a.round = c.round;
         a.expires_at = Some(expires_at);
         a.outcome = None;
         a.phase = Phase::Running { task: None };
