@@ -222,7 +222,7 @@ enum Cmd {
         listen: SocketAddr,
         /// Seconds a delegation kept open with `delegate --rounds` may wait between rounds
         /// before the daemon closes it (CLOSE to the executor).
-        #[arg(long, env = "AWCP_ROUND_IDLE_TIMEOUT", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
+        #[arg(long, env = "AWCP_DAEMON_ROUND_IDLE_TIMEOUT", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
         round_idle_timeout: u64,
         /// Also lend over SSHFS (requests with `"transport": "sshfs"`); the same JSON file as
         /// `delegate --sshfs-config`.
