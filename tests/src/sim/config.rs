@@ -218,7 +218,8 @@ pub struct SimConfig {
 /// Workarounds for the engine bugs the simulation found (see [`super::known_bugs`]): each on
 /// in every generated run until its bug is fixed; a scenario test turns one off to reproduce
 /// the bug.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Every bug listed is fixed: the default turns every workaround off.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct KnownBugs {
     /// [`KNOWN_BUG_STALE_ROUND_DONE`](super::KNOWN_BUG_STALE_ROUND_DONE): the application
     /// continues only once its stream is quiet, and a delegation the bug hits anyway is exempt
@@ -235,17 +236,6 @@ pub struct KnownBugs {
     /// application applies a staged snapshot only while no other snapshot of the delegation
     /// is in flight (no apply is queued behind another).
     pub queued_apply_recovery: bool,
-}
-
-impl Default for KnownBugs {
-    fn default() -> Self {
-        KnownBugs {
-            stale_round_done: false,
-            late_duplicate_continue: false,
-            restored_idle_settled: false,
-            queued_apply_recovery: true,
-        }
-    }
 }
 
 impl SimConfig {

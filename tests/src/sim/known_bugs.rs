@@ -70,7 +70,9 @@ pub const KNOWN_BUG_RESTORED_IDLE_SETTLED: &str =
     "a delegator restarted while an idle round's snapshot was being stored says the round \
      settled before the snapshot is received again (Delegator::restore, round_settled)";
 
-/// **Known engine bug** (found by seed 4402, once rounds gave delegations several snapshots):
+/// **Fixed engine bug** (fixed by journalling the snapshot whose apply runs, `applying` in
+/// the record; `restart_tests::a_restart_mid_apply_marks_the_running_apply_not_the_queued_one`)
+/// (found by seed 4402, once rounds gave delegations several snapshots):
 /// a delegator restarted in the middle of an apply attributes the finished apply to the wrong
 /// snapshot when another apply of the same delegation was queued behind it.
 /// `Delegator::apply_snapshot` marks a snapshot `in_flight` (and journals it so) when its apply

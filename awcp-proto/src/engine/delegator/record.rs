@@ -7,7 +7,9 @@
 //!   field). Same fields as version 1.
 //! * **1**: adds `version`. Later, still version 1 (readers ignore it, absent reads as
 //!   before): a snapshot's optional `checksum`, the SHA-256 its executor announced, which
-//!   earlier releases kept beside the stored bytes (`<sid>.json`, still read for them).
+//!   earlier releases kept beside the stored bytes (`<sid>.json`, still read for them);
+//!   `round` and `keepOpen` of multi-round delegations; `applying`, the snapshot whose apply
+//!   runs (absent: the first stored `in_flight` one, as before).
 //!
 //! A record newer than [`RECORD_VERSION`] is refused ([`RecordError::TooNew`]) rather than
 //! half understood.
@@ -201,6 +203,11 @@ pub struct DelegationRecord {
     /// The delegation asked to be kept open for more rounds.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub keep_open: bool,
+    /// The snapshot whose apply is running (others may be queued behind it, also `in_flight`):
+    /// the one a finished apply found at restart wrote. Absent: the first stored `in_flight`
+    /// one (records of earlier releases, which never queued applies).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applying: Option<SnapshotId>,
 }
 
 /// One lent resource's place on the delegator's disk, in a [`DelegationRecord`]:

@@ -369,3 +369,38 @@ fn what_an_apply_changed_survives_a_restart() {
     assert_eq!(s.changed, changed);
     assert_eq!(s.left_out, left_out);
 }
+
+/// Two staged snapshots applied one after the other, the later one first: the restart finds
+/// the running apply finished. The record names which snapshot that apply wrote, so it is the
+/// one marked applied; the one queued behind it stays pending (found by the simulation: the
+/// first `in_flight` snapshot in record order used to be taken).
+#[test]
+fn a_restart_mid_apply_marks_the_running_apply_not_the_queued_one() {
+    let mut d = running(SnapshotMode::Staged);
+    for s in ["snap_a", "snap_b"] {
+        d.handle(t(2), snapshot(s)).unwrap();
+        d.handle(t(2), stored(s, Ok(()))).unwrap();
+    }
+    drain(&mut d);
+    d.apply_snapshot(t(3), &id(), &sid("snap_b")).unwrap();
+    d.apply_snapshot(t(3), &id(), &sid("snap_a")).unwrap();
+    let out = drain(&mut d);
+    let applying: Vec<_> = out
+        .iter()
+        .filter_map(|o| {
+            if let DelegatorOutput::ApplySnapshot { snapshot_id, .. } = o {
+                Some(snapshot_id.clone())
+            } else {
+                None
+            }
+        })
+        .collect();
+    assert_eq!(
+        applying,
+        [sid("snap_b")],
+        "one apply at a time, the first asked"
+    );
+    let (d2, _) = restored_after(&d, ApplyRecovery::Finished);
+    assert_eq!(status_of(&d2, "snap_b").status, SnapshotStatus::Applied);
+    assert_eq!(status_of(&d2, "snap_a").status, SnapshotStatus::Pending);
+}

@@ -90,6 +90,10 @@ impl Delegator {
             sources: Vec::new(),
             round: (d.round > 1).then_some(d.round),
             keep_open: d.req.keep_open,
+            applying: match &d.applies {
+                Applies::Applying { current, .. } => Some(current.clone()),
+                Applies::Idle => None,
+            },
         })
     }
 
@@ -201,9 +205,11 @@ impl Delegator {
             if rec.status != SnapshotStatus::InFlight {
                 true
             } else if stored.contains(&rec.id) {
+                // The apply that ran is the recorded one; others were queued behind it.
+                let ran = r.applying.as_ref().is_none_or(|a| *a == rec.id);
                 match recovered {
-                    // At most one apply per delegation is in flight: this one finished.
-                    Some(ApplyRecovery::Finished) if finished.is_none() => {
+                    // One apply per delegation runs at a time: this one finished.
+                    Some(ApplyRecovery::Finished) if finished.is_none() && ran => {
                         rec.status = SnapshotStatus::Applied;
                         rec.applied_at = Some(now);
                         rec.error = None;
