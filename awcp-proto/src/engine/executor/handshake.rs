@@ -322,13 +322,7 @@ impl Executor {
     ) {
         let id = start.delegation_id.clone();
         let Some(a) = self.assignments.get_mut(&id) else {
-            return self.respond_error(
-                request,
-                &id,
-                ErrorInfo::new(ErrorCode::NotFound, format!("unknown delegation {id}")),
-                dialect,
-                404,
-            );
+            return self.respond_unknown(request, &id, dialect);
         };
         match a.state() {
             AssignmentState::Active | AssignmentState::Idle => {

@@ -336,4 +336,13 @@ impl Executor {
             },
         );
     }
+
+    /// Answers 404: the executor does not know delegation `id`.
+    fn respond_unknown(&mut self, request: RequestId, id: &DelegationId, dialect: Dialect) {
+        let error = ErrorInfo::new(
+            crate::error::ErrorCode::NotFound,
+            format!("unknown delegation {id}"),
+        );
+        self.respond_error(request, id, error, dialect, 404);
+    }
 }

@@ -34,42 +34,36 @@ impl Executor {
             Request::Ack(id) => Req::Ack(id),
             Request::Result(id) => Req::Result(id),
         };
+        // One check before dispatch: every request about a delegation (but INVITE, which
+        // binds the credential, and messages an executor never takes) needs its credential.
+        let bound = match &body {
+            Req::Message(
+                m @ (Message::Start(_)
+                | Message::Error(_)
+                | Message::Continue(_)
+                | Message::Close(_)),
+                dialect,
+            ) => Some((m.delegation_id(), *dialect)),
+            Req::Cancel(id) | Req::Ack(id) | Req::Result(id) => Some((id, Dialect::Reference)),
+            Req::Message(Message::Invite(_) | Message::Accept(_) | Message::Done(_), _) => None,
+        };
+        if let Some((id, dialect)) = bound {
+            if !self.authorized(id, credential.as_ref()) {
+                let id = id.clone();
+                return self.respond_error(request, &id, super::auth::auth_failed(), dialect, 401);
+            }
+        }
         match body {
             Req::Message(Message::Invite(invite), dialect) => {
                 self.on_invite(now, request, invite, dialect, credential.as_ref())
             }
             Req::Message(Message::Start(start), dialect) => {
-                let id = start.delegation_id.clone();
-                if !self.authorized(&id, credential.as_ref()) {
-                    return self.respond_error(
-                        request,
-                        &id,
-                        super::auth::auth_failed(),
-                        dialect,
-                        401,
-                    );
-                }
                 self.on_start(now, request, start, dialect)
             }
             Req::Message(Message::Error(msg), dialect) => {
                 let id = msg.delegation_id.clone();
-                if !self.authorized(&id, credential.as_ref()) {
-                    return self.respond_error(
-                        request,
-                        &id,
-                        super::auth::auth_failed(),
-                        dialect,
-                        401,
-                    );
-                }
                 match self.assignments.get(&id).map(|a| a.state()) {
-                    None => self.respond_error(
-                        request,
-                        &id,
-                        ErrorInfo::new(ErrorCode::NotFound, format!("unknown delegation {id}")),
-                        dialect,
-                        404,
-                    ),
+                    None => self.respond_unknown(request, &id, dialect),
                     Some(st) if st.is_terminal() => self.respond(request, Response::Ok),
                     Some(_) => {
                         self.respond(request, Response::Ok);
@@ -78,31 +72,9 @@ impl Executor {
                 }
             }
             Req::Message(Message::Continue(c), dialect) => {
-                let id = c.delegation_id.clone();
-                if !self.authorized(&id, credential.as_ref()) {
-                    return self.respond_error(
-                        request,
-                        &id,
-                        super::auth::auth_failed(),
-                        dialect,
-                        401,
-                    );
-                }
                 self.on_continue(now, request, c, dialect)
             }
-            Req::Message(Message::Close(c), dialect) => {
-                let id = c.delegation_id.clone();
-                if !self.authorized(&id, credential.as_ref()) {
-                    return self.respond_error(
-                        request,
-                        &id,
-                        super::auth::auth_failed(),
-                        dialect,
-                        401,
-                    );
-                }
-                self.on_close(now, request, c, dialect)
-            }
+            Req::Message(Message::Close(c), dialect) => self.on_close(now, request, c, dialect),
             Req::Message(other, dialect) => {
                 let id = other.delegation_id().clone();
                 self.event(super::ExecutorEvent::PeerMisbehaved {
@@ -120,55 +92,29 @@ impl Executor {
                     400,
                 );
             }
-            Req::Cancel(id) => {
-                if !self.authorized(&id, credential.as_ref()) {
-                    return self.respond_error(
-                        request,
+            Req::Cancel(id) => match self.assignments.get(&id).map(|a| a.state()) {
+                None => self.respond_unknown(request, &id, Dialect::Reference),
+                Some(st) if st.is_terminal() => self.respond_error(
+                    request,
+                    &id,
+                    ErrorInfo::bare(
+                        ErrorCode::Declined,
+                        format!("delegation {id} is already {st}"),
+                    ),
+                    Dialect::Reference,
+                    409,
+                ),
+                Some(_) => {
+                    self.respond(request, Response::Cancelled);
+                    self.terminate(
+                        now,
                         &id,
-                        super::auth::auth_failed(),
-                        Dialect::Reference,
-                        401,
+                        AssignmentTransition::Cancel,
+                        ErrorInfo::bare(ErrorCode::Cancelled, "cancelled by the delegator"),
                     );
                 }
-                match self.assignments.get(&id).map(|a| a.state()) {
-                    None => self.respond_error(
-                        request,
-                        &id,
-                        ErrorInfo::new(ErrorCode::NotFound, format!("unknown delegation {id}")),
-                        Dialect::Reference,
-                        404,
-                    ),
-                    Some(st) if st.is_terminal() => self.respond_error(
-                        request,
-                        &id,
-                        ErrorInfo::bare(
-                            ErrorCode::Declined,
-                            format!("delegation {id} is already {st}"),
-                        ),
-                        Dialect::Reference,
-                        409,
-                    ),
-                    Some(_) => {
-                        self.respond(request, Response::Cancelled);
-                        self.terminate(
-                            now,
-                            &id,
-                            AssignmentTransition::Cancel,
-                            ErrorInfo::bare(ErrorCode::Cancelled, "cancelled by the delegator"),
-                        );
-                    }
-                }
-            }
+            },
             Req::Ack(id) => {
-                if !self.authorized(&id, credential.as_ref()) {
-                    return self.respond_error(
-                        request,
-                        &id,
-                        super::auth::auth_failed(),
-                        Dialect::Reference,
-                        401,
-                    );
-                }
                 self.respond(request, Response::Ok);
                 if let Some(a) = self.assignments.get_mut(&id) {
                     if a.state().is_terminal() {
@@ -188,15 +134,6 @@ impl Executor {
                 }
             }
             Req::Result(id) => {
-                if !self.authorized(&id, credential.as_ref()) {
-                    return self.respond_error(
-                        request,
-                        &id,
-                        super::auth::auth_failed(),
-                        Dialect::Reference,
-                        401,
-                    );
-                }
                 let body = self.result_body(&id);
                 self.respond(request, Response::Result(Box::new(body)));
             }

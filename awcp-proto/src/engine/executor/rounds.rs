@@ -109,13 +109,7 @@ impl Executor {
     ) {
         let id = c.delegation_id.clone();
         let Some(a) = self.assignments.get_mut(&id) else {
-            return self.respond_error(
-                request,
-                &id,
-                ErrorInfo::new(ErrorCode::NotFound, format!("unknown delegation {id}")),
-                dialect,
-                404,
-            );
+            return self.respond_unknown(request, &id, dialect);
         };
         let state = a.state();
         if c.round <= a.round && matches!(state, AssignmentState::Active | AssignmentState::Idle) {
@@ -186,13 +180,7 @@ impl Executor {
     ) {
         let id = c.delegation_id;
         let Some(a) = self.assignments.get(&id) else {
-            return self.respond_error(
-                request,
-                &id,
-                ErrorInfo::new(ErrorCode::NotFound, format!("unknown delegation {id}")),
-                dialect,
-                404,
-            );
+            return self.respond_unknown(request, &id, dialect);
         };
         match a.state() {
             AssignmentState::Idle => {
