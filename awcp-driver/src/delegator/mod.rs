@@ -468,17 +468,7 @@ impl DelegatorHandle {
     /// for an id this delegator does not know, [`DelegatorError::Closed`] if the delegator
     /// stopped before it ended (its journal lets a new handle resume and wait again).
     pub async fn wait(&self, id: &DelegationId) -> Result<DelegationView, DelegatorError> {
-        let (tx, rx) = oneshot::channel();
-        self.tx
-            .unbounded_send(Cmd::Wait(id.clone(), tx))
-            .map_err(|_| DelegatorError::Closed)?;
-        match rx.await {
-            Ok(Some(v)) => Ok(v),
-            Ok(None) => Err(DelegatorError::Usage(
-                awcp_proto::engine::UsageError::UnknownDelegation(id.clone()),
-            )),
-            Err(_) => Err(DelegatorError::Closed),
-        }
+        self.wait_for(id, Cmd::Wait).await
     }
 
     /// Starts the next round of an idle multi-round delegation (one kept open with
@@ -502,9 +492,18 @@ impl DelegatorHandle {
     /// [`Self::continue_delegation`] or [`Self::close`]) or the delegation has ended, and
     /// returns its view then. Returns at once if it is idle or ended already.
     pub async fn wait_round(&self, id: &DelegationId) -> Result<DelegationView, DelegatorError> {
+        self.wait_for(id, Cmd::WaitRound).await
+    }
+
+    /// Sends the waiting command `cmd` for `id` and awaits its view.
+    async fn wait_for(
+        &self,
+        id: &DelegationId,
+        cmd: fn(DelegationId, oneshot::Sender<Option<DelegationView>>) -> Cmd,
+    ) -> Result<DelegationView, DelegatorError> {
         let (tx, rx) = oneshot::channel();
         self.tx
-            .unbounded_send(Cmd::WaitRound(id.clone(), tx))
+            .unbounded_send(cmd(id.clone(), tx))
             .map_err(|_| DelegatorError::Closed)?;
         match rx.await {
             Ok(Some(v)) => Ok(v),
