@@ -23,6 +23,7 @@ case "$AWCP_PROMPT" in
   "round two") echo temporary > temp.txt ;;
   "round three") rm -f temp.txt ;;
   slow) echo $$ > slow.txt; exec sleep 120 ;;
+  nap) echo napping > nap.txt; sleep 3 ;;
 esac
 echo "did $AWCP_PROMPT"
 "#;
@@ -124,8 +125,12 @@ impl Setup {
     }
 
     fn delegate_rounds(&self, prompt: &str) -> Value {
+        self.delegate_rounds_with(prompt, &[])
+    }
+
+    fn delegate_rounds_with(&self, prompt: &str, extra: &[&str]) -> Value {
         let ws = self.ws();
-        let o = self.awcp(&[
+        let mut args = vec![
             "delegate",
             ws.to_str().unwrap(),
             "--peer",
@@ -134,7 +139,9 @@ impl Setup {
             prompt,
             "--daemon",
             "--rounds",
-        ]);
+        ];
+        args.extend_from_slice(extra);
+        let o = self.awcp(&args);
         assert_eq!(o.status.code(), Some(0), "{}", show(&o));
         json(&o)
     }
@@ -419,4 +426,91 @@ fn a_round_cancelled_mid_way_stops_its_agent_and_releases_everything() {
             "{rt}: the agent {pid} still runs"
         );
     }
+}
+
+/// A daemon SIGKILLed while round 2 runs: restarted, it reconnects to the executor's stream,
+/// takes round 2's end and applies it; the delegation goes on.
+#[test]
+fn a_daemon_killed_mid_round_takes_the_rounds_result_after_its_restart() {
+    for rt in runtimes() {
+        let mut s = Setup::new(rt, &[]);
+        let v = s.delegate_rounds("round one");
+        let id = v["id"].as_str().unwrap().to_owned();
+        let o = s.awcp(&["continue", &id, "--prompt", "nap", "--background"]);
+        assert_eq!(o.status.code(), Some(0), "{rt}: {}", show(&o));
+        // The agent of round 2 runs (it writes nap.txt in the executor's work directory).
+        let napping = || {
+            std::fs::read_dir(s.path().join("work"))
+                .into_iter()
+                .flatten()
+                .flatten()
+                .any(|e| e.path().join("workspace/nap.txt").exists())
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !napping() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{rt}: round 2 never ran"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        Setup::kill(&mut s.daemon);
+        s.start_daemon();
+        // Round 2 ends after the restart: the delegation is idle again, its result applied.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        let v = loop {
+            let v = json(&s.awcp(&["status", &id]));
+            if v["state"] == "idle" && v["round"] == 2 && s.prompts().len() == 2 {
+                break v;
+            }
+            assert!(std::time::Instant::now() < deadline, "{rt}: {v}");
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        };
+        assert_eq!(v["round"], 2, "{rt}: {v}");
+        assert_eq!(
+            s.prompts(),
+            ["prompt=round one", "prompt=nap"],
+            "{rt}: round 2 applied"
+        );
+        assert!(s.ws().join("nap.txt").exists(), "{rt}");
+    }
+}
+
+/// With the executor's auth on, every round goes through with the delegation's credential;
+/// a CONTINUE or CLOSE without it is refused (401) and changes nothing.
+#[test]
+fn with_auth_on_rounds_need_the_delegations_credential() {
+    const TOKEN: &str = "tok-rounds-0123456789abcdef0123456789";
+    let s = Setup::new("smol", &["--auth-token", TOKEN]);
+    let v = s.delegate_rounds_with("round one", &["--token", TOKEN]);
+    let id = v["id"].as_str().unwrap().to_owned();
+    let hostport = s
+        .executor_url
+        .trim_start_matches("http://")
+        .trim_end_matches("/awcp")
+        .to_owned();
+    for body in [
+        format!(
+            r#"{{"version":"1","type":"CONTINUE","delegationId":"{id}","task":{{"description":"x","prompt":"x"}},"round":2}}"#
+        ),
+        format!(r#"{{"version":"1","type":"CLOSE","delegationId":"{id}"}}"#),
+    ] {
+        use std::io::{Read, Write};
+        let mut c = std::net::TcpStream::connect(&hostport).unwrap();
+        write!(
+            c,
+            "POST /awcp HTTP/1.1\r\nHost: {hostport}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut answer = String::new();
+        c.read_to_string(&mut answer).unwrap();
+        assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+    }
+    let v = s.continue_with(&id, "round two");
+    assert_eq!(v["round"], 2, "{v}");
+    assert_eq!(s.prompts(), ["prompt=round one", "prompt=round two"]);
+    let o = s.awcp(&["close", &id]);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    assert_eq!(s.work_dirs(), 0);
 }
