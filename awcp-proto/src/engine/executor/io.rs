@@ -404,6 +404,25 @@ pub struct ExecutorStatus {
     pub delegations: Vec<(DelegationId, String, Timestamp)>,
 }
 
+/// One assignment as a dashboard lists it ([`Executor::overview`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct AssignmentSummary {
+    /// The delegation.
+    pub id: DelegationId,
+    /// State.
+    pub state: AssignmentState,
+    /// The task's description (the running round's, with rounds).
+    pub description: String,
+    /// Work directory (empty before one is allocated).
+    pub work_dir: String,
+    /// When the task started, if it did.
+    pub started_at: Option<Timestamp>,
+    /// When its lease ends, while it runs.
+    pub expires_at: Option<Timestamp>,
+    /// The round running or last ended (1 without rounds).
+    pub round: u64,
+}
+
 /// A read-only view of one assignment.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AssignmentView {

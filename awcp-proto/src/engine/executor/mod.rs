@@ -83,9 +83,9 @@ pub use self::assignment::ExecutorTimer;
 pub use self::auth::{Credential, RequiredAuth};
 pub use self::config::{work_root_mode_refusal, work_root_refusal, ExecutorConfig};
 pub use self::io::{
-    AllocationFailure, AssignmentView, CaptureFailure, ExecutorEvent, ExecutorInput,
-    ExecutorOutput, ExecutorStatus, Misbehaviour, Request, Response, ResultBody, ResultStatus,
-    SetupFailure, SnapshotDelivery, TaskFailure, WorkspaceLayout,
+    AllocationFailure, AssignmentSummary, AssignmentView, CaptureFailure, ExecutorEvent,
+    ExecutorInput, ExecutorOutput, ExecutorStatus, Misbehaviour, Request, Response, ResultBody,
+    ResultStatus, SetupFailure, SnapshotDelivery, TaskFailure, WorkspaceLayout,
 };
 pub use self::record::{
     AssignmentRecord, AssignmentRecordError, RecordedAuth, RecordedOutcome, RECORD_VERSION,
@@ -176,6 +176,32 @@ impl Executor {
             }
         }
         s
+    }
+
+    /// Every retained assignment, oldest first: what the executor's dashboard lists.
+    pub fn overview(&self) -> Vec<AssignmentSummary> {
+        let mut all: Vec<AssignmentSummary> = self
+            .assignments
+            .iter()
+            .map(|(id, a)| AssignmentSummary {
+                id: id.clone(),
+                state: a.state(),
+                description: a
+                    .round_task
+                    .as_ref()
+                    .unwrap_or(&a.invite.task)
+                    .description
+                    .clone(),
+                work_dir: a.work_dir.clone(),
+                started_at: a.started_at,
+                expires_at: a
+                    .expires_at
+                    .filter(|_| a.state() == AssignmentState::Active),
+                round: a.round.max(1),
+            })
+            .collect();
+        all.sort_by_key(|s| (s.started_at.is_none(), s.started_at));
+        all
     }
 
     /// A view of one assignment.

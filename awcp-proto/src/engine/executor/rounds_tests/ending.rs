@@ -85,3 +85,28 @@ fn a_read_only_round_ends_with_round_done_without_a_snapshot() {
     );
     assert_eq!(r.state(), AssignmentState::Idle);
 }
+
+#[test]
+fn the_overview_lists_a_running_task_with_its_lease_and_an_idle_one_without() {
+    let mut r = Run::new(ExecutorConfig::default());
+    r.invited(rounds());
+    r.started(archive_handle());
+    let all = r.ex.overview();
+    assert_eq!(all.len(), 1);
+    let s = &all[0];
+    assert_eq!(s.id, r.id);
+    assert_eq!(s.state, AssignmentState::Active);
+    assert_eq!(s.round, 1);
+    assert!(!s.work_dir.is_empty());
+    assert!(s.started_at.is_some());
+    assert_eq!(
+        s.expires_at,
+        r.ex.timer_deadline(&r.id, ExecutorTimer::Lease),
+        "the lease the engine runs"
+    );
+    assert!(s.expires_at.is_some());
+    r.finish_round(1);
+    let s = &r.ex.overview()[0];
+    assert_eq!(s.state, AssignmentState::Idle);
+    assert_eq!(s.expires_at, None, "no lease runs between rounds");
+}
