@@ -192,8 +192,34 @@ fn text_of(path: Option<&Path>, max: u64) -> Result<String, String> {
     String::from_utf8(bytes).map_err(|e| format!("binary, {} bytes", e.as_bytes().len()))
 }
 
+/// What kind of entry `path` is, in a person's words (`None` if it cannot be read).
+fn kind_of(path: &Path) -> Option<&'static str> {
+    let t = fs::symlink_metadata(path).ok()?.file_type();
+    Some(if t.is_symlink() {
+        "symbolic link"
+    } else if t.is_dir() {
+        "directory"
+    } else if t.is_file() {
+        "file"
+    } else {
+        "special file"
+    })
+}
+
 /// A unified diff of `old` → `new` labelled with `path` (empty when the texts are equal).
 fn unified(path: &str, old: Option<&Path>, new: Option<&Path>, max: u64) -> Result<String, String> {
+    if let (Some(a), Some(b)) = (old.and_then(kind_of), new.and_then(kind_of)) {
+        if a != b {
+            return Err(format!("type change: {a} → {b}"));
+        }
+        if a == "symbolic link" {
+            let target = |p: Option<&Path>| {
+                p.and_then(|p| fs::read_link(p).ok())
+                    .map_or_else(String::new, |t| t.display().to_string())
+            };
+            return Err(format!("symbolic link: {} → {}", target(old), target(new)));
+        }
+    }
     let a = text_of(old, max)?;
     let b = text_of(new, max)?;
     if a == b {
