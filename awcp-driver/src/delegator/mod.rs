@@ -244,6 +244,8 @@ enum Cmd {
     Discard(DelegationId, SnapshotId, Reply<()>),
     Get(DelegationId, oneshot::Sender<Option<DelegationView>>),
     List(oneshot::Sender<Vec<DelegationView>>),
+    /// The local directories lent by a delegation (resource name, path).
+    Sources(DelegationId, oneshot::Sender<Vec<(String, PathBuf)>>),
     Wait(DelegationId, oneshot::Sender<Option<DelegationView>>),
     /// Answered once the round running ends (`idle`) or the delegation ends.
     WaitRound(DelegationId, oneshot::Sender<Option<DelegationView>>),
@@ -457,6 +459,20 @@ impl DelegatorHandle {
     pub async fn list(&self) -> Vec<DelegationView> {
         let (tx, rx) = oneshot::channel();
         if self.tx.unbounded_send(Cmd::List(tx)).is_err() {
+            return Vec::new();
+        }
+        rx.await.unwrap_or_default()
+    }
+
+    /// The local directories `id` lends (resource name, path), as far as this process knows
+    /// them (empty for an unknown or forgotten delegation).
+    pub async fn sources(&self, id: &DelegationId) -> Vec<(String, PathBuf)> {
+        let (tx, rx) = oneshot::channel();
+        if self
+            .tx
+            .unbounded_send(Cmd::Sources(id.clone(), tx))
+            .is_err()
+        {
             return Vec::new();
         }
         rx.await.unwrap_or_default()

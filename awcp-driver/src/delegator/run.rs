@@ -141,6 +141,7 @@ impl<R: Runtime> Loop<R> {
             | Cmd::Preview(id, _, _, _)
             | Cmd::Discard(id, _, _)
             | Cmd::Get(id, _)
+            | Cmd::Sources(id, _)
             | Cmd::Wait(id, _)
             | Cmd::WaitRound(id, _)
             | Cmd::Continue(id, _, _)
@@ -225,6 +226,15 @@ impl<R: Runtime> Loop<R> {
                     .filter_map(|(id, _)| self.engine.get(&id))
                     .collect();
                 let _ = reply.send(all);
+            }
+            Cmd::Sources(id, reply) => {
+                let sources = self.specs.get(&id).map_or_else(Vec::new, |specs| {
+                    specs
+                        .iter()
+                        .map(|s| (s.name.as_str().to_owned(), s.source_path.clone()))
+                        .collect()
+                });
+                let _ = reply.send(sources);
             }
             Cmd::Wait(id, reply) => match self.engine.get(&id) {
                 None => {

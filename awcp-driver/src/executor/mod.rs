@@ -115,6 +115,7 @@ pub(crate) enum Cmd {
     StreamClosed(StreamId),
     Input(ExecutorInput),
     Status(oneshot::Sender<awcp_proto::engine::executor::ExecutorStatus>),
+    Overview(oneshot::Sender<Vec<awcp_proto::engine::executor::AssignmentSummary>>),
     /// May this credential download this snapshot? (The engine decides.)
     AuthorizeSnapshot {
         id: DelegationId,
@@ -152,6 +153,23 @@ const INLINE_RESULTS: &str = "inline-results";
 /// snapshot).
 pub(crate) type SnapshotFiles = Arc<Mutex<BTreeMap<(String, String), PathBuf>>>;
 
+/// How many of an agent's last output lines the executor keeps for its dashboard.
+pub const OUTPUT_TAIL_LINES: usize = 40;
+
+/// The last lines each running agent printed ([`OUTPUT_TAIL_LINES`] each), for the dashboard;
+/// dropped when the assignment is forgotten.
+pub(crate) type OutputTails =
+    Arc<Mutex<BTreeMap<DelegationId, std::collections::VecDeque<String>>>>;
+
+/// One assignment and the tail of its agent's output ([`ExecutorHandle::overview`]).
+#[derive(Clone, Debug)]
+pub struct TaskOverview {
+    /// What the engine says of it.
+    pub summary: awcp_proto::engine::executor::AssignmentSummary,
+    /// The agent's last output lines, oldest first.
+    pub output_tail: Vec<String>,
+}
+
 /// A cheap handle to a running executor: mount [`ExecutorHandle::handle_http`] in any HTTP
 /// server (awcp-tokio and awcp-smol do).
 #[derive(Clone)]
@@ -159,6 +177,7 @@ pub struct ExecutorHandle {
     tx: mpsc::UnboundedSender<Cmd>,
     opts: Arc<SharedOpts>,
     snapshots: SnapshotFiles,
+    tails: OutputTails,
 }
 
 pub(crate) struct SharedOpts {
@@ -201,6 +220,7 @@ impl ExecutorHandle {
     ) -> Result<ExecutorHandle, StartError> {
         let (tx, rx) = mpsc::unbounded();
         let snapshots: SnapshotFiles = Arc::default();
+        let tails: OutputTails = Arc::default();
         let mut work_root = PathBuf::from(&opts.engine.work_root);
         let unusable = |path: &Path, reason: String| StartError::Unusable {
             what: "work root",
@@ -326,6 +346,7 @@ impl ExecutorHandle {
             streams: BTreeMap::new(),
             cancels: BTreeMap::new(),
             snapshots: snapshots.clone(),
+            tails: tails.clone(),
             next_id: 1,
             journal,
             event_subscribers: Vec::new(),
@@ -338,6 +359,7 @@ impl ExecutorHandle {
             tx,
             opts: shared,
             snapshots,
+            tails,
         })
     }
 
@@ -374,6 +396,26 @@ impl ExecutorHandle {
         let (tx, rx) = oneshot::channel();
         self.tx.unbounded_send(Cmd::Status(tx)).ok()?;
         rx.await.ok()
+    }
+
+    /// Every retained assignment with the tail of its agent's output (the executor's
+    /// dashboard); empty once the executor stopped.
+    pub async fn overview(&self) -> Vec<TaskOverview> {
+        let (tx, rx) = oneshot::channel();
+        if self.tx.unbounded_send(Cmd::Overview(tx)).is_err() {
+            return Vec::new();
+        }
+        let all = rx.await.unwrap_or_default();
+        let tails = self.tails.lock().unwrap_or_else(|p| p.into_inner());
+        all.into_iter()
+            .map(|summary| TaskOverview {
+                output_tail: tails
+                    .get(&summary.id)
+                    .map(|t| t.iter().cloned().collect())
+                    .unwrap_or_default(),
+                summary,
+            })
+            .collect()
     }
 
     /// Every engine event from now on ([`ExecutorEvent::InviteReceived`] with `needs_decision`

@@ -53,6 +53,8 @@ pub(super) struct Loop<R: Runtime> {
     pub(super) streams: BTreeMap<StreamId, EventQueue>,
     pub(super) cancels: BTreeMap<DelegationId, CancelFlag>,
     pub(super) snapshots: SnapshotFiles,
+    /// The last lines of each agent's output (the dashboard's).
+    pub(super) tails: super::OutputTails,
     pub(super) next_id: u64,
     pub(super) journal: Option<journal::Journal>,
     /// The record last written of each assignment, and which are not synced yet
@@ -241,6 +243,9 @@ impl<R: Runtime> Loop<R> {
             Cmd::Status(tx) => {
                 let _ = tx.send(self.engine.status());
             }
+            Cmd::Overview(tx) => {
+                let _ = tx.send(self.engine.overview());
+            }
             Cmd::AuthorizeSnapshot {
                 id,
                 snapshot_id,
@@ -402,6 +407,10 @@ impl<R: Runtime> Loop<R> {
             }
             ExecutorEvent::Forgotten { id } => {
                 tracing::debug!(delegation = %id, "assignment forgotten");
+                self.tails
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(id);
             }
             ExecutorEvent::PeerMisbehaved { id, reason } => {
                 tracing::warn!(delegation = %id, ?reason, "the delegator broke the protocol");

@@ -11,6 +11,7 @@ impl<R: Runtime> Loop<R> {
         let rt = self.rt.clone();
         let cancel = CancelFlag::new();
         self.cancels.insert(id.clone(), cancel.clone());
+        let tails = self.tails.clone();
         self.spawn_in(crate::delegation_span(&id), async move {
             let pf = feed.clone();
             let sf = feed.clone();
@@ -19,6 +20,14 @@ impl<R: Runtime> Loop<R> {
             let c2 = cancel.clone();
             let result = blocking(&rt, move || {
                 let progress = move |m: String| {
+                    {
+                        let mut all = tails.lock().unwrap_or_else(|p| p.into_inner());
+                        let tail = all.entry(pid.clone()).or_default();
+                        if tail.len() == super::super::OUTPUT_TAIL_LINES {
+                            tail.pop_front();
+                        }
+                        tail.push_back(m.clone());
+                    }
                     pf(ExecutorInput::TaskProgress {
                         id: pid.clone(),
                         message: Some(m),
