@@ -11,6 +11,7 @@
 #![allow(clippy::result_large_err)]
 
 pub mod card;
+pub mod dashboard;
 pub mod delegator;
 pub mod executor;
 pub mod host;

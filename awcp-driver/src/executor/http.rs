@@ -5,7 +5,8 @@
 //! `POST /awcp`, `GET /awcp/tasks/{id}/events`, `GET /awcp/tasks/{id}/result`,
 //! `POST /awcp/tasks/{id}/ack`, `POST /awcp/cancel/{id}`, `GET /awcp/status`,
 //! `GET /awcp/tasks/{id}/snapshots/{sid}` (URL-mode snapshots of our own peers),
-//! `GET /.well-known/agent-card.json` and `/.well-known/agent.json`.
+//! `GET /.well-known/agent-card.json` and `/.well-known/agent.json`, and the dashboard under
+//! `/ui/` (tasks, leases, agents' output; its own sign-in: [`dashboard`]).
 //!
 //! With auth on, every request is first judged on its headers alone
 //! ([`awcp_proto::engine::auth::check_headers`]): a wrong credential, or an unauthenticated
@@ -20,6 +21,7 @@
 //! header, a body that is not JSON) are refused first ([`wire_http::refuse_browser_request`]).
 
 mod bodies;
+mod dashboard;
 
 use std::io::Read;
 
@@ -117,6 +119,8 @@ impl ExecutorHandle {
             ["awcp", ..] => Endpoint::Delegation,
             _ => Endpoint::Public,
         };
+        // The dashboard (`/ui/…`) has its own sign-in and browser rules.
+        let is_ui = segs.first() == Some(&"ui");
         // Without a credential, a `Host` that names someone else's domain is a DNS-rebinding
         // web page's request (which need not carry an `Origin`).
         if self.opts.auth.is_none() {
@@ -129,10 +133,13 @@ impl ExecutorHandle {
                 host,
                 public_url.as_deref(),
                 &self.opts.allowed_hosts,
-                endpoint == Endpoint::Public,
+                endpoint == Endpoint::Public && !is_ui,
             ) {
                 return reply(wire_http::reject(status, None, error));
             }
+        }
+        if is_ui {
+            return self.dashboard(req, origin).await;
         }
         let has_body = req.headers().contains_key("transfer-encoding")
             || content_length(&req).is_some_and(|n| n > 0)

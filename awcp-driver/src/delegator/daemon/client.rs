@@ -384,6 +384,19 @@ impl<R: Runtime> DaemonClient<R> {
         .map(|_| ())
     }
 
+    /// `POST /ui/code`: a one-time link that signs a browser in to the daemon's dashboard
+    /// (valid for two minutes, once).
+    pub async fn dashboard_link(&self) -> Result<String, DaemonError> {
+        #[derive(serde::Deserialize)]
+        struct Code {
+            code: String,
+        }
+        let c: Code = self
+            .call(Method::POST, "/ui/code", None, self.timeout)
+            .await?;
+        Ok(format!("{}/ui/login?code={}", self.base, c.code))
+    }
+
     /// `GET /health`.
     pub async fn health(&self) -> Result<(), DaemonError> {
         self.call::<serde::de::IgnoredAny>(Method::GET, "/health", None, Duration::from_secs(5))

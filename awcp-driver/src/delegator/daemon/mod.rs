@@ -12,6 +12,7 @@
 //! | `GET /delegation/{id}/snapshots/{sid}/diff?max_bytes=N` | what applying it would do: `{files:[{path,change,diff?,note?}], conflicts, refused, skipped_resources, unchanged, truncated}` (nothing is written) |
 //! | `POST /delegation/{id}/snapshots/{sid}/apply` / `…/discard` | `{ok:true}` |
 //! | `GET /health` | `{status:"ok"}` |
+//! | `/ui/…` | the dashboard in a browser (`dashboard` module; `POST /ui/code` with the token gives a one-time sign-in link) |
 //!
 //! The API lends any local directory to any executor, so [`DaemonApi`] guards every request,
 //! before its body is read, against callers other than the daemon's own clients:
@@ -24,6 +25,9 @@
 //!    `<state>/daemon.token`, mode 0600, read by the `awcp` CLI and `awcp-mcp`), 401.
 //! 4. A request body must be `application/json` (a page can send `text/plain` without a CORS
 //!    preflight; JSON needs one, which this API never grants), 415.
+//!
+//! The dashboard's session cookie stands in for the token (3) on reads, and on other methods
+//! only with the daemon's own `Origin` (2), which browsers send with them.
 
 use std::time::Duration;
 
@@ -42,6 +46,7 @@ use crate::security;
 
 pub mod api;
 mod client;
+mod dashboard;
 mod events;
 mod json;
 
@@ -93,6 +98,7 @@ impl std::fmt::Debug for DaemonAccess {
 pub struct DaemonApi {
     delegator: DelegatorHandle,
     access: std::sync::Arc<DaemonAccess>,
+    sessions: std::sync::Arc<crate::dashboard::session::Sessions>,
 }
 
 fn refuse(status: u16, error: &str, hint: &str) -> http::Response<ResponseBody> {
@@ -109,9 +115,12 @@ fn refuse(status: u16, error: &str, hint: &str) -> http::Response<ResponseBody> 
 impl DaemonApi {
     /// The API of `delegator`, guarded by `access`.
     pub fn new(delegator: DelegatorHandle, access: DaemonAccess) -> Self {
+        let sessions =
+            crate::dashboard::session::Sessions::new("daemon", &access.token, access.listen.port());
         DaemonApi {
             delegator,
             access: std::sync::Arc::new(access),
+            sessions: std::sync::Arc::new(sessions),
         }
     }
 
@@ -131,13 +140,29 @@ impl DaemonApi {
 
     /// The access checks of the module docs, on the request's headers; `Some` refusal.
     pub fn check<B>(&self, req: &http::Request<B>) -> Option<http::Response<ResponseBody>> {
+        if let Some(refused) = self.check_host_and_origin(req) {
+            return Some(refused);
+        }
+        // `GET /` says what this is and how to use it, token or not (nothing about any
+        // delegation); the Host and Origin checks above still apply.
+        let root = req.method() == Method::GET && req.uri().path() == "/";
+        if !root && !self.token_presented(req) && !self.session_presented(req) {
+            return Some(refuse(
+                401,
+                "missing or invalid daemon token",
+                "Send `Authorization: Bearer <token>` with the token from <state-dir>/daemon.token (the awcp CLI and awcp-mcp read it from --state-dir, or take --daemon-token / AWCP_DAEMON_TOKEN).",
+            ));
+        }
+        self.check_body_type(req)
+    }
+
+    /// Checks 1 and 2 of the module docs (Host, Origin).
+    fn check_host_and_origin<B>(
+        &self,
+        req: &http::Request<B>,
+    ) -> Option<http::Response<ResponseBody>> {
         let a = &self.access;
-        let header = |name| {
-            req.headers()
-                .get(name)
-                .map(|v| v.to_str().unwrap_or("\u{0}"))
-        };
-        let host = header(http::header::HOST).or(req.uri().authority().map(|x| x.as_str()));
+        let host = header(req, http::header::HOST).or(req.uri().authority().map(|x| x.as_str()));
         if !host.is_some_and(|h| security::host_allowed(h, a.listen, &a.allowed_hosts)) {
             return Some(refuse(
                 403,
@@ -145,39 +170,49 @@ impl DaemonApi {
                 "Address the daemon by the IP it listens on (or localhost); other names need --allowed-host.",
             ));
         }
-        if let Some(origin) = header(http::header::ORIGIN) {
+        if let Some(origin) = header(req, http::header::ORIGIN) {
             if !security::origin_allowed(origin, a.listen, &a.allowed_hosts) {
                 return Some(refuse(
                     403,
                     &format!("requests from web origin {origin:?} are not accepted"),
-                    "The daemon API is for the awcp CLI, awcp-mcp and programs holding its token, not for web pages.",
+                    "The daemon API is for the awcp CLI, awcp-mcp, its dashboard and programs holding its token, not for other web pages.",
                 ));
             }
         }
-        let presented = header(http::header::AUTHORIZATION)
+        None
+    }
+
+    /// Check 3: the request carries the daemon token.
+    fn token_presented<B>(&self, req: &http::Request<B>) -> bool {
+        header(req, http::header::AUTHORIZATION)
             .and_then(|v| {
                 v.trim()
                     .strip_prefix("Bearer ")
                     .or(v.trim().strip_prefix("bearer "))
             })
-            .map(str::trim);
-        let ok = presented
-            .is_some_and(|t| awcp_proto::engine::auth::SecretDigest::of(&a.token).matches(t));
-        // `GET /` says what this is and how to use it, token or not (nothing about any
-        // delegation); the Host and Origin checks above still apply.
-        let root = req.method() == Method::GET && req.uri().path() == "/";
-        if !ok && !root {
-            return Some(refuse(
-                401,
-                "missing or invalid daemon token",
-                "Send `Authorization: Bearer <token>` with the token from <state-dir>/daemon.token (the awcp CLI and awcp-mcp read it from --state-dir, or take --daemon-token / AWCP_DAEMON_TOKEN).",
-            ));
-        }
-        let has_body = header(http::header::TRANSFER_ENCODING).is_some()
-            || header(http::header::CONTENT_LENGTH)
+            .map(str::trim)
+            .is_some_and(|t| {
+                awcp_proto::engine::auth::SecretDigest::of(&self.access.token).matches(t)
+            })
+    }
+
+    /// The dashboard's session cookie stands in for the token: on reads, and on any other
+    /// method only with an `Origin` header (checked to be the daemon's own before this), which
+    /// browsers send with every such request a page makes. A cookie alone never changes
+    /// anything.
+    fn session_presented<B>(&self, req: &http::Request<B>) -> bool {
+        let safe = matches!(*req.method(), Method::GET | Method::HEAD);
+        (safe || header(req, http::header::ORIGIN).is_some())
+            && self.sessions.has_session(req.headers())
+    }
+
+    /// Check 4: a body is JSON.
+    fn check_body_type<B>(&self, req: &http::Request<B>) -> Option<http::Response<ResponseBody>> {
+        let has_body = header(req, http::header::TRANSFER_ENCODING).is_some()
+            || header(req, http::header::CONTENT_LENGTH)
                 .is_some_and(|l| l.trim().parse::<u64>().map_or(true, |n| n > 0));
         if has_body || req.uri().path().trim_end_matches('/') == "/delegate" {
-            let json = header(http::header::CONTENT_TYPE).is_some_and(|t| {
+            let json = header(req, http::header::CONTENT_TYPE).is_some_and(|t| {
                 t.split(';')
                     .next()
                     .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"))
@@ -193,17 +228,51 @@ impl DaemonApi {
         None
     }
 
-    /// Answers one request: the access checks, then the API.
+    /// Answers one request: the access checks, then the API (or the dashboard under `/ui`).
     pub async fn handle_http<B>(&self, req: http::Request<B>) -> http::Response<ResponseBody>
     where
         B: http_body::Body<Data = Bytes> + Send + 'static,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
+        let path = req.uri().path();
+        if path == "/ui" || path.starts_with("/ui/") {
+            if let Some(refused) = self
+                .check_host_and_origin(&req)
+                .or_else(|| self.check_body_type(&req))
+            {
+                return refused;
+            }
+            let access = if self.token_presented(&req) {
+                dashboard::Access::Token
+            } else if self.session_presented(&req) {
+                dashboard::Access::Session
+            } else {
+                dashboard::Access::None
+            };
+            let query = req.uri().query().unwrap_or("");
+            return dashboard::handle(
+                &self.delegator,
+                &self.sessions,
+                self.access.listen,
+                access,
+                req.method(),
+                path,
+                query,
+            )
+            .await;
+        }
         match self.check(&req) {
             Some(refused) => refused,
             None => route(&self.delegator, req).await,
         }
     }
+}
+
+/// Header `name` as text (a header that is not text reads as a NUL, which matches nothing).
+fn header<B>(req: &http::Request<B>, name: http::header::HeaderName) -> Option<&str> {
+    req.headers()
+        .get(name)
+        .map(|v| v.to_str().unwrap_or("\u{0}"))
 }
 
 /// Answers one daemon API request (after [`DaemonApi::check`]).
@@ -427,8 +496,9 @@ pub fn root_document() -> Value {
             "POST /delegation/{id}/snapshots/{snapshotId}/apply": "apply a staged snapshot",
             "POST /delegation/{id}/snapshots/{snapshotId}/discard": "discard a staged snapshot",
             "GET /health": "liveness",
+            "GET /ui/": "the dashboard in a browser (sign in with the one-time link `awcp dashboard` prints)",
         },
-        "cli": ["awcp delegate DIR --daemon --peer URL --prompt TEXT", "awcp delegate DIR --daemon --rounds …", "awcp continue ID --prompt TEXT", "awcp close ID", "awcp list", "awcp status ID", "awcp wait ID", "awcp cancel ID", "awcp snapshots ID", "awcp diff ID [SNAPSHOT]", "awcp apply ID SNAPSHOT", "awcp discard ID SNAPSHOT"],
+        "cli": ["awcp delegate DIR --daemon --peer URL --prompt TEXT", "awcp delegate DIR --daemon --rounds …", "awcp continue ID --prompt TEXT", "awcp close ID", "awcp list", "awcp status ID", "awcp wait ID", "awcp cancel ID", "awcp snapshots ID", "awcp diff ID [SNAPSHOT]", "awcp apply ID SNAPSHOT", "awcp discard ID SNAPSHOT", "awcp dashboard"],
     })
 }
 
