@@ -1056,3 +1056,29 @@ pub fn token_or_file(
         },
     }
 }
+
+/// Opens `url` in the desktop's browser where one can exist (macOS, Windows, or a Linux
+/// session with a display and `xdg-open`); `true` if a browser was asked to. Never waits for
+/// the browser, and never runs anything on a machine without a display.
+pub fn open_in_browser(url: &str) -> bool {
+    let program: Option<(&str, Vec<&str>)> = if cfg!(target_os = "macos") {
+        Some(("open", vec![url]))
+    } else if cfg!(windows) {
+        Some(("explorer", vec![url]))
+    } else if std::env::var_os("DISPLAY").is_some() || std::env::var_os("WAYLAND_DISPLAY").is_some()
+    {
+        Some(("xdg-open", vec![url]))
+    } else {
+        None
+    };
+    let Some((program, args)) = program else {
+        return false;
+    };
+    std::process::Command::new(program)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .is_ok()
+}

@@ -299,6 +299,15 @@ enum Cmd {
         #[arg(long, default_value_t = 3600)]
         timeout: u64,
     },
+    /// Print a one-time link to the daemon's dashboard in the browser (and open it where a
+    /// desktop browser exists): delegations live, staged results as diffs, apply or discard.
+    /// The link works once, for two minutes; the browser then holds a session cookie, never
+    /// the daemon token.
+    Dashboard {
+        /// Only print the link.
+        #[arg(long)]
+        no_open: bool,
+    },
     /// End a delegation kept open with `delegate --rounds` (between rounds): the executor
     /// releases its work directory; waits until everything is released.
     Close {
@@ -1056,6 +1065,23 @@ async fn run<R: Driver>(cli: Cli, token_source: DaemonTokenSource) {
             print_value(cli.json, &v, human_record);
             explain(&v, &daemon_retry);
             exit_for(&v);
+        }
+        Cmd::Dashboard { no_open } => {
+            let link = client
+                .dashboard_link()
+                .await
+                .unwrap_or_else(|e| fail_daemon(e));
+            let opened = !no_open && awcp_aip_cli::open_in_browser(&link);
+            print_value(cli.json, &json!({"url": link, "opened": opened}), |_| {
+                format!(
+                    "{link}\n(one-time link, valid for 2 minutes{})\n",
+                    if opened {
+                        "; opened in your browser"
+                    } else {
+                        ""
+                    }
+                )
+            });
         }
         Cmd::Close { id, background } => {
             client.close(&id).await.unwrap_or_else(|e| fail_daemon(e));
