@@ -29,6 +29,9 @@ pub struct Sessions {
     key: [u8; 32],
     cookie: String,
     codes: Mutex<HashMap<String, Instant>>,
+    /// Sessions signed out (nonce → expiry): refused until they expire anyway. Kept in memory
+    /// only: a restarted server forgets them.
+    revoked: Mutex<HashMap<String, u64>>,
 }
 
 impl std::fmt::Debug for Sessions {
@@ -63,6 +66,7 @@ impl Sessions {
             key: h.finalize().into(),
             cookie: format!("awcp_{kind}_{port}"),
             codes: Mutex::new(HashMap::new()),
+            revoked: Mutex::new(HashMap::new()),
         }
     }
 
@@ -134,6 +138,24 @@ impl Sessions {
 
     /// Whether the request's `Cookie` headers carry a valid, unexpired session.
     pub fn has_session(&self, headers: &http::HeaderMap) -> bool {
+        self.sessions_in(headers).next().is_some()
+    }
+
+    /// Signs out the sessions the request carries: refused from now on (until this server
+    /// restarts; they expire anyway).
+    pub fn revoke(&self, headers: &http::HeaderMap) {
+        let found: Vec<(String, u64)> = self.sessions_in(headers).collect();
+        let now = now_secs();
+        let mut revoked = self.revoked.lock().unwrap_or_else(|p| p.into_inner());
+        revoked.retain(|_, expiry| *expiry > now);
+        revoked.extend(found);
+    }
+
+    /// The valid sessions (nonce, expiry) in the request's `Cookie` headers.
+    fn sessions_in<'a>(
+        &'a self,
+        headers: &'a http::HeaderMap,
+    ) -> impl Iterator<Item = (String, u64)> + 'a {
         headers
             .get_all(http::header::COOKIE)
             .iter()
@@ -141,10 +163,18 @@ impl Sessions {
             .flat_map(|v| v.split(';'))
             .filter_map(|kv| kv.trim().split_once('='))
             .filter(|(k, _)| *k == self.cookie)
-            .any(|(_, v)| self.valid(v))
+            .filter_map(|(_, v)| self.valid(v))
+            .filter(|(nonce, _)| {
+                !self
+                    .revoked
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .contains_key(nonce)
+            })
     }
 
-    fn valid(&self, value: &str) -> bool {
+    /// The nonce and expiry of a valid session cookie value.
+    fn valid(&self, value: &str) -> Option<(String, u64)> {
         let mut parts = value.split('.');
         let (Some("v1"), Some(expiry), Some(nonce), Some(mac), None) = (
             parts.next(),
@@ -153,19 +183,16 @@ impl Sessions {
             parts.next(),
             parts.next(),
         ) else {
-            return false;
+            return None;
         };
-        let Ok(expiry) = expiry.parse::<u64>() else {
-            return false;
-        };
+        let expiry = expiry.parse::<u64>().ok()?;
         if expiry <= now_secs() || nonce.len() != 32 || mac.len() != 64 {
-            return false;
+            return None;
         }
-        let Some(mac) = unhex(mac) else {
-            return false;
-        };
+        let mac = unhex(mac)?;
         // Constant-time comparison.
-        self.mac(expiry, nonce).verify_slice(&mac).is_ok()
+        self.mac(expiry, nonce).verify_slice(&mac).ok()?;
+        Some((nonce.to_owned(), expiry))
     }
 }
 
@@ -212,6 +239,16 @@ mod tests {
         let forged = c.replacen("v1.", "v1.9", 1);
         assert!(!s.has_session(&cookie_header(&forged)));
         assert!(!s.has_session(&http::HeaderMap::new()));
+    }
+
+    #[test]
+    fn a_signed_out_session_is_refused() {
+        let s = Sessions::new("daemon", "t0ken", 3100);
+        let a = cookie_header(&s.new_session_cookie().expect("random"));
+        let b = cookie_header(&s.new_session_cookie().expect("random"));
+        s.revoke(&a);
+        assert!(!s.has_session(&a));
+        assert!(s.has_session(&b), "other sessions go on");
     }
 
     #[test]

@@ -193,6 +193,9 @@ pub(crate) struct SharedOpts {
     /// Host names allowed besides IP addresses, localhost and the public URL's host.
     pub allowed_hosts: Vec<String>,
     pub connections_needed: usize,
+    /// The dashboard's sessions (with auth on), made at its first request (the cookie is
+    /// named after the port that request came to).
+    pub dashboard_sessions: std::sync::OnceLock<crate::dashboard::session::Sessions>,
     /// Where received archives are written (`{scratch}/downloads`).
     pub downloads: PathBuf,
 }
@@ -295,6 +298,7 @@ impl ExecutorHandle {
             trust_forwarded_headers: opts.trust_forwarded_headers,
             allowed_hosts: opts.allowed_hosts.clone(),
             connections_needed: opts.engine.connections_needed(),
+            dashboard_sessions: std::sync::OnceLock::new(),
             downloads: scratch.join("downloads"),
         });
         let journal = opts.state_dir.map(journal::Journal::new);

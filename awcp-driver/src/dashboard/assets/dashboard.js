@@ -67,6 +67,9 @@
   // re-fetches its live parts when one it shows changed (data-id), whoever changed it.
   if (body.dataset.changes) {
     const feed = new EventSource(body.dataset.changes, { withCredentials: true });
+    // What changed between the page's rendering and the feed's (re)connection is in no event:
+    // re-fetch once connected.
+    feed.onopen = () => refresh();
     feed.onmessage = (m) => {
       let ev;
       try { ev = JSON.parse(m.data); } catch (e) { return; }
@@ -102,6 +105,7 @@
           es.close();
           break;
       }
+      if (ev.type !== "progress" && ev.type !== "transfer") refresh();
     };
   }
   if (body.dataset.poll) {

@@ -81,11 +81,12 @@ pub(super) async fn handle(
     sessions: &dashboard::session::Sessions,
     listen: std::net::SocketAddr,
     access: Access,
-    method: &http::Method,
-    path: &str,
-    query: &str,
+    req: &http::request::Parts,
 ) -> http::Response<ResponseBody> {
     use http::Method;
+    let (method, headers) = (&req.method, &req.headers);
+    let path = req.uri.path();
+    let query = req.uri.query().unwrap_or("");
     if let Some(a) = dashboard::asset(path) {
         return a;
     }
@@ -121,7 +122,10 @@ pub(super) async fn handle(
                 locked("This sign-in link is used, expired or incomplete.")
             }
         }
-        (&Method::POST, ["logout"], _) => redirect("/ui/", Some(&sessions.clear_cookie())),
+        (&Method::POST, ["logout"], _) => {
+            sessions.revoke(headers);
+            redirect("/ui/", Some(&sessions.clear_cookie()))
+        }
         (_, _, Access::None) => locked("This page needs a sign-in link."),
         (&Method::GET, [], _) => list_page(d).await,
         (&Method::GET, ["fragments", "list"], _) => html_response(200, list_rows(d).await),
@@ -210,6 +214,7 @@ async fn list_page(d: &DelegatorHandle) -> http::Response<ResponseBody> {
                         tbody #rows data-refresh="/ui/fragments/list" { (rows) }
                     }
                 }
+                form method="post" action="/ui/logout" { button type="submit" { "Sign out" } }
             },
         ),
     )

@@ -249,15 +249,14 @@ impl DaemonApi {
             } else {
                 dashboard::Access::None
             };
-            let query = req.uri().query().unwrap_or("");
+            // No route of the dashboard reads a body.
+            let (parts, _) = req.into_parts();
             return dashboard::handle(
                 &self.delegator,
                 &self.sessions,
                 self.access.listen,
                 access,
-                req.method(),
-                path,
-                query,
+                &parts,
             )
             .await;
         }

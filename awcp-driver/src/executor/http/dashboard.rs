@@ -67,12 +67,11 @@ impl ExecutorHandle {
                 );
             }
         }
-        let port = port_of(origin.as_deref());
-        let sessions = self
-            .opts
-            .auth
-            .as_ref()
-            .map(|a| Sessions::new("executor", &a.credential, port));
+        let sessions = self.opts.auth.as_ref().map(|a| {
+            self.opts.dashboard_sessions.get_or_init(|| {
+                Sessions::new("executor", &a.credential, port_of(origin.as_deref()))
+            })
+        });
         let method = req.method().clone();
         let segs: Vec<String> = path
             .trim_end_matches('/')
@@ -128,6 +127,7 @@ impl ExecutorHandle {
                 }
             }
             (&Method::POST, ["logout"], Some(s)) => {
+                s.revoke(req.headers());
                 dashboard::redirect("/ui/", Some(&s.clear_cookie()))
             }
             (_, _, _) if !signed_in => login_page(),
