@@ -236,6 +236,11 @@ pub enum DelegatorError {
 
 type Reply<T> = oneshot::Sender<Result<T, DelegatorError>>;
 
+/// How many progress lines a delegator keeps per delegation ([`DelegatorHandle::output_tail`]).
+pub const OUTPUT_TAIL_LINES: usize = 40;
+/// Of how many delegations at most (the least recently reporting one is dropped first).
+const TAILS_KEPT: usize = 256;
+
 enum Cmd {
     Delegate(DelegateParams, Reply<DelegationId>),
     Cancel(DelegationId, Reply<()>),
@@ -246,6 +251,8 @@ enum Cmd {
     List(oneshot::Sender<Vec<DelegationView>>),
     /// The local directories lent by a delegation (resource name, path).
     Sources(DelegationId, oneshot::Sender<Vec<(String, PathBuf)>>),
+    /// The last progress lines of a delegation.
+    OutputTail(DelegationId, oneshot::Sender<Vec<String>>),
     Wait(DelegationId, oneshot::Sender<Option<DelegationView>>),
     /// Answered once the round running ends (`idle`) or the delegation ends.
     WaitRound(DelegationId, oneshot::Sender<Option<DelegationView>>),
@@ -366,6 +373,7 @@ impl DelegatorHandle {
             waiters: BTreeMap::new(),
             round_waiters: BTreeMap::new(),
             subscribers: Vec::new(),
+            tails: BTreeMap::new(),
             transfer_subscribers: Vec::new(),
             archive_files: BTreeMap::new(),
             unclaimed_results: Vec::new(),
@@ -471,6 +479,21 @@ impl DelegatorHandle {
         if self
             .tx
             .unbounded_send(Cmd::Sources(id.clone(), tx))
+            .is_err()
+        {
+            return Vec::new();
+        }
+        rx.await.unwrap_or_default()
+    }
+
+    /// The last progress lines the executor reported for `id` (at most [`OUTPUT_TAIL_LINES`],
+    /// oldest first), as far as this process saw them: what a dashboard shows of a
+    /// delegation opened while it runs.
+    pub async fn output_tail(&self, id: &DelegationId) -> Vec<String> {
+        let (tx, rx) = oneshot::channel();
+        if self
+            .tx
+            .unbounded_send(Cmd::OutputTail(id.clone(), tx))
             .is_err()
         {
             return Vec::new();
@@ -615,6 +638,9 @@ struct Loop<R: Runtime> {
     /// Waiting for the end of a round (or of the delegation).
     round_waiters: BTreeMap<DelegationId, Vec<oneshot::Sender<Option<DelegationView>>>>,
     subscribers: Vec<mpsc::UnboundedSender<DelegatorEvent>>,
+    /// The last progress lines of each delegation seen ([`DelegatorHandle::output_tail`]),
+    /// dropped when it is forgotten; at most [`TAILS_KEPT`] delegations.
+    tails: BTreeMap<DelegationId, std::collections::VecDeque<String>>,
     transfer_subscribers: Vec<mpsc::UnboundedSender<Transfer>>,
     /// Archive files written for URL delivery, by delegation (removed at release).
     archive_files: BTreeMap<DelegationId, PathBuf>,

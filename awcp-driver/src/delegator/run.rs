@@ -227,6 +227,14 @@ impl<R: Runtime> Loop<R> {
                     .collect();
                 let _ = reply.send(all);
             }
+            Cmd::OutputTail(id, reply) => {
+                let tail = self
+                    .tails
+                    .get(&id)
+                    .map(|t| t.iter().cloned().collect())
+                    .unwrap_or_default();
+                let _ = reply.send(tail);
+            }
             Cmd::Sources(id, reply) => {
                 let sources = self.specs.get(&id).map_or_else(Vec::new, |specs| {
                     specs
@@ -452,8 +460,37 @@ impl<R: Runtime> Loop<R> {
                 let _ = w.send(view.clone());
             }
         }
+        self.keep_tail(&ev);
         self.subscribers
             .retain(|s| s.unbounded_send(ev.clone()).is_ok());
+    }
+
+    /// Keeps the last progress lines of each delegation (a dashboard's, not the protocol's).
+    fn keep_tail(&mut self, ev: &DelegatorEvent) {
+        match ev {
+            DelegatorEvent::Progress {
+                id,
+                message: Some(m),
+                ..
+            } => {
+                if !self.tails.contains_key(id) && self.tails.len() >= super::TAILS_KEPT {
+                    // Past the cap, another delegation's lines go (ids are random: an
+                    // arbitrary one; its page then shows only what arrives live).
+                    if let Some(first) = self.tails.keys().next().cloned() {
+                        self.tails.remove(&first);
+                    }
+                }
+                let tail = self.tails.entry(id.clone()).or_default();
+                if tail.len() == super::OUTPUT_TAIL_LINES {
+                    tail.pop_front();
+                }
+                tail.push_back(m.clone());
+            }
+            DelegatorEvent::Forgotten { id } => {
+                self.tails.remove(id);
+            }
+            _ => {}
+        }
     }
 }
 

@@ -320,6 +320,7 @@ async fn delegation_page(d: &DelegatorHandle, id: &DelegationId) -> http::Respon
         return not_found();
     };
     let src = d.sources(id).await;
+    let tail = d.output_tail(id).await;
     let idt = id.as_str();
     let mut live = vec![("changes", "/ui/events".to_owned()), ("id", idt.to_owned())];
     if !v.ended {
@@ -336,12 +337,14 @@ async fn delegation_page(d: &DelegatorHandle, id: &DelegationId) -> http::Respon
                 div #parts data-refresh={ "/ui/fragments/d/" (idt) } { (delegation_parts(&v, &src)) }
                 section aria-labelledby="log-h" {
                     h2 #log-h { "Live events" }
-                    // A live delegation's stream starts with its state and last line.
+                    // The lines seen so far; a live delegation's stream then starts with its
+                    // state and repeats the last line (the script drops that repeat).
                     ol #log.log aria-live="polite" {
-                        @if v.ended {
+                        @for m in &tail { li.progress { (m) } }
+                        @if tail.is_empty() && v.ended {
                             @if let Some(m) = &v.last_progress { li.progress { (m) } }
-                            li.state { "ended: " (v.state.as_str()) }
                         }
+                        @if v.ended { li.state { "ended: " (v.state.as_str()) } }
                     }
                 }
                 details {

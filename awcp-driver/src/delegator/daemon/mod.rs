@@ -260,6 +260,13 @@ impl DaemonApi {
             )
             .await;
         }
+        // A browser opening the daemon's address is shown the dashboard's door.
+        let browser = req.method() == Method::GET
+            && path == "/"
+            && header(&req, http::header::ACCEPT).is_some_and(|a| a.contains("text/html"));
+        if browser && self.check_host_and_origin(&req).is_none() {
+            return crate::dashboard::redirect("/ui/", None);
+        }
         match self.check(&req) {
             Some(refused) => refused,
             None => route(&self.delegator, req).await,
