@@ -95,7 +95,8 @@ try {
 
   step("a delegation started from the CLI appears and progresses without a reload");
   await page.evaluate(() => { window.__noReload = true; });
-  const applyId = delegate(env.WS_APPLY, "apply-me");
+  // Its description and its agent's output carry HTML: shown as text, never run.
+  const applyId = delegate(env.WS_APPLY, "apply-me", ["--description", "apply-me <b>bold</b> <img src=x onerror=\"document.title='pwned'\">"]);
   const row = page.locator(`tr[data-id="${applyId}"]`);
   await row.waitFor();
   await page.waitForFunction((id) => {
@@ -118,6 +119,9 @@ try {
   await ex.locator(`#t-${applyId}`).waitFor();
   await ex.locator("pre.tail", { hasText: "step 1: reading" }).waitFor();
   assert.match(await ex.locator("article.task").first().textContent(), /Lease left/);
+  await ex.locator("pre.tail", { hasText: "<img src=x" }).waitFor();
+  assert.equal(await ex.locator("article.task img, article.task b").count(), 0, "agent output is text");
+  assert.notEqual(await ex.title(), "pwned");
   await snap(ex, "executor");
   await ex.close();
 
@@ -125,6 +129,10 @@ try {
   await row.locator("a").first().click();
   await page.waitForURL(`**/ui/d/${applyId}`);
   await page.locator("#log li", { hasText: "step 1: reading" }).waitFor();
+  await page.locator("#log li", { hasText: "<img src=x" }).waitFor();
+  assert.match(await page.locator("h1").textContent(), /<b>bold<\/b>/);
+  assert.equal(await page.locator("main img, main b").count(), 0, "descriptions and agent lines are text");
+  assert.notEqual(await page.title(), "pwned");
   release("apply-me");
   await page.locator("#log li", { hasText: "step 2: writing" }).waitFor();
   await page.locator("#state .badge", { hasText: "completed" }).waitFor();
@@ -188,6 +196,9 @@ try {
   await page.locator("#state .badge", { hasText: "completed" }).waitFor();
   await page.locator("a.button", { hasText: "Review diff" }).waitFor();
   await snap(page, "form-delegation");
+  await page.locator("button", { hasText: "Apply" }).click();
+  await page.locator(".badge.snap-applied").waitFor();
+  assert.equal(readFileSync(`${env.WS_FORM}/a.txt`, "utf8"), "changed by the agent\n");
 
   step("cancel a running delegation");
   const cancelId = delegate(env.WS_CANCEL, "cancel-me");

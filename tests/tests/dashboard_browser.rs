@@ -24,10 +24,12 @@ const PLAYWRIGHT: &str = "playwright-core@1.65.1";
 /// The token the executor requires.
 const EXECUTOR_TOKEN: &str = "dashboard-test-executor-token";
 
-/// Prints its first line, waits until the test releases its prompt, then edits the work
-/// directory: a changed, an added, a removed, a binary file and a directory made a file.
+/// Prints its first line and a line of hostile HTML, waits until the test releases its
+/// prompt, then edits the work directory: a changed, an added, a removed, a binary file and a
+/// directory made a file.
 const AGENT: &str = r#"#!/bin/sh
 echo "step 1: reading"
+echo "<img src=x onerror=\"document.title='pwned'\">"
 while [ ! -e "GATE/$AWCP_PROMPT" ]; do sleep 0.1; done
 echo "step 2: writing"
 echo "changed by the agent" > a.txt
@@ -192,6 +194,10 @@ fn the_dashboards_in_a_real_browser() {
         "changed by the agent\n"
     );
     assert!(ws("WS_APPLY").join("docs").is_file());
+    assert_eq!(
+        std::fs::read_to_string(ws("WS_FORM").join("a.txt")).unwrap(),
+        "changed by the agent\n"
+    );
     assert_eq!(
         std::fs::read_to_string(ws("WS_DISCARD").join("a.txt")).unwrap(),
         "lent\n"

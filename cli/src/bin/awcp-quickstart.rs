@@ -142,6 +142,8 @@ async fn run<R: Driver>(dir: Option<PathBuf>) {
          \x20 delegate this project to it, reviewing the result before it is applied:\n\
          \x20   awcp delegate {d} --peer http://127.0.0.1:10200/awcp --prompt 'add a test' --snapshot-mode staged\n\
          \x20 then `awcp diff`, `awcp apply` or `awcp discard` as it prints; `awcp-mcp` gives the\n\
-         \x20 same to an MCP client (README, \"MCP\")."
+         \x20 same to an MCP client (README, \"MCP\").\n\
+         \x20 or watch and review in a browser: `awcp daemon &`, then `awcp delegate … --daemon`\n\
+         \x20 and `awcp dashboard` (README, \"The dashboard\")."
     );
 }
