@@ -253,6 +253,12 @@ enum Cmd {
     Sources(DelegationId, oneshot::Sender<Vec<(String, PathBuf)>>),
     /// The last progress lines of a delegation.
     OutputTail(DelegationId, oneshot::Sender<Vec<String>>),
+    /// Subscribes and answers a delegation's last progress lines in the same turn.
+    SubscribeWithTail(
+        DelegationId,
+        mpsc::UnboundedSender<DelegatorEvent>,
+        oneshot::Sender<Vec<String>>,
+    ),
     Wait(DelegationId, oneshot::Sender<Option<DelegationView>>),
     /// Answered once the round running ends (`idle`) or the delegation ends.
     WaitRound(DelegationId, oneshot::Sender<Option<DelegationView>>),
@@ -578,6 +584,21 @@ impl DelegatorHandle {
         let (tx, rx) = mpsc::unbounded();
         let _ = self.tx.unbounded_send(Cmd::Subscribe(tx));
         rx
+    }
+
+    /// [`Self::events`] together with `id`'s last progress lines ([`Self::output_tail`]), taken
+    /// at the same moment: every line is either in the tail or on the stream, never in both
+    /// and never in neither.
+    pub async fn events_with_tail(
+        &self,
+        id: &DelegationId,
+    ) -> (mpsc::UnboundedReceiver<DelegatorEvent>, Vec<String>) {
+        let (tx, rx) = mpsc::unbounded();
+        let (reply, tail) = oneshot::channel();
+        let _ = self
+            .tx
+            .unbounded_send(Cmd::SubscribeWithTail(id.clone(), tx, reply));
+        (rx, tail.await.unwrap_or_default())
     }
 
     /// The archive listener's handler (one-time archive URLs only) as an

@@ -273,6 +273,15 @@ impl<R: Runtime> Loop<R> {
                 let _ = reply.send(self.engine.close(now, &id).map_err(Into::into));
             }
             Cmd::Subscribe(tx) => self.subscribers.push(tx),
+            Cmd::SubscribeWithTail(id, tx, reply) => {
+                self.subscribers.push(tx);
+                let tail = self
+                    .tails
+                    .get(&id)
+                    .map(|t| t.iter().cloned().collect())
+                    .unwrap_or_default();
+                let _ = reply.send(tail);
+            }
             Cmd::Stop(_) => {}
             Cmd::Transferred(t) => self
                 .transfer_subscribers

@@ -81,21 +81,18 @@
   // data-events: one delegation's own stream, for its log (ends with `ended`).
   if (body.dataset.events) {
     const es = new EventSource(body.dataset.events, { withCredentials: true });
-    // The stream opens with the last line, which the page already shows.
-    let replay = true;
-    es.onopen = () => { replay = true; };
+    // Each (re)connection starts with the lines so far: the log starts over with it.
+    es.onopen = () => {
+      const log = document.getElementById("log");
+      if (log) log.textContent = "";
+    };
     es.onmessage = (m) => {
       let ev;
       try { ev = JSON.parse(m.data); } catch (e) { return; }
       switch (ev.type) {
-        case "progress": {
-          const lines = document.querySelectorAll("#log li.progress");
-          const shown = lines[lines.length - 1];
-          const repeat = replay && shown && shown.textContent === ev.message;
-          replay = false;
-          if (ev.message && !repeat) logLine("progress", ev.message);
+        case "progress":
+          if (ev.message) logLine("progress", ev.message);
           break;
-        }
         case "state":
           logLine("state", "state: " + ev.state);
           break;

@@ -324,7 +324,7 @@ async fn delegation_page(d: &DelegatorHandle, id: &DelegationId) -> http::Respon
     let idt = id.as_str();
     let mut live = vec![("changes", "/ui/events".to_owned()), ("id", idt.to_owned())];
     if !v.ended {
-        live.push(("events", format!("/delegation/{idt}/events")));
+        live.push(("events", format!("/delegation/{idt}/events?tail=1")));
     }
     html_response(
         200,
@@ -337,14 +337,16 @@ async fn delegation_page(d: &DelegatorHandle, id: &DelegationId) -> http::Respon
                 div #parts data-refresh={ "/ui/fragments/d/" (idt) } { (delegation_parts(&v, &src)) }
                 section aria-labelledby="log-h" {
                     h2 #log-h { "Live events" }
-                    // The lines seen so far; a live delegation's stream then starts with its
-                    // state and repeats the last line (the script drops that repeat).
+                    // An ended delegation's last lines; a live one's come with its stream
+                    // (`?tail=1`: the lines so far, then each new one).
                     ol #log.log aria-live="polite" {
-                        @for m in &tail { li.progress { (m) } }
-                        @if tail.is_empty() && v.ended {
-                            @if let Some(m) = &v.last_progress { li.progress { (m) } }
+                        @if v.ended {
+                            @for m in &tail { li.progress { (m) } }
+                            @if tail.is_empty() {
+                                @if let Some(m) = &v.last_progress { li.progress { (m) } }
+                            }
+                            li.state { "ended: " (v.state.as_str()) }
                         }
-                        @if v.ended { li.state { "ended: " (v.state.as_str()) } }
                     }
                 }
                 details {

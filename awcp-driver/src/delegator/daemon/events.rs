@@ -7,10 +7,20 @@ use futures::stream::{self, StreamExt};
 use super::api::LiveEvent;
 use super::*;
 
-/// Streams `id`'s events (see [`LiveEvent`]), or 404.
-pub(super) async fn stream(d: &DelegatorHandle, id: DelegationId) -> http::Response<ResponseBody> {
+/// Streams `id`'s events (see [`LiveEvent`]), or 404. With `tail`, the stream starts with
+/// the delegation's last progress lines (up to [`crate::delegator::OUTPUT_TAIL_LINES`], taken
+/// as the subscription starts: none missed, none twice) instead of only the last one.
+pub(super) async fn stream(
+    d: &DelegatorHandle,
+    id: DelegationId,
+    tail: bool,
+) -> http::Response<ResponseBody> {
     // Subscribe first, then look: nothing that happens in between is missed.
-    let events = d.events();
+    let (events, lines) = if tail {
+        d.events_with_tail(&id).await
+    } else {
+        (d.events(), Vec::new())
+    };
     let transfers = d.transfers();
     let Some(v) = d.get(&id).await else {
         return super::not_found(&id);
@@ -18,11 +28,14 @@ pub(super) async fn stream(d: &DelegatorHandle, id: DelegationId) -> http::Respo
     let mut first = vec![LiveEvent::State {
         state: v.state.as_str().into(),
     }];
-    if let (Some(m), false) = (&v.last_progress, v.ended) {
-        first.push(LiveEvent::Progress {
-            message: Some(m.clone()),
-            progress: None,
-        });
+    let progress = |m: &String| LiveEvent::Progress {
+        message: Some(m.clone()),
+        progress: None,
+    };
+    if tail {
+        first.extend(lines.iter().map(progress));
+    } else if let (Some(m), false) = (&v.last_progress, v.ended) {
+        first.push(progress(m));
     }
     if v.ended {
         first.push(LiveEvent::ended(v.state, v.error.as_ref()));

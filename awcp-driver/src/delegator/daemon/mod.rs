@@ -7,7 +7,7 @@
 //! | `GET /delegation/{id}` | the record |
 //! | `GET /delegation/{id}/wait?timeout=S` | the record once ended (or 408 after S seconds) |
 //! | `DELETE /delegation/{id}` | `{ok:true}` (cancel) |
-//! | `GET /delegation/{id}/events` | its live events as SSE (`data: {type: state\|progress\|snapshot\|transfer\|connection_lost\|ended, …}`), ending after `ended` |
+//! | `GET /delegation/{id}/events?tail=1` | its live events as SSE (`data: {type: state\|progress\|snapshot\|transfer\|connection_lost\|ended, …}`), ending after `ended`; with `tail=1` the last 40 progress lines first (else only the last) |
 //! | `GET /delegation/{id}/snapshots` | `{snapshots:[…]}` |
 //! | `GET /delegation/{id}/snapshots/{sid}/diff?max_bytes=N` | what applying it would do: `{files:[{path,change,diff?,note?}], conflicts, refused, skipped_resources, unchanged, truncated}` (nothing is written) |
 //! | `POST /delegation/{id}/snapshots/{sid}/apply` / `…/discard` | `{ok:true}` |
@@ -410,7 +410,10 @@ where
                     Ok(()) => json_response(200, json!({"ok": true}).to_string()),
                     Err(e) => usage(e),
                 },
-                (Method::GET, ["events"]) => events::stream(d, id).await,
+                (Method::GET, ["events"]) => {
+                    let tail = query.split('&').any(|kv| kv == "tail=1");
+                    events::stream(d, id, tail).await
+                }
                 (Method::GET, ["snapshots"]) => match d.get(&id).await {
                     Some(v) => ok_json(&api::Snapshots {
                         snapshots: v
