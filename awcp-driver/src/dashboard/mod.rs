@@ -169,6 +169,23 @@ pub fn human_duration(secs: i64) -> String {
     }
 }
 
+/// The wall clock now, as a protocol timestamp (what the pages' clocks start from).
+pub fn now() -> awcp_proto::Timestamp {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    awcp_proto::Timestamp::from_unix_millis(ms)
+}
+
+/// Whole seconds from `a` to `b` (negative when `b` is earlier).
+pub fn secs_between(a: awcp_proto::Timestamp, b: awcp_proto::Timestamp) -> i64 {
+    let (a, b) = (
+        i128::from(a.as_unix_millis()),
+        i128::from(b.as_unix_millis()),
+    );
+    i64::try_from((b - a) / 1000).unwrap_or(0)
+}
+
 /// A clock the script keeps ticking: the time since `since` (RFC 3339) or until `until`,
 /// rendered now as `now_text`.
 pub fn clock(attr: ClockKind, at: &str, now_text: &str) -> Markup {

@@ -228,12 +228,7 @@ impl<R: Runtime> Loop<R> {
                 let _ = reply.send(all);
             }
             Cmd::OutputTail(id, reply) => {
-                let tail = self
-                    .tails
-                    .get(&id)
-                    .map(|t| t.iter().cloned().collect())
-                    .unwrap_or_default();
-                let _ = reply.send(tail);
+                let _ = reply.send(self.tail_of(&id));
             }
             Cmd::Sources(id, reply) => {
                 let sources = self.specs.get(&id).map_or_else(Vec::new, |specs| {
@@ -275,12 +270,7 @@ impl<R: Runtime> Loop<R> {
             Cmd::Subscribe(tx) => self.subscribers.push(tx),
             Cmd::SubscribeWithTail(id, tx, reply) => {
                 self.subscribers.push(tx);
-                let tail = self
-                    .tails
-                    .get(&id)
-                    .map(|t| t.iter().cloned().collect())
-                    .unwrap_or_default();
-                let _ = reply.send(tail);
+                let _ = reply.send(self.tail_of(&id));
             }
             Cmd::Stop(_) => {}
             Cmd::Transferred(t) => self
@@ -472,6 +462,14 @@ impl<R: Runtime> Loop<R> {
         self.keep_tail(&ev);
         self.subscribers
             .retain(|s| s.unbounded_send(ev.clone()).is_ok());
+    }
+
+    /// The last progress lines of `id`, oldest first.
+    fn tail_of(&self, id: &DelegationId) -> Vec<String> {
+        self.tails
+            .get(id)
+            .map(|t| t.iter().cloned().collect())
+            .unwrap_or_default()
     }
 
     /// Keeps the last progress lines of each delegation (a dashboard's, not the protocol's).

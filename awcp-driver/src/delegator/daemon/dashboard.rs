@@ -30,8 +30,8 @@ use serde_json::json;
 use super::api::{self, LiveEvent};
 use super::DelegatorHandle;
 use crate::dashboard::{
-    self, clock, diff_markup, html_response, human_duration, page, query_param, redirect,
-    session::CODE_LIFETIME, ClockKind, NavLink,
+    self, clock, diff_markup, html_response, human_duration, now, page, query_param, redirect,
+    secs_between, session::CODE_LIFETIME, ClockKind, NavLink,
 };
 use crate::delegator::{ChangeKind, Preview, PreviewLimits};
 use crate::net::{json_response, ResponseBody};
@@ -61,18 +61,6 @@ fn nav(current: &str) -> Vec<NavLink<'static>> {
             current: current == "new",
         },
     ]
-}
-
-fn now() -> Timestamp {
-    let ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-    Timestamp::from_unix_millis(ms)
-}
-
-fn secs_between(a: Timestamp, b: Timestamp) -> i64 {
-    let (a, b) = (a.as_unix_millis() as i128, b.as_unix_millis() as i128);
-    i64::try_from((b - a) / 1000).unwrap_or(0)
 }
 
 /// Answers a `/ui` request (after the daemon's Host and Origin checks).

@@ -163,14 +163,7 @@ impl ExecutorHandle {
     async fn tasks(&self) -> Markup {
         let mut all = self.overview().await;
         all.reverse();
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i128);
-        let secs = |t: awcp_proto::Timestamp, from_now: bool| {
-            let t = t.as_unix_millis() as i128;
-            let d = if from_now { t - now_ms } else { now_ms - t };
-            i64::try_from(d / 1000).unwrap_or(0)
-        };
+        let now = dashboard::now();
         html! {
             @if all.is_empty() { p { "No tasks. Delegators reach this executor at " code { "/awcp" } "." } }
             @for t in &all {
@@ -184,13 +177,13 @@ impl ExecutorHandle {
                         dt { "Work directory" } dd.mono { @if s.work_dir.is_empty() { "—" } @else { (s.work_dir) } }
                         dt { "Running for" } dd {
                             @match s.started_at {
-                                Some(at) if s.state.as_str() == "active" => (clock(ClockKind::Since, &at.to_rfc3339(), &human_duration(secs(at, false)))),
+                                Some(at) if s.state.as_str() == "active" => (clock(ClockKind::Since, &at.to_rfc3339(), &human_duration(dashboard::secs_between(at, now)))),
                                 _ => "—",
                             }
                         }
                         dt { "Lease left" } dd {
                             @match s.expires_at {
-                                Some(at) => (clock(ClockKind::Until, &at.to_rfc3339(), &human_duration(secs(at, true)))),
+                                Some(at) => (clock(ClockKind::Until, &at.to_rfc3339(), &human_duration(dashboard::secs_between(now, at)))),
                                 None => "—",
                             }
                         }
