@@ -28,12 +28,18 @@ fn nav() -> [NavLink<'static>; 1] {
     }]
 }
 
+/// `scheme://authority` of `url` (a public URL may carry a path prefix, an `Origin` never).
+fn origin_of(url: &str) -> Option<String> {
+    let u: http::Uri = url.parse().ok()?;
+    Some(format!("{}://{}", u.scheme_str()?, u.authority()?))
+}
+
 /// The port the browser used (the cookie's name carries it: two executors on one host keep
 /// their sessions apart).
 fn port_of(origin: Option<&str>) -> u16 {
     origin
-        .and_then(|o| o.rsplit_once(':'))
-        .and_then(|(_, p)| p.parse().ok())
+        .and_then(|o| o.parse::<http::Uri>().ok())
+        .and_then(|u| u.port_u16())
         .unwrap_or(0)
 }
 
@@ -58,8 +64,7 @@ impl ExecutorHandle {
             .get(http::header::ORIGIN)
             .map(|v| v.to_str().unwrap_or(""));
         if let Some(o) = sent_origin {
-            let own = origin.as_deref().map(|u| u.trim_end_matches('/'));
-            if own != Some(o) {
+            if origin.as_deref().and_then(origin_of).as_deref() != Some(o) {
                 return json_response(
                     403,
                     json!({"error": format!("requests from web origin {o:?} are not accepted")})
@@ -209,4 +214,23 @@ fn login_page() -> http::Response<ResponseBody> {
             }
         },
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_public_url_with_a_path_has_the_origin_browsers_send() {
+        assert_eq!(
+            origin_of("https://relay.example/e/x").as_deref(),
+            Some("https://relay.example")
+        );
+        assert_eq!(
+            origin_of("http://127.0.0.1:10200").as_deref(),
+            Some("http://127.0.0.1:10200")
+        );
+        assert_eq!(port_of(Some("http://127.0.0.1:10200/p")), 10200);
+        assert_eq!(port_of(Some("https://relay.example/e/x")), 0);
+    }
 }
