@@ -18,6 +18,7 @@ pub mod host;
 mod incoming;
 mod lockfile;
 pub mod net;
+mod objects;
 mod outgoing;
 pub mod runtime;
 pub mod security;

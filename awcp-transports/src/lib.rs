@@ -34,6 +34,7 @@ pub mod scan;
 pub mod snapshot;
 pub mod spawn;
 pub mod sshfs;
+pub mod storage;
 pub mod traits;
 pub mod walk;
 mod walk_error;

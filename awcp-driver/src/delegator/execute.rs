@@ -43,12 +43,15 @@ impl<R: Runtime> Loop<R> {
             }
             DelegatorOutput::PrepareTransport {
                 id,
-                transport: _,
+                transport,
                 access_mode,
-                expires_at: _,
+                expires_at,
                 layout,
                 delivery,
-            } => self.prepare_archive(id, access_mode, layout, delivery),
+            } => {
+                let storage = (transport == TransportKind::Storage).then_some(expires_at);
+                self.prepare_archive(id, access_mode, layout, delivery, storage)
+            }
             DelegatorOutput::OpenEventStream { id, peer } => self.open_stream(id, peer),
             DelegatorOutput::CloseEventStream { id } => {
                 if let Some(h) = self.streams.remove(&id) {
@@ -64,7 +67,11 @@ impl<R: Runtime> Loop<R> {
                 checksum,
                 rebaseline,
             } => self.apply(id, snapshot_id, layout, access_mode, checksum, rebaseline),
-            DelegatorOutput::StoreSnapshot { id, snapshot } => self.store(id, snapshot),
+            DelegatorOutput::StoreSnapshot {
+                id,
+                snapshot,
+                from_storage,
+            } => self.store(id, snapshot, from_storage),
             DelegatorOutput::CloseApply { id } => self.close_apply(id),
             DelegatorOutput::DeleteStoredSnapshot { id, snapshot_id } => {
                 self.delete_stored(id, snapshot_id)

@@ -20,6 +20,9 @@ pub struct DelegatorOptions {
     pub archive_base_url: Option<String>,
     /// TLS settings for talking to executors (`https` peers: private CA, client certificate).
     pub client_tls: agent_rt::ClientTls,
+    /// The object store of the `storage` transport (`None`: storage delegations fail to
+    /// prepare with "not configured").
+    pub object_store: Option<Arc<awcp_transports::storage::S3Store>>,
 }
 
 impl DelegatorOptions {
@@ -32,6 +35,7 @@ impl DelegatorOptions {
             state_dir: state_dir.into(),
             archive_base_url: None,
             client_tls: agent_rt::ClientTls::default(),
+            object_store: None,
         }
     }
 }

@@ -32,6 +32,7 @@ impl<R: Runtime> Loop<R> {
         // The canonical loop (awcp_proto::engine::drive): one turn, then wait for a command or
         // the deadline.
         let mut wake = Wake::Drained;
+        self.sweep_objects();
         loop {
             let now = self.rt.now();
             let deadline = drive::turn(&mut self, now, wake);

@@ -5,7 +5,20 @@ use super::*;
 
 impl<R: Runtime> Loop<R> {
     /// [`DelegatorOutput::StoreSnapshot`].
-    pub(super) fn store(&mut self, id: DelegationId, snapshot: Box<SnapshotEvent>) {
+    pub(super) fn store(
+        &mut self,
+        id: DelegationId,
+        mut snapshot: Box<SnapshotEvent>,
+        from_storage: bool,
+    ) {
+        if from_storage {
+            // Our own result object, read with our own presigned GET: never the URL the
+            // executor named.
+            if let Some(s) = &self.opts.object_store {
+                let key = s.result_key(&id);
+                snapshot.data.url = Some(s.get(&key, crate::objects::OWN_REQUEST_TTL).url);
+            }
+        }
         // A result received into a file is the store's now.
         if let Some(f) = &snapshot.data.local_file {
             self.unclaimed_results.retain(|u| u != f);
@@ -19,6 +32,7 @@ impl<R: Runtime> Loop<R> {
             .data
             .url
             .as_deref()
+            .filter(|_| !from_storage)
             .map(|u| self.credential_headers(&id, u))
             .unwrap_or_default();
         let note = self.tx.clone();

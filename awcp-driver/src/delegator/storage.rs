@@ -58,7 +58,10 @@ pub(super) async fn store_snapshot<R: Runtime>(
             let n = http
                 .download(url, headers, part.clone(), limit, download_timeout)
                 .await
-                .map_err(|e| StoreFailure::Fetch(e.to_string()))?;
+                // Never a presigned URL's signature in a message.
+                .map_err(|e| {
+                    StoreFailure::Fetch(awcp_transports::storage::redact_in(&e.to_string(), url))
+                })?;
             blocking(rt, move || rename_durably(&part, &zip))
                 .await
                 .map_err(store)?;

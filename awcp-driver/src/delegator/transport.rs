@@ -60,20 +60,26 @@ impl<R: Runtime> Loop<R> {
         });
     }
 
-    /// [`DelegatorOutput::PrepareTransport`] of the archive transport (inline or by URL).
+    /// [`DelegatorOutput::PrepareTransport`] of the archive transport (inline or by URL), or
+    /// of the storage transport (`storage`: the lease's end; the archive is uploaded to the
+    /// object store and the handle names presigned URLs).
     pub(super) fn prepare_archive(
         &mut self,
         id: DelegationId,
         access_mode: AccessMode,
         layout: Layout,
         delivery: ArchiveDelivery,
+        storage: Option<Timestamp>,
     ) {
         let specs = self.specs.get(&id).cloned().unwrap_or_default();
         let (admission, allow_sensitive) = self.admission_of(&id);
         let t = self.opts.transport.clone();
         let feed = self.feed();
         let rt = self.rt.clone();
-        let by_url = delivery == ArchiveDelivery::ByUrl;
+        let by_url = delivery == ArchiveDelivery::ByUrl || storage.is_some();
+        let store = self.opts.object_store.clone();
+        let state_dir = self.opts.state_dir.clone();
+        let http = self.http.clone();
         let base = self.opts.archive_base_url.clone();
         let peer = self.engine.get(&id).map(|v| v.request.peer);
         let dir = self.opts.state_dir.join("archives");
@@ -83,6 +89,7 @@ impl<R: Runtime> Loop<R> {
         let note = self.tx.clone();
         self.spawn_in(crate::delegation_span(&id), async move {
             let did = id.clone();
+            let for_storage = storage.is_some();
             let result = blocking(&rt, move || {
                 let delivery = if by_url {
                     std::fs::create_dir_all(&dir)
@@ -132,8 +139,9 @@ impl<R: Runtime> Loop<R> {
                             // Deleted when the transport is released.
                             let _ = note.unbounded_send(Cmd::ArchiveFile(did.clone(), f.into()));
                         }
-                        (TransportHandle::Archive(h), None)
+                        (Packed::Handle(TransportHandle::Archive(h)), None)
                     }
+                    ArchiveOutput::File(f) if for_storage => (Packed::ToUpload(f), None),
                     ArchiveOutput::File(f) => {
                         let token = crate::security::random_token().map_err(|e| {
                             PrepareFailure::Local(format!("archive URL token: {e}"))
@@ -146,13 +154,25 @@ impl<R: Runtime> Loop<R> {
                         // Known to the loop before the engine grants the URL.
                         let _ = note.unbounded_send(Cmd::ArchiveFile(did.clone(), f.path.clone()));
                         (
-                            TransportHandle::Archive(f.handle_for_url(url)),
+                            Packed::Handle(TransportHandle::Archive(f.handle_for_url(url))),
                             Some(SecretDigest::of(&token)),
                         )
                     }
                 })
             })
             .await;
+            let result = match (result, storage) {
+                (Ok((Packed::ToUpload(f), _)), Some(expires_at)) => {
+                    upload_workspace(&http, store, &state_dir, &id, f, expires_at)
+                        .await
+                        .map(|h| (h, None))
+                }
+                (Ok((Packed::Handle(h), token)), _) => Ok((h, token)),
+                (Ok((Packed::ToUpload(_), _)), None) => Err(PrepareFailure::Local(
+                    "an archive file without a storage transport".into(),
+                )),
+                (Err(e), _) => Err(e),
+            };
             let (result, archive_token) = match result {
                 Ok((handle, token)) => (Ok(Box::new(handle)), token),
                 Err(e) => (Err(e), None),
@@ -176,9 +196,12 @@ impl<R: Runtime> Loop<R> {
         if let Some(path) = self.archive_files.remove(&id) {
             let _ = std::fs::remove_file(path);
         }
+        let store = self.opts.object_store.clone();
+        let state_dir = self.opts.state_dir.clone();
+        let http = self.http.clone();
         self.spawn_in(crate::delegation_span(&id), async move {
             let did = id.clone();
-            let warnings = blocking(&rt, move || {
+            let mut warnings = blocking(&rt, move || {
                 let mut warnings = Vec::new();
                 for t in ts {
                     match t.release(&did) {
@@ -195,7 +218,96 @@ impl<R: Runtime> Loop<R> {
                 warnings
             })
             .await;
+            // Storage: both objects go before the release is reported.
+            if let Some(store) = store {
+                if let Err(e) =
+                    crate::objects::delete_journalled(&http, &store, &state_dir, &id).await
+                {
+                    tracing::warn!(delegation = %id, "deleting the storage objects: {e}");
+                    warnings.push(format!("deleting the storage objects failed: {e}"));
+                }
+            }
             feed(DelegatorInput::TransportReleased { id, warnings });
         });
     }
+}
+
+impl<R: Runtime> Loop<R> {
+    /// At start-up: deletes the storage objects of delegations a previous process journalled
+    /// and that are over (settled, or unknown): what a crash left between upload and release.
+    /// Those of delegations that go on are deleted at their release.
+    pub(super) fn sweep_objects(&mut self) {
+        let Some(store) = self.opts.object_store.clone() else {
+            return;
+        };
+        let orphans: Vec<DelegationId> = crate::objects::journalled(&self.opts.state_dir)
+            .into_iter()
+            .filter(|id| self.engine.get(id).is_none_or(|v| v.ended))
+            .collect();
+        if orphans.is_empty() {
+            return;
+        }
+        let (http, state_dir) = (self.http.clone(), self.opts.state_dir.clone());
+        self.spawn_in(tracing::info_span!("storage sweep"), async move {
+            for id in orphans {
+                match crate::objects::delete_journalled(&http, &store, &state_dir, &id).await {
+                    Ok(()) => tracing::info!(delegation = %id, "storage objects a crash left deleted"),
+                    Err(e) => tracing::warn!(delegation = %id, "deleting storage objects a crash left: {e}"),
+                }
+            }
+        });
+    }
+}
+
+/// What packing produced: a handle to send, or (storage) a file to upload first.
+enum Packed {
+    Handle(TransportHandle),
+    ToUpload(awcp_transports::archive::ArchiveFile),
+}
+
+/// Storage: journals `id`'s objects (so a crash cannot leave them unnamed), uploads the
+/// workspace ZIP (streamed), and builds the handle: a GET of it and a PUT of the result, both
+/// presigned until the lease ends (capped at the store's limit). The local file goes.
+async fn upload_workspace<R: Runtime>(
+    http: &agent_rt::HttpClient<R>,
+    store: Option<Arc<awcp_transports::storage::S3Store>>,
+    state_dir: &std::path::Path,
+    id: &DelegationId,
+    f: awcp_transports::archive::ArchiveFile,
+    expires_at: Timestamp,
+) -> Result<TransportHandle, PrepareFailure> {
+    let result = async {
+        let store = store.ok_or(PrepareFailure::NotConfigured(TransportKind::Storage))?;
+        let (sd, s2, i2) = (state_dir.to_path_buf(), store.clone(), id.clone());
+        blocking(http.runtime(), move || {
+            crate::objects::journal(&sd, &s2, &i2)
+        })
+        .await
+        .map_err(|e| PrepareFailure::Local(format!("journalling the objects: {e}")))?;
+        let key = store.workspace_key(id);
+        let put = store.put(&key, crate::objects::OWN_REQUEST_TTL);
+        let headers = [("content-type", "application/zip".to_owned())];
+        let timeout = std::time::Duration::from_secs(3600);
+        crate::objects::put_file(http, &put.url, &headers, f.path.clone(), timeout)
+            .await
+            .map_err(|why| {
+                PrepareFailure::Transport(awcp_proto::ErrorInfo::new(
+                    awcp_proto::ErrorCode::TransportError,
+                    format!("uploading the workspace to storage: {why}"),
+                ))
+            })?;
+        let left = crate::dashboard::secs_between(crate::dashboard::now(), expires_at);
+        let ttl = std::time::Duration::from_secs(u64::try_from(left).unwrap_or(0).max(1));
+        Ok(TransportHandle::Storage(awcp_proto::StorageHandle {
+            download_url: store.get(&key, ttl).url,
+            upload_url: store.put(&store.result_key(id), ttl).url,
+            checksum: f.checksum.clone(),
+            expires_at,
+            headers: Default::default(),
+        }))
+    }
+    .await;
+    let path = f.path.clone();
+    let _ = blocking(http.runtime(), move || std::fs::remove_file(path)).await;
+    result
 }

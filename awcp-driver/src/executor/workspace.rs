@@ -53,6 +53,11 @@ pub(super) fn transport_for(
     transports: &[Arc<dyn ExecutorTransport>],
     kind: &TransportKind,
 ) -> Arc<dyn ExecutorTransport> {
+    // Storage moves an archive: the archive transport checks and extracts it.
+    let kind = match kind {
+        TransportKind::Storage => &TransportKind::Archive,
+        k => k,
+    };
     transports
         .iter()
         .find(|t| t.kind() == *kind)
@@ -124,9 +129,6 @@ pub(super) async fn setup<R: Runtime>(
         })
         .await;
     }
-    let TransportHandle::Archive(h) = handle else {
-        return Err(SetupFailure::UnsupportedTransport(handle.kind()));
-    };
     let names: Vec<_> = resources.into_iter().map(|r| r.name).collect();
     // Set up from an archive file that is ours to delete afterwards (received or downloaded),
     // of which the SHA-256 may be known already (computed as it was received).
@@ -160,6 +162,34 @@ pub(super) async fn setup<R: Runtime>(
             r
         })
     };
+    let h = match handle {
+        TransportHandle::Archive(h) => h,
+        // Storage: the workspace ZIP is an object to GET (with the handle's headers), checked
+        // and extracted as an archive fetched by URL is.
+        TransportHandle::Storage(s) => {
+            let headers: Vec<(&str, String)> = s
+                .headers
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.clone()))
+                .collect();
+            let file = download_to(
+                http,
+                &downloads,
+                id,
+                &s.download_url,
+                &headers,
+                u64::MAX / 2,
+                timeout,
+            )
+            .await
+            .map_err(|e| {
+                SetupFailure::Fetch(format!("downloading the workspace from storage: {e}"))
+            })?;
+            let (file, sha256) = file;
+            return from_file(t, cancel, file, Some(sha256), work_dir, s.checksum, names).await;
+        }
+        other => return Err(SetupFailure::UnsupportedTransport(other.kind())),
+    };
     if let Some(file) = h.data.local_file.clone() {
         // Received inline and written to this file as it arrived.
         let file = PathBuf::from(file);
@@ -179,17 +209,34 @@ pub(super) async fn setup<R: Runtime>(
     let Some(url) = h.data.url.clone() else {
         return Err(SetupFailure::NoArchiveData);
     };
-    let d2 = downloads.clone();
-    blocking(rt, move || std::fs::create_dir_all(d2))
-        .await
-        .map_err(|e| SetupFailure::Staging(e.to_string()))?;
-    let file = downloads.join(format!("{id}.zip"));
     let limit = h.size_bytes.unwrap_or(u64::MAX / 2).saturating_add(1);
-    // Hashed as it is written: the setup checks that hash instead of reading the file again.
+    let (file, sha256) = download_to(http, &downloads, id, &url, &[], limit, timeout)
+        .await
+        .map_err(SetupFailure::Fetch)?;
+    from_file(t, cancel, file, Some(sha256), work_dir, h.checksum, names).await
+}
+
+/// GETs `url` into `<downloads>/<id>.zip`, hashed as it is written (the setup checks that
+/// hash instead of reading the file again): the file and its SHA-256. Errors never show the
+/// URL's query (a presigned URL is a capability).
+async fn download_to<R: Runtime>(
+    http: &agent_rt::HttpClient<R>,
+    downloads: &Path,
+    id: &DelegationId,
+    url: &str,
+    headers: &[(&str, String)],
+    limit: u64,
+    timeout: Duration,
+) -> Result<(PathBuf, String), String> {
+    let d2 = downloads.to_path_buf();
+    blocking(http.runtime(), move || std::fs::create_dir_all(d2))
+        .await
+        .map_err(|e| format!("download directory: {e}"))?;
+    let file = downloads.join(format!("{id}.zip"));
     let (_, sha256) = http
         .download_folding(
-            &url,
-            &[],
+            url,
+            headers,
             file.clone(),
             limit,
             timeout,
@@ -197,9 +244,9 @@ pub(super) async fn setup<R: Runtime>(
             Sha256Hex::update,
         )
         .await
-        .map_err(|e| SetupFailure::Fetch(e.to_string()))?;
-    let sha256 = Some(sha256.finish());
-    from_file(t, cancel, file, sha256, work_dir, h.checksum, names).await
+        // The client's message names the URL; a presigned one's signature stays out.
+        .map_err(|e| awcp_transports::storage::redact_in(&e.to_string(), url))?;
+    Ok((file, sha256.finish()))
 }
 
 pub(super) fn to_captured(

@@ -50,6 +50,9 @@ enum State {
         is_key: bool,
         escape: bool,
     },
+    /// At the first byte of the diverted field's string: archive text (diverted), unless it
+    /// starts with `{`, a storage result's JSON text (kept; [`super::storage_result_url`]).
+    DivertFirst,
     /// Inside the diverted string.
     Divert { escape: bool },
 }
@@ -113,6 +116,18 @@ impl ArchiveTextDiverter {
     /// Reads the next piece of the body: archive text is appended to `text`, the rest kept.
     pub fn push(&mut self, mut chunk: &[u8], text: &mut Vec<u8>) -> Result<(), DivertError> {
         while !chunk.is_empty() {
+            if matches!(self.state, State::DivertFirst) {
+                if chunk[0] == b'{' {
+                    // Not base64: kept in the JSON as an ordinary string.
+                    self.state = State::Str {
+                        key: None,
+                        is_key: false,
+                        escape: false,
+                    };
+                } else {
+                    self.state = State::Divert { escape: false };
+                }
+            }
             if let State::Divert { escape } = &mut self.state {
                 if *escape {
                     *escape = false;
@@ -162,7 +177,7 @@ impl ArchiveTextDiverter {
 
     fn step(&mut self, b: u8) -> Result<(), DivertError> {
         match &mut self.state {
-            State::Divert { .. } => {}
+            State::Divert { .. } | State::DivertFirst => {}
             State::Str {
                 key,
                 is_key,
@@ -221,7 +236,7 @@ impl ArchiveTextDiverter {
                         if self.diverted {
                             return Err(DivertError::Duplicate);
                         }
-                        self.state = State::Divert { escape: false };
+                        self.state = State::DivertFirst;
                     } else {
                         self.state = State::Str {
                             key: is_key.then(Vec::new),
@@ -416,6 +431,39 @@ mod tests {
         let (mut ev, _) = crate::wire::decode_event(status).unwrap();
         assert!(!attach_diverted_result(&mut ev, "/tmp/r.zip"));
         assert_eq!(ev.local_file(), None);
+    }
+
+    #[test]
+    fn a_storage_result_text_is_kept_not_diverted() {
+        let text = crate::wire::storage_result_text(
+            "http://s3.lan/b/workspaces/dlg_1-result.zip?X-Amz-Signature=ab",
+        );
+        let body = serde_json::json!({
+            "delegationId": "dlg_1", "type": "snapshot", "snapshotId": "snap_000000000001",
+            "summary": "s", "snapshotBase64": text,
+        })
+        .to_string();
+        for piece in [1, 2, 7, 4096] {
+            let mut d = ArchiveTextDiverter::for_results(1 << 20);
+            let mut out = Vec::new();
+            for c in body.as_bytes().chunks(piece) {
+                d.push(c, &mut out).unwrap();
+            }
+            assert!(!d.diverted() && out.is_empty());
+            let kept = d.finish();
+            assert_eq!(kept, body.as_bytes());
+            let (ev, _) = crate::wire::decode_event(&kept).unwrap();
+            let crate::wire::TaskEventKind::Snapshot(s) = &ev.kind else {
+                panic!("{ev:?}")
+            };
+            let url = crate::wire::storage_result_url(s.data.base64.as_deref().unwrap());
+            assert_eq!(
+                url.as_deref(),
+                Some("http://s3.lan/b/workspaces/dlg_1-result.zip?X-Amz-Signature=ab")
+            );
+        }
+        assert_eq!(crate::wire::storage_result_url("UEsDBA=="), None);
+        assert_eq!(crate::wire::storage_result_url("{\"other\":1}"), None);
     }
 
     #[test]

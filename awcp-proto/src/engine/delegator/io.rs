@@ -432,6 +432,11 @@ pub enum DelegatorOutput {
         id: DelegationId,
         /// The snapshot event (bytes inline or by URL).
         snapshot: Box<SnapshotEvent>,
+        /// The bytes are the delegation's result object in the storage it was lent through
+        /// (a `storage` delegation whose executor uploaded its result and named it with
+        /// [`storage_result_text`](crate::wire::storage_result_text)). The driver reads its
+        /// own result object, never a URL the executor names; `snapshot.data` is empty then.
+        from_storage: bool,
     },
     /// The apply of the delegation's snapshot is journalled as applied: remove what the apply
     /// left beside the workspace as the proof that its swap finished (the apply directory;

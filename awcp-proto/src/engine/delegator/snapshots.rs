@@ -176,6 +176,19 @@ impl Delegator {
         });
         d.updated_at = now;
         let sid = snap.snapshot_id.clone();
+        // A storage executor uploads its result and names it (WIRE.md §11.4); one without an
+        // upload URL sends it inline as usual.
+        let from_storage = d.req.transport == TransportKind::Storage
+            && snap
+                .data
+                .base64
+                .as_deref()
+                .and_then(crate::wire::storage_result_url)
+                .is_some();
+        let mut snap = snap;
+        if from_storage {
+            snap.data = crate::wire::ArchiveData::default();
+        }
         match mode {
             // Stored first in both modes: `auto` applies from the store once it is stored, so
             // a result that cannot be applied is never lost.
@@ -183,6 +196,7 @@ impl Delegator {
                 self.core.outputs.push_back(DelegatorOutput::StoreSnapshot {
                     id: id.clone(),
                     snapshot: Box::new(snap),
+                    from_storage,
                 });
             }
             SnapshotMode::Discard => {}

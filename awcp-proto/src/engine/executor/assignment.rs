@@ -186,6 +186,9 @@ pub(crate) struct Assignment {
     pub(crate) task_dir: Option<String>,
     /// The running round's task (the INVITE's for round 1).
     pub(crate) round_task: Option<crate::wire::TaskSpec>,
+    /// A `storage` START's `uploadUrl`: where the result ZIP goes (WIRE.md §11.4). Not
+    /// journaled (a restarted executor does not resume a task).
+    pub(crate) upload_url: Option<String>,
     /// The rounds that ended, oldest first (the last [`MAX_EARLIER_ROUNDS`]).
     pub(crate) earlier: std::collections::VecDeque<crate::engine::EarlierRound>,
 }

@@ -187,6 +187,7 @@ impl Executor {
                 round_done: None,
                 task_dir: None,
                 round_task: None,
+                upload_url: None,
                 earlier: Default::default(),
             }),
         );
@@ -384,6 +385,27 @@ impl Executor {
             self.respond_error(request, &id, e.clone(), dialect, 200);
             self.terminate(now, &id, AssignmentTransition::Cancel, e);
             return;
+        }
+        if let crate::wire::TransportHandle::Storage(h) = &start.handle {
+            // URLs that are dead already would only fail the download later, less clearly.
+            if h.expires_at <= now {
+                let e = ErrorInfo::new(
+                    ErrorCode::StartExpired,
+                    format!(
+                        "the storage URLs had expired when START arrived (expiresAt {})",
+                        h.expires_at
+                    ),
+                );
+                self.respond_error(request, &id, e.clone(), dialect, 200);
+                self.terminate(now, &id, AssignmentTransition::Cancel, e);
+                return;
+            }
+        }
+        let Some(a) = self.assignments.get_mut(&id) else {
+            return;
+        };
+        if let crate::wire::TransportHandle::Storage(h) = &start.handle {
+            a.upload_url = Some(h.upload_url.clone());
         }
         let expires_at = start.lease.expires_at.min(now.saturating_add(a.ttl));
         a.access = a.access.min(start.lease.access_mode);

@@ -601,6 +601,13 @@ pub enum SnapshotDelivery {
         /// the delegator used), `…/awcp` route not included.
         base: String,
     },
+    /// A `storage` delegation's result: the ZIP is PUT to the handle's `uploadUrl` and the
+    /// snapshot's `snapshotBase64` is [`storage_result_text`](crate::wire::storage_result_text)
+    /// of it (WIRE.md §11.4).
+    Upload {
+        /// The START handle's `uploadUrl`.
+        url: String,
+    },
 }
 
 #[cfg(test)]

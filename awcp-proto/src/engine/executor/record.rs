@@ -473,6 +473,7 @@ impl Executor {
                 round_done: None,
                 task_dir: None,
                 round_task: None,
+                upload_url: None,
                 earlier: Default::default(),
                 features,
                 invite: std::sync::Arc::new(invite),

@@ -449,6 +449,61 @@ mod snapshot_delivery {
         );
     }
 
+    /// Storage: the executor uploads to the handle's `uploadUrl` and names it (WIRE.md
+    /// §11.4); the delegator stores from its own result object.
+    #[test]
+    fn a_storage_result_is_uploaded_and_read_back_from_the_delegators_object() {
+        let mut s = Scenario::new();
+        let mut r = Pair::request(&s.id, Dialect::Reference);
+        r.transport = crate::wire::TransportKind::Storage;
+        s.pair.executor = crate::engine::executor::Executor::new(ExecutorConfig {
+            transports: vec![
+                crate::wire::TransportKind::Archive,
+                crate::wire::TransportKind::Storage,
+            ],
+            ..ExecutorConfig::default()
+        });
+        s.pair.delegator.delegate(s.pair.now, r).unwrap();
+        s.pair.run(1_000);
+        let want = format!(
+            "http://s3.invalid/bucket/workspaces/{}-result.zip?X-Amz-Signature=00",
+            s.id
+        );
+        assert_eq!(
+            s.pair.captures,
+            vec![SnapshotDelivery::Upload { url: want }]
+        );
+        assert_eq!(s.pair.stored_from_storage, vec![true]);
+        assert_eq!(
+            ended(&s.pair, &s.id),
+            Some((AssignmentState::Completed, None))
+        );
+    }
+
+    #[test]
+    fn storage_urls_dead_at_start_end_the_assignment_with_a_clear_error() {
+        let mut s = Scenario::new();
+        let mut r = Pair::request(&s.id, Dialect::Reference);
+        r.transport = crate::wire::TransportKind::Storage;
+        s.pair.executor = crate::engine::executor::Executor::new(ExecutorConfig {
+            transports: vec![crate::wire::TransportKind::Storage],
+            ..ExecutorConfig::default()
+        });
+        s.pair.storage_urls_expire_at = Some(s.pair.now);
+        s.pair.delegator.delegate(s.pair.now, r).unwrap();
+        s.pair.run(1_000);
+        assert!(s.pair.captures.is_empty());
+        assert_eq!(
+            ended(&s.pair, &s.id),
+            Some((AssignmentState::Error, Some(ErrorCode::StartExpired)))
+        );
+        let said = s.pair.executor_events.iter().any(|e| {
+            matches!(e, ExecutorEvent::Ended { error: Some(e), .. }
+                if e.message.contains("storage URLs had expired"))
+        });
+        assert!(said, "{:?}", s.pair.executor_events);
+    }
+
     #[test]
     fn seed_peers_get_their_result_inline() {
         let mut s = Scenario::new();

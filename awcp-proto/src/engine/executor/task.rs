@@ -93,9 +93,12 @@ impl Executor {
                     let by_url =
                         a.dialect != Dialect::Seed && a.features.contains(&Feature::ArchiveUrl);
                     let base = public_url.or_else(|| a.origin.clone());
-                    let delivery = match base {
-                        Some(base) if by_url => super::SnapshotDelivery::ByUrl { base },
-                        Some(_) | None => super::SnapshotDelivery::Inline,
+                    let delivery = match (a.upload_url.clone(), base) {
+                        // Storage: the result goes where the delegator said (the reference's
+                        // only way; our delegator reads it back from its own object).
+                        (Some(url), _) => super::SnapshotDelivery::Upload { url },
+                        (None, Some(base)) if by_url => super::SnapshotDelivery::ByUrl { base },
+                        (None, Some(_) | None) => super::SnapshotDelivery::Inline,
                     };
                     let work_dir = a.work_dir.clone();
                     let snapshot_id = self.new_snapshot_id();

@@ -38,6 +38,30 @@ impl Pair {
                 self.note("d", || "SendAck".into());
                 self.post(&id.clone(), Outbound::Ack, Request::Ack(id));
             }
+            DelegatorOutput::PrepareTransport {
+                id,
+                transport: TransportKind::Storage,
+                expires_at,
+                ..
+            } => {
+                self.note("d", || "PrepareTransport".into());
+                let url = |key: &str| {
+                    format!("http://s3.invalid/bucket/workspaces/{key}?X-Amz-Signature=00")
+                };
+                let handle = crate::wire::StorageHandle {
+                    download_url: url(&format!("{id}.zip")),
+                    upload_url: url(&format!("{id}-result.zip")),
+                    checksum: "0".repeat(64),
+                    expires_at: self.storage_urls_expire_at.unwrap_or(expires_at),
+                    headers: Default::default(),
+                };
+                self.to_delegator
+                    .push_back(DelegatorInput::TransportPrepared {
+                        id,
+                        result: Ok(Box::new(TransportHandle::Storage(handle))),
+                        archive_token: None,
+                    });
+            }
             DelegatorOutput::PrepareTransport { id, .. } => {
                 self.note("d", || "PrepareTransport".into());
                 self.to_delegator
@@ -106,8 +130,13 @@ impl Pair {
                         changed: Vec::new(),
                     });
             }
-            DelegatorOutput::StoreSnapshot { id, snapshot } => {
+            DelegatorOutput::StoreSnapshot {
+                id,
+                snapshot,
+                from_storage,
+            } => {
                 self.note("d", || "StoreSnapshot".into());
+                self.stored_from_storage.push(from_storage);
                 self.to_delegator.push_back(DelegatorInput::SnapshotStored {
                     id,
                     snapshot_id: snapshot.snapshot_id,

@@ -166,6 +166,10 @@ impl Pair {
                         local_file: None,
                         local_file_sha256: None,
                     },
+                    SnapshotDelivery::Upload { url } => ArchiveData {
+                        base64: Some(crate::wire::storage_result_text(&url)),
+                        ..ArchiveData::default()
+                    },
                 };
                 self.to_executor.push_back(ExecutorInput::SnapshotCaptured {
                     id,

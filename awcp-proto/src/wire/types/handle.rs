@@ -159,6 +159,24 @@ pub struct StorageHandle {
     pub headers: BTreeMap<String, String>,
 }
 
+/// A `storage` delegation's result as the executor reports it (\[R\]): it PUTs the result
+/// ZIP to the handle's `uploadUrl`, and the snapshot's `snapshotBase64` holds, instead of
+/// base64, the JSON text `{"resultUrl": <uploadUrl>}` (WIRE.md §11.4). This is that text.
+pub fn storage_result_text(result_url: &str) -> String {
+    serde_json::json!({ "resultUrl": result_url }).to_string()
+}
+
+/// The `resultUrl` of a storage result text ([`storage_result_text`]); `None` when `text` is
+/// not one (e.g. real base64: a reference executor without an upload URL sends its result
+/// inline). Base64 never starts with `{`, so the two cannot be confused.
+pub fn storage_result_url(text: &str) -> Option<String> {
+    if !text.trim_start().starts_with('{') {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_str(text).ok()?;
+    v.get("resultUrl")?.as_str().map(str::to_owned)
+}
+
 /// `git` handle auth.
 #[derive(Clone, PartialEq, Eq)]
 pub enum GitAuth {

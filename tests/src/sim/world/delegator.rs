@@ -366,7 +366,7 @@ impl World {
                     self.schedule(self.now, Ev::App(Action::CrashDelegator));
                 }
             }
-            DelegatorOutput::StoreSnapshot { id, snapshot } => {
+            DelegatorOutput::StoreSnapshot { id, snapshot, .. } => {
                 let sid = snapshot.snapshot_id.clone();
                 let ok = !self.rng.chance(self.cfg.faults.store_fail);
                 if ok {
