@@ -137,6 +137,10 @@ struct Args {
     /// Also serve the sshfs transport (mounts under the work root; needs sshfs and /dev/fuse).
     #[arg(long, env = "AWCP_SSHFS")]
     sshfs: bool,
+    /// Refuse the storage transport (served by default: the workspace and the result are
+    /// objects the delegator presigned; this executor needs no credential of its own).
+    #[arg(long, env = "AWCP_NO_STORAGE")]
+    no_storage: bool,
     /// Async runtime to run on.
     #[arg(long, env = "AWCP_RUNTIME", value_enum, default_value_t)]
     runtime: RuntimeChoice,
@@ -288,6 +292,9 @@ async fn run<R: Driver>(args: Args) {
         credential,
     });
     let mut transports = vec![awcp_proto::TransportKind::Archive];
+    if !args.no_storage {
+        transports.push(awcp_proto::TransportKind::Storage);
+    }
     if args.sshfs {
         transports.push(awcp_proto::TransportKind::Sshfs);
     }

@@ -101,6 +101,46 @@ struct Cli {
 
 /// The admission limits (WIRE.md §9): the one place they are set for a delegator. They apply
 /// to the workspace before it is lent and to results before they are applied.
+/// The object store of the `storage` transport (S3-compatible). Credentials and the region
+/// come from the variables and files the AWS tools read (`AWS_ACCESS_KEY_ID`,
+/// `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, `AWS_PROFILE`, `AWS_REGION`,
+/// `AWS_ENDPOINT_URL`, `~/.aws/credentials`); they never reach an executor, which gets
+/// presigned URLs only.
+#[derive(clap::Args, Clone, Debug, Default)]
+struct S3Args {
+    /// The bucket workspaces and results go through (also AWCP_S3_BUCKET).
+    #[arg(long)]
+    s3_bucket: Option<String>,
+    /// A prefix for the objects' keys, e.g. `team-a/` (also AWCP_S3_PREFIX).
+    #[arg(long)]
+    s3_prefix: Option<String>,
+    /// The store's endpoint, e.g. `http://127.0.0.1:9000` (also AWS_ENDPOINT_URL; default:
+    /// AWS's for the region).
+    #[arg(long)]
+    s3_endpoint: Option<String>,
+}
+
+impl S3Args {
+    /// The store, if a bucket is named (here or in the environment); exits on a bad setup.
+    fn store(&self) -> Option<Arc<awcp_transports::storage::S3Store>> {
+        use awcp_transports::storage::{S3Config, S3Store, StorageConfigError};
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        match S3Config::from_env(
+            self.s3_bucket.clone(),
+            self.s3_prefix.clone(),
+            self.s3_endpoint.clone(),
+            &|k| std::env::var(k).ok(),
+            home.as_deref(),
+        ) {
+            Ok(c) => Some(Arc::new(
+                S3Store::new(&c).unwrap_or_else(|e| fail(format!("storage transport: {e}"))),
+            )),
+            Err(StorageConfigError::NoBucket) => None,
+            Err(e) => fail(format!("storage transport: {e}")),
+        }
+    }
+}
+
 #[derive(clap::Args, Debug, Clone, Copy)]
 struct AdmissionArgs {
     /// Most bytes a workspace (or a result) may hold in all.
@@ -196,10 +236,14 @@ enum Cmd {
         /// Any number of delegating processes and a daemon can share one jail.
         #[arg(long)]
         sshfs_config: Option<PathBuf>,
-        /// The data plane: `archive` or `sshfs` (implied by --sshfs-config; with --daemon, the
-        /// daemon must have been started with --sshfs-config).
+        /// The data plane: `archive`, `sshfs` (implied by --sshfs-config; with --daemon, the
+        /// daemon must have been started with --sshfs-config) or `storage` (an S3-compatible
+        /// bucket: --s3-bucket; with --daemon, the daemon's).
         #[arg(long)]
         transport: Option<String>,
+        /// The bucket of `--transport storage`.
+        #[command(flatten)]
+        s3: S3Args,
         /// Lend secret-looking files (.env, private keys, credentials.json, …) instead of
         /// refusing with SENSITIVE_FILES. Listing them in .awcpignore keeps them home instead.
         #[arg(long)]
@@ -228,6 +272,10 @@ enum Cmd {
         /// `delegate --sshfs-config`.
         #[arg(long)]
         sshfs_config: Option<PathBuf>,
+        /// Also lend through an S3-compatible bucket (requests with `"transport": "storage"`)
+        /// when one is named.
+        #[command(flatten)]
+        s3: S3Args,
         /// Admission limits of every delegation the daemon makes.
         #[command(flatten)]
         admission: AdmissionArgs,
@@ -605,8 +653,10 @@ fn delegator<R: Driver>(
 }
 
 /// What a delegator may be started with beyond the defaults.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 struct Tweaks {
+    /// The storage transport's bucket.
+    object_store: Option<Arc<awcp_transports::storage::S3Store>>,
     /// Ask for results inline (`--inline-results`).
     inline_results: bool,
     /// How long a multi-round delegation may stay idle (`--round-idle-timeout`).
@@ -635,6 +685,7 @@ fn delegator_with<R: Driver>(
     }
     opts.archive_base_url = archive_base;
     opts.client_tls = client_tls;
+    opts.object_store = tweaks.object_store.clone();
     if let Some(t) = sshfs {
         opts.extra_transports.push(Arc::new(t));
     }
@@ -763,6 +814,7 @@ async fn run<R: Driver>(cli: Cli, token_source: DaemonTokenSource) {
             server,
             sshfs_config,
             transport,
+            s3,
             allow_sensitive,
             inline_results,
             admission,
@@ -794,8 +846,16 @@ async fn run<R: Driver>(cli: Cli, token_source: DaemonTokenSource) {
             let transport = match (transport.as_deref(), &sshfs_config) {
                 (None, None) | (Some("archive"), None) => TransportKind::Archive,
                 (None, Some(_)) | (Some("sshfs"), _) => TransportKind::Sshfs,
-                (Some("archive"), Some(_)) => usage("--sshfs-config lends over sshfs"),
-                (Some(t), _) => usage(format!("--transport {t}: use archive or sshfs")),
+                (Some("storage"), None) => TransportKind::Storage,
+                (Some("archive" | "storage"), Some(_)) => usage("--sshfs-config lends over sshfs"),
+                (Some(t), _) => usage(format!("--transport {t}: use archive, sshfs or storage")),
+            };
+            let object_store = if transport == TransportKind::Storage && !daemon {
+                Some(s3.store().unwrap_or_else(|| {
+                    usage("--transport storage needs a bucket: --s3-bucket or AWCP_S3_BUCKET")
+                }))
+            } else {
+                None
             };
             if daemon && sshfs_config.is_some() {
                 usage(
@@ -860,6 +920,7 @@ async fn run<R: Driver>(cli: Cli, token_source: DaemonTokenSource) {
                     client_tls,
                     Tweaks {
                         inline_results,
+                        object_store: object_store.clone(),
                         ..Tweaks::default()
                     },
                 );
@@ -875,6 +936,7 @@ async fn run<R: Driver>(cli: Cli, token_source: DaemonTokenSource) {
                 client_tls,
                 Tweaks {
                     inline_results,
+                    object_store,
                     ..Tweaks::default()
                 },
             );
@@ -884,6 +946,7 @@ async fn run<R: Driver>(cli: Cli, token_source: DaemonTokenSource) {
             listen,
             round_idle_timeout,
             sshfs_config,
+            s3,
             serve_archives,
             admission,
             public_url,
@@ -929,6 +992,7 @@ async fn run<R: Driver>(cli: Cli, token_source: DaemonTokenSource) {
                 client_tls,
                 Tweaks {
                     round_idle_timeout: Some(Duration::from_secs(round_idle_timeout)),
+                    object_store: s3.store(),
                     ..Tweaks::default()
                 },
             );
