@@ -12,4 +12,5 @@ pub mod sweep;
 
 pub mod bins;
 pub mod rng;
+pub mod s3;
 pub mod strace;

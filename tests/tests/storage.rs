@@ -1,0 +1,256 @@
+//! The storage transport on the real binaries against a real S3-compatible server that checks
+//! signatures and expiry (s3s-fs, started here on loopback): full delegations on both
+//! runtimes, the daemon's cancel and a SIGKILLed daemon leaving no object behind, and the
+//! delegator's S3 credentials never reaching the executor.
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use awcp_tests::bins::{self, show, KillOnDrop};
+use awcp_tests::s3::{self, S3Server};
+
+const BUCKET: &str = "awcp-test";
+/// Longest any wait may take before the test fails (never reached when things work).
+const DEADLINE: Duration = Duration::from_secs(90);
+
+/// The agent: writes `RESULT.txt`; with the prompt `slow`, waits until the file `release`
+/// (in its directory) exists first.
+const AGENT: &str = r#"#!/bin/sh
+if [ "$AWCP_PROMPT" = slow ]; then
+  while [ ! -e "$(dirname "$0")/release" ]; do sleep 0.05; done
+fi
+echo "agent was here" > RESULT.txt
+echo "A by the agent" > a.txt
+echo "done editing"
+"#;
+
+/// An executor on `runtime` whose agent is [`AGENT`]; the directory holds its state, logs and
+/// agent.
+fn executor(dir: &Path, runtime: &str) -> (KillOnDrop, String) {
+    let agent = dir.join("agent.sh");
+    std::fs::write(&agent, AGENT).unwrap();
+    let log = std::fs::File::create(dir.join("executor.log")).unwrap();
+    let mut cmd = bins::executor_command(dir, &format!("sh {}", agent.display()));
+    cmd.args(["--runtime", runtime]).stderr(log);
+    let (child, url) = bins::spawn_announcing(&mut cmd, bins::EXECUTOR_ANNOUNCES);
+    (KillOnDrop(child), url)
+}
+
+/// The S3 variables of `server` for a delegator.
+fn s3_env(cmd: &mut Command, server: &S3Server) {
+    cmd.env("AWS_ACCESS_KEY_ID", &server.access_key)
+        .env("AWS_SECRET_ACCESS_KEY", &server.secret_key)
+        .env("AWS_REGION", &server.region)
+        .env("AWS_ENDPOINT_URL", &server.endpoint)
+        .env("AWCP_S3_BUCKET", BUCKET)
+        .env_remove("AWS_PROFILE")
+        .env_remove("AWS_SESSION_TOKEN");
+}
+
+/// `awcp --json delegate WS --peer PEER --transport storage …` with `server`'s credentials.
+fn delegate(ws: &Path, peer: &str, state: &Path, server: &S3Server, runtime: &str) -> Output {
+    let mut cmd = Command::new(bins::path("awcp"));
+    cmd.args(["--quiet", "--json", "--runtime", runtime, "delegate"])
+        .arg(ws)
+        .args(["--peer", peer, "--prompt", "edit", "--transport", "storage"])
+        .arg("--state-dir")
+        .arg(state);
+    s3_env(&mut cmd, server);
+    cmd.output().expect("awcp runs")
+}
+
+/// Every file under `dir` (recursively) whose bytes contain `needle`.
+fn files_containing(dir: &Path, needle: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            let Ok(ft) = e.file_type() else { continue };
+            if ft.is_dir() {
+                stack.push(p);
+            } else if ft.is_file() {
+                if let Ok(bytes) = std::fs::read(&p) {
+                    if bytes.windows(needle.len()).any(|w| w == needle.as_bytes()) {
+                        found.push(p.display().to_string());
+                    }
+                }
+            }
+        }
+    }
+    found
+}
+
+/// A workspace of two files: `a.txt` (`A`) and `b.txt` (`B`).
+fn workspace() -> tempfile::TempDir {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join("a.txt"), "A\n").unwrap();
+    std::fs::write(d.path().join("b.txt"), "B\n").unwrap();
+    d
+}
+
+/// The delegation record `awcp --json` printed last on stdout.
+fn record(o: &Output) -> serde_json::Value {
+    let out = String::from_utf8_lossy(&o.stdout);
+    let line = out.lines().last().unwrap_or_else(|| panic!("{}", show(o)));
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {}", show(o)))
+}
+
+/// Waits until `cond` holds.
+fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < DEADLINE, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_delegation_through_s3_applies_on_both_runtimes_and_leaves_no_object() {
+    if !s3::require_or_skip("a_delegation_through_s3_applies_on_both_runtimes") {
+        return;
+    }
+    let server = S3Server::start();
+    server.create_bucket(BUCKET);
+    for runtime in ["tokio", "smol"] {
+        let dir = tempfile::tempdir().unwrap();
+        let (_ex, peer) = executor(dir.path(), runtime);
+        let ws = workspace();
+        let state = tempfile::tempdir().unwrap();
+        let o = delegate(ws.path(), &peer, state.path(), &server, runtime);
+        assert_eq!(o.status.code(), Some(0), "{runtime}: applied\n{}", show(&o));
+        assert_eq!(
+            std::fs::read_to_string(ws.path().join("RESULT.txt")).unwrap(),
+            "agent was here\n",
+            "{runtime}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(ws.path().join("a.txt")).unwrap(),
+            "A by the agent\n"
+        );
+        let v = record(&o);
+        assert_eq!(v["state"], "completed", "{runtime}: {v}");
+        // Both objects went with the release.
+        assert_eq!(
+            server.object_keys(BUCKET),
+            Vec::<String>::new(),
+            "{runtime}"
+        );
+        // The executor got presigned URLs only: the secret is nowhere on its side (state,
+        // journal, work root, log), nor in what the delegator printed.
+        let leaked = files_containing(dir.path(), &server.secret_key);
+        assert!(leaked.is_empty(), "{runtime}: secret key in {leaked:?}");
+        assert!(
+            !String::from_utf8_lossy(&o.stdout).contains(&server.secret_key)
+                && !String::from_utf8_lossy(&o.stderr).contains(&server.secret_key)
+        );
+        // And no presigned URL's signature was logged by the executor.
+        let log = std::fs::read_to_string(dir.path().join("executor.log")).unwrap();
+        assert!(!log.contains("X-Amz-Signature"), "{runtime}: {log}");
+    }
+}
+
+/// The daemon lends through its bucket; a cancelled delegation's objects are deleted, and so
+/// are those of a delegation whose daemon was SIGKILLed (by the restarted daemon).
+#[test]
+fn objects_go_after_a_cancel_and_after_a_daemon_is_killed_and_restarted() {
+    if !s3::require_or_skip("objects_go_after_a_cancel_and_after_a_daemon_is_killed") {
+        return;
+    }
+    let server = S3Server::start();
+    server.create_bucket(BUCKET);
+    let dir = tempfile::tempdir().unwrap();
+    let (ex, peer) = executor(dir.path(), "tokio");
+    let state = dir.path().join("daemon");
+    let spawn_daemon = || {
+        let mut cmd = Command::new(bins::path("awcp"));
+        cmd.args([
+            "--quiet",
+            "daemon",
+            "--listen",
+            "127.0.0.1:0",
+            "--state-dir",
+        ])
+        .arg(&state)
+        .env_remove("AWCP_DAEMON_TOKEN");
+        s3_env(&mut cmd, &server);
+        let (child, url) = bins::spawn_announcing(&mut cmd, bins::DAEMON_ANNOUNCES);
+        (KillOnDrop(child), url)
+    };
+    let (daemon, url) = spawn_daemon();
+    let ws = workspace();
+    let start_slow = |url: &str| {
+        let o = bins::awcp_on_daemon(
+            url,
+            &state,
+            &[
+                "--json",
+                "delegate",
+                ws.path().to_str().unwrap(),
+                "--peer",
+                &peer,
+                "--prompt",
+                "slow",
+                "--transport",
+                "storage",
+                "--daemon",
+                "--background",
+            ],
+        );
+        assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+        let v: serde_json::Value =
+            serde_json::from_slice(o.stdout.split(|b| *b == b'\n').next().unwrap()).unwrap();
+        v["delegationId"].as_str().unwrap().to_owned()
+    };
+    let has_workspace = |id: &str| {
+        server
+            .object_keys(BUCKET)
+            .contains(&format!("workspaces/{id}.zip"))
+    };
+
+    // Cancelled while the agent waits: both objects go.
+    let id = start_slow(&url);
+    wait_for("the workspace object", || has_workspace(&id));
+    let o = bins::awcp_on_daemon(&url, &state, &["cancel", &id]);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    wait_for("the objects to go after cancel", || {
+        server.object_keys(BUCKET).is_empty()
+    });
+
+    // SIGKILLed with the objects in the bucket: the restarted daemon still knows them (they
+    // were journalled before the upload) and deletes them when the delegation ends.
+    let id = start_slow(&url);
+    wait_for("the workspace object", || has_workspace(&id));
+    drop(daemon);
+    assert!(has_workspace(&id), "left by the kill");
+    // And objects of a delegation that is over (here: one it never heard of, as a crash in
+    // the middle of a release leaves) go at start-up.
+    let orphan = "dlg_00000000000000000000000000000000";
+    let key = format!("workspaces/{orphan}.zip");
+    let file = server.root.join(BUCKET).join(&key);
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    std::fs::write(&file, b"PK").unwrap();
+    std::fs::create_dir_all(state.join("objects")).unwrap();
+    std::fs::write(
+        state.join("objects").join(format!("{orphan}.json")),
+        format!(r#"{{"bucket":"{BUCKET}","keys":["{key}"]}}"#),
+    )
+    .unwrap();
+    let (_daemon, url) = spawn_daemon();
+    wait_for("the restarted daemon to delete the orphan", || {
+        !server.object_keys(BUCKET).contains(&key)
+    });
+    assert!(has_workspace(&id), "kept while its delegation goes on");
+    let o = bins::awcp_on_daemon(&url, &state, &["cancel", &id]);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    wait_for(
+        "the objects to go after the restarted daemon's cancel",
+        || server.object_keys(BUCKET).is_empty(),
+    );
+    assert!(!state.join("objects").join(format!("{id}.json")).exists());
+    drop(ex);
+}
