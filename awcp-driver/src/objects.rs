@@ -32,29 +32,56 @@ pub(crate) async fn put_file<R: Runtime>(
     path: PathBuf,
     timeout: Duration,
 ) -> Result<(), String> {
+    put_range(http, url, headers, path, None, timeout)
+        .await
+        .map(|_| ())
+}
+
+/// PUTs `range` (offset, length; `None`: the whole file) of the file at `path` to `url`,
+/// streamed; returns the answer's `ETag` (what a multipart upload's completion names).
+async fn put_range<R: Runtime>(
+    http: &agent_rt::HttpClient<R>,
+    url: &str,
+    headers: &[(&str, String)],
+    path: PathBuf,
+    range: Option<(u64, u64)>,
+    timeout: Duration,
+) -> Result<Option<String>, String> {
     let rt = http.runtime();
     let what = format!("PUT {}", redact_url(url));
     let p = path.clone();
     let (file, len) = blocking(rt, move || {
-        let f = std::fs::File::open(&p)?;
-        let len = f.metadata()?.len();
+        use std::io::Seek;
+        let mut f = std::fs::File::open(&p)?;
+        let len = match range {
+            Some((offset, len)) => {
+                f.seek(std::io::SeekFrom::Start(offset))?;
+                len
+            }
+            None => f.metadata()?.len(),
+        };
         Ok::<_, std::io::Error>((f, len))
     })
     .await
     .map_err(|e| format!("reading {}: {e}", path.display()))?;
     let (tx, rx) = mpsc::channel::<std::io::Result<Bytes>>(4);
     let body = agent_rt::ClientBody::streamed(len, rx);
-    rt.spawn(Box::pin(blocking(rt, move || stream_file(file, tx))));
+    rt.spawn(Box::pin(blocking(rt, move || stream_file(file, len, tx))));
     let fut = async {
         let resp = http
             .send_body(Method::PUT, url, headers, body)
             .await
             .map_err(|e| format!("{what}: {e}"))?;
         let status = resp.status();
+        let etag = resp
+            .headers()
+            .get(http::header::ETAG)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
         // The answer is small (an ETag, or an error document): read for the connection's sake.
         let _ = crate::net::read_body(resp.into_body(), 64 * 1024).await;
         if status.is_success() {
-            Ok(())
+            Ok(etag)
         } else {
             Err(format!("{what}: HTTP {status}"))
         }
@@ -64,11 +91,96 @@ pub(crate) async fn put_file<R: Runtime>(
         .map_err(|e| format!("{what}: {e}"))?
 }
 
-/// Sends `file` through `tx` in chunks (on a blocking thread), then ends.
-fn stream_file(mut file: std::fs::File, mut tx: mpsc::Sender<std::io::Result<Bytes>>) {
+/// The most parts S3 takes in one upload.
+const MAX_PARTS: u64 = 10_000;
+
+/// Uploads the file at `path` as `key` of `store`: one streamed PUT, or above the store's
+/// part size ([`S3Store::part_size`]) a multipart upload whose parts are streamed in turn (aborted if a part
+/// fails, so no invisible parts stay billed). Memory stays flat in the file's size.
+pub(crate) async fn upload<R: Runtime>(
+    http: &agent_rt::HttpClient<R>,
+    store: &S3Store,
+    key: &str,
+    path: PathBuf,
+    timeout: Duration,
+) -> Result<(), String> {
+    let headers = [("content-type", "application/zip".to_owned())];
+    let p = path.clone();
+    let size = blocking(http.runtime(), move || {
+        std::fs::metadata(p).map(|m| m.len())
+    })
+    .await
+    .map_err(|e| format!("reading {}: {e}", path.display()))?;
+    if size <= store.part_size() {
+        let put = store.put(key, OWN_REQUEST_TTL);
+        return put_file(http, &put.url, &headers, path, timeout).await;
+    }
+    let part_size = store.part_size().max(size.div_ceil(MAX_PARTS));
+    let created = send(
+        http,
+        Method::POST,
+        &store.create_multipart(key, OWN_REQUEST_TTL).url,
+        None,
+        timeout,
+    )
+    .await?;
+    let upload_id = S3Store::upload_id(&String::from_utf8_lossy(&created))
+        .ok_or("the store's answer to CreateMultipartUpload has no upload id")?;
+    let parts = async {
+        let mut etags = Vec::new();
+        let mut offset = 0u64;
+        let mut number = 1u16;
+        while offset < size {
+            let len = part_size.min(size - offset);
+            let url = store
+                .upload_part(key, number, &upload_id, OWN_REQUEST_TTL)
+                .url;
+            let etag = put_range(http, &url, &[], path.clone(), Some((offset, len)), timeout)
+                .await?
+                .ok_or_else(|| format!("part {number}: the store answered without an ETag"))?;
+            etags.push(etag);
+            offset += len;
+            number = number.saturating_add(1);
+        }
+        let (done, body) = store.complete_multipart(key, &upload_id, &etags, OWN_REQUEST_TTL);
+        send(
+            http,
+            Method::POST,
+            &done.url,
+            Some(Bytes::from(body)),
+            timeout,
+        )
+        .await
+    }
+    .await;
+    match parts {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            let abort = store.abort_multipart(key, &upload_id, OWN_REQUEST_TTL);
+            let _ = send(
+                http,
+                Method::DELETE,
+                &abort.url,
+                None,
+                Duration::from_secs(60),
+            )
+            .await;
+            Err(e)
+        }
+    }
+}
+
+/// Sends `len` bytes of `file` (from where it is) through `tx` in chunks (on a blocking
+/// thread), then ends.
+fn stream_file(
+    mut file: std::fs::File,
+    mut len: u64,
+    mut tx: mpsc::Sender<std::io::Result<Bytes>>,
+) {
     use std::io::Read;
-    loop {
-        let mut buf = vec![0u8; CHUNK];
+    while len > 0 {
+        let want = usize::try_from(len).unwrap_or(CHUNK).min(CHUNK);
+        let mut buf = vec![0u8; want];
         let n = match file.read(&mut buf) {
             Ok(0) => return,
             Ok(n) => n,
@@ -79,6 +191,7 @@ fn stream_file(mut file: std::fs::File, mut tx: mpsc::Sender<std::io::Result<Byt
             }
         };
         buf.truncate(n);
+        len -= n as u64;
         if futures::executor::block_on(tx.send(Ok(Bytes::from(buf)))).is_err() {
             return;
         }

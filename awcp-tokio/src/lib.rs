@@ -99,7 +99,7 @@ pub async fn serve_executor(
 /// else ([`DelegatorHandle::handle_archive_http`]).
 pub fn archive_router(delegator: DelegatorHandle) -> axum::Router {
     axum::Router::new().fallback(move |req: axum::extract::Request| {
-        let answer = delegator.handle_archive_http(&req);
+        let answer = delegator.handle_archive_http(req);
         async move { answer.await.map(axum::body::Body::new) }
     })
 }

@@ -73,7 +73,13 @@ pub struct S3Config {
     pub prefix: String,
     /// The delegator's credentials (never sent to an executor: it gets presigned URLs).
     pub credentials: S3Credentials,
+    /// Above this size an upload is a multipart upload of parts this large (S3's minimum
+    /// part is 5 MiB).
+    pub part_size: u64,
 }
+
+/// The default multipart part size (`AWCP_S3_PART_MIB`, 64).
+pub const DEFAULT_PART_SIZE: u64 = 64 << 20;
 
 impl S3Config {
     /// A configuration from the variables the AWS tools read, looked up with `var`:
@@ -151,6 +157,9 @@ impl S3Config {
             path_style,
             prefix: prefix.or_else(|| var("AWCP_S3_PREFIX")).unwrap_or_default(),
             credentials,
+            part_size: var("AWCP_S3_PART_MIB")
+                .and_then(|m| m.parse::<u64>().ok())
+                .map_or(DEFAULT_PART_SIZE, |m| m.clamp(5, 5 * 1024) << 20),
         })
     }
 }
@@ -221,6 +230,7 @@ pub struct S3Store {
     credentials: Credentials,
     prefix: String,
     endpoint: String,
+    part_size: u64,
 }
 
 impl core::fmt::Debug for S3Store {
@@ -260,7 +270,13 @@ impl S3Store {
             credentials,
             prefix: config.prefix.clone(),
             endpoint: config.endpoint.clone(),
+            part_size: config.part_size,
         })
+    }
+
+    /// Above this size an upload is multipart, in parts this large.
+    pub fn part_size(&self) -> u64 {
+        self.part_size
     }
 
     /// The bucket's name.

@@ -48,16 +48,54 @@ fn s3_env(cmd: &mut Command, server: &S3Server) {
         .env_remove("AWS_SESSION_TOKEN");
 }
 
-/// `awcp --json delegate WS --peer PEER --transport storage …` with `server`'s credentials.
-fn delegate(ws: &Path, peer: &str, state: &Path, server: &S3Server, runtime: &str) -> Output {
+/// `awcp --json delegate WS --peer PEER --transport storage …` with `server`'s credentials
+/// (or, without a server, the local provider: `--serve-archives`), and `env`.
+fn delegate(
+    ws: &Path,
+    peer: &str,
+    state: &Path,
+    server: Option<&S3Server>,
+    runtime: &str,
+    env: &[(&str, &str)],
+) -> Output {
     let mut cmd = Command::new(bins::path("awcp"));
     cmd.args(["--quiet", "--json", "--runtime", runtime, "delegate"])
         .arg(ws)
         .args(["--peer", peer, "--prompt", "edit", "--transport", "storage"])
         .arg("--state-dir")
-        .arg(state);
-    s3_env(&mut cmd, server);
+        .arg(state)
+        .envs(env.iter().copied());
+    match server {
+        Some(server) => s3_env(&mut cmd, server),
+        None => {
+            for k in [
+                "AWCP_S3_BUCKET",
+                "AWS_ACCESS_KEY_ID",
+                "AWS_SECRET_ACCESS_KEY",
+            ] {
+                cmd.env_remove(k);
+            }
+            cmd.args(["--serve-archives", "127.0.0.1:0"]);
+        }
+    }
     cmd.output().expect("awcp runs")
+}
+
+/// The delegation in `o` completed and its result is in `ws`.
+fn assert_applied(o: &Output, ws: &Path, what: &str) {
+    assert_eq!(o.status.code(), Some(0), "{what}: applied\n{}", show(o));
+    assert_eq!(
+        std::fs::read_to_string(ws.join("RESULT.txt")).unwrap(),
+        "agent was here\n",
+        "{what}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.join("a.txt")).unwrap(),
+        "A by the agent\n",
+        "{what}"
+    );
+    let v = record(o);
+    assert_eq!(v["state"], "completed", "{what}: {v}");
 }
 
 /// Every file under `dir` (recursively) whose bytes contain `needle`.
@@ -121,19 +159,8 @@ fn a_delegation_through_s3_applies_on_both_runtimes_and_leaves_no_object() {
         let (_ex, peer) = executor(dir.path(), runtime);
         let ws = workspace();
         let state = tempfile::tempdir().unwrap();
-        let o = delegate(ws.path(), &peer, state.path(), &server, runtime);
-        assert_eq!(o.status.code(), Some(0), "{runtime}: applied\n{}", show(&o));
-        assert_eq!(
-            std::fs::read_to_string(ws.path().join("RESULT.txt")).unwrap(),
-            "agent was here\n",
-            "{runtime}"
-        );
-        assert_eq!(
-            std::fs::read_to_string(ws.path().join("a.txt")).unwrap(),
-            "A by the agent\n"
-        );
-        let v = record(&o);
-        assert_eq!(v["state"], "completed", "{runtime}: {v}");
+        let o = delegate(ws.path(), &peer, state.path(), Some(&server), runtime, &[]);
+        assert_applied(&o, ws.path(), runtime);
         // Both objects went with the release.
         assert_eq!(
             server.object_keys(BUCKET),
@@ -151,6 +178,65 @@ fn a_delegation_through_s3_applies_on_both_runtimes_and_leaves_no_object() {
         // And no presigned URL's signature was logged by the executor.
         let log = std::fs::read_to_string(dir.path().join("executor.log")).unwrap();
         assert!(!log.contains("X-Amz-Signature"), "{runtime}: {log}");
+    }
+}
+
+/// A workspace above the part size goes up as a multipart upload (5 MiB parts here: S3's
+/// smallest) that the server assembles; the executor's checksum check proves the bytes.
+#[test]
+fn a_large_workspace_goes_up_in_parts() {
+    if !s3::require_or_skip("a_large_workspace_goes_up_in_parts") {
+        return;
+    }
+    let server = S3Server::start();
+    server.create_bucket(BUCKET);
+    let dir = tempfile::tempdir().unwrap();
+    let (_ex, peer) = executor(dir.path(), "tokio");
+    let ws = workspace();
+    // 12 MiB that deflate cannot shrink: three parts.
+    let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+    let noise: Vec<u8> = (0..12 << 20)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    std::fs::write(ws.path().join("noise.bin"), &noise).unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let o = delegate(
+        ws.path(),
+        &peer,
+        state.path(),
+        Some(&server),
+        "tokio",
+        &[("AWCP_S3_PART_MIB", "5")],
+    );
+    assert_applied(&o, ws.path(), "multipart");
+    assert_eq!(std::fs::read(ws.path().join("noise.bin")).unwrap(), noise);
+    assert_eq!(server.object_keys(BUCKET), Vec::<String>::new());
+}
+
+/// Without a bucket, a delegator serving archives is its own object store (the local
+/// provider): the executor GETs and PUTs capability URLs on its archive listener.
+#[test]
+fn the_local_provider_serves_the_objects_itself_on_both_runtimes() {
+    for runtime in ["tokio", "smol"] {
+        let dir = tempfile::tempdir().unwrap();
+        let (_ex, peer) = executor(dir.path(), runtime);
+        let ws = workspace();
+        let state = tempfile::tempdir().unwrap();
+        let o = delegate(ws.path(), &peer, state.path(), None, runtime, &[]);
+        assert_applied(&o, ws.path(), runtime);
+        let left: Vec<_> = std::fs::read_dir(state.path().join("objects-local"))
+            .map(|r| r.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        assert!(left.is_empty(), "{runtime}: {left:?}");
+        let archives: Vec<_> = std::fs::read_dir(state.path().join("archives"))
+            .map(|r| r.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        assert!(archives.is_empty(), "{runtime}: {archives:?}");
     }
 }
 

@@ -4,6 +4,7 @@
 
 pub mod daemon;
 mod execute;
+mod local_objects;
 mod params;
 mod receive;
 mod run;
@@ -96,6 +97,13 @@ enum Cmd {
     /// The archive server asks for the archive whose URL token has this digest: the engine
     /// decides ([`Delegator::redeem_archive_url`]); the answer is the file to send.
     RedeemArchive(SecretDigest, oneshot::Sender<Option<PathBuf>>),
+    /// The archive server asks for a storage object of the local provider: the engine decides
+    /// ([`Delegator::redeem_object_url`]); the answer is the file to send or write.
+    RedeemObject(
+        SecretDigest,
+        awcp_proto::engine::delegator::ObjectUse,
+        oneshot::Sender<Option<local_objects::ObjectTarget>>,
+    ),
 }
 
 /// Bytes moved for a delegation, for progress displays.
@@ -114,6 +122,8 @@ pub struct Transfer {
 pub struct DelegatorHandle {
     tx: mpsc::UnboundedSender<Cmd>,
     sleep: Arc<dyn Fn(Duration) -> crate::runtime::BoxFuture<()> + Send + Sync>,
+    /// Runs a closure on the runtime's blocking pool (file writes of the local objects).
+    pool: local_objects::Pool,
     /// Journal records found at start but not loaded (id → why), e.g. written by a newer
     /// release. Their files are left untouched.
     unloaded: Arc<BTreeMap<String, String>>,
@@ -144,6 +154,8 @@ impl DelegatorHandle {
         let _ = std::fs::remove_dir_all(opts.state_dir.join("archives"));
         // Nor are results being received: an event stream cut by the stop is replayed.
         let _ = std::fs::remove_dir_all(opts.state_dir.join(receive::INCOMING));
+        // Nor are the local provider's objects (their grants die with the process).
+        let _ = std::fs::remove_dir_all(opts.state_dir.join(local_objects::LOCAL_OBJECTS));
         let journal = crate::executor::journal::Journal::at(opts.state_dir.join("delegations"))
             .with_history(opts.state_dir.join(HISTORY));
         // A delegator that never reads its history does not forget what is in it: ended
@@ -215,6 +227,7 @@ impl DelegatorHandle {
         Ok(DelegatorHandle {
             tx,
             sleep: Arc::new(move |d| rt2.sleep(d)),
+            pool: local_objects::pool(rt.clone()),
             unloaded: Arc::new(unloaded),
         })
     }
@@ -426,22 +439,51 @@ impl DelegatorHandle {
     /// [`agent_rt::Handler`] ([`Self::handle_archive_http`]).
     pub fn archive_handler(&self) -> agent_rt::Handler {
         let d = self.clone();
-        agent_rt::Handler::new(move |req| d.handle_archive_http(&req))
+        agent_rt::Handler::new(move |req| d.handle_archive_http(req))
     }
 
     /// Answers one request to the delegator's archive listener: `GET /archives/{token}`, a
     /// one-time, delegation-bound, expiring archive URL (executors fetch URL-mode workspaces
-    /// there). Everything else is 404: the daemon API is never served here (it has its own
-    /// listener, [`daemon::DaemonApi`]). Every driver's archive server calls this. Whether a
-    /// token opens an archive is the engine's decision ([`Delegator::redeem_archive_url`]:
-    /// once, before the lease ends, never after release); a stopped delegator answers 404.
+    /// there), and the storage transport's local objects (`GET /objects/{token}/workspace.zip`,
+    /// `PUT /objects/{token}/result.zip`; see `local_objects`). Everything else is 404: the
+    /// daemon API is never served here (it has its own listener, [`daemon::DaemonApi`]).
+    /// Every driver's archive server calls this. Whether a token opens an archive or an
+    /// object is the engine's decision ([`Delegator::redeem_archive_url`],
+    /// [`Delegator::redeem_object_url`]: once, before the lease ends, never after release); a
+    /// stopped delegator answers 404.
     pub fn handle_archive_http<B>(
         &self,
-        req: &http::Request<B>,
-    ) -> impl std::future::Future<Output = http::Response<ResponseBody>> + Send + 'static {
+        req: http::Request<B>,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = http::Response<ResponseBody>> + Send>>
+    where
+        B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
+        B::Error: std::fmt::Display + Send,
+    {
         fn not_found(why: ArchiveUrlRefusal) -> http::Response<ResponseBody> {
             let (status, body) = wire_http::reject_archive_url(why);
             net::json_response(status, body)
+        }
+        if let Some((token, use_)) =
+            local_objects::parse_object_request(req.method(), req.uri().path())
+        {
+            let (tx, rx) = oneshot::channel();
+            let _ = self
+                .tx
+                .unbounded_send(Cmd::RedeemObject(SecretDigest::of(&token), use_, tx));
+            let pool = self.pool.clone();
+            return Box::pin(async move {
+                match rx.await {
+                    Ok(Some(target)) => match use_ {
+                        awcp_proto::engine::delegator::ObjectUse::GetWorkspace => {
+                            crate::executor::file_response_pub(target.path)
+                        }
+                        awcp_proto::engine::delegator::ObjectUse::PutResult => {
+                            local_objects::receive_put(&pool, req.into_body(), target).await
+                        }
+                    },
+                    Ok(None) | Err(_) => not_found(ArchiveUrlRefusal::Refused),
+                }
+            });
         }
         let asked = match req.uri().path().strip_prefix("/archives/") {
             None => Err(ArchiveUrlRefusal::NotAnArchiveUrl),
@@ -454,7 +496,7 @@ impl DelegatorHandle {
                 Ok(rx)
             }
         };
-        async move {
+        Box::pin(async move {
             match asked {
                 Err(what) => not_found(what),
                 Ok(rx) => match rx.await {
@@ -462,7 +504,7 @@ impl DelegatorHandle {
                     Ok(None) | Err(_) => not_found(ArchiveUrlRefusal::Refused),
                 },
             }
-        }
+        })
     }
 }
 

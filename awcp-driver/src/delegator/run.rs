@@ -291,6 +291,9 @@ impl<R: Runtime> Loop<R> {
                 };
                 let _ = reply.send(file);
             }
+            Cmd::RedeemObject(token, use_, reply) => {
+                let _ = reply.send(self.redeem_object(now, &token, use_));
+            }
             Cmd::Input(i) => {
                 if let Err(e) = self.engine.handle(now, i) {
                     tracing::debug!("input ignored: {e}");

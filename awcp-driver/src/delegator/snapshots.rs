@@ -14,9 +14,17 @@ impl<R: Runtime> Loop<R> {
         if from_storage {
             // Our own result object, read with our own presigned GET: never the URL the
             // executor named.
-            if let Some(s) = &self.opts.object_store {
-                let key = s.result_key(&id);
-                snapshot.data.url = Some(s.get(&key, crate::objects::OWN_REQUEST_TTL).url);
+            match &self.opts.object_store {
+                Some(s) => {
+                    let key = s.result_key(&id);
+                    snapshot.data.url = Some(s.get(&key, crate::objects::OWN_REQUEST_TTL).url);
+                }
+                // The local provider: the result this delegator received itself (the store
+                // takes the file over).
+                None => {
+                    let f = super::local_objects::local_result_file(&self.opts.state_dir, &id);
+                    snapshot.data.local_file = Some(f.to_string_lossy().into_owned());
+                }
             }
         }
         // A result received into a file is the store's now.

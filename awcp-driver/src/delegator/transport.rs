@@ -80,13 +80,20 @@ impl<R: Runtime> Loop<R> {
         let store = self.opts.object_store.clone();
         let state_dir = self.opts.state_dir.clone();
         let http = self.http.clone();
-        let base = self.opts.archive_base_url.clone();
         let peer = self.engine.get(&id).map(|v| v.request.peer);
+        // Where the executor reaches this delegator's archive listener (archive URLs, the
+        // storage transport's local objects).
+        let base = match (self.opts.archive_base_url.as_deref(), peer.as_deref()) {
+            (Some(b), Some(p)) => Some(agent_rt::origin::concrete_base_for(b, p)),
+            (b, _) => b.map(str::to_owned),
+        };
+        let local_base = base.clone();
         let dir = self.opts.state_dir.join("archives");
         let dir2 = dir.clone();
         let baselines = self.baselines.clone();
         let baseline_file = self.baseline_file(&id);
         let note = self.tx.clone();
+        let note2 = self.tx.clone();
         self.spawn_in(crate::delegation_span(&id), async move {
             let did = id.clone();
             let for_storage = storage.is_some();
@@ -146,10 +153,7 @@ impl<R: Runtime> Loop<R> {
                         let token = crate::security::random_token().map_err(|e| {
                             PrepareFailure::Local(format!("archive URL token: {e}"))
                         })?;
-                        let base = match (base.as_deref(), peer.as_deref()) {
-                            (Some(b), Some(p)) => agent_rt::origin::concrete_base_for(b, p),
-                            (b, _) => b.unwrap_or("").to_owned(),
-                        };
+                        let base = base.unwrap_or_default();
                         let url = format!("{}/archives/{token}", base.trim_end_matches('/'));
                         // Known to the loop before the engine grants the URL.
                         let _ = note.unbounded_send(Cmd::ArchiveFile(did.clone(), f.path.clone()));
@@ -162,10 +166,13 @@ impl<R: Runtime> Loop<R> {
             })
             .await;
             let result = match (result, storage) {
-                (Ok((Packed::ToUpload(f), _)), Some(expires_at)) => {
+                (Ok((Packed::ToUpload(f), _)), Some(expires_at)) if store.is_some() => {
                     upload_workspace(&http, store, &state_dir, &id, f, expires_at)
                         .await
                         .map(|h| (h, None))
+                }
+                (Ok((Packed::ToUpload(f), _)), Some(expires_at)) => {
+                    local_objects_handle(&note2, local_base.as_deref(), &id, f, expires_at)
                 }
                 (Ok((Packed::Handle(h), token)), _) => Ok((h, token)),
                 (Ok((Packed::ToUpload(_), _)), None) => Err(PrepareFailure::Local(
@@ -192,10 +199,12 @@ impl<R: Runtime> Loop<R> {
         ts.extend(self.opts.extra_transports.iter().cloned());
         let feed = self.feed();
         let rt = self.rt.clone();
-        // The engine revoked the archive's URL with this output; its file goes too.
+        // The engine revoked the archive's URL with this output; its file goes too, and a
+        // result the local object store received.
         if let Some(path) = self.archive_files.remove(&id) {
             let _ = std::fs::remove_file(path);
         }
+        super::local_objects::remove_local_result(&self.opts.state_dir, &id);
         let store = self.opts.object_store.clone();
         let state_dir = self.opts.state_dir.clone();
         let http = self.http.clone();
@@ -265,6 +274,44 @@ enum Packed {
     ToUpload(awcp_transports::archive::ArchiveFile),
 }
 
+/// Storage without a bucket: the local provider (see `local_objects`). The workspace ZIP
+/// stays where it was packed (deleted at release); the handle names this delegator's object
+/// URLs under one fresh token, whose digest the engine grants.
+fn local_objects_handle(
+    note: &mpsc::UnboundedSender<Cmd>,
+    base: Option<&str>,
+    id: &DelegationId,
+    f: awcp_transports::archive::ArchiveFile,
+    expires_at: Timestamp,
+) -> Result<(TransportHandle, Option<SecretDigest>), PrepareFailure> {
+    let Some(base) = base else {
+        let _ = std::fs::remove_file(&f.path);
+        return Err(PrepareFailure::NotConfigured(TransportKind::Storage));
+    };
+    let token = crate::security::random_token().map_err(|e| {
+        let _ = std::fs::remove_file(&f.path);
+        PrepareFailure::Local(format!("storage object token: {e}"))
+    })?;
+    use awcp_proto::engine::delegator::ObjectUse;
+    let url = |u| {
+        format!(
+            "{}{}",
+            base.trim_end_matches('/'),
+            super::local_objects::object_path(&token, u)
+        )
+    };
+    // Known to the loop before the engine grants the token.
+    let _ = note.unbounded_send(Cmd::ArchiveFile(id.clone(), f.path.clone()));
+    let handle = TransportHandle::Storage(awcp_proto::StorageHandle {
+        download_url: url(ObjectUse::GetWorkspace),
+        upload_url: url(ObjectUse::PutResult),
+        checksum: f.checksum.clone(),
+        expires_at,
+        headers: Default::default(),
+    });
+    Ok((handle, Some(SecretDigest::of(&token))))
+}
+
 /// Storage: journals `id`'s objects (so a crash cannot leave them unnamed), uploads the
 /// workspace ZIP (streamed), and builds the handle: a GET of it and a PUT of the result, both
 /// presigned until the lease ends (capped at the store's limit). The local file goes.
@@ -285,10 +332,8 @@ async fn upload_workspace<R: Runtime>(
         .await
         .map_err(|e| PrepareFailure::Local(format!("journalling the objects: {e}")))?;
         let key = store.workspace_key(id);
-        let put = store.put(&key, crate::objects::OWN_REQUEST_TTL);
-        let headers = [("content-type", "application/zip".to_owned())];
         let timeout = std::time::Duration::from_secs(3600);
-        crate::objects::put_file(http, &put.url, &headers, f.path.clone(), timeout)
+        crate::objects::upload(http, &store, &key, f.path.clone(), timeout)
             .await
             .map_err(|why| {
                 PrepareFailure::Transport(awcp_proto::ErrorInfo::new(

@@ -850,10 +850,17 @@ async fn run<R: Driver>(cli: Cli, token_source: DaemonTokenSource) {
                 (Some("archive" | "storage"), Some(_)) => usage("--sshfs-config lends over sshfs"),
                 (Some(t), _) => usage(format!("--transport {t}: use archive, sshfs or storage")),
             };
+            // Storage goes through a bucket, or (none named) this delegator serves the
+            // objects itself on its archive listener (the local provider).
             let object_store = if transport == TransportKind::Storage && !daemon {
-                Some(s3.store().unwrap_or_else(|| {
-                    usage("--transport storage needs a bucket: --s3-bucket or AWCP_S3_BUCKET")
-                }))
+                let store = s3.store();
+                if store.is_none() && serve_archives.is_none() {
+                    usage(
+                        "--transport storage needs a bucket (--s3-bucket or AWCP_S3_BUCKET), \
+                         or --serve-archives to serve the objects from this delegator",
+                    );
+                }
+                store
             } else {
                 None
             };

@@ -36,11 +36,24 @@ pub enum ArchiveUrlRefused {
     Expired,
 }
 
+/// What a request to a storage object URL served by the delegator itself (the storage
+/// transport's local provider) does with it: the handle's `downloadUrl` and `uploadUrl` carry
+/// the same secret token, each good for one use ([`Delegator::redeem_object_url`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ObjectUse {
+    /// `GET` of the workspace ZIP (`downloadUrl`).
+    GetWorkspace,
+    /// `PUT` of the result ZIP (`uploadUrl`).
+    PutResult,
+}
+
 /// One live grant.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Grant {
     id: DelegationId,
     expires_at: Timestamp,
+    /// `None`: a one-time archive URL. Some: a storage object grant and the uses left.
+    object_uses: Option<Vec<ObjectUse>>,
 }
 
 /// The live one-time grants, by the token's digest (hex).
@@ -57,8 +70,58 @@ impl ArchiveGrants {
             Grant {
                 id: id.clone(),
                 expires_at,
+                object_uses: None,
             },
         );
+    }
+
+    /// `token` may GET `id`'s workspace object once and PUT its result object once, before
+    /// `expires_at`.
+    pub(super) fn grant_objects(
+        &mut self,
+        token: &SecretDigest,
+        id: &DelegationId,
+        expires_at: Timestamp,
+    ) {
+        self.by_token.insert(
+            token.to_hex(),
+            Grant {
+                id: id.clone(),
+                expires_at,
+                object_uses: Some(vec![ObjectUse::GetWorkspace, ObjectUse::PutResult]),
+            },
+        );
+    }
+
+    /// Uses up `use_` of `token`'s object grant: whose object it opens, if that use is left
+    /// and the grant is live at `now`. The grant goes with its last use or when it expired.
+    pub(super) fn redeem_object(
+        &mut self,
+        now: Timestamp,
+        token: &SecretDigest,
+        use_: ObjectUse,
+    ) -> Result<DelegationId, ArchiveUrlRefused> {
+        let key = token.to_hex();
+        let grant = self
+            .by_token
+            .get_mut(&key)
+            .ok_or(ArchiveUrlRefused::Unknown)?;
+        let Some(uses) = grant.object_uses.as_mut() else {
+            return Err(ArchiveUrlRefused::Unknown);
+        };
+        if now >= grant.expires_at {
+            self.by_token.remove(&key);
+            return Err(ArchiveUrlRefused::Expired);
+        }
+        let Some(at) = uses.iter().position(|u| *u == use_) else {
+            return Err(ArchiveUrlRefused::Unknown);
+        };
+        uses.remove(at);
+        let id = grant.id.clone();
+        if uses.is_empty() {
+            self.by_token.remove(&key);
+        }
+        Ok(id)
     }
 
     /// Uses up `token`'s grant: whose archive it opens, if it is live at `now`. A token is
@@ -68,9 +131,18 @@ impl ArchiveGrants {
         now: Timestamp,
         token: &SecretDigest,
     ) -> Result<DelegationId, ArchiveUrlRefused> {
+        let key = token.to_hex();
+        // An object grant is not an archive URL (another route, other uses).
+        if self
+            .by_token
+            .get(&key)
+            .is_some_and(|g| g.object_uses.is_some())
+        {
+            return Err(ArchiveUrlRefused::Unknown);
+        }
         let grant = self
             .by_token
-            .remove(&token.to_hex())
+            .remove(&key)
             .ok_or(ArchiveUrlRefused::Unknown)?;
         if now < grant.expires_at {
             Ok(grant.id)
@@ -101,6 +173,19 @@ impl Delegator {
         token: &SecretDigest,
     ) -> Result<DelegationId, ArchiveUrlRefused> {
         self.archive_grants.redeem(now, token)
+    }
+
+    /// A request reached a storage object URL the delegator serves itself (the storage
+    /// transport's local provider) with the token whose digest is `token`: whose object it
+    /// opens for `use_`, or why not. The workspace's GET and the result's PUT are each granted
+    /// once, only before the lease ends, never after the transport was released.
+    pub fn redeem_object_url(
+        &mut self,
+        now: Timestamp,
+        token: &SecretDigest,
+        use_: ObjectUse,
+    ) -> Result<DelegationId, ArchiveUrlRefused> {
+        self.archive_grants.redeem_object(now, token, use_)
     }
 
     /// How many one-time archive URLs are live.
@@ -147,6 +232,45 @@ mod tests {
         g.revoke(&did("dlg_a"));
         assert_eq!(g.redeem(at(1), &a), Err(ArchiveUrlRefused::Unknown));
         assert_eq!(g.redeem(at(1), &b), Ok(did("dlg_b")));
+    }
+
+    #[test]
+    fn an_object_grant_opens_each_object_once_and_never_as_an_archive_url() {
+        let mut g = ArchiveGrants::default();
+        let t = SecretDigest::of("objects");
+        g.grant_objects(&t, &did("dlg_s"), at(10));
+        assert_eq!(g.redeem(at(1), &t), Err(ArchiveUrlRefused::Unknown));
+        let get = ObjectUse::GetWorkspace;
+        let put = ObjectUse::PutResult;
+        assert_eq!(g.redeem_object(at(1), &t, get), Ok(did("dlg_s")));
+        assert_eq!(
+            g.redeem_object(at(2), &t, get),
+            Err(ArchiveUrlRefused::Unknown)
+        );
+        assert_eq!(g.redeem_object(at(3), &t, put), Ok(did("dlg_s")));
+        assert_eq!(g.len(), 0, "gone with its last use");
+        // Expired: refused, and gone.
+        g.grant_objects(&t, &did("dlg_s"), at(10));
+        assert_eq!(
+            g.redeem_object(at(10), &t, put),
+            Err(ArchiveUrlRefused::Expired)
+        );
+        assert_eq!(g.len(), 0);
+        // An archive URL's token opens no object.
+        let a = SecretDigest::of("archive");
+        g.grant(&a, &did("dlg_a"), at(10));
+        assert_eq!(
+            g.redeem_object(at(1), &a, get),
+            Err(ArchiveUrlRefused::Unknown)
+        );
+        assert_eq!(g.redeem(at(1), &a), Ok(did("dlg_a")));
+        // Revoked with its delegation.
+        g.grant_objects(&t, &did("dlg_s"), at(10));
+        g.revoke(&did("dlg_s"));
+        assert_eq!(
+            g.redeem_object(at(1), &t, put),
+            Err(ArchiveUrlRefused::Unknown)
+        );
     }
 
     #[test]

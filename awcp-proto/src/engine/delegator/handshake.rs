@@ -266,10 +266,15 @@ impl Delegator {
         archive_token: Option<crate::engine::auth::SecretDigest>,
     ) -> Result<(), UsageError> {
         let expires_at = self.get_mut(id)?.expires_at;
-        if let (Ok(_), Some(token), Some(expires_at)) = (&result, archive_token, expires_at) {
+        if let (Ok(handle), Some(token), Some(expires_at)) = (&result, archive_token, expires_at) {
             // Revoked when the transport is released (also right away, below, if the
-            // delegation already finished).
-            self.archive_grants.grant(&token, id, expires_at);
+            // delegation already finished). A storage handle's token opens its two objects
+            // (the local provider: objects this delegator serves itself).
+            if matches!(handle, TransportHandle::Storage(_)) {
+                self.archive_grants.grant_objects(&token, id, expires_at);
+            } else {
+                self.archive_grants.grant(&token, id, expires_at);
+            }
         }
         let result = result.map_err(|f| f.to_error_info());
         let d = self.get_mut(id)?;

@@ -73,7 +73,7 @@ mod view;
 /// Re-exported from [`crate::wire`], where it lives beside the wire format.
 pub use crate::wire::ArchiveLayout;
 use archive_grants::ArchiveGrants;
-pub use archive_grants::{ArchiveDelivery, ArchiveUrlRefused};
+pub use archive_grants::{ArchiveDelivery, ArchiveUrlRefused, ObjectUse};
 pub use config::{DelegateRequest, DelegatorConfig};
 use delegation::*;
 pub use failures::{PrepareFailure, ScanFailure, StoreFailure};
