@@ -148,6 +148,9 @@ struct Daemon {
     token: Option<String>,
     /// The in-process delegator, if this server owns one.
     in_process: Option<DelegatorHandle>,
+    /// The in-process delegator lends over storage too (a bucket in the environment, or
+    /// `--serve-archives` for the local provider).
+    storage: bool,
     /// The private state directory of the in-process daemon (removed when dropped).
     _private_state: Option<tempfile::TempDir>,
 }
@@ -179,6 +182,7 @@ async fn daemon(cli: &Cli, tls: &ClientTls) -> Daemon {
             url,
             token,
             in_process: None,
+            storage: false,
             _private_state: None,
         };
     }
@@ -223,6 +227,24 @@ async fn daemon(cli: &Cli, tls: &ClientTls) -> Daemon {
         (l, base)
     });
     opts.archive_base_url = archives.as_ref().map(|a| a.1.clone());
+    // The storage transport: the bucket the environment names (AWCP_S3_BUCKET and the AWS
+    // variables), else the local provider where archives are served.
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+    match awcp_transports::storage::S3Config::from_env(
+        None,
+        None,
+        None,
+        &|k| std::env::var(k).ok(),
+        home.as_deref(),
+    ) {
+        Ok(c) => match awcp_transports::storage::S3Store::new(&c) {
+            Ok(s) => opts.object_store = Some(Arc::new(s)),
+            Err(e) => fail(format!("storage transport: {e}")),
+        },
+        Err(awcp_transports::storage::StorageConfigError::NoBucket) => {}
+        Err(e) => fail(format!("storage transport: {e}")),
+    }
+    let storage = opts.object_store.is_some() || opts.archive_base_url.is_some();
     opts.engine.admission = awcp_proto::AdmissionLimits {
         max_total_bytes: cli.max_total_bytes,
         max_file_count: cli.max_file_count,
@@ -257,6 +279,7 @@ async fn daemon(cli: &Cli, tls: &ClientTls) -> Daemon {
         url,
         token: Some(token),
         in_process: Some(d),
+        storage,
         _private_state: private,
     }
 }
@@ -296,7 +319,13 @@ async fn main() {
         access_mode: cli.default_access_mode.clone(),
         snapshot_mode: cli.snapshot_mode.clone(),
         transport: cli.transport.clone(),
-        transports: in_process.as_ref().map(|_| vec!["archive".to_owned()]),
+        transports: in_process.as_ref().map(|_| {
+            let mut t = vec!["archive".to_owned()];
+            if daemon.storage {
+                t.push("storage".to_owned());
+            }
+            t
+        }),
         foreground_budget: Duration::from_secs(cli.foreground_budget),
         survives_exit: in_process.is_none(),
     };

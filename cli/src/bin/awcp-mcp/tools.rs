@@ -1100,14 +1100,18 @@ impl AwcpMcp {
             .collect()
     }
 
-    /// The transports `delegate` offers: the in-process daemon's (archive), or for a shared
-    /// daemon the ones this build implements (archive, sshfs): never one that would only fail
-    /// with "not available" (storage and git are not built yet).
+    /// The transports `delegate` offers: the in-process daemon's (archive, and storage with a
+    /// bucket in the environment or `--serve-archives`), or for a shared daemon the ones this
+    /// build implements (archive, sshfs, storage): never one that would only fail with "not
+    /// available" (git is not built yet).
     fn offered_transports(&self) -> Vec<String> {
-        self.defaults
-            .transports
-            .clone()
-            .unwrap_or_else(|| vec!["archive".to_owned(), "sshfs".to_owned()])
+        self.defaults.transports.clone().unwrap_or_else(|| {
+            vec![
+                "archive".to_owned(),
+                "sshfs".to_owned(),
+                "storage".to_owned(),
+            ]
+        })
     }
 
     /// Runs one tool; `sink` receives a foreground `delegate`'s progress.
