@@ -144,8 +144,9 @@ pub struct SshfsHandle {
     pub host_key: Option<String>,
 }
 
-/// `storage` handle.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// `storage` handle. `Debug` shows the URLs without their query (a presigned URL's
+/// signature is a bearer capability) and the headers' names only.
+#[derive(Clone, PartialEq, Eq)]
 pub struct StorageHandle {
     /// The executor GETs the workspace ZIP here.
     pub download_url: String,
@@ -157,6 +158,21 @@ pub struct StorageHandle {
     pub expires_at: Timestamp,
     /// Extra request headers.
     pub headers: BTreeMap<String, String>,
+}
+
+impl core::fmt::Debug for StorageHandle {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        fn bare(url: &str) -> &str {
+            url.split_once('?').map_or(url, |(base, _)| base)
+        }
+        f.debug_struct("StorageHandle")
+            .field("download_url", &bare(&self.download_url))
+            .field("upload_url", &bare(&self.upload_url))
+            .field("checksum", &self.checksum)
+            .field("expires_at", &self.expires_at)
+            .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .finish()
+    }
 }
 
 /// A `storage` delegation's result as the executor reports it (\[R\]): it PUTs the result
@@ -209,4 +225,25 @@ pub struct GitHandle {
     pub base_commit: String,
     /// Credential.
     pub auth: Option<GitAuth>,
+}
+
+#[cfg(test)]
+mod storage_tests {
+    use super::*;
+
+    #[test]
+    fn a_storage_handles_debug_shows_no_signature_or_header_value() {
+        let h = StorageHandle {
+            download_url: "https://s3.example/b/k.zip?X-Amz-Signature=abc".into(),
+            upload_url: "https://s3.example/b/r.zip?X-Amz-Signature=def".into(),
+            checksum: "00".into(),
+            expires_at: Timestamp::from_unix_millis(0),
+            headers: [("authorization".to_owned(), "Bearer s3cr3t".to_owned())].into(),
+        };
+        let text = format!("{h:?}");
+        assert!(text.contains("https://s3.example/b/k.zip"), "{text}");
+        for secret in ["X-Amz-Signature", "abc", "def", "s3cr3t"] {
+            assert!(!text.contains(secret), "{text}");
+        }
+    }
 }
