@@ -341,13 +341,17 @@ async fn upload_workspace<R: Runtime>(
                     format!("uploading the workspace to storage: {why}"),
                 ))
             })?;
-        let left = crate::dashboard::secs_between(crate::dashboard::now(), expires_at);
-        let ttl = std::time::Duration::from_secs(u64::try_from(left).unwrap_or(0).max(1));
+        // Valid until the lease ends, or as long as the store allows (SigV4: 7 days); the
+        // handle says which.
+        let now = crate::dashboard::now();
+        let left = crate::dashboard::secs_between(now, expires_at);
+        let ttl = std::time::Duration::from_secs(u64::try_from(left).unwrap_or(0).max(1))
+            .min(awcp_transports::storage::MAX_PRESIGN);
         Ok(TransportHandle::Storage(awcp_proto::StorageHandle {
             download_url: store.get(&key, ttl).url,
             upload_url: store.put(&store.result_key(id), ttl).url,
             checksum: f.checksum.clone(),
-            expires_at,
+            expires_at: expires_at.min(now.saturating_add(ttl)),
             headers: Default::default(),
         }))
     }
