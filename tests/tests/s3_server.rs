@@ -1,6 +1,7 @@
 //! The test S3 server ([`awcp_tests::s3::S3Server`], s3s-fs on loopback) is a real check:
 //! correctly signed requests work, and wrongly signed, unsigned, tampered and expired ones are
-//! refused. Requests are made with curl (`--aws-sigv4`); presigned URLs with [`presign`] below.
+//! refused. Requests are made with curl (`--aws-sigv4`); presigned URLs with
+//! [`S3Server::presign`].
 //!
 //! Skipped with a message where s3s-fs is not installed, unless `AWCP_REQUIRE_S3_TEST=1` (set by
 //! `.ci/run`, which installs it) makes that a failure.
@@ -9,7 +10,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use awcp_tests::s3::S3Server;
+use awcp_tests::s3::{amz_date, hex, hmac_sha256, S3Server};
 use sha2::{Digest as _, Sha256};
 
 /// The SHA-256 of the empty payload (what a GET signs as its payload hash).
@@ -90,85 +91,6 @@ fn put(s3: &S3Server, path: &str, bytes: &[u8]) -> u16 {
     .0
 }
 
-/// Lowercase hex.
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// HMAC-SHA256 (RFC 2104; sha2 is the only hash this crate depends on).
-fn hmac_sha256(key: &[u8], msg: &[u8]) -> [u8; 32] {
-    let mut k = [0u8; 64];
-    if key.len() > 64 {
-        k[..32].copy_from_slice(&Sha256::digest(key));
-    } else {
-        k[..key.len()].copy_from_slice(key);
-    }
-    let inner = Sha256::new()
-        .chain_update(k.map(|b| b ^ 0x36))
-        .chain_update(msg)
-        .finalize();
-    Sha256::new()
-        .chain_update(k.map(|b| b ^ 0x5c))
-        .chain_update(inner)
-        .finalize()
-        .into()
-}
-
-/// `YYYYMMDDTHHMMSSZ` of `t` (UTC).
-fn amz_date(t: SystemTime) -> String {
-    let secs = t.duration_since(UNIX_EPOCH).unwrap().as_secs();
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    // Days since 1970-01-01 to a civil date (H. Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}{month:02}{day:02}T{:02}{:02}{:02}Z",
-        rem / 3600,
-        rem / 60 % 60,
-        rem % 60
-    )
-}
-
-/// A SigV4 presigned URL (query-string auth, only `host` signed, `UNSIGNED-PAYLOAD`) for
-/// `method` on `ENDPOINT/path` (`path` needs no percent-encoding), signed at `at` and valid for
-/// `expires` seconds.
-fn presign(s3: &S3Server, method: &str, path: &str, at: SystemTime, expires: u64) -> String {
-    let host = s3
-        .endpoint
-        .strip_prefix("http://")
-        .expect("an http endpoint");
-    let date = amz_date(at);
-    let scope = format!("{}/{}/s3/aws4_request", &date[..8], s3.region);
-    // Already in canonical (sorted, encoded) order.
-    let query = format!(
-        "X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential={}%2F{}&X-Amz-Date={date}\
-         &X-Amz-Expires={expires}&X-Amz-SignedHeaders=host",
-        s3.access_key,
-        scope.replace('/', "%2F")
-    );
-    let canonical = format!("{method}\n{path}\n{query}\nhost:{host}\n\nhost\nUNSIGNED-PAYLOAD");
-    let to_sign = format!(
-        "AWS4-HMAC-SHA256\n{date}\n{scope}\n{}",
-        hex(&Sha256::digest(canonical.as_bytes()))
-    );
-    let mut key = hmac_sha256(
-        format!("AWS4{}", s3.secret_key).as_bytes(),
-        &date.as_bytes()[..8],
-    );
-    for part in [s3.region.as_str(), "s3", "aws4_request"] {
-        key = hmac_sha256(&key, part.as_bytes());
-    }
-    let signature = hex(&hmac_sha256(&key, to_sign.as_bytes()));
-    format!("{}{path}?{query}&X-Amz-Signature={signature}", s3.endpoint)
-}
-
 /// Bytes of every value, so a round trip that loses or alters any byte shows.
 fn sample_bytes() -> Vec<u8> {
     (0..200_000u32)
@@ -188,6 +110,23 @@ fn signing_helpers_match_references() {
         amz_date(UNIX_EPOCH + Duration::from_secs(1_709_251_199)),
         "20240229T235959Z"
     );
+    // RFC 4231, test case 6 (a key longer than a block is hashed first).
+    assert_eq!(
+        hex(&hmac_sha256(
+            &[0xaa; 131],
+            b"Test Using Larger Than Block-Size Key - Hash Key First"
+        )),
+        "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"
+    );
+    // The library's own SHA-256 agrees with sha2 across the padding boundaries.
+    let data = sample_bytes();
+    for len in (0..300).chain([4095, 4096, 4097, data.len()]) {
+        assert_eq!(
+            awcp_tests::s3::sha256(&data[..len]),
+            <[u8; 32]>::from(Sha256::digest(&data[..len])),
+            "SHA-256 of {len} bytes"
+        );
+    }
 }
 
 #[test]
@@ -318,7 +257,7 @@ fn presigned_urls_are_checked() {
     assert_eq!(put(&s3, "/presigned/other", b"other"), 200);
     let now = SystemTime::now();
 
-    let url = presign(&s3, "GET", "/presigned/obj", now, 300);
+    let url = s3.presign("GET", "presigned", "obj", now, 300);
     let (code, got) = curl("GET", &url, Auth::None, None, None);
     assert_eq!(code, 200, "{}", String::from_utf8_lossy(&got));
     assert!(got == bytes, "the presigned GET returned other bytes");
@@ -341,19 +280,13 @@ fn presigned_urls_are_checked() {
     assert_eq!(curl("GET", &longer, Auth::None, None, None).0, 403);
 
     // Signed 10 s ago for 1 s: correctly signed, but expired.
-    let expired = presign(
-        &s3,
-        "GET",
-        "/presigned/obj",
-        now - Duration::from_secs(10),
-        1,
-    );
+    let expired = s3.presign("GET", "presigned", "obj", now - Duration::from_secs(10), 1);
     let (code, body) = curl("GET", &expired, Auth::None, None, None);
     assert_eq!(code, 403);
     assert!(String::from_utf8_lossy(&body).contains("expired"));
 
     // A presigned PUT stores; a tampered one does not.
-    let put_url = presign(&s3, "PUT", "/presigned/uploaded", now, 300);
+    let put_url = s3.presign("PUT", "presigned", "uploaded", now, 300);
     assert_eq!(curl("PUT", &put_url, Auth::None, Some(b"up"), None).0, 200);
     let bad = put_url.replace("/presigned/uploaded?", "/presigned/sneaked?");
     assert_eq!(curl("PUT", &bad, Auth::None, Some(b"up"), None).0, 403);
