@@ -7,11 +7,14 @@
 //! branch once into `<target>/awcp-ref/<branch>` (`git archive <branch>`, `npm ci`, then `tsc`
 //! of `@awcp/core`, `@awcp/transport-archive` and `@awcp/sdk`) under a lock file, so test
 //! binaries running in parallel build it once between them; a marker file holding the commit
-//! built says the tree is complete (a new commit of the branch in the mirror rebuilds it). Two
-//! scripts of ours go into the tree's `interop/` directory (so that `@awcp/*` resolve from its
-//! `node_modules`): [`EXECUTOR_MJS`], a reference executor with a trivial agent, and
+//! built and the packages built ([`BUILT_PACKAGES`]) says the tree is complete (a new commit of
+//! the branch in the mirror, or a changed package list, rebuilds it). `@awcp/transport-storage`
+//! is built too (after `@awcp/transport-archive`, which it uses) where the branch has it. Our
+//! scripts go into the tree's `interop/` directory (so that `@awcp/*` resolve from its
+//! `node_modules`): [`EXECUTOR_MJS`], a reference executor with a trivial agent,
 //! [`DELEGATOR_MJS`], the reference `DelegatorService` driving several rounds (then a CLOSE, a
-//! cancel or a wait: its `AWCP_REF_MODE`).
+//! cancel or a wait: its `AWCP_REF_MODE`), and for the storage transport (`reference_storage.rs`)
+//! [`STORAGE_EXECUTOR_MJS`] and [`STORAGE_DELEGATOR_MJS`].
 //!
 //! The mirror is `$AWCP_REFERENCE_GIT` (default [`DEFAULT_MIRROR`]). Where it, `git`, `tar`,
 //! `node` (≥ 18) or `npm` are missing, or the build fails (`npm ci` needs the npm registry),
@@ -35,8 +38,23 @@ pub const DEV: &str = "dev";
 /// The branch adding the delegator's idle timeout (`delegation.idleTimeoutMs`) to it.
 pub const PS_DEV: &str = "ps_dev";
 
-/// Written into the built tree last; holds the commit built.
+/// Written into the built tree last; holds the commit built and [`BUILT_PACKAGES`]
+/// ([`marker_text`]).
 const MARKER: &str = ".awcp-rs-reference-built";
+
+/// The workspaces `npm run build` builds after `npm ci`, in this order (a package a branch does
+/// not have under `packages/<name without @awcp/>` is left out).
+const BUILT_PACKAGES: [&str; 4] = [
+    "@awcp/core",
+    "@awcp/transport-archive",
+    "@awcp/transport-storage",
+    "@awcp/sdk",
+];
+
+/// What [`MARKER`] holds once `commit` is built: the commit, then the packages built.
+fn marker_text(commit: &str) -> String {
+    format!("{commit}\nbuilt: {}\n", BUILT_PACKAGES.join(" "))
+}
 
 /// How long the executor may take to print `LISTENING <port>`.
 const EXECUTOR_START_LIMIT: Duration = Duration::from_secs(30);
@@ -335,6 +353,238 @@ if (client && closeOutcome !== 'accepted') fail(`CLOSE was not accepted: ${close
 finish(true);
 "#;
 
+/// A reference (`dev`) AWCP executor like [`EXECUTOR_MJS`] (same request log, `LISTENING`,
+/// stdin) but with `StorageExecutorTransport` of `@awcp/transport-storage` (its temporary
+/// directory `AWCP_REF_TEMP_DIR`: the transport deletes every `*.zip` there when it starts, so
+/// it must not be shared). Its agent writes `<workPath>/<resource>/storage-agent.txt`
+/// (`prompt=<prompt>`) and returns `{summary: "did: <description>", highlights}`.
+///
+/// Stdout, besides the lines of [`EXECUTOR_MJS`]: `FILES <id> <JSON array>` (what the agent
+/// found in its resource directory, i.e. what the transport's setup extracted), `SETUP <id>
+/// ok` or `SETUP <id> failed: <message>` (the download, checksum check and extraction),
+/// `CAPTURE <id> <text>` (the snapshot text the transport returned: `{"resultUrl": …}` with the
+/// URL's query cut off, or `(inline)`) or `CAPTURE <id> failed: <message>` (the result PUT).
+pub const STORAGE_EXECUTOR_MJS: &str = r#"// awcp-rs interop harness (tests/tests/reference_support): a reference storage executor.
+import express from 'express';
+import { executorHandler } from '@awcp/sdk/server/express';
+import { StorageExecutorTransport } from '@awcp/transport-storage';
+import { readdir, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+
+const workDir = process.env.AWCP_REF_WORK_DIR;
+const tempDir = process.env.AWCP_REF_TEMP_DIR;
+if (!workDir || !tempDir) {
+  console.error('AWCP_REF_WORK_DIR and AWCP_REF_TEMP_DIR are required');
+  process.exit(64);
+}
+
+process.stdin.on('end', () => process.exit(0));
+process.stdin.on('error', () => process.exit(0));
+process.stdin.resume();
+
+const transport = new StorageExecutorTransport({ tempDir });
+const setup = transport.setup.bind(transport);
+transport.setup = async (params) => {
+  try {
+    const r = await setup(params);
+    console.log(`SETUP ${params.delegationId} ok`);
+    return r;
+  } catch (e) {
+    console.log(`SETUP ${params.delegationId} failed: ${e?.message ?? e}`);
+    throw e;
+  }
+};
+const capture = transport.captureSnapshot.bind(transport);
+transport.captureSnapshot = async (params) => {
+  try {
+    const r = await capture(params);
+    let text = '(inline)';
+    if (typeof r?.snapshotBase64 === 'string' && r.snapshotBase64.startsWith('{')) {
+      const v = JSON.parse(r.snapshotBase64);
+      if (typeof v.resultUrl === 'string') v.resultUrl = v.resultUrl.split('?')[0];
+      text = JSON.stringify(v);
+    }
+    console.log(`CAPTURE ${params.delegationId} ${text}`);
+    return r;
+  } catch (e) {
+    console.log(`CAPTURE ${params.delegationId} failed: ${e?.message ?? e}`);
+    throw e;
+  }
+};
+
+const executor = {
+  async execute({ delegationId, workPath, task, environment }) {
+    console.log(`AGENT ${delegationId} ${JSON.stringify(task)}`);
+    const res = environment.resources[0]?.name ?? 'workspace';
+    const dir = join(workPath, res);
+    console.log(`FILES ${delegationId} ${JSON.stringify((await readdir(dir)).sort())}`);
+    await writeFile(join(dir, 'storage-agent.txt'), `prompt=${task.prompt}\n`);
+    return { summary: `did: ${task.description}`, highlights: (await readdir(dir)).sort() };
+  },
+};
+
+const awcp = await executorHandler({ executor, config: { workDir, transport } });
+
+const app = express();
+app.use(
+  '/awcp',
+  express.json({ limit: '1gb' }),
+  (req, res, next) => {
+    const body = req.body && typeof req.body === 'object' ? req.body : {};
+    const type = typeof body.type === 'string' ? body.type : '-';
+    const id = typeof body.delegationId === 'string' ? body.delegationId : '-';
+    console.log(`REQ ${req.method} ${req.originalUrl} type=${type} id=${id}`);
+    res.on('finish', () => console.log(`RES ${res.statusCode} ${req.method} ${req.originalUrl} type=${type}`));
+    next();
+  },
+  awcp.router,
+);
+const server = app.listen(0, '127.0.0.1', () => {
+  console.log(`LISTENING ${server.address().port}`);
+});
+"#;
+
+/// The reference `DelegatorService` (of the tree's branch) with `StorageDelegatorTransport` and
+/// its `local` provider (`{type: 'local', localDir: LOCAL_DIR, endpoint: ENDPOINT}`), snapshot
+/// mode `auto`, running one delegation of the directory `SRC` (resource `workspace`, `rw`;
+/// task `{description: 'storage', prompt: 'storage round'}`) on an executor:
+/// `node storage-delegator.mjs PEER SRC STATE_DIR LOCAL_DIR ENDPOINT`. The provider writes the
+/// workspace ZIP to `LOCAL_DIR/workspaces/<id>.zip` and hands out
+/// `ENDPOINT/workspaces/<id>.zip` and `ENDPOINT/workspaces/<id>-result.zip`, which something
+/// else (the test) must serve (GET and PUT) from `LOCAL_DIR`. A `round_done` (idle) is
+/// answered with a CLOSE; the script waits for `completed`.
+///
+/// Stdout: `HANDLE {json}` (the START handle `prepare` made) as it is made, then `RESULT
+/// {json}`: `ok`, (with `ok: false`) `reason`, `id`, `state`, `result`, `error`, `snapshots`
+/// (`id`, `status`), `errors` (the `onError` hook's), `events` (each SSE event handled:
+/// `type`, `status`, `message`, `code`, and for a snapshot its `snapshotText`: the
+/// `snapshotBase64` text where it starts with `{`, else `(base64)`), `handle`, `apply` (what
+/// the transport's `applySnapshot` came to: `null` if never called, `applied`, or `failed:
+/// <message>` — the service itself only logs a failure and marks the snapshot applied all the
+/// same), `files` (the sorted names in `SRC` at the end). Exit status 0 only with `ok: true`:
+/// the state `completed` without `onError` within 60 s (`AWCP_REF_TIMEOUT_MS`). It exits when
+/// its standard input closes.
+pub const STORAGE_DELEGATOR_MJS: &str = r#"// awcp-rs interop harness (tests/tests/reference_support): the reference storage delegator.
+import { DelegatorService } from '@awcp/sdk';
+import { StorageDelegatorTransport } from '@awcp/transport-storage';
+import { readdirSync } from 'node:fs';
+import { join } from 'node:path';
+
+const [peer, src, stateDir, localDir, endpoint] = process.argv.slice(2);
+if (!peer || !src || !stateDir || !localDir || !endpoint) {
+  console.error('usage: node storage-delegator.mjs PEER SRC STATE_DIR LOCAL_DIR ENDPOINT');
+  process.exit(64);
+}
+const timeoutMs = Number.parseInt(process.env.AWCP_REF_TIMEOUT_MS ?? '60000', 10);
+
+let svc;
+let id;
+let handle = null;
+let apply = null;
+const errors = [];
+const events = [];
+
+const files = () => {
+  try {
+    return readdirSync(src).sort();
+  } catch {
+    return null;
+  }
+};
+const view = () => {
+  const d = id && svc ? svc.getDelegation(id) : undefined;
+  if (!d) return { id: id ?? null };
+  return {
+    id,
+    state: d.state,
+    result: d.result ?? null,
+    error: d.error ?? null,
+    snapshots: (d.snapshots ?? []).map((s) => ({ id: s.id, status: s.status })),
+  };
+};
+const finish = (ok, reason) => {
+  const line = { ok, ...(ok ? {} : { reason }), ...view(), errors, events, handle, apply, files: files() };
+  console.log('RESULT ' + JSON.stringify(line));
+  process.exit(ok ? 0 : 1);
+};
+const fail = (reason) => finish(false, reason);
+
+setTimeout(() => fail(`timed out after ${timeoutMs} ms`), timeoutMs);
+process.on('unhandledRejection', (e) => fail(`unhandled rejection: ${e?.message ?? e}`));
+process.on('uncaughtException', (e) => fail(`uncaught exception: ${e?.message ?? e}`));
+process.stdin.on('end', () => fail('standard input closed (the test went away)'));
+process.stdin.on('error', () => fail('standard input failed'));
+process.stdin.resume();
+
+const transport = new StorageDelegatorTransport({
+  provider: { type: 'local', localDir, endpoint },
+  tempDir: join(stateDir, 'tmp'),
+});
+const prepare = transport.prepare.bind(transport);
+transport.prepare = async (params) => {
+  const h = await prepare(params);
+  handle = h;
+  console.log('HANDLE ' + JSON.stringify(h));
+  return h;
+};
+const applySnapshot = transport.applySnapshot.bind(transport);
+transport.applySnapshot = async (params) => {
+  try {
+    await applySnapshot(params);
+    apply = 'applied';
+  } catch (e) {
+    apply = `failed: ${e?.message ?? e}`;
+    throw e;
+  }
+};
+
+svc = new DelegatorService({
+  config: {
+    baseDir: join(stateDir, 'base'),
+    transport,
+    delegation: { snapshot: { mode: 'auto' } },
+    hooks: { onError: (_id, e) => errors.push(e?.message ?? String(e)) },
+  },
+});
+if (typeof svc.handleTaskEvent === 'function') {
+  const handle = svc.handleTaskEvent.bind(svc);
+  svc.handleTaskEvent = async (delegationId, event) => {
+    const text = typeof event?.snapshotBase64 === 'string'
+      ? (event.snapshotBase64.startsWith('{') ? event.snapshotBase64 : '(base64)')
+      : undefined;
+    events.push({
+      type: event?.type ?? null,
+      status: event?.status ?? null,
+      message: event?.message ?? null,
+      code: event?.code ?? null,
+      ...(text === undefined ? {} : { snapshotText: text }),
+    });
+    return handle(delegationId, event);
+  };
+}
+await svc.initialize();
+
+id = await svc.delegate({
+  executorUrl: peer,
+  environment: { resources: [{ name: 'workspace', type: 'fs', source: src, mode: 'rw' }] },
+  task: { description: 'storage', prompt: 'storage round' },
+});
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+let closed = false;
+for (;;) {
+  const s = svc.getDelegation(id)?.state;
+  if (s === 'error' || s === 'cancelled' || s === 'expired') fail(`the delegation entered state ${s}`);
+  if (errors.length > 0) fail(`onError: ${errors.join('; ')}`);
+  if (s === 'completed') break;
+  if (s === 'idle' && !closed) {
+    closed = true;
+    await svc.close(id);
+  }
+  await sleep(20);
+}
+finish(true);
+"#;
+
 /// The progress line (`status` event `message`) the `cancel-round-2` mode of
 /// [`DELEGATOR_MJS`] waits for before it cancels: what the test's agent prints once started.
 pub const SLOW_AGENT_STARTED: &str = "slow agent started";
@@ -464,7 +714,7 @@ fn prepare(branch: &str) -> Result<PathBuf, String> {
     let dir = base.join(branch);
     let _lock = lock(&base.join(format!("{branch}.lock")))?;
     let built = std::fs::read_to_string(dir.join(MARKER)).unwrap_or_default();
-    if built.trim() != commit {
+    if built != marker_text(&commit) {
         eprintln!(
             "building the reference's {branch} branch ({commit}) into {} (npm ci, tsc; a minute or two)",
             dir.display()
@@ -475,6 +725,11 @@ fn prepare(branch: &str) -> Result<PathBuf, String> {
     std::fs::create_dir_all(&interop).map_err(|e| format!("{}: {e}", interop.display()))?;
     install(&interop.join("executor.mjs"), EXECUTOR_MJS)?;
     install(&interop.join("delegator.mjs"), DELEGATOR_MJS)?;
+    install(&interop.join("storage-executor.mjs"), STORAGE_EXECUTOR_MJS)?;
+    install(
+        &interop.join("storage-delegator.mjs"),
+        STORAGE_DELEGATOR_MJS,
+    )?;
     Ok(dir)
 }
 
@@ -498,7 +753,8 @@ fn lock(path: &Path) -> Result<std::fs::File, String> {
     }
 }
 
-/// `git archive <commit> | tar -x -C dir`, `npm ci`, the three package builds, the marker.
+/// `git archive <commit> | tar -x -C dir`, `npm ci`, the builds of [`BUILT_PACKAGES`], the
+/// marker.
 fn build(mirror: &Path, commit: &str, dir: &Path) -> Result<(), String> {
     if dir.exists() {
         std::fs::remove_dir_all(dir).map_err(|e| format!("removing {}: {e}", dir.display()))?;
@@ -531,22 +787,28 @@ fn build(mirror: &Path, commit: &str, dir: &Path) -> Result<(), String> {
     if !tar.status.success() {
         return Err(format!("tar -x failed:\n{}", tail(&tar)));
     }
-    let steps: [&[&str]; 4] = [
-        &["ci", "--no-audit", "--no-fund"],
-        &["run", "build", "-w", "@awcp/core"],
-        &["run", "build", "-w", "@awcp/transport-archive"],
-        &["run", "build", "-w", "@awcp/sdk"],
-    ];
+    let mut steps: Vec<Vec<&str>> = vec![vec!["ci", "--no-audit", "--no-fund"]];
+    for package in BUILT_PACKAGES {
+        let name = package.trim_start_matches("@awcp/");
+        if dir
+            .join("packages")
+            .join(name)
+            .join("package.json")
+            .is_file()
+        {
+            steps.push(vec!["run", "build", "-w", package]);
+        }
+    }
     for args in steps {
         run(
             Command::new("npm")
-                .args(args)
+                .args(&args)
                 .current_dir(dir)
                 .env("npm_config_update_notifier", "false"),
             &format!("npm {} (in {})", args.join(" "), dir.display()),
         )?;
     }
-    std::fs::write(dir.join(MARKER), format!("{commit}\n"))
+    std::fs::write(dir.join(MARKER), marker_text(commit))
         .map_err(|e| format!("writing the marker: {e}"))
 }
 
@@ -624,10 +886,33 @@ impl RefTree {
     /// Starts [`EXECUTOR_MJS`] with a work directory of its own and waits until it listens.
     pub fn start_executor(&self) -> RefExecutor {
         let work = tempfile::tempdir().unwrap();
-        let mut child = Command::new("node")
-            .arg(self.root.join("interop/executor.mjs"))
+        let mut cmd = Command::new("node");
+        cmd.arg(self.root.join("interop/executor.mjs"))
+            .env("AWCP_REF_WORK_DIR", work.path());
+        self.start_script(cmd, work)
+    }
+
+    /// Starts [`STORAGE_EXECUTOR_MJS`] with a work directory and a transport temporary
+    /// directory of its own (`work` and `tmp` of one temporary directory) and waits until it
+    /// listens.
+    pub fn start_storage_executor(&self) -> RefExecutor {
+        let dirs = tempfile::tempdir().unwrap();
+        let (work, tmp) = (dirs.path().join("work"), dirs.path().join("tmp"));
+        for d in [&work, &tmp] {
+            std::fs::create_dir(d).unwrap();
+        }
+        let mut cmd = Command::new("node");
+        cmd.arg(self.root.join("interop/storage-executor.mjs"))
+            .env("AWCP_REF_WORK_DIR", &work)
+            .env("AWCP_REF_TEMP_DIR", &tmp);
+        self.start_script(cmd, dirs)
+    }
+
+    /// Runs `cmd` (a `node` executor script) in `interop/`, owning the temporary directory
+    /// `work`, and waits until it prints `LISTENING <port>`.
+    fn start_script(&self, mut cmd: Command, work: tempfile::TempDir) -> RefExecutor {
+        let mut child = cmd
             .current_dir(self.root.join("interop"))
-            .env("AWCP_REF_WORK_DIR", work.path())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -688,6 +973,28 @@ impl RefTree {
         }
         run_bounded(&mut cmd, DELEGATOR_LIMIT)
     }
+
+    /// Runs [`STORAGE_DELEGATOR_MJS`] against `peer_url` on the directory `src`, its `local`
+    /// provider writing under `local_dir` and naming URLs under `endpoint` (its state in a
+    /// temporary directory), killing it if it runs over 90 s.
+    pub fn run_storage_delegator(
+        &self,
+        peer_url: &str,
+        src: &Path,
+        local_dir: &Path,
+        endpoint: &str,
+    ) -> Output {
+        let state = tempfile::tempdir().unwrap();
+        let mut cmd = Command::new("node");
+        cmd.arg(self.root.join("interop/storage-delegator.mjs"))
+            .arg(peer_url)
+            .arg(src)
+            .arg(state.path())
+            .arg(local_dir)
+            .arg(endpoint)
+            .current_dir(self.root.join("interop"));
+        run_bounded(&mut cmd, DELEGATOR_LIMIT)
+    }
 }
 
 /// The port of the first `LISTENING <port>` line.
@@ -697,7 +1004,7 @@ fn listening_port(text: &str) -> Option<u16> {
         .and_then(|p| p.trim().parse().ok())
 }
 
-/// A running [`EXECUTOR_MJS`], killed and reaped when dropped.
+/// A running [`EXECUTOR_MJS`] or [`STORAGE_EXECUTOR_MJS`], killed and reaped when dropped.
 pub struct RefExecutor {
     child: Child,
     /// Held open: the script exits when it closes.
