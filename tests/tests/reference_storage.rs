@@ -174,6 +174,62 @@ fn our_delegator_runs_a_storage_delegation_on_a_reference_storage_executor() {
     );
 }
 
+/// Our delegator without a bucket (the local provider: it serves the two objects itself on
+/// its archive listener) → the reference's storage executor, which GETs and PUTs them.
+#[test]
+fn our_local_provider_serves_a_reference_storage_executor() {
+    let Some(tree) = reference_dev() else {
+        return;
+    };
+    let ex = tree.start_storage_executor();
+    let ws = workspace();
+    let state = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(bins::path("awcp"));
+    cmd.args(["--quiet", "--json", "delegate"])
+        .arg(ws.path())
+        .args(["--peer", &ex.url(), "--prompt", "store it"])
+        .args(["--transport", "storage", "--serve-archives", "127.0.0.1:0"])
+        .arg("--state-dir")
+        .arg(state.path())
+        .env_remove("AWCP_S3_BUCKET")
+        .env_remove("AWS_ACCESS_KEY_ID");
+    let o = run_bounded(&mut cmd, CLI_LIMIT);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "awcp delegate\n{}\n{}",
+        show(&o),
+        ex.show()
+    );
+    let v = json_line(&o, "").unwrap_or_else(|| panic!("no JSON printed\n{}", show(&o)));
+    assert_eq!(v["state"], "completed", "{v}\n{}", ex.show());
+    let id = v["id"].as_str().expect("an id").to_owned();
+    assert_eq!(
+        read(&ws.path().join("storage-agent.txt")),
+        "prompt=store it\n",
+        "{}",
+        ex.show()
+    );
+    let log = ex.log();
+    assert!(log.contains(&format!("SETUP {id} ok")), "{}", ex.show());
+    // It named our own object URL as its result.
+    let capture = log
+        .lines()
+        .find(|l| l.starts_with(&format!("CAPTURE {id} ")))
+        .unwrap_or_else(|| panic!("no capture\n{}", ex.show()));
+    assert!(
+        capture.contains("/objects/") && capture.ends_with("/result.zip\"}"),
+        "{capture}"
+    );
+    // Nothing of it is left on our side.
+    for dir in ["objects-local", "archives"] {
+        let left: Vec<_> = std::fs::read_dir(state.path().join(dir))
+            .map(|r| r.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        assert!(left.is_empty(), "{dir}: {left:?}");
+    }
+}
+
 // ----- the reference's storage delegator (`local` provider), our executor -----
 
 /// One request [`FileServer`] answered.
