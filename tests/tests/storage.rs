@@ -15,10 +15,11 @@ const BUCKET: &str = "awcp-test";
 const DEADLINE: Duration = Duration::from_secs(90);
 
 /// The agent: writes `RESULT.txt`; with the prompt `slow`, waits until the file `release`
-/// (in its directory) exists first.
+/// (in its directory) exists first (60 s at most: a task orphaned by a test's failure ends).
 const AGENT: &str = r#"#!/bin/sh
 if [ "$AWCP_PROMPT" = slow ]; then
-  while [ ! -e "$(dirname "$0")/release" ]; do sleep 0.05; done
+  i=0
+  while [ ! -e "$(dirname "$0")/release" ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done
 fi
 echo "agent was here" > RESULT.txt
 echo "A by the agent" > a.txt
@@ -136,6 +137,20 @@ fn record(o: &Output) -> serde_json::Value {
     let out = String::from_utf8_lossy(&o.stdout);
     let line = out.lines().last().unwrap_or_else(|| panic!("{}", show(o)));
     serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {}", show(o)))
+}
+
+/// Processes whose command line mentions `needle`.
+fn processes_running(needle: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            if cmd.contains(needle) {
+                found.push(cmd);
+            }
+        }
+    }
+    found
 }
 
 /// Waits until `cond` holds.
@@ -339,4 +354,9 @@ fn objects_go_after_a_cancel_and_after_a_daemon_is_killed_and_restarted() {
     );
     assert!(!state.join("objects").join(format!("{id}.json")).exists());
     drop(ex);
+    // The cancels ended both agents (none waits for `release`).
+    let agent = dir.path().join("agent.sh").display().to_string();
+    wait_for("no agent left running", || {
+        processes_running(&agent).is_empty()
+    });
 }
