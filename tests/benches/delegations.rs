@@ -3,7 +3,9 @@
 //! process and through one `awcp daemon`, the CPU it costs each side, 1 MB / 10 MB / 51 MB
 //! workspaces inline and by URL beside `cp -a` of the same tree, 50 delegations at once, and
 //! (given a filter) 200 and 500 MB workspaces, also with the whole workspace coming back
-//! inline as the result (`results-inline` rows).
+//! inline as the result (`results-inline` rows); and the `storage` transport through a real
+//! S3-compatible server (s3s-fs) for 1 MiB and 51 MiB workspaces (1 GiB given a filter), each
+//! beside `curl` PUT + GET of as many bytes to the same server in the same run.
 //!
 //! ```sh
 //! cargo bench -p awcp-tests --bench delegations              # every row
@@ -11,6 +13,7 @@
 //! AWCP_BIN_DIR=/other/target/release cargo bench -p awcp-tests --bench delegations
 //! AWCP_BENCH_TINY_N=1500 cargo bench -p awcp-tests --bench delegations -- tiny-daemon  # 1,500, not 50
 //! cargo bench -p awcp-tests --bench delegations -- user    # the user's path (issue 54)
+//! cargo bench -p awcp-tests --bench delegations -- storage # storage rows, 1 GiB included
 //! ```
 //!
 //! Everything runs on 127.0.0.1 (port 0) under one temporary directory; every process the
@@ -27,17 +30,19 @@
 //! `strace -c` over three further delegations, when `strace` is installed).
 //!
 //! Without `--bench` (as `cargo test --benches` runs it) every row runs once, tiny, as a smoke
-//! test.
+//! test. The storage rows need s3s-fs (`awcp_tests::s3`) and `curl`: without s3s-fs they are
+//! skipped, unless `AWCP_REQUIRE_S3_TEST=1`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use awcp_driver::delegator::daemon::api::DelegateBody;
 use awcp_driver::delegator::daemon::DaemonClient;
 use awcp_driver::DelegateParams;
 use awcp_tests::bins::{self, KillOnDrop};
 use awcp_tests::rng::Rng;
+use awcp_tests::s3::{self, S3Server};
 use awcp_tokio::TokioRuntime;
 
 /// Runs to completion, measuring wall time and the child's peak RSS.
@@ -687,6 +692,193 @@ impl Bench {
             peak_kib(ex.0.id()) as f64 / 1024.0,
         ));
     }
+
+    /// `--transport storage` through a real S3-compatible server (s3s-fs, [`S3Server`]): whole
+    /// `awcp delegate` processes lending a workspace of `mib` MiB in `files` files of random
+    /// bytes, alternating, run by run, with the yardstick of the issue: `curl` PUT then GET
+    /// (presigned URLs, the GET written to a file) of a file as large as the workspace's ZIP
+    /// to the same server (`curl_name`'s row). Prints both rows and the ratio (curl wall /
+    /// delegation wall: the delegation's throughput as a share of curl's).
+    fn storage(&mut self, name: &str, curl_name: &str, mib: usize, files: usize) {
+        const BUCKET: &str = "awcp-bench";
+        let dir = self.root.path().join(name);
+        let (mib, files) = if self.quick { (1, 10) } else { (mib, files) };
+        let runs = match (self.quick, mib) {
+            (true, _) => 1,
+            (false, 0..=1) => 20,
+            (false, 2..=64) => 7,
+            _ => 5,
+        };
+        let server = S3Server::start();
+        server.create_bucket(BUCKET);
+        let (ex, url) = start_executor(&dir);
+        let ws = workspace(&dir, "ws", mib << 20, files);
+        let state = dir.join("delegator");
+        let cmd = || {
+            let mut c = delegate_cmd(&state, &ws, &url);
+            c.args(["--transport", "storage"])
+                .args(["--max-total-bytes", &(4u64 << 30).to_string()])
+                .env("AWS_ACCESS_KEY_ID", &server.access_key)
+                .env("AWS_SECRET_ACCESS_KEY", &server.secret_key)
+                .env("AWS_REGION", &server.region)
+                .env("AWS_ENDPOINT_URL", &server.endpoint)
+                .env("AWCP_S3_BUCKET", BUCKET)
+                .env_remove("AWS_SESSION_TOKEN")
+                .env_remove("AWS_PROFILE")
+                .env_remove("AWCP_S3_PREFIX");
+            c
+        };
+        // The first delegation (the warm-up, or the only one when quick) learns the ZIP's
+        // size: the object appears whole in the bucket's directory and stays until the end.
+        let objects = server.root.join(BUCKET).join("workspaces");
+        let (first, zip_bytes) = {
+            let seen = std::sync::atomic::AtomicU64::new(0);
+            let done = std::sync::atomic::AtomicBool::new(false);
+            let first = std::thread::scope(|s| {
+                s.spawn(|| {
+                    use std::sync::atomic::Ordering::Relaxed;
+                    while !done.load(Relaxed) {
+                        for e in std::fs::read_dir(&objects).into_iter().flatten().flatten() {
+                            let n = e.file_name().to_string_lossy().into_owned();
+                            if n.ends_with(".zip") && !n.ends_with("-result.zip") {
+                                let len = e.metadata().map_or(0, |m| m.len());
+                                seen.fetch_max(len, Relaxed);
+                            }
+                        }
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                });
+                let (e0, s0) = (cpu_ns(ex.0.id()), cpu_ns(server.pid()));
+                let u = run_with_usage(&mut cmd());
+                let (e, s) = (cpu_ns(ex.0.id()) - e0, cpu_ns(server.pid()) - s0);
+                done.store(true, std::sync::atomic::Ordering::Relaxed);
+                (u, e, s)
+            });
+            forget_notes(&ws);
+            assert!(
+                server.object_keys(BUCKET).is_empty(),
+                "the delegation left objects behind: {:?}",
+                server.object_keys(BUCKET)
+            );
+            let n = seen.into_inner();
+            assert!(
+                n >= (mib << 20) as u64,
+                "the workspace's ZIP was not seen ({n} bytes)"
+            );
+            (first, n)
+        };
+        // Quick: that first delegation is the row's only run; else it warmed the caches.
+        let mut first = self.quick.then_some(first);
+        let blob = dir.join("curl-put.bin");
+        {
+            let mut rng = Rng(0x2545_F491_4F6C_DD1D ^ zip_bytes);
+            let mut f = std::io::BufWriter::new(std::fs::File::create(&blob).unwrap());
+            let mut buf = vec![0u8; 1 << 20];
+            let mut left = zip_bytes as usize;
+            while left > 0 {
+                let k = left.min(buf.len());
+                rng.fill(&mut buf[..k]);
+                std::io::Write::write_all(&mut f, &buf[..k]).unwrap();
+                left -= k;
+            }
+            std::io::Write::flush(&mut f).unwrap();
+        }
+        let got = dir.join("curl-get.bin");
+        let curl = |method: &str| {
+            let url = server.presign(method, BUCKET, "curl/blob.bin", SystemTime::now(), 3600);
+            let mut c = Command::new("curl");
+            c.args(["-sS", "--fail", "--max-time", "3600"]);
+            if method == "PUT" {
+                // No `Expect: 100-continue` round trip (the delegator sends none either).
+                c.args(["-H", "Expect:", "-T"]).arg(&blob);
+            } else {
+                c.arg("-o").arg(&got);
+            }
+            c.arg(url);
+            c
+        };
+        // One PUT + GET pair: (wall of both, PUT wall, GET wall, curl peak RSS, curl CPU).
+        let curl_pair = || {
+            let put = run_with_usage(&mut curl("PUT"));
+            let get = run_with_usage(&mut curl("GET"));
+            assert_eq!(
+                std::fs::metadata(&got).map(|m| m.len()).unwrap_or(0),
+                zip_bytes,
+                "curl GET brought the object back whole"
+            );
+            let _ = std::fs::remove_file(&got);
+            (
+                put.took + get.took,
+                put.took,
+                get.took,
+                put.rss_kib.max(get.rss_kib),
+                put.cpu + get.cpu,
+            )
+        };
+        if !self.quick {
+            curl_pair(); // warm the server and the page cache for curl too
+        }
+        reset_peak(ex.0.id());
+        let (mut times, mut d_cpu, mut rss) = (Vec::new(), Duration::ZERO, 0);
+        let (mut ex_ns, mut s3_ns) = (0, 0);
+        let (mut c_times, mut puts, mut gets) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut c_cpu, mut c_rss, mut c_s3_ns) = (Duration::ZERO, 0, 0);
+        for _ in 0..runs {
+            let (u, e, s) = first.take().unwrap_or_else(|| {
+                let (e0, s0) = (cpu_ns(ex.0.id()), cpu_ns(server.pid()));
+                let u = run_with_usage(&mut cmd());
+                let (e, s) = (cpu_ns(ex.0.id()) - e0, cpu_ns(server.pid()) - s0);
+                forget_notes(&ws);
+                (u, e, s)
+            });
+            ex_ns += e;
+            s3_ns += s;
+            times.push(u.took);
+            d_cpu += u.cpu;
+            rss = rss.max(u.rss_kib);
+
+            let s0 = cpu_ns(server.pid());
+            let (t, put, get, r, cpu) = curl_pair();
+            c_s3_ns += cpu_ns(server.pid()) - s0;
+            c_times.push(t);
+            puts.push(put);
+            gets.push(get);
+            c_cpu += cpu;
+            c_rss = c_rss.max(r);
+        }
+        assert!(server
+            .object_keys(BUCKET)
+            .iter()
+            .all(|k| k.starts_with("curl/")));
+        let n = runs as f64;
+        let d = median(&mut times);
+        let c = median(&mut c_times);
+        let mb_s = |t: Duration| zip_bytes as f64 / 1e6 / t.as_secs_f64();
+        let share = ms(c) / ms(d) * 100.0;
+        self.row(format!(
+            "| {name}: {mib} MiB, {files} files, `--transport storage` (s3s-fs), ZIP {zip_bytes} B, n={runs} | {:.0} ms | {:.0} ms | {:.1} MiB | {:.1} MiB | {:.0} MB/s; CPU per delegation: `awcp` {:.1} ms, executor {:.1} ms, s3s-fs {:.1} ms; **{share:.0} % of curl's throughput** (goal ≥ 70 %: {}) |",
+            ms(d),
+            ms(p95(&mut times)),
+            rss as f64 / 1024.0,
+            peak_kib(ex.0.id()) as f64 / 1024.0,
+            mb_s(d),
+            ms(d_cpu) / n,
+            ns_to_ms(ex_ns) / n,
+            ns_to_ms(s3_ns) / n,
+            if share >= 70.0 { "met" } else { "not met" },
+        ));
+        self.row(format!(
+            "| {curl_name}: `curl` PUT then GET of {zip_bytes} B (presigned, GET to a file), same server, n={runs} | {:.0} ms | {:.0} ms | curl {:.1} MiB | – | {:.0} MB/s; PUT {:.0} ms, GET {:.0} ms; CPU per pair: curl {:.1} ms, s3s-fs {:.1} ms |",
+            ms(c),
+            ms(p95(&mut c_times)),
+            c_rss as f64 / 1024.0,
+            mb_s(c),
+            ms(median(&mut puts)),
+            ms(median(&mut gets)),
+            ms(c_cpu) / n,
+            ns_to_ms(c_s3_ns) / n,
+        ));
+    }
 }
 
 fn main() {
@@ -754,6 +946,22 @@ fn main() {
     for (name, mib, files, url, cp) in e2e {
         if b.wants(name) && (b.filter.is_some() || mib <= 51) {
             b.e2e(name, mib, files, url, cp);
+        }
+    }
+    // Storage rows (their curl baselines in the same group); 1 GiB only given a filter.
+    let storage: [(&str, usize, usize); 3] = [
+        ("storage-1mb", 1, 100),
+        ("storage-51mb", 51, 550),
+        ("storage-1gib", 1024, 1100),
+    ];
+    for (name, mib, files) in storage {
+        let curl_name = name.replacen("storage-", "storage-curl-", 1);
+        if (b.wants(name) || b.wants(&curl_name)) && (b.filter.is_some() || mib <= 51) {
+            // Without s3s-fs: skipped, unless AWCP_REQUIRE_S3_TEST=1 (then this panics).
+            if !s3::require_or_skip(name) {
+                break;
+            }
+            b.storage(name, &curl_name, mib, files);
         }
     }
     let _ = b.rows.len();
