@@ -352,7 +352,9 @@ fn objects_go_after_a_cancel_and_after_a_daemon_is_killed_and_restarted() {
         "the objects to go after the restarted daemon's cancel",
         || server.object_keys(BUCKET).is_empty(),
     );
-    assert!(!state.join("objects").join(format!("{id}.json")).exists());
+    // And their journal entry (removed right after the deletes).
+    let journal = state.join("objects").join(format!("{id}.json"));
+    wait_for("the object journal entry to go", || !journal.exists());
     drop(ex);
     // The cancels ended both agents (none waits for `release`).
     let agent = dir.path().join("agent.sh").display().to_string();
