@@ -321,6 +321,15 @@ if (mode === 'wait-idle') {
     if (d.state !== 'idle' && (d.state !== 'error' || d.error)) break;
     await sleep(20);
   }
+  // A `ps_dev` delegator's own idle close moves the state to `completed` before its CLOSE is
+  // answered (`close()` transitions, then awaits `sendClose`): wait for that answer too (the
+  // script's time limit bounds the wait).
+  while (
+    client && idleTimeoutMs !== undefined && closeOutcome === null &&
+    svc.getDelegation(id).state === 'completed'
+  ) {
+    await sleep(20);
+  }
   finish(true);
 }
 
