@@ -12,6 +12,8 @@
 //! - [`manifest`]: file manifests for deltas and conflict detection;
 //! - [`snapshot`]: capture, apply, and the apply journal with [`snapshot::recover`];
 //! - [`export`]: export views (symlink, copy, git worktree);
+//! - [`mod@git`]: the git transport's mechanisms (base commit, result branch, executor checkout,
+//!   smart HTTP through `git http-backend`);
 //! - [`sshfs`]: the live SSHFS transport ([`SshfsDelegator`] / [`SshfsExecutor`]) and the sshd
 //!   configuration it needs;
 //! - [`runner`]: a demo task runner; [`command`]: any command-line agent, each task in its own
@@ -27,6 +29,7 @@ pub mod contain;
 pub mod durable;
 pub mod error;
 pub mod export;
+pub mod git;
 pub mod manifest;
 pub mod process;
 pub mod runner;

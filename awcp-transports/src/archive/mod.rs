@@ -17,7 +17,8 @@ use crate::error::TransportError;
 use crate::manifest::hex;
 
 pub use extract::{
-    extract, extract_parallel, DeltaInfo, ExtractLimits, ExtractReport, ExtractedFile, DELTA_ENTRY,
+    extract, extract_parallel, validate_name, DeltaInfo, ExtractLimits, ExtractReport,
+    ExtractedFile, DELTA_ENTRY,
 };
 pub use pack::{pack, PackItem, PackReport};
 pub use transport::{ArchiveDelegator, ArchiveExecutor};

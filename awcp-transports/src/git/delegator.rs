@@ -1,0 +1,252 @@
+//! [`GitDelegator`]: the delegator side of the git transport, over the archive transport.
+//!
+//! Prepare: the archive transport packs the workspace (its ignore, secret-looking-file and
+//! admission rules, and the baseline the apply checks local edits against); [`base`] writes
+//! that ZIP as the base commit on `awcp/<id>` of the delegation's bare repository
+//! (`<root>/<id>.git`, with `refs/awcp/base` pointing at it); with a remote, that branch
+//! alone is pushed there, never forced, never another ref. Without one, the driver serves the
+//! repository itself ([`super::serve`]).
+//!
+//! Result: the executor's branch, read from the repository (pushed into it) or fetched from
+//! the remote, must be at the commit the executor named and descend from the base; its
+//! change becomes a delta snapshot ZIP ([`super::result`]) for the archive transport's apply.
+//!
+//! Release: the repository goes; the remote branch too when the caller says so (applied or
+//! discarded results; a result that was not applied keeps its branch for review).
+
+use std::path::{Path, PathBuf};
+
+use awcp_proto::wire::GitResult;
+
+use super::result::{commit_of, delta_zip, descends_from, fetch_branch, GitDelta};
+use super::{base, delegation_branch, Config, Credential, Git, Identity};
+use crate::archive::ExtractLimits;
+use crate::error::TransportError;
+
+/// The delegator's git settings.
+#[derive(Clone, Debug)]
+pub struct GitDelegatorConfig {
+    /// Where the delegations' bare repositories are (`<state>/git`).
+    pub root: PathBuf,
+    /// The remote the delegation branches are pushed to (the user's credentials and git
+    /// configuration apply); `None`: the delegator serves the repository itself.
+    pub remote: Option<String>,
+    /// A token handed to executors in the handle for that remote (`auth: {type: "token"}`);
+    /// `None`: the handle carries none (the remote needs none, or the executor has its own).
+    pub executor_token: Option<String>,
+    /// Keep every delegation's branch on the remote at release (`--keep-branch`); by
+    /// default a branch goes once its results were applied or discarded.
+    pub keep_branch: bool,
+}
+
+impl GitDelegatorConfig {
+    /// A delegator that serves its repositories itself, kept under `root`.
+    pub fn served(root: impl Into<PathBuf>) -> GitDelegatorConfig {
+        GitDelegatorConfig {
+            root: root.into(),
+            remote: None,
+            executor_token: None,
+            keep_branch: false,
+        }
+    }
+}
+
+/// The delegator side of the git transport (see the [module docs](self)).
+#[derive(Debug)]
+pub struct GitDelegator {
+    git: Git,
+    config: GitDelegatorConfig,
+}
+
+/// A prepared delegation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PreparedBase {
+    /// The branch (`awcp/<id>`).
+    pub branch: String,
+    /// The base commit.
+    pub commit: String,
+}
+
+/// `refs/awcp/base`: where a delegation's repository keeps its base commit.
+const BASE_REF: &str = "refs/awcp/base";
+
+impl GitDelegator {
+    /// A delegator side with `config`.
+    pub fn new(config: GitDelegatorConfig) -> GitDelegator {
+        GitDelegator {
+            git: Git::new(),
+            config,
+        }
+    }
+
+    /// Its settings.
+    pub fn config(&self) -> &GitDelegatorConfig {
+        &self.config
+    }
+
+    /// Whether the `git` binary runs.
+    pub fn check(&self) -> Result<(), TransportError> {
+        self.git.version().map(|_| ())
+    }
+
+    /// `<root>/<id>.git`.
+    pub fn repository(&self, id: &str) -> PathBuf {
+        self.config.root.join(format!("{id}.git"))
+    }
+
+    /// Writes the base commit of `id` from the workspace ZIP `zip`; with a remote, pushes
+    /// the branch there. `workspace_root`: the one resource's directory, when the workspace
+    /// is a single resource laid out at the root (its repository's `HEAD`, if it is the top
+    /// of one, becomes the base commit's parent).
+    pub fn prepare(
+        &self,
+        id: &str,
+        zip: &Path,
+        workspace_root: Option<&Path>,
+        now_unix: u64,
+    ) -> Result<PreparedBase, TransportError> {
+        let repo = self.repository(id);
+        let _ = std::fs::remove_dir_all(&repo);
+        let r = self.prepare_in(&repo, id, zip, workspace_root, now_unix);
+        if r.is_err() {
+            let _ = std::fs::remove_dir_all(&repo);
+        }
+        r
+    }
+
+    fn prepare_in(
+        &self,
+        repo: &Path,
+        id: &str,
+        zip: &Path,
+        workspace_root: Option<&Path>,
+        now_unix: u64,
+    ) -> Result<PreparedBase, TransportError> {
+        base::init_bare(&self.git, repo)?;
+        let head = workspace_root.and_then(|w| base::repository_head(&self.git, w));
+        if let Some((_, objects)) = &head {
+            base::add_alternate(repo, objects)?;
+        }
+        let branch = delegation_branch(id);
+        let message = match &head {
+            Some(_) => format!("AWCP {id}: the workspace as lent (HEAD and uncommitted changes)"),
+            None => format!("AWCP {id}: the workspace as lent"),
+        };
+        let commit = base::commit_zip(
+            &self.git,
+            &base::BaseCommit {
+                repo,
+                zip,
+                branch_ref: &format!("refs/heads/{branch}"),
+                parent: head.as_ref().map(|(h, _)| h.as_str()),
+                message: &message,
+                identity: &Identity::delegator(),
+                time: now_unix,
+            },
+        )?;
+        self.git.run(
+            self.git
+                .in_repo(Config::Isolated, repo, None)
+                .args(["update-ref", BASE_REF, &commit]),
+            None,
+        )?;
+        if let Some(remote) = &self.config.remote {
+            // The branch only, created (a ref of that name already there is an error, never
+            // overwritten): `<commit>:refs/heads/awcp/<id>` without `+` or `--force`.
+            let mut cmd = self.git.in_repo(Config::User, repo, None);
+            cmd.args(["push", "--quiet", "--no-verify", "--"])
+                .arg(remote)
+                .arg(format!("{commit}:refs/heads/{branch}"));
+            self.git.run(&mut cmd, None)?;
+        }
+        Ok(PreparedBase { branch, commit })
+    }
+
+    /// Reads the executor's result `r` of `id` and writes it as a delta snapshot ZIP at
+    /// `out` (see the [module docs](self)).
+    pub fn result_zip(
+        &self,
+        id: &str,
+        r: &GitResult,
+        out: &Path,
+        limits: &ExtractLimits,
+    ) -> Result<GitDelta, TransportError> {
+        let repo = self.repository(id);
+        let base = commit_of(&self.git, &repo, BASE_REF)?;
+        if r.base_commit != base {
+            return Err(TransportError::rejected(
+                &r.branch,
+                format!("based on {}, not on the delegation's {base}", r.base_commit),
+            ));
+        }
+        let tip = match &self.config.remote {
+            Some(remote) => fetch_branch(
+                &self.git,
+                Config::User,
+                &repo,
+                remote,
+                &r.branch,
+                "refs/awcp/result",
+                &Credential::None,
+            )?,
+            None => commit_of(&self.git, &repo, &format!("refs/heads/{}", r.branch))?,
+        };
+        if tip != r.commit_hash {
+            return Err(TransportError::rejected(
+                &r.branch,
+                format!(
+                    "at {tip}, not at the commit the executor named ({})",
+                    r.commit_hash
+                ),
+            ));
+        }
+        if !descends_from(&self.git, &repo, &tip, &base)? {
+            return Err(TransportError::rejected(
+                &r.branch,
+                "does not descend from the delegation's base commit",
+            ));
+        }
+        delta_zip(&self.git, &repo, &base, &tip, out, limits)
+    }
+
+    /// Removes `id`'s repository and, if `delete_branch` and there is a remote, the remote's
+    /// `awcp/<id>` (only that ref; a branch already gone is no error).
+    pub fn release(&self, id: &str, delete_branch: bool) -> Result<(), TransportError> {
+        let repo = self.repository(id);
+        let mut result = Ok(());
+        if let (true, Some(remote), true) = (delete_branch, &self.config.remote, repo.exists()) {
+            let mut cmd = self.git.in_repo(Config::User, &repo, None);
+            cmd.args(["push", "--quiet", "--no-verify", "--"])
+                .arg(remote)
+                .arg(format!(":refs/heads/{}", delegation_branch(id)));
+            if let Err(e) = self.git.run(&mut cmd, None) {
+                let gone = e.to_string().contains("remote ref does not exist");
+                if !gone {
+                    result = Err(e);
+                }
+            }
+        }
+        if let Err(e) = std::fs::remove_dir_all(&repo) {
+            if e.kind() != std::io::ErrorKind::NotFound && result.is_ok() {
+                result = Err(TransportError::io("removing the git repository", e));
+            }
+        }
+        result
+    }
+
+    /// The delegations that have a repository here (start-up: those that are over are
+    /// released).
+    pub fn repositories(&self) -> Vec<String> {
+        let Ok(rd) = std::fs::read_dir(&self.config.root) else {
+            return Vec::new();
+        };
+        rd.flatten()
+            .filter_map(|e| {
+                e.file_name()
+                    .to_str()?
+                    .strip_suffix(".git")
+                    .map(str::to_owned)
+            })
+            .collect()
+    }
+}
