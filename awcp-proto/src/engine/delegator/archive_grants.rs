@@ -47,6 +47,16 @@ pub enum ObjectUse {
     PutResult,
 }
 
+/// What a request to a git repository the delegator serves itself (the git transport without
+/// a remote) asks of it ([`Delegator::redeem_repository_url`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RepositoryUse {
+    /// A fetch or clone (git's `upload-pack` service).
+    Fetch,
+    /// A push (git's `receive-pack` service).
+    Push,
+}
+
 /// One live grant.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Grant {
@@ -54,6 +64,9 @@ struct Grant {
     expires_at: Timestamp,
     /// `None`: a one-time archive URL. Some: a storage object grant and the uses left.
     object_uses: Option<Vec<ObjectUse>>,
+    /// Some: a repository grant (any number of requests until it ends), and whether it
+    /// allows pushes.
+    repository: Option<bool>,
 }
 
 /// The live one-time grants, by the token's digest (hex).
@@ -71,6 +84,7 @@ impl ArchiveGrants {
                 id: id.clone(),
                 expires_at,
                 object_uses: None,
+                repository: None,
             },
         );
     }
@@ -89,8 +103,52 @@ impl ArchiveGrants {
                 id: id.clone(),
                 expires_at,
                 object_uses: Some(vec![ObjectUse::GetWorkspace, ObjectUse::PutResult]),
+                repository: None,
             },
         );
+    }
+
+    /// `token` opens `id`'s served git repository for fetches (and pushes if `push`) until
+    /// `expires_at` or the release.
+    pub(super) fn grant_repository(
+        &mut self,
+        token: &SecretDigest,
+        id: &DelegationId,
+        expires_at: Timestamp,
+        push: bool,
+    ) {
+        self.by_token.insert(
+            token.to_hex(),
+            Grant {
+                id: id.clone(),
+                expires_at,
+                object_uses: None,
+                repository: Some(push),
+            },
+        );
+    }
+
+    /// Whose repository `token` opens for `use_` at `now` (the grant stays: a clone or a push
+    /// is several requests).
+    pub(super) fn redeem_repository(
+        &mut self,
+        now: Timestamp,
+        token: &SecretDigest,
+        use_: RepositoryUse,
+    ) -> Result<DelegationId, ArchiveUrlRefused> {
+        let key = token.to_hex();
+        let grant = self.by_token.get(&key).ok_or(ArchiveUrlRefused::Unknown)?;
+        let Some(push) = grant.repository else {
+            return Err(ArchiveUrlRefused::Unknown);
+        };
+        if now >= grant.expires_at {
+            self.by_token.remove(&key);
+            return Err(ArchiveUrlRefused::Expired);
+        }
+        if use_ == RepositoryUse::Push && !push {
+            return Err(ArchiveUrlRefused::Unknown);
+        }
+        Ok(grant.id.clone())
     }
 
     /// Uses up `use_` of `token`'s object grant: whose object it opens, if that use is left
@@ -106,7 +164,11 @@ impl ArchiveGrants {
             .by_token
             .get_mut(&key)
             .ok_or(ArchiveUrlRefused::Unknown)?;
-        let Some(uses) = grant.object_uses.as_mut() else {
+        let Some(uses) = grant
+            .object_uses
+            .as_mut()
+            .filter(|_| grant.repository.is_none())
+        else {
             return Err(ArchiveUrlRefused::Unknown);
         };
         if now >= grant.expires_at {
@@ -136,7 +198,7 @@ impl ArchiveGrants {
         if self
             .by_token
             .get(&key)
-            .is_some_and(|g| g.object_uses.is_some())
+            .is_some_and(|g| g.object_uses.is_some() || g.repository.is_some())
         {
             return Err(ArchiveUrlRefused::Unknown);
         }
@@ -186,6 +248,19 @@ impl Delegator {
         use_: ObjectUse,
     ) -> Result<DelegationId, ArchiveUrlRefused> {
         self.archive_grants.redeem_object(now, token, use_)
+    }
+
+    /// A request reached the git repository the delegator serves itself for a `git`
+    /// delegation without a remote, with the token whose digest is `token`: whose repository
+    /// it opens for `use_`, or why not. Fetches are granted until the lease ends, pushes only
+    /// to a read-write delegation; nothing after the transport was released.
+    pub fn redeem_repository_url(
+        &mut self,
+        now: Timestamp,
+        token: &SecretDigest,
+        use_: RepositoryUse,
+    ) -> Result<DelegationId, ArchiveUrlRefused> {
+        self.archive_grants.redeem_repository(now, token, use_)
     }
 
     /// How many one-time archive URLs are live.
@@ -269,6 +344,56 @@ mod tests {
         g.revoke(&did("dlg_s"));
         assert_eq!(
             g.redeem_object(at(1), &t, put),
+            Err(ArchiveUrlRefused::Unknown)
+        );
+    }
+
+    #[test]
+    fn a_repository_grant_serves_many_requests_until_its_end_and_pushes_only_if_allowed() {
+        let mut g = ArchiveGrants::default();
+        let (rw, ro) = (SecretDigest::of("repo-rw"), SecretDigest::of("repo-ro"));
+        g.grant_repository(&rw, &did("dlg_g"), at(10), true);
+        g.grant_repository(&ro, &did("dlg_r"), at(10), false);
+        for t in 1..4 {
+            assert_eq!(
+                g.redeem_repository(at(t), &rw, RepositoryUse::Fetch),
+                Ok(did("dlg_g"))
+            );
+            assert_eq!(
+                g.redeem_repository(at(t), &rw, RepositoryUse::Push),
+                Ok(did("dlg_g"))
+            );
+        }
+        assert_eq!(
+            g.redeem_repository(at(1), &ro, RepositoryUse::Fetch),
+            Ok(did("dlg_r"))
+        );
+        assert_eq!(
+            g.redeem_repository(at(1), &ro, RepositoryUse::Push),
+            Err(ArchiveUrlRefused::Unknown)
+        );
+        // Neither an archive URL nor a storage object.
+        assert_eq!(g.redeem(at(1), &rw), Err(ArchiveUrlRefused::Unknown));
+        assert_eq!(
+            g.redeem_object(at(1), &rw, ObjectUse::GetWorkspace),
+            Err(ArchiveUrlRefused::Unknown)
+        );
+        // Expired, then gone; revoked with its delegation.
+        assert_eq!(
+            g.redeem_repository(at(10), &rw, RepositoryUse::Fetch),
+            Err(ArchiveUrlRefused::Expired)
+        );
+        assert_eq!(
+            g.redeem_repository(at(1), &rw, RepositoryUse::Fetch),
+            Err(ArchiveUrlRefused::Unknown)
+        );
+        g.revoke(&did("dlg_r"));
+        assert_eq!(g.len(), 0);
+        // Other grants open no repository.
+        let a = SecretDigest::of("archive");
+        g.grant(&a, &did("dlg_a"), at(10));
+        assert_eq!(
+            g.redeem_repository(at(1), &a, RepositoryUse::Fetch),
             Err(ArchiveUrlRefused::Unknown)
         );
     }

@@ -399,6 +399,17 @@ pub(super) struct Delegation {
 }
 
 impl Delegation {
+    /// How the workspace's root is laid out: by the executor's dialect (WIRE.md §15), except
+    /// a `git` delegation of one resource, whose files are at the root (the branch then reads
+    /// like the repository it may come from, §11.6).
+    pub(super) fn layout(&self) -> ArchiveLayout {
+        if self.req.transport == TransportKind::Git && self.req.resources.len() == 1 {
+            ArchiveLayout::Flat
+        } else {
+            ArchiveLayout::for_dialect(self.req.dialect)
+        }
+    }
+
     /// A new delegation in `created`.
     pub(super) fn new(now: Timestamp, req: DelegateRequest) -> Delegation {
         Delegation {

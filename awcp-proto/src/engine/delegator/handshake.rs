@@ -241,7 +241,7 @@ impl Delegator {
             transport: d.req.transport.clone(),
             access_mode: d.access,
             expires_at,
-            layout: ArchiveLayout::for_dialect(d.req.dialect),
+            layout: d.layout(),
             delivery: if self.config.serve_archives && d.features.contains(&Feature::ArchiveUrl) {
                 ArchiveDelivery::ByUrl
             } else {
@@ -272,6 +272,11 @@ impl Delegator {
             // (the local provider: objects this delegator serves itself).
             if matches!(handle, TransportHandle::Storage(_)) {
                 self.archive_grants.grant_objects(&token, id, expires_at);
+            } else if matches!(handle, TransportHandle::Git(_)) {
+                // The repository this delegator serves: pushes only to a read-write one.
+                let push = self.get_mut(id).is_ok_and(|d| d.access == AccessMode::Rw);
+                self.archive_grants
+                    .grant_repository(&token, id, expires_at, push);
             } else {
                 self.archive_grants.grant(&token, id, expires_at);
             }

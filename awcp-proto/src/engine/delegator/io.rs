@@ -432,11 +432,8 @@ pub enum DelegatorOutput {
         id: DelegationId,
         /// The snapshot event (bytes inline or by URL).
         snapshot: Box<SnapshotEvent>,
-        /// The bytes are the delegation's result object in the storage it was lent through
-        /// (a `storage` delegation whose executor uploaded its result and named it with
-        /// [`storage_result_text`](crate::wire::storage_result_text)). The driver reads its
-        /// own result object, never a URL the executor names; `snapshot.data` is empty then.
-        from_storage: bool,
+        /// Where the bytes are (see [`ResultSource`]).
+        source: ResultSource,
     },
     /// The apply of the delegation's snapshot is journalled as applied: remove what the apply
     /// left beside the workspace as the proof that its swap finished (the apply directory;
@@ -568,4 +565,22 @@ impl DelegatorEvent {
             | DelegatorEvent::Forgotten { .. } => None,
         }
     }
+}
+
+/// Where the bytes of a snapshot to store are ([`DelegatorOutput::StoreSnapshot`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ResultSource {
+    /// In the snapshot event: inline, at a URL of the executor's, or in the file the event
+    /// was received into.
+    Event,
+    /// The delegation's result object in the storage it was lent through (a `storage`
+    /// delegation whose executor uploaded its result and named it with
+    /// [`storage_result_text`](crate::wire::storage_result_text)). The driver reads its own
+    /// result object, never a URL the executor names; `snapshot.data` is empty.
+    StorageObject,
+    /// A `git` delegation's branch ([`git_result`](crate::wire::git_result), its form
+    /// checked): the driver fetches it from the repository the delegation was lent through
+    /// (never a URL the executor names), checks that it descends from the base commit, and
+    /// stores the change as a delta snapshot; `snapshot.data` is empty.
+    GitBranch(crate::wire::GitResult),
 }

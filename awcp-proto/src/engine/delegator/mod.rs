@@ -73,13 +73,13 @@ mod view;
 /// Re-exported from [`crate::wire`], where it lives beside the wire format.
 pub use crate::wire::ArchiveLayout;
 use archive_grants::ArchiveGrants;
-pub use archive_grants::{ArchiveDelivery, ArchiveUrlRefused, ObjectUse};
+pub use archive_grants::{ArchiveDelivery, ArchiveUrlRefused, ObjectUse, RepositoryUse};
 pub use config::{DelegateRequest, DelegatorConfig};
 use delegation::*;
 pub use failures::{PrepareFailure, ScanFailure, StoreFailure};
 pub use io::{
     DelegatorEvent, DelegatorInput, DelegatorOutput, EventProblem, FetchedResult, Outbound,
-    PeerMisbehavior, Reply, RequestFailure,
+    PeerMisbehavior, Reply, RequestFailure, ResultSource,
 };
 pub use lease::Timer;
 pub use record::{
@@ -134,6 +134,22 @@ impl Delegator {
                 && d.snapshots
                     .iter()
                     .all(|s| s.status != SnapshotStatus::InFlight)
+        })
+    }
+
+    /// Whether the results of `id` are all settled, so that what holds them outside this
+    /// delegator (a `git` delegation's branch on the remote) may go at release: each was
+    /// applied or discarded. A result that waits for review (staged, or whose apply failed,
+    /// e.g. on a conflict with local edits) or that could not be stored keeps it. Unknown
+    /// delegations: `false` (nothing is known to be settled).
+    pub fn results_settled(&self, id: &DelegationId) -> bool {
+        self.delegations.get(id).is_some_and(|d| {
+            d.snapshots.iter().all(|s| {
+                matches!(
+                    s.status,
+                    SnapshotStatus::Applied | SnapshotStatus::Discarded
+                )
+            })
         })
     }
 

@@ -63,7 +63,7 @@ impl Delegator {
             )));
         }
         Ok(ApplyPlan {
-            layout: ArchiveLayout::for_dialect(d.req.dialect),
+            layout: d.layout(),
             access_mode: d.access,
             checksum: rec.checksum.clone(),
         })
@@ -178,15 +178,24 @@ impl Delegator {
         let sid = snap.snapshot_id.clone();
         // A storage executor uploads its result and names it (WIRE.md §11.4); one without an
         // upload URL sends it inline as usual.
-        let from_storage = d.req.transport == TransportKind::Storage
-            && snap
-                .data
-                .base64
-                .as_deref()
-                .and_then(crate::wire::storage_result_url)
-                .is_some();
+        let text = snap.data.base64.as_deref();
+        let source = match d.req.transport {
+            TransportKind::Storage if text.and_then(crate::wire::storage_result_url).is_some() => {
+                ResultSource::StorageObject
+            }
+            // A branch named by a well-formed text: the delegation's own, pushed on top of
+            // its base (the driver checks the commits themselves).
+            TransportKind::Git => match text.and_then(crate::wire::git_result) {
+                Some(r) if r.is_well_formed() => ResultSource::GitBranch(r),
+                _ => ResultSource::Event,
+            },
+            TransportKind::Storage
+            | TransportKind::Archive
+            | TransportKind::Sshfs
+            | TransportKind::Other(_) => ResultSource::Event,
+        };
         let mut snap = snap;
-        if from_storage {
+        if source != ResultSource::Event {
             snap.data = crate::wire::ArchiveData::default();
         }
         match mode {
@@ -196,7 +205,7 @@ impl Delegator {
                 self.core.outputs.push_back(DelegatorOutput::StoreSnapshot {
                     id: id.clone(),
                     snapshot: Box::new(snap),
-                    from_storage,
+                    source,
                 });
             }
             SnapshotMode::Discard => {}
@@ -389,7 +398,7 @@ fn apply_output(d: &Delegation, id: &DelegationId, sid: SnapshotId) -> Delegator
         id: id.clone(),
         checksum: d.snapshots.get(&sid).and_then(|s| s.checksum.clone()),
         snapshot_id: sid,
-        layout: ArchiveLayout::for_dialect(d.req.dialect),
+        layout: d.layout(),
         access_mode: d.access,
         rebaseline: d.req.keep_open,
     }

@@ -189,6 +189,9 @@ pub(crate) struct Assignment {
     /// A `storage` START's `uploadUrl`: where the result ZIP goes (WIRE.md §11.4). Not
     /// journaled (a restarted executor does not resume a task).
     pub(crate) upload_url: Option<String>,
+    /// A `git` START: the transport pushes the result itself ([`super::SnapshotDelivery::Push`]).
+    /// Not journaled either.
+    pub(crate) pushes_result: bool,
     /// The rounds that ended, oldest first (the last [`MAX_EARLIER_ROUNDS`]).
     pub(crate) earlier: std::collections::VecDeque<crate::engine::EarlierRound>,
 }

@@ -188,6 +188,7 @@ impl Executor {
                 task_dir: None,
                 round_task: None,
                 upload_url: None,
+                pushes_result: false,
                 earlier: Default::default(),
             }),
         );
@@ -404,8 +405,10 @@ impl Executor {
         let Some(a) = self.assignments.get_mut(&id) else {
             return;
         };
-        if let crate::wire::TransportHandle::Storage(h) = &start.handle {
-            a.upload_url = Some(h.upload_url.clone());
+        match &start.handle {
+            crate::wire::TransportHandle::Storage(h) => a.upload_url = Some(h.upload_url.clone()),
+            crate::wire::TransportHandle::Git(_) => a.pushes_result = true,
+            crate::wire::TransportHandle::Archive(_) | crate::wire::TransportHandle::Sshfs(_) => {}
         }
         let expires_at = start.lease.expires_at.min(now.saturating_add(a.ttl));
         a.access = a.access.min(start.lease.access_mode);

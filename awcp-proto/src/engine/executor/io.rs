@@ -608,6 +608,10 @@ pub enum SnapshotDelivery {
         /// The START handle's `uploadUrl`.
         url: String,
     },
+    /// A `git` delegation's result: the transport commits the work directory and pushes it
+    /// to the delegation's branch of the handle's `repoUrl`; the snapshot's `snapshotBase64`
+    /// is [`git_result_text`](crate::wire::git_result_text) of it (WIRE.md §11.3).
+    Push,
 }
 
 #[cfg(test)]

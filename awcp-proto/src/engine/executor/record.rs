@@ -474,6 +474,7 @@ impl Executor {
                 task_dir: None,
                 round_task: None,
                 upload_url: None,
+                pushes_result: false,
                 earlier: Default::default(),
                 features,
                 invite: std::sync::Arc::new(invite),

@@ -473,7 +473,10 @@ mod snapshot_delivery {
             s.pair.captures,
             vec![SnapshotDelivery::Upload { url: want }]
         );
-        assert_eq!(s.pair.stored_from_storage, vec![true]);
+        assert_eq!(
+            s.pair.stored_from,
+            vec![crate::engine::delegator::ResultSource::StorageObject]
+        );
         assert_eq!(
             ended(&s.pair, &s.id),
             Some((AssignmentState::Completed, None))

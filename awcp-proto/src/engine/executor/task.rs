@@ -94,6 +94,8 @@ impl Executor {
                         a.dialect != Dialect::Seed && a.features.contains(&Feature::ArchiveUrl);
                     let base = public_url.or_else(|| a.origin.clone());
                     let delivery = match (a.upload_url.clone(), base) {
+                        // Git: the transport pushes the result to the delegation's branch.
+                        _ if a.pushes_result => super::SnapshotDelivery::Push,
                         // Storage: the result goes where the delegator said (the reference's
                         // only way; our delegator reads it back from its own object).
                         (Some(url), _) => super::SnapshotDelivery::Upload { url },

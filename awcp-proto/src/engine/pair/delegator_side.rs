@@ -133,10 +133,10 @@ impl Pair {
             DelegatorOutput::StoreSnapshot {
                 id,
                 snapshot,
-                from_storage,
+                source,
             } => {
                 self.note("d", || "StoreSnapshot".into());
-                self.stored_from_storage.push(from_storage);
+                self.stored_from.push(source);
                 self.to_delegator.push_back(DelegatorInput::SnapshotStored {
                     id,
                     snapshot_id: snapshot.snapshot_id,

@@ -170,6 +170,15 @@ impl Pair {
                         base64: Some(crate::wire::storage_result_text(&url)),
                         ..ArchiveData::default()
                     },
+                    SnapshotDelivery::Push => ArchiveData {
+                        base64: Some(crate::wire::git_result_text(&crate::wire::GitResult {
+                            branch: format!("awcp/{id}"),
+                            commit_hash: "c".repeat(40),
+                            base_commit: "b".repeat(40),
+                            changed_files: vec!["a.txt".into()],
+                        })),
+                        ..ArchiveData::default()
+                    },
                 };
                 self.to_executor.push_back(ExecutorInput::SnapshotCaptured {
                     id,

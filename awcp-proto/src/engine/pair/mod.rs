@@ -87,7 +87,7 @@ pub struct Pair {
     /// How each snapshot the executor captured was to be delivered, in order.
     pub captures: Vec<SnapshotDelivery>,
     /// For each snapshot the delegator stored: whether from its storage result object.
-    pub stored_from_storage: Vec<bool>,
+    pub stored_from: Vec<crate::engine::delegator::ResultSource>,
     /// When a storage handle's URLs expire (`None`: at the lease's end).
     pub storage_urls_expire_at: Option<Timestamp>,
     /// The executor's journal as a driver following [`ExecutorOutput::journaling`] keeps it
@@ -137,7 +137,7 @@ impl Pair {
             streams: BTreeMap::new(),
             next_handle: 1,
             captures: Vec::new(),
-            stored_from_storage: Vec::new(),
+            stored_from: Vec::new(),
             storage_urls_expire_at: None,
             executor_journal: JournalModel::default(),
         }

@@ -227,9 +227,118 @@ pub struct GitHandle {
     pub auth: Option<GitAuth>,
 }
 
+/// A `git` delegation's result as the executor reports it (WIRE.md §11.3): it pushes its
+/// work to `branch`, and the snapshot's `snapshotBase64` holds, instead of base64, the JSON
+/// text `{"branch", "commitHash", "baseCommit", "changedFiles"}` ([`git_result_text`]).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GitResult {
+    /// The branch the executor pushed.
+    pub branch: String,
+    /// Its tip.
+    pub commit_hash: String,
+    /// The commit the delegation started from.
+    pub base_commit: String,
+    /// Paths that differ between the two (informational: the delegator reads the commits).
+    #[serde(default)]
+    pub changed_files: Vec<String>,
+}
+
+impl GitResult {
+    /// Whether the fields can be handed to git as they are: the branch a branch name
+    /// ([`is_branch_name`]), the commits full object ids ([`is_object_id`]).
+    pub fn is_well_formed(&self) -> bool {
+        is_branch_name(&self.branch)
+            && is_object_id(&self.commit_hash)
+            && is_object_id(&self.base_commit)
+    }
+}
+
+/// Whether `s` is a full git object id (40 or 64 lowercase hex digits).
+pub fn is_object_id(s: &str) -> bool {
+    matches!(s.len(), 40 | 64) && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// Whether `name` is a branch name that may be handed to git: what `git check-ref-format
+/// --branch` accepts (checked without git), never starting with `-` (it would read as an
+/// option), at most 200 bytes.
+pub fn is_branch_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 200
+        && !name.starts_with(['-', '/', '.'])
+        && !name.ends_with(['/', '.'])
+        && !name.ends_with(".lock")
+        && !name.contains("..")
+        && !name.contains("//")
+        && !name.contains("@{")
+        && !name.contains("/.")
+        && name != "@"
+        && name
+            .bytes()
+            .all(|b| b > 0x20 && b != 0x7f && !b" ~^:?*[\\".contains(&b))
+}
+
+/// The snapshot text of a git result.
+pub fn git_result_text(r: &GitResult) -> String {
+    serde_json::json!({
+        "branch": r.branch,
+        "commitHash": r.commit_hash,
+        "baseCommit": r.base_commit,
+        "changedFiles": r.changed_files,
+    })
+    .to_string()
+}
+
+/// The git result a snapshot text names (`None`: not one; e.g. real base64, which never
+/// starts with `{`).
+pub fn git_result(text: &str) -> Option<GitResult> {
+    if !text.trim_start().starts_with('{') {
+        return None;
+    }
+    serde_json::from_str(text).ok()
+}
+
 #[cfg(test)]
 mod storage_tests {
     use super::*;
+
+    #[test]
+    fn a_git_result_text_reads_back_and_only_well_formed_ones_are_usable() {
+        let r = GitResult {
+            branch: "awcp/dlg_1".into(),
+            commit_hash: "c".repeat(40),
+            base_commit: "b".repeat(40),
+            changed_files: vec!["a.txt".into()],
+        };
+        let text = git_result_text(&r);
+        assert!(text.contains("\"commitHash\""), "{text}");
+        assert_eq!(git_result(&text), Some(r.clone()));
+        assert!(r.is_well_formed());
+        // The reference's text without changedFiles still reads.
+        let bare = format!(
+            r#"{{"branch":"awcp/x","commitHash":"{}","baseCommit":"{}"}}"#,
+            "a".repeat(40),
+            "b".repeat(40)
+        );
+        assert!(git_result(&bare).is_some());
+        assert_eq!(git_result("UEsDBA=="), None);
+        for bad in [
+            GitResult {
+                branch: "--upload-pack=sh".into(),
+                ..r.clone()
+            },
+            GitResult {
+                commit_hash: "HEAD".into(),
+                ..r.clone()
+            },
+            GitResult {
+                base_commit: "B".repeat(40),
+                ..r.clone()
+            },
+        ] {
+            assert!(!bad.is_well_formed(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn a_storage_handles_debug_shows_no_signature_or_header_value() {
