@@ -49,8 +49,12 @@ impl<R: Runtime> Loop<R> {
                 layout,
                 delivery,
             } => {
-                let storage = (transport == TransportKind::Storage).then_some(expires_at);
-                self.prepare_archive(id, access_mode, layout, delivery, storage)
+                let via = match transport {
+                    TransportKind::Storage => Via::Storage(expires_at),
+                    TransportKind::Git => Via::Git,
+                    _ => Via::Archive,
+                };
+                self.prepare_archive(id, access_mode, layout, delivery, via)
             }
             DelegatorOutput::OpenEventStream { id, peer } => self.open_stream(id, peer),
             DelegatorOutput::CloseEventStream { id } => {
@@ -70,8 +74,8 @@ impl<R: Runtime> Loop<R> {
             DelegatorOutput::StoreSnapshot {
                 id,
                 snapshot,
-                from_storage,
-            } => self.store(id, snapshot, from_storage),
+                source,
+            } => self.store(id, snapshot, source),
             DelegatorOutput::CloseApply { id } => self.close_apply(id),
             DelegatorOutput::DeleteStoredSnapshot { id, snapshot_id } => {
                 self.delete_stored(id, snapshot_id)

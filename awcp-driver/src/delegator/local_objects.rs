@@ -42,7 +42,10 @@ pub(super) fn pool<R: Runtime>(rt: R) -> Pool {
 }
 
 /// Runs `f` on `pool`; its result.
-async fn off<T: Send + 'static>(pool: &Pool, f: impl FnOnce() -> T + Send + 'static) -> T {
+pub(super) async fn off<T: Send + 'static>(
+    pool: &Pool,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
     let (tx, rx) = oneshot::channel();
     pool(Box::new(move || {
         let _ = tx.send(f());
@@ -130,7 +133,7 @@ where
     resp
 }
 
-async fn write_body<B>(
+pub(super) async fn write_body<B>(
     pool: &Pool,
     mut body: B,
     part: &Path,

@@ -4,6 +4,7 @@
 
 pub mod daemon;
 mod execute;
+mod git;
 mod local_objects;
 mod params;
 mod receive;
@@ -13,6 +14,7 @@ mod startup;
 mod storage;
 mod transport;
 
+use git::Via;
 pub(crate) use params::first_line;
 pub use params::{DelegateParams, DelegatorError, DelegatorOptions};
 use run::OutBody;
@@ -28,7 +30,7 @@ use awcp_proto::engine::auth::SecretDigest;
 use awcp_proto::engine::delegator::EventProblem;
 use awcp_proto::engine::delegator::{
     ArchiveDelivery, DelegateRequest, DelegationRecord, DelegationView, FetchedResult, Journaling,
-    Outbound, PrepareFailure, RequestFailure, ScanFailure, StoreFailure,
+    Outbound, PrepareFailure, RequestFailure, ResultSource, ScanFailure, StoreFailure,
 };
 use awcp_proto::engine::{SnapshotMode, WorkspaceStats};
 use awcp_proto::http_binding::{self as wire_http, ArchiveUrlRefusal};
@@ -104,6 +106,13 @@ enum Cmd {
         awcp_proto::engine::delegator::ObjectUse,
         oneshot::Sender<Option<local_objects::ObjectTarget>>,
     ),
+    /// The archive server asks for a served git repository: the engine decides
+    /// ([`Delegator::redeem_repository_url`]); the answer is the repository's name.
+    RedeemRepository(
+        SecretDigest,
+        awcp_proto::engine::delegator::RepositoryUse,
+        oneshot::Sender<Option<String>>,
+    ),
 }
 
 /// Bytes moved for a delegation, for progress displays.
@@ -124,6 +133,9 @@ pub struct DelegatorHandle {
     sleep: Arc<dyn Fn(Duration) -> crate::runtime::BoxFuture<()> + Send + Sync>,
     /// Runs a closure on the runtime's blocking pool (file writes of the local objects).
     pool: local_objects::Pool,
+    /// Where served git repositories are, and the state directory (their request bodies).
+    git_root: PathBuf,
+    state_dir: PathBuf,
     /// Journal records found at start but not loaded (id → why), e.g. written by a newer
     /// release. Their files are left untouched.
     unloaded: Arc<BTreeMap<String, String>>,
@@ -194,7 +206,14 @@ impl DelegatorHandle {
         if n > 0 {
             tracing::info!(restored = n, "delegations restored from the journal");
         }
+        let git = opts
+            .git
+            .clone()
+            .unwrap_or_else(|| git::default_git(&opts.state_dir));
+        let git_root = git.config().root.clone();
+        let state_dir = opts.state_dir.clone();
         let lp = Loop {
+            git,
             rt: rt.clone(),
             // Executors answer without Nagle delays (this project's; the reference on Node.js
             // 18+): the requests of a delegation share connections, and at most the engine's
@@ -228,6 +247,8 @@ impl DelegatorHandle {
             tx,
             sleep: Arc::new(move |d| rt2.sleep(d)),
             pool: local_objects::pool(rt.clone()),
+            git_root,
+            state_dir,
             unloaded: Arc::new(unloaded),
         })
     }
@@ -463,6 +484,27 @@ impl DelegatorHandle {
             let (status, body) = wire_http::reject_archive_url(why);
             net::json_response(status, body)
         }
+        if let Some((token, git_path, use_)) = git::parse_git_request(
+            req.method(),
+            req.uri().path(),
+            req.uri().query().unwrap_or(""),
+        ) {
+            let (tx, rx) = oneshot::channel();
+            let _ =
+                self.tx
+                    .unbounded_send(Cmd::RedeemRepository(SecretDigest::of(&token), use_, tx));
+            let (pool, root, state) = (
+                self.pool.clone(),
+                self.git_root.clone(),
+                self.state_dir.clone(),
+            );
+            return Box::pin(async move {
+                match rx.await {
+                    Ok(Some(repo)) => git::serve(&pool, root, state, repo, git_path, req).await,
+                    Ok(None) | Err(_) => not_found(ArchiveUrlRefusal::Refused),
+                }
+            });
+        }
         if let Some((token, use_)) =
             local_objects::parse_object_request(req.method(), req.uri().path())
         {
@@ -509,6 +551,8 @@ impl DelegatorHandle {
 }
 
 struct Loop<R: Runtime> {
+    /// The git transport's repositories (the options', or served ones under the state dir).
+    git: Arc<awcp_transports::git::GitDelegator>,
     rt: R,
     http: agent_rt::HttpClient<R>,
     engine: Delegator,

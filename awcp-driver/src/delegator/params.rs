@@ -23,6 +23,9 @@ pub struct DelegatorOptions {
     /// The object store of the `storage` transport (`None`: storage delegations fail to
     /// prepare with "not configured").
     pub object_store: Option<Arc<awcp_transports::storage::S3Store>>,
+    /// The `git` transport's settings (`None`: repositories under `<state>/git`, served by
+    /// this delegator on its archive listener, so `archive_base_url` must be set).
+    pub git: Option<Arc<awcp_transports::git::GitDelegator>>,
 }
 
 impl DelegatorOptions {
@@ -36,6 +39,7 @@ impl DelegatorOptions {
             archive_base_url: None,
             client_tls: agent_rt::ClientTls::default(),
             object_store: None,
+            git: None,
         }
     }
 }

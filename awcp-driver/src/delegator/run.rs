@@ -33,6 +33,7 @@ impl<R: Runtime> Loop<R> {
         // the deadline.
         let mut wake = Wake::Drained;
         self.sweep_objects();
+        self.sweep_git();
         loop {
             let now = self.rt.now();
             let deadline = drive::turn(&mut self, now, wake);
@@ -293,6 +294,9 @@ impl<R: Runtime> Loop<R> {
             }
             Cmd::RedeemObject(token, use_, reply) => {
                 let _ = reply.send(self.redeem_object(now, &token, use_));
+            }
+            Cmd::RedeemRepository(token, use_, reply) => {
+                let _ = reply.send(self.redeem_repository(now, &token, use_));
             }
             Cmd::Input(i) => {
                 if let Err(e) = self.engine.handle(now, i) {

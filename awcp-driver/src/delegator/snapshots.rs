@@ -9,8 +9,13 @@ impl<R: Runtime> Loop<R> {
         &mut self,
         id: DelegationId,
         mut snapshot: Box<SnapshotEvent>,
-        from_storage: bool,
+        source: ResultSource,
     ) {
+        let from_storage = match source {
+            ResultSource::GitBranch(r) => return self.store_git(id, snapshot, r),
+            ResultSource::StorageObject => true,
+            ResultSource::Event => false,
+        };
         if from_storage {
             // Our own result object, read with our own presigned GET: never the URL the
             // executor named.

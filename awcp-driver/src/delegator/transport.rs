@@ -60,23 +60,28 @@ impl<R: Runtime> Loop<R> {
         });
     }
 
-    /// [`DelegatorOutput::PrepareTransport`] of the archive transport (inline or by URL), or
-    /// of the storage transport (`storage`: the lease's end; the archive is uploaded to the
-    /// object store and the handle names presigned URLs).
+    /// [`DelegatorOutput::PrepareTransport`] of the archive transport (inline or by URL), of
+    /// the storage transport (the archive is uploaded to the object store and the handle
+    /// names presigned URLs), or of the git transport (the archive becomes the base commit).
     pub(super) fn prepare_archive(
         &mut self,
         id: DelegationId,
         access_mode: AccessMode,
         layout: Layout,
         delivery: ArchiveDelivery,
-        storage: Option<Timestamp>,
+        via: Via,
     ) {
+        let storage = match via {
+            Via::Storage(t) => Some(t),
+            Via::Archive | Via::Git => None,
+        };
+        let for_git = via == Via::Git;
         let specs = self.specs.get(&id).cloned().unwrap_or_default();
         let (admission, allow_sensitive) = self.admission_of(&id);
         let t = self.opts.transport.clone();
         let feed = self.feed();
         let rt = self.rt.clone();
-        let by_url = delivery == ArchiveDelivery::ByUrl || storage.is_some();
+        let by_url = delivery == ArchiveDelivery::ByUrl || storage.is_some() || for_git;
         let store = self.opts.object_store.clone();
         let state_dir = self.opts.state_dir.clone();
         let http = self.http.clone();
@@ -94,9 +99,14 @@ impl<R: Runtime> Loop<R> {
         let baseline_file = self.baseline_file(&id);
         let note = self.tx.clone();
         let note2 = self.tx.clone();
+        let git = self.git.clone();
+        let workspace_root = match (&specs[..], layout) {
+            ([one], Layout::Flat) => Some(one.source_path.clone()),
+            _ => None,
+        };
         self.spawn_in(crate::delegation_span(&id), async move {
             let did = id.clone();
-            let for_storage = storage.is_some();
+            let for_storage = storage.is_some() || for_git;
             let result = blocking(&rt, move || {
                 let delivery = if by_url {
                     std::fs::create_dir_all(&dir)
@@ -166,6 +176,13 @@ impl<R: Runtime> Loop<R> {
             })
             .await;
             let result = match (result, storage) {
+                (Ok((Packed::ToUpload(f), _)), None) if for_git => {
+                    let (rt, id2) = (rt.clone(), id.clone());
+                    blocking(&rt, move || {
+                        super::git::prepare(&git, local_base.as_deref(), &id2, f, workspace_root)
+                    })
+                    .await
+                }
                 (Ok((Packed::ToUpload(f), _)), Some(expires_at)) if store.is_some() => {
                     upload_workspace(&http, store, &state_dir, &id, f, expires_at)
                         .await
@@ -208,10 +225,11 @@ impl<R: Runtime> Loop<R> {
         let store = self.opts.object_store.clone();
         let state_dir = self.opts.state_dir.clone();
         let http = self.http.clone();
+        let git = self.release_git(&id);
         self.spawn_in(crate::delegation_span(&id), async move {
             let did = id.clone();
             let mut warnings = blocking(&rt, move || {
-                let mut warnings = Vec::new();
+                let mut warnings: Vec<String> = git().into_iter().collect();
                 for t in ts {
                     match t.release(&did) {
                         Ok(report) => warnings.extend(report.warnings),

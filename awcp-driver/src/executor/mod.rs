@@ -43,6 +43,9 @@ pub struct ExecutorOptions {
     /// Further transports (e.g. sshfs), chosen by the kind the delegator asks for; list their
     /// kinds in `engine.transports` too.
     pub extra_transports: Vec<Arc<dyn ExecutorTransport>>,
+    /// The git transport (list `git` in `engine.transports` too): it sets up from its handle
+    /// and pushes results itself, so the loop holds it by its type.
+    pub git: Option<Arc<awcp_transports::git::GitExecutor>>,
     /// The agent that does the work.
     pub runner: Arc<dyn TaskRunner>,
     /// Largest request body accepted (START carries inline archives).
@@ -84,6 +87,7 @@ impl ExecutorOptions {
             engine,
             transport,
             extra_transports: Vec::new(),
+            git: None,
             runner,
             max_body_bytes: 256 * 1024 * 1024,
             max_unauthenticated_body_bytes: 1024 * 1024,
@@ -273,6 +277,9 @@ impl ExecutorHandle {
         }
         let mut transports = vec![opts.transport.clone()];
         transports.extend(opts.extra_transports.iter().cloned());
+        if let Some(g) = &opts.git {
+            transports.push(g.clone());
+        }
         // Scratch space of this instance: downloads in flight and snapshots served by URL.
         let scratch = match &opts.state_dir {
             Some(s) => s.clone(),
@@ -342,6 +349,7 @@ impl ExecutorHandle {
             engine,
             tx: tx.clone(),
             transports,
+            git: opts.git.clone(),
             kinds: BTreeMap::new(),
             runner: opts.runner,
             http: agent_rt::HttpClient::new(rt.clone(), opts.client_tls),

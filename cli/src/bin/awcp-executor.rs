@@ -141,6 +141,16 @@ struct Args {
     /// objects the delegator presigned; this executor needs no credential of its own).
     #[arg(long, env = "AWCP_NO_STORAGE")]
     no_storage: bool,
+    /// Refuse the git transport (served by default when `git` runs: the workspace is cloned
+    /// from the delegator's branch, the result pushed back to it).
+    #[arg(long, env = "AWCP_NO_GIT")]
+    no_git: bool,
+    /// The name the git transport commits results as.
+    #[arg(long, env = "AWCP_GIT_NAME", default_value = "AWCP Executor")]
+    git_name: String,
+    /// The e-mail address the git transport commits results as.
+    #[arg(long, env = "AWCP_GIT_EMAIL", default_value = "executor@awcp.local")]
+    git_email: String,
     /// Async runtime to run on.
     #[arg(long, env = "AWCP_RUNTIME", value_enum, default_value_t)]
     runtime: RuntimeChoice,
@@ -298,6 +308,27 @@ async fn run<R: Driver>(args: Args) {
     if args.sshfs {
         transports.push(awcp_proto::TransportKind::Sshfs);
     }
+    // Repositories and key files live in the state directory, never in a work directory.
+    let git = (!args.no_git).then(|| {
+        awcp_transports::git::GitExecutor::new(state_dir.join("git")).identity(
+            awcp_transports::git::Identity {
+                name: args.git_name.clone(),
+                email: args.git_email.clone(),
+            },
+        )
+    });
+    let git = git.filter(
+        |g| match awcp_transports::ExecutorTransport::check_dependency(g) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!("git transport not offered: {e}");
+                false
+            }
+        },
+    );
+    if git.is_some() {
+        transports.push(awcp_proto::TransportKind::Git);
+    }
     let engine = ExecutorConfig {
         transports,
         work_root: work_root.to_string_lossy().into_owned(),
@@ -335,6 +366,7 @@ async fn run<R: Driver>(args: Args) {
         }
         opts.extra_transports.push(Arc::new(sshfs));
     }
+    opts.git = git.map(Arc::new);
     opts.state_dir = Some(state_dir.clone());
     let default_card = AgentCard::default();
     opts.card = AgentCard {

@@ -22,7 +22,7 @@
 //! or daemon unreachable.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -118,6 +118,44 @@ struct S3Args {
     /// AWS's for the region).
     #[arg(long)]
     s3_endpoint: Option<String>,
+}
+
+/// Where the `git` transport's delegation branches go. Without a remote, a delegator that
+/// serves archives (`--serve-archives`) serves each delegation's repository itself.
+#[derive(clap::Args, Clone, Debug, Default)]
+struct GitArgs {
+    /// The remote `--transport git` pushes `awcp/<delegation-id>` to (only that branch, never
+    /// forced), with your own git credentials and configuration; executors clone from it and
+    /// push their work to the same branch.
+    #[arg(long)]
+    git_remote: Option<String>,
+    /// A file holding a token executors get for that remote (sent in the handle as
+    /// `auth: {type: "token"}`; HTTP Basic on their side). Without it they get none.
+    #[arg(long, requires = "git_remote")]
+    git_executor_token_file: Option<PathBuf>,
+    /// Keep each delegation's branch on the remote after release (by default it goes once
+    /// its results were applied or discarded; a result that was not applied keeps it).
+    #[arg(long, requires = "git_remote")]
+    keep_branch: bool,
+}
+
+impl GitArgs {
+    /// The git transport's settings (repositories under `<state>/git`).
+    fn delegator(&self, state_dir: &Path) -> Arc<awcp_transports::git::GitDelegator> {
+        let executor_token = self.git_executor_token_file.as_ref().map(|f| {
+            std::fs::read_to_string(f)
+                .map(|t| t.trim().to_owned())
+                .unwrap_or_else(|e| fail(format!("--git-executor-token-file {}: {e}", f.display())))
+        });
+        Arc::new(awcp_transports::git::GitDelegator::new(
+            awcp_transports::git::GitDelegatorConfig {
+                root: state_dir.join("git"),
+                remote: self.git_remote.clone(),
+                executor_token,
+                keep_branch: self.keep_branch,
+            },
+        ))
+    }
 }
 
 impl S3Args {
@@ -237,13 +275,17 @@ enum Cmd {
         #[arg(long)]
         sshfs_config: Option<PathBuf>,
         /// The data plane: `archive`, `sshfs` (implied by --sshfs-config; with --daemon, the
-        /// daemon must have been started with --sshfs-config) or `storage` (an S3-compatible
-        /// bucket: --s3-bucket; with --daemon, the daemon's).
+        /// daemon must have been started with --sshfs-config), `storage` (an S3-compatible
+        /// bucket: --s3-bucket; with --daemon, the daemon's) or `git` (commits on a branch:
+        /// --git-remote, or the repository served by this delegator with --serve-archives).
         #[arg(long)]
         transport: Option<String>,
         /// The bucket of `--transport storage`.
         #[command(flatten)]
         s3: S3Args,
+        /// The remote of `--transport git`.
+        #[command(flatten)]
+        git: GitArgs,
         /// Lend secret-looking files (.env, private keys, credentials.json, …) instead of
         /// refusing with SENSITIVE_FILES. Listing them in .awcpignore keeps them home instead.
         #[arg(long)]
@@ -276,6 +318,10 @@ enum Cmd {
         /// when one is named.
         #[command(flatten)]
         s3: S3Args,
+        /// Where `"transport": "git"` delegations' branches go (without a remote, with
+        /// --serve-archives, the daemon serves the repositories).
+        #[command(flatten)]
+        git: GitArgs,
         /// Admission limits of every delegation the daemon makes.
         #[command(flatten)]
         admission: AdmissionArgs,
@@ -657,6 +703,8 @@ fn delegator<R: Driver>(
 struct Tweaks {
     /// The storage transport's bucket.
     object_store: Option<Arc<awcp_transports::storage::S3Store>>,
+    /// The git transport's settings.
+    git: Option<Arc<awcp_transports::git::GitDelegator>>,
     /// Ask for results inline (`--inline-results`).
     inline_results: bool,
     /// How long a multi-round delegation may stay idle (`--round-idle-timeout`).
@@ -686,6 +734,7 @@ fn delegator_with<R: Driver>(
     opts.archive_base_url = archive_base;
     opts.client_tls = client_tls;
     opts.object_store = tweaks.object_store.clone();
+    opts.git = tweaks.git.clone();
     if let Some(t) = sshfs {
         opts.extra_transports.push(Arc::new(t));
     }
@@ -815,6 +864,7 @@ async fn run<R: Driver>(cli: Cli, token_source: DaemonTokenSource) {
             sshfs_config,
             transport,
             s3,
+            git,
             allow_sensitive,
             inline_results,
             admission,
@@ -847,9 +897,25 @@ async fn run<R: Driver>(cli: Cli, token_source: DaemonTokenSource) {
                 (None, None) | (Some("archive"), None) => TransportKind::Archive,
                 (None, Some(_)) | (Some("sshfs"), _) => TransportKind::Sshfs,
                 (Some("storage"), None) => TransportKind::Storage,
-                (Some("archive" | "storage"), Some(_)) => usage("--sshfs-config lends over sshfs"),
-                (Some(t), _) => usage(format!("--transport {t}: use archive, sshfs or storage")),
+                (Some("git"), None) => TransportKind::Git,
+                (Some("archive" | "storage" | "git"), Some(_)) => {
+                    usage("--sshfs-config lends over sshfs")
+                }
+                (Some(t), _) => usage(format!(
+                    "--transport {t}: use archive, sshfs, storage or git"
+                )),
             };
+            if transport == TransportKind::Git
+                && !daemon
+                && git.git_remote.is_none()
+                && serve_archives.is_none()
+            {
+                usage(
+                    "--transport git needs --git-remote, or --serve-archives to serve the \
+                     repository from this delegator",
+                );
+            }
+            let git = (!daemon).then(|| git.delegator(&state_dir));
             // Storage goes through a bucket, or (none named) this delegator serves the
             // objects itself on its archive listener (the local provider).
             let object_store = if transport == TransportKind::Storage && !daemon {
@@ -928,6 +994,7 @@ async fn run<R: Driver>(cli: Cli, token_source: DaemonTokenSource) {
                     Tweaks {
                         inline_results,
                         object_store: object_store.clone(),
+                        git: git.clone(),
                         ..Tweaks::default()
                     },
                 );
@@ -944,6 +1011,7 @@ async fn run<R: Driver>(cli: Cli, token_source: DaemonTokenSource) {
                 Tweaks {
                     inline_results,
                     object_store,
+                    git,
                     ..Tweaks::default()
                 },
             );
@@ -954,6 +1022,7 @@ async fn run<R: Driver>(cli: Cli, token_source: DaemonTokenSource) {
             round_idle_timeout,
             sshfs_config,
             s3,
+            git,
             serve_archives,
             admission,
             public_url,
@@ -1000,6 +1069,7 @@ async fn run<R: Driver>(cli: Cli, token_source: DaemonTokenSource) {
                 Tweaks {
                     round_idle_timeout: Some(Duration::from_secs(round_idle_timeout)),
                     object_store: s3.store(),
+                    git: Some(git.delegator(&state_dir)),
                     ..Tweaks::default()
                 },
             );

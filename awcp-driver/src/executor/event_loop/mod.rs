@@ -42,6 +42,8 @@ pub(super) struct Loop<R: Runtime> {
     pub(super) tx: mpsc::UnboundedSender<Cmd>,
     /// The primary transport first, then the extra ones.
     pub(super) transports: Vec<Arc<dyn ExecutorTransport>>,
+    /// The git transport, if served ([`super::ExecutorOptions::git`]).
+    pub(super) git: Option<Arc<awcp_transports::git::GitExecutor>>,
     /// Which transport each assignment uses (from allocation to release).
     pub(super) kinds: BTreeMap<DelegationId, TransportKind>,
     pub(super) runner: Arc<dyn TaskRunner>,

@@ -13,24 +13,31 @@ impl<R: Runtime> Loop<R> {
         kind: awcp_proto::engine::SnapshotKind,
         delivery: SnapshotDelivery,
     ) {
+        if delivery == SnapshotDelivery::Push {
+            return self.push_result(id, work_dir);
+        }
         let t = self.transport_of(&id);
         let feed = self.feed();
         let rt = self.rt.clone();
         let url_base = match &delivery {
-            SnapshotDelivery::Inline | SnapshotDelivery::Upload { .. } => None,
+            SnapshotDelivery::Inline | SnapshotDelivery::Upload { .. } | SnapshotDelivery::Push => {
+                None
+            }
             SnapshotDelivery::ByUrl { base } => Some(base.clone()),
         };
         // Served by URL: kept (and journaled) across a restart. Sent inline or uploaded: not
         // journaled, so what a restart leaves there is removed at start.
         let dir = match &delivery {
-            SnapshotDelivery::Inline | SnapshotDelivery::Upload { .. } => {
+            SnapshotDelivery::Inline | SnapshotDelivery::Upload { .. } | SnapshotDelivery::Push => {
                 self.scratch.join(INLINE_RESULTS)
             }
             SnapshotDelivery::ByUrl { .. } => self.scratch.join("snapshots"),
         };
         let upload = match delivery {
             SnapshotDelivery::Upload { url } => Some(url),
-            SnapshotDelivery::Inline | SnapshotDelivery::ByUrl { .. } => None,
+            SnapshotDelivery::Inline | SnapshotDelivery::ByUrl { .. } | SnapshotDelivery::Push => {
+                None
+            }
         };
         let files = self.snapshots.clone();
         let kind = match kind {
@@ -62,6 +69,41 @@ impl<R: Runtime> Loop<R> {
                 }
                 (r, _) => r,
             };
+            feed(ExecutorInput::SnapshotCaptured {
+                id,
+                result: result.map(Box::new),
+            });
+        });
+    }
+
+    /// [`SnapshotDelivery::Push`]: the git transport commits the work directory and pushes
+    /// it; the snapshot names the branch ([`awcp_proto::wire::git_result_text`]).
+    fn push_result(&mut self, id: DelegationId, work_dir: String) {
+        let feed = self.feed();
+        let rt = self.rt.clone();
+        let git = self.git.clone();
+        self.spawn_in(crate::delegation_span(&id), async move {
+            let message = format!("AWCP {id}: the executor's work");
+            let result = blocking(&rt, move || {
+                let git = git.ok_or_else(|| {
+                    CaptureFailure::Local("the git transport is not served here".into())
+                })?;
+                let (r, changed) = git
+                    .push(Path::new(&work_dir), &message)
+                    .map_err(|e| CaptureFailure::Transport(e.to_error_info()))?;
+                let mut metadata = std::collections::BTreeMap::new();
+                metadata.insert("changedFiles".to_owned(), serde_json::json!(changed));
+                metadata.insert("commitHash".to_owned(), serde_json::json!(r.commit_hash));
+                Ok(awcp_proto::engine::CapturedSnapshot {
+                    data: awcp_proto::ArchiveData {
+                        base64: Some(awcp_proto::wire::git_result_text(&r)),
+                        ..awcp_proto::ArchiveData::default()
+                    },
+                    checksum: None,
+                    metadata,
+                })
+            })
+            .await;
             feed(ExecutorInput::SnapshotCaptured {
                 id,
                 result: result.map(Box::new),

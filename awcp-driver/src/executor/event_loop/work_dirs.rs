@@ -35,6 +35,22 @@ impl<R: Runtime> Loop<R> {
                 self.unclaimed_archives.retain(|u| u != f);
             }
         }
+        if let (awcp_proto::TransportHandle::Git(_), Some(git)) = (&*handle, self.git.clone()) {
+            let feed = self.feed();
+            let rt = self.rt.clone();
+            self.spawn_in(crate::delegation_span(&id), async move {
+                let names: Vec<_> = resources.into_iter().map(|r| r.name).collect();
+                let did = id.clone();
+                let result = blocking(&rt, move || {
+                    git.setup_git(&did, std::path::Path::new(&work_dir), &handle, &names)
+                        .map(layout_of)
+                        .map_err(|e| awcp_proto::SetupFailure::Transport(e.to_error_info()))
+                })
+                .await;
+                feed(ExecutorInput::SetupCompleted { id, result });
+            });
+            return;
+        }
         let t = self.transport_for(&handle.kind());
         let feed = self.feed();
         let cancel = CancelFlag::new();

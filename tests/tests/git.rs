@@ -1,0 +1,311 @@
+//! The git transport on the real binaries: full delegations on both runtimes with the
+//! repository served by the delegator (smart HTTP through `git http-backend`) and through a
+//! remote (`git daemon`, started here on loopback); a local edit made during the task merged,
+//! a conflicting one not applied with the branch kept for review; no other ref of the remote
+//! changed; hostile results (a symbolic link out, an embedded repository) refused;
+//! nothing left behind (repositories, key files, the executor's token).
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use awcp_tests::bins::{self, show, KillOnDrop};
+use awcp_tests::git::{git, GitDaemon};
+
+/// Longest any wait may take before the test fails (never reached when things work).
+const DEADLINE: Duration = Duration::from_secs(90);
+
+/// The agent. It writes `RESULT.txt`, rewrites `a.txt` and deletes `gone.txt`; with the
+/// prompt `slow`, it first says it started (`started` beside it) and waits until `release`
+/// exists (60 s at most); with `link`, it also leaves a symbolic link to `/etc/passwd`; with
+/// `embedded`, a git repository of its own inside the work directory.
+const AGENT: &str = r#"#!/bin/sh
+here="$(dirname "$0")"
+if [ "$AWCP_PROMPT" = slow ]; then
+  touch "$here/started"
+  i=0
+  while [ ! -e "$here/release" ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done
+fi
+echo "agent was here" > RESULT.txt
+echo "A by the agent" > a.txt
+rm -f gone.txt
+if [ "$AWCP_PROMPT" = link ]; then ln -s /etc/passwd escape; fi
+if [ "$AWCP_PROMPT" = embedded ]; then
+  mkdir inner && cd inner && git init -q && echo x > x && git add x \
+    && git -c user.name=a -c user.email=a@a commit -q -m x && cd ..
+fi
+echo "done editing"
+"#;
+
+/// An executor on `runtime` whose agent is [`AGENT`]; `dir` holds its state, log and agent.
+fn executor(dir: &Path, runtime: &str) -> (KillOnDrop, String) {
+    let agent = dir.join("agent.sh");
+    std::fs::write(&agent, AGENT).unwrap();
+    let log = std::fs::File::create(dir.join("executor.log")).unwrap();
+    let mut cmd = bins::executor_command(dir, &format!("sh {}", agent.display()));
+    cmd.args(["--runtime", runtime])
+        .args([
+            "--git-name",
+            "Test Executor",
+            "--git-email",
+            "exec@example.org",
+        ])
+        .stderr(log);
+    let (child, url) = bins::spawn_announcing(&mut cmd, bins::EXECUTOR_ANNOUNCES);
+    (KillOnDrop(child), url)
+}
+
+/// `awcp --json delegate WS --transport git …` with `extra` arguments (`--git-remote`, or
+/// `--serve-archives`).
+fn delegate_cmd(ws: &Path, peer: &str, state: &Path, prompt: &str, extra: &[&str]) -> Command {
+    let mut cmd = Command::new(bins::path("awcp"));
+    cmd.args(["--quiet", "--json", "delegate"])
+        .arg(ws)
+        .args(["--peer", peer, "--prompt", prompt, "--transport", "git"])
+        .arg("--state-dir")
+        .arg(state)
+        .args(extra)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null");
+    cmd
+}
+
+/// A workspace: `a.txt`, `b.txt`, `gone.txt`.
+fn workspace() -> tempfile::TempDir {
+    let d = tempfile::tempdir().unwrap();
+    for (f, t) in [("a.txt", "A\n"), ("b.txt", "B\n"), ("gone.txt", "G\n")] {
+        std::fs::write(d.path().join(f), t).unwrap();
+    }
+    d
+}
+
+/// The delegation record `awcp --json` printed last on stdout.
+fn record(o: &Output) -> serde_json::Value {
+    let out = String::from_utf8_lossy(&o.stdout);
+    let line = out.lines().last().unwrap_or_else(|| panic!("{}", show(o)));
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {}", show(o)))
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// The agent's result is in `ws`.
+fn assert_applied(o: &Output, ws: &Path, what: &str) {
+    assert_eq!(o.status.code(), Some(0), "{what}: applied\n{}", show(o));
+    assert_eq!(read(&ws.join("RESULT.txt")), "agent was here\n", "{what}");
+    assert_eq!(read(&ws.join("a.txt")), "A by the agent\n", "{what}");
+    assert!(
+        !ws.join("gone.txt").exists(),
+        "{what}: the deletion applied"
+    );
+    assert_eq!(record(o)["state"], "completed", "{what}");
+}
+
+/// Entries of `dir` (none if it does not exist).
+fn entries(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Every file under `dir` whose bytes contain `needle`.
+fn files_containing(dir: &Path, needle: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            let Ok(ft) = e.file_type() else { continue };
+            if ft.is_dir() {
+                stack.push(p);
+            } else if ft.is_file() {
+                let bytes = std::fs::read(&p).unwrap_or_default();
+                if bytes.windows(needle.len()).any(|w| w == needle.as_bytes()) {
+                    found.push(p.display().to_string());
+                }
+            }
+        }
+    }
+    found
+}
+
+/// Waits until `cond` holds.
+fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < DEADLINE, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Nothing of the delegation is left: the delegator's repositories and request bodies, the
+/// executor's repositories, key files and work directories.
+fn assert_nothing_left(exec_dir: &Path, state: &Path, what: &str) {
+    wait_for("the executor's release", || {
+        entries(&exec_dir.join("state").join("git")).is_empty()
+            && entries(&exec_dir.join("work")).is_empty()
+    });
+    assert_eq!(entries(&state.join("git")), Vec::<String>::new(), "{what}");
+    assert_eq!(
+        entries(&state.join("git-http")),
+        Vec::<String>::new(),
+        "{what}"
+    );
+}
+
+#[test]
+fn a_delegation_through_a_served_repository_applies_on_both_runtimes() {
+    for runtime in ["tokio", "smol"] {
+        let dir = tempfile::tempdir().unwrap();
+        let (_ex, peer) = executor(dir.path(), runtime);
+        let ws = workspace();
+        let state = tempfile::tempdir().unwrap();
+        let o = delegate_cmd(
+            ws.path(),
+            &peer,
+            state.path(),
+            "edit",
+            &["--runtime", runtime, "--serve-archives", "127.0.0.1:0"],
+        )
+        .output()
+        .unwrap();
+        assert_applied(&o, ws.path(), runtime);
+        assert_eq!(read(&ws.path().join("b.txt")), "B\n", "{runtime}");
+        assert!(
+            !ws.path().join(".git").exists(),
+            "{runtime}: no repository made here"
+        );
+        assert_nothing_left(dir.path(), state.path(), runtime);
+    }
+}
+
+#[test]
+fn a_remote_gets_only_the_delegation_branch_which_goes_once_applied() {
+    let dir = tempfile::tempdir().unwrap();
+    let remotes = tempfile::tempdir().unwrap();
+    let daemon = GitDaemon::start(remotes.path());
+    let url = daemon.repository("team.git");
+    let before = daemon.refs("team.git");
+    let (_ex, peer) = executor(dir.path(), "tokio");
+    // The executor's token: handed over in the handle, written nowhere.
+    let token = "git-token-4f1c0e9a-never-on-disk";
+    let token_file = dir.path().join("executor-token");
+    std::fs::write(&token_file, token).unwrap();
+    let ws = workspace();
+    let state = dir.path().join("delegator");
+    let o = delegate_cmd(
+        ws.path(),
+        &peer,
+        &state,
+        "edit",
+        &[
+            "--git-remote",
+            &url,
+            "--git-executor-token-file",
+            token_file.to_str().unwrap(),
+        ],
+    )
+    .output()
+    .unwrap();
+    assert_applied(&o, ws.path(), "remote");
+    // The branch was pushed, worked on and deleted: the remote's refs are as they were.
+    assert_eq!(daemon.refs("team.git"), before);
+    assert_nothing_left(dir.path(), &state, "remote");
+    std::fs::remove_file(&token_file).unwrap();
+    let leaked = files_containing(dir.path(), token);
+    assert!(leaked.is_empty(), "the token is in {leaked:?}");
+}
+
+#[test]
+fn a_local_edit_merges_and_a_conflicting_one_keeps_the_branch_unapplied() {
+    let dir = tempfile::tempdir().unwrap();
+    let remotes = tempfile::tempdir().unwrap();
+    let daemon = GitDaemon::start(remotes.path());
+    let url = daemon.repository("team.git");
+    let before = daemon.refs("team.git");
+    let (_ex, peer) = executor(dir.path(), "tokio");
+    let (started, release) = (dir.path().join("started"), dir.path().join("release"));
+    for (edit, conflicting) in [("b.txt", false), ("a.txt", true)] {
+        let _ = std::fs::remove_file(&started);
+        let _ = std::fs::remove_file(&release);
+        let ws = workspace();
+        let state = dir.path().join(format!("delegator-{edit}"));
+        let child = delegate_cmd(ws.path(), &peer, &state, "slow", &["--git-remote", &url])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_for("the task to start", || started.exists());
+        std::fs::write(ws.path().join(edit), "edited here meanwhile\n").unwrap();
+        std::fs::write(&release, "").unwrap();
+        let o = child.wait_with_output().unwrap();
+        let v = record(&o);
+        if !conflicting {
+            assert_applied(&o, ws.path(), "local edit elsewhere");
+            assert_eq!(read(&ws.path().join("b.txt")), "edited here meanwhile\n");
+            assert_eq!(
+                daemon.refs("team.git"),
+                before,
+                "branch deleted once applied"
+            );
+            continue;
+        }
+        // Not applied: exit 4, the local edit and the rest of the workspace untouched.
+        assert_eq!(o.status.code(), Some(4), "{}", show(&o));
+        assert_eq!(read(&ws.path().join("a.txt")), "edited here meanwhile\n");
+        assert!(!ws.path().join("RESULT.txt").exists());
+        assert!(ws.path().join("gone.txt").exists());
+        // The branch stays for review: the remote has it beside its own refs, unchanged.
+        let id = v["id"].as_str().unwrap().to_owned();
+        let after = daemon.refs("team.git");
+        let kept = format!("refs/heads/awcp/{id}");
+        assert!(after.contains(&kept), "{after}");
+        let others: Vec<&str> = after.lines().filter(|l| !l.starts_with(&kept)).collect();
+        assert_eq!(others.join("\n"), before);
+        let tip = git(
+            &remotes.path().join("team.git"),
+            &["show", &format!("awcp/{id}:a.txt")],
+        );
+        assert_eq!(tip, "A by the agent");
+        let who = git(
+            &remotes.path().join("team.git"),
+            &["log", "-1", "--format=%an <%ae>", &format!("awcp/{id}")],
+        );
+        assert_eq!(who, "Test Executor <exec@example.org>");
+    }
+}
+
+#[test]
+fn hostile_results_are_refused_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_ex, peer) = executor(dir.path(), "tokio");
+    let serve = ["--serve-archives", "127.0.0.1:0"];
+    // A symbolic link out of the workspace: refused as the archive transport refuses it,
+    // nothing written (exit 4: not applied).
+    let ws = workspace();
+    let state = dir.path().join("d-link");
+    let o = delegate_cmd(ws.path(), &peer, &state, "link", &serve)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(4), "{}", show(&o));
+    assert!(show(&o).contains("escape"), "{}", show(&o));
+    assert!(std::fs::symlink_metadata(ws.path().join("escape")).is_err());
+    assert!(!ws.path().join("RESULT.txt").exists());
+    assert_eq!(read(&ws.path().join("a.txt")), "A\n");
+    // An embedded repository (a gitlink in the result): refused whole, nothing written.
+    let ws = workspace();
+    let state = dir.path().join("d-embedded");
+    let o = delegate_cmd(ws.path(), &peer, &state, "embedded", &serve)
+        .output()
+        .unwrap();
+    assert_ne!(o.status.code(), Some(0), "{}", show(&o));
+    assert!(show(&o).contains("submodule"), "{}", show(&o));
+    assert!(!ws.path().join("RESULT.txt").exists());
+    assert!(!ws.path().join("inner").exists());
+    assert_eq!(read(&ws.path().join("a.txt")), "A\n");
+    assert_nothing_left(dir.path(), &state, "embedded");
+}
