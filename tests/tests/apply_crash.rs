@@ -126,6 +126,12 @@ struct Staged {
 }
 
 fn staged_result(files: usize) -> Staged {
+    staged_result_via(files, &[])
+}
+
+/// [`staged_result`] lent with `transport` arguments of `awcp delegate` (e.g. the git
+/// transport, whose result is stored as a delta snapshot that the same apply writes).
+fn staged_result_via(files: usize, transport: &[&str]) -> Staged {
     let base = tempfile::tempdir().unwrap();
     let parent = base.path().join("projects");
     let ws = parent.join("ws");
@@ -152,7 +158,7 @@ fn staged_result(files: usize) -> Staged {
         bins::EXECUTOR_ANNOUNCES,
     );
     let ex = Proc(ex);
-    let o = awcp(&[
+    let mut args = vec![
         "--json",
         "delegate",
         ws.to_str().unwrap(),
@@ -164,7 +170,9 @@ fn staged_result(files: usize) -> Staged {
         "staged",
         "--state-dir",
         state.to_str().unwrap(),
-    ]);
+    ];
+    args.extend_from_slice(transport);
+    let o = awcp(&args);
     drop(ex);
     assert_eq!(o.status.code(), Some(0), "{}", show(&o));
     let v: Value = serde_json::from_slice(o.stdout.trim_ascii_end()).unwrap();
@@ -183,6 +191,19 @@ fn staged_result(files: usize) -> Staged {
 
 #[test]
 fn sigkill_during_a_large_apply_then_restart_leaves_all_old_or_all_new() {
+    kill_during_apply(staged_result(FILES), TRIES);
+}
+
+/// The same with the git transport: its result branch is stored as a delta snapshot, applied
+/// by the same journalled swap.
+#[test]
+fn sigkill_during_a_large_git_apply_then_restart_leaves_all_old_or_all_new() {
+    let git = ["--transport", "git", "--serve-archives", "127.0.0.1:0"];
+    kill_during_apply(staged_result_via(FILES, &git), TRIES / 2);
+}
+
+/// Kills the apply of `staged` `tries` times (see the module docs).
+fn kill_during_apply(staged: Staged, tries: usize) {
     // The workspace: 300 files in 30 directories, incompressible; the result stored.
     let Staged {
         base,
@@ -191,7 +212,7 @@ fn sigkill_during_a_large_apply_then_restart_leaves_all_old_or_all_new() {
         state,
         id,
         sid,
-    } = staged_result(FILES);
+    } = staged;
 
     // Pristine copies: the workspace before, the state with the stored result.
     let ws0 = base.path().join("ws0");
@@ -213,7 +234,7 @@ fn sigkill_during_a_large_apply_then_restart_leaves_all_old_or_all_new() {
     let mut rng = Rng::from_clock();
     eprintln!("apply takes {apply_ms} ms; rng seed {}", rng.0);
     let (mut mid_swap, mut ended_old, mut ended_new) = (0, 0, 0);
-    for attempt in 0..TRIES {
+    for attempt in 0..tries {
         reset(&ws, &ws0);
         reset(&state, &state0);
         let daemon = attempt % 2 == 0;

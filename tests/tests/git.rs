@@ -309,3 +309,55 @@ fn hostile_results_are_refused_whole() {
     assert_eq!(read(&ws.path().join("a.txt")), "A\n");
     assert_nothing_left(dir.path(), &state, "embedded");
 }
+
+#[test]
+fn a_workspace_repository_s_head_is_the_branch_s_root_and_the_repository_is_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let remotes = tempfile::tempdir().unwrap();
+    let daemon = GitDaemon::start(remotes.path());
+    let url = daemon.repository("team.git");
+    let (_ex, peer) = executor(dir.path(), "smol");
+    // A repository with a commit, and an uncommitted change.
+    let ws = workspace();
+    git(ws.path(), &["init", "-q", "-b", "main"]);
+    git(ws.path(), &["add", "-A"]);
+    git(ws.path(), &["commit", "-q", "-m", "mine"]);
+    let head = git(ws.path(), &["rev-parse", "HEAD"]);
+    std::fs::write(ws.path().join("b.txt"), "B, not committed yet\n").unwrap();
+    let refs = git(ws.path(), &["for-each-ref"]);
+    let objects = git(ws.path(), &["count-objects", "-v"]);
+    let state = dir.path().join("delegator");
+    let o = delegate_cmd(
+        ws.path(),
+        &peer,
+        &state,
+        "edit",
+        &["--git-remote", &url, "--keep-branch"],
+    )
+    .output()
+    .unwrap();
+    assert_applied(&o, ws.path(), "repository");
+    let id = record(&o)["id"].as_str().unwrap().to_owned();
+    // On the remote: HEAD, then the uncommitted change, then the executor's work.
+    let remote = remotes.path().join("team.git");
+    let branch = format!("awcp/{id}");
+    assert_eq!(git(&remote, &["rev-parse", &format!("{branch}~2")]), head);
+    assert_eq!(
+        git(&remote, &["show", &format!("{branch}~1:b.txt")]),
+        "B, not committed yet"
+    );
+    assert_eq!(
+        git(&remote, &["log", "-1", "--format=%an", &branch]),
+        "Test Executor"
+    );
+    // The workspace's repository: no ref, no object, nothing staged.
+    assert_eq!(git(ws.path(), &["for-each-ref"]), refs);
+    assert_eq!(git(ws.path(), &["count-objects", "-v"]), objects);
+    assert_eq!(git(ws.path(), &["rev-parse", "HEAD"]), head);
+    assert_eq!(
+        git(ws.path(), &["diff", "--cached", "--name-only"]),
+        "",
+        "nothing staged in the user's index"
+    );
+    assert_nothing_left(dir.path(), &state, "repository");
+}
