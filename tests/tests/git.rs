@@ -361,3 +361,51 @@ fn a_workspace_repository_s_head_is_the_branch_s_root_and_the_repository_is_unto
     );
     assert_nothing_left(dir.path(), &state, "repository");
 }
+
+#[test]
+fn the_daemon_lends_through_its_remote() {
+    let dir = tempfile::tempdir().unwrap();
+    let remotes = tempfile::tempdir().unwrap();
+    let daemon = GitDaemon::start(remotes.path());
+    let url = daemon.repository("team.git");
+    let before = daemon.refs("team.git");
+    let (_ex, peer) = executor(dir.path(), "tokio");
+    let state = dir.path().join("daemon");
+    let (child, api) = bins::spawn_announcing(
+        Command::new(bins::path("awcp"))
+            .args([
+                "--quiet",
+                "daemon",
+                "--listen",
+                "127.0.0.1:0",
+                "--git-remote",
+                &url,
+            ])
+            .arg("--state-dir")
+            .arg(&state)
+            .env_remove("AWCP_DAEMON_TOKEN")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null"),
+        bins::DAEMON_ANNOUNCES,
+    );
+    let _daemon_proc = KillOnDrop(child);
+    let ws = workspace();
+    let o = bins::awcp_on_daemon(
+        &api,
+        &state,
+        &[
+            "--json",
+            "delegate",
+            ws.path().to_str().unwrap(),
+            "--daemon",
+            "--peer",
+            &peer,
+            "--prompt",
+            "edit",
+            "--transport",
+            "git",
+        ],
+    );
+    assert_applied(&o, ws.path(), "daemon");
+    assert_eq!(daemon.refs("team.git"), before);
+    assert_nothing_left(dir.path(), &state, "daemon");
+}
