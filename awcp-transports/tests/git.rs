@@ -332,3 +332,46 @@ fn http_backend_answers_the_ref_advertisement_and_nothing_else() {
     assert_eq!(r.status, 403);
     let _ = Config::User;
 }
+
+#[test]
+fn an_executor_follows_no_local_or_command_url_and_no_option_shaped_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("d1.git");
+    let base_id = base_repo(tmp.path(), &repo);
+    let git = Git::new().allow_protocols(awcp_transports::git::EXECUTOR_PROTOCOLS);
+    let gd = tmp.path().join("exec.git");
+    let wd = tmp.path().join("work");
+    std::fs::create_dir(&wd).unwrap();
+    let marker = tmp.path().join("ran");
+    for url in [
+        repo.to_string_lossy().into_owned(),
+        format!("file://{}", repo.display()),
+        format!("ext::sh -c touch% {}", marker.display()),
+        "--upload-pack=touch /tmp/x".to_owned(),
+    ] {
+        let c = work::Checkout {
+            git_dir: &gd,
+            work_dir: &wd,
+            url: &url,
+            credential: &Credential::None,
+        };
+        let e = work::clone_base(&git, &c, "awcp/d1", &base_id, "awcp/d1").unwrap_err();
+        assert!(
+            !e.to_string().is_empty() && std::fs::read_dir(&wd).unwrap().next().is_none(),
+            "{url}: {e}"
+        );
+        let _ = std::fs::remove_dir_all(&gd);
+    }
+    assert!(!marker.exists(), "no command ran");
+    // A base branch that moved is refused.
+    let git = Git::new();
+    let url = repo.to_string_lossy().into_owned();
+    let c = work::Checkout {
+        git_dir: &gd,
+        work_dir: &wd,
+        url: &url,
+        credential: &Credential::None,
+    };
+    let e = work::clone_base(&git, &c, "awcp/d1", &"0".repeat(40), "awcp/d1").unwrap_err();
+    assert!(e.to_string().contains("moved"), "{e}");
+}

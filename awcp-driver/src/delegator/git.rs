@@ -149,6 +149,8 @@ impl<R: Runtime> Loop<R> {
     /// At start-up: releases the repositories of delegations that are over (what a crash
     /// left between prepare and release).
     pub(super) fn sweep_git(&mut self) {
+        // Request and response bodies of a previous process: nothing reads them any more.
+        let _ = std::fs::remove_dir_all(self.opts.state_dir.join(GIT_HTTP));
         let over: Vec<DelegationId> = self
             .git
             .repositories()
@@ -174,15 +176,16 @@ impl<R: Runtime> Loop<R> {
     }
 
     /// `Cmd::RedeemRepository`: the engine decides; the answer is the repository's name
-    /// under the git root.
+    /// under the git root, and the largest request body it takes (a push of the result: the
+    /// snapshot size limit).
     pub(super) fn redeem_repository(
         &mut self,
         now: Timestamp,
         token: &SecretDigest,
         use_: RepositoryUse,
-    ) -> Option<String> {
+    ) -> Option<(String, u64)> {
         match self.engine.redeem_repository_url(now, token, use_) {
-            Ok(id) => Some(format!("{id}.git")),
+            Ok(id) => Some((format!("{id}.git"), self.engine.config().max_snapshot_bytes)),
             Err(why) => {
                 tracing::debug!("repository URL refused: {why}");
                 None
@@ -215,15 +218,13 @@ pub(super) fn parse_git_request(
     Some((token.to_owned(), git_path.to_owned(), use_))
 }
 
-/// The largest request body a served repository accepts (a push of the result).
-const MAX_GIT_REQUEST: u64 = 2 * 1024 * 1024 * 1024;
-
-/// Answers one smart-HTTP request for the repository `repo` (a name under the git root).
+/// Answers one smart-HTTP request for the repository `repo` (a name under the git root),
+/// whose body may hold at most `limit` bytes.
 pub(super) async fn serve<B>(
     pool: &local_objects::Pool,
     git_root: PathBuf,
     state_dir: PathBuf,
-    repo: String,
+    (repo, limit): (String, u64),
     git_path: String,
     req: http::Request<B>,
 ) -> http::Response<ResponseBody>
@@ -254,9 +255,7 @@ where
     let body_out = dir.join(format!("{nonce}.out"));
     let has_body = method == "POST";
     if has_body {
-        if let Err(s) =
-            local_objects::write_body(pool, req.into_body(), &body_in, MAX_GIT_REQUEST).await
-        {
+        if let Err(s) = local_objects::write_body(pool, req.into_body(), &body_in, limit).await {
             let p = body_in.clone();
             local_objects::off(pool, move || std::fs::remove_file(p))
                 .await

@@ -111,7 +111,7 @@ enum Cmd {
     RedeemRepository(
         SecretDigest,
         awcp_proto::engine::delegator::RepositoryUse,
-        oneshot::Sender<Option<String>>,
+        oneshot::Sender<Option<(String, u64)>>,
     ),
 }
 

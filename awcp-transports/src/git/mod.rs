@@ -334,6 +334,31 @@ pub fn redact(text: &str) -> String {
     out
 }
 
+/// `url` as messages may show it: its scheme and host, the rest (a capability token in the
+/// path, a user name) left out.
+pub fn url_for_messages(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let host = rest.split('/').next().unwrap_or("");
+            let host = host.rsplit('@').next().unwrap_or(host);
+            format!("{scheme}://{host}/…")
+        }
+        None => "(a repository)".to_owned(),
+    }
+}
+
+/// `e` with every mention of `url` (git names the remote it failed on) replaced by
+/// [`url_for_messages`]: a served repository's URL is a bearer capability until release.
+pub(crate) fn hide_url(e: TransportError, url: &str) -> TransportError {
+    let bare = url.trim_end_matches('/');
+    match e {
+        TransportError::Setup(m) if !bare.is_empty() => {
+            TransportError::Setup(m.replace(bare, &url_for_messages(url)))
+        }
+        other => other,
+    }
+}
+
 /// Sets `cred` on `cmd` (environment only). `GIT_CONFIG_COUNT` is git's way to pass settings
 /// that no file holds (git 2.31 and later).
 pub(crate) fn with_credential(cmd: &mut Command, cred: &Credential) {
@@ -392,6 +417,24 @@ mod tests {
             redact("http://h/a@b and ssh://git@h:22/r"),
             "http://h/a@b and ssh://***@h:22/r"
         );
+    }
+
+    #[test]
+    fn urls_in_messages_keep_scheme_and_host_only() {
+        assert_eq!(
+            url_for_messages("http://127.0.0.1:9/git/SECRET/repo.git"),
+            "http://127.0.0.1:9/…"
+        );
+        assert_eq!(url_for_messages("ssh://git@h:22/r.git"), "ssh://h:22/…");
+        assert_eq!(url_for_messages("git@h:r.git"), "(a repository)");
+        let e = hide_url(
+            TransportError::Setup(
+                "git fetch failed: fatal: unable to access 'http://h/git/SECRET/repo.git/': 500"
+                    .into(),
+            ),
+            "http://h/git/SECRET/repo.git",
+        );
+        assert!(!e.to_string().contains("SECRET"), "{e}");
     }
 
     #[test]

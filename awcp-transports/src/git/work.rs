@@ -59,7 +59,8 @@ pub fn clone_base(
         .arg(format!(
             "+refs/heads/{base_branch}:refs/heads/{task_branch}"
         ));
-    git.run(&mut cmd, None)?;
+    git.run(&mut cmd, None)
+        .map_err(|e| super::hide_url(e, c.url))?;
     let tip = super::result::commit_of(git, c.git_dir, &format!("refs/heads/{task_branch}"))?;
     if tip != base_commit {
         return Err(TransportError::Setup(format!(
@@ -149,7 +150,8 @@ pub fn commit_and_push(
     cmd.args(["push", "--quiet", "--no-verify", "--"])
         .arg(c.url)
         .arg(format!("{commit}:refs/heads/{task_branch}"));
-    git.run(&mut cmd, None)?;
+    git.run(&mut cmd, None)
+        .map_err(|e| super::hide_url(e, c.url))?;
     let names = git.run(
         git.in_repo(Config::Isolated, c.git_dir, None)
             .args(["diff", "--name-only", "-z", "--no-renames"])
