@@ -409,3 +409,29 @@ fn the_daemon_lends_through_its_remote() {
     assert_eq!(daemon.refs("team.git"), before);
     assert_nothing_left(dir.path(), &state, "daemon");
 }
+
+#[test]
+fn an_executor_started_with_no_git_declines_git_delegations() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = dir.path().join("agent.sh");
+    std::fs::write(&agent, AGENT).unwrap();
+    let mut cmd = bins::executor_command(dir.path(), &format!("sh {}", agent.display()));
+    cmd.arg("--no-git");
+    let (child, peer) = bins::spawn_announcing(&mut cmd, bins::EXECUTOR_ANNOUNCES);
+    let _ex = KillOnDrop(child);
+    let ws = workspace();
+    let state = dir.path().join("delegator");
+    let o = delegate_cmd(
+        ws.path(),
+        &peer,
+        &state,
+        "edit",
+        &["--serve-archives", "127.0.0.1:0"],
+    )
+    .output()
+    .unwrap();
+    assert_ne!(o.status.code(), Some(0), "{}", show(&o));
+    assert!(show(&o).contains("git"), "{}", show(&o));
+    assert!(!ws.path().join("RESULT.txt").exists());
+    assert_eq!(entries(&state.join("git")), Vec::<String>::new());
+}
