@@ -184,7 +184,7 @@ fn a_delegation_through_a_served_repository_applies_on_both_runtimes() {
 }
 
 #[test]
-fn a_remote_gets_only_the_delegation_branch_which_goes_once_applied() {
+fn a_remote_gets_only_the_delegation_branches_which_go_once_applied() {
     let dir = tempfile::tempdir().unwrap();
     let remotes = tempfile::tempdir().unwrap();
     let daemon = GitDaemon::start(remotes.path());

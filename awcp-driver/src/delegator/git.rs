@@ -130,11 +130,12 @@ impl<R: Runtime> Loop<R> {
         });
     }
 
-    /// At release: `id`'s repository goes, and its branch on the remote once its results
-    /// are settled (the engine's word) unless branches are kept.
+    /// At release: `id`'s repository goes, and its branches on the remote: the base branch,
+    /// and the result's once its results are settled (the engine's word), unless branches
+    /// are kept.
     pub(super) fn release_git(&self, id: &DelegationId) -> impl FnOnce() -> Option<String> {
         let git = self.git.clone();
-        let delete_branch = !git.config().keep_branch && self.engine.results_settled(id);
+        let delete_branch = self.engine.results_settled(id);
         let id = id.clone();
         move || {
             if !git.repository(id.as_str()).exists() {

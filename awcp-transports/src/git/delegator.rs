@@ -2,7 +2,7 @@
 //!
 //! Prepare: the archive transport packs the workspace (its ignore, secret-looking-file and
 //! admission rules, and the baseline the apply checks local edits against); [`base`] writes
-//! that ZIP as the base commit on `awcp/<id>` of the delegation's bare repository
+//! that ZIP as the base commit on `awcp/<id>-base` of the delegation's bare repository
 //! (`<root>/<id>.git`, with `refs/awcp/base` pointing at it); with a remote, that branch
 //! alone is pushed there, never forced, never another ref. Without one, the driver serves the
 //! repository itself ([`super::serve`]).
@@ -11,15 +11,16 @@
 //! the remote, must be at the commit the executor named and descend from the base; its
 //! change becomes a delta snapshot ZIP ([`super::result`]) for the archive transport's apply.
 //!
-//! Release: the repository goes; the remote branch too when the caller says so (applied or
-//! discarded results; a result that was not applied keeps its branch for review).
+//! Release: the repository goes; on the remote the base branch, and the result's branch
+//! `awcp/<id>` when the caller says the results are settled (applied or discarded; a result
+//! that was not applied keeps its branch for review).
 
 use std::path::{Path, PathBuf};
 
 use awcp_proto::wire::GitResult;
 
 use super::result::{commit_of, delta_zip, descends_from, fetch_branch, GitDelta};
-use super::{base, delegation_branch, Config, Credential, Git, Identity};
+use super::{base, base_branch, delegation_branch, Config, Credential, Git, Identity};
 use crate::archive::ExtractLimits;
 use crate::error::TransportError;
 
@@ -34,8 +35,9 @@ pub struct GitDelegatorConfig {
     /// A token handed to executors in the handle for that remote (`auth: {type: "token"}`);
     /// `None`: the handle carries none (the remote needs none, or the executor has its own).
     pub executor_token: Option<String>,
-    /// Keep every delegation's branch on the remote at release (`--keep-branch`); by
-    /// default a branch goes once its results were applied or discarded.
+    /// Keep every delegation's branches on the remote at release (`--keep-branch`); by
+    /// default the base branch goes, and the result's once its results were applied or
+    /// discarded.
     pub keep_branch: bool,
 }
 
@@ -127,7 +129,7 @@ impl GitDelegator {
         if let Some((_, objects)) = &head {
             base::add_alternate(repo, objects)?;
         }
-        let branch = delegation_branch(id);
+        let branch = base_branch(id);
         let message = match &head {
             Some(_) => format!("AWCP {id}: the workspace as lent (HEAD and uncommitted changes)"),
             None => format!("AWCP {id}: the workspace as lent"),
@@ -209,19 +211,31 @@ impl GitDelegator {
         delta_zip(&self.git, &repo, &base, &tip, out, limits)
     }
 
-    /// Removes `id`'s repository and, if `delete_branch` and there is a remote, the remote's
-    /// `awcp/<id>` (only that ref; a branch already gone is no error).
-    pub fn release(&self, id: &str, delete_branch: bool) -> Result<(), TransportError> {
+    /// Removes `id`'s repository and, with a remote and unless branches are kept
+    /// ([`GitDelegatorConfig::keep_branch`]), the remote's base branch `awcp/<id>-base` and,
+    /// if `results_settled` (every result applied or discarded), the result branch
+    /// `awcp/<id>`: only those refs, and a branch already gone is no error.
+    pub fn release(&self, id: &str, results_settled: bool) -> Result<(), TransportError> {
         let repo = self.repository(id);
         let mut result = Ok(());
-        if let (true, Some(remote), true) = (delete_branch, &self.config.remote, repo.exists()) {
+        let mut doomed = vec![base_branch(id)];
+        if results_settled {
+            doomed.push(delegation_branch(id));
+        }
+        let remote = self
+            .config
+            .remote
+            .as_ref()
+            .filter(|_| !self.config.keep_branch);
+        for branch in doomed.iter().filter(|_| repo.exists()) {
+            let Some(remote) = remote else { break };
             let mut cmd = self.git.in_repo(Config::User, &repo, None);
             cmd.args(["push", "--quiet", "--no-verify", "--"])
                 .arg(remote)
-                .arg(format!(":refs/heads/{}", delegation_branch(id)));
+                .arg(format!(":refs/heads/{branch}"));
             if let Err(e) = self.git.run(&mut cmd, None) {
                 let gone = e.to_string().contains("remote ref does not exist");
-                if !gone {
+                if !gone && result.is_ok() {
                     result = Err(e);
                 }
             }

@@ -38,10 +38,18 @@ pub mod work;
 pub use delegator::{GitDelegator, GitDelegatorConfig, PreparedBase};
 pub use executor::{GitExecutor, EXECUTOR_PROTOCOLS};
 
-/// The branch of a delegation: `awcp/<delegation-id>` (the reference executor's default
-/// prefix), the only ref this implementation ever pushes.
+/// The branch of a delegation's result: `awcp/<delegation-id>` (the reference executor's
+/// default prefix and name for its task branch).
 pub fn delegation_branch(delegation_id: &str) -> String {
     format!("awcp/{delegation_id}")
+}
+
+/// The branch a delegator lends a delegation's base commit on: `awcp/<delegation-id>-base`.
+/// Not the result's branch: the reference executor clones the base branch, then creates its
+/// task branch `awcp/<id>` (`checkout -b`), which fails where the two names are one. These two
+/// are the only refs this implementation ever pushes.
+pub fn base_branch(delegation_id: &str) -> String {
+    format!("awcp/{delegation_id}-base")
 }
 
 /// Whose configuration a git call reads besides the command line's.

@@ -4,8 +4,8 @@
 //! a file: the driver streams both, memory stays flat whatever the repository's size.
 //!
 //! Only the smart protocol is answered (`http.getanyfile=false`: no file of the repository
-//! is served as such); pushes are checked object by object (`receive.fsckObjects`) and may
-//! neither delete nor rewind a branch.
+//! is served as such); pushes are checked object by object (`receive.fsckObjects`), may
+//! neither delete nor rewind a branch, and never reach the delegator's own `refs/awcp/…`.
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -86,6 +86,8 @@ pub fn run(
         ("receive.fsckObjects", "true"),
         ("receive.denyDeletes", "true"),
         ("receive.denyNonFastForwards", "true"),
+        // The delegator's own refs (`refs/awcp/base`): no push reaches them.
+        ("receive.hideRefs", "refs/awcp"),
         ("uploadpack.allowFilter", "false"),
     ];
     cmd.env("GIT_CONFIG_COUNT", settings.len().to_string());

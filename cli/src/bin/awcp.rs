@@ -133,8 +133,9 @@ struct GitArgs {
     /// `auth: {type: "token"}`; HTTP Basic on their side). Without it they get none.
     #[arg(long, requires = "git_remote")]
     git_executor_token_file: Option<PathBuf>,
-    /// Keep each delegation's branch on the remote after release (by default it goes once
-    /// its results were applied or discarded; a result that was not applied keeps it).
+    /// Keep each delegation's branches on the remote after release (by default the base
+    /// branch `awcp/<id>-base` goes, and the result's `awcp/<id>` once its results were
+    /// applied or discarded; a result that was not applied keeps it).
     #[arg(long, requires = "git_remote")]
     keep_branch: bool,
 }

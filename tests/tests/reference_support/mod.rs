@@ -9,12 +9,13 @@
 //! binaries running in parallel build it once between them; a marker file holding the commit
 //! built and the packages built ([`BUILT_PACKAGES`]) says the tree is complete (a new commit of
 //! the branch in the mirror, or a changed package list, rebuilds it). `@awcp/transport-storage`
-//! is built too (after `@awcp/transport-archive`, which it uses) where the branch has it. Our
-//! scripts go into the tree's `interop/` directory (so that `@awcp/*` resolve from its
-//! `node_modules`): [`EXECUTOR_MJS`], a reference executor with a trivial agent,
-//! [`DELEGATOR_MJS`], the reference `DelegatorService` driving several rounds (then a CLOSE, a
-//! cancel or a wait: its `AWCP_REF_MODE`), and for the storage transport (`reference_storage.rs`)
-//! [`STORAGE_EXECUTOR_MJS`] and [`STORAGE_DELEGATOR_MJS`].
+//! and `@awcp/transport-git` are built too (after `@awcp/transport-archive`, which they use)
+//! where the branch has them. Our scripts go into the tree's `interop/` directory (so that
+//! `@awcp/*` resolve from its `node_modules`): [`EXECUTOR_MJS`], a reference executor with a
+//! trivial agent, [`DELEGATOR_MJS`], the reference `DelegatorService` driving several rounds
+//! (then a CLOSE, a cancel or a wait: its `AWCP_REF_MODE`), for the storage transport
+//! (`reference_storage.rs`) [`STORAGE_EXECUTOR_MJS`] and [`STORAGE_DELEGATOR_MJS`], and for
+//! the git transport (`reference_git.rs`) those of [`git`].
 //!
 //! The mirror is `$AWCP_REFERENCE_GIT` (default [`DEFAULT_MIRROR`]). Where it, `git`, `tar`,
 //! `node` (≥ 18) or `npm` are missing, or the build fails (`npm ci` needs the npm registry),
@@ -28,6 +29,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Output, Stdio};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
+
+pub mod git;
 
 /// Where the reference's bare git mirror is when `AWCP_REFERENCE_GIT` is not set.
 pub const DEFAULT_MIRROR: &str = "/work/.mirror/SII-Holos+awcp/repo";
@@ -44,10 +47,11 @@ const MARKER: &str = ".awcp-rs-reference-built";
 
 /// The workspaces `npm run build` builds after `npm ci`, in this order (a package a branch does
 /// not have under `packages/<name without @awcp/>` is left out).
-const BUILT_PACKAGES: [&str; 4] = [
+const BUILT_PACKAGES: [&str; 5] = [
     "@awcp/core",
     "@awcp/transport-archive",
     "@awcp/transport-storage",
+    "@awcp/transport-git",
     "@awcp/sdk",
 ];
 
@@ -739,6 +743,8 @@ fn prepare(branch: &str) -> Result<PathBuf, String> {
         &interop.join("storage-delegator.mjs"),
         STORAGE_DELEGATOR_MJS,
     )?;
+    install(&interop.join("git-executor.mjs"), git::GIT_EXECUTOR_MJS)?;
+    install(&interop.join("git-delegator.mjs"), git::GIT_DELEGATOR_MJS)?;
     Ok(dir)
 }
 

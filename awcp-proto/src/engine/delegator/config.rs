@@ -83,7 +83,11 @@ impl Default for DelegatorConfig {
             max_requests_per_executor: 32,
             max_snapshot_bytes: 1024 * 1024 * 1024,
             max_result_bytes: 2 * 1024 * 1024 * 1024,
-            features: vec![Feature::DeltaSnapshots, Feature::ArchiveUrl],
+            features: vec![
+                Feature::DeltaSnapshots,
+                Feature::ArchiveUrl,
+                Feature::GitRootLayout,
+            ],
             serve_archives: false,
             idle_timeout: Duration::from_secs(300),
         }

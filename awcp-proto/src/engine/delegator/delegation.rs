@@ -400,10 +400,14 @@ pub(super) struct Delegation {
 
 impl Delegation {
     /// How the workspace's root is laid out: by the executor's dialect (WIRE.md §15), except
-    /// a `git` delegation of one resource, whose files are at the root (the branch then reads
-    /// like the repository it may come from, §11.6).
+    /// a `git` delegation of one resource with an executor that agreed to
+    /// [`Feature::GitRootLayout`]: its files are at the root (the branch then reads like the
+    /// repository it may come from, §11.6).
     pub(super) fn layout(&self) -> ArchiveLayout {
-        if self.req.transport == TransportKind::Git && self.req.resources.len() == 1 {
+        if self.req.transport == TransportKind::Git
+            && self.req.resources.len() == 1
+            && self.features.contains(&Feature::GitRootLayout)
+        {
             ArchiveLayout::Flat
         } else {
             ArchiveLayout::for_dialect(self.req.dialect)

@@ -111,6 +111,7 @@ impl Default for ExecutorConfig {
                 Feature::DeltaSnapshots,
                 Feature::ArchiveUrl,
                 Feature::MultiRound,
+                Feature::GitRootLayout,
             ],
             stop_grace: Duration::from_secs(10),
             archive_download_timeout: Duration::from_secs(600),

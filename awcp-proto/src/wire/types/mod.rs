@@ -236,6 +236,11 @@ pub mod feature {
     /// §17): offered by a delegator that wants to keep the delegation open, agreed by an
     /// executor that keeps the work directory between rounds.
     pub const MULTI_ROUND: &str = "multi-round";
+    /// A `git` delegation of one resource is laid out at the repository's root (the
+    /// resource's files, not `<name>/…`), so its branch reads like the repository it may come
+    /// from (WIRE.md §11.6). Without it, the dialect's layout (a reference executor tells its
+    /// agent to work in `<workPath>/<name>`).
+    pub const GIT_ROOT_LAYOUT: &str = "git-root-layout";
 }
 
 /// One protocol extension of the `features` lists of INVITE and ACCEPT: one this
@@ -253,6 +258,8 @@ pub enum Feature {
     ArchiveUrl,
     /// [`feature::MULTI_ROUND`]: the delegation may go on for more rounds.
     MultiRound,
+    /// [`feature::GIT_ROOT_LAYOUT`]: a one-resource git delegation's files are at the root.
+    GitRootLayout,
     /// An extension this implementation does not know, by its wire name.
     Other(String),
 }
@@ -279,6 +286,7 @@ impl Feature {
             feature::DELTA_SNAPSHOTS => Some(Feature::DeltaSnapshots),
             feature::ARCHIVE_URL => Some(Feature::ArchiveUrl),
             feature::MULTI_ROUND => Some(Feature::MultiRound),
+            feature::GIT_ROOT_LAYOUT => Some(Feature::GitRootLayout),
             _ => None,
         }
     }
@@ -289,6 +297,7 @@ impl Feature {
             Feature::DeltaSnapshots => feature::DELTA_SNAPSHOTS,
             Feature::ArchiveUrl => feature::ARCHIVE_URL,
             Feature::MultiRound => feature::MULTI_ROUND,
+            Feature::GitRootLayout => feature::GIT_ROOT_LAYOUT,
             Feature::Other(name) => name,
         }
     }

@@ -31,6 +31,7 @@ use awcp_driver::delegator::daemon::{DaemonAccess, DaemonApi, DaemonClient};
 use awcp_driver::net::ClientTls;
 use awcp_driver::{DelegatorHandle, DelegatorOptions};
 use awcp_tokio::TokioRuntime;
+use awcp_transports::git::{GitDelegator, GitDelegatorConfig};
 use awcp_transports::{ArchiveDelegator, ArchiveDelegatorConfig};
 use clap::Parser;
 use rmcp::ServiceExt;
@@ -73,6 +74,12 @@ pub struct Cli {
     /// reach it (in-process daemon only; without it archives are inlined).
     #[arg(long)]
     serve_archives: Option<std::net::SocketAddr>,
+    /// The remote `delegate` with `transport: "git"` pushes each delegation's branch
+    /// `awcp/<delegation-id>` to (only that branch, never forced; your own git credentials and
+    /// configuration apply), for executors to clone and push to (in-process daemon only;
+    /// without it, with --serve-archives, the daemon serves the repositories itself).
+    #[arg(long)]
+    git_remote: Option<String>,
     /// Write logs to this file (appended) instead of stderr.
     #[arg(long)]
     log_file: Option<PathBuf>,
@@ -90,7 +97,8 @@ pub struct Cli {
     /// Default access mode: ro or rw.
     #[arg(long, default_value = "rw", value_parser = ["ro", "rw"])]
     default_access_mode: String,
-    /// Default transport (the in-process daemon has archive only).
+    /// Default transport (the in-process daemon has archive, storage with a bucket or
+    /// --serve-archives, git with --git-remote or --serve-archives).
     #[arg(long, default_value = "archive", value_parser = ["archive", "sshfs", "storage", "git"])]
     transport: String,
     /// When the MCP client disconnects, cancel the delegations the in-process daemon still
@@ -151,6 +159,9 @@ struct Daemon {
     /// The in-process delegator lends over storage too (a bucket in the environment, or
     /// `--serve-archives` for the local provider).
     storage: bool,
+    /// The in-process delegator lends over git too (`--git-remote`, or `--serve-archives` for
+    /// repositories it serves itself) and `git` runs.
+    git: bool,
     /// The private state directory of the in-process daemon (removed when dropped).
     _private_state: Option<tempfile::TempDir>,
 }
@@ -178,11 +189,22 @@ async fn daemon(cli: &Cli, tls: &ClientTls) -> Daemon {
                 tracing::warn!(%url, error = %e, "the daemon does not answer (or refuses the token); tools will fail until it does")
             }
         }
+        for (flag, given) in [
+            ("--serve-archives", cli.serve_archives.is_some()),
+            ("--git-remote", cli.git_remote.is_some()),
+        ] {
+            if given {
+                tracing::warn!(
+                    "{flag} is ignored with --daemon-url: the daemon's own settings apply"
+                );
+            }
+        }
         return Daemon {
             url,
             token,
             in_process: None,
             storage: false,
+            git: false,
             _private_state: None,
         };
     }
@@ -245,6 +267,24 @@ async fn daemon(cli: &Cli, tls: &ClientTls) -> Daemon {
         Err(e) => fail(format!("storage transport: {e}")),
     }
     let storage = opts.object_store.is_some() || opts.archive_base_url.is_some();
+    // The git transport: branches pushed to --git-remote, else repositories this delegator
+    // serves on its archive listener (the driver's default, under `<state>/git`). Offered
+    // where one of those works and `git` runs.
+    let git = Arc::new(GitDelegator::new(GitDelegatorConfig {
+        root: state_dir.join("git"),
+        remote: cli.git_remote.clone(),
+        executor_token: None,
+        keep_branch: false,
+    }));
+    let git_offered = (git.config().remote.is_some() || opts.archive_base_url.is_some())
+        && match git.check() {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(error = %e, "git does not run: the git transport is not offered");
+                false
+            }
+        };
+    opts.git = cli.git_remote.is_some().then_some(git);
     opts.engine.admission = awcp_proto::AdmissionLimits {
         max_total_bytes: cli.max_total_bytes,
         max_file_count: cli.max_file_count,
@@ -280,6 +320,7 @@ async fn daemon(cli: &Cli, tls: &ClientTls) -> Daemon {
         token: Some(token),
         in_process: Some(d),
         storage,
+        git: git_offered,
         _private_state: private,
     }
 }
@@ -323,6 +364,9 @@ async fn main() {
             let mut t = vec!["archive".to_owned()];
             if daemon.storage {
                 t.push("storage".to_owned());
+            }
+            if daemon.git {
+                t.push("git".to_owned());
             }
             t
         }),
@@ -397,6 +441,21 @@ mod tests {
         .unwrap();
         assert_eq!(cli.peers, vec!["http://a:1", "http://b:2"]);
         assert_eq!(cli.port, 0);
+    }
+
+    #[test]
+    fn git_remote_parses_and_leaves_the_default_transport() {
+        let cli = Cli::try_parse_from([
+            "awcp-mcp",
+            "--git-remote",
+            "https://git.example/team/scratch.git",
+        ])
+        .unwrap();
+        assert_eq!(
+            cli.git_remote.as_deref(),
+            Some("https://git.example/team/scratch.git")
+        );
+        assert_eq!(cli.transport, "archive");
     }
 
     #[test]

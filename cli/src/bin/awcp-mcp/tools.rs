@@ -1100,17 +1100,16 @@ impl AwcpMcp {
             .collect()
     }
 
-    /// The transports `delegate` offers: the in-process daemon's (archive, and storage with a
-    /// bucket in the environment or `--serve-archives`), or for a shared daemon the ones this
-    /// build implements (archive, sshfs, storage): never one that would only fail with "not
-    /// available" (git is not built yet).
+    /// The transports `delegate` offers: the in-process daemon's (archive; storage with a
+    /// bucket in the environment or `--serve-archives`; git with `--git-remote` or
+    /// `--serve-archives`), or for a shared daemon every one this build implements (archive,
+    /// sshfs, storage, git; that daemon decides): never one the in-process daemon could only
+    /// fail with "not available".
     fn offered_transports(&self) -> Vec<String> {
         self.defaults.transports.clone().unwrap_or_else(|| {
-            vec![
-                "archive".to_owned(),
-                "sshfs".to_owned(),
-                "storage".to_owned(),
-            ]
+            ["archive", "sshfs", "storage", "git"]
+                .map(str::to_owned)
+                .to_vec()
         })
     }
 
