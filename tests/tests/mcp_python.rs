@@ -10,71 +10,15 @@
 
 mod mcp_support;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
-use mcp_support::{show, skip_or_fail};
-
-/// A virtualenv with the `mcp` package; `None` (after a notice) if it cannot be made.
-fn venv_python(target: &Path) -> Option<PathBuf> {
-    let venv = target.join("mcp-venv");
-    let python = venv.join("bin").join("python");
-    let has_mcp = |py: &Path| {
-        Command::new(py)
-            .args(["-c", "import mcp.client.stdio"])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    if python.exists() && has_mcp(&python) {
-        return Some(python);
-    }
-    match Command::new("python3")
-        .args(["-m", "venv"])
-        .arg(&venv)
-        .output()
-    {
-        Ok(o) if o.status.success() => {}
-        Ok(o) => {
-            skip_or_fail(
-                "mcp_python",
-                &format!("python3 -m venv failed\n{}", show(&o)),
-            );
-            return None;
-        }
-        Err(e) => {
-            skip_or_fail("mcp_python", &format!("python3 not found: {e}"));
-            return None;
-        }
-    }
-    let o = Command::new(&python)
-        .args([
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            "mcp",
-        ])
-        .output()
-        .expect("run pip");
-    if !o.status.success() || !has_mcp(&python) {
-        skip_or_fail(
-            "mcp_python",
-            &format!("pip install mcp failed\n{}", show(&o)),
-        );
-        return None;
-    }
-    Some(python)
-}
+use mcp_support::show;
 
 #[test]
 fn official_python_mcp_client_drives_awcp_mcp() {
     let root = mcp_support::root();
-    let target = mcp_support::profile_dir()
-        .parent()
-        .expect("target dir")
-        .to_path_buf();
-    let Some(python) = venv_python(&target) else {
+    let Some(python) = mcp_support::venv_python("mcp_python") else {
         return;
     };
     let [mcp, executor, awcp] =

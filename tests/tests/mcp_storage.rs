@@ -1,5 +1,5 @@
 //! `awcp-mcp`'s `delegate` with `transport: "storage"`, driven by the official Python MCP SDK
-//! (the virtualenv `<target>/mcp-venv` that `mcp_python.rs` makes) against a real
+//! (the virtualenv `<target>/mcp-venv`, `mcp_support::venv_python`) against a real
 //! `awcp-executor`: through the local provider (`--serve-archives`: the delegator serves the
 //! objects itself) and through a real S3 server (s3s-fs, the bucket named by the environment),
 //! whose bucket holds the workspace while the agent runs and is empty afterwards. Without a
@@ -12,11 +12,11 @@ mod mcp_support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 
 use awcp_tests::bins::{spawn_announcing, KillOnDrop, EXECUTOR_ANNOUNCES};
 use awcp_tests::s3::{self, S3Server};
-use mcp_support::{show, skip_or_fail};
+use mcp_support::show;
 
 const BUCKET: &str = "awcp-mcp-test";
 
@@ -114,73 +114,6 @@ async def main():
 asyncio.run(asyncio.wait_for(main(), timeout=180))
 "##;
 
-/// A virtualenv with the `mcp` package (made once per test process); `None` (after a notice)
-/// if it cannot be made.
-fn venv_python(target: &Path) -> Option<PathBuf> {
-    static VENV: Mutex<Option<Option<PathBuf>>> = Mutex::new(None);
-    let mut made = VENV.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(p) = &*made {
-        if p.is_none() {
-            skip_or_fail("mcp_storage", "the MCP venv could not be made (see above)");
-        }
-        return p.clone();
-    }
-    let p = make_venv(target);
-    *made = Some(p.clone());
-    p
-}
-
-fn make_venv(target: &Path) -> Option<PathBuf> {
-    let venv = target.join("mcp-venv");
-    let python = venv.join("bin").join("python");
-    let has_mcp = |py: &Path| {
-        Command::new(py)
-            .args(["-c", "import mcp.client.stdio"])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    if python.exists() && has_mcp(&python) {
-        return Some(python);
-    }
-    match Command::new("python3")
-        .args(["-m", "venv"])
-        .arg(&venv)
-        .output()
-    {
-        Ok(o) if o.status.success() => {}
-        Ok(o) => {
-            skip_or_fail(
-                "mcp_storage",
-                &format!("python3 -m venv failed\n{}", show(&o)),
-            );
-            return None;
-        }
-        Err(e) => {
-            skip_or_fail("mcp_storage", &format!("python3 not found: {e}"));
-            return None;
-        }
-    }
-    let o = Command::new(&python)
-        .args([
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            "mcp",
-        ])
-        .output()
-        .expect("run pip");
-    if !o.status.success() || !has_mcp(&python) {
-        skip_or_fail(
-            "mcp_storage",
-            &format!("pip install mcp failed\n{}", show(&o)),
-        );
-        return None;
-    }
-    Some(python)
-}
-
 /// `awcp-mcp` and `awcp-executor`, built once per test process.
 fn binaries() -> &'static (PathBuf, PathBuf) {
     static BINS: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
@@ -205,11 +138,7 @@ struct Setup {
 impl Setup {
     /// `None` where the venv cannot be made (after the skip notice).
     fn new() -> Option<Setup> {
-        let target = mcp_support::profile_dir()
-            .parent()
-            .expect("target dir")
-            .to_path_buf();
-        let python = venv_python(&target)?;
+        let python = mcp_support::venv_python("mcp_storage")?;
         let (mcp, executor) = binaries().clone();
         let tmp = tempfile::Builder::new()
             .prefix("awcp-mcp-storage-")
