@@ -29,8 +29,8 @@ use std::process::{Command, Stdio};
 use crate::error::TransportError;
 
 pub mod base;
-mod delegator;
-mod executor;
+pub mod delegator;
+pub mod executor;
 pub mod result;
 pub mod serve;
 pub mod work;
