@@ -5,7 +5,10 @@
 //! (given a filter) 200 and 500 MB workspaces, also with the whole workspace coming back
 //! inline as the result (`results-inline` rows); and the `storage` transport through a real
 //! S3-compatible server (s3s-fs) for 1 MiB and 51 MiB workspaces (1 GiB given a filter), each
-//! beside `curl` PUT + GET of as many bytes to the same server in the same run.
+//! beside `curl` PUT + GET of as many bytes to the same server in the same run; and the `git`
+//! transport on a 10,000-file repository with a one-file change, through a `git daemon`
+//! remote and through the repository the delegator serves, beside `git push` + `git fetch` of
+//! the same change in the same run.
 //!
 //! ```sh
 //! cargo bench -p awcp-tests --bench delegations              # every row
@@ -14,6 +17,7 @@
 //! AWCP_BENCH_TINY_N=1500 cargo bench -p awcp-tests --bench delegations -- tiny-daemon  # 1,500, not 50
 //! cargo bench -p awcp-tests --bench delegations -- user    # the user's path (issue 54)
 //! cargo bench -p awcp-tests --bench delegations -- storage # storage rows, 1 GiB included
+//! cargo bench -p awcp-tests --bench delegations -- git     # git rows and git push + fetch
 //! ```
 //!
 //! Everything runs on 127.0.0.1 (port 0) under one temporary directory; every process the
@@ -31,7 +35,8 @@
 //!
 //! Without `--bench` (as `cargo test --benches` runs it) every row runs once, tiny, as a smoke
 //! test. The storage rows need s3s-fs (`awcp_tests::s3`) and `curl`: without s3s-fs they are
-//! skipped, unless `AWCP_REQUIRE_S3_TEST=1`.
+//! skipped, unless `AWCP_REQUIRE_S3_TEST=1`. The git rows run on 100 files then, and are
+//! skipped when `git` does not run.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -41,6 +46,7 @@ use awcp_driver::delegator::daemon::api::DelegateBody;
 use awcp_driver::delegator::daemon::DaemonClient;
 use awcp_driver::DelegateParams;
 use awcp_tests::bins::{self, KillOnDrop};
+use awcp_tests::git::{git, GitDaemon};
 use awcp_tests::rng::Rng;
 use awcp_tests::s3::{self, S3Server};
 use awcp_tokio::TokioRuntime;
@@ -879,6 +885,313 @@ impl Bench {
             ns_to_ms(c_s3_ns) / n,
         ));
     }
+
+    /// Whether the row `name` itself runs: every row without a filter, else those whose name
+    /// contains the filter (a group's rows, unlike [`Bench::wants`], are not all taken in).
+    fn wants_row(&self, name: &str) -> bool {
+        self.filter.as_deref().is_none_or(|f| name.contains(f))
+    }
+
+    /// `--transport git` on a repository of `files` small text files ([`text_workspace`]: a git
+    /// repository whose one commit is packed, so the base commit has its `HEAD` as parent), the
+    /// executor's agent appending one line to one file ([`start_one_line_executor`]): whole `awcp
+    /// delegate` processes through a remote (`git-10k`: `--git-remote`, a [`GitDaemon`] repository
+    /// already holding that `HEAD` as `main`, as a team's remote would) and through the repository
+    /// the delegator serves itself (`git-10k-served`: `--serve-archives`), one executor each;
+    /// alternating with them, run by run, the yardstick of the issue (`git-10k-push-fetch`): in a
+    /// clone of another repository of the same daemon holding the same `HEAD`, the same line
+    /// appended to the same file and committed (`git commit -a`, not counted), `git push` of that
+    /// commit, then `git fetch` of it into a second clone (its `git merge --ff-only` not counted
+    /// either). The ratio is the delegation's median over push + fetch's.
+    fn git_10k(&mut self, files: usize) {
+        const CHANGED: &str = "d0/f0.txt";
+        let dir = self.root.path().join("git-10k");
+        let files = if self.quick { 100 } else { files };
+        let runs = if self.quick { 1 } else { 5 };
+        let rows = [
+            self.wants_row("git-10k"),
+            self.wants_row("git-10k-served"),
+            self.wants_row("git-10k-push-fetch"),
+        ];
+        let ws = text_workspace(&dir, "ws", files);
+        git(&ws, &["init", "-q", "-b", "main"]);
+        git(&ws, &["add", "-A"]);
+        git(&ws, &["commit", "-q", "-m", "the project"]);
+        // As a repository of this size is (`gc --auto` packs beyond 6,700 loose objects).
+        git(&ws, &["repack", "-adq"]);
+        let original = std::fs::read(ws.join(CHANGED)).unwrap();
+        let mut changed = original.clone();
+        changed.extend_from_slice(ONE_LINE.as_bytes());
+        let ws_bytes: u64 = (0..files)
+            .map(|i| std::fs::metadata(ws.join(text_file(i))).unwrap().len())
+            .sum();
+
+        // The remotes: `team.git` for the delegations, `yard.git` for push + fetch, both
+        // holding the workspace's HEAD as `main`.
+        let remotes = dir.join("remotes");
+        std::fs::create_dir_all(&remotes).unwrap();
+        let daemon = GitDaemon::start(&remotes);
+        for name in ["team.git", "yard.git"] {
+            git(&remotes, &["init", "-q", "--bare", "-b", "main", name]);
+            let to = remotes.join(name);
+            git(
+                &ws,
+                &["push", "-q", to.to_str().unwrap(), "HEAD:refs/heads/main"],
+            );
+        }
+        let team = format!("{}team.git", daemon.url);
+        let before = daemon.refs("team.git");
+
+        // The delegations: one executor per row, each row's command.
+        let ex_remote = rows[0].then(|| start_one_line_executor(&dir.join("ex-remote")));
+        let ex_served = rows[1].then(|| start_one_line_executor(&dir.join("ex-served")));
+        let state = dir.join("delegator");
+        let cmd = |peer: &str, remote: bool| {
+            let mut c = Command::new(bins::path("awcp"));
+            c.args(["--quiet", "delegate"])
+                .arg(&ws)
+                .args(["--peer", peer, "--prompt", "append a line", "--state-dir"])
+                .arg(&state)
+                .args(["--transport", "git", "--max-file-count", "1000000"])
+                .env("GIT_CONFIG_GLOBAL", "/dev/null")
+                .env("GIT_CONFIG_NOSYSTEM", "1");
+            if remote {
+                c.args(["--git-remote", &team]);
+            } else {
+                c.args(["--serve-archives", "127.0.0.1:0"]);
+            }
+            c
+        };
+        // One delegation: its usage, and the executor's CPU and its children's (git, the agent).
+        let delegate = |ex: &(KillOnDrop, String), remote: bool| {
+            let pid = ex.0 .0.id();
+            let (c0, k0) = (cpu_ns(pid), children_cpu(pid));
+            let u = run_with_usage(&mut cmd(&ex.1, remote));
+            let (c, k) = (cpu_ns(pid) - c0, children_cpu(pid) - k0);
+            assert_eq!(
+                std::fs::read(ws.join(CHANGED)).unwrap(),
+                changed,
+                "the executor's line was applied"
+            );
+            std::fs::write(ws.join(CHANGED), &original).unwrap();
+            (u, c, k)
+        };
+
+        // The yardstick: `a` commits and pushes, `b` fetches and merges.
+        let yard = format!("{}yard.git", daemon.url);
+        let (a, b) = (dir.join("clone-a"), dir.join("clone-b"));
+        for c in [&a, &b].into_iter().filter(|_| rows[2]) {
+            git(&dir, &["clone", "-q", &yard, c.to_str().unwrap()]);
+        }
+        let git_cmd = |at: &Path, args: &[&str]| {
+            let mut c = Command::new("git");
+            c.current_dir(at)
+                .env("GIT_CONFIG_GLOBAL", "/dev/null")
+                .env("GIT_CONFIG_NOSYSTEM", "1")
+                .args(["-c", "user.name=Dev", "-c", "user.email=dev@example.org"])
+                .args(args);
+            c
+        };
+        // One push + fetch: (commit, push, fetch, merge) usages.
+        let push_fetch = || {
+            let f = a.join(CHANGED);
+            let mut text = std::fs::read(&f).unwrap();
+            text.extend_from_slice(ONE_LINE.as_bytes());
+            std::fs::write(&f, text).unwrap();
+            let commit =
+                run_with_usage(&mut git_cmd(&a, &["commit", "-q", "-a", "-m", "one line"]));
+            let push = run_with_usage(&mut git_cmd(&a, &["push", "-q", "origin", "HEAD:main"]));
+            let fetch = run_with_usage(&mut git_cmd(&b, &["fetch", "-q", "origin"]));
+            let merge = run_with_usage(&mut git_cmd(
+                &b,
+                &["merge", "-q", "--ff-only", "origin/main"],
+            ));
+            assert_eq!(
+                git(&b, &["rev-parse", "HEAD"]),
+                git(&a, &["rev-parse", "HEAD"]),
+                "the commit came across"
+            );
+            (commit, push, fetch, merge)
+        };
+
+        if !self.quick {
+            // Warm-up: the page cache, the daemon, each executor.
+            if let Some(ex) = &ex_remote {
+                delegate(ex, true);
+            }
+            if let Some(ex) = &ex_served {
+                delegate(ex, false);
+            }
+            if rows[2] {
+                push_fetch();
+            }
+        }
+        for ex in [&ex_remote, &ex_served].into_iter().flatten() {
+            reset_peak(ex.0 .0.id());
+        }
+        #[derive(Default)]
+        struct Row {
+            times: Vec<Duration>,
+            cpu: Duration,
+            rss: u64,
+            ex_ns: u64,
+            ex_children: Duration,
+        }
+        let (mut by_remote, mut served) = (Row::default(), Row::default());
+        let (mut pf, mut commits, mut pushes, mut fetches, mut merges) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let mut pf_rss = 0;
+        for _ in 0..runs {
+            for (ex, remote, row) in [
+                (&ex_remote, true, &mut by_remote),
+                (&ex_served, false, &mut served),
+            ] {
+                if let Some(ex) = ex {
+                    let (u, c, k) = delegate(ex, remote);
+                    row.times.push(u.took);
+                    row.cpu += u.cpu;
+                    row.rss = row.rss.max(u.rss_kib);
+                    row.ex_ns += c;
+                    row.ex_children += k;
+                }
+            }
+            if rows[2] {
+                let (commit, push, fetch, merge) = push_fetch();
+                pf.push(push.took + fetch.took);
+                commits.push(commit.took);
+                pushes.push(push.took);
+                fetches.push(fetch.took);
+                merges.push(merge.took);
+                pf_rss = pf_rss.max(push.rss_kib).max(fetch.rss_kib);
+            }
+        }
+        assert_eq!(
+            daemon.refs("team.git"),
+            before,
+            "every delegation branch went once applied"
+        );
+        let pf_median = (!pf.is_empty()).then(|| median(&mut pf));
+        let what = format!(
+            "{files} files ({:.1} MB) in a git repository, one line appended to one file",
+            ws_bytes as f64 / 1e6
+        );
+        let n = runs as f64;
+        for (name, ex, row, how) in [
+            (
+                "git-10k",
+                &ex_remote,
+                by_remote,
+                "`--git-remote` (git daemon, holding HEAD as `main`)",
+            ),
+            (
+                "git-10k-served",
+                &ex_served,
+                served,
+                "`--serve-archives` (smart HTTP from the delegator)",
+            ),
+        ] {
+            let Some(ex) = ex else { continue };
+            let mut times = row.times;
+            let d = median(&mut times);
+            let ratio = pf_median.map_or("no push + fetch row run".into(), |p| {
+                format!("**{:.1}× push + fetch**", ms(d) / ms(p))
+            });
+            self.row(format!(
+                "| {name}: {what}, {how}, n={runs} | {:.0} ms | {:.0} ms | {:.1} MiB | {:.1} MiB | CPU per delegation: `awcp` and its git {:.0} ms, executor {:.0} ms, its children (git, the agent) {:.0} ms; {ratio} |",
+                ms(d),
+                ms(p95(&mut times)),
+                row.rss as f64 / 1024.0,
+                peak_kib(ex.0.0.id()) as f64 / 1024.0,
+                ms(row.cpu) / n,
+                ns_to_ms(row.ex_ns) / n,
+                ms(row.ex_children) / n,
+            ));
+        }
+        if let Some(p) = pf_median {
+            self.row(format!(
+                "| git-10k-push-fetch: the same change committed in a clone, `git push` to the same daemon, `git fetch` into another clone, n={runs} | {:.0} ms | {:.0} ms | git {:.1} MiB | – | push {:.0} ms, fetch {:.0} ms; not counted: `git commit -a` {:.0} ms, `git merge --ff-only` {:.0} ms |",
+                ms(p),
+                ms(p95(&mut pf)),
+                pf_rss as f64 / 1024.0,
+                ms(median(&mut pushes)),
+                ms(median(&mut fetches)),
+                ms(median(&mut commits)),
+                ms(median(&mut merges)),
+            ));
+        }
+    }
+}
+
+/// The path of file `i` of a [`text_workspace`].
+fn text_file(i: usize) -> String {
+    format!("d{}/f{i}.txt", i / 100)
+}
+
+/// `files` text files of about 260 bytes (six lines of hex), in directories of 100.
+fn text_workspace(root: &Path, name: &str, files: usize) -> PathBuf {
+    use std::fmt::Write;
+    let ws = root.join(name);
+    let mut rng = Rng(0x6A09_E667_F3BC_C908 ^ files as u64);
+    for i in 0..files {
+        let path = ws.join(text_file(i));
+        if i % 100 == 0 {
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        }
+        let mut text = String::new();
+        for line in 0..6 {
+            let _ = writeln!(
+                text,
+                "f{i} l{line}: {:016x}{:016x}",
+                rng.next_u64(),
+                rng.next_u64()
+            );
+        }
+        std::fs::write(path, text).unwrap();
+    }
+    ws
+}
+
+/// What the git rows' agent (and the yardstick's developer) appends to `d0/f0.txt`.
+const ONE_LINE: &str = "one more line\n";
+
+/// An executor whose agent appends [`ONE_LINE`] to `d0/f0.txt` (a shell script through
+/// `--agent-cmd`).
+fn start_one_line_executor(dir: &Path) -> (KillOnDrop, String) {
+    std::fs::create_dir_all(dir).unwrap();
+    let script = dir.join("one-line.sh");
+    std::fs::write(
+        &script,
+        format!("printf '%s' '{ONE_LINE}' >> d0/f0.txt\necho done\n"),
+    )
+    .unwrap();
+    let cmd = format!("sh {}", script.display());
+    start_executor_running(dir, &["--agent-cmd", &cmd])
+}
+
+/// CPU time (user + system) of the children `pid` has waited for (`/proc/PID/stat`'s
+/// `cutime` and `cstime`, in clock ticks).
+fn children_cpu(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // The fields after the command's name (which may hold spaces) start at the state (3rd).
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<u64> = rest
+        .split_whitespace()
+        .map(|v| v.parse().unwrap_or(0))
+        .collect();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    let ticks = f[16 - 3] + f[17 - 3];
+    Duration::from_nanos(ticks * 1_000_000_000 / hz)
+}
+
+/// Whether `git` runs (the git rows are skipped without it).
+fn git_runs() -> bool {
+    Command::new("git")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 fn main() {
@@ -962,6 +1275,17 @@ fn main() {
                 break;
             }
             b.storage(name, &curl_name, mib, files);
+        }
+    }
+    // The git rows (their push + fetch yardstick in the same group), skipped without git.
+    if ["git-10k", "git-10k-served", "git-10k-push-fetch"]
+        .iter()
+        .any(|r| b.wants_row(r))
+    {
+        if git_runs() {
+            b.git_10k(10_000);
+        } else {
+            println!("git-10k: skipped, `git` does not run");
         }
     }
     let _ = b.rows.len();

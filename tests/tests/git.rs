@@ -435,3 +435,20 @@ fn an_executor_started_with_no_git_declines_git_delegations() {
     assert!(!ws.path().join("RESULT.txt").exists());
     assert_eq!(entries(&state.join("git")), Vec::<String>::new());
 }
+
+#[test]
+fn a_relative_state_directory_works() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_ex, peer) = executor(dir.path(), "tokio");
+    let ws = workspace();
+    let mut cmd = delegate_cmd(
+        ws.path(),
+        &peer,
+        Path::new("relative-state"),
+        "edit",
+        &["--serve-archives", "127.0.0.1:0"],
+    );
+    let o = cmd.current_dir(dir.path()).output().unwrap();
+    assert_applied(&o, ws.path(), "relative --state-dir");
+    assert_nothing_left(dir.path(), &dir.path().join("relative-state"), "relative");
+}

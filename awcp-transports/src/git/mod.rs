@@ -215,6 +215,10 @@ impl Git {
     /// [`Git::command`] on the repository `git_dir` (and the work tree `work_tree`, if any).
     pub fn in_repo(&self, config: Config, git_dir: &Path, work_tree: Option<&Path>) -> Command {
         let mut cmd = self.command(config);
+        // Absolute: the command runs in another directory than its caller's.
+        let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+        let (git_dir, work_tree) = (absolute(git_dir), work_tree.map(absolute));
+        let (git_dir, work_tree) = (git_dir.as_path(), work_tree.as_deref());
         let mut a = OsString::from("--git-dir=");
         a.push(git_dir);
         cmd.arg(a);
