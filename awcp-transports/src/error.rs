@@ -58,6 +58,10 @@ pub enum TransportError {
     /// A live transport could not set up the workspace (mount refused, host key mismatch…).
     #[error("setup failed: {0}")]
     Setup(String),
+    /// A `git` command of the git transport failed, on either side (the message names the
+    /// command and ends with what git said, credentials and capability URLs left out).
+    #[error("{0}")]
+    Git(String),
     /// Releasing a live transport found the workspace's connection lost or could not detach
     /// it cleanly (what was written since may be missing); everything was removed anyway.
     #[error("release failed: {0}")]
@@ -117,6 +121,7 @@ impl TransportError {
             | TransportError::Unsupported(_)
             | TransportError::Release(_)
             | TransportError::InjectedCrash(_)
+            | TransportError::Git(_)
             | TransportError::Io { .. } => ErrorCode::TransportError,
         }
     }
@@ -167,6 +172,10 @@ impl TransportError {
                 "The local workspace has a symlink where the result writes; nothing is written \
                  through symlinks. Replace it by a real directory, then apply the snapshot \
                  again, or discard it."
+            }
+            TransportError::Git(_) => {
+                "A git command failed (see the message): check the repository's URL, that \
+                 this side may fetch and push there, and that git 2.31 or later runs."
             }
             TransportError::Io { .. } => {
                 "A local file operation failed (see the message): check permissions and free \

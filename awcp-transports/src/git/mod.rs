@@ -319,7 +319,7 @@ pub(crate) fn failed(what: &str, stderr: &[u8]) -> TransportError {
         .filter(|l| !l.is_empty())
         .collect();
     let tail = tail[tail.len().saturating_sub(4)..].join("; ");
-    TransportError::Setup(format!("{what} failed: {}", redact(&tail)))
+    TransportError::Git(format!("{what} failed: {}", redact(&tail)))
 }
 
 /// `text` with the user information of every URL in it (`https://user:secret@host`) replaced
@@ -364,8 +364,8 @@ pub fn url_for_messages(url: &str) -> String {
 pub(crate) fn hide_url(e: TransportError, url: &str) -> TransportError {
     let bare = url.trim_end_matches('/');
     match e {
-        TransportError::Setup(m) if !bare.is_empty() => {
-            TransportError::Setup(m.replace(bare, &url_for_messages(url)))
+        TransportError::Git(m) if !bare.is_empty() => {
+            TransportError::Git(m.replace(bare, &url_for_messages(url)))
         }
         other => other,
     }
@@ -440,7 +440,7 @@ mod tests {
         assert_eq!(url_for_messages("ssh://git@h:22/r.git"), "ssh://h:22/…");
         assert_eq!(url_for_messages("git@h:r.git"), "(a repository)");
         let e = hide_url(
-            TransportError::Setup(
+            TransportError::Git(
                 "git fetch failed: fatal: unable to access 'http://h/git/SECRET/repo.git/': 500"
                     .into(),
             ),

@@ -84,7 +84,7 @@ pub fn descends_from(
     match status.code() {
         Some(0) => Ok(true),
         Some(1) => Ok(false),
-        _ => Err(TransportError::Setup(
+        _ => Err(TransportError::Git(
             "git merge-base failed (a commit is missing)".into(),
         )),
     }
