@@ -11,6 +11,7 @@ pub mod sim;
 pub mod sweep;
 
 pub mod bins;
+pub mod files;
 pub mod git;
 pub mod rng;
 pub mod s3;

@@ -10,6 +10,7 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use awcp_tests::bins::{self, show, KillOnDrop};
+use awcp_tests::files::{entries, files_containing, read};
 use awcp_tests::git::{git, GitDaemon};
 
 /// Longest any wait may take before the test fails (never reached when things work).
@@ -85,10 +86,6 @@ fn record(o: &Output) -> serde_json::Value {
     serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {}", show(o)))
 }
 
-fn read(p: &Path) -> String {
-    std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-}
-
 /// The agent's result is in `ws`.
 fn assert_applied(o: &Output, ws: &Path, what: &str) {
     assert_eq!(o.status.code(), Some(0), "{what}: applied\n{}", show(o));
@@ -99,38 +96,6 @@ fn assert_applied(o: &Output, ws: &Path, what: &str) {
         "{what}: the deletion applied"
     );
     assert_eq!(record(o)["state"], "completed", "{what}");
-}
-
-/// Entries of `dir` (none if it does not exist).
-fn entries(dir: &Path) -> Vec<String> {
-    std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// Every file under `dir` whose bytes contain `needle`.
-fn files_containing(dir: &Path, needle: &str) -> Vec<String> {
-    let mut found = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let p = e.path();
-            let Ok(ft) = e.file_type() else { continue };
-            if ft.is_dir() {
-                stack.push(p);
-            } else if ft.is_file() {
-                let bytes = std::fs::read(&p).unwrap_or_default();
-                if bytes.windows(needle.len()).any(|w| w == needle.as_bytes()) {
-                    found.push(p.display().to_string());
-                }
-            }
-        }
-    }
-    found
 }
 
 /// Waits until `cond` holds.

@@ -11,12 +11,13 @@
 
 mod mcp_support;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use awcp_tests::bins::{spawn_announcing, KillOnDrop, EXECUTOR_ANNOUNCES};
+use awcp_tests::files::entries;
 use awcp_tests::git::GitDaemon;
 use mcp_support::show;
 
@@ -111,17 +112,6 @@ fn binaries() -> &'static (PathBuf, PathBuf) {
                 .expect("two binaries");
         (mcp, executor)
     })
-}
-
-/// Entries of `dir` (none if it does not exist).
-fn entries(dir: &Path) -> Vec<String> {
-    std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// What one run of [`CLIENT`] needs: the venv's python, the binaries, a running executor (its

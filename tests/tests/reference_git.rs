@@ -29,6 +29,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use awcp_tests::bins::{self, show, KillOnDrop};
+use awcp_tests::files::{entries, read};
 use awcp_tests::git::{git, GitDaemon};
 use reference_support::{answers_to, json_line, reference_dev, run_bounded};
 use serde_json::{json, Value};
@@ -48,21 +49,6 @@ fn workspace() -> tempfile::TempDir {
     std::fs::create_dir(d.path().join("sub")).unwrap();
     std::fs::write(d.path().join("sub/b.txt"), "B\n").unwrap();
     d
-}
-
-fn read(path: &Path) -> String {
-    std::fs::read_to_string(path).unwrap_or_else(|e| format!("<{}: {e}>", path.display()))
-}
-
-/// Entries of `dir` (none if it does not exist).
-fn entries(dir: &Path) -> Vec<String> {
-    std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// Whether `s` is a full (SHA-1) object id.

@@ -8,6 +8,7 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use awcp_tests::bins::{self, show, KillOnDrop};
+use awcp_tests::files::files_containing;
 use awcp_tests::s3::{self, S3Server};
 
 const BUCKET: &str = "awcp-test";
@@ -97,31 +98,6 @@ fn assert_applied(o: &Output, ws: &Path, what: &str) {
     );
     let v = record(o);
     assert_eq!(v["state"], "completed", "{what}: {v}");
-}
-
-/// Every file under `dir` (recursively) whose bytes contain `needle`.
-fn files_containing(dir: &Path, needle: &str) -> Vec<String> {
-    let mut found = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in rd.flatten() {
-            let p = e.path();
-            let Ok(ft) = e.file_type() else { continue };
-            if ft.is_dir() {
-                stack.push(p);
-            } else if ft.is_file() {
-                if let Ok(bytes) = std::fs::read(&p) {
-                    if bytes.windows(needle.len()).any(|w| w == needle.as_bytes()) {
-                        found.push(p.display().to_string());
-                    }
-                }
-            }
-        }
-    }
-    found
 }
 
 /// A workspace of two files: `a.txt` (`A`) and `b.txt` (`B`).
