@@ -375,3 +375,82 @@ fn an_executor_follows_no_local_or_command_url_and_no_option_shaped_one() {
     let e = work::clone_base(&git, &c, "awcp/d1", &"0".repeat(40), "awcp/d1").unwrap_err();
     assert!(e.to_string().contains("moved"), "{e}");
 }
+
+/// An SSH key in a handle lives in a 0600 file in the executor's own directory while the
+/// work directory is set up, never in the work directory, and goes at release (and when the
+/// setup fails).
+#[test]
+fn an_ssh_key_from_a_handle_is_a_0600_file_outside_the_work_directory_until_release() {
+    use awcp_proto::wire::{GitAuth, GitHandle};
+    use awcp_proto::{DelegationId, ResourceName, TransportHandle};
+    use awcp_transports::ExecutorTransport;
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("d1.git");
+    let base_id = base_repo(tmp.path(), &repo);
+    let root = tmp.path().join("exec-git");
+    // `file://` allowed here only to reach the test's repository without a server.
+    let ex = awcp_transports::git::GitExecutor::new(&root).with_git(Git::new());
+    let key = "-----BEGIN OPENSSH PRIVATE KEY-----\nnot-a-real-key-4d2c\n-----END OPENSSH PRIVATE KEY-----";
+    let id = DelegationId::new("dlg_key").unwrap();
+    let names = [ResourceName::new("workspace").unwrap()];
+    let handle = |url: String| {
+        TransportHandle::Git(GitHandle {
+            repo_url: url,
+            base_branch: "awcp/d1".into(),
+            base_commit: base_id.clone(),
+            auth: Some(GitAuth::Ssh(Some(key.into()))),
+        })
+    };
+    let wd = tmp.path().join("work");
+    std::fs::create_dir(&wd).unwrap();
+    ex.setup_git(
+        &id,
+        &wd,
+        &handle(repo.to_string_lossy().into_owned()),
+        &names,
+    )
+    .unwrap();
+    let key_file = root.join("work.key");
+    let mode = std::fs::metadata(&key_file).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let in_work: Vec<_> = walk_files(&wd)
+        .into_iter()
+        .filter(|p| {
+            std::fs::read(p)
+                .unwrap()
+                .windows(8)
+                .any(|w| w == b"4d2c\n---")
+        })
+        .collect();
+    assert!(in_work.is_empty(), "{in_work:?}");
+    ex.release(&wd).unwrap();
+    assert!(!key_file.exists());
+    assert!(!root.join("work.git").exists());
+    // A failed setup leaves no key either.
+    let wd2 = tmp.path().join("work2");
+    std::fs::create_dir(&wd2).unwrap();
+    let e = ex
+        .setup_git(
+            &id,
+            &wd2,
+            &handle("ssh://127.0.0.1:1/none.git".into()),
+            &names,
+        )
+        .unwrap_err();
+    assert!(!e.to_string().contains("4d2c"), "{e}");
+    assert_eq!(std::fs::read_dir(&root).unwrap().count(), 0);
+}
+
+fn walk_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if e.file_type().unwrap().is_dir() {
+            out.extend(walk_files(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
