@@ -50,10 +50,29 @@ impl PrepareFailure {
     /// `TRANSPORT_ERROR` for what failed here, the transport's own code otherwise.
     pub fn to_error_info(&self) -> ErrorInfo {
         match self {
-            PrepareFailure::NotConfigured(kind) => ErrorInfo::new(
-                ErrorCode::TransportError,
-                format!("transport {} is not configured", kind.as_str()),
-            ),
+            PrepareFailure::NotConfigured(kind) => {
+                let mut e = ErrorInfo::new(
+                    ErrorCode::TransportError,
+                    format!("transport {} is not configured", kind.as_str()),
+                );
+                e.hint = match kind {
+                    TransportKind::Git => Some(
+                        "Give the delegator a git remote (--git-remote), or let it serve the \
+                         repositories itself (--serve-archives)."
+                            .into(),
+                    ),
+                    TransportKind::Storage => Some(
+                        "Name a bucket (--s3-bucket or AWCP_S3_BUCKET), or let the delegator \
+                         serve the objects itself (--serve-archives)."
+                            .into(),
+                    ),
+                    TransportKind::Sshfs => Some(
+                        "Start the delegator with --sshfs-config (see `awcp sshfs setup`).".into(),
+                    ),
+                    TransportKind::Archive | TransportKind::Other(_) => None,
+                };
+                e
+            }
             PrepareFailure::Local(why) => ErrorInfo::new(ErrorCode::TransportError, why.clone()),
             PrepareFailure::Transport(e) => e.clone(),
         }
