@@ -81,11 +81,7 @@ impl GitExecutor {
 
     /// Commits the work directory and pushes it to the delegation's branch (see
     /// [`commit_and_push`]); the snapshot text the delegator reads.
-    pub fn push(
-        &self,
-        work_dir: &Path,
-        message: &str,
-    ) -> Result<(GitResult, Vec<String>), TransportError> {
+    pub fn push(&self, work_dir: &Path, message: &str) -> Result<GitResult, TransportError> {
         let e = self
             .entries
             .lock()
@@ -108,16 +104,12 @@ impl GitExecutor {
             message,
             &self.identity,
         )?;
-        let changed = p.changed_files.clone();
-        Ok((
-            GitResult {
-                branch: p.branch,
-                commit_hash: p.commit,
-                base_commit: p.base_commit,
-                changed_files: p.changed_files,
-            },
-            changed,
-        ))
+        Ok(GitResult {
+            branch: p.branch,
+            commit_hash: p.commit,
+            base_commit: p.base_commit,
+            changed_files: p.changed_files,
+        })
     }
 
     /// Sets up `work_dir` from a git handle: the layout found (one directory per resource,

@@ -88,11 +88,14 @@ impl<R: Runtime> Loop<R> {
                 let git = git.ok_or_else(|| {
                     CaptureFailure::Local("the git transport is not served here".into())
                 })?;
-                let (r, changed) = git
+                let r = git
                     .push(Path::new(&work_dir), &message)
                     .map_err(|e| CaptureFailure::Transport(e.to_error_info()))?;
                 let mut metadata = std::collections::BTreeMap::new();
-                metadata.insert("changedFiles".to_owned(), serde_json::json!(changed));
+                metadata.insert(
+                    "changedFiles".to_owned(),
+                    serde_json::json!(r.changed_files),
+                );
                 metadata.insert("commitHash".to_owned(), serde_json::json!(r.commit_hash));
                 Ok(awcp_proto::engine::CapturedSnapshot {
                     data: awcp_proto::ArchiveData {
