@@ -346,18 +346,7 @@ pub fn redact(text: &str) -> String {
     out
 }
 
-/// `url` as messages may show it: its scheme and host, the rest (a capability token in the
-/// path, a user name) left out.
-pub fn url_for_messages(url: &str) -> String {
-    match url.split_once("://") {
-        Some((scheme, rest)) => {
-            let host = rest.split('/').next().unwrap_or("");
-            let host = host.rsplit('@').next().unwrap_or(host);
-            format!("{scheme}://{host}/…")
-        }
-        None => "(a repository)".to_owned(),
-    }
-}
+pub use awcp_proto::wire::repo_url_for_messages as url_for_messages;
 
 /// `e` with every mention of `url` (git names the remote it failed on) replaced by
 /// [`url_for_messages`]: a served repository's URL is a bearer capability until release.

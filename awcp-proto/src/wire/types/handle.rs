@@ -214,8 +214,9 @@ impl core::fmt::Debug for GitAuth {
     }
 }
 
-/// `git` handle.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// `git` handle. `Debug` shows the repository URL's scheme and host only (a delegator's
+/// served repository URL carries a capability token in its path).
+#[derive(Clone, PartialEq, Eq)]
 pub struct GitHandle {
     /// Remote to clone and push to.
     pub repo_url: String,
@@ -225,6 +226,29 @@ pub struct GitHandle {
     pub base_commit: String,
     /// Credential.
     pub auth: Option<GitAuth>,
+}
+
+/// A repository URL as messages and logs may show it: its scheme and host, the rest (a
+/// capability token in the path, a user name) left out.
+pub fn repo_url_for_messages(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let host = rest.split('/').next().unwrap_or("");
+            format!("{scheme}://{}/…", host.rsplit('@').next().unwrap_or(host))
+        }
+        None => "(a repository)".to_owned(),
+    }
+}
+
+impl core::fmt::Debug for GitHandle {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("GitHandle")
+            .field("repo_url", &repo_url_for_messages(&self.repo_url))
+            .field("base_branch", &self.base_branch)
+            .field("base_commit", &self.base_commit)
+            .field("auth", &self.auth)
+            .finish()
+    }
 }
 
 /// A `git` delegation's result as the executor reports it (WIRE.md §11.3): it pushes its
@@ -301,6 +325,19 @@ pub fn git_result(text: &str) -> Option<GitResult> {
 #[cfg(test)]
 mod storage_tests {
     use super::*;
+
+    #[test]
+    fn a_git_handles_debug_shows_no_capability_token() {
+        let h = GitHandle {
+            repo_url: "http://127.0.0.1:9/git/SECRET/repo.git".into(),
+            base_branch: "awcp/x-base".into(),
+            base_commit: "b".repeat(40),
+            auth: Some(GitAuth::Token("TOKEN".into())),
+        };
+        let d = format!("{h:?}");
+        assert!(!d.contains("SECRET") && !d.contains("TOKEN"), "{d}");
+        assert!(d.contains("127.0.0.1:9"), "{d}");
+    }
 
     #[test]
     fn a_git_result_text_reads_back_and_only_well_formed_ones_are_usable() {
