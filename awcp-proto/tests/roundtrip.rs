@@ -164,7 +164,10 @@ fn handle() -> impl Strategy<Value = TransportHandle> {
     );
     let git_auth = prop_oneof![
         text().prop_map(GitAuth::Token),
-        of(text()).prop_map(GitAuth::Ssh),
+        (of(text()), of(text())).prop_map(|(private_key, host_key)| GitAuth::Ssh {
+            private_key,
+            host_key
+        }),
         Just(GitAuth::None),
     ];
     let git = (text(), text(), text(), of(git_auth)).prop_map(

@@ -128,8 +128,17 @@ fn a_workspace_goes_out_as_a_commit_and_comes_back_as_a_delta_zip() {
     assert_eq!(tip, pushed.commit);
     assert!(result::descends_from(&git, &repo, &tip, &base_id).unwrap());
     let out = tmp.path().join("delta.zip");
-    let d =
-        result::delta_zip(&git, &repo, &base_id, &tip, &out, &ExtractLimits::default()).unwrap();
+    let none = result::LocalWorkspace::None;
+    let d = result::delta_zip(
+        &git,
+        &repo,
+        &base_id,
+        &tip,
+        &out,
+        &ExtractLimits::default(),
+        &none,
+    )
+    .unwrap();
     assert_eq!(d.changed, vec!["a.txt", "new.txt"]);
     assert_eq!(d.deleted, vec!["gone.txt"]);
     let mut z = zip::ZipArchive::new(std::fs::File::open(&out).unwrap()).unwrap();
@@ -202,14 +211,15 @@ fn submodules_git_paths_and_oversize_files_are_refused_and_links_named() {
     let git = Git::new();
     let out = tmp.path().join("delta.zip");
     let lim = ExtractLimits::default();
+    let none = result::LocalWorkspace::None;
 
     let sub = hostile(&[("160000", &base_id, "vendor/lib")]);
-    let e = result::delta_zip(&git, &repo, &base_id, &sub, &out, &lim).unwrap_err();
+    let e = result::delta_zip(&git, &repo, &base_id, &sub, &out, &lim, &none).unwrap_err();
     assert!(e.to_string().contains("submodule"), "{e}");
     assert!(!out.exists(), "nothing written for a refused result");
 
     let gm = hostile(&[("100644", &blob(b"[submodule]"), ".gitmodules")]);
-    let e = result::delta_zip(&git, &repo, &base_id, &gm, &out, &lim).unwrap_err();
+    let e = result::delta_zip(&git, &repo, &base_id, &gm, &out, &lim, &none).unwrap_err();
     assert!(e.to_string().contains(".gitmodules"), "{e}");
 
     let big = hostile(&[("100644", &blob(&vec![b'x'; 5000]), "big.bin")]);
@@ -217,12 +227,12 @@ fn submodules_git_paths_and_oversize_files_are_refused_and_links_named() {
         max_file_bytes: 4096,
         ..ExtractLimits::default()
     };
-    let e = result::delta_zip(&git, &repo, &base_id, &big, &out, &small).unwrap_err();
+    let e = result::delta_zip(&git, &repo, &base_id, &big, &out, &small, &none).unwrap_err();
     assert!(e.to_string().contains("big.bin"), "{e}");
     assert!(!out.exists());
 
     let link = hostile(&[("120000", &blob(b"/etc/passwd"), "escape")]);
-    let d = result::delta_zip(&git, &repo, &base_id, &link, &out, &lim).unwrap();
+    let d = result::delta_zip(&git, &repo, &base_id, &link, &out, &lim, &none).unwrap();
     assert_eq!(d.links, vec!["escape"]);
     assert!(d.changed.is_empty());
 }
@@ -399,7 +409,10 @@ fn an_ssh_key_from_a_handle_is_a_0600_file_outside_the_work_directory_until_rele
             repo_url: url,
             base_branch: "awcp/d1".into(),
             base_commit: base_id.clone(),
-            auth: Some(GitAuth::Ssh(Some(key.into()))),
+            auth: Some(GitAuth::Ssh {
+                private_key: Some(key.into()),
+                host_key: None,
+            }),
         })
     };
     let wd = tmp.path().join("work");

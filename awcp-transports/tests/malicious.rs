@@ -214,6 +214,7 @@ fn checksum_mismatch_is_refused_before_extraction() {
             layout: None,
             limits: None,
             keep_proof: false,
+            built_here: false,
         },
         &ApplyOptions::default(),
         &CancelFlag::new(),

@@ -190,6 +190,7 @@ fn with_request<T>(
         layout: None,
         limits: None,
         keep_proof: false,
+        built_here: false,
     })
 }
 

@@ -66,34 +66,15 @@ impl GitDaemon {
         }
     }
 
-    /// Creates the bare repository `name` under the base with one commit on `main` and one on
-    /// `feature`; its URL.
+    /// Creates the bare repository `name` under the base (see [`seed_repository`]); its URL.
     pub fn repository(&self, name: &str) -> String {
-        let repo = self.base.join(name);
-        git(&self.base, &["init", "-q", "--bare", "-b", "main", name]);
-        let scratch = self.base.join(format!("{name}.seed"));
-        git(
-            &self.base,
-            &["init", "-q", "-b", "main", &format!("{name}.seed")],
-        );
-        std::fs::write(scratch.join("README"), "the remote's own file\n").unwrap();
-        git(&scratch, &["add", "README"]);
-        git(&scratch, &["commit", "-q", "-m", "main"]);
-        git(&scratch, &["branch", "feature"]);
-        git(
-            &scratch,
-            &["push", "-q", repo.to_str().unwrap(), "main", "feature"],
-        );
-        std::fs::remove_dir_all(&scratch).unwrap();
+        seed_repository(&self.base, name);
         format!("{}{name}", self.url)
     }
 
     /// `git for-each-ref` of the repository `name`: every ref and its commit.
     pub fn refs(&self, name: &str) -> String {
-        git(
-            &self.base.join(name),
-            &["for-each-ref", "--format=%(refname) %(objectname)"],
-        )
+        refs(&self.base.join(name))
     }
 }
 
@@ -110,6 +91,29 @@ impl Drop for GitDaemon {
             let _ = c.wait();
         }
     }
+}
+
+/// Creates the bare repository `base/name` with one commit on `main` and one on `feature`.
+pub fn seed_repository(base: &Path, name: &str) -> PathBuf {
+    let repo = base.join(name);
+    git(base, &["init", "-q", "--bare", "-b", "main", name]);
+    let scratch = base.join(format!("{name}.seed"));
+    git(base, &["init", "-q", "-b", "main", &format!("{name}.seed")]);
+    std::fs::write(scratch.join("README"), "the remote's own file\n").unwrap();
+    git(&scratch, &["add", "README"]);
+    git(&scratch, &["commit", "-q", "-m", "main"]);
+    git(&scratch, &["branch", "feature"]);
+    git(
+        &scratch,
+        &["push", "-q", repo.to_str().unwrap(), "main", "feature"],
+    );
+    std::fs::remove_dir_all(&scratch).unwrap();
+    repo
+}
+
+/// `git for-each-ref` of the repository `repo`: every ref and its commit.
+pub fn refs(repo: &Path) -> String {
+    git(repo, &["for-each-ref", "--format=%(refname) %(objectname)"])
 }
 
 /// Runs git in `dir` (no user or system configuration, a fixed identity); its output.

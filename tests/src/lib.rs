@@ -13,6 +13,7 @@ pub mod sweep;
 pub mod bins;
 pub mod files;
 pub mod git;
+pub mod git_ssh;
 pub mod rng;
 pub mod s3;
 pub mod strace;

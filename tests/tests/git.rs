@@ -1,9 +1,11 @@
 //! The git transport on the real binaries: full delegations on both runtimes with the
 //! repository served by the delegator (smart HTTP through `git http-backend`) and through a
-//! remote (`git daemon`, started here on loopback); a local edit made during the task merged,
-//! a conflicting one not applied with the branch kept for review; no other ref of the remote
-//! changed; hostile results (a symbolic link out, an embedded repository) refused;
-//! nothing left behind (repositories, key files, the executor's token).
+//! remote (`git daemon`, started here on loopback); a local edit made during the task kept
+//! (another file) or merged (other lines of a file the executor changed), a conflicting one
+//! not applied with the branch kept for review; a staged result previewed with `awcp diff`
+//! (a merged file shown as such), then applied with `awcp apply`; no other ref of the remote changed; hostile results (a
+//! symbolic link out, an embedded repository) refused; nothing left behind (repositories, key
+//! files, the executor's token).
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -16,20 +18,22 @@ use awcp_tests::git::{git, GitDaemon};
 /// Longest any wait may take before the test fails (never reached when things work).
 const DEADLINE: Duration = Duration::from_secs(90);
 
-/// The agent. It writes `RESULT.txt`, rewrites `a.txt` and deletes `gone.txt`; with the
-/// prompt `slow`, it first says it started (`started` beside it) and waits until `release`
-/// exists (60 s at most); with `link`, it also leaves a symbolic link to `/etc/passwd`; with
-/// `embedded`, a git repository of its own inside the work directory.
+/// The agent. It writes `RESULT.txt`, rewrites `a.txt` and deletes `gone.txt`; with a
+/// prompt that has the word `slow`, it first says it started (`started` beside it) and waits
+/// until `release` exists (60 s at most); with `merge`, it also changes the first line of
+/// `notes.txt` (and no other); with `link`, it also leaves a symbolic link to `/etc/passwd`;
+/// with `embedded`, a git repository of its own inside the work directory.
 const AGENT: &str = r#"#!/bin/sh
 here="$(dirname "$0")"
-if [ "$AWCP_PROMPT" = slow ]; then
+case " $AWCP_PROMPT " in *" slow "*)
   touch "$here/started"
   i=0
   while [ ! -e "$here/release" ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done
-fi
+esac
 echo "agent was here" > RESULT.txt
 echo "A by the agent" > a.txt
 rm -f gone.txt
+case " $AWCP_PROMPT " in *" merge "*) sed -i 's/^line 1$/line 1 by the agent/' notes.txt ;; esac
 if [ "$AWCP_PROMPT" = link ]; then ln -s /etc/passwd escape; fi
 if [ "$AWCP_PROMPT" = embedded ]; then
   mkdir inner && cd inner && git init -q && echo x > x && git add x \
@@ -70,14 +74,29 @@ fn delegate_cmd(ws: &Path, peer: &str, state: &Path, prompt: &str, extra: &[&str
     cmd
 }
 
-/// A workspace: `a.txt`, `b.txt`, `gone.txt`.
+/// A workspace: `a.txt`, `b.txt`, `gone.txt`, and `notes.txt` ([`NOTES`]).
 fn workspace() -> tempfile::TempDir {
     let d = tempfile::tempdir().unwrap();
-    for (f, t) in [("a.txt", "A\n"), ("b.txt", "B\n"), ("gone.txt", "G\n")] {
+    for (f, t) in [
+        ("a.txt", "A\n"),
+        ("b.txt", "B\n"),
+        ("gone.txt", "G\n"),
+        ("notes.txt", NOTES),
+    ] {
         std::fs::write(d.path().join(f), t).unwrap();
     }
     d
 }
+
+/// `notes.txt` as lent: six numbered lines.
+const NOTES: &str = "line 1\nline 2\nline 3\nline 4\nline 5\nline 6\n";
+
+/// [`NOTES`] as the user edits it during the task: line 5 changed.
+const NOTES_HERE: &str = "line 1\nline 2\nline 3\nline 4\nline 5 edited here\nline 6\n";
+
+/// [`NOTES_HERE`] merged with the agent's change of `merge` (line 1).
+const NOTES_MERGED: &str =
+    "line 1 by the agent\nline 2\nline 3\nline 4\nline 5 edited here\nline 6\n";
 
 /// The delegation record `awcp --json` printed last on stdout.
 fn record(o: &Output) -> serde_json::Value {
@@ -194,28 +213,42 @@ fn a_local_edit_merges_and_a_conflicting_one_keeps_the_branch_unapplied() {
     let before = daemon.refs("team.git");
     let (_ex, peer) = executor(dir.path(), "tokio");
     let (started, release) = (dir.path().join("started"), dir.path().join("release"));
-    for (edit, conflicting) in [("b.txt", false), ("a.txt", true)] {
+    // Another file edited here; another line of a file the agent changes (merged); the line
+    // the agent rewrites (a conflict).
+    let cases = [
+        ("b.txt", "edited here meanwhile\n", "slow", None),
+        ("notes.txt", NOTES_HERE, "slow merge", Some(NOTES_MERGED)),
+        ("a.txt", "edited here meanwhile\n", "slow", None),
+    ];
+    for (edit, text, prompt, merged) in cases {
+        let conflicting = edit == "a.txt";
         let _ = std::fs::remove_file(&started);
         let _ = std::fs::remove_file(&release);
         let ws = workspace();
         let state = dir.path().join(format!("delegator-{edit}"));
-        let child = delegate_cmd(ws.path(), &peer, &state, "slow", &["--git-remote", &url])
+        let child = delegate_cmd(ws.path(), &peer, &state, prompt, &["--git-remote", &url])
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap();
         wait_for("the task to start", || started.exists());
-        std::fs::write(ws.path().join(edit), "edited here meanwhile\n").unwrap();
+        std::fs::write(ws.path().join(edit), text).unwrap();
         std::fs::write(&release, "").unwrap();
         let o = child.wait_with_output().unwrap();
         let v = record(&o);
         if !conflicting {
-            assert_applied(&o, ws.path(), "local edit elsewhere");
-            assert_eq!(read(&ws.path().join("b.txt")), "edited here meanwhile\n");
+            assert_applied(&o, ws.path(), edit);
+            // Both edits are there: the file edited here as it was, or merged with the
+            // agent's change.
+            assert_eq!(
+                read(&ws.path().join(edit)),
+                merged.unwrap_or(text),
+                "{edit}"
+            );
             assert_eq!(
                 daemon.refs("team.git"),
                 before,
-                "branch deleted once applied"
+                "{edit}: branch deleted once applied"
             );
             continue;
         }
@@ -241,7 +274,106 @@ fn a_local_edit_merges_and_a_conflicting_one_keeps_the_branch_unapplied() {
             &["log", "-1", "--format=%an <%ae>", &format!("awcp/{id}")],
         );
         assert_eq!(who, "Test Executor <exec@example.org>");
+        // Discarded after review (another process): the branch goes, and the repository
+        // that named its remote.
+        let sid = v["snapshots"][0]["id"].as_str().unwrap().to_owned();
+        let d = awcp_in(&state, &["discard", &id, &sid]);
+        assert_eq!(d.status.code(), Some(0), "{}", show(&d));
+        assert_eq!(daemon.refs("team.git"), before, "discarded: branch deleted");
+        assert_eq!(entries(&state.join("git")), Vec::<String>::new());
     }
+}
+
+/// `awcp ARGS… --state-dir STATE` (in-process, the user's git configuration left out).
+fn awcp_in(state: &Path, args: &[&str]) -> Output {
+    Command::new(bins::path("awcp"))
+        .arg("--quiet")
+        .args(args)
+        .arg("--state-dir")
+        .arg(state)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_staged_result_shows_in_awcp_diff_merged_then_applies() {
+    let dir = tempfile::tempdir().unwrap();
+    let remotes = tempfile::tempdir().unwrap();
+    let daemon = GitDaemon::start(remotes.path());
+    let url = daemon.repository("team.git");
+    let before = daemon.refs("team.git");
+    let (_ex, peer) = executor(dir.path(), "tokio");
+    let (started, release) = (dir.path().join("started"), dir.path().join("release"));
+    let ws = workspace();
+    let state = dir.path().join("delegator");
+    let extra = ["--git-remote", &url, "--snapshot-mode", "staged"];
+    let child = delegate_cmd(ws.path(), &peer, &state, "slow merge", &extra)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for("the task to start", || started.exists());
+    std::fs::write(ws.path().join("notes.txt"), NOTES_HERE).unwrap();
+    std::fs::write(&release, "").unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "staged\n{}", show(&o));
+    let v = record(&o);
+    let id = v["id"].as_str().unwrap().to_owned();
+    let sid = v["snapshots"][0]["id"].as_str().unwrap().to_owned();
+    assert_eq!(v["snapshots"][0]["status"], "pending", "{v}");
+    // Nothing applied yet; the branch waits on the remote.
+    assert!(!ws.path().join("RESULT.txt").exists());
+    assert_eq!(read(&ws.path().join("notes.txt")), NOTES_HERE);
+    // The result's branch waits on the remote (the base branch went at release), and the
+    // delegation's repository stays to name that remote until the result is settled.
+    let kept = format!("refs/heads/awcp/{id}");
+    let waiting = daemon.refs("team.git");
+    let others: Vec<&str> = waiting.lines().filter(|l| !l.starts_with(&kept)).collect();
+    assert_eq!(others.join("\n"), before, "only the result branch is added");
+    assert!(waiting.contains(&kept), "{waiting}");
+    assert_eq!(entries(&state.join("git")), vec![format!("{id}.git")]);
+
+    // The preview: the agent's files, `notes.txt` merged (the diff is the agent's line on
+    // top of the local edit), no conflict.
+    let d = awcp_in(&state, &["diff", &id]);
+    assert_eq!(d.status.code(), Some(0), "{}", show(&d));
+    let text = String::from_utf8_lossy(&d.stdout).into_owned();
+    let listed = |mark: &str, file: &str| {
+        text.lines()
+            .any(|l| l.starts_with(&format!("{mark} ")) && l.contains(&format!("/{file}")))
+    };
+    for (mark, file) in [
+        ("A", "RESULT.txt"),
+        ("M", "a.txt"),
+        ("D", "gone.txt"),
+        ("M", "notes.txt  (merged with local edits)"),
+    ] {
+        assert!(listed(mark, file), "{mark} {file}\n{text}");
+    }
+    assert!(text.contains("-line 1\n+line 1 by the agent\n"), "{text}");
+    assert!(!text.contains("line 5 edited here\n+"), "{text}");
+    assert!(!text.contains("conflict"), "{text}");
+    let d = awcp_in(&state, &["--json", "diff", &id, &sid]);
+    let preview: serde_json::Value =
+        serde_json::from_slice(&d.stdout).unwrap_or_else(|e| panic!("{e}: {}", show(&d)));
+    let merged = preview["merged"].as_array().expect("a merged list");
+    assert_eq!(merged.len(), 1, "{preview}");
+    assert!(merged[0].as_str().unwrap().ends_with("/notes.txt"));
+    // Previewing changed nothing.
+    assert_eq!(read(&ws.path().join("notes.txt")), NOTES_HERE);
+    assert!(!ws.path().join("RESULT.txt").exists());
+
+    let a = awcp_in(&state, &["apply", &id, &sid]);
+    assert_eq!(a.status.code(), Some(0), "{}", show(&a));
+    assert_eq!(read(&ws.path().join("notes.txt")), NOTES_MERGED);
+    assert_eq!(read(&ws.path().join("RESULT.txt")), "agent was here\n");
+    assert_eq!(read(&ws.path().join("a.txt")), "A by the agent\n");
+    assert!(!ws.path().join("gone.txt").exists());
+    // Applied (by another process than the one that delegated): the branch goes with the
+    // repository, the remote's refs are as they were.
+    assert_eq!(daemon.refs("team.git"), before);
+    assert_eq!(entries(&state.join("git")), Vec::<String>::new());
 }
 
 #[test]

@@ -80,6 +80,7 @@ impl<R: Runtime> Loop<R> {
             DelegatorOutput::DeleteStoredSnapshot { id, snapshot_id } => {
                 self.delete_stored(id, snapshot_id)
             }
+            DelegatorOutput::ResultsSettled { id } => self.settle_git(id),
             DelegatorOutput::ReleaseTransport { id } => self.release(id),
             DelegatorOutput::Event(ev) => self.on_event(ev),
         }

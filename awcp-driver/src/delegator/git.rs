@@ -63,8 +63,8 @@ pub(super) fn prepare(
             }
             (None, None) => unreachable!("checked above"),
         };
-        let auth = match &git.config().executor_token {
-            Some(t) if !served => Some(awcp_proto::wire::GitAuth::Token(t.clone())),
+        let auth = match &git.config().executor_auth {
+            Some(a) if !served => Some(a.clone()),
             _ => Some(awcp_proto::wire::GitAuth::None),
         };
         let handle = TransportHandle::Git(awcp_proto::wire::GitHandle {
@@ -84,7 +84,10 @@ pub(super) fn prepare(
 
 impl<R: Runtime> Loop<R> {
     /// [`DelegatorOutput::StoreSnapshot`] of a git branch: its change, written as a delta
-    /// snapshot ZIP where the store keeps `<sid>.zip`.
+    /// snapshot ZIP where the store keeps `<sid>.zip`, with the local edits made since the
+    /// delegation started merged into the files the executor also modified where they do not
+    /// overlap (the apply writes a merged file only if its local version is still the one
+    /// merged).
     pub(super) fn store_git(
         &mut self,
         id: DelegationId,
@@ -99,6 +102,7 @@ impl<R: Runtime> Loop<R> {
             max_total_bytes: self.engine.config().max_snapshot_bytes,
             ..Default::default()
         };
+        let local = self.local_workspace(&id);
         let note = self.tx.clone();
         self.spawn_in(crate::delegation_span(&id), async move {
             let sid = snapshot.snapshot_id.clone();
@@ -108,10 +112,13 @@ impl<R: Runtime> Loop<R> {
                     .map_err(|e| StoreFailure::Local(format!("snapshot dir: {e}")))?;
                 let zip = dir.join(format!("{s2}.zip"));
                 let delta = git
-                    .result_zip(did.as_str(), &result, &zip, &limits)
+                    .result_zip(did.as_str(), &result, &zip, &limits, &local)
                     .map_err(|e| StoreFailure::Archive(e.to_error_info()))?;
                 awcp_transports::durable::sync_dir(&dir)
                     .map_err(|e| StoreFailure::Local(format!("snapshot dir: {e}")))?;
+                if !delta.merged.is_empty() {
+                    tracing::info!(merged = ?delta.merged, "local edits merged into the result");
+                }
                 Ok(delta.total_bytes)
             })
             .await
@@ -130,14 +137,49 @@ impl<R: Runtime> Loop<R> {
         });
     }
 
+    /// What of `id`'s workspace a result may write (its `rw` resources, in an `rw`
+    /// delegation), as the result's paths map onto it: where a git result's local edits are
+    /// merged from. None once a result of `id` was applied: local files are merged against
+    /// the base commit, which is what the apply checks them against (the baseline) only
+    /// until then (a later round's baseline is the workspace as the last apply left it, and a
+    /// merge against the base would undo what a later round reverted).
+    fn local_workspace(&self, id: &DelegationId) -> awcp_transports::git::result::LocalWorkspace {
+        use awcp_proto::engine::delegator::SnapshotStatus;
+        use awcp_transports::git::result::LocalWorkspace;
+        let (Some(layout), Some(view)) = (self.engine.layout(id), self.engine.get(id)) else {
+            return LocalWorkspace::None;
+        };
+        let applied = view
+            .snapshots
+            .iter()
+            .any(|s| s.status == SnapshotStatus::Applied);
+        if view.access_mode != AccessMode::Rw || applied {
+            return LocalWorkspace::None;
+        }
+        let roots = self
+            .specs
+            .get(id)
+            .into_iter()
+            .flatten()
+            .filter(|s| s.mode == AccessMode::Rw);
+        LocalWorkspace::new(
+            layout,
+            roots.map(|s| (s.name.as_str().to_owned(), s.source_path.clone())),
+        )
+    }
+
     /// At release: `id`'s repository goes, and its branches on the remote: the base branch,
     /// and the result's once its results are settled (the engine's word), unless branches
     /// are kept.
     pub(super) fn release_git(&self, id: &DelegationId) -> impl FnOnce() -> Option<String> {
         let git = self.git.clone();
         let delete_branch = self.engine.results_settled(id);
+        let bodies = bodies_dir(&self.opts.state_dir, id.as_str());
         let id = id.clone();
         move || {
+            // Request bodies still arriving for its repository (a client holding a push
+            // open): its URL is revoked, nothing will read them.
+            let _ = std::fs::remove_dir_all(&bodies);
             if !git.repository(id.as_str()).exists() {
                 return None;
             }
@@ -147,18 +189,38 @@ impl<R: Runtime> Loop<R> {
         }
     }
 
+    /// [`DelegatorOutput::ResultsSettled`]: the result branch a release kept for review goes
+    /// with the repository that names its remote (if there is one: a served repository, or
+    /// branches kept with `--keep-branch`, left nothing).
+    pub(super) fn settle_git(&mut self, id: DelegationId) {
+        if !self.git.repository(id.as_str()).exists() {
+            return;
+        }
+        let job = self.release_git(&id);
+        let rt = self.rt.clone();
+        // `stop` lets it finish (an `awcp apply` process exits right after the apply).
+        let (done, rx) = oneshot::channel();
+        self.farewells.push(rx);
+        self.spawn_in(crate::delegation_span(&id), async move {
+            if let Some(w) = blocking(&rt, job).await {
+                tracing::warn!("{w}");
+            }
+            let _ = done.send(());
+        });
+    }
+
     /// At start-up: releases the repositories of delegations that are over (what a crash
     /// left between prepare and release).
     pub(super) fn sweep_git(&mut self) {
         // Request and response bodies of a previous process: nothing reads them any more.
         let _ = std::fs::remove_dir_all(self.opts.state_dir.join(GIT_HTTP));
-        let over: Vec<DelegationId> = self
-            .git
-            .repositories()
-            .into_iter()
-            .filter_map(|id| DelegationId::new(id).ok())
-            .filter(|id| self.engine.get(id).is_none_or(|v| v.ended))
-            .collect();
+        let found = self.git.repositories().into_iter();
+        let mut over = self
+            .engine
+            .leftovers_to_release(found.filter_map(|id| DelegationId::new(id).ok()));
+        // A result branch waiting for review keeps its repository (which names the remote)
+        // until the result is applied or discarded.
+        over.retain(|id| !self.engine.results_await_review(id));
         if over.is_empty() {
             return;
         }
@@ -193,6 +255,12 @@ impl<R: Runtime> Loop<R> {
             }
         }
     }
+}
+
+/// `<state>/git-http/<id>`: the request and response bodies of `id`'s served repository
+/// (removed at its release, and all of them at start-up).
+fn bodies_dir(state_dir: &Path, id: &str) -> PathBuf {
+    state_dir.join(GIT_HTTP).join(id)
 }
 
 /// What a request under `/git/` asks: its token, the git path after `repo.git/`, and the use
@@ -248,7 +316,7 @@ where
     };
     let method = req.method().as_str().to_owned();
     let query = req.uri().query().unwrap_or("").to_owned();
-    let dir = state_dir.join(GIT_HTTP);
+    let dir = bodies_dir(&state_dir, repo.strip_suffix(".git").unwrap_or(&repo));
     let Ok(nonce) = crate::security::random_token() else {
         return status(http::StatusCode::INTERNAL_SERVER_ERROR);
     };

@@ -577,8 +577,9 @@ struct Loop<R: Runtime> {
     unclaimed_results: Vec<String>,
     /// The state directory's lock, held while the engine runs.
     lock: Option<std::fs::File>,
-    /// Requests that tell an executor something final (ack, cancel, ERROR) still in flight:
-    /// [`DelegatorHandle::stop`] lets them finish.
+    /// Requests that tell an executor something final (ack, cancel, ERROR) still in flight,
+    /// and deletions of settled results' git branches: [`DelegatorHandle::stop`] lets them
+    /// finish.
     farewells: Vec<oneshot::Receiver<()>>,
     /// The record last written of each delegation, and which are not synced yet.
     written: crate::executor::journal::Written,

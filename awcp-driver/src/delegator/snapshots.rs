@@ -98,6 +98,12 @@ impl<R: Runtime> Loop<R> {
     fn stored_snapshot(&self, id: &DelegationId) -> StoredSnapshot {
         StoredSnapshot {
             specs: self.specs.get(id).cloned().unwrap_or_default(),
+            // A git result's delta ZIP is this delegator's own (built when it was stored);
+            // any other snapshot is the executor's archive.
+            built_here: self
+                .engine
+                .get(id)
+                .is_some_and(|v| v.request.transport == TransportKind::Git),
             baselines: self.baselines.clone(),
             baseline_file: self.baseline_file(id),
             dir: self.snapshot_dir(id),
@@ -127,7 +133,7 @@ impl<R: Runtime> Loop<R> {
                 stored.with_request(&did, &s, layout, access, checksum, |req| {
                     t.apply_snapshot(req, &CancelFlag::new())
                         .map(|report| {
-                            tracing::info!(delegation = %did, snapshot = %s, written = report.written.len(), deleted = report.deleted.len(), "snapshot applied");
+                            tracing::info!(delegation = %did, snapshot = %s, written = report.written.len(), deleted = report.deleted.len(), merged = report.merged.len(), "snapshot applied");
                             if let Some(advance) = advance {
                                 advance.past(&did, &report);
                             }
@@ -182,6 +188,8 @@ impl<R: Runtime> Loop<R> {
 /// with, the store directory, the admission limits.
 struct StoredSnapshot {
     specs: Vec<ResourceSpec>,
+    /// Whether its snapshots are delta ZIPs this delegator built (a git delegation's).
+    built_here: bool,
     baselines: Arc<Mutex<BTreeMap<DelegationId, Baseline>>>,
     baseline_file: PathBuf,
     dir: PathBuf,
@@ -273,6 +281,7 @@ impl StoredSnapshot {
             // stays until then (`DelegatorOutput::CloseApply`), so a crash in between is
             // recovered as applied.
             keep_proof: true,
+            built_here: self.built_here,
         })
     }
 }

@@ -267,10 +267,9 @@ impl<R: Runtime> Loop<R> {
         let Some(store) = self.opts.object_store.clone() else {
             return;
         };
-        let orphans: Vec<DelegationId> = crate::objects::journalled(&self.opts.state_dir)
-            .into_iter()
-            .filter(|id| self.engine.get(id).is_none_or(|v| v.ended))
-            .collect();
+        let orphans = self
+            .engine
+            .leftovers_to_release(crate::objects::journalled(&self.opts.state_dir));
         if orphans.is_empty() {
             return;
         }

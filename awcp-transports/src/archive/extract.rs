@@ -61,6 +61,13 @@ pub struct DeltaInfo {
     pub version: u32,
     /// Paths (relative to the archive root) the executor deleted.
     pub deleted: Vec<String>,
+    /// Ours, never on the wire: files of a git result that the delegator merged with its own
+    /// local edits when it built the delta (see [`crate::git::result`]), each with the SHA-256
+    /// (hex) of the local version it merged against. An apply honours it only for a delta
+    /// the delegator built itself ([`crate::snapshot::ApplyRequest::built_here`]); readers
+    /// that do not know it ignore it, so the version stays 1.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub merged: BTreeMap<String, String>,
 }
 
 /// A file written by the extractor.

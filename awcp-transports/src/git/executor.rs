@@ -2,7 +2,8 @@
 //!
 //! Per work directory it keeps, under its own directory (never in the work directory): the
 //! repository (`<root>/<name>.git`) and, for an SSH credential, the key file
-//! (`<root>/<name>.key`, mode 0600). Both go at release, and at start-up ([`recover`]).
+//! (`<root>/<name>.key`, mode 0600) and the `known_hosts` file pinning the handle's host key
+//! (`<root>/<name>.known_hosts`). Both go at release, and at start-up ([`recover`]).
 //! The handle's credential stays in memory only.
 //!
 //! [`recover`]: ExecutorTransport::recover
@@ -68,7 +69,8 @@ impl GitExecutor {
         self
     }
 
-    fn paths(&self, work_dir: &Path) -> (PathBuf, PathBuf) {
+    /// The repository, the key file and the `known_hosts` file of `work_dir`.
+    fn paths(&self, work_dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
         let name = work_dir
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -76,6 +78,7 @@ impl GitExecutor {
         (
             self.root.join(format!("{name}.git")),
             self.root.join(format!("{name}.key")),
+            self.root.join(format!("{name}.known_hosts")),
         )
     }
 
@@ -89,7 +92,7 @@ impl GitExecutor {
             .get(work_dir)
             .cloned()
             .ok_or_else(|| TransportError::Unsupported("no git checkout here".into()))?;
-        let (git_dir, _) = self.paths(work_dir);
+        let (git_dir, _, _) = self.paths(work_dir);
         let c = Checkout {
             git_dir: &git_dir,
             work_dir,
@@ -127,17 +130,41 @@ impl GitExecutor {
                 handle.kind().as_str()
             )));
         };
-        let (git_dir, key_file) = self.paths(work_dir);
+        let (git_dir, key_file, known_hosts) = self.paths(work_dir);
         std::fs::create_dir_all(&self.root).map_err(|e| TransportError::io("git directory", e))?;
+        let forget = || {
+            let _ = std::fs::remove_dir_all(&git_dir);
+            let _ = std::fs::remove_file(&key_file);
+            let _ = std::fs::remove_file(&known_hosts);
+        };
         let credential = match &h.auth {
-            None | Some(GitAuth::None) | Some(GitAuth::Ssh(None)) => Credential::None,
+            None | Some(GitAuth::None) => Credential::None,
             Some(GitAuth::Token(t)) => Credential::Token(t.clone()),
-            Some(GitAuth::Ssh(Some(key))) => {
-                write_key(&key_file, key)?;
-                Credential::SshKey {
-                    key_file: key_file.clone(),
-                    known_hosts: None,
-                }
+            Some(GitAuth::Ssh {
+                private_key,
+                host_key,
+            }) => {
+                let written = (|| {
+                    let key_file = match private_key {
+                        Some(key) => {
+                            write_private(&key_file, key)?;
+                            Some(key_file.clone())
+                        }
+                        None => None,
+                    };
+                    let known_hosts = match host_key {
+                        Some(k) => {
+                            write_private(&known_hosts, &super::known_hosts_line(k)?)?;
+                            Some(known_hosts.clone())
+                        }
+                        None => None,
+                    };
+                    Ok::<_, TransportError>(Credential::SshKey {
+                        key_file,
+                        known_hosts,
+                    })
+                })();
+                written.inspect_err(|_| forget())?
             }
         };
         let branch = delegation_branch(id.as_str());
@@ -149,8 +176,7 @@ impl GitExecutor {
         };
         let r = clone_base(&self.git, &c, &h.base_branch, &h.base_commit, &branch);
         if let Err(e) = r {
-            let _ = std::fs::remove_dir_all(&git_dir);
-            let _ = std::fs::remove_file(&key_file);
+            forget();
             return Err(e);
         }
         self.entries
@@ -175,8 +201,9 @@ impl GitExecutor {
     }
 }
 
-/// Writes an SSH private key to `path`, mode 0600 from its creation.
-fn write_key(path: &Path, key: &str) -> Result<(), TransportError> {
+/// Writes `text` (an SSH private key, a `known_hosts` line) to `path`, mode 0600 from its
+/// creation, ending in one newline.
+fn write_private(path: &Path, text: &str) -> Result<(), TransportError> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let _ = std::fs::remove_file(path);
@@ -186,7 +213,7 @@ fn write_key(path: &Path, key: &str) -> Result<(), TransportError> {
         .mode(0o600)
         .open(path)
         .map_err(|e| TransportError::io("git key file", e))?;
-    let mut text = key.trim_end().to_owned();
+    let mut text = text.trim_end().to_owned();
     text.push('\n');
     f.write_all(text.as_bytes())
         .map_err(|e| TransportError::io("git key file", e))
@@ -233,8 +260,9 @@ impl ExecutorTransport for GitExecutor {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(work_dir);
-        let (git_dir, key_file) = self.paths(work_dir);
+        let (git_dir, key_file, known_hosts) = self.paths(work_dir);
         let _ = std::fs::remove_file(&key_file);
+        let _ = std::fs::remove_file(&known_hosts);
         match std::fs::remove_dir_all(&git_dir) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                 Err(TransportError::io("removing the git repository", e))

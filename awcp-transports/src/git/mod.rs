@@ -35,7 +35,7 @@ pub mod result;
 pub mod serve;
 pub mod work;
 
-pub use delegator::{GitDelegator, GitDelegatorConfig, PreparedBase};
+pub use delegator::{ssh_auth, GitDelegator, GitDelegatorConfig, PreparedBase};
 pub use executor::{GitExecutor, EXECUTOR_PROTOCOLS};
 
 /// The branch of a delegation's result: `awcp/<delegation-id>` (the reference executor's
@@ -72,13 +72,15 @@ pub enum Credential {
     /// A token, sent as HTTP Basic `x-access-token:<token>` (`http.extraHeader`, set through
     /// `GIT_CONFIG_COUNT`): what GitHub, GitLab, Gitea and Bitbucket accept for tokens.
     Token(String),
-    /// An SSH private key in a file of mode 0600 (written by the caller outside the work
-    /// tree, removed at release), with host keys checked (`StrictHostKeyChecking=yes`)
-    /// against `known_hosts` if given, else against the user's own.
+    /// SSH with host keys always checked (`StrictHostKeyChecking=yes`, never a prompt):
+    /// against the one pinned key of `known_hosts` if given (whatever the host's name),
+    /// else against the user's own `known_hosts`.
     SshKey {
-        /// The key file.
-        key_file: PathBuf,
-        /// A `known_hosts` file pinning the server's host key.
+        /// A private key in a file of mode 0600 (written by the caller outside the work tree,
+        /// removed at release), the only identity offered; `None`: the user's own.
+        key_file: Option<PathBuf>,
+        /// A `known_hosts` file whose one entry, for the host name [`PINNED_HOST`], is the
+        /// server's host key ([`known_hosts_line`]).
         known_hosts: Option<PathBuf>,
     },
 }
@@ -380,20 +382,44 @@ pub(crate) fn with_credential(cmd: &mut Command, cred: &Credential) {
             key_file,
             known_hosts,
         } => {
-            let mut ssh = format!(
-                "ssh -i {} -o IdentitiesOnly=yes -o IdentityAgent=none -o BatchMode=yes \
-                 -o StrictHostKeyChecking=yes -o ServerAliveInterval=15 -o ServerAliveCountMax=4",
-                shell_quote(&key_file.to_string_lossy())
+            let mut ssh = String::from(
+                "ssh -o BatchMode=yes -o StrictHostKeyChecking=yes \
+                 -o ServerAliveInterval=15 -o ServerAliveCountMax=4",
             );
+            if let Some(k) = key_file {
+                ssh.push_str(&format!(
+                    " -i {} -o IdentitiesOnly=yes -o IdentityAgent=none",
+                    shell_quote(&k.to_string_lossy())
+                ));
+            }
             if let Some(k) = known_hosts {
                 ssh.push_str(&format!(
-                    " -o UserKnownHostsFile={}",
+                    " -o UserKnownHostsFile={} -o GlobalKnownHostsFile=/dev/null \
+                     -o HostKeyAlias={PINNED_HOST} -o UpdateHostKeys=no",
                     shell_quote(&k.to_string_lossy())
                 ));
             }
             cmd.env("GIT_SSH_COMMAND", ssh);
         }
     }
+}
+
+/// The host name a pinned host key is filed under (`HostKeyAlias`): the key is checked
+/// whatever name or port the repository URL gives.
+pub const PINNED_HOST: &str = "awcp-pinned-host";
+
+/// The `known_hosts` line that pins `host_key` (an OpenSSH public key, `<type> <base64>
+/// [comment]`) for [`PINNED_HOST`]; an error if it is not one public key (nothing else, no
+/// second line or marker, reaches the file).
+pub fn known_hosts_line(host_key: &str) -> Result<String, TransportError> {
+    let key = ssh_key::PublicKey::from_openssh(host_key.trim())
+        .map_err(|e| TransportError::Unsupported(format!("the host key is not one: {e}")))?;
+    let mut key = key;
+    key.set_comment("");
+    let text = key
+        .to_openssh()
+        .map_err(|e| TransportError::Unsupported(format!("the host key is not one: {e}")))?;
+    Ok(format!("{PINNED_HOST} {}\n", text.trim()))
 }
 
 /// `s` quoted for the shell git runs `GIT_SSH_COMMAND` with.
@@ -406,6 +432,23 @@ pub use awcp_proto::wire::{is_branch_name, is_object_id};
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pinned_host_key_is_one_public_key_line_and_nothing_else() {
+        let key =
+            "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGb1QfI1zQzAKZ2zVfBfCQdwRQ3B7oH1v6qKQ2y3lD4k";
+        let line = known_hosts_line(&format!("{key} host@example\n")).unwrap();
+        assert_eq!(line, format!("{PINNED_HOST} {key}\n"));
+        for bad in [
+            "",
+            "not a key",
+            "@cert-authority * ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGb1QfI1zQzAKZ2zVfBfCQdwRQ3B7oH1v6qKQ2y3lD4k",
+            &format!("{key}\n* ssh-ed25519 AAAA"),
+            "ssh-ed25519 !!!!",
+        ] {
+            assert!(known_hosts_line(bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn credentials_in_urls_are_redacted() {

@@ -2,10 +2,18 @@
 //! repository with every object checked (`transfer.fsckObjects`: no `.git` or `..` path, no
 //! malformed tree), checked to descend from the base commit, then turned into a **delta
 //! snapshot ZIP** (the files the executor added or changed, `.awcp/delta.json` listing what
-//! it deleted). That ZIP goes through the archive transport's apply unchanged: the hardened
-//! extractor, the baseline's three-way check of every path (a file changed both locally and
-//! by the executor is a conflict, nothing is written), the journal that makes the apply
+//! it deleted). That ZIP goes through the archive transport's apply: the hardened extractor,
+//! the baseline's three-way check of every path, the journal that makes the apply
 //! all-or-nothing across a crash, `staged` and `discard`.
+//!
+//! Local edits made since the delegation started are merged, not only detected: a file the
+//! executor modified that was also edited locally is merged line by line against the base
+//! commit's version (`git merge-file`) when the ZIP is built. A clean merge goes
+//! into the ZIP in place of the executor's version, and `.awcp/delta.json` records the
+//! SHA-256 of the local version it merged (`merged`, ours and delegator-local: this ZIP never
+//! leaves the delegator); the apply writes it if the local file is still that version. Edits
+//! that overlap (or a binary file, or a file edited locally in any other way: deleted,
+//! replaced by a link) are a conflict: nothing is written, and the branch stays for review.
 //!
 //! Refused before anything is written, as the archive transport refuses them: a submodule
 //! (gitlink), a path with a `.git` component, a path the extractor refuses, a file or a total
@@ -21,6 +29,11 @@ use zip::write::SimpleFileOptions;
 use super::{spawn_reader, with_credential, Config, Credential, Git};
 use crate::archive::{validate_name, DeltaInfo, ExtractLimits, DELTA_ENTRY};
 use crate::error::TransportError;
+
+mod merge;
+
+pub use merge::LocalWorkspace;
+use merge::{merge_local, Merges};
 
 /// Fetches `branch` of `url` into `into_ref` of the bare repository `repo`, every received
 /// object checked; the fetched commit's id.
@@ -99,21 +112,26 @@ pub struct GitDelta {
     pub deleted: Vec<String>,
     /// Symbolic links added or changed (in the ZIP as links: the extractor drops them).
     pub links: Vec<String>,
-    /// Bytes of the changed files.
+    /// Bytes of the changed files (as written: merged ones at their merged size).
     pub total_bytes: u64,
+    /// Files of [`Self::changed`] that were also edited locally, written merged with the local
+    /// version (see the [module docs](self)).
+    pub merged: Vec<String>,
 }
 
 /// One line of `git diff-tree --raw -z`.
 struct Change {
+    old_mode: u32,
     new_mode: u32,
+    old_id: String,
     new_id: String,
     status: u8,
     path: String,
 }
 
 /// Writes the delta from `base` to `result` (commits of `repo`) as a snapshot ZIP at `out`
-/// (see the [module docs](self)); what it holds. Nothing is written to `out` if the result is
-/// refused.
+/// (see the [module docs](self)), the files also edited in `local` since merged where their
+/// edits do not overlap; what it holds. Nothing is written to `out` if the result is refused.
 pub fn delta_zip(
     git: &Git,
     repo: &Path,
@@ -121,6 +139,7 @@ pub fn delta_zip(
     result: &str,
     out: &Path,
     limits: &ExtractLimits,
+    local: &LocalWorkspace,
 ) -> Result<GitDelta, TransportError> {
     if !super::is_object_id(base) || !super::is_object_id(result) {
         return Err(TransportError::rejected(result, "not an object id"));
@@ -181,8 +200,11 @@ pub fn delta_zip(
             limits.max_entries
         )));
     }
+    let merges = merge_local(git, repo, &wanted, local, limits);
+    delta.merged = merges.files.keys().cloned().collect();
     let part = out.with_extension("zip.part");
-    let written = write_zip(git, repo, &wanted, &delta, &part, limits);
+    let written = write_zip(git, repo, &wanted, &delta, &merges, &part, limits);
+    drop(merges);
     match written {
         Ok(total) => {
             delta.total_bytes = total;
@@ -196,13 +218,14 @@ pub fn delta_zip(
     }
 }
 
-/// The ZIP of `wanted`'s blobs (read through one `git cat-file --batch`) and the delta entry;
-/// the file bytes written.
+/// The ZIP of `wanted`'s blobs (read through one `git cat-file --batch`; the merged file
+/// instead for those in `merges`) and the delta entry; the file bytes written.
 fn write_zip(
     git: &Git,
     repo: &Path,
     wanted: &[Change],
     delta: &GitDelta,
+    merges: &Merges,
     part: &Path,
     limits: &ExtractLimits,
 ) -> Result<u64, TransportError> {
@@ -239,7 +262,8 @@ fn write_zip(
                     format!("{size} bytes, over the limit of {}", limits.max_file_bytes),
                 ));
             }
-            total += size;
+            let merged = merges.files.get(&c.path);
+            total += merged.map_or(size, |m| m.size);
             if total > limits.max_total_bytes {
                 return Err(TransportError::BadArchive(format!(
                     "the result's changed files exceed {} bytes",
@@ -247,7 +271,21 @@ fn write_zip(
                 )));
             }
             let mut body = (&mut output).take(size);
-            if c.new_mode == 0o120000 {
+            if let Some(m) = merged {
+                let opts = SimpleFileOptions::default()
+                    .compression_method(zip::CompressionMethod::Stored)
+                    .unix_permissions(if m.mode == 0o100755 { 0o755 } else { 0o644 })
+                    .large_file(m.size >= u32::MAX as u64);
+                zip.start_file(c.path.as_str(), opts).map_err(zerr)?;
+                let mut f = std::fs::File::open(&m.file).map_err(io)?.take(m.size);
+                let n = std::io::copy(&mut f, &mut zip).map_err(io)?;
+                let skipped = std::io::copy(&mut body, &mut std::io::sink()).map_err(io)?;
+                if n != m.size || skipped != size {
+                    return Err(TransportError::BadArchive(
+                        "git cat-file or a merged file ended early".into(),
+                    ));
+                }
+            } else if c.new_mode == 0o120000 {
                 let mut target = String::new();
                 body.read_to_string(&mut target).map_err(io)?;
                 zip.add_symlink(c.path.as_str(), target, SimpleFileOptions::default())
@@ -272,6 +310,11 @@ fn write_zip(
         let info = DeltaInfo {
             version: 1,
             deleted: delta.deleted.clone(),
+            merged: merges
+                .files
+                .iter()
+                .map(|(p, m)| (p.clone(), m.local_sha256.clone()))
+                .collect(),
         };
         let json = serde_json::to_vec(&info).map_err(|e| io(e.into()))?;
         zip.start_file(DELTA_ENTRY, SimpleFileOptions::default())
@@ -299,11 +342,13 @@ fn parse_raw(raw: &[u8]) -> Result<Vec<Change>, TransportError> {
         let path = String::from_utf8(path.to_vec())
             .map_err(|_| TransportError::rejected("(a path)", "not UTF-8"))?;
         let parts: Vec<&str> = meta.trim_start_matches(':').split(' ').collect();
-        let [_, new_mode, _, new_id, status] = parts[..] else {
+        let [old_mode, new_mode, old_id, new_id, status] = parts[..] else {
             return Err(bad());
         };
         out.push(Change {
+            old_mode: u32::from_str_radix(old_mode, 8).map_err(|_| bad())?,
             new_mode: u32::from_str_radix(new_mode, 8).map_err(|_| bad())?,
+            old_id: old_id.to_owned(),
             new_id: new_id.to_owned(),
             status: *status.as_bytes().first().ok_or_else(bad)?,
             path,

@@ -7,7 +7,9 @@
 //! are propagated (delta `deleted` list, or for full snapshots: shipped files missing from the
 //! snapshot), but a file the delegator never shipped is never deleted. Paths inside skipped
 //! directories (`.git/`, `node_modules/`) and `.awcp/` are never written. Nothing is written
-//! through a symlink.
+//! through a symlink. A file of a delta the delegator built itself (a git result) that it
+//! merged with a local edit is checked against the local version merged instead of the
+//! baseline ([`ApplyRequest::built_here`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -16,216 +18,28 @@ use std::path::{Path, PathBuf};
 use awcp_proto::AccessMode;
 
 use super::capture::SnapshotKind;
-use super::journal::{
-    close, commit, recover, recover_in, Journal, JournalOp, JournalState, Recovery,
-    APPLY_DIR_PREFIX,
-};
-use crate::archive::{detect_layout, open_verified, ArchiveSource, ExtractLimits, Layout};
+use super::journal::{commit, recover, Journal, JournalOp, JournalState};
+use crate::archive::{detect_layout, open_verified, ArchiveSource, Layout};
 use crate::cancel::CancelFlag;
 use crate::error::TransportError;
-use crate::manifest::{hash_file, Baseline, Manifest};
+use crate::manifest::{hash_file, Manifest};
 use crate::scan::ResourceSpec;
-use crate::walk::{mtime_ns, walk, WalkEntry, WalkOptions};
+use crate::walk::walk;
 use std::os::unix::fs::PermissionsExt;
 
-/// What to do when the workspace changed locally where the snapshot writes or deletes.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum ConflictPolicy {
-    /// Refuse the whole apply with [`TransportError::Conflict`] (nothing is written).
-    #[default]
-    Refuse,
-    /// Overwrite local edits (the old content is still moved aside, then dropped).
-    Overwrite,
-}
+mod files;
+mod recovery;
+mod types;
 
-/// A place to inject a crash, for recovery tests.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CrashPoint {
-    /// After staging and writing the journal, before any rename.
-    AfterStaging,
-    /// After this many renames of the swap phase.
-    AfterOps(usize),
-}
-
-/// Apply options.
-#[derive(Clone, Debug, Default)]
-pub struct ApplyOptions {
-    /// Extraction limits.
-    pub limits: ExtractLimits,
-    /// Conflict handling.
-    pub on_conflict: ConflictPolicy,
-    /// The walker options used at prepare (for skipped directories, and for full snapshots
-    /// applied without a baseline).
-    pub walk: WalkOptions,
-    /// Test hook: simulate a crash here (the error is [`TransportError::InjectedCrash`] and the
-    /// apply directory is left for [`super::journal::recover`]).
-    #[doc(hidden)]
-    pub crash: Option<CrashPoint>,
-}
-
-/// One snapshot to apply.
-#[derive(Debug)]
-pub struct ApplyRequest<'a> {
-    /// The delegation (names the staging directory).
-    pub delegation_id: &'a str,
-    /// The snapshot ZIP.
-    pub source: ArchiveSource<'a>,
-    /// Checksum to verify, if the peer sent one (reference snapshots have none).
-    pub expected_checksum: Option<&'a str>,
-    /// The delegation's resources.
-    pub resources: &'a [ResourceSpec],
-    /// The delegation's effective access mode.
-    pub access_mode: AccessMode,
-    /// What was shipped at prepare time, for conflict detection and deletions.
-    pub baseline: Option<&'a Baseline>,
-    /// The ZIP layout, if known (the layout used at prepare); `None` detects it from the
-    /// top-level entries (WIRE.md §15).
-    pub layout: Option<Layout>,
-    /// The delegator's admission limits: a snapshot that would leave the workspace over them
-    /// is refused with [`TransportError::Refused`] before anything is written. `None`: no check.
-    pub limits: Option<awcp_proto::AdmissionLimits>,
-    /// Keep the apply directory ([`apply_dir`]) with its `committed` journal after a
-    /// successful swap, as the proof for [`recover_interrupted`] that the swap finished,
-    /// until [`close_apply`] removes it. A caller that records the apply elsewhere after this
-    /// returns (the delegator's journal) sets it: a crash between the swap and that record is
-    /// then recovered as finished, instead of looking like an apply that never ran while the
-    /// workspace holds its result. `false`: the directory goes with the apply.
-    pub keep_proof: bool,
-}
-
-/// How many changed files an [`ApplyReport::changed`] list names (a record keeps it).
-pub const CHANGED_SHOWN: usize = 500;
-
-/// How the last entry of an [`ApplyReport::changed`] list that was cut starts.
-const MORE_PREFIX: &str = "… and ";
-
-/// An [`ApplyReport::changed`] list read back: the files it names, and how many files the
-/// apply changed in all (more than it names when the list was cut).
-pub fn changed_total(entries: &[String]) -> (&[String], usize) {
-    let more = entries.last().and_then(|e| {
-        e.strip_prefix(MORE_PREFIX)?
-            .strip_suffix(" more")?
-            .parse::<usize>()
-            .ok()
-    });
-    match more {
-        Some(more) => {
-            let named = &entries[..entries.len() - 1];
-            (named, named.len() + more)
-        }
-        None => (entries, entries.len()),
-    }
-}
-
-/// What an apply did.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ApplyReport {
-    /// Full or delta.
-    pub kind: SnapshotKind,
-    /// `resource/path` of files written.
-    pub written: Vec<String>,
-    /// `resource/path` of files deleted.
-    pub deleted: Vec<String>,
-    /// Files in the snapshot identical to what was shipped (not rewritten).
-    pub unchanged: usize,
-    /// Resources not written (`ro`, or absent from the snapshot).
-    pub skipped_resources: Vec<String>,
-    /// `resource/path` of entries refused (inside `.git/`, `node_modules/`, never shipped…).
-    pub refused: Vec<String>,
-    /// Archive names of entries the extractor dropped instead of writing (symlinks inside the
-    /// archive, other entries under `.awcp/`).
-    pub dropped: Vec<String>,
-    /// `resource/path` of local edits the snapshot would overwrite or delete (filled by a
-    /// preview, [`super::preview_snapshot`]; an apply refuses them with
-    /// [`TransportError::Conflict`] instead, unless told to overwrite).
-    pub conflicts: Vec<String>,
-}
-
-impl ApplyReport {
-    /// What the apply changed, for the user: `resource/path` of each file written and
-    /// `resource/path (deleted)` of each deleted, at most [`CHANGED_SHOWN`] entries (then one
-    /// `… and N more`, which [`changed_total`] reads back).
-    pub fn changed(&self) -> Vec<String> {
-        let written = self.written.iter().cloned();
-        let deleted = self.deleted.iter().map(|p| format!("{p} (deleted)"));
-        let mut all: Vec<String> = written.chain(deleted).take(CHANGED_SHOWN).collect();
-        let total = self.written.len() + self.deleted.len();
-        if total > CHANGED_SHOWN {
-            all.push(format!("{MORE_PREFIX}{} more", total - CHANGED_SHOWN));
-        }
-        all
-    }
-
-    /// Everything in the result that was not written to the workspace, each as
-    /// `path (reason)`: refused entries, then dropped ones. What a user is told after an
-    /// apply, so a hostile or careless result cannot lose or plant files silently.
-    pub fn left_out(&self) -> Vec<String> {
-        let refused = self.refused.iter().map(|p| format!("{p} (refused)"));
-        let dropped = self.dropped.iter().map(|p| format!("{p} (dropped)"));
-        refused.chain(dropped).collect()
-    }
-}
-
-/// The apply directory for a delegation next to a resource directory.
-pub fn apply_dir(resource_root: &Path, delegation_id: &str) -> PathBuf {
-    let parent = resource_root.parent().unwrap_or(resource_root);
-    parent.join(format!("{APPLY_DIR_PREFIX}{delegation_id}"))
-}
-
-/// Recovers whatever apply of `delegation_id` a previous process left interrupted, for a
-/// delegation whose resources are at `roots`: a swap that was `committing` is rolled forward,
-/// anything earlier is rolled back, and every staging directory of the delegation beside the
-/// roots (`.awcp-stage-<id>`, and what `.awcp-apply-<id>` staged) is removed. Afterwards each
-/// resource is entirely as before the apply or entirely as after it. Call it at start-up for
-/// every delegation the process knows, before any apply runs; roots that no longer exist are
-/// skipped.
-///
-/// [`Recovery::RolledForward`] says the swap finished (now or before the restart, with
-/// [`ApplyRequest::keep_proof`]): the apply directory then stays, holding only its
-/// `committed` journal, so that a second restart learns the same, until the caller has
-/// recorded the apply and calls [`close_apply`].
-pub fn recover_interrupted(
-    roots: &[PathBuf],
-    delegation_id: &str,
-) -> Result<Recovery, TransportError> {
-    if crate::id_is_unsafe(delegation_id) {
-        return Err(TransportError::Unsupported("invalid delegation id".into()));
-    }
-    let mut done = Recovery::Nothing;
-    for root in roots {
-        let Ok(root) = fs::canonicalize(root) else {
-            continue;
-        };
-        match recover_in(&apply_dir(&root, delegation_id), true)? {
-            Recovery::Nothing => {}
-            r => done = r,
-        }
-        let side = side_dir(&root, delegation_id);
-        if fs::symlink_metadata(&side).is_ok() {
-            fs::remove_dir_all(&side)
-                .map_err(|e| TransportError::io("removing a staging directory", e))?;
-            if done == Recovery::Nothing {
-                done = Recovery::RolledBack;
-            }
-        }
-    }
-    Ok(done)
-}
-
-/// Removes the apply directories of `delegation_id` beside `roots` that an apply with
-/// [`ApplyRequest::keep_proof`] or [`recover_interrupted`] left as proof of a finished swap:
-/// call it once the apply is recorded. Idempotent; roots that no longer exist are skipped.
-pub fn close_apply(roots: &[PathBuf], delegation_id: &str) -> Result<(), TransportError> {
-    if crate::id_is_unsafe(delegation_id) {
-        return Err(TransportError::Unsupported("invalid delegation id".into()));
-    }
-    for root in roots {
-        if let Ok(root) = fs::canonicalize(root) {
-            close(&apply_dir(&root, delegation_id))?;
-        }
-    }
-    Ok(())
-}
+use files::{
+    ancestors, current_entry, dir_changes, first_parent, move_tree, parent_unsafe, same_mode,
+};
+use recovery::side_dir;
+pub use recovery::{apply_dir, close_apply, recover_interrupted};
+pub use types::{
+    changed_total, ApplyOptions, ApplyReport, ApplyRequest, ConflictPolicy, CrashPoint,
+    CHANGED_SHOWN,
+};
 
 fn is_writable(r: &ResourceSpec, mode: AccessMode) -> bool {
     r.mode == AccessMode::Rw && mode == AccessMode::Rw
@@ -354,70 +168,6 @@ pub(super) fn stage_for_preview(
     Ok((layout, roots))
 }
 
-fn side_dir(root: &Path, id: &str) -> PathBuf {
-    let parent = root.parent().unwrap_or(root);
-    parent.join(format!(".awcp-stage-{id}"))
-}
-
-/// Moves a tree, by rename or (across filesystems) copy-then-remove.
-fn move_tree(from: &Path, to: &Path) -> Result<(), TransportError> {
-    if let Some(p) = to.parent() {
-        fs::create_dir_all(p).map_err(|e| TransportError::io("creating staging directory", e))?;
-    }
-    if fs::rename(from, to).is_ok() {
-        return Ok(());
-    }
-    copy_tree(from, to)?;
-    fs::remove_dir_all(from).map_err(|e| TransportError::io("removing staged copy", e))
-}
-
-pub(crate) fn copy_tree(from: &Path, to: &Path) -> Result<(), TransportError> {
-    fs::create_dir_all(to).map_err(|e| TransportError::io("copying staged tree", e))?;
-    for e in fs::read_dir(from).map_err(|e| TransportError::io("copying staged tree", e))? {
-        let e = e.map_err(|e| TransportError::io("copying staged tree", e))?;
-        let ft = e
-            .file_type()
-            .map_err(|e| TransportError::io("copying staged tree", e))?;
-        let dst = to.join(e.file_name());
-        if ft.is_dir() {
-            copy_tree(&e.path(), &dst)?;
-        } else if ft.is_file() {
-            fs::copy(e.path(), &dst).map_err(|e| TransportError::io("copying staged tree", e))?;
-        }
-    }
-    Ok(())
-}
-
-fn current_entry(root: &Path, rel: &str) -> Option<(WalkEntry, fs::Metadata)> {
-    let path = root.join(rel);
-    let md = fs::symlink_metadata(&path).ok()?;
-    Some((
-        WalkEntry {
-            rel: rel.to_owned(),
-            path,
-            size: md.len(),
-            mode: md.permissions().mode() & 0o7777,
-            mtime_ns: mtime_ns(&md),
-        },
-        md,
-    ))
-}
-
-/// Whether any parent directory of `rel` under `root` is a symlink or not a directory.
-fn parent_unsafe(root: &Path, rel: &str) -> Option<String> {
-    let parts: Vec<&str> = rel.split('/').collect();
-    let mut cur = root.to_path_buf();
-    for (i, p) in parts[..parts.len() - 1].iter().enumerate() {
-        cur.push(p);
-        match fs::symlink_metadata(&cur) {
-            Ok(md) if md.is_dir() => {}
-            Ok(_) => return Some(parts[..=i].join("/")),
-            Err(_) => return None,
-        }
-    }
-    None
-}
-
 #[allow(clippy::too_many_arguments)]
 fn stage_and_commit(
     req: &ApplyRequest<'_>,
@@ -465,6 +215,13 @@ fn stage_and_commit(
             Layout::Flat => String::new(),
             Layout::PerResource => format!("{name}/"),
         }
+    };
+    // The files of a delta this delegator built that it merged with a local version: archive
+    // name → SHA-256 of that version.
+    let no_merges = BTreeMap::new();
+    let merged = match &ex.delta {
+        Some(d) if req.built_here => &d.merged,
+        _ => &no_merges,
     };
 
     // Deletions run before writes: a file the result turns into a directory must be out of
@@ -590,7 +347,8 @@ fn stage_and_commit(
                 continue;
             }
             let rec = base.and_then(|m| m.files.get(*rel));
-            if let Some(rec) = rec {
+            let merged_with = merged.get(f.name.as_str());
+            if let (Some(rec), None) = (rec, merged_with) {
                 if rec.sha256 == f.sha256 && same_mode(rec.mode, f) {
                     report.unchanged += 1;
                     continue;
@@ -618,33 +376,49 @@ fn stage_and_commit(
                     continue;
                 }
             }
-            let conflict = match (rec, &cur) {
-                (Some(_), None) => true,
-                (Some(rec), Some((e, md))) => {
-                    if !md.is_file() {
-                        true
-                    } else if Manifest::matches(rec, e)? {
-                        false
-                    } else if hash_file(&e.path).ok().as_deref() == Some(&f.sha256)
-                        && same_mode(e.mode, f)
-                    {
-                        // Changed locally to exactly what the executor produced.
-                        report.unchanged += 1;
-                        continue;
-                    } else {
-                        true
-                    }
-                }
-                (None, None) => false,
-                (None, Some((e, md))) => {
-                    if md.is_file() && hash_file(&e.path).ok().as_deref() == Some(&f.sha256) {
-                        if same_mode(e.mode, f) {
+            let conflict = if let Some(local) = merged_with {
+                // Merged with a local version when the delta was built: that version must
+                // still be there; any other is an edit made since, a conflict.
+                match &cur {
+                    Some((e, md)) if md.is_file() => {
+                        let now = hash_file(&e.path).ok();
+                        if now.as_deref() == Some(f.sha256.as_str()) && same_mode(e.mode, f) {
                             report.unchanged += 1;
                             continue;
                         }
-                        false
-                    } else {
-                        base.is_some() || !md.is_file()
+                        now.as_deref() != Some(local.as_str())
+                    }
+                    _ => true,
+                }
+            } else {
+                match (rec, &cur) {
+                    (Some(_), None) => true,
+                    (Some(rec), Some((e, md))) => {
+                        if !md.is_file() {
+                            true
+                        } else if Manifest::matches(rec, e)? {
+                            false
+                        } else if hash_file(&e.path).ok().as_deref() == Some(&f.sha256)
+                            && same_mode(e.mode, f)
+                        {
+                            // Changed locally to exactly what the executor produced.
+                            report.unchanged += 1;
+                            continue;
+                        } else {
+                            true
+                        }
+                    }
+                    (None, None) => false,
+                    (None, Some((e, md))) => {
+                        if md.is_file() && hash_file(&e.path).ok().as_deref() == Some(&f.sha256) {
+                            if same_mode(e.mode, f) {
+                                report.unchanged += 1;
+                                continue;
+                            }
+                            false
+                        } else {
+                            base.is_some() || !md.is_file()
+                        }
                     }
                 }
             };
@@ -653,6 +427,8 @@ fn stage_and_commit(
                 if opts.on_conflict == ConflictPolicy::Refuse {
                     continue;
                 }
+            } else if merged_with.is_some() {
+                report.merged.push(qual(rel));
             }
             if !f.has_mode {
                 // The archive carries no permission bits: keep the local file's.
@@ -790,61 +566,4 @@ fn stage_and_commit(
         }
     }
     Ok(layout)
-}
-
-/// Whether a staged file has the permission bits of `mode` (always, when the archive carried
-/// none: the local bits are kept).
-fn same_mode(mode: u32, f: &crate::archive::ExtractedFile) -> bool {
-    !f.has_mode || (mode & 0o777) == (f.mode & 0o777)
-}
-
-/// The proper ancestors of `rel`, shortest first (`a`, `a/b` for `a/b/c`).
-fn ancestors(rel: &str) -> impl Iterator<Item = &str> {
-    rel.match_indices('/').map(move |(i, _)| &rel[..i])
-}
-
-/// What in the local directory `rel` is not a shipped, unchanged file (relative paths): a
-/// directory the result replaces by a file must hold nothing else. Without a baseline nothing
-/// can be told apart, so everything in it counts.
-fn dir_changes(
-    root: &Path,
-    rel: &str,
-    base: Option<&Manifest>,
-) -> Result<Vec<String>, TransportError> {
-    let mut out = Vec::new();
-    let mut stack = vec![rel.to_owned()];
-    while let Some(d) = stack.pop() {
-        let rd = fs::read_dir(root.join(&d))
-            .map_err(|e| TransportError::io(format!("reading `{d}`"), e))?;
-        for entry in rd {
-            let entry = entry.map_err(|e| TransportError::io(format!("reading `{d}`"), e))?;
-            let child = format!("{d}/{}", entry.file_name().to_string_lossy());
-            let ft = entry
-                .file_type()
-                .map_err(|e| TransportError::io(format!("reading `{child}`"), e))?;
-            if ft.is_dir() {
-                stack.push(child);
-                continue;
-            }
-            let unchanged = match (ft.is_file(), base.and_then(|m| m.files.get(&child))) {
-                (true, Some(rec)) => current_entry(root, &child)
-                    .map(|(e, _)| Manifest::matches(rec, &e))
-                    .transpose()?
-                    .unwrap_or(false),
-                _ => false,
-            };
-            if !unchanged {
-                out.push(child);
-            }
-        }
-    }
-    out.sort();
-    Ok(out)
-}
-
-fn first_parent<'a>(
-    roots: &'a BTreeMap<String, PathBuf>,
-    writable: &[&ResourceSpec],
-) -> Option<&'a Path> {
-    roots[writable[0].name.as_str()].parent()
 }

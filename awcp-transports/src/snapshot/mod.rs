@@ -17,4 +17,4 @@ pub use capture::{
     CapturedSnapshot, SnapshotKind,
 };
 pub use journal::{close, recover, recover_all, Journal, JournalState, Recovery};
-pub use preview::{preview_snapshot, ChangeKind, FileChange, Preview, PreviewLimits};
+pub use preview::{preview_snapshot, ChangeKind, FileChange, Preview, PreviewLimits, MERGED_NOTE};

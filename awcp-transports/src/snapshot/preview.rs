@@ -2,8 +2,9 @@
 //! doing it. The snapshot is staged in a private temporary directory (never beside the
 //! workspace, where a real apply stages and journals) and planned exactly as
 //! [`super::apply_snapshot`] plans it (same baseline, conflict and refusal rules); the files
-//! it would add, change and delete are listed, with a unified diff for text files. The
-//! workspace is only read.
+//! it would add, change and delete are listed, with a unified diff for text files (of a file
+//! merged with local edits, a git result's, the diff from the local version to the merged
+//! one: what the apply adds). The workspace is only read.
 
 use std::fs;
 use std::path::Path;
@@ -56,7 +57,8 @@ pub struct FileChange {
     /// A unified diff (`--- a/…`, `+++ b/…`), for text files within the limits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub diff: Option<String>,
-    /// Why there is no diff (binary, too large, over the preview's budget, mode only).
+    /// Why there is no diff (binary, too large, over the preview's budget, mode only), and
+    /// whether the file merges the executor's change with local edits ([`MERGED_NOTE`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
 }
@@ -75,9 +77,18 @@ pub struct Preview {
     pub skipped_resources: Vec<String>,
     /// Files identical to what was shipped (left alone).
     pub unchanged: usize,
+    /// `resource/path` of the files (also in [`Self::files`]) whose new content merges the
+    /// executor's change with local edits made since the delegation started (a git result;
+    /// their diff shows what the apply adds to the local version).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub merged: Vec<String>,
     /// Whether some diffs were left out to stay within [`PreviewLimits::max_diff_bytes`].
     pub truncated: bool,
 }
+
+/// The [`FileChange::note`] of a file whose new content merges the executor's change with
+/// local edits.
+pub const MERGED_NOTE: &str = "merged with local edits";
 
 /// Previews `req` (see the module docs): the same request an apply takes, the workspace left
 /// untouched.
@@ -111,6 +122,7 @@ pub fn preview_snapshot(
         refused: report.refused,
         skipped_resources: report.skipped_resources,
         unchanged: report.unchanged,
+        merged: report.merged,
         ..Preview::default()
     };
     let mut changes: Vec<(String, ChangeKind)> = report
@@ -161,6 +173,14 @@ pub fn preview_snapshot(
                 }
                 Err(why) => (None, Some(why)),
             }
+        };
+        let note = if preview.merged.contains(&path) {
+            Some(match note {
+                Some(n) => format!("{MERGED_NOTE}; {n}"),
+                None => MERGED_NOTE.to_owned(),
+            })
+        } else {
+            note
         };
         preview.files.push(FileChange {
             path,

@@ -133,6 +133,20 @@ struct GitArgs {
     /// `auth: {type: "token"}`; HTTP Basic on their side). Without it they get none.
     #[arg(long, requires = "git_remote")]
     git_executor_token_file: Option<PathBuf>,
+    /// For an SSH remote: a file holding the private key executors get for it (OpenSSH
+    /// format, not encrypted; a deploy key of that repository). Sent in the handle as
+    /// `auth: {type: "ssh"}`; executors keep it in a 0600 file until release.
+    #[arg(
+        long,
+        requires = "git_remote",
+        conflicts_with = "git_executor_token_file"
+    )]
+    git_executor_ssh_key_file: Option<PathBuf>,
+    /// The SSH remote's host public key executors pin (e.g. a copy of the server's
+    /// `/etc/ssh/ssh_host_ed25519_key.pub`); without it they check the host against their
+    /// own `known_hosts`. Never unchecked.
+    #[arg(long, requires = "git_executor_ssh_key_file")]
+    git_host_key_file: Option<PathBuf>,
     /// Keep each delegation's branches on the remote after release (by default the base
     /// branch `awcp/<id>-base` goes, and the result's `awcp/<id>` once its results were
     /// applied or discarded; a result that was not applied keeps it).
@@ -143,16 +157,24 @@ struct GitArgs {
 impl GitArgs {
     /// The git transport's settings (repositories under `<state>/git`).
     fn delegator(&self, state_dir: &Path) -> Arc<awcp_transports::git::GitDelegator> {
-        let executor_token = self.git_executor_token_file.as_ref().map(|f| {
+        let read = |flag: &str, f: &Path| {
             std::fs::read_to_string(f)
-                .map(|t| t.trim().to_owned())
-                .unwrap_or_else(|e| fail(format!("--git-executor-token-file {}: {e}", f.display())))
+                .unwrap_or_else(|e| fail(format!("--{flag} {}: {e}", f.display())))
+        };
+        let token = self.git_executor_token_file.as_ref().map(|f| {
+            awcp_proto::wire::GitAuth::Token(read("git-executor-token-file", f).trim().to_owned())
+        });
+        let ssh = self.git_executor_ssh_key_file.as_ref().map(|f| {
+            let key = read("git-executor-ssh-key-file", f);
+            let host = (self.git_host_key_file.as_deref()).map(|h| read("git-host-key-file", h));
+            awcp_transports::git::ssh_auth(&key, host.as_deref())
+                .unwrap_or_else(|e| fail(format!("git transport: {e}")))
         });
         Arc::new(awcp_transports::git::GitDelegator::new(
             awcp_transports::git::GitDelegatorConfig {
                 root: state_dir.join("git"),
                 remote: self.git_remote.clone(),
-                executor_token,
+                executor_auth: token.or(ssh),
                 keep_branch: self.keep_branch,
             },
         ))

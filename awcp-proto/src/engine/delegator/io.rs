@@ -454,6 +454,15 @@ pub enum DelegatorOutput {
         /// The snapshot.
         snapshot_id: SnapshotId,
     },
+    /// Every result of `id` is settled (applied or discarded) after its transport was
+    /// released: what still holds a result for review outside this delegator (a `git`
+    /// delegation's branch on the remote, and the repository that names it) may go now. No
+    /// answer needed; a crash before it runs is made good at start-up (the repository of an
+    /// ended delegation whose results are settled is released).
+    ResultsSettled {
+        /// The delegation.
+        id: DelegationId,
+    },
     /// Release the transport (export view, archives, credentials); answer with
     /// `TransportReleased`.
     ReleaseTransport {

@@ -137,6 +137,26 @@ impl Delegator {
         })
     }
 
+    /// Of the delegations `found` holds something of outside the engine (after a restart:
+    /// a repository, a journalled storage object), those whose leftovers may go: the ones
+    /// this delegator does not know, or that ended. A live delegation keeps what it has.
+    pub fn leftovers_to_release<I: IntoIterator<Item = DelegationId>>(
+        &self,
+        found: I,
+    ) -> Vec<DelegationId> {
+        found
+            .into_iter()
+            .filter(|id| self.delegations.get(id).is_none_or(|d| d.phase.is_ended()))
+            .collect()
+    }
+
+    /// Whether `id` is known and has a result that is not settled (waiting for review:
+    /// staged, not applied on a conflict, not stored): what holds it outside this delegator
+    /// (a `git` result branch) stays, even after the delegation ended.
+    pub fn results_await_review(&self, id: &DelegationId) -> bool {
+        self.delegations.contains_key(id) && !self.results_settled(id)
+    }
+
     /// Whether the results of `id` are all settled, so that what holds them outside this
     /// delegator (a `git` delegation's branch on the remote) may go at release: each was
     /// applied or discarded. A result that waits for review (staged, or whose apply failed,
@@ -151,6 +171,14 @@ impl Delegator {
                 )
             })
         })
+    }
+
+    /// How `id`'s workspace is laid out at the root of its archives and results: what an
+    /// apply of its snapshots is told ([`DelegatorOutput::ApplySnapshot`]'s `layout`), and
+    /// how the driver maps a result's paths onto the workspace before (a `git` result's
+    /// local edits are merged when it is stored). `None`: unknown delegation.
+    pub fn layout(&self, id: &DelegationId) -> Option<ArchiveLayout> {
+        self.delegations.get(id).map(|d| d.layout())
     }
 
     /// A view of one delegation.

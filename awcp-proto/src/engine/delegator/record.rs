@@ -47,6 +47,8 @@ impl DelegatorOutput {
             | DelegatorOutput::DeleteStoredSnapshot { .. }
             // Removes the proof of a finished apply: only once the record says applied.
             | DelegatorOutput::CloseApply { .. }
+            // Deletes a result branch: only once the record says every result is settled.
+            | DelegatorOutput::ResultsSettled { .. }
             | DelegatorOutput::ReleaseTransport { .. } => Journaling::Sync,
             // Reads, and what only this process holds (a stream, the fetched result).
             DelegatorOutput::ScanWorkspace { .. }
@@ -74,6 +76,7 @@ impl DelegatorOutput {
             | DelegatorOutput::StoreSnapshot { id, .. }
             | DelegatorOutput::DeleteStoredSnapshot { id, .. }
             | DelegatorOutput::CloseApply { id }
+            | DelegatorOutput::ResultsSettled { id }
             | DelegatorOutput::ReleaseTransport { id } => id,
             DelegatorOutput::Event(ev) => ev.delegation_id(),
         }

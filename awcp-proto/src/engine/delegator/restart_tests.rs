@@ -404,3 +404,85 @@ fn a_restart_mid_apply_marks_the_running_apply_not_the_queued_one() {
     assert_eq!(status_of(&d2, "snap_b").status, SnapshotStatus::Applied);
     assert_eq!(status_of(&d2, "snap_a").status, SnapshotStatus::Pending);
 }
+
+/// The start-up sweeps of the driver (a git repository, journalled storage objects) release
+/// what the engine says: a live delegation keeps its leftovers; an ended or unknown one's go.
+#[test]
+fn only_ended_or_unknown_delegations_leftovers_are_released() {
+    let stranger = DelegationId::new("dlg_unknown").unwrap();
+    let mut d = done_with_snapshot();
+    assert_eq!(
+        d.leftovers_to_release([id(), stranger.clone()]),
+        vec![stranger.clone()],
+        "running: kept"
+    );
+    for input in [
+        stored("snap_a", Ok(())),
+        applied("snap_a", Ok(())),
+        DelegatorInput::TransportReleased {
+            id: id(),
+            warnings: vec![],
+        },
+    ] {
+        d.handle(t(3), input).unwrap();
+    }
+    assert!(d.get(&id()).unwrap().ended);
+    assert_eq!(
+        d.leftovers_to_release([id(), stranger.clone()]),
+        vec![id(), stranger]
+    );
+}
+
+/// A result kept for review past the release (a conflict) settles later: its apply or its
+/// discard says so ([`DelegatorOutput::ResultsSettled`]: a git result branch may go), and
+/// `results_await_review` holds until then. Applied before the release, nothing extra.
+#[test]
+fn results_settled_after_the_release_are_announced_once_all_are() {
+    let settled = |out: &[DelegatorOutput]| {
+        out.iter()
+            .filter(|o| matches!(o, DelegatorOutput::ResultsSettled { .. }))
+            .count()
+    };
+    for discard in [false, true] {
+        let mut d = done_with_snapshot();
+        for input in [
+            stored("snap_a", Ok(())),
+            applied(
+                "snap_a",
+                Err(ErrorInfo::new(ErrorCode::TransportError, "conflict: a.txt")),
+            ),
+            DelegatorInput::TransportReleased {
+                id: id(),
+                warnings: vec![],
+            },
+        ] {
+            d.handle(t(3), input).unwrap();
+        }
+        assert_eq!(settled(&drain(&mut d)), 0);
+        assert!(d.results_await_review(&id()));
+        assert_eq!(d.leftovers_to_release([id()]), vec![id()]);
+        if discard {
+            d.discard_snapshot(t(4), &id(), &sid("snap_a")).unwrap();
+        } else {
+            d.apply_snapshot(t(4), &id(), &sid("snap_a")).unwrap();
+            assert_eq!(settled(&drain(&mut d)), 0, "not before it is applied");
+            d.handle(t(5), applied("snap_a", Ok(()))).unwrap();
+        }
+        assert_eq!(settled(&drain(&mut d)), 1, "discard: {discard}");
+        assert!(!d.results_await_review(&id()));
+    }
+    // Applied while running: the release itself sees the results settled.
+    let mut d = done_with_snapshot();
+    for input in [
+        stored("snap_a", Ok(())),
+        applied("snap_a", Ok(())),
+        DelegatorInput::TransportReleased {
+            id: id(),
+            warnings: vec![],
+        },
+    ] {
+        d.handle(t(3), input).unwrap();
+    }
+    assert_eq!(settled(&drain(&mut d)), 0);
+    assert!(d.results_settled(&id()));
+}

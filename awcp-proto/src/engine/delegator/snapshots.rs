@@ -118,6 +118,7 @@ impl Delegator {
                 id: id.clone(),
                 snapshot_id: snapshot_id.clone(),
             });
+        self.settled_after_end(id);
         Ok(())
     }
 
@@ -363,6 +364,19 @@ impl Delegator {
                 id: id.clone(),
                 snapshot_id: sid.clone(),
             });
+        self.settled_after_end(id);
+    }
+
+    /// After a result of `id` was applied or discarded: [`DelegatorOutput::ResultsSettled`]
+    /// once the delegation has ended and every result is settled (before it ends, its
+    /// release sees them settled).
+    fn settled_after_end(&mut self, id: &DelegationId) {
+        let ended = self.delegations.get(id).is_some_and(|d| d.phase.is_ended());
+        if ended && self.results_settled(id) {
+            self.core
+                .outputs
+                .push_back(DelegatorOutput::ResultsSettled { id: id.clone() });
+        }
     }
 
     pub(super) fn snapshot_event(

@@ -149,6 +149,9 @@ impl Pair {
             DelegatorOutput::CloseApply { .. } => {
                 self.note("d", || "CloseApply".into());
             }
+            DelegatorOutput::ResultsSettled { .. } => {
+                self.note("d", || "ResultsSettled".into());
+            }
             DelegatorOutput::ReleaseTransport { id } => {
                 self.note("d", || "ReleaseTransport".into());
                 self.to_delegator

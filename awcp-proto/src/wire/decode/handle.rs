@@ -74,7 +74,10 @@ pub(super) fn decode_handle_json(
                 None => None,
                 Some(a) => Some(match a.req_str("type")? {
                     "token" => GitAuth::Token(a.req_str("token")?.to_owned()),
-                    "ssh" => GitAuth::Ssh(a.opt_string("privateKey")?),
+                    "ssh" => GitAuth::Ssh {
+                        private_key: a.opt_string("privateKey")?,
+                        host_key: a.opt_string("hostKey")?,
+                    },
                     "none" => GitAuth::None,
                     other => {
                         return Err(a.invalid(

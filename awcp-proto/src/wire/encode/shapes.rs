@@ -468,6 +468,8 @@ enum GitAuthShape<'a> {
     Ssh {
         #[serde(rename = "privateKey", skip_serializing_if = "Option::is_none")]
         private_key: Option<&'a str>,
+        #[serde(rename = "hostKey", skip_serializing_if = "Option::is_none")]
+        host_key: Option<&'a str>,
     },
     None,
 }
@@ -509,8 +511,12 @@ impl Serialize for TransportHandle {
                 base_commit: &g.base_commit,
                 auth: g.auth.as_ref().map(|a| match a {
                     GitAuth::Token(token) => GitAuthShape::Token { token },
-                    GitAuth::Ssh(key) => GitAuthShape::Ssh {
-                        private_key: key.as_deref(),
+                    GitAuth::Ssh {
+                        private_key,
+                        host_key,
+                    } => GitAuthShape::Ssh {
+                        private_key: private_key.as_deref(),
+                        host_key: host_key.as_deref(),
                     },
                     GitAuth::None => GitAuthShape::None,
                 }),

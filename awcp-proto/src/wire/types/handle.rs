@@ -198,8 +198,16 @@ pub fn storage_result_url(text: &str) -> Option<String> {
 pub enum GitAuth {
     /// `{type:"token", token}`
     Token(String),
-    /// `{type:"ssh", privateKey?}`
-    Ssh(Option<String>),
+    /// `{type:"ssh", privateKey?, hostKey?}`: an SSH key for the remote.
+    Ssh {
+        /// The private key in OpenSSH format.
+        private_key: Option<String>,
+        /// The server's host public key in OpenSSH format (`<type> <base64>`), to pin it
+        /// (our extension `hostKey`, as on the `sshfs` handle; a peer that does not know it
+        /// ignores it). Without it, the executor checks the host against its own
+        /// `known_hosts`.
+        host_key: Option<String>,
+    },
     /// `{type:"none"}`
     None,
 }
@@ -208,7 +216,14 @@ impl core::fmt::Debug for GitAuth {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
             GitAuth::Token(_) => f.write_str("Token(<redacted>)"),
-            GitAuth::Ssh(k) => write!(f, "Ssh({})", if k.is_some() { "<key>" } else { "-" }),
+            GitAuth::Ssh {
+                private_key,
+                host_key,
+            } => f
+                .debug_struct("Ssh")
+                .field("private_key", &private_key.as_ref().map(|_| "<redacted>"))
+                .field("host_key", host_key)
+                .finish(),
             GitAuth::None => f.write_str("None"),
         }
     }
@@ -337,6 +352,30 @@ mod storage_tests {
         let d = format!("{h:?}");
         assert!(!d.contains("SECRET") && !d.contains("TOKEN"), "{d}");
         assert!(d.contains("127.0.0.1:9"), "{d}");
+    }
+
+    #[test]
+    fn an_ssh_auth_reads_the_reference_s_form_and_our_host_key() {
+        let text = r#"{"transport":"git","repoUrl":"ssh://git@h:2222/r.git","baseBranch":"b",
+            "baseCommit":"c","auth":{"type":"ssh","privateKey":"KEY","hostKey":"ssh-ed25519 AAAA"}}"#;
+        let TransportHandle::Git(h) = serde_json::from_str::<TransportHandle>(text).unwrap() else {
+            panic!("not git")
+        };
+        let want = GitAuth::Ssh {
+            private_key: Some("KEY".into()),
+            host_key: Some("ssh-ed25519 AAAA".into()),
+        };
+        assert_eq!(h.auth.as_ref(), Some(&want));
+        assert!(!format!("{h:?}").contains("KEY"));
+        let back = serde_json::to_value(TransportHandle::Git(h)).unwrap();
+        assert_eq!(back["auth"]["hostKey"], "ssh-ed25519 AAAA");
+        // The reference's form: a key and no host key.
+        let reference = text.replace(r#","hostKey":"ssh-ed25519 AAAA""#, "");
+        let TransportHandle::Git(h) = serde_json::from_str::<TransportHandle>(&reference).unwrap()
+        else {
+            panic!("not git")
+        };
+        assert!(matches!(h.auth, Some(GitAuth::Ssh { host_key: None, .. })));
     }
 
     #[test]

@@ -273,7 +273,7 @@ async fn daemon(cli: &Cli, tls: &ClientTls) -> Daemon {
     let git = Arc::new(GitDelegator::new(GitDelegatorConfig {
         root: state_dir.join("git"),
         remote: cli.git_remote.clone(),
-        executor_token: None,
+        executor_auth: None,
         keep_branch: false,
     }));
     let git_offered = (git.config().remote.is_some() || opts.archive_base_url.is_some())

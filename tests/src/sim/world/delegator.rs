@@ -398,6 +398,26 @@ impl World {
                     },
                 });
             }
+            DelegatorOutput::ResultsSettled { id } => {
+                // Journaling::Sync: a result branch goes only once the synced record says
+                // every result was applied or discarded.
+                let unsettled = self.del_durable.get(&id).is_none_or(|v| {
+                    DelegationRecord::from_json(v).map_or(true, |r| {
+                        r.snapshots.iter().any(|s| {
+                            !matches!(
+                                s.status,
+                                awcp_proto::engine::delegator::StatusEntry::Applied
+                                    | awcp_proto::engine::delegator::StatusEntry::Discarded
+                            )
+                        })
+                    })
+                });
+                if unsettled {
+                    self.violate(format!(
+                        "{id}: results announced settled before the record says so"
+                    ));
+                }
+            }
             DelegatorOutput::CloseApply { id } => {
                 // Journaling::Sync: the synced record must already say the apply happened (the
                 // snapshot it wrote is not still being applied), or a crash now would lose it.
