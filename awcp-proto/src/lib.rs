@@ -6,7 +6,8 @@
 //!
 //! * **In scope:** wire types for both dialects ([`wire`]), error codes ([`error`]), the two
 //!   state machines ([`state`]), the [`Delegator`] and [`Executor`] engines that own many
-//!   delegations each, admission and executor policy decisions, and SSE framing ([`sse`]).
+//!   delegations each, admission and executor policy decisions, SSE framing ([`sse`]), and the
+//!   WebSocket tunnel's machines for executors behind NAT ([`tunnel`]).
 //! * **Out of scope:** sockets, HTTP, files, clocks, threads and randomness. Time comes in as a
 //!   [`Timestamp`] argument, ids come from the caller, and every side effect leaves the engine
 //!   as an output value that a driver (awcp-tokio, awcp-smol, or a test simulation) executes.
@@ -46,6 +47,7 @@ pub use engine_basics::origin;
 pub mod sse;
 pub mod state;
 pub mod time;
+pub mod tunnel;
 pub mod wire;
 
 pub use engine::delegator::{
@@ -63,4 +65,5 @@ pub use state::{
     DelegationState, DelegationTransition,
 };
 pub use time::Timestamp;
+pub use tunnel::{Relay, RelayConfig, TunnelClient, TunnelClientConfig};
 pub use wire::*;
