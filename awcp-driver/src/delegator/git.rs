@@ -173,7 +173,8 @@ impl<R: Runtime> Loop<R> {
     /// are kept.
     pub(super) fn release_git(&self, id: &DelegationId) -> impl FnOnce() -> Option<String> {
         let git = self.git.clone();
-        let delete_branch = self.engine.results_settled(id);
+        // Settled, or unknown (a repository a crash left, of a delegation no record names).
+        let delete_branch = !self.engine.results_await_review(id);
         let bodies = bodies_dir(&self.opts.state_dir, id.as_str());
         let id = id.clone();
         move || {

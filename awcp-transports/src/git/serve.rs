@@ -86,8 +86,11 @@ pub fn run(
         ("receive.fsckObjects", "true"),
         ("receive.denyDeletes", "true"),
         ("receive.denyNonFastForwards", "true"),
-        // The delegator's own refs (`refs/awcp/base`): no push reaches them.
-        ("receive.hideRefs", "refs/awcp"),
+        // Pushes reach branches only: never the delegator's own refs (`refs/awcp/base`),
+        // tags or notes (the last matching entry wins: everything hidden, then the branches
+        // shown again).
+        ("receive.hideRefs", "refs/"),
+        ("receive.hideRefs", "!refs/heads/"),
         ("uploadpack.allowFilter", "false"),
     ];
     cmd.env("GIT_CONFIG_COUNT", settings.len().to_string());
