@@ -781,7 +781,7 @@ fn results_split_around_their_archive_file_travel_and_are_diverted_whole() {
             for p in pieces {
                 match p {
                     SsePiece::ArchiveText(t) => text.extend_from_slice(&t),
-                    SsePiece::Event { data, diverted } => {
+                    SsePiece::Event { data, diverted, .. } => {
                         assert!(diverted);
                         kept = Some(data);
                     }

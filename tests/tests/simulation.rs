@@ -363,6 +363,8 @@ fn sse_cut_mid_task_reconnects_and_completes() {
     let w = one(spec, vec![(15_000, Action::CutStream(0))]);
     assert_eq!(stat(&w, "sse cut"), 1);
     assert_eq!(stat(&w, "sse opened"), 2);
+    // WIRE.md §4.6: the second stream resumes after the last event the first one carried.
+    assert_eq!(stat(&w, "sse resumed"), 1);
     let d = &w.dels[0];
     assert_eq!(d.ended, Some(DelegationState::Completed));
     assert_eq!(&d.ws, d.captured.last().unwrap());

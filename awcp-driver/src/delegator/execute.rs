@@ -56,7 +56,11 @@ impl<R: Runtime> Loop<R> {
                 };
                 self.prepare_archive(id, access_mode, layout, delivery, via)
             }
-            DelegatorOutput::OpenEventStream { id, peer } => self.open_stream(id, peer),
+            DelegatorOutput::OpenEventStream {
+                id,
+                peer,
+                last_event_id,
+            } => self.open_stream(id, peer, last_event_id),
             DelegatorOutput::CloseEventStream { id } => {
                 if let Some(h) = self.streams.remove(&id) {
                     h.abort();

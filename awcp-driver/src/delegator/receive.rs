@@ -10,7 +10,14 @@ use super::*;
 pub(super) const INCOMING: &str = "incoming";
 
 impl<R: Runtime> Loop<R> {
-    pub(super) fn open_stream(&mut self, id: DelegationId, peer: std::sync::Arc<str>) {
+    /// Opens `GET …/events` of `id`, resuming after event `last_event_id` if `Some`
+    /// (WIRE.md §4.6: sent as `Last-Event-ID`; the engine skips what it already has).
+    pub(super) fn open_stream(
+        &mut self,
+        id: DelegationId,
+        peer: std::sync::Arc<str>,
+        last_event_id: Option<u64>,
+    ) {
         if let Some(h) = self.streams.remove(&id) {
             h.abort();
         }
@@ -30,6 +37,9 @@ impl<R: Runtime> Loop<R> {
             let mut hdrs: Vec<(&str, String)> =
                 headers.iter().map(|(k, v)| (*k, v.clone())).collect();
             hdrs.push(("accept", "text/event-stream".into()));
+            if let Some(n) = last_event_id {
+                hdrs.push(("last-event-id", n.to_string()));
+            }
             let resp = net::with_timeout(
                 http.runtime(),
                 open_timeout,
@@ -71,9 +81,14 @@ impl<R: Runtime> Loop<R> {
                 for piece in pieces.drain(..) {
                     match piece {
                         sse::SsePiece::ArchiveText(text) => result.text(&id, &text).await,
-                        sse::SsePiece::Event { data, diverted } => {
+                        sse::SsePiece::Event {
+                            data,
+                            diverted,
+                            id: event_id,
+                        } => {
                             let (file, failed) = result.end(&id, diverted).await;
-                            on_event(&id, data.as_bytes(), file, failed, &feed);
+                            let event_id = event_id.as_deref().and_then(sse::parse_event_id);
+                            on_event(&id, data.as_bytes(), event_id, file, failed, &feed);
                         }
                         sse::SsePiece::Dropped(why) => {
                             // Ends the event: its partial file goes.
@@ -186,6 +201,7 @@ impl EventResult {
 fn on_event(
     id: &DelegationId,
     data: &[u8],
+    event_id: Option<u64>,
     file: Option<PathBuf>,
     failed: bool,
     feed: &impl Fn(DelegatorInput),
@@ -223,6 +239,7 @@ fn on_event(
     // The loop deletes a result file the engine does not store.
     feed(DelegatorInput::TaskEvent {
         event: Box::new(event),
+        event_id,
     });
 }
 

@@ -167,6 +167,8 @@ impl ExecutorHandle {
             self.opts.limits,
         );
         let credential = presented.into_credential();
+        // A resuming subscriber's last event (WIRE.md §4.6); not a number of ours: none.
+        let last_event_id = header(&req, "last-event-id").and_then(sse::parse_event_id);
         let mut body = bodies::boxed(req.into_body());
         // Past the authenticated limit a refused body is not discarded any more.
         let cap = self.opts.limits.max;
@@ -221,7 +223,7 @@ impl ExecutorHandle {
                 None => unavailable(),
             },
             (Method::GET, ["awcp", "tasks", id, "events"]) => match parse_id(id) {
-                Ok(id) => self.event_stream(id, credential).await,
+                Ok(id) => self.event_stream(id, credential, last_event_id).await,
                 Err(r) => r,
             },
             (Method::GET, ["awcp", "tasks", id, "result"]) => {
@@ -380,8 +382,9 @@ impl ExecutorHandle {
         &self,
         id: DelegationId,
         credential: Option<Credential>,
+        last_event_id: Option<u64>,
     ) -> http::Response<ResponseBody> {
-        let feed = match self.subscribe(id.clone(), credential).await {
+        let feed = match self.subscribe(id.clone(), credential, last_event_id).await {
             Some(Ok(feed)) => feed,
             Some(Err(e)) => return reply(wire_http::reject(401, Some(&id), e)),
             None => return unavailable(),
@@ -422,13 +425,15 @@ impl ExecutorHandle {
                 }
             },
         );
-        // An event whose result is a file is written from it, in its place in the stream.
+        // An event whose result is a file is written from it, in its place in the stream,
+        // after its `id:` line.
         let stream = stream.flat_map(|chunk| match chunk {
             Ok(super::StreamChunk::Text(b)) => {
                 futures::stream::once(std::future::ready(Ok(b))).boxed()
             }
-            Ok(super::StreamChunk::Split(split)) => {
-                match crate::outgoing::split_stream(split, "data: ", "\n\n") {
+            Ok(super::StreamChunk::Split(split, event_id)) => {
+                let before = sse::data_prefix(event_id);
+                match crate::outgoing::split_stream(split, &before, "\n\n") {
                     Some(s) => s.map(Ok).boxed(),
                     // The file is gone (dropped after ack or retention): nothing to send.
                     None => futures::stream::empty().boxed(),

@@ -112,6 +112,8 @@ pub(crate) enum Cmd {
     Subscribe {
         id: DelegationId,
         credential: Option<Credential>,
+        /// The `Last-Event-ID` header, if it was a number.
+        last_event_id: Option<u64>,
         /// The stream's events (a queue of `stream_queue_events`), or why the subscription
         /// was refused (before the response status is chosen).
         verdict: oneshot::Sender<Result<EventFeed, ErrorInfo>>,
@@ -532,12 +534,14 @@ impl ExecutorHandle {
         &self,
         id: DelegationId,
         credential: Option<Credential>,
+        last_event_id: Option<u64>,
     ) -> Option<Result<EventFeed, ErrorInfo>> {
         let (verdict, answer) = oneshot::channel();
         self.tx
             .unbounded_send(Cmd::Subscribe {
                 id,
                 credential,
+                last_event_id,
                 verdict,
             })
             .ok()?;
@@ -566,8 +570,9 @@ pub(crate) struct EventQueue {
 pub(crate) enum StreamChunk {
     /// Framed SSE text.
     Text(Bytes),
-    /// One event around its result file (`data: ` and the blank line not included).
-    Split(awcp_proto::SplitMessage),
+    /// One event around its result file (`id:`, `data: ` and the blank line not included),
+    /// and its id.
+    Split(awcp_proto::SplitMessage, Option<u64>),
 }
 
 use self::event_loop::Loop;

@@ -12,11 +12,16 @@
 //! Framing follows the rules of [`super`] (line ends `\n`, `\r\n` or `\r`, `data:` with or
 //! without one space, several `data` lines joined with `\n`, comments and other fields
 //! skipped, a blank line dispatching an event that had data, a stream ending mid-event
-//! dropping it), except that `event:` and `id:` values are not kept (nothing reads them on this
-//! path) and no line is ever buffered, so no line is too long: what is bounded is the event's
-//! JSON besides the archive and the archive text, each with its own limit.
+//! dropping it), except that `event:` values are not kept (nothing reads them on this path),
+//! an `id:` value longer than [`MAX_ID_BYTES`] is ignored, and no other line is ever
+//! buffered, so no line is too long: what is bounded is the event's JSON besides the archive
+//! and the archive text, each with its own limit. An event's `id` is the value of the last
+//! `id:` line of its own block (WIRE.md §4.6: a resuming delegator skips what it already has).
 
 use crate::wire::divert::{ArchiveTextDiverter, DivertError};
+
+/// The longest `id:` value kept; a longer one is ignored (event ids are decimal numbers).
+pub const MAX_ID_BYTES: usize = 64;
 
 /// What [`DivertingSseDecoder::push`] found, in stream order. Every piece belongs to the
 /// current event; after an [`SsePiece::Event`] or [`SsePiece::Dropped`] the next pieces belong
@@ -35,6 +40,8 @@ pub enum SsePiece {
         data: String,
         /// Whether the archive field was diverted, completely.
         diverted: bool,
+        /// The event's `id:` value, if its block had one (the last one of the block).
+        id: Option<String>,
     },
     /// The current event is dropped: archive text passed out for it is to be discarded. The
     /// decoder goes on with the next event.
@@ -67,12 +74,17 @@ pub enum DropReason {
 /// Where in the current line the decoder is.
 #[derive(Debug)]
 enum Line {
-    /// Reading the field name: `len` bytes so far, all a prefix of `data`.
-    Name { len: usize },
+    /// Reading the field name: `len` bytes so far, all a prefix of `data` or of `id`
+    /// (`id_name`).
+    Name { len: usize, id_name: bool },
     /// Just after `data:`: one space may follow.
     ValueStart,
     /// In a `data` value.
     Value,
+    /// Just after `id:`: one space may follow.
+    IdStart,
+    /// In an `id` value.
+    Id,
     /// In a line that is skipped: a comment, another field, or data of a dropped event.
     Skip,
 }
@@ -91,6 +103,10 @@ pub struct DivertingSseDecoder {
     archive_text: u64,
     /// The current event was dropped: skip it up to its blank line.
     dropped: bool,
+    /// The `id:` line being read (`None` once it is too long).
+    id_line: Option<Vec<u8>>,
+    /// The current block's id.
+    id: Option<String>,
 }
 
 impl DivertingSseDecoder {
@@ -100,11 +116,13 @@ impl DivertingSseDecoder {
         DivertingSseDecoder {
             max_kept,
             max_archive_text,
-            line: Line::Name { len: 0 },
+            line: NAME,
             skip_lf: false,
             event: None,
             archive_text: 0,
             dropped: false,
+            id_line: None,
+            id: None,
         }
     }
 
@@ -117,25 +135,42 @@ impl DivertingSseDecoder {
                 continue;
             }
             match self.line {
-                Line::Name { len } => {
+                Line::Name { len, id_name } => {
                     bytes = &bytes[1..];
+                    let data = !id_name && len == 4;
+                    let id = id_name && len == 2;
                     match b {
                         b'\n' | b'\r' => {
                             self.skip_lf = b == b'\r';
-                            match len {
-                                0 => self.dispatch(&mut text, out),
+                            if len == 0 {
+                                self.dispatch(&mut text, out);
+                            } else if data {
                                 // `data` alone: a data line with an empty value.
-                                4 => self.begin_data(&mut text, out),
-                                _ => {}
+                                self.begin_data(&mut text, out);
+                            } else if id {
+                                self.id = Some(String::new());
                             }
-                            self.line = Line::Name { len: 0 };
+                            self.line = NAME;
                         }
-                        b':' if len == 4 => {
+                        b':' if data => {
                             self.line = Line::ValueStart;
                             self.begin_data(&mut text, out);
                         }
-                        _ if len < 4 && b == b"data"[len] => {
-                            self.line = Line::Name { len: len + 1 }
+                        b':' if id => {
+                            self.line = Line::IdStart;
+                            self.id_line = Some(Vec::new());
+                        }
+                        _ if !id_name && len < 4 && b == b"data"[len] => {
+                            self.line = Line::Name {
+                                len: len + 1,
+                                id_name,
+                            }
+                        }
+                        _ if (id_name || len == 0) && len < 2 && b == b"id"[len] => {
+                            self.line = Line::Name {
+                                len: len + 1,
+                                id_name: true,
+                            }
                         }
                         _ => self.line = Line::Skip,
                     }
@@ -146,24 +181,55 @@ impl DivertingSseDecoder {
                     }
                     self.line = Line::Value;
                 }
-                Line::Value | Line::Skip => {
+                Line::IdStart => {
+                    if b == b' ' {
+                        bytes = &bytes[1..];
+                    }
+                    self.line = Line::Id;
+                }
+                Line::Value | Line::Id | Line::Skip => {
                     let end = bytes
                         .iter()
                         .position(|&c| c == b'\n' || c == b'\r')
                         .unwrap_or(bytes.len());
-                    if matches!(self.line, Line::Value) {
-                        self.data(&bytes[..end], &mut text, out);
+                    match self.line {
+                        Line::Value => self.data(&bytes[..end], &mut text, out),
+                        Line::Id => self.id_value(&bytes[..end]),
+                        Line::Name { .. } | Line::ValueStart | Line::IdStart | Line::Skip => {}
                     }
                     bytes = &bytes[end..];
                     if let Some(&eol) = bytes.first() {
                         bytes = &bytes[1..];
                         self.skip_lf = eol == b'\r';
-                        self.line = Line::Name { len: 0 };
+                        if matches!(self.line, Line::Id) {
+                            self.end_id();
+                        }
+                        self.line = NAME;
                     }
                 }
             }
         }
         flush(&mut text, out);
+    }
+
+    /// More of an `id:` line's value.
+    fn id_value(&mut self, bytes: &[u8]) {
+        if let Some(v) = &mut self.id_line {
+            if v.len() + bytes.len() > MAX_ID_BYTES {
+                self.id_line = None;
+            } else {
+                v.extend_from_slice(bytes);
+            }
+        }
+    }
+
+    /// An `id:` line ended: its value is the block's id (unless too long or holding NUL).
+    fn end_id(&mut self) {
+        if let Some(v) = self.id_line.take() {
+            if !v.contains(&0) {
+                self.id = Some(String::from_utf8_lossy(&v).into_owned());
+            }
+        }
     }
 
     /// A `data` line of the current event begins.
@@ -211,17 +277,24 @@ impl DivertingSseDecoder {
     fn dispatch(&mut self, text: &mut Vec<u8>, out: &mut Vec<SsePiece>) {
         self.dropped = false;
         self.archive_text = 0;
+        let id = self.id.take();
         let Some(div) = self.event.take() else {
             return;
         };
         flush(text, out);
         let diverted = div.diverted();
         out.push(match String::from_utf8(div.finish()) {
-            Ok(data) => SsePiece::Event { data, diverted },
+            Ok(data) => SsePiece::Event { data, diverted, id },
             Err(_) => SsePiece::Dropped(DropReason::InvalidUtf8),
         });
     }
 }
+
+/// The start of a line.
+const NAME: Line = Line::Name {
+    len: 0,
+    id_name: false,
+};
 
 /// Passes out the archive text gathered so far.
 fn flush(text: &mut Vec<u8>, out: &mut Vec<SsePiece>) {
@@ -253,7 +326,7 @@ mod tests {
         for p in pieces {
             match p {
                 SsePiece::ArchiveText(t) => text.extend_from_slice(&t),
-                SsePiece::Event { data, diverted } => {
+                SsePiece::Event { data, diverted, .. } => {
                     events.push((Ok(data), std::mem::take(&mut text), diverted))
                 }
                 SsePiece::Dropped(r) => events.push((Err(r), std::mem::take(&mut text), false)),
@@ -330,6 +403,48 @@ mod tests {
         }
     }
 
+    /// The ids of the events `stream` gives, pushed in pieces of `size`.
+    fn ids(stream: &[u8], size: usize) -> Vec<Option<String>> {
+        let mut d = DivertingSseDecoder::new(1 << 10, 1 << 10);
+        let mut pieces = Vec::new();
+        for c in stream.chunks(size.max(1)) {
+            d.push(c, &mut pieces);
+        }
+        pieces
+            .into_iter()
+            .filter_map(|p| match p {
+                SsePiece::Event { id, .. } => Some(id),
+                SsePiece::ArchiveText(_) | SsePiece::Dropped(_) => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_events_id_is_the_last_id_line_of_its_block_only() {
+        let long = "9".repeat(MAX_ID_BYTES + 1);
+        let stream = format!(
+            "id: 1\ndata: {STATUS}\n\ndata: {STATUS}\n\nid:2\nid: 3\r\ndata: {STATUS}\n\n\
+             id\ndata: {STATUS}\n\nid: 5\n\ndata: {STATUS}\n\nid: {long}\ndata: {STATUS}\n\n\
+             idx: 6\ndata: {STATUS}\n\ndata: {SNAPSHOT}\nid: 7\n\n"
+        );
+        for size in 1..stream.len() {
+            assert_eq!(
+                ids(stream.as_bytes(), size),
+                vec![
+                    Some("1".to_owned()),
+                    None,
+                    Some("3".to_owned()),
+                    Some(String::new()),
+                    None, // `id: 5`'s block had no data; it does not carry over
+                    None, // too long
+                    None, // not an `id` field
+                    Some("7".to_owned()),
+                ],
+                "pieces of {size}"
+            );
+        }
+    }
+
     #[test]
     fn data_that_is_not_utf8_drops_its_event() {
         let mut stream = b"data: {\"type\":\"status\",\"message\":\"".to_vec();
@@ -345,7 +460,7 @@ mod tests {
     proptest! {
         #[test]
         fn random_streams_decode_as_the_buffering_decoder_decodes(
-            lines in proptest::collection::vec("(data|data:|data: |:|event: |id:|x: )?[a-z{}\" ]{0,6}", 0..12),
+            lines in proptest::collection::vec("(data|data:|data: |:|event: |id:|id: |id|x: )?[a-z{}\" ]{0,6}", 0..12),
             ends in proptest::collection::vec(prop_oneof!["\n", "\r", "\r\n", "\n\n"], 12),
             size in 1usize..9,
         ) {
@@ -357,10 +472,14 @@ mod tests {
             let mut plain = SseDecoder::default();
             plain.push(stream.as_bytes());
             let mut want = Vec::new();
+            let mut want_ids = Vec::new();
             while let Some(e) = plain.next_event() {
-                want.push((Ok(e.unwrap().data), vec![], false));
+                let e = e.unwrap();
+                want.push((Ok(e.data), vec![], false));
+                want_ids.push(e.id);
             }
             prop_assert_eq!(decode(stream.as_bytes(), size, (1 << 10, 1 << 10)), want);
+            prop_assert_eq!(ids(stream.as_bytes(), size), want_ids);
         }
     }
 }

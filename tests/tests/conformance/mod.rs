@@ -2012,10 +2012,12 @@ pub async fn reference_dialect_exchange_from_wire_md<R: TestRuntime>() {
     let text = timeout::<R, _>(Duration::from_secs(30), stream)
         .await
         .unwrap();
-    // `data: <json>\n\n` framing; snapshot then done (or the replay of them), reference shape.
+    // `data: <json>\n\n` framing (each after its `id:` line, WIRE.md §4.6), read as the [R]
+    // delegator reads it (§4.4: lines starting with `data: `); snapshot then done (or the
+    // replay of them), reference shape.
     let events: Vec<serde_json::Value> = text
-        .split("\n\n")
-        .filter_map(|chunk| chunk.strip_prefix("data: "))
+        .split('\n')
+        .filter_map(|line| line.strip_prefix("data: "))
         .map(|j| serde_json::from_str(j).unwrap())
         .collect();
     let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();

@@ -214,6 +214,7 @@ impl<R: Runtime> Loop<R> {
             Cmd::Subscribe {
                 id,
                 credential,
+                last_event_id,
                 verdict,
             } => {
                 if let Err(e) = self.engine.authorize(Some(&id), credential.as_ref()) {
@@ -235,6 +236,7 @@ impl<R: Runtime> Loop<R> {
                     stream,
                     id,
                     credential,
+                    last_event_id,
                 });
             }
             Cmd::StreamClosed(stream) => {
@@ -312,13 +314,16 @@ impl<R: Runtime> Loop<R> {
                 stream,
                 event,
                 dialect,
+                event_id,
             } => {
-                // A result in a file is sent from it by the response, in order.
+                // A result in a file is sent from it by the response, in order. Each event is
+                // one `data:` line, after its `id:` line (WIRE.md §4.6).
                 let chunk = match awcp_proto::encode_event_split(&event, dialect) {
-                    Some(split) => StreamChunk::Split(split),
-                    None => StreamChunk::Text(Bytes::from(sse::encode_data(&encode_event(
-                        &event, dialect,
-                    )))),
+                    Some(split) => StreamChunk::Split(split, event_id),
+                    None => StreamChunk::Text(Bytes::from(sse::encode_with_id(
+                        event_id,
+                        &encode_event(&event, dialect),
+                    ))),
                 };
                 // A full queue (the subscriber stopped reading) cuts the stream off: the
                 // response sends what is queued, then breaks (see `EventFeed`).

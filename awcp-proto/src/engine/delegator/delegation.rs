@@ -383,6 +383,10 @@ pub(super) struct Delegation {
     pub(super) not_shipped_count: u64,
     /// The executor's latest progress message (not journaled: a status line, not state).
     pub(super) last_progress: Option<String>,
+    /// The id of the last event taken from the executor's stream (WIRE.md §4.6): sent as
+    /// `Last-Event-ID` when the stream is opened again, and events up to it are duplicates.
+    /// Not recorded: a restarted delegator opens its stream without it.
+    pub(super) last_event_id: Option<u64>,
     /// The INVITE as the record holds it, encoded at the first record (`req` never changes;
     /// the journal asks for the record at every change).
     pub(super) invite_record: std::sync::OnceLock<crate::wire::JsonText>,
@@ -437,6 +441,7 @@ impl Delegation {
             not_shipped: Vec::new(),
             not_shipped_count: 0,
             last_progress: None,
+            last_event_id: None,
             asking_after_lease: false,
             invite_record: Default::default(),
             round: 1,

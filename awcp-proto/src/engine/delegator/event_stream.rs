@@ -68,6 +68,7 @@ impl Delegator {
         &mut self,
         now: Timestamp,
         event: TaskEvent,
+        event_id: Option<u64>,
     ) -> Result<(), UsageError> {
         let id = event.delegation_id.clone();
         let d = self.get_mut(&id)?;
@@ -77,6 +78,22 @@ impl Delegator {
         let state = d.state();
         if !d.phase.start_sent() {
             return Ok(()); // events before START are noise (or a previous incarnation)
+        }
+        if let Some(n) = event_id {
+            // A resumed stream (WIRE.md §4.6): what was taken already is not taken twice.
+            match d.last_event_id {
+                Some(last) if n <= last => {
+                    tracing::debug!(delegation = %id, event_id = n, last, "duplicate event skipped");
+                    return Ok(());
+                }
+                Some(last) if n > last + 1 => {
+                    // Events were evicted at the executor: a missed snapshot is fetched with
+                    // `GET …/result` when `done` names it (see `on_done`).
+                    tracing::info!(delegation = %id, event_id = n, last, "events missed while the stream was down");
+                }
+                _ => {}
+            }
+            d.last_event_id = Some(n);
         }
         match event.kind {
             TaskEventKind::Status(s) => {
@@ -388,6 +405,7 @@ fn clip(s: &str, max: usize) -> &str {
 mod tests {
     use super::*;
     use crate::engine::delegator::tests::{drain, events, id, running, t};
+    use crate::wire::{StatusEvent, TaskStatus};
 
     fn closed() -> DelegatorInput {
         DelegatorInput::EventStreamClosed {
@@ -445,6 +463,108 @@ mod tests {
         )));
         assert_eq!(d.poll_timeout().map(|(_, why)| why), Some(Timer::Reconnect));
         assert_eq!(d.get(&id()).unwrap().state, DelegationState::Running);
+    }
+
+    /// A progress `status` event carrying SSE id `n` (if any).
+    fn progress(message: &str, n: Option<u64>) -> DelegatorInput {
+        let DelegatorInput::TaskEvent { event, .. } =
+            crate::engine::delegator::tests::event(TaskEventKind::Status(StatusEvent {
+                status: TaskStatus::Progress,
+                message: Some(message.into()),
+                progress: None,
+            }))
+        else {
+            unreachable!()
+        };
+        DelegatorInput::TaskEvent { event, event_id: n }
+    }
+
+    /// The progress messages among `out`.
+    fn progress_told(out: &[DelegatorOutput]) -> Vec<String> {
+        events(out)
+            .iter()
+            .filter_map(|e| match e {
+                DelegatorEvent::Progress { message, .. } => message.clone(),
+                DelegatorEvent::StateChanged { .. }
+                | DelegatorEvent::Snapshot { .. }
+                | DelegatorEvent::PeerMisbehaved { .. }
+                | DelegatorEvent::ConnectionLost { .. }
+                | DelegatorEvent::Forgotten { .. }
+                | DelegatorEvent::Ended { .. } => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn events_with_an_id_not_above_the_last_one_taken_are_skipped() {
+        let mut d = running(SnapshotMode::Auto);
+        let mut told = Vec::new();
+        for (m, n) in [("a", 1), ("b", 2), ("a again", 1), ("b again", 2), ("c", 3)] {
+            d.handle(t(10), progress(m, Some(n))).unwrap();
+            told.extend(progress_told(&drain(&mut d)));
+        }
+        assert_eq!(told, vec!["a", "b", "c"]);
+        // A gap (events the executor no longer had) is taken as it comes.
+        d.handle(t(11), progress("f", Some(6))).unwrap();
+        assert_eq!(progress_told(&drain(&mut d)), vec!["f"]);
+    }
+
+    #[test]
+    fn events_without_ids_are_all_taken_as_before() {
+        let mut d = running(SnapshotMode::Auto);
+        let mut told = Vec::new();
+        for m in ["a", "a"] {
+            d.handle(t(10), progress(m, None)).unwrap();
+            told.extend(progress_told(&drain(&mut d)));
+        }
+        assert_eq!(told, vec!["a", "a"]);
+    }
+
+    #[test]
+    fn a_reopened_stream_asks_to_resume_after_the_last_event_taken() {
+        let mut d = running(SnapshotMode::Auto);
+        for n in 1..=3 {
+            d.handle(t(10), progress("p", Some(n))).unwrap();
+        }
+        d.handle(t(10), progress("old", Some(2))).unwrap();
+        drain(&mut d);
+        d.handle(t(20), closed()).unwrap();
+        drain(&mut d);
+        let (at, _) = d.poll_timeout().unwrap();
+        d.handle_timeout(at);
+        assert!(
+            matches!(
+                drain(&mut d).as_slice(),
+                [DelegatorOutput::OpenEventStream {
+                    last_event_id: Some(3),
+                    ..
+                }]
+            ),
+            "resumes after 3"
+        );
+        // What the resumed stream replays of what it had is skipped; the rest is taken.
+        d.handle(at, DelegatorInput::EventStreamOpened { id: id() })
+            .unwrap();
+        d.handle(at, progress("dup", Some(3))).unwrap();
+        d.handle(at, progress("new", Some(4))).unwrap();
+        assert_eq!(progress_told(&drain(&mut d)), vec!["new"]);
+    }
+
+    #[test]
+    fn a_stream_that_never_carried_an_id_is_reopened_without_one() {
+        let mut d = running(SnapshotMode::Auto);
+        d.handle(t(10), progress("p", None)).unwrap();
+        d.handle(t(20), closed()).unwrap();
+        drain(&mut d);
+        let (at, _) = d.poll_timeout().unwrap();
+        d.handle_timeout(at);
+        assert!(matches!(
+            drain(&mut d).as_slice(),
+            [DelegatorOutput::OpenEventStream {
+                last_event_id: None,
+                ..
+            }]
+        ));
     }
 
     #[test]

@@ -251,6 +251,7 @@ impl Delegator {
         let out_stream = DelegatorOutput::OpenEventStream {
             id: id.clone(),
             peer: d.peer.clone(),
+            last_event_id: d.last_event_id,
         };
         self.transition(now, id, DelegationTransition::ReceiveAccept, None);
         self.core.timers.set((id.clone(), Timer::Lease), expires_at);

@@ -259,6 +259,9 @@ pub enum DelegatorInput {
         /// The event (its `delegation_id` routes it; boxed: it is the largest payload, and
         /// every input moves as big as the largest).
         event: Box<TaskEvent>,
+        /// The SSE `id:` of the event, if it had a numeric one (WIRE.md §4.6): an event whose
+        /// id is not above the last one taken is a duplicate and is skipped.
+        event_id: Option<u64>,
     },
     /// [`DelegatorOutput::FetchResult`] finished.
     ResultFetched {
@@ -311,7 +314,7 @@ impl DelegatorInput {
     /// otherwise the driver deletes it once the input is handled.
     pub fn received_file(&self) -> Option<&str> {
         match self {
-            DelegatorInput::TaskEvent { event } => event.local_file(),
+            DelegatorInput::TaskEvent { event, .. } => event.local_file(),
             DelegatorInput::ResultFetched {
                 result:
                     Ok(FetchedResult::Completed {
@@ -393,6 +396,9 @@ pub enum DelegatorOutput {
         id: DelegationId,
         /// The executor URL.
         peer: std::sync::Arc<str>,
+        /// Send it as the `Last-Event-ID` header, if `Some` (WIRE.md §4.6): the id of the last
+        /// event taken from an earlier stream of this delegation.
+        last_event_id: Option<u64>,
     },
     /// Close the event stream (no `EventStreamClosed` needed).
     CloseEventStream {

@@ -116,11 +116,13 @@ impl Delegator {
                 if let (Some((stream @ Stream::Closed, _)), false) = (d.phase.stream_mut(), heard) {
                     *stream = Stream::Opening;
                     let peer = d.peer.clone();
+                    let last_event_id = d.last_event_id;
                     self.core
                         .outputs
                         .push_back(DelegatorOutput::OpenEventStream {
                             id: id.clone(),
                             peer,
+                            last_event_id,
                         });
                 }
             }

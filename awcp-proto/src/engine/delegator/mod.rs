@@ -249,7 +249,9 @@ impl Delegator {
             DelegatorInput::EventStreamClosed { id, reason } => {
                 self.on_stream_closed(now, &id, reason)
             }
-            DelegatorInput::TaskEvent { event } => self.on_task_event(now, *event),
+            DelegatorInput::TaskEvent { event, event_id } => {
+                self.on_task_event(now, *event, event_id)
+            }
             DelegatorInput::UnusableEvent { id, problem } => {
                 self.get_mut(&id)?;
                 self.peer_misbehaved(&id, PeerMisbehavior::UnusableEvent { problem });

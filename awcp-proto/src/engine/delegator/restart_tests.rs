@@ -168,7 +168,7 @@ fn a_restart_while_storing_fetches_the_result_again_before_any_ack() {
         .any(|o| matches!(o, DelegatorOutput::FetchResult { .. })));
     assert!(d2.get(&id()).unwrap().snapshots.is_empty());
     // The executor hands the result out again: stored, then applied.
-    let DelegatorInput::TaskEvent { event } = snapshot("snap_result") else {
+    let DelegatorInput::TaskEvent { event, .. } = snapshot("snap_result") else {
         unreachable!()
     };
     let TaskEventKind::Snapshot(snap) = event.kind else {
@@ -220,7 +220,7 @@ fn a_restart_while_storing_is_running_until_the_result_is_applied() {
     assert_eq!(v.awaiting_snapshot, Some(sid("snap_a")));
     assert_eq!(v.outcome(), Outcome::Running, "being fetched again: {v:?}");
 
-    let DelegatorInput::TaskEvent { event } = snapshot("snap_a") else {
+    let DelegatorInput::TaskEvent { event, .. } = snapshot("snap_a") else {
         unreachable!()
     };
     let TaskEventKind::Snapshot(snap) = event.kind else {

@@ -356,6 +356,7 @@ impl Delegator {
                 not_shipped,
                 not_shipped_count,
                 last_progress: None,
+                last_event_id: None,
                 invite_record: Default::default(),
                 asking_after_lease: false,
                 round: r.round.unwrap_or(1).max(1),
@@ -439,6 +440,7 @@ impl Delegator {
                     .push_back(DelegatorOutput::OpenEventStream {
                         id: id.clone(),
                         peer,
+                        last_event_id: None,
                     });
             }
             DelegationState::Started | DelegationState::Running => {
@@ -484,6 +486,7 @@ impl Delegator {
                     .push_back(DelegatorOutput::OpenEventStream {
                         id: id.clone(),
                         peer,
+                        last_event_id: None,
                     });
             }
             // Terminal but not ended: fetch a result whose storing was interrupted, then

@@ -32,6 +32,7 @@ pub(super) fn event(kind: TaskEventKind) -> DelegatorInput {
             timestamp: t(0),
             kind,
         }),
+        event_id: None,
     }
 }
 

@@ -194,6 +194,8 @@ pub(crate) struct Assignment {
     pub(crate) pushes_result: bool,
     /// The rounds that ended, oldest first (the last [`MAX_EARLIER_ROUNDS`]).
     pub(crate) earlier: std::collections::VecDeque<crate::engine::EarlierRound>,
+    /// Event ids and the replay buffer (not journaled: a restarted executor starts again).
+    pub(crate) events: super::event_log::EventLog,
 }
 
 /// How many ended rounds an assignment keeps for the next round's agent.

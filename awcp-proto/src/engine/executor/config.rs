@@ -63,9 +63,10 @@ pub struct ExecutorConfig {
     /// Events queued for one event-stream subscriber that is not reading them (1,024). One
     /// more closes that stream, as if the subscriber had gone
     /// ([`ExecutorInput::StreamClosed`](super::ExecutorInput)): a subscriber that stopped
-    /// reading cannot grow the executor's memory. It loses only progress: on subscribing again
-    /// (the delegator reconnects) it gets later events, and a snapshot and the end are replayed
-    /// to late subscribers.
+    /// reading cannot grow the executor's memory. It loses at most progress: on subscribing
+    /// again (the delegator reconnects, with `Last-Event-ID`) it gets what is still in the
+    /// replay buffer ([`ExecutorConfig::replay_events`]) and later events, and a snapshot and
+    /// the end are replayed to late subscribers.
     pub stream_queue_events: usize,
     /// Seed for snapshot ids.
     /// (`0`: the driver draws a random one at start.)
@@ -86,6 +87,14 @@ pub struct ExecutorConfig {
     /// reference's released branch does not know `round_done` and would wait for `done`
     /// until the idle timeout.
     pub reference_rounds: bool,
+    /// How many of an assignment's last events are kept for a subscriber that resumes with
+    /// `Last-Event-ID` (WIRE.md §4.6; 256). `0` keeps none: a resuming subscriber is told
+    /// only what a late one is (the retained snapshot, `round_done` or terminal event).
+    pub replay_events: usize,
+    /// How many bytes of events (text fields, an inline archive's base64 above all) the
+    /// replay buffer of one assignment holds at most (1 MiB). An event larger than this is not
+    /// kept (a snapshot's archive can always be fetched with `GET …/result`).
+    pub replay_bytes: usize,
 }
 
 impl Default for ExecutorConfig {
@@ -120,11 +129,21 @@ impl Default for ExecutorConfig {
             public_url: None,
             idle_timeout: Duration::from_secs(900),
             reference_rounds: false,
+            replay_events: 256,
+            replay_bytes: 1 << 20,
         }
     }
 }
 
 impl ExecutorConfig {
+    /// The bounds of each assignment's replay buffer.
+    pub(crate) fn replay_limits(&self) -> super::event_log::ReplayLimits {
+        super::event_log::ReplayLimits {
+            events: self.replay_events,
+            bytes: self.replay_bytes,
+        }
+    }
+
     /// The fewest connections the executor's server must accept at once so that every
     /// delegation it admits can reach it: a delegation holds its event stream open while it
     /// sends START (and later downloads and acknowledges snapshots), so up to two each, plus

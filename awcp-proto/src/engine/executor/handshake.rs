@@ -190,6 +190,7 @@ impl Executor {
                 upload_url: None,
                 pushes_result: false,
                 earlier: Default::default(),
+                events: Default::default(),
             }),
         );
         // Journalled before the directory exists: after a crash mid-allocation the restarted

@@ -55,6 +55,10 @@ pub enum ExecutorInput {
         id: DelegationId,
         /// The credential presented in a header, if any.
         credential: Option<Credential>,
+        /// The `Last-Event-ID` header as a number, if one was sent (a value that is not a
+        /// number is ignored by the driver): the subscriber resumes after that event
+        /// (WIRE.md §4.6). `None`: only live events (and the replay a late subscriber gets).
+        last_event_id: Option<u64>,
     },
     /// The subscriber went away.
     StreamClosed {
@@ -214,6 +218,9 @@ pub enum ExecutorOutput {
         event: Arc<TaskEvent>,
         /// Dialect to encode it in.
         dialect: Dialect,
+        /// Its id in the assignment's sequence: write it as an `id:` line before `data:`
+        /// (WIRE.md §4.6). `None` for an answer outside any sequence (a refused subscription).
+        event_id: Option<u64>,
     },
     /// End an SSE stream (after a terminal event).
     CloseStream {

@@ -37,7 +37,8 @@
 //! * `transport`: setting up the workspace, and the task's directory.
 //! * `task`: the running task, its progress and its outcome.
 //! * `snapshots`: capturing the result, `done`, `GET …/result`.
-//! * `event_stream`: SSE subscribers, replay for late ones.
+//! * `event_stream`: SSE subscribers, replay for late ones and for resuming ones.
+//! * `event_log`: event ids and the bounded replay buffer behind `Last-Event-ID`.
 //! * `lease`: every timer ([`ExecutorTimer`]).
 //! * `teardown`: failing, stopping, releasing, forgetting.
 //! * `record`: the durable journal record and restart recovery.
@@ -47,6 +48,7 @@
 mod assignment;
 pub mod auth;
 mod config;
+mod event_log;
 mod event_stream;
 mod handshake;
 mod io;
@@ -246,8 +248,9 @@ impl Executor {
                 stream,
                 id,
                 credential,
+                last_event_id,
             } => {
-                self.on_subscribe(stream, &id, credential);
+                self.on_subscribe(stream, &id, credential, last_event_id);
                 Ok(())
             }
             ExecutorInput::StreamClosed { stream } => {

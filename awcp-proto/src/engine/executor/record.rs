@@ -476,6 +476,7 @@ impl Executor {
                 upload_url: None,
                 pushes_result: false,
                 earlier: Default::default(),
+                events: Default::default(),
                 features,
                 invite: std::sync::Arc::new(invite),
                 invite_record: Default::default(),

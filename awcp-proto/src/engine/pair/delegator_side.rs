@@ -80,7 +80,9 @@ impl Pair {
                         archive_token: None,
                     });
             }
-            DelegatorOutput::OpenEventStream { id, .. } => {
+            DelegatorOutput::OpenEventStream {
+                id, last_event_id, ..
+            } => {
                 self.note("d", || "OpenEventStream".into());
                 let stream = StreamId(self.handle_id());
                 self.streams.insert(stream, id.clone());
@@ -88,6 +90,7 @@ impl Pair {
                     stream,
                     id: id.clone(),
                     credential: None,
+                    last_event_id,
                 });
                 self.to_delegator
                     .push_back(DelegatorInput::EventStreamOpened { id });

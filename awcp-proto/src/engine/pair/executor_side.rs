@@ -93,6 +93,7 @@ impl Pair {
                 stream,
                 event,
                 dialect,
+                event_id,
             } => {
                 self.note("e", || format!("StreamEvent {}", event.kind.type_str()));
                 if !self.streams.contains_key(&stream) {
@@ -102,6 +103,7 @@ impl Pair {
                 match crate::wire::decode_event(bytes.as_bytes()) {
                     Ok((event, _)) => self.to_delegator.push_back(DelegatorInput::TaskEvent {
                         event: Box::new(event),
+                        event_id,
                     }),
                     Err(e) => panic!("the delegator cannot decode what the executor sent: {e}"),
                 }

@@ -263,7 +263,11 @@ impl World {
                     },
                 );
             }
-            DelegatorOutput::OpenEventStream { id, peer } => {
+            DelegatorOutput::OpenEventStream {
+                id,
+                peer,
+                last_event_id,
+            } => {
                 if let Some(old) = self.cur_stream.get(&id).copied() {
                     self.violate(format!(
                         "stream for {id} opened while stream {old} is current"
@@ -282,6 +286,7 @@ impl World {
                         id: id.clone(),
                         subscribed: None,
                         fifo_at: self.now,
+                        resume_after: last_event_id,
                     },
                 );
                 self.cur_stream.insert(id, s);

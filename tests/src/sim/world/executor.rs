@@ -30,13 +30,21 @@ impl World {
                     },
                 );
             }
-            ExecutorOutput::StreamEvent { stream, event, .. } => {
+            ExecutorOutput::StreamEvent {
+                stream,
+                event,
+                event_id,
+                ..
+            } => {
                 let ok = self
                     .streams
                     .get(&stream.0)
                     .is_some_and(|st| st.exec == exec && st.subscribed == Some(inc));
                 if ok {
-                    self.push_stream(stream.0, StreamItem::Event(Box::new((*event).clone())));
+                    self.push_stream(
+                        stream.0,
+                        StreamItem::Event(Box::new((*event).clone()), event_id),
+                    );
                 }
             }
             ExecutorOutput::CloseStream { stream } => {

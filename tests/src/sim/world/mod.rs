@@ -99,7 +99,8 @@ struct Call {
 #[derive(Clone, Debug)]
 enum StreamItem {
     Opened,
-    Event(Box<TaskEvent>),
+    /// An event and its SSE id.
+    Event(Box<TaskEvent>, Option<u64>),
     Closed(&'static str),
 }
 
@@ -111,6 +112,8 @@ struct SimStream {
     subscribed: Option<u32>,
     /// Time of the last delivery scheduled on this connection (TCP keeps order).
     fifo_at: u64,
+    /// The `Last-Event-ID` it was opened with: every event on it must have a larger id.
+    resume_after: Option<u64>,
 }
 
 #[derive(Debug)]

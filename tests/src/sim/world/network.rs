@@ -124,12 +124,15 @@ impl World {
         let Some(st) = self.streams.get(&s) else {
             return; // the delegator closed it meanwhile
         };
-        let (exec, id) = (st.exec, st.id.clone());
+        let (exec, id, last_event_id) = (st.exec, st.id.clone(), st.resume_after);
         if self.execs[exec].engine.is_none() {
             self.push_stream(s, StreamItem::Closed("connection refused"));
             return;
         }
         let inc = self.execs[exec].inc;
+        if last_event_id.is_some() {
+            self.bump("sse resumed");
+        }
         self.streams.get_mut(&s).expect("exists").subscribed = Some(inc);
         self.push_stream(s, StreamItem::Opened);
         self.exec_input(
@@ -138,6 +141,7 @@ impl World {
                 stream: StreamId(s),
                 credential: self.credential_for(&id),
                 id,
+                last_event_id,
             },
         );
     }
@@ -158,13 +162,22 @@ impl World {
             return;
         };
         let id = st.id.clone();
+        let resume_after = st.resume_after;
         if self.cur_stream.get(&id) != Some(&s) {
             return;
         }
         match item {
             StreamItem::Opened => self.del_input(DelegatorInput::EventStreamOpened { id }),
-            StreamItem::Event(ev) => {
+            StreamItem::Event(ev, event_id) => {
                 self.log(|| format!("sse {s} {} for {id}", ev.kind.type_str()));
+                if let (Some(n), Some(e)) = (resume_after, event_id) {
+                    if e <= n {
+                        // WIRE.md §4.6: a resumed stream carries only what came after.
+                        self.violate(format!(
+                            "{id}: stream {s} resumed after event {n} carried event {e} again"
+                        ));
+                    }
+                }
                 if let awcp_proto::TaskEventKind::RoundDone(r) = &ev.kind {
                     let i = self.idx(&id);
                     let running = self
@@ -180,7 +193,10 @@ impl World {
                     self.dels[i].last_round_done =
                         Some((r.round, r.recommended_snapshot_id.clone(), self.del_inc));
                 }
-                self.del_input(DelegatorInput::TaskEvent { event: ev });
+                self.del_input(DelegatorInput::TaskEvent {
+                    event: ev,
+                    event_id,
+                });
             }
             StreamItem::Closed(why) => {
                 self.cur_stream.remove(&id);

@@ -304,6 +304,7 @@ impl Run {
             stream: STREAM,
             id: self.id.clone(),
             credential,
+            last_event_id: None,
         });
         assert!(out.is_empty(), "nothing to replay yet: {out:?}");
         accept
@@ -386,3 +387,4 @@ mod negotiation;
 mod pair;
 mod replay;
 mod restart;
+mod resume;

@@ -11,6 +11,7 @@ fn a_late_subscriber_while_idle_gets_the_rounds_snapshot_and_round_done_again() 
         stream: late,
         id: r.id.clone(),
         credential: None,
+        last_event_id: None,
     });
     let events = on_stream(&out, late);
     assert!(
@@ -31,6 +32,7 @@ fn a_late_subscriber_while_idle_gets_the_rounds_snapshot_and_round_done_again() 
         stream: StreamId(3),
         id: r.id.clone(),
         credential: None,
+        last_event_id: None,
     });
     let events = on_stream(&out, StreamId(3));
     assert!(
@@ -52,6 +54,7 @@ fn a_late_subscriber_of_a_delegator_that_did_not_negotiate_rounds_gets_no_replay
         stream: StreamId(2),
         id: r.id.clone(),
         credential: None,
+        last_event_id: None,
     });
     assert!(out.is_empty(), "{out:?}");
     // It is subscribed all the same: it gets the next round's events.

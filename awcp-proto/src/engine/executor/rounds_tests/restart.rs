@@ -58,6 +58,7 @@ fn an_assignment_restored_from_a_record_taken_while_idle_is_completed_and_replay
             stream: StreamId(9),
             id: r.id.clone(),
             credential: None,
+            last_event_id: None,
         },
     )
     .unwrap();
@@ -130,6 +131,7 @@ fn an_assignment_restored_while_idle_with_an_inline_snapshot_still_completes() {
             stream: StreamId(9),
             id: r.id.clone(),
             credential: None,
+            last_event_id: None,
         },
     )
     .unwrap();
