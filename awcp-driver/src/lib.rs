@@ -20,8 +20,10 @@ mod lockfile;
 pub mod net;
 mod objects;
 mod outgoing;
+pub mod relay;
 pub mod runtime;
 pub mod security;
+pub mod ws;
 
 pub use card::AgentCard;
 pub use delegator::{

@@ -8,7 +8,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
 
 /// The binaries [`path`] builds (one `cargo build -p awcp-aip-cli` for all of them).
-const BINARIES: [&str; 2] = ["awcp", "awcp-executor"];
+const BINARIES: [&str; 3] = ["awcp", "awcp-executor", "awcp-relay"];
 
 /// `target/<profile>` of the running test executable (`target/<profile>/deps/<test>`).
 pub fn profile_dir() -> PathBuf {

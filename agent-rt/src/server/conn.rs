@@ -323,7 +323,10 @@ pub(crate) async fn serve_connection<R: Runtime>(
         }
     });
     let conn = hyper::server::conn::http1::Builder::new()
-        .serve_connection(smol_hyper::rt::FuturesIo::new(io), svc);
+        .serve_connection(smol_hyper::rt::FuturesIo::new(io), svc)
+        // A handler may take a connection over (`hyper::upgrade::on`: the relay's WebSocket
+        // tunnel); the connection then leaves this loop's timers and cap.
+        .with_upgrades();
     let mut conn = std::pin::pin!(conn);
     let r = match select(conn.as_mut(), select(closed.as_mut(), stop)).await {
         Either::Left((r, _)) => r,

@@ -6,6 +6,7 @@ mod http;
 pub mod journal;
 pub mod lock;
 mod recovery;
+pub mod tunnel;
 mod workspace;
 
 use std::collections::BTreeMap;

@@ -23,6 +23,7 @@ use std::sync::Arc;
 
 use awcp_aip_cli::{ClientTlsArgs, RuntimeChoice, ServerArgs};
 use awcp_driver::card::Skill;
+use awcp_driver::executor::tunnel::TunnelOptions;
 use awcp_driver::security::ExecutorExposure;
 use awcp_driver::{AgentCard, Driver, ExecutorHandle, ExecutorOptions};
 use awcp_proto::engine::executor::RequiredAuth;
@@ -172,6 +173,22 @@ struct Args {
         value_delimiter = ','
     )]
     allowed_hosts: Vec<String>,
+    /// Also serve delegators through a relay: dial its tunnel endpoint (`ws://` or `wss://`,
+    /// e.g. wss://relay.example/tunnel) and take the public URL it gives (behind NAT; see
+    /// README, "Executors behind NAT"). The listener keeps serving locally.
+    #[arg(long, env = "AWCP_EXECUTOR_TUNNEL", value_name = "URL")]
+    tunnel: Option<String>,
+    /// The token the relay's operator registered for this executor (prefer
+    /// --tunnel-token-file: a flag's value is visible in the process list).
+    #[arg(long, env = "AWCP_EXECUTOR_TUNNEL_TOKEN", hide_env_values = true)]
+    tunnel_token: Option<String>,
+    /// A file holding the tunnel token (its first line).
+    #[arg(
+        long,
+        env = "AWCP_EXECUTOR_TUNNEL_TOKEN_FILE",
+        conflicts_with = "tunnel_token"
+    )]
+    tunnel_token_file: Option<PathBuf>,
     #[command(flatten)]
     server: ServerArgs,
     #[command(flatten)]
@@ -205,6 +222,21 @@ fn main() {
         args.auth_token_file.as_deref(),
         "--auth-token-file",
     );
+    args.tunnel_token = awcp_aip_cli::token_or_file(
+        args.tunnel_token.take(),
+        args.tunnel_token_file.as_deref(),
+        "--tunnel-token-file",
+    );
+    if let Some(url) = &args.tunnel {
+        if args.tunnel_token.is_none() {
+            eprintln!("error: --tunnel needs --tunnel-token-file or --tunnel-token");
+            std::process::exit(2);
+        }
+        if let Err(e) = awcp_driver::ws::parse_ws_url(url) {
+            eprintln!("error: --tunnel: {e}");
+            std::process::exit(2);
+        }
+    }
     awcp_aip_cli::run_on!(args.runtime, run(args));
 }
 
@@ -352,6 +384,7 @@ async fn run<R: Driver>(args: Args) {
         eprintln!("error: {e}");
         std::process::exit(2);
     });
+    let opts_client_tls = opts.client_tls.clone();
     let server = args.server.server_options().unwrap_or_else(|e| {
         eprintln!("error: {e}");
         std::process::exit(2);
@@ -413,9 +446,39 @@ async fn run<R: Driver>(args: Args) {
         );
         ex2.shutdown().await;
     });
-    if let Err(e) = R::serve_executor_with(listener, executor, server, shutdown).await {
-        eprintln!("error: server failed: {e}");
-        std::process::exit(1);
+    let tunnel = args.tunnel.clone().map(|url| TunnelOptions {
+        url,
+        token: args.tunnel_token.clone().unwrap_or_default(),
+        tls: opts_client_tls.clone(),
+    });
+    let serve = R::serve_executor_with(listener, executor.clone(), server, shutdown);
+    let Some(tunnel) = tunnel else {
+        if let Err(e) = serve.await {
+            eprintln!("error: server failed: {e}");
+            std::process::exit(1);
+        }
+        return;
+    };
+    // The tunnel runs beside the listener; it ends by itself only when the relay refuses
+    // its token (retrying cannot help), which ends the executor.
+    let tunnel = awcp_driver::executor::tunnel::run_tunnel(
+        R::default(),
+        executor.clone(),
+        tunnel,
+        futures::future::pending::<()>(),
+    );
+    match futures::future::select(serve, std::pin::pin!(tunnel)).await {
+        futures::future::Either::Left((Err(e), _)) => {
+            eprintln!("error: server failed: {e}");
+            std::process::exit(1);
+        }
+        futures::future::Either::Left((Ok(()), _)) => {}
+        futures::future::Either::Right((r, _)) => {
+            let e = r.err().map(|e| e.to_string()).unwrap_or_default();
+            eprintln!("error: tunnel: {e}");
+            executor.shutdown().await;
+            std::process::exit(1);
+        }
     }
 }
 

@@ -8,9 +8,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 /// Every binary of the package, by name, with its path.
-pub const BINS: [(&str, &str); 6] = [
+pub const BINS: [(&str, &str); 7] = [
     ("awcp", env!("CARGO_BIN_EXE_awcp")),
     ("awcp-executor", env!("CARGO_BIN_EXE_awcp-executor")),
+    ("awcp-relay", env!("CARGO_BIN_EXE_awcp-relay")),
     ("awcp-mcp", env!("CARGO_BIN_EXE_awcp-mcp")),
     ("awcp-quickstart", env!("CARGO_BIN_EXE_awcp-quickstart")),
     ("aip", env!("CARGO_BIN_EXE_aip")),
