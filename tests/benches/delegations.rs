@@ -69,11 +69,8 @@ struct Usage {
 #[allow(clippy::zombie_processes)]
 fn run_with_usage(cmd: &mut Command) -> Usage {
     let t = Instant::now();
-    let child = cmd
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the binary starts");
+    // Forked, not vforked: `ru_maxrss` is then the child's own peak (see `spawn_measured`).
+    let child = awcp_tests::mem::spawn_measured(cmd.stdout(Stdio::null()).stderr(Stdio::piped()));
     let pid = child.id() as libc::pid_t;
     let mut status = 0;
     // SAFETY: `rusage` is plain data that `wait4` fills; `pid` is our child, waited once.

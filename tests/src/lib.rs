@@ -14,6 +14,7 @@ pub mod bins;
 pub mod files;
 pub mod git;
 pub mod git_ssh;
+pub mod mem;
 pub mod rng;
 pub mod s3;
 pub mod strace;
