@@ -276,6 +276,7 @@ async fn fetch<R: Runtime>(
     )
     .await
     .map_err(|e| net::request_failure(&e))?;
+    let status = resp.status().as_u16();
     let body = http_body_util::Limited::new(
         resp.into_body(),
         usize::try_from(limits.body).unwrap_or(usize::MAX),
@@ -304,6 +305,10 @@ async fn fetch<R: Runtime>(
             let _ = std::fs::remove_file(f);
         }
     };
+    if let Some(failure) = wire_http::gateway_failure(status, &json) {
+        discard(&file);
+        return Err(failure);
+    }
     let mut result = match serde_json::from_slice::<serde_json::Value>(&json)
         .map_err(|e| format!("bad result body: {e}"))
         .and_then(|v| wire_http::decode_result(id, &v))

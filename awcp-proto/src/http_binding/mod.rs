@@ -315,11 +315,8 @@ pub use engine_basics::body::describe_foreign_body;
 pub fn decode_reply(status: u16, body: &[u8]) -> crate::engine::delegator::Reply {
     use crate::engine::delegator::{Reply, RequestFailure::Unusable};
     let Ok(v) = serde_json::from_slice::<Value>(body) else {
-        if matches!(status, 502..=504) {
-            // A gateway in front of the executor says it cannot reach it.
-            return Reply::Failed(crate::engine::delegator::RequestFailure::Unreachable(
-                format!("HTTP {status} from a gateway: the executor behind it is not reachable"),
-            ));
+        if let Some(f) = gateway_failure(status, body) {
+            return Reply::Failed(f);
         }
         return Reply::Failed(Unusable(format!(
             "HTTP {status} with {}",
@@ -348,13 +345,44 @@ pub fn decode_reply(status: u16, body: &[u8]) -> crate::engine::delegator::Reply
         _ if (200..300).contains(&status) && v.get("ok").and_then(Value::as_bool) == Some(true) => {
             Reply::Ok
         }
-        _ => Reply::Failed(Unusable(format!(
-            "HTTP {status}: {}",
-            text("error")
-                .map(str::to_owned)
-                .unwrap_or_else(|| v.to_string())
-        ))),
+        _ => match gateway_failure(status, body) {
+            Some(f) => Reply::Failed(f),
+            None => Reply::Failed(Unusable(format!(
+                "HTTP {status}: {}",
+                text("error")
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| v.to_string())
+            ))),
+        },
     }
+}
+
+/// A 502, 503 or 504 answer to any request to an executor is a gateway's (a relay's, a
+/// proxy's) word that the executor behind it cannot be reached, unless the body is an AWCP
+/// message: [`RequestFailure::Unreachable`] (nobody's fault), with the gateway's
+/// `{"error": …}` or a one-line description of its page. `None` for any other answer. The
+/// delegator's driver asks this of every answer it reads (replies to POSTs, `GET …/result`).
+///
+/// [`RequestFailure::Unreachable`]: crate::engine::delegator::RequestFailure::Unreachable
+pub fn gateway_failure(
+    status: u16,
+    body: &[u8],
+) -> Option<crate::engine::delegator::RequestFailure> {
+    if !matches!(status, 502..=504) {
+        return None;
+    }
+    let detail = match serde_json::from_slice::<Value>(body) {
+        Ok(v) if v.get("type").is_some() => return None,
+        Ok(v) => v
+            .get("error")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .unwrap_or_else(|| "the executor behind it is not reachable".into()),
+        Err(_) => "the executor behind it is not reachable".into(),
+    };
+    Some(crate::engine::delegator::RequestFailure::Unreachable(
+        format!("HTTP {status} from a gateway: {detail}"),
+    ))
 }
 
 #[cfg(test)]
@@ -561,6 +589,18 @@ mod tests {
         assert!(matches!(
             decode_reply(502, b"<html>Bad Gateway</html>"),
             Reply::Failed(RequestFailure::Unreachable(_))
+        ));
+        // A relay's JSON 502 (its executor's tunnel broke) is not the executor's fault either;
+        // a 500 without an AWCP error still is.
+        match decode_reply(502, br#"{"error":"executor disconnected"}"#) {
+            Reply::Failed(RequestFailure::Unreachable(d)) => {
+                assert_eq!(d, "HTTP 502 from a gateway: executor disconnected")
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            decode_reply(500, br#"{"error":"boom"}"#),
+            Reply::Failed(RequestFailure::Unusable(_))
         ));
         assert_eq!(describe_foreign_body(b""), "an empty body");
         let long = "x".repeat(100);
