@@ -31,6 +31,7 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 pub mod git;
+pub mod tunnel;
 
 /// Where the reference's bare git mirror is when `AWCP_REFERENCE_GIT` is not set.
 pub const DEFAULT_MIRROR: &str = "/work/.mirror/SII-Holos+awcp/repo";
