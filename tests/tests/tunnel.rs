@@ -1,7 +1,8 @@
 //! Executors behind NAT (issue 51): the real `awcp-relay`, `awcp-executor --tunnel` and
 //! `awcp delegate` binaries on 127.0.0.1. A delegation goes through the relay on both runtimes;
 //! a wrong token is refused; a token cannot serve another executor's name; an executor comes
-//! back after its relay restarts on the same port.
+//! back after its relay restarts on the same port; one relay serves 100 executors. Faults
+//! mid-task are in `tunnel_faults.rs`, TLS and client certificates in `tunnel_tls.rs`.
 
 mod tunnel_support;
 
@@ -133,4 +134,65 @@ fn a_workspace_of_a_few_mib_goes_through_the_relay() {
     );
     assert_applied(&o, ws.path());
     assert!(std::fs::read(ws.path().join("big.bin")).unwrap() == big);
+}
+
+/// One relay, 100 executors (half on each runtime), each with its own name and token, and a
+/// delegation to each through the relay, eight at a time: every one is applied, so no request
+/// reached another executor or was lost.
+#[test]
+fn one_relay_serves_100_executors_with_a_delegation_to_each() {
+    use sha2::{Digest, Sha256};
+    const N: usize = 100;
+    let dir = tempfile::tempdir().unwrap();
+    let names: Vec<String> = (0..N).map(|i| format!("ex{i:03}")).collect();
+    let mut text = String::new();
+    for name in &names {
+        let digest = Sha256::digest(format!("{name}-token").as_bytes());
+        let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+        text.push_str(&format!("{name} {hex}\n"));
+    }
+    let reg = dir.path().join("executors.txt");
+    std::fs::write(&reg, text).unwrap();
+    let (_relay, addr) = relay("tokio", &reg, "127.0.0.1:0");
+    let mut executors = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        let exdir = dir.path().join(name);
+        std::fs::create_dir(&exdir).unwrap();
+        // Each agent signs its work with its executor's name.
+        let agent = format!("{AGENT}echo {name} > WHO.txt\n");
+        let runtime = if i % 2 == 0 { "tokio" } else { "smol" };
+        executors.push(executor_with(
+            runtime,
+            &exdir,
+            &format!("ws://{addr}/tunnel"),
+            &format!("{name}-token"),
+            &agent,
+        ));
+    }
+    for name in &names {
+        wait_served(&addr, name);
+    }
+    let next = std::sync::Mutex::new(names.iter());
+    std::thread::scope(|s| {
+        for _ in 0..8 {
+            s.spawn(|| loop {
+                let Some(name) = next.lock().unwrap().next() else {
+                    return;
+                };
+                let ws = workspace();
+                let state = tempfile::tempdir().unwrap();
+                let o = delegate(
+                    "tokio",
+                    ws.path(),
+                    &format!("http://{addr}/e/{name}/awcp"),
+                    state.path(),
+                );
+                assert_applied(&o, ws.path());
+                assert_eq!(
+                    std::fs::read_to_string(ws.path().join("WHO.txt")).unwrap(),
+                    format!("{name}\n")
+                );
+            });
+        }
+    });
 }
