@@ -134,6 +134,7 @@ impl TestPki {
                 cert: cert.cert.clone(),
                 key: cert.key.clone(),
                 client_ca: mtls.then(|| self.ca_file()),
+                client_cert_optional: false,
             })
             .expect("test server TLS"),
         )

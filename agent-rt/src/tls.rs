@@ -1,6 +1,8 @@
 //! TLS with rustls (crypto: *ring*): client settings (trusted roots, an optional client
 //! certificate) and server settings (certificate chain and key, optionally requiring client
-//! certificates signed by a given CA: mTLS).
+//! certificates signed by a given CA: mTLS, or only asking for one:
+//! [`ServerTlsOptions::client_cert_optional`]). A server hands the client certificate it
+//! verified to its handlers ([`crate::server::ClientCertificate`]).
 //!
 //! Files are PEM. A client trusts the system's roots (falling back to Mozilla's bundled roots
 //! where the system has none) plus any private CA given with [`ClientTlsOptions::ca_files`].
@@ -191,6 +193,11 @@ pub struct ServerTlsOptions {
     pub key: PathBuf,
     /// Require client certificates signed by this CA (PEM, `--client-ca`): mTLS.
     pub client_ca: Option<PathBuf>,
+    /// With `client_ca`: ask for a client certificate but accept connections without one
+    /// (a certificate that is presented must still chain to `client_ca`, or the handshake
+    /// fails). Handlers see which connections presented one
+    /// ([`crate::server::ClientCertificate`]) and decide. Default `false`: one is required.
+    pub client_cert_optional: bool,
 }
 
 impl ServerTlsOptions {
@@ -200,6 +207,7 @@ impl ServerTlsOptions {
             cert: cert.into(),
             key: key.into(),
             client_ca: None,
+            client_cert_optional: false,
         }
     }
 }
@@ -228,9 +236,15 @@ impl ServerTls {
                 let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
                     Arc::new(roots),
                     provider(),
-                )
-                .build()
-                .map_err(|e| TlsError::Config(format!("client CA {}: {e}", ca.display())))?;
+                );
+                let verifier = if opts.client_cert_optional {
+                    verifier.allow_unauthenticated()
+                } else {
+                    verifier
+                };
+                let verifier = verifier
+                    .build()
+                    .map_err(|e| TlsError::Config(format!("client CA {}: {e}", ca.display())))?;
                 builder.with_client_cert_verifier(verifier)
             }
             None => builder.with_no_client_auth(),

@@ -139,6 +139,56 @@ fn closed_by_server(s: TcpStream, trickle: Option<&[u8]>) -> bool {
     )
 }
 
+/// Answers 200 with the hex SHA-256 of the verified client certificate, or "none".
+fn whoami() -> Handler {
+    Handler::new(|req: http::Request<RequestBody>| async move {
+        let cert = req
+            .extensions()
+            .get::<agent_rt::server::ClientCertificate>()
+            .map(|c| c.sha256_hex())
+            .unwrap_or_else(|| "none".into());
+        agent_rt::body::json_response(200, cert)
+    })
+}
+
+/// The SHA-256 of the first certificate of a PEM file, in hex.
+fn leaf_sha256(pem: &std::path::Path) -> String {
+    let certs = agent_rt::tls::load_certs(pem).unwrap();
+    agent_rt::server::ClientCertificate::from_der(certs[0].as_ref()).sha256_hex()
+}
+
+/// An optional client certificate: a client without one is served (and the handler sees
+/// none), a client with one from the CA is served and the handler sees its digest, one from
+/// another CA is still refused in the handshake.
+async fn optional_client_certificates_reach_the_handler<R: Host>() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = TestPki::new(dir.path(), "good");
+    let other = TestPki::new(dir.path(), "other");
+    let server_cert = pki.server("server", &["localhost"]);
+    let client_cert = pki.client("client", "executor-1");
+    let opts = ServerOptions::with_tls(
+        agent_rt::ServerTls::new(&agent_rt::ServerTlsOptions {
+            client_ca: Some(pki.ca_file()),
+            client_cert_optional: true,
+            ..agent_rt::ServerTlsOptions::new(&server_cert.cert, &server_cert.key)
+        })
+        .unwrap(),
+    );
+    let s = start::<R>(opts, whoami());
+    let url = format!("https://localhost:{}/", s.addr.port());
+    let ok = get::<R>(pki.client_tls(None), &url).await.unwrap();
+    assert_eq!(ok, (200, "none".into()));
+    let ok = get::<R>(pki.client_tls(Some(&client_cert)), &url)
+        .await
+        .unwrap();
+    assert_eq!(ok, (200, leaf_sha256(&client_cert.cert)));
+    let stranger = other.client("stranger", "mallory");
+    let e = get::<R>(pki.client_tls(Some(&stranger)), &url)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, NetError::Tls(_)), "{e:?}");
+}
+
 async fn slowloris_and_idle_connections_are_closed<R: Host>() {
     let opts = ServerOptions {
         header_read_timeout: Some(Duration::from_millis(300)),
@@ -634,6 +684,7 @@ macro_rules! on_both_runtimes {
 
 on_both_runtimes!(
     tls_and_mtls,
+    optional_client_certificates_reach_the_handler,
     slowloris_and_idle_connections_are_closed,
     slow_body_is_cut_off,
     refused_upload_is_not_read,

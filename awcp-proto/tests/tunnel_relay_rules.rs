@@ -1,6 +1,6 @@
-//! The relay machine's rules: a token names its executor, the same token replaces the old
-//! connection, limits are refusals, offline executors are waited for, silent connections are
-//! closed, handshakes are checked.
+//! The relay machine's rules: a token (or a client certificate) names its executor, the same
+//! token replaces the old connection, limits are refusals, offline executors are waited for,
+//! silent connections are closed, handshakes are checked.
 
 // Helpers outside #[test] functions unwrap too (a panic there is a failed test), and
 // filter outputs with wildcards.
@@ -15,8 +15,9 @@ mod tunnel_common;
 use std::time::Duration;
 
 use awcp_proto::tunnel::frames::*;
+use awcp_proto::tunnel::registry::CertDigest;
 use awcp_proto::tunnel::{
-    close_code, ConnectionId, RelayConfig, RelayEvent, RelayInput, RelayOutput, WsFrame,
+    close_code, ConnectionId, Relay, RelayConfig, RelayEvent, RelayInput, RelayOutput, WsFrame,
 };
 use awcp_proto::RequestId;
 use tunnel_common::relay::*;
@@ -216,7 +217,14 @@ fn unknown_and_offline_executors() {
 fn silent_connections_are_pinged_then_closed() {
     let mut r = relay();
     // No AUTH within 10 s.
-    input(&mut r, 0, RelayInput::Accepted { conn: C3 });
+    input(
+        &mut r,
+        0,
+        RelayInput::Accepted {
+            conn: C3,
+            client_cert: None,
+        },
+    );
     extension_client(&mut r, C1, "token-a");
     reference_client(&mut r, C2, "token-b");
     r.handle_timeout(at(10_000));
@@ -279,14 +287,28 @@ fn silent_connections_are_pinged_then_closed() {
 fn handshake_rules() {
     let mut r = relay();
     // Anything but AUTH first is refused.
-    input(&mut r, 0, RelayInput::Accepted { conn: C1 });
+    input(
+        &mut r,
+        0,
+        RelayInput::Accepted {
+            conn: C1,
+            client_cert: None,
+        },
+    );
     let outs = input(&mut r, 0, text(C1, r#"{"type":"PING"}"#));
     assert_eq!(
         sent_text(&outs, C1),
         [r#"{"type":"AUTH_ERROR","reason":"expected AUTH"}"#]
     );
     // A window out of range is refused.
-    input(&mut r, 0, RelayInput::Accepted { conn: C2 });
+    input(
+        &mut r,
+        0,
+        RelayInput::Accepted {
+            conn: C2,
+            client_cert: None,
+        },
+    );
     let outs = input(
         &mut r,
         0,
@@ -300,7 +322,14 @@ fn handshake_rules() {
         [r#"{"type":"AUTH_ERROR","reason":"invalid window"}"#]
     );
     // A client that offers only features we do not know hears an empty agreement.
-    input(&mut r, 0, RelayInput::Accepted { conn: C3 });
+    input(
+        &mut r,
+        0,
+        RelayInput::Accepted {
+            conn: C3,
+            client_cert: None,
+        },
+    );
     let outs = input(
         &mut r,
         0,
@@ -354,4 +383,104 @@ fn unregistering_an_executor_closes_it() {
     );
     assert_eq!(refused(&outs, 1), Some(404));
     assert!(!r.unregister(at(3), &name("alice")));
+}
+
+/// A reference `AUTH` with `token` on a connection that presented `cert` (or none).
+fn cert_client(
+    r: &mut Relay,
+    conn: ConnectionId,
+    cert: Option<CertDigest>,
+    token: &str,
+) -> Vec<RelayOutput> {
+    input(
+        r,
+        0,
+        RelayInput::Accepted {
+            conn,
+            client_cert: cert,
+        },
+    );
+    input(
+        r,
+        0,
+        text(conn, &format!(r#"{{"type":"AUTH","token":"{token}"}}"#)),
+    )
+}
+
+fn refused_with(outs: &[RelayOutput], conn: ConnectionId, reason: &str) -> bool {
+    sent_text(outs, conn) == [format!(r#"{{"type":"AUTH_ERROR","reason":"{reason}"}}"#)]
+        && outs.iter().any(|o| {
+            matches!(o, RelayOutput::Close { conn: c, code, .. }
+                if *c == conn && *code == close_code::AUTH_FAILED)
+        })
+}
+
+/// Executors registered by client certificate: the connection's verified certificate picks
+/// the name whatever the token says; another certificate is refused; a certificate cannot take
+/// a name registered by token, nor a token one registered by certificate.
+#[test]
+fn a_client_certificate_names_its_executor_and_no_other() {
+    let carol_cert = CertDigest::of_der(b"carol's certificate");
+    let other_cert = CertDigest::of_der(b"someone else's certificate");
+    let mut r = relay();
+    r.register_certificate(name("carol"), carol_cert).unwrap();
+
+    // Carol's certificate, an empty token: carol.
+    let outs = cert_client(&mut r, C1, Some(carol_cert), "");
+    assert!(
+        sent_text(&outs, C1)[0].contains(r#""publicUrl":"https://relay.example/e/carol/awcp""#),
+        "{outs:?}"
+    );
+    assert_eq!(r.registry().connection(&name("carol")), Some(C1));
+
+    // Any token with her certificate is still carol (the new connection replaces the old).
+    let outs = cert_client(&mut r, C2, Some(carol_cert), "whatever");
+    assert!(sent_text(&outs, C2)[0].contains("/e/carol/awcp"));
+    assert_eq!(r.registry().connection(&name("carol")), Some(C2));
+
+    // A certificate the TLS verified but nobody registered: refused.
+    let outs = cert_client(&mut r, C3, Some(other_cert), "");
+    assert!(
+        refused_with(&outs, C3, "invalid token or client certificate"),
+        "{outs:?}"
+    );
+
+    // No certificate: carol's name cannot be taken by a token, or by no token.
+    let c4 = ConnectionId(4);
+    let outs = cert_client(&mut r, c4, None, "");
+    assert!(refused_with(&outs, c4, "invalid token"), "{outs:?}");
+    let c5 = ConnectionId(5);
+    let outs = cert_client(&mut r, c5, None, &carol_cert.to_hex());
+    assert!(refused_with(&outs, c5, "invalid token"), "{outs:?}");
+
+    // Alice is registered by token: an unregistered certificate with no token does not get
+    // her; her token with any other certificate does.
+    let c6 = ConnectionId(6);
+    let outs = cert_client(&mut r, c6, Some(other_cert), "");
+    assert!(refused_with(
+        &outs,
+        c6,
+        "invalid token or client certificate"
+    ));
+    let c7 = ConnectionId(7);
+    let outs = cert_client(&mut r, c7, Some(other_cert), "token-a");
+    assert!(
+        sent_text(&outs, c7)[0].contains("/e/alice/awcp"),
+        "{outs:?}"
+    );
+
+    // Alice's token with carol's certificate names two executors: refused, and carol's
+    // connection is untouched.
+    let c8 = ConnectionId(8);
+    let outs = cert_client(&mut r, c8, Some(carol_cert), "token-a");
+    assert!(
+        refused_with(
+            &outs,
+            c8,
+            "token and client certificate name different executors"
+        ),
+        "{outs:?}"
+    );
+    assert_eq!(r.registry().connection(&name("carol")), Some(C2));
+    assert_eq!(r.registry().connection(&name("alice")), Some(c7));
 }

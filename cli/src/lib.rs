@@ -942,6 +942,7 @@ impl ServerArgs {
                     cert: cert.clone(),
                     key: key.clone(),
                     client_ca: self.client_ca.clone(),
+                    client_cert_optional: false,
                 })
                 .map_err(|e| e.to_string())?,
             ),

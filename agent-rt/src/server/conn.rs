@@ -33,6 +33,35 @@ pub struct ConnInfo {
     pub tls: bool,
 }
 
+/// The client certificate a TLS connection presented, verified by the server (it chains to
+/// the server's [`client_ca`](crate::tls::ServerTlsOptions::client_ca)). It is in the
+/// extensions of every request on that connection, and absent when none was presented (clear
+/// text, no `client_ca`, or an [optional](crate::tls::ServerTlsOptions::client_cert_optional)
+/// certificate not given). Handlers that authorise by certificate compare [`Self::sha256`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientCertificate {
+    /// The leaf certificate, DER.
+    pub der: Bytes,
+    /// The SHA-256 of `der` (what `openssl x509 -outform DER | sha256sum` prints).
+    pub sha256: [u8; 32],
+}
+
+impl ClientCertificate {
+    /// A certificate from its DER bytes.
+    pub fn from_der(der: &[u8]) -> Self {
+        use sha2::Digest;
+        ClientCertificate {
+            der: Bytes::copy_from_slice(der),
+            sha256: sha2::Sha256::digest(der).into(),
+        }
+    }
+
+    /// [`Self::sha256`] in lowercase hex (64 characters).
+    pub fn sha256_hex(&self) -> String {
+        self.sha256.iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
 /// What the accept loop and the timers know about a connection. Times are nanoseconds since
 /// the connection was accepted.
 pub(crate) struct ConnState {
@@ -283,12 +312,22 @@ pub(crate) async fn serve_connection<R: Runtime>(
         inner: io,
         state: state.clone(),
     };
+    let mut client_cert: Option<ClientCertificate> = None;
     let io = match &opts.tls {
         None => MaybeTls::Plain(io),
         Some(tls) => {
             let accept = futures_rustls::TlsAcceptor::from(tls.config().clone()).accept(io);
             match select(std::pin::pin!(accept), closed.as_mut()).await {
-                Either::Left((Ok(s), _)) => MaybeTls::Tls(Box::new(s.into())),
+                Either::Left((Ok(s), _)) => {
+                    // rustls verified it against the client CA during the handshake.
+                    client_cert = s
+                        .get_ref()
+                        .1
+                        .peer_certificates()
+                        .and_then(|chain| chain.first())
+                        .map(|leaf| ClientCertificate::from_der(leaf.as_ref()));
+                    MaybeTls::Tls(Box::new(s.into()))
+                }
                 Either::Left((Err(e), _)) => {
                     tracing::debug!(peer = %info.remote_addr, error = %e, "TLS handshake failed");
                     return;
@@ -312,6 +351,9 @@ pub(crate) async fn serve_connection<R: Runtime>(
         let guard = InFlight::enter(state.clone());
         let (mut parts, body) = req.into_parts();
         parts.extensions.insert(info);
+        if let Some(cert) = &client_cert {
+            parts.extensions.insert(cert.clone());
+        }
         let req = http::Request::from_parts(parts, RequestBody::new(body, allowance.clone()));
         let answer = handler.call(req);
         async move {

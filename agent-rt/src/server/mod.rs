@@ -1,6 +1,6 @@
 //! One HTTP/1.1 server loop for every runtime and protocol: accept, TLS (optionally requiring
-//! client certificates), a hyper connection per socket, graceful shutdown, and the limits a
-//! server on a real network needs.
+//! or asking for client certificates, handed to handlers as [`ClientCertificate`]), a hyper
+//! connection per socket, graceful shutdown, and the limits a server on a real network needs.
 //!
 //! Limits ([`ServerOptions`], all on by default):
 //! - **header-read timeout**: a request's head must arrive within it (from the connection's
@@ -39,7 +39,7 @@ use crate::body::{BoxError, RequestBody};
 use crate::runtime::{BoxFuture, Runtime};
 use crate::tls::ServerTls;
 
-pub use conn::ConnInfo;
+pub use conn::{ClientCertificate, ConnInfo};
 
 /// The response body type a [`Handler`] returns.
 pub type ServerBody = UnsyncBoxBody<Bytes, BoxError>;
@@ -98,7 +98,7 @@ type HandlerFn =
     dyn Fn(http::Request<RequestBody>) -> BoxFuture<http::Response<ServerBody>> + Send + Sync;
 
 /// What a server runs for every request, cheap to clone. Each request carries a [`ConnInfo`]
-/// in its extensions.
+/// in its extensions, and a [`ClientCertificate`] if its TLS connection presented one.
 #[derive(Clone)]
 pub struct Handler(Arc<HandlerFn>);
 

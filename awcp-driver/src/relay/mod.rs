@@ -3,7 +3,9 @@
 //! timeouts, connection cap and body-read allowance apply to both sides).
 //!
 //! * `GET <tunnel path>` with `Upgrade: websocket` (default `/tunnel`): an executor's tunnel.
-//!   The HTTP connection is upgraded and its frames go to the machine.
+//!   The HTTP connection is upgraded and its frames go to the machine, told with the connection
+//!   the digest of the TLS client certificate agent-rt's server verified on it, if any
+//!   ([`agent_rt::server::ClientCertificate`]): the machine may authenticate by it.
 //! * Every other request is a public request (`/e/<name>/awcp…`), handed to the machine,
 //!   which routes it to its executor's connection or refuses it. Its body is read only as far
 //!   as the machine's `RequestCredit` allows; its response body is a channel the machine feeds,
@@ -20,6 +22,7 @@ use std::sync::Arc;
 use agent_rt::body::RequestBody;
 use agent_rt::server::ServerBody;
 use awcp_proto::engine::RequestId;
+use awcp_proto::tunnel::registry::CertDigest;
 use awcp_proto::tunnel::{
     ConnectionId, Headers, Registry, Relay, RelayConfig, RelayEvent, RelayInput, RelayOutput,
     WsFrame,
@@ -54,8 +57,12 @@ impl RelayOptions {
     }
 }
 
-/// Parses a registry file: one executor per line, `name sha256-hex-of-its-token`; blank lines
-/// and lines starting with `#` are skipped.
+/// The prefix of a registry line's credential that names a client certificate.
+pub const CERT_PREFIX: &str = "cert-sha256:";
+
+/// Parses a registry file: one credential per line, `name sha256-hex-of-its-token` or
+/// `name cert-sha256:<sha256-hex-of-its-client-certificate's-DER>` (a name may have one of
+/// each, on two lines); blank lines and lines starting with `#` are skipped.
 pub fn parse_registry(text: &str) -> Result<Registry, String> {
     let mut registry = Registry::new();
     for (n, line) in text.lines().enumerate() {
@@ -66,17 +73,25 @@ pub fn parse_registry(text: &str) -> Result<Registry, String> {
         let mut parts = line.split_whitespace();
         let (Some(name), Some(hex), None) = (parts.next(), parts.next(), parts.next()) else {
             return Err(format!(
-                "line {}: expected `name sha256-hex-of-token`",
+                "line {}: expected `name sha256-hex-of-token` or `name {CERT_PREFIX}<hex>`",
                 n + 1
             ));
         };
         let name = awcp_proto::tunnel::ExecutorName::new(name)
             .map_err(|e| format!("line {}: {e}", n + 1))?;
-        let digest = awcp_proto::engine::auth::SecretDigest::from_hex(hex)
-            .ok_or_else(|| format!("line {}: not a SHA-256 digest in hex", n + 1))?;
-        registry
-            .register(name, digest)
-            .map_err(|e| format!("line {}: {e}", n + 1))?;
+        let registered = match hex.strip_prefix(CERT_PREFIX) {
+            Some(cert) => {
+                let digest = CertDigest::from_hex(cert)
+                    .ok_or_else(|| format!("line {}: not a certificate's SHA-256 in hex", n + 1))?;
+                registry.register_certificate(name, digest)
+            }
+            None => {
+                let digest = awcp_proto::engine::auth::SecretDigest::from_hex(hex)
+                    .ok_or_else(|| format!("line {}: not a SHA-256 digest in hex", n + 1))?;
+                registry.register(name, digest)
+            }
+        };
+        registered.map_err(|e| format!("line {}: {e}", n + 1))?;
     }
     Ok(registry)
 }
@@ -86,8 +101,21 @@ pub fn token_digest(token: &str) -> String {
     awcp_proto::engine::auth::SecretDigest::of(token).to_hex()
 }
 
+/// The credential a registry file names a client certificate by: `cert-sha256:<hex>`, the
+/// SHA-256 of the leaf (first) certificate of the PEM file at `pem`.
+pub fn cert_digest(pem: &std::path::Path) -> Result<String, String> {
+    let certs = agent_rt::tls::load_certs(pem).map_err(|e| e.to_string())?;
+    let leaf = certs
+        .first()
+        .ok_or_else(|| format!("{}: no certificate", pem.display()))?;
+    Ok(format!(
+        "{CERT_PREFIX}{}",
+        CertDigest::of_der(leaf.as_ref()).to_hex()
+    ))
+}
+
 enum Cmd {
-    Accepted(ConnectionId, Box<Socket>),
+    Accepted(ConnectionId, Box<Socket>, Option<CertDigest>),
     Frame(ConnectionId, WsFrame),
     Closed(ConnectionId),
     Request {
@@ -206,12 +234,17 @@ impl RelayHandle {
         let Some(on) = req.extensions_mut().remove::<hyper::upgrade::OnUpgrade>() else {
             return refusal(500, r#"{"error":"this server cannot upgrade connections"}"#);
         };
+        // Verified by the server's TLS against its client CA.
+        let cert = req
+            .extensions()
+            .get::<agent_rt::server::ClientCertificate>()
+            .map(|c| CertDigest::from_bytes(c.sha256));
         let conn = ConnectionId(self.next_id());
         let tx = self.tx.clone();
         (self.rt_spawn)(Box::pin(async move {
             match ws::accept_upgraded(on).await {
                 Ok(socket) => {
-                    let _ = tx.unbounded_send(Cmd::Accepted(conn, Box::new(socket)));
+                    let _ = tx.unbounded_send(Cmd::Accepted(conn, Box::new(socket), cert));
                 }
                 Err(e) => tracing::debug!(error = %e, "tunnel upgrade failed"),
             }
@@ -305,9 +338,9 @@ impl<R: Runtime> Driver<R> {
 
     fn feed(&mut self, relay: &mut Relay, cmd: Cmd) {
         let input = match cmd {
-            Cmd::Accepted(conn, socket) => {
+            Cmd::Accepted(conn, socket, client_cert) => {
                 self.connected(conn, *socket);
-                RelayInput::Accepted { conn }
+                RelayInput::Accepted { conn, client_cert }
             }
             Cmd::Frame(conn, frame) => RelayInput::Frame { conn, frame },
             Cmd::Closed(conn) => {
@@ -568,5 +601,25 @@ mod tests {
         assert!(parse_registry("Alice 00").is_err());
         let dup = format!("alice {}\nalice {}\n", token_digest("a"), token_digest("b"));
         assert!(parse_registry(&dup).is_err());
+    }
+
+    #[test]
+    fn a_registry_file_names_executors_by_certificate_digest() {
+        let cert = CertDigest::of_der(b"carol");
+        let text = format!(
+            "alice {}\ncarol cert-sha256:{}\nalice cert-sha256:{}\n",
+            token_digest("ta"),
+            cert.to_hex(),
+            CertDigest::of_der(b"alice").to_hex()
+        );
+        let r = parse_registry(&text).unwrap();
+        assert!(r.has_certificates());
+        let carol = r.authenticate_with("", Some(&cert)).unwrap();
+        assert_eq!(carol.as_str(), "carol");
+        assert_eq!(r.authenticate("ta").map(|n| n.as_str()), Some("alice"));
+        assert!(parse_registry("carol cert-sha256:00").is_err());
+        assert!(parse_registry("carol cert-sha256:").is_err());
+        let twice = format!("a cert-sha256:{0}\nb cert-sha256:{0}\n", cert.to_hex());
+        assert!(parse_registry(&twice).is_err());
     }
 }

@@ -217,7 +217,13 @@ impl Pair {
                 self.next_conn += 1;
                 self.conn = Some(conn);
                 self.relay
-                    .handle(self.ts(), RelayInput::Accepted { conn })
+                    .handle(
+                        self.ts(),
+                        RelayInput::Accepted {
+                            conn,
+                            client_cert: None,
+                        },
+                    )
                     .unwrap();
                 self.client
                     .handle(self.ts(), ClientInput::Connected)

@@ -110,7 +110,14 @@ pub fn refused(outs: &[RelayOutput], id: u64) -> Option<u16> {
 
 /// Connects `conn` as a reference client with `token`.
 pub fn reference_client(r: &mut Relay, conn: ConnectionId, token: &str) -> Vec<RelayOutput> {
-    input(r, 0, RelayInput::Accepted { conn });
+    input(
+        r,
+        0,
+        RelayInput::Accepted {
+            conn,
+            client_cert: None,
+        },
+    );
     input(
         r,
         0,
@@ -120,7 +127,14 @@ pub fn reference_client(r: &mut Relay, conn: ConnectionId, token: &str) -> Vec<R
 
 /// Connects `conn` as an extension client with `token` and a 1 KiB window.
 pub fn extension_client(r: &mut Relay, conn: ConnectionId, token: &str) -> Vec<RelayOutput> {
-    input(r, 0, RelayInput::Accepted { conn });
+    input(
+        r,
+        0,
+        RelayInput::Accepted {
+            conn,
+            client_cert: None,
+        },
+    );
     let auth = Auth {
         token: token.into(),
         features: Some(vec![EXTENSION_V1.into()]),

@@ -179,7 +179,9 @@ struct Args {
     #[arg(long, env = "AWCP_EXECUTOR_TUNNEL", value_name = "URL")]
     tunnel: Option<String>,
     /// The token the relay's operator registered for this executor (prefer
-    /// --tunnel-token-file: a flag's value is visible in the process list).
+    /// --tunnel-token-file: a flag's value is visible in the process list). Not needed when
+    /// the relay registered this executor's client certificate instead (--client-cert and
+    /// --client-key, over wss://; --ca-file to trust a private relay CA).
     #[arg(long, env = "AWCP_EXECUTOR_TUNNEL_TOKEN", hide_env_values = true)]
     tunnel_token: Option<String>,
     /// A file holding the tunnel token (its first line).
@@ -228,13 +230,27 @@ fn main() {
         "--tunnel-token-file",
     );
     if let Some(url) = &args.tunnel {
-        if args.tunnel_token.is_none() {
-            eprintln!("error: --tunnel needs --tunnel-token-file or --tunnel-token");
-            std::process::exit(2);
-        }
-        if let Err(e) = awcp_driver::ws::parse_ws_url(url) {
+        let target = awcp_driver::ws::parse_ws_url(url).unwrap_or_else(|e| {
             eprintln!("error: --tunnel: {e}");
             std::process::exit(2);
+        });
+        // Without a token the client certificate is the credential (AUTH then carries an
+        // empty token); it is presented only over TLS.
+        if args.tunnel_token.is_none() {
+            if args.client.client_cert.is_none() {
+                eprintln!(
+                    "error: --tunnel needs --tunnel-token-file or --tunnel-token, or a client \
+                     certificate the relay registered (--client-cert/--client-key, wss://)"
+                );
+                std::process::exit(2);
+            }
+            if !target.tls {
+                eprintln!(
+                    "error: --tunnel {url}: a client certificate is presented only over \
+                     wss://; use a wss:// URL or a tunnel token"
+                );
+                std::process::exit(2);
+            }
         }
     }
     awcp_aip_cli::run_on!(args.runtime, run(args));

@@ -7,6 +7,11 @@
 //! echo "alice $(awcp-relay hash-token < alice.token)" >> executors.txt
 //! awcp-relay --listen 0.0.0.0:10300 --executors executors.txt \
 //!     --tls-cert cert.pem --tls-key key.pem --public-url https://relay.example:10300
+//!
+//! # Executors may authenticate with a client certificate instead (signed by --client-ca):
+//! echo "bob $(awcp-relay cert-digest bob.pem)" >> executors.txt   # bob cert-sha256:<hex>
+//! awcp-relay --executors executors.txt --tls-cert cert.pem --tls-key key.pem \
+//!     --client-ca executors-ca.pem
 //! ```
 //! Every flag can also be set through the environment (`AWCP_RELAY_LISTEN`, …).
 
@@ -32,7 +37,9 @@ struct Args {
     #[arg(long, default_value = "127.0.0.1:10300")]
     listen: SocketAddr,
     /// The registered executors: one per line, `name sha256-hex-of-its-token` (see
-    /// `awcp-relay hash-token`); `#` starts a comment line.
+    /// `awcp-relay hash-token`) or `name cert-sha256:<hex>` for an executor that authenticates
+    /// with its TLS client certificate (see `awcp-relay cert-digest` and --client-ca); a name
+    /// may have one of each. `#` starts a comment line.
     #[arg(long, value_name = "FILE")]
     executors: Option<PathBuf>,
     /// The URL delegators reach this relay at (default: the listening address); executors'
@@ -45,6 +52,12 @@ struct Args {
     /// The TLS certificate's private key (PEM).
     #[arg(long, requires = "tls_cert")]
     tls_key: Option<PathBuf>,
+    /// Ask TLS clients for a certificate signed by this CA (PEM) without requiring one
+    /// (delegators present none): an executor whose tunnel presents a certificate registered
+    /// as `name cert-sha256:<hex>` in --executors is authenticated by it, whatever its token.
+    /// A certificate from another CA fails the TLS handshake. Needs --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    client_ca: Option<PathBuf>,
     /// Seconds a client may take to send a request's head (and the TLS handshake).
     #[arg(long, default_value_t = 30)]
     header_read_timeout: u64,
@@ -82,6 +95,13 @@ enum Command {
     /// Print the SHA-256 (hex) of the token read from standard input (its first line), the
     /// form a registry file (--executors) names it in.
     HashToken,
+    /// Print `cert-sha256:<hex>`, the SHA-256 of a client certificate's DER (the first
+    /// certificate of the PEM file), the form a registry file (--executors) names an executor
+    /// that authenticates with that certificate in.
+    CertDigest {
+        /// The executor's client certificate (PEM).
+        file: PathBuf,
+    },
 }
 
 fn main() {
@@ -93,6 +113,16 @@ fn main() {
         use clap::CommandFactory;
         let mut cmd = Args::command();
         clap_complete::generate(shell, &mut cmd, "awcp-relay", &mut std::io::stdout());
+        return;
+    }
+    if let Some(Command::CertDigest { file }) = &args.command {
+        match relay::cert_digest(file) {
+            Ok(digest) => println!("{digest}"),
+            Err(e) => {
+                eprintln!("error: {e}");
+                std::process::exit(2);
+            }
+        }
         return;
     }
     if let Some(Command::HashToken) = args.command {
@@ -119,19 +149,32 @@ async fn run<R: Driver>(args: Args) {
         std::process::exit(2);
     };
     let Some(file) = &args.executors else {
-        fail("--executors FILE is required (lines `name sha256-hex-of-token`)".into());
+        fail(
+            "--executors FILE is required (lines `name sha256-hex-of-token` or \
+             `name cert-sha256:<hex>`)"
+                .into(),
+        );
     };
     let text =
         std::fs::read_to_string(file).unwrap_or_else(|e| fail(format!("{}: {e}", file.display())));
     let registry =
         relay::parse_registry(&text).unwrap_or_else(|e| fail(format!("{}: {e}", file.display())));
+    if registry.has_certificates() && args.client_ca.is_none() {
+        fail(format!(
+            "{}: executors registered by certificate (cert-sha256:) need --client-ca \
+             (and --tls-cert/--tls-key)",
+            file.display()
+        ));
+    }
     let secs = |s: u64| (s > 0).then(|| std::time::Duration::from_secs(s));
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => Some(
             agent_rt::ServerTls::new(&agent_rt::ServerTlsOptions {
                 cert: cert.clone(),
                 key: key.clone(),
-                client_ca: None,
+                client_ca: args.client_ca.clone(),
+                // Delegators on the public side present no certificate.
+                client_cert_optional: true,
             })
             .unwrap_or_else(|e| fail(e.to_string())),
         ),
@@ -157,10 +200,9 @@ async fn run<R: Driver>(args: Args) {
     let signal = R::shutdown_signal();
     // The first stdout line is the URL, so scripts and tests can read it.
     println!("awcp-relay listening on {public}");
-    tracing::info!(
-        runtime = R::NAME,
-        "relay ready: executors dial {public}/tunnel (ws)"
-    );
+    // https://… → wss://…, http://… → ws://…
+    let tunnel = format!("{}/tunnel", public.replacen("http", "ws", 1));
+    tracing::info!(runtime = R::NAME, "relay ready: executors dial {tunnel}");
     if let Err(e) =
         agent_rt::server::serve(rt, listener, handle.http_handler(), server, signal).await
     {

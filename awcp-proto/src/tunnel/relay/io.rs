@@ -7,7 +7,7 @@ use crate::tunnel::codec::WsFrame;
 use crate::tunnel::frames::DEFAULT_WINDOW;
 use crate::tunnel::headers::Headers;
 use crate::tunnel::liveness::KeepaliveConfig;
-use crate::tunnel::registry::ExecutorName;
+use crate::tunnel::registry::{CertDigest, ExecutorName};
 use crate::tunnel::{ConnectionId, FrameError};
 
 /// How a [`Relay`](super::Relay) behaves.
@@ -65,6 +65,12 @@ pub enum RelayInput {
     Accepted {
         /// Its handle.
         conn: ConnectionId,
+        /// The digest of the TLS client certificate its connection presented and the
+        /// driver's TLS verified (against the relay's client CA), if any: a credential
+        /// `AUTH` may rely on instead of a token ([`Registry::authenticate_with`]).
+        ///
+        /// [`Registry::authenticate_with`]: crate::tunnel::Registry::authenticate_with
+        client_cert: Option<CertDigest>,
     },
     /// A frame arrived on a connection.
     Frame {

@@ -2,11 +2,13 @@
 //! every public request.
 //!
 //! * **Connections** ([`RelayInput::Accepted`]) must send `AUTH` within
-//!   [`RelayConfig::auth_timeout`]. The token's digest names the executor ([`Registry`]); an
-//!   unknown token gets `AUTH_ERROR` and a close. A client offering [`EXTENSION_V1`] gets it
-//!   (`AUTH_OK.features`); one that offers nothing is a reference client and hears only the
-//!   reference subset. A second connection with the same token replaces the first: the old
-//!   one is closed ([`close_code::REPLACED`]) and its requests fail.
+//!   [`RelayConfig::auth_timeout`]. The token's digest, or the digest of the TLS client
+//!   certificate the driver verified on the connection, names the executor
+//!   ([`Registry::authenticate_with`]); unknown credentials get `AUTH_ERROR` and a close. A
+//!   client offering [`EXTENSION_V1`] gets it (`AUTH_OK.features`); one that offers nothing
+//!   is a reference client and hears only the reference subset. A second connection for the
+//!   same executor replaces the first: the old one is closed ([`close_code::REPLACED`]) and
+//!   its requests fail.
 //! * **Public requests** ([`RelayInput::Request`], path `/e/<name>/awcp…`) go to the
 //!   executor's connection as a new stream. While a registered executor is offline (between
 //!   a lost connection and the next), its requests wait up to [`RelayConfig::offline_grace`]
@@ -47,7 +49,7 @@ use super::frames::{
     MIN_WINDOW,
 };
 use super::liveness::{Keepalive, Liveness};
-use super::registry::{ExecutorName, Registry, RegistryError};
+use super::registry::{CertDigest, ExecutorName, Registry, RegistryError};
 use super::{close_code, ConnectionId, TunnelUsageError};
 use crate::engine::auth::SecretDigest;
 use crate::engine::RequestId;
@@ -77,6 +79,8 @@ pub(crate) struct Conn {
     pub(crate) phase: Phase,
     liveness: Liveness,
     auth_deadline: Timestamp,
+    /// The verified TLS client certificate's digest, if the connection presented one.
+    client_cert: Option<CertDigest>,
     pub(crate) next_stream: StreamNo,
     pub(crate) streams: BTreeMap<StreamNo, RStream>,
 }
@@ -125,6 +129,16 @@ impl Relay {
         digest: SecretDigest,
     ) -> Result<(), RegistryError> {
         self.registry.register(name, digest)
+    }
+
+    /// Registers an executor by its TLS client certificate (see
+    /// [`Registry::register_certificate`]).
+    pub fn register_certificate(
+        &mut self,
+        name: ExecutorName,
+        cert: CertDigest,
+    ) -> Result<(), RegistryError> {
+        self.registry.register_certificate(name, cert)
     }
 
     /// Removes an executor's registration: its connection is closed
@@ -181,7 +195,7 @@ impl Relay {
     pub fn handle(&mut self, now: Timestamp, input: RelayInput) -> Result<(), TunnelUsageError> {
         self.core.tick(now);
         match input {
-            RelayInput::Accepted { conn } => {
+            RelayInput::Accepted { conn, client_cert } => {
                 if self.conns.contains_key(&conn) {
                     return Err(TunnelUsageError::Duplicate(conn.0));
                 }
@@ -189,6 +203,7 @@ impl Relay {
                     phase: Phase::Authenticating,
                     liveness: Liveness::new(self.config.keepalive, now),
                     auth_deadline: now.saturating_add(self.config.auth_timeout),
+                    client_cert,
                     next_stream: 1,
                     streams: BTreeMap::new(),
                 };
@@ -373,8 +388,10 @@ impl Relay {
         if !(MIN_WINDOW..=MAX_WINDOW).contains(&client_window) {
             return self.reject(conn, "invalid window");
         }
-        let Some(name) = self.registry.authenticate(&auth.token).cloned() else {
-            return self.reject(conn, "invalid token");
+        let cert = self.conns.get(&conn).and_then(|c| c.client_cert);
+        let name = match self.registry.authenticate_with(&auth.token, cert.as_ref()) {
+            Ok(name) => name.clone(),
+            Err(refusal) => return self.reject(conn, &refusal.to_string()),
         };
         let extension = auth
             .features
