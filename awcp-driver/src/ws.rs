@@ -289,10 +289,68 @@ pub(crate) enum WsMessageOut {
     Close(u16, String),
 }
 
+/// What [`pump_credited`] hands on: a piece of the body, its end, or its failure.
+pub(crate) enum Pumped {
+    /// Bytes within the credit granted.
+    Chunk(Vec<u8>),
+    /// The body ended.
+    End,
+    /// Reading the body failed.
+    Failed(String),
+}
+
+/// Reads `body` only as far as the credit granted through `grants` allows (at most one chunk
+/// of it held beyond that), handing each piece to `emit`, then its end or failure. Returns
+/// then, when `emit` says stop (`false`), or when `grants` closes (the stream was refused,
+/// answered or reset: the rest is not wanted). Both tunnel drivers pump bodies this way:
+/// the executor its local responses, the relay its public requests.
+pub(crate) async fn pump_credited<B>(
+    mut body: B,
+    mut grants: futures::channel::mpsc::UnboundedReceiver<u64>,
+    mut emit: impl FnMut(Pumped) -> bool,
+) where
+    B: http_body::Body<Data = bytes::Bytes> + Unpin,
+    B::Error: std::fmt::Display,
+{
+    use futures::StreamExt;
+    use http_body_util::BodyExt;
+    let mut credit: u64 = 0;
+    let mut pending: Option<bytes::Bytes> = None;
+    loop {
+        while credit == 0 {
+            match grants.next().await {
+                Some(n) => credit = credit.saturating_add(n),
+                None => return,
+            }
+        }
+        let data = match pending.take() {
+            Some(p) => p,
+            None => match body.frame().await {
+                None => {
+                    emit(Pumped::End);
+                    return;
+                }
+                Some(Err(e)) => {
+                    emit(Pumped::Failed(e.to_string()));
+                    return;
+                }
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) if !data.is_empty() => data,
+                    Ok(_) | Err(_) => continue,
+                },
+            },
+        };
+        let now = take_credited(data, &mut credit, &mut pending);
+        if !emit(Pumped::Chunk(now.to_vec())) {
+            return;
+        }
+    }
+}
+
 /// The part of `data` that `credit` allows, the rest kept in `pending` for the next grant.
 /// Feeding a machine exactly what it promised (never a chunk beyond) keeps the driver's count
 /// and the machine's equal whatever order grants and chunks cross in.
-pub(crate) fn take_credited(
+fn take_credited(
     mut data: bytes::Bytes,
     credit: &mut u64,
     pending: &mut Option<bytes::Bytes>,

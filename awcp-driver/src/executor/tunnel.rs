@@ -23,7 +23,6 @@ use awcp_proto::tunnel::{
 use bytes::Bytes;
 use futures::channel::{mpsc, oneshot};
 use futures::{FutureExt, StreamExt};
-use http_body_util::BodyExt;
 
 use super::ExecutorHandle;
 use crate::runtime::{sleep_until, BoxFuture, Runtime};
@@ -343,7 +342,7 @@ impl<R: Runtime> Driver<R> {
         headers: Headers,
         body: bool,
     ) {
-        let (credit_tx, mut credit_rx) = mpsc::unbounded::<u64>();
+        let (credit_tx, credit_rx) = mpsc::unbounded::<u64>();
         let (cancel_tx, cancel_rx) = oneshot::channel::<()>();
         let (body_tx, body_rx) = mpsc::unbounded::<Piece>();
         let tx = self.tx.clone();
@@ -377,7 +376,7 @@ impl<R: Runtime> Driver<R> {
         self.rt.spawn(Box::pin(async move {
             let work = async {
                 let resp = executor.handle_http(req).await;
-                let (parts, mut body) = resp.into_parts();
+                let (parts, body) = resp.into_parts();
                 let headers: Headers = parts
                     .headers
                     .iter()
@@ -389,40 +388,17 @@ impl<R: Runtime> Driver<R> {
                 {
                     return;
                 }
-                let mut credit: u64 = 0;
-                let mut pending: Option<Bytes> = None;
-                loop {
-                    while credit == 0 {
-                        match credit_rx.next().await {
-                            Some(n) => credit = credit.saturating_add(n),
-                            None => return,
+                ws::pump_credited(body, credit_rx, |piece| {
+                    let ev = match piece {
+                        ws::Pumped::Chunk(bytes) => Ev::Chunk(request, bytes),
+                        ws::Pumped::End => Ev::End(request),
+                        ws::Pumped::Failed(e) => {
+                            Ev::Failed(request, format!("response body failed: {e}"))
                         }
-                    }
-                    let data = match pending.take() {
-                        Some(p) => Ok(p),
-                        None => match body.frame().await {
-                            None => Err(Ev::End(request)),
-                            Some(Err(e)) => {
-                                Err(Ev::Failed(request, format!("response body failed: {e}")))
-                            }
-                            Some(Ok(frame)) => match frame.into_data() {
-                                Ok(data) if !data.is_empty() => Ok(data),
-                                Ok(_) | Err(_) => continue,
-                            },
-                        },
                     };
-                    let ev = match data {
-                        Ok(data) => {
-                            let now = ws::take_credited(data, &mut credit, &mut pending);
-                            Ev::Chunk(request, now.to_vec())
-                        }
-                        Err(ev) => ev,
-                    };
-                    let last = matches!(ev, Ev::End(_) | Ev::Failed(..));
-                    if tx.unbounded_send(ev).is_err() || last {
-                        return;
-                    }
-                }
+                    tx.unbounded_send(ev).is_ok()
+                })
+                .await;
             };
             let work = std::pin::pin!(work);
             // A cancelled request: its handler future and body are dropped.

@@ -389,44 +389,18 @@ impl<R: Runtime> Driver<R> {
     }
 
     /// Reads a public request's body as far as credit allows; the returned sender grants it.
-    fn read_body(&self, request: RequestId, mut body: RequestBody) -> mpsc::UnboundedSender<u64> {
-        let (credit_tx, mut credit_rx) = mpsc::unbounded::<u64>();
+    fn read_body(&self, request: RequestId, body: RequestBody) -> mpsc::UnboundedSender<u64> {
+        let (credit_tx, credit_rx) = mpsc::unbounded::<u64>();
         let tx = self.tx.clone();
-        self.rt.spawn(Box::pin(async move {
-            let mut credit: u64 = 0;
-            let mut pending: Option<Bytes> = None;
-            loop {
-                while credit == 0 {
-                    match credit_rx.next().await {
-                        Some(n) => credit = credit.saturating_add(n),
-                        // Refused or answered: stop reading.
-                        None => return,
-                    }
-                }
-                let data = match pending.take() {
-                    Some(p) => Ok(p),
-                    None => match body.frame().await {
-                        None => Err(Cmd::End(request)),
-                        Some(Err(_)) => Err(Cmd::Gone(request)),
-                        Some(Ok(frame)) => match frame.into_data() {
-                            Ok(data) if !data.is_empty() => Ok(data),
-                            Ok(_) | Err(_) => continue,
-                        },
-                    },
+        self.rt
+            .spawn(Box::pin(ws::pump_credited(body, credit_rx, move |piece| {
+                let cmd = match piece {
+                    ws::Pumped::Chunk(bytes) => Cmd::Chunk(request, bytes),
+                    ws::Pumped::End => Cmd::End(request),
+                    ws::Pumped::Failed(_) => Cmd::Gone(request),
                 };
-                let cmd = match data {
-                    Ok(data) => {
-                        let now = ws::take_credited(data, &mut credit, &mut pending);
-                        Cmd::Chunk(request, now.to_vec())
-                    }
-                    Err(cmd) => cmd,
-                };
-                let last = matches!(cmd, Cmd::End(_) | Cmd::Gone(_));
-                if tx.unbounded_send(cmd).is_err() || last {
-                    return;
-                }
-            }
-        }));
+                tx.unbounded_send(cmd).is_ok()
+            })));
         credit_tx
     }
 
