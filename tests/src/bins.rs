@@ -60,11 +60,20 @@ pub fn path(name: &str) -> PathBuf {
 
 /// Spawns `cmd` with stdout piped (stderr discarded) and returns the child with what its first
 /// stdout line says after `prefix` — the URL a binary announces it listens on. Panics if the
-/// line does not start with `prefix`.
+/// line does not start with `prefix`. To keep stderr, use [`spawn_announcing_to`].
 pub fn spawn_announcing(cmd: &mut Command, prefix: &str) -> (Child, String) {
+    spawn_announcing_to(cmd, prefix, Stdio::null())
+}
+
+/// [`spawn_announcing`] with stderr going to `stderr` (e.g. a log file).
+pub fn spawn_announcing_to(
+    cmd: &mut Command,
+    prefix: &str,
+    stderr: impl Into<Stdio>,
+) -> (Child, String) {
     let mut child = cmd
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(stderr)
         .spawn()
         .expect("the binary starts");
     let mut line = String::new();

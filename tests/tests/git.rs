@@ -48,15 +48,13 @@ fn executor(dir: &Path, runtime: &str) -> (KillOnDrop, String) {
     std::fs::write(&agent, AGENT).unwrap();
     let log = std::fs::File::create(dir.join("executor.log")).unwrap();
     let mut cmd = bins::executor_command(dir, &format!("sh {}", agent.display()));
-    cmd.args(["--runtime", runtime])
-        .args([
-            "--git-name",
-            "Test Executor",
-            "--git-email",
-            "exec@example.org",
-        ])
-        .stderr(log);
-    let (child, url) = bins::spawn_announcing(&mut cmd, bins::EXECUTOR_ANNOUNCES);
+    cmd.args(["--runtime", runtime]).args([
+        "--git-name",
+        "Test Executor",
+        "--git-email",
+        "exec@example.org",
+    ]);
+    let (child, url) = bins::spawn_announcing_to(&mut cmd, bins::EXECUTOR_ANNOUNCES, log);
     (KillOnDrop(child), url)
 }
 

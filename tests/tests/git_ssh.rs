@@ -38,10 +38,8 @@ fn executor(dir: &Path, runtime: &str) -> (KillOnDrop, String) {
     std::fs::create_dir_all(&home).unwrap();
     let log = std::fs::File::create(dir.join("executor.log")).unwrap();
     let mut cmd = bins::executor_command(dir, &format!("sh {}", agent.display()));
-    cmd.args(["--runtime", runtime])
-        .env("HOME", &home)
-        .stderr(log);
-    let (child, url) = bins::spawn_announcing(&mut cmd, bins::EXECUTOR_ANNOUNCES);
+    cmd.args(["--runtime", runtime]).env("HOME", &home);
+    let (child, url) = bins::spawn_announcing_to(&mut cmd, bins::EXECUTOR_ANNOUNCES, log);
     (KillOnDrop(child), url)
 }
 

@@ -16,7 +16,7 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use awcp_tests::bins::{spawn_announcing, KillOnDrop, EXECUTOR_ANNOUNCES};
+use awcp_tests::bins::{spawn_announcing_to, KillOnDrop, EXECUTOR_ANNOUNCES};
 use awcp_tests::files::entries;
 use awcp_tests::git::GitDaemon;
 use mcp_support::show;
@@ -150,9 +150,8 @@ impl Setup {
                 "Test Executor",
                 "--git-email",
                 "exec@example.org",
-            ])
-            .stderr(log);
-        let (child, peer) = spawn_announcing(&mut cmd, EXECUTOR_ANNOUNCES);
+            ]);
+        let (child, peer) = spawn_announcing_to(&mut cmd, EXECUTOR_ANNOUNCES, log);
         Some(Setup {
             python,
             mcp,

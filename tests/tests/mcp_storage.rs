@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
-use awcp_tests::bins::{spawn_announcing, KillOnDrop, EXECUTOR_ANNOUNCES};
+use awcp_tests::bins::{spawn_announcing_to, KillOnDrop, EXECUTOR_ANNOUNCES};
 use awcp_tests::s3::{self, S3Server};
 use mcp_support::show;
 
@@ -155,9 +155,8 @@ impl Setup {
             .arg("--state-dir")
             .arg(dir.join("executor-state"))
             .arg("--agent-cmd")
-            .arg(format!("sh {}", agent.display()))
-            .stderr(log);
-        let (child, peer) = spawn_announcing(&mut cmd, EXECUTOR_ANNOUNCES);
+            .arg(format!("sh {}", agent.display()));
+        let (child, peer) = spawn_announcing_to(&mut cmd, EXECUTOR_ANNOUNCES, log);
         Some(Setup {
             python,
             mcp,

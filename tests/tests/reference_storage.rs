@@ -453,8 +453,7 @@ fn our_executor(dir: &Path) -> (KillOnDrop, String) {
     std::fs::write(&agent, AGENT).unwrap();
     let log = std::fs::File::create(dir.join("executor.log")).unwrap();
     let mut cmd = bins::executor_command(dir, &format!("sh {}", agent.display()));
-    cmd.stderr(log);
-    let (child, url) = bins::spawn_announcing(&mut cmd, bins::EXECUTOR_ANNOUNCES);
+    let (child, url) = bins::spawn_announcing_to(&mut cmd, bins::EXECUTOR_ANNOUNCES, log);
     (KillOnDrop(child), url)
 }
 

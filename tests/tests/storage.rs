@@ -34,8 +34,8 @@ fn executor(dir: &Path, runtime: &str) -> (KillOnDrop, String) {
     std::fs::write(&agent, AGENT).unwrap();
     let log = std::fs::File::create(dir.join("executor.log")).unwrap();
     let mut cmd = bins::executor_command(dir, &format!("sh {}", agent.display()));
-    cmd.args(["--runtime", runtime]).stderr(log);
-    let (child, url) = bins::spawn_announcing(&mut cmd, bins::EXECUTOR_ANNOUNCES);
+    cmd.args(["--runtime", runtime]);
+    let (child, url) = bins::spawn_announcing_to(&mut cmd, bins::EXECUTOR_ANNOUNCES, log);
     (KillOnDrop(child), url)
 }
 

@@ -4,7 +4,7 @@
 
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
@@ -61,20 +61,7 @@ pub fn spawn_logged(cmd: &mut Command, log: &Path, prefix: &str) -> (KillOnDrop,
         .append(true)
         .open(log)
         .unwrap();
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(log)
-        .spawn()
-        .expect("the binary starts");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("piped stdout"))
-        .read_line(&mut line)
-        .expect("the binary prints its first line");
-    let rest = line
-        .trim()
-        .strip_prefix(prefix)
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-        .to_owned();
+    let (child, rest) = bins::spawn_announcing_to(cmd, prefix, log);
     (KillOnDrop(child), rest)
 }
 
