@@ -216,12 +216,9 @@ impl<R: Runtime> Loop<R> {
         // Request and response bodies of a previous process: nothing reads them any more.
         let _ = std::fs::remove_dir_all(self.opts.state_dir.join(GIT_HTTP));
         let found = self.git.repositories().into_iter();
-        let mut over = self
+        let over = self
             .engine
-            .leftovers_to_release(found.filter_map(|id| DelegationId::new(id).ok()));
-        // A result branch waiting for review keeps its repository (which names the remote)
-        // until the result is applied or discarded.
-        over.retain(|id| !self.engine.results_await_review(id));
+            .repositories_to_release(found.filter_map(|id| DelegationId::new(id).ok()));
         if over.is_empty() {
             return;
         }

@@ -150,6 +150,20 @@ impl Delegator {
             .collect()
     }
 
+    /// Of the delegations whose `git` repositories `found` lists (after a restart), those
+    /// whose repository may go: [`Delegator::leftovers_to_release`], except a delegation
+    /// whose result waits for review ([`Delegator::results_await_review`]): its repository
+    /// (which names the remote of the result branch) stays until the result is applied or
+    /// discarded.
+    pub fn repositories_to_release<I: IntoIterator<Item = DelegationId>>(
+        &self,
+        found: I,
+    ) -> Vec<DelegationId> {
+        let mut over = self.leftovers_to_release(found);
+        over.retain(|id| !self.results_await_review(id));
+        over
+    }
+
     /// Whether `id` is known and has a result that is not settled (waiting for review:
     /// staged, not applied on a conflict, not stored): what holds it outside this delegator
     /// (a `git` result branch) stays, even after the delegation ended.

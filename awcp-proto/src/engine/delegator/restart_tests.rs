@@ -461,6 +461,12 @@ fn results_settled_after_the_release_are_announced_once_all_are() {
         assert_eq!(settled(&drain(&mut d)), 0);
         assert!(d.results_await_review(&id()));
         assert_eq!(d.leftovers_to_release([id()]), vec![id()]);
+        // Its repository stays; a stranger's goes.
+        let stranger = DelegationId::new("dlg_0123456789abcdef0123456789abcdef").unwrap();
+        assert_eq!(
+            d.repositories_to_release([id(), stranger.clone()]),
+            vec![stranger]
+        );
         if discard {
             d.discard_snapshot(t(4), &id(), &sid("snap_a")).unwrap();
         } else {
@@ -470,6 +476,7 @@ fn results_settled_after_the_release_are_announced_once_all_are() {
         }
         assert_eq!(settled(&drain(&mut d)), 1, "discard: {discard}");
         assert!(!d.results_await_review(&id()));
+        assert_eq!(d.repositories_to_release([id()]), vec![id()]);
     }
     // Applied while running: the release itself sees the results settled.
     let mut d = done_with_snapshot();
