@@ -1,7 +1,8 @@
-//! The relay's per-executor limits on the real binaries (issue 51): slow clients that send a
-//! request head and hold its body back take an executor's streams (64 in flight); the relay
-//! answers the rest 503 at once, and frees every stream when those clients go, so the next
-//! delegation goes through.
+//! The relay's limits on the real binaries (issue 51): slow clients that send a request head
+//! and hold its body back take an executor's streams (64 in flight); the relay answers the
+//! rest 503 at once, and frees every stream when those clients go, so the next delegation
+//! goes through. A head that never ends and a trickled body are cut off by the relay's
+//! timeouts, as by the executor's own server.
 
 mod tunnel_support;
 
@@ -75,4 +76,52 @@ fn slow_clients_meet_the_per_executor_limit_and_free_it_when_they_go() {
         state.path(),
     );
     assert_applied(&o, ws.path());
+}
+
+/// Whether the relay closes `s` while `trickle` is written every 50 ms.
+fn closed_while_trickling(s: TcpStream, trickle: &[u8]) -> bool {
+    agent_rt::test_util::closed_by_server(
+        s,
+        Some(trickle),
+        Duration::from_millis(50),
+        Duration::from_secs(60),
+        &mut Vec::new(),
+    )
+}
+
+/// The relay's HTTP side has the executor's hardening: a head that never ends and a body
+/// trickled a few bytes at a time (to an executor behind it) are cut off after the timeouts
+/// given, and the relay serves on.
+#[test]
+fn the_relay_cuts_off_slow_heads_and_slow_bodies() {
+    let dir = tempfile::tempdir().unwrap();
+    let reg = registry(dir.path(), &[("alice", "alice-token")]);
+    let (_relay, url) = awcp_tests::relay::spawn(
+        awcp_tests::relay::command(&reg, "127.0.0.1:0")
+            .args(["--header-read-timeout", "1", "--body-read-timeout", "1"])
+            .args(["--idle-timeout", "1"]),
+    );
+    let addr = url.trim_start_matches("http://").to_owned();
+    let exdir = tempfile::tempdir().unwrap();
+    let _ex = executor("tokio", exdir.path(), &addr, "alice-token");
+    wait_served(&addr, "alice");
+
+    let mut s = TcpStream::connect(&addr).unwrap();
+    s.write_all(b"POST /e/alice/awcp HTTP/1.1\r\nHost: x\r\n")
+        .unwrap();
+    assert!(
+        closed_while_trickling(s, b"X-Slow: 1\r\n"),
+        "slowloris head not cut off"
+    );
+
+    let mut s = TcpStream::connect(&addr).unwrap();
+    s.write_all(
+        b"POST /e/alice/awcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 209715200\r\n\r\n{",
+    )
+    .unwrap();
+    assert!(
+        closed_while_trickling(s, &[b' '; 64]),
+        "slow body not cut off"
+    );
+    wait_served(&addr, "alice");
 }
