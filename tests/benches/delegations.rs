@@ -47,52 +47,18 @@ use awcp_driver::delegator::daemon::DaemonClient;
 use awcp_driver::DelegateParams;
 use awcp_tests::bins::{self, KillOnDrop};
 use awcp_tests::git::{git, GitDaemon};
+use awcp_tests::mem::{children_cpu, cpu_ns, reset_peak, run_with_usage, vm_hwm_kib};
 use awcp_tests::rng::Rng;
 use awcp_tests::s3::{self, S3Server};
 use awcp_tokio::TokioRuntime;
+use support::{delegate_cmd, median, ms, p95, tiny_workspace, workspace};
+
+mod support;
 
 /// Runs to completion, measuring wall time and the child's peak RSS.
 fn run_measured(cmd: &mut Command) -> (Duration, u64) {
     let u = run_with_usage(cmd);
     (u.took, u.rss_kib)
-}
-
-/// What one process cost: wall time, peak RSS (KiB) and CPU time (user + system).
-struct Usage {
-    took: Duration,
-    rss_kib: u64,
-    cpu: Duration,
-}
-
-/// Runs to completion, measuring wall time, the child's peak RSS and its CPU time.
-// The child is reaped by `wait4` (which `Child::wait` cannot do: it has no `rusage`).
-#[allow(clippy::zombie_processes)]
-fn run_with_usage(cmd: &mut Command) -> Usage {
-    let t = Instant::now();
-    // Forked, not vforked: `ru_maxrss` is then the child's own peak (see `spawn_measured`).
-    let child = awcp_tests::mem::spawn_measured(cmd.stdout(Stdio::null()).stderr(Stdio::piped()));
-    let pid = child.id() as libc::pid_t;
-    let mut status = 0;
-    // SAFETY: `rusage` is plain data that `wait4` fills; `pid` is our child, waited once.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-    let took = t.elapsed();
-    assert_eq!(r, pid, "wait4: {}", std::io::Error::last_os_error());
-    let ok = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
-    if !ok {
-        let mut err = String::new();
-        if let Some(mut e) = child.stderr {
-            use std::io::Read;
-            let _ = e.read_to_string(&mut err);
-        }
-        panic!("{cmd:?} failed ({status}):\n{err}");
-    }
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    Usage {
-        took,
-        rss_kib: usage.ru_maxrss as u64,
-        cpu: tv(usage.ru_utime) + tv(usage.ru_stime),
-    }
 }
 
 /// Wall times as `min / p10 / p50 / p90 / max` ms: a row with two modes shows as a jump.
@@ -181,84 +147,8 @@ fn per(n: Option<u64>, k: usize) -> String {
     })
 }
 
-/// CPU time `pid` has used (all its threads, those gone too), in nanoseconds: the process's
-/// CPU-time clock, read to the nanosecond (`/proc/PID/stat` counts in 10 ms ticks, too coarse
-/// for a figure near 1 ms per delegation).
-fn cpu_ns(pid: u32) -> u64 {
-    let mut clock: libc::clockid_t = 0;
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: both out-pointers are valid for writes of their types.
-    unsafe {
-        assert_eq!(
-            libc::clock_getcpuclockid(pid as libc::pid_t, &mut clock),
-            0,
-            "the CPU clock of {pid}"
-        );
-        assert_eq!(
-            libc::clock_gettime(clock, &mut ts),
-            0,
-            "reading the CPU clock of {pid}"
-        );
-    }
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 fn ns_to_ms(t: u64) -> f64 {
     t as f64 / 1e6
-}
-
-/// Peak RSS of `pid` since the last [`reset_peak`], KiB.
-fn peak_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
-}
-
-fn reset_peak(pid: u32) {
-    let _ = std::fs::write(format!("/proc/{pid}/clear_refs"), "5");
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
-
-fn median(v: &mut [Duration]) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
-
-fn p95(v: &mut [Duration]) -> Duration {
-    v.sort();
-    v[(v.len() * 95 / 100).min(v.len() - 1)]
-}
-
-/// `files` files of incompressible data, `bytes` in all, in subdirectories of 100.
-fn workspace(root: &Path, name: &str, bytes: usize, files: usize) -> PathBuf {
-    let ws = root.join(name);
-    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ bytes as u64);
-    let each = bytes / files.max(1);
-    let mut buf = vec![0u8; each];
-    for i in 0..files {
-        let dir = ws.join(format!("d{}", i / 100));
-        std::fs::create_dir_all(&dir).unwrap();
-        rng.fill(&mut buf);
-        std::fs::write(dir.join(format!("f{i}.bin")), &buf).unwrap();
-    }
-    ws
-}
-
-fn tiny_workspace(root: &Path, name: &str) -> PathBuf {
-    let ws = root.join(name);
-    std::fs::create_dir_all(&ws).unwrap();
-    std::fs::write(ws.join("README.md"), "# tiny\n").unwrap();
-    std::fs::write(ws.join("main.rs"), "fn main() {}\n").unwrap();
-    ws
 }
 
 fn forget_notes(ws: &Path) {
@@ -299,21 +189,6 @@ fn start_executor_running(dir: &Path, task: &[&str]) -> (KillOnDrop, String) {
         .arg(dir.join("state"));
     let (child, url) = bins::spawn_announcing(&mut cmd, bins::EXECUTOR_ANNOUNCES);
     (KillOnDrop(child), url)
-}
-
-fn delegate_cmd(state: &Path, ws: &Path, peer: &str) -> Command {
-    let mut cmd = Command::new(bins::path("awcp"));
-    cmd.args(["--quiet", "delegate"])
-        .arg(ws)
-        .args([
-            "--peer",
-            peer,
-            "--prompt",
-            "note what you see",
-            "--state-dir",
-        ])
-        .arg(state);
-    cmd
 }
 
 /// The agent of the user's-path rows: a shell script, as `--agent-cmd` runs real agents (it
@@ -399,7 +274,7 @@ impl Bench {
             ms(median(&mut times)),
             ms(p95(&mut times)),
             rss as f64 / 1024.0,
-            peak_kib(ex.0.id()) as f64 / 1024.0,
+            vm_hwm_kib(ex.0.id()) as f64 / 1024.0,
         ));
     }
 
@@ -461,8 +336,8 @@ impl Bench {
                 "| tiny-daemon-sequential: tiny, {n} sequential through one daemon | {:.1} ms | {:.1} ms | daemon {:.1} MiB | {:.1} MiB | CPU per delegation: daemon {d_cpu:.2} ms, executor {e_cpu:.2} ms |",
                 ms(median(&mut times)),
                 ms(p95(&mut times)),
-                peak_kib(daemon.0.id()) as f64 / 1024.0,
-                peak_kib(ex.0.id()) as f64 / 1024.0,
+                vm_hwm_kib(daemon.0.id()) as f64 / 1024.0,
+                vm_hwm_kib(ex.0.id()) as f64 / 1024.0,
             ));
         }
         if self.wants("tiny-daemon-concurrent") {
@@ -481,8 +356,8 @@ impl Bench {
                 "| tiny-daemon-concurrent: {n} tiny at once through one daemon, 3 rounds | {:.0} ms | {:.0} ms | daemon {:.1} MiB | {:.1} MiB | |",
                 ms(median(&mut times)),
                 ms(p95(&mut times)),
-                peak_kib(daemon.0.id()) as f64 / 1024.0,
-                peak_kib(ex.0.id()) as f64 / 1024.0,
+                vm_hwm_kib(daemon.0.id()) as f64 / 1024.0,
+                vm_hwm_kib(ex.0.id()) as f64 / 1024.0,
             ));
         }
     }
@@ -560,7 +435,7 @@ impl Bench {
                 ms(median(&mut times)),
                 ms(p95(&mut times)),
                 rss as f64 / 1024.0,
-                peak_kib(ex.0.id()) as f64 / 1024.0,
+                vm_hwm_kib(ex.0.id()) as f64 / 1024.0,
                 spread(&mut times),
                 ms(cpu) / n as f64,
                 per(d_syncs, k),
@@ -609,8 +484,8 @@ impl Bench {
                 ms(median(&mut times)),
                 ms(p95(&mut times)),
                 rss as f64 / 1024.0,
-                peak_kib(daemon.0.id()) as f64 / 1024.0,
-                peak_kib(ex.0.id()) as f64 / 1024.0,
+                vm_hwm_kib(daemon.0.id()) as f64 / 1024.0,
+                vm_hwm_kib(ex.0.id()) as f64 / 1024.0,
                 spread(&mut times),
                 ms(cpu) / n as f64,
                 per(syncs.as_ref().map(|v| v[0]), k),
@@ -692,7 +567,7 @@ impl Bench {
             ms(median(&mut times)),
             ms(p95(&mut times)),
             rss as f64 / 1024.0,
-            peak_kib(ex.0.id()) as f64 / 1024.0,
+            vm_hwm_kib(ex.0.id()) as f64 / 1024.0,
         ));
     }
 
@@ -863,7 +738,7 @@ impl Bench {
             ms(d),
             ms(p95(&mut times)),
             rss as f64 / 1024.0,
-            peak_kib(ex.0.id()) as f64 / 1024.0,
+            vm_hwm_kib(ex.0.id()) as f64 / 1024.0,
             mb_s(d),
             ms(d_cpu) / n,
             ns_to_ms(ex_ns) / n,
@@ -1098,7 +973,7 @@ impl Bench {
                 ms(d),
                 ms(p95(&mut times)),
                 row.rss as f64 / 1024.0,
-                peak_kib(ex.0.0.id()) as f64 / 1024.0,
+                vm_hwm_kib(ex.0.0.id()) as f64 / 1024.0,
                 ms(row.cpu) / n,
                 ns_to_ms(row.ex_ns) / n,
                 ms(row.ex_children) / n,
@@ -1165,22 +1040,6 @@ fn start_one_line_executor(dir: &Path) -> (KillOnDrop, String) {
     start_executor_running(dir, &["--agent-cmd", &cmd])
 }
 
-/// CPU time (user + system) of the children `pid` has waited for (`/proc/PID/stat`'s
-/// `cutime` and `cstime`, in clock ticks).
-fn children_cpu(pid: u32) -> Duration {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    // The fields after the command's name (which may hold spaces) start at the state (3rd).
-    let rest = &stat[stat.rfind(')').unwrap() + 2..];
-    let f: Vec<u64> = rest
-        .split_whitespace()
-        .map(|v| v.parse().unwrap_or(0))
-        .collect();
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-    let ticks = f[16 - 3] + f[17 - 3];
-    Duration::from_nanos(ticks * 1_000_000_000 / hz)
-}
-
 /// Whether `git` runs (the git rows are skipped without it).
 fn git_runs() -> bool {
     Command::new("git")
@@ -1192,9 +1051,7 @@ fn git_runs() -> bool {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let quick = !args.iter().any(|a| a == "--bench");
-    let filter = args.iter().find(|a| !a.starts_with('-')).cloned();
+    let (quick, filter) = support::args();
     let mut b = Bench {
         root: tempfile::tempdir().expect("a temporary directory"),
         quick,
@@ -1206,13 +1063,7 @@ fn main() {
         .enable_all()
         .build()
         .expect("a tokio runtime");
-    println!(
-        "binaries: {}",
-        bins::path("awcp")
-            .parent()
-            .unwrap_or(Path::new(""))
-            .display()
-    );
+    support::print_binaries();
     println!("| row | median | p95 | delegator peak RSS | executor peak RSS | notes |");
     println!("|---|---:|---:|---:|---:|---|");
     if b.wants("tiny-process") {

@@ -26,186 +26,25 @@
 //! Everything runs on 127.0.0.1 (port 0) under one temporary directory; every process the
 //! bench starts is killed and reaped when it ends.
 //!
-//! Helpers copied from `delegations.rs` (candidates for a shared module in `awcp_tests`):
-//! `run_with_usage` (as `run`), `cpu_ns`, `peak_kib`, `reset_peak`, `ms`, `median`, `p95`,
-//! `workspace`, `tiny_workspace`, `delegate_cmd`; from `tests/tunnel.rs`: `registry`, `get`,
-//! `wait_served`.
+//! Helpers shared with `delegations.rs` are in `support` and [`awcp_tests::mem`]; the relay's
+//! in [`awcp_tests::relay`].
 
-use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
 
 use awcp_tests::bins::{self, KillOnDrop};
-use awcp_tests::rng::Rng;
+use awcp_tests::mem::{cpu_ns, reset_peak, run_with_usage, vm_hwm_kib};
+use awcp_tests::relay::{self, registry, wait_served};
+use support::{delegate_cmd, median, ms, p95, tiny_workspace, workspace};
 
-const RELAY_ANNOUNCES: &str = "awcp-relay listening on ";
+mod support;
+
 const NAME: &str = "bench";
 const TOKEN: &str = "bench-tunnel-token";
 
-/// What one `awcp delegate` process cost: wall time, peak RSS (KiB), CPU time.
-struct Usage {
-    took: Duration,
-    rss_kib: u64,
-    cpu: Duration,
-}
-
-/// Runs `cmd` to completion (it must succeed), measuring its wall time, peak RSS and CPU.
-// The child is reaped by `wait4` (which `Child::wait` cannot do: it has no `rusage`).
-#[allow(clippy::zombie_processes)]
-fn run(cmd: &mut Command) -> Usage {
-    let t = Instant::now();
-    let child = cmd
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the binary starts");
-    let pid = child.id() as libc::pid_t;
-    let mut status = 0;
-    // SAFETY: `rusage` is plain data that `wait4` fills; `pid` is our child, waited once.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-    let took = t.elapsed();
-    assert_eq!(r, pid, "wait4: {}", std::io::Error::last_os_error());
-    if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
-        let mut err = String::new();
-        if let Some(mut e) = child.stderr {
-            let _ = e.read_to_string(&mut err);
-        }
-        panic!("{cmd:?} failed ({status}):\n{err}");
-    }
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    Usage {
-        took,
-        rss_kib: usage.ru_maxrss as u64,
-        cpu: tv(usage.ru_utime) + tv(usage.ru_stime),
-    }
-}
-
-/// CPU time `pid` has used (all its threads), in nanoseconds (its CPU-time clock).
-fn cpu_ns(pid: u32) -> u64 {
-    let mut clock: libc::clockid_t = 0;
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: both out-pointers are valid for writes of their types.
-    unsafe {
-        assert_eq!(libc::clock_getcpuclockid(pid as libc::pid_t, &mut clock), 0);
-        assert_eq!(libc::clock_gettime(clock, &mut ts), 0);
-    }
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-/// Peak RSS of `pid` since the last [`reset_peak`], KiB.
-fn peak_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
-}
-
-fn reset_peak(pid: u32) {
-    let _ = std::fs::write(format!("/proc/{pid}/clear_refs"), "5");
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
-
-fn median(v: &mut [Duration]) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
-
-fn p95(v: &mut [Duration]) -> Duration {
-    v.sort();
-    v[(v.len() * 95 / 100).min(v.len() - 1)]
-}
-
 fn mib(kib: u64) -> f64 {
     kib as f64 / 1024.0
-}
-
-/// `files` files of incompressible data, `bytes` in all, in subdirectories of 100.
-fn workspace(root: &Path, name: &str, bytes: usize, files: usize) -> PathBuf {
-    let ws = root.join(name);
-    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ bytes as u64);
-    let mut buf = vec![0u8; bytes / files.max(1)];
-    for i in 0..files {
-        let dir = ws.join(format!("d{}", i / 100));
-        std::fs::create_dir_all(&dir).unwrap();
-        rng.fill(&mut buf);
-        std::fs::write(dir.join(format!("f{i}.bin")), &buf).unwrap();
-    }
-    ws
-}
-
-fn tiny_workspace(root: &Path, name: &str) -> PathBuf {
-    let ws = root.join(name);
-    std::fs::create_dir_all(&ws).unwrap();
-    std::fs::write(ws.join("README.md"), "# tiny\n").unwrap();
-    std::fs::write(ws.join("main.rs"), "fn main() {}\n").unwrap();
-    ws
-}
-
-fn delegate_cmd(state: &Path, ws: &Path, peer: &str) -> Command {
-    let mut cmd = Command::new(bins::path("awcp"));
-    cmd.args(["--quiet", "delegate"])
-        .arg(ws)
-        .args(["--peer", peer, "--prompt", "note what you see"])
-        .args(["--max-total-bytes", "1000000000", "--state-dir"])
-        .arg(state);
-    cmd
-}
-
-/// A registry file naming [`NAME`] with [`TOKEN`]'s digest (`awcp-relay hash-token`).
-fn registry(dir: &Path) -> PathBuf {
-    let mut child = Command::new(bins::path("awcp-relay"))
-        .arg("hash-token")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    stdin.write_all(format!("{TOKEN}\n").as_bytes()).unwrap();
-    drop(stdin);
-    let o = child.wait_with_output().unwrap();
-    assert!(o.status.success(), "hash-token failed");
-    let digest = String::from_utf8(o.stdout).unwrap();
-    let p = dir.join("executors.txt");
-    std::fs::write(&p, format!("{NAME} {}\n", digest.trim())).unwrap();
-    p
-}
-
-/// `GET path` on `addr`: its status, 0 if the connection failed.
-fn get(addr: &str, path: &str) -> u16 {
-    let Ok(mut s) = std::net::TcpStream::connect(addr) else {
-        return 0;
-    };
-    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    if s.write_all(req.as_bytes()).is_err() {
-        return 0;
-    }
-    let mut out = Vec::new();
-    let _ = s.read_to_end(&mut out);
-    let text = String::from_utf8_lossy(&out);
-    text.split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0)
-}
-
-/// Waits until the relay serves [`NAME`]'s status (the executor's tunnel is up).
-fn wait_served(relay: &str) {
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while get(relay, &format!("/e/{NAME}/awcp/status")) != 200 {
-        assert!(Instant::now() < deadline, "not served through the relay");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// The processes under test: one relay, one executor serving at its listener and through the
@@ -219,14 +58,8 @@ struct Setup {
 
 fn start(dir: &Path) -> Setup {
     std::fs::create_dir_all(dir).unwrap();
-    let reg = registry(dir);
-    let (relay, url) = bins::spawn_announcing(
-        Command::new(bins::path("awcp-relay"))
-            .args(["--listen", "127.0.0.1:0", "--quiet", "--executors"])
-            .arg(&reg),
-        RELAY_ANNOUNCES,
-    );
-    let relay = KillOnDrop(relay);
+    let reg = registry(dir, &[(NAME, TOKEN)]);
+    let (relay, url) = relay::spawn(&mut relay::command(&reg, "127.0.0.1:0"));
     let addr = url.trim_start_matches("http://").trim_end_matches('/');
     let token_file = dir.join("tunnel.token");
     std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
@@ -247,7 +80,7 @@ fn start(dir: &Path) -> Setup {
         bins::EXECUTOR_ANNOUNCES,
     );
     let executor = KillOnDrop(executor);
-    wait_served(addr);
+    wait_served(addr, NAME);
     Setup {
         executor,
         relay,
@@ -296,11 +129,12 @@ fn measure(s: &Setup, row: &mut Row, state: &Path, ws: &Path, peer: &str) {
     reset_peak(ex);
     reset_peak(relay);
     let (e0, r0) = (cpu_ns(ex), cpu_ns(relay));
-    let u = run(&mut delegate_cmd(state, ws, peer));
+    let mut cmd = delegate_cmd(state, ws, peer);
+    let u = run_with_usage(cmd.args(["--max-total-bytes", "1000000000"]));
     row.executor_cpu_ns += cpu_ns(ex) - e0;
     row.relay_cpu_ns += cpu_ns(relay) - r0;
-    row.executor_kib = row.executor_kib.max(peak_kib(ex));
-    row.relay_kib = row.relay_kib.max(peak_kib(relay));
+    row.executor_kib = row.executor_kib.max(vm_hwm_kib(ex));
+    row.relay_kib = row.relay_kib.max(vm_hwm_kib(relay));
     row.awcp_kib = row.awcp_kib.max(u.rss_kib);
     row.awcp_cpu += u.cpu;
     row.times.push(u.took);
@@ -352,24 +186,16 @@ fn size(
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let quick = !args.iter().any(|a| a == "--bench");
-    let filter = args.iter().find(|a| !a.starts_with('-')).cloned();
+    let (quick, filter) = support::args();
     let wants = |name: &str| filter.as_deref().is_none_or(|f| name.contains(f));
     let root = tempfile::tempdir().expect("a temporary directory");
-    println!(
-        "binaries: {}",
-        bins::path("awcp")
-            .parent()
-            .unwrap_or(Path::new(""))
-            .display()
-    );
+    support::print_binaries();
     let s = start(&root.path().join("procs"));
     println!("direct: {}  tunnel: {}", s.direct, s.tunnel);
     println!(
         "idle RSS before the rows: executor {:.1} MiB, relay {:.1} MiB",
-        mib(peak_kib(s.executor.0.id())),
-        mib(peak_kib(s.relay.0.id())),
+        mib(vm_hwm_kib(s.executor.0.id())),
+        mib(vm_hwm_kib(s.relay.0.id())),
     );
     let header = "| row | median | p95 | `awcp` peak RSS | executor peak RSS | relay peak RSS | CPU per delegation `awcp` / executor / relay |\n|---|---:|---:|---:|---:|---:|---|";
     println!("{header}");

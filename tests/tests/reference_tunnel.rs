@@ -20,16 +20,18 @@
 
 #[allow(dead_code)] // Not every helper is used by every test file including it.
 mod reference_support;
+mod tunnel_support;
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::path::Path;
+use std::process::{Command, Output};
 use std::time::Duration;
 
 use awcp_tests::bins::{self, show, KillOnDrop};
+use awcp_tests::relay::{self, registry};
 use reference_support::tunnel::{frames, RefTunnelExecutor, TunnelStart};
 use reference_support::{json_line, reference_dev, run_bounded};
 use serde_json::Value;
+use tunnel_support::workspace;
 
 /// The longest `awcp delegate` may run.
 const CLI_LIMIT: Duration = Duration::from_secs(90);
@@ -37,59 +39,15 @@ const CLI_LIMIT: Duration = Duration::from_secs(90);
 /// How long the reference script may take to exit after a failed start.
 const EXIT_LIMIT: Duration = Duration::from_secs(20);
 
-const RELAY_ANNOUNCES: &str = "awcp-relay listening on ";
-
-/// Writes `name token` registrations (the token's digest, through `awcp-relay hash-token`).
-fn registry(dir: &Path, entries: &[(&str, &str)]) -> PathBuf {
-    let mut text = String::new();
-    for (name, token) in entries {
-        let mut child = Command::new(bins::path("awcp-relay"))
-            .arg("hash-token")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(format!("{token}\n").as_bytes())
-            .unwrap();
-        let o = child.wait_with_output().unwrap();
-        assert!(o.status.success(), "{}", show(&o));
-        let digest = String::from_utf8(o.stdout).unwrap();
-        assert_eq!(digest.trim().len(), 64, "{digest}");
-        text.push_str(&format!("{name} {}\n", digest.trim()));
-    }
-    let p = dir.join("executors.txt");
-    std::fs::write(&p, text).unwrap();
-    p
-}
-
-/// `awcp-relay` on 127.0.0.1, port 0, with `executors`; its child and its public URL
-/// (`http://127.0.0.1:<port>`).
+/// `awcp-relay --runtime RUNTIME` on 127.0.0.1, port 0, with `executors`; its child and its
+/// public URL (`http://127.0.0.1:<port>`).
 fn relay(runtime: &str, executors: &Path) -> (KillOnDrop, String) {
-    let (child, url) = bins::spawn_announcing(
-        Command::new(bins::path("awcp-relay"))
-            .args(["--listen", "127.0.0.1:0", "--runtime", runtime, "--quiet"])
-            .arg("--executors")
-            .arg(executors),
-        RELAY_ANNOUNCES,
-    );
-    (KillOnDrop(child), url)
+    relay::spawn(relay::command(executors, "127.0.0.1:0").args(["--runtime", runtime]))
 }
 
 /// The relay's tunnel endpoint for a public URL `http://host:port`.
 fn tunnel_url(public: &str) -> String {
     format!("ws://{}/tunnel", public.trim_start_matches("http://"))
-}
-
-/// A workspace of `a.txt` (`A`) and `b.txt` (`B`).
-fn workspace() -> tempfile::TempDir {
-    let d = tempfile::tempdir().unwrap();
-    std::fs::write(d.path().join("a.txt"), "A\n").unwrap();
-    std::fs::write(d.path().join("b.txt"), "B\n").unwrap();
-    d
 }
 
 fn read(path: &Path) -> String {

@@ -7,7 +7,9 @@
 //! dial to the TLS port. Every wait is on an event (an announced line, a log line, an exit, the
 //! relay's answer); all on 127.0.0.1, port 0.
 
-use std::io::{BufRead, BufReader, Read, Write};
+mod tunnel_support;
+
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::mpsc;
@@ -16,12 +18,8 @@ use std::time::{Duration, Instant};
 use agent_rt::test_util::{CertFiles, TestPki};
 use agent_rt::ClientTls;
 use awcp_tests::bins::{self, show, KillOnDrop};
-
-/// The agent: edits `a.txt` and adds `RESULT.txt`.
-const AGENT: &str = r#"#!/bin/sh
-echo "agent was here" > RESULT.txt
-echo "A by the agent" > a.txt
-"#;
+use awcp_tests::relay;
+use tunnel_support::{assert_applied, delegate_with, workspace, AGENT};
 
 const DEADLINE: Duration = Duration::from_secs(90);
 
@@ -31,37 +29,13 @@ enum Cred<'a> {
     Cert(&'a CertFiles),
 }
 
-/// `awcp-relay SUBCOMMAND` with `stdin`; its trimmed stdout.
-fn relay_tool(args: &[&std::ffi::OsStr], stdin: &str) -> String {
-    let mut child = Command::new(bins::path("awcp-relay"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    let o = child.wait_with_output().unwrap();
-    assert!(o.status.success(), "{}", show(&o));
-    String::from_utf8(o.stdout).unwrap().trim().to_owned()
-}
-
 /// A registry line for `name`: the token's digest (`hash-token`) or the certificate's
 /// (`cert-digest`).
 fn registration(name: &str, cred: &Cred) -> String {
     match cred {
-        Cred::Token(t) => {
-            let digest = relay_tool(&["hash-token".as_ref()], &format!("{t}\n"));
-            assert_eq!(digest.len(), 64, "{digest}");
-            format!("{name} {digest}")
-        }
+        Cred::Token(t) => format!("{name} {}", relay::token_digest(t)),
         Cred::Cert(c) => {
-            let digest = relay_tool(&["cert-digest".as_ref(), c.cert.as_os_str()], "");
+            let digest = relay::tool(&["cert-digest".as_ref(), c.cert.as_os_str()], "");
             assert!(digest.starts_with("cert-sha256:"), "{digest}");
             assert_eq!(digest.len(), "cert-sha256:".len() + 64, "{digest}");
             format!("{name} {digest}")
@@ -74,20 +48,15 @@ fn tls_relay(dir: &Path, pki: &TestPki, lines: &[String]) -> (KillOnDrop, String
     let executors = dir.join("executors.txt");
     std::fs::write(&executors, lines.join("\n") + "\n").unwrap();
     let cert = pki.server("relay", &["127.0.0.1", "localhost"]);
-    let (child, url) = bins::spawn_announcing(
-        Command::new(bins::path("awcp-relay"))
-            .args(["--listen", "127.0.0.1:0", "--quiet"])
-            .arg("--executors")
-            .arg(&executors)
+    let (child, url) = relay::spawn(
+        relay::command(&executors, "127.0.0.1:0")
             .arg("--tls-cert")
             .arg(&cert.cert)
             .arg("--tls-key")
             .arg(&cert.key)
             .arg("--client-ca")
             .arg(pki.ca_file()),
-        "awcp-relay listening on ",
     );
-    let child = KillOnDrop(child);
     let addr = url
         .strip_prefix("https://")
         .unwrap_or_else(|| panic!("a TLS relay announces https: {url}"))
@@ -191,82 +160,19 @@ fn https_get(tls: &ClientTls, addr: &str, path: &str) -> (u16, String) {
     let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
     let conn = rustls::ClientConnection::new(tls.config(), name).unwrap();
     let mut s = rustls::StreamOwned::new(conn, tcp);
-    if write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .is_err()
-    {
-        return (0, String::new());
-    }
-    let mut out = Vec::new();
-    // A server that closes without close_notify ends the read with an error: what was read
-    // is the answer.
-    let _ = s.read_to_end(&mut out);
-    let text = String::from_utf8_lossy(&out).into_owned();
-    let status = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = text.split("\r\n\r\n").nth(1).unwrap_or("").to_owned();
-    (status, body)
+    relay::get_on(&mut s, addr, path)
 }
 
-/// Waits until the relay serves `name`'s status over HTTPS (the relay holds a request for an
-/// offline executor until it connects, so each try waits for the event itself).
-fn wait_served(tls: &ClientTls, relay: &str, name: &str) {
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        let (status, body) = https_get(tls, relay, &format!("/e/{name}/awcp/status"));
-        if status == 200 {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{name} not served through the relay: {status} {body}"
-        );
-    }
-}
-
-fn workspace() -> tempfile::TempDir {
-    let d = tempfile::tempdir().unwrap();
-    std::fs::write(d.path().join("a.txt"), "A\n").unwrap();
-    std::fs::write(d.path().join("b.txt"), "B\n").unwrap();
-    d
+/// Waits until the relay serves `name`'s status over HTTPS ([`relay::wait_served_with`]
+/// [`https_get`]).
+fn wait_served(tls: &ClientTls, addr: &str, name: &str) {
+    relay::wait_served_with(name, |path| https_get(tls, addr, path));
 }
 
 /// `awcp delegate` to `peer` (https) trusting `ca`.
 fn delegate(runtime: &str, ws: &Path, peer: &str, ca: &Path, state: &Path) -> Output {
-    bins::awcp(&[
-        "--json",
-        "delegate",
-        ws.to_str().unwrap(),
-        "--peer",
-        peer,
-        "--prompt",
-        "edit",
-        "--runtime",
-        runtime,
-        "--state-dir",
-        state.to_str().unwrap(),
-        "--ca-file",
-        ca.to_str().unwrap(),
-    ])
-}
-
-fn assert_applied(o: &Output, ws: &Path) {
-    assert_eq!(o.status.code(), Some(0), "{}", show(o));
-    assert_eq!(
-        std::fs::read_to_string(ws.join("RESULT.txt")).unwrap(),
-        "agent was here\n",
-        "{}",
-        show(o)
-    );
-    assert_eq!(
-        std::fs::read_to_string(ws.join("a.txt")).unwrap(),
-        "A by the agent\n"
-    );
+    let ca = ["--ca-file", ca.to_str().unwrap()];
+    delegate_with(runtime, ws, peer, state, &ca)
 }
 
 fn ca_pem(pki: &TestPki) -> PathBuf {
