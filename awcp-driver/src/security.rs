@@ -28,7 +28,7 @@ pub fn random_bytes_from<const N: usize>(
 
 /// Lowercase hex of `bytes`.
 pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(bytes)
 }
 
 /// A fresh random token: 32 bytes from the OS, in hex (64 characters).

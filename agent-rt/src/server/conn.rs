@@ -58,7 +58,7 @@ impl ClientCertificate {
 
     /// [`Self::sha256`] in lowercase hex (64 characters).
     pub fn sha256_hex(&self) -> String {
-        self.sha256.iter().map(|b| format!("{b:02x}")).collect()
+        hex::encode(self.sha256)
     }
 }
 

@@ -91,18 +91,13 @@ impl CertDigest {
 
     /// Lowercase hex (64 characters).
     pub fn to_hex(&self) -> String {
-        self.0.iter().map(|b| format!("{b:02x}")).collect()
+        hex::encode(self.0)
     }
 
     /// Parses 64 hex digits (either case).
     pub fn from_hex(s: &str) -> Option<Self> {
-        if s.len() != 64 || !s.is_ascii() {
-            return None;
-        }
         let mut out = [0u8; 32];
-        for (i, b) in out.iter_mut().enumerate() {
-            *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
-        }
+        hex::decode_to_slice(s, &mut out).ok()?;
         Some(CertDigest(out))
     }
 }

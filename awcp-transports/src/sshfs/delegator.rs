@@ -135,7 +135,7 @@ fn key_err(e: ssh_key::Error) -> TransportError {
 fn random_hex(bytes: usize) -> String {
     let mut b = vec![0u8; bytes];
     OsRng.fill_bytes(&mut b);
-    b.iter().map(|x| format!("{x:02x}")).collect()
+    hex::encode(b)
 }
 
 fn unix_ms() -> u64 {
