@@ -20,15 +20,7 @@ fn delegation_through_the_relay(runtime: &str) {
     // The relay refuses what it does not serve.
     assert_eq!(get(&addr, "/e/nobody/awcp/status").0, 404);
     assert_eq!(get(&addr, "/elsewhere").0, 404);
-    let ws = workspace();
-    let state = tempfile::tempdir().unwrap();
-    let o = delegate(
-        runtime,
-        ws.path(),
-        &format!("http://{addr}/e/alice/awcp"),
-        state.path(),
-    );
-    assert_applied(&o, ws.path());
+    delegation_is_applied(runtime, &addr, "alice");
 }
 
 #[test]
@@ -93,15 +85,7 @@ fn the_executor_reconnects_after_its_relay_restarts() {
     let (_second, again) = relay("smol", &reg, &addr);
     assert_eq!(again, addr);
     wait_served(&addr, "alice");
-    let ws = workspace();
-    let state = tempfile::tempdir().unwrap();
-    let o = delegate(
-        "smol",
-        ws.path(),
-        &format!("http://{addr}/e/alice/awcp"),
-        state.path(),
-    );
-    assert_applied(&o, ws.path());
+    delegation_is_applied("smol", &addr, "alice");
 }
 
 /// A workspace of a few MiB (incompressible) travels inline in START through the relay and
@@ -115,16 +99,8 @@ fn a_workspace_of_a_few_mib_goes_through_the_relay() {
     let _ex = executor("smol", exdir.path(), &addr, "alice-token");
     wait_served(&addr, "alice");
     let ws = workspace();
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-    let big: Vec<u8> = (0..3 << 20)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect();
-    std::fs::write(ws.path().join("big.bin"), &big).unwrap();
+    awcp_tests::mem::write_noise(&ws.path().join("big.bin"), 3 << 20, 0x9e37_79b9_7f4a_7c15);
+    let big = std::fs::read(ws.path().join("big.bin")).unwrap();
     let state = tempfile::tempdir().unwrap();
     let o = delegate(
         "tokio",
@@ -179,15 +155,7 @@ fn one_relay_serves_100_executors_with_a_delegation_to_each() {
                 let Some(name) = next.lock().unwrap().next() else {
                     return;
                 };
-                let ws = workspace();
-                let state = tempfile::tempdir().unwrap();
-                let o = delegate(
-                    "tokio",
-                    ws.path(),
-                    &format!("http://{addr}/e/{name}/awcp"),
-                    state.path(),
-                );
-                assert_applied(&o, ws.path());
+                let ws = delegation_is_applied("tokio", &addr, name);
                 assert_eq!(
                     std::fs::read_to_string(ws.path().join("WHO.txt")).unwrap(),
                     format!("{name}\n")

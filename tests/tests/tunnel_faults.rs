@@ -322,10 +322,7 @@ fn a_tunnel_cut_mid_archive_ends_the_delegation_cleanly_and_the_executor_comes_b
     });
     // It reconnected through the forwarder and serves the next delegation.
     wait_served(&addr, "alice");
-    let ws2 = workspace();
-    let state2 = tempfile::tempdir().unwrap();
-    let o = delegate("tokio", ws2.path(), &peer, state2.path());
-    assert_applied(&o, ws2.path());
+    delegation_is_applied("tokio", &addr, "alice");
 }
 
 /// Peak resident set allowed for each process with a 51 MiB archive going through (the

@@ -67,15 +67,7 @@ fn slow_clients_meet_the_per_executor_limit_and_free_it_when_they_go() {
     assert_eq!(refused.iter().filter(|r| **r).count(), SLOW - HELD);
     // The slow clients go: their streams are reset and freed, so a delegation goes through.
     drop(slow);
-    let ws = workspace();
-    let state = tempfile::tempdir().unwrap();
-    let o = delegate(
-        "tokio",
-        ws.path(),
-        &format!("http://{addr}/e/alice/awcp"),
-        state.path(),
-    );
-    assert_applied(&o, ws.path());
+    delegation_is_applied("tokio", &addr, "alice");
 }
 
 /// Whether the relay closes `s` while `trickle` is written every 50 ms.

@@ -90,6 +90,21 @@ pub fn delegate_with(runtime: &str, ws: &Path, peer: &str, state: &Path, extra: 
     bins::awcp(&args)
 }
 
+/// Delegates a fresh [`workspace`] to `<addr>/e/<name>/awcp` (plain HTTP) on `runtime` and
+/// asserts [`AGENT`]'s files were applied; the workspace, for further checks.
+pub fn delegation_is_applied(runtime: &str, addr: &str, name: &str) -> tempfile::TempDir {
+    let ws = workspace();
+    let state = tempfile::tempdir().unwrap();
+    let o = delegate(
+        runtime,
+        ws.path(),
+        &format!("http://{addr}/e/{name}/awcp"),
+        state.path(),
+    );
+    assert_applied(&o, ws.path());
+    ws
+}
+
 /// `o` succeeded and applied [`AGENT`]'s files to `ws`.
 pub fn assert_applied(o: &Output, ws: &Path) {
     assert_eq!(o.status.code(), Some(0), "{}", show(o));
