@@ -1,8 +1,9 @@
 //! Executors behind NAT (issue 51): the real `awcp-relay`, `awcp-executor --tunnel` and
 //! `awcp delegate` binaries on 127.0.0.1. A delegation goes through the relay on both runtimes;
 //! a wrong token is refused; a token cannot serve another executor's name; an executor comes
-//! back after its relay restarts on the same port; one relay serves 100 executors. Faults
-//! mid-task are in `tunnel_faults.rs`, TLS and client certificates in `tunnel_tls.rs`.
+//! back after its relay restarts on the same port; one relay serves 100 executors; the
+//! executor's own `--auth-token` holds through the relay. Faults mid-task are in
+//! `tunnel_faults.rs`, TLS and client certificates in `tunnel_tls.rs`.
 
 mod tunnel_support;
 
@@ -163,4 +164,52 @@ fn one_relay_serves_100_executors_with_a_delegation_to_each() {
             });
         }
     });
+}
+
+/// The relay is not the delegators' authentication: an executor with `--auth-token-file`
+/// behind it refuses a delegator without its token (`AUTH_FAILED`, the workspace untouched)
+/// and serves one with it, the credential passing through the relay.
+#[test]
+fn the_executors_own_auth_holds_through_the_relay() {
+    let dir = tempfile::tempdir().unwrap();
+    let reg = registry(dir.path(), &[("alice", "alice-token")]);
+    let (_relay, addr) = relay("tokio", &reg, "127.0.0.1:0");
+    let exdir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("delegators.token");
+    std::fs::write(&secret, "delegators-secret\n").unwrap();
+    let _ex = executor_with_args(
+        "smol",
+        exdir.path(),
+        &format!("ws://{addr}/tunnel"),
+        "alice-token",
+        AGENT,
+        &["--auth-token-file", secret.to_str().unwrap()],
+    );
+    // Served once the executor itself answers: its status, too, wants the token (401 is
+    // taken as served).
+    awcp_tests::relay::wait_served_with("alice", |path| match get(&addr, path) {
+        (401, body) => (200, body),
+        other => other,
+    });
+    let peer = format!("http://{addr}/e/alice/awcp");
+
+    let ws = workspace();
+    let state = tempfile::tempdir().unwrap();
+    let o = delegate("tokio", ws.path(), &peer, state.path());
+    assert_ne!(o.status.code(), Some(0), "{}", awcp_tests::bins::show(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["error"]["code"], "AUTH_FAILED", "{v}");
+    assert!(!ws.path().join("RESULT.txt").exists());
+
+    let ws = workspace();
+    let state = tempfile::tempdir().unwrap();
+    let token = secret.to_str().unwrap();
+    let o = delegate_with(
+        "tokio",
+        ws.path(),
+        &peer,
+        state.path(),
+        &["--token-file", token],
+    );
+    assert_applied(&o, ws.path());
 }

@@ -42,6 +42,18 @@ pub fn executor_with(
     token: &str,
     agent: &str,
 ) -> KillOnDrop {
+    executor_with_args(runtime, dir, tunnel, token, agent, &[])
+}
+
+/// [`executor_with`] with the further arguments `extra`.
+pub fn executor_with_args(
+    runtime: &str,
+    dir: &Path,
+    tunnel: &str,
+    token: &str,
+    agent: &str,
+    extra: &[&str],
+) -> KillOnDrop {
     let script = dir.join("agent.sh");
     std::fs::write(&script, agent).unwrap();
     let token_file = dir.join("tunnel.token");
@@ -52,7 +64,8 @@ pub fn executor_with(
             .arg("--tunnel")
             .arg(tunnel)
             .arg("--tunnel-token-file")
-            .arg(&token_file),
+            .arg(&token_file)
+            .args(extra),
         bins::EXECUTOR_ANNOUNCES,
     );
     KillOnDrop(child)
